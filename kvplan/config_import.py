@@ -1,0 +1,408 @@
+"""Read a Hugging Face ``config.json`` into a :class:`~kvplan.arch.ModelArch`.
+
+Layer-type rules follow transformers' config classes (v5.x) and vLLM's model files:
+
+* ``layer_types`` wins when present (gpt-oss, newer configs).
+* gemma2: ``"sliding_attention" if (i + 1) % 2 else "full_attention"`` (configuration_gemma2.py).
+* gemma3: ``(i + 1) % sliding_window_pattern`` (default 6) → sliding (configuration_gemma3.py).
+* llama4: ``no_rope_layers[i]`` (default ``int((i + 1) % 4 != 0)``) → chunked, else full
+  (configuration_llama4.py; vLLM llama4.py ``use_chunked_local_attn = not self.nope``).
+* qwen3_next: ``(i + 1) % full_attention_interval`` (default 4) → linear attention.
+* jamba: attention where ``i % attn_layer_period == attn_layer_offset`` (8, 4), Mamba elsewhere.
+* qwen2/qwen3 families: sliding only when ``use_sliding_window`` and ``i >= max_window_layers``.
+* otherwise a non-null ``sliding_window`` makes every layer sliding (Mistral v0.1, Phi-3), and a
+  non-null ``attention_chunk_size`` every layer chunked.
+
+``head_dim`` is read when the key exists; ``hidden_size / num_attention_heads`` only otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from kvplan.arch import MLA, Attention, LayerSpec, ModelArch, MoE, NoCache, Recurrent
+from kvplan.dtypes import model_dtype_name
+from kvplan.errors import KVPlanError, short
+
+MAX_CONFIG_BYTES = 2_000_000
+MAX_DEPTH = 32
+MAX_LAYERS = 10_000
+MAX_DIM = 1_000_000
+
+SUPPORTED_MODEL_TYPES = (
+    "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen3_next",
+    "gemma", "gemma2", "gemma3", "gemma3_text", "phi3", "falcon", "opt", "gpt_neox",
+    "deepseek_v2", "deepseek_v3", "kimi_k2", "llama4", "llama4_text", "gpt_oss", "jamba",
+)
+_QWEN_SWA_TYPES = {"qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen2_vl", "qwen2_5_vl"}
+_UNGATED_MLP_TYPES = {"opt", "gpt_neox", "falcon", "gpt2", "gpt_bigcode", "phi", "gptj"}
+_FULL = {"full_attention", "attention", "global", "global_attention", "full"}
+_SLIDING = {"sliding_attention", "sliding_window", "local", "local_attention", "sliding"}
+_CHUNKED = {"chunked_attention", "chunked"}
+_RECURRENT = {"linear_attention", "mamba", "mamba2", "mamba1"}
+_NO_CACHE = {"dummy", "moe", "mlp", "none", "shared"}
+
+
+def load_config_text(raw: str | bytes) -> dict[str, Any]:
+    """Parse config.json text; every failure is a KVPlanError naming what is wrong."""
+    if isinstance(raw, bytes):
+        if len(raw) > MAX_CONFIG_BYTES:
+            raise KVPlanError("config.too_large", size=len(raw), limit=MAX_CONFIG_BYTES)
+        try:
+            raw = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise KVPlanError("config.not_utf8") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise KVPlanError("config.too_large", size=len(raw), limit=MAX_CONFIG_BYTES)
+    try:
+        data = json.loads(raw)
+    except RecursionError:
+        raise KVPlanError("config.too_deep", limit=MAX_DEPTH) from None
+    except ValueError as exc:
+        raise KVPlanError("config.not_json", detail=str(exc)[:120]) from None
+    if not isinstance(data, dict):
+        raise KVPlanError("config.not_object", got=type(data).__name__)
+    _check_depth(data, 0)
+    return data
+
+
+def _check_depth(node: Any, depth: int) -> None:
+    if depth > MAX_DEPTH:
+        raise KVPlanError("config.too_deep", limit=MAX_DEPTH)
+    if isinstance(node, dict):
+        for value in node.values():
+            _check_depth(value, depth + 1)
+    elif isinstance(node, list):
+        for value in node:
+            _check_depth(value, depth + 1)
+
+
+class _Cfg:
+    """Typed, validated access to config keys (first key present wins)."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.data = data
+
+    def get(self, *keys: str) -> Any:
+        for key in keys:
+            if self.data.get(key) is not None:
+                return self.data[key]
+        return None
+
+    def has(self, *keys: str) -> bool:
+        return self.get(*keys) is not None
+
+    def int(self, *keys: str, why: str, default: int | None = None, low: int = 1,
+            high: int = MAX_DIM) -> int:
+        value = self.get(*keys)
+        if value is None:
+            if default is not None:
+                return default
+            raise KVPlanError("config.missing_key", key=keys[0], why=why)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+            isinstance(value, float) and (not math.isfinite(value) or value != int(value))
+        ):
+            raise KVPlanError("config.bad_value", key=_present(self.data, keys),
+                              expected="a whole number", value=short(value))
+        value = int(value)
+        if not low <= value <= high:
+            raise KVPlanError("config.bad_value", key=_present(self.data, keys),
+                              expected=f"between {low:,} and {high:,}", value=short(value))
+        return value
+
+
+def _present(data: dict[str, Any], keys: tuple[str, ...]) -> str:
+    return next((k for k in keys if data.get(k) is not None), keys[0])
+
+
+def parse_config(
+    raw: dict[str, Any] | str | bytes,
+    name: str | None = None,
+    params_total: int | None = None,
+    params_active: int | None = None,
+    params_source: str = "",
+    source: str = "config.json",
+) -> ModelArch:
+    """Build a ModelArch from config.json (dict or text); raises KVPlanError on bad input."""
+    data = load_config_text(raw) if isinstance(raw, (str, bytes)) else raw
+    if not isinstance(data, dict):
+        raise KVPlanError("config.not_object", got=type(data).__name__)
+    outer_type = data.get("model_type")
+    architectures = data.get("architectures")
+    text = data.get("text_config")
+    if isinstance(text, dict) and not data.get("num_hidden_layers"):
+        data = {**text}
+    cfg = _Cfg(data)
+    model_type = str(cfg.get("model_type") or outer_type or "unknown")
+    if not isinstance(architectures, list):
+        architectures = data.get("architectures") if isinstance(data.get("architectures"), list) else None
+    architecture = str(architectures[0]) if architectures else None
+
+    n_layers = cfg.int("num_hidden_layers", "n_layer", "num_layers", "n_layers",
+                       why="the number of layers", high=MAX_LAYERS)
+    hidden = cfg.int("hidden_size", "n_embd", "d_model", "dim", why="the hidden size")
+    n_heads = cfg.int("num_attention_heads", "n_head", "n_heads", why="the attention head count")
+    n_kv, hf_heads = _kv_heads(cfg, model_type, n_heads)
+    if cfg.has("head_dim"):
+        head_dim = cfg.int("head_dim", why="the head size")
+    else:
+        if hidden % n_heads:
+            raise KVPlanError("config.missing_key", key="head_dim",
+                              why=f"the head size (hidden_size {hidden} is not a multiple of "
+                                  f"{n_heads} heads)")
+        head_dim = hidden // n_heads
+    if n_kv > n_heads:
+        raise KVPlanError("config.bad_value", key="num_key_value_heads",
+                          expected=f"at most num_attention_heads ({n_heads})", value=n_kv)
+
+    types = _layer_types(cfg, model_type, n_layers)
+    attention_spec = _attention_spec(cfg, n_kv, head_dim, n_heads, hf_heads)
+    layers: list[LayerSpec] = []
+    recurrent: Recurrent | None = None
+    for i, layer_type in enumerate(types):
+        if layer_type in _FULL:
+            layers.append(attention_spec)
+        elif layer_type in _SLIDING:
+            window = cfg.int("sliding_window", "sliding_window_size", why=f"layer {i} ({layer_type})")
+            layers.append(attention_spec.model_copy(update={"kind": "sliding", "window": window})
+                          if isinstance(attention_spec, Attention)
+                          else attention_spec.model_copy(update={"window": window}))
+        elif layer_type in _CHUNKED:
+            chunk = cfg.int("attention_chunk_size", why=f"layer {i} ({layer_type})")
+            if not isinstance(attention_spec, Attention):
+                raise KVPlanError("config.unsupported", what="chunked MLA layers", detail=layer_type)
+            layers.append(attention_spec.model_copy(update={"kind": "chunked", "window": chunk}))
+        elif layer_type in _RECURRENT:
+            recurrent = recurrent or _recurrent_spec(cfg, model_type, hidden)
+            layers.append(recurrent)
+        elif layer_type in _NO_CACHE:
+            layers.append(NoCache())
+        else:
+            raise KVPlanError("config.unsupported", what=f"layer type of layer {i}",
+                              detail=short(layer_type))
+
+    moe = _moe(cfg, model_type, n_layers)
+    gated = model_type not in _UNGATED_MLP_TYPES
+    intermediate = int(cfg.get("intermediate_size_mlp", "intermediate_size", "ffn_dim", "n_inner")
+                       or 4 * hidden)
+    vocab = cfg.int("vocab_size", "padded_vocab_size", why="the embedding size", high=10_000_000)
+    tie = bool(cfg.get("tie_word_embeddings")) if "tie_word_embeddings" in data else (
+        model_type in {"opt", "gemma", "gemma2", "gemma3", "gemma3_text", "falcon"})
+    arch = ModelArch(
+        name=name or str(data.get("_name_or_path") or architecture or model_type),
+        model_type=model_type,
+        architecture=architecture,
+        layers=tuple(layers),
+        hidden_size=hidden,
+        n_heads=n_heads,
+        head_dim=head_dim,
+        intermediate_size=intermediate,
+        vocab_size=vocab,
+        max_position_embeddings=cfg.get("max_position_embeddings", "n_positions", "max_seq_len"),
+        model_dtype=model_dtype_name(cfg.get("torch_dtype", "dtype")),
+        tie_word_embeddings=tie,
+        gated_mlp=gated,
+        moe=moe,
+        params_total=0,
+        source=source,
+    )
+    total, active, method = estimate_params(arch, cfg)
+    if params_total:
+        method = params_source or "given"
+        total = params_total
+        active = params_active if params_active else (None if moe is None else active)
+    return arch.model_copy(update={"params_total": total, "params_active": active,
+                                   "params_method": method})
+
+
+def _kv_heads(cfg: _Cfg, model_type: str, n_heads: int) -> tuple[int, int | None]:
+    """KV heads stored per layer, and the heads transformers caches when it broadcasts."""
+    if model_type == "falcon":
+        if cfg.get("new_decoder_architecture"):
+            n_kv = cfg.int("num_kv_heads", "n_head_kv", why="Falcon KV heads", default=n_heads)
+            return n_kv, n_heads  # modeling_falcon.py broadcasts K/V to num_heads before caching
+        if cfg.get("multi_query", "multi_query_attention") is not False:
+            return 1, None  # falcon-7b: multi_query defaults to True
+        return n_heads, None
+    if cfg.get("multi_query") is True:
+        return 1, None
+    n_kv = cfg.int("num_key_value_heads", "num_kv_heads", "n_head_kv", "multi_query_group_num",
+                   why="KV heads", default=n_heads)
+    return n_kv, None
+
+
+def _attention_spec(cfg: _Cfg, n_kv: int, head_dim: int, n_heads: int,
+                    hf_heads: int | None) -> Attention | MLA:
+    if cfg.has("kv_lora_rank"):
+        return MLA(
+            kv_lora_rank=cfg.int("kv_lora_rank", why="the MLA latent size"),
+            qk_rope_head_dim=cfg.int("qk_rope_head_dim", why="the MLA rope key size", low=0),
+            n_heads=n_heads,
+            qk_nope_head_dim=cfg.int("qk_nope_head_dim", why="the expanded MLA key size", low=0),
+            v_head_dim=cfg.int("v_head_dim", why="the expanded MLA value size"),
+        )
+    head_dim_v = cfg.int("v_head_dim", why="value head size", default=head_dim)
+    return Attention(n_kv_heads=n_kv, head_dim_k=head_dim, head_dim_v=head_dim_v,
+                     hf_cached_heads=hf_heads)
+
+
+def _layer_types(cfg: _Cfg, model_type: str, n: int) -> list[str]:
+    explicit = cfg.get("layer_types", "layers_block_type")
+    if explicit is not None:
+        if not isinstance(explicit, list) or not all(isinstance(t, str) for t in explicit):
+            raise KVPlanError("config.bad_value", key="layer_types", expected="a list of strings",
+                              value=short(explicit))
+        if len(explicit) != n:
+            raise KVPlanError("config.bad_value", key="layer_types",
+                              expected=f"{n} entries (num_hidden_layers)", value=len(explicit))
+        return [t.lower() for t in explicit]
+    if model_type == "gemma2":
+        return ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(n)]
+    if model_type in {"gemma3", "gemma3_text"}:
+        pattern = cfg.int("sliding_window_pattern", "_sliding_window_pattern",
+                          why="the Gemma 3 layer pattern", default=6)
+        return ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(n)]
+    if model_type in {"llama4", "llama4_text"}:
+        interval = cfg.int("no_rope_layer_interval", why="NoPE interval", default=4)
+        no_rope = cfg.get("no_rope_layers") or [int((i + 1) % interval != 0) for i in range(n)]
+        if not isinstance(no_rope, list) or len(no_rope) != n:
+            raise KVPlanError("config.bad_value", key="no_rope_layers",
+                              expected=f"a list of {n} flags", value=short(no_rope))
+        chunked = cfg.has("attention_chunk_size")
+        return ["chunked_attention" if flag and chunked else "full_attention" for flag in no_rope]
+    if model_type == "qwen3_next":
+        interval = cfg.int("full_attention_interval", why="the full-attention interval", default=4)
+        return ["linear_attention" if (i + 1) % interval else "full_attention" for i in range(n)]
+    if model_type == "jamba":
+        period = cfg.int("attn_layer_period", why="Jamba attention period", default=8)
+        offset = cfg.int("attn_layer_offset", why="Jamba attention offset", default=4, low=0)
+        return ["full_attention" if i % period == offset else "mamba" for i in range(n)]
+    if model_type in _QWEN_SWA_TYPES:
+        if cfg.get("use_sliding_window") and cfg.has("sliding_window"):
+            first = cfg.int("max_window_layers", why="Qwen sliding layers", default=n, low=0,
+                            high=MAX_LAYERS)
+            return ["sliding_attention" if i >= first else "full_attention" for i in range(n)]
+        return ["full_attention"] * n
+    if cfg.get("use_sliding_window") is False:
+        return ["full_attention"] * n
+    if cfg.has("sliding_window"):
+        return ["sliding_attention"] * n
+    if cfg.has("attention_chunk_size"):
+        return ["chunked_attention"] * n
+    return ["full_attention"] * n
+
+
+def _recurrent_spec(cfg: _Cfg, model_type: str, hidden: int) -> Recurrent:
+    if cfg.has("linear_num_value_heads"):  # Gated DeltaNet (Qwen3-Next / Qwen3.5)
+        nk = cfg.int("linear_num_key_heads", why="GDN key heads")
+        nv = cfg.int("linear_num_value_heads", why="GDN value heads")
+        hk = cfg.int("linear_key_head_dim", why="GDN key head size")
+        hv = cfg.int("linear_value_head_dim", why="GDN value head size")
+        kernel = cfg.int("linear_conv_kernel_dim", why="GDN conv kernel", default=4)
+        return Recurrent(variant="gdn", conv_channels=2 * nk * hk + nv * hv, conv_kernel=kernel,
+                         ssm_elements=nv * hk * hv, tp_shard_unit=nv)
+    if cfg.has("mamba_n_heads", "mamba_num_heads"):  # Mamba-2
+        heads = cfg.int("mamba_n_heads", "mamba_num_heads", why="Mamba-2 heads")
+        head_dim = cfg.int("mamba_d_head", "mamba_head_dim", why="Mamba-2 head size")
+        state = cfg.int("mamba_d_state", "ssm_state_size", why="Mamba-2 state size")
+        groups = cfg.int("mamba_n_groups", "n_groups", why="Mamba-2 groups", default=1)
+        kernel = cfg.int("mamba_d_conv", "conv_kernel", why="Mamba-2 conv kernel", default=4)
+        d_inner = heads * head_dim
+        return Recurrent(variant="mamba2", conv_channels=d_inner + 2 * groups * state,
+                         conv_kernel=kernel, ssm_elements=d_inner * state, tp_shard_unit=heads)
+    if cfg.has("mamba_d_state", "mamba_expand"):  # Mamba-1 (Jamba)
+        expand = cfg.int("mamba_expand", why="Mamba expansion", default=2)
+        state = cfg.int("mamba_d_state", why="Mamba state size", default=16)
+        kernel = cfg.int("mamba_d_conv", why="Mamba conv kernel", default=4)
+        d_inner = expand * hidden
+        return Recurrent(variant="mamba1", conv_channels=d_inner, conv_kernel=kernel,
+                         ssm_elements=d_inner * state, tp_shard_unit=d_inner)
+    raise KVPlanError("config.missing_key", key="linear_num_value_heads",
+                      why=f"the recurrent state of {model_type} layers")
+
+
+def _moe(cfg: _Cfg, model_type: str, n_layers: int) -> MoE | None:
+    n_experts = cfg.get("n_routed_experts", "num_local_experts", "num_experts")
+    if not n_experts or int(n_experts) <= 1:
+        return None
+    active = cfg.int("num_experts_per_tok", "experts_per_token", "num_experts_per_token",
+                     why="active experts", default=1)
+    expert_inter = cfg.int("moe_intermediate_size", "intermediate_size", why="expert size")
+    shared = int(cfg.get("n_shared_experts") or 0)
+    shared_inter = int(cfg.get("shared_expert_intermediate_size") or 0)
+    if model_type in {"llama4", "llama4_text"}:
+        shared, shared_inter = 1, expert_inter
+    if shared_inter and not shared:
+        shared = 1
+    if shared and not shared_inter:
+        shared_inter = expert_inter
+    dense = 0
+    if cfg.has("first_k_dense_replace"):
+        dense = cfg.int("first_k_dense_replace", why="dense layers", low=0, high=MAX_LAYERS)
+    elif cfg.has("interleave_moe_layer_step"):
+        step = cfg.int("interleave_moe_layer_step", why="MoE interleave", default=1)
+        dense = n_layers - n_layers // step
+    elif cfg.has("expert_layer_period"):
+        period = cfg.int("expert_layer_period", why="MoE period", default=1)
+        dense = n_layers - n_layers // period
+    elif isinstance(cfg.get("mlp_only_layers"), list):
+        dense = len(cfg.get("mlp_only_layers"))
+    return MoE(n_experts=int(n_experts), n_active=active, n_shared=shared,
+               expert_intermediate=expert_inter, shared_intermediate=shared_inter,
+               n_dense_layers=min(dense, n_layers))
+
+
+def estimate_params(arch: ModelArch, cfg: _Cfg | None = None) -> tuple[int, int | None, str]:
+    """Parameter count from the architecture (weights only; biases and norms included roughly).
+
+    embeddings ``V·h`` (+ an untied LM head ``V·h``); attention ``h·d·(H + 2·KV) + H·d·h``
+    (MLA: q/kv low-rank projections); MLP ``3·h·I`` gated or ``2·h·I`` plain; MoE
+    ``E·3·h·I_e + shared + router``; recurrent layers their in/out projections and conv.
+    """
+    cfg = cfg or _Cfg({})
+    h = arch.hidden_size
+    embed = arch.vocab_size * h * (1 if arch.tie_word_embeddings else 2)
+    if arch.model_type == "opt":
+        embed += ((arch.max_position_embeddings or 2048) + 2) * h
+    mlp_mult = 3 if arch.gated_mlp else 2
+    total = active = embed + h
+    moe = arch.moe
+    for index, layer in enumerate(arch.layers):
+        attn = _layer_mixer_params(layer, arch, cfg)
+        if moe is not None and index >= moe.n_dense_layers:
+            router = h * moe.n_experts
+            shared = moe.n_shared * 3 * h * moe.shared_intermediate
+            per_expert = 3 * h * moe.expert_intermediate
+            total += attn + router + shared + moe.n_experts * per_expert + 2 * h
+            active += attn + router + shared + moe.n_active * per_expert + 2 * h
+        else:
+            dense = mlp_mult * h * arch.intermediate_size
+            total += attn + dense + 2 * h
+            active += attn + dense + 2 * h
+    method = ("computed from config: embeddings + attention/mixer + MLP/MoE experts + norms"
+              + ("" if arch.tie_word_embeddings else " + untied LM head"))
+    return total, (active if moe is not None else None), method
+
+
+def _layer_mixer_params(layer: LayerSpec, arch: ModelArch, cfg: _Cfg) -> int:
+    h = arch.hidden_size
+    if isinstance(layer, Attention):
+        return h * layer.head_dim_k * (arch.n_heads + layer.n_kv_heads) + \
+            h * layer.head_dim_v * layer.n_kv_heads + arch.n_heads * layer.head_dim_v * h
+    if isinstance(layer, MLA):
+        qk = layer.qk_nope_head_dim + layer.qk_rope_head_dim
+        q_lora = int(cfg.get("q_lora_rank") or 0)
+        q = (h * q_lora + q_lora + q_lora * layer.n_heads * qk) if q_lora else h * layer.n_heads * qk
+        kv = h * (layer.kv_lora_rank + layer.qk_rope_head_dim) + layer.kv_lora_rank + \
+            layer.kv_lora_rank * layer.n_heads * (layer.qk_nope_head_dim + layer.v_head_dim)
+        return q + kv + layer.n_heads * layer.v_head_dim * h
+    if isinstance(layer, Recurrent):
+        if layer.variant == "mamba1":
+            d_inner, d_state = layer.conv_channels, layer.ssm_elements // layer.conv_channels
+            dt_rank = -(-h // 16)
+            return (h * 2 * d_inner + d_inner * layer.conv_kernel + d_inner * (dt_rank + 2 * d_state)
+                    + dt_rank * d_inner + d_inner * d_state + d_inner * h)
+        return 2 * h * layer.conv_channels + layer.conv_channels * layer.conv_kernel
+    return 0

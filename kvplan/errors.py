@@ -1,0 +1,65 @@
+"""Every message a user can meet, in one table, and the one exception type that carries them.
+
+Callers raise ``KVPlanError("code", **fields)``; the UI and the CLI show ``str(err)``. Tests walk
+``MESSAGES`` to check that each code formats and is reachable.
+"""
+
+from __future__ import annotations
+
+MESSAGES: dict[str, str] = {
+    # config.json import
+    "config.not_json": "config.json is not valid JSON: {detail}",
+    "config.not_object": "config.json must be a JSON object, got {got}",
+    "config.too_large": "config.json is {size:,} bytes; the limit is {limit:,} bytes",
+    "config.not_utf8": "config.json is not UTF-8 text",
+    "config.missing_key": "config.json is missing '{key}' (needed for {why})",
+    "config.bad_value": "config.json key '{key}' must be {expected}, got {value}",
+    "config.unsupported": "config.json: {what} is not supported ({detail})",
+    "config.too_deep": "config.json is nested deeper than {limit} levels",
+    # names and choices
+    "unknown.model": "unknown model preset '{value}' (try `python -m kvplan models`)",
+    "unknown.gpu": "unknown accelerator '{value}' (try `python -m kvplan gpus`)",
+    "unknown.dtype": "unknown dtype '{value}'; choose one of: {choices}",
+    "unknown.engine": "unknown engine '{value}'; choose one of: {choices}",
+    "unknown.scenario": "unknown scenario '{value}'",
+    # numbers
+    "value.range": "{field} must be between {low:,} and {high:,}, got {value}",
+    "value.not_number": "{field} must be a number, got {value}",
+    "parallel.tp_heads": "tensor parallel size {tp} does not divide or fit {heads} KV heads "
+                         "(the engine requires tp % kv_heads == 0 when tp > kv_heads)",
+    "parallel.pp_layers": "pipeline parallel size {pp} exceeds the {layers} layers of the model",
+    "parallel.gpus": "--num-gpus {gpus} is not a multiple of tp × pp = {tpp}",
+    "engine.dtype": "engine '{engine}' cannot store the KV cache as {dtype}: {why}",
+    # links and uploads
+    "link.unknown_key": "link parameter '{key}' is not known and was ignored",
+    "link.bad_value": "link parameter '{key}'={value} is invalid ({why}); using the default",
+    "link.future_version": "this link was made by a newer kvplan (schema v{value}); "
+                           "parameters this version does not know were ignored",
+    "scenario.invalid": "scenario file is invalid: {detail}",
+    "csv.invalid": "request-length CSV is invalid: {detail}",
+    "file.missing": "cannot read '{path}': {detail}",
+}
+
+
+class KVPlanError(ValueError):
+    """A user-facing error with a message from ``MESSAGES``."""
+
+    def __init__(self, code: str, **fields: object) -> None:
+        self.code = code
+        self.fields = fields
+        super().__init__(MESSAGES[code].format(**fields))
+
+    @property
+    def field(self) -> str | None:
+        """The input the message is about, when there is one."""
+        for key in ("key", "field"):
+            if key in self.fields:
+                return str(self.fields[key])
+        return None
+
+
+def short(value: object, limit: int = 60) -> str:
+    """A printable, bounded rendering of a user-supplied value for messages."""
+    text = repr(value)
+    text = "".join(ch if ch.isprintable() else "?" for ch in text)
+    return text if len(text) <= limit else text[: limit - 1] + "…"

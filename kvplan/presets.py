@@ -1,0 +1,112 @@
+"""Load the data files in ``presets/``: models (config.json + sources), accelerators, scenarios."""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from kvplan.arch import ModelArch
+from kvplan.config_import import parse_config
+from kvplan.errors import KVPlanError
+
+PRESETS_DIR = Path(__file__).resolve().parent.parent / "presets"
+
+
+class ModelPreset(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    name: str
+    hf_repo: str = ""
+    params_total: int
+    params_active: int | None = None
+    params_source: str = ""
+    config_source: str = ""
+    notes: str = ""
+    config: dict[str, Any]
+
+
+class GPU(BaseModel):
+    """One accelerator; ``capacity_bytes`` is what the device reports when known."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    name: str
+    vendor: str = ""
+    marketed_memory: str = ""
+    marketed_bytes: int = Field(ge=1)
+    reported_bytes: int | None = None
+    reported_mib: int | None = None
+    memory_type: str = ""
+    bandwidth_tbps: float = Field(gt=0)
+    bf16_tflops: float = Field(gt=0)
+    fp8_tflops: float | None = None
+    interconnect: str = ""
+    host_link_gbps: float | None = None
+    host_link: str = ""
+    device_name: str = ""
+    status: dict[str, str] = {}
+    sources: dict[str, str] = {}
+
+    @property
+    def capacity_bytes(self) -> int:
+        return self.reported_bytes or self.marketed_bytes
+
+    @property
+    def capacity_basis(self) -> str:
+        if self.reported_bytes:
+            return f"{self.reported_mib or self.reported_bytes // 2**20:,} MiB as the device reports"
+        return f"marketed {self.marketed_memory} (device-reported value unknown)"
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+@cache
+def model_presets() -> dict[str, ModelPreset]:
+    presets = [ModelPreset(**_read_json(p)) for p in sorted((PRESETS_DIR / "models").glob("*.json"))]
+    return {p.id: p for p in presets}
+
+
+@cache
+def load_model(preset_id: str) -> ModelArch:
+    """The ModelArch of a preset (its config.json through the same importer as uploads)."""
+    preset = model_presets().get(preset_id)
+    if preset is None:
+        raise KVPlanError("unknown.model", value=preset_id)
+    return parse_config(preset.config, name=preset.name, params_total=preset.params_total,
+                        params_active=preset.params_active, params_source=preset.params_source,
+                        source=preset.config_source)
+
+
+@cache
+def gpus() -> dict[str, GPU]:
+    items = [GPU(**_read_json(p)) for p in sorted((PRESETS_DIR / "gpus").glob("*.json"))]
+    return {g.id: g for g in items}
+
+
+def get_gpu(gpu_id: str) -> GPU:
+    found = gpus().get(gpu_id)
+    if found is None:
+        raise KVPlanError("unknown.gpu", value=gpu_id)
+    return found
+
+
+def custom_gpu(capacity_gib: float, bandwidth_tbps: float = 1.0, bf16_tflops: float = 100.0,
+               name: str = "Custom accelerator") -> GPU:
+    """A user-defined accelerator (capacity in GiB = 2^30 B)."""
+    capacity = int(capacity_gib * 2**30)
+    return GPU(id="custom", name=name, marketed_memory=f"{capacity_gib:g} GiB",
+               marketed_bytes=capacity, reported_bytes=capacity,
+               bandwidth_tbps=bandwidth_tbps, bf16_tflops=bf16_tflops,
+               sources={"memory": "user input"})
+
+
+def scenario_files() -> list[Path]:
+    return sorted((PRESETS_DIR / "scenarios").glob("*.json"))

@@ -1,0 +1,141 @@
+"""KV-cache bytes for a model, engine, dtype, length and batch — one number and vectorised sweeps.
+
+``kv_bytes = batch × Σ_rules layers × (tokens_held(T) × bytes_per_token + state_bytes)``, where
+each engine's rule (``kvplan.engines``) says how many tokens a layer holds; the per-token bytes
+are ``n_kv_heads × (vec(head_dim_k) + vec(head_dim_v))`` (``kvplan.dtypes`` for ``vec``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+from pydantic import BaseModel
+
+from kvplan.arch import ModelArch
+from kvplan.engines import ENGINES, EngineSettings, EngineView, engine_view
+
+MAX_TOKENS = 100_000_000
+MAX_BATCH = 10_000_000
+
+
+class KindBreakdown(BaseModel):
+    """One layer kind's share of the cache (whole batch)."""
+
+    kind: str
+    layers: int
+    bytes_per_token_per_layer: int
+    tokens_held_per_layer: int
+    bytes: int
+    reserved_bytes: int
+    note: str = ""
+
+
+class KVResult(BaseModel):
+    """The cache of ``batch`` sequences of ``tokens`` tokens, for one engine and dtype (one rank)."""
+
+    model: str
+    engine: str
+    engine_label: str
+    kv_dtype: str
+    tokens: int
+    batch: int
+    kv_bytes: int
+    reserved_bytes: int
+    kv_bytes_per_token: int | float
+    layers: dict[str, KindBreakdown]
+    block_size: int | None = None
+    notes: list[str] = []
+
+    @property
+    def per_sequence_bytes(self) -> int:
+        return self.kv_bytes // self.batch if self.batch else 0
+
+
+def _settings_for(engine: str, tokens: int, settings: EngineSettings | None) -> EngineSettings:
+    settings = settings or EngineSettings()
+    if engine == "hf-static" and settings.max_cache_len is None:
+        settings = settings.model_copy(update={"max_cache_len": max(tokens, 1)})
+    return settings
+
+
+def kv_cache(arch: ModelArch, tokens: int, batch: int = 1, kv_dtype: str = "bf16",
+             engine: str = "hf", settings: EngineSettings | None = None,
+             mla_block_size: int | None = None) -> KVResult:
+    """Exact KV bytes held by ``batch`` sequences of ``tokens`` tokens, with a per-kind breakdown."""
+    view = engine_view(arch, engine, kv_dtype, _settings_for(engine, tokens, settings),
+                       mla_block_size=mla_block_size)
+    return result_from_view(arch, view, tokens, batch)
+
+
+def result_from_view(arch: ModelArch, view: EngineView, tokens: int, batch: int) -> KVResult:
+    t = np.asarray([tokens], dtype=np.int64)
+    kinds: dict[str, KindBreakdown] = {}
+    for rule in view.rules:
+        held = int(rule.held_bytes(t)[0]) * batch
+        reserved = int(rule.reserved_bytes(t)[0]) * batch
+        tokens_held = int(rule.held_tokens(t)[0])
+        previous = kinds.get(rule.kind)
+        if previous is None:
+            kinds[rule.kind] = KindBreakdown(
+                kind=rule.kind, layers=rule.layers, bytes_per_token_per_layer=rule.bytes_per_token,
+                tokens_held_per_layer=tokens_held, bytes=held, reserved_bytes=reserved,
+                note=rule.note)
+        else:
+            kinds[rule.kind] = previous.model_copy(update={
+                "layers": previous.layers + rule.layers, "bytes": previous.bytes + held,
+                "reserved_bytes": previous.reserved_bytes + reserved})
+    total = sum(k.bytes for k in kinds.values())
+    per_seq = total // batch if batch else 0
+    per_token = per_seq / tokens if tokens else 0.0
+    return KVResult(
+        model=arch.name, engine=view.engine, engine_label=ENGINES[view.engine],
+        kv_dtype=view.dtype.name, tokens=tokens, batch=batch, kv_bytes=total,
+        reserved_bytes=sum(k.reserved_bytes for k in kinds.values()),
+        kv_bytes_per_token=int(per_token) if per_token == int(per_token) else per_token,
+        layers=kinds, block_size=view.block_size, notes=list(view.notes))
+
+
+def full_length_bytes_per_token(arch: ModelArch, kv_dtype: str = "bf16", engine: str = "hf") -> int:
+    """Bytes one token adds while every layer still grows (before any window caps it)."""
+    view = engine_view(arch, engine, kv_dtype, _settings_for(engine, 1, None))
+    return sum(rule.layers * rule.bytes_per_token for rule in view.rules)
+
+
+def sweep(arch: ModelArch, tokens: Sequence[int] | np.ndarray, batch: Sequence[int] | np.ndarray = (1,),
+          kv_dtypes: Iterable[str] = ("bf16",), engines: Iterable[str] = ("hf",),
+          settings: EngineSettings | None = None) -> pd.DataFrame:
+    """Vectorised grid over tokens × batch × dtype × engine: held and reserved bytes.
+
+    One numpy evaluation per (engine, dtype) over the whole tokens array; batch is an outer product.
+    """
+    t = np.asarray(tokens, dtype=np.int64).ravel()
+    b = np.asarray(batch, dtype=np.int64).ravel()
+    frames = []
+    for engine in engines:
+        for dtype in kv_dtypes:
+            view = engine_view(arch, engine, dtype, _settings_for(engine, int(t.max(initial=1)),
+                                                                  settings))
+            held = np.multiply.outer(view.held_bytes(t), b).ravel()
+            reserved = np.multiply.outer(view.reserved_bytes(t), b).ravel()
+            frames.append(pd.DataFrame({
+                "engine": engine, "kv_dtype": view.dtype.name,
+                "tokens": np.repeat(t, b.size), "batch": np.tile(b, t.size),
+                "kv_bytes": held, "reserved_bytes": reserved,
+            }))
+    return pd.concat(frames, ignore_index=True)
+
+
+def sweep_by_kind(arch: ModelArch, tokens: Sequence[int] | np.ndarray, kv_dtype: str = "bf16",
+                  engine: str = "hf", batch: int = 1,
+                  settings: EngineSettings | None = None) -> pd.DataFrame:
+    """Held bytes per layer kind over a tokens array (for stacked charts): tokens × kind."""
+    t = np.asarray(tokens, dtype=np.int64).ravel()
+    view = engine_view(arch, engine, kv_dtype, _settings_for(engine, int(t.max(initial=1)), settings))
+    columns: dict[str, np.ndarray] = {}
+    for rule in view.rules:
+        columns[rule.kind] = columns.get(rule.kind, 0) + rule.held_bytes(t) * batch
+    frame = pd.DataFrame(columns)
+    frame.insert(0, "tokens", t)
+    return frame
