@@ -1,0 +1,263 @@
+"""Command line: ``python -m kvplan {kv,fit,models,gpus} ...``.
+
+Bad input exits with code 2 and one line on stderr; ``--json`` prints exactly one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from kvplan.errors import KVPlanError
+
+GIB = 1 << 30
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2
+        sys.stderr.write(f"kvplan: error: {message}\n")
+        raise SystemExit(2)
+
+
+def _positive(name: str, high: int):
+    def convert(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a whole number, got {text!r}") from None
+        if not 1 <= value <= high:
+            raise argparse.ArgumentTypeError(f"{name} must be between 1 and {high:,}, got {value}")
+        return value
+    return convert
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number in (0, 1], got {text!r}") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text!r}")
+    return value
+
+
+def _nonneg_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number ≥ 0, got {text!r}") from None
+    if not 0 <= value <= 1e6:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1e6, got {text!r}")
+    return value
+
+
+def _nonneg_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number ≥ 0, got {text!r}") from None
+    if not 0 <= value <= 10**16:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1e16, got {text!r}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from kvplan.engines import ENGINES
+
+    parser = _Parser(prog="python -m kvplan", description="KV-cache memory planner")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    def model_args(p: argparse.ArgumentParser) -> None:
+        group = p.add_mutually_exclusive_group(required=True)
+        group.add_argument("--model", help="preset id (see `models`)")
+        group.add_argument("--config", help="path to a Hugging Face config.json")
+        p.add_argument("--tokens", type=_positive("--tokens", 100_000_000), required=True,
+                       help="tokens per sequence (vLLM: max_model_len)")
+        p.add_argument("--kv-dtype", default="bf16")
+        p.add_argument("--engine", default=None, choices=list(ENGINES))
+        p.add_argument("--block-size", type=_positive("--block-size", 1_000_000))
+        p.add_argument("--max-num-batched-tokens", type=_positive("--max-num-batched-tokens", 100_000_000))
+        p.add_argument("--no-async-scheduling", action="store_true",
+                       help="vLLM in-flight tokens = max_num_batched_tokens (releases before ~0.26)")
+        p.add_argument("--hybrid-manager", choices=["auto", "on", "off"], default="auto")
+        p.add_argument("--json", action="store_true")
+
+    kv = sub.add_parser("kv", help="KV-cache bytes for one sequence length and batch")
+    model_args(kv)
+    kv.add_argument("--batch", type=_positive("--batch", 10_000_000), default=1)
+    kv.add_argument("--max-cache-len", type=_positive("--max-cache-len", 1_000_000_000))
+    kv.add_argument("--page-size", type=_positive("--page-size", 1_000_000))
+
+    fit = sub.add_parser("fit", help="how many requests fit on an accelerator")
+    model_args(fit)
+    fit.add_argument("--gpu", required=True)
+    fit.add_argument("--num-gpus", type=_positive("--num-gpus", 4096))
+    fit.add_argument("--tp", type=_positive("--tp", 4096), default=1)
+    fit.add_argument("--pp", type=_positive("--pp", 4096), default=1)
+    fit.add_argument("--users", type=_positive("--users", 10_000_000), default=1)
+    fit.add_argument("--weight-dtype")
+    fit.add_argument("--gpu-util", type=_fraction)
+    fit.add_argument("--reserve-gib", type=_nonneg_float)
+    fit.add_argument("--kv-cache-memory-bytes", type=_nonneg_int)
+    fit.add_argument("--page-size", type=_positive("--page-size", 1_000_000))
+
+    sub.add_parser("models", help="list model presets").add_argument("--json", action="store_true")
+    sub.add_parser("gpus", help="list accelerators").add_argument("--json", action="store_true")
+    report = sub.add_parser("report", help="write CSV/PNG/JSON reports for a scenario")
+    report.add_argument("--scenario", required=True, help="scenario JSON file, preset name or link")
+    report.add_argument("--out", required=True)
+    report.add_argument("--no-png", action="store_true")
+    return parser
+
+
+def _load_arch(args: argparse.Namespace):
+    from kvplan.config_import import parse_config
+    from kvplan.presets import load_model
+
+    if args.model:
+        return load_model(args.model)
+    path = Path(args.config)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise KVPlanError("file.missing", path=str(path), detail=exc.strerror or str(exc)) from None
+    return parse_config(raw, name=path.stem if path.name != "config.json" else path.parent.name,
+                        source=str(path))
+
+
+def _hybrid(value: str) -> bool | None:
+    return {"auto": None, "on": True, "off": False}[value]
+
+
+def human(n: int | float) -> str:
+    return f"{n / GIB:,.3f} GiB ({int(n):,} B)"
+
+
+def cmd_kv(args: argparse.Namespace) -> int:
+    from kvplan.engines import EngineSettings
+    from kvplan.sizing import kv_cache
+
+    arch = _load_arch(args)
+    settings = EngineSettings(block_size=args.block_size,
+                              max_num_batched_tokens=args.max_num_batched_tokens,
+                              async_scheduling=not args.no_async_scheduling,
+                              hybrid_manager=_hybrid(args.hybrid_manager),
+                              max_cache_len=args.max_cache_len, page_size=args.page_size)
+    result = kv_cache(arch, args.tokens, args.batch, args.kv_dtype, args.engine or "hf", settings)
+    if args.json:
+        payload = result.model_dump()
+        payload["layers"] = {k: v.model_dump() for k, v in result.layers.items()}
+        print(json.dumps(payload))
+        return 0
+    print(f"{result.model} · {result.engine_label} · KV {result.kv_dtype} · "
+          f"{result.tokens:,} tokens × batch {result.batch:,}")
+    print(f"KV cache held:     {human(result.kv_bytes)}")
+    if result.reserved_bytes != result.kv_bytes:
+        print(f"Engine reserves:   {human(result.reserved_bytes)}")
+    print(f"Per token (avg):   {result.kv_bytes_per_token:,} B")
+    for kind in result.layers.values():
+        print(f"  {kind.kind:9s} {kind.layers:4d} layers × {kind.tokens_held_per_layer:,} tokens × "
+              f"{kind.bytes_per_token_per_layer:,} B = {human(kind.bytes)}")
+    for note in result.notes:
+        print(f"  note: {note}")
+    return 0
+
+
+def cmd_fit(args: argparse.Namespace) -> int:
+    from kvplan.capacity import FitQuery, fit
+    from kvplan.presets import get_gpu
+
+    arch = _load_arch(args)
+    gpu = get_gpu(args.gpu)
+    query = FitQuery(tokens=args.tokens, users=args.users, kv_dtype=args.kv_dtype,
+                     weight_dtype=args.weight_dtype, engine=args.engine or "vllm",
+                     num_gpus=args.num_gpus, tp=args.tp, pp=args.pp, gpu_util=args.gpu_util,
+                     reserve_gib=args.reserve_gib, kv_cache_memory_bytes=args.kv_cache_memory_bytes,
+                     max_num_batched_tokens=args.max_num_batched_tokens, block_size=args.block_size,
+                     hybrid_manager=_hybrid(args.hybrid_manager),
+                     async_scheduling=not args.no_async_scheduling, page_size=args.page_size)
+    result = fit(arch, gpu, query)
+    if args.json:
+        print(result.model_dump_json())
+        return 0
+    print(f"{result.model} on {result.replicas} × {result.tp * result.pp} {gpu.name} "
+          f"(tp={result.tp}, pp={result.pp}) · {result.engine_label}")
+    print(f"GPU memory:        {human(result.gpu_capacity_bytes)} [{gpu.capacity_basis}]")
+    print(f"Weights per GPU:   {human(result.weights_bytes)}")
+    print(f"KV budget per GPU: {human(result.kv_budget_bytes)}")
+    if result.num_blocks is not None:
+        print(f"Blocks:            {result.num_blocks:,} × {result.block_size} tokens "
+              f"({result.blocks_per_request:,} per request)")
+    if result.engine == "vllm":
+        print(f"vLLM would log:    {result.vllm_log}")
+    print(f"Requests of {result.tokens:,} tokens that fit: {result.max_requests:,} per replica, "
+          f"{result.max_requests_all_replicas:,} in all")
+    print(f"Longest request at {result.users:,} users: {result.max_tokens_per_request:,} tokens")
+    print("Fits." if result.fits else "Does NOT fit."
+          + (f" Smallest GPU count that fits: {result.min_gpus_to_fit}" if result.min_gpus_to_fit else ""))
+    for note in result.notes:
+        print(f"  note: {note}")
+    return 0
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from kvplan.presets import load_model, model_presets
+
+    rows = []
+    for preset_id, preset in model_presets().items():
+        arch = load_model(preset_id)
+        rows.append({"id": preset_id, "name": preset.name, "layers": arch.n_layers,
+                     "kinds": arch.kind_counts(), "params_total": arch.params_total,
+                     "params_active": arch.params_active})
+    if args.json:
+        print(json.dumps(rows))
+    else:
+        for row in rows:
+            kinds = ", ".join(f"{k} {v}" for k, v in row["kinds"].items())
+            print(f"{row['id']:22s} {row['name']:26s} {row['params_total'] / 1e9:8.2f}B  {kinds}")
+    return 0
+
+
+def cmd_gpus(args: argparse.Namespace) -> int:
+    from kvplan.presets import gpus
+
+    if args.json:
+        print(json.dumps([g.model_dump() for g in gpus().values()]))
+        return 0
+    for gpu in gpus().values():
+        print(f"{gpu.id:16s} {gpu.name:32s} {gpu.capacity_bytes / GIB:8.2f} GiB "
+              f"({gpu.capacity_bytes / 1e9:7.2f} GB)  {gpu.bandwidth_tbps:5.2f} TB/s  "
+              f"{gpu.bf16_tflops:7.1f} TFLOPS")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from kvplan.report import write_report
+
+    for path in write_report(args.scenario, Path(args.out), png=not args.no_png):
+        print(path)
+    return 0
+
+
+COMMANDS = {"kv": cmd_kv, "fit": cmd_fit, "models": cmd_models, "gpus": cmd_gpus,
+            "report": cmd_report}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except KVPlanError as exc:
+        sys.stderr.write(f"kvplan: error: {exc}\n")
+        return 2
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ())) or "input"
+        sys.stderr.write(f"kvplan: error: {where}: {first.get('msg', 'invalid value')}\n")
+        return 2
