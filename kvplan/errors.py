@@ -31,7 +31,7 @@ MESSAGES: dict[str, str] = {
     "parallel.gpus": "--num-gpus {gpus} is not a multiple of tp × pp = {tpp}",
     "engine.dtype": "engine '{engine}' cannot store the KV cache as {dtype}: {why}",
     # links and uploads
-    "link.unknown_key": "link parameter '{key}' is not known and was ignored",
+    "link.unknown_key": "link parameter {key} is not known and was ignored",
     "link.bad_value": "link parameter '{key}'={value} is invalid ({why}); using the default",
     "link.future_version": "this link was made by a newer kvplan (schema v{value}); "
                            "parameters this version does not know were ignored",

@@ -1,0 +1,183 @@
+"""A dashboard scenario: every input, with short URL keys, a schema version and safe decoding.
+
+``Scenario.from_query`` never raises: each bad parameter becomes a warning naming it and falls
+back to its default while every other parameter is kept. An uploaded config.json travels in the
+link as its architecture (``c``: the config keys the core reads, JSON, zlib, base64url), so the
+link works for anyone.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import zlib
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from kvplan.errors import MESSAGES, short
+
+SCHEMA_VERSION = 1
+MAX_PARAM_CHARS = 8192
+MAX_TOKENS = 100_000_000
+MAX_USERS = 10_000_000
+MAX_GPUS = 4096
+
+#: Config keys kept when an uploaded config.json is put in a link.
+CONFIG_KEYS = (
+    "model_type", "architectures", "num_hidden_layers", "hidden_size", "num_attention_heads",
+    "num_key_value_heads", "num_kv_heads", "head_dim", "v_head_dim", "intermediate_size",
+    "intermediate_size_mlp", "ffn_dim", "vocab_size", "max_position_embeddings", "torch_dtype",
+    "dtype", "tie_word_embeddings", "sliding_window", "use_sliding_window", "max_window_layers",
+    "layer_types", "sliding_window_pattern", "attention_chunk_size", "no_rope_layers",
+    "no_rope_layer_interval", "full_attention_interval", "kv_lora_rank", "q_lora_rank",
+    "qk_rope_head_dim", "qk_nope_head_dim", "multi_query", "new_decoder_architecture",
+    "n_routed_experts", "num_local_experts", "num_experts", "num_experts_per_tok",
+    "moe_intermediate_size", "n_shared_experts", "shared_expert_intermediate_size",
+    "first_k_dense_replace", "interleave_moe_layer_step", "linear_num_key_heads",
+    "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
+    "linear_conv_kernel_dim", "attn_layer_period", "attn_layer_offset", "mamba_d_state",
+    "mamba_d_conv", "mamba_expand", "expert_layer_period", "n_layer", "n_head", "n_embd",
+    "params_total", "params_active", "name",
+)
+
+
+class Scenario(BaseModel):
+    """Every dashboard input. Field aliases are the URL keys."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="forbid", validate_assignment=True)
+
+    model: str = Field(default="llama-3.1-8b", alias="m", max_length=64)
+    custom_config: dict[str, Any] | None = Field(default=None, alias="c")
+    engine: str = Field(default="vllm", alias="e")
+    kv_dtypes: list[str] = Field(default_factory=lambda: ["bf16", "fp8_e4m3"], alias="kd",
+                                 min_length=1, max_length=12)
+    weight_dtype: str = Field(default="auto", alias="wd")
+    gpu: str = Field(default="h100-sxm", alias="g", max_length=64)
+    num_gpus: int = Field(default=1, alias="n", ge=1, le=MAX_GPUS)
+    tp: int = Field(default=1, alias="tp", ge=1, le=MAX_GPUS)
+    pp: int = Field(default=1, alias="pp", ge=1, le=MAX_GPUS)
+    tokens: int = Field(default=32768, alias="t", ge=1, le=MAX_TOKENS)
+    users: int = Field(default=8, alias="u", ge=1, le=MAX_USERS)
+    reserve_gib: float | None = Field(default=None, alias="r", ge=0, le=100_000)
+    gpu_util: float | None = Field(default=None, alias="gu", gt=0, le=1)
+    block_size: int | None = Field(default=None, alias="bs", ge=1, le=1_000_000)
+    max_num_batched_tokens: int | None = Field(default=None, alias="mb", ge=1, le=MAX_TOKENS)
+    log_x: bool = Field(default=True, alias="lx")
+    stack_kinds: bool = Field(default=False, alias="sk")
+    prefix_tokens: int = Field(default=1024, alias="pf", ge=0, le=MAX_TOKENS)
+    output_tokens: int = Field(default=512, alias="o", ge=1, le=MAX_TOKENS)
+
+    def to_query(self) -> dict[str, str]:
+        """Short, readable query parameters; defaults are left out to keep links short."""
+        defaults = Scenario()
+        out: dict[str, str] = {"v": str(SCHEMA_VERSION)}
+        for name, info in type(self).model_fields.items():
+            value = getattr(self, name)
+            if value == getattr(defaults, name) or value is None:
+                continue
+            out[info.alias or name] = _encode(name, value)
+        return out
+
+    @classmethod
+    def from_query(cls, query: dict[str, Any]) -> tuple[Scenario, list[str]]:
+        """Decode a query dict; returns the scenario and one warning per rejected parameter."""
+        warnings: list[str] = []
+        by_alias = {info.alias or name: name for name, info in cls.model_fields.items()}
+        values: dict[str, Any] = {}
+        version = _first(query.get("v"))
+        if version is not None and version != str(SCHEMA_VERSION):
+            if version.isdigit() and int(version) > SCHEMA_VERSION:
+                warnings.append(MESSAGES["link.future_version"].format(value=version[:12]))
+            else:
+                warnings.append(MESSAGES["link.bad_value"].format(
+                    key="v", value=short(version), why=f"schema version is {SCHEMA_VERSION}"))
+        for key, raw in query.items():
+            if key == "v":
+                continue
+            name = by_alias.get(key)
+            if name is None:
+                warnings.append(MESSAGES["link.unknown_key"].format(key=short(key, 40)))
+                continue
+            text = _first(raw)
+            if text is None or len(text) > MAX_PARAM_CHARS:
+                warnings.append(MESSAGES["link.bad_value"].format(
+                    key=key, value=short(text, 40), why="empty or too long"))
+                continue
+            try:
+                candidate = _decode(name, text)
+                cls.model_validate({**values, name: candidate})
+            except (ValueError, ValidationError, TypeError) as exc:
+                why = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
+                warnings.append(MESSAGES["link.bad_value"].format(
+                    key=key, value=short(text, 40), why=why[:80]))
+                continue
+            values[name] = candidate
+        return cls.model_validate(values), warnings
+
+
+def _first(raw: Any) -> str | None:
+    if isinstance(raw, list | tuple):
+        raw = raw[-1] if raw else None
+    return None if raw is None else str(raw)
+
+
+def _encode(name: str, value: Any) -> str:
+    if name == "custom_config":
+        return encode_config(value)
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, list):
+        return ",".join(value)
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def _decode(name: str, text: str) -> Any:
+    field = Scenario.model_fields[name]
+    if name == "custom_config":
+        return decode_config(text)
+    if name == "kv_dtypes":
+        items = [item.strip() for item in text.split(",") if item.strip()]
+        if not items:
+            raise ValueError("no dtype given")
+        return items
+    annotation = str(field.annotation)
+    if "bool" in annotation:
+        if text not in {"0", "1", "true", "false"}:
+            raise ValueError("expected 0 or 1")
+        return text in {"1", "true"}
+    if "int" in annotation:
+        if not text.strip().lstrip("-").isdigit():
+            raise ValueError("expected a whole number")
+        return int(text)
+    if "float" in annotation:
+        value = float(text)
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError("expected a finite number")
+        return value
+    if not text.isprintable():
+        raise ValueError("contains control characters")
+    return text
+
+
+def encode_config(config: dict[str, Any]) -> str:
+    """Keep the architecture keys of a config.json and pack them for a URL."""
+    kept = {k: config[k] for k in CONFIG_KEYS if k in config}
+    if isinstance(config.get("text_config"), dict):
+        kept["text_config"] = {k: v for k, v in config["text_config"].items() if k in CONFIG_KEYS}
+    raw = json.dumps(kept, separators=(",", ":"), sort_keys=True).encode()
+    return base64.urlsafe_b64encode(zlib.compress(raw, 9)).decode().rstrip("=")
+
+
+def decode_config(text: str) -> dict[str, Any]:
+    padded = text + "=" * (-len(text) % 4)
+    try:
+        raw = zlib.decompressobj().decompress(base64.urlsafe_b64decode(padded), 200_000)
+        data = json.loads(raw)
+    except (ValueError, zlib.error) as exc:
+        raise ValueError(f"not a packed config ({type(exc).__name__})") from None
+    if not isinstance(data, dict):
+        raise ValueError("packed config is not an object")
+    return data
