@@ -260,7 +260,8 @@ def _pool_answer(arch: ModelArch, gpu: GPU, query: FitQuery, settings: EngineSet
         "kv_bytes_per_request": per_request, "kv_pool_tokens": pool_tokens,
         "max_concurrency": budget / per_request if per_request else 0.0,
         "max_requests": max_requests,
-        "max_tokens_per_request": _max_len(lambda t: view.reserved_bytes(t) * query.users, budget),
+        "max_tokens_per_request": _max_len(lambda t: view.reserved_bytes(t) * query.users, budget,
+                                           _length_limit(arch, notes)),
     }
 
 
@@ -321,7 +322,8 @@ def _vllm_answer(arch, gpu, query: FitQuery, settings, budgets, notes, formulas)
     concurrency = num_blocks / bpr if bpr else 0.0
     usable = max(num_blocks - 1, 0)  # BlockPool keeps one null block
     max_requests = usable // bpr if bpr else 0
-    max_len = _max_len(lambda t: pool.blocks_per_request(t) * query.users, usable)
+    max_len = _max_len(lambda t: pool.blocks_per_request(t) * query.users, usable,
+                       _length_limit(arch, notes))
     formulas.update({
         "num_blocks": f"{min(budgets):,} // {bytes_per_block:,} B per block = {num_blocks:,}",
         "blocks_per_request": f"Σ over {len(pool.groups)} group(s) of reserved blocks at {L:,} "
@@ -339,12 +341,25 @@ def _vllm_answer(arch, gpu, query: FitQuery, settings, budgets, notes, formulas)
     }
 
 
-def _max_len(cost, budget: int, limit: int = MAX_SEARCH_TOKENS) -> int:
+def _length_limit(arch: ModelArch, notes: list[str]) -> tuple[int, list[str]]:
+    """Longest context the model accepts (``max_position_embeddings``), else the search bound."""
+    limit = arch.max_position_embeddings
+    if isinstance(limit, int) and 0 < limit < MAX_SEARCH_TOKENS:
+        return limit, notes
+    return MAX_SEARCH_TOKENS, notes
+
+
+def _max_len(cost, budget: int, limit: tuple[int, list[str]] | int = MAX_SEARCH_TOKENS) -> int:
     """Largest token count ``t ≤ limit`` with ``cost(t) ≤ budget`` (cost non-decreasing); 0 if none."""
+    notes: list[str] = []
+    if isinstance(limit, tuple):
+        limit, notes = limit
     if budget <= 0 or cost(np.asarray(1)) > budget:
         return 0
     low, high = 1, limit
     if cost(np.asarray(high)) <= budget:
+        if limit < MAX_SEARCH_TOKENS:
+            notes.append(f"max context capped at the model's max_position_embeddings ({limit:,})")
         return high
     while high - low > 1:
         mid = (low + high) // 2
