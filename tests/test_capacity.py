@@ -1,0 +1,171 @@
+"""Capacity planner: the paper settings and vLLM's block arithmetic, derived by hand."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kvplan.capacity import FitQuery, fit, sglang_mem_fraction_static
+from kvplan.cli import main
+from kvplan.config_import import parse_config
+from kvplan.presets import get_gpu, load_model
+
+GIB = 1 << 30
+
+
+def run(model: str, gpu: str, **kw) -> object:
+    return fit(load_model(model), get_gpu(gpu), FitQuery(**kw))
+
+
+def test_opt13b_on_a100_40gb_as_in_the_vllm_paper():
+    """vLLM paper §1: weights ≈ 65 % of an A100-40GB, ≈ 30 % left for KV, ≈ 7 requests of 2,048.
+
+    Weights 12.85e9 × 2 B = 25.7e9 B = 59.8 % of 42,949,672,960 B (40960 MiB) and 64 % of 40 GB;
+    vLLM budget ceil(42,949,672,960 × 0.92) − 25.7e9 − 1 GiB = 12,739,957,300 B = 29.7 % of the
+    device; one block = 40 layers × 16 × 40 heads × 128 × 2 × 2 B = 13,107,200 B → 971 blocks;
+    a 2,048-token request takes 128 blocks → (971 − 1) // 128 = 7 requests; 971/128 = 7.59x.
+    """
+    r = run("opt-13b", "a100-40gb-sxm", tokens=2048, kv_dtype="fp16", weight_dtype="fp16")
+    assert r.weights_bytes == 25_700_000_000
+    assert round(r.weights_bytes / 40e9, 2) == 0.64
+    assert r.kv_budget_bytes == 12_739_957_300
+    assert round(r.kv_budget_bytes / r.gpu_capacity_bytes, 2) == 0.30
+    assert (r.bytes_per_block, r.num_blocks, r.blocks_per_request) == (13_107_200, 971, 128)
+    assert r.max_requests == 7
+    assert r.kv_pool_tokens == 15_536
+    assert r.vllm_log == ("GPU KV cache size: 15,536 tokens, Maximum concurrency for 2,048 tokens "
+                          "per request: 7.59x")
+
+
+def test_dense_block_arithmetic_llama31_8b():
+    """vLLM kv_cache_utils.py: page = 16 × 8 × (128 + 128) × 2 = 65,536 B; 32 layers → 2,097,152 B
+    per block; 10 GiB // 2,097,152 = 5,120 blocks; L = 32,768 → 2,048 blocks per request;
+    concurrency 2.5, logged tokens int(2.5 × 32,768) = 81,920 = 5,120 × 16; (5,120 − 1) // 2,048 = 2.
+    """
+    r = run("llama-3.1-8b", "h100-sxm", tokens=32768, kv_cache_memory_bytes=10 * GIB)
+    assert (r.bytes_per_block, r.num_blocks, r.blocks_per_request) == (2_097_152, 5120, 2048)
+    assert r.max_concurrency == 2.5
+    assert r.kv_pool_tokens == 81_920
+    assert r.max_requests == 2
+
+
+def test_length_not_a_multiple_of_the_block_size():
+    """L = 1,000: cdiv(1000, 16) = 63 blocks; 5,120 / 63 × 1,000 = 81,269.8 → 81,269 tokens logged,
+    fewer than the 81,920 physical slots."""
+    r = run("llama-3.1-8b", "h100-sxm", tokens=1000, kv_cache_memory_bytes=10 * GIB)
+    assert r.blocks_per_request == 63
+    assert r.kv_pool_tokens == 81_269
+    assert r.max_requests == (5120 - 1) // 63
+
+
+def test_sliding_window_model_mistral_v01():
+    """kv_cache_interface.py SlidingWindowSpec: cdiv(min(W − 1 + IFT, L), bs) + 1 with IFT =
+    2 × max_num_batched_tokens (async scheduling): cdiv(min(4095 + 16384, 32768), 16) + 1 = 1,281;
+    5,120 / 1,281 × 32,768 = 130,969.7 → 130,969 tokens (more than the 81,920 slots)."""
+    r = run("mistral-7b-v0.1", "h100-sxm", tokens=32768, kv_cache_memory_bytes=10 * GIB,
+            max_num_batched_tokens=8192)
+    assert (r.num_blocks, r.blocks_per_request) == (5120, 1281)
+    assert r.kv_pool_tokens == 130_969
+    legacy = run("mistral-7b-v0.1", "h100-sxm", tokens=32768, kv_cache_memory_bytes=10 * GIB,
+                 max_num_batched_tokens=8192, async_scheduling=False)
+    assert legacy.blocks_per_request == (4095 + 8192 + 15) // 16 + 1  # 769
+
+
+GEMMA3_27B = {
+    "model_type": "gemma3",
+    "architectures": ["Gemma3ForConditionalGeneration"],
+    "text_config": {"model_type": "gemma3_text", "num_hidden_layers": 62, "hidden_size": 5376,
+                    "num_attention_heads": 32, "num_key_value_heads": 16, "head_dim": 128,
+                    "intermediate_size": 21504, "sliding_window": 1024,
+                    "sliding_window_pattern": 6, "vocab_size": 262208,
+                    "max_position_embeddings": 131072},
+}
+
+
+def test_gemma3_five_to_one_hybrid_groups():
+    """kv_cache_utils.py _get_kv_cache_groups_uniform_page_size: 52 sliding + 10 full layers,
+    group_size = 10 (52 ≥ 1.5 × 10) → 6 sliding groups (9/9/9/9/8/8) + 1 full group; a block id
+    costs 10 × 16 × 16 × 256 × 2 = 1,310,720 B; per request 2,048 + 6 × (cdiv(1023 + 16384, 16) + 1)
+    = 2,048 + 6 × 1,089 = 8,582 blocks; 20 GiB → 16,384 blocks; int(16,384 / 8,582 × 32,768) = 62,557.
+    """
+    arch = parse_config(GEMMA3_27B, params_total=27_000_000_000)
+    r = fit(arch, get_gpu("h100-sxm"), FitQuery(tokens=32768, kv_cache_memory_bytes=20 * GIB,
+                                                 max_num_batched_tokens=8192))
+    assert (r.bytes_per_block, r.num_blocks, r.blocks_per_request) == (1_310_720, 16_384, 8_582)
+    assert r.kv_pool_tokens == 62_557
+    assert any("8 padding layers" in note for note in r.notes)
+
+
+def test_mla_block_size_and_replication_deepseek_v3():
+    """MLAAttentionSpec: one 576-element latent per token and layer, no V, replicated on every TP
+    rank. Hopper bf16 → FlashAttention-MLA, block 16: 61 × 16 × 576 × 2 = 1,124,352 B per block;
+    10 GiB → 9,549 blocks at tp 1 and at tp 8 alike. fp8 on Hopper → FlashMLA, block 64:
+    61 × 64 × 576 = 2,248,704 B → 4,774 blocks."""
+    one = run("deepseek-v3", "h200", tokens=32768, kv_cache_memory_bytes=10 * GIB)
+    eight = run("deepseek-v3", "h200", tokens=32768, kv_cache_memory_bytes=10 * GIB, tp=8,
+                num_gpus=8, weight_dtype="fp8")
+    assert (one.block_size, one.bytes_per_block, one.num_blocks) == (16, 1_124_352, 9549)
+    assert (eight.bytes_per_block, eight.num_blocks) == (1_124_352, 9549)
+    fp8 = run("deepseek-v3", "h200", tokens=32768, kv_cache_memory_bytes=10 * GIB, kv_dtype="fp8")
+    assert (fp8.block_size, fp8.bytes_per_block, fp8.num_blocks) == (64, 2_248_704, 4774)
+
+
+def test_deepseek_v3_fp8_weights_on_8xh200():
+    """671.03e9 params × 1 B / 8 ranks ≈ 83.9 GB per GPU; the rest of the 0.92 × 150.75 GB is KV."""
+    r = run("deepseek-v3", "h200", tokens=32768, weight_dtype="fp8", tp=8, num_gpus=8)
+    assert r.weights_fit and r.max_requests >= 20
+    assert r.weights_bytes == pytest.approx(671.03e9 / 8, rel=0.01)
+
+
+def test_llama31_8b_bf16_on_one_h100_at_32k():
+    """Weights 8,030,261,248 × 2 B; budget ceil(85,520,809,984 × 0.92) − weights − 1 GiB; 4 KiB per
+    token per layer... 131,072 B/token → 4 GiB per 32K request → 14 requests."""
+    r = run("llama-3.1-8b", "h100-sxm", tokens=32768)
+    assert r.weights_bytes == 16_060_522_496
+    assert r.kv_budget_bytes == -(-85_520_809_984 * 92 // 100) - 16_060_522_496 - GIB
+    assert r.max_requests == 14
+
+
+def test_llama31_70b_tp2_leaves_almost_nothing_tp8_dozens():
+    two = run("llama-3.1-70b", "h100-sxm", tokens=32768, tp=2, num_gpus=2)
+    eight = run("llama-3.1-70b", "h100-sxm", tokens=32768, tp=8, num_gpus=8)
+    assert two.max_requests <= 1
+    assert 24 <= eight.max_requests <= 60
+
+
+def test_qwen3_235b_tp8_replicates_its_4_kv_heads():
+    """4 KV heads over 8 ranks: max(1, 4 // 8) = 1 head per rank (replicated), so per-rank KV per
+    token = 94 × 1 × 256 × 2 = 48,128 B — the same as at tp 4."""
+    four = run("qwen3-235b-a22b", "h100-sxm", tokens=32768, tp=4, num_gpus=4,
+               kv_cache_memory_bytes=10 * GIB)
+    eight = run("qwen3-235b-a22b", "h100-sxm", tokens=32768, tp=8, num_gpus=8,
+                kv_cache_memory_bytes=10 * GIB)
+    assert four.bytes_per_block == eight.bytes_per_block == 94 * 16 * 1 * 256 * 2
+
+
+def test_does_not_fit_is_an_answer_not_an_error():
+    r = run("llama-3.1-405b", "l4", tokens=8192)
+    assert not r.fits and not r.weights_fit
+    assert r.max_requests == 0 and r.kv_budget_bytes == 0 and r.max_tokens_per_request == 0
+    assert r.min_gpus_to_fit is not None and r.min_gpus_to_fit > 8
+
+
+def test_pipeline_parallel_uses_the_fullest_stage():
+    """get_pp_indices(61, 4) = [15, 15, 16, 15]: the 16-layer stage sets bytes per block."""
+    r = run("deepseek-v3", "h200", tokens=4096, pp=4, num_gpus=4, kv_cache_memory_bytes=GIB)
+    assert r.bytes_per_block == 16 * 16 * 576 * 2
+
+
+def test_sglang_default_mem_fraction_on_h100():
+    """memory_hook.py: reserved = max(512 + 8192 × 1.5 + 1/8 × 1024 + 256 × 2, 10,240) MiB = 13,440
+    on an 81,559 MiB H100 → round((81,559 − 13,440) / 81,559, 3) = 0.835."""
+    assert sglang_mem_fraction_static(81559 * 2**20, 1, 1, False) == 0.835
+
+
+def test_fit_cli_json(capsys):
+    assert main(["fit", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--tokens", "32768",
+                 "--kv-cache-memory-bytes", str(10 * GIB), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["num_blocks"] == 5120 and data["kv_pool_tokens"] == 81_920
+    assert data["max_concurrency"] == 2.5 and data["max_requests"] == 2 and data["fits"] is True
