@@ -13,7 +13,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from kvplan.errors import KVPlanError
+from kvplan.errors import MESSAGES, KVPlanError, short
 
 GIB = 1 << 30
 
@@ -24,46 +24,35 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-def _positive(name: str, high: int):
-    def convert(text: str) -> int:
+def _number(name: str, kind: type, low: float, high: float):
+    """argparse type: a number in [low, high], with the message from ``MESSAGES``."""
+    def convert(text: str):
         try:
-            value = int(text)
+            value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a whole number, got {text!r}") from None
-        if not 1 <= value <= high:
-            raise argparse.ArgumentTypeError(f"{name} must be between 1 and {high:,}, got {value}")
+            raise argparse.ArgumentTypeError(
+                MESSAGES["value.not_number"].format(field=name, value=short(text))) from None
+        if not low <= value <= high or value != value:
+            raise argparse.ArgumentTypeError(
+                MESSAGES["value.range"].format(field=name, low=low, high=high, value=short(text)))
         return value
     return convert
 
 
+def _positive(name: str, high: int):
+    return _number(name, int, 1, high)
+
+
 def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number in (0, 1], got {text!r}") from None
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text!r}")
-    return value
+    return _number("--gpu-util", float, 0.01, 1)(text)
 
 
 def _nonneg_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number ≥ 0, got {text!r}") from None
-    if not 0 <= value <= 1e6:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 1e6, got {text!r}")
-    return value
+    return _number("--reserve-gib", float, 0, 1_000_000)(text)
 
 
 def _nonneg_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number ≥ 0, got {text!r}") from None
-    if not 0 <= value <= 10**16:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 1e16, got {text!r}")
-    return value
+    return _number("--kv-cache-memory-bytes", int, 0, 10**16)(text)
 
 
 def build_parser() -> argparse.ArgumentParser:
