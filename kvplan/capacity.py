@@ -163,7 +163,7 @@ def sglang_mem_fraction_static(capacity_bytes: int, tp: int, pp: int, is_mla: bo
 
 def _settings(query: FitQuery, gpu: GPU) -> EngineSettings:
     mnbt = query.max_num_batched_tokens or default_max_num_batched_tokens(
-        gpu.capacity_bytes, gpu.device_name or gpu.name)
+        gpu.capacity_bytes, gpu.device_name)
     return EngineSettings(tp=query.tp, pp=query.pp, block_size=query.block_size,
                           max_num_batched_tokens=mnbt, async_scheduling=query.async_scheduling,
                           hybrid_manager=query.hybrid_manager,
@@ -174,12 +174,13 @@ def _settings(query: FitQuery, gpu: GPU) -> EngineSettings:
 def vllm_mla_block_size(gpu: GPU, kv_dtype: str) -> int:
     """Default MLA block size from the backend vLLM picks (``vllm/platforms/cuda.py``).
 
-    Hopper bf16 → FlashAttention-MLA (16); Hopper fp8 → FlashMLA (64); Blackwell → FlashInfer-MLA (32).
+    SM 10.x (Blackwell) → FlashInfer-MLA (32); SM 9.x with an fp8 cache → FlashMLA (64);
+    otherwise FlashAttention-MLA / Triton-MLA (16).
     """
-    name = (gpu.device_name or gpu.name).upper()
-    if any(tag in name for tag in ("B200", "B300", "GB200", "RTX 50")):
+    major = int(float(gpu.compute_capability)) if gpu.compute_capability else 0
+    if major == 10:
         return 32
-    if kv_dtype.startswith("fp8") and any(tag in name for tag in ("H100", "H200", "H20", "H800")):
+    if major == 9 and kv_dtype.startswith("fp8"):
         return 64
     return 16
 

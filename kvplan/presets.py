@@ -50,6 +50,7 @@ class GPU(BaseModel):
     host_link_gbps: float | None = None
     host_link: str = ""
     device_name: str = ""
+    compute_capability: str | None = None
     status: dict[str, str] = {}
     sources: dict[str, str] = {}
 
