@@ -36,6 +36,14 @@ SUPPORTED_MODEL_TYPES = (
     "gemma", "gemma2", "gemma3", "gemma3_text", "phi3", "falcon", "opt", "gpt_neox",
     "deepseek_v2", "deepseek_v3", "kimi_k2", "llama4", "llama4_text", "gpt_oss", "jamba",
 )
+#: Defaults of transformers config classes for keys that real config.json files leave out
+#: (``Gemma3TextConfig``: vocab 262,208, 8 heads, 4 KV heads, head_dim 256, window 4096).
+MODEL_TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gemma3_text": {"vocab_size": 262_208, "num_attention_heads": 8, "num_key_value_heads": 4,
+                    "head_dim": 256, "sliding_window": 4096, "hidden_size": 2304,
+                    "num_hidden_layers": 26, "intermediate_size": 9216,
+                    "max_position_embeddings": 131_072},
+}
 _QWEN_SWA_TYPES = {"qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen2_vl", "qwen2_5_vl"}
 _UNGATED_MLP_TYPES = {"opt", "gpt_neox", "falcon", "gpt2", "gpt_bigcode", "phi", "gptj"}
 _FULL = {"full_attention", "attention", "global", "global_attention", "full"}
@@ -134,8 +142,11 @@ def parse_config(
     text = data.get("text_config")
     if isinstance(text, dict) and not data.get("num_hidden_layers"):
         data = {**text}
+    model_type = str(data.get("model_type") or outer_type or "unknown")
+    if model_type == "gemma3":
+        model_type = "gemma3_text"
+    data = {**MODEL_TYPE_DEFAULTS.get(model_type, {}), **data}
     cfg = _Cfg(data)
-    model_type = str(cfg.get("model_type") or outer_type or "unknown")
     if not isinstance(architectures, list):
         architectures = data.get("architectures") if isinstance(data.get("architectures"), list) else None
     architecture = str(architectures[0]) if architectures else None
@@ -185,11 +196,17 @@ def parse_config(
 
     moe = _moe(cfg, model_type, n_layers)
     gated = model_type not in _UNGATED_MLP_TYPES
-    intermediate = int(cfg.get("intermediate_size_mlp", "intermediate_size", "ffn_dim", "n_inner")
-                       or 4 * hidden)
+    intermediate = cfg.int("intermediate_size_mlp", "intermediate_size", "ffn_dim", "n_inner",
+                           why="the MLP size", default=4 * hidden, low=0)
     vocab = cfg.int("vocab_size", "padded_vocab_size", why="the embedding size", high=10_000_000)
-    tie = bool(cfg.get("tie_word_embeddings")) if "tie_word_embeddings" in data else (
-        model_type in {"opt", "gemma", "gemma2", "gemma3", "gemma3_text", "falcon"})
+    tie = cfg.get("tie_word_embeddings")
+    if tie is None:
+        tie = model_type in {"opt", "gemma", "gemma2", "gemma3", "gemma3_text", "falcon"}
+    elif not isinstance(tie, bool):
+        raise KVPlanError("config.bad_value", key="tie_word_embeddings", expected="true or false",
+                          value=short(tie))
+    max_pos = cfg.int("max_position_embeddings", "n_positions", "max_seq_len",
+                      why="the context limit", default=0, low=0, high=10**9) or None
     arch = ModelArch(
         name=name or str(data.get("_name_or_path") or architecture or model_type),
         model_type=model_type,
@@ -200,7 +217,7 @@ def parse_config(
         head_dim=head_dim,
         intermediate_size=intermediate,
         vocab_size=vocab,
-        max_position_embeddings=cfg.get("max_position_embeddings", "n_positions", "max_seq_len"),
+        max_position_embeddings=max_pos,
         model_dtype=model_dtype_name(cfg.get("torch_dtype", "dtype")),
         tie_word_embeddings=tie,
         gated_mlp=gated,
@@ -324,14 +341,16 @@ def _recurrent_spec(cfg: _Cfg, model_type: str, hidden: int) -> Recurrent:
 
 
 def _moe(cfg: _Cfg, model_type: str, n_layers: int) -> MoE | None:
-    n_experts = cfg.get("n_routed_experts", "num_local_experts", "num_experts")
-    if not n_experts or int(n_experts) <= 1:
+    n_experts = cfg.int("n_routed_experts", "num_local_experts", "num_experts", why="MoE experts",
+                        default=0, low=0)
+    if n_experts <= 1:
         return None
     active = cfg.int("num_experts_per_tok", "experts_per_token", "num_experts_per_token",
                      why="active experts", default=1)
     expert_inter = cfg.int("moe_intermediate_size", "intermediate_size", why="expert size")
-    shared = int(cfg.get("n_shared_experts") or 0)
-    shared_inter = int(cfg.get("shared_expert_intermediate_size") or 0)
+    shared = cfg.int("n_shared_experts", why="shared experts", default=0, low=0)
+    shared_inter = cfg.int("shared_expert_intermediate_size", why="shared expert size", default=0,
+                           low=0)
     if model_type in {"llama4", "llama4_text"}:
         shared, shared_inter = 1, expert_inter
     if shared_inter and not shared:
@@ -349,7 +368,10 @@ def _moe(cfg: _Cfg, model_type: str, n_layers: int) -> MoE | None:
         dense = n_layers - n_layers // period
     elif isinstance(cfg.get("mlp_only_layers"), list):
         dense = len(cfg.get("mlp_only_layers"))
-    return MoE(n_experts=int(n_experts), n_active=active, n_shared=shared,
+    if active > n_experts:
+        raise KVPlanError("config.bad_value", key="num_experts_per_tok",
+                          expected=f"at most the {n_experts} experts", value=active)
+    return MoE(n_experts=n_experts, n_active=active, n_shared=shared,
                expert_intermediate=expert_inter, shared_intermediate=shared_inter,
                n_dense_layers=min(dense, n_layers))
 
@@ -393,7 +415,7 @@ def _layer_mixer_params(layer: LayerSpec, arch: ModelArch, cfg: _Cfg) -> int:
             h * layer.head_dim_v * layer.n_kv_heads + arch.n_heads * layer.head_dim_v * h
     if isinstance(layer, MLA):
         qk = layer.qk_nope_head_dim + layer.qk_rope_head_dim
-        q_lora = int(cfg.get("q_lora_rank") or 0)
+        q_lora = cfg.int("q_lora_rank", why="the MLA query rank", default=0, low=0)
         q = (h * q_lora + q_lora + q_lora * layer.n_heads * qk) if q_lora else h * layer.n_heads * qk
         kv = h * (layer.kv_lora_rank + layer.qk_rope_head_dim) + layer.kv_lora_rank + \
             layer.kv_lora_rank * layer.n_heads * (layer.qk_nope_head_dim + layer.v_head_dim)

@@ -149,10 +149,12 @@ def _decode(name: str, text: str) -> Any:
             raise ValueError("expected 0 or 1")
         return text in {"1", "true"}
     if "int" in annotation:
-        if not text.strip().lstrip("-").isdigit():
-            raise ValueError("expected a whole number")
+        if not text.strip().lstrip("-").isdigit() or len(text) > 18:
+            raise ValueError("expected a whole number of at most 18 digits")
         return int(text)
     if "float" in annotation:
+        if len(text) > 40:
+            raise ValueError("number too long")
         value = float(text)
         if value != value or value in (float("inf"), float("-inf")):
             raise ValueError("expected a finite number")
@@ -181,3 +183,81 @@ def decode_config(text: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ValueError("packed config is not an object")
     return data
+
+
+def check_names(scenario: Scenario) -> tuple[Scenario, list[str]]:
+    """Check the names a link carries against the presets; each unknown one falls back alone.
+
+    ``from_query`` checks syntax and ranges; this checks meaning: the model preset (only when no
+    custom config is given), an uploaded config that must parse, the accelerator, the engine, the
+    KV and weight formats and ``tp × pp`` dividing the GPU count. Known dtype aliases are
+    replaced by their canonical names. Returns the repaired scenario and one warning per fix.
+    """
+    from kvplan.config_import import parse_config
+    from kvplan.dtypes import KV_DTYPE_CHOICES, WEIGHT_DTYPES, get_dtype, get_weight_dtype
+    from kvplan.engines import ENGINES
+    from kvplan.errors import KVPlanError
+    from kvplan.presets import gpus, model_presets
+
+    defaults = Scenario()
+    fields = Scenario.model_fields
+    update: dict[str, Any] = {}
+    warnings: list[str] = []
+
+    def warn(name: str, value: object, why: str) -> None:
+        warnings.append(MESSAGES["link.bad_value"].format(
+            key=fields[name].alias or name, value=short(value, 40), why=why))
+
+    config = scenario.custom_config
+    if config is not None:
+        try:
+            parse_config(config, name=str(config.get("name") or "custom config"))
+        except KVPlanError as exc:
+            warn("custom_config", "<config>", str(exc))
+            update["custom_config"] = config = None
+        except (ValueError, TypeError, KeyError) as exc:  # defensive: malformed numbers
+            warn("custom_config", "<config>", f"config.json could not be read ({type(exc).__name__})")
+            update["custom_config"] = config = None
+    if config is None and scenario.model not in model_presets():
+        warn("model", scenario.model, str(KVPlanError("unknown.model", value=scenario.model)))
+        update["model"] = defaults.model
+    if scenario.gpu not in gpus():
+        warn("gpu", scenario.gpu, str(KVPlanError("unknown.gpu", value=scenario.gpu)))
+        update["gpu"] = defaults.gpu
+    if scenario.engine not in ENGINES:
+        warn("engine", scenario.engine, str(KVPlanError(
+            "unknown.engine", value=scenario.engine, choices=", ".join(ENGINES))))
+        update["engine"] = defaults.engine
+    kept: list[str] = []
+    for name in scenario.kv_dtypes:
+        try:
+            canonical = get_dtype(name).name
+        except KeyError:
+            warn("kv_dtypes", name, str(KVPlanError(
+                "unknown.dtype", value=name, choices=", ".join(KV_DTYPE_CHOICES))))
+            continue
+        if canonical not in kept:
+            kept.append(canonical)
+    if kept != scenario.kv_dtypes:
+        update["kv_dtypes"] = kept or defaults.kv_dtypes
+    if scenario.weight_dtype != "auto":
+        weight = scenario.weight_dtype
+        try:
+            canonical = next(k for k, v in WEIGHT_DTYPES.items() if v == get_weight_dtype(weight))
+        except KeyError:
+            warn("weight_dtype", weight, str(KVPlanError(
+                "unknown.dtype", value=weight, choices=", ".join(["auto", *WEIGHT_DTYPES]))))
+            canonical = defaults.weight_dtype
+        if canonical != weight:
+            update["weight_dtype"] = canonical
+    tpp = scenario.tp * scenario.pp
+    if tpp > MAX_GPUS:
+        warn("tp", f"{scenario.tp}×{scenario.pp}", MESSAGES["value.range"].format(
+            field="tp × pp", low=1, high=MAX_GPUS, value=tpp))
+        update.update(tp=defaults.tp, pp=defaults.pp)
+        tpp = 1
+    if scenario.num_gpus % tpp:
+        warn("num_gpus", str(scenario.num_gpus),
+             str(KVPlanError("parallel.gpus", gpus=scenario.num_gpus, tpp=tpp)))
+        update["num_gpus"] = tpp
+    return (scenario.model_copy(update=update) if update else scenario), warnings

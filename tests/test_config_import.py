@@ -1,0 +1,191 @@
+"""config.json import: every fixture's layer kinds (counted by hand from the config), every preset,
+and bad input → KVPlanError naming the key (never another exception type)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kvplan.config_import import parse_config
+from kvplan.errors import KVPlanError
+from kvplan.presets import load_model, model_presets
+
+CONFIGS = Path(__file__).parent / "fixtures" / "configs"
+
+
+#: Expected kind counts, worked out from each config by hand:
+#: gemma2 (i+1)%2 → sliding at even i; gemma3 (i+1)%6 → full at i = 5, 11, …; llama4 no_rope_layers
+#: default int((i+1)%4 != 0) → 12 NoPE full; qwen3_next (i+1)%4 → 12 full; jamba i%8 == 4 → 4 attention;
+#: qwen2/qwen3 use_sliding_window false → all full; Mistral v0.1 / Phi-3 sliding_window → all sliding.
+EXPECTED: dict[str, dict[str, int]] = {
+    "deepseek_v2": {"mla": 60},
+    "deepseek_v3": {"mla": 61},
+    "falcon": {"full": 32},
+    "falcon_40b": {"full": 60},
+    "gemma": {"full": 18},
+    "gemma2": {"sliding": 21, "full": 21},
+    "gemma3": {"sliding": 52, "full": 10},
+    "gemma3_text": {"sliding": 22, "full": 4},
+    "gpt_neox": {"full": 32},
+    "gpt_oss": {"sliding": 18, "full": 18},
+    "jamba": {"recurrent": 28, "full": 4},
+    "kimi_k2": {"mla": 61},
+    "llama": {"full": 32},
+    "llama4": {"chunked": 36, "full": 12},
+    "llama4_text": {"chunked": 36, "full": 12},
+    "mistral": {"sliding": 32},
+    "mixtral": {"full": 32},
+    "opt": {"full": 40},
+    "phi3": {"sliding": 32},
+    "qwen2": {"full": 28},
+    "qwen2_moe": {"full": 28},
+    "qwen3": {"full": 36},
+    "qwen3_moe": {"full": 94},
+    "qwen3_next": {"recurrent": 36, "full": 12},
+}
+
+
+def _fixture_params():
+    params = []
+    for path in sorted(CONFIGS.glob("*.json")):
+        params.append(pytest.param(path, id=path.stem))
+    return params
+
+
+def test_every_fixture_has_an_expectation():
+    assert {p.stem for p in CONFIGS.glob("*.json")} == set(EXPECTED)
+
+
+@pytest.mark.parametrize("path", _fixture_params())
+def test_fixture_kind_counts(path):
+    arch = parse_config(path.read_bytes())
+    assert arch.kind_counts() == EXPECTED[path.stem]
+    assert arch.n_layers == sum(EXPECTED[path.stem].values())
+
+
+def test_gemma3_pattern_positions():
+    """gemma3_text (1B): 26 layers, pattern 6 → full exactly at i = 5, 11, 17, 23; window 512."""
+    arch = parse_config((CONFIGS / "gemma3_text.json").read_text())
+    assert [i for i, layer in enumerate(arch.layers) if layer.kind == "full"] == [5, 11, 17, 23]
+    assert {layer.window for layer in arch.layers if layer.kind == "sliding"} == {512}
+
+
+def test_jamba_fixture_layers():
+    """Jamba-1.5-Mini: attention at i % 8 == 4 → 4, 12, 20, 28; Mamba-1 d_inner = 2 × 4096 = 8,192,
+    state 8,192 × 16 = 131,072 elements, kernel 4."""
+    arch = parse_config((CONFIGS / "jamba.json").read_text())
+    assert [i for i, layer in enumerate(arch.layers) if layer.kind == "full"] == [4, 12, 20, 28]
+    rec = arch.layers[0]
+    assert (rec.variant, rec.conv_channels, rec.conv_kernel, rec.ssm_elements) == ("mamba1", 8192, 4, 131_072)
+
+
+def test_head_dims_from_configs():
+    """head_dim key wins over hidden/heads (Gemma-2-9B 256 ≠ 3584/16 = 224); else hidden/heads
+    (GPT-NeoX 2560/32 = 80); Falcon-40B new arch: 8 KV heads, HF caches all 128."""
+    g2 = parse_config((CONFIGS / "gemma2.json").read_text())
+    assert (g2.layers[0].n_kv_heads, g2.layers[0].head_dim_k) == (8, 256)
+    neox = parse_config((CONFIGS / "gpt_neox.json").read_text())
+    assert (neox.layers[0].n_kv_heads, neox.layers[0].head_dim_k) == (32, 80)
+    f40 = parse_config((CONFIGS / "falcon_40b.json").read_text())
+    assert (f40.layers[0].n_kv_heads, f40.layers[0].hf_cached_heads) == (8, 128)
+
+
+@pytest.mark.parametrize("preset_id", sorted(model_presets()))
+def test_every_preset_loads(preset_id):
+    preset = model_presets()[preset_id]
+    arch = load_model(preset_id)
+    config = preset.config
+    if not config.get("num_hidden_layers"):
+        config = config["text_config"]
+    assert arch.n_layers == config["num_hidden_layers"]
+    assert arch.params_total == preset.params_total
+    assert arch.name == preset.name
+
+
+def test_new_presets_layer_kinds():
+    """gemma-3-27b: 62 layers, full at i % 6 == 5 → 10 full + 52 sliding (W=1024);
+    jamba-1.5-mini: 4 attention + 28 Mamba; active params from the model card."""
+    g3 = load_model("gemma-3-27b")
+    assert g3.kind_counts() == {"sliding": 52, "full": 10}
+    assert {layer.window for layer in g3.layers if layer.kind == "sliding"} == {1024}
+    jamba = load_model("jamba-1.5-mini")
+    assert jamba.kind_counts() == {"recurrent": 28, "full": 4}
+    assert (jamba.params_total, jamba.params_active) == (52_000_000_000, 12_000_000_000)
+
+
+# --- bad input ----------------------------------------------------------------------------------
+
+BASE = {"model_type": "llama", "num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "vocab_size": 100, "intermediate_size": 128}
+
+
+def _without(key):
+    return {k: v for k, v in BASE.items() if k != key}
+
+
+@pytest.mark.parametrize(("raw", "code", "named"), [
+    (_without("num_hidden_layers"), "config.missing_key", "num_hidden_layers"),
+    ({**BASE, "num_attention_heads": 0}, "config.bad_value", "num_attention_heads"),
+    ({**BASE, "num_key_value_heads": 0}, "config.bad_value", "num_key_value_heads"),
+    ({**BASE, "num_key_value_heads": 8}, "config.bad_value", "num_key_value_heads"),
+    ({**BASE, "num_hidden_layers": "32"}, "config.bad_value", "num_hidden_layers"),
+    ({**BASE, "hidden_size": 1.5}, "config.bad_value", "hidden_size"),
+    ({**BASE, "layer_types": ["full_attention"] * 3}, "config.bad_value", "layer_types"),
+    ({**BASE, "layer_types": "full_attention"}, "config.bad_value", "layer_types"),
+    ({**BASE, "layer_types": ["sliding_attention"] * 4}, "config.missing_key", "sliding_window"),
+    ({**BASE, "sliding_window": 0}, "config.bad_value", "sliding_window"),
+    ({**BASE, "model_type": "qwen3_next"}, "config.missing_key", "linear_num_value_heads"),
+    ({**_without("hidden_size"), "num_attention_heads": 3, "hidden_size": 64}, "config.missing_key",
+     "head_dim"),
+])
+def test_bad_config_names_the_key(raw, code, named):
+    with pytest.raises(KVPlanError) as err:
+        parse_config(json.dumps(raw))
+    assert err.value.code == code
+    assert f"'{named}'" in str(err.value)
+    assert err.value.field == named
+
+
+@pytest.mark.parametrize(("raw", "code"), [
+    ("{not json", "config.not_json"),
+    ("", "config.not_json"),
+    ("[1, 2, 3]", "config.not_object"),
+    ('"a string"', "config.not_object"),
+    (b"\xff\xfe{\x00", "config.not_utf8"),
+    (b'{"model_type": "llama", "name": "\xe9"}', "config.not_utf8"),
+    ("[" * 5000 + "]" * 5000, "config.too_deep"),
+    (" " * 2_000_001, "config.too_large"),
+])
+def test_unreadable_config_text(raw, code):
+    with pytest.raises(KVPlanError) as err:
+        parse_config(raw)
+    assert err.value.code == code
+
+
+def test_not_object_message_names_type():
+    with pytest.raises(KVPlanError, match="must be a JSON object, got list"):
+        parse_config("[]")
+
+
+
+
+@pytest.mark.parametrize(("key", "update"), [
+    ("intermediate_size", {"intermediate_size": "abc"}),
+    ("intermediate_size", {"intermediate_size": -5}),
+    ("max_position_embeddings", {"max_position_embeddings": "abc"}),
+    ("max_position_embeddings", {"max_position_embeddings": 1.5}),
+    ("num_local_experts", {"num_local_experts": "abc"}),
+    ("num_local_experts", {"num_local_experts": [8]}),
+    ("n_shared_experts", {"num_local_experts": 8, "n_shared_experts": "x"}),
+    ("q_lora_rank", {"kv_lora_rank": 8, "qk_rope_head_dim": 4, "qk_nope_head_dim": 8, "v_head_dim": 8,
+                     "q_lora_rank": "x"}),
+], ids=lambda v: v if isinstance(v, str) else repr(next(reversed(v.values()))))
+def test_bad_value_in_other_keys_is_kvplan_error(key, update):
+    try:
+        parse_config(json.dumps({**BASE, **update}))
+    except KVPlanError as err:
+        assert f"'{key}'" in str(err)
+    else:
+        pytest.fail(f"accepted {update}")
