@@ -64,9 +64,22 @@ def kv_cache(arch: ModelArch, tokens: int, batch: int = 1, kv_dtype: str = "bf16
              engine: str = "hf", settings: EngineSettings | None = None,
              mla_block_size: int | None = None) -> KVResult:
     """Exact KV bytes held by ``batch`` sequences of ``tokens`` tokens, with a per-kind breakdown."""
-    view = engine_view(arch, engine, kv_dtype, _settings_for(engine, tokens, settings),
-                       mla_block_size=mla_block_size)
-    return result_from_view(arch, view, tokens, batch)
+    settings = _settings_for(engine, tokens, settings)
+    view = engine_view(arch, engine, kv_dtype, settings, mla_block_size=mla_block_size)
+    result = result_from_view(arch, view, tokens, batch)
+    if engine == "vllm":
+        from kvplan.vllm_pool import build_pool
+
+        pool = build_pool(arch, kv_dtype, settings, mla_block_size=mla_block_size)
+        per_block = pool.stage_bytes_per_block(0, arch.n_layers)
+        blocks = int(pool.blocks_per_request(tokens))
+        notes = list(result.notes)
+        if pool.padding_layers:
+            notes.append(f"reserved bytes count whole block ids across {len(pool.groups)} groups "
+                         f"({pool.padding_layers} padding layers)")
+        result = result.model_copy(update={"reserved_bytes": blocks * per_block * batch,
+                                           "notes": notes})
+    return result
 
 
 def result_from_view(arch: ModelArch, view: EngineView, tokens: int, batch: int) -> KVResult:
