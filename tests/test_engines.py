@@ -218,7 +218,9 @@ def test_vllm_sliding_reservation_gemma3_27b():
     cdiv(min(W − 1 + IFT, L), bs) + 1 with IFT = max_concurrent_batches × max_num_batched_tokens.
     Gemma-3-27B, L=32,768, mnbt 8,192: async (2 batches) → cdiv(min(1023 + 16,384, 32,768), 16) + 1
     = 1,088 + 1 = 1,089 blocks; sync → cdiv(9,215, 16) + 1 = 577. Full: cdiv(32,768, 16) = 2,048.
-    Page = 16 × 16 heads × 256 × 2 = 131,072 B.
+    Page = 16 × 16 heads × 256 × 2 = 131,072 B. The request's reservation counts whole block ids
+    (kv_cache_utils.py groups: 6 sliding groups + 1 full, 10 layer slots each):
+    (6 × 1,089 + 2,048) × 10 × 131,072 B — 8 padding layers more than 52 × 1,089 + 10 × 2,048.
     """
     arch = load_model("gemma-3-27b")
     view = engine_view(arch, "vllm", settings=EngineSettings(max_num_batched_tokens=8192))
@@ -232,7 +234,8 @@ def test_vllm_sliding_reservation_gemma3_27b():
                                                             async_scheduling=False))
     assert int(_rule(sync, "sliding").reserved_blocks(_t(32768))[0]) == 577
     result = kv_cache(arch, 32768, engine="vllm", settings=EngineSettings(max_num_batched_tokens=8192))
-    assert result.reserved_bytes == (52 * 1089 + 10 * 2048) * 131_072
+    assert result.reserved_bytes == (6 * 1089 + 2048) * 10 * 131_072
+    assert result.reserved_bytes - (52 * 1089 + 10 * 2048) * 131_072 == 8 * 1089 * 131_072
 
 
 def test_vllm_mistral_v01_all_sliding_reservation():
