@@ -82,6 +82,8 @@ class FitResult(BaseModel):
     replicas: int
     gpu_capacity_bytes: int
     memory_target_bytes: int
+    params_total: int
+    params_method: str = ""
     weights_total_bytes: int
     weights_bytes: int
     reserve_bytes: int
@@ -231,7 +233,8 @@ def fit(arch: ModelArch, gpu: GPU, query: FitQuery, search_gpus: bool = True) ->
         model=arch.name, gpu=gpu.id, engine=engine, engine_label=ENGINES[engine],
         tokens=query.tokens, users=query.users, kv_dtype=query.kv_dtype,
         weight_dtype=query.weight_dtype or arch.model_dtype, tp=tp, pp=pp, replicas=replicas,
-        gpu_capacity_bytes=capacity, memory_target_bytes=target, weights_total_bytes=weights_total,
+        gpu_capacity_bytes=capacity, memory_target_bytes=target, params_total=arch.params_total,
+        params_method=arch.params_method, weights_total_bytes=weights_total,
         weights_bytes=weights_gpu, reserve_bytes=reserve, kv_budget_bytes=budget,
         max_requests_all_replicas=answer["max_requests"] * replicas,
         fits=fits, weights_fit=weights_fit, formulas=formulas, notes=notes, **answer)

@@ -1,0 +1,322 @@
+"""Serving trade-offs section: allocation strategies, prefix sharing, offloading, quantized and
+static caches, latency lower bounds, window behaviour and what the cache buys (no cache vs cache).
+
+Inputs come from the Scenario (``tokens``, ``users``, ``prefix_tokens``, ``output_tokens``,
+``engine``, ``kv_dtypes``, ``block_size``, ``tp``) plus local widgets keyed ``sv_*``. Every number
+comes from ``kvplan.serving`` / ``kvplan.nocache``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from kvplan.arch import ModelArch
+from kvplan.capacity import weight_bytes
+from kvplan.errors import KVPlanError
+from kvplan.nocache import compare
+from kvplan.presets import GPU
+from kvplan.scenario import Scenario
+from kvplan.serving import (
+    MLPERF_BOUNDS,
+    LengthDist,
+    Workload,
+    allocation_for_model,
+    offloading,
+    parse_lengths_csv,
+    prefix_caching,
+    quantized_cache,
+    roofline,
+    sample_workload,
+    static_cache,
+    vllm_paper_workload,
+    window_explanations,
+)
+
+TEMPLATE = "plotly_white"
+GIB = 1 << 30
+
+
+def _export(name: str, df: pd.DataFrame, fig, scenario: Scenario) -> None:
+    try:
+        from kvplan.ui.exports_ui import download_buttons
+    except ImportError:  # pragma: no cover - exports module missing
+        return
+    download_buttons(name, df, fig, scenario)
+
+
+def _captions(lines: list[str]) -> None:
+    for line in lines:
+        st.caption(line)
+
+
+def _guard(body: Callable[[], None]) -> None:
+    try:
+        body()
+    except KVPlanError as exc:
+        st.error(str(exc))
+
+
+def _fig(title: str, x: str, y: str) -> go.Figure:
+    fig = go.Figure()
+    fig.update_layout(template=TEMPLATE, title=title, xaxis_title=x, yaxis_title=y, height=420,
+                      hovermode="x unified", legend={"orientation": "h", "y": -0.2})
+    return fig
+
+
+def _kv_dtype(scenario: Scenario) -> str:
+    return scenario.kv_dtypes[0] if scenario.kv_dtypes else "bf16"
+
+
+def _budget(arch: ModelArch, gpu: GPU, scenario: Scenario) -> int:
+    wd = None if scenario.weight_dtype == "auto" else scenario.weight_dtype
+    return max(gpu.capacity_bytes - weight_bytes(arch, wd) // scenario.tp, 0)
+
+
+def render(scenario, arch, gpu) -> None:
+    """Draw the serving section for ``scenario`` on ``arch`` and ``gpu``."""
+    st.subheader("Serving trade-offs")
+    st.caption("Lower bounds and memory accounting from published engine rules; see each chart's "
+               "assumptions. Inputs: the scenario's context, users, shared prefix and output "
+               "tokens, plus the controls below.")
+    workload_holder: dict[str, Workload] = {}
+    with st.expander("1 · Allocation strategies: contiguous vs paged vs token", expanded=True):
+        _guard(lambda: _allocation(scenario, arch, gpu, workload_holder))
+    with st.expander("2 · Prefix caching", expanded=False):
+        _guard(lambda: _prefix(scenario, arch))
+    with st.expander("3 · Offloading (transformers offloaded cache)", expanded=False):
+        _guard(lambda: _offload(scenario, arch, gpu))
+    with st.expander("4 · Quantized cache (transformers QuantizedCache)", expanded=False):
+        _guard(lambda: _quantized(scenario, arch))
+    with st.expander("5 · Static cache waste", expanded=False):
+        _guard(lambda: _static(scenario, arch, workload_holder))
+    with st.expander("6 · Decode / prefill lower bounds vs MLPerf", expanded=False):
+        _guard(lambda: _roofline(scenario, arch, gpu))
+    with st.expander("7 · Where the cache stops growing (windows)", expanded=False):
+        _guard(lambda: _windows(scenario, arch))
+    with st.expander("8 · What the cache buys: no cache vs cache options", expanded=False):
+        _guard(lambda: _nocache(scenario, arch, gpu))
+
+
+def _workload(scenario: Scenario, arch: ModelArch) -> tuple[Workload | None, int, str]:
+    source = st.selectbox("Request lengths", ["vLLM-paper-like (ShareGPT, OPT-13B)", "log-normal",
+                                               "uniform", "fixed", "upload CSV"], key="sv_source")
+    max_len = st.number_input("Maximum length (tokens)", 2, 10_000_000,
+                              min(max(scenario.tokens, 2), 10_000_000), key="sv_max_len")
+    n = st.number_input("Requests sampled", 1, 100_000, 2000, key="sv_n")
+    seed = st.number_input("Seed", 0, 2**31 - 1, 0, key="sv_seed")
+    if source.startswith("vLLM"):
+        return None, 2048, source
+    if source == "upload CSV":
+        upload = st.file_uploader("CSV of prompt,output token counts", type=["csv"], key="sv_csv")
+        if upload is None:
+            st.info("Upload a CSV with two columns: prompt tokens, output tokens (≤ 100,000 rows).")
+            return None, int(max_len), "none"
+        w = parse_lengths_csv(upload.getvalue())
+        return w, int(max_len), source
+    cols = st.columns(2)
+    dists = []
+    for col, label, default in ((cols[0], "prompt", scenario.prefix_tokens or 256),
+                                (cols[1], "output", scenario.output_tokens)):
+        if source == "fixed":
+            dists.append(LengthDist(kind="fixed", value=col.number_input(
+                f"{label} tokens", 1, 10_000_000, max(default, 1), key=f"sv_{label}_fixed")))
+        elif source == "uniform":
+            low = col.number_input(f"{label} min", 1, 10_000_000, 1, key=f"sv_{label}_low")
+            high = col.number_input(f"{label} max", 1, 10_000_000, max(default, 1) * 2,
+                                    key=f"sv_{label}_high")
+            dists.append(LengthDist(kind="uniform", low=low, high=high))
+        else:
+            mean = col.number_input(f"{label} mean", 1.0, 1e7, float(max(default, 1)),
+                                    key=f"sv_{label}_mean")
+            sigma = col.number_input(f"{label} sigma", 0.0, 5.0, 1.0, key=f"sv_{label}_sigma")
+            dists.append(LengthDist(kind="lognormal", mean=mean, sigma=sigma))
+    return sample_workload(int(n), dists[0], dists[1], int(seed), int(max_len)), int(max_len), source
+
+
+def _allocation(scenario: Scenario, arch: ModelArch, gpu: GPU, holder: dict[str, Workload]) -> None:
+    workload, max_len, source = _workload(scenario, arch)
+    block = st.number_input("Block size (tokens)", 1, 4096, min(scenario.block_size or 16, 4096),
+                            key="sv_block")
+    snapshot = st.radio("Snapshot", ["in_flight", "final"], horizontal=True, key="sv_snapshot",
+                        help="in_flight: steady-state continuous batching; final: every request "
+                             "has generated its whole output")
+    if source.startswith("vLLM"):
+        from kvplan.presets import load_model
+
+        result = vllm_paper_workload(load_model("opt-13b"))
+    elif workload is None:
+        return
+    else:
+        result = allocation_for_model(arch, workload, max_len, _kv_dtype(scenario), int(block),
+                                      _budget(arch, gpu, scenario), snapshot, 0)
+        holder["workload"] = workload
+    table = result.table
+    fig = _fig("KV memory used vs reserved per strategy", "strategy", "slots (tokens)")
+    fig.update_layout(barmode="stack", hovermode="closest")
+    for column, label in (("used_tokens", "used"), ("reservation_waste_slots", "reserved ahead"),
+                          ("internal_waste_slots", "internal waste")):
+        fig.add_bar(x=table["strategy"], y=table[column], name=label,
+                    hovertemplate="%{x}<br>" + label + ": %{y:,} slots<extra></extra>")
+    for _, row in table.iterrows():
+        fig.add_annotation(x=row["strategy"], y=row["reserved_slots"], showarrow=False, yshift=10,
+                           text=f"{row['utilization_pct']:.1f}% used")
+    st.plotly_chart(fig, theme=None, key="sv_alloc_chart")
+    st.dataframe(table, hide_index=True)
+    _captions(result.assumptions)
+    _export("serving_allocation", table, fig, scenario)
+
+
+def _prefix(scenario: Scenario, arch: ModelArch) -> None:
+    prompt = max(scenario.prefix_tokens + 1, scenario.tokens - scenario.output_tokens)
+    engine = st.selectbox("Engine", ["vllm", "sglang", "hf"],
+                          index=["vllm", "sglang", "hf"].index(scenario.engine)
+                          if scenario.engine in ("vllm", "sglang", "hf") else 0, key="sv_pf_engine")
+    unit = st.number_input("Block / page size", 1, 4096,
+                           min(scenario.block_size or (16 if engine == "vllm" else 1), 4096),
+                           key="sv_pf_unit")
+    result = prefix_caching(arch, scenario.users, scenario.prefix_tokens, prompt,
+                            scenario.output_tokens, engine, _kv_dtype(scenario), int(unit))
+    curve = result.curve
+    fig = _fig(f"{scenario.users:,} requests sharing a {scenario.prefix_tokens:,}-token prefix",
+               "concurrent requests", "KV memory (GiB)")
+    fig.add_scatter(x=curve["requests"], y=curve["without_sharing_bytes"] / GIB,
+                    name="without sharing", mode="lines")
+    fig.add_scatter(x=curve["requests"], y=curve["with_sharing_bytes"] / GIB,
+                    name="with prefix sharing", mode="lines")
+    st.plotly_chart(fig, theme=None, key="sv_prefix_chart")
+    st.caption(f"Shared: {result.shared_tokens:,} tokens = {result.shared_blocks:,} unit(s) of "
+               f"{result.unit}; saved {result.saved_bytes / GIB:,.3f} GiB at {scenario.users:,} "
+               f"requests (prompt {prompt:,}, output {scenario.output_tokens:,} tokens)")
+    _captions(result.assumptions)
+    _export("serving_prefix", curve, fig, scenario)
+
+
+def _offload(scenario: Scenario, arch: ModelArch, gpu: GPU) -> None:
+    c1, c2 = st.columns(2)
+    ram = c1.number_input("CPU RAM (GiB)", 1.0, 1e6, 512.0, key="sv_ram")
+    link = c2.number_input("Host link (GB/s per direction)", 0.1, 10_000.0,
+                           float(gpu.host_link_gbps or 32.0), key="sv_link")
+    tokens = np.unique(np.geomspace(1, max(scenario.tokens, 2), 24).astype(np.int64))
+    rows = []
+    for t in tokens:
+        r = offloading(arch, gpu, int(t), scenario.users, _kv_dtype(scenario), int(ram * GIB), link)
+        rows.append({"tokens": int(t), "gpu_kv_bytes": r.gpu_kv_bytes, "cpu_kv_bytes": r.cpu_kv_bytes,
+                     "full_kv_bytes": r.full_kv_bytes,
+                     "transfer_ms_per_token": r.transfer_s_per_token * 1e3, "fits_cpu": r.fits_cpu})
+    df = pd.DataFrame(rows)
+    fig = _fig(f"Offloaded cache, batch {scenario.users:,}", "context (tokens)", "GiB")
+    fig.add_scatter(x=df["tokens"], y=df["full_kv_bytes"] / GIB, name="KV without offloading")
+    fig.add_scatter(x=df["tokens"], y=df["gpu_kv_bytes"] / GIB, name="GPU KV (offloaded)")
+    fig.add_scatter(x=df["tokens"], y=df["cpu_kv_bytes"] / GIB, name="CPU KV")
+    fig.add_scatter(x=df["tokens"], y=df["transfer_ms_per_token"], name="transfer ms / token",
+                    yaxis="y2", line={"dash": "dot"})
+    fig.update_layout(yaxis2={"title": "ms per decoded token", "overlaying": "y", "side": "right"})
+    if scenario.log_x:
+        fig.update_xaxes(type="log")
+    st.plotly_chart(fig, theme=None, key="sv_offload_chart")
+    if not df["fits_cpu"].iloc[-1]:
+        st.warning(f"At {int(df['tokens'].iloc[-1]):,} tokens the offloaded KV exceeds {ram:g} GiB "
+                   "of CPU RAM.")
+    _captions([r.formula, *r.assumptions])
+    _export("serving_offload", df, fig, scenario)
+
+
+def _quantized(scenario: Scenario, arch: ModelArch) -> None:
+    c1, c2, c3 = st.columns(3)
+    nbits = c1.selectbox("nbits", [4, 2], key="sv_q_bits")
+    group = c2.number_input("q_group_size", 8, 1024, 64, key="sv_q_group")
+    resid = c3.number_input("residual_length", 1, 100_000, 128, key="sv_q_resid")
+    tokens = np.unique(np.geomspace(1, max(scenario.tokens, 2), 60).astype(np.int64))
+    result = quantized_cache(arch, tokens, int(nbits), int(group), int(resid), scenario.users)
+    curve = result.curve
+    fig = _fig(f"QuantizedCache int{nbits} vs unquantized, batch {scenario.users:,}",
+               "context (tokens)", "KV memory (GiB)")
+    for column, label in (("unquantized_bytes", "unquantized"),
+                          ("quantized_worst_bytes", "quantized (residual full)"),
+                          ("quantized_best_bytes", "quantized (residual empty)"),
+                          ("quantized_peak_bytes", "quantized + transient dequantized layer")):
+        fig.add_scatter(x=curve["tokens"], y=curve[column] / GIB, name=label)
+    if result.worth_it_from_tokens:
+        fig.add_vline(x=result.worth_it_from_tokens, line_dash="dash",
+                      annotation_text=f"worth it from {result.worth_it_from_tokens:,} tokens")
+    if scenario.log_x:
+        fig.update_xaxes(type="log")
+    st.plotly_chart(fig, theme=None, key="sv_quant_chart")
+    _captions([result.formula, *result.assumptions])
+    _export("serving_quantized", curve, fig, scenario)
+
+
+def _static(scenario: Scenario, arch: ModelArch, holder: dict[str, Workload]) -> None:
+    workload = holder.get("workload") or sample_workload(
+        2000, LengthDist(kind="lognormal", mean=max(scenario.prefix_tokens, 1)),
+        LengthDist(kind="lognormal", mean=scenario.output_tokens), seed=0)
+    max_len = st.number_input("max_cache_len (tokens)", 1, 100_000_000, scenario.tokens,
+                              key="sv_static_len")
+    r = static_cache(arch, workload.final, int(max_len), _kv_dtype(scenario))
+    df = pd.DataFrame([{"what": "allocated", "bytes": r.allocated_bytes},
+                       {"what": "used", "bytes": r.used_bytes},
+                       {"what": "wasted", "bytes": r.waste_bytes}])
+    fig = _fig(f"StaticCache for {r.requests:,} requests ({workload.source})", "", "GiB")
+    fig.update_layout(hovermode="closest")
+    fig.add_bar(x=df["what"], y=df["bytes"] / GIB, text=[f"{b / GIB:,.2f}" for b in df["bytes"]])
+    st.plotly_chart(fig, theme=None, key="sv_static_chart")
+    st.caption(f"Utilization {r.utilization_pct:.1f}%; {r.overflow_requests:,} request(s) longer "
+               f"than max_cache_len cannot run.")
+    _captions(r.assumptions)
+    _export("serving_static", df, fig, scenario)
+
+
+def _roofline(scenario: Scenario, arch: ModelArch, gpu: GPU) -> None:
+    batches = np.unique(np.geomspace(1, max(scenario.users, 1024), 30).astype(np.int64))
+    prompt = max(scenario.tokens - scenario.output_tokens, 1)
+    wd = None if scenario.weight_dtype == "auto" else scenario.weight_dtype
+    df, notes = roofline(arch, gpu, scenario.tokens, prompt, batches, _kv_dtype(scenario), wd,
+                         scenario.tp)
+    fig = _fig(f"Time per output token ≥ bytes / bandwidth ({gpu.name}, tp {scenario.tp})",
+               "batch (concurrent sequences)", "ms per output token (lower bound)")
+    fig.add_scatter(x=df["batch"], y=df["tpot_ms"], name="TPOT lower bound")
+    colors = {"interactive": "#d62728", "standard": "#2ca02c"}
+    for name, (ttft, tpot) in MLPERF_BOUNDS.items():
+        color = colors["interactive" if "interactive" in name else "standard"]
+        fig.add_hline(y=tpot, line_dash="dash", line_color=color,
+                      annotation_text=f"MLPerf {name}: TPOT {tpot:g} ms (TTFT {ttft:g} ms)")
+    fig.update_xaxes(type="log")
+    fig.update_yaxes(type="log")
+    st.plotly_chart(fig, theme=None, key="sv_roofline_chart")
+    st.caption(f"TTFT lower bound for one {prompt:,}-token prompt: {df['ttft_ms'].iloc[0]:,.1f} ms")
+    st.dataframe(df, hide_index=True)
+    _captions(notes)
+    _export("serving_roofline", df, fig, scenario)
+
+
+def _windows(scenario: Scenario, arch: ModelArch) -> None:
+    rows = pd.DataFrame(window_explanations(arch, max_cache_len=scenario.tokens))
+    st.dataframe(rows, hide_index=True)
+    st.caption("From the engine rules in kvplan.engines; static caches pre-allocate "
+               f"max_cache_len = {scenario.tokens:,} tokens.")
+    _export("serving_windows", rows, None, scenario)
+
+
+def _nocache(scenario: Scenario, arch: ModelArch, gpu: GPU) -> None:
+    prompt = max(scenario.prefix_tokens, 1)
+    new = st.number_input("New tokens N", 1, 100_000, min(scenario.output_tokens, 100_000),
+                          key="sv_nc_new")
+    wd = None if scenario.weight_dtype == "auto" else scenario.weight_dtype
+    df, notes = compare(arch, gpu, prompt, int(new), _kv_dtype(scenario), wd)
+    metric = st.radio("Show", ["time_s", "flops", "peak_memory_bytes"], horizontal=True,
+                      key="sv_nc_metric")
+    labels = {"time_s": "cumulative time (s, lower bound)", "flops": "cumulative FLOPs",
+              "peak_memory_bytes": "peak GPU memory (GiB)"}
+    fig = _fig(f"Generating N tokens after a {prompt:,}-token prompt", "new tokens N",
+               labels[metric])
+    scale = GIB if metric == "peak_memory_bytes" else 1
+    for option, part in df.groupby("option", sort=False):
+        fig.add_scatter(x=part["new_tokens"], y=part[metric] / scale, name=str(option))
+    st.plotly_chart(fig, theme=None, key="sv_nocache_chart")
+    _captions(notes)
+    _export("serving_nocache", df, fig, scenario)
