@@ -48,6 +48,7 @@ class MLA(_Spec):
     n_heads: int = Field(ge=1)
     qk_nope_head_dim: int = Field(ge=0)
     v_head_dim: int = Field(ge=1)
+    q_lora_rank: int = Field(default=0, ge=0)
     window: int | None = Field(default=None, ge=1)
 
     @property

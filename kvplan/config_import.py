@@ -225,7 +225,7 @@ def parse_config(
         params_total=0,
         source=source,
     )
-    total, active, method = estimate_params(arch, cfg)
+    total, active, method = estimate_params(arch)
     if params_total:
         method = params_source or "given"
         total = params_total
@@ -259,6 +259,7 @@ def _attention_spec(cfg: _Cfg, n_kv: int, head_dim: int, n_heads: int,
             n_heads=n_heads,
             qk_nope_head_dim=cfg.int("qk_nope_head_dim", why="the expanded MLA key size", low=0),
             v_head_dim=cfg.int("v_head_dim", why="the expanded MLA value size"),
+            q_lora_rank=cfg.int("q_lora_rank", why="the MLA query rank", default=0, low=0),
         )
     head_dim_v = cfg.int("v_head_dim", why="value head size", default=head_dim)
     return Attention(n_kv_heads=n_kv, head_dim_k=head_dim, head_dim_v=head_dim_v,
@@ -376,14 +377,13 @@ def _moe(cfg: _Cfg, model_type: str, n_layers: int) -> MoE | None:
                n_dense_layers=min(dense, n_layers))
 
 
-def estimate_params(arch: ModelArch, cfg: _Cfg | None = None) -> tuple[int, int | None, str]:
+def estimate_params(arch: ModelArch) -> tuple[int, int | None, str]:
     """Parameter count from the architecture (weights only; biases and norms included roughly).
 
     embeddings ``V·h`` (+ an untied LM head ``V·h``); attention ``h·d·(H + 2·KV) + H·d·h``
     (MLA: q/kv low-rank projections); MLP ``3·h·I`` gated or ``2·h·I`` plain; MoE
     ``E·3·h·I_e + shared + router``; recurrent layers their in/out projections and conv.
     """
-    cfg = cfg or _Cfg({})
     h = arch.hidden_size
     embed = arch.vocab_size * h * (1 if arch.tie_word_embeddings else 2)
     if arch.model_type == "opt":
@@ -392,7 +392,7 @@ def estimate_params(arch: ModelArch, cfg: _Cfg | None = None) -> tuple[int, int 
     total = active = embed + h
     moe = arch.moe
     for index, layer in enumerate(arch.layers):
-        attn = _layer_mixer_params(layer, arch, cfg)
+        attn = mixer_params(layer, arch)
         if moe is not None and index >= moe.n_dense_layers:
             router = h * moe.n_experts
             shared = moe.n_shared * 3 * h * moe.shared_intermediate
@@ -408,14 +408,15 @@ def estimate_params(arch: ModelArch, cfg: _Cfg | None = None) -> tuple[int, int 
     return total, (active if moe is not None else None), method
 
 
-def _layer_mixer_params(layer: LayerSpec, arch: ModelArch, cfg: _Cfg) -> int:
+def mixer_params(layer: LayerSpec, arch: ModelArch) -> int:
+    """Parameters of one layer's token mixer (attention, MLA or recurrent block), no MLP."""
     h = arch.hidden_size
     if isinstance(layer, Attention):
         return h * layer.head_dim_k * (arch.n_heads + layer.n_kv_heads) + \
             h * layer.head_dim_v * layer.n_kv_heads + arch.n_heads * layer.head_dim_v * h
     if isinstance(layer, MLA):
         qk = layer.qk_nope_head_dim + layer.qk_rope_head_dim
-        q_lora = cfg.int("q_lora_rank", why="the MLA query rank", default=0, low=0)
+        q_lora = layer.q_lora_rank
         q = (h * q_lora + q_lora + q_lora * layer.n_heads * qk) if q_lora else h * layer.n_heads * qk
         kv = h * (layer.kv_lora_rank + layer.qk_rope_head_dim) + layer.kv_lora_rank + \
             layer.kv_lora_rank * layer.n_heads * (layer.qk_nope_head_dim + layer.v_head_dim)

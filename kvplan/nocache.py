@@ -36,7 +36,7 @@ import pandas as pd
 
 from kvplan.arch import MLA, Attention, ModelArch, NoCache, Recurrent
 from kvplan.capacity import weight_bytes
-from kvplan.config_import import _Cfg, _layer_mixer_params
+from kvplan.config_import import mixer_params
 from kvplan.dtypes import get_dtype
 from kvplan.engines import EngineSettings, StateRule, engine_view, layer_token_bytes
 from kvplan.errors import KVPlanError
@@ -80,13 +80,13 @@ def layer_flops(arch: ModelArch) -> list[LayerFlops]:
             coeff = 2 * heads * (layer.head_dim_k + layer.head_dim_v)
             out.append(LayerFlops(proj + mlp, coeff, layer.kind, layer.window))
         elif isinstance(layer, MLA):
-            proj = 2 * _layer_mixer_params(layer, arch, _Cfg({}))
+            proj = 2 * mixer_params(layer, arch)
             coeff = 2 * layer.n_heads * (layer.qk_nope_head_dim + layer.qk_rope_head_dim
                                          + layer.v_head_dim)
             kind = "sliding" if layer.window else "full"
             out.append(LayerFlops(proj + mlp, coeff, kind, layer.window))
         elif isinstance(layer, Recurrent):
-            proj = 2 * _layer_mixer_params(layer, arch, _Cfg({})) + 4 * layer.ssm_elements
+            proj = 2 * mixer_params(layer, arch) + 4 * layer.ssm_elements
             out.append(LayerFlops(proj + mlp, 0, "none"))
         elif isinstance(layer, NoCache):
             proj = 2 * h * d * heads * 2  # Q and O; K/V reused from another layer
