@@ -335,6 +335,17 @@ def engine_view(arch: ModelArch, engine: str, kv_dtype: str = "bf16",
     return builder(arch, engine, dtype, model_dtype, settings, tp, counts, mla_block_size)
 
 
+def layer_kind(layer: Attention | MLA) -> str:
+    """Retention kind of an attention-like layer: full/sliding/chunked, or mla (sliding MLA → sliding)."""
+    if isinstance(layer, Attention):
+        return layer.kind
+    return "sliding" if layer.window else "mla"
+
+
+def _state_rule(layer: Recurrent, n: int, engine: str, model_dtype: KVDType, tp: int) -> StateRule:
+    return StateRule("recurrent", n, 0, state_bytes=recurrent_state_bytes(layer, engine, model_dtype, tp))
+
+
 def _hf_rules(arch, engine, dtype, model_dtype, settings, tp, counts, _mla_bs) -> EngineView:
     static = engine == "hf-static"
     rules: list[CacheRule] = []
@@ -342,12 +353,10 @@ def _hf_rules(arch, engine, dtype, model_dtype, settings, tp, counts, _mla_bs) -
         if isinstance(layer, NoCache):
             continue
         if isinstance(layer, Recurrent):
-            _add(rules, layer, StateRule("recurrent", n, 0,
-                                   state_bytes=recurrent_state_bytes(layer, engine, model_dtype, 1)))
+            _add(rules, layer, _state_rule(layer, n, engine, model_dtype, tp))
             continue
         bpt = layer_token_bytes(layer, engine, dtype, tp)
-        kind = layer.kind if isinstance(layer, Attention) else ("sliding" if layer.window else "mla")
-        window = layer.window
+        kind, window = layer_kind(layer), layer.window
         if static:
             max_len = settings.max_cache_len or 0
             _add(rules, layer, StaticRule(kind, n, bpt, window=window,
@@ -405,8 +414,7 @@ def _vllm_rules(arch, engine, dtype, model_dtype, settings, tp, counts, mla_bs) 
                                         note="state page padded to the attention page"))
             continue
         bpt = layer_token_bytes(layer, engine, dtype, tp)
-        kind = layer.kind if isinstance(layer, Attention) else ("sliding" if layer.window else "mla")
-        window = layer.window
+        kind, window = layer_kind(layer), layer.window
         if not hybrid and kind in {"sliding", "chunked"}:
             notes.append(f"hybrid KV-cache manager off: {kind} layers reserve full max_model_len")
             kind, window = "full", None
@@ -447,11 +455,10 @@ def _sglang_rules(arch, engine, dtype, model_dtype, settings, tp, counts, _mla_b
         if isinstance(layer, NoCache):
             continue
         if isinstance(layer, Recurrent):
-            _add(rules, layer, StateRule("recurrent", n, 0,
-                                   state_bytes=recurrent_state_bytes(layer, engine, model_dtype, tp)))
+            _add(rules, layer, _state_rule(layer, n, engine, model_dtype, tp))
             continue
         bpt = layer_token_bytes(layer, engine, dtype, tp)
-        kind = layer.kind if isinstance(layer, Attention) else ("sliding" if layer.window else "mla")
+        kind = layer_kind(layer)
         if layer.window and hybrid_swa:
             cap = layer.window + settings.swa_eviction_interval
             _add(rules, layer, TokenRule(kind, n, bpt, window=layer.window, cap=cap, page=page,
