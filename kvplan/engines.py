@@ -35,11 +35,11 @@ ENGINES: dict[str, str] = {
     "sglang": "SGLang (token pool)",
 }
 PAGED_ENGINES = ("vllm",)
-#: SGLang model classes that use the hybrid SWA pool (``model_config.is_hybrid_swa`` list);
-#: Gemma 2/3 and Mistral v0.1 are not in it and get full-length KV on every layer.
+#: SGLang ``is_hybrid_swa_model`` architectures (``python/sglang/srt/configs/model_config.py``);
+#: others (Gemma 2/3, Mistral v0.1) get full-length KV on every layer.
 SGLANG_HYBRID_SWA_ARCHS = frozenset({
-    "GptOssForCausalLM", "Llama4ForConditionalGeneration", "Llama4ForCausalLM",
-    "MiMoV2FlashForCausalLM", "Gemma4ForConditionalGeneration", "Gemma4ForCausalLM",
+    "Llama4ForConditionalGeneration", "GptOssForCausalLM", "MiMoV2FlashForCausalLM", "MiMoV2MTP",
+    "Step3p5ForCausalLM", "Step3p5MTP", "Gemma4ForCausalLM", "Gemma4ForConditionalGeneration",
 })
 #: vLLM ``SupportsMambaPrefixCaching`` families: mamba cache mode "all" instead of "align".
 VLLM_MAMBA_ALL_MODE_VARIANTS = frozenset({"mamba2"})
