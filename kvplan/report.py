@@ -1,0 +1,395 @@
+"""Exports and reports for a scenario: CSV with units, scenario JSON, named scenarios, PNG report.
+
+No Streamlit here: the CLI (``python -m kvplan report``) and the dashboard share these functions.
+
+* ``to_csv(df, scenario)`` — a leading ``# `` comment line with the scenario's link query, then the
+  table with a unit in every numeric column header (``pandas.read_csv(..., comment="#")`` reads it).
+* ``scenario_to_json`` / ``scenario_from_json`` — the scenario file format of
+  ``presets/scenarios/*.json``: ``{"id", "name", "description", "source", "query": {URL keys}}``.
+* ``load_scenario(arg)`` — a scenario file path, a named scenario id, or a link / query string.
+* ``scenario_tables`` / ``report_figure`` / ``write_report`` — the tables, the one-page figure and
+  the files the CLI writes.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlencode, urlsplit
+
+import numpy as np
+import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from kvplan.errors import KVPlanError, short
+from kvplan.scenario import Scenario, check_names
+
+GIB = 1 << 30
+MAX_SCENARIO_BYTES = 1_000_000
+REPORT_WIDTH, REPORT_HEIGHT = 1400, 1000
+TEMPLATE = "plotly_white"  # explicit: importing streamlit changes plotly's default template
+
+# ----------------------------------------------------------------------------------------- CSV
+
+#: Units for bare column names; columns that already carry "(unit)" or "[unit]" are kept.
+_UNIT_SUFFIXES: tuple[tuple[str, str], ...] = (
+    ("_bytes", "B"), ("_gib", "GiB"), ("_gb", "GB"), ("_mib", "MiB"), ("_tokens", "tokens"),
+    ("_tbps", "TB/s"), ("_tflops", "TFLOPS"), ("_pct", "%"), ("_requests", "requests"),
+)
+_UNIT_NAMES: dict[str, str] = {
+    "tokens": "tokens", "users": "requests", "batch": "sequences", "max_requests": "requests",
+    "max_concurrency": "requests", "layers": "layers", "tp": "GPUs", "pp": "GPUs",
+    "num_gpus": "GPUs", "replicas": "replicas", "num_blocks": "blocks", "block_size": "tokens",
+    "blocks_per_request": "blocks", "max_requests_all_replicas": "requests",
+    "max_tokens_per_request": "tokens",
+}
+_STRIP = ("_gib", "_gb", "_mib", "_pct")
+
+
+def unit_header(column: object) -> str:
+    """``kv_bytes`` → ``kv_bytes [B]``; names that already show a unit are returned unchanged."""
+    name = str(column)
+    if "[" in name or "(" in name:
+        return name
+    low = name.lower()
+    if low in _UNIT_NAMES:
+        return f"{name} [{_UNIT_NAMES[low]}]"
+    for suffix, unit in _UNIT_SUFFIXES:
+        if low.endswith(suffix):
+            return f"{name[: -len(suffix)] if suffix in _STRIP else name} [{unit}]"
+    return name
+
+
+def scenario_link(scenario: Scenario) -> str:
+    """The scenario as a link query (``?v=1&m=...``), the same the dashboard puts in its URL."""
+    return "?" + urlencode(scenario.to_query(), safe=",")
+
+
+def to_csv(df: pd.DataFrame, scenario: Scenario) -> str:
+    """CSV text: ``# kvplan scenario <link query>`` then the table with units in the headers."""
+    table = df.rename(columns={c: unit_header(c) for c in df.columns})
+    buffer = io.StringIO()
+    buffer.write(f"# kvplan scenario {scenario_link(scenario)}\n")
+    table.to_csv(buffer, index=False, lineterminator="\n")
+    return buffer.getvalue()
+
+
+# ------------------------------------------------------------------------------ scenario files
+
+
+class ScenarioFile(BaseModel):
+    """A named scenario (``presets/scenarios/*.json``) and the scenario download/upload format."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(default="custom", min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
+    name: str = Field(default="Custom scenario", max_length=200)
+    description: str = Field(default="", max_length=4000)
+    source: str = Field(default="", max_length=2000)
+    query: dict[str, str | int | float | bool | list[str]]
+
+
+def _query_text(value: str | int | float | bool | list[str]) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, list):
+        return ",".join(value)
+    return str(value)
+
+
+def scenario_from_query(query: dict[str, Any], strict: bool = True) -> tuple[Scenario, list[str]]:
+    """Decode a link query, then check the names; ``strict`` turns any warning into an error."""
+    scenario, warnings = Scenario.from_query(query)
+    scenario, more = check_names(scenario)
+    warnings += more
+    if strict and warnings:
+        raise KVPlanError("scenario.invalid", detail="; ".join(warnings))
+    return scenario, warnings
+
+
+def parse_scenario_file(raw: str | bytes) -> ScenarioFile:
+    """Validate the JSON text of a scenario file (size, JSON syntax, shape)."""
+    if len(raw) > MAX_SCENARIO_BYTES:
+        raise KVPlanError("scenario.invalid", detail=f"{len(raw):,} bytes; the limit is "
+                                                     f"{MAX_SCENARIO_BYTES:,}")
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise KVPlanError("scenario.invalid", detail=f"not valid JSON ({short(str(exc), 80)})") from None
+    if not isinstance(data, dict):
+        raise KVPlanError("scenario.invalid", detail=f"expected a JSON object, got {type(data).__name__}")
+    try:
+        return ScenarioFile.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ())) or "file"
+        raise KVPlanError("scenario.invalid", detail=f"{where}: {first.get('msg', 'invalid')}") from None
+
+
+def scenario_to_json(scenario: Scenario, name: str = "Custom scenario", description: str = "",
+                     scenario_id: str = "custom", source: str = "") -> str:
+    """The scenario as a scenario file (the link query under ``query``), pretty-printed JSON."""
+    payload = ScenarioFile(id=scenario_id, name=name, description=description, source=source,
+                           query=scenario.to_query())
+    return json.dumps(payload.model_dump(), indent=2, ensure_ascii=False) + "\n"
+
+
+def scenario_from_json(raw: str | bytes) -> Scenario:
+    """Read an uploaded/downloaded scenario file; every problem is ``KVPlanError("scenario.invalid")``."""
+    file = parse_scenario_file(raw)
+    query = {k: _query_text(v) for k, v in file.query.items()}
+    return scenario_from_query(query, strict=True)[0]
+
+
+@cache
+def named_scenarios() -> dict[str, ScenarioFile]:
+    """The scenarios in ``presets/scenarios/``, by id, in file-name order."""
+    from kvplan.presets import scenario_files
+
+    found: dict[str, ScenarioFile] = {}
+    for path in scenario_files():
+        found[parse_scenario_file(path.read_bytes()).id] = parse_scenario_file(path.read_bytes())
+    return found
+
+
+def named_scenario(scenario_id: str) -> Scenario:
+    file = named_scenarios().get(scenario_id)
+    if file is None:
+        raise KVPlanError("unknown.scenario", value=scenario_id)
+    return scenario_from_query({k: _query_text(v) for k, v in file.query.items()})[0]
+
+
+def parse_link(text: str) -> dict[str, str]:
+    """The query of a full URL, ``?m=..&t=..`` or ``m=..&t=..`` as a dict (last value wins)."""
+    text = text.strip()
+    query = urlsplit(text).query if "://" in text else text.split("?", 1)[-1]
+    query = query.split("#", 1)[0]
+    return {k: v[-1] for k, v in parse_qs(query, keep_blank_values=True).items()}
+
+
+def load_scenario(arg: str | Path) -> Scenario:
+    """A scenario from a scenario file path, a named scenario id, or a link / query string."""
+    text = str(arg).strip()
+    path = Path(text)
+    if text.endswith(".json") or (len(text) < 4096 and path.is_file()):
+        try:
+            raw = path.read_bytes()
+        except OSError as exc:
+            raise KVPlanError("file.missing", path=text, detail=exc.strerror or str(exc)) from None
+        return scenario_from_json(raw)
+    if text in named_scenarios():
+        return named_scenario(text)
+    if text.startswith("?") or "://" in text or "=" in text:
+        return scenario_from_query(parse_link(text))[0]
+    raise KVPlanError("unknown.scenario", value=short(text, 60)[1:-1])
+
+
+# ------------------------------------------------------------------------------------- tables
+
+
+def scenario_arch(scenario: Scenario):
+    """The ModelArch of the scenario: the uploaded config when there is one, else the preset."""
+    from kvplan.config_import import parse_config
+    from kvplan.presets import load_model, model_presets
+
+    if scenario.custom_config is not None and scenario.model not in model_presets():
+        config = scenario.custom_config
+        return parse_config(config, name=str(config.get("name") or "custom config"),
+                            source="config.json in the link")
+    return load_model(scenario.model)
+
+
+def fit_query(scenario: Scenario, kv_dtype: str):
+    from kvplan.capacity import FitQuery
+
+    engine = scenario.engine  # same mapping as the dashboard's sidebar
+    return FitQuery(tokens=scenario.tokens, users=scenario.users, kv_dtype=kv_dtype,
+                    weight_dtype=None if scenario.weight_dtype == "auto" else scenario.weight_dtype,
+                    engine=engine, num_gpus=scenario.num_gpus, tp=scenario.tp, pp=scenario.pp,
+                    gpu_util=scenario.gpu_util if engine in {"vllm", "sglang"} else None,
+                    reserve_gib=scenario.reserve_gib,
+                    block_size=scenario.block_size if engine == "vllm" else None,
+                    page_size=scenario.block_size if engine == "sglang" else None,
+                    max_num_batched_tokens=scenario.max_num_batched_tokens if engine == "vllm" else None)
+
+
+def fit_table(scenario: Scenario) -> pd.DataFrame:
+    """One row per KV dtype: the memory split per GPU and how many requests fit."""
+    from kvplan.capacity import fit
+    from kvplan.presets import get_gpu
+
+    arch, gpu = scenario_arch(scenario), get_gpu(scenario.gpu)
+    rows = []
+    for dtype in scenario.kv_dtypes:
+        try:
+            r = fit(arch, gpu, fit_query(scenario, dtype))
+        except KVPlanError as exc:
+            rows.append({"kv_dtype": dtype, "note": str(exc)})
+            continue
+        rows.append({
+            "kv_dtype": dtype, "gpu": gpu.id, "engine": r.engine,
+            "gpu_memory_gib": r.gpu_capacity_bytes / GIB,
+            "memory_target_gib": r.memory_target_bytes / GIB,
+            "weights_per_gpu_gib": r.weights_bytes / GIB, "reserve_gib": r.reserve_bytes / GIB,
+            "kv_budget_gib": r.kv_budget_bytes / GIB,
+            "kv_per_request_gib": r.kv_bytes_per_request / GIB,
+            "kv_pool_tokens": r.kv_pool_tokens, "max_requests": r.max_requests,
+            "max_requests_all_replicas": r.max_requests_all_replicas,
+            "max_tokens_per_request": r.max_tokens_per_request,
+            "fits": r.fits, "note": "",
+        })
+    return pd.DataFrame(rows)
+
+
+def token_grid(tokens: int, points: int = 48) -> np.ndarray:
+    high = max(int(tokens), 16)
+    grid = np.unique(np.geomspace(16, high, points).astype(np.int64))
+    return np.unique(np.append(grid, int(tokens)))
+
+
+def kv_table(scenario: Scenario) -> pd.DataFrame:
+    """KV cache held by ``users`` requests over a token range, one column per KV dtype (GiB)."""
+    from kvplan.engines import EngineSettings
+    from kvplan.sizing import sweep
+
+    arch = scenario_arch(scenario)
+    grid = token_grid(scenario.tokens)
+    settings = EngineSettings(tp=scenario.tp, pp=1, block_size=scenario.block_size,
+                              max_num_batched_tokens=scenario.max_num_batched_tokens)
+    frame = pd.DataFrame({"tokens": grid})
+    for dtype in scenario.kv_dtypes:
+        try:
+            swept = sweep(arch, grid, [scenario.users], [dtype], [scenario.engine], settings)
+        except KVPlanError:
+            continue
+        frame[f"{dtype}_kv_gib"] = swept["kv_bytes"].to_numpy() / GIB
+    return frame
+
+
+def gpu_table(scenario: Scenario) -> pd.DataFrame:
+    """Requests of ``tokens`` tokens that fit per replica on every accelerator, per KV dtype."""
+    from kvplan.capacity import fit
+    from kvplan.presets import gpus
+
+    arch = scenario_arch(scenario)
+    rows = []
+    for gpu in gpus().values():
+        row: dict[str, Any] = {"gpu": gpu.id, "gpu_name": gpu.name,
+                               "gpu_memory_gib": gpu.capacity_bytes / GIB}
+        for dtype in scenario.kv_dtypes:
+            try:
+                r = fit(arch, gpu, fit_query(scenario, dtype), search_gpus=False)
+                row[f"{dtype}_max_requests"] = r.max_requests if r.weights_fit else 0
+            except KVPlanError:
+                row[f"{dtype}_max_requests"] = None
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def scenario_tables(scenario: Scenario) -> dict[str, pd.DataFrame]:
+    """The main tables, by file stem."""
+    return {"fit": fit_table(scenario), "kv_vs_tokens": kv_table(scenario),
+            "requests_per_gpu": gpu_table(scenario)}
+
+
+# -------------------------------------------------------------------------------------- figure
+
+
+def scenario_title(scenario: Scenario) -> str:
+    model = (str(scenario.custom_config.get("name") or "custom config")
+             if scenario.custom_config is not None else scenario.model)
+    return (f"{model} · {scenario.engine} · {scenario.num_gpus}× {scenario.gpu} (tp {scenario.tp}, "
+            f"pp {scenario.pp}) · {scenario.tokens:,} tokens × {scenario.users:,} users")
+
+
+def report_figure(scenario: Scenario, tables: dict[str, pd.DataFrame] | None = None):
+    """A one-page plotly figure: summary table, KV vs tokens, memory split, requests per GPU."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    tables = tables or scenario_tables(scenario)
+    fit_df, kv_df, gpu_df = tables["fit"], tables["kv_vs_tokens"], tables["requests_per_gpu"]
+    fig = make_subplots(
+        rows=2, cols=2, vertical_spacing=0.14, horizontal_spacing=0.09,
+        specs=[[{"type": "table"}, {"type": "xy"}], [{"type": "xy"}, {"type": "xy"}]],
+        subplot_titles=("Per GPU, per KV dtype", f"KV cache held by {scenario.users:,} request(s)",
+                        "Memory per GPU", f"Requests of {scenario.tokens:,} tokens per replica"))
+    ok = fit_df[fit_df["note"].fillna("") == ""] if "note" in fit_df else fit_df
+    labels = ["KV dtype", "weights GiB", "KV budget GiB", "KV reserved per request GiB",
+              "max requests", "fits"]
+    cells = [ok.get("kv_dtype", pd.Series(dtype=str)).tolist()]
+    for col in ("weights_per_gpu_gib", "kv_budget_gib", "kv_per_request_gib"):
+        cells.append([f"{v:,.2f}" for v in ok.get(col, [])])
+    cells.append([f"{int(v):,}" for v in ok.get("max_requests", [])])
+    cells.append(["yes" if v else "no" for v in ok.get("fits", [])])
+    fig.add_trace(go.Table(header={"values": labels, "fill_color": "#e8eef7"},
+                           cells={"values": cells, "height": 26}), row=1, col=1)
+    for col in kv_df.columns[1:]:
+        fig.add_trace(go.Scatter(x=kv_df["tokens"], y=kv_df[col], mode="lines",
+                                 name=f"KV {col.removesuffix('_kv_gib')}", legendgroup="kv"),
+                      row=1, col=2)
+    fig.update_xaxes(type="log" if scenario.log_x else "linear", title_text="tokens per request",
+                     row=1, col=2)
+    fig.update_yaxes(title_text="GiB", row=1, col=2)
+    parts = (("weights_per_gpu_gib", "weights"), ("reserve_gib", "runtime reserve"),
+             ("kv_budget_gib", "KV budget"))
+    base = np.zeros(len(ok))
+    for col, label in parts:  # stacked by hand: the layout's barmode stays "group" for the GPU chart
+        if col in ok:
+            fig.add_trace(go.Bar(x=ok["kv_dtype"], y=ok[col], base=base.copy(), name=label,
+                                 offsetgroup="mem", legendgroup="mem"), row=2, col=1)
+            base = base + ok[col].to_numpy(dtype=float)
+    fig.update_layout(barmode="group")
+    fig.update_yaxes(title_text="GiB", row=2, col=1)
+    for col in gpu_df.columns[3:]:
+        fig.add_trace(go.Bar(x=gpu_df["gpu"], y=gpu_df[col], name=f"fit {col.removesuffix('_max_requests')}",
+                             legendgroup="gpu"), row=2, col=2)
+    fig.update_xaxes(tickangle=-60, row=2, col=2)
+    fig.update_yaxes(title_text="requests", row=2, col=2)
+    fig.update_layout(template=TEMPLATE, width=REPORT_WIDTH, height=REPORT_HEIGHT,
+                      title={"text": f"kvplan report — {scenario_title(scenario)}<br>"
+                                     f"<sup>{scenario_link(scenario)}</sup>", "x": 0.01},
+                      margin={"t": 110, "l": 60, "r": 30, "b": 90}, legend={"orientation": "v"})
+    return fig
+
+
+# -------------------------------------------------------------------------------------- report
+
+
+def write_report(scenario_arg: str, out: Path, png: bool = True) -> list[Path]:
+    """Write the tables' CSVs, ``scenario.json`` and (when possible) ``report.png`` into ``out``.
+
+    Returns the written paths. Without chromium/kaleido the PNG is skipped and a line saying so
+    (with the install command) is printed instead of failing.
+    """
+    scenario = load_scenario(scenario_arg)
+    out = Path(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise KVPlanError("file.missing", path=str(out), detail=exc.strerror or str(exc)) from None
+    tables = scenario_tables(scenario)
+    written: list[Path] = []
+    for stem, df in tables.items():
+        path = out / f"{stem}.csv"
+        path.write_text(to_csv(df, scenario), encoding="utf-8")
+        written.append(path)
+    path = out / "scenario.json"
+    named = next((f for f in named_scenarios().values() if f.id == str(scenario_arg).strip()), None)
+    path.write_text(scenario_to_json(scenario, **({"name": named.name, "description": named.description,
+                                                   "scenario_id": named.id, "source": named.source}
+                                                  if named else {})), encoding="utf-8")
+    written.append(path)
+    if png:
+        from kvplan.ui.png import PNG_MISSING_HELP, chromium_available, fig_to_png
+
+        if not chromium_available():
+            print(f"PNG skipped: {PNG_MISSING_HELP}")
+        else:
+            path = out / "report.png"
+            path.write_bytes(fig_to_png(report_figure(scenario, tables), REPORT_WIDTH, REPORT_HEIGHT, 1.0))
+            written.append(path)
+    return written

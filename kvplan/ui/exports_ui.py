@@ -1,0 +1,59 @@
+"""Download buttons under each chart/table: CSV (eager, small) and PNG (deferred: Chromium starts
+only when someone clicks). Scenario JSON download/upload lives in ``scenario_json_controls``."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from kvplan.errors import KVPlanError
+from kvplan.report import scenario_from_json, scenario_to_json, to_csv
+from kvplan.scenario import Scenario
+from kvplan.ui.png import INSTALL_HINT, PNG_MISSING_HELP, chromium_available, fig_to_png
+
+PNG_SCALE = 2.0
+DEFAULT_SIZE = (1000, 560)
+
+
+def _png_callable(fig):
+    width = int(fig.layout.width or DEFAULT_SIZE[0])
+    height = int(fig.layout.height or DEFAULT_SIZE[1])
+
+    def render() -> bytes:
+        return fig_to_png(fig, width, height, PNG_SCALE)
+
+    return render
+
+
+def download_buttons(name: str, df: pd.DataFrame, fig, scenario: Scenario) -> None:
+    """CSV of ``df`` (units in headers, the link as a leading comment) and, when ``fig`` is given,
+    a PNG of it; without Chromium the PNG slot explains how to install it."""
+    c1, c2 = st.columns(2)
+    c1.download_button("Download CSV", to_csv(df, scenario), file_name=f"kvplan_{name}.csv",
+                       mime="text/csv", key=f"csv_{name}", on_click="ignore",
+                       help="The table behind this view; units in the column headers and the "
+                            "scenario's link on the first line (a '#' comment).")
+    if fig is None:
+        return
+    if chromium_available():
+        c2.download_button("Download PNG", _png_callable(fig), file_name=f"kvplan_{name}.png",
+                           mime="image/png", key=f"png_{name}", on_click="ignore",
+                           help="Rendered on the server with kaleido + Chromium.")
+    else:
+        c2.caption(f"PNG export is unavailable: {PNG_MISSING_HELP}")
+        c2.code(INSTALL_HINT, language="bash")
+
+
+def scenario_json_controls(scenario: Scenario, key: str = "scenario_json") -> Scenario | None:
+    """Download the scenario as JSON, or upload one; returns the uploaded scenario when valid."""
+    st.download_button("Download scenario (JSON)", scenario_to_json(scenario),
+                       file_name="kvplan_scenario.json", mime="application/json",
+                       key=f"dl_{key}", on_click="ignore")
+    upload = st.file_uploader("Load a scenario (JSON)", type=["json"], key=f"up_{key}")
+    if upload is None:
+        return None
+    try:
+        return scenario_from_json(upload.getvalue())
+    except KVPlanError as exc:
+        st.warning(str(exc))
+        return None

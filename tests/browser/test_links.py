@@ -1,0 +1,164 @@
+"""The dashboard in a real browser: links, URL sync, Back, downloads, no exceptions, screenshot.
+
+Run with ``pytest -m browser tests/browser`` (Debian chromium at /usr/bin/chromium; the app is
+started by the ``app_url`` fixture).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import struct
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import pandas as pd
+import pytest
+from playwright.sync_api import Page, expect
+
+from kvplan.report import scenario_from_json
+from kvplan.scenario import Scenario
+
+pytestmark = pytest.mark.browser
+
+ROOT = Path(__file__).resolve().parents[2]
+IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"]'
+LOAD_MS = 60_000
+LINK_7B = "/?v=1&m=llama-2-7b&e=hf&kd=fp16&t=4096&u=1&g=a100-80gb-sxm"
+EXACT_7B = ("kv_per_token=524,288", "kv_per_request=2,147,483,648", "max_requests=33")
+PNG_WIDTH = 2000  # charts leave width unset: exports_ui renders 1000 px × scale 2
+
+
+def _open(page: Page, url: str) -> None:
+    page.goto(url)
+    expect(page.get_by_test_id("stMetric").first).to_be_visible(timeout=LOAD_MS)
+    page.wait_for_selector(IDLE, timeout=LOAD_MS)
+
+
+def _exact(page: Page):
+    return page.get_by_test_id("stCaptionContainer").filter(has_text="Exact:")
+
+
+def _query(page: Page) -> dict[str, str]:
+    return {k: v[-1] for k, v in parse_qs(urlsplit(page.url).query).items()}
+
+
+def _no_exception(page: Page) -> None:
+    assert page.get_by_test_id("stException").count() == 0
+
+
+def test_link_shows_expected_numbers(page: Page, app_url: str) -> None:
+    _open(page, app_url + LINK_7B)
+    for text in EXACT_7B:
+        expect(_exact(page)).to_contain_text(text)
+    expect(page.get_by_test_id("stMetric").filter(has_text="KV bytes per token")).to_contain_text("512")
+    assert _query(page)["m"] == "llama-2-7b"
+    _no_exception(page)
+
+
+def test_bad_link_warns_and_keeps_the_other_parameters(page: Page, app_url: str) -> None:
+    _open(page, app_url + "/?v=1&m=no-such-model&t=4096&u=1&zz=3")
+    alerts = page.get_by_test_id("stAlert")
+    expect(alerts.filter(has_text="no-such-model")).to_have_count(1)
+    expect(alerts.filter(has_text="'m'")).to_have_count(1)
+    expect(alerts.filter(has_text="zz")).to_have_count(1)
+    expect(page.get_by_test_id("stMetric").filter(has_text="KV per request at 4,096 tokens")).to_have_count(1)
+    query = _query(page)
+    assert query.get("t") == "4096" and "m" not in query and "zz" not in query
+    _no_exception(page)
+
+
+def test_widget_change_updates_url_fresh_page_and_back(page: Page, app_url: str) -> None:
+    _open(page, app_url + LINK_7B)
+    expect(_exact(page)).to_contain_text(EXACT_7B[0])
+    before = _exact(page).inner_text()
+    tokens = page.get_by_role("spinbutton", name="Exact context length (tokens)")
+    tokens.fill("2048")
+    tokens.press("Enter")
+    expect(page).to_have_url(re.compile(r"[?&]t=2048(&|$)"), timeout=LOAD_MS)
+    page.wait_for_selector(IDLE, timeout=LOAD_MS)
+    expect(_exact(page)).to_contain_text("kv_per_request=1,073,741,824", timeout=LOAD_MS)
+    after = _exact(page).inner_text()
+    shared = page.url
+
+    fresh = page.context.new_page()
+    _open(fresh, shared)
+    expect(_exact(fresh)).to_have_text(after)
+    assert _query(fresh) == _query(page)
+    _no_exception(fresh)
+    fresh.close()
+
+    page.go_back()
+    expect(page).to_have_url(re.compile(r"[?&]t=4096(&|$)"), timeout=LOAD_MS)
+    page.wait_for_selector(IDLE, timeout=LOAD_MS)
+    expect(_exact(page)).to_have_text(before, timeout=LOAD_MS)
+    expect(tokens).to_have_value("4096")
+    _no_exception(page)
+
+
+def _png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", data[:16]
+    return struct.unpack(">II", data[16:24])
+
+
+def test_every_download(page: Page, app_url: str, tmp_path: Path) -> None:
+    _open(page, app_url + LINK_7B)
+    scenario = Scenario.from_query(_query(page))[0]
+    seen_csv: list[str] = []
+    seen_png: list[str] = []
+    tabs = page.get_by_role("tab")
+    for index in range(tabs.count()):
+        tabs.nth(index).click()
+        page.wait_for_selector(IDLE, timeout=LOAD_MS)
+        for prefix, seen in (("csv_", seen_csv), ("png_", seen_png)):
+            boxes = page.locator(f'[class*="st-key-{prefix}"]')
+            for i in range(boxes.count()):
+                box = boxes.nth(i)
+                if not box.is_visible():
+                    continue
+                key = next(c for c in (box.get_attribute("class") or "").split()
+                           if c.startswith(f"st-key-{prefix}"))
+                if key in seen:
+                    continue
+                with page.expect_download(timeout=LOAD_MS) as info:
+                    box.get_by_role("button").click()
+                path = tmp_path / info.value.suggested_filename
+                info.value.save_as(path)
+                seen.append(key)
+                if prefix == "csv_":
+                    text = path.read_text(encoding="utf-8")
+                    first = text.splitlines()[0]
+                    assert first.startswith("# kvplan scenario ?"), first
+                    link = {k: v[-1] for k, v in parse_qs(first.split("?", 1)[1]).items()}
+                    assert Scenario.from_query(link)[0] == scenario
+                    df = pd.read_csv(io.StringIO(text), comment="#")
+                    assert len(df.columns) >= 2 and len(df) >= 1, key
+                    assert any("[" in c or "(" in c for c in df.columns), (key, list(df.columns))
+                else:
+                    width, height = _png_size(path.read_bytes())
+                    assert width == PNG_WIDTH and height % 2 == 0 and height >= 600, (key, width, height)
+    assert len(seen_csv) >= 5, seen_csv
+    assert len(seen_png) >= 5, seen_png
+    assert "st-key-csv_kv_vs_context" in seen_csv
+
+    json_box = page.locator('[class*="st-key-dl_scenario"]')
+    if json_box.count() == 0:
+        pytest.skip("no scenario JSON download in the app yet (exports_ui.scenario_json_controls)")
+    with page.expect_download(timeout=LOAD_MS) as info:
+        json_box.first.get_by_role("button").click()
+    raw = Path(info.value.path()).read_bytes()
+    assert json.loads(raw)["query"]["m"] == "llama-2-7b"
+    assert scenario_from_json(raw) == scenario
+    _no_exception(page)
+
+
+def test_page_has_no_exception_and_screenshot(page: Page, app_url: str) -> None:
+    _open(page, app_url + "/?v=1&m=llama-3.1-70b&g=h100-sxm&n=8&tp=8&t=32768&u=64")
+    expect(page.get_by_test_id("stPlotlyChart").first).to_be_visible(timeout=LOAD_MS)
+    page.set_viewport_size({"width": 1400, "height": 2600})  # streamlit scrolls inside stMain
+    page.wait_for_timeout(800)  # let plotly finish drawing
+    _no_exception(page)
+    (ROOT / "docs").mkdir(exist_ok=True)
+    page.screenshot(path=str(ROOT / "docs" / "screenshot.png"), full_page=True)
+    assert (ROOT / "docs" / "screenshot.png").stat().st_size > 10_000

@@ -1,0 +1,198 @@
+"""Exports: CSV with units and the link, scenario JSON, named scenarios, the report files, PNG."""
+
+from __future__ import annotations
+
+import io
+import json
+import struct
+from pathlib import Path
+from urllib.parse import parse_qs
+
+import pandas as pd
+import pytest
+
+from kvplan.errors import KVPlanError
+from kvplan.presets import model_presets, scenario_files
+from kvplan.report import (
+    load_scenario,
+    named_scenario,
+    named_scenarios,
+    report_figure,
+    scenario_from_json,
+    scenario_tables,
+    scenario_to_json,
+    to_csv,
+    unit_header,
+    write_report,
+)
+from kvplan.scenario import Scenario
+
+SCENARIO = Scenario(model="llama-3.1-70b", gpu="h100-sxm", num_gpus=8, tp=8, tokens=32768, users=16,
+                    kv_dtypes=["bf16", "fp8_e4m3"])
+
+
+def _read(text: str) -> pd.DataFrame:
+    return pd.read_csv(io.StringIO(text), comment="#")
+
+
+def test_csv_has_link_comment_units_and_parses_back() -> None:
+    df = pd.DataFrame({"tokens": [1, 2], "kv_bytes": [10, 20], "kv_gib": [0.5, 1.0],
+                       "Weights (GiB)": [3.0, 3.0], "kv_dtype": ["bf16", "fp8_e4m3"]})
+    text = to_csv(df, SCENARIO)
+    first = text.splitlines()[0]
+    assert first.startswith("# kvplan scenario ?")
+    link = parse_qs(first.split("?", 1)[1])
+    assert link["m"] == ["llama-3.1-70b"] and link["tp"] == ["8"]
+    assert Scenario.from_query({k: v[-1] for k, v in link.items()}) == (SCENARIO, [])
+    back = _read(text)
+    assert list(back.columns) == ["tokens [tokens]", "kv_bytes [B]", "kv [GiB]", "Weights (GiB)",
+                                  "kv_dtype"]
+    assert back["kv_bytes [B]"].tolist() == [10, 20]
+    assert back["kv_dtype"].tolist() == ["bf16", "fp8_e4m3"]
+
+
+def test_unit_header_rules() -> None:
+    assert unit_header("max_requests") == "max_requests [requests]"
+    assert unit_header("bf16_max_requests") == "bf16_max_requests [requests]"
+    assert unit_header("gpu_memory_gib") == "gpu_memory [GiB]"
+    assert unit_header("already [x]") == "already [x]"
+    assert unit_header("gpu") == "gpu"
+
+
+def test_scenario_tables_have_units_on_every_numeric_column() -> None:
+    for name, df in scenario_tables(SCENARIO).items():
+        back = _read(to_csv(df, SCENARIO))
+        assert len(back) == len(df), name
+        for column in back.columns:
+            values = back[column].dropna()
+            if len(values) and pd.api.types.is_numeric_dtype(values) and values.dtype != bool:
+                assert "[" in column, (name, column)
+
+
+def test_fit_table_numbers() -> None:
+    fit = scenario_tables(SCENARIO)["fit"]
+    assert fit["kv_dtype"].tolist() == ["bf16", "fp8_e4m3"]
+    # fp8 halves the per-request KV and (about) doubles the requests that fit.
+    bf16, fp8 = fit.iloc[0], fit.iloc[1]
+    assert fp8["kv_per_request_gib"] == pytest.approx(bf16["kv_per_request_gib"] / 2)
+    assert fp8["max_requests"] >= 2 * bf16["max_requests"]
+
+
+def test_scenario_json_round_trip() -> None:
+    text = scenario_to_json(SCENARIO, name="70B", description="d")
+    data = json.loads(text)
+    assert set(data) == {"id", "name", "description", "source", "query"}
+    assert data["query"] == SCENARIO.to_query()
+    assert scenario_from_json(text) == SCENARIO
+    assert scenario_from_json(text.encode()) == SCENARIO
+
+
+def test_scenario_json_with_custom_config_round_trips() -> None:
+    full = Scenario(model="custom", custom_config=dict(model_presets()["qwen3-8b"].config))
+    scenario = Scenario.from_query(full.to_query())[0]  # links keep only the architecture keys
+    assert scenario.custom_config["num_hidden_layers"] == 36
+    assert scenario_from_json(scenario_to_json(scenario)) == scenario
+
+
+@pytest.mark.parametrize("raw", [
+    "not json", "[1, 2]", '{"query": {"m": "x"}, "extra": 1}', '{"name": "no query"}',
+    '{"query": {"m": "no-such-model"}}', '{"query": {"t": "-1"}}', '{"query": {"zz": "1"}}',
+    '{"id": "bad id!", "query": {}}', "x" * 1_000_001,
+])
+def test_invalid_scenario_json_raises_scenario_invalid(raw: str) -> None:
+    with pytest.raises(KVPlanError) as err:
+        scenario_from_json(raw)
+    assert err.value.code == "scenario.invalid"
+
+
+def test_json_accepts_numbers_and_bools_in_query() -> None:
+    scenario = scenario_from_json('{"query": {"t": 2048, "lx": false, "gu": 0.9}}')
+    assert (scenario.tokens, scenario.log_x, scenario.gpu_util) == (2048, False, 0.9)
+
+
+def test_named_scenarios_load_and_compute() -> None:
+    ids = {path.stem for path in scenario_files()}
+    assert ids == set(named_scenarios())
+    for needed in ("llama-2-7b-fp16", "opt-13b-vllm-paper", "deepseek-v2-mla-vs-67b",
+                   "llama-3.1-70b-8xh100", "deepseek-v3-8xh200", "gemma-3-27b-long-context"):
+        assert needed in ids
+    for scenario_id in ids:
+        scenario = named_scenario(scenario_id)
+        fit = scenario_tables(scenario)["fit"]
+        assert (fit["note"] == "").all(), (scenario_id, fit["note"].tolist())
+
+
+def test_seed_numbers() -> None:
+    fit = scenario_tables(named_scenario("llama-2-7b-fp16"))["fit"]
+    assert fit["kv_per_request_gib"].tolist() == [2.0]  # 0.5 MiB/token × 4096 tokens
+    v2 = scenario_tables(named_scenario("deepseek-v2-mla-vs-67b"))["fit"]
+    base = scenario_tables(named_scenario("deepseek-llm-67b-baseline"))["fit"]
+    reduction = 1 - v2["kv_per_request_gib"].iloc[0] / base["kv_per_request_gib"].iloc[0]
+    assert reduction > 0.8
+
+
+def test_load_scenario_accepts_file_id_and_links(tmp_path: Path) -> None:
+    path = tmp_path / "s.json"
+    path.write_text(scenario_to_json(SCENARIO))
+    assert load_scenario(str(path)) == SCENARIO
+    assert load_scenario(path) == SCENARIO
+    query = "&".join(f"{k}={v}" for k, v in SCENARIO.to_query().items())
+    assert load_scenario("?" + query) == SCENARIO
+    assert load_scenario("http://127.0.0.1:8501/?" + query + "#frag") == SCENARIO
+    assert load_scenario(query) == SCENARIO
+    assert load_scenario("opt-13b-vllm-paper").gpu == "a100-40gb-sxm"
+    with pytest.raises(KVPlanError) as err:
+        load_scenario("no-such-scenario")
+    assert err.value.code == "unknown.scenario"
+    with pytest.raises(KVPlanError) as err:
+        load_scenario(str(tmp_path / "missing.json"))
+    assert err.value.code == "file.missing"
+    with pytest.raises(KVPlanError) as err:
+        load_scenario("?m=nope&t=5")
+    assert err.value.code == "scenario.invalid" and "'m'" in str(err.value)
+
+
+def test_write_report_without_png(tmp_path: Path, capsys) -> None:
+    paths = write_report("llama-3.1-70b-8xh100", tmp_path / "out", png=False)
+    names = sorted(p.name for p in paths)
+    assert names == ["fit.csv", "kv_vs_tokens.csv", "requests_per_gpu.csv", "scenario.json"]
+    for path in paths:
+        assert path.exists() and path.stat().st_size > 0
+    fit = pd.read_csv(tmp_path / "out" / "fit.csv", comment="#")
+    assert "max_requests [requests]" in fit.columns
+    assert json.loads((tmp_path / "out" / "scenario.json").read_text())["id"] == "llama-3.1-70b-8xh100"
+    assert load_scenario(str(tmp_path / "out" / "scenario.json")) == named_scenario("llama-3.1-70b-8xh100")
+
+
+def test_cli_report(tmp_path: Path, capsys) -> None:
+    from kvplan.cli import main
+
+    assert main(["report", "--scenario", "llama-2-7b-fp16", "--out", str(tmp_path), "--no-png"]) == 0
+    assert "fit.csv" in capsys.readouterr().out
+    assert main(["report", "--scenario", "?m=nope", "--out", str(tmp_path), "--no-png"]) == 2
+    assert "'m'" in capsys.readouterr().err
+
+
+def test_report_figure_has_explicit_template_and_size() -> None:
+    fig = report_figure(SCENARIO)
+    assert fig.layout.template.layout.paper_bgcolor is not None or fig.layout.template is not None
+    assert (fig.layout.width, fig.layout.height) == (1400, 1000)
+    assert len(fig.data) >= 6
+
+
+def _png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    return struct.unpack(">II", data[16:24])
+
+
+@pytest.mark.png
+def test_png_export(tmp_path: Path) -> None:
+    from kvplan.ui.png import chromium_available, fig_to_png
+
+    if not chromium_available():
+        pytest.skip("chromium/kaleido missing: apt-get install -y chromium fonts-liberation")
+    fig = report_figure(SCENARIO)
+    assert _png_size(fig_to_png(fig, 700, 400, 2.0)) == (1400, 800)
+    paths = write_report("deepseek-v3-8xh200", tmp_path, png=True)
+    png = [p for p in paths if p.suffix == ".png"]
+    assert len(png) == 1 and _png_size(png[0].read_bytes()) == (1400, 1000)
