@@ -1,0 +1,150 @@
+"""The same model rebuilt with other attention designs, to compare what each costs in KV cache.
+
+Every variant keeps the real model's layer count, hidden size, query heads, head size and weights
+(``params_total``), so only the attention cache changes. Assumptions (stated in the UI):
+
+* ``mha`` — dense multi-head attention: every attention layer caches all ``n_heads`` K/V heads of
+  ``head_dim`` (the model's query heads and head size), full length.
+* ``gqa`` — grouped-query attention with the model's real KV-head count (``ASSUMED_GQA_HEADS`` when
+  the model has none, e.g. an MLA model), full length.
+* ``swa`` — the GQA variant with every attention layer a sliding window of ``swa_window`` tokens
+  (Mistral-7B-v0.1 style; default 4,096).
+* ``mla`` — multi-head latent attention caching ``kv_lora_rank + qk_rope_head_dim`` elements per
+  token and layer (DeepSeek-V2: 512 + 64).
+* ``real`` — the model as configured.
+
+Recurrent and cache-free layers are kept as they are in every variant.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pandas as pd
+
+from kvplan.arch import MLA, Attention, LayerSpec, ModelArch
+from kvplan.errors import KVPlanError
+
+DEFAULT_SWA_WINDOW = 4096
+DEFAULT_MLA_RANK = 512
+DEFAULT_MLA_ROPE = 64
+ASSUMED_GQA_HEADS = 8
+DESIGNS: dict[str, str] = {
+    "real": "Real model",
+    "mha": "Dense MHA",
+    "gqa": "GQA",
+    "swa": "Sliding window",
+    "mla": "MLA",
+}
+
+
+def _is_attention(layer: LayerSpec) -> bool:
+    return isinstance(layer, Attention | MLA)
+
+
+def _rebuild(arch: ModelArch, make: Callable[[LayerSpec], LayerSpec], label: str) -> ModelArch:
+    if not any(_is_attention(layer) for layer in arch.layers):
+        raise KVPlanError("config.unsupported", what=f"the {label} variant",
+                          detail=f"{arch.name} has no attention layers to rebuild")
+    layers = tuple(make(layer) if _is_attention(layer) else layer for layer in arch.layers)
+    return arch.model_copy(update={"layers": layers, "name": f"{arch.name} as {label}"})
+
+
+def real_gqa_heads(arch: ModelArch) -> int:
+    """The model's KV heads over its attention layers, or ``ASSUMED_GQA_HEADS`` when it has none."""
+    heads = [layer.n_kv_heads for layer in arch.layers if isinstance(layer, Attention)]
+    return max(heads) if heads else min(ASSUMED_GQA_HEADS, arch.n_heads)
+
+
+def as_mha(arch: ModelArch) -> ModelArch:
+    spec = Attention(n_kv_heads=arch.n_heads, head_dim_k=arch.head_dim, head_dim_v=arch.head_dim)
+    return _rebuild(arch, lambda _layer: spec, "dense MHA")
+
+
+def as_gqa(arch: ModelArch, kv_heads: int | None = None) -> ModelArch:
+    heads = kv_heads or real_gqa_heads(arch)
+    spec = Attention(n_kv_heads=heads, head_dim_k=arch.head_dim, head_dim_v=arch.head_dim)
+    return _rebuild(arch, lambda _layer: spec, f"GQA ({heads} KV heads)")
+
+
+def as_swa(arch: ModelArch, window: int = DEFAULT_SWA_WINDOW, kv_heads: int | None = None) -> ModelArch:
+    heads = kv_heads or real_gqa_heads(arch)
+    spec = Attention(kind="sliding", n_kv_heads=heads, head_dim_k=arch.head_dim,
+                     head_dim_v=arch.head_dim, window=window)
+    return _rebuild(arch, lambda _layer: spec, f"sliding window {window:,}")
+
+
+def as_mla(arch: ModelArch, kv_lora_rank: int = DEFAULT_MLA_RANK,
+           qk_rope_head_dim: int = DEFAULT_MLA_ROPE) -> ModelArch:
+    spec = MLA(kv_lora_rank=kv_lora_rank, qk_rope_head_dim=qk_rope_head_dim, n_heads=arch.n_heads,
+               qk_nope_head_dim=arch.head_dim, v_head_dim=arch.head_dim)
+    return _rebuild(arch, lambda _layer: spec, f"MLA ({kv_lora_rank} + {qk_rope_head_dim})")
+
+
+def variants(arch: ModelArch, swa_window: int = DEFAULT_SWA_WINDOW,
+             kv_lora_rank: int = DEFAULT_MLA_RANK,
+             qk_rope_head_dim: int = DEFAULT_MLA_ROPE) -> dict[str, ModelArch]:
+    """Design id → ModelArch, the real model first."""
+    out: dict[str, ModelArch] = {"real": arch}
+    builders: dict[str, Callable[[], ModelArch]] = {
+        "mha": lambda: as_mha(arch),
+        "gqa": lambda: as_gqa(arch),
+        "swa": lambda: as_swa(arch, swa_window),
+        "mla": lambda: as_mla(arch, kv_lora_rank, qk_rope_head_dim),
+    }
+    for key, build in builders.items():
+        try:
+            out[key] = build()
+        except KVPlanError:
+            continue
+    return out
+
+
+def assumptions(arch: ModelArch, swa_window: int = DEFAULT_SWA_WINDOW,
+                kv_lora_rank: int = DEFAULT_MLA_RANK, qk_rope_head_dim: int = DEFAULT_MLA_ROPE) -> list[str]:
+    """One sentence per variant with the values plugged in."""
+    heads = real_gqa_heads(arch)
+    has_gqa = any(isinstance(layer, Attention) for layer in arch.layers)
+    gqa_basis = "the model's real KV heads" if has_gqa else f"assumed ({ASSUMED_GQA_HEADS} max)"
+    return [
+        f"Dense MHA: {arch.n_heads} KV heads × head_dim {arch.head_dim} on every attention layer.",
+        f"GQA: {heads} KV heads ({gqa_basis}) × head_dim {arch.head_dim}, full length.",
+        f"Sliding window: GQA with every attention layer limited to the last {swa_window:,} tokens.",
+        f"MLA: latent of kv_lora_rank {kv_lora_rank} + rope {qk_rope_head_dim} = "
+        f"{kv_lora_rank + qk_rope_head_dim} elements per token and layer (DeepSeek-V2 values).",
+        f"All variants keep the real model's {arch.n_layers} layers and weights "
+        f"({arch.params_total:,} parameters); recurrent / cache-free layers are unchanged.",
+    ]
+
+
+def design_table(arch: ModelArch, gpu, query, swa_window: int = DEFAULT_SWA_WINDOW,
+                 kv_lora_rank: int = DEFAULT_MLA_RANK,
+                 qk_rope_head_dim: int = DEFAULT_MLA_ROPE) -> pd.DataFrame:
+    """Per design: KV bytes per token (full length), KV per request and requests that fit.
+
+    ``query`` is a :class:`kvplan.capacity.FitQuery`; its engine and ``kv_dtype`` apply to every design.
+    """
+    from kvplan.capacity import fit
+    from kvplan.sizing import full_length_bytes_per_token, kv_cache
+
+    rows = []
+    for key, variant in variants(arch, swa_window, kv_lora_rank, qk_rope_head_dim).items():
+        row: dict = {"design": key, "label": DESIGNS[key], "model": variant.name,
+                     "kv_dtype": query.kv_dtype, "engine": query.engine, "tokens": query.tokens}
+        try:
+            engine = query.engine
+            row["kv_bytes_per_token"] = full_length_bytes_per_token(variant, query.kv_dtype, engine)
+            row["kv_bytes_at_tokens"] = kv_cache(variant, query.tokens, 1, query.kv_dtype, engine).kv_bytes
+            result = fit(variant, gpu, query, search_gpus=False)
+            row.update(kv_bytes_per_request=result.kv_bytes_per_request,
+                       kv_budget_bytes=result.kv_budget_bytes, max_requests=result.max_requests,
+                       fits=result.fits, error="")
+        except KVPlanError as err:
+            row.update(error=str(err))
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    for column in ("kv_bytes_per_token", "kv_bytes_at_tokens", "kv_bytes_per_request",
+                   "kv_budget_bytes", "max_requests"):
+        if column not in frame:
+            frame[column] = pd.NA
+    return frame

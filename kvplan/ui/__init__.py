@@ -1,0 +1,1 @@
+"""Streamlit dashboard pieces: sidebar/URL state, pure data builders, plotly charts, views."""

@@ -1,0 +1,179 @@
+"""Plotly figures built from the view DataFrames; explicit template, units and hover everywhere."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from kvplan.designs import DESIGNS
+from kvplan.ui.theme import (
+    BUDGET_COLOR,
+    DESIGN_COLORS,
+    GIB,
+    KIND_COLORS,
+    MEMORY_COLORS,
+    TEMPLATE,
+    dtype_color,
+    exact_bytes,
+)
+
+_HEIGHT = 430
+
+
+def _layout(fig: go.Figure, title: str, **kwargs) -> go.Figure:
+    fig.update_layout(template=TEMPLATE, title=title, height=_HEIGHT, hovermode="closest",
+                      legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0},
+                      margin={"t": 90, "l": 70, "r": 20, "b": 60}, **kwargs)
+    return fig
+
+
+def _budget_line(fig: go.Figure, budget: int | None, label: str = "KV budget") -> None:
+    if budget is None:
+        return
+    fig.add_hline(y=budget / GIB, line_color=BUDGET_COLOR, line_dash="dash",
+                  annotation_text=f"{label}: {budget / GIB:,.2f} GiB ({budget:,} B)",
+                  annotation_position="top left", annotation_font_color=BUDGET_COLOR)
+
+
+def _bytes_hover(frame: pd.DataFrame, column: str = "kv_bytes") -> list[str]:
+    return [exact_bytes(int(v)) for v in frame[column]]
+
+
+def kv_context_figure(df: pd.DataFrame, by_kind: pd.DataFrame | None, budget: int | None,
+                      tokens: int, users: int, log_axes: bool, title_suffix: str = "") -> go.Figure:
+    fig = go.Figure()
+    if by_kind is not None and not by_kind.empty:
+        for kind, part in by_kind.groupby("kind", sort=False):
+            fig.add_trace(go.Scatter(
+                x=part["tokens"], y=part["kv_bytes"] / GIB,
+                name=f"{kind} layers ({part['kv_dtype'].iloc[0]})",
+                stackgroup="kinds", mode="lines", line={"color": KIND_COLORS.get(str(kind), "#999")},
+                customdata=_bytes_hover(part),
+                hovertemplate="%{x:,} tokens<br>%{customdata}<extra>" + str(kind) + " layers</extra>"))
+    for dtype, part in df.groupby("kv_dtype", sort=False):
+        fig.add_trace(go.Scatter(
+            x=part["tokens"], y=part["kv_bytes"] / GIB, name=str(dtype), mode="lines",
+            line={"color": dtype_color(str(dtype)), "width": 2.5,
+                  "dash": "dot" if by_kind is not None and not by_kind.empty else "solid"},
+            customdata=_bytes_hover(part),
+            hovertemplate="%{x:,} tokens<br>%{customdata}<extra>" + str(dtype) + "</extra>"))
+    _budget_line(fig, budget)
+    fig.add_vline(x=tokens, line_color="#555", line_dash="dot",
+                  annotation_text=f"{tokens:,} tokens", annotation_position="bottom right")
+    axis = "log" if log_axes else "linear"
+    _layout(fig, f"KV cache of {users:,} request(s) vs context length{title_suffix}")
+    fig.update_xaxes(title="context length (tokens)", type=axis)
+    fig.update_yaxes(title="KV cache per GPU (GiB, 1 GiB = 2^30 B)", type=axis)
+    if log_axes:  # stacked areas fill down to 0, which would stretch a log axis to 1e-300
+        values = [v for frame in (df, by_kind) if frame is not None and not frame.empty
+                  for v in (frame["kv_bytes"] / GIB).tolist() if v > 0]
+        if budget:
+            values.append(budget / GIB)
+        if values:
+            low, high = min(values), max(values)
+            fig.update_yaxes(range=[math.log10(low) - 0.3, math.log10(high) + 0.3])
+    return fig
+
+
+def kv_users_figure(df: pd.DataFrame, budget: int | None, tokens: int, users: int) -> go.Figure:
+    fig = go.Figure()
+    for dtype, part in df.groupby("kv_dtype", sort=False):
+        fig.add_trace(go.Scatter(
+            x=part["users"], y=part["kv_bytes"] / GIB, name=str(dtype), mode="lines",
+            line={"color": dtype_color(str(dtype)), "width": 2.5}, customdata=_bytes_hover(part),
+            hovertemplate="%{x:,} requests<br>%{customdata}<extra>" + str(dtype) + "</extra>"))
+    _budget_line(fig, budget)
+    fig.add_vline(x=users, line_color="#555", line_dash="dot",
+                  annotation_text=f"{users:,} users", annotation_position="bottom right")
+    _layout(fig, f"KV cache vs concurrent requests at {tokens:,} tokens each")
+    fig.update_xaxes(title="concurrent requests")
+    fig.update_yaxes(title="KV cache per GPU (GiB, 1 GiB = 2^30 B)")
+    return fig
+
+
+def memory_figure(df: pd.DataFrame, chosen_gpu: str) -> go.Figure:
+    ok = df[df["error"] == ""] if "error" in df else df
+    names = [f"<b>{n}</b>" if g == chosen_gpu else n for g, n in zip(ok["gpu"], ok["gpu_name"], strict=True)]
+    parts = [("weights_bytes", "weights", MEMORY_COLORS["weights"]),
+             ("reserve_bytes", "runtime reserve", MEMORY_COLORS["reserve"]),
+             ("kv_at_load_bytes", "KV at the chosen load", None),
+             ("held_back_bytes", "held back by the engine (1 − utilization)", MEMORY_COLORS["held_back"]),
+             ("free_bytes", "free", MEMORY_COLORS["free"])]
+    fig = go.Figure()
+    for column, label, color in parts:
+        values = ok[column].clip(lower=0) if column == "free_bytes" else ok[column]
+        colors = color or [MEMORY_COLORS["kv"] if f else MEMORY_COLORS["kv_over"] for f in ok["fits"]]
+        fig.add_trace(go.Bar(
+            x=names, y=values / GIB, name=label, marker_color=colors,
+            customdata=[exact_bytes(int(v)) for v in values],
+            hovertemplate="%{x}<br>" + label + ": %{customdata}<extra></extra>"))
+    fig.add_trace(go.Scatter(
+        x=names, y=ok["capacity_bytes"] / GIB, mode="markers", name="device capacity",
+        marker={"symbol": "line-ew-open", "size": 18, "color": "#000"},
+        customdata=[exact_bytes(int(v)) for v in ok["capacity_bytes"]],
+        hovertemplate="%{x}<br>capacity: %{customdata}<extra></extra>"))
+    for name, fits in zip(names, ok["fits"], strict=True):
+        if not fits:
+            fig.add_annotation(x=name, y=0, text="✗", showarrow=False, yshift=-8,
+                               font={"color": MEMORY_COLORS["kv_over"], "size": 14})
+    _layout(fig, "Memory per accelerator (per GPU) — red KV = does not fit", barmode="stack")
+    fig.update_layout(height=520)
+    fig.update_xaxes(title="accelerator (sorted by memory)", tickangle=-40)
+    fig.update_yaxes(title="memory per GPU (GiB, 1 GiB = 2^30 B)")
+    return fig
+
+
+def requests_heatmap(df: pd.DataFrame) -> go.Figure:
+    table = df.pivot_table(index="gpu_name", columns="kv_dtype", values="max_requests",
+                           aggfunc="first", sort=False)
+    order = list(dict.fromkeys(df["gpu_name"]))
+    table = table.reindex(order)
+    fig = go.Figure(go.Heatmap(
+        z=table.values, x=list(table.columns), y=list(table.index), colorscale="Blues",
+        text=table.values, texttemplate="%{text:,}",
+        hovertemplate="%{y}<br>%{x}: %{z:,} requests<extra></extra>",
+        colorbar={"title": "requests"}))
+    _layout(fig, "Requests that fit per replica (accelerator × KV dtype)")
+    fig.update_layout(height=max(_HEIGHT, 24 * len(order) + 140))
+    fig.update_xaxes(title="KV dtype")
+    fig.update_yaxes(title="accelerator")
+    return fig
+
+
+def context_users_heatmap(df: pd.DataFrame, gpu_name: str, dtype: str) -> go.Figure:
+    share = df.pivot_table(index="users", columns="tokens", values="kv_share", aggfunc="first")
+    fits = df.pivot_table(index="users", columns="tokens", values="fits", aggfunc="first")
+    text = [["✓" if f else "✗" for f in row] for row in fits.values]
+    fig = go.Figure(go.Heatmap(
+        z=share.values.clip(max=2.0) * 100, x=[f"{t:,}" for t in share.columns],
+        y=[f"{u:,}" for u in share.index], text=text, texttemplate="%{text}",
+        colorscale=[[0, "#e5f5e0"], [0.499, "#74c476"], [0.5, "#fcbba1"], [1, "#a50f15"]],
+        zmin=0, zmax=200, colorbar={"title": "% of KV budget"},
+        hovertemplate="%{y} users × %{x} tokens<br>%{z:.1f}% of the KV budget<extra></extra>"))
+    _layout(fig, f"Does it fit? {gpu_name}, {dtype} (✓ fits, ✗ does not)")
+    fig.update_xaxes(title="context length (tokens)", type="category")
+    fig.update_yaxes(title="concurrent users", type="category")
+    return fig
+
+
+def designs_figure(df: pd.DataFrame) -> go.Figure:
+    ok = df[df["error"] == ""] if "error" in df else df
+    labels = [DESIGNS.get(d, d) for d in ok["design"]]
+    colors = [DESIGN_COLORS.get(d, "#999") for d in ok["design"]]
+    fig = make_subplots(rows=1, cols=2, subplot_titles=(
+        "KV bytes per token (full length, whole model)", "Requests that fit per replica"))
+    fig.add_trace(go.Bar(x=labels, y=ok["kv_bytes_per_token"] / 1024, marker_color=colors,
+                         customdata=[f"{int(v):,} B" for v in ok["kv_bytes_per_token"]],
+                         hovertemplate="%{x}: %{customdata} per token<extra></extra>",
+                         showlegend=False), row=1, col=1)
+    fig.add_trace(go.Bar(x=labels, y=ok["max_requests"], marker_color=colors,
+                         text=[f"{int(v):,}" for v in ok["max_requests"]], textposition="outside",
+                         hovertemplate="%{x}: %{y:,} requests<extra></extra>", showlegend=False),
+                  row=1, col=2)
+    _layout(fig, "Attention designs compared (same layers and weights)")
+    fig.update_yaxes(title_text="KiB per token (1 KiB = 1,024 B)", row=1, col=1)
+    fig.update_yaxes(title_text="concurrent requests", row=1, col=2)
+    return fig

@@ -1,0 +1,139 @@
+"""Pure data builders behind every view: one DataFrame per chart (no Streamlit, easy to test)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from kvplan.arch import ModelArch
+from kvplan.capacity import FitQuery, FitResult, _settings, fit
+from kvplan.errors import KVPlanError
+from kvplan.presets import GPU, gpus
+from kvplan.sizing import sweep, sweep_by_kind
+
+CONTEXT_GRID = (512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144, 524288, 1048576)
+USERS_GRID = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+
+
+def token_grid(tokens: int, log_x: bool, limit: int = 10_000_000, points: int = 161) -> np.ndarray:
+    """Context lengths to plot: 1..10M log-spaced, or 0..2× the chosen length (linear)."""
+    if log_x:
+        grid = np.round(np.logspace(0, np.log10(limit), points))
+    else:
+        top = min(max(2 * tokens, 1024), limit)
+        grid = np.round(np.linspace(1, top, points))
+    return np.unique(np.append(grid.astype(np.int64), tokens))
+
+
+def kv_vs_context(arch: ModelArch, gpu: GPU, query: FitQuery, kv_dtypes: list[str],
+                  log_x: bool) -> tuple[pd.DataFrame, list[str]]:
+    """Held KV bytes (per GPU rank) of ``users`` requests over context length, one block per dtype."""
+    t = token_grid(query.tokens, log_x)
+    settings = _settings(query, gpu)
+    frames, errors = [], []
+    for dtype in kv_dtypes:
+        try:
+            frame = sweep(arch, t, [query.users], [dtype], [query.engine], settings)
+        except KVPlanError as err:
+            errors.append(f"{dtype}: {err}")
+            continue
+        frame["kv_dtype"] = dtype
+        frames.append(frame)
+    if not frames:
+        return pd.DataFrame(columns=["engine", "kv_dtype", "tokens", "batch", "kv_bytes",
+                                     "reserved_bytes"]), errors
+    return pd.concat(frames, ignore_index=True), errors
+
+
+def kv_by_kind(arch: ModelArch, gpu: GPU, query: FitQuery, log_x: bool) -> pd.DataFrame:
+    """Held bytes per layer kind (long format: tokens, kind, kv_bytes) for the first dtype."""
+    t = token_grid(query.tokens, log_x)
+    wide = sweep_by_kind(arch, t, query.kv_dtype, query.engine, query.users, _settings(query, gpu))
+    long = wide.melt(id_vars="tokens", var_name="kind", value_name="kv_bytes")
+    long["kv_dtype"] = query.kv_dtype
+    return long
+
+
+def fits_per_dtype(arch: ModelArch, gpu: GPU, query: FitQuery,
+                   kv_dtypes: list[str]) -> tuple[dict[str, FitResult], list[str]]:
+    results, errors = {}, []
+    for dtype in kv_dtypes:
+        try:
+            results[dtype] = fit(arch, gpu, query.model_copy(update={"kv_dtype": dtype}))
+        except KVPlanError as err:
+            errors.append(f"{dtype}: {err}")
+    return results, errors
+
+
+def kv_vs_users(results: dict[str, FitResult], users: int) -> pd.DataFrame:
+    """KV bytes per GPU of ``u`` requests at the chosen length, u = 1..past the limit."""
+    most = max([r.max_requests for r in results.values()] + [0])
+    top = int(min(max(2 * users, int(most * 1.25) + 1, 8), 10_000_000))
+    u = np.unique(np.round(np.linspace(1, top, min(top, 200))).astype(np.int64))
+    u = np.unique(np.append(u, users))
+    rows = []
+    for dtype, result in results.items():
+        kv = u * result.kv_bytes_per_request
+        rows.append(pd.DataFrame({
+            "kv_dtype": dtype, "users": u, "kv_bytes": kv,
+            "kv_budget_bytes": result.kv_budget_bytes,
+            "fits": (u <= result.max_requests) & result.weights_fit}))
+    return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(
+        columns=["kv_dtype", "users", "kv_bytes", "kv_budget_bytes", "fits"])
+
+
+def memory_per_gpu(arch: ModelArch, query: FitQuery) -> pd.DataFrame:
+    """Per accelerator (per GPU): weights, reserve, KV at the chosen load, held back, free."""
+    rows = []
+    for gpu in sorted(gpus().values(), key=lambda g: g.capacity_bytes):
+        try:
+            r = fit(arch, gpu, query, search_gpus=False)
+        except KVPlanError as err:
+            rows.append({"gpu": gpu.id, "gpu_name": gpu.name, "error": str(err)})
+            continue
+        kv_load = r.kv_bytes_per_request * query.users
+        used = r.weights_bytes + r.reserve_bytes + kv_load
+        rows.append({
+            "gpu": gpu.id, "gpu_name": gpu.name, "capacity_bytes": r.gpu_capacity_bytes,
+            "memory_target_bytes": r.memory_target_bytes, "weights_bytes": r.weights_bytes,
+            "reserve_bytes": r.reserve_bytes, "kv_at_load_bytes": kv_load,
+            "held_back_bytes": r.gpu_capacity_bytes - r.memory_target_bytes,
+            "free_bytes": r.memory_target_bytes - used, "kv_budget_bytes": r.kv_budget_bytes,
+            "max_requests": r.max_requests, "fits": r.fits, "error": ""})
+    return pd.DataFrame(rows)
+
+
+def requests_grid(arch: ModelArch, query: FitQuery, kv_dtypes: list[str]) -> pd.DataFrame:
+    """Requests that fit, accelerators × KV dtypes."""
+    rows = []
+    for gpu in sorted(gpus().values(), key=lambda g: g.capacity_bytes):
+        for dtype in kv_dtypes:
+            row = {"gpu": gpu.id, "gpu_name": gpu.name, "kv_dtype": dtype}
+            try:
+                r = fit(arch, gpu, query.model_copy(update={"kv_dtype": dtype}), search_gpus=False)
+                row.update(weights_bytes=r.weights_bytes, kv_budget_bytes=r.kv_budget_bytes,
+                           kv_bytes_per_request=r.kv_bytes_per_request, max_requests=r.max_requests,
+                           max_tokens_per_request=r.max_tokens_per_request, fits=r.fits, error="")
+            except KVPlanError as err:
+                row.update(max_requests=0, fits=False, error=str(err))
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def context_users_grid(arch: ModelArch, gpu: GPU, query: FitQuery) -> pd.DataFrame:
+    """For the chosen GPU and first dtype: does ``users`` × ``context`` fit, and the KV share used."""
+    contexts = sorted(set(CONTEXT_GRID) | {query.tokens})
+    users = sorted(set(USERS_GRID) | {query.users})
+    rows = []
+    for tokens in contexts:
+        try:
+            r = fit(arch, gpu, query.model_copy(update={"tokens": tokens, "users": 1}), search_gpus=False)
+        except KVPlanError:
+            continue
+        for u in users:
+            need = u * r.kv_bytes_per_request
+            rows.append({"tokens": tokens, "users": u, "max_requests": r.max_requests,
+                         "kv_bytes": need, "kv_budget_bytes": r.kv_budget_bytes,
+                         "kv_share": need / r.kv_budget_bytes if r.kv_budget_bytes else float("inf"),
+                         "fits": bool(r.weights_fit and r.max_requests >= u)})
+    return pd.DataFrame(rows)

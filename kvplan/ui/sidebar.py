@@ -1,0 +1,318 @@
+"""Scenario ⇄ URL ⇄ widgets: read the link (Back/Forward aware), build the sidebar, write the link."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import streamlit as st
+
+from kvplan.arch import ModelArch
+from kvplan.capacity import DEFAULT_RESERVE_GIB, VLLM_DEFAULT_GPU_UTIL, FitQuery
+from kvplan.config_import import parse_config
+from kvplan.dtypes import DTYPES, KV_DTYPE_CHOICES, WEIGHT_DTYPES
+from kvplan.engines import ENGINES
+from kvplan.errors import KVPlanError, short
+from kvplan.presets import GPU, get_gpu, gpus, load_model, model_presets
+from kvplan.scenario import Scenario
+from kvplan.ui.theme import fmt_tokens
+
+CUSTOM = "custom"
+MAX_UI_TOKENS = 10_000_000
+MAX_UI_USERS = 10_000_000
+#: Log-spaced context lengths for the slider (the current value is always added).
+TOKEN_STEPS = sorted({1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, MAX_UI_TOKENS}
+                     | {2**k for k in range(0, 24)})
+#: Scenario field → widget key (session_state is the single source of truth for widgets).
+WIDGETS: dict[str, str] = {
+    "model": "w_model", "engine": "w_engine", "kv_dtypes": "w_kd", "weight_dtype": "w_wd",
+    "gpu": "w_gpu", "num_gpus": "w_n", "tp": "w_tp", "pp": "w_pp", "tokens": "w_tokens",
+    "users": "w_users", "reserve_gib": "w_reserve", "gpu_util": "w_util", "block_size": "w_bs",
+    "max_num_batched_tokens": "w_mb", "log_x": "w_lx", "stack_kinds": "w_sk",
+    "prefix_tokens": "w_pf", "output_tokens": "w_o",
+}
+ENGINE_SHORT = {"hf": "HF dynamic", "hf-legacy": "HF dynamic (≤5.14)", "hf-static": "HF static",
+                "vllm": "vLLM", "sglang": "SGLang"}
+
+
+# ---------------------------------------------------------------- model resolution (cached)
+def config_key(config: dict[str, Any]) -> str:
+    return json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
+
+
+@st.cache_resource(max_entries=64, show_spinner=False)
+def _parse_custom(key: str) -> ModelArch:
+    config = json.loads(key)
+    name = config.get("name") if isinstance(config.get("name"), str) else None
+    return parse_config(config, name=name or "Custom model (config.json)", source="uploaded config.json")
+
+
+def resolve_arch(scenario: Scenario) -> ModelArch:
+    if scenario.model == CUSTOM:
+        if not scenario.custom_config:
+            raise KVPlanError("unknown.model", value=CUSTOM)
+        return _parse_custom(config_key(scenario.custom_config))
+    return load_model(scenario.model)
+
+
+def resolve_gpu(scenario: Scenario) -> GPU:
+    return get_gpu(scenario.gpu)
+
+
+def fit_query(scenario: Scenario, kv_dtype: str | None = None) -> FitQuery:
+    engine = scenario.engine
+    return FitQuery(
+        tokens=scenario.tokens, users=scenario.users, kv_dtype=kv_dtype or scenario.kv_dtypes[0],
+        weight_dtype=None if scenario.weight_dtype == "auto" else scenario.weight_dtype,
+        engine=engine, num_gpus=scenario.num_gpus, tp=scenario.tp, pp=scenario.pp,
+        gpu_util=scenario.gpu_util if engine in {"vllm", "sglang"} else None,
+        reserve_gib=scenario.reserve_gib,
+        block_size=scenario.block_size if engine == "vllm" else None,
+        page_size=scenario.block_size if engine == "sglang" else None,
+        max_num_batched_tokens=scenario.max_num_batched_tokens if engine == "vllm" else None,
+    )
+
+
+# ---------------------------------------------------------------- link validation
+def check_names(scenario: Scenario) -> tuple[Scenario, list[str]]:
+    """Unknown model / gpu / engine / dtype names: warn naming the parameter, fall back for it only."""
+    defaults = Scenario()
+    warnings: list[str] = []
+    update: dict[str, Any] = {}
+
+    def bad(key: str, value: object, what: str, fallback: object) -> None:
+        warnings.append(f"link parameter '{key}'={short(value, 40)} is not a known {what}; "
+                        f"using {fallback!r}")
+
+    if scenario.model == CUSTOM:
+        if not scenario.custom_config:
+            bad("m", CUSTOM, "model (the link carries no config 'c')", defaults.model)
+            update["model"] = defaults.model
+        else:
+            try:
+                _parse_custom(config_key(scenario.custom_config))
+            except KVPlanError as err:
+                warnings.append(f"link parameter 'c' (custom config.json) is unusable: {err}; "
+                                f"using {defaults.model!r}")
+                update.update(model=defaults.model, custom_config=None)
+    elif scenario.model not in model_presets():
+        bad("m", scenario.model, "model", defaults.model)
+        update["model"] = defaults.model
+    if scenario.model != CUSTOM and scenario.custom_config is not None and "model" not in update:
+        update["custom_config"] = scenario.custom_config  # kept so the dropdown can return to it
+    if scenario.gpu not in gpus():
+        bad("g", scenario.gpu, "accelerator", defaults.gpu)
+        update["gpu"] = defaults.gpu
+    if scenario.engine not in ENGINES:
+        bad("e", scenario.engine, "engine", defaults.engine)
+        update["engine"] = defaults.engine
+    known = [d for d in scenario.kv_dtypes if d in DTYPES]
+    unknown = [d for d in scenario.kv_dtypes if d not in DTYPES]
+    if unknown:
+        kept = list(dict.fromkeys(known)) or defaults.kv_dtypes
+        bad("kd", ",".join(unknown), "KV dtype", ",".join(kept))
+        update["kv_dtypes"] = kept
+    elif len(set(scenario.kv_dtypes)) != len(scenario.kv_dtypes):
+        update["kv_dtypes"] = list(dict.fromkeys(scenario.kv_dtypes))
+    if scenario.weight_dtype != "auto" and scenario.weight_dtype not in WEIGHT_DTYPES:
+        bad("wd", scenario.weight_dtype, "weight dtype", "auto")
+        update["weight_dtype"] = "auto"
+    if scenario.tokens > MAX_UI_TOKENS:
+        warnings.append(f"link parameter 't'={scenario.tokens:,} is above the {MAX_UI_TOKENS:,}-token "
+                        f"limit of the dashboard; using {MAX_UI_TOKENS:,}")
+        update["tokens"] = MAX_UI_TOKENS
+    return (scenario.model_copy(update=update) if update else scenario), warnings
+
+
+# ---------------------------------------------------------------- session state
+def push_to_session(scenario: Scenario) -> None:
+    """Set every widget's state from a scenario (first load, Back/Forward, seed buttons)."""
+    state = st.session_state
+    for field, key in WIDGETS.items():
+        value = getattr(scenario, field)
+        state[key] = list(value) if isinstance(value, list) else value
+    state["w_tokens_exact"] = scenario.tokens
+    state["custom_config"] = scenario.custom_config
+    if scenario.weight_dtype == "auto":
+        state["w_wd"] = "auto"
+
+
+def apply_scenario(scenario: Scenario) -> None:
+    """For button callbacks: load a scenario into the widgets (the URL follows on this run)."""
+    push_to_session(scenario)
+    st.session_state.pop("_config_error", None)
+
+
+def sync_from_url() -> list[str]:
+    """Read the link when it changed behind our back (first load, Back/Forward, edited URL)."""
+    url_now = st.query_params.to_dict()
+    if url_now == st.session_state.get("_url_written"):
+        return []
+    scenario, warnings = Scenario.from_query(url_now)
+    scenario, more = check_names(scenario)
+    push_to_session(scenario)
+    return warnings + more
+
+
+def write_url(scenario: Scenario) -> None:
+    query = scenario.to_query()
+    if st.query_params.to_dict() != query:
+        st.query_params.from_dict(query)
+    st.session_state["_url_written"] = query
+
+
+# ---------------------------------------------------------------- config upload / paste
+def _use_config(raw: str | bytes, source: str) -> None:
+    try:
+        from kvplan.config_import import load_config_text
+
+        config = load_config_text(raw)
+        _parse_custom(config_key(config))
+    except KVPlanError as err:
+        st.session_state["_config_error"] = f"{source}: {err}"
+        return
+    st.session_state["custom_config"] = config
+    st.session_state["w_model"] = CUSTOM
+    st.session_state.pop("_config_error", None)
+
+
+def _on_upload() -> None:
+    upload = st.session_state.get("w_upload")
+    if upload is not None:
+        _use_config(upload.getvalue(), f"uploaded file {upload.name!r}")
+
+
+def _on_paste() -> None:
+    text = st.session_state.get("w_paste") or ""
+    if not text.strip():
+        st.session_state["_config_error"] = "pasted config.json: the text box is empty"
+        return
+    _use_config(text, "pasted config.json")
+
+
+def _on_tokens_slider() -> None:
+    st.session_state["w_tokens_exact"] = st.session_state["w_tokens"]
+
+
+def _on_tokens_exact() -> None:
+    st.session_state["w_tokens"] = int(st.session_state["w_tokens_exact"])
+
+
+# ---------------------------------------------------------------- the sidebar
+def _model_label(model_id: str) -> str:
+    if model_id == CUSTOM:
+        config = st.session_state.get("custom_config") or {}
+        name = config.get("name") if isinstance(config.get("name"), str) else None
+        return f"Custom: {name or config.get('model_type', 'config.json')}"
+    preset = model_presets().get(model_id)
+    return preset.name if preset else model_id
+
+
+def render_sidebar() -> Scenario:
+    """All inputs, grouped; returns the Scenario the widgets describe."""
+    state = st.session_state
+    sb = st.sidebar
+    sb.header("Inputs")
+
+    sb.subheader("Model")
+    options = list(model_presets())
+    if state.get("custom_config"):
+        options.append(CUSTOM)
+    if state.get("w_model") not in options:
+        state["w_model"] = Scenario().model
+    sb.selectbox("Model preset", options, key="w_model", format_func=_model_label,
+                 help="Published config.json of each model (see the preset's sources).")
+    with sb.expander("Use your own config.json"):
+        st.file_uploader("Upload config.json (max 2 MB)", type=["json"], key="w_upload",
+                         on_change=_on_upload,
+                         help="A Hugging Face config.json; the link will carry its architecture keys.")
+        st.text_area("…or paste config.json", key="w_paste", height=120,
+                     placeholder='{"model_type": "llama", "num_hidden_layers": 32, ...}')
+        st.button("Use pasted config", key="w_paste_go", on_click=_on_paste)
+    if state.get("_config_error"):
+        sb.error(state.pop("_config_error") + " — keeping the previous model.")
+
+    sb.subheader("Engine")
+    sb.selectbox("Serving engine", list(ENGINES), key="w_engine",
+                 format_func=lambda e: f"{ENGINE_SHORT.get(e, e)} — {ENGINES[e]}",
+                 help="How the KV cache is stored: HF DynamicCache grows per token, StaticCache "
+                      "pre-allocates, vLLM reserves paged blocks, SGLang a token pool.")
+    engine = state["w_engine"]
+    if engine in {"vllm", "sglang"}:
+        label = "gpu_memory_utilization" if engine == "vllm" else "mem_fraction_static"
+        default = (f"{VLLM_DEFAULT_GPU_UTIL}" if engine == "vllm" else "SGLang's memory-based default")
+        sb.number_input(f"{label} (fraction)", min_value=0.001, max_value=1.0, step=0.01,
+                        key="w_util", format="%.3f", placeholder=f"default: {default}",
+                        help="Share of device memory the engine may use; empty = engine default.")
+        sb.number_input("Block size (tokens)" if engine == "vllm" else "Page size (tokens)",
+                        min_value=1, max_value=1_000_000, step=1, key="w_bs",
+                        placeholder="default: engine/backend choice",
+                        help="vLLM --block-size / SGLang --page-size; empty = the engine default.")
+    if engine == "vllm":
+        sb.number_input("max_num_batched_tokens (tokens)", min_value=1, max_value=100_000_000,
+                        step=256, key="w_mb", placeholder="default: vLLM's per-GPU default",
+                        help="Tokens scheduled per step; sliding-window reservations grow with it.")
+
+    sb.subheader("Precision")
+    if not state.get("w_kd"):
+        state["w_kd"] = ["bf16"]
+    sb.multiselect("KV-cache dtype(s) — the first one drives the KPIs", list(KV_DTYPE_CHOICES),
+                   key="w_kd", format_func=lambda d: DTYPES[d].label or d,
+                   help="Pick several to compare them on the charts.")
+    sb.selectbox("Weight dtype", ["auto", *WEIGHT_DTYPES], key="w_wd",
+                 format_func=lambda d: "auto (the checkpoint's dtype)" if d == "auto"
+                 else (WEIGHT_DTYPES[d].label or d))
+
+    sb.subheader("Hardware")
+    sb.selectbox("Accelerator", list(gpus()), key="w_gpu", format_func=lambda g: gpus()[g].name,
+                 help="Capacity is what the device reports (MiB/GiB) when known, else the marketed GB.")
+    c1, c2, c3 = sb.columns(3)
+    c1.number_input("GPUs", min_value=1, max_value=4096, step=1, key="w_n",
+                    help="Total accelerators; a multiple of TP × PP (the rest are replicas).")
+    c2.number_input("TP", min_value=1, max_value=4096, step=1, key="w_tp", help="Tensor parallel")
+    c3.number_input("PP", min_value=1, max_value=4096, step=1, key="w_pp", help="Pipeline parallel")
+    reserve_default = DEFAULT_RESERVE_GIB.get(engine, 1.0)
+    sb.number_input("Runtime reserve per GPU (GiB)", min_value=0.0, max_value=100_000.0, step=0.5,
+                    key="w_reserve", placeholder=f"default: {reserve_default:g} GiB",
+                    help="Activations, CUDA graphs and non-torch memory (1 GiB = 2^30 B); "
+                         "empty = the engine default.")
+
+    sb.subheader("Workload")
+    tokens = int(state.get("w_tokens") or 1)
+    steps = sorted(set(TOKEN_STEPS) | {tokens})
+    sb.select_slider("Context length (tokens, log scale)", options=steps, key="w_tokens",
+                     format_func=fmt_tokens, on_change=_on_tokens_slider,
+                     help="Tokens per request (prompt + generated), 1 to 10M.")
+    sb.number_input("Exact context length (tokens)", min_value=1, max_value=MAX_UI_TOKENS, step=1,
+                    key="w_tokens_exact", on_change=_on_tokens_exact)
+    sb.number_input("Concurrent users (requests)", min_value=1, max_value=MAX_UI_USERS, step=1,
+                    key="w_users", help="Requests in flight at the chosen context length.")
+    with sb.expander("Serving workload (prefix / output tokens)"):
+        st.number_input("Shared prefix (tokens)", min_value=0, max_value=100_000_000, step=1,
+                        key="w_pf")
+        st.number_input("Output tokens per request", min_value=1, max_value=100_000_000, step=1,
+                        key="w_o")
+
+    sb.subheader("Charts")
+    sb.toggle("Log axes", key="w_lx", help="Logarithmic x and y on the KV-vs-context chart.")
+    sb.toggle("Stack by layer kind", key="w_sk",
+              help="Split the first dtype's curve by layer kind so windowed layers plateau.")
+    return scenario_from_widgets()
+
+
+def scenario_from_widgets() -> Scenario:
+    state = st.session_state
+    values: dict[str, Any] = {field: state.get(key) for field, key in WIDGETS.items()}
+    values["kv_dtypes"] = list(values["kv_dtypes"] or ["bf16"])
+    values["custom_config"] = state.get("custom_config")
+    for field in ("num_gpus", "tp", "pp", "tokens", "users", "block_size", "max_num_batched_tokens",
+                  "prefix_tokens", "output_tokens"):
+        if values[field] is not None:
+            values[field] = int(values[field])
+    defaults = Scenario()
+    cleaned = {k: v for k, v in values.items() if v is not None or k in
+               {"reserve_gib", "gpu_util", "block_size", "max_num_batched_tokens", "custom_config"}}
+    try:
+        return Scenario(**cleaned)
+    except ValueError:
+        return defaults

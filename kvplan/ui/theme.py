@@ -1,0 +1,63 @@
+"""Colours, the plotly template and byte formatting shared by every view (no Streamlit)."""
+
+from __future__ import annotations
+
+from kvplan.dtypes import KV_DTYPE_CHOICES
+
+TEMPLATE = "plotly_white"
+GIB = 1 << 30
+GB = 10**9
+
+#: One fixed colour per KV dtype so a dtype looks the same on every chart.
+_PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+            "#7f7f7f", "#bcbd22", "#17becf", "#393b79", "#637939")
+DTYPE_COLORS: dict[str, str] = {
+    name: _PALETTE[i % len(_PALETTE)] for i, name in enumerate(KV_DTYPE_CHOICES)}
+DTYPE_COLORS.update({"fp16": "#4c78a8", "bf16": "#1f77b4", "fp8_e4m3": "#ff7f0e",
+                     "fp8_e5m2": "#f2b134", "fp32": "#7f7f7f"})
+DESIGN_COLORS: dict[str, str] = {"real": "#111111", "mha": "#d62728", "gqa": "#1f77b4",
+                                 "swa": "#2ca02c", "mla": "#9467bd"}
+KIND_COLORS: dict[str, str] = {"full": "#1f77b4", "sliding": "#2ca02c", "chunked": "#17becf",
+                               "mla": "#9467bd", "recurrent": "#8c564b"}
+MEMORY_COLORS: dict[str, str] = {"weights": "#6b6b6b", "kv": "#1f77b4", "kv_over": "#d62728",
+                                 "reserve": "#f2b134", "held_back": "#c7c7c7", "free": "#d9f0d3"}
+BUDGET_COLOR = "#d62728"
+
+
+def dtype_color(name: str) -> str:
+    return DTYPE_COLORS.get(name, "#333333")
+
+
+def gib(n: float) -> float:
+    return n / GIB
+
+
+def fmt_bytes(n: float | int | None) -> str:
+    """Binary units, explicit: ``12.31 GiB`` (1 GiB = 2^30 B); small values in MiB/KiB/B."""
+    if n is None:
+        return "–"
+    value = float(n)
+    sign = "-" if value < 0 else ""
+    value = abs(value)
+    for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if value >= size:
+            return f"{sign}{value / size:,.2f} {unit}"
+    return f"{sign}{value:,.0f} B"
+
+
+def exact_bytes(n: int | None) -> str:
+    """Exact count with both unit systems: ``12,305,735,680 B = 11.46 GiB = 12.31 GB``."""
+    if n is None:
+        return "–"
+    value = int(n)
+    decimal = next((f"{value / size:,.2f} {unit}" for unit, size in
+                    (("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("kB", 10**3)) if abs(value) >= size),
+                   f"{value:,} B")
+    return f"{value:,} B = {fmt_bytes(value)} = {decimal}"
+
+
+def fmt_tokens(n: int) -> str:
+    """``2,048`` → ``2,048``; ``131072`` → ``131,072``; ``10000000`` → ``10M``."""
+    if n >= 1_000_000 and n % 100_000 == 0:
+        return f"{n / 1_000_000:g}M"
+    return f"{n:,}"

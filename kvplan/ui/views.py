@@ -1,0 +1,298 @@
+"""The dashboard views. Each ``render_*`` draws one section and returns the DataFrame behind it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pandas as pd
+import streamlit as st
+
+from kvplan import designs
+from kvplan.capacity import FitResult
+from kvplan.errors import KVPlanError
+from kvplan.presets import GPU
+from kvplan.scenario import Scenario
+from kvplan.sizing import full_length_bytes_per_token
+from kvplan.ui import charts, data
+from kvplan.ui.sidebar import apply_scenario, fit_query, resolve_arch, resolve_gpu
+from kvplan.ui.theme import GB, GIB, exact_bytes, fmt_bytes
+
+
+def _export(name: str, df: pd.DataFrame, fig, scenario: Scenario) -> None:
+    from kvplan.ui import exports_ui
+
+    exports_ui.download_buttons(name, df, fig, scenario)
+
+
+def guarded(title: str, body: Callable[[], object]) -> object:
+    """Run one view; a KVPlanError becomes st.error, anything else a short message (no traceback)."""
+    try:
+        return body()
+    except KVPlanError as err:
+        st.error(f"{title}: {err}")
+    except Exception as err:  # noqa: BLE001 - never show a traceback to the user
+        st.error(f"{title} could not be drawn: {type(err).__name__}: {str(err)[:300]}")
+    return None
+
+
+# ---------------------------------------------------------------- cached computations (by content)
+def _key(scenario: Scenario) -> str:
+    return scenario.model_dump_json()
+
+
+def _load(key: str):
+    scenario = Scenario.model_validate_json(key)
+    return scenario, resolve_arch(scenario), resolve_gpu(scenario), fit_query(scenario)
+
+
+@st.cache_data(max_entries=128, show_spinner=False)
+def primary_fit(key: str) -> FitResult:
+    _, arch, gpu, query = _load(key)
+    from kvplan.capacity import fit
+
+    return fit(arch, gpu, query)
+
+
+@st.cache_data(max_entries=128, show_spinner=False)
+def _context_data(key: str) -> tuple[pd.DataFrame, pd.DataFrame | None, list[str]]:
+    scenario, arch, gpu, query = _load(key)
+    df, errors = data.kv_vs_context(arch, gpu, query, scenario.kv_dtypes, scenario.log_x)
+    by_kind = data.kv_by_kind(arch, gpu, query, scenario.log_x) if scenario.stack_kinds else None
+    return df, by_kind, errors
+
+
+@st.cache_data(max_entries=128, show_spinner=False)
+def _users_data(key: str) -> tuple[pd.DataFrame, int | None, list[str]]:
+    scenario, arch, gpu, query = _load(key)
+    results, errors = data.fits_per_dtype(arch, gpu, query, scenario.kv_dtypes)
+    budget = next(iter(results.values())).kv_budget_bytes if results else None
+    return data.kv_vs_users(results, scenario.users), budget, errors
+
+
+@st.cache_data(max_entries=128, show_spinner=False)
+def _memory_data(key: str) -> pd.DataFrame:
+    _, arch, _, query = _load(key)
+    return data.memory_per_gpu(arch, query)
+
+
+@st.cache_data(max_entries=128, show_spinner=False)
+def _requests_data(key: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    scenario, arch, gpu, query = _load(key)
+    return (data.requests_grid(arch, query, scenario.kv_dtypes),
+            data.context_users_grid(arch, gpu, query))
+
+
+@st.cache_data(max_entries=128, show_spinner=False)
+def _design_data(key: str) -> tuple[pd.DataFrame, list[str]]:
+    _, arch, gpu, query = _load(key)
+    return designs.design_table(arch, gpu, query), designs.assumptions(arch)
+
+
+# ---------------------------------------------------------------- (1) KPI cards
+def _breakdown(arch, scenario: Scenario, gpu: GPU, tokens: int) -> tuple[str, int]:
+    """``32 full layers × 4,096 B × 32,768 tokens + …`` for one request on one GPU rank."""
+    from kvplan.capacity import _settings
+    from kvplan.sizing import kv_cache
+
+    query = fit_query(scenario)
+    engine = scenario.engine
+    result = kv_cache(arch, tokens, 1, query.kv_dtype, engine, _settings(query, gpu))
+    parts = []
+    for kind, row in result.layers.items():
+        if kind == "recurrent":
+            parts.append(f"{row.layers} recurrent layers (constant state {row.reserved_bytes:,} B)")
+        else:
+            parts.append(f"{row.layers} {kind} layers × {row.bytes_per_token_per_layer:,} B × "
+                         f"{row.tokens_held_per_layer:,} tokens")
+    return " + ".join(parts), result.reserved_bytes
+
+
+def _per_token_how(arch, dtype: str, engine: str) -> str:
+    from kvplan.engines import engine_view
+
+    kinds: dict[str, list[int]] = {}
+    for rule in engine_view(arch, engine, dtype).rules:
+        if rule.bytes_per_token:
+            kinds.setdefault(f"{rule.kind}|{rule.bytes_per_token}", []).append(rule.layers)
+    return " + ".join(f"{sum(n)} {key.split('|')[0]} layers × {int(key.split('|')[1]):,} B"
+                      for key, n in kinds.items()) or "no per-token cache"
+
+
+def kpi_frame(scenario: Scenario, arch, gpu: GPU, result: FitResult) -> pd.DataFrame:
+    dtype = scenario.kv_dtypes[0]
+    per_token = full_length_bytes_per_token(arch, dtype, scenario.engine)
+    per_token_how = _per_token_how(arch, dtype, scenario.engine)
+    f = result.formulas
+    if result.engine == "vllm":
+        per_request_how = (f"{f.get('blocks_per_request', '')} × {result.bytes_per_block:,} B per "
+                           f"block = {result.kv_bytes_per_request:,} B")
+    else:
+        how, total = _breakdown(arch, scenario, gpu, scenario.tokens)
+        per_request_how = f"{how} = {total:,} B"
+    rows = [
+        ("kv_per_token", "KV bytes per token", per_token,
+         f"{per_token_how} = {per_token:,} B ({dtype}, whole model, "
+         "before any window caps a layer)"),
+        ("kv_per_request", f"KV per request at {scenario.tokens:,} tokens", result.kv_bytes_per_request,
+         per_request_how),
+        ("weights_per_gpu", "Weights per GPU", result.weights_bytes,
+         f"{result.weights_total_bytes:,} B of {result.weight_dtype} weights over TP {result.tp} × "
+         f"PP {result.pp} (largest stage) = {result.weights_bytes:,} B"),
+        ("kv_budget", "KV budget per GPU", result.kv_budget_bytes,
+         f.get("memory_target", "") + "; " + f.get("kv_budget", "")),
+        ("max_requests", "Max concurrent requests", result.max_requests,
+         f.get("max_requests", "") or f.get("kv_pool_tokens", "")),
+        ("max_context", f"Max context at {scenario.users:,} users", result.max_tokens_per_request,
+         f"largest length L with {scenario.users:,} × KV(L) ≤ the {result.kv_budget_bytes:,} B budget "
+         f"= {result.max_tokens_per_request:,} tokens"),
+    ]
+    return pd.DataFrame([{"kpi": k, "label": label, "value": int(v), "how": how}
+                         for k, label, v, how in rows])
+
+
+def render_kpis(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
+    result = primary_fit(_key(scenario))
+    frame = kpi_frame(scenario, arch, gpu, result)
+    st.markdown(f"**{arch.name}** on **{result.replicas * result.tp * result.pp} × {gpu.name}** "
+                f"({gpu.capacity_bytes / GIB:,.2f} GiB = {gpu.capacity_bytes / GB:,.2f} GB per GPU, "
+                f"{gpu.capacity_basis}) · {result.engine_label} · KV {result.kv_dtype}")
+    cols = st.columns(3)
+    for i, row in enumerate(frame.itertuples()):
+        col = cols[i % 3]
+        with col:
+            if row.kpi in {"max_requests", "max_context"}:
+                value = f"{row.value:,}" + (" tokens" if row.kpi == "max_context" else "")
+                help_text = f"exactly {row.value:,}"
+            else:
+                value = fmt_bytes(row.value)
+                help_text = f"exactly {exact_bytes(row.value)}"
+            st.metric(row.label, value, help=help_text)
+            st.caption(f"How: {row.how}")
+    st.caption("Exact: " + " · ".join(f"{r.kpi}={r.value:,}" for r in frame.itertuples()),
+               help="Exact integers (bytes, requests, tokens) of the cards above.")
+    if not result.weights_fit:
+        more = (f" At least {result.min_gpus_to_fit} GPUs are needed." if result.min_gpus_to_fit
+                else "")
+        st.error(f"The weights ({fmt_bytes(result.weights_bytes)} per GPU) do not fit in "
+                 f"{gpu.name}'s memory target.{more}")
+    elif not result.fits:
+        st.warning(f"{scenario.users:,} users × {scenario.tokens:,} tokens do not fit: at most "
+                   f"{result.max_requests:,} request(s) per replica.")
+    else:
+        st.success(f"Fits: {scenario.users:,} users × {scenario.tokens:,} tokens "
+                   f"(room for {result.max_requests:,} per replica, "
+                   f"{result.max_requests_all_replicas:,} over {result.replicas} replica(s)).")
+    if result.engine == "vllm":
+        st.code(result.vllm_log, language=None)
+    for note in result.notes:
+        st.caption(f"Note: {note}")
+    return frame
+
+
+# ---------------------------------------------------------------- (2) KV vs context
+def render_kv_context(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
+    df, by_kind, errors = _context_data(_key(scenario))
+    for message in errors:
+        st.warning(message)
+    budget = primary_fit(_key(scenario)).kv_budget_bytes
+    fig = charts.kv_context_figure(df, by_kind, budget, scenario.tokens, scenario.users,
+                                   scenario.log_x, f" — {gpu.name}")
+    st.plotly_chart(fig, theme=None, key="chart_kv_context")
+    notes = ["Per GPU rank (tensor-parallel share); the dashed red line is the KV budget of one GPU."]
+    if scenario.pp > 1:
+        notes.append("With PP > 1 the curve counts every layer; each stage holds only its own layers.")
+    if not scenario.stack_kinds and any(k in arch.kind_counts() for k in ("sliding", "chunked")):
+        notes.append("Turn on 'Stack by layer kind' to see the windowed layers plateau.")
+    st.caption(" ".join(notes))
+    out = pd.concat([df.assign(series="total"), by_kind.assign(series="kind")]) if by_kind is not None \
+        else df
+    _export("kv_vs_context", out, fig, scenario)
+    return out
+
+
+# ---------------------------------------------------------------- (3) KV vs users
+def render_kv_users(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
+    df, budget, errors = _users_data(_key(scenario))
+    for message in errors:
+        st.warning(message)
+    fig = charts.kv_users_figure(df, budget, scenario.tokens, scenario.users)
+    st.plotly_chart(fig, theme=None, key="chart_kv_users")
+    st.caption("KV per request is what the engine reserves for one request of the chosen length "
+               "(vLLM: whole blocks), times the number of requests.")
+    _export("kv_vs_users", df, fig, scenario)
+    return df
+
+
+# ---------------------------------------------------------------- (4) memory per accelerator
+def render_memory(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
+    df = _memory_data(_key(scenario))
+    fig = charts.memory_figure(df, gpu.id)
+    st.plotly_chart(fig, theme=None, key="chart_memory")
+    bad = df[df["error"] != ""] if "error" in df else df.iloc[0:0]
+    for row in bad.itertuples():
+        st.caption(f"{row.gpu_name}: {row.error}")
+    st.caption(f"Every accelerator with {scenario.num_gpus} GPU(s), TP {scenario.tp}, PP {scenario.pp}, "
+               f"{scenario.users:,} users × {scenario.tokens:,} tokens, KV {scenario.kv_dtypes[0]}. "
+               "A black tick marks each device's capacity.")
+    _export("memory_per_gpu", df, fig, scenario)
+    return df
+
+
+# ---------------------------------------------------------------- (5) requests that fit
+def render_requests(scenario: Scenario, arch, gpu: GPU) -> tuple[pd.DataFrame, pd.DataFrame]:
+    grid, cu = _requests_data(_key(scenario))
+    fig = charts.requests_heatmap(grid)
+    st.plotly_chart(fig, theme=None, key="chart_requests")
+    _export("requests_fit", grid, fig, scenario)
+    shown = grid.assign(
+        weights=grid.get("weights_bytes", pd.Series(dtype=float)).map(fmt_bytes, na_action="ignore"),
+        kv_budget=grid.get("kv_budget_bytes", pd.Series(dtype=float)).map(fmt_bytes, na_action="ignore"))
+    st.dataframe(shown, hide_index=True, key="table_requests", column_config={
+        "max_requests": st.column_config.NumberColumn("max requests", format="%d"),
+        "max_tokens_per_request": st.column_config.NumberColumn("max tokens at chosen users", format="%d"),
+    })
+    fig2 = charts.context_users_heatmap(cu, gpu.name, scenario.kv_dtypes[0])
+    st.plotly_chart(fig2, theme=None, key="chart_context_users")
+    _export("context_users", cu, fig2, scenario)
+    return grid, cu
+
+
+# ---------------------------------------------------------------- (6) designs
+def render_designs(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
+    df, notes = _design_data(_key(scenario))
+    fig = charts.designs_figure(df)
+    st.plotly_chart(fig, theme=None, key="chart_designs")
+    st.markdown("**Assumptions**\n" + "\n".join(f"- {n}" for n in notes))
+    table = df[["label", "model", "kv_bytes_per_token", "kv_bytes_per_request", "max_requests",
+                "fits", "error"]]
+    st.dataframe(table, hide_index=True, key="table_designs")
+    _export("designs", df, fig, scenario)
+    return df
+
+
+# ---------------------------------------------------------------- (7) seed scenarios
+SEEDS: dict[str, tuple[str, Scenario, str]] = {
+    "seed_7b": ("7B fp16 table", Scenario(
+        model="llama-2-7b", engine="hf", kv_dtypes=["fp16"], gpu="a100-80gb-sxm", tokens=4096,
+        users=1, log_x=True),
+        "Llama-2-7B in fp16: 524,288 B per token → 0.5 / 2 / 4 / 16 GiB at 1k / 4k / 8k / 32k."),
+    "seed_opt13b": ("OPT-13B on A100-40GB (vLLM paper)", Scenario(
+        model="opt-13b", engine="vllm", kv_dtypes=["fp16"], gpu="a100-40gb-sxm", tokens=2048,
+        users=8, gpu_util=0.9),
+        "vLLM paper setting: OPT-13B, fp16, one A100-40GB, 2,048-token sequences."),
+    "seed_dsv2": ("DeepSeek-V2 (MLA)", Scenario(
+        model="deepseek-v2", engine="vllm", kv_dtypes=["bf16"], gpu="h100-sxm", num_gpus=8, tp=8,
+        tokens=4096, users=32),
+        "MLA: 60 layers × (512 + 64) × 2 B = 69,120 B per token."),
+    "seed_ds67b": ("DeepSeek 67B (dense GQA)", Scenario(
+        model="deepseek-llm-67b", engine="vllm", kv_dtypes=["bf16"], gpu="h100-sxm", num_gpus=8,
+        tp=8, tokens=4096, users=32),
+        "GQA: 95 layers × 2 × 8 heads × 128 × 2 B = 389,120 B per token (V2 saves 82.2 %)."),
+}
+
+
+def render_seeds() -> None:
+    cols = st.columns(len(SEEDS))
+    for col, (key, (label, scenario, help_text)) in zip(cols, SEEDS.items(), strict=True):
+        col.button(label, key=key, help=help_text, on_click=apply_scenario, args=(scenario,),
+                   width="stretch")

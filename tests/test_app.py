@@ -1,0 +1,211 @@
+"""The Streamlit app through AppTest: every preset and engine runs, shown numbers equal the core's."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from kvplan.capacity import fit
+from kvplan.config_import import parse_config
+from kvplan.engines import ENGINES
+from kvplan.presets import get_gpu, load_model, model_presets
+from kvplan.scenario import Scenario
+from kvplan.ui.sidebar import fit_query
+from kvplan.ui.theme import fmt_bytes
+
+logging.getLogger("streamlit.runtime.scriptrunner_utils.script_run_context").setLevel(logging.ERROR)
+
+APP = Path(__file__).resolve().parent.parent / "app.py"
+CONFIGS = Path(__file__).parent / "fixtures" / "configs"
+
+
+def make_app(**params: str) -> AppTest:
+    at = AppTest.from_file(str(APP), default_timeout=60)
+    at.query_params.update(params)
+    at.run()
+    return at
+
+
+def no_errors(at: AppTest) -> None:
+    """No exception anywhere and no st.error outside the Serving trade-offs tab (owned elsewhere)."""
+    assert not at.exception, [e.value for e in at.exception]
+    serving = [e.value for e in at.tabs[-1].error] if len(at.tabs) else []
+    mine = [e.value for e in at.error]
+    for message in serving:
+        mine.remove(message)
+    assert not mine, mine
+
+
+def metric(at: AppTest, prefix: str):
+    found = [m for m in at.metric if m.label.startswith(prefix)]
+    assert found, [m.label for m in at.metric]
+    return found[0]
+
+
+def exact(at: AppTest) -> dict[str, int]:
+    """The 'Exact: kpi=value · …' caption the KPI view renders."""
+    text = next(c.value for c in at.caption if c.value.startswith("Exact: "))
+    pairs = (item.split("=") for item in text.removeprefix("Exact: ").split(" · "))
+    return {k: int(v.replace(",", "")) for k, v in pairs}
+
+
+def expected(scenario: Scenario, arch=None):
+    arch = arch or load_model(scenario.model)
+    return fit(arch, get_gpu(scenario.gpu), fit_query(scenario))
+
+
+def assert_matches(at: AppTest, scenario: Scenario, arch=None) -> None:
+    result = expected(scenario, arch)
+    shown = exact(at)
+    assert shown["kv_budget"] == result.kv_budget_bytes
+    assert shown["weights_per_gpu"] == result.weights_bytes
+    assert shown["kv_per_request"] == result.kv_bytes_per_request
+    assert shown["max_requests"] == result.max_requests
+    assert shown["max_context"] == result.max_tokens_per_request
+    assert metric(at, "KV budget per GPU").value == fmt_bytes(result.kv_budget_bytes)
+    assert f"{result.kv_budget_bytes:,} B" in metric(at, "KV budget per GPU").proto.help
+    assert metric(at, "Max concurrent requests").value == f"{result.max_requests:,}"
+
+
+@pytest.mark.parametrize("model_id", list(model_presets()))
+def test_every_preset_runs(model_id):
+    at = make_app(m=model_id)
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.selectbox(key="w_model").value == model_id
+    assert len(at.get("plotly_chart")) >= 6
+    assert exact(at)["max_requests"] == expected(Scenario(model=model_id)).max_requests
+
+
+@pytest.mark.parametrize("engine", list(ENGINES))
+def test_every_engine_runs(engine):
+    at = make_app(e=engine, m="gemma-2-9b")
+    no_errors(at)
+    assert_matches(at, Scenario(engine=engine, model="gemma-2-9b"))
+
+
+def test_inputs_change_the_numbers_to_the_core_values():
+    at = make_app()
+    no_errors(at)
+    assert_matches(at, Scenario())
+    at.selectbox(key="w_model").select("qwen3-8b").run()
+    assert_matches(at, Scenario(model="qwen3-8b"))
+    at.multiselect(key="w_kd").set_value(["fp8_e4m3", "bf16"]).run()
+    scenario = Scenario(model="qwen3-8b", kv_dtypes=["fp8_e4m3", "bf16"])
+    assert_matches(at, scenario)
+    at.selectbox(key="w_gpu").select("a100-40gb-sxm").run()
+    scenario = scenario.model_copy(update={"gpu": "a100-40gb-sxm"})
+    assert_matches(at, scenario)
+    at.number_input(key="w_tokens_exact").set_value(5000).run()
+    scenario = scenario.model_copy(update={"tokens": 5000})
+    assert at.select_slider(key="w_tokens").value == 5000
+    assert_matches(at, scenario)
+    at.number_input(key="w_users").set_value(3).run()
+    scenario = scenario.model_copy(update={"users": 3})
+    assert_matches(at, scenario)
+    no_errors(at)
+    query = at.query_params
+    assert query["m"] == ["qwen3-8b"] or query["m"] == "qwen3-8b"
+    assert Scenario.from_query(dict(query))[0] == scenario
+
+
+def test_bytes_per_token_card_is_exact():
+    at = make_app(m="llama-2-7b", kd="fp16")
+    assert exact(at)["kv_per_token"] == 524_288
+    assert metric(at, "KV bytes per token").value == "512.00 KiB"
+    assert "524,288 B" in metric(at, "KV bytes per token").proto.help
+
+
+def _llama_config() -> dict:
+    config = json.loads((CONFIGS / "llama.json").read_text())
+    return {**config, "num_hidden_layers": 20, "name": "my-test-llama"}
+
+
+def test_pasted_config_is_used_and_carried_in_the_link():
+    config = _llama_config()
+    at = make_app()
+    at.text_area(key="w_paste").input(json.dumps(config))
+    at.button(key="w_paste_go").click().run()
+    no_errors(at)
+    assert at.selectbox(key="w_model").value == "custom"
+    arch = parse_config(config, name="my-test-llama")
+    assert_matches(at, Scenario(model="custom", custom_config=config), arch)
+    params = {k: at.query_params[k] for k in at.query_params}
+    assert params["m"] in ("custom", ["custom"]) and "c" in params
+    # the link alone rebuilds the same model
+    again = make_app(**{k: v if isinstance(v, str) else v[-1] for k, v in params.items()})
+    no_errors(again)
+    assert exact(again) == exact(at)
+
+
+def test_unreadable_config_shows_error_and_keeps_model():
+    at = make_app(m="qwen3-8b")
+    before = exact(at)
+    at.text_area(key="w_paste").input('{"model_type": "llama", ')
+    at.button(key="w_paste_go").click().run()
+    assert not at.exception
+    assert any("not valid JSON" in e.value and "keeping the previous model" in e.value for e in at.error)
+    assert at.selectbox(key="w_model").value == "qwen3-8b"
+    assert exact(at) == before
+    at.text_area(key="w_paste").input('{"model_type": "llama"}')
+    at.button(key="w_paste_go").click().run()
+    assert any("missing" in e.value for e in at.error)
+    assert at.selectbox(key="w_model").value == "qwen3-8b"
+
+
+@pytest.mark.parametrize(("params", "name"), [
+    ({"m": "no-such-model"}, "'m'"), ({"g": "tpu-v99"}, "'g'"), ({"e": "trtllm"}, "'e'"),
+    ({"kd": "bf16,fp7"}, "'kd'"), ({"t": "lots"}, "'t'"), ({"zz": "1"}, "zz"),
+])
+def test_bad_link_param_warns_and_falls_back(params, name):
+    at = make_app(**params)
+    assert not at.exception
+    assert any(name in w.value for w in at.warning), [w.value for w in at.warning]
+    assert exact(at)  # the rest of the app still renders
+
+
+def test_bad_param_falls_back_for_that_parameter_only():
+    at = make_app(m="nope", g="a100-80gb-sxm", t="2048")
+    assert at.selectbox(key="w_model").value == Scenario().model
+    assert at.selectbox(key="w_gpu").value == "a100-80gb-sxm"
+    assert at.select_slider(key="w_tokens").value == 2048
+
+
+def test_back_button_link_change_wins_over_widget_state():
+    at = make_app(t="2048")
+    at.number_input(key="w_users").set_value(5).run()
+    at.query_params["t"] = "8192"  # what Back / an edited URL does
+    at.query_params["u"] = "2"
+    at.run()
+    assert at.select_slider(key="w_tokens").value == 8192
+    assert at.number_input(key="w_users").value == 2
+
+
+def test_seed_buttons_set_the_scenario():
+    at = make_app()
+    at.button(key="seed_opt13b").click().run()
+    no_errors(at)
+    assert at.selectbox(key="w_model").value == "opt-13b"
+    assert at.selectbox(key="w_gpu").value == "a100-40gb-sxm"
+    assert_matches(at, views_seed("seed_opt13b"))
+    at.button(key="seed_7b").click().run()
+    assert exact(at)["kv_per_token"] == 524_288
+
+
+def views_seed(key: str) -> Scenario:
+    from kvplan.ui.views import SEEDS
+
+    return SEEDS[key][1]
+
+
+def test_charts_toggle_and_use_explicit_template():
+    at = make_app(m="gemma-3-27b", sk="1", lx="0")
+    no_errors(at)
+    specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    assert all(s["layout"]["template"]["layout"] for s in specs)
+    kinds = {t.get("name", "") for t in specs[0]["data"]}
+    assert any("sliding" in k for k in kinds) and any("full" in k for k in kinds)
+    assert specs[0]["layout"]["xaxis"]["type"] == "linear"
