@@ -18,6 +18,7 @@ st.title("kvplan — KV-cache memory planner")
 for message in link_warnings:
     st.warning(message)
 views.render_seeds()
+views.render_share(scenario)
 
 try:
     arch = resolve_arch(scenario)

@@ -28,11 +28,11 @@ MESSAGES: dict[str, str] = {
     "parallel.tp_heads": "tensor parallel size {tp} does not divide or fit {heads} KV heads "
                          "(the engine requires tp % kv_heads == 0 when tp > kv_heads)",
     "parallel.pp_layers": "pipeline parallel size {pp} exceeds the {layers} layers of the model",
-    "parallel.gpus": "--num-gpus {gpus} is not a multiple of tp × pp = {tpp}",
+    "parallel.gpus": "the GPU count {gpus} is not a multiple of tp × pp = {tpp}",
     "engine.dtype": "engine '{engine}' cannot store the KV cache as {dtype}: {why}",
     # links and uploads
     "link.unknown_key": "link parameter {key} is not known and was ignored",
-    "link.bad_value": "link parameter '{key}'={value} is invalid ({why}); using the default",
+    "link.bad_value": "link parameter '{key}'={value} was not used: {why}",
     "link.future_version": "this link was made by a newer kvplan (schema v{value}); "
                            "parameters this version does not know were ignored",
     "scenario.invalid": "scenario file is invalid: {detail}",

@@ -13,6 +13,7 @@ from kvplan.capacity import fit
 from kvplan.config_import import parse_config
 from kvplan.engines import ENGINES
 from kvplan.presets import get_gpu, load_model, model_presets
+from kvplan.report import named_scenario
 from kvplan.scenario import Scenario
 from kvplan.ui.sidebar import fit_query
 from kvplan.ui.theme import fmt_bytes
@@ -186,19 +187,13 @@ def test_back_button_link_change_wins_over_widget_state():
 
 def test_seed_buttons_set_the_scenario():
     at = make_app()
-    at.button(key="seed_opt13b").click().run()
+    at.button(key="seed_opt-13b-vllm-paper").click().run()
     no_errors(at)
     assert at.selectbox(key="w_model").value == "opt-13b"
     assert at.selectbox(key="w_gpu").value == "a100-40gb-sxm"
-    assert_matches(at, views_seed("seed_opt13b"))
-    at.button(key="seed_7b").click().run()
+    assert_matches(at, named_scenario("opt-13b-vllm-paper"))
+    at.button(key="seed_llama-2-7b-fp16").click().run()
     assert exact(at)["kv_per_token"] == 524_288
-
-
-def views_seed(key: str) -> Scenario:
-    from kvplan.ui.views import SEEDS
-
-    return SEEDS[key][1]
 
 
 def test_charts_toggle_and_use_explicit_template():

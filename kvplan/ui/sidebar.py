@@ -12,9 +12,10 @@ from kvplan.capacity import DEFAULT_RESERVE_GIB, VLLM_DEFAULT_GPU_UTIL, FitQuery
 from kvplan.config_import import parse_config
 from kvplan.dtypes import DTYPES, KV_DTYPE_CHOICES, WEIGHT_DTYPES
 from kvplan.engines import ENGINES
-from kvplan.errors import KVPlanError, short
+from kvplan.errors import MESSAGES, KVPlanError
 from kvplan.presets import GPU, get_gpu, gpus, load_model, model_presets
 from kvplan.scenario import Scenario
+from kvplan.scenario import check_names as check_scenario_names
 from kvplan.ui.theme import fmt_tokens
 
 CUSTOM = "custom"
@@ -75,53 +76,14 @@ def fit_query(scenario: Scenario, kv_dtype: str | None = None) -> FitQuery:
 
 # ---------------------------------------------------------------- link validation
 def check_names(scenario: Scenario) -> tuple[Scenario, list[str]]:
-    """Unknown model / gpu / engine / dtype names: warn naming the parameter, fall back for it only."""
-    defaults = Scenario()
-    warnings: list[str] = []
-    update: dict[str, Any] = {}
-
-    def bad(key: str, value: object, what: str, fallback: object) -> None:
-        warnings.append(f"link parameter '{key}'={short(value, 40)} is not a known {what}; "
-                        f"using {fallback!r}")
-
-    if scenario.model == CUSTOM:
-        if not scenario.custom_config:
-            bad("m", CUSTOM, "model (the link carries no config 'c')", defaults.model)
-            update["model"] = defaults.model
-        else:
-            try:
-                _parse_custom(config_key(scenario.custom_config))
-            except KVPlanError as err:
-                warnings.append(f"link parameter 'c' (custom config.json) is unusable: {err}; "
-                                f"using {defaults.model!r}")
-                update.update(model=defaults.model, custom_config=None)
-    elif scenario.model not in model_presets():
-        bad("m", scenario.model, "model", defaults.model)
-        update["model"] = defaults.model
-    if scenario.model != CUSTOM and scenario.custom_config is not None and "model" not in update:
-        update["custom_config"] = scenario.custom_config  # kept so the dropdown can return to it
-    if scenario.gpu not in gpus():
-        bad("g", scenario.gpu, "accelerator", defaults.gpu)
-        update["gpu"] = defaults.gpu
-    if scenario.engine not in ENGINES:
-        bad("e", scenario.engine, "engine", defaults.engine)
-        update["engine"] = defaults.engine
-    known = [d for d in scenario.kv_dtypes if d in DTYPES]
-    unknown = [d for d in scenario.kv_dtypes if d not in DTYPES]
-    if unknown:
-        kept = list(dict.fromkeys(known)) or defaults.kv_dtypes
-        bad("kd", ",".join(unknown), "KV dtype", ",".join(kept))
-        update["kv_dtypes"] = kept
-    elif len(set(scenario.kv_dtypes)) != len(scenario.kv_dtypes):
-        update["kv_dtypes"] = list(dict.fromkeys(scenario.kv_dtypes))
-    if scenario.weight_dtype != "auto" and scenario.weight_dtype not in WEIGHT_DTYPES:
-        bad("wd", scenario.weight_dtype, "weight dtype", "auto")
-        update["weight_dtype"] = "auto"
+    """The core's name checks (``kvplan.scenario.check_names``) plus the dashboard's token limit."""
+    scenario, warnings = check_scenario_names(scenario)
     if scenario.tokens > MAX_UI_TOKENS:
-        warnings.append(f"link parameter 't'={scenario.tokens:,} is above the {MAX_UI_TOKENS:,}-token "
-                        f"limit of the dashboard; using {MAX_UI_TOKENS:,}")
-        update["tokens"] = MAX_UI_TOKENS
-    return (scenario.model_copy(update=update) if update else scenario), warnings
+        warnings.append(MESSAGES["link.bad_value"].format(
+            key="t", value=f"{scenario.tokens:,}", why=f"above the dashboard's {MAX_UI_TOKENS:,}-token "
+                                                       f"limit, so {MAX_UI_TOKENS:,} is used"))
+        scenario = scenario.model_copy(update={"tokens": MAX_UI_TOKENS})
+    return scenario, warnings
 
 
 # ---------------------------------------------------------------- session state

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from urllib.parse import quote
 
 import pandas as pd
 import streamlit as st
@@ -11,6 +12,7 @@ from kvplan import designs
 from kvplan.capacity import FitResult
 from kvplan.errors import KVPlanError
 from kvplan.presets import GPU
+from kvplan.report import named_scenario, named_scenarios
 from kvplan.scenario import Scenario
 from kvplan.sizing import full_length_bytes_per_token
 from kvplan.ui import charts, data
@@ -271,28 +273,27 @@ def render_designs(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
 
 
 # ---------------------------------------------------------------- (7) seed scenarios
-SEEDS: dict[str, tuple[str, Scenario, str]] = {
-    "seed_7b": ("7B fp16 table", Scenario(
-        model="llama-2-7b", engine="hf", kv_dtypes=["fp16"], gpu="a100-80gb-sxm", tokens=4096,
-        users=1, log_x=True),
-        "Llama-2-7B in fp16: 524,288 B per token → 0.5 / 2 / 4 / 16 GiB at 1k / 4k / 8k / 32k."),
-    "seed_opt13b": ("OPT-13B on A100-40GB (vLLM paper)", Scenario(
-        model="opt-13b", engine="vllm", kv_dtypes=["fp16"], gpu="a100-40gb-sxm", tokens=2048,
-        users=8, gpu_util=0.9),
-        "vLLM paper setting: OPT-13B, fp16, one A100-40GB, 2,048-token sequences."),
-    "seed_dsv2": ("DeepSeek-V2 (MLA)", Scenario(
-        model="deepseek-v2", engine="vllm", kv_dtypes=["bf16"], gpu="h100-sxm", num_gpus=8, tp=8,
-        tokens=4096, users=32),
-        "MLA: 60 layers × (512 + 64) × 2 B = 69,120 B per token."),
-    "seed_ds67b": ("DeepSeek 67B (dense GQA)", Scenario(
-        model="deepseek-llm-67b", engine="vllm", kv_dtypes=["bf16"], gpu="h100-sxm", num_gpus=8,
-        tp=8, tokens=4096, users=32),
-        "GQA: 95 layers × 2 × 8 heads × 128 × 2 B = 389,120 B per token (V2 saves 82.2 %)."),
-}
-
-
 def render_seeds() -> None:
-    cols = st.columns(len(SEEDS))
-    for col, (key, (label, scenario, help_text)) in zip(cols, SEEDS.items(), strict=True):
-        col.button(label, key=key, help=help_text, on_click=apply_scenario, args=(scenario,),
-                   width="stretch")
+    """The named scenarios of ``presets/scenarios`` one click away (buttons ``seed_<id>``)."""
+    files = named_scenarios()
+    with st.expander("Named scenarios: the seed figures and planning classics", expanded=False):
+        cols = st.columns(min(len(files), 4) or 1)
+        for index, (scenario_id, file) in enumerate(files.items()):
+            cols[index % len(cols)].button(
+                file.name, key=f"seed_{scenario_id}", help=f"{file.description} Source: {file.source}",
+                on_click=apply_scenario, args=(named_scenario(scenario_id),), width="stretch")
+
+
+def render_share(scenario: Scenario) -> None:
+    """Copy link, and the scenario as JSON (download / upload)."""
+    from kvplan.ui.exports_ui import scenario_json_controls
+
+    query = "&".join(f"{k}={quote(v, safe=',')}" for k, v in scenario.to_query().items())
+    base = getattr(st.context, "url", "") or ""
+    with st.expander("Share: link and scenario JSON", expanded=False):
+        st.caption("Copy link (the copy icon at the right of the box); the whole view lives in it.")
+        st.code(f"{base.split('?', 1)[0]}?{query}", language=None)
+        uploaded = scenario_json_controls(scenario)
+        if uploaded is not None and uploaded != scenario:
+            st.button("Open the uploaded scenario", key="open_uploaded_json",
+                      on_click=apply_scenario, args=(uploaded,))
