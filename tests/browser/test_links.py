@@ -142,9 +142,9 @@ def test_every_download(page: Page, app_url: str, tmp_path: Path) -> None:
     assert len(seen_png) >= 5, seen_png
     assert "st-key-csv_kv_vs_context" in seen_csv
 
+    page.get_by_text("Share: link and scenario JSON").click()
     json_box = page.locator('[class*="st-key-dl_scenario"]')
-    if json_box.count() == 0:
-        pytest.skip("no scenario JSON download in the app yet (exports_ui.scenario_json_controls)")
+    expect(json_box.first).to_be_visible(timeout=LOAD_MS)
     with page.expect_download(timeout=LOAD_MS) as info:
         json_box.first.get_by_role("button").click()
     raw = Path(info.value.path()).read_bytes()
