@@ -1,0 +1,322 @@
+"""kvplan benchmarks: ``.venv/bin/python -m bench [--quick] [--only NAME ...]``.
+
+Prints one table and writes ``bench/results/bench.json`` and ``bench/results/bench.csv``. Every
+measurement is repeated; each repetition measures the case and its baseline back to back, and the
+table reports the median and the spread (min–max) over the repetitions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import gc
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = Path(__file__).resolve().parent / "results"
+PY = sys.executable
+sys.path.insert(0, str(ROOT))
+
+#: The heaviest link the dashboard accepts: every limit at its maximum and all 12 KV dtypes.
+HEAVIEST = {"m": "llama-3.1-405b", "t": "100000000", "u": "10000000", "n": "4096", "tp": "8",
+            "pp": "8", "g": "b300", "e": "vllm",
+            "kd": "fp32,fp16,bf16,fp8_e4m3,fp8_e5m2,int8,int4,int2,nvfp4,mxfp4,avg6bit"}
+
+ROWS: list[dict] = []
+
+
+def record(name: str, samples: list[float], unit: str = "s", target: str = "", ok: bool | None = None,
+           baseline: list[float] | None = None, baseline_name: str = "", note: str = "") -> None:
+    med = statistics.median(samples)
+    row = {"name": name, "unit": unit, "n": len(samples), "median": med, "min": min(samples),
+           "max": max(samples), "target": target, "ok": ok, "note": note}
+    if baseline:
+        row.update(baseline_name=baseline_name, baseline_median=statistics.median(baseline),
+                   baseline_min=min(baseline), baseline_max=max(baseline))
+    ROWS.append(row)
+    status = "" if ok is None else ("PASS" if ok else "MISS")
+    print(f"  {name:44s} {fmt(med, unit):>12s}  [{fmt(min(samples), unit)} – {fmt(max(samples), unit)}]"
+          f"  {target:18s} {status}", flush=True)
+
+
+def fmt(value: float, unit: str) -> str:
+    if unit == "s":
+        return f"{value * 1000:,.1f} ms" if abs(value) < 1 else f"{value:,.2f} s"
+    if unit == "x":
+        return f"{value:,.0f}×"
+    if unit == "MiB":
+        return f"{value:,.0f} MiB"
+    return f"{value:,.3g} {unit}"
+
+
+def timed(func: Callable[[], object]) -> float:
+    gc.collect()
+    start = time.perf_counter()
+    func()
+    return time.perf_counter() - start
+
+
+# ----------------------------------------------------------------------------- (1) sweep
+
+
+def bench_sweep(reps: int) -> None:
+    """10^6 scenarios: tokens × batch × KV dtype × GPU, vectorised vs a per-point Python loop."""
+    import numpy as np
+
+    from kvplan.capacity import FitQuery, fit
+    from kvplan.presets import gpus, load_model
+    from kvplan.sizing import kv_cache, sweep
+
+    arch = load_model("llama-3.1-8b")
+    tokens = np.unique(np.round(np.logspace(0, 7, 250)).astype(np.int64))
+    tokens = np.concatenate([tokens, np.arange(1, 251 - tokens.size + 1) * 997])[:250]
+    batch = np.arange(1, 51, dtype=np.int64)                      # 50
+    dtypes = ["bf16", "fp16", "fp32", "fp8_e4m3", "fp8_e5m2", "int8", "int4", "int2", "nvfp4",
+              "mxfp4"]                                            # 10
+    gpu_list = sorted(gpus().values(), key=lambda g: g.id)[:8]    # 8
+    n_points = tokens.size * batch.size * len(dtypes) * len(gpu_list)
+    assert n_points == 1_000_000, n_points
+
+    def budgets():
+        return np.asarray([fit(arch, g, FitQuery(tokens=4096, engine="hf"), search_gpus=False)
+                           .kv_budget_bytes for g in gpu_list], dtype=np.int64)
+
+    def vectorised():
+        frame = sweep(arch, tokens, batch, dtypes, ["hf"])
+        need = frame["reserved_bytes"].to_numpy()
+        fits = need[:, None] <= budgets()[None, :]
+        return int(fits.sum())
+
+    rng = np.random.default_rng(0)
+    sample = 2000
+    picks = list(zip(rng.choice(tokens, sample), rng.choice(batch, sample),
+                     rng.integers(0, len(dtypes), sample), rng.integers(0, len(gpu_list), sample),
+                     strict=True))
+
+    def loop():
+        budget = budgets().tolist()
+        count = 0
+        for t, b, d, g in picks:
+            count += kv_cache(arch, int(t), int(b), dtypes[d], "hf").reserved_bytes <= budget[g]
+        return count
+
+    vectorised()  # warm imports and caches
+    fast, slow, ratio = [], [], []
+    for _ in range(reps):
+        v = timed(vectorised)
+        per_point = timed(loop) / sample
+        fast.append(v)
+        slow.append(per_point * n_points)
+        ratio.append(per_point * n_points / v)
+    record("sweep 10^6 scenarios (vectorised)", fast, target="≤ 100 ms",
+           ok=statistics.median(fast) <= 0.100)
+    record("per-point loop, extrapolated to 10^6", slow, note=f"{sample} sampled points")
+    record("sweep speed-up vs loop", ratio, unit="x", target="≥ 50×",
+           ok=statistics.median(ratio) >= 50, baseline=slow, baseline_name="loop")
+
+
+# ----------------------------------------------------------------------------- (2) AppTest reruns
+
+
+def bench_reruns(reps: int) -> None:
+    import streamlit as st
+    from streamlit.testing.v1 import AppTest
+
+    app = str(ROOT / "app.py")
+    if not Path(app).exists():
+        print("  (skipped: app.py missing)")
+        return
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as handle:
+        handle.write("import streamlit as st\n")
+        empty_path = handle.name
+
+    def session(query: dict[str, str] | None):
+        at = AppTest.from_file(app, default_timeout=300)
+        for key, value in (query or {}).items():
+            at.query_params[key] = value
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        return at
+
+    empty = AppTest.from_file(empty_path, default_timeout=60)
+    empty.run()
+    default = session(None)
+    heavy = session(HEAVIEST)
+    base, warm_default, warm_heavy, cold_default, cold_heavy = [], [], [], [], []
+    for _ in range(reps):
+        base.append(timed(empty.run))
+        warm_default.append(timed(default.run))
+        warm_heavy.append(timed(heavy.run))
+        st.cache_data.clear()
+        cold_default.append(timed(default.run))
+        st.cache_data.clear()
+        cold_heavy.append(timed(heavy.run))
+    for at in (default, heavy):
+        assert not at.exception
+    record("AppTest: empty Streamlit script (baseline)", base)
+    record("rerun, default scenario (warm cache)", warm_default, target="≤ 60 ms",
+           ok=statistics.median(warm_default) <= 0.060, baseline=base, baseline_name="empty script")
+    record("rerun, default scenario (cache cleared)", cold_default, target="≤ 60 ms",
+           ok=statistics.median(cold_default) <= 0.060, baseline=base, baseline_name="empty script")
+    record("rerun, heaviest link (warm cache)", warm_heavy, target="≤ 1 s",
+           ok=statistics.median(warm_heavy) <= 1.0, baseline=base, baseline_name="empty script")
+    record("rerun, heaviest link (cache cleared)", cold_heavy, target="≤ 1 s",
+           ok=statistics.median(cold_heavy) <= 1.0, baseline=base, baseline_name="empty script")
+    os.unlink(empty_path)
+
+
+def profile_rerun(query: dict[str, str] | None, top: int = 25) -> str:
+    """cProfile of one cold rerun (for the notes on a missed target)."""
+    import cProfile
+    import io
+    import pstats
+
+    import streamlit as st
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
+    for key, value in (query or {}).items():
+        at.query_params[key] = value
+    at.run()
+    st.cache_data.clear()
+    profiler = cProfile.Profile()
+    profiler.enable()
+    at.run()
+    profiler.disable()
+    out = io.StringIO()
+    pstats.Stats(profiler, stream=out).sort_stats("cumulative").print_stats(top)
+    return out.getvalue()
+
+
+# ----------------------------------------------------------------------------- (3) imports
+
+
+def _wall(argv: list[str]) -> float:
+    start = time.perf_counter()
+    subprocess.run(argv, cwd=ROOT, check=True, capture_output=True, timeout=300)
+    return time.perf_counter() - start
+
+
+def bench_imports(reps: int) -> None:
+    base, pkg, core = [], [], []
+    for _ in range(reps):
+        base.append(_wall([PY, "-c", "pass"]))
+        pkg.append(_wall([PY, "-c", "import kvplan"]))
+        core.append(_wall([PY, "-c", "import kvplan.sizing, kvplan.capacity, kvplan.cli"]))
+    record("python -c pass (baseline)", base)
+    net = [p - b for p, b in zip(pkg, base, strict=True)]
+    record("import kvplan (net of interpreter start)", net, target="≤ 0.3 s",
+           ok=statistics.median(net) <= 0.3, baseline=base, baseline_name="python -c pass")
+    net_core = [c - b for c, b in zip(core, base, strict=True)]
+    record("import kvplan.sizing+capacity+cli (net)", net_core, target="≤ 0.3 s",
+           ok=statistics.median(net_core) <= 0.3, baseline=base, baseline_name="python -c pass",
+           note="numpy, pandas, pydantic")
+    if not (ROOT / "app.py").exists():
+        return
+    script = textwrap.dedent("""
+        import time; t0 = time.perf_counter()
+        from streamlit.testing.v1 import AppTest
+        at = AppTest.from_file("app.py", default_timeout=300); at.run()
+        assert not at.exception
+        print(time.perf_counter() - t0)
+    """)
+    empty = textwrap.dedent("""
+        import time, tempfile; t0 = time.perf_counter()
+        from streamlit.testing.v1 import AppTest
+        f = tempfile.NamedTemporaryFile("w", suffix=".py", delete=False)
+        f.write("import streamlit"); f.close()
+        at = AppTest.from_file(f.name); at.run()
+        print(time.perf_counter() - t0)
+    """)
+    first, first_empty = [], []
+    for _ in range(reps):
+        first_empty.append(_wall([PY, "-c", empty]))
+        first.append(_wall([PY, "-c", script]))
+    record("first run of an empty script (subprocess)", first_empty)
+    record("first run of app.py incl. imports (subprocess)", first, baseline=first_empty,
+           baseline_name="empty script, first run")
+
+
+# ----------------------------------------------------------------------------- (4) PNG
+
+
+def bench_png(reps: int) -> None:
+    try:
+        from kvplan.ui.png import chromium_available, fig_to_png  # noqa: F401
+    except ImportError:
+        print("  (skipped: kvplan.ui.png.fig_to_png not available)")
+        return
+    if not chromium_available():
+        print("  (skipped: no Chromium/kaleido)")
+        return
+    script = textwrap.dedent("""
+        import time, statistics
+        import plotly.graph_objects as go
+        from kvplan.ui.png import fig_to_png
+        fig = go.Figure(go.Scatter(x=list(range(200)), y=[i * i for i in range(200)]))
+        fig.update_layout(template="plotly_white", title="bench")
+        t0 = time.perf_counter(); png = fig_to_png(fig); first = time.perf_counter() - t0
+        assert png[:4] == b"\\x89PNG"
+        warm = []
+        for i in range(5):
+            fig.update_layout(title=f"bench {i}")
+            t0 = time.perf_counter(); fig_to_png(fig); warm.append(time.perf_counter() - t0)
+        print(first, statistics.median(warm))
+    """)
+    first, warm = [], []
+    for _ in range(max(2, reps // 2)):
+        out = subprocess.run([PY, "-c", script], cwd=ROOT, check=True, capture_output=True,
+                             text=True, timeout=300).stdout.split()
+        first.append(float(out[-2]))
+        warm.append(float(out[-1]))
+    record("PNG export, first (kaleido + Chromium start)", first)
+    record("PNG export, warm", warm, target="≤ 0.3 s", ok=statistics.median(warm) <= 0.3)
+
+
+# ----------------------------------------------------------------------------- main
+
+SECTIONS = {"sweep": bench_sweep, "reruns": bench_reruns, "imports": bench_imports, "png": bench_png}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench")
+    parser.add_argument("--reps", type=int, default=7)
+    parser.add_argument("--quick", action="store_true", help="3 repetitions")
+    parser.add_argument("--only", nargs="*", choices=list(SECTIONS))
+    parser.add_argument("--profile", action="store_true",
+                        help="print a cProfile of a cold heaviest-link rerun")
+    args = parser.parse_args(argv)
+    reps = 3 if args.quick else args.reps
+    print(f"kvplan bench · Python {platform.python_version()} · {platform.machine()} · "
+          f"{os.cpu_count()} CPUs · {reps} repetitions")
+    print(f"  {'case':44s} {'median':>12s}  [min – max]{'':14s}target")
+    for name in args.only or list(SECTIONS):
+        SECTIONS[name](reps)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    meta = {"python": platform.python_version(), "machine": platform.machine(),
+            "cpus": os.cpu_count(), "reps": reps, "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    (RESULTS / "bench.json").write_text(json.dumps({"meta": meta, "rows": ROWS}, indent=2) + "\n")
+    fields = sorted({k for row in ROWS for k in row}, key=lambda k: (k != "name", k))
+    with (RESULTS / "bench.csv").open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(ROWS)
+    missed = [r["name"] for r in ROWS if r["ok"] is False]
+    print(f"wrote {RESULTS / 'bench.json'} and bench.csv; missed targets: {missed or 'none'}")
+    if args.profile:
+        print(profile_rerun(HEAVIEST))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,223 @@
+"""The CLI contract (exit 0/2, one stderr line, one JSON object) and every message in MESSAGES.
+
+``test_every_message_formats`` formats each code with dummy fields; ``REACHED`` reaches each code
+through a real entry point (CLI, config import, link decoding, scenario files, CSV upload).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import string
+
+import pytest
+
+from kvplan.cli import main
+from kvplan.errors import MESSAGES, KVPlanError, short
+
+# --------------------------------------------------------------------------- helpers
+
+
+def run_cli(argv: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(argv)
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 2
+    return code, out.getvalue(), err.getvalue()
+
+
+def cli_error(argv: list[str]) -> str:
+    code, out, err = run_cli(argv)
+    assert code == 2, (argv, code, out, err)
+    assert err.startswith("kvplan: error: ") and err.count("\n") == 1 and err.endswith("\n"), err
+    return err
+
+
+def raises_code(code: str, func, *args, **kwargs) -> KVPlanError:
+    with pytest.raises(KVPlanError) as info:
+        func(*args, **kwargs)
+    assert info.value.code == code, (info.value.code, str(info.value))
+    assert str(info.value) == MESSAGES[code].format(**info.value.fields)
+    return info.value
+
+
+# --------------------------------------------------------------------------- CLI contract
+
+KV = ["kv", "--model", "llama-2-7b", "--tokens", "4096"]
+FIT = ["fit", "--model", "llama-2-7b", "--gpu", "h100-sxm", "--tokens", "4096"]
+
+
+@pytest.mark.parametrize("argv", [KV, FIT, ["models"], ["gpus"], KV + ["--batch", "8"],
+                                  FIT + ["--engine", "sglang", "--users", "64"]])
+def test_ok_commands_exit_0(argv):
+    code, out, err = run_cli(argv)
+    assert code == 0 and err == "" and out
+
+
+@pytest.mark.parametrize("argv", [KV + ["--json"], FIT + ["--json"], ["models", "--json"],
+                                  ["gpus", "--json"]])
+def test_json_is_exactly_one_document(argv):
+    code, out, err = run_cli(argv)
+    assert code == 0 and err == ""
+    json.loads(out)          # raises if there is anything but one JSON document
+
+
+def test_kv_json_numbers():
+    _, out, _ = run_cli(KV + ["--batch", "2", "--json"])
+    payload = json.loads(out)
+    # Llama-2-7B: 32 layers × 32 heads × 128 × 2 (K, V) × 2 B = 512 KiB per token
+    assert payload["kv_bytes"] == 2 * 4096 * 32 * 32 * 128 * 2 * 2
+
+
+def test_fit_json_consistent():
+    _, out, _ = run_cli(FIT + ["--json"])
+    payload = json.loads(out)
+    assert payload["max_requests"] >= 0 and payload["kv_budget_bytes"] >= 0
+    assert payload["fits"] == (payload["weights_fit"] and payload["max_requests"] >= payload["users"])
+
+
+def test_usage_errors_are_one_line():
+    for argv in ([], ["kv"], ["bogus"], ["kv", "--model", "x"], ["fit", "--tokens", "1"],
+                 KV + ["--unknown-flag"], KV + ["--engine", "tensorrt"], ["kv", "--model", "a",
+                                                                           "--config", "b",
+                                                                           "--tokens", "1"]):
+        cli_error(argv)
+
+
+# --------------------------------------------------------------------------- every message
+
+
+def _dummy(name: str) -> object:
+    return {"size": 3_000_000, "limit": 2_000_000, "low": 1, "high": 4096, "tp": 3, "heads": 8,
+            "pp": 99, "layers": 32, "gpus": 3, "tpp": 2}.get(name, f"<{name}>")
+
+
+@pytest.mark.parametrize("code", sorted(MESSAGES))
+def test_every_message_formats(code):
+    fields = {name: _dummy(name) for _, name, _, _ in string.Formatter().parse(MESSAGES[code]) if name}
+    err = KVPlanError(code, **fields)
+    text = str(err)
+    assert text and "\n" not in text and "{" not in text.replace("{}", "")
+    for value in fields.values():
+        assert (f"{value:,}" if isinstance(value, int) else str(value)) in text or str(value) in text
+    assert isinstance(err, ValueError) and err.code == code
+
+
+def test_message_fields_are_bounded():
+    assert len(short("x" * 10_000)) <= 60
+    assert short("\x00\x1b<script>").isprintable()
+
+
+def _bad_config(tmp_path, raw: bytes) -> list[str]:
+    path = tmp_path / "config.json"
+    path.write_bytes(raw)
+    return ["kv", "--config", str(path), "--tokens", "10"]
+
+
+LLAMA_MIN = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64,
+             "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 100}
+
+
+def reach(code: str, tmp_path) -> str:
+    """Reach ``code`` through a real entry point; returns the message the user sees."""
+    from kvplan.capacity import FitQuery, fit
+    from kvplan.config_import import MAX_CONFIG_BYTES, parse_config
+    from kvplan.presets import get_gpu, load_model
+    from kvplan.scenario import Scenario
+
+    cfg = lambda **kw: json.dumps({**LLAMA_MIN, **kw}).encode()  # noqa: E731
+    if code == "config.not_json":
+        return cli_error(_bad_config(tmp_path, b"{nope"))
+    if code == "config.not_object":
+        return cli_error(_bad_config(tmp_path, b"[1, 2]"))
+    if code == "config.too_large":
+        return cli_error(_bad_config(tmp_path, b" " * (MAX_CONFIG_BYTES + 1)))
+    if code == "config.not_utf8":
+        return cli_error(_bad_config(tmp_path, b'{"a": "\xff"}'))
+    if code == "config.missing_key":
+        msg = cli_error(_bad_config(tmp_path, b'{"model_type": "llama"}'))
+        assert "num_hidden_layers" in msg
+        return msg
+    if code == "config.bad_value":
+        msg = cli_error(_bad_config(tmp_path, cfg(num_hidden_layers=0)))
+        assert "num_hidden_layers" in msg
+        assert "num_attention_heads" in str(raises_code(code, parse_config, cfg(num_attention_heads=-4)))
+        assert "hidden_size" in str(raises_code(code, parse_config, cfg(hidden_size="big")))
+        return msg
+    if code == "config.unsupported":
+        return cli_error(_bad_config(tmp_path, cfg(layer_types=["full_attention", "warp_drive"])))
+    if code == "config.too_deep":
+        return cli_error(_bad_config(tmp_path, b'{"a": ' + b"[" * 100 + b"]" * 100 + b"}"))
+    if code == "unknown.model":
+        raises_code(code, load_model, "gpt-17")
+        return cli_error(["kv", "--model", "gpt-17", "--tokens", "1"])
+    if code == "unknown.gpu":
+        return cli_error(["fit", "--model", "llama-2-7b", "--gpu", "tpu-v99", "--tokens", "1"])
+    if code == "unknown.dtype":
+        return cli_error(KV + ["--kv-dtype", "fp3"])
+    if code == "unknown.engine":
+        return str(raises_code(code, fit, load_model("llama-2-7b"), get_gpu("h100-sxm"),
+                               FitQuery(engine="tensorrt")))
+    if code == "unknown.scenario":
+        from kvplan.report import load_scenario
+
+        return str(raises_code(code, load_scenario, "no-such-scenario"))
+    if code == "value.range":
+        msg = cli_error(["kv", "--model", "llama-2-7b", "--tokens", "0"])
+        assert "--tokens" in msg
+        return msg
+    if code == "value.not_number":
+        msg = cli_error(["kv", "--model", "llama-2-7b", "--tokens", "many"])
+        assert "--tokens" in msg
+        return msg
+    if code == "parallel.tp_heads":
+        return cli_error(FIT + ["--tp", "3"])          # 32 KV heads, tp 3
+    if code == "parallel.pp_layers":
+        return cli_error(FIT + ["--pp", "64"])         # 32 layers
+    if code == "parallel.gpus":
+        return cli_error(FIT + ["--tp", "2", "--num-gpus", "3"])
+    if code == "engine.dtype":
+        return cli_error(["kv", "--model", "gemma-2-9b", "--tokens", "10", "--kv-dtype", "int4",
+                          "--engine", "hf"])
+    if code in {"link.unknown_key", "link.bad_value", "link.future_version"}:
+        query = {"link.unknown_key": {"zz": "1"}, "link.bad_value": {"t": "-5"},
+                 "link.future_version": {"v": "99"}}[code]
+        _, warnings = Scenario.from_query(query)
+        assert len(warnings) == 1
+        return warnings[0]
+    if code == "scenario.invalid":
+        from kvplan.report import scenario_from_json
+
+        return str(raises_code(code, scenario_from_json, b'{"query": 5}'))
+    if code == "csv.invalid":
+        from kvplan.serving import parse_lengths_csv
+
+        return str(raises_code(code, parse_lengths_csv, b"prompt,output\n12,abc\n"))
+    if code == "file.missing":
+        return cli_error(["kv", "--config", str(tmp_path / "absent.json"), "--tokens", "1"])
+    raise AssertionError(f"no entry point for {code}")
+
+
+#: Codes reached through an entry point (all of MESSAGES).
+REACHED = sorted(MESSAGES)
+
+
+@pytest.mark.parametrize("code", REACHED)
+def test_message_reached_through_entry_point(code, tmp_path):
+    message = reach(code, tmp_path)
+    prefix = MESSAGES[code].split("{")[0].strip()
+    assert prefix in message, (code, message)
+    assert "\n" not in message.rstrip("\n")
+    assert "Traceback" not in message
+
+
+def test_scenario_file_errors_name_the_problem():
+    from kvplan.report import scenario_from_json
+
+    for raw in (b"", b"[]", b"\xff", b"{" * 5000, b'{"query": {"t": "-1"}}', b"x" * 10_000_000):
+        with pytest.raises(KVPlanError) as info:
+            scenario_from_json(raw)
+        assert info.value.code == "scenario.invalid"

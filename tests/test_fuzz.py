@@ -1,0 +1,394 @@
+"""Fuzz every entry point that takes user text: link query strings, config.json text, CLI argv.
+
+Invariants:
+
+* ``Scenario.from_query`` never raises; every warning is a bounded, printable line.
+* ``parse_config`` raises nothing but ``KVPlanError``; field errors name the field.
+* ``kvplan.cli.main`` returns/exits with 0 or 2, never raises, and on 2 writes exactly one line
+  to stderr.
+
+``KVPLAN_PROFILE=long`` runs ≥ 10,000 generated cases per test; the default run is small.
+The profiles are registered here (not in conftest.py) so that they only apply to these tests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import string
+from pathlib import Path
+from urllib.parse import parse_qs, urlencode
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from kvplan.cli import main
+from kvplan.config_import import MAX_DEPTH, parse_config
+from kvplan.errors import MESSAGES, KVPlanError
+from kvplan.presets import gpus, model_presets
+from kvplan.scenario import Scenario
+
+settings.register_profile(
+    "kvplan-fuzz-default", max_examples=150, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.register_profile(
+    "kvplan-fuzz-long", max_examples=10_000, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+LONG = os.environ.get("KVPLAN_PROFILE", "").lower() == "long"
+FUZZ = settings.get_profile("kvplan-fuzz-long" if LONG else "kvplan-fuzz-default")
+#: The CLI does real work per case (fit + GPU search); keep the default run quick.
+CLI_FUZZ = settings(FUZZ, max_examples=10_000 if LONG else 80)
+
+CONFIGS = Path(__file__).parent / "fixtures" / "configs"
+ALIASES = [info.alias or name for name, info in Scenario.model_fields.items()] + ["v"]
+PRESETS = sorted(model_presets())
+GPUS = sorted(gpus())
+DTYPES = ["bf16", "fp16", "fp32", "fp8", "fp8_e4m3", "fp8_e5m2", "int8", "int4", "int2", "nvfp4",
+          "mxfp4", "avg6bit"]
+MAX_WARNING_CHARS = 400
+
+# --------------------------------------------------------------------------- value strategies
+
+SPECIAL_TEXT = [
+    "", " ", "0", "-1", "1", "-0", "1e308", "-1e308", "1e999", "nan", "NaN", "inf", "-inf",
+    "Infinity", "+5", "0x10", "1_000", "٣", "１２", "3.5", "1e3", "9" * 40, "-" + "9" * 40,
+    "<script>alert(1)</script>", "\"><img src=x onerror=alert(1)>", "javascript:alert(1)",
+    "\x00", "\x1b[31mred", "\u202eevil", "\ud7ff", "a,b,,c", ",", "bf16,,fp8", "true", "false",
+    "None", "null", "[]", "{}", "%00", "../../etc/passwd",
+]
+numbers = st.one_of(
+    st.integers(min_value=-(10**30), max_value=10**30).map(str),
+    st.floats(allow_nan=True, allow_infinity=True).map(repr),
+    st.integers(min_value=0, max_value=200_000_000).map(str),
+)
+texts = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=40)
+values = st.one_of(
+    st.sampled_from(SPECIAL_TEXT),
+    numbers,
+    texts,
+    st.sampled_from(PRESETS + GPUS + DTYPES),
+    st.lists(st.sampled_from(DTYPES), min_size=0, max_size=14).map(",".join),
+    st.integers(min_value=8_000, max_value=12_000).map(lambda n: "9" * n),   # near the length cap
+    st.just("x" * 10_000),
+)
+keys = st.one_of(st.sampled_from(ALIASES), texts, st.sampled_from(["<script>", "\x00", "m " * 50]))
+query_values = st.one_of(values, st.lists(values, max_size=4))   # repeated keys arrive as lists
+queries = st.dictionaries(keys, query_values, max_size=12)
+
+
+def _check_warnings(warnings: list[str]) -> None:
+    assert isinstance(warnings, list)
+    for warning in warnings:
+        assert isinstance(warning, str)
+        assert len(warning) <= MAX_WARNING_CHARS, warning[:200]
+        assert warning.isprintable(), repr(warning[:200])
+
+
+@FUZZ
+@given(queries)
+@example({"t": ["1", "2", ""]})
+@example({"t": "nan", "u": "inf", "n": "-5", "kd": "", "c": "!!!", "v": "999"})
+@example({"m": "<script>alert(1)</script>", "zz": "x" * 10_000})
+@example({"c": "eJyrVsrJTEnNK1GyMjI0qQUAKfwE6w"})
+def test_from_query_never_raises(query):
+    scenario, warnings = Scenario.from_query(query)
+    assert isinstance(scenario, Scenario)
+    _check_warnings(warnings)
+    for key in query:
+        if key not in ALIASES:
+            assert any("is not known" in w for w in warnings), (key, warnings)
+    # whatever was accepted survives a round trip through a link unchanged and without warnings
+    again, more = Scenario.from_query(scenario.to_query())
+    assert more == []
+    assert again == scenario
+
+
+@FUZZ
+@given(st.text(max_size=300), st.lists(st.tuples(keys, values), max_size=8))
+def test_raw_query_string_never_raises(raw, pairs):
+    """Query strings as a browser sends them (percent-encoding, repeats, blanks)."""
+    for text in (raw, urlencode(pairs)):
+        parsed = parse_qs(text, keep_blank_values=True)
+        scenario, warnings = Scenario.from_query(parsed)
+        assert isinstance(scenario, Scenario)
+        _check_warnings(warnings)
+
+
+@FUZZ
+@given(st.sampled_from([a for a in ALIASES if a not in {"v", "c"}]), values)
+def test_one_bad_parameter_keeps_the_others(alias, value):
+    base = {"m": "llama-2-7b", "t": "1234", "u": "3"}
+    query = {**base, alias: value}
+    scenario, warnings = Scenario.from_query(query)
+    _check_warnings(warnings)
+    for key, expected in (("m", "llama-2-7b"), ("t", 1234), ("u", 3)):
+        if key == alias:
+            continue
+        field = next(n for n, i in Scenario.model_fields.items() if i.alias == key)
+        assert getattr(scenario, field) == expected
+    if warnings:
+        assert any(f"'{alias}'" in w or alias in w for w in warnings), warnings
+
+
+# --------------------------------------------------------------------------- config.json
+
+json_leaf = st.one_of(
+    st.none(), st.booleans(), st.integers(min_value=-(10**20), max_value=10**20),
+    st.floats(allow_nan=False, allow_infinity=False), texts,
+)
+json_any = st.recursive(json_leaf, lambda inner: st.one_of(
+    st.lists(inner, max_size=5), st.dictionaries(texts, inner, max_size=5)), max_leaves=25)
+
+CONFIG_INT_KEYS = [
+    "num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+    "v_head_dim", "intermediate_size", "vocab_size", "sliding_window", "max_window_layers",
+    "sliding_window_pattern", "attention_chunk_size", "full_attention_interval", "kv_lora_rank",
+    "qk_rope_head_dim", "qk_nope_head_dim", "num_local_experts", "num_experts_per_tok",
+    "n_routed_experts", "moe_intermediate_size", "linear_num_key_heads", "linear_num_value_heads",
+    "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim", "attn_layer_period",
+    "attn_layer_offset", "mamba_d_state", "mamba_d_conv", "mamba_expand", "num_kv_heads",
+    "n_layer", "n_head", "n_embd", "first_k_dense_replace", "n_shared_experts",
+]
+bad_numbers = st.one_of(
+    st.integers(min_value=-10, max_value=300), st.sampled_from([0, -1, 10**12, 2**63, 1.5, True]),
+    st.floats(), st.text(max_size=5), st.none(), st.lists(st.integers(), max_size=3),
+)
+FIXTURES = {p.name: json.loads(p.read_text()) for p in sorted(CONFIGS.glob("*.json"))}
+
+
+def _parse_ok_or_kvplan_error(raw) -> None:
+    try:
+        arch = parse_config(raw)
+    except KVPlanError as err:
+        assert err.code in MESSAGES
+        message = str(err)
+        assert message and "\n" not in message and len(message) <= 600, message[:300]
+        if err.code in {"config.bad_value", "config.missing_key"}:
+            assert err.field and err.field in message, (err.code, err.fields)
+        return
+    assert arch.n_layers >= 1
+    assert arch.params_total >= 0
+
+
+@FUZZ
+@given(json_any)
+def test_parse_config_random_json(data):
+    _parse_ok_or_kvplan_error(json.dumps(data))
+    if isinstance(data, dict):
+        _parse_ok_or_kvplan_error(data)
+
+
+@FUZZ
+@given(st.sampled_from(sorted(FIXTURES)),
+       st.dictionaries(st.sampled_from(CONFIG_INT_KEYS + ["model_type", "layer_types",
+                                                          "no_rope_layers", "text_config",
+                                                          "torch_dtype", "use_sliding_window",
+                                                          "multi_query", "architectures"]),
+                       st.one_of(bad_numbers, json_any), max_size=4),
+       st.lists(st.sampled_from(CONFIG_INT_KEYS), max_size=3))
+def test_parse_config_mutated_real_configs(name, changes, dropped):
+    """Real configs with wrong types, 0/negative/huge sizes and missing keys."""
+    data = {k: v for k, v in FIXTURES[name].items() if k not in dropped}
+    data.update(changes)
+    _parse_ok_or_kvplan_error(json.dumps(data))
+
+
+@FUZZ
+@given(st.binary(max_size=400))
+@example(b"\xff\xfe{}")
+@example(b'{"num_hidden_layers": 32, "x": "\xc3\x28"}')
+@example(b"[" * 100_000)
+@example(b"{" * 5000)
+def test_parse_config_raw_bytes(raw):
+    _parse_ok_or_kvplan_error(raw)
+
+
+@FUZZ
+@given(st.integers(min_value=MAX_DEPTH - 2, max_value=3000), st.sampled_from(["list", "dict"]))
+def test_parse_config_deeply_nested(depth, kind):
+    inner = "1"
+    text = ("[" * depth + inner + "]" * depth if kind == "list"
+            else '{"a":' * depth + inner + "}" * depth)
+    text = '{"num_hidden_layers": 2, "deep": ' + text + "}"
+    _parse_ok_or_kvplan_error(text)
+
+
+# --------------------------------------------------------------------------- CLI
+
+ARG_VALUES = st.one_of(st.sampled_from(SPECIAL_TEXT[:30]), numbers, texts,
+                       st.sampled_from(PRESETS + GPUS + DTYPES + ["vllm", "sglang", "hf",
+                                                                  "hf-static", "hf-legacy"]))
+FLAGS = ["--model", "--config", "--tokens", "--kv-dtype", "--engine", "--block-size",
+         "--max-num-batched-tokens", "--batch", "--max-cache-len", "--page-size", "--gpu",
+         "--num-gpus", "--tp", "--pp", "--users", "--weight-dtype", "--gpu-util", "--reserve-gib",
+         "--kv-cache-memory-bytes", "--hybrid-manager"]
+BOOL_FLAGS = ["--json", "--no-async-scheduling"]
+
+
+@st.composite
+def argvs(draw):
+    command = draw(st.sampled_from(["kv", "fit", "models", "gpus", "kv", "fit", "bogus", ""]))
+    argv = [command] if command else []
+    if command in {"kv", "fit"}:
+        # usually a valid core so the numbers get exercised, then random extra options
+        if draw(st.booleans()):
+            argv += ["--model", draw(st.sampled_from(PRESETS))]
+        if draw(st.booleans()):
+            argv += ["--tokens", draw(st.sampled_from(["1", "4096", "131072", "100000000"]))]
+        if command == "fit" and draw(st.booleans()):
+            argv += ["--gpu", draw(st.sampled_from(GPUS))]
+        for _ in range(draw(st.integers(min_value=0, max_value=5))):
+            flag = draw(st.sampled_from(FLAGS + BOOL_FLAGS))
+            argv.append(flag)
+            if flag not in BOOL_FLAGS:
+                value = draw(ARG_VALUES)
+                if flag == "--config" and draw(st.booleans()):
+                    value = str(CONFIGS / draw(st.sampled_from(sorted(FIXTURES))))
+                argv.append(value)
+    elif draw(st.booleans()):
+        argv += draw(st.lists(ARG_VALUES, max_size=3))
+    return argv
+
+
+def run_cli(argv: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(argv)
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    return code, out.getvalue(), err.getvalue()
+
+
+def check_cli(argv: list[str]) -> tuple[int, str, str]:
+    code, out, err = run_cli(argv)
+    assert code in (0, 2), (argv, code, err)
+    if code == 2:
+        assert err.endswith("\n") and err.count("\n") == 1, (argv, err)
+        assert err.startswith("kvplan: error: "), (argv, err)
+    else:
+        assert err == "", (argv, err)
+        if "--json" in argv and "--help" not in argv and "-h" not in argv:
+            json.loads(out)   # exactly one JSON object/array
+    return code, out, err
+
+
+@CLI_FUZZ
+@given(argvs())
+@example(["fit", "--model", "llama-3.1-405b", "--gpu", "h100-sxm", "--tokens", "100000000",
+          "--users", "10000000", "--num-gpus", "4096", "--tp", "8", "--json"])
+@example(["kv", "--model", "kimi-k2", "--tokens", "100000000", "--batch", "10000000",
+          "--kv-dtype", "int2", "--json"])
+@example(["fit", "--model", "llama-2-7b", "--gpu", "h100-sxm", "--tokens", "4096", "--tp", "3"])
+@example(["kv", "--config", "/nonexistent/config.json", "--tokens", "5"])
+@example(["kv", "--config", "/", "--tokens", "5"])
+def test_cli_exit_codes(argv):
+    check_cli(argv)
+
+
+@pytest.mark.parametrize("argv", [
+    ["kv", "--model", "llama-2-7b", "--tokens", "4096", "--kv-dtype", "<script>"],
+    ["kv", "--model", "nope", "--tokens", "1"],
+    ["fit", "--model", "llama-2-7b", "--tokens", "1", "--gpu", "nope"],
+    ["fit", "--model", "llama-2-7b", "--tokens", "1", "--gpu", "h100-sxm", "--num-gpus", "3",
+     "--tp", "2"],
+    ["kv", "--model", "llama-2-7b", "--tokens", "nan"],
+    ["kv", "--model", "llama-2-7b", "--tokens", "-1"],
+    ["kv", "--model", "llama-2-7b", "--tokens", "100000001"],
+    ["fit", "--model", "llama-2-7b", "--tokens", "1", "--gpu", "h100-sxm", "--gpu-util", "inf"],
+    [],
+    ["--help"],
+])
+def test_cli_edge_cases(argv):
+    code, _, err = check_cli(argv)
+    if code == 2 and argv:
+        assert len(err) <= 600
+
+
+def test_cli_bad_config_file(tmp_path):
+    path = tmp_path / "config.json"
+    for raw in (b"\xff\xfe", b"[]", b"{", b'{"num_hidden_layers": 0}', b"{" * 4000,
+                b'{"num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": -2}'):
+        path.write_bytes(raw)
+        code, _, err = check_cli(["kv", "--config", str(path), "--tokens", "10"])
+        assert code == 2, (raw, err)
+
+
+def test_long_profile_is_at_least_10k():
+    if LONG:
+        assert FUZZ.max_examples >= 10_000 and CLI_FUZZ.max_examples >= 10_000
+    else:
+        assert FUZZ.max_examples <= 200
+
+
+def test_control_chars_never_reach_messages():
+    _, warnings = Scenario.from_query({"m\x00\x1b": "x", "t": "\x07\x08", "g": "a\u202eb"})
+    _check_warnings(warnings)
+    assert all(ch in string.printable or ord(ch) > 127 for w in warnings for ch in w)
+
+
+# --------------------------------------------------------------------------- other uploads
+
+
+@FUZZ
+@given(queries)
+def test_link_names_check_never_raises(query):
+    """The second step the dashboard applies to a link: names checked against the presets."""
+    from kvplan.scenario import check_names
+
+    scenario, warnings = Scenario.from_query(query)
+    scenario, more = check_names(scenario)
+    assert isinstance(scenario, Scenario)
+    _check_warnings(more)
+
+
+scenario_files = st.one_of(
+    st.binary(max_size=300),
+    json_any.map(lambda d: json.dumps(d).encode()),
+    st.dictionaries(st.sampled_from(["id", "name", "description", "source", "query"]),
+                    st.one_of(json_any, queries), max_size=5).map(lambda d: json.dumps(d).encode()),
+)
+
+
+@FUZZ
+@given(scenario_files)
+def test_scenario_file_upload(raw):
+    from kvplan.report import scenario_from_json
+
+    try:
+        scenario = scenario_from_json(raw)
+    except KVPlanError as err:
+        assert err.code in {"scenario.invalid"}, err.code
+        assert "\n" not in str(err)
+        return
+    assert isinstance(scenario, Scenario)
+
+
+csv_cells = st.one_of(st.integers(min_value=-5, max_value=2_000_000).map(str),
+                      st.sampled_from(["", " ", "x", "1.5", "²", "٣", "9" * 5000, "nan", "-0"]),
+                      texts)
+
+
+@FUZZ
+@given(st.one_of(
+    st.binary(max_size=300),
+    st.lists(st.lists(csv_cells, min_size=0, max_size=4), max_size=20).map(
+        lambda rows: "\n".join(",".join(r) for r in rows)),
+))
+@example("prompt,output\n²,5\n")
+@example("1," + "9" * 5000 + "\n")
+def test_lengths_csv_upload(raw):
+    from kvplan.serving import parse_lengths_csv
+
+    try:
+        workload = parse_lengths_csv(raw)
+    except KVPlanError as err:
+        assert err.code == "csv.invalid", err.code
+        assert "\n" not in str(err)
+        return
+    assert (workload.prompt >= 0).all() and (workload.output >= 0).all()
