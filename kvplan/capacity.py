@@ -160,10 +160,11 @@ def sglang_mem_fraction_static(capacity_bytes: int, tp: int, pp: int, is_mla: bo
     reserved = 512 + max(chunked, 2048) * 1.5 + tp * pp / 8 * 1024 + decode_bs * 2
     if gib > 60:
         reserved = max(reserved, 10 * 1024)
-    return round((mem - reserved) / mem, 3)
+    return max(round((mem - reserved) / mem, 3), 0.0)
 
 
-def _settings(query: FitQuery, gpu: GPU) -> EngineSettings:
+def engine_settings(query: FitQuery, gpu: GPU) -> EngineSettings:
+    """The engine knobs of a query, with vLLM's per-GPU ``max_num_batched_tokens`` default."""
     mnbt = query.max_num_batched_tokens or default_max_num_batched_tokens(
         gpu.capacity_bytes, gpu.device_name)
     return EngineSettings(tp=query.tp, pp=query.pp, block_size=query.block_size,
@@ -196,7 +197,7 @@ def fit(arch: ModelArch, gpu: GPU, query: FitQuery, search_gpus: bool = True) ->
         raise KVPlanError("parallel.gpus", gpus=gpus, tpp=tp * pp)
     if arch.kv_heads and not arch.is_mla and query.engine in {"vllm", "sglang"}:
         kv_heads_per_rank(arch.kv_heads, tp)
-    settings = _settings(query, gpu)
+    settings = engine_settings(query, gpu)
     weights_total = weight_bytes(arch, query.weight_dtype)
     stages = stage_weight_bytes(arch, weights_total, pp, tp)
     capacity = gpu.capacity_bytes
@@ -211,6 +212,8 @@ def fit(arch: ModelArch, gpu: GPU, query: FitQuery, search_gpus: bool = True) ->
         formulas["memory_target"] = f"ceil({capacity:,} × {util}) = {target:,} B"
     elif engine == "sglang":
         util = query.gpu_util or sglang_mem_fraction_static(capacity, tp, pp, arch.is_mla)
+        if util <= 0:
+            notes.append("SGLang's default reserve exceeds this GPU's memory at this tp × pp")
         target = int(capacity * util)
         formulas["memory_target"] = f"{capacity:,} × mem_fraction_static {util} = {target:,} B"
     else:

@@ -108,7 +108,7 @@ def _load_arch(args: argparse.Namespace):
     from kvplan.config_import import parse_config
     from kvplan.presets import load_model
 
-    if args.model:
+    if args.model is not None:
         return load_model(args.model)
     path = Path(args.config)
     try:

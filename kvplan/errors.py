@@ -63,3 +63,15 @@ def short(value: object, limit: int = 60) -> str:
     text = repr(value)
     text = "".join(ch if ch.isprintable() else "?" for ch in text)
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def clip(value: object, limit: int = 40) -> str:
+    """User text made printable and bounded, without quotes (for ``'{value}'`` templates)."""
+    text = "".join(ch if ch.isprintable() else "?" for ch in str(value))
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def is_plain_int(text: str, max_digits: int = 18, signed: bool = False) -> bool:
+    """ASCII digits only (``'²'.isdigit()`` is True in Python), at most ``max_digits`` of them."""
+    body = text[1:] if signed and text[:1] == "-" else text
+    return body.isascii() and body.isdigit() and len(body) <= max_digits

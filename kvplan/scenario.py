@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from kvplan.errors import MESSAGES, short
+from kvplan.errors import MESSAGES, clip, is_plain_int, short
 
 SCHEMA_VERSION = 1
 MAX_PARAM_CHARS = 8192
@@ -87,7 +87,7 @@ class Scenario(BaseModel):
         values: dict[str, Any] = {}
         version = _first(query.get("v"))
         if version is not None and version != str(SCHEMA_VERSION):
-            if version.isdigit() and int(version) > SCHEMA_VERSION:
+            if is_plain_int(version, 9) and int(version) > SCHEMA_VERSION:
                 warnings.append(MESSAGES["link.future_version"].format(value=version[:12]))
             else:
                 warnings.append(MESSAGES["link.bad_value"].format(
@@ -149,7 +149,7 @@ def _decode(name: str, text: str) -> Any:
             raise ValueError("expected 0 or 1")
         return text in {"1", "true"}
     if "int" in annotation:
-        if not text.strip().lstrip("-").isdigit() or len(text) > 18:
+        if not is_plain_int(text.strip(), signed=True):
             raise ValueError("expected a whole number of at most 18 digits")
         return int(text)
     if "float" in annotation:
@@ -219,14 +219,14 @@ def check_names(scenario: Scenario) -> tuple[Scenario, list[str]]:
             warn("custom_config", "<config>", f"config.json could not be read ({type(exc).__name__})")
             update["custom_config"] = config = None
     if config is None and scenario.model not in model_presets():
-        warn("model", scenario.model, str(KVPlanError("unknown.model", value=scenario.model)))
+        warn("model", scenario.model, str(KVPlanError("unknown.model", value=clip(scenario.model))))
         update["model"] = defaults.model
     if scenario.gpu not in gpus():
-        warn("gpu", scenario.gpu, str(KVPlanError("unknown.gpu", value=scenario.gpu)))
+        warn("gpu", scenario.gpu, str(KVPlanError("unknown.gpu", value=clip(scenario.gpu))))
         update["gpu"] = defaults.gpu
     if scenario.engine not in ENGINES:
         warn("engine", scenario.engine, str(KVPlanError(
-            "unknown.engine", value=scenario.engine, choices=", ".join(ENGINES))))
+            "unknown.engine", value=clip(scenario.engine), choices=", ".join(ENGINES))))
         update["engine"] = defaults.engine
     kept: list[str] = []
     for name in scenario.kv_dtypes:
@@ -234,7 +234,7 @@ def check_names(scenario: Scenario) -> tuple[Scenario, list[str]]:
             canonical = get_dtype(name).name
         except KeyError:
             warn("kv_dtypes", name, str(KVPlanError(
-                "unknown.dtype", value=name, choices=", ".join(KV_DTYPE_CHOICES))))
+                "unknown.dtype", value=clip(name), choices=", ".join(KV_DTYPE_CHOICES))))
             continue
         if canonical not in kept:
             kept.append(canonical)
@@ -246,7 +246,7 @@ def check_names(scenario: Scenario) -> tuple[Scenario, list[str]]:
             canonical = next(k for k, v in WEIGHT_DTYPES.items() if v == get_weight_dtype(weight))
         except KeyError:
             warn("weight_dtype", weight, str(KVPlanError(
-                "unknown.dtype", value=weight, choices=", ".join(["auto", *WEIGHT_DTYPES]))))
+                "unknown.dtype", value=clip(weight), choices=", ".join(["auto", *WEIGHT_DTYPES]))))
             canonical = defaults.weight_dtype
         if canonical != weight:
             update["weight_dtype"] = canonical

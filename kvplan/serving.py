@@ -41,7 +41,7 @@ from kvplan.engines import (
     engine_view,
     layer_token_bytes,
 )
-from kvplan.errors import KVPlanError
+from kvplan.errors import KVPlanError, is_plain_int
 from kvplan.presets import GPU
 from kvplan.sizing import full_length_bytes_per_token
 
@@ -144,11 +144,11 @@ def parse_lengths_csv(data: bytes | str, max_rows: int = MAX_CSV_ROWS) -> Worklo
         if len(cells) < 2 or any(cells[2:]):
             raise KVPlanError("csv.invalid", detail=f"row {line_no}: expected 2 columns "
                                                     f"(prompt, output), got {len(cells)}")
-        if line_no == 1 and not cells[0].isdigit() and not cells[1].isdigit():
+        if line_no == 1 and not is_plain_int(cells[0]) and not is_plain_int(cells[1]):
             continue  # header
         values = []
         for cell in cells[:2]:
-            if not cell.isdigit():
+            if not is_plain_int(cell, 12):
                 raise KVPlanError("csv.invalid", detail=f"row {line_no}: {cell[:20]!r} is not a "
                                                         "whole number ≥ 0")
             values.append(int(cell))

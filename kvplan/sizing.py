@@ -8,13 +8,16 @@ are ``n_kv_heads × (vec(head_dim_k) + vec(head_dim_v))`` (``kvplan.dtypes`` for
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 from pydantic import BaseModel
 
 from kvplan.arch import ModelArch
 from kvplan.engines import ENGINES, EngineSettings, EngineView, engine_view
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 MAX_TOKENS = 100_000_000
 MAX_BATCH = 10_000_000
@@ -116,6 +119,18 @@ def full_length_bytes_per_token(arch: ModelArch, kv_dtype: str = "bf16", engine:
     return sum(rule.layers * rule.bytes_per_token for rule in view.rules)
 
 
+INT64_MAX = np.iinfo(np.int64).max
+
+
+def exact_outer(per_sequence: np.ndarray, batch: np.ndarray) -> np.ndarray:
+    """``per_sequence ⊗ batch`` flattened, in int64 — or in exact Python ints when int64 would wrap."""
+    top_seq = int(np.max(per_sequence, initial=0))
+    top_batch = int(np.max(batch, initial=0))
+    if top_seq * top_batch <= INT64_MAX:
+        return np.multiply.outer(per_sequence, batch).ravel()
+    return np.multiply.outer(per_sequence.astype(object), batch.astype(object)).ravel()
+
+
 def sweep(arch: ModelArch, tokens: Sequence[int] | np.ndarray, batch: Sequence[int] | np.ndarray = (1,),
           kv_dtypes: Iterable[str] = ("bf16",), engines: Iterable[str] = ("hf",),
           settings: EngineSettings | None = None) -> pd.DataFrame:
@@ -123,6 +138,7 @@ def sweep(arch: ModelArch, tokens: Sequence[int] | np.ndarray, batch: Sequence[i
 
     One numpy evaluation per (engine, dtype) over the whole tokens array; batch is an outer product.
     """
+    import pandas as pd  # lazy: keeps ``import kvplan.sizing`` light
     t = np.asarray(tokens, dtype=np.int64).ravel()
     b = np.asarray(batch, dtype=np.int64).ravel()
     frames = []
@@ -130,8 +146,8 @@ def sweep(arch: ModelArch, tokens: Sequence[int] | np.ndarray, batch: Sequence[i
         for dtype in kv_dtypes:
             view = engine_view(arch, engine, dtype, _settings_for(engine, int(t.max(initial=1)),
                                                                   settings))
-            held = np.multiply.outer(view.held_bytes(t), b).ravel()
-            reserved = np.multiply.outer(view.reserved_bytes(t), b).ravel()
+            held = exact_outer(view.held_bytes(t), b)
+            reserved = exact_outer(view.reserved_bytes(t), b)
             frames.append(pd.DataFrame({
                 "engine": engine, "kv_dtype": view.dtype.name,
                 "tokens": np.repeat(t, b.size), "batch": np.tile(b, t.size),
@@ -144,11 +160,13 @@ def sweep_by_kind(arch: ModelArch, tokens: Sequence[int] | np.ndarray, kv_dtype:
                   engine: str = "hf", batch: int = 1,
                   settings: EngineSettings | None = None) -> pd.DataFrame:
     """Held bytes per layer kind over a tokens array (for stacked charts): tokens × kind."""
+    import pandas as pd
     t = np.asarray(tokens, dtype=np.int64).ravel()
     view = engine_view(arch, engine, kv_dtype, _settings_for(engine, int(t.max(initial=1)), settings))
     columns: dict[str, np.ndarray] = {}
     for rule in view.rules:
-        columns[rule.kind] = columns.get(rule.kind, 0) + rule.held_bytes(t) * batch
+        columns[rule.kind] = columns.get(rule.kind, 0) + exact_outer(rule.held_bytes(t),
+                                                                     np.asarray([batch]))
     frame = pd.DataFrame(columns)
     frame.insert(0, "tokens", t)
     return frame

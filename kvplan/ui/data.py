@@ -6,10 +6,10 @@ import numpy as np
 import pandas as pd
 
 from kvplan.arch import ModelArch
-from kvplan.capacity import FitQuery, FitResult, _settings, fit
+from kvplan.capacity import FitQuery, FitResult, engine_settings, fit
 from kvplan.errors import KVPlanError
 from kvplan.presets import GPU, gpus
-from kvplan.sizing import sweep, sweep_by_kind
+from kvplan.sizing import exact_outer, sweep, sweep_by_kind
 
 CONTEXT_GRID = (512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144, 524288, 1048576)
 USERS_GRID = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
@@ -29,7 +29,7 @@ def kv_vs_context(arch: ModelArch, gpu: GPU, query: FitQuery, kv_dtypes: list[st
                   log_x: bool) -> tuple[pd.DataFrame, list[str]]:
     """Held KV bytes (per GPU rank) of ``users`` requests over context length, one block per dtype."""
     t = token_grid(query.tokens, log_x)
-    settings = _settings(query, gpu)
+    settings = engine_settings(query, gpu)
     frames, errors = [], []
     for dtype in kv_dtypes:
         try:
@@ -48,7 +48,7 @@ def kv_vs_context(arch: ModelArch, gpu: GPU, query: FitQuery, kv_dtypes: list[st
 def kv_by_kind(arch: ModelArch, gpu: GPU, query: FitQuery, log_x: bool) -> pd.DataFrame:
     """Held bytes per layer kind (long format: tokens, kind, kv_bytes) for the first dtype."""
     t = token_grid(query.tokens, log_x)
-    wide = sweep_by_kind(arch, t, query.kv_dtype, query.engine, query.users, _settings(query, gpu))
+    wide = sweep_by_kind(arch, t, query.kv_dtype, query.engine, query.users, engine_settings(query, gpu))
     long = wide.melt(id_vars="tokens", var_name="kind", value_name="kv_bytes")
     long["kv_dtype"] = query.kv_dtype
     return long
@@ -73,7 +73,7 @@ def kv_vs_users(results: dict[str, FitResult], users: int) -> pd.DataFrame:
     u = np.unique(np.append(u, users))
     rows = []
     for dtype, result in results.items():
-        kv = u * result.kv_bytes_per_request
+        kv = exact_outer(np.asarray([result.kv_bytes_per_request], dtype=np.int64), u)
         rows.append(pd.DataFrame({
             "kv_dtype": dtype, "users": u, "kv_bytes": kv,
             "kv_budget_bytes": result.kv_budget_bytes,

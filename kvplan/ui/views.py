@@ -93,12 +93,12 @@ def _design_data(key: str) -> tuple[pd.DataFrame, list[str]]:
 # ---------------------------------------------------------------- (1) KPI cards
 def _breakdown(arch, scenario: Scenario, gpu: GPU, tokens: int) -> tuple[str, int]:
     """``32 full layers × 4,096 B × 32,768 tokens + …`` for one request on one GPU rank."""
-    from kvplan.capacity import _settings
+    from kvplan.capacity import engine_settings
     from kvplan.sizing import kv_cache
 
     query = fit_query(scenario)
     engine = scenario.engine
-    result = kv_cache(arch, tokens, 1, query.kv_dtype, engine, _settings(query, gpu))
+    result = kv_cache(arch, tokens, 1, query.kv_dtype, engine, engine_settings(query, gpu))
     parts = []
     for kind, row in result.layers.items():
         if kind == "recurrent":
