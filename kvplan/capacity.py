@@ -14,6 +14,7 @@ Memory targets (per GPU):
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from functools import cache
 
 import numpy as np
@@ -24,6 +25,7 @@ from kvplan.dtypes import get_weight_dtype
 from kvplan.engines import (
     ENGINES,
     EngineSettings,
+    EngineView,
     check_engine,
     default_max_num_batched_tokens,
     engine_view,
@@ -188,8 +190,26 @@ def vllm_mla_block_size(gpu: GPU, kv_dtype: str) -> int:
     return 16
 
 
-def fit(arch: ModelArch, gpu: GPU, query: FitQuery, search_gpus: bool = True) -> FitResult:
-    """Answer the capacity question for one model, accelerator and engine configuration."""
+@dataclass
+class Budget:
+    """Memory per GPU for one engine: target, weights per pipeline stage, reserve, KV left."""
+
+    target: int
+    weights_total: int
+    stage_weights: list[int]
+    reserve: int
+    stage_budgets: list[int]
+    weights_fit: bool
+    formulas: dict[str, str]
+    notes: list[str]
+
+    @property
+    def kv_budget(self) -> int:
+        return max(min(self.stage_budgets), 0)
+
+
+def memory_budget(arch: ModelArch, gpu: GPU, query: FitQuery) -> Budget:
+    """Validate the parallel layout and size the KV budget of every pipeline stage."""
     check_engine(query.engine)
     tp, pp = query.tp, query.pp
     gpus = query.num_gpus or tp * pp
@@ -197,7 +217,6 @@ def fit(arch: ModelArch, gpu: GPU, query: FitQuery, search_gpus: bool = True) ->
         raise KVPlanError("parallel.gpus", gpus=gpus, tpp=tp * pp)
     if arch.kv_heads and not arch.is_mla and query.engine in {"vllm", "sglang"}:
         kv_heads_per_rank(arch.kv_heads, tp)
-    settings = engine_settings(query, gpu)
     weights_total = weight_bytes(arch, query.weight_dtype)
     stages = stage_weight_bytes(arch, weights_total, pp, tp)
     capacity = gpu.capacity_bytes
@@ -220,95 +239,203 @@ def fit(arch: ModelArch, gpu: GPU, query: FitQuery, search_gpus: bool = True) ->
         target = capacity
         formulas["memory_target"] = f"all device memory = {target:,} B"
     budgets = [target - w - reserve for w in stages]
-    if query.kv_cache_memory_bytes is not None:
+    given = query.kv_cache_memory_bytes is not None
+    if given:
         budgets = [query.kv_cache_memory_bytes] * pp
         notes.append("KV memory given directly (--kv-cache-memory-bytes); utilization ignored")
-    weights_gpu = max(stages)
-    budget = max(min(budgets), 0)
-    weights_fit = weights_gpu + reserve <= target or query.kv_cache_memory_bytes is not None
-    formulas["kv_budget"] = (f"{target:,} − weights {weights_gpu:,} − reserve {reserve:,} = "
-                             f"{min(budgets):,} B" if query.kv_cache_memory_bytes is None
-                             else f"{budget:,} B (given)")
-    answer = _pool_answer(arch, gpu, query, settings, budgets, notes, formulas)
-    replicas = gpus // (tp * pp)
-    fits = weights_fit and answer["max_requests"] >= query.users
+    weights_fit = max(stages) + reserve <= target or given
+    formulas["kv_budget"] = (f"{target:,} − weights {max(stages):,} − reserve {reserve:,} = "
+                             f"{min(budgets):,} B" if not given else f"{max(min(budgets), 0):,} B (given)")
+    return Budget(target, weights_total, stages, reserve, budgets, weights_fit, formulas, notes)
+
+
+def fit(arch: ModelArch, gpu: GPU, query: FitQuery, search_gpus: bool = True) -> FitResult:
+    """Answer the capacity question for one model, accelerator and engine configuration."""
+    budget = memory_budget(arch, gpu, query)
+    notes, formulas = budget.notes, budget.formulas
+    answer = _pool_answer(arch, gpu, query, engine_settings(query, gpu), budget.stage_budgets,
+                          notes, formulas)
+    tp, pp = query.tp, query.pp
+    replicas = (query.num_gpus or tp * pp) // (tp * pp)
+    fits = budget.weights_fit and answer["max_requests"] >= query.users
     result = FitResult(
-        model=arch.name, gpu=gpu.id, engine=engine, engine_label=ENGINES[engine],
+        model=arch.name, gpu=gpu.id, engine=query.engine, engine_label=ENGINES[query.engine],
         tokens=query.tokens, users=query.users, kv_dtype=query.kv_dtype,
         weight_dtype=query.weight_dtype or arch.model_dtype, tp=tp, pp=pp, replicas=replicas,
-        gpu_capacity_bytes=capacity, memory_target_bytes=target, params_total=arch.params_total,
-        params_method=arch.params_method, weights_total_bytes=weights_total,
-        weights_bytes=weights_gpu, reserve_bytes=reserve, kv_budget_bytes=budget,
+        gpu_capacity_bytes=gpu.capacity_bytes, memory_target_bytes=budget.target,
+        params_total=arch.params_total, params_method=arch.params_method,
+        weights_total_bytes=budget.weights_total, weights_bytes=max(budget.stage_weights),
+        reserve_bytes=budget.reserve, kv_budget_bytes=budget.kv_budget,
         max_requests_all_replicas=answer["max_requests"] * replicas,
-        fits=fits, weights_fit=weights_fit, formulas=formulas, notes=notes, **answer)
-    if not weights_fit and search_gpus:
+        fits=fits, weights_fit=budget.weights_fit, formulas=formulas, notes=notes, **answer)
+    if not budget.weights_fit and search_gpus:
         result = result.model_copy(update={"min_gpus_to_fit": min_gpus_to_fit(arch, gpu, query)})
         notes.append("the weights alone exceed this GPU's memory target")
     return result
 
 
-def _pool_answer(arch: ModelArch, gpu: GPU, query: FitQuery, settings: EngineSettings,
-                 budgets: list[int], notes: list[str], formulas: dict[str, str]) -> dict:
-    L = query.tokens
-    if query.engine == "vllm":
-        return _vllm_answer(arch, gpu, query, settings, budgets, notes, formulas)
-    budget = max(min(budgets), 0)
-    view = engine_view(arch, query.engine, query.kv_dtype, settings,
-                       stage_layers=_largest_stage(arch, query.pp))
-    per_request = int(view.reserved_bytes(np.asarray([L]))[0])
-    notes.extend(view.notes)
-    if query.engine == "sglang":
-        return _sglang_answer(arch, view, query, budget, per_request, formulas)
-    max_requests = budget // per_request if per_request else 0
-    per_token = sum(r.layers * r.bytes_per_token for r in view.rules)
-    pool_tokens = budget // per_token if per_token else 0
-    formulas["max_requests"] = f"floor({budget:,} / {per_request:,} B per request) = {max_requests:,}"
-    return {
-        "kv_bytes_per_request": per_request, "kv_pool_tokens": pool_tokens,
-        "max_concurrency": budget / per_request if per_request else 0.0,
-        "max_requests": max_requests,
-        "max_tokens_per_request": _max_len(lambda t: view.reserved_bytes(t) * query.users, budget,
-                                           _length_limit(arch, notes)),
-    }
+class KVPool:
+    """A KV pool sized for one GPU's budget, vectorised over the request length ``L``."""
+
+    num_blocks: int | None = None
+    block_size: int | None = None
+    bytes_per_block: int | None = None
+
+    def per_request_bytes(self, L: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def max_requests(self, L: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def concurrency(self, L: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def pool_tokens(self, L: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def users_cost(self, L: np.ndarray, users: int) -> np.ndarray:
+        """What ``users`` requests of length ``L`` need, in the unit of ``capacity``."""
+        raise NotImplementedError
+
+    capacity: int = 0
+
+    def formulas(self, L: int) -> dict[str, str]:
+        return {}
 
 
-def _largest_stage(arch: ModelArch, pp: int) -> tuple[int, int]:
-    parts = pp_partition(arch.n_layers, pp)
-    index = int(np.argmax(parts))
-    start = sum(parts[:index])
-    return start, start + parts[index]
+class BytePool(KVPool):
+    """HF transformers: no pool; each request costs its cache bytes (``StaticCache``: pre-allocated)."""
+
+    def __init__(self, view: EngineView, budget: int) -> None:
+        self.view, self.capacity = view, budget
+        self.per_token = sum(r.layers * r.bytes_per_token for r in view.rules)
+
+    def per_request_bytes(self, L: np.ndarray) -> np.ndarray:
+        L = np.asarray(L, dtype=np.int64)
+        if self.view.engine != "hf-static":
+            return self.view.reserved_bytes(L)
+        total = np.zeros(L.shape, dtype=np.int64)
+        for rule in self.view.rules:  # StaticCache: max_cache_len = L, windows min(W, L)
+            slots = np.minimum(L, rule.window) if rule.window else L
+            total = total + rule.layers * (slots * rule.bytes_per_token + rule.state_bytes)
+        return total
+
+    def max_requests(self, L: np.ndarray) -> np.ndarray:
+        per = self.per_request_bytes(L)
+        return np.where(per > 0, self.capacity // np.maximum(per, 1), 0)
+
+    def concurrency(self, L: np.ndarray) -> np.ndarray:
+        per = self.per_request_bytes(L)
+        return np.where(per > 0, self.capacity / np.maximum(per, 1), 0.0)
+
+    def pool_tokens(self, L: np.ndarray) -> np.ndarray:
+        return np.full(np.shape(L), self.capacity // self.per_token if self.per_token else 0)
+
+    def users_cost(self, L: np.ndarray, users: int) -> np.ndarray:
+        return self.per_request_bytes(L) * users
+
+    def formulas(self, L: int) -> dict[str, str]:
+        per = int(self.per_request_bytes(np.asarray([L]))[0])
+        n = self.capacity // per if per else 0
+        return {"max_requests": f"floor({self.capacity:,} / {per:,} B per request) = {n:,}"}
 
 
-def _sglang_answer(arch, view, query: FitQuery, budget: int, per_request: int,
-                   formulas: dict[str, str]) -> dict:
-    """SGLang pool: ``max_total_num_tokens = (available // cell) // page × page``.
+class SGLangPool(KVPool):
+    """SGLang: ``max_total_num_tokens = (available // cell) // page × page``.
 
-    Hybrid SWA models size the SWA pool at 0.8 × the full pool's tokens (``swa_full_tokens_ratio``).
-    Recurrent states take ``ratio/(1+ratio)`` (ratio 0.9) of the memory for their own pool.
+    Hybrid-SWA models size the SWA pool at 0.8 × the full pool's tokens (``swa_full_tokens_ratio``);
+    recurrent states take ``ratio / (1 + ratio)`` (ratio 0.9) of the memory for their own pool and
+    about 3 slots per running request (``kv_cache_configurator.py``, ``mamba`` pool).
     """
-    page = view.block_size or 1
-    full = sum(r.layers * r.bytes_per_token for r in view.rules if r.kind != "sliding")
-    swa = sum(r.layers * r.bytes_per_token for r in view.rules if r.kind == "sliding")
-    states = sum(r.layers * r.state_bytes for r in view.rules if r.kind == "recurrent")
-    kv_budget = budget
-    slots = None
-    if states:
-        kv_budget = int(budget / 1.9)
-        slots = (budget - kv_budget) // states
-    cell = full + 0.8 * swa
-    tokens = int(kv_budget // cell) // page * page if cell else 0
-    per_request_tokens = -(-query.tokens // page) * page
-    max_requests = tokens // per_request_tokens if per_request_tokens else 0
-    if slots is not None:
-        max_requests = min(max_requests, slots // 3) if cell else slots // 3
-    formulas["kv_pool_tokens"] = f"({kv_budget:,} // {cell:,.0f} B per token) // {page} × {page} = {tokens:,}"
-    return {
-        "kv_bytes_per_request": per_request, "kv_pool_tokens": tokens,
-        "num_blocks": tokens // page if page > 1 else None, "block_size": page,
-        "max_concurrency": tokens / per_request_tokens if per_request_tokens else 0.0,
-        "max_requests": max_requests,
-        "max_tokens_per_request": (tokens // query.users) // page * page,
-    }
+
+    def __init__(self, view: EngineView, budget: int) -> None:
+        self.view = view
+        self.page = view.block_size or 1
+        full = sum(r.layers * r.bytes_per_token for r in view.rules if r.kind != "sliding")
+        swa = sum(r.layers * r.bytes_per_token for r in view.rules if r.kind == "sliding")
+        states = sum(r.layers * r.state_bytes for r in view.rules if r.kind == "recurrent")
+        self.kv_budget, self.slots = budget, None
+        if states:
+            self.kv_budget = int(budget / 1.9)
+            self.slots = (budget - self.kv_budget) // states
+        self.cell = full + 0.8 * swa
+        self.capacity = int(self.kv_budget // self.cell) // self.page * self.page if self.cell else 0
+        self.block_size = self.page
+        self.num_blocks = self.capacity // self.page if self.page > 1 else None
+
+    def _tokens(self, L: np.ndarray) -> np.ndarray:
+        return -(-np.asarray(L, dtype=np.int64) // self.page) * self.page
+
+    def per_request_bytes(self, L: np.ndarray) -> np.ndarray:
+        return self.view.reserved_bytes(np.asarray(L, dtype=np.int64))
+
+    def max_requests(self, L: np.ndarray) -> np.ndarray:
+        fit_tokens = self.capacity // self._tokens(L)
+        if self.slots is not None:
+            fit_tokens = np.minimum(fit_tokens, self.slots // 3)
+        return fit_tokens
+
+    def concurrency(self, L: np.ndarray) -> np.ndarray:
+        return self.capacity / self._tokens(L)
+
+    def pool_tokens(self, L: np.ndarray) -> np.ndarray:
+        return np.full(np.shape(L), self.capacity)
+
+    def users_cost(self, L: np.ndarray, users: int) -> np.ndarray:
+        return self._tokens(L) * users
+
+    def formulas(self, L: int) -> dict[str, str]:
+        return {"kv_pool_tokens": f"({self.kv_budget:,} // {self.cell:,.0f} B per token) // "
+                                  f"{self.page} × {self.page} = {self.capacity:,}"}
+
+
+class VllmPagedPool(KVPool):
+    """vLLM: ``num_blocks = budget // bytes_per_block`` (minimum over pipeline stages); a request
+    reserves ``Σ_groups`` blocks; one block is the null block (``BlockPool``)."""
+
+    def __init__(self, pool: VllmPool, budgets: list[int], parts: list[int]) -> None:
+        starts = np.cumsum([0, *parts])
+        per_block = [pool.stage_bytes_per_block(int(starts[i]), int(starts[i + 1]))
+                     for i in range(len(parts))]
+        self.pool = pool
+        self.budget = min(budgets)
+        self.num_blocks = min(max(b, 0) // pbb for b, pbb in zip(budgets, per_block, strict=True) if pbb)
+        self.bytes_per_block = max(per_block)
+        self.block_size = pool.block_size
+        self.capacity = max(self.num_blocks - 1, 0)
+
+    def blocks(self, L: np.ndarray) -> np.ndarray:
+        return np.asarray(self.pool.blocks_per_request(np.asarray(L, dtype=np.int64)), dtype=np.int64)
+
+    def per_request_bytes(self, L: np.ndarray) -> np.ndarray:
+        return self.blocks(L) * self.bytes_per_block  # a block id spans the widest group's layers
+
+    def max_requests(self, L: np.ndarray) -> np.ndarray:
+        return self.capacity // np.maximum(self.blocks(L), 1)
+
+    def concurrency(self, L: np.ndarray) -> np.ndarray:
+        return self.num_blocks / np.maximum(self.blocks(L), 1)
+
+    def pool_tokens(self, L: np.ndarray) -> np.ndarray:
+        """vLLM's logged "GPU KV cache size": ``int(num_blocks / blocks_per_request × L)``."""
+        L = np.asarray(L, dtype=np.int64)
+        return (self.concurrency(L) * L).astype(np.int64)
+
+    def users_cost(self, L: np.ndarray, users: int) -> np.ndarray:
+        return self.blocks(L) * users
+
+    def formulas(self, L: int) -> dict[str, str]:
+        bpr = int(self.blocks(np.asarray([L]))[0])
+        conc = self.num_blocks / bpr if bpr else 0.0
+        return {
+            "num_blocks": f"{self.budget:,} // {self.bytes_per_block:,} B per block = {self.num_blocks:,}",
+            "blocks_per_request": f"Σ over {len(self.pool.groups)} group(s) of reserved blocks at "
+                                  f"{L:,} tokens = {bpr:,}",
+            "max_concurrency": f"{self.num_blocks:,} / {bpr:,} = {conc:.4f}",
+            "kv_pool_tokens": f"int({conc:.6f} × {L:,}) = {int(conc * L):,}",
+            "max_requests": f"({self.num_blocks:,} − 1 null block) // {bpr:,} = "
+                            f"{self.capacity // bpr if bpr else 0:,}",
+        }
 
 
 @cache
@@ -316,36 +443,45 @@ def _pool_cached(arch: ModelArch, kv_dtype: str, settings: EngineSettings, mla_b
     return build_pool(arch, kv_dtype, settings, mla_block_size=mla_bs)
 
 
-def _vllm_answer(arch, gpu, query: FitQuery, settings, budgets, notes, formulas) -> dict:
-    pool = _pool_cached(arch, query.kv_dtype, settings, vllm_mla_block_size(gpu, query.kv_dtype))
-    notes.extend(pool.notes)
-    parts = pp_partition(arch.n_layers, query.pp)
-    starts = np.cumsum([0, *parts])
-    per_block = [pool.stage_bytes_per_block(int(starts[i]), int(starts[i + 1])) for i in range(len(parts))]
-    num_blocks = min(max(b, 0) // pbb for b, pbb in zip(budgets, per_block, strict=True) if pbb)
-    bytes_per_block = max(per_block)
-    L = query.tokens
-    bpr = int(pool.blocks_per_request(L))
-    concurrency = num_blocks / bpr if bpr else 0.0
-    usable = max(num_blocks - 1, 0)  # BlockPool keeps one null block
-    max_requests = usable // bpr if bpr else 0
-    max_len = _max_len(lambda t: pool.blocks_per_request(t) * query.users, usable,
-                       _length_limit(arch, notes))
-    formulas.update({
-        "num_blocks": f"{min(budgets):,} // {bytes_per_block:,} B per block = {num_blocks:,}",
-        "blocks_per_request": f"Σ over {len(pool.groups)} group(s) of reserved blocks at {L:,} "
-                              f"tokens = {bpr:,}",
-        "max_concurrency": f"{num_blocks:,} / {bpr:,} = {concurrency:.4f}",
-        "kv_pool_tokens": f"int({concurrency:.6f} × {L:,}) = {int(concurrency * L):,}",
-        "max_requests": f"({num_blocks:,} − 1 null block) // {bpr:,} = {max_requests:,}",
-    })
-    per_request = bpr * bytes_per_block  # every block id spans all layer slots of the widest group
-    return {
-        "kv_bytes_per_request": per_request, "num_blocks": num_blocks, "block_size": pool.block_size,
-        "bytes_per_block": bytes_per_block, "blocks_per_request": bpr,
-        "kv_pool_tokens": int(concurrency * L), "max_concurrency": concurrency,
-        "max_requests": max_requests, "max_tokens_per_request": max_len,
+def make_pool(arch: ModelArch, gpu: GPU, query: FitQuery, settings: EngineSettings,
+              budgets: list[int], notes: list[str]) -> KVPool:
+    """The engine's pool for these per-stage budgets (notes collect the engine's remarks)."""
+    if query.engine == "vllm":
+        pool = _pool_cached(arch, query.kv_dtype, settings, vllm_mla_block_size(gpu, query.kv_dtype))
+        notes.extend(pool.notes)
+        return VllmPagedPool(pool, budgets, pp_partition(arch.n_layers, query.pp))
+    view = engine_view(arch, query.engine, query.kv_dtype, settings,
+                       stage_layers=_largest_stage(arch, query.pp))
+    notes.extend(view.notes)
+    budget = max(min(budgets), 0)
+    return SGLangPool(view, budget) if query.engine == "sglang" else BytePool(view, budget)
+
+
+def _pool_answer(arch: ModelArch, gpu: GPU, query: FitQuery, settings: EngineSettings,
+                 budgets: list[int], notes: list[str], formulas: dict[str, str]) -> dict:
+    pool = make_pool(arch, gpu, query, settings, budgets, notes)
+    L = np.asarray([query.tokens], dtype=np.int64)
+    formulas.update(pool.formulas(query.tokens))
+    answer = {
+        "kv_bytes_per_request": int(pool.per_request_bytes(L)[0]),
+        "kv_pool_tokens": int(pool.pool_tokens(L)[0]),
+        "max_concurrency": float(pool.concurrency(L)[0]),
+        "max_requests": int(pool.max_requests(L)[0]),
+        "max_tokens_per_request": _max_len(lambda t: pool.users_cost(t, query.users), pool.capacity,
+                                           _length_limit(arch, notes)),
+        "num_blocks": pool.num_blocks, "block_size": pool.block_size,
+        "bytes_per_block": pool.bytes_per_block,
     }
+    if isinstance(pool, VllmPagedPool):
+        answer["blocks_per_request"] = int(pool.blocks(L)[0])
+    return answer
+
+
+def _largest_stage(arch: ModelArch, pp: int) -> tuple[int, int]:
+    parts = pp_partition(arch.n_layers, pp)
+    index = int(np.argmax(parts))
+    start = sum(parts[:index])
+    return start, start + parts[index]
 
 
 def _length_limit(arch: ModelArch, notes: list[str]) -> tuple[int, list[str]]:
@@ -394,18 +530,35 @@ def min_gpus_to_fit(arch: ModelArch, gpu: GPU, query: FitQuery, limit: int = 409
     return None
 
 
-def fit_sweep(arch: ModelArch, gpus_list: list[GPU], kv_dtypes: list[str], query: FitQuery):
-    """Requests that fit across accelerators × KV dtypes (DataFrame)."""
+def capacity_sweep(arch: ModelArch, gpus_list: list[GPU], kv_dtypes: list[str],
+                   tokens: np.ndarray, users: np.ndarray, query: FitQuery):
+    """Requests that fit across accelerators × KV dtypes × context lengths × users (DataFrame).
+
+    The pool is sized once per (accelerator, dtype); lengths and user counts are numpy arrays.
+    """
     import pandas as pd
 
-    rows = []
+    t = np.asarray(tokens, dtype=np.int64).ravel()
+    u = np.asarray(users, dtype=np.int64).ravel()
+    frames = []
     for gpu in gpus_list:
         for dtype in kv_dtypes:
-            result = fit(arch, gpu, query.model_copy(update={"kv_dtype": dtype}))
-            rows.append({"gpu": gpu.id, "gpu_name": gpu.name, "kv_dtype": dtype,
-                         "weights_bytes": result.weights_bytes,
-                         "kv_budget_bytes": result.kv_budget_bytes,
-                         "max_requests": result.max_requests,
-                         "max_tokens_per_request": result.max_tokens_per_request,
-                         "fits": result.fits})
-    return pd.DataFrame(rows)
+            q = query.model_copy(update={"kv_dtype": dtype})
+            try:
+                budget = memory_budget(arch, gpu, q)
+                pool = make_pool(arch, gpu, q, engine_settings(q, gpu), budget.stage_budgets, [])
+            except KVPlanError:
+                continue
+            max_requests = pool.max_requests(t) if budget.weights_fit else np.zeros_like(t)
+            frames.append(pd.DataFrame({
+                "gpu": gpu.id, "kv_dtype": dtype,
+                "tokens": np.repeat(t, u.size), "users": np.tile(u, t.size),
+                "kv_budget_bytes": budget.kv_budget,
+                "kv_bytes_per_request": np.repeat(pool.per_request_bytes(t), u.size),
+                "max_requests": np.repeat(max_requests, u.size),
+                "fits": np.greater_equal.outer(max_requests, u).ravel(),
+            }))
+    if not frames:
+        return pd.DataFrame(columns=["gpu", "kv_dtype", "tokens", "users", "kv_budget_bytes",
+                                     "kv_bytes_per_request", "max_requests", "fits"])
+    return pd.concat(frames, ignore_index=True)

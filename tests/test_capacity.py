@@ -169,3 +169,22 @@ def test_fit_cli_json(capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["num_blocks"] == 5120 and data["kv_pool_tokens"] == 81_920
     assert data["max_concurrency"] == 2.5 and data["max_requests"] == 2 and data["fits"] is True
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "hf", "hf-static"])
+def test_capacity_sweep_agrees_with_fit_point_by_point(engine):
+    """The vectorised sweep sizes each pool once; every cell must equal a scalar ``fit``."""
+    from kvplan.capacity import capacity_sweep
+    from kvplan.presets import gpus
+
+    arch = load_model("gemma-2-9b")
+    chosen = [gpus()[g] for g in ("h100-sxm", "l4", "mi300x")]
+    tokens, users = [1, 1000, 4096, 32768], [1, 3, 50]
+    query = FitQuery(engine=engine, max_num_batched_tokens=4096)
+    frame = capacity_sweep(arch, chosen, ["bf16", "fp8_e4m3"], tokens, users, query)
+    assert len(frame) == 3 * 2 * 4 * 3
+    for row in frame.sample(12, random_state=0).itertuples():
+        one = fit(arch, gpus()[row.gpu], query.model_copy(update={
+            "kv_dtype": row.kv_dtype, "tokens": row.tokens, "users": row.users}))
+        assert (row.max_requests, row.kv_bytes_per_request, row.fits) == \
+            (one.max_requests, one.kv_bytes_per_request, one.fits)
