@@ -130,7 +130,7 @@ def _encode(name: str, value: Any) -> str:
     if isinstance(value, list):
         return ",".join(value)
     if isinstance(value, float):
-        return f"{value:g}"
+        return repr(value)  # shortest text that reads back to the same float
     return str(value)
 
 

@@ -324,12 +324,14 @@ class PrefixResult(BaseModel):
 
 def prefix_caching(arch: ModelArch, n_requests: int, prefix_tokens: int, prompt_tokens: int,
                    output_tokens: int, engine: str = "vllm", kv_dtype: str = "bf16",
-                   block_size: int | None = None) -> PrefixResult:
+                   block_size: int | None = None, points: int | None = None) -> PrefixResult:
     """Memory of ``N`` concurrent requests sharing a ``P``-token prefix, with and without sharing.
 
     Slots per request at the engine's unit ``u`` (vLLM block, SGLang page): ``ceil(T / u) · u`` with
     ``T = prompt + output``. With sharing: ``S + N · (ceil(T / u)·u − S)`` where ``S`` is
-    ``shared_prefix_tokens``. The curve gives both for ``N = 1 … n_requests``.
+    ``shared_prefix_tokens``. The curve gives both for ``N = 1 … n_requests``; with ``points`` it
+    holds at most that many evenly spaced ``N`` (always 1 and ``n_requests``; both columns are
+    linear in ``N``, so nothing between the samples is lost).
     """
     if engine not in ENGINES:
         raise KVPlanError("unknown.engine", value=engine, choices=", ".join(ENGINES))
@@ -342,7 +344,11 @@ def prefix_caching(arch: ModelArch, n_requests: int, prefix_tokens: int, prompt_
     total = prompt_tokens + output_tokens
     slots = -(-total // unit) * unit
     shared = shared_prefix_tokens(prefix_tokens, prompt_tokens, engine, unit)
-    n = np.arange(1, max(n_requests, 1) + 1, dtype=np.int64)
+    top = max(n_requests, 1)
+    if points is not None and top > max(points, 2):
+        n = np.unique(np.round(np.linspace(1, top, max(points, 2))).astype(np.int64))
+    else:
+        n = np.arange(1, top + 1, dtype=np.int64)
     without = n * slots * bpt
     with_ = (shared + n * (slots - shared)) * bpt
     curve = pd.DataFrame({"requests": n, "without_sharing_bytes": without,

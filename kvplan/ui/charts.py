@@ -15,7 +15,7 @@ from kvplan.ui.theme import (
     GIB,
     KIND_COLORS,
     MEMORY_COLORS,
-    TEMPLATE,
+    apply_template,
     dtype_color,
     exact_bytes,
 )
@@ -24,7 +24,8 @@ _HEIGHT = 430
 
 
 def _layout(fig: go.Figure, title: str, **kwargs) -> go.Figure:
-    fig.update_layout(template=TEMPLATE, title=title, height=_HEIGHT, hovermode="closest",
+    apply_template(fig)  # explicit plotly_white, validated once per process (not per figure)
+    fig.update_layout(title=title, height=_HEIGHT, hovermode="closest",
                       legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0},
                       margin={"t": 90, "l": 70, "r": 20, "b": 60}, **kwargs)
     return fig

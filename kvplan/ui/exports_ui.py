@@ -1,5 +1,6 @@
-"""Download buttons under each chart/table: CSV (eager, small) and PNG (deferred: Chromium starts
-only when someone clicks). Scenario JSON download/upload lives in ``scenario_json_controls``."""
+"""Download buttons under each chart/table: CSV and PNG, both deferred (built only when someone
+clicks: the CSV of a big table is slow to write, and the PNG starts Chromium). Scenario JSON
+download/upload lives in ``scenario_json_controls``."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ def download_buttons(name: str, df: pd.DataFrame, fig, scenario: Scenario) -> No
     """CSV of ``df`` (units in headers, the link as a leading comment) and, when ``fig`` is given,
     a PNG of it; without Chromium the PNG slot explains how to install it."""
     c1, c2 = st.columns(2)
-    c1.download_button("Download CSV", to_csv(df, scenario), file_name=f"kvplan_{name}.csv",
+    c1.download_button("Download CSV", lambda: to_csv(df, scenario), file_name=f"kvplan_{name}.csv",
                        mime="text/csv", key=f"csv_{name}", on_click="ignore",
                        help="The table behind this view; units in the column headers and the "
                             "scenario's link on the first line (a '#' comment).")

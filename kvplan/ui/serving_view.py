@@ -36,9 +36,12 @@ from kvplan.serving import (
     vllm_paper_workload,
     window_explanations,
 )
+from kvplan.ui.theme import figure_from_dict, new_figure
+from kvplan.ui.views import _key, _load
 
-TEMPLATE = "plotly_white"
 GIB = 1 << 30
+#: At most this many points per series (the users axis is sampled, never one point per user).
+MAX_POINTS = 200
 
 
 def _export(name: str, df: pd.DataFrame, fig, scenario: Scenario) -> None:
@@ -62,8 +65,8 @@ def _guard(body: Callable[[], None]) -> None:
 
 
 def _fig(title: str, x: str, y: str) -> go.Figure:
-    fig = go.Figure()
-    fig.update_layout(template=TEMPLATE, title=title, xaxis_title=x, yaxis_title=y, height=420,
+    fig = new_figure()  # explicit plotly_white template (kvplan.ui.theme.apply_template)
+    fig.update_layout(title=title, xaxis_title=x, yaxis_title=y, height=420,
                       hovermode="x unified", legend={"orientation": "h", "y": -0.2})
     return fig
 
@@ -151,16 +154,30 @@ def _allocation(scenario: Scenario, arch: ModelArch, gpu: GPU, holder: dict[str,
                         help="in_flight: steady-state continuous batching; final: every request "
                              "has generated its whole output")
     if source.startswith("vLLM"):
-        from kvplan.presets import load_model
-
-        result = vllm_paper_workload(load_model("opt-13b"))
+        result, spec = _paper_allocation()
+        fig = figure_from_dict(spec)
     elif workload is None:
         return
     else:
         result = allocation_for_model(arch, workload, max_len, _kv_dtype(scenario), int(block),
                                       _budget(arch, gpu, scenario), snapshot, 0)
         holder["workload"] = workload
-    table = result.table
+        fig = _allocation_figure(result.table)
+    st.plotly_chart(fig, theme=None, key="sv_alloc_chart")
+    st.dataframe(result.table, hide_index=True)
+    _captions(result.assumptions)
+    _export("serving_allocation", result.table, fig, scenario)
+
+
+@st.cache_data(max_entries=4, show_spinner=False)
+def _paper_allocation():
+    from kvplan.presets import load_model
+
+    result = vllm_paper_workload(load_model("opt-13b"))
+    return result, _allocation_figure(result.table).to_dict()
+
+
+def _allocation_figure(table: pd.DataFrame) -> go.Figure:
     fig = _fig("KV memory used vs reserved per strategy", "strategy", "slots (tokens)")
     fig.update_layout(barmode="stack", hovermode="closest")
     for column, label in (("used_tokens", "used"), ("reservation_waste_slots", "reserved ahead"),
@@ -170,10 +187,7 @@ def _allocation(scenario: Scenario, arch: ModelArch, gpu: GPU, holder: dict[str,
     for _, row in table.iterrows():
         fig.add_annotation(x=row["strategy"], y=row["reserved_slots"], showarrow=False, yshift=10,
                            text=f"{row['utilization_pct']:.1f}% used")
-    st.plotly_chart(fig, theme=None, key="sv_alloc_chart")
-    st.dataframe(table, hide_index=True)
-    _captions(result.assumptions)
-    _export("serving_allocation", table, fig, scenario)
+    return fig
 
 
 def _prefix(scenario: Scenario, arch: ModelArch) -> None:
@@ -184,15 +198,9 @@ def _prefix(scenario: Scenario, arch: ModelArch) -> None:
     unit = st.number_input("Block / page size", 1, 4096,
                            min(scenario.block_size or (16 if engine == "vllm" else 1), 4096),
                            key="sv_pf_unit")
-    result = prefix_caching(arch, scenario.users, scenario.prefix_tokens, prompt,
-                            scenario.output_tokens, engine, _kv_dtype(scenario), int(unit))
+    result, spec = _prefix_data(_key(scenario), engine, int(unit))
     curve = result.curve
-    fig = _fig(f"{scenario.users:,} requests sharing a {scenario.prefix_tokens:,}-token prefix",
-               "concurrent requests", "KV memory (GiB)")
-    fig.add_scatter(x=curve["requests"], y=curve["without_sharing_bytes"] / GIB,
-                    name="without sharing", mode="lines")
-    fig.add_scatter(x=curve["requests"], y=curve["with_sharing_bytes"] / GIB,
-                    name="with prefix sharing", mode="lines")
+    fig = figure_from_dict(spec)
     st.plotly_chart(fig, theme=None, key="sv_prefix_chart")
     st.caption(f"Shared: {result.shared_tokens:,} tokens = {result.shared_blocks:,} unit(s) of "
                f"{result.unit}; saved {result.saved_bytes / GIB:,.3f} GiB at {scenario.users:,} "
@@ -201,11 +209,41 @@ def _prefix(scenario: Scenario, arch: ModelArch) -> None:
     _export("serving_prefix", curve, fig, scenario)
 
 
+@st.cache_data(max_entries=64, show_spinner=False)
+def _prefix_data(key: str, engine: str, unit: int):
+    scenario, arch, _, _ = _load(key)
+    prompt = max(scenario.prefix_tokens + 1, scenario.tokens - scenario.output_tokens)
+    result = prefix_caching(arch, scenario.users, scenario.prefix_tokens, prompt,
+                            scenario.output_tokens, engine, _kv_dtype(scenario), unit,
+                            points=MAX_POINTS)
+    curve = result.curve
+    fig = _fig(f"{scenario.users:,} requests sharing a {scenario.prefix_tokens:,}-token prefix",
+               "concurrent requests", "KV memory (GiB)")
+    fig.add_scatter(x=curve["requests"], y=curve["without_sharing_bytes"] / GIB,
+                    name="without sharing", mode="lines")
+    fig.add_scatter(x=curve["requests"], y=curve["with_sharing_bytes"] / GIB,
+                    name="with prefix sharing", mode="lines")
+    return result, fig.to_dict()
+
+
 def _offload(scenario: Scenario, arch: ModelArch, gpu: GPU) -> None:
     c1, c2 = st.columns(2)
     ram = c1.number_input("CPU RAM (GiB)", 1.0, 1e6, 512.0, key="sv_ram")
     link = c2.number_input("Host link (GB/s per direction)", 0.1, 10_000.0,
                            float(gpu.host_link_gbps or 32.0), key="sv_link")
+    df, r, spec = _offload_data(_key(scenario), float(ram), float(link))
+    fig = figure_from_dict(spec)
+    st.plotly_chart(fig, theme=None, key="sv_offload_chart")
+    if not df["fits_cpu"].iloc[-1]:
+        st.warning(f"At {int(df['tokens'].iloc[-1]):,} tokens the offloaded KV exceeds {ram:g} GiB "
+                   "of CPU RAM.")
+    _captions([r.formula, *r.assumptions])
+    _export("serving_offload", df, fig, scenario)
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def _offload_data(key: str, ram: float, link: float):
+    scenario, arch, gpu, _ = _load(key)
     tokens = np.unique(np.geomspace(1, max(scenario.tokens, 2), 24).astype(np.int64))
     rows = []
     for t in tokens:
@@ -223,12 +261,7 @@ def _offload(scenario: Scenario, arch: ModelArch, gpu: GPU) -> None:
     fig.update_layout(yaxis2={"title": "ms per decoded token", "overlaying": "y", "side": "right"})
     if scenario.log_x:
         fig.update_xaxes(type="log")
-    st.plotly_chart(fig, theme=None, key="sv_offload_chart")
-    if not df["fits_cpu"].iloc[-1]:
-        st.warning(f"At {int(df['tokens'].iloc[-1]):,} tokens the offloaded KV exceeds {ram:g} GiB "
-                   "of CPU RAM.")
-    _captions([r.formula, *r.assumptions])
-    _export("serving_offload", df, fig, scenario)
+    return df, r, fig.to_dict()
 
 
 def _quantized(scenario: Scenario, arch: ModelArch) -> None:
@@ -236,8 +269,18 @@ def _quantized(scenario: Scenario, arch: ModelArch) -> None:
     nbits = c1.selectbox("nbits", [4, 2], key="sv_q_bits")
     group = c2.number_input("q_group_size", 8, 1024, 64, key="sv_q_group")
     resid = c3.number_input("residual_length", 1, 100_000, 128, key="sv_q_resid")
+    result, spec = _quantized_data(_key(scenario), int(nbits), int(group), int(resid))
+    fig = figure_from_dict(spec)
+    st.plotly_chart(fig, theme=None, key="sv_quant_chart")
+    _captions([result.formula, *result.assumptions])
+    _export("serving_quantized", result.curve, fig, scenario)
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def _quantized_data(key: str, nbits: int, group: int, resid: int):
+    scenario, arch, _, _ = _load(key)
     tokens = np.unique(np.geomspace(1, max(scenario.tokens, 2), 60).astype(np.int64))
-    result = quantized_cache(arch, tokens, int(nbits), int(group), int(resid), scenario.users)
+    result = quantized_cache(arch, tokens, nbits, group, resid, scenario.users)
     curve = result.curve
     fig = _fig(f"QuantizedCache int{nbits} vs unquantized, batch {scenario.users:,}",
                "context (tokens)", "KV memory (GiB)")
@@ -251,24 +294,18 @@ def _quantized(scenario: Scenario, arch: ModelArch) -> None:
                       annotation_text=f"worth it from {result.worth_it_from_tokens:,} tokens")
     if scenario.log_x:
         fig.update_xaxes(type="log")
-    st.plotly_chart(fig, theme=None, key="sv_quant_chart")
-    _captions([result.formula, *result.assumptions])
-    _export("serving_quantized", curve, fig, scenario)
+    return result, fig.to_dict()
 
 
 def _static(scenario: Scenario, arch: ModelArch, holder: dict[str, Workload]) -> None:
-    workload = holder.get("workload") or sample_workload(
-        2000, LengthDist(kind="lognormal", mean=max(scenario.prefix_tokens, 1)),
-        LengthDist(kind="lognormal", mean=scenario.output_tokens), seed=0)
     max_len = st.number_input("max_cache_len (tokens)", 1, 100_000_000, scenario.tokens,
                               key="sv_static_len")
-    r = static_cache(arch, workload.final, int(max_len), _kv_dtype(scenario))
-    df = pd.DataFrame([{"what": "allocated", "bytes": r.allocated_bytes},
-                       {"what": "used", "bytes": r.used_bytes},
-                       {"what": "wasted", "bytes": r.waste_bytes}])
-    fig = _fig(f"StaticCache for {r.requests:,} requests ({workload.source})", "", "GiB")
-    fig.update_layout(hovermode="closest")
-    fig.add_bar(x=df["what"], y=df["bytes"] / GIB, text=[f"{b / GIB:,.2f}" for b in df["bytes"]])
+    workload = holder.get("workload")
+    if workload is None:  # the default sample depends on the scenario only: cache it
+        r, df, spec = _static_default(_key(scenario), int(max_len))
+        fig = figure_from_dict(spec)
+    else:
+        r, df, fig = _static_build(scenario, arch, workload, int(max_len))
     st.plotly_chart(fig, theme=None, key="sv_static_chart")
     st.caption(f"Utilization {r.utilization_pct:.1f}%; {r.overflow_requests:,} request(s) longer "
                f"than max_cache_len cannot run.")
@@ -276,7 +313,40 @@ def _static(scenario: Scenario, arch: ModelArch, holder: dict[str, Workload]) ->
     _export("serving_static", df, fig, scenario)
 
 
+@st.cache_data(max_entries=64, show_spinner=False)
+def _static_default(key: str, max_len: int):
+    scenario, arch, _, _ = _load(key)
+    workload = sample_workload(
+        2000, LengthDist(kind="lognormal", mean=max(scenario.prefix_tokens, 1)),
+        LengthDist(kind="lognormal", mean=scenario.output_tokens), seed=0)
+    r, df, fig = _static_build(scenario, arch, workload, max_len)
+    return r, df, fig.to_dict()
+
+
+def _static_build(scenario: Scenario, arch: ModelArch, workload: Workload, max_len: int):
+    r = static_cache(arch, workload.final, max_len, _kv_dtype(scenario))
+    df = pd.DataFrame([{"what": "allocated", "bytes": r.allocated_bytes},
+                       {"what": "used", "bytes": r.used_bytes},
+                       {"what": "wasted", "bytes": r.waste_bytes}])
+    fig = _fig(f"StaticCache for {r.requests:,} requests ({workload.source})", "", "GiB")
+    fig.update_layout(hovermode="closest")
+    fig.add_bar(x=df["what"], y=df["bytes"] / GIB, text=[f"{b / GIB:,.2f}" for b in df["bytes"]])
+    return r, df, fig
+
+
 def _roofline(scenario: Scenario, arch: ModelArch, gpu: GPU) -> None:
+    df, notes, prompt, spec = _roofline_data(_key(scenario))
+    fig = figure_from_dict(spec)
+    st.plotly_chart(fig, theme=None, key="sv_roofline_chart")
+    st.caption(f"TTFT lower bound for one {prompt:,}-token prompt: {df['ttft_ms'].iloc[0]:,.1f} ms")
+    st.dataframe(df, hide_index=True)
+    _captions(notes)
+    _export("serving_roofline", df, fig, scenario)
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def _roofline_data(key: str):
+    scenario, arch, gpu, _ = _load(key)
     batches = np.unique(np.geomspace(1, max(scenario.users, 1024), 30).astype(np.int64))
     prompt = max(scenario.tokens - scenario.output_tokens, 1)
     wd = None if scenario.weight_dtype == "auto" else scenario.weight_dtype
@@ -292,11 +362,7 @@ def _roofline(scenario: Scenario, arch: ModelArch, gpu: GPU) -> None:
                       annotation_text=f"MLPerf {name}: TPOT {tpot:g} ms (TTFT {ttft:g} ms)")
     fig.update_xaxes(type="log")
     fig.update_yaxes(type="log")
-    st.plotly_chart(fig, theme=None, key="sv_roofline_chart")
-    st.caption(f"TTFT lower bound for one {prompt:,}-token prompt: {df['ttft_ms'].iloc[0]:,.1f} ms")
-    st.dataframe(df, hide_index=True)
-    _captions(notes)
-    _export("serving_roofline", df, fig, scenario)
+    return df, notes, prompt, fig.to_dict()
 
 
 def _windows(scenario: Scenario, arch: ModelArch) -> None:
@@ -308,13 +374,23 @@ def _windows(scenario: Scenario, arch: ModelArch) -> None:
 
 
 def _nocache(scenario: Scenario, arch: ModelArch, gpu: GPU) -> None:
-    prompt = max(scenario.prefix_tokens, 1)
     new = st.number_input("New tokens N", 1, 100_000, min(scenario.output_tokens, 100_000),
                           key="sv_nc_new")
-    wd = None if scenario.weight_dtype == "auto" else scenario.weight_dtype
-    df, notes = compare(arch, gpu, prompt, int(new), _kv_dtype(scenario), wd)
     metric = st.radio("Show", ["time_s", "flops", "peak_memory_bytes"], horizontal=True,
                       key="sv_nc_metric")
+    df, notes, spec = _nocache_data(_key(scenario), int(new), metric)
+    fig = figure_from_dict(spec)
+    st.plotly_chart(fig, theme=None, key="sv_nocache_chart")
+    _captions(notes)
+    _export("serving_nocache", df, fig, scenario)
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def _nocache_data(key: str, new: int, metric: str):
+    scenario, arch, gpu, _ = _load(key)
+    prompt = max(scenario.prefix_tokens, 1)
+    wd = None if scenario.weight_dtype == "auto" else scenario.weight_dtype
+    df, notes = compare(arch, gpu, prompt, new, _kv_dtype(scenario), wd)
     labels = {"time_s": "cumulative time (s, lower bound)", "flops": "cumulative FLOPs",
               "peak_memory_bytes": "peak GPU memory (GiB)"}
     fig = _fig(f"Generating N tokens after a {prompt:,}-token prompt", "new tokens N",
@@ -322,6 +398,4 @@ def _nocache(scenario: Scenario, arch: ModelArch, gpu: GPU) -> None:
     scale = GIB if metric == "peak_memory_bytes" else 1
     for option, part in df.groupby("option", sort=False):
         fig.add_scatter(x=part["new_tokens"], y=part[metric] / scale, name=str(option))
-    st.plotly_chart(fig, theme=None, key="sv_nocache_chart")
-    _captions(notes)
-    _export("serving_nocache", df, fig, scenario)
+    return df, notes, fig.to_dict()

@@ -17,7 +17,7 @@ from kvplan.scenario import Scenario
 from kvplan.sizing import full_length_bytes_per_token
 from kvplan.ui import charts, data
 from kvplan.ui.sidebar import apply_scenario, fit_query, resolve_arch, resolve_gpu
-from kvplan.ui.theme import GB, GIB, exact_bytes, fmt_bytes
+from kvplan.ui.theme import GB, GIB, exact_bytes, figure_from_dict, fmt_bytes
 
 
 def _export(name: str, df: pd.DataFrame, fig, scenario: Scenario) -> None:
@@ -88,6 +88,45 @@ def _requests_data(key: str) -> tuple[pd.DataFrame, pd.DataFrame]:
 def _design_data(key: str) -> tuple[pd.DataFrame, list[str]]:
     _, arch, gpu, query = _load(key)
     return designs.design_table(arch, gpu, query), designs.assumptions(arch)
+
+
+# ---------------------------------------------------------------- cached figures (by content)
+# Every tab runs on every rerun (st.tabs), so each figure is built once per scenario and kept as
+# its plotly dict; a rerun rebuilds the go.Figure from it without re-validation (theme).
+@st.cache_data(max_entries=128, show_spinner=False)
+def _kv_context_fig(key: str) -> dict:
+    scenario, _, gpu, _ = _load(key)
+    df, by_kind, _ = _context_data(key)
+    budget = primary_fit(key).kv_budget_bytes
+    return charts.kv_context_figure(df, by_kind, budget, scenario.tokens, scenario.users,
+                                    scenario.log_x, f" — {gpu.name}").to_dict()
+
+
+@st.cache_data(max_entries=128, show_spinner=False)
+def _kv_users_fig(key: str) -> dict:
+    scenario = Scenario.model_validate_json(key)
+    df, budget, _ = _users_data(key)
+    return charts.kv_users_figure(df, budget, scenario.tokens, scenario.users).to_dict()
+
+
+@st.cache_data(max_entries=128, show_spinner=False)
+def _memory_fig(key: str) -> dict:
+    _, _, gpu, _ = _load(key)
+    return charts.memory_figure(_memory_data(key), gpu.id).to_dict()
+
+
+@st.cache_data(max_entries=128, show_spinner=False)
+def _requests_figs(key: str) -> tuple[dict, dict]:
+    scenario, _, gpu, _ = _load(key)
+    grid, cu = _requests_data(key)
+    return (charts.requests_heatmap(grid).to_dict(),
+            charts.context_users_heatmap(cu, gpu.name, scenario.kv_dtypes[0]).to_dict())
+
+
+@st.cache_data(max_entries=128, show_spinner=False)
+def _designs_fig(key: str) -> dict:
+    df, _ = _design_data(key)
+    return charts.designs_figure(df).to_dict()
 
 
 # ---------------------------------------------------------------- (1) KPI cards
@@ -196,9 +235,7 @@ def render_kv_context(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
     df, by_kind, errors = _context_data(_key(scenario))
     for message in errors:
         st.warning(message)
-    budget = primary_fit(_key(scenario)).kv_budget_bytes
-    fig = charts.kv_context_figure(df, by_kind, budget, scenario.tokens, scenario.users,
-                                   scenario.log_x, f" — {gpu.name}")
+    fig = figure_from_dict(_kv_context_fig(_key(scenario)))
     st.plotly_chart(fig, theme=None, key="chart_kv_context")
     notes = ["Per GPU rank (tensor-parallel share); the dashed red line is the KV budget of one GPU."]
     if scenario.pp > 1:
@@ -217,7 +254,7 @@ def render_kv_users(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
     df, budget, errors = _users_data(_key(scenario))
     for message in errors:
         st.warning(message)
-    fig = charts.kv_users_figure(df, budget, scenario.tokens, scenario.users)
+    fig = figure_from_dict(_kv_users_fig(_key(scenario)))
     st.plotly_chart(fig, theme=None, key="chart_kv_users")
     st.caption("KV per request is what the engine reserves for one request of the chosen length "
                "(vLLM: whole blocks), times the number of requests.")
@@ -228,7 +265,7 @@ def render_kv_users(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
 # ---------------------------------------------------------------- (4) memory per accelerator
 def render_memory(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
     df = _memory_data(_key(scenario))
-    fig = charts.memory_figure(df, gpu.id)
+    fig = figure_from_dict(_memory_fig(_key(scenario)))
     st.plotly_chart(fig, theme=None, key="chart_memory")
     bad = df[df["error"] != ""] if "error" in df else df.iloc[0:0]
     for row in bad.itertuples():
@@ -243,7 +280,8 @@ def render_memory(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
 # ---------------------------------------------------------------- (5) requests that fit
 def render_requests(scenario: Scenario, arch, gpu: GPU) -> tuple[pd.DataFrame, pd.DataFrame]:
     grid, cu = _requests_data(_key(scenario))
-    fig = charts.requests_heatmap(grid)
+    spec, spec2 = _requests_figs(_key(scenario))
+    fig = figure_from_dict(spec)
     st.plotly_chart(fig, theme=None, key="chart_requests")
     _export("requests_fit", grid, fig, scenario)
     shown = grid.assign(
@@ -253,7 +291,7 @@ def render_requests(scenario: Scenario, arch, gpu: GPU) -> tuple[pd.DataFrame, p
         "max_requests": st.column_config.NumberColumn("max requests", format="%d"),
         "max_tokens_per_request": st.column_config.NumberColumn("max tokens at chosen users", format="%d"),
     })
-    fig2 = charts.context_users_heatmap(cu, gpu.name, scenario.kv_dtypes[0])
+    fig2 = figure_from_dict(spec2)
     st.plotly_chart(fig2, theme=None, key="chart_context_users")
     _export("context_users", cu, fig2, scenario)
     return grid, cu
@@ -262,7 +300,7 @@ def render_requests(scenario: Scenario, arch, gpu: GPU) -> tuple[pd.DataFrame, p
 # ---------------------------------------------------------------- (6) designs
 def render_designs(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
     df, notes = _design_data(_key(scenario))
-    fig = charts.designs_figure(df)
+    fig = figure_from_dict(_designs_fig(_key(scenario)))
     st.plotly_chart(fig, theme=None, key="chart_designs")
     st.markdown("**Assumptions**\n" + "\n".join(f"- {n}" for n in notes))
     table = df[["label", "model", "kv_bytes_per_token", "kv_bytes_per_request", "max_requests",
