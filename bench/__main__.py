@@ -283,9 +283,90 @@ def bench_png(reps: int) -> None:
     record("PNG export, warm", warm, target="≤ 0.3 s", ok=statistics.median(warm) <= 0.3)
 
 
+# ----------------------------------------------------------------------------- (5) real browser
+
+KEYPRESSES = 12
+
+
+def bench_browser(reps: int) -> None:
+    """Slider keypress → changed "Exact:" caption → idle app, in headless Chromium (Playwright)."""
+    import shutil
+
+    from bench import browser
+
+    reason = browser.skip_reason()
+    if reason:
+        print(f"  (skipped browser: {reason})")
+        return
+    presses = max(KEYPRESSES, reps)
+    minimal = browser.minimal_app()
+    try:
+        with browser.serve(minimal) as server:
+            base_first, base = browser.keypress_latencies(server.url, presses)
+        with browser.serve(ROOT / "app.py") as server:
+            first, app = browser.keypress_latencies(server.url, presses)
+    except RuntimeError as exc:
+        print(f"  (browser failed: {exc})")
+        return
+    finally:
+        shutil.rmtree(minimal.parent, ignore_errors=True)
+    record("browser: first render, minimal app (baseline)", [base_first],
+           note="select_slider + caption; cold server")
+    record("browser: first render to idle, app.py", [first], baseline=[base_first],
+           baseline_name="minimal app", note="cold server")
+    record("browser: keypress → idle, minimal (baseline)", base,
+           note=f"{presses} keypresses on the select_slider")
+    record("browser: Context length keypress → idle", app, baseline=base,
+           baseline_name="minimal app", note=f"{presses} keypresses, ArrowRight/ArrowLeft")
+
+
+# ----------------------------------------------------------------------------- (6) server RSS
+
+SESSIONS = 16
+RSS_LIMIT_MIB = 2048  # tests/load/test_load.py: server RSS under 2 GiB with 16 sessions
+
+
+def bench_rss(reps: int) -> None:
+    """Server VmHWM / VmRSS before any session, with 1 session and with 16 concurrent sessions."""
+    from bench import browser
+
+    reason = browser.skip_reason()
+    if reason:
+        print(f"  (skipped rss: {reason})")
+        return
+    runs = []
+    for _ in range(max(1, min(reps, 3))):  # a fresh server per phase and run: ~1 min each
+        try:
+            runs.append(browser.rss_profile(SESSIONS))
+        except RuntimeError as exc:
+            print(f"  (rss failed: {exc})")
+            return
+
+    def pick(phase: str, key: str) -> list[float]:
+        return [run[phase][key] for run in runs]
+
+    before = pick("before", "VmRSS")
+    record("server RSS before any session (baseline)", before, unit="MiB",
+           note="streamlit process VmRSS after /_stcore/health")
+    record("server RSS, 1 session (VmRSS)", pick("one", "VmRSS"), unit="MiB", baseline=before,
+           baseline_name="before any session")
+    record("server peak RSS, 1 session (VmHWM)", pick("one", "VmHWM"), unit="MiB",
+           baseline=before, baseline_name="before any session")
+    record(f"server RSS, {SESSIONS} sessions (VmRSS)", pick("many", "VmRSS"), unit="MiB",
+           baseline=before, baseline_name="before any session",
+           note=f"{SESSIONS} pages, one Chromium, links ?m=<preset>&t=<n>")
+    peak = pick("many", "VmHWM")
+    record(f"server peak RSS, {SESSIONS} sessions (VmHWM)", peak, unit="MiB",
+           target=f"< {RSS_LIMIT_MIB:,} MiB", ok=statistics.median(peak) < RSS_LIMIT_MIB,
+           baseline=before, baseline_name="before any session")
+    record(f"{SESSIONS} sessions: slowest to idle", [run["many_seconds"] for run in runs],
+           note="all pages opened at once")
+
+
 # ----------------------------------------------------------------------------- main
 
-SECTIONS = {"sweep": bench_sweep, "reruns": bench_reruns, "imports": bench_imports, "png": bench_png}
+SECTIONS = {"sweep": bench_sweep, "reruns": bench_reruns, "imports": bench_imports, "png": bench_png,
+            "browser": bench_browser, "rss": bench_rss}
 
 
 def main(argv: list[str] | None = None) -> int:

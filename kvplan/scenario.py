@@ -67,6 +67,8 @@ class Scenario(BaseModel):
     stack_kinds: bool = Field(default=False, alias="sk")
     prefix_tokens: int = Field(default=1024, alias="pf", ge=0, le=MAX_TOKENS)
     output_tokens: int = Field(default=512, alias="o", ge=1, le=MAX_TOKENS)
+    #: The serving section's own inputs (``sv=key:value;…``; typed and checked by the dashboard).
+    serving: dict[str, str] = Field(default_factory=dict, alias="sv", max_length=64)
 
     def to_query(self) -> dict[str, str]:
         """Short, readable query parameters; defaults are left out to keep links short."""
@@ -125,6 +127,8 @@ def _first(raw: Any) -> str | None:
 def _encode(name: str, value: Any) -> str:
     if name == "custom_config":
         return encode_config(value)
+    if name == "serving":
+        return ";".join(f"{k}:{v}" for k, v in sorted(value.items()))
     if isinstance(value, bool):
         return "1" if value else "0"
     if isinstance(value, list):
@@ -138,6 +142,8 @@ def _decode(name: str, text: str) -> Any:
     field = Scenario.model_fields[name]
     if name == "custom_config":
         return decode_config(text)
+    if name == "serving":
+        return _decode_pairs(text)
     if name == "kv_dtypes":
         items = [item.strip() for item in text.split(",") if item.strip()]
         if not items:
@@ -162,6 +168,20 @@ def _decode(name: str, text: str) -> Any:
     if not text.isprintable():
         raise ValueError("contains control characters")
     return text
+
+
+def _decode_pairs(text: str) -> dict[str, str]:
+    """``key:value;key:value`` with short lowercase keys and short printable values."""
+    pairs: dict[str, str] = {}
+    for item in filter(None, text.split(";")):
+        key, sep, value = item.partition(":")
+        if not sep or not key or len(key) > 24 or not all(c.isascii() and (c.isalnum() or c == "_")
+                                                          for c in key):
+            raise ValueError(f"entry {item[:30]!r} is not key:value")
+        if len(value) > 64 or not value.isprintable():
+            raise ValueError(f"value of {key!r} is too long or not printable")
+        pairs[key] = value
+    return pairs
 
 
 def encode_config(config: dict[str, Any]) -> str:

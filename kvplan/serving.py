@@ -136,8 +136,11 @@ def parse_lengths_csv(data: bytes | str, max_rows: int = MAX_CSV_ROWS) -> Worklo
             raise KVPlanError("csv.invalid", detail="not UTF-8 text") from None
     prompts: list[int] = []
     outputs: list[int] = []
-    reader = csv.reader(io.StringIO(data))
-    for line_no, row in enumerate(reader, start=1):
+    try:
+        rows = list(csv.reader(io.StringIO(data, newline="")))
+    except csv.Error as exc:
+        raise KVPlanError("csv.invalid", detail=f"not a CSV table ({exc})"[:120]) from None
+    for line_no, row in enumerate(rows, start=1):
         cells = [c.strip() for c in row]
         if not any(cells):
             continue

@@ -36,6 +36,7 @@ from kvplan.serving import (
     vllm_paper_workload,
     window_explanations,
 )
+from kvplan.ui.serving_state import NOCACHE_METRICS, PREFIX_ENGINES, SOURCES, ensure
 from kvplan.ui.theme import figure_from_dict, new_figure
 from kvplan.ui.views import _key, _load
 
@@ -58,10 +59,12 @@ def _captions(lines: list[str]) -> None:
 
 
 def _guard(body: Callable[[], None]) -> None:
+    """A refusal that is the answer (e.g. QuantizedCache on a sliding-window model) is shown as
+    information; any other KVPlanError as an error."""
     try:
         body()
     except KVPlanError as exc:
-        st.error(str(exc))
+        (st.info if exc.code == "engine.dtype" else st.error)(str(exc))
 
 
 def _fig(title: str, x: str, y: str) -> go.Figure:
@@ -111,49 +114,53 @@ def render(scenario, arch, gpu) -> None:
 
 
 def _workload(scenario: Scenario, arch: ModelArch) -> tuple[Workload | None, int, str]:
-    source = st.selectbox("Request lengths", ["vLLM-paper-like (ShareGPT, OPT-13B)", "log-normal",
-                                               "uniform", "fixed", "upload CSV"], key="sv_source")
+    state = st.session_state
+    source = st.selectbox("Request lengths", list(SOURCES), format_func=SOURCES.get,
+                          key=ensure("source", scenario, state))
     max_len = st.number_input("Maximum length (tokens)", 2, 10_000_000,
-                              min(max(scenario.tokens, 2), 10_000_000), key="sv_max_len")
-    n = st.number_input("Requests sampled", 1, 100_000, 2000, key="sv_n")
-    seed = st.number_input("Seed", 0, 2**31 - 1, 0, key="sv_seed")
-    if source.startswith("vLLM"):
+                              key=ensure("max_len", scenario, state))
+    n = st.number_input("Requests sampled", 1, 100_000, key=ensure("n", scenario, state))
+    seed = st.number_input("Seed", 0, 2**31 - 1, key=ensure("seed", scenario, state))
+    if source == "paper":
         return None, 2048, source
-    if source == "upload CSV":
+    if source == "csv":
         upload = st.file_uploader("CSV of prompt,output token counts", type=["csv"], key="sv_csv")
         if upload is None:
-            st.info("Upload a CSV with two columns: prompt tokens, output tokens (≤ 100,000 rows).")
+            st.info("Upload a CSV with two columns: prompt tokens, output tokens (≤ 100,000 rows). "
+                "An uploaded file does not travel in the link.")
             return None, int(max_len), "none"
         w = parse_lengths_csv(upload.getvalue())
         return w, int(max_len), source
     cols = st.columns(2)
     dists = []
-    for col, label, default in ((cols[0], "prompt", scenario.prefix_tokens or 256),
-                                (cols[1], "output", scenario.output_tokens)):
+    for col, label in ((cols[0], "prompt"), (cols[1], "output")):
         if source == "fixed":
             dists.append(LengthDist(kind="fixed", value=col.number_input(
-                f"{label} tokens", 1, 10_000_000, max(default, 1), key=f"sv_{label}_fixed")))
+                f"{label} tokens", 1, 10_000_000, key=ensure(f"{label}_fixed", scenario, state))))
         elif source == "uniform":
-            low = col.number_input(f"{label} min", 1, 10_000_000, 1, key=f"sv_{label}_low")
-            high = col.number_input(f"{label} max", 1, 10_000_000, max(default, 1) * 2,
-                                    key=f"sv_{label}_high")
+            low = col.number_input(f"{label} min", 1, 10_000_000,
+                                   key=ensure(f"{label}_low", scenario, state))
+            high = col.number_input(f"{label} max", 1, 10_000_000,
+                                    key=ensure(f"{label}_high", scenario, state))
             dists.append(LengthDist(kind="uniform", low=low, high=high))
         else:
-            mean = col.number_input(f"{label} mean", 1.0, 1e7, float(max(default, 1)),
-                                    key=f"sv_{label}_mean")
-            sigma = col.number_input(f"{label} sigma", 0.0, 5.0, 1.0, key=f"sv_{label}_sigma")
+            mean = col.number_input(f"{label} mean", 1.0, 1e7,
+                                    key=ensure(f"{label}_mean", scenario, state))
+            sigma = col.number_input(f"{label} sigma", 0.0, 5.0,
+                                     key=ensure(f"{label}_sigma", scenario, state))
             dists.append(LengthDist(kind="lognormal", mean=mean, sigma=sigma))
     return sample_workload(int(n), dists[0], dists[1], int(seed), int(max_len)), int(max_len), source
 
 
 def _allocation(scenario: Scenario, arch: ModelArch, gpu: GPU, holder: dict[str, Workload]) -> None:
     workload, max_len, source = _workload(scenario, arch)
-    block = st.number_input("Block size (tokens)", 1, 4096, min(scenario.block_size or 16, 4096),
-                            key="sv_block")
-    snapshot = st.radio("Snapshot", ["in_flight", "final"], horizontal=True, key="sv_snapshot",
+    block = st.number_input("Block size (tokens)", 1, 4096,
+                            key=ensure("block", scenario, st.session_state))
+    snapshot = st.radio("Snapshot", ["in_flight", "final"], horizontal=True,
+                        key=ensure("snapshot", scenario, st.session_state),
                         help="in_flight: steady-state continuous batching; final: every request "
                              "has generated its whole output")
-    if source.startswith("vLLM"):
+    if source == "paper":
         result, spec = _paper_allocation()
         fig = figure_from_dict(spec)
     elif workload is None:
@@ -192,12 +199,10 @@ def _allocation_figure(table: pd.DataFrame) -> go.Figure:
 
 def _prefix(scenario: Scenario, arch: ModelArch) -> None:
     prompt = max(scenario.prefix_tokens + 1, scenario.tokens - scenario.output_tokens)
-    engine = st.selectbox("Engine", ["vllm", "sglang", "hf"],
-                          index=["vllm", "sglang", "hf"].index(scenario.engine)
-                          if scenario.engine in ("vllm", "sglang", "hf") else 0, key="sv_pf_engine")
+    engine = st.selectbox("Engine", list(PREFIX_ENGINES),
+                          key=ensure("pf_engine", scenario, st.session_state))
     unit = st.number_input("Block / page size", 1, 4096,
-                           min(scenario.block_size or (16 if engine == "vllm" else 1), 4096),
-                           key="sv_pf_unit")
+                           key=ensure("pf_unit", scenario, st.session_state))
     result, spec = _prefix_data(_key(scenario), engine, int(unit))
     curve = result.curve
     fig = figure_from_dict(spec)
@@ -228,9 +233,9 @@ def _prefix_data(key: str, engine: str, unit: int):
 
 def _offload(scenario: Scenario, arch: ModelArch, gpu: GPU) -> None:
     c1, c2 = st.columns(2)
-    ram = c1.number_input("CPU RAM (GiB)", 1.0, 1e6, 512.0, key="sv_ram")
+    ram = c1.number_input("CPU RAM (GiB)", 1.0, 1e6, key=ensure("ram", scenario, st.session_state))
     link = c2.number_input("Host link (GB/s per direction)", 0.1, 10_000.0,
-                           float(gpu.host_link_gbps or 32.0), key="sv_link")
+                           key=ensure("link", scenario, st.session_state))
     df, r, spec = _offload_data(_key(scenario), float(ram), float(link))
     fig = figure_from_dict(spec)
     st.plotly_chart(fig, theme=None, key="sv_offload_chart")
@@ -266,9 +271,10 @@ def _offload_data(key: str, ram: float, link: float):
 
 def _quantized(scenario: Scenario, arch: ModelArch) -> None:
     c1, c2, c3 = st.columns(3)
-    nbits = c1.selectbox("nbits", [4, 2], key="sv_q_bits")
-    group = c2.number_input("q_group_size", 8, 1024, 64, key="sv_q_group")
-    resid = c3.number_input("residual_length", 1, 100_000, 128, key="sv_q_resid")
+    state = st.session_state
+    nbits = c1.selectbox("nbits", [4, 2], key=ensure("q_bits", scenario, state))
+    group = c2.number_input("q_group_size", 8, 1024, key=ensure("q_group", scenario, state))
+    resid = c3.number_input("residual_length", 1, 100_000, key=ensure("q_resid", scenario, state))
     result, spec = _quantized_data(_key(scenario), int(nbits), int(group), int(resid))
     fig = figure_from_dict(spec)
     st.plotly_chart(fig, theme=None, key="sv_quant_chart")
@@ -298,8 +304,8 @@ def _quantized_data(key: str, nbits: int, group: int, resid: int):
 
 
 def _static(scenario: Scenario, arch: ModelArch, holder: dict[str, Workload]) -> None:
-    max_len = st.number_input("max_cache_len (tokens)", 1, 100_000_000, scenario.tokens,
-                              key="sv_static_len")
+    max_len = st.number_input("max_cache_len (tokens)", 1, 100_000_000,
+                              key=ensure("static_len", scenario, st.session_state))
     workload = holder.get("workload")
     if workload is None:  # the default sample depends on the scenario only: cache it
         r, df, spec = _static_default(_key(scenario), int(max_len))
@@ -374,10 +380,9 @@ def _windows(scenario: Scenario, arch: ModelArch) -> None:
 
 
 def _nocache(scenario: Scenario, arch: ModelArch, gpu: GPU) -> None:
-    new = st.number_input("New tokens N", 1, 100_000, min(scenario.output_tokens, 100_000),
-                          key="sv_nc_new")
-    metric = st.radio("Show", ["time_s", "flops", "peak_memory_bytes"], horizontal=True,
-                      key="sv_nc_metric")
+    new = st.number_input("New tokens N", 1, 100_000, key=ensure("nc_new", scenario, st.session_state))
+    metric = st.radio("Show", list(NOCACHE_METRICS), horizontal=True,
+                      key=ensure("nc_metric", scenario, st.session_state))
     df, notes, spec = _nocache_data(_key(scenario), int(new), metric)
     fig = figure_from_dict(spec)
     st.plotly_chart(fig, theme=None, key="sv_nocache_chart")

@@ -16,6 +16,7 @@ from kvplan.errors import MESSAGES, KVPlanError
 from kvplan.presets import GPU, get_gpu, gpus, load_model, model_presets
 from kvplan.scenario import Scenario
 from kvplan.scenario import check_names as check_scenario_names
+from kvplan.ui import serving_state
 from kvplan.ui.theme import fmt_tokens
 
 CUSTOM = "custom"
@@ -87,8 +88,9 @@ def check_names(scenario: Scenario) -> tuple[Scenario, list[str]]:
 
 
 # ---------------------------------------------------------------- session state
-def push_to_session(scenario: Scenario) -> None:
-    """Set every widget's state from a scenario (first load, Back/Forward, seed buttons)."""
+def push_to_session(scenario: Scenario) -> list[str]:
+    """Set every widget's state from a scenario (first load, Back/Forward, seed buttons);
+    returns the warnings about serving-section values the link carried."""
     state = st.session_state
     for field, key in WIDGETS.items():
         value = getattr(scenario, field)
@@ -97,6 +99,7 @@ def push_to_session(scenario: Scenario) -> None:
     state["custom_config"] = scenario.custom_config
     if scenario.weight_dtype == "auto":
         state["w_wd"] = "auto"
+    return serving_state.push(scenario, state)
 
 
 def apply_scenario(scenario: Scenario) -> None:
@@ -112,8 +115,7 @@ def sync_from_url() -> list[str]:
         return []
     scenario, warnings = Scenario.from_query(url_now)
     scenario, more = check_names(scenario)
-    push_to_session(scenario)
-    return warnings + more
+    return warnings + more + push_to_session(scenario)
 
 
 def write_url(scenario: Scenario) -> None:
@@ -275,6 +277,7 @@ def scenario_from_widgets() -> Scenario:
     cleaned = {k: v for k, v in values.items() if v is not None or k in
                {"reserve_gib", "gpu_util", "block_size", "max_num_batched_tokens", "custom_config"}}
     try:
-        return Scenario(**cleaned)
+        scenario = Scenario(**cleaned)
     except ValueError:
         return defaults
+    return scenario.model_copy(update={"serving": serving_state.collect(scenario, state)})

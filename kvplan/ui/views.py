@@ -39,7 +39,9 @@ def guarded(title: str, body: Callable[[], object]) -> object:
 
 # ---------------------------------------------------------------- cached computations (by content)
 def _key(scenario: Scenario) -> str:
-    return scenario.model_dump_json()
+    """Cache key of the computations: the scenario without the serving section's own inputs
+    (those are passed to the serving computations separately)."""
+    return scenario.model_dump_json(exclude={"serving"})
 
 
 def _load(key: str):

@@ -1,0 +1,136 @@
+"""The serving section's own inputs, carried in the link as ``sv=key:value;…``.
+
+Each input has a type, a default derived from the scenario, and bounds or choices; the widgets
+(``sv_<key>``) are created without ``value=`` and read their state from here, so a link, the Back
+button and a seed button restore them exactly like the sidebar.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, MutableMapping
+from dataclasses import dataclass
+from typing import Any
+
+from kvplan.errors import MESSAGES, clip
+from kvplan.presets import gpus
+from kvplan.scenario import Scenario
+
+SOURCES = {"paper": "vLLM-paper-like (ShareGPT, OPT-13B)", "lognormal": "log-normal",
+           "uniform": "uniform", "fixed": "fixed", "csv": "upload CSV"}
+PREFIX_ENGINES = ("vllm", "sglang", "hf")
+NOCACHE_METRICS = ("time_s", "flops", "peak_memory_bytes")
+
+
+@dataclass(frozen=True)
+class Input:
+    kind: type
+    default: Callable[[Scenario, MutableMapping[str, Any]], Any]
+    low: float | None = None
+    high: float | None = None
+    choices: tuple[Any, ...] = ()
+
+    def parse(self, text: str) -> Any:
+        value = self.kind(text)
+        if self.choices and value not in self.choices:
+            raise ValueError(f"choose one of {', '.join(map(str, self.choices))}")
+        if self.low is not None and not self.low <= value <= self.high:
+            raise ValueError(f"must be between {self.low:g} and {self.high:g}")
+        if isinstance(value, float) and value != value:
+            raise ValueError("not a number")
+        return value
+
+
+def _const(value: Any) -> Callable[[Scenario, MutableMapping[str, Any]], Any]:
+    return lambda _s, _state: value
+
+
+def _prompt(s: Scenario) -> int:
+    return max(s.prefix_tokens or 256, 1)
+
+
+def _host_link(s: Scenario) -> float:
+    gpu = gpus().get(s.gpu)
+    return float(gpu.host_link_gbps or 32.0) if gpu else 32.0
+
+
+def _pf_engine(s: Scenario) -> str:
+    return s.engine if s.engine in PREFIX_ENGINES else "vllm"
+
+
+INPUTS: dict[str, Input] = {
+    "source": Input(str, _const("paper"), choices=tuple(SOURCES)),
+    "max_len": Input(int, lambda s, _: min(max(s.tokens, 2), 10_000_000), 2, 10_000_000),
+    "n": Input(int, _const(2000), 1, 100_000),
+    "seed": Input(int, _const(0), 0, 2**31 - 1),
+    "prompt_fixed": Input(int, lambda s, _: _prompt(s), 1, 10_000_000),
+    "output_fixed": Input(int, lambda s, _: max(s.output_tokens, 1), 1, 10_000_000),
+    "prompt_low": Input(int, _const(1), 1, 10_000_000),
+    "output_low": Input(int, _const(1), 1, 10_000_000),
+    "prompt_high": Input(int, lambda s, _: _prompt(s) * 2, 1, 10_000_000),
+    "output_high": Input(int, lambda s, _: max(s.output_tokens, 1) * 2, 1, 10_000_000),
+    "prompt_mean": Input(float, lambda s, _: float(_prompt(s)), 1.0, 1e7),
+    "output_mean": Input(float, lambda s, _: float(max(s.output_tokens, 1)), 1.0, 1e7),
+    "prompt_sigma": Input(float, _const(1.0), 0.0, 5.0),
+    "output_sigma": Input(float, _const(1.0), 0.0, 5.0),
+    "block": Input(int, lambda s, _: min(s.block_size or 16, 4096), 1, 4096),
+    "snapshot": Input(str, _const("in_flight"), choices=("in_flight", "final")),
+    "pf_engine": Input(str, lambda s, _: _pf_engine(s), choices=PREFIX_ENGINES),
+    "pf_unit": Input(int, lambda s, state: min(s.block_size or (
+        16 if state.get("sv_pf_engine", _pf_engine(s)) == "vllm" else 1), 4096), 1, 4096),
+    "ram": Input(float, _const(512.0), 1.0, 1e6),
+    "link": Input(float, lambda s, _: _host_link(s), 0.1, 10_000.0),
+    "q_bits": Input(int, _const(4), choices=(4, 2)),
+    "q_group": Input(int, _const(64), 8, 1024),
+    "q_resid": Input(int, _const(128), 1, 100_000),
+    "static_len": Input(int, lambda s, _: s.tokens, 1, 100_000_000),
+    "nc_new": Input(int, lambda s, _: min(s.output_tokens, 100_000), 1, 100_000),
+    "nc_metric": Input(str, _const("time_s"), choices=NOCACHE_METRICS),
+}
+
+
+def _text(value: Any) -> str:
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def push(scenario: Scenario, state: MutableMapping[str, Any]) -> list[str]:
+    """Set every ``sv_*`` widget from the link (or its default); one warning per rejected value."""
+    warnings: list[str] = []
+    for key in scenario.serving:
+        if key not in INPUTS:
+            warnings.append(MESSAGES["link.unknown_key"].format(key=f"'sv' entry {clip(key)!r}"))
+    for key, spec in INPUTS.items():
+        text = scenario.serving.get(key)
+        value = spec.default(scenario, state)
+        if text is not None:
+            try:
+                value = spec.parse(text)
+            except (ValueError, TypeError) as exc:
+                warnings.append(MESSAGES["link.bad_value"].format(
+                    key=f"sv:{key}", value=clip(text), why=str(exc)[:80]))
+        state[f"sv_{key}"] = value
+        state[f"_svdefault_{key}"] = spec.default(scenario, state)
+    return warnings
+
+
+def ensure(key: str, scenario: Scenario, state: MutableMapping[str, Any]) -> str:
+    """The widget key for ``key``. Its state starts at the default and follows the default while
+    the user has not changed it (e.g. a length that tracks the scenario's context)."""
+    widget, remembered = f"sv_{key}", f"_svdefault_{key}"
+    default = INPUTS[key].default(scenario, state)
+    if widget not in state or (state[widget] == state.get(remembered) and default != state[widget]):
+        state[widget] = default
+    state[remembered] = default
+    return widget
+
+
+def collect(scenario: Scenario, state: MutableMapping[str, Any]) -> dict[str, str]:
+    """The ``sv`` values the user chose (different from the default they started from)."""
+    out: dict[str, str] = {}
+    for key, spec in INPUTS.items():
+        widget = f"sv_{key}"
+        if widget not in state:
+            continue
+        default = state.get(f"_svdefault_{key}", spec.default(scenario, state))
+        if state[widget] != default:
+            out[key] = _text(state[widget])
+    return out
