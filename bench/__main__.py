@@ -154,6 +154,8 @@ def bench_reruns(reps: int) -> None:
     heavy = session(HEAVIEST)
     base, warm_default, warm_heavy, cold_default, cold_heavy = [], [], [], [], []
     for _ in range(reps):
+        default.run()  # re-warm: the previous repetition cleared the caches
+        heavy.run()
         base.append(timed(empty.run))
         warm_default.append(timed(default.run))
         warm_heavy.append(timed(heavy.run))

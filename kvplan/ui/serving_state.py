@@ -92,6 +92,13 @@ def _text(value: Any) -> str:
     return repr(value) if isinstance(value, float) else str(value)
 
 
+def _defaults(state: MutableMapping[str, Any]) -> dict[str, Any]:
+    """The default each ``sv_*`` widget started from (one state entry, not one per widget)."""
+    if "_sv_defaults" not in state:
+        state["_sv_defaults"] = {}
+    return state["_sv_defaults"]
+
+
 def push(scenario: Scenario, state: MutableMapping[str, Any]) -> list[str]:
     """Set every ``sv_*`` widget from the link (or its default); one warning per rejected value."""
     warnings: list[str] = []
@@ -108,18 +115,18 @@ def push(scenario: Scenario, state: MutableMapping[str, Any]) -> list[str]:
                 warnings.append(MESSAGES["link.bad_value"].format(
                     key=f"sv:{key}", value=clip(text), why=str(exc)[:80]))
         state[f"sv_{key}"] = value
-        state[f"_svdefault_{key}"] = spec.default(scenario, state)
+        _defaults(state)[key] = spec.default(scenario, state)
     return warnings
 
 
 def ensure(key: str, scenario: Scenario, state: MutableMapping[str, Any]) -> str:
     """The widget key for ``key``. Its state starts at the default and follows the default while
     the user has not changed it (e.g. a length that tracks the scenario's context)."""
-    widget, remembered = f"sv_{key}", f"_svdefault_{key}"
+    widget, remembered = f"sv_{key}", _defaults(state)
     default = INPUTS[key].default(scenario, state)
-    if widget not in state or (state[widget] == state.get(remembered) and default != state[widget]):
+    if widget not in state or (state[widget] == remembered.get(key) and default != state[widget]):
         state[widget] = default
-    state[remembered] = default
+    remembered[key] = default
     return widget
 
 
@@ -130,7 +137,7 @@ def collect(scenario: Scenario, state: MutableMapping[str, Any]) -> dict[str, st
         widget = f"sv_{key}"
         if widget not in state:
             continue
-        default = state.get(f"_svdefault_{key}", spec.default(scenario, state))
+        default = _defaults(state).get(key, spec.default(scenario, state))
         if state[widget] != default:
             out[key] = _text(state[widget])
     return out

@@ -26,16 +26,28 @@ MEMORY_COLORS: dict[str, str] = {"weights": "#6b6b6b", "kv": "#1f77b4", "kv_over
 BUDGET_COLOR = "#d62728"
 
 
+#: The parts of ``plotly_white`` a 2-D chart uses; 3-D, polar, geo and other trace defaults are
+#: dropped so every figure carries (and every rerun copies) a quarter of the template.
+_LAYOUT_KEYS = ("autotypenumbers", "colorway", "font", "hovermode", "hoverlabel", "paper_bgcolor",
+                "plot_bgcolor", "coloraxis", "colorscale", "xaxis", "yaxis", "shapedefaults",
+                "annotationdefaults", "title")
+_TRACE_KEYS = ("scatter", "bar", "heatmap")
+
+
 @cache
 def _template():
-    """The ``plotly_white`` Template object, validated once per process."""
+    """The 2-D subset of ``plotly_white`` as a Template object, validated once per process."""
+    import plotly.graph_objects as go
     import plotly.io as pio
 
-    return pio.templates[TEMPLATE]
+    full = pio.templates[TEMPLATE].to_plotly_json()
+    return go.layout.Template(
+        layout={k: v for k, v in full["layout"].items() if k in _LAYOUT_KEYS},
+        data={k: v for k, v in full["data"].items() if k in _TRACE_KEYS})
 
 
 def apply_template(fig):
-    """Set the explicit ``plotly_white`` template on ``fig`` (it is in the figure's JSON, so the
+    """Set the explicit ``plotly_white`` (2-D subset) template on ``fig`` (it is in the figure's JSON, so the
     PNG export looks like the screen) without re-validating it: the Template object is validated
     once (``_template``) and copied in as JSON, exactly how plotly applies its own default
     template (``BaseFigure._initialize_layout_template``). ``update_layout(template=...)``
