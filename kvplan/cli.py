@@ -84,7 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     fit = sub.add_parser("fit", help="how many requests fit on an accelerator")
     model_args(fit)
-    fit.add_argument("--gpu", required=True)
+    fit.add_argument("--gpu", required=True,
+                     help="accelerator id (see `gpus`), or custom:<GiB>[:<TB/s>[:<BF16 TFLOPS>]]")
     fit.add_argument("--num-gpus", type=_positive("--num-gpus", 4096))
     fit.add_argument("--tp", type=_positive("--tp", 4096), default=1)
     fit.add_argument("--pp", type=_positive("--pp", 4096), default=1)
@@ -242,6 +243,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return COMMANDS[args.command](args)
+    except BrokenPipeError:  # e.g. piped into `head`
+        sys.stderr.close()
+        return 0
     except KVPlanError as exc:
         sys.stderr.write(f"kvplan: error: {exc}\n")
         return 2

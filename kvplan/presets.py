@@ -93,16 +93,24 @@ def gpus() -> dict[str, GPU]:
 
 
 def get_gpu(gpu_id: str) -> GPU:
+    """A catalogue accelerator, or ``custom:<GiB>[:<TB/s>[:<TFLOPS>]]`` for a user-defined one."""
     found = gpus().get(gpu_id)
-    if found is None:
-        raise KVPlanError("unknown.gpu", value=gpu_id)
-    return found
+    if found is not None:
+        return found
+    if gpu_id.startswith("custom:"):
+        try:
+            numbers = [float(part) for part in gpu_id.split(":")[1:4]]
+            return custom_gpu(*numbers)
+        except (ValueError, TypeError, OverflowError):
+            pass
+    raise KVPlanError("unknown.gpu", value=gpu_id)
 
 
 def custom_gpu(capacity_gib: float, bandwidth_tbps: float = 1.0, bf16_tflops: float = 100.0,
-               name: str = "Custom accelerator") -> GPU:
-    """A user-defined accelerator (capacity in GiB = 2^30 B)."""
+               name: str | None = None) -> GPU:
+    """A user-defined accelerator (capacity in GiB = 2^30 B, as the device would report it)."""
     capacity = int(capacity_gib * 2**30)
+    name = name or f"Custom accelerator ({capacity_gib:g} GiB, {bandwidth_tbps:g} TB/s)"
     return GPU(id="custom", name=name, marketed_memory=f"{capacity_gib:g} GiB",
                marketed_bytes=capacity, reported_bytes=capacity,
                bandwidth_tbps=bandwidth_tbps, bf16_tflops=bf16_tflops,

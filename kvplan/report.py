@@ -25,7 +25,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kvplan.errors import KVPlanError, short
-from kvplan.scenario import Scenario, check_names
+from kvplan.scenario import Scenario, check_names, scenario_gpu
 
 GIB = 1 << 30
 MAX_SCENARIO_BYTES = 1_000_000
@@ -219,9 +219,8 @@ def fit_query(scenario: Scenario, kv_dtype: str):
 def fit_table(scenario: Scenario) -> pd.DataFrame:
     """One row per KV dtype: the memory split per GPU and how many requests fit."""
     from kvplan.capacity import fit
-    from kvplan.presets import get_gpu
 
-    arch, gpu = scenario_arch(scenario), get_gpu(scenario.gpu)
+    arch, gpu = scenario_arch(scenario), scenario_gpu(scenario)
     rows = []
     for dtype in scenario.kv_dtypes:
         try:

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from kvplan.errors import MESSAGES, clip, is_plain_int, short
 
 SCHEMA_VERSION = 1
+CUSTOM_GPU = "custom"
 MAX_PARAM_CHARS = 8192
 MAX_TOKENS = 100_000_000
 MAX_USERS = 10_000_000
@@ -54,6 +55,10 @@ class Scenario(BaseModel):
                                  min_length=1, max_length=12)
     weight_dtype: str = Field(default="auto", alias="wd")
     gpu: str = Field(default="h100-sxm", alias="g", max_length=64)
+    #: A user-defined accelerator (``g=custom``): memory in GiB, bandwidth TB/s, dense BF16 TFLOPS.
+    custom_gpu_gib: float = Field(default=80.0, alias="gm", gt=0, le=1_000_000)
+    custom_gpu_tbps: float = Field(default=3.35, alias="gb", gt=0, le=10_000)
+    custom_gpu_tflops: float = Field(default=989.0, alias="gf", gt=0, le=1_000_000)
     num_gpus: int = Field(default=1, alias="n", ge=1, le=MAX_GPUS)
     tp: int = Field(default=1, alias="tp", ge=1, le=MAX_GPUS)
     pp: int = Field(default=1, alias="pp", ge=1, le=MAX_GPUS)
@@ -241,7 +246,7 @@ def check_names(scenario: Scenario) -> tuple[Scenario, list[str]]:
     if config is None and scenario.model not in model_presets():
         warn("model", scenario.model, str(KVPlanError("unknown.model", value=clip(scenario.model))))
         update["model"] = defaults.model
-    if scenario.gpu not in gpus():
+    if scenario.gpu != CUSTOM_GPU and scenario.gpu not in gpus():
         warn("gpu", scenario.gpu, str(KVPlanError("unknown.gpu", value=clip(scenario.gpu))))
         update["gpu"] = defaults.gpu
     if scenario.engine not in ENGINES:
@@ -281,3 +286,12 @@ def check_names(scenario: Scenario) -> tuple[Scenario, list[str]]:
              str(KVPlanError("parallel.gpus", gpus=scenario.num_gpus, tpp=tpp)))
         update["num_gpus"] = tpp
     return (scenario.model_copy(update=update) if update else scenario), warnings
+
+
+def scenario_gpu(scenario: Scenario):
+    """The scenario's accelerator: a catalogue entry, or the user-defined one for ``g=custom``."""
+    from kvplan.presets import custom_gpu, get_gpu
+
+    if scenario.gpu == CUSTOM_GPU:
+        return custom_gpu(scenario.custom_gpu_gib, scenario.custom_gpu_tbps, scenario.custom_gpu_tflops)
+    return get_gpu(scenario.gpu)

@@ -12,9 +12,9 @@ from streamlit.testing.v1 import AppTest
 from kvplan.capacity import fit
 from kvplan.config_import import parse_config
 from kvplan.engines import ENGINES
-from kvplan.presets import get_gpu, load_model, model_presets
+from kvplan.presets import load_model, model_presets
 from kvplan.report import named_scenario
-from kvplan.scenario import Scenario
+from kvplan.scenario import Scenario, scenario_gpu
 from kvplan.ui.sidebar import fit_query
 from kvplan.ui.theme import fmt_bytes
 
@@ -52,7 +52,7 @@ def exact(at: AppTest) -> dict[str, int]:
 
 def expected(scenario: Scenario, arch=None):
     arch = arch or load_model(scenario.model)
-    return fit(arch, get_gpu(scenario.gpu), fit_query(scenario))
+    return fit(arch, scenario_gpu(scenario), fit_query(scenario))
 
 
 def assert_matches(at: AppTest, scenario: Scenario, arch=None) -> None:
@@ -224,3 +224,15 @@ def test_bad_serving_value_in_the_link_warns_and_keeps_the_rest():
     assert at.selectbox(key="sv_q_bits").value == 4
     assert at.number_input(key="sv_ram").value == 32.0
     assert at.select_slider(key="w_tokens").value == 4096
+
+
+def test_custom_accelerator_from_the_link_and_the_sidebar():
+    """g=custom with gm/gb/gf: a 48 GiB device = 51,539,607,552 B; the numbers follow its memory."""
+    at = make_app(m="llama-3.1-8b", g="custom", gm="48.0", t="8192")
+    no_errors(at)
+    scenario = Scenario(model="llama-3.1-8b", gpu="custom", custom_gpu_gib=48.0, tokens=8192)
+    assert scenario_gpu(scenario).capacity_bytes == 51_539_607_552
+    assert_matches(at, scenario)
+    at.number_input(key="w_gm").set_value(24.0).run()
+    assert_matches(at, scenario.model_copy(update={"custom_gpu_gib": 24.0}))
+    assert at.query_params["gm"] in ("24.0", ["24.0"])

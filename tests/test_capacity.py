@@ -188,3 +188,15 @@ def test_capacity_sweep_agrees_with_fit_point_by_point(engine):
             "kv_dtype": row.kv_dtype, "tokens": row.tokens, "users": row.users}))
         assert (row.max_requests, row.kv_bytes_per_request, row.fits) == \
             (one.max_requests, one.kv_bytes_per_request, one.fits)
+
+
+def test_custom_accelerator_on_the_command_line(capsys):
+    """--gpu custom:48:1:300 → a 48 GiB device (51,539,607,552 B), 1 TB/s, 300 TFLOPS."""
+    assert main(["fit", "--model", "llama-3.1-8b", "--gpu", "custom:48:1:300", "--tokens", "8192",
+                 "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["gpu_capacity_bytes"] == 51_539_607_552
+    assert data["memory_target_bytes"] == -(-51_539_607_552 * 92 // 100)
+    for bad in ("custom:abc", "custom:-5", "custom:inf", "custom:"):
+        assert main(["fit", "--model", "llama-3.1-8b", "--gpu", bad, "--tokens", "8"]) == 2
+        assert "unknown accelerator" in capsys.readouterr().err

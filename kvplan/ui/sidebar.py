@@ -13,8 +13,8 @@ from kvplan.config_import import parse_config
 from kvplan.dtypes import DTYPES, KV_DTYPE_CHOICES, WEIGHT_DTYPES
 from kvplan.engines import ENGINES
 from kvplan.errors import MESSAGES, KVPlanError
-from kvplan.presets import GPU, get_gpu, gpus, load_model, model_presets
-from kvplan.scenario import Scenario
+from kvplan.presets import GPU, gpus, load_model, model_presets
+from kvplan.scenario import CUSTOM_GPU, Scenario, scenario_gpu
 from kvplan.scenario import check_names as check_scenario_names
 from kvplan.ui import serving_state
 from kvplan.ui.theme import fmt_tokens
@@ -31,7 +31,8 @@ WIDGETS: dict[str, str] = {
     "gpu": "w_gpu", "num_gpus": "w_n", "tp": "w_tp", "pp": "w_pp", "tokens": "w_tokens",
     "users": "w_users", "reserve_gib": "w_reserve", "gpu_util": "w_util", "block_size": "w_bs",
     "max_num_batched_tokens": "w_mb", "log_x": "w_lx", "stack_kinds": "w_sk",
-    "prefix_tokens": "w_pf", "output_tokens": "w_o",
+    "prefix_tokens": "w_pf", "output_tokens": "w_o", "custom_gpu_gib": "w_gm",
+    "custom_gpu_tbps": "w_gb", "custom_gpu_tflops": "w_gf",
 }
 ENGINE_SHORT = {"hf": "HF dynamic", "hf-legacy": "HF dynamic (≤5.14)", "hf-static": "HF static",
                 "vllm": "vLLM", "sglang": "SGLang"}
@@ -58,7 +59,7 @@ def resolve_arch(scenario: Scenario) -> ModelArch:
 
 
 def resolve_gpu(scenario: Scenario) -> GPU:
-    return get_gpu(scenario.gpu)
+    return scenario_gpu(scenario)
 
 
 def fit_query(scenario: Scenario, kv_dtype: str | None = None) -> FitQuery:
@@ -228,8 +229,17 @@ def render_sidebar() -> Scenario:
                  else (WEIGHT_DTYPES[d].label or d))
 
     sb.subheader("Hardware")
-    sb.selectbox("Accelerator", list(gpus()), key="w_gpu", format_func=lambda g: gpus()[g].name,
+    sb.selectbox("Accelerator", [*gpus(), CUSTOM_GPU], key="w_gpu",
+                 format_func=lambda g: gpus()[g].name if g in gpus() else "Custom accelerator…",
                  help="Capacity is what the device reports (MiB/GiB) when known, else the marketed GB.")
+    if state.get("w_gpu") == CUSTOM_GPU:
+        g1, g2, g3 = sb.columns(3)
+        g1.number_input("Memory (GiB)", min_value=0.1, max_value=1_000_000.0, key="w_gm",
+                        help="As the device reports it, in GiB (2^30 B)")
+        g2.number_input("TB/s", min_value=0.01, max_value=10_000.0, key="w_gb",
+                        help="HBM bandwidth, decimal TB/s")
+        g3.number_input("TFLOPS", min_value=0.1, max_value=1_000_000.0, key="w_gf",
+                        help="Dense BF16 TFLOPS")
     c1, c2, c3 = sb.columns(3)
     c1.number_input("GPUs", min_value=1, max_value=4096, step=1, key="w_n",
                     help="Total accelerators; a multiple of TP × PP (the rest are replicas).")
