@@ -254,9 +254,9 @@ def bench_imports(reps: int) -> None:
 
 def bench_png(reps: int) -> None:
     try:
-        from kvplan.ui.png import chromium_available, fig_to_png  # noqa: F401
+        from kvplan.png import chromium_available, fig_to_png  # noqa: F401
     except ImportError:
-        print("  (skipped: kvplan.ui.png.fig_to_png not available)")
+        print("  (skipped: kvplan.png.fig_to_png not available)")
         return
     if not chromium_available():
         print("  (skipped: no Chromium/kaleido)")
@@ -264,7 +264,7 @@ def bench_png(reps: int) -> None:
     script = textwrap.dedent("""
         import time, statistics
         import plotly.graph_objects as go
-        from kvplan.ui.png import fig_to_png
+        from kvplan.png import fig_to_png
         fig = go.Figure(go.Scatter(x=list(range(200)), y=[i * i for i in range(200)]))
         fig.update_layout(template="plotly_white", title="bench")
         t0 = time.perf_counter(); png = fig_to_png(fig); first = time.perf_counter() - t0

@@ -25,12 +25,12 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kvplan.errors import KVPlanError, short
+from kvplan.png import TEMPLATE
 from kvplan.scenario import Scenario, check_names, scenario_gpu
 
 GIB = 1 << 30
 MAX_SCENARIO_BYTES = 1_000_000
 REPORT_WIDTH, REPORT_HEIGHT = 1400, 1000
-TEMPLATE = "plotly_white"  # explicit: importing streamlit changes plotly's default template
 
 # ----------------------------------------------------------------------------------------- CSV
 
@@ -383,7 +383,7 @@ def write_report(scenario_arg: str, out: Path, png: bool = True) -> list[Path]:
                                                   if named else {})), encoding="utf-8")
     written.append(path)
     if png:
-        from kvplan.ui.png import PNG_MISSING_HELP, chromium_available, fig_to_png
+        from kvplan.png import PNG_MISSING_HELP, chromium_available, fig_to_png
 
         if not chromium_available():
             print(f"PNG skipped: {PNG_MISSING_HELP}")

@@ -187,7 +187,7 @@ def _png_size(data: bytes) -> tuple[int, int]:
 
 @pytest.mark.png
 def test_png_export(tmp_path: Path) -> None:
-    from kvplan.ui.png import chromium_available, fig_to_png
+    from kvplan.png import chromium_available, fig_to_png
 
     if not chromium_available():
         pytest.skip("chromium/kaleido missing: apt-get install -y chromium fonts-liberation")

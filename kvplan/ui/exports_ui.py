@@ -8,9 +8,9 @@ import pandas as pd
 import streamlit as st
 
 from kvplan.errors import KVPlanError
+from kvplan.png import INSTALL_HINT, PNG_MISSING_HELP, chromium_available, fig_to_png
 from kvplan.report import scenario_from_json, scenario_to_json, to_csv
 from kvplan.scenario import Scenario
-from kvplan.ui.png import INSTALL_HINT, PNG_MISSING_HELP, chromium_available, fig_to_png
 
 PNG_SCALE = 2.0
 DEFAULT_SIZE = (1000, 560)
@@ -58,3 +58,16 @@ def scenario_json_controls(scenario: Scenario, key: str = "scenario_json") -> Sc
     except KVPlanError as exc:
         st.warning(str(exc))
         return None
+
+
+def report_button(scenario: Scenario) -> None:
+    """The one-page PNG report (scenario, link, KPIs per dtype, main charts), rendered on click."""
+    from kvplan.report import REPORT_HEIGHT, REPORT_WIDTH, report_figure
+
+    if not chromium_available():
+        st.caption(f"One-page PNG report unavailable: {PNG_MISSING_HELP}")
+        return
+    st.download_button("Download one-page report (PNG)",
+                       lambda: fig_to_png(report_figure(scenario), REPORT_WIDTH, REPORT_HEIGHT, 1.0),
+                       file_name="kvplan_report.png", mime="image/png", key="png_report",
+                       on_click="ignore")

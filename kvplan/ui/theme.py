@@ -5,8 +5,8 @@ from __future__ import annotations
 from functools import cache
 
 from kvplan.dtypes import KV_DTYPE_CHOICES
+from kvplan.png import TEMPLATE
 
-TEMPLATE = "plotly_white"
 GIB = 1 << 30
 GB = 10**9
 

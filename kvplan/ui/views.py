@@ -326,13 +326,14 @@ def render_seeds() -> None:
 
 def render_share(scenario: Scenario) -> None:
     """Copy link, and the scenario as JSON (download / upload)."""
-    from kvplan.ui.exports_ui import scenario_json_controls
+    from kvplan.ui.exports_ui import report_button, scenario_json_controls
 
     query = "&".join(f"{k}={quote(v, safe=',')}" for k, v in scenario.to_query().items())
     base = getattr(st.context, "url", "") or ""
     with st.expander("Share: link and scenario JSON", expanded=False):
         st.caption("Copy link (the copy icon at the right of the box); the whole view lives in it.")
         st.code(f"{base.split('?', 1)[0]}?{query}", language=None)
+        report_button(scenario)
         uploaded = scenario_json_controls(scenario)
         if uploaded is not None and uploaded != scenario:
             st.button("Open the uploaded scenario", key="open_uploaded_json",

@@ -13,6 +13,10 @@ import shutil
 import threading
 from functools import cache
 
+#: The one plotly template of every kvplan figure, set explicitly (``import streamlit`` changes
+#: plotly's default, and the PNG must look like the screen).
+TEMPLATE = "plotly_white"
+
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 INSTALL_HINT = "apt-get install -y chromium fonts-liberation"
 PNG_MISSING_HELP = (f"PNG export needs Chromium and kaleido on the server; install Chromium with "
@@ -63,7 +67,7 @@ def fig_to_png(fig, width: int | None = None, height: int | None = None, scale: 
     if _template_name(fig) is None:
         import plotly.graph_objects as go
 
-        fig = go.Figure(fig).update_layout(template="plotly_white")  # a copy: leave the caller's
+        fig = go.Figure(fig).update_layout(template=TEMPLATE)  # a copy: leave the caller's
     opts = {"format": "png", "width": int(width or fig.layout.width or 900),
             "height": int(height or fig.layout.height or 500), "scale": float(scale)}
     spec = fig.to_dict()
