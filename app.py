@@ -6,7 +6,14 @@ import streamlit as st
 
 from kvplan.errors import KVPlanError
 from kvplan.ui import serving_view, views
-from kvplan.ui.sidebar import render_sidebar, resolve_arch, resolve_gpu, sync_from_url, write_url
+from kvplan.ui.sidebar import (
+    VIEWS,
+    render_sidebar,
+    resolve_arch,
+    resolve_gpu,
+    sync_from_url,
+    write_url,
+)
 
 st.set_page_config(page_title="kvplan — KV-cache memory planner", page_icon="🧮", layout="wide")
 
@@ -29,16 +36,17 @@ except KVPlanError as err:
 
 views.guarded("Key numbers", lambda: views.render_kpis(scenario, arch, gpu))
 
-tabs = st.tabs(["KV vs context", "KV vs users", "Memory per accelerator", "Requests that fit",
-                "Design comparison", "Serving trade-offs"])
-sections = [
-    ("KV vs context", views.render_kv_context),
-    ("KV vs users", views.render_kv_users),
-    ("Memory per accelerator", views.render_memory),
-    ("Requests that fit", views.render_requests),
-    ("Design comparison", views.render_designs),
-    ("Serving trade-offs", lambda s, a, g: serving_view.render(s, a, g)),
-]
-for tab, (title, render) in zip(tabs, sections, strict=True):
-    with tab:
-        views.guarded(title, lambda render=render: render(scenario, arch, gpu))
+sections = {
+    "context": views.render_kv_context,
+    "users": views.render_kv_users,
+    "memory": views.render_memory,
+    "requests": views.render_requests,
+    "designs": views.render_designs,
+    "serving": serving_view.render,
+}
+# Only the open tab runs (lazy tabs); the open tab is part of the link (vw=).
+tabs = st.tabs(list(VIEWS.values()), key="w_view", on_change="rerun")
+for tab, (view, render) in zip(tabs, sections.items(), strict=True):
+    if tab.open:
+        with tab:
+            views.guarded(VIEWS[view], lambda render=render: render(scenario, arch, gpu))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import zlib
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -68,6 +68,9 @@ class Scenario(BaseModel):
     gpu_util: float | None = Field(default=None, alias="gu", gt=0, le=1)
     block_size: int | None = Field(default=None, alias="bs", ge=1, le=1_000_000)
     max_num_batched_tokens: int | None = Field(default=None, alias="mb", ge=1, le=MAX_TOKENS)
+    #: The dashboard view (tab) the link opens.
+    view: Literal["context", "users", "memory", "requests", "designs", "serving"] = Field(
+        default="context", alias="vw")
     log_x: bool = Field(default=True, alias="lx")
     stack_kinds: bool = Field(default=False, alias="sk")
     prefix_tokens: int = Field(default=1024, alias="pf", ge=0, le=MAX_TOKENS)

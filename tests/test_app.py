@@ -15,7 +15,7 @@ from kvplan.engines import ENGINES
 from kvplan.presets import load_model, model_presets
 from kvplan.report import named_scenario
 from kvplan.scenario import Scenario, scenario_gpu
-from kvplan.ui.sidebar import fit_query
+from kvplan.ui.sidebar import VIEWS, fit_query
 from kvplan.ui.theme import fmt_bytes
 
 logging.getLogger("streamlit.runtime.scriptrunner_utils.script_run_context").setLevel(logging.ERROR)
@@ -73,8 +73,33 @@ def test_every_preset_runs(model_id):
     at = make_app(m=model_id)
     assert not at.exception, [e.value for e in at.exception]
     assert at.selectbox(key="w_model").value == model_id
-    assert len(at.get("plotly_chart")) >= 6
+    assert len(at.get("plotly_chart")) == 1  # only the open view runs
     assert exact(at)["max_requests"] == expected(Scenario(model=model_id)).max_requests
+
+
+VIEW_CHARTS = {"context": 1, "users": 1, "memory": 1, "requests": 2, "designs": 1, "serving": 7}
+
+
+@pytest.mark.parametrize("view", list(VIEW_CHARTS))
+@pytest.mark.parametrize("model_id", ["llama-3.1-8b", "gemma-3-27b", "deepseek-v3",
+                                      "qwen3-next-80b-a3b", "llama-4-scout"])
+def test_every_view_runs(view, model_id):
+    """Each view (a lazy tab named by vw=) draws its charts for dense, 5:1 hybrid, MLA, recurrent
+    and chunked models; the other views do not run."""
+    at = make_app(m=model_id, vw=view)
+    no_errors(at)
+    charts = len(at.get("plotly_chart"))
+    assert charts >= VIEW_CHARTS[view] - (1 if view == "serving" else 0), charts
+    assert at.session_state["w_view"] == VIEWS[view]
+
+
+def test_switching_the_view_updates_the_link():
+    at = make_app(m="llama-3.1-8b")
+    assert "vw" not in at.query_params
+    at.session_state["w_view"] = VIEWS["memory"]
+    at.run()
+    no_errors(at)
+    assert at.query_params["vw"] in ("memory", ["memory"])
 
 
 @pytest.mark.parametrize("engine", list(ENGINES))
@@ -204,7 +229,8 @@ def test_charts_toggle_and_use_explicit_template():
 
 def test_serving_inputs_round_trip_through_the_link():
     """Serving-section inputs travel as ``sv=key:value;…``: a link sets them, a change writes them."""
-    at = make_app(m="llama-3.1-8b", sv="ram:64.0;q_bits:2;source:fixed;prompt_fixed:300;bogus:1")
+    at = make_app(m="llama-3.1-8b", vw="serving",
+                  sv="ram:64.0;q_bits:2;source:fixed;prompt_fixed:300;bogus:1")
     no_errors(at)
     assert at.number_input(key="sv_ram").value == 64.0
     assert at.selectbox(key="sv_q_bits").value == 2
@@ -218,7 +244,7 @@ def test_serving_inputs_round_trip_through_the_link():
 
 
 def test_bad_serving_value_in_the_link_warns_and_keeps_the_rest():
-    at = make_app(m="llama-3.1-8b", t="4096", sv="q_bits:3;ram:32.0")
+    at = make_app(m="llama-3.1-8b", t="4096", vw="serving", sv="q_bits:3;ram:32.0")
     no_errors(at)
     assert any("sv:q_bits" in w.value for w in at.warning)
     assert at.selectbox(key="sv_q_bits").value == 4

@@ -99,6 +99,13 @@ def _defaults(state: MutableMapping[str, Any]) -> dict[str, Any]:
     return state["_sv_defaults"]
 
 
+def _values(state: MutableMapping[str, Any]) -> dict[str, Any]:
+    """The last value of every ``sv_*`` widget, kept while its tab is closed."""
+    if "_sv_values" not in state:
+        state["_sv_values"] = {}
+    return state["_sv_values"]
+
+
 def push(scenario: Scenario, state: MutableMapping[str, Any]) -> list[str]:
     """Set every ``sv_*`` widget from the link (or its default); one warning per rejected value."""
     warnings: list[str] = []
@@ -115,6 +122,7 @@ def push(scenario: Scenario, state: MutableMapping[str, Any]) -> list[str]:
                 warnings.append(MESSAGES["link.bad_value"].format(
                     key=f"sv:{key}", value=clip(text), why=str(exc)[:80]))
         state[f"sv_{key}"] = value
+        _values(state)[key] = value
         _defaults(state)[key] = spec.default(scenario, state)
     return warnings
 
@@ -122,22 +130,26 @@ def push(scenario: Scenario, state: MutableMapping[str, Any]) -> list[str]:
 def ensure(key: str, scenario: Scenario, state: MutableMapping[str, Any]) -> str:
     """The widget key for ``key``. Its state starts at the default and follows the default while
     the user has not changed it (e.g. a length that tracks the scenario's context)."""
-    widget, remembered = f"sv_{key}", _defaults(state)
+    widget, remembered, values = f"sv_{key}", _defaults(state), _values(state)
     default = INPUTS[key].default(scenario, state)
-    if widget not in state or (state[widget] == remembered.get(key) and default != state[widget]):
+    if widget not in state:  # first use, or the serving tab was closed (Streamlit drops its state)
+        state[widget] = values.get(key, default)
+    if state[widget] == remembered.get(key) and default != state[widget]:
         state[widget] = default
     remembered[key] = default
+    values[key] = state[widget]
     return widget
 
 
 def collect(scenario: Scenario, state: MutableMapping[str, Any]) -> dict[str, str]:
     """The ``sv`` values the user chose (different from the default they started from)."""
     out: dict[str, str] = {}
+    values = _values(state)
     for key, spec in INPUTS.items():
-        widget = f"sv_{key}"
-        if widget not in state:
+        value = state.get(f"sv_{key}", values.get(key))
+        if value is None:
             continue
         default = _defaults(state).get(key, spec.default(scenario, state))
-        if state[widget] != default:
-            out[key] = _text(state[widget])
+        if value != default:
+            out[key] = _text(value)
     return out

@@ -32,8 +32,12 @@ WIDGETS: dict[str, str] = {
     "users": "w_users", "reserve_gib": "w_reserve", "gpu_util": "w_util", "block_size": "w_bs",
     "max_num_batched_tokens": "w_mb", "log_x": "w_lx", "stack_kinds": "w_sk",
     "prefix_tokens": "w_pf", "output_tokens": "w_o", "custom_gpu_gib": "w_gm",
-    "custom_gpu_tbps": "w_gb", "custom_gpu_tflops": "w_gf",
+    "custom_gpu_tbps": "w_gb", "custom_gpu_tflops": "w_gf", "view": "w_view",
 }
+#: View id (link ``vw``) → tab label; the tabs widget keeps the label in ``w_view``.
+VIEWS: dict[str, str] = {"context": "KV vs context", "users": "KV vs users",
+                         "memory": "Memory per accelerator", "requests": "Requests that fit",
+                         "designs": "Design comparison", "serving": "Serving trade-offs"}
 ENGINE_SHORT = {"hf": "HF dynamic", "hf-legacy": "HF dynamic (≤5.14)", "hf-static": "HF static",
                 "vllm": "vLLM", "sglang": "SGLang"}
 
@@ -97,6 +101,7 @@ def push_to_session(scenario: Scenario) -> list[str]:
         value = getattr(scenario, field)
         state[key] = list(value) if isinstance(value, list) else value
     state["w_tokens_exact"] = scenario.tokens
+    state["w_view"] = VIEWS[scenario.view]
     state["custom_config"] = scenario.custom_config
     if scenario.weight_dtype == "auto":
         state["w_wd"] = "auto"
@@ -278,6 +283,7 @@ def scenario_from_widgets() -> Scenario:
     state = st.session_state
     values: dict[str, Any] = {field: state.get(key) for field, key in WIDGETS.items()}
     values["kv_dtypes"] = list(values["kv_dtypes"] or ["bf16"])
+    values["view"] = next((k for k, v in VIEWS.items() if v == values["view"]), "context")
     values["custom_config"] = state.get("custom_config")
     for field in ("num_gpus", "tp", "pp", "tokens", "users", "block_size", "max_num_batched_tokens",
                   "prefix_tokens", "output_tokens"):

@@ -216,8 +216,8 @@ def render_kpis(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
     if not result.weights_fit:
         more = (f" At least {result.min_gpus_to_fit} GPUs are needed." if result.min_gpus_to_fit
                 else "")
-        st.error(f"The weights ({fmt_bytes(result.weights_bytes)} per GPU) do not fit in "
-                 f"{gpu.name}'s memory target.{more}")
+        st.warning(f"The weights ({fmt_bytes(result.weights_bytes)} per GPU) do not fit in "
+                   f"{gpu.name}'s memory target.{more}")
     elif not result.fits:
         st.warning(f"{scenario.users:,} users × {scenario.tokens:,} tokens do not fit: at most "
                    f"{result.max_requests:,} request(s) per replica.")

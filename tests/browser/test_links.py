@@ -20,6 +20,7 @@ from playwright.sync_api import Page, expect
 
 from kvplan.report import scenario_from_json
 from kvplan.scenario import Scenario
+from kvplan.ui.sidebar import VIEWS
 
 pytestmark = pytest.mark.browser
 
@@ -110,8 +111,13 @@ def test_every_download(page: Page, app_url: str, tmp_path: Path) -> None:
     seen_png: list[str] = []
     tabs = page.get_by_role("tab")
     for index in range(tabs.count()):
+        view = list(VIEWS)[index]
         tabs.nth(index).click()
+        # the rerun of a lazy tab is done once the link names the view and the app is idle
+        pattern = re.compile(rf"[?&]vw={view}(&|$)") if view != "context" else re.compile(r"^(?!.*vw=)")
+        expect(page).to_have_url(pattern, timeout=LOAD_MS)
         page.wait_for_selector(IDLE, timeout=LOAD_MS)
+        expect(tabs.nth(index)).to_have_attribute("aria-selected", "true")
         for prefix, seen in (("csv_", seen_csv), ("png_", seen_png)):
             boxes = page.locator(f'[class*="st-key-{prefix}"]')
             for i in range(boxes.count()):
@@ -132,7 +138,8 @@ def test_every_download(page: Page, app_url: str, tmp_path: Path) -> None:
                     first = text.splitlines()[0]
                     assert first.startswith("# kvplan scenario ?"), first
                     link = {k: v[-1] for k, v in parse_qs(first.split("?", 1)[1]).items()}
-                    assert Scenario.from_query(link)[0] == scenario
+                    shown = Scenario.from_query(link)[0]  # the link also names the open view
+                    assert shown.model_copy(update={"view": scenario.view}) == scenario
                     df = pd.read_csv(io.StringIO(text), comment="#")
                     assert len(df.columns) >= 2 and len(df) >= 1, key
                     assert any("[" in c or "(" in c for c in df.columns), (key, list(df.columns))
@@ -150,7 +157,9 @@ def test_every_download(page: Page, app_url: str, tmp_path: Path) -> None:
         json_box.first.get_by_role("button").click()
     raw = Path(info.value.path()).read_bytes()
     assert json.loads(raw)["query"]["m"] == "llama-2-7b"
-    assert scenario_from_json(raw) == scenario
+    reloaded = scenario_from_json(raw)
+    assert reloaded.view == "serving"  # the last view opened above
+    assert reloaded.model_copy(update={"view": scenario.view}) == scenario
     _no_exception(page)
 
 
