@@ -28,6 +28,7 @@ PY = sys.executable
 sys.path.insert(0, str(ROOT))
 
 #: The heaviest link the dashboard accepts: every limit at its maximum and all 12 KV dtypes.
+VIEWS = ("context", "users", "memory", "requests", "designs", "serving")
 HEAVIEST = {"m": "llama-3.1-405b", "t": "100000000", "u": "10000000", "n": "4096", "tp": "8",
             "pp": "8", "g": "b300", "e": "vllm",
             "kd": "fp32,fp16,bf16,fp8_e4m3,fp8_e5m2,int8,int4,int2,nvfp4,mxfp4,avg6bit"}
@@ -151,28 +152,34 @@ def bench_reruns(reps: int) -> None:
     empty = AppTest.from_file(empty_path, default_timeout=60)
     empty.run()
     default = session(None)
-    heavy = session(HEAVIEST)
+    # the heaviest link, in every view (only the open view runs): the slowest view counts
+    heavy = [session({**HEAVIEST, "vw": view}) for view in VIEWS]
     base, warm_default, warm_heavy, cold_default, cold_heavy = [], [], [], [], []
     for _ in range(reps):
         default.run()  # re-warm: the previous repetition cleared the caches
-        heavy.run()
+        for at in heavy:
+            at.run()
         base.append(timed(empty.run))
         warm_default.append(timed(default.run))
-        warm_heavy.append(timed(heavy.run))
+        warm_heavy.append(max(timed(at.run) for at in heavy))
         st.cache_data.clear()
         cold_default.append(timed(default.run))
-        st.cache_data.clear()
-        cold_heavy.append(timed(heavy.run))
-    for at in (default, heavy):
+        cold = []
+        for at in heavy:
+            st.cache_data.clear()
+            cold.append(timed(at.run))
+        cold_heavy.append(max(cold))
+    heavy_all = heavy
+    for at in (default, *heavy_all):
         assert not at.exception
     record("AppTest: empty Streamlit script (baseline)", base)
     record("rerun, default scenario (warm cache)", warm_default, target="≤ 60 ms",
            ok=statistics.median(warm_default) <= 0.060, baseline=base, baseline_name="empty script")
     record("rerun, default scenario (cache cleared)", cold_default, target="≤ 60 ms",
            ok=statistics.median(cold_default) <= 0.060, baseline=base, baseline_name="empty script")
-    record("rerun, heaviest link (warm cache)", warm_heavy, target="≤ 1 s",
+    record("rerun, heaviest link, slowest view (warm cache)", warm_heavy, target="≤ 1 s",
            ok=statistics.median(warm_heavy) <= 1.0, baseline=base, baseline_name="empty script")
-    record("rerun, heaviest link (cache cleared)", cold_heavy, target="≤ 1 s",
+    record("rerun, heaviest link, slowest view (cache cleared)", cold_heavy, target="≤ 1 s",
            ok=statistics.median(cold_heavy) <= 1.0, baseline=base, baseline_name="empty script")
     os.unlink(empty_path)
 
