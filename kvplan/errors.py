@@ -16,6 +16,7 @@ MESSAGES: dict[str, str] = {
     "config.bad_value": "config.json key '{key}' must be {expected}, got {value}",
     "config.unsupported": "config.json: {what} is not supported ({detail})",
     "config.too_deep": "config.json is nested deeper than {limit} levels",
+    "config.empty": "{source}: the text box is empty",
     # names and choices
     "unknown.model": "unknown model preset '{value}' (try `python -m kvplan models`)",
     "unknown.gpu": "unknown accelerator '{value}' (try `python -m kvplan gpus`)",
@@ -38,6 +39,8 @@ MESSAGES: dict[str, str] = {
     "scenario.invalid": "scenario file is invalid: {detail}",
     "csv.invalid": "request-length CSV is invalid: {detail}",
     "file.missing": "cannot read '{path}': {detail}",
+    # the dashboard's last line of defence (a bug, reported without a traceback)
+    "internal.view": "{title} could not be drawn ({kind}: {detail}); the other views are unaffected",
 }
 
 

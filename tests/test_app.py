@@ -12,6 +12,7 @@ from streamlit.testing.v1 import AppTest
 from kvplan.capacity import fit
 from kvplan.config_import import parse_config
 from kvplan.engines import ENGINES
+from kvplan.errors import MESSAGES
 from kvplan.presets import load_model, model_presets
 from kvplan.report import named_scenario
 from kvplan.scenario import Scenario, scenario_gpu
@@ -262,3 +263,23 @@ def test_custom_accelerator_from_the_link_and_the_sidebar():
     at.number_input(key="w_gm").set_value(24.0).run()
     assert_matches(at, scenario.model_copy(update={"custom_gpu_gib": 24.0}))
     assert at.query_params["gm"] in ("24.0", ["24.0"])
+
+
+def test_empty_paste_message():
+    at = make_app()
+    at.button(key="w_paste_go").click().run()
+    prefix = MESSAGES["config.empty"].split("{source}")[1].strip()
+    assert any(prefix in e.value for e in at.error), [e.value for e in at.error]
+    assert at.selectbox(key="w_model").value == Scenario().model
+
+
+def test_a_failing_view_is_reported_not_raised():
+    def script():
+        from kvplan.ui.views import guarded
+
+        guarded("Broken view", lambda: 1 / 0)
+
+    at = AppTest.from_function(script, default_timeout=30)
+    at.run()
+    assert not at.exception
+    assert at.error[0].value.startswith("Broken view could not be drawn (ZeroDivisionError")

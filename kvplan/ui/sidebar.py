@@ -155,7 +155,7 @@ def _on_upload() -> None:
 def _on_paste() -> None:
     text = st.session_state.get("w_paste") or ""
     if not text.strip():
-        st.session_state["_config_error"] = "pasted config.json: the text box is empty"
+        st.session_state["_config_error"] = MESSAGES["config.empty"].format(source="pasted config.json")
         return
     _use_config(text, "pasted config.json")
 

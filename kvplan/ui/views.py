@@ -10,7 +10,7 @@ import streamlit as st
 
 from kvplan import designs
 from kvplan.capacity import FitResult
-from kvplan.errors import KVPlanError
+from kvplan.errors import MESSAGES, KVPlanError, clip
 from kvplan.presets import GPU
 from kvplan.report import named_scenario, named_scenarios
 from kvplan.scenario import Scenario
@@ -33,7 +33,8 @@ def guarded(title: str, body: Callable[[], object]) -> object:
     except KVPlanError as err:
         st.error(f"{title}: {err}")
     except Exception as err:  # noqa: BLE001 - never show a traceback to the user
-        st.error(f"{title} could not be drawn: {type(err).__name__}: {str(err)[:300]}")
+        st.error(MESSAGES["internal.view"].format(title=title, kind=type(err).__name__,
+                                                   detail=clip(err, 300)))
     return None
 
 

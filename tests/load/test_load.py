@@ -1,7 +1,7 @@
 """Load: 16 concurrent headless Chromium sessions against one ``streamlit run app.py`` server.
 
-Runs with ``KVPLAN_PROFILE=long`` or when this file/directory is named on the command line
-(``.venv/bin/python -m pytest tests/load``). Each page opens a different link; all must reach
+Part of the default run (CI); alone: ``./dev test tests/load``; skip it with ``-m "not slow"``.
+Each page opens a different link; all must reach
 idle with no exception and show their own model and token count; the server's RSS afterwards
 (``VmRSS`` of /proc/<pid>/status) must stay under 2 GiB.
 """
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import socket
 import subprocess
 import sys
@@ -34,10 +33,6 @@ PRESETS = ["llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3.1-8b", "llama-3.
            "qwen3-8b", "qwen3-32b", "gemma-2-9b", "gemma-3-27b", "phi-3-mini", "deepseek-v3"]
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
-
-
-def _explicitly_selected(config) -> bool:
-    return any("load" in str(arg) for arg in config.args)
 
 
 def free_port() -> int:
@@ -66,9 +61,6 @@ def tree_rss_bytes(pid: int) -> int:
 
 @pytest.fixture(scope="module")
 def server(request):
-    if not (os.environ.get("KVPLAN_PROFILE", "").lower() == "long"
-            or _explicitly_selected(request.config)):
-        pytest.skip("load test: set KVPLAN_PROFILE=long or run tests/load explicitly")
     if not APP.exists():
         pytest.skip("app.py not written yet")
     if not Path(CHROMIUM).exists():
