@@ -323,7 +323,7 @@ def engine_view(arch: ModelArch, engine: str, kv_dtype: str = "bf16",
     start, stop = stage_layers or (0, arch.n_layers)
     layers = arch.layers[start:stop]
     tp = 1 if engine.startswith("hf") else settings.tp
-    if engine in {"hf", "hf-legacy"} and dtype.group_size != "tensor" and any(
+    if engine in {"hf", "hf-legacy"} and dtype.bits < 16 and any(  # QuantizedCache (quanto/hqq/fp8)
             getattr(layer, "kind", "") in {"sliding", "chunked"} for layer in arch.layers):
         raise KVPlanError("engine.dtype", engine=engine, dtype=dtype.name,
                           why="transformers' QuantizedCache only supports models with only full "

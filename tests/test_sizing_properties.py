@@ -50,10 +50,10 @@ def _cdiv(a: int, b: int) -> int:
 
 
 def _refused(preset: str, engine: str, dtype: str) -> bool:
-    """transformers QuantizedCache refuses models with any sliding/chunked layer."""
+    """transformers QuantizedCache (quanto, hqq, fp8) refuses models with any sliding/chunked layer."""
     arch = load_model(preset)
     windowed = any(getattr(layer, "kind", "") in {"sliding", "chunked"} for layer in arch.layers)
-    return engine in {"hf", "hf-legacy"} and windowed and get_dtype(dtype).group_size != "tensor"
+    return engine in {"hf", "hf-legacy"} and windowed and get_dtype(dtype).bits < 16
 
 
 def _view(preset, engine, dtype, opts, max_cache_len=None):
@@ -115,6 +115,7 @@ def test_bytes_never_decrease_with_tokens(preset, engine, dtype, opts, lengths):
        engine=engine_st, dtype=st.sampled_from(["bf16", "fp8_e4m3", "fp16"]), opts=settings_st,
        lengths=st.lists(tokens_st, min_size=1, max_size=40))
 def test_windowed_layers_never_exceed_their_cap(preset, engine, dtype, opts, lengths):
+    assume(not _refused(preset, engine, dtype))
     t = np.asarray(lengths, dtype=np.int64)
     view = _view(preset, engine, dtype, opts, max_cache_len=int(t.max()))
     for rule in view.rules:
