@@ -9,6 +9,7 @@ idle with no exception and show their own model and token count; the server's RS
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import socket
 import subprocess
@@ -127,7 +128,9 @@ async def _drive(url: str) -> list[dict]:
 
 def test_sixteen_concurrent_sessions(server):
     url, proc = server
-    results = asyncio.run(_drive(url))
+    # a thread of its own: pytest-playwright's sync fixtures keep an event loop on this one
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        results = pool.submit(asyncio.run, _drive(url)).result()
     rss = tree_rss_bytes(proc.pid)
     slowest = max(r["elapsed"] for r in results)
     print(f"\n16 sessions: slowest to idle {slowest:.1f} s; server RSS after {rss / 2**20:,.0f} MiB")
