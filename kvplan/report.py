@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kvplan.errors import KVPlanError, short
 from kvplan.png import TEMPLATE
-from kvplan.scenario import Scenario, check_names, scenario_gpu
+from kvplan.scenario import Scenario, check_names, scenario_fit_query, scenario_gpu
 
 GIB = 1 << 30
 MAX_SCENARIO_BYTES = 1_000_000
@@ -202,20 +202,6 @@ def scenario_arch(scenario: Scenario):
     return load_model(scenario.model)
 
 
-def fit_query(scenario: Scenario, kv_dtype: str):
-    from kvplan.capacity import FitQuery
-
-    engine = scenario.engine  # same mapping as the dashboard's sidebar
-    return FitQuery(tokens=scenario.tokens, users=scenario.users, kv_dtype=kv_dtype,
-                    weight_dtype=None if scenario.weight_dtype == "auto" else scenario.weight_dtype,
-                    engine=engine, num_gpus=scenario.num_gpus, tp=scenario.tp, pp=scenario.pp,
-                    gpu_util=scenario.gpu_util if engine in {"vllm", "sglang"} else None,
-                    reserve_gib=scenario.reserve_gib,
-                    block_size=scenario.block_size if engine == "vllm" else None,
-                    page_size=scenario.block_size if engine == "sglang" else None,
-                    max_num_batched_tokens=scenario.max_num_batched_tokens if engine == "vllm" else None)
-
-
 def fit_table(scenario: Scenario) -> pd.DataFrame:
     """One row per KV dtype: the memory split per GPU and how many requests fit."""
     from kvplan.capacity import fit
@@ -224,7 +210,7 @@ def fit_table(scenario: Scenario) -> pd.DataFrame:
     rows = []
     for dtype in scenario.kv_dtypes:
         try:
-            r = fit(arch, gpu, fit_query(scenario, dtype))
+            r = fit(arch, gpu, scenario_fit_query(scenario, dtype))
         except KVPlanError as exc:
             rows.append({"kv_dtype": dtype, "note": str(exc)})
             continue
@@ -280,7 +266,7 @@ def gpu_table(scenario: Scenario) -> pd.DataFrame:
                                "gpu_memory_gib": gpu.capacity_bytes / GIB}
         for dtype in scenario.kv_dtypes:
             try:
-                r = fit(arch, gpu, fit_query(scenario, dtype), search_gpus=False)
+                r = fit(arch, gpu, scenario_fit_query(scenario, dtype), search_gpus=False)
                 row[f"{dtype}_max_requests"] = r.max_requests if r.weights_fit else 0
             except KVPlanError:
                 row[f"{dtype}_max_requests"] = None

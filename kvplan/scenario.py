@@ -298,3 +298,24 @@ def scenario_gpu(scenario: Scenario):
     if scenario.gpu == CUSTOM_GPU:
         return custom_gpu(scenario.custom_gpu_gib, scenario.custom_gpu_tbps, scenario.custom_gpu_tflops)
     return get_gpu(scenario.gpu)
+
+
+def scenario_fit_query(scenario: Scenario, kv_dtype: str | None = None):
+    """The capacity question a scenario asks (``kvplan.capacity.FitQuery``) for one KV dtype.
+
+    Engine knobs reach only the engine that has them: utilization (vLLM, SGLang), block size
+    (vLLM) or page size (SGLang), ``max_num_batched_tokens`` (vLLM).
+    """
+    from kvplan.capacity import FitQuery
+
+    engine = scenario.engine
+    return FitQuery(
+        tokens=scenario.tokens, users=scenario.users, kv_dtype=kv_dtype or scenario.kv_dtypes[0],
+        weight_dtype=None if scenario.weight_dtype == "auto" else scenario.weight_dtype,
+        engine=engine, num_gpus=scenario.num_gpus, tp=scenario.tp, pp=scenario.pp,
+        gpu_util=scenario.gpu_util if engine in {"vllm", "sglang"} else None,
+        reserve_gib=scenario.reserve_gib,
+        block_size=scenario.block_size if engine == "vllm" else None,
+        page_size=scenario.block_size if engine == "sglang" else None,
+        max_num_batched_tokens=scenario.max_num_batched_tokens if engine == "vllm" else None,
+    )

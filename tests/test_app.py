@@ -15,8 +15,8 @@ from kvplan.engines import ENGINES
 from kvplan.errors import MESSAGES
 from kvplan.presets import load_model, model_presets
 from kvplan.report import named_scenario
-from kvplan.scenario import Scenario, scenario_gpu
-from kvplan.ui.sidebar import VIEWS, fit_query
+from kvplan.scenario import Scenario, scenario_fit_query, scenario_gpu
+from kvplan.ui.sidebar import VIEWS
 from kvplan.ui.theme import fmt_bytes
 
 logging.getLogger("streamlit.runtime.scriptrunner_utils.script_run_context").setLevel(logging.ERROR)
@@ -53,7 +53,7 @@ def exact(at: AppTest) -> dict[str, int]:
 
 def expected(scenario: Scenario, arch=None):
     arch = arch or load_model(scenario.model)
-    return fit(arch, scenario_gpu(scenario), fit_query(scenario))
+    return fit(arch, scenario_gpu(scenario), scenario_fit_query(scenario))
 
 
 def assert_matches(at: AppTest, scenario: Scenario, arch=None) -> None:

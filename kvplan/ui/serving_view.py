@@ -16,11 +16,11 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from kvplan.arch import ModelArch
-from kvplan.capacity import FitQuery, fit
+from kvplan.capacity import fit
 from kvplan.errors import KVPlanError
 from kvplan.nocache import compare
 from kvplan.presets import GPU
-from kvplan.scenario import Scenario
+from kvplan.scenario import Scenario, scenario_fit_query
 from kvplan.serving import (
     MLPERF_BOUNDS,
     LengthDist,
@@ -80,11 +80,7 @@ def _kv_dtype(scenario: Scenario) -> str:
 
 def _budget(arch: ModelArch, gpu: GPU, scenario: Scenario) -> int:
     """The KV budget per GPU of the scenario's engine (kvplan.capacity.fit)."""
-    wd = None if scenario.weight_dtype == "auto" else scenario.weight_dtype
-    query = FitQuery(tokens=scenario.tokens, users=scenario.users, kv_dtype=_kv_dtype(scenario),
-                     weight_dtype=wd, engine=scenario.engine, num_gpus=scenario.num_gpus,
-                     tp=scenario.tp, pp=scenario.pp, gpu_util=scenario.gpu_util,
-                     reserve_gib=scenario.reserve_gib)
+    query = scenario_fit_query(scenario)
     return fit(arch, gpu, query).kv_budget_bytes
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import streamlit as st
 
 from kvplan.arch import ModelArch
-from kvplan.capacity import DEFAULT_RESERVE_GIB, VLLM_DEFAULT_GPU_UTIL, FitQuery
+from kvplan.capacity import DEFAULT_RESERVE_GIB, VLLM_DEFAULT_GPU_UTIL
 from kvplan.config_import import parse_config
 from kvplan.dtypes import DTYPES, KV_DTYPE_CHOICES, WEIGHT_DTYPES
 from kvplan.engines import ENGINES
@@ -64,20 +64,6 @@ def resolve_arch(scenario: Scenario) -> ModelArch:
 
 def resolve_gpu(scenario: Scenario) -> GPU:
     return scenario_gpu(scenario)
-
-
-def fit_query(scenario: Scenario, kv_dtype: str | None = None) -> FitQuery:
-    engine = scenario.engine
-    return FitQuery(
-        tokens=scenario.tokens, users=scenario.users, kv_dtype=kv_dtype or scenario.kv_dtypes[0],
-        weight_dtype=None if scenario.weight_dtype == "auto" else scenario.weight_dtype,
-        engine=engine, num_gpus=scenario.num_gpus, tp=scenario.tp, pp=scenario.pp,
-        gpu_util=scenario.gpu_util if engine in {"vllm", "sglang"} else None,
-        reserve_gib=scenario.reserve_gib,
-        block_size=scenario.block_size if engine == "vllm" else None,
-        page_size=scenario.block_size if engine == "sglang" else None,
-        max_num_batched_tokens=scenario.max_num_batched_tokens if engine == "vllm" else None,
-    )
 
 
 # ---------------------------------------------------------------- link validation

@@ -13,10 +13,10 @@ from kvplan.capacity import FitResult
 from kvplan.errors import MESSAGES, KVPlanError, clip
 from kvplan.presets import GPU
 from kvplan.report import named_scenario, named_scenarios
-from kvplan.scenario import Scenario
+from kvplan.scenario import Scenario, scenario_fit_query
 from kvplan.sizing import full_length_bytes_per_token
 from kvplan.ui import charts, data
-from kvplan.ui.sidebar import apply_scenario, fit_query, resolve_arch, resolve_gpu
+from kvplan.ui.sidebar import apply_scenario, resolve_arch, resolve_gpu
 from kvplan.ui.theme import GB, GIB, exact_bytes, figure_from_dict, fmt_bytes
 
 
@@ -47,7 +47,7 @@ def _key(scenario: Scenario) -> str:
 
 def _load(key: str):
     scenario = Scenario.model_validate_json(key)
-    return scenario, resolve_arch(scenario), resolve_gpu(scenario), fit_query(scenario)
+    return scenario, resolve_arch(scenario), resolve_gpu(scenario), scenario_fit_query(scenario)
 
 
 @st.cache_data(max_entries=128, show_spinner=False)
@@ -138,7 +138,7 @@ def _breakdown(arch, scenario: Scenario, gpu: GPU, tokens: int) -> tuple[str, in
     from kvplan.capacity import engine_settings
     from kvplan.sizing import kv_cache
 
-    query = fit_query(scenario)
+    query = scenario_fit_query(scenario)
     engine = scenario.engine
     result = kv_cache(arch, tokens, 1, query.kv_dtype, engine, engine_settings(query, gpu))
     parts = []
