@@ -66,6 +66,10 @@ class Recurrent(_Spec):
     ssm_elements: int = Field(ge=1)
     #: Head count that TP shards the state over (value heads for GDN, d_inner for Mamba1).
     tp_shard_unit: int = Field(ge=1)
+    #: SSM-state dtype the config asks engines for (``mamba_ssm_cache_dtype``), if any.
+    ssm_dtype: str | None = None
+    #: Mamba-2 scan chunk (vLLM aligns the attention block to it in "all" cache mode).
+    chunk_size: int | None = Field(default=None, ge=1)
 
 
 class NoCache(_Spec):

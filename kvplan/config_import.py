@@ -169,6 +169,14 @@ def parse_config(
                           expected=f"at most num_attention_heads ({n_heads})", value=n_kv)
 
     types = _layer_types(cfg, model_type, n_layers)
+    if cfg.has(*_RECURRENT_KEYS) and not any(t in _RECURRENT for t in types):
+        raise KVPlanError("config.unsupported", what="this hybrid layout",
+                          detail="the config describes recurrent (Mamba / linear-attention) state but "
+                                 "no layer_types or hybrid_override_pattern says which layers hold it")
+    shared = cfg.int("num_kv_shared_layers", why="KV-sharing layers", default=0, low=0,
+                     high=n_layers)
+    if shared:  # the last layers reuse earlier layers' KV (Gemma 3n; HF DummyLayer, vLLM kv sharing)
+        types = types[: n_layers - shared] + ["shared"] * shared
     attention_spec = _attention_spec(cfg, n_kv, head_dim, n_heads, hf_heads)
     layers: list[LayerSpec] = []
     recurrent: Recurrent | None = None
@@ -266,7 +274,19 @@ def _attention_spec(cfg: _Cfg, n_kv: int, head_dim: int, n_heads: int,
                      hf_cached_heads=hf_heads)
 
 
+_PATTERN_CHARS = {"M": "mamba", "*": "full_attention", "-": "mlp", "E": "moe"}
+#: Config keys that describe a recurrent (Mamba / linear-attention) state.
+_RECURRENT_KEYS = ("linear_num_value_heads", "mamba_n_heads", "mamba_num_heads", "mamba_d_state",
+                   "ssm_state_size", "mamba_expand")
+
+
 def _layer_types(cfg: _Cfg, model_type: str, n: int) -> list[str]:
+    pattern = cfg.get("hybrid_override_pattern")
+    if pattern is not None:  # NemotronH: one character per layer
+        if not isinstance(pattern, str) or len(pattern) != n or set(pattern) - set(_PATTERN_CHARS):
+            raise KVPlanError("config.bad_value", key="hybrid_override_pattern",
+                              expected=f"{n} characters from 'M*-E'", value=short(pattern))
+        return [_PATTERN_CHARS[c] for c in pattern]
     explicit = cfg.get("layer_types", "layers_block_type")
     if explicit is not None:
         if not isinstance(explicit, list) or not all(isinstance(t, str) for t in explicit):
@@ -320,7 +340,7 @@ def _recurrent_spec(cfg: _Cfg, model_type: str, hidden: int) -> Recurrent:
         hv = cfg.int("linear_value_head_dim", why="GDN value head size")
         kernel = cfg.int("linear_conv_kernel_dim", why="GDN conv kernel", default=4)
         return Recurrent(variant="gdn", conv_channels=2 * nk * hk + nv * hv, conv_kernel=kernel,
-                         ssm_elements=nv * hk * hv, tp_shard_unit=nv)
+                         ssm_elements=nv * hk * hv, tp_shard_unit=nv, ssm_dtype=_ssm_dtype(cfg))
     if cfg.has("mamba_n_heads", "mamba_num_heads"):  # Mamba-2
         heads = cfg.int("mamba_n_heads", "mamba_num_heads", why="Mamba-2 heads")
         head_dim = cfg.int("mamba_d_head", "mamba_head_dim", why="Mamba-2 head size")
@@ -329,16 +349,34 @@ def _recurrent_spec(cfg: _Cfg, model_type: str, hidden: int) -> Recurrent:
         kernel = cfg.int("mamba_d_conv", "conv_kernel", why="Mamba-2 conv kernel", default=4)
         d_inner = heads * head_dim
         return Recurrent(variant="mamba2", conv_channels=d_inner + 2 * groups * state,
-                         conv_kernel=kernel, ssm_elements=d_inner * state, tp_shard_unit=heads)
+                         conv_kernel=kernel, ssm_elements=d_inner * state, tp_shard_unit=heads,
+                         ssm_dtype=_ssm_dtype(cfg),
+                         chunk_size=cfg.int("chunk_size", "mamba_chunk_size", why="Mamba-2 chunk",
+                                            default=256))
     if cfg.has("mamba_d_state", "mamba_expand"):  # Mamba-1 (Jamba)
         expand = cfg.int("mamba_expand", why="Mamba expansion", default=2)
         state = cfg.int("mamba_d_state", why="Mamba state size", default=16)
         kernel = cfg.int("mamba_d_conv", why="Mamba conv kernel", default=4)
         d_inner = expand * hidden
         return Recurrent(variant="mamba1", conv_channels=d_inner, conv_kernel=kernel,
-                         ssm_elements=d_inner * state, tp_shard_unit=d_inner)
+                         ssm_elements=d_inner * state, tp_shard_unit=d_inner,
+                         ssm_dtype=_ssm_dtype(cfg))
     raise KVPlanError("config.missing_key", key="linear_num_value_heads",
                       why=f"the recurrent state of {model_type} layers")
+
+
+def _ssm_dtype(cfg: _Cfg) -> str | None:
+    """``mamba_ssm_cache_dtype`` / ``mamba_ssm_dtype`` as a format name, when the config sets one."""
+    from kvplan.dtypes import get_dtype
+
+    value = cfg.get("mamba_ssm_cache_dtype", "mamba_ssm_dtype")
+    if value is None or str(value) == "auto":
+        return None
+    try:
+        return get_dtype(str(value).replace("torch.", "")).name
+    except KeyError:
+        raise KVPlanError("config.bad_value", key="mamba_ssm_cache_dtype",
+                          expected="a float dtype name", value=short(value)) from None
 
 
 def _moe(cfg: _Cfg, model_type: str, n_layers: int) -> MoE | None:

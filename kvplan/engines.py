@@ -18,6 +18,7 @@ Engines and their sources (see ``../shared/reference/engines.md`` for quotes):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -270,16 +271,18 @@ def recurrent_state_bytes(layer: Recurrent, engine: str, model_dtype: KVDType, t
     HF ``LinearAttentionLayer``: conv ``[C, kernel]`` (full kernel) in the model dtype, recurrent
     state in fp32 for Gated DeltaNet (fla kernels return fp32). vLLM
     ``MambaStateShapeCalculator``: conv ``[C/tp, kernel-1]`` and the SSM state in the model dtype
-    (``mamba_cache_dtype="auto"``). SGLang: conv in the model dtype, SSM in fp32 by default.
+    (``mamba_cache_dtype="auto"``) unless the config sets ``mamba_ssm_cache_dtype``. SGLang: conv
+    in the model dtype, SSM in fp32 unless the config says otherwise.
     """
     fp32 = get_dtype("fp32")
+    configured = get_dtype(layer.ssm_dtype) if layer.ssm_dtype else None
     if engine.startswith("hf"):
         ssm_dtype = fp32 if layer.variant == "gdn" else model_dtype
         return (layer.conv_channels * layer.conv_kernel * model_dtype.bits // 8
                 + layer.ssm_elements * ssm_dtype.bits // 8)
     shards = tp if layer.tp_shard_unit % tp == 0 else 1
     conv = (layer.conv_channels // shards) * (layer.conv_kernel - 1) * model_dtype.bits // 8
-    ssm_dtype = fp32 if engine == "sglang" else model_dtype
+    ssm_dtype = configured or (fp32 if engine == "sglang" else model_dtype)
     return conv + (layer.ssm_elements // shards) * ssm_dtype.bits // 8
 
 
@@ -390,18 +393,24 @@ def _vllm_rules(arch, engine, dtype, model_dtype, settings, tp, counts, mla_bs) 
     if recurrent and attn_1tok:
         state = max(recurrent_state_bytes(r, engine, model_dtype, tp) for r in recurrent)
         align = max(block, 16)
-        raised = align * -(-state // (align * max(attn_1tok)))
+        per_token = max(attn_1tok)
+        all_mode = settings.enable_prefix_caching and recurrent[0].variant in VLLM_MAMBA_ALL_MODE_VARIANTS
+        if all_mode:  # "all" mode: the block is a multiple of lcm(mamba chunk, kernel alignment)
+            chunk = math.lcm(recurrent[0].chunk_size or align, align)
+            tokens_per_state = -(-state // per_token)
+            raised = chunk * -(-tokens_per_state // chunk)
+        else:
+            raised = align * -(-state // (align * per_token))
         if raised > block:
             notes.append(f"attention block raised from {block} to {raised} tokens so one page "
                          f"holds a {state:,} B recurrent state (Platform._align_hybrid_block_size)")
             block = raised
-        variant = recurrent[0].variant
         if not settings.enable_prefix_caching:
-            state_pages = 1
-        elif variant in VLLM_MAMBA_ALL_MODE_VARIANTS:
-            state_pages = 0  # "all" mode: one page per block of tokens, set per request below
+            state_pages = 1  # mamba_cache_mode "none"
+        elif all_mode:
+            state_pages = 0  # "all": one state page per block of tokens, set per request below
         else:
-            state_pages = 2
+            state_pages = 2  # "align"
     rules: list[CacheRule] = []
     for layer, n in counts.items():
         if isinstance(layer, NoCache):

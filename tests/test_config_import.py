@@ -189,3 +189,17 @@ def test_bad_value_in_other_keys_is_kvplan_error(key, update):
         assert f"'{key}'" in str(err)
     else:
         pytest.fail(f"accepted {update}")
+
+
+def test_recurrent_state_without_a_layout_is_refused():
+    """Mamba keys but no layer_types / hybrid_override_pattern: the layout is unknown, so refuse."""
+    config = {**BASE, "mamba_d_state": 16, "mamba_expand": 2}
+    with pytest.raises(KVPlanError) as err:
+        parse_config(config)
+    assert err.value.code == "config.unsupported" and "hybrid_override_pattern" in str(err.value)
+
+
+def test_bad_hybrid_override_pattern_names_the_key():
+    with pytest.raises(KVPlanError) as err:
+        parse_config({**BASE, "hybrid_override_pattern": "MQ"})
+    assert "hybrid_override_pattern" in str(err.value)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from kvplan.config_import import parse_config
 from kvplan.dtypes import get_dtype
 from kvplan.engines import (
     EngineSettings,
@@ -368,3 +369,45 @@ def test_unknown_engine_and_dtype():
     with pytest.raises(KVPlanError) as err:
         kv_cache(arch, 10, kv_dtype="fp7")
     assert err.value.code == "unknown.dtype"
+
+
+NEMOTRON_H_TINY = {
+    "model_type": "nemotron_h", "architectures": ["NemotronHForCausalLM"], "num_hidden_layers": 8,
+    "hidden_size": 1024, "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 128,
+    "hybrid_override_pattern": "M-M*M-M*", "mamba_num_heads": 16, "mamba_head_dim": 64,
+    "ssm_state_size": 128, "n_groups": 8, "conv_kernel": 4, "chunk_size": 256,
+    "vocab_size": 1000, "intermediate_size": 2048,
+}
+
+
+def test_vllm_mamba2_all_mode_block_and_state_pages():
+    """NemotronH-style hybrid (``hybrid_override_pattern`` M = Mamba-2, * = attention, - = MLP).
+
+    MambaStateShapeCalculator: conv (d_inner + 2·groups·state) × (kernel − 1) = 3,072 × 3 × 2 B =
+    18,432; SSM 16 heads × 64 × 128 × 2 B = 262,144 → 280,576 B per layer. Prefix caching on and a
+    Mamba-2 model → mamba_cache_mode "all": the attention block is a multiple of
+    lcm(chunk 256, 16) = 256 covering cdiv(280,576, 1,024 B per token) = 274 tokens → 512 tokens;
+    page 512 × 1,024 = 524,288 B (the Mamba page is padded to it). "all" reserves cdiv(L, 512)
+    state pages: at L = 1,000, 2 per Mamba layer (platforms/interface.py, kv_cache_interface.py).
+    """
+    arch = parse_config(NEMOTRON_H_TINY)
+    assert arch.kind_counts() == {"recurrent": 4, "none": 2, "full": 2}
+    result = kv_cache(arch, 1000, engine="vllm")
+    assert result.block_size == 512
+    assert result.layers["recurrent"].bytes == 4 * 524_288
+    assert result.layers["recurrent"].reserved_bytes == 4 * 2 * 524_288
+    assert result.layers["full"].bytes == 2 * 2 * 512 * 1024
+    fp32 = parse_config({**NEMOTRON_H_TINY, "mamba_ssm_cache_dtype": "float32"})
+    view = engine_view(fp32, "sglang")
+    state = next(r for r in view.rules if r.kind == "recurrent")
+    assert state.state_bytes == 18_432 + 16 * 64 * 128 * 4
+
+
+def test_kv_shared_layers_hold_nothing():
+    """``num_kv_shared_layers``: the last N layers reuse earlier KV (HF DummyLayer, vLLM KV sharing)."""
+    config = {"model_type": "llama", "num_hidden_layers": 10, "hidden_size": 512,
+              "num_attention_heads": 8, "num_key_value_heads": 2, "vocab_size": 100,
+              "num_kv_shared_layers": 4}
+    arch = parse_config(config)
+    assert arch.kind_counts() == {"full": 6, "none": 4}
+    assert kv_cache(arch, 100).kv_bytes == 6 * 100 * 2 * 2 * 64 * 2
