@@ -49,6 +49,8 @@ class MLA(_Spec):
     qk_nope_head_dim: int = Field(ge=0)
     v_head_dim: int = Field(ge=1)
     q_lora_rank: int = Field(default=0, ge=0)
+    #: DeepSeek sparse attention (V3.2): head size of the indexer's cached keys (0 = no indexer).
+    indexer_head_dim: int = Field(default=0, ge=0)
     window: int | None = Field(default=None, ge=1)
 
     @property

@@ -268,6 +268,8 @@ def _attention_spec(cfg: _Cfg, n_kv: int, head_dim: int, n_heads: int,
             qk_nope_head_dim=cfg.int("qk_nope_head_dim", why="the expanded MLA key size", low=0),
             v_head_dim=cfg.int("v_head_dim", why="the expanded MLA value size"),
             q_lora_rank=cfg.int("q_lora_rank", why="the MLA query rank", default=0, low=0),
+            indexer_head_dim=cfg.int("index_head_dim", why="the DSA indexer head size",
+                                     default=128 if cfg.has("index_topk") else 0, low=0),
         )
     head_dim_v = cfg.int("v_head_dim", why="value head size", default=head_dim)
     return Attention(n_kv_heads=n_kv, head_dim_k=head_dim, head_dim_v=head_dim_v,

@@ -75,6 +75,10 @@ _DTYPES: tuple[KVDType, ...] = (
             source="vLLM FlashInfer nvfp4 KV: hd/2 + hd/16 B per head"),
     KVDType("mxfp4", 4, group_size=32, scale_bits=8, label="MXFP4 (g32, e8m0 scale)",
             source="OCP Microscaling spec v1.0: 32-element blocks, 8-bit shared exponent"),
+    KVDType("fp8_ds_mla", 8, group_size=128, scale_bits=32,
+            label="FP8 DeepSeek MLA layout (MLA only; bf16 rope)",
+            source="vLLM kv_cache_interface.py: fp8_ds_mla = 512 fp8 + 4 fp32 scales + 64 bf16 rope "
+                   "= 656 B per token and layer"),
     KVDType("avg6bit", 6, label="6-bit average (DeepSeek-V2 deployment)",
             source="DeepSeek-V2 report §3.2.3: KV elements compressed to 6 bits on average"),
 )

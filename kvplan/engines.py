@@ -45,6 +45,7 @@ SGLANG_HYBRID_SWA_ARCHS = frozenset({
 #: vLLM ``SupportsMambaPrefixCaching`` families: mamba cache mode "all" instead of "align".
 VLLM_MAMBA_ALL_MODE_VARIANTS = frozenset({"mamba2"})
 VLLM_DEFAULT_BLOCK_SIZE = 16  # vllm/config/cache.py DEFAULT_BLOCK_SIZE
+MLA_ONLY_DTYPES = frozenset({"fp8_ds_mla"})
 
 
 class EngineSettings(BaseModel):
@@ -253,16 +254,26 @@ def attention_token_bytes(layer: Attention, dtype: KVDType, heads: int) -> int:
 def mla_token_bytes(layer: MLA, dtype: KVDType, engine: str) -> int:
     """MLA bytes per token per layer.
 
-    vLLM/SGLang: one ``kv_lora_rank + qk_rope_head_dim`` vector (``MLAAttentionSpec``, no V).
-    HF ≥5.15: ``cache.update(kv_nope, k_rot)`` stores the two parts as K and V tensors.
+    vLLM/SGLang: one ``kv_lora_rank + qk_rope_head_dim`` vector (``MLAAttentionSpec``, no V);
+    ``fp8_ds_mla`` is fp8 latent + one fp32 scale per 128 + bf16 rope (656 B for 512 + 64). DSA
+    models (DeepSeek-V3.2) add an indexer key cache of ``d + d // 128 × 4`` B (uint8 + scales;
+    ``models/deepseek_v2.py``): 132 B for d = 128 — in vLLM another MLAAttentionSpec per layer,
+    which groups with the latent as one ``UniformTypeKVCacheSpecs``, so it is counted here.
+    HF ≥5.15: ``cache.update(kv_nope, k_rot)`` stores the two parts as K and V tensors
+    (``DynamicIndexedLayer`` adds the indexer keys in the cache dtype).
     HF ≤5.14: expanded ``H × (qk_nope + qk_rope)`` keys and ``H × v_head_dim`` values.
     """
+    d = layer.indexer_head_dim
     if engine == "hf-legacy":
         return layer.n_heads * (dtype.vector_bytes(layer.qk_nope_head_dim + layer.qk_rope_head_dim)
-                                + dtype.vector_bytes(layer.v_head_dim))
+                                + dtype.vector_bytes(layer.v_head_dim)) + dtype.vector_bytes(d)
     if engine in {"hf", "hf-static"}:
-        return dtype.vector_bytes(layer.kv_lora_rank) + dtype.vector_bytes(layer.qk_rope_head_dim)
-    return dtype.vector_bytes(layer.kv_lora_rank + layer.qk_rope_head_dim)
+        return (dtype.vector_bytes(layer.kv_lora_rank) + dtype.vector_bytes(layer.qk_rope_head_dim)
+                + dtype.vector_bytes(d))
+    indexer = d + d // 128 * 4
+    if dtype.name == "fp8_ds_mla":
+        return dtype.vector_bytes(layer.kv_lora_rank) + layer.qk_rope_head_dim * 2 + indexer
+    return dtype.vector_bytes(layer.kv_lora_rank + layer.qk_rope_head_dim) + indexer
 
 
 def recurrent_state_bytes(layer: Recurrent, engine: str, model_dtype: KVDType, tp: int) -> int:
@@ -289,6 +300,9 @@ def recurrent_state_bytes(layer: Recurrent, engine: str, model_dtype: KVDType, t
 def layer_token_bytes(layer: LayerSpec, engine: str, dtype: KVDType, tp: int) -> int:
     """Bytes per token per layer per rank for attention-like layers (0 otherwise)."""
     if isinstance(layer, Attention):
+        if dtype.name in MLA_ONLY_DTYPES:
+            raise KVPlanError("engine.dtype", engine=engine, dtype=dtype.name,
+                              why="this layout exists only for MLA layers")
         if engine.startswith("hf"):
             heads = layer.hf_cached_heads or layer.n_kv_heads
         else:

@@ -411,3 +411,24 @@ def test_kv_shared_layers_hold_nothing():
     arch = parse_config(config)
     assert arch.kind_counts() == {"full": 6, "none": 4}
     assert kv_cache(arch, 100).kv_bytes == 6 * 100 * 2 * 2 * 64 * 2
+
+
+def test_dsa_indexer_and_fp8_ds_mla():
+    """DeepSeek-V3.2 (DSA) on vLLM: fp8_ds_mla latent = 512 fp8 + 4 fp32 scales + 64 bf16 rope =
+    656 B, plus the indexer keys 128 + 128 // 128 × 4 = 132 B → 788 B per token and layer
+    (kv_cache_interface.py state_content_bytes; models/deepseek_v2.py indexer head_dim). The
+    config is DeepSeek-V3's with the V3.2 indexer keys (index_head_dim 128, index_topk 2048)."""
+    config = {**load_model_config("deepseek-v3"), "model_type": "deepseek_v32",
+              "index_head_dim": 128, "index_n_heads": 64, "index_topk": 2048}
+    arch = parse_config(config)
+    assert kv_cache(arch, 64, kv_dtype="fp8_ds_mla", engine="vllm").kv_bytes == 61 * 64 * 788
+    assert kv_cache(arch, 64, kv_dtype="bf16", engine="vllm").kv_bytes == 61 * 64 * (1152 + 132)
+    with pytest.raises(KVPlanError) as err:
+        kv_cache(load_model("llama-3.1-8b"), 64, kv_dtype="fp8_ds_mla", engine="vllm")
+    assert err.value.code == "engine.dtype"
+
+
+def load_model_config(preset: str) -> dict:
+    from kvplan.presets import model_presets
+
+    return dict(model_presets()[preset].config)

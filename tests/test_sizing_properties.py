@@ -23,7 +23,15 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from kvplan.dtypes import KV_DTYPE_CHOICES, get_dtype
-from kvplan.engines import ENGINES, EngineSettings, PagedRule, StaticRule, TokenRule, engine_view
+from kvplan.engines import (
+    ENGINES,
+    MLA_ONLY_DTYPES,
+    EngineSettings,
+    PagedRule,
+    StaticRule,
+    TokenRule,
+    engine_view,
+)
 from kvplan.errors import KVPlanError
 from kvplan.presets import load_model, model_presets
 from kvplan.sizing import kv_cache
@@ -50,9 +58,13 @@ def _cdiv(a: int, b: int) -> int:
 
 
 def _refused(preset: str, engine: str, dtype: str) -> bool:
-    """transformers QuantizedCache (quanto, hqq, fp8) refuses models with any sliding/chunked layer."""
+    """transformers QuantizedCache (quanto, hqq, fp8) refuses models with any sliding/chunked
+    layer; the fp8_ds_mla layout exists only for MLA layers (every engine refuses it elsewhere)."""
     arch = load_model(preset)
     windowed = any(getattr(layer, "kind", "") in {"sliding", "chunked"} for layer in arch.layers)
+    if dtype in MLA_ONLY_DTYPES and any(layer.kind in {"full", "sliding", "chunked"}
+                                        for layer in arch.layers):
+        return True
     return engine in {"hf", "hf-legacy"} and windowed and get_dtype(dtype).bits < 16
 
 
