@@ -45,7 +45,11 @@ MODEL_TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
                     "max_position_embeddings": 131_072},
 }
 _QWEN_SWA_TYPES = {"qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen2_vl", "qwen2_5_vl"}
-_UNGATED_MLP_TYPES = {"opt", "gpt_neox", "falcon", "gpt2", "gpt_bigcode", "phi", "gptj"}
+_UNGATED_MLP_TYPES = {"opt", "gpt_neox", "falcon", "gpt2", "gpt_bigcode", "phi", "gptj", "starcoder2",
+                      "bloom", "mpt"}
+#: Config classes whose ``tie_word_embeddings`` defaults to True when the file leaves it out.
+_TIED_BY_DEFAULT = {"opt", "gemma", "gemma2", "gemma3", "gemma3_text", "falcon", "cohere", "cohere2",
+                    "gpt2", "gpt_bigcode", "starcoder2", "bloom"}
 _FULL = {"full_attention", "attention", "global", "global_attention", "full"}
 _SLIDING = {"sliding_attention", "sliding_window", "local", "local_attention", "sliding"}
 _CHUNKED = {"chunked_attention", "chunked"}
@@ -209,7 +213,7 @@ def parse_config(
     vocab = cfg.int("vocab_size", "padded_vocab_size", why="the embedding size", high=10_000_000)
     tie = cfg.get("tie_word_embeddings")
     if tie is None:
-        tie = model_type in {"opt", "gemma", "gemma2", "gemma3", "gemma3_text", "falcon"}
+        tie = model_type in _TIED_BY_DEFAULT
     elif not isinstance(tie, bool):
         raise KVPlanError("config.bad_value", key="tie_word_embeddings", expected="true or false",
                           value=short(tie))

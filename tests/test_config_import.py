@@ -20,6 +20,7 @@ CONFIGS = Path(__file__).parent / "fixtures" / "configs"
 #: default int((i+1)%4 != 0) → 12 NoPE full; qwen3_next (i+1)%4 → 12 full; jamba i%8 == 4 → 4 attention;
 #: qwen2/qwen3 use_sliding_window false → all full; Mistral v0.1 / Phi-3 sliding_window → all sliding.
 EXPECTED: dict[str, dict[str, int]] = {
+    "cohere": {"full": 32},
     "deepseek_v2": {"mla": 60},
     "deepseek_v3": {"mla": 61},
     "falcon": {"full": 32},
@@ -44,6 +45,7 @@ EXPECTED: dict[str, dict[str, int]] = {
     "qwen3": {"full": 36},
     "qwen3_moe": {"full": 94},
     "qwen3_next": {"recurrent": 36, "full": 12},
+    "starcoder2": {"sliding": 32},
 }
 
 
