@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from kvplan.errors import KVPlanError
-from kvplan.ui import serving_view, views
+from kvplan.ui import calibrate_view, serving_view, views
 from kvplan.ui.sidebar import (
     VIEWS,
     render_sidebar,
@@ -33,6 +33,7 @@ try:
 except KVPlanError as err:
     st.error(str(err))
     st.stop()
+views.guarded("Calibration", lambda: calibrate_view.render(scenario, arch, gpu))
 
 views.guarded("Key numbers", lambda: views.render_kpis(scenario, arch, gpu))
 

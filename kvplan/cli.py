@@ -96,6 +96,17 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--kv-cache-memory-bytes", type=_nonneg_int)
     fit.add_argument("--page-size", type=_positive("--page-size", 1_000_000))
 
+    cal = sub.add_parser("calibrate", help="compare kvplan with a real vLLM run's start-up log")
+    model_args(cal)
+    cal.add_argument("--gpu", required=True, help="accelerator id (see `gpus`) or custom:<GiB>")
+    cal.add_argument("--tp", type=_positive("--tp", 4096), default=1)
+    cal.add_argument("--pp", type=_positive("--pp", 4096), default=1)
+    cal.add_argument("--weight-dtype")
+    cal.add_argument("--gpu-util", type=_fraction)
+    cal.add_argument("--reserve-gib", type=_nonneg_float,
+                     help="reserve of kvplan's own prediction (default: the engine default)")
+    cal.add_argument("--log", required=True, help="the vLLM log file (max 1 MiB)")
+
     sub.add_parser("models", help="list model presets").add_argument("--json", action="store_true")
     sub.add_parser("gpus", help="list accelerators").add_argument("--json", action="store_true")
     report = sub.add_parser("report", help="write CSV/PNG/JSON reports for a scenario")
@@ -234,8 +245,71 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from kvplan.calibrate import MAX_LOG_BYTES, calibrate, parse_vllm_log
+    from kvplan.capacity import FitQuery
+    from kvplan.presets import get_gpu
+
+    if args.engine not in (None, "vllm"):
+        raise KVPlanError("calibrate.engine", why=f"engine '{args.engine}' is not vLLM")
+    path = Path(args.log)
+    try:
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_LOG_BYTES + 1)
+            size = path.stat().st_size if len(raw) > MAX_LOG_BYTES else len(raw)
+    except OSError as exc:
+        raise KVPlanError("file.missing", path=str(path), detail=exc.strerror or str(exc)) from None
+    if size > MAX_LOG_BYTES:
+        raise KVPlanError("calibrate.too_large", size=size, limit=MAX_LOG_BYTES)
+    log = parse_vllm_log(raw)
+    arch = _load_arch(args)
+    gpu = get_gpu(args.gpu)
+    query = FitQuery(tokens=args.tokens, kv_dtype=args.kv_dtype, weight_dtype=args.weight_dtype,
+                     engine="vllm", tp=args.tp, pp=args.pp, gpu_util=args.gpu_util,
+                     reserve_gib=args.reserve_gib, max_num_batched_tokens=args.max_num_batched_tokens,
+                     block_size=args.block_size, hybrid_manager=_hybrid(args.hybrid_manager),
+                     async_scheduling=not args.no_async_scheduling)
+    result = calibrate(arch, gpu, query, log)
+    if args.json:
+        print(result.model_dump_json())
+        return 0
+    print(f"{result.model} on {gpu.name} (tp={result.tp}, pp={result.pp}) · vLLM · KV "
+          f"{result.kv_dtype} · {result.tokens:,} tokens")
+
+    def row(label: str, logged: object, predicted: object, reproduced: object) -> None:
+        print(f"  {label:26s} {logged!s:>16s} {predicted!s:>16s} {reproduced!s:>16s}")
+
+    def fmt(value, spec: str = ",") -> str:
+        return "—" if value is None else format(value, spec)
+
+    row("", "logged", "predicted", "with logged mem")
+    row("available KV memory (GiB)", fmt(log.available_kv_gib, ".2f"),
+        f"{result.predicted_kv_budget_bytes / GIB:.2f}", fmt(log.available_kv_gib, ".2f"))
+    row("num_gpu_blocks", fmt(log.num_gpu_blocks) if log.num_gpu_blocks is not None else
+        (fmt(result.logged_blocks_low) if result.logged_blocks_low == result.logged_blocks_high
+         else "—"), fmt(result.predicted_num_blocks), fmt(result.reproduced_num_blocks))
+    row("GPU KV cache size (tokens)", fmt(log.kv_cache_tokens), fmt(result.predicted_kv_cache_tokens),
+        fmt(result.reproduced_kv_cache_tokens))
+    row("max concurrency (x)", fmt(log.max_concurrency, ".2f"),
+        f"{result.predicted_max_concurrency:.2f}", fmt(result.reproduced_max_concurrency, ".2f"))
+    if result.implied_reserve_bytes is not None:
+        print(f"Implied runtime reserve: {human(result.implied_reserve_bytes)} "
+              f"(between {result.implied_reserve_low_bytes / GIB:.4f} and "
+              f"{result.implied_reserve_high_bytes / GIB:.4f} GiB); kvplan assumed "
+              f"{result.predicted_reserve_bytes / GIB:g} GiB")
+    if result.suggested_reserve_gib is not None:
+        print(f"Use --reserve-gib {result.suggested_reserve_gib:g} to plan like this run.")
+    print(f"Agreement with the logged memory: {result.agreement.replace('_', ' ')} "
+          f"(resolution: one block = {result.bytes_per_block:,} B)")
+    for key, text in result.formulas.items():
+        print(f"  {key}: {text}")
+    for note in result.notes:
+        print(f"  note: {note}")
+    return 0
+
+
 COMMANDS = {"kv": cmd_kv, "fit": cmd_fit, "models": cmd_models, "gpus": cmd_gpus,
-            "report": cmd_report}
+            "report": cmd_report, "calibrate": cmd_calibrate}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -39,6 +39,14 @@ MESSAGES: dict[str, str] = {
     "scenario.invalid": "scenario file is invalid: {detail}",
     "csv.invalid": "request-length CSV is invalid: {detail}",
     "file.missing": "cannot read '{path}': {detail}",
+    # calibration against a vLLM log
+    "calibrate.empty": "the vLLM log is empty",
+    "calibrate.too_large": "the vLLM log is {size:,} bytes; the limit is {limit:,} bytes "
+                           "(the start-up lines are enough)",
+    "calibrate.not_text": "the vLLM log is not text ({detail})",
+    "calibrate.no_lines": "no vLLM capacity line in the log (looked for 'Available KV cache memory', "
+                          "'GPU KV cache size', 'Maximum concurrency for', '# GPU blocks')",
+    "calibrate.engine": "calibration compares with vLLM's paged KV pool: {why}",
     # the dashboard's last line of defence (a bug, reported without a traceback)
     "internal.view": "{title} could not be drawn ({kind}: {detail}); the other views are unaffected",
 }

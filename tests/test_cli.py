@@ -198,6 +198,15 @@ def reach(code: str, tmp_path) -> str:
         return str(raises_code(code, parse_lengths_csv, b"prompt,output\n12,abc\n"))
     if code == "file.missing":
         return cli_error(["kv", "--config", str(tmp_path / "absent.json"), "--tokens", "1"])
+    if code.startswith("calibrate."):
+        log = tmp_path / "vllm.log"
+        log.write_bytes({"calibrate.empty": b"", "calibrate.not_text": b"\xff\x00" * 64,
+                         "calibrate.too_large": b"x" * (2 << 20),
+                         "calibrate.no_lines": b"INFO nothing here\n"}.get(
+            code, b"GPU KV cache size: 81,920 tokens\n"))
+        more = ["--engine", "sglang"] if code == "calibrate.engine" else []
+        return cli_error(["calibrate", "--model", "llama-2-7b", "--gpu", "h100-sxm", "--tokens",
+                          "4096", "--log", str(log), *more])
     raise AssertionError(f"no entry point for {code}")
 
 

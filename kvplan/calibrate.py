@@ -1,0 +1,390 @@
+"""Calibration against a real vLLM run: read its start-up log and compare it with kvplan.
+
+vLLM logs, once the memory profile is done (``vllm/v1/worker/gpu_worker.py``,
+``vllm/v1/core/kv_cache_utils.py``)::
+
+    Available KV cache memory: 61.54 GiB
+    GPU KV cache size: 469,536 tokens
+    Maximum concurrency for 32,768 tokens per request: 14.33x
+
+and, in some versions, ``# GPU blocks: N`` or ``num_gpu_blocks is: N``. The available memory is
+printed with two decimals of a GiB (2^30 B), so it fixes the KV budget to ±0.005 GiB; the token
+count fixes the block count exactly (dense models), i.e. the budget to one block's bytes.
+
+``calibrate`` infers the runtime reserve the run implies
+(``memory target − weights − available KV memory``, the part kvplan cannot know without a GPU:
+activation peak, CUDA graphs, non-torch memory), re-runs ``fit`` with the logged memory as
+``kv_cache_memory_bytes`` and says whether kvplan then reproduces the logged numbers.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from pydantic import BaseModel
+
+from kvplan.arch import ModelArch
+from kvplan.capacity import GIB, FitQuery, FitResult, fit
+from kvplan.errors import KVPlanError
+from kvplan.presets import GPU
+
+#: Largest log accepted (bytes); the capacity lines come within the first seconds of a start-up.
+MAX_LOG_BYTES = 1 << 20
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+_INT = r"(\d{1,3}(?:,\d{3})+|\d+)"
+_FLOAT = r"(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)"
+_PATTERNS: dict[str, re.Pattern[str]] = {
+    "available_kv_gib": re.compile(r"Available KV cache memory:\s*" + _FLOAT + r"\s*GiB"),
+    "kv_cache_tokens": re.compile(r"GPU KV cache size:\s*" + _INT + r"\s*tokens"),
+    "max_concurrency": re.compile(r"Maximum concurrency for\s*" + _INT
+                                  + r"\s*tokens per request:\s*" + _FLOAT + r"\s*x"),
+    "num_gpu_blocks": re.compile(r"(?:#\s*GPU blocks|num_gpu_blocks is|#\s*cuda blocks):\s*" + _INT),
+    "max_seq_len": re.compile(r"\bmax_seq_len=" + _INT + r"\b"),
+}
+
+
+class VllmLog(BaseModel):
+    """The capacity numbers a vLLM start-up log states (``None``: not in the log)."""
+
+    available_kv_gib: float | None = None
+    #: Decimals the available memory was printed with (2 for ``%.2f``); sets its resolution.
+    available_kv_decimals: int = 2
+    kv_cache_tokens: int | None = None
+    max_model_len: int | None = None
+    max_concurrency: float | None = None
+    max_concurrency_decimals: int = 2
+    num_gpu_blocks: int | None = None
+    #: How many ranks logged their available memory (TP/PP workers); the minimum is kept.
+    ranks: int = 0
+    lines_matched: int = 0
+
+    def available_interval(self) -> tuple[int, int] | None:
+        """The bytes the printed GiB can stand for: ``[value − ½ ulp, value + ½ ulp]`` × 2^30."""
+        if self.available_kv_gib is None:
+            return None
+        half = 0.5 * 10 ** -self.available_kv_decimals
+        return (max(math.ceil((self.available_kv_gib - half) * GIB), 0),
+                math.floor((self.available_kv_gib + half) * GIB))
+
+    @property
+    def available_midpoint_bytes(self) -> int | None:
+        return None if self.available_kv_gib is None else round(self.available_kv_gib * GIB)
+
+
+def _num(text: str) -> str:
+    return text.replace(",", "")
+
+
+def _decimals(text: str) -> int:
+    return len(text.split(".", 1)[1]) if "." in text else 0
+
+
+def _as_text(log: str | bytes) -> str:
+    """The log as text, bounded: too large, binary and empty inputs are refused with a message."""
+    if isinstance(log, bytes | bytearray):
+        if len(log) > MAX_LOG_BYTES:
+            raise KVPlanError("calibrate.too_large", size=len(log), limit=MAX_LOG_BYTES)
+        try:
+            text = bytes(log).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise KVPlanError("calibrate.not_text", detail=f"not UTF-8 at byte {exc.start:,}") from None
+    else:
+        text = str(log)
+        if len(text) > MAX_LOG_BYTES or len(text.encode("utf-8", "replace")) > MAX_LOG_BYTES:
+            raise KVPlanError("calibrate.too_large", size=len(text.encode("utf-8", "replace")),
+                              limit=MAX_LOG_BYTES)
+    if not text.strip():
+        raise KVPlanError("calibrate.empty")
+    controls = sum(1 for ch in text if ord(ch) < 32 and ch not in "\t\n\r\x1b") + text.count("\ufffd")
+    if "\x00" in text or controls > max(8, len(text) // 20):
+        raise KVPlanError("calibrate.not_text", detail="control bytes; paste the log as text")
+    return text
+
+
+def parse_vllm_log(log: str | bytes) -> VllmLog:
+    """Read the capacity lines of a vLLM start-up log.
+
+    Colour codes and any prefix (``(EngineCore_DP0 pid=123) INFO 11-29 10:00:00 [...]``) are
+    ignored, as are lines that match nothing. Several ranks' "Available KV cache memory" lines
+    keep the smallest (vLLM sizes every rank's pool to the minimum block count); the other
+    numbers keep the last occurrence. No capacity line at all → ``calibrate.no_lines``.
+    """
+    text = _ANSI.sub("", _as_text(log))
+    found: dict[str, object] = {}
+    available: list[tuple[float, int]] = []
+    blocks: list[int] = []
+    matched = 0
+    for line in text.splitlines():
+        if len(line) > 100_000:  # one line can't be a log line; skip it rather than scan it
+            continue
+        hit = False
+        if m := _PATTERNS["available_kv_gib"].search(line):
+            available.append((float(_num(m.group(1))), _decimals(m.group(1))))
+            hit = True
+        if m := _PATTERNS["kv_cache_tokens"].search(line):
+            found["kv_cache_tokens"] = int(_num(m.group(1)))
+            hit = True
+        if m := _PATTERNS["max_concurrency"].search(line):
+            found["max_model_len"] = int(_num(m.group(1)))
+            found["max_concurrency"] = float(_num(m.group(2)))
+            found["max_concurrency_decimals"] = _decimals(m.group(2))
+            hit = True
+        if m := _PATTERNS["num_gpu_blocks"].search(line):
+            blocks.append(int(_num(m.group(1))))
+            hit = True
+        if "max_model_len" not in found and (m := _PATTERNS["max_seq_len"].search(line)):
+            found["max_seq_len"] = int(_num(m.group(1)))
+        matched += hit
+    if not matched:
+        raise KVPlanError("calibrate.no_lines")
+    seq_len = found.pop("max_seq_len", None)
+    if "max_model_len" not in found and seq_len is not None:
+        found["max_model_len"] = seq_len
+    if available:
+        gib, decimals = min(available)
+        found.update(available_kv_gib=gib, available_kv_decimals=decimals)
+    if blocks:
+        found["num_gpu_blocks"] = min(blocks)
+    return VllmLog(**found, ranks=len(available), lines_matched=matched)
+
+
+class Calibration(BaseModel):
+    """kvplan's prediction next to a real run's log, and the runtime reserve the run implies."""
+
+    model: str
+    gpu: str
+    tokens: int
+    kv_dtype: str
+    tp: int
+    pp: int
+    log: VllmLog
+    block_size: int | None
+    bytes_per_block: int
+    blocks_per_request: int
+    memory_target_bytes: int
+    weights_bytes: int
+    #: kvplan's own prediction with the configured (or default) reserve.
+    predicted_reserve_bytes: int
+    predicted_kv_budget_bytes: int
+    predicted_num_blocks: int
+    predicted_kv_cache_tokens: int
+    predicted_max_concurrency: float
+    #: The logged memory: midpoint and the interval its printed decimals allow.
+    logged_available_bytes: int | None = None
+    logged_available_low_bytes: int | None = None
+    logged_available_high_bytes: int | None = None
+    #: Block counts the log allows (from num_gpu_blocks, the token count and the concurrency).
+    logged_blocks_low: int | None = None
+    logged_blocks_high: int | None = None
+    #: target − weights − available; the interval is tightened by the block count when it can be.
+    implied_reserve_bytes: int | None = None
+    implied_reserve_low_bytes: int | None = None
+    implied_reserve_high_bytes: int | None = None
+    implied_reserve_gib: float | None = None
+    #: A short decimal GiB value whose bytes lie in the implied interval (for the sidebar / link).
+    suggested_reserve_gib: float | None = None
+    #: ``fit`` re-run with ``kv_cache_memory_bytes`` = the logged memory (midpoint).
+    reproduced_num_blocks: int | None = None
+    reproduced_kv_cache_tokens: int | None = None
+    reproduced_max_concurrency: float | None = None
+    block_difference: int | None = None
+    tokens_match: bool | None = None
+    concurrency_match: bool | None = None
+    #: exact | within_one_block | within_rounding | mismatch | unknown
+    agreement: str = "unknown"
+    formulas: dict[str, str] = {}
+    notes: list[str] = []
+
+
+def _blocks_from_tokens(tokens: int, bpr: int, length: int) -> tuple[int, int]:
+    """Block counts ``n`` with ``int(n / bpr × L) == tokens`` (vLLM's float arithmetic)."""
+    low = tokens * bpr // length
+    high = -(-(tokens + 1) * bpr // length)
+    hits = [n for n in range(max(low - 2, 0), high + 3) if int(n / bpr * length) == tokens]
+    if not hits:
+        return (-1, -2)  # empty
+    return (min(hits), max(hits))
+
+
+def _blocks_from_concurrency(conc: float, decimals: int, bpr: int) -> tuple[int, int]:
+    half = 0.5 * 10 ** -decimals
+    low = max(math.ceil((conc - half) * bpr - 1e-9), 0)
+    high = math.floor((conc + half) * bpr + 1e-9)
+    return (low, high)
+
+
+def _short_gib(low: int, high: int) -> float:
+    """The decimal GiB value with the fewest digits whose ``int(value × 2^30)`` is in [low, high]."""
+    mid = (low + high) / 2 / GIB
+    for digits in range(0, 10):
+        value = round(mid, digits)
+        if low <= int(value * GIB) <= high:
+            return value
+    return mid
+
+
+def calibrate(arch: ModelArch, gpu: GPU, query: FitQuery, log: VllmLog) -> Calibration:
+    """Compare ``fit`` for this model, GPU and vLLM settings with a real run's log."""
+    if query.engine != "vllm":
+        raise KVPlanError("calibrate.engine", why=f"engine '{query.engine}' is not vLLM")
+    notes: list[str] = []
+    formulas: dict[str, str] = {}
+    length = query.tokens
+    if log.max_model_len is not None and log.max_model_len != query.tokens:
+        notes.append(f"the log's max_model_len {log.max_model_len:,} differs from the chosen "
+                     f"{query.tokens:,} tokens; compared at {log.max_model_len:,}")
+        length = log.max_model_len
+        query = query.model_copy(update={"tokens": length})
+    predicted = fit(arch, gpu, query, search_gpus=False)
+    bpb = predicted.bytes_per_block or 0
+    bpr = predicted.blocks_per_request or 0
+    if not bpb or not bpr:
+        raise KVPlanError("calibrate.engine", why=f"{arch.name} has no paged KV pool to compare")
+    weights = predicted.weights_bytes
+    target = predicted.memory_target_bytes
+    out: dict[str, object] = {}
+    formulas["predicted"] = (
+        f"with reserve {predicted.reserve_bytes:,} B: budget {predicted.kv_budget_bytes:,} B // "
+        f"{bpb:,} B per block = {predicted.num_blocks:,} blocks; {predicted.vllm_log}")
+
+    # what the log says about the budget: the printed GiB, then the block count
+    interval = log.available_interval()
+    if interval is not None:
+        out.update(logged_available_bytes=log.available_midpoint_bytes,
+                   logged_available_low_bytes=interval[0], logged_available_high_bytes=interval[1])
+        half = 0.5 * 10 ** -log.available_kv_decimals
+        formulas["logged_available"] = (
+            f"'Available KV cache memory: {log.available_kv_gib:.{log.available_kv_decimals}f} GiB' "
+            f"(± {half:g} GiB) → [{interval[0]:,}, {interval[1]:,}] B, midpoint "
+            f"{log.available_midpoint_bytes:,} B"
+            + (f"; minimum over {log.ranks} ranks" if log.ranks > 1 else ""))
+    block_range = _logged_blocks(log, bpr, length, formulas, notes)
+    if block_range is not None:
+        out.update(logged_blocks_low=block_range[0], logged_blocks_high=block_range[1])
+
+    # the reserve the run implies
+    avail = interval
+    if block_range is not None:
+        by_blocks = (block_range[0] * bpb, (block_range[1] + 1) * bpb - 1)
+        if avail is None:
+            avail = by_blocks
+        elif max(avail[0], by_blocks[0]) <= min(avail[1], by_blocks[1]):
+            avail = (max(avail[0], by_blocks[0]), min(avail[1], by_blocks[1]))
+        else:
+            notes.append("the logged block count and the logged GiB disagree (another layout or "
+                         "version?); the reserve is taken from the GiB alone")
+    if avail is not None:
+        mid = log.available_midpoint_bytes if avail == interval else (avail[0] + avail[1]) // 2
+        reserve = target - weights - mid
+        low, high = target - weights - avail[1], target - weights - avail[0]
+        out.update(implied_reserve_bytes=reserve, implied_reserve_low_bytes=low,
+                   implied_reserve_high_bytes=high, implied_reserve_gib=reserve / GIB)
+        formulas["implied_reserve"] = (
+            f"memory target {target:,} − weights {weights:,} − available {mid:,}"
+            + ("" if avail == interval else " (the printed GiB narrowed by the logged block count)")
+            + f" = {reserve:,} B "
+            f"= {reserve / GIB:.4f} GiB (interval [{low:,}, {high:,}] B, "
+            f"± {(high - low) / 2 / GIB:.4f} GiB)")
+        if high >= 0:
+            suggested = _short_gib(max(low, 0), high)
+            out["suggested_reserve_gib"] = suggested
+            formulas["suggested_reserve"] = (
+                f"{suggested:g} GiB = {int(suggested * GIB):,} B, inside the implied interval: "
+                "with it kvplan's own budget gives the logged block count")
+        if reserve < 0:
+            notes.append("the implied reserve is negative: the run's weights or "
+                         "gpu_memory_utilization differ from the ones chosen here")
+        if query.pp > 1:
+            notes.append("with PP > 1 the reserve is inferred for the stage with the most weights")
+        if query.kv_cache_memory_bytes is not None:
+            notes.append("--kv-cache-memory-bytes was given: the run's budget was not derived from "
+                         "a reserve, so the implied reserve describes nothing real")
+    formulas["weights"] = (f"{predicted.weights_total_bytes:,} B of {predicted.weight_dtype} over "
+                           f"TP {query.tp} × PP {query.pp} (largest stage) = {weights:,} B; the implied "
+                           "reserve inherits any error of this estimate")
+
+    # re-run with the logged memory as the budget
+    if interval is not None:
+        rerun = fit(arch, gpu, query.model_copy(update={
+            "kv_cache_memory_bytes": log.available_midpoint_bytes}), search_gpus=False)
+        out.update(reproduced_num_blocks=rerun.num_blocks,
+                   reproduced_kv_cache_tokens=rerun.kv_pool_tokens,
+                   reproduced_max_concurrency=rerun.max_concurrency)
+        formulas["reproduced"] = (f"kv_cache_memory_bytes {log.available_midpoint_bytes:,} // "
+                                  f"{bpb:,} B per block = {rerun.num_blocks:,} blocks; "
+                                  f"{rerun.vllm_log}")
+        _agreement(rerun, log, block_range, interval, bpb, out, formulas)
+    return Calibration(
+        model=arch.name, gpu=gpu.id, tokens=length, kv_dtype=query.kv_dtype, tp=query.tp,
+        pp=query.pp, log=log, block_size=predicted.block_size, bytes_per_block=bpb,
+        blocks_per_request=bpr, memory_target_bytes=target, weights_bytes=weights,
+        predicted_reserve_bytes=predicted.reserve_bytes,
+        predicted_kv_budget_bytes=predicted.kv_budget_bytes,
+        predicted_num_blocks=predicted.num_blocks or 0,
+        predicted_kv_cache_tokens=predicted.kv_pool_tokens,
+        predicted_max_concurrency=predicted.max_concurrency, formulas=formulas, notes=notes, **out)
+
+
+def _logged_blocks(log: VllmLog, bpr: int, length: int, formulas: dict[str, str],
+                   notes: list[str]) -> tuple[int, int] | None:
+    """The block counts consistent with every block-level number in the log (None: no such line)."""
+    ranges: list[tuple[int, int]] = []
+    how: list[str] = []
+    if log.num_gpu_blocks is not None:
+        ranges.append((log.num_gpu_blocks, log.num_gpu_blocks))
+        how.append(f"num_gpu_blocks {log.num_gpu_blocks:,}")
+    if log.kv_cache_tokens is not None:
+        r = _blocks_from_tokens(log.kv_cache_tokens, bpr, length)
+        ranges.append(r)
+        how.append(f"int(n / {bpr:,} × {length:,}) = {log.kv_cache_tokens:,} tokens → n ∈ "
+                   f"[{r[0]:,}, {r[1]:,}]" if r[0] <= r[1] else
+                   f"no block count gives {log.kv_cache_tokens:,} tokens at {bpr:,} blocks/request")
+    if log.max_concurrency is not None:
+        r = _blocks_from_concurrency(log.max_concurrency, log.max_concurrency_decimals, bpr)
+        ranges.append(r)
+        shown = f"{log.max_concurrency:.{log.max_concurrency_decimals}f}"
+        how.append(f"n / {bpr:,} ≈ {shown}x → n ∈ [{r[0]:,}, {r[1]:,}]")
+    if not ranges:
+        return None
+    low, high = max(r[0] for r in ranges), min(r[1] for r in ranges)
+    if low > high:
+        notes.append("the log's block count, token count and concurrency are not consistent with "
+                     f"{bpr:,} blocks per request: another block size, layout or max_model_len?")
+        formulas["logged_blocks"] = "; ".join(how) + " → inconsistent"
+        return None
+    formulas["logged_blocks"] = "; ".join(how) + (
+        f" → num_blocks = {low:,}" if low == high else f" → num_blocks ∈ [{low:,}, {high:,}]")
+    return low, high
+
+
+def _agreement(rerun: FitResult, log: VllmLog, block_range: tuple[int, int] | None,
+               interval: tuple[int, int], bpb: int, out: dict[str, object],
+               formulas: dict[str, str]) -> None:
+    n = rerun.num_blocks or 0
+    if log.kv_cache_tokens is not None:
+        out["tokens_match"] = rerun.kv_pool_tokens == log.kv_cache_tokens
+    if log.max_concurrency is not None:
+        digits = log.max_concurrency_decimals
+        out["concurrency_match"] = (f"{rerun.max_concurrency:.{digits}f}"
+                                    == f"{log.max_concurrency:.{digits}f}")
+    if block_range is None:
+        return
+    low, high = block_range
+    diff = 0 if low <= n <= high else (n - high if n > high else n - low)
+    out["block_difference"] = diff
+    gib_blocks = (interval[0] // bpb, interval[1] // bpb)
+    if diff == 0 and out.get("tokens_match") is not False and out.get("concurrency_match") is not False:
+        agreement = "exact"
+    elif abs(diff) <= 1:
+        agreement = "within_one_block"
+    elif max(low, gib_blocks[0]) <= min(high, gib_blocks[1]):
+        agreement = "within_rounding"
+    else:
+        agreement = "mismatch"
+    out["agreement"] = agreement
+    formulas["agreement"] = (
+        f"reproduced {n:,} blocks vs logged {low:,}" + (f"–{high:,}" if high != low else "")
+        + f": difference {diff:+,} blocks × {bpb:,} B per block = {diff * bpb:+,} B; the printed "
+        f"GiB allows {gib_blocks[0]:,}–{gib_blocks[1]:,} blocks → {agreement}")

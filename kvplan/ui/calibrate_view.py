@@ -1,0 +1,98 @@
+"""The "Calibrate against a vLLM log" expander: a real run's start-up log next to kvplan's numbers.
+
+The pasted log lives only in this session (``w_vllm_log``); it never goes into the link. The
+button copies the runtime reserve the run implies into the sidebar (``w_reserve``), and from
+there into the link (``r=``).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from kvplan.calibrate import MAX_LOG_BYTES, Calibration, calibrate, parse_vllm_log
+from kvplan.errors import KVPlanError
+from kvplan.presets import GPU
+from kvplan.scenario import Scenario, scenario_fit_query
+from kvplan.ui.theme import GIB
+
+LOG_KEY = "w_vllm_log"
+RESERVE_KEY = "w_reserve"  # the sidebar's runtime-reserve widget (kvplan.ui.sidebar.WIDGETS)
+LABELS = {"exact": "reproduced exactly", "within_one_block": "reproduced within one block",
+          "within_rounding": "within the rounding of the printed GiB", "mismatch": "NOT reproduced",
+          "unknown": "no block-level line to compare"}
+
+
+def _use_reserve(value: float) -> None:
+    """Button callback: set the sidebar's reserve (runs before the rerun, so the link follows)."""
+    st.session_state[RESERVE_KEY] = value
+
+
+def _fmt(value, spec: str = ",") -> str:
+    return "—" if value is None else format(value, spec)
+
+
+def table(result: Calibration) -> pd.DataFrame:
+    """Logged vs predicted (with the sidebar's reserve) vs re-run with the logged memory."""
+    log = result.log
+    logged_blocks = log.num_gpu_blocks if log.num_gpu_blocks is not None else (
+        result.logged_blocks_low if result.logged_blocks_low == result.logged_blocks_high else None)
+    rows = [
+        ("Available KV cache memory (GiB)", _fmt(log.available_kv_gib, f".{log.available_kv_decimals}f"),
+         f"{result.predicted_kv_budget_bytes / GIB:.2f}", _fmt(log.available_kv_gib, ".2f")),
+        ("Blocks (num_gpu_blocks)", _fmt(logged_blocks), _fmt(result.predicted_num_blocks),
+         _fmt(result.reproduced_num_blocks)),
+        ("GPU KV cache size (tokens)", _fmt(log.kv_cache_tokens), _fmt(result.predicted_kv_cache_tokens),
+         _fmt(result.reproduced_kv_cache_tokens)),
+        (f"Maximum concurrency at {result.tokens:,} tokens", _fmt(log.max_concurrency, ".2f"),
+         f"{result.predicted_max_concurrency:.2f}", _fmt(result.reproduced_max_concurrency, ".2f")),
+    ]
+    return pd.DataFrame(rows, columns=["quantity", "vLLM log", "kvplan (sidebar reserve)",
+                                       "kvplan with the logged memory"])
+
+
+def render(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame | None:
+    with st.expander("Calibrate against a vLLM log", expanded=False):
+        st.caption("Paste the start-up log of a vLLM run of this model on this GPU with these "
+                   "settings (the lines 'Available KV cache memory', 'GPU KV cache size', "
+                   "'Maximum concurrency'). The log stays in this browser session: it is NOT put "
+                   "in the link; only a reserve you apply below is.")
+        text = st.text_area("vLLM log", key=LOG_KEY, height=140, max_chars=MAX_LOG_BYTES,
+                            placeholder="INFO ... Available KV cache memory: 61.54 GiB\n"
+                                        "INFO ... GPU KV cache size: 469,536 tokens")
+        if not text or not text.strip():
+            return None
+        if scenario.engine != "vllm":
+            st.info(f"The log is compared with vLLM's pool; the sidebar's engine is "
+                    f"{scenario.engine}.")
+        try:
+            log = parse_vllm_log(text)
+            query = scenario_fit_query(scenario.model_copy(update={"engine": "vllm"}))
+            result = calibrate(arch, gpu, query, log)
+        except KVPlanError as err:
+            st.error(f"Calibration: {err}")
+            return None
+        frame = table(result)
+        st.dataframe(frame, hide_index=True, key="table_calibration")
+        message = (f"With the logged memory kvplan's block arithmetic is "
+                   f"{LABELS[result.agreement]} (one block = {result.bytes_per_block:,} B).")
+        {"exact": st.success, "mismatch": st.warning}.get(result.agreement, st.info)(message)
+        if result.implied_reserve_bytes is not None:
+            st.markdown(
+                f"**Implied runtime reserve: {result.implied_reserve_bytes / GIB:.3f} GiB** "
+                f"({result.implied_reserve_bytes:,} B; between "
+                f"{result.implied_reserve_low_bytes / GIB:.4f} and "
+                f"{result.implied_reserve_high_bytes / GIB:.4f} GiB) — the sidebar uses "
+                f"{result.predicted_reserve_bytes / GIB:g} GiB.")
+        suggested = result.suggested_reserve_gib
+        current = st.session_state.get(RESERVE_KEY)
+        st.button(f"Use {suggested:g} GiB as the runtime reserve" if suggested is not None
+                  else "Use the implied reserve", key="calibrate_use_reserve",
+                  on_click=_use_reserve, args=(suggested,),
+                  disabled=suggested is None or current == suggested or suggested > 100_000,
+                  help="Sets the sidebar's 'Runtime reserve per GPU', so the link carries it (r=).")
+        for key, how in result.formulas.items():
+            st.caption(f"{key}: {how}")
+        for note in result.notes:
+            st.caption(f"Note: {note}")
+        return frame

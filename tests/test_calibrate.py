@@ -1,0 +1,323 @@
+"""Calibration against a vLLM log: the parser, the inferred reserve, the CLI and the expander."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+import os
+from pathlib import Path
+
+import pytest
+
+from kvplan.calibrate import MAX_LOG_BYTES, Calibration, VllmLog, calibrate, parse_vllm_log
+from kvplan.capacity import GIB, FitQuery, fit
+from kvplan.cli import main
+from kvplan.errors import MESSAGES, KVPlanError
+from kvplan.presets import get_gpu, load_model
+
+logging.getLogger("streamlit.runtime.scriptrunner_utils.script_run_context").setLevel(logging.ERROR)
+
+APP = Path(__file__).resolve().parent.parent / "app.py"
+ARCH = load_model("llama-3.1-8b")
+H100 = get_gpu("h100-sxm")
+L = 32768
+#: Llama-3.1-8B, bf16, block 16: 32 layers × 16 × 8 heads × 128 × 2 (K, V) × 2 B = 2 MiB a block.
+BLOCK_BYTES = 32 * 16 * 8 * 128 * 2 * 2
+
+
+def log_of(result, prefix: str = "") -> str:
+    """The three capacity lines vLLM prints, from kvplan's own FitResult."""
+    return (f"{prefix}Available KV cache memory: {result.kv_budget_bytes / GIB:.2f} GiB\n"
+            f"{prefix}GPU KV cache size: {result.kv_pool_tokens:,} tokens\n"
+            f"{prefix}Maximum concurrency for {result.tokens:,} tokens per request: "
+            f"{result.max_concurrency:.2f}x\n")
+
+
+def ten_gib() -> str:
+    result = fit(ARCH, H100, FitQuery(tokens=L, kv_cache_memory_bytes=10 * GIB))
+    assert result.num_blocks == 5120 and result.bytes_per_block == BLOCK_BYTES
+    assert result.blocks_per_request == 2048
+    assert result.vllm_log == ("GPU KV cache size: 81,920 tokens, Maximum concurrency for "
+                               "32,768 tokens per request: 2.50x")
+    return log_of(result)
+
+
+REAL = (
+    "\x1b[1;36m(EngineCore_DP0 pid=4711)\x1b[0;0m INFO 11-29 10:02:11 [gpu_model_runner.py:2653] "
+    "Model loading took 14.9889 GiB and 4.512 seconds\n"
+    "(VllmWorker TP0 pid=4712) \x1b[0;36mINFO\x1b[0m 11-29 10:02:20 [gpu_worker.py:276] "
+    "Available KV cache memory: \x1b[1m10.00\x1b[0m GiB\n"
+    "(VllmWorker TP1 pid=4713) INFO 11-29 10:02:20 [gpu_worker.py:276] "
+    "Available KV cache memory: 10.02 GiB\n"
+    "garbage line ÿ with nothing in it\n"
+    "(EngineCore_DP0 pid=4711) INFO 11-29 10:02:21 [kv_cache_utils.py:1087] "
+    "GPU KV cache size: 81,920 tokens\r\n"
+    "(EngineCore_DP0 pid=4711) INFO 11-29 10:02:21 [kv_cache_utils.py:1091] "
+    "Maximum concurrency for 32,768 tokens per request: 2.50x\n"
+    "INFO 11-29 10:02:22 [core.py:210] init engine (profile, create kv cache, warmup model) took 9.1 s\n"
+)
+
+
+# --------------------------------------------------------------------------- parser
+
+
+def test_parse_own_log_exactly():
+    log = parse_vllm_log(ten_gib())
+    assert log.available_kv_gib == 10.0 and log.available_kv_decimals == 2
+    assert log.kv_cache_tokens == 81_920 and log.max_model_len == L
+    assert log.max_concurrency == 2.5 and log.num_gpu_blocks is None
+    assert log.lines_matched == 3 and log.ranks == 1
+    assert log.available_interval() == (int(-(-(9.995 * GIB) // 1)), int(10.005 * GIB))
+    assert log.available_midpoint_bytes == 10 * GIB
+
+
+def test_parse_real_looking_log_with_ansi_prefixes_and_ranks():
+    log = parse_vllm_log(REAL)
+    assert log.available_kv_gib == 10.0          # the minimum over the TP ranks
+    assert log.ranks == 2
+    assert log.kv_cache_tokens == 81_920 and log.max_concurrency == 2.5 and log.max_model_len == L
+    assert log.lines_matched == 4
+    assert parse_vllm_log(REAL.encode()) == log   # bytes are read as UTF-8
+
+
+def test_parse_block_lines_and_separators():
+    text = ("INFO 02-01 [executor_base.py:112] # cuda blocks: 1,234, # CPU blocks: 2048\n"
+            "DEBUG num_gpu_blocks is: 1200\n"
+            "Available KV cache memory: 1,024.5 GiB\n"
+            "GPU KV cache size: 1,234,567 tokens\n")
+    log = parse_vllm_log(text)
+    assert log.num_gpu_blocks == 1200              # the minimum over the lines
+    assert log.available_kv_gib == 1024.5 and log.available_kv_decimals == 1
+    assert log.kv_cache_tokens == 1_234_567 and log.max_model_len is None
+    assert parse_vllm_log("# GPU blocks: 77").num_gpu_blocks == 77
+    seq = parse_vllm_log("Initializing engine with config: max_seq_len=4096, x\n# GPU blocks: 7")
+    assert seq.max_model_len == 4096
+
+
+@pytest.mark.parametrize(("raw", "code"), [
+    ("", "calibrate.empty"),
+    (" \n\t\n", "calibrate.empty"),
+    (b"", "calibrate.empty"),
+    (bytes(range(256)) * 8, "calibrate.not_text"),
+    (os.urandom(4096), "calibrate.not_text"),
+    ("Available KV cache memory: 1 GiB\x00\x00", "calibrate.not_text"),
+    ("\x01\x02\x03\x04" * 100, "calibrate.not_text"),
+    (b"x" * (2 << 20), "calibrate.too_large"),
+    ("x" * (2 << 20), "calibrate.too_large"),
+    ("é" * (MAX_LOG_BYTES // 2 + 1), "calibrate.too_large"),   # 2 bytes a character in UTF-8
+    ("INFO nothing to see\nINFO Model loading took 14.99 GiB\n", "calibrate.no_lines"),
+    ("Available KV cache memory: lots GiB", "calibrate.no_lines"),
+])
+def test_bad_logs_are_refused_with_their_code(raw, code):
+    with pytest.raises(KVPlanError) as info:
+        parse_vllm_log(raw)
+    assert info.value.code == code
+    assert str(info.value) == MESSAGES[code].format(**info.value.fields)
+
+
+def test_one_mebibyte_is_accepted():
+    line = "GPU KV cache size: 81,920 tokens\n"
+    text = line + "x" * (MAX_LOG_BYTES - len(line))
+    assert len(text.encode()) == MAX_LOG_BYTES
+    assert parse_vllm_log(text).kv_cache_tokens == 81_920
+
+
+# --------------------------------------------------------------------------- calibration
+
+
+def test_calibration_reproduces_kvplans_own_log_exactly():
+    result = calibrate(ARCH, H100, FitQuery(tokens=L), parse_vllm_log(ten_gib()))
+    assert isinstance(result, Calibration)
+    assert result.bytes_per_block == BLOCK_BYTES and result.blocks_per_request == 2048
+    assert result.logged_blocks_low == result.logged_blocks_high == 5120
+    assert result.reproduced_num_blocks == 5120
+    assert result.reproduced_kv_cache_tokens == 81_920
+    assert result.reproduced_max_concurrency == 2.5
+    assert result.tokens_match and result.concurrency_match
+    assert result.block_difference == 0 and result.agreement == "exact"
+    # the prediction with the default 1 GiB reserve is kvplan's ordinary fit
+    plain = fit(ARCH, H100, FitQuery(tokens=L))
+    assert result.predicted_num_blocks == plain.num_blocks == 29_346
+    assert result.predicted_kv_cache_tokens == plain.kv_pool_tokens == 469_536
+    # implied reserve: target − weights − available, narrowed to the 5,120-block interval
+    target, weights = plain.memory_target_bytes, plain.weights_bytes
+    assert result.memory_target_bytes == target and result.weights_bytes == weights
+    low_avail = max(int(-(-(9.995 * GIB) // 1)), 5120 * BLOCK_BYTES)
+    high_avail = min(int(10.005 * GIB), 5121 * BLOCK_BYTES - 1)
+    assert result.implied_reserve_low_bytes == target - weights - high_avail
+    assert result.implied_reserve_high_bytes == target - weights - low_avail
+    assert (result.implied_reserve_low_bytes <= result.implied_reserve_bytes
+            <= result.implied_reserve_high_bytes)
+    # the suggested reserve makes kvplan's own budget give the logged blocks
+    again = fit(ARCH, H100, FitQuery(tokens=L, reserve_gib=result.suggested_reserve_gib))
+    assert again.num_blocks == 5120 and again.kv_pool_tokens == 81_920
+    for key in ("predicted", "logged_available", "logged_blocks", "implied_reserve",
+                "suggested_reserve", "reproduced", "agreement", "weights"):
+        assert result.formulas[key], key
+    assert "5,120" in result.formulas["reproduced"] and "2,097,152" in result.formulas["agreement"]
+
+
+def test_default_run_implies_the_default_reserve():
+    """A log made with kvplan's default 1 GiB reserve: the GiB rounding leaves one block of doubt."""
+    plain = fit(ARCH, H100, FitQuery(tokens=L))
+    result = calibrate(ARCH, H100, FitQuery(tokens=L), parse_vllm_log(log_of(plain)))
+    assert result.logged_blocks_low == result.logged_blocks_high == plain.num_blocks
+    assert result.implied_reserve_low_bytes <= GIB <= result.implied_reserve_high_bytes
+    assert abs(result.implied_reserve_bytes - GIB) <= BLOCK_BYTES
+    assert result.agreement in {"exact", "within_one_block"}
+    assert abs(result.block_difference) <= 1
+    assert result.suggested_reserve_gib == 1.0
+    # a different printed GiB moves the reserve by exactly that much (± the rounding)
+    shifted = log_of(plain).replace(f"{plain.kv_budget_bytes / GIB:.2f} GiB",
+                                    f"{plain.kv_budget_bytes / GIB - 2:.2f} GiB")
+    only_gib = "\n".join(line for line in shifted.splitlines() if "Available" in line)
+    moved = calibrate(ARCH, H100, FitQuery(tokens=L), parse_vllm_log(only_gib))
+    assert moved.agreement == "unknown" and moved.logged_blocks_low is None
+    assert abs(moved.implied_reserve_bytes - 3 * GIB) <= 0.005 * GIB + 1
+
+
+def test_tp_and_fp8_log_round_trip():
+    query = FitQuery(tokens=8192, tp=2, kv_dtype="fp8_e4m3", reserve_gib=2.5)
+    made = fit(ARCH, H100, query)
+    result = calibrate(ARCH, H100, query.model_copy(update={"reserve_gib": None}),
+                       parse_vllm_log(log_of(made)))
+    assert result.implied_reserve_low_bytes <= int(2.5 * GIB) <= result.implied_reserve_high_bytes
+    # fp8 at tp=2: a block is 512 KiB, so ±0.005 GiB is ±10 blocks; the re-run with the printed
+    # GiB lands inside that, and the token count pins the block count exactly
+    assert result.bytes_per_block == BLOCK_BYTES // 4
+    assert result.agreement in {"exact", "within_one_block", "within_rounding"}
+    assert abs(result.block_difference) * result.bytes_per_block <= 0.005 * GIB
+    assert result.logged_blocks_low == result.logged_blocks_high == made.num_blocks
+    again = fit(ARCH, H100, query.model_copy(update={"reserve_gib": result.suggested_reserve_gib}))
+    assert again.num_blocks == made.num_blocks
+
+
+def test_mismatch_and_other_length_are_reported():
+    made = fit(ARCH, H100, FitQuery(tokens=L, kv_cache_memory_bytes=10 * GIB))
+    text = log_of(made).replace("81,920 tokens", "163,840 tokens").replace("2.50x", "5.00x")
+    result = calibrate(ARCH, H100, FitQuery(tokens=L), parse_vllm_log(text))
+    assert result.agreement == "mismatch" and result.block_difference == 5120 - 10240
+    assert not result.tokens_match and not result.concurrency_match
+    assert any("disagree" in note for note in result.notes)
+    other = calibrate(ARCH, H100, FitQuery(tokens=4096), parse_vllm_log(ten_gib()))
+    assert other.tokens == L and any("max_model_len" in note for note in other.notes)
+    assert other.agreement == "exact"
+
+
+def test_engine_must_be_vllm():
+    with pytest.raises(KVPlanError) as info:
+        calibrate(ARCH, H100, FitQuery(tokens=L, engine="sglang"), parse_vllm_log(ten_gib()))
+    assert info.value.code == "calibrate.engine"
+
+
+def test_vllm_log_model_is_optional_everywhere():
+    assert VllmLog().available_interval() is None and VllmLog().available_midpoint_bytes is None
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def run_cli(argv: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(argv)
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 2
+    return code, out.getvalue(), err.getvalue()
+
+
+def cal_argv(path: Path, *more: str) -> list[str]:
+    return ["calibrate", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--tokens", str(L),
+            "--log", str(path), *more]
+
+
+def test_cli_calibrate_text_and_json(tmp_path):
+    path = tmp_path / "vllm.log"
+    path.write_text(REAL)
+    code, out, err = run_cli(cal_argv(path))
+    assert code == 0 and err == ""
+    assert "81,920" in out and "exact" in out and "--reserve-gib" in out
+    code, out, err = run_cli(cal_argv(path, "--json"))
+    assert code == 0 and err == ""
+    payload = json.loads(out)
+    assert payload["agreement"] == "exact" and payload["reproduced_kv_cache_tokens"] == 81_920
+    assert payload["log"]["ranks"] == 2
+
+
+@pytest.mark.parametrize(("content", "more", "code_name"), [
+    (b"", (), "calibrate.empty"),
+    (b"\xff\xfe\x00\x01" * 64, (), "calibrate.not_text"),
+    (b"y" * (2 << 20), (), "calibrate.too_large"),
+    (b"INFO hello\n", (), "calibrate.no_lines"),
+    (REAL.encode(), ("--engine", "sglang"), "calibrate.engine"),
+    (REAL.encode(), ("--tp", "3"), "parallel.tp_heads"),
+    (REAL.encode(), ("--kv-dtype", "fp3"), "unknown.dtype"),
+])
+def test_cli_bad_input_exits_2_with_one_line(tmp_path, content, more, code_name):
+    path = tmp_path / "vllm.log"
+    path.write_bytes(content)
+    code, out, err = run_cli(cal_argv(path, *more))
+    assert code == 2 and out == ""
+    assert err.startswith("kvplan: error: ") and err.count("\n") == 1
+    assert MESSAGES[code_name].split("{")[0].strip() in err
+
+
+def test_cli_missing_log_and_usage(tmp_path):
+    code, _, err = run_cli(cal_argv(tmp_path / "absent.log"))
+    assert code == 2 and "cannot read" in err and err.count("\n") == 1
+    code, _, err = run_cli(["calibrate", "--model", "llama-3.1-8b", "--gpu", "h100-sxm",
+                            "--tokens", "10"])
+    assert code == 2 and err.count("\n") == 1     # --log is required
+
+
+# --------------------------------------------------------------------------- dashboard
+
+
+def calibration_table(at):
+    """The expander's logged-vs-predicted table, or None when it is not shown."""
+    return next((df.value for df in at.dataframe if "vLLM log" in df.value.columns), None)
+
+
+def test_expander_pastes_a_log_and_sets_the_reserve():
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(APP), default_timeout=60)
+    at.query_params.update({"t": str(L), "vw": "memory"})
+    at.run()
+    assert not at.exception
+    assert any(e.label == "Calibrate against a vLLM log" for e in at.expander)
+    assert calibration_table(at) is None
+    at.text_area(key="w_vllm_log").input(REAL).run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    frame = calibration_table(at)
+    assert frame is not None
+    logged = dict(zip(frame["quantity"], frame["vLLM log"], strict=True))
+    reproduced = dict(zip(frame["quantity"], frame["kvplan with the logged memory"], strict=True))
+    assert logged["GPU KV cache size (tokens)"] == reproduced["GPU KV cache size (tokens)"] == "81,920"
+    assert any("Implied runtime reserve" in m.value for m in at.markdown)
+    expected = calibrate(ARCH, H100, FitQuery(tokens=L), parse_vllm_log(REAL)).suggested_reserve_gib
+    button = at.button(key="calibrate_use_reserve")
+    assert f"{expected:g} GiB" in button.label and not button.disabled
+    button.click().run()
+    assert not at.exception and not at.error
+    assert at.session_state["w_reserve"] == expected
+    assert at.query_params["r"] in (repr(expected), [repr(expected)])
+    link = " ".join(f"{k}={v}" for k, v in dict(at.query_params).items())
+    assert "Available" not in link and "81,920" not in link and "EngineCore" not in link
+    # after the click kvplan's own prediction uses the run's reserve: it now matches the log
+    frame = calibration_table(at)
+    predicted = dict(zip(frame["quantity"], frame["kvplan (sidebar reserve)"], strict=True))
+    assert predicted["GPU KV cache size (tokens)"] == "81,920"
+
+
+def test_expander_reports_a_bad_paste_in_place():
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(APP), default_timeout=60)
+    at.run()
+    at.text_area(key="w_vllm_log").input("nothing useful here").run()
+    assert not at.exception
+    assert any("no vLLM capacity line" in e.value for e in at.error)
