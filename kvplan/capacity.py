@@ -39,7 +39,9 @@ from kvplan.vllm_pool import VllmPool, build_pool
 GIB = 1 << 30
 MIB = 1 << 20
 #: Default runtime reserve per GPU (activation peak + CUDA graphs + non-torch), user-overridable.
-DEFAULT_RESERVE_GIB = {"vllm": 1.0, "sglang": 0.0, "hf": 1.0, "hf-legacy": 1.0, "hf-static": 1.0}
+DEFAULT_RESERVE_GIB = {"vllm": 1.0, "sglang": 0.0, "hf": 1.0, "hf-legacy": 1.0, "hf-static": 1.0,
+                       "trtllm": 1.0}
+TRTLLM_DEFAULT_FREE_FRACTION = 0.9  # KvCacheConfig.free_gpu_memory_fraction
 VLLM_DEFAULT_GPU_UTIL = 0.92  # vllm/config/cache.py (0.90 before v0.25)
 MAX_SEARCH_TOKENS = 100_000_000
 
@@ -239,6 +241,10 @@ def memory_budget(arch: ModelArch, gpu: GPU, query: FitQuery) -> Budget:
         target = capacity
         formulas["memory_target"] = f"all device memory = {target:,} B"
     budgets = [target - w - reserve for w in stages]
+    if engine == "trtllm":  # _util.py _cal_max_memory: fraction × (total − peak after profiling)
+        fraction = query.gpu_util or TRTLLM_DEFAULT_FREE_FRACTION
+        budgets = [int(max(b, 0) * fraction) for b in budgets]
+        formulas["memory_target"] += f"; KV gets free_gpu_memory_fraction {fraction} of what is left"
     given = query.kv_cache_memory_bytes is not None
     if given:
         budgets = [query.kv_cache_memory_bytes] * pp
@@ -438,6 +444,42 @@ class VllmPagedPool(KVPool):
         }
 
 
+class TrtPool(KVPool):
+    """TensorRT-LLM: ``max_tokens = budget // bytes per token``; ``blocks_in_primary_pool =
+    max_tokens // tokens_per_block``; a request takes ``cdiv(L, tokens_per_block)`` blocks."""
+
+    def __init__(self, view: EngineView, budget: int) -> None:
+        self.view = view
+        self.per_token = sum(r.layers * r.bytes_per_token for r in view.rules)
+        self.block_size = view.block_size or 32
+        self.max_tokens = budget // self.per_token if self.per_token else 0
+        self.num_blocks = self.max_tokens // self.block_size
+        self.bytes_per_block = self.per_token * self.block_size
+        self.capacity = self.num_blocks
+
+    def blocks(self, L: np.ndarray) -> np.ndarray:
+        return -(-np.asarray(L, dtype=np.int64) // self.block_size)
+
+    def per_request_bytes(self, L: np.ndarray) -> np.ndarray:
+        return self.blocks(L) * self.bytes_per_block
+
+    def max_requests(self, L: np.ndarray) -> np.ndarray:
+        return self.num_blocks // self.blocks(L)
+
+    def concurrency(self, L: np.ndarray) -> np.ndarray:
+        return self.num_blocks / self.blocks(L)
+
+    def pool_tokens(self, L: np.ndarray) -> np.ndarray:
+        return np.full(np.shape(L), self.num_blocks * self.block_size)
+
+    def users_cost(self, L: np.ndarray, users: int) -> np.ndarray:
+        return self.blocks(L) * users
+
+    def formulas(self, L: int) -> dict[str, str]:
+        return {"num_blocks": f"({self.max_tokens:,} tokens = budget // {self.per_token:,} B) // "
+                              f"{self.block_size} = {self.num_blocks:,} blocks"}
+
+
 @cache
 def _pool_cached(arch: ModelArch, kv_dtype: str, settings: EngineSettings, mla_bs: int) -> VllmPool:
     return build_pool(arch, kv_dtype, settings, mla_block_size=mla_bs)
@@ -454,6 +496,8 @@ def make_pool(arch: ModelArch, gpu: GPU, query: FitQuery, settings: EngineSettin
                        stage_layers=_largest_stage(arch, query.pp))
     notes.extend(view.notes)
     budget = max(min(budgets), 0)
+    if query.engine == "trtllm":
+        return TrtPool(view, budget)
     return SGLangPool(view, budget) if query.engine == "sglang" else BytePool(view, budget)
 
 

@@ -14,6 +14,8 @@ Engines and their sources (see ``../shared/reference/engines.md`` for quotes):
 * ``hf-static`` — ``StaticCache``: pre-allocates ``max_cache_len`` (sliding: ``min(W, max_cache_len)``).
 * ``vllm`` — v1 paged blocks (``vllm/v1/kv_cache_interface.py``, ``single_type_kv_cache_manager.py``).
 * ``sglang`` — token pool with ``page_size`` (``python/sglang/srt/model_executor/pool_configurator.py``).
+* ``trtllm`` — TensorRT-LLM ``KVCacheManager`` (``tensorrt_llm/_torch/pyexecutor/resource_manager.py``):
+  ``tokens_per_block`` 32, full length unless ``max_attention_window`` is given per layer.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ ENGINES: dict[str, str] = {
     "hf-static": "HF transformers StaticCache",
     "vllm": "vLLM (v1 paged blocks)",
     "sglang": "SGLang (token pool)",
+    "trtllm": "TensorRT-LLM (PyTorch backend, 32-token blocks)",
 }
 PAGED_ENGINES = ("vllm",)
 #: SGLang ``is_hybrid_swa_model`` architectures (``python/sglang/srt/configs/model_config.py``);
@@ -303,6 +306,9 @@ def layer_token_bytes(layer: LayerSpec, engine: str, dtype: KVDType, tp: int) ->
         if dtype.name in MLA_ONLY_DTYPES:
             raise KVPlanError("engine.dtype", engine=engine, dtype=dtype.name,
                               why="this layout exists only for MLA layers")
+        if engine == "trtllm":  # get_cache_size_per_token: head_dim · nkv // tp per rank
+            return (dtype.vector_bytes(layer.head_dim_k * layer.n_kv_heads // tp)
+                    + dtype.vector_bytes(layer.head_dim_v * layer.n_kv_heads // tp))
         if engine.startswith("hf"):
             heads = layer.hf_cached_heads or layer.n_kv_heads
         else:
@@ -348,7 +354,8 @@ def engine_view(arch: ModelArch, engine: str, kv_dtype: str = "bf16",
     counts: dict[LayerSpec, int] = {}
     for layer in layers:
         counts[layer] = counts.get(layer, 0) + 1
-    builder = {"vllm": _vllm_rules, "sglang": _sglang_rules}.get(engine, _hf_rules)
+    builder = {"vllm": _vllm_rules, "sglang": _sglang_rules, "trtllm": _trtllm_rules}.get(engine,
+                                                                                         _hf_rules)
     return builder(arch, engine, dtype, model_dtype, settings, tp, counts, mla_block_size)
 
 
@@ -491,3 +498,25 @@ def _sglang_rules(arch, engine, dtype, model_dtype, settings, tp, counts, _mla_b
             _add(rules, layer, TokenRule("full" if kind in {"sliding", "chunked"} else kind, n, bpt,
                                    page=page))
     return EngineView(engine, dtype, tuple(rules), block_size=page, notes=tuple(notes))
+
+
+TRTLLM_TOKENS_PER_BLOCK = 32  # tensorrt_llm/llmapi/llm_args.py KvCacheConfig.tokens_per_block
+
+
+def _trtllm_rules(arch, engine, dtype, model_dtype, settings, tp, counts, _mla_bs) -> EngineView:
+    """TensorRT-LLM: every attention layer full length in 32-token blocks (``max_attention_window``
+    defaults to ``[max_seq_len]``, so sliding windows apply only when configured per layer); MLA
+    latent replicated on every TP rank (``kv_factor = 1``)."""
+    block = settings.block_size or TRTLLM_TOKENS_PER_BLOCK
+    notes = ["TensorRT-LLM keeps full-length KV on windowed layers unless max_attention_window is "
+             "set per layer"] if any(getattr(x, "window", None) for x in counts) else []
+    rules: list[CacheRule] = []
+    for layer, n in counts.items():
+        if isinstance(layer, NoCache):
+            continue
+        if isinstance(layer, Recurrent):
+            _add(rules, layer, _state_rule(layer, n, engine, model_dtype, tp))
+            continue
+        _add(rules, layer, PagedRule("mla" if isinstance(layer, MLA) else "full", n,
+                                     layer_token_bytes(layer, engine, dtype, tp), block_size=block))
+    return EngineView(engine, dtype, tuple(rules), block_size=block, notes=tuple(notes))

@@ -303,8 +303,9 @@ def scenario_gpu(scenario: Scenario):
 def scenario_fit_query(scenario: Scenario, kv_dtype: str | None = None):
     """The capacity question a scenario asks (``kvplan.capacity.FitQuery``) for one KV dtype.
 
-    Engine knobs reach only the engine that has them: utilization (vLLM, SGLang), block size
-    (vLLM) or page size (SGLang), ``max_num_batched_tokens`` (vLLM).
+    Engine knobs reach only the engine that has them: utilization (vLLM, SGLang; TensorRT-LLM's
+    free_gpu_memory_fraction), block size (vLLM, TensorRT-LLM) or page size (SGLang),
+    ``max_num_batched_tokens`` (vLLM).
     """
     from kvplan.capacity import FitQuery
 
@@ -313,9 +314,9 @@ def scenario_fit_query(scenario: Scenario, kv_dtype: str | None = None):
         tokens=scenario.tokens, users=scenario.users, kv_dtype=kv_dtype or scenario.kv_dtypes[0],
         weight_dtype=None if scenario.weight_dtype == "auto" else scenario.weight_dtype,
         engine=engine, num_gpus=scenario.num_gpus, tp=scenario.tp, pp=scenario.pp,
-        gpu_util=scenario.gpu_util if engine in {"vllm", "sglang"} else None,
+        gpu_util=scenario.gpu_util if engine in {"vllm", "sglang", "trtllm"} else None,
         reserve_gib=scenario.reserve_gib,
-        block_size=scenario.block_size if engine == "vllm" else None,
+        block_size=scenario.block_size if engine in {"vllm", "trtllm"} else None,
         page_size=scenario.block_size if engine == "sglang" else None,
         max_num_batched_tokens=scenario.max_num_batched_tokens if engine == "vllm" else None,
     )

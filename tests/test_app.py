@@ -180,7 +180,7 @@ def test_unreadable_config_shows_error_and_keeps_model():
 
 
 @pytest.mark.parametrize(("params", "name"), [
-    ({"m": "no-such-model"}, "'m'"), ({"g": "tpu-v99"}, "'g'"), ({"e": "trtllm"}, "'e'"),
+    ({"m": "no-such-model"}, "'m'"), ({"g": "tpu-v99"}, "'g'"), ({"e": "tgi"}, "'e'"),
     ({"kd": "bf16,fp7"}, "'kd'"), ({"t": "lots"}, "'t'"), ({"zz": "1"}, "zz"),
 ])
 def test_bad_link_param_warns_and_falls_back(params, name):

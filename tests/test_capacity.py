@@ -201,3 +201,26 @@ def test_custom_accelerator_on_the_command_line(capsys):
     for bad in ("custom:abc", "custom:-5", "custom:inf", "custom:"):
         assert main(["fit", "--model", "llama-3.1-8b", "--gpu", bad, "--tokens", "8"]) == 2
         assert "unknown accelerator" in capsys.readouterr().err
+
+
+def test_tensorrt_llm_pool_arithmetic():
+    """TensorRT-LLM (resource_manager.py get_cache_size_per_token; _util.py _cal_max_memory):
+    2 × 8 KV heads × 128 × 2 B × 32 layers = 131,072 B per token; a 10 GiB pool holds 81,920
+    tokens = 2,560 blocks of 32; a 32,768-token request takes 1,024 blocks → 2 requests, 2.5x.
+    Without a given budget KV gets 0.9 × (device − weights − reserve)."""
+    r = run("llama-3.1-8b", "h100-sxm", tokens=32768, engine="trtllm", kv_cache_memory_bytes=10 * GIB)
+    assert (r.num_blocks, r.block_size, r.kv_pool_tokens, r.max_requests) == (2560, 32, 81_920, 2)
+    assert r.max_concurrency == 2.5
+    default = run("llama-3.1-8b", "h100-sxm", tokens=32768, engine="trtllm")
+    assert default.kv_budget_bytes == int((85_520_809_984 - 16_060_522_496 - GIB) * 0.9)
+
+
+def test_tensorrt_llm_divides_kv_heads_without_replication():
+    """TensorRT-LLM: head_dim · nkv // tp per rank (4 heads × 128 // 8 = 64 elements for K and V),
+    where vLLM replicates one whole head per rank (128)."""
+    trt = run("qwen3-235b-a22b", "h100-sxm", tokens=4096, tp=8, num_gpus=8, engine="trtllm",
+              kv_cache_memory_bytes=GIB)
+    vllm = run("qwen3-235b-a22b", "h100-sxm", tokens=4096, tp=8, num_gpus=8,
+               kv_cache_memory_bytes=GIB)
+    assert trt.bytes_per_block == 32 * 94 * 2 * 64 * 2
+    assert vllm.bytes_per_block == 16 * 94 * 2 * 128 * 2

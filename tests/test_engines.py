@@ -364,7 +364,7 @@ def test_sglang_mla_latent():
 def test_unknown_engine_and_dtype():
     arch = load_model("llama-3.1-8b")
     with pytest.raises(KVPlanError) as err:
-        kv_cache(arch, 10, engine="trtllm")
+        kv_cache(arch, 10, engine="tgi")
     assert err.value.code == "unknown.engine"
     with pytest.raises(KVPlanError) as err:
         kv_cache(arch, 10, kv_dtype="fp7")

@@ -8,7 +8,7 @@ from typing import Any
 import streamlit as st
 
 from kvplan.arch import ModelArch
-from kvplan.capacity import DEFAULT_RESERVE_GIB, VLLM_DEFAULT_GPU_UTIL
+from kvplan.capacity import DEFAULT_RESERVE_GIB, TRTLLM_DEFAULT_FREE_FRACTION, VLLM_DEFAULT_GPU_UTIL
 from kvplan.config_import import parse_config
 from kvplan.dtypes import DTYPES, KV_DTYPE_CHOICES, WEIGHT_DTYPES
 from kvplan.engines import ENGINES
@@ -39,7 +39,7 @@ VIEWS: dict[str, str] = {"context": "KV vs context", "users": "KV vs users",
                          "memory": "Memory per accelerator", "requests": "Requests that fit",
                          "designs": "Design comparison", "serving": "Serving trade-offs"}
 ENGINE_SHORT = {"hf": "HF dynamic", "hf-legacy": "HF dynamic (≤5.14)", "hf-static": "HF static",
-                "vllm": "vLLM", "sglang": "SGLang"}
+                "vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
 
 
 # ---------------------------------------------------------------- model resolution (cached)
@@ -194,16 +194,23 @@ def render_sidebar() -> Scenario:
                  help="How the KV cache is stored: HF DynamicCache grows per token, StaticCache "
                       "pre-allocates, vLLM reserves paged blocks, SGLang a token pool.")
     engine = state["w_engine"]
-    if engine in {"vllm", "sglang"}:
-        label = "gpu_memory_utilization" if engine == "vllm" else "mem_fraction_static"
-        default = (f"{VLLM_DEFAULT_GPU_UTIL}" if engine == "vllm" else "SGLang's memory-based default")
+    knobs = {  # engine → (utilization knob, its default, block knob)
+        "vllm": ("gpu_memory_utilization", f"{VLLM_DEFAULT_GPU_UTIL}", "Block size (tokens)"),
+        "sglang": ("mem_fraction_static", "SGLang's memory-based default", "Page size (tokens)"),
+        "trtllm": ("free_gpu_memory_fraction", f"{TRTLLM_DEFAULT_FREE_FRACTION}",
+                   "tokens_per_block"),
+    }
+    if engine in knobs:
+        label, default, block_label = knobs[engine]
         sb.number_input(f"{label} (fraction)", min_value=0.001, max_value=1.0, step=0.01,
                         key="w_util", format="%.3f", placeholder=f"default: {default}",
-                        help="Share of device memory the engine may use; empty = engine default.")
-        sb.number_input("Block size (tokens)" if engine == "vllm" else "Page size (tokens)",
-                        min_value=1, max_value=1_000_000, step=1, key="w_bs",
+                        help="Share of memory the engine may use (vLLM, SGLang: of the device; "
+                             "TensorRT-LLM: of what is left after weights and activations); "
+                             "empty = engine default.")
+        sb.number_input(block_label, min_value=1, max_value=1_000_000, step=1, key="w_bs",
                         placeholder="default: engine/backend choice",
-                        help="vLLM --block-size / SGLang --page-size; empty = the engine default.")
+                        help="vLLM --block-size / SGLang --page-size / TensorRT-LLM "
+                             "tokens_per_block; empty = the engine default.")
     if engine == "vllm":
         sb.number_input("max_num_batched_tokens (tokens)", min_value=1, max_value=100_000_000,
                         step=256, key="w_mb", placeholder="default: vLLM's per-GPU default",
