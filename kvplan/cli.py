@@ -13,14 +13,14 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from kvplan.errors import MESSAGES, KVPlanError, short
+from kvplan.errors import MESSAGES, KVPlanError, clip, short
 
 GIB = 1 << 30
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, exit 2
-        sys.stderr.write(f"kvplan: error: {message}\n")
+        sys.stderr.write(f"kvplan: error: {clip(message, 500)}\n")
         raise SystemExit(2)
 
 
@@ -321,7 +321,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.close()
         return 0
     except KVPlanError as exc:
-        sys.stderr.write(f"kvplan: error: {exc}\n")
+        sys.stderr.write(f"kvplan: error: {clip(exc, 2000)}\n")
         return 2
     except ValidationError as exc:
         first = exc.errors()[0]

@@ -370,15 +370,23 @@ def _state_rule(layer: Recurrent, n: int, engine: str, model_dtype: KVDType, tp:
     return StateRule("recurrent", n, 0, state_bytes=recurrent_state_bytes(layer, engine, model_dtype, tp))
 
 
-def _hf_rules(arch, engine, dtype, model_dtype, settings, tp, counts, _mla_bs) -> EngineView:
-    static = engine == "hf-static"
+def _split(counts: dict[LayerSpec, int], engine: str, model_dtype: KVDType,
+           tp: int) -> tuple[list[CacheRule], list[tuple[Attention | MLA, int]]]:
+    """State rules for the recurrent layers, and the attention-like layers left to the engine."""
     rules: list[CacheRule] = []
+    attention: list[tuple[Attention | MLA, int]] = []
     for layer, n in counts.items():
-        if isinstance(layer, NoCache):
-            continue
         if isinstance(layer, Recurrent):
             _add(rules, layer, _state_rule(layer, n, engine, model_dtype, tp))
-            continue
+        elif not isinstance(layer, NoCache):
+            attention.append((layer, n))
+    return rules, attention
+
+
+def _hf_rules(arch, engine, dtype, model_dtype, settings, tp, counts, _mla_bs) -> EngineView:
+    static = engine == "hf-static"
+    rules, attention = _split(counts, engine, model_dtype, tp)
+    for layer, n in attention:
         bpt = layer_token_bytes(layer, engine, dtype, tp)
         kind, window = layer_kind(layer), layer.window
         if static:
@@ -480,13 +488,8 @@ def _sglang_rules(arch, engine, dtype, model_dtype, settings, tp, counts, _mla_b
     notes = [] if hybrid_swa else (
         ["SGLang gives every layer full-length KV for this architecture (not in its hybrid "
          "SWA list)"] if any(getattr(x, "window", None) for x in counts) else [])
-    rules: list[CacheRule] = []
-    for layer, n in counts.items():
-        if isinstance(layer, NoCache):
-            continue
-        if isinstance(layer, Recurrent):
-            _add(rules, layer, _state_rule(layer, n, engine, model_dtype, tp))
-            continue
+    rules, attention = _split(counts, engine, model_dtype, tp)
+    for layer, n in attention:
         bpt = layer_token_bytes(layer, engine, dtype, tp)
         kind = layer_kind(layer)
         if layer.window and hybrid_swa:
@@ -510,13 +513,8 @@ def _trtllm_rules(arch, engine, dtype, model_dtype, settings, tp, counts, _mla_b
     block = settings.block_size or TRTLLM_TOKENS_PER_BLOCK
     notes = ["TensorRT-LLM keeps full-length KV on windowed layers unless max_attention_window is "
              "set per layer"] if any(getattr(x, "window", None) for x in counts) else []
-    rules: list[CacheRule] = []
-    for layer, n in counts.items():
-        if isinstance(layer, NoCache):
-            continue
-        if isinstance(layer, Recurrent):
-            _add(rules, layer, _state_rule(layer, n, engine, model_dtype, tp))
-            continue
+    rules, attention = _split(counts, engine, model_dtype, tp)
+    for layer, n in attention:
         _add(rules, layer, PagedRule("mla" if isinstance(layer, MLA) else "full", n,
                                      layer_token_bytes(layer, engine, dtype, tp), block_size=block))
     return EngineView(engine, dtype, tuple(rules), block_size=block, notes=tuple(notes))

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import logging
 import os
 from pathlib import Path
 
 import pytest
+from cli_helpers import run_cli
 
 from kvplan.calibrate import MAX_LOG_BYTES, Calibration, VllmLog, calibrate, parse_vllm_log
 from kvplan.capacity import GIB, FitQuery, fit
-from kvplan.cli import main
 from kvplan.errors import MESSAGES, KVPlanError
 from kvplan.presets import get_gpu, load_model
 
@@ -219,14 +217,6 @@ def test_vllm_log_model_is_optional_everywhere():
 # --------------------------------------------------------------------------- CLI
 
 
-def run_cli(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(argv)
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 2
-    return code, out.getvalue(), err.getvalue()
 
 
 def cal_argv(path: Path, *more: str) -> list[str]:

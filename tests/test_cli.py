@@ -6,27 +6,17 @@ through a real entry point (CLI, config import, link decoding, scenario files, C
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import string
 
 import pytest
+from cli_helpers import run_cli
 
-from kvplan.cli import main
 from kvplan.errors import MESSAGES, KVPlanError, short
 
 # --------------------------------------------------------------------------- helpers
 
 
-def run_cli(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(argv)
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 2
-    return code, out.getvalue(), err.getvalue()
 
 
 def cli_error(argv: list[str]) -> str:

@@ -13,8 +13,6 @@ The profiles are registered here (not in conftest.py) so that they only apply to
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import string
@@ -22,10 +20,10 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlencode
 
 import pytest
+from cli_helpers import run_cli
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from kvplan.cli import main
 from kvplan.config_import import MAX_DEPTH, parse_config
 from kvplan.errors import MESSAGES, KVPlanError
 from kvplan.presets import gpus, model_presets
@@ -255,14 +253,6 @@ def argvs(draw):
     return argv
 
 
-def run_cli(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(argv)
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
-    return code, out.getvalue(), err.getvalue()
 
 
 def check_cli(argv: list[str]) -> tuple[int, str, str]:
