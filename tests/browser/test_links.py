@@ -175,3 +175,30 @@ def test_page_has_no_exception_and_screenshot(page: Page, app_url: str, tmp_path
     target.parent.mkdir(exist_ok=True)
     page.screenshot(path=str(target), full_page=True)
     assert target.stat().st_size > 10_000
+
+
+def test_uploaded_config_is_used_and_travels_in_the_link(page: Page, app_url: str, tmp_path: Path) -> None:
+    """Upload a real config.json (Qwen3-8B fixture): the KPIs use it, the link carries its
+    architecture (c=), and a broken file shows an error and keeps the model."""
+    from kvplan.config_import import parse_config
+    from kvplan.sizing import full_length_bytes_per_token
+
+    fixture = ROOT / "tests" / "fixtures" / "configs" / "qwen3.json"
+    per_token = full_length_bytes_per_token(parse_config(fixture.read_bytes()), "bf16", "vllm")
+    assert per_token == 36 * 2 * 8 * 128 * 2  # 147,456 B
+    _open(page, app_url + "/?v=1&m=llama-2-7b&kd=bf16&t=4096&u=1")
+    page.get_by_text("Use your own config.json").click()
+    page.get_by_test_id("stSidebarUserContent").get_by_test_id("stFileUploaderDropzoneInput").set_input_files(str(fixture))
+    expect(page).to_have_url(re.compile(r"[?&]c="), timeout=LOAD_MS)
+    page.wait_for_selector(IDLE, timeout=LOAD_MS)
+    expect(_exact(page)).to_contain_text(f"kv_per_token={per_token:,}")
+    assert _query(page)["m"] == "custom"
+    linked = Scenario.from_query(_query(page))[0]
+    assert linked.custom_config["num_hidden_layers"] == 36
+    broken = tmp_path / "config.json"
+    broken.write_text('{"model_type": "llama"}')
+    page.get_by_test_id("stSidebarUserContent").get_by_test_id("stFileUploaderDropzoneInput").set_input_files(str(broken))
+    expect(page.get_by_test_id("stAlertContentError").first).to_contain_text(
+        "num_hidden_layers", timeout=LOAD_MS)
+    expect(_exact(page)).to_contain_text(f"kv_per_token={per_token:,}")
+    _no_exception(page)
