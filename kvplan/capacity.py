@@ -266,7 +266,8 @@ def fit(arch: ModelArch, gpu: GPU, query: FitQuery, search_gpus: bool = True) ->
     fits = budget.weights_fit and answer["max_requests"] >= query.users
     result = FitResult(
         model=arch.name, gpu=gpu.id, engine=query.engine, engine_label=ENGINES[query.engine],
-        tokens=query.tokens, users=query.users, kv_dtype=query.kv_dtype,
+        tokens=query.tokens, users=query.users,
+        kv_dtype=arch.model_dtype if query.kv_dtype == "auto" else query.kv_dtype,
         weight_dtype=query.weight_dtype or arch.model_dtype, tp=tp, pp=pp, replicas=replicas,
         gpu_capacity_bytes=gpu.capacity_bytes, memory_target_bytes=budget.target,
         params_total=arch.params_total, params_method=arch.params_method,

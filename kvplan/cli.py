@@ -67,7 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
         group.add_argument("--config", help="path to a Hugging Face config.json")
         p.add_argument("--tokens", type=_positive("--tokens", 100_000_000), required=True,
                        help="tokens per sequence (vLLM: max_model_len)")
-        p.add_argument("--kv-dtype", default="bf16")
+        p.add_argument("--kv-dtype", default="auto",
+                       help="KV element format; auto = the model's dtype (vLLM's kv_cache_dtype=auto)")
         p.add_argument("--engine", default=None, choices=list(ENGINES))
         p.add_argument("--block-size", type=_positive("--block-size", 1_000_000))
         p.add_argument("--max-num-batched-tokens", type=_positive("--max-num-batched-tokens", 100_000_000))

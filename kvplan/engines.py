@@ -341,7 +341,7 @@ def engine_view(arch: ModelArch, engine: str, kv_dtype: str = "bf16",
     """The rules of ``arch`` under ``engine`` for one rank (layers ``stage_layers`` = [start, stop))."""
     check_engine(engine)
     settings = settings or EngineSettings()
-    dtype = resolve_dtype(kv_dtype)
+    dtype = resolve_dtype(arch.model_dtype if kv_dtype == "auto" else kv_dtype)  # vLLM "auto"
     model_dtype = resolve_dtype(arch.model_dtype)
     start, stop = stage_layers or (0, arch.n_layers)
     layers = arch.layers[start:stop]

@@ -224,3 +224,13 @@ def test_tensorrt_llm_divides_kv_heads_without_replication():
                kv_cache_memory_bytes=GIB)
     assert trt.bytes_per_block == 32 * 94 * 2 * 64 * 2
     assert vllm.bytes_per_block == 16 * 94 * 2 * 128 * 2
+
+
+def test_auto_kv_dtype_is_the_model_dtype(capsys):
+    """``--kv-dtype auto`` (the CLI default, vLLM's kv_cache_dtype=auto) stores KV in the model's
+    dtype: OPT-13B's config says float16 → 819,200 B/token."""
+    assert main(["kv", "--model", "opt-13b", "--tokens", "2048", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert (data["kv_dtype"], data["kv_bytes"]) == ("fp16", 1_677_721_600)
+    r = run("opt-13b", "a100-40gb-sxm", tokens=2048, kv_dtype="auto")
+    assert (r.kv_dtype, r.max_requests) == ("fp16", 7)
