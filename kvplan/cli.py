@@ -82,6 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
     kv.add_argument("--batch", type=_positive("--batch", 10_000_000), default=1)
     kv.add_argument("--max-cache-len", type=_positive("--max-cache-len", 1_000_000_000))
     kv.add_argument("--page-size", type=_positive("--page-size", 1_000_000))
+    kv.add_argument("--tp", type=_positive("--tp", 4096), default=1,
+                    help="tensor-parallel size: bytes are per rank (vLLM, SGLang, TensorRT-LLM)")
 
     fit = sub.add_parser("fit", help="how many requests fit on an accelerator")
     model_args(fit)
@@ -145,7 +147,7 @@ def cmd_kv(args: argparse.Namespace) -> int:
     from kvplan.sizing import kv_cache
 
     arch = _load_arch(args)
-    settings = EngineSettings(block_size=args.block_size,
+    settings = EngineSettings(tp=args.tp, block_size=args.block_size,
                               max_num_batched_tokens=args.max_num_batched_tokens,
                               async_scheduling=not args.no_async_scheduling,
                               hybrid_manager=_hybrid(args.hybrid_manager),

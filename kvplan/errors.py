@@ -26,8 +26,8 @@ MESSAGES: dict[str, str] = {
     # numbers
     "value.range": "{field} must be between {low:,} and {high:,}, got {value}",
     "value.not_number": "{field} must be a number, got {value}",
-    "parallel.tp_heads": "tensor parallel size {tp} does not divide or fit {heads} KV heads "
-                         "(the engine requires tp % kv_heads == 0 when tp > kv_heads)",
+    "parallel.tp_heads": "tensor parallel size {tp} does not split {heads} KV heads (the engine "
+                         "needs kv_heads % tp == 0, or tp % kv_heads == 0 when tp > kv_heads)",
     "parallel.pp_layers": "pipeline parallel size {pp} exceeds the {layers} layers of the model",
     "parallel.gpus": "the GPU count {gpus} is not a multiple of tp × pp = {tpp}",
     "engine.dtype": "engine '{engine}' cannot store the KV cache as {dtype}: {why}",

@@ -432,3 +432,14 @@ def load_model_config(preset: str) -> dict:
     from kvplan.presets import model_presets
 
     return dict(model_presets()[preset].config)
+
+
+def test_kv_cli_tp_is_per_rank(capsys):
+    """``kv --tp 8`` on Llama-3.1-70B (8 KV heads): one head per rank → 80 × 2 × 128 × 2 B per token."""
+    from kvplan.cli import main
+
+    assert main(["kv", "--model", "llama-3.1-70b", "--tokens", "1024", "--engine", "vllm",
+                 "--tp", "8", "--json"]) == 0
+    import json
+
+    assert json.loads(capsys.readouterr().out)["kv_bytes"] == 80 * 1024 * 2 * 128 * 2
