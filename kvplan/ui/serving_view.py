@@ -38,7 +38,7 @@ from kvplan.serving import (
 )
 from kvplan.ui.serving_state import NOCACHE_METRICS, PREFIX_ENGINES, SOURCES, ensure
 from kvplan.ui.theme import figure_from_dict, new_figure
-from kvplan.ui.views import _key, _load
+from kvplan.ui.views import cache_key, scenario_from_key
 
 GIB = 1 << 30
 #: At most this many points per series (the users axis is sampled, never one point per user).
@@ -199,7 +199,7 @@ def _prefix(scenario: Scenario, arch: ModelArch) -> None:
                           key=ensure("pf_engine", scenario, st.session_state))
     unit = st.number_input("Block / page size", 1, 4096,
                            key=ensure("pf_unit", scenario, st.session_state))
-    result, spec = _prefix_data(_key(scenario), engine, int(unit))
+    result, spec = _prefix_data(cache_key(scenario), engine, int(unit))
     curve = result.curve
     fig = figure_from_dict(spec)
     st.plotly_chart(fig, theme=None, key="sv_prefix_chart")
@@ -212,7 +212,7 @@ def _prefix(scenario: Scenario, arch: ModelArch) -> None:
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def _prefix_data(key: str, engine: str, unit: int):
-    scenario, arch, _, _ = _load(key)
+    scenario, arch, _, _ = scenario_from_key(key)
     prompt = max(scenario.prefix_tokens + 1, scenario.tokens - scenario.output_tokens)
     result = prefix_caching(arch, scenario.users, scenario.prefix_tokens, prompt,
                             scenario.output_tokens, engine, _kv_dtype(scenario), unit,
@@ -232,7 +232,7 @@ def _offload(scenario: Scenario, arch: ModelArch, gpu: GPU) -> None:
     ram = c1.number_input("CPU RAM (GiB)", 1.0, 1e6, key=ensure("ram", scenario, st.session_state))
     link = c2.number_input("Host link (GB/s per direction)", 0.1, 10_000.0,
                            key=ensure("link", scenario, st.session_state))
-    df, r, spec = _offload_data(_key(scenario), float(ram), float(link))
+    df, r, spec = _offload_data(cache_key(scenario), float(ram), float(link))
     fig = figure_from_dict(spec)
     st.plotly_chart(fig, theme=None, key="sv_offload_chart")
     if not df["fits_cpu"].iloc[-1]:
@@ -244,7 +244,7 @@ def _offload(scenario: Scenario, arch: ModelArch, gpu: GPU) -> None:
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def _offload_data(key: str, ram: float, link: float):
-    scenario, arch, gpu, _ = _load(key)
+    scenario, arch, gpu, _ = scenario_from_key(key)
     tokens = np.unique(np.geomspace(1, max(scenario.tokens, 2), 24).astype(np.int64))
     rows = []
     for t in tokens:
@@ -271,7 +271,7 @@ def _quantized(scenario: Scenario, arch: ModelArch) -> None:
     nbits = c1.selectbox("nbits", [4, 2], key=ensure("q_bits", scenario, state))
     group = c2.number_input("q_group_size", 8, 1024, key=ensure("q_group", scenario, state))
     resid = c3.number_input("residual_length", 1, 100_000, key=ensure("q_resid", scenario, state))
-    result, spec = _quantized_data(_key(scenario), int(nbits), int(group), int(resid))
+    result, spec = _quantized_data(cache_key(scenario), int(nbits), int(group), int(resid))
     fig = figure_from_dict(spec)
     st.plotly_chart(fig, theme=None, key="sv_quant_chart")
     _captions([result.formula, *result.assumptions])
@@ -280,7 +280,7 @@ def _quantized(scenario: Scenario, arch: ModelArch) -> None:
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def _quantized_data(key: str, nbits: int, group: int, resid: int):
-    scenario, arch, _, _ = _load(key)
+    scenario, arch, _, _ = scenario_from_key(key)
     tokens = np.unique(np.geomspace(1, max(scenario.tokens, 2), 60).astype(np.int64))
     result = quantized_cache(arch, tokens, nbits, group, resid, scenario.users)
     curve = result.curve
@@ -304,7 +304,7 @@ def _static(scenario: Scenario, arch: ModelArch, holder: dict[str, Workload]) ->
                               key=ensure("static_len", scenario, st.session_state))
     workload = holder.get("workload")
     if workload is None:  # the default sample depends on the scenario only: cache it
-        r, df, spec = _static_default(_key(scenario), int(max_len))
+        r, df, spec = _static_default(cache_key(scenario), int(max_len))
         fig = figure_from_dict(spec)
     else:
         r, df, fig = _static_build(scenario, arch, workload, int(max_len))
@@ -317,7 +317,7 @@ def _static(scenario: Scenario, arch: ModelArch, holder: dict[str, Workload]) ->
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def _static_default(key: str, max_len: int):
-    scenario, arch, _, _ = _load(key)
+    scenario, arch, _, _ = scenario_from_key(key)
     workload = sample_workload(
         2000, LengthDist(kind="lognormal", mean=max(scenario.prefix_tokens, 1)),
         LengthDist(kind="lognormal", mean=scenario.output_tokens), seed=0)
@@ -337,7 +337,7 @@ def _static_build(scenario: Scenario, arch: ModelArch, workload: Workload, max_l
 
 
 def _roofline(scenario: Scenario, arch: ModelArch, gpu: GPU) -> None:
-    df, notes, prompt, spec = _roofline_data(_key(scenario))
+    df, notes, prompt, spec = _roofline_data(cache_key(scenario))
     fig = figure_from_dict(spec)
     st.plotly_chart(fig, theme=None, key="sv_roofline_chart")
     st.caption(f"TTFT lower bound for one {prompt:,}-token prompt: {df['ttft_ms'].iloc[0]:,.1f} ms")
@@ -348,7 +348,7 @@ def _roofline(scenario: Scenario, arch: ModelArch, gpu: GPU) -> None:
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def _roofline_data(key: str):
-    scenario, arch, gpu, _ = _load(key)
+    scenario, arch, gpu, _ = scenario_from_key(key)
     batches = np.unique(np.geomspace(1, max(scenario.users, 1024), 30).astype(np.int64))
     prompt = max(scenario.tokens - scenario.output_tokens, 1)
     wd = None if scenario.weight_dtype == "auto" else scenario.weight_dtype
@@ -379,7 +379,7 @@ def _nocache(scenario: Scenario, arch: ModelArch, gpu: GPU) -> None:
     new = st.number_input("New tokens N", 1, 100_000, key=ensure("nc_new", scenario, st.session_state))
     metric = st.radio("Show", list(NOCACHE_METRICS), horizontal=True,
                       key=ensure("nc_metric", scenario, st.session_state))
-    df, notes, spec = _nocache_data(_key(scenario), int(new), metric)
+    df, notes, spec = _nocache_data(cache_key(scenario), int(new), metric)
     fig = figure_from_dict(spec)
     st.plotly_chart(fig, theme=None, key="sv_nocache_chart")
     _captions(notes)
@@ -388,7 +388,7 @@ def _nocache(scenario: Scenario, arch: ModelArch, gpu: GPU) -> None:
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def _nocache_data(key: str, new: int, metric: str):
-    scenario, arch, gpu, _ = _load(key)
+    scenario, arch, gpu, _ = scenario_from_key(key)
     prompt = max(scenario.prefix_tokens, 1)
     wd = None if scenario.weight_dtype == "auto" else scenario.weight_dtype
     df, notes = compare(arch, gpu, prompt, new, _kv_dtype(scenario), wd)

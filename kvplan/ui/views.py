@@ -39,20 +39,21 @@ def guarded(title: str, body: Callable[[], object]) -> object:
 
 
 # ---------------------------------------------------------------- cached computations (by content)
-def _key(scenario: Scenario) -> str:
+def cache_key(scenario: Scenario) -> str:
     """Cache key of the computations: the scenario without the serving section's own inputs
     (those are passed to the serving computations separately)."""
     return scenario.model_dump_json(exclude={"serving"})
 
 
-def _load(key: str):
+def scenario_from_key(key: str):
+    """The scenario, model, accelerator and capacity query behind a ``cache_key``."""
     scenario = Scenario.model_validate_json(key)
     return scenario, resolve_arch(scenario), resolve_gpu(scenario), scenario_fit_query(scenario)
 
 
 @st.cache_data(max_entries=128, show_spinner=False)
 def primary_fit(key: str) -> FitResult:
-    _, arch, gpu, query = _load(key)
+    _, arch, gpu, query = scenario_from_key(key)
     from kvplan.capacity import fit
 
     return fit(arch, gpu, query)
@@ -60,7 +61,7 @@ def primary_fit(key: str) -> FitResult:
 
 @st.cache_data(max_entries=128, show_spinner=False)
 def _context_data(key: str) -> tuple[pd.DataFrame, pd.DataFrame | None, list[str]]:
-    scenario, arch, gpu, query = _load(key)
+    scenario, arch, gpu, query = scenario_from_key(key)
     df, errors = data.kv_vs_context(arch, gpu, query, scenario.kv_dtypes, scenario.log_x)
     by_kind = data.kv_by_kind(arch, gpu, query, scenario.log_x) if scenario.stack_kinds else None
     return df, by_kind, errors
@@ -68,7 +69,7 @@ def _context_data(key: str) -> tuple[pd.DataFrame, pd.DataFrame | None, list[str
 
 @st.cache_data(max_entries=128, show_spinner=False)
 def _users_data(key: str) -> tuple[pd.DataFrame, int | None, list[str]]:
-    scenario, arch, gpu, query = _load(key)
+    scenario, arch, gpu, query = scenario_from_key(key)
     results, errors = data.fits_per_dtype(arch, gpu, query, scenario.kv_dtypes)
     budget = next(iter(results.values())).kv_budget_bytes if results else None
     return data.kv_vs_users(results, scenario.users), budget, errors
@@ -76,20 +77,20 @@ def _users_data(key: str) -> tuple[pd.DataFrame, int | None, list[str]]:
 
 @st.cache_data(max_entries=128, show_spinner=False)
 def _memory_data(key: str) -> pd.DataFrame:
-    _, arch, _, query = _load(key)
+    _, arch, _, query = scenario_from_key(key)
     return data.memory_per_gpu(arch, query)
 
 
 @st.cache_data(max_entries=128, show_spinner=False)
 def _requests_data(key: str) -> tuple[pd.DataFrame, pd.DataFrame]:
-    scenario, arch, gpu, query = _load(key)
+    scenario, arch, gpu, query = scenario_from_key(key)
     return (data.requests_grid(arch, query, scenario.kv_dtypes),
             data.context_users_grid(arch, gpu, query))
 
 
 @st.cache_data(max_entries=128, show_spinner=False)
 def _design_data(key: str) -> tuple[pd.DataFrame, list[str]]:
-    _, arch, gpu, query = _load(key)
+    _, arch, gpu, query = scenario_from_key(key)
     return designs.design_table(arch, gpu, query), designs.assumptions(arch)
 
 
@@ -98,7 +99,7 @@ def _design_data(key: str) -> tuple[pd.DataFrame, list[str]]:
 # its plotly dict; a rerun rebuilds the go.Figure from it without re-validation (theme).
 @st.cache_data(max_entries=128, show_spinner=False)
 def _kv_context_fig(key: str) -> dict:
-    scenario, _, gpu, _ = _load(key)
+    scenario, _, gpu, _ = scenario_from_key(key)
     df, by_kind, _ = _context_data(key)
     budget = primary_fit(key).kv_budget_bytes
     return charts.kv_context_figure(df, by_kind, budget, scenario.tokens, scenario.users,
@@ -114,13 +115,13 @@ def _kv_users_fig(key: str) -> dict:
 
 @st.cache_data(max_entries=128, show_spinner=False)
 def _memory_fig(key: str) -> dict:
-    _, _, gpu, _ = _load(key)
+    _, _, gpu, _ = scenario_from_key(key)
     return charts.memory_figure(_memory_data(key), gpu.id).to_dict()
 
 
 @st.cache_data(max_entries=128, show_spinner=False)
 def _requests_figs(key: str) -> tuple[dict, dict]:
-    scenario, _, gpu, _ = _load(key)
+    scenario, _, gpu, _ = scenario_from_key(key)
     grid, cu = _requests_data(key)
     return (charts.requests_heatmap(grid).to_dict(),
             charts.context_users_heatmap(cu, gpu.name, scenario.kv_dtypes[0]).to_dict())
@@ -195,7 +196,7 @@ def kpi_frame(scenario: Scenario, arch, gpu: GPU, result: FitResult) -> pd.DataF
 
 
 def render_kpis(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
-    result = primary_fit(_key(scenario))
+    result = primary_fit(cache_key(scenario))
     frame = kpi_frame(scenario, arch, gpu, result)
     st.markdown(f"**{arch.name}** on **{result.replicas * result.tp * result.pp} × {gpu.name}** "
                 f"({gpu.capacity_bytes / GIB:,.2f} GiB = {gpu.capacity_bytes / GB:,.2f} GB per GPU, "
@@ -235,10 +236,10 @@ def render_kpis(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
 
 # ---------------------------------------------------------------- (2) KV vs context
 def render_kv_context(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
-    df, by_kind, errors = _context_data(_key(scenario))
+    df, by_kind, errors = _context_data(cache_key(scenario))
     for message in errors:
         st.warning(message)
-    fig = figure_from_dict(_kv_context_fig(_key(scenario)))
+    fig = figure_from_dict(_kv_context_fig(cache_key(scenario)))
     st.plotly_chart(fig, theme=None, key="chart_kv_context")
     notes = ["Per GPU rank (tensor-parallel share); the dashed red line is the KV budget of one GPU."]
     if scenario.pp > 1:
@@ -254,10 +255,10 @@ def render_kv_context(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
 
 # ---------------------------------------------------------------- (3) KV vs users
 def render_kv_users(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
-    df, budget, errors = _users_data(_key(scenario))
+    df, budget, errors = _users_data(cache_key(scenario))
     for message in errors:
         st.warning(message)
-    fig = figure_from_dict(_kv_users_fig(_key(scenario)))
+    fig = figure_from_dict(_kv_users_fig(cache_key(scenario)))
     st.plotly_chart(fig, theme=None, key="chart_kv_users")
     st.caption("KV per request is what the engine reserves for one request of the chosen length "
                "(vLLM: whole blocks), times the number of requests.")
@@ -267,8 +268,8 @@ def render_kv_users(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
 
 # ---------------------------------------------------------------- (4) memory per accelerator
 def render_memory(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
-    df = _memory_data(_key(scenario))
-    fig = figure_from_dict(_memory_fig(_key(scenario)))
+    df = _memory_data(cache_key(scenario))
+    fig = figure_from_dict(_memory_fig(cache_key(scenario)))
     st.plotly_chart(fig, theme=None, key="chart_memory")
     bad = df[df["error"] != ""] if "error" in df else df.iloc[0:0]
     for row in bad.itertuples():
@@ -282,8 +283,8 @@ def render_memory(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
 
 # ---------------------------------------------------------------- (5) requests that fit
 def render_requests(scenario: Scenario, arch, gpu: GPU) -> tuple[pd.DataFrame, pd.DataFrame]:
-    grid, cu = _requests_data(_key(scenario))
-    spec, spec2 = _requests_figs(_key(scenario))
+    grid, cu = _requests_data(cache_key(scenario))
+    spec, spec2 = _requests_figs(cache_key(scenario))
     fig = figure_from_dict(spec)
     st.plotly_chart(fig, theme=None, key="chart_requests")
     _export("requests_fit", grid, fig, scenario)
@@ -302,8 +303,8 @@ def render_requests(scenario: Scenario, arch, gpu: GPU) -> tuple[pd.DataFrame, p
 
 # ---------------------------------------------------------------- (6) designs
 def render_designs(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
-    df, notes = _design_data(_key(scenario))
-    fig = figure_from_dict(_designs_fig(_key(scenario)))
+    df, notes = _design_data(cache_key(scenario))
+    fig = figure_from_dict(_designs_fig(cache_key(scenario)))
     st.plotly_chart(fig, theme=None, key="chart_designs")
     st.markdown("**Assumptions**\n" + "\n".join(f"- {n}" for n in notes))
     table = df[["label", "model", "kv_bytes_per_token", "kv_bytes_per_request", "max_requests",
