@@ -26,6 +26,31 @@ from kvplan.arch import MLA, Attention, LayerSpec, ModelArch, MoE, NoCache, Recu
 from kvplan.dtypes import model_dtype_name
 from kvplan.errors import KVPlanError, short
 
+#: Every config.json key the importer reads (links carry exactly these; a test keeps it complete).
+ARCHITECTURE_KEYS = (
+    "_sliding_window_pattern", "architectures", "attention_chunk_size", "attn_layer_offset",
+    "attn_layer_period", "chunk_size", "conv_kernel", "d_model", "dim", "dtype",
+    "expert_layer_period", "experts_per_token", "ffn_dim", "first_k_dense_replace",
+    "full_attention_interval", "head_dim", "hidden_size", "hybrid_override_pattern",
+    "index_head_dim", "index_topk", "interleave_moe_layer_step", "intermediate_size",
+    "intermediate_size_mlp", "kv_lora_rank", "layer_types", "layers_block_type",
+    "linear_conv_kernel_dim", "linear_key_head_dim", "linear_num_key_heads",
+    "linear_num_value_heads", "linear_value_head_dim", "mamba_chunk_size", "mamba_d_conv",
+    "mamba_d_head", "mamba_d_state", "mamba_expand", "mamba_head_dim", "mamba_n_groups",
+    "mamba_n_heads", "mamba_num_heads", "mamba_ssm_cache_dtype", "mamba_ssm_dtype",
+    "max_position_embeddings", "max_seq_len", "max_window_layers", "mlp_only_layers", "model_type",
+    "moe_intermediate_size", "multi_query", "multi_query_attention", "multi_query_group_num",
+    "n_embd", "n_groups", "n_head", "n_head_kv", "n_heads", "n_inner", "n_layer", "n_layers",
+    "n_positions", "n_routed_experts", "n_shared_experts", "new_decoder_architecture",
+    "no_rope_layer_interval", "no_rope_layers", "num_attention_heads", "num_experts",
+    "num_experts_per_tok", "num_experts_per_token", "num_hidden_layers", "num_key_value_heads",
+    "num_kv_heads", "num_kv_shared_layers", "num_layers", "num_local_experts", "padded_vocab_size",
+    "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "shared_expert_intermediate_size",
+    "sliding_window", "sliding_window_pattern", "sliding_window_size", "ssm_state_size",
+    "text_config", "tie_word_embeddings", "torch_dtype", "use_sliding_window", "v_head_dim",
+    "vocab_size",
+)
+
 MAX_CONFIG_BYTES = 2_000_000
 MAX_DEPTH = 32
 MAX_LAYERS = 10_000

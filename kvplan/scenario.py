@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from kvplan.config_import import ARCHITECTURE_KEYS
 from kvplan.errors import MESSAGES, clip, is_plain_int, short
 
 SCHEMA_VERSION = 1
@@ -24,23 +25,9 @@ MAX_TOKENS = 100_000_000
 MAX_USERS = 10_000_000
 MAX_GPUS = 4096
 
-#: Config keys kept when an uploaded config.json is put in a link.
-CONFIG_KEYS = (
-    "model_type", "architectures", "num_hidden_layers", "hidden_size", "num_attention_heads",
-    "num_key_value_heads", "num_kv_heads", "head_dim", "v_head_dim", "intermediate_size",
-    "intermediate_size_mlp", "ffn_dim", "vocab_size", "max_position_embeddings", "torch_dtype",
-    "dtype", "tie_word_embeddings", "sliding_window", "use_sliding_window", "max_window_layers",
-    "layer_types", "sliding_window_pattern", "attention_chunk_size", "no_rope_layers",
-    "no_rope_layer_interval", "full_attention_interval", "kv_lora_rank", "q_lora_rank",
-    "qk_rope_head_dim", "qk_nope_head_dim", "multi_query", "new_decoder_architecture",
-    "n_routed_experts", "num_local_experts", "num_experts", "num_experts_per_tok",
-    "moe_intermediate_size", "n_shared_experts", "shared_expert_intermediate_size",
-    "first_k_dense_replace", "interleave_moe_layer_step", "linear_num_key_heads",
-    "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
-    "linear_conv_kernel_dim", "attn_layer_period", "attn_layer_offset", "mamba_d_state",
-    "mamba_d_conv", "mamba_expand", "expert_layer_period", "n_layer", "n_head", "n_embd",
-    "params_total", "params_active", "name",
-)
+#: Config keys kept when an uploaded config.json is put in a link: every key the importer reads,
+#: plus the name and parameter counts a user may add.
+CONFIG_KEYS = (*ARCHITECTURE_KEYS, "params_total", "params_active", "name")
 
 
 class Scenario(BaseModel):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -176,3 +178,41 @@ def test_every_bad_kind_at_once_keeps_the_good_params() -> None:
     scenario, warnings = _load(zz="1", g="h900", e="tgi", wd="fp3", u="x", m="nope")
     assert len(warnings) == 6
     assert (scenario.tokens, scenario.kv_dtypes) == (8192, ["fp16", "int8"])
+
+
+def _all_configs():
+    from pathlib import Path
+
+    from kvplan.presets import model_presets
+
+    root = Path(__file__).parent / "fixtures" / "configs"
+    items = [(p.stem, json.loads(p.read_text())) for p in sorted(root.glob("*.json"))]
+    items += [(pid, dict(p.config)) for pid, p in model_presets().items()]
+    return items
+
+
+@pytest.mark.parametrize(("name", "config"), _all_configs(), ids=[n for n, _ in _all_configs()])
+def test_a_linked_config_rebuilds_the_same_architecture(name, config):
+    """An uploaded config travels as its architecture keys (``c=``); whoever opens the link must
+    get the same model: same layers, sizes and parameter estimate."""
+    from kvplan.config_import import parse_config
+    from kvplan.scenario import decode_config, encode_config
+
+    original = parse_config(config, name="x")
+    linked = parse_config(decode_config(encode_config(config)), name="x")
+    assert linked == original
+
+
+def test_architecture_keys_cover_every_key_the_importer_reads():
+    """Guard against drift: every literal key config_import reads is in ARCHITECTURE_KEYS."""
+    import re
+    from pathlib import Path
+
+    import kvplan.config_import as ci
+
+    source = Path(ci.__file__).read_text()
+    read = set()
+    for call in re.finditer(r'cfg\.(?:get|int|has)\(([^)]*)\)', source):
+        read |= set(re.findall(r'"([a-z_0-9]+)"', call.group(1)))
+    read |= set(re.findall(r'data\.get\("([a-z_0-9]+)"', source)) - {"_name_or_path"}
+    assert read <= set(ci.ARCHITECTURE_KEYS), sorted(read - set(ci.ARCHITECTURE_KEYS))
