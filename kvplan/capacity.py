@@ -517,7 +517,7 @@ def _pool_answer(arch: ModelArch, gpu: GPU, query: FitQuery, settings: EngineSet
         "num_blocks": pool.num_blocks, "block_size": pool.block_size,
         "bytes_per_block": pool.bytes_per_block,
     }
-    if isinstance(pool, VllmPagedPool):
+    if isinstance(pool, VllmPagedPool | TrtPool):
         answer["blocks_per_request"] = int(pool.blocks(L)[0])
     return answer
 

@@ -195,8 +195,9 @@ def cmd_fit(args: argparse.Namespace) -> int:
     print(f"Weights per GPU:   {human(result.weights_bytes)}")
     print(f"KV budget per GPU: {human(result.kv_budget_bytes)}")
     if result.num_blocks is not None:
-        print(f"Blocks:            {result.num_blocks:,} × {result.block_size} tokens "
-              f"({result.blocks_per_request:,} per request)")
+        per_request = (f" ({result.blocks_per_request:,} per request)"
+                       if result.blocks_per_request is not None else "")
+        print(f"Blocks:            {result.num_blocks:,} × {result.block_size} tokens{per_request}")
     if result.engine == "vllm":
         print(f"vLLM would log:    {result.vllm_log}")
     print(f"Requests of {result.tokens:,} tokens that fit: {result.max_requests:,} per replica, "

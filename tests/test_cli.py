@@ -222,3 +222,14 @@ def test_scenario_file_errors_name_the_problem():
         with pytest.raises(KVPlanError) as info:
             scenario_from_json(raw)
         assert info.value.code == "scenario.invalid"
+
+
+@pytest.mark.parametrize("engine", ["hf", "hf-legacy", "hf-static", "vllm", "sglang", "trtllm"])
+@pytest.mark.parametrize("model", ["llama-3.1-8b", "gemma-3-27b", "deepseek-v3", "qwen3-next-80b-a3b"])
+def test_text_output_for_every_engine(engine, model):
+    """The human-readable ``kv`` and ``fit`` reports print for every engine and layer design."""
+    for argv in (["kv", "--model", model, "--tokens", "5000", "--engine", engine],
+                 ["fit", "--model", model, "--gpu", "h200", "--tokens", "5000", "--engine", engine]):
+        code, out, err = run_cli(argv)
+        assert code == 0 and err == "", (argv, err)
+        assert out.count("\n") >= 3
