@@ -391,15 +391,14 @@ def _hf_rules(arch, engine, dtype, model_dtype, settings, tp, counts, _mla_bs) -
         kind, window = layer_kind(layer), layer.window
         if static:
             max_len = settings.max_cache_len or 0
-            _add(rules, layer, StaticRule(kind, n, bpt, window=window,
-                                    slots=min(window, max_len) if window else max_len,
-                                    note="pre-allocated max_cache_len"
-                                         + (" (window: min(W, max_cache_len))" if window else "")))
+            _add(rules, layer, StaticRule(
+                kind, n, bpt, window=window, slots=min(window, max_len) if window else max_len,
+                note="pre-allocated max_cache_len"
+                     + (" (window: min(W, max_cache_len))" if window else "")))
         else:
-            _add(rules, layer, TokenRule(kind, n, bpt, window=window,
-                                   cap=window - 1 if window else None,
-                                   note=f"keeps the last W-1 = {window - 1} tokens" if window
-                                   else "keeps every token"))
+            _add(rules, layer, TokenRule(
+                kind, n, bpt, window=window, cap=window - 1 if window else None,
+                note=f"keeps the last W-1 = {window - 1} tokens" if window else "keeps every token"))
     return EngineView(engine, dtype, tuple(rules))
 
 
@@ -447,9 +446,9 @@ def _vllm_rules(arch, engine, dtype, model_dtype, settings, tp, counts, mla_bs) 
         if isinstance(layer, Recurrent):
             padded = block * max(attn_1tok) if attn_1tok else \
                 recurrent_state_bytes(layer, engine, model_dtype, tp)
-            _add(rules, layer, _VllmStateRule("recurrent", n, 0, state_bytes=padded,
-                                        pages_reserved=state_pages, block_size=block,
-                                        note="state page padded to the attention page"))
+            _add(rules, layer, _VllmStateRule(
+                "recurrent", n, 0, state_bytes=padded, pages_reserved=state_pages,
+                block_size=block, note="state page padded to the attention page"))
             continue
         bpt = layer_token_bytes(layer, engine, dtype, tp)
         kind, window = layer_kind(layer), layer.window
@@ -457,7 +456,7 @@ def _vllm_rules(arch, engine, dtype, model_dtype, settings, tp, counts, mla_bs) 
             notes.append(f"hybrid KV-cache manager off: {kind} layers reserve full max_model_len")
             kind, window = "full", None
         _add(rules, layer, PagedRule(kind, n, bpt, window=window, block_size=block,
-                               in_flight_tokens=ift))
+                                     in_flight_tokens=ift))
     return EngineView(engine, dtype, tuple(rules), block_size=block, in_flight_tokens=ift,
                       hybrid_manager=hybrid, notes=tuple(dict.fromkeys(notes)))
 
@@ -494,12 +493,12 @@ def _sglang_rules(arch, engine, dtype, model_dtype, settings, tp, counts, _mla_b
         kind = layer_kind(layer)
         if layer.window and hybrid_swa:
             cap = layer.window + settings.swa_eviction_interval
-            _add(rules, layer, TokenRule(kind, n, bpt, window=layer.window, cap=cap, page=page,
-                                   note=f"SWA pool: ≤ W + {settings.swa_eviction_interval} "
-                                        "(eviction interval) tokens"))
+            _add(rules, layer, TokenRule(
+                kind, n, bpt, window=layer.window, cap=cap, page=page,
+                note=f"SWA pool: ≤ W + {settings.swa_eviction_interval} (eviction interval) tokens"))
         else:
-            _add(rules, layer, TokenRule("full" if kind in {"sliding", "chunked"} else kind, n, bpt,
-                                   page=page))
+            full_kind = "full" if kind in {"sliding", "chunked"} else kind
+            _add(rules, layer, TokenRule(full_kind, n, bpt, page=page))
     return EngineView(engine, dtype, tuple(rules), block_size=page, notes=tuple(notes))
 
 
