@@ -145,14 +145,13 @@ def scenario_from_json(raw: str | bytes) -> Scenario:
 
 
 @cache
+@cache
 def named_scenarios() -> dict[str, ScenarioFile]:
-    """The scenarios in ``presets/scenarios/``, by id, in file-name order."""
+    """The scenarios in ``presets/scenarios/``, by id, in file-name order (read once)."""
     from kvplan.presets import scenario_files
 
-    found: dict[str, ScenarioFile] = {}
-    for path in scenario_files():
-        found[parse_scenario_file(path.read_bytes()).id] = parse_scenario_file(path.read_bytes())
-    return found
+    files = [parse_scenario_file(path.read_bytes()) for path in scenario_files()]
+    return {file.id: file for file in files}
 
 
 def named_scenario(scenario_id: str) -> Scenario:
