@@ -192,7 +192,8 @@ def render_sidebar() -> Scenario:
     sb.selectbox("Serving engine", list(ENGINES), key="w_engine",
                  format_func=lambda e: f"{ENGINE_SHORT.get(e, e)} — {ENGINES[e]}",
                  help="How the KV cache is stored: HF DynamicCache grows per token, StaticCache "
-                      "pre-allocates, vLLM reserves paged blocks, SGLang a token pool.")
+                      "pre-allocates, vLLM reserves paged blocks, SGLang a token pool, "
+                      "TensorRT-LLM 32-token blocks.")
     engine = state["w_engine"]
     knobs = {  # engine → (utilization knob, its default, block knob)
         "vllm": ("gpu_memory_utilization", f"{VLLM_DEFAULT_GPU_UTIL}", "Block size (tokens)"),
