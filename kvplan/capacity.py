@@ -339,7 +339,7 @@ class BytePool(KVPool):
         return np.full(np.shape(L), self.capacity // self.per_token if self.per_token else 0)
 
     def users_cost(self, L: np.ndarray, users: int) -> np.ndarray:
-        return self.per_request_bytes(L) * users
+        return self.per_request_bytes(L).astype(object) * users  # exact: may pass int64
 
     def formulas(self, L: int) -> dict[str, str]:
         per = int(self.per_request_bytes(np.asarray([L]))[0])

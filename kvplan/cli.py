@@ -83,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     kv.add_argument("--max-cache-len", type=_positive("--max-cache-len", 1_000_000_000))
     kv.add_argument("--page-size", type=_positive("--page-size", 1_000_000))
     kv.add_argument("--tp", type=_positive("--tp", 4096), default=1,
-                    help="tensor-parallel size: bytes are per rank (vLLM, SGLang, TensorRT-LLM)")
+                    help="tensor-parallel size: bytes are per rank")
 
     fit = sub.add_parser("fit", help="how many requests fit on an accelerator")
     model_args(fit)

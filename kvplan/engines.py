@@ -309,10 +309,11 @@ def layer_token_bytes(layer: LayerSpec, engine: str, dtype: KVDType, tp: int) ->
         if engine == "trtllm":  # get_cache_size_per_token: head_dim · nkv // tp per rank
             return (dtype.vector_bytes(layer.head_dim_k * layer.n_kv_heads // tp)
                     + dtype.vector_bytes(layer.head_dim_v * layer.n_kv_heads // tp))
-        if engine.startswith("hf"):
-            heads = layer.hf_cached_heads or layer.n_kv_heads
-        else:
-            heads = kv_heads_per_rank(layer.n_kv_heads, tp)
+        # transformers' tp_plan shards k/v projections colwise like vLLM (Falcon new-arch caches
+        # the heads it broadcast to every query head)
+        heads = (layer.hf_cached_heads or layer.n_kv_heads) if engine.startswith("hf") \
+            else layer.n_kv_heads
+        heads = kv_heads_per_rank(heads, tp)
         return attention_token_bytes(layer, dtype, heads)
     if isinstance(layer, MLA):
         return mla_token_bytes(layer, dtype, engine)
@@ -345,7 +346,7 @@ def engine_view(arch: ModelArch, engine: str, kv_dtype: str = "bf16",
     model_dtype = resolve_dtype(arch.model_dtype)
     start, stop = stage_layers or (0, arch.n_layers)
     layers = arch.layers[start:stop]
-    tp = 1 if engine.startswith("hf") else settings.tp
+    tp = settings.tp
     if engine in {"hf", "hf-legacy"} and dtype.bits < 16 and any(  # QuantizedCache (quanto/hqq/fp8)
             getattr(layer, "kind", "") in {"sliding", "chunked"} for layer in arch.layers):
         raise KVPlanError("engine.dtype", engine=engine, dtype=dtype.name,

@@ -443,3 +443,14 @@ def test_kv_cli_tp_is_per_rank(capsys):
     import json
 
     assert json.loads(capsys.readouterr().out)["kv_bytes"] == 80 * 1024 * 2 * 128 * 2
+
+
+def test_hf_tensor_parallel_shards_the_heads_it_caches():
+    """transformers' tp_plan shards k/v projections colwise, so each rank caches its share of the
+    heads: Falcon-40B broadcasts K/V to 128 heads before caching → 128 / 4 = 32 heads per rank at
+    tp 4 (60 × 32 × 64 × 2 × 2 B per token); MLA stays replicated."""
+    falcon = kv_cache(load_model("falcon-40b"), 100, engine="hf",
+                      settings=EngineSettings(tp=4))
+    assert falcon.kv_bytes == 100 * 60 * 32 * 64 * 2 * 2
+    v3 = kv_cache(load_model("deepseek-v3"), 100, engine="hf", settings=EngineSettings(tp=8))
+    assert v3.kv_bytes == 100 * 61 * 1152
