@@ -167,15 +167,27 @@ def sglang_mem_fraction_static(capacity_bytes: int, tp: int, pp: int, is_mla: bo
     return max(round((mem - reserved) / mem, 3), 0.0)
 
 
-def engine_settings(query: FitQuery, gpu: GPU) -> EngineSettings:
-    """The engine knobs of a query, with vLLM's per-GPU ``max_num_batched_tokens`` default."""
+def engine_settings(query: FitQuery, gpu: GPU, arch: ModelArch | None = None) -> EngineSettings:
+    """The engine knobs of a query, with the per-GPU defaults: vLLM's ``max_num_batched_tokens``,
+    SGLang's page size."""
     mnbt = query.max_num_batched_tokens or default_max_num_batched_tokens(
         gpu.capacity_bytes, gpu.device_name)
+    page = query.page_size
+    if page is None and query.engine == "sglang" and arch is not None:
+        page = sglang_default_page_size(gpu, arch)
     return EngineSettings(tp=query.tp, pp=query.pp, block_size=query.block_size,
                           max_num_batched_tokens=mnbt, async_scheduling=query.async_scheduling,
                           hybrid_manager=query.hybrid_manager,
                           enable_prefix_caching=query.enable_prefix_caching,
-                          page_size=query.page_size, max_cache_len=query.tokens)
+                          page_size=page, max_cache_len=query.tokens)
+
+
+def sglang_default_page_size(gpu: GPU, arch: ModelArch) -> int | None:
+    """SGLang's page size from its default attention backend (``server_args.py``): Hopper and
+    older run fa3/flashinfer with ``page_size=1``; SM 10.x runs trtllm_mha for MHA/GQA models,
+    which forces 64 tokens. None means the engine default (1)."""
+    major = int(float(gpu.compute_capability)) if gpu.compute_capability else 0
+    return 64 if major == 10 and not arch.is_mla else None
 
 
 def vllm_mla_block_size(gpu: GPU, kv_dtype: str) -> int:
@@ -259,7 +271,7 @@ def fit(arch: ModelArch, gpu: GPU, query: FitQuery, search_gpus: bool = True) ->
     """Answer the capacity question for one model, accelerator and engine configuration."""
     budget = memory_budget(arch, gpu, query)
     notes, formulas = budget.notes, budget.formulas
-    answer = _pool_answer(arch, gpu, query, engine_settings(query, gpu), budget.stage_budgets,
+    answer = _pool_answer(arch, gpu, query, engine_settings(query, gpu, arch), budget.stage_budgets,
                           notes, formulas)
     tp, pp = query.tp, query.pp
     replicas = (query.num_gpus or tp * pp) // (tp * pp)
@@ -591,7 +603,7 @@ def capacity_sweep(arch: ModelArch, gpus_list: list[GPU], kv_dtypes: list[str],
             q = query.model_copy(update={"kv_dtype": dtype})
             try:
                 budget = memory_budget(arch, gpu, q)
-                pool = make_pool(arch, gpu, q, engine_settings(q, gpu), budget.stage_budgets, [])
+                pool = make_pool(arch, gpu, q, engine_settings(q, gpu, arch), budget.stage_budgets, [])
             except KVPlanError:
                 continue
             max_requests = pool.max_requests(t) if budget.weights_fit else np.zeros_like(t)

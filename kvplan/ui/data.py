@@ -29,7 +29,7 @@ def kv_vs_context(arch: ModelArch, gpu: GPU, query: FitQuery, kv_dtypes: list[st
                   log_x: bool) -> tuple[pd.DataFrame, list[str]]:
     """Held KV bytes (per GPU rank) of ``users`` requests over context length, one block per dtype."""
     t = token_grid(query.tokens, log_x)
-    settings = engine_settings(query, gpu)
+    settings = engine_settings(query, gpu, arch)
     frames, errors = [], []
     for dtype in kv_dtypes:
         try:
@@ -48,7 +48,8 @@ def kv_vs_context(arch: ModelArch, gpu: GPU, query: FitQuery, kv_dtypes: list[st
 def kv_by_kind(arch: ModelArch, gpu: GPU, query: FitQuery, log_x: bool) -> pd.DataFrame:
     """Held bytes per layer kind (long format: tokens, kind, kv_bytes) for the first dtype."""
     t = token_grid(query.tokens, log_x)
-    wide = sweep_by_kind(arch, t, query.kv_dtype, query.engine, query.users, engine_settings(query, gpu))
+    settings = engine_settings(query, gpu, arch)
+    wide = sweep_by_kind(arch, t, query.kv_dtype, query.engine, query.users, settings)
     long = wide.melt(id_vars="tokens", var_name="kind", value_name="kv_bytes")
     long["kv_dtype"] = query.kv_dtype
     return long

@@ -141,7 +141,7 @@ def _breakdown(arch, scenario: Scenario, gpu: GPU, tokens: int) -> tuple[str, in
 
     query = scenario_fit_query(scenario)
     engine = scenario.engine
-    result = kv_cache(arch, tokens, 1, query.kv_dtype, engine, engine_settings(query, gpu))
+    result = kv_cache(arch, tokens, 1, query.kv_dtype, engine, engine_settings(query, gpu, arch))
     parts = []
     for kind, row in result.layers.items():
         if kind == "recurrent":
