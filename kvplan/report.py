@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kvplan.errors import KVPlanError, short
 from kvplan.png import TEMPLATE
-from kvplan.scenario import Scenario, check_names, scenario_fit_query, scenario_gpu
+from kvplan.scenario import Scenario, check_names, scenario_arch, scenario_fit_query, scenario_gpu
 
 GIB = 1 << 30
 MAX_SCENARIO_BYTES = 1_000_000
@@ -187,18 +187,6 @@ def load_scenario(arg: str | Path) -> Scenario:
 
 
 # ------------------------------------------------------------------------------------- tables
-
-
-def scenario_arch(scenario: Scenario):
-    """The ModelArch of the scenario: the uploaded config when there is one, else the preset."""
-    from kvplan.config_import import parse_config
-    from kvplan.presets import load_model, model_presets
-
-    if scenario.custom_config is not None and scenario.model not in model_presets():
-        config = scenario.custom_config
-        return parse_config(config, name=str(config.get("name") or "custom config"),
-                            source="config.json in the link")
-    return load_model(scenario.model)
 
 
 def fit_table(scenario: Scenario) -> pd.DataFrame:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import zlib
+from functools import lru_cache
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -20,6 +21,7 @@ from kvplan.errors import MESSAGES, clip, is_plain_int, short
 
 SCHEMA_VERSION = 1
 CUSTOM_GPU = "custom"
+CUSTOM_MODEL = "custom"
 MAX_PARAM_CHARS = 8192
 MAX_TOKENS = 100_000_000
 MAX_USERS = 10_000_000
@@ -208,7 +210,6 @@ def check_names(scenario: Scenario) -> tuple[Scenario, list[str]]:
     KV and weight formats and ``tp × pp`` dividing the GPU count. Known dtype aliases are
     replaced by their canonical names. Returns the repaired scenario and one warning per fix.
     """
-    from kvplan.config_import import parse_config
     from kvplan.dtypes import KV_DTYPE_CHOICES, WEIGHT_DTYPES, get_dtype, get_weight_dtype
     from kvplan.engines import ENGINES
     from kvplan.errors import KVPlanError
@@ -226,7 +227,7 @@ def check_names(scenario: Scenario) -> tuple[Scenario, list[str]]:
     config = scenario.custom_config
     if config is not None:
         try:
-            parse_config(config, name=str(config.get("name") or "custom config"))
+            custom_arch(config)
         except KVPlanError as exc:
             warn("custom_config", "<config>", str(exc))
             update["custom_config"] = config = None
@@ -276,6 +277,33 @@ def check_names(scenario: Scenario) -> tuple[Scenario, list[str]]:
              str(KVPlanError("parallel.gpus", gpus=scenario.num_gpus, tpp=tpp)))
         update["num_gpus"] = tpp
     return (scenario.model_copy(update=update) if update else scenario), warnings
+
+
+@lru_cache(maxsize=64)
+def _custom_arch(key: str):
+    from kvplan.config_import import parse_config
+
+    config = json.loads(key)
+    name = config.get("name") if isinstance(config.get("name"), str) else None
+    return parse_config(config, name=name or "Custom model (config.json)",
+                        source="uploaded config.json (carried in the link)")
+
+
+def custom_arch(config: dict[str, Any]):
+    """The ModelArch of an uploaded config, parsed once per distinct content."""
+    return _custom_arch(json.dumps(config, sort_keys=True, separators=(",", ":"), default=str))
+
+
+def scenario_arch(scenario: Scenario):
+    """The scenario's model: the uploaded config for ``m=custom``, else the preset."""
+    from kvplan.errors import KVPlanError
+    from kvplan.presets import load_model
+
+    if scenario.model == CUSTOM_MODEL:
+        if not scenario.custom_config:
+            raise KVPlanError("unknown.model", value=CUSTOM_MODEL)
+        return custom_arch(scenario.custom_config)
+    return load_model(scenario.model)
 
 
 def scenario_gpu(scenario: Scenario):

@@ -2,24 +2,21 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import streamlit as st
 
 from kvplan.arch import ModelArch
 from kvplan.capacity import DEFAULT_RESERVE_GIB, TRTLLM_DEFAULT_FREE_FRACTION, VLLM_DEFAULT_GPU_UTIL
-from kvplan.config_import import parse_config
 from kvplan.dtypes import DTYPES, KV_DTYPE_CHOICES, WEIGHT_DTYPES
 from kvplan.engines import ENGINES
 from kvplan.errors import MESSAGES, KVPlanError
-from kvplan.presets import GPU, gpus, load_model, model_presets
-from kvplan.scenario import CUSTOM_GPU, Scenario, scenario_gpu
+from kvplan.presets import GPU, gpus, model_presets
+from kvplan.scenario import CUSTOM_GPU, CUSTOM_MODEL, Scenario, custom_arch, scenario_arch, scenario_gpu
 from kvplan.scenario import check_names as check_scenario_names
 from kvplan.ui import serving_state
 from kvplan.ui.theme import fmt_tokens
 
-CUSTOM = "custom"
 MAX_UI_TOKENS = 10_000_000
 MAX_UI_USERS = 10_000_000
 #: Log-spaced context lengths for the slider (the current value is always added).
@@ -42,24 +39,9 @@ ENGINE_SHORT = {"hf": "HF dynamic", "hf-legacy": "HF dynamic (≤5.14)", "hf-sta
                 "vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
 
 
-# ---------------------------------------------------------------- model resolution (cached)
-def config_key(config: dict[str, Any]) -> str:
-    return json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
-
-
-@st.cache_resource(max_entries=64, show_spinner=False)
-def _parse_custom(key: str) -> ModelArch:
-    config = json.loads(key)
-    name = config.get("name") if isinstance(config.get("name"), str) else None
-    return parse_config(config, name=name or "Custom model (config.json)", source="uploaded config.json")
-
-
+# ---------------------------------------------------------------- model resolution
 def resolve_arch(scenario: Scenario) -> ModelArch:
-    if scenario.model == CUSTOM:
-        if not scenario.custom_config:
-            raise KVPlanError("unknown.model", value=CUSTOM)
-        return _parse_custom(config_key(scenario.custom_config))
-    return load_model(scenario.model)
+    return scenario_arch(scenario)
 
 
 def resolve_gpu(scenario: Scenario) -> GPU:
@@ -123,12 +105,12 @@ def _use_config(raw: str | bytes, source: str) -> None:
         from kvplan.config_import import load_config_text
 
         config = load_config_text(raw)
-        _parse_custom(config_key(config))
+        custom_arch(config)
     except KVPlanError as err:
         st.session_state["_config_error"] = f"{source}: {err}"
         return
     st.session_state["custom_config"] = config
-    st.session_state["w_model"] = CUSTOM
+    st.session_state["w_model"] = CUSTOM_MODEL
     st.session_state.pop("_config_error", None)
 
 
@@ -156,7 +138,7 @@ def _on_tokens_exact() -> None:
 
 # ---------------------------------------------------------------- the sidebar
 def _model_label(model_id: str) -> str:
-    if model_id == CUSTOM:
+    if model_id == CUSTOM_MODEL:
         config = st.session_state.get("custom_config") or {}
         name = config.get("name") if isinstance(config.get("name"), str) else None
         return f"Custom: {name or config.get('model_type', 'config.json')}"
@@ -173,7 +155,7 @@ def render_sidebar() -> Scenario:
     sb.subheader("Model")
     options = list(model_presets())
     if state.get("custom_config"):
-        options.append(CUSTOM)
+        options.append(CUSTOM_MODEL)
     if state.get("w_model") not in options:
         state["w_model"] = Scenario().model
     sb.selectbox("Model preset", options, key="w_model", format_func=_model_label,
