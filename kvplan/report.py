@@ -224,13 +224,12 @@ def token_grid(tokens: int, points: int = 48) -> np.ndarray:
 
 def kv_table(scenario: Scenario) -> pd.DataFrame:
     """KV cache held by ``users`` requests over a token range, one column per KV dtype (GiB)."""
-    from kvplan.engines import EngineSettings
+    from kvplan.capacity import engine_settings
     from kvplan.sizing import sweep
 
     arch = scenario_arch(scenario)
     grid = token_grid(scenario.tokens)
-    settings = EngineSettings(tp=scenario.tp, pp=1, block_size=scenario.block_size,
-                              max_num_batched_tokens=scenario.max_num_batched_tokens)
+    settings = engine_settings(scenario_fit_query(scenario), scenario_gpu(scenario), arch)
     frame = pd.DataFrame({"tokens": grid})
     for dtype in scenario.kv_dtypes:
         try:
@@ -242,23 +241,20 @@ def kv_table(scenario: Scenario) -> pd.DataFrame:
 
 
 def gpu_table(scenario: Scenario) -> pd.DataFrame:
-    """Requests of ``tokens`` tokens that fit per replica on every accelerator, per KV dtype."""
-    from kvplan.capacity import fit
+    """Requests of ``tokens`` tokens that fit per replica on every accelerator, per KV dtype
+    (one ``capacity_sweep``; empty where the engine refuses the dtype)."""
+    from kvplan.capacity import capacity_sweep
     from kvplan.presets import gpus
 
-    arch = scenario_arch(scenario)
-    rows = []
-    for gpu in gpus().values():
-        row: dict[str, Any] = {"gpu": gpu.id, "gpu_name": gpu.name,
-                               "gpu_memory_gib": gpu.capacity_bytes / GIB}
-        for dtype in scenario.kv_dtypes:
-            try:
-                r = fit(arch, gpu, scenario_fit_query(scenario, dtype), search_gpus=False)
-                row[f"{dtype}_max_requests"] = r.max_requests if r.weights_fit else 0
-            except KVPlanError:
-                row[f"{dtype}_max_requests"] = None
-        rows.append(row)
-    return pd.DataFrame(rows)
+    catalogue = list(gpus().values())
+    swept = capacity_sweep(scenario_arch(scenario), catalogue, scenario.kv_dtypes,
+                           [scenario.tokens], [scenario.users], scenario_fit_query(scenario))
+    frame = pd.DataFrame({"gpu": [g.id for g in catalogue], "gpu_name": [g.name for g in catalogue],
+                          "gpu_memory_gib": [g.capacity_bytes / GIB for g in catalogue]})
+    for dtype in scenario.kv_dtypes:
+        counts = swept[swept["kv_dtype"] == dtype].set_index("gpu")["max_requests"]
+        frame[f"{dtype}_max_requests"] = frame["gpu"].map(counts)
+    return frame
 
 
 def scenario_tables(scenario: Scenario) -> dict[str, pd.DataFrame]:

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 
 from kvplan.arch import ModelArch
-from kvplan.capacity import FitQuery, FitResult, engine_settings, fit
+from kvplan.capacity import FitQuery, FitResult, capacity_sweep, engine_settings, fit
 from kvplan.errors import KVPlanError
 from kvplan.presets import GPU, gpus
 from kvplan.sizing import exact_outer, sweep, sweep_by_kind
@@ -122,19 +122,14 @@ def requests_grid(arch: ModelArch, query: FitQuery, kv_dtypes: list[str]) -> pd.
 
 
 def context_users_grid(arch: ModelArch, gpu: GPU, query: FitQuery) -> pd.DataFrame:
-    """For the chosen GPU and first dtype: does ``users`` × ``context`` fit, and the KV share used."""
+    """For the chosen GPU and first dtype: does ``users`` × ``context`` fit, and the KV share used
+    (one vectorised ``capacity_sweep`` over the grid)."""
     contexts = sorted(set(CONTEXT_GRID) | {query.tokens})
     users = sorted(set(USERS_GRID) | {query.users})
-    rows = []
-    for tokens in contexts:
-        try:
-            r = fit(arch, gpu, query.model_copy(update={"tokens": tokens, "users": 1}), search_gpus=False)
-        except KVPlanError:
-            continue
-        for u in users:
-            need = u * r.kv_bytes_per_request
-            rows.append({"tokens": tokens, "users": u, "max_requests": r.max_requests,
-                         "kv_bytes": need, "kv_budget_bytes": r.kv_budget_bytes,
-                         "kv_share": need / r.kv_budget_bytes if r.kv_budget_bytes else float("inf"),
-                         "fits": bool(r.weights_fit and r.max_requests >= u)})
-    return pd.DataFrame(rows)
+    frame = capacity_sweep(arch, [gpu], [query.kv_dtype], contexts, users, query)
+    # exact Python ints: 10M users × a 100M-token request overflows int64
+    frame["kv_bytes"] = frame["users"].astype(object) * frame["kv_bytes_per_request"].astype(object)
+    budget = frame["kv_budget_bytes"].astype(float)
+    frame["kv_share"] = (frame["kv_bytes"].astype(float) / budget).where(budget > 0, float("inf"))
+    return frame[["tokens", "users", "max_requests", "kv_bytes", "kv_budget_bytes", "kv_share",
+                  "fits"]]
