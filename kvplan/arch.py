@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 
 class _Spec(BaseModel):
@@ -113,24 +113,67 @@ class ModelArch(_Spec):
     source: str = ""
     notes: tuple[str, ...] = ()
 
+    #: Caches keyed by the ``layers`` tuple they were computed from (``model_copy`` copies them).
+    _runs: tuple[tuple[LayerSpec, ...], tuple[tuple[LayerSpec, int], ...]] | None = PrivateAttr(
+        default=None)
+    _counts: tuple[tuple[LayerSpec, ...], dict[LayerSpec, int]] | None = PrivateAttr(default=None)
+
     @property
     def n_layers(self) -> int:
         return len(self.layers)
 
-    def layer_groups(self) -> list[tuple[LayerSpec, int]]:
-        """Distinct layer specs with their counts, in first-seen order."""
-        return list(Counter(self.layers).items())
+    def layer_runs(self) -> tuple[tuple[LayerSpec, int], ...]:
+        """The layers as runs of identical consecutive specs (computed once per model)."""
+        if self._runs is None or self._runs[0] is not self.layers:
+            runs: list[tuple[LayerSpec, int]] = []
+            for layer in self.layers:
+                if runs and runs[-1][0] is layer:
+                    runs[-1] = (layer, runs[-1][1] + 1)
+                elif runs and runs[-1][0] == layer:
+                    runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+                else:
+                    runs.append((layer, 1))
+            self._runs = (self.layers, tuple(runs))
+        return self._runs[1]
+
+    def layer_counts(self, start: int = 0, stop: int | None = None) -> dict[LayerSpec, int]:
+        """Distinct layer specs of layers ``[start, stop)`` with their counts, in first-seen order.
+
+        Works on runs of identical layers, so its cost grows with the distinct kinds and their
+        alternations, not with a long run of identical layers.
+        """
+        whole = start == 0 and stop in (None, self.n_layers)
+        if whole and self._counts is not None and self._counts[0] is self.layers:
+            return dict(self._counts[1])
+        stop = self.n_layers if stop is None else stop
+        counts: dict[LayerSpec, int] = {}
+        position = 0
+        for layer, n in self.layer_runs():
+            low, high = max(position, start), min(position + n, stop)
+            if high > low:
+                counts[layer] = counts.get(layer, 0) + high - low
+            position += n
+        if whole:
+            self._counts = (self.layers, dict(counts))
+        return counts
 
     def kind_counts(self) -> dict[str, int]:
-        counts: Counter[str] = Counter(layer.kind for layer in self.layers)
+        counts: Counter[str] = Counter()
+        for layer, n in self.layer_counts().items():
+            counts[layer.kind] += n
         return dict(counts)
 
     @property
+    def has_windows(self) -> bool:
+        """Whether any attention layer has a sliding window or a chunk."""
+        return any(isinstance(layer, Attention) and layer.window for layer in self.layer_counts())
+
+    @property
     def is_mla(self) -> bool:
-        return any(layer.kind == "mla" for layer in self.layers)
+        return any(layer.kind == "mla" for layer in self.layer_counts())
 
     @property
     def kv_heads(self) -> int:
         """KV heads of the attention layers (1 for MLA latent; max over layers)."""
-        heads = [layer.n_kv_heads for layer in self.layers if isinstance(layer, Attention)]
+        heads = [layer.n_kv_heads for layer in self.layer_counts() if isinstance(layer, Attention)]
         return max(heads) if heads else 1

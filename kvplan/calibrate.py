@@ -26,6 +26,7 @@ from pydantic import BaseModel
 
 from kvplan.arch import ModelArch
 from kvplan.capacity import GIB, FitQuery, FitResult, fit
+from kvplan.engines import get_engine
 from kvplan.errors import KVPlanError
 from kvplan.presets import GPU
 
@@ -227,7 +228,7 @@ def _short_gib(low: int, high: int) -> float:
 
 def calibrate(arch: ModelArch, gpu: GPU, query: FitQuery, log: VllmLog) -> Calibration:
     """Compare ``fit`` for this model, GPU and vLLM settings with a real run's log."""
-    if query.engine != "vllm":
+    if not get_engine(query.engine).logs_kv_cache:
         raise KVPlanError("calibrate.engine", why=f"engine '{query.engine}' is not vLLM")
     notes: list[str] = []
     formulas: dict[str, str] = {}

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from kvplan.engines import get_engine
 from kvplan.errors import MESSAGES, KVPlanError, clip, short
 
 GIB = 1 << 30
@@ -43,8 +44,52 @@ def _positive(name: str, high: int):
     return _number(name, int, 1, high)
 
 
-def _fraction(text: str) -> float:
-    return _number("--gpu-util", float, 0.01, 1)(text)
+def _setting_type(setting):
+    """argparse type of a declared engine setting: its bounds from the one declaration."""
+    kind = int if setting.kind == "int" else float
+    low = setting.low if setting.low is not None else -float("inf")
+    high = setting.high if setting.high is not None else float("inf")
+    check = _number(setting.flag, kind, low, high)
+
+    def convert(text: str):
+        value = check(text)
+        if setting.low_open and value <= low:
+            raise argparse.ArgumentTypeError(
+                MESSAGES["value.range"].format(field=setting.flag, low=f"more than {low:g}", high=high,
+                                               value=short(text)))
+        return value
+    return convert
+
+
+def _add_settings(p: argparse.ArgumentParser) -> None:
+    """One flag per declared engine setting (``kvplan.engines.settings``)."""
+    from kvplan.engines import SETTINGS
+
+    for name, setting in SETTINGS.items():
+        flags = (setting.flag, *setting.aliases)
+        if setting.kind == "bool":
+            p.add_argument(*flags, dest=name, action=argparse.BooleanOptionalAction, default=None,
+                           help=setting.help)
+        elif setting.kind == "tristate":
+            p.add_argument(*flags, dest=name, choices=["auto", "on", "off"], default="auto",
+                           help=setting.help)
+        else:
+            p.add_argument(*flags, dest=name, type=_setting_type(setting), default=None,
+                           help=setting.help)
+
+
+def settings_from_args(args: argparse.Namespace, tp: int = 1, pp: int = 1):
+    """The ``EngineSettings`` the declared flags gave (unset flags keep the engine default)."""
+    from kvplan.engines import SETTINGS, EngineSettings
+
+    values = {}
+    for name, setting in SETTINGS.items():
+        value = getattr(args, name, None)
+        if setting.kind == "tristate":
+            values[name] = {"auto": None, "on": True, "off": False}[value or "auto"]
+        elif value is not None:
+            values[name] = value
+    return EngineSettings(tp=tp, pp=pp, **values)
 
 
 def _nonneg_float(text: str) -> float:
@@ -70,18 +115,12 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--kv-dtype", default="auto",
                        help="KV element format; auto = the model's dtype (vLLM's kv_cache_dtype=auto)")
         p.add_argument("--engine", default=None, choices=list(ENGINES))
-        p.add_argument("--block-size", type=_positive("--block-size", 1_000_000))
-        p.add_argument("--max-num-batched-tokens", type=_positive("--max-num-batched-tokens", 100_000_000))
-        p.add_argument("--no-async-scheduling", action="store_true",
-                       help="vLLM in-flight tokens = max_num_batched_tokens (releases before ~0.26)")
-        p.add_argument("--hybrid-manager", choices=["auto", "on", "off"], default="auto")
+        _add_settings(p)
         p.add_argument("--json", action="store_true")
 
     kv = sub.add_parser("kv", help="KV-cache bytes for one sequence length and batch")
     model_args(kv)
     kv.add_argument("--batch", type=_positive("--batch", 10_000_000), default=1)
-    kv.add_argument("--max-cache-len", type=_positive("--max-cache-len", 1_000_000_000))
-    kv.add_argument("--page-size", type=_positive("--page-size", 1_000_000))
     kv.add_argument("--tp", type=_positive("--tp", 4096), default=1,
                     help="tensor-parallel size: bytes are per rank")
 
@@ -94,10 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--pp", type=_positive("--pp", 4096), default=1)
     fit.add_argument("--users", type=_positive("--users", 10_000_000), default=1)
     fit.add_argument("--weight-dtype")
-    fit.add_argument("--gpu-util", type=_fraction)
     fit.add_argument("--reserve-gib", type=_nonneg_float)
     fit.add_argument("--kv-cache-memory-bytes", type=_nonneg_int)
-    fit.add_argument("--page-size", type=_positive("--page-size", 1_000_000))
 
     cal = sub.add_parser("calibrate", help="compare kvplan with a real vLLM run's start-up log")
     model_args(cal)
@@ -105,7 +142,6 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--tp", type=_positive("--tp", 4096), default=1)
     cal.add_argument("--pp", type=_positive("--pp", 4096), default=1)
     cal.add_argument("--weight-dtype")
-    cal.add_argument("--gpu-util", type=_fraction)
     cal.add_argument("--reserve-gib", type=_nonneg_float,
                      help="reserve of kvplan's own prediction (default: the engine default)")
     cal.add_argument("--log", required=True, help="the vLLM log file (max 1 MiB)")
@@ -134,25 +170,17 @@ def _load_arch(args: argparse.Namespace):
                         source=str(path))
 
 
-def _hybrid(value: str) -> bool | None:
-    return {"auto": None, "on": True, "off": False}[value]
-
-
 def human(n: int | float) -> str:
     return f"{n / GIB:,.3f} GiB ({int(n):,} B)"
 
 
 def cmd_kv(args: argparse.Namespace) -> int:
-    from kvplan.engines import EngineSettings
+    from kvplan.engines import HF_ENGINE
     from kvplan.sizing import kv_cache
 
     arch = _load_arch(args)
-    settings = EngineSettings(tp=args.tp, block_size=args.block_size,
-                              max_num_batched_tokens=args.max_num_batched_tokens,
-                              async_scheduling=not args.no_async_scheduling,
-                              hybrid_manager=_hybrid(args.hybrid_manager),
-                              max_cache_len=args.max_cache_len, page_size=args.page_size)
-    result = kv_cache(arch, args.tokens, args.batch, args.kv_dtype, args.engine or "hf", settings)
+    settings = settings_from_args(args, tp=args.tp)
+    result = kv_cache(arch, args.tokens, args.batch, args.kv_dtype, args.engine or HF_ENGINE, settings)
     if args.json:
         payload = result.model_dump()
         payload["layers"] = {k: v.model_dump() for k, v in result.layers.items()}
@@ -174,23 +202,22 @@ def cmd_kv(args: argparse.Namespace) -> int:
 
 def cmd_fit(args: argparse.Namespace) -> int:
     from kvplan.capacity import FitQuery, fit
+    from kvplan.engines import DEFAULT_ENGINE
     from kvplan.presets import get_gpu
 
     arch = _load_arch(args)
     gpu = get_gpu(args.gpu)
     query = FitQuery(tokens=args.tokens, users=args.users, kv_dtype=args.kv_dtype,
-                     weight_dtype=args.weight_dtype, engine=args.engine or "vllm",
-                     num_gpus=args.num_gpus, tp=args.tp, pp=args.pp, gpu_util=args.gpu_util,
-                     reserve_gib=args.reserve_gib, kv_cache_memory_bytes=args.kv_cache_memory_bytes,
-                     max_num_batched_tokens=args.max_num_batched_tokens, block_size=args.block_size,
-                     hybrid_manager=_hybrid(args.hybrid_manager),
-                     async_scheduling=not args.no_async_scheduling, page_size=args.page_size)
+                     weight_dtype=args.weight_dtype, engine=args.engine or DEFAULT_ENGINE,
+                     num_gpus=args.num_gpus, tp=args.tp, pp=args.pp, reserve_gib=args.reserve_gib,
+                     kv_cache_memory_bytes=args.kv_cache_memory_bytes,
+                     settings=settings_from_args(args, tp=args.tp, pp=args.pp))
     result = fit(arch, gpu, query)
     if args.json:
         print(result.model_dump_json())
         return 0
     print(f"{result.model} on {result.replicas} × {result.tp * result.pp} {gpu.name} "
-          f"(tp={result.tp}, pp={result.pp}) · {result.engine_label}")
+          f"(tp={result.tp}, pp={result.pp}) · {result.engine_label} [{result.engine_release}]")
     print(f"GPU memory:        {human(result.gpu_capacity_bytes)} [{gpu.capacity_basis}]")
     print(f"Weights per GPU:   {human(result.weights_bytes)}")
     print(f"KV budget per GPU: {human(result.kv_budget_bytes)}")
@@ -198,7 +225,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
         per_request = (f" ({result.blocks_per_request:,} per request)"
                        if result.blocks_per_request is not None else "")
         print(f"Blocks:            {result.num_blocks:,} × {result.block_size} tokens{per_request}")
-    if result.engine == "vllm":
+    if get_engine(result.engine).logs_kv_cache:
         print(f"vLLM would log:    {result.vllm_log}")
     print(f"Requests of {result.tokens:,} tokens that fit: {result.max_requests:,} per replica, "
           f"{result.max_requests_all_replicas:,} in all")
@@ -252,9 +279,10 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from kvplan.calibrate import MAX_LOG_BYTES, calibrate, parse_vllm_log
     from kvplan.capacity import FitQuery
+    from kvplan.engines import log_engine
     from kvplan.presets import get_gpu
 
-    if args.engine not in (None, "vllm"):
+    if args.engine is not None and not get_engine(args.engine).logs_kv_cache:
         raise KVPlanError("calibrate.engine", why=f"engine '{args.engine}' is not vLLM")
     path = Path(args.log)
     try:
@@ -269,10 +297,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     arch = _load_arch(args)
     gpu = get_gpu(args.gpu)
     query = FitQuery(tokens=args.tokens, kv_dtype=args.kv_dtype, weight_dtype=args.weight_dtype,
-                     engine="vllm", tp=args.tp, pp=args.pp, gpu_util=args.gpu_util,
-                     reserve_gib=args.reserve_gib, max_num_batched_tokens=args.max_num_batched_tokens,
-                     block_size=args.block_size, hybrid_manager=_hybrid(args.hybrid_manager),
-                     async_scheduling=not args.no_async_scheduling)
+                     engine=log_engine(), tp=args.tp, pp=args.pp, reserve_gib=args.reserve_gib,
+                     settings=settings_from_args(args, tp=args.tp, pp=args.pp))
     result = calibrate(arch, gpu, query, log)
     if args.json:
         print(result.model_dump_json())

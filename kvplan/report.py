@@ -216,19 +216,13 @@ def fit_table(scenario: Scenario) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def token_grid(tokens: int, points: int = 48) -> np.ndarray:
-    high = max(int(tokens), 16)
-    grid = np.unique(np.geomspace(16, high, points).astype(np.int64))
-    return np.unique(np.append(grid, int(tokens)))
-
-
 def kv_table(scenario: Scenario) -> pd.DataFrame:
     """KV cache held by ``users`` requests over a token range, one column per KV dtype (GiB)."""
     from kvplan.capacity import engine_settings
-    from kvplan.sizing import sweep
+    from kvplan.sizing import sweep, token_grid
 
     arch = scenario_arch(scenario)
-    grid = token_grid(scenario.tokens)
+    grid = token_grid(scenario.tokens, 16, max(scenario.tokens, 16), 48)
     settings = engine_settings(scenario_fit_query(scenario), scenario_gpu(scenario), arch)
     frame = pd.DataFrame({"tokens": grid})
     for dtype in scenario.kv_dtypes:

@@ -14,9 +14,11 @@ import zlib
 from functools import lru_cache
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from kvplan.config_import import ARCHITECTURE_KEYS
+from kvplan.engines import DEFAULT_ENGINE
+from kvplan.engines.settings import SETTINGS, EngineSettings, Setting
 from kvplan.errors import MESSAGES, clip, is_plain_int, short
 
 SCHEMA_VERSION = 1
@@ -30,6 +32,8 @@ MAX_GPUS = 4096
 #: Config keys kept when an uploaded config.json is put in a link: every key the importer reads,
 #: plus the name and parameter counts a user may add.
 CONFIG_KEYS = (*ARCHITECTURE_KEYS, "params_total", "params_active", "name")
+#: Link key → engine setting (declared once in ``kvplan.engines.settings``).
+SETTING_KEYS: dict[str, Setting] = {setting.key: setting for setting in SETTINGS.values()}
 
 
 class Scenario(BaseModel):
@@ -39,7 +43,7 @@ class Scenario(BaseModel):
 
     model: str = Field(default="llama-3.1-8b", alias="m", max_length=64)
     custom_config: dict[str, Any] | None = Field(default=None, alias="c")
-    engine: str = Field(default="vllm", alias="e")
+    engine: str = Field(default=DEFAULT_ENGINE, alias="e")
     kv_dtypes: list[str] = Field(default_factory=lambda: ["bf16", "fp8_e4m3"], alias="kd",
                                  min_length=1, max_length=12)
     weight_dtype: str = Field(default="auto", alias="wd")
@@ -54,9 +58,8 @@ class Scenario(BaseModel):
     tokens: int = Field(default=32768, alias="t", ge=1, le=MAX_TOKENS)
     users: int = Field(default=8, alias="u", ge=1, le=MAX_USERS)
     reserve_gib: float | None = Field(default=None, alias="r", ge=0, le=100_000)
-    gpu_util: float | None = Field(default=None, alias="gu", gt=0, le=1)
-    block_size: int | None = Field(default=None, alias="bs", ge=1, le=1_000_000)
-    max_num_batched_tokens: int | None = Field(default=None, alias="mb", ge=1, le=MAX_TOKENS)
+    #: Engine knobs; each travels under its own link key (``SETTING_KEYS``).
+    engine_settings: EngineSettings = Field(default_factory=EngineSettings)
     #: The dashboard view (tab) the link opens.
     view: Literal["context", "users", "memory", "requests", "designs", "serving"] = Field(
         default="context", alias="vw")
@@ -67,12 +70,35 @@ class Scenario(BaseModel):
     #: The serving section's own inputs (``sv=key:value;…``; typed and checked by the dashboard).
     serving: dict[str, str] = Field(default_factory=dict, alias="sv", max_length=64)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_settings(cls, data: Any) -> Any:
+        """Engine settings given flat (by name or link key) move into ``engine_settings``."""
+        if not isinstance(data, dict):
+            return data
+        flat = {k: v for k, v in data.items() if k in SETTINGS or k in SETTING_KEYS}
+        if not flat:
+            return data
+        data = {k: v for k, v in data.items() if k not in flat}
+        base = data.get("engine_settings")
+        values = base.model_dump() if isinstance(base, EngineSettings) else dict(base or {})
+        for key, value in flat.items():
+            values[SETTING_KEYS[key].name if key in SETTING_KEYS else key] = value
+        data["engine_settings"] = values
+        return data
+
     def to_query(self) -> dict[str, str]:
         """Short, readable query parameters; defaults are left out to keep links short."""
         defaults = Scenario()
         out: dict[str, str] = {"v": str(SCHEMA_VERSION)}
         for name, info in type(self).model_fields.items():
             value = getattr(self, name)
+            if name == "engine_settings":
+                for setting in SETTINGS.values():
+                    own = getattr(self.engine_settings, setting.name)
+                    if own is not None and own != getattr(defaults.engine_settings, setting.name):
+                        out[setting.key] = _encode_setting(own)
+                continue
             if value == getattr(defaults, name) or value is None:
                 continue
             out[info.alias or name] = _encode(name, value)
@@ -91,11 +117,15 @@ class Scenario(BaseModel):
             else:
                 warnings.append(MESSAGES["link.bad_value"].format(
                     key="v", value=short(version), why=f"schema version is {SCHEMA_VERSION}"))
+        settings: dict[str, Any] = {}
         for key, raw in query.items():
             if key == "v":
                 continue
+            if key in SETTING_KEYS:
+                _decode_setting(SETTING_KEYS[key], _first(raw), settings, warnings)
+                continue
             name = by_alias.get(key)
-            if name is None:
+            if name is None or name == "engine_settings":
                 warnings.append(MESSAGES["link.unknown_key"].format(key=short(key, 40)))
                 continue
             text = _first(raw)
@@ -112,6 +142,8 @@ class Scenario(BaseModel):
                     key=key, value=short(text, 40), why=why[:80]))
                 continue
             values[name] = candidate
+        if settings:
+            values["engine_settings"] = EngineSettings(**settings)
         return cls.model_validate(values), warnings
 
 
@@ -119,6 +151,42 @@ def _first(raw: Any) -> str | None:
     if isinstance(raw, list | tuple):
         raw = raw[-1] if raw else None
     return None if raw is None else str(raw)
+
+
+def _encode_setting(value: Any) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def _decode_setting(setting: Setting, text: str | None, settings: dict[str, Any],
+                    warnings: list[str]) -> None:
+    """Decode one engine setting from the link into ``settings``, or warn naming its key."""
+    try:
+        if text is None or len(text) > 40:
+            raise ValueError("empty or too long")
+        value: Any
+        if setting.kind in {"bool", "tristate"}:
+            if text not in {"0", "1", "true", "false"}:
+                raise ValueError("expected 0 or 1")
+            value = text in {"1", "true"}
+        elif setting.kind == "int":
+            if not is_plain_int(text.strip(), signed=True):
+                raise ValueError("expected a whole number of at most 18 digits")
+            value = int(text)
+        else:
+            value = float(text)
+            if value != value or value in (float("inf"), float("-inf")):
+                raise ValueError("expected a finite number")
+        EngineSettings(**{**settings, setting.name: value})
+    except (ValueError, ValidationError) as exc:
+        why = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
+        warnings.append(MESSAGES["link.bad_value"].format(
+            key=setting.key, value=short(text, 40), why=why[:80]))
+        return
+    settings[setting.name] = value
 
 
 def _encode(name: str, value: Any) -> str:
@@ -211,7 +279,7 @@ def check_names(scenario: Scenario) -> tuple[Scenario, list[str]]:
     replaced by their canonical names. Returns the repaired scenario and one warning per fix.
     """
     from kvplan.dtypes import KV_DTYPE_CHOICES, WEIGHT_DTYPES, get_dtype, get_weight_dtype
-    from kvplan.engines import ENGINES
+    from kvplan.engines import REGISTRY
     from kvplan.errors import KVPlanError
     from kvplan.presets import gpus, model_presets
 
@@ -240,9 +308,9 @@ def check_names(scenario: Scenario) -> tuple[Scenario, list[str]]:
     if scenario.gpu != CUSTOM_GPU and scenario.gpu not in gpus():
         warn("gpu", scenario.gpu, str(KVPlanError("unknown.gpu", value=clip(scenario.gpu))))
         update["gpu"] = defaults.gpu
-    if scenario.engine not in ENGINES:
+    if scenario.engine not in REGISTRY:
         warn("engine", scenario.engine, str(KVPlanError(
-            "unknown.engine", value=clip(scenario.engine), choices=", ".join(ENGINES))))
+            "unknown.engine", value=clip(scenario.engine), choices=", ".join(REGISTRY))))
         update["engine"] = defaults.engine
     kept: list[str] = []
     for name in scenario.kv_dtypes:
@@ -316,22 +384,15 @@ def scenario_gpu(scenario: Scenario):
 
 
 def scenario_fit_query(scenario: Scenario, kv_dtype: str | None = None):
-    """The capacity question a scenario asks (``kvplan.capacity.FitQuery``) for one KV dtype.
-
-    Engine knobs reach only the engine that has them: utilization (vLLM, SGLang; TensorRT-LLM's
-    free_gpu_memory_fraction), block size (vLLM, TensorRT-LLM) or page size (SGLang),
-    ``max_num_batched_tokens`` (vLLM).
-    """
+    """The capacity question a scenario asks (``kvplan.capacity.FitQuery``) for one KV dtype —
+    the one mapping from URL state to a question, for the dashboard, the report, the CLI and the
+    serving view. The engine settings travel as one object; the engine keeps only its own knobs
+    (``Engine.own_settings``)."""
     from kvplan.capacity import FitQuery
 
-    engine = scenario.engine
     return FitQuery(
         tokens=scenario.tokens, users=scenario.users, kv_dtype=kv_dtype or scenario.kv_dtypes[0],
         weight_dtype=None if scenario.weight_dtype == "auto" else scenario.weight_dtype,
-        engine=engine, num_gpus=scenario.num_gpus, tp=scenario.tp, pp=scenario.pp,
-        gpu_util=scenario.gpu_util if engine in {"vllm", "sglang", "trtllm"} else None,
-        reserve_gib=scenario.reserve_gib,
-        block_size=scenario.block_size if engine in {"vllm", "trtllm"} else None,
-        page_size=scenario.block_size if engine == "sglang" else None,
-        max_num_batched_tokens=scenario.max_num_batched_tokens if engine == "vllm" else None,
+        engine=scenario.engine, num_gpus=scenario.num_gpus, tp=scenario.tp, pp=scenario.pp,
+        reserve_gib=scenario.reserve_gib, settings=scenario.engine_settings,
     )

@@ -26,20 +26,19 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
-from kvplan.arch import Attention, ModelArch, Recurrent
-from kvplan.capacity import weight_bytes
+from kvplan.arch import ModelArch
+from kvplan.capacity import weights_read_bytes
 from kvplan.dtypes import KVDType, get_dtype
 from kvplan.engines import (
-    ENGINES,
+    HF_ENGINE,
+    REGISTRY,
+    STATIC_ENGINE,
     VLLM_DEFAULT_BLOCK_SIZE,
-    CacheRule,
     EngineSettings,
-    PagedRule,
+    QuantizedCacheModel,
     StateRule,
-    StaticRule,
-    TokenRule,
     engine_view,
-    layer_token_bytes,
+    get_engine,
 )
 from kvplan.errors import KVPlanError, is_plain_int
 from kvplan.presets import GPU
@@ -244,7 +243,7 @@ def allocation_for_model(arch: ModelArch, workload: Workload, max_len: int, kv_d
                          snapshot: Literal["final", "in_flight"] = "in_flight",
                          seed: int = 0) -> AllocationResult:
     """``allocation_table`` for a model: bytes per token while every layer grows (full layers)."""
-    bpt = full_length_bytes_per_token(arch, kv_dtype, "hf")
+    bpt = full_length_bytes_per_token(arch, kv_dtype, HF_ENGINE)
     current, final = in_flight_snapshot(workload, snapshot, seed)
     current = np.minimum(current, max_len)
     final = np.minimum(final, max_len)
@@ -302,10 +301,11 @@ def shared_prefix_tokens(prefix_tokens: int, prompt_tokens: int, engine: str,
     vLLM: full blocks only and the last prompt token is always recomputed (``max_cache_hit_length
     = num_tokens − 1``): ``floor(min(P, prompt − 1) / bs) · bs``. SGLang radix cache: the same
     ``prompt − 1`` cap, at page granularity (``page_size`` 1 → token granular). HF: no sharing.
+    The unit is the engine's (``Engine.shared_prefix_unit``).
     """
-    if engine.startswith("hf"):
+    unit = get_engine(engine).shared_prefix_unit(block_size)
+    if unit is None:
         return 0
-    unit = block_size or (VLLM_DEFAULT_BLOCK_SIZE if engine == "vllm" else 1)
     usable = max(min(prefix_tokens, prompt_tokens - 1), 0)
     return usable // unit * unit
 
@@ -336,14 +336,12 @@ def prefix_caching(arch: ModelArch, n_requests: int, prefix_tokens: int, prompt_
     holds at most that many evenly spaced ``N`` (always 1 and ``n_requests``; both columns are
     linear in ``N``, so nothing between the samples is lost).
     """
-    if engine not in ENGINES:
-        raise KVPlanError("unknown.engine", value=engine, choices=", ".join(ENGINES))
+    sharing_unit = get_engine(engine).shared_prefix_unit(block_size)
     if prefix_tokens > prompt_tokens:
         raise KVPlanError("value.range", field="prefix tokens", low=0, high=prompt_tokens,
                           value=prefix_tokens)
-    unit = 1 if engine.startswith("hf") else (block_size or (VLLM_DEFAULT_BLOCK_SIZE
-                                                            if engine == "vllm" else 1))
-    bpt = full_length_bytes_per_token(arch, kv_dtype, "hf" if engine.startswith("hf") else engine)
+    unit = sharing_unit or 1
+    bpt = full_length_bytes_per_token(arch, kv_dtype, engine if sharing_unit else HF_ENGINE)
     total = prompt_tokens + output_tokens
     slots = -(-total // unit) * unit
     shared = shared_prefix_tokens(prefix_tokens, prompt_tokens, engine, unit)
@@ -361,7 +359,7 @@ def prefix_caching(arch: ModelArch, n_requests: int, prefix_tokens: int, prompt_
         f"{bpt:,} B per token ({kv_dtype}, all layers growing; windowed layers not capped)",
         "every request's prompt starts with the same prefix; outputs are not shared",
     ]
-    if engine.startswith("hf"):
+    if sharing_unit is None:
         assumptions.append("transformers has no cross-request prefix cache: nothing is shared")
     return PrefixResult(engine=engine, unit=unit, shared_tokens=shared, shared_blocks=shared // unit,
                         bytes_per_token=bpt, without_sharing_bytes=int(without[-1]),
@@ -405,7 +403,7 @@ def offloading(arch: ModelArch, gpu: GPU, tokens: int, batch: int = 1, kv_dtype:
     link = link_gbps if link_gbps is not None else (gpu.host_link_gbps or 0.0)
     if link <= 0:
         raise KVPlanError("value.range", field="host link GB/s", low=1, high=10_000, value=link)
-    view = engine_view(arch, "hf", kv_dtype)
+    view = engine_view(arch, HF_ENGINE, kv_dtype)
     t = np.asarray([tokens], dtype=np.int64)
     per_layer: list[int] = []
     kept = 0
@@ -449,12 +447,6 @@ def quantized_dtype(nbits: int, q_group_size: int = 64) -> KVDType:
                    label=f"INT{nbits} g{q_group_size}")
 
 
-def quantized_allowed(arch: ModelArch) -> bool:
-    """QuantizedCache needs every cached layer to be full attention (no sliding/chunked/linear)."""
-    return not any(getattr(layer, "kind", "") in {"sliding", "chunked", "recurrent"}
-                   for layer in arch.layers)
-
-
 class QuantizedResult(BaseModel):
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
@@ -477,35 +469,22 @@ def quantized_cache(arch: ModelArch, tokens: np.ndarray, nbits: int = 4, q_group
     ``T`` where worst case + that transient is below the unquantized cache.
     Refused for models with sliding/chunked layers (transformers raises the same).
     """
-    if not quantized_allowed(arch):
-        raise KVPlanError("engine.dtype", engine="hf", dtype=f"int{nbits}",
-                          why="transformers' QuantizedCache only supports models with only full "
-                              "attention layers")
     qd = quantized_dtype(nbits, q_group_size)
     fd = get_dtype(arch.model_dtype)
     t = np.asarray(tokens, dtype=np.int64)
-    full_view = engine_view(arch, "hf", fd.name)
-    f_tok = sum(r.layers * r.bytes_per_token for r in full_view.rules if not isinstance(r, StateRule))
-    q_tok = 0
-    f_layer = 0
-    for rule in full_view.rules:
-        if isinstance(rule, StateRule):
-            continue
-        q_tok += rule.layers * layer_token_bytes(rule.spec, "hf", qd, 1)
-        f_layer = max(f_layer, rule.bytes_per_token)
-    states = sum(int(r.held_bytes(np.asarray([0]))[0]) for r in full_view.rules
-                 if isinstance(r, StateRule))
-    r = np.minimum(t, residual_length - 1)
+    model = QuantizedCacheModel.of(arch, qd, residual_length)
+    f_tok, q_tok, f_layer = model.full_token_bytes, model.quant_token_bytes, model.layer_token_bytes
+    states = model.state_bytes
     unquant = (t * f_tok + states) * batch
-    best = (t * q_tok + states) * batch
-    worst = ((t - r) * q_tok + r * f_tok + states) * batch
-    transient = t * f_layer * batch
+    best = model.held_bytes(t, np.zeros_like(t)) * batch
+    worst = model.held_bytes(t, model.worst_residual(t)) * batch
+    transient = model.transient_bytes(t) * batch
     curve = pd.DataFrame({"tokens": t, "unquantized_bytes": unquant, "quantized_best_bytes": best,
                           "quantized_worst_bytes": worst, "transient_bytes": transient,
                           "quantized_peak_bytes": worst + transient})
     grid = np.arange(1, 1 << 16, dtype=np.int64)
-    rg = np.minimum(grid, residual_length - 1)
-    ok = (grid - rg) * q_tok + rg * f_tok + grid * f_layer < grid * f_tok
+    ok = model.held_bytes(grid, model.worst_residual(grid)) - states + model.transient_bytes(grid) \
+        < grid * f_tok
     worth = int(grid[np.argmax(ok)]) if ok.any() else None
     return QuantizedResult(
         curve=curve, full_bytes_per_token=f_tok, quant_bytes_per_token=q_tok,
@@ -547,8 +526,8 @@ def static_cache(arch: ModelArch, lengths: np.ndarray, max_cache_len: int,
     """
     t = np.asarray(lengths, dtype=np.int64)
     settings = EngineSettings(max_cache_len=max_cache_len)
-    static = engine_view(arch, "hf-static", kv_dtype, settings)
-    dynamic = engine_view(arch, "hf", kv_dtype)
+    static = engine_view(arch, STATIC_ENGINE, kv_dtype, settings)
+    dynamic = engine_view(arch, HF_ENGINE, kv_dtype)
     capped = np.minimum(t, max_cache_len)
     allocated = int(static.held_bytes(capped).sum())
     used = int(dynamic.held_bytes(capped).sum())
@@ -572,14 +551,6 @@ MLPERF_BOUNDS: dict[str, tuple[float, float]] = {
 }
 
 
-def weights_read_bytes(arch: ModelArch, weight_dtype: str | None = None) -> int:
-    """Weight bytes one decode step must read at least: all weights, or the active ones (MoE)."""
-    total = weight_bytes(arch, weight_dtype)
-    if arch.moe is not None and arch.params_active and arch.params_total:
-        return total * arch.params_active // arch.params_total
-    return total
-
-
 def roofline(arch: ModelArch, gpu: GPU, context_tokens: int, prompt_tokens: int,
              batches: np.ndarray, kv_dtype: str = "bf16", weight_dtype: str | None = None,
              tp: int = 1) -> tuple[pd.DataFrame, list[str]]:
@@ -590,12 +561,12 @@ def roofline(arch: ModelArch, gpu: GPU, context_tokens: int, prompt_tokens: int,
     ``kvplan.nocache.prefill_flops`` (2 × active params × P + attention). Each batch size is marked
     against the MLPerf Llama-2-70B interactive (450/40 ms) and standard (2000/200 ms) constraints.
     """
-    from kvplan.nocache import prefill_flops
+    from kvplan.flops import prefill_flops
 
     b = np.asarray(batches, dtype=np.int64)
     bw = gpu.bandwidth_tbps * 1e12
     w = weights_read_bytes(arch, weight_dtype) / tp
-    kv = int(engine_view(arch, "hf", kv_dtype).held_bytes(np.asarray([context_tokens]))[0]) / tp
+    kv = int(engine_view(arch, HF_ENGINE, kv_dtype).held_bytes(np.asarray([context_tokens]))[0]) / tp
     tpot = (w + b * kv) / bw
     ttft = prefill_flops(arch, prompt_tokens) / (gpu.bf16_tflops * 1e12 * tp)
     frame = pd.DataFrame({"batch": b, "tpot_ms": tpot * 1e3, "tokens_per_s": b / tpot,
@@ -619,25 +590,7 @@ def roofline(arch: ModelArch, gpu: GPU, context_tokens: int, prompt_tokens: int,
 # --------------------------------------------------------------------------------------------
 
 
-def _rule_text(rule: CacheRule) -> str:
-    if isinstance(rule, StateRule):
-        return "constant state per sequence: never grows"
-    if isinstance(rule, StaticRule):
-        return f"pre-allocated {rule.slots:,} slots: constant from the first token"
-    if isinstance(rule, PagedRule):
-        if rule.kind == "sliding" and rule.window:
-            return (f"frees blocks that fall out of the {rule.window:,}-token window: stops growing "
-                    f"at ≈ ceil({rule.window - 1:,}/{rule.block_size})+1 blocks")
-        if rule.kind == "chunked" and rule.window:
-            return (f"frees whole chunks of {rule.window:,}: at most ≈ {rule.window:,} tokens of "
-                    f"blocks")
-        return f"grows one {rule.block_size}-token block at a time, never stops"
-    if isinstance(rule, TokenRule) and rule.cap is not None:
-        return f"stops growing at {rule.cap:,} tokens"
-    return "grows with every token"
-
-
-def window_explanations(arch: ModelArch, engines: tuple[str, ...] = tuple(ENGINES),
+def window_explanations(arch: ModelArch, engines: tuple[str, ...] = tuple(REGISTRY),
                         max_cache_len: int = 32768) -> list[dict[str, object]]:
     """Per engine and layer kind: where the cache stops growing (from ``kvplan.engines`` rules)."""
     rows: list[dict[str, object]] = []
@@ -650,15 +603,7 @@ def window_explanations(arch: ModelArch, engines: tuple[str, ...] = tuple(ENGINE
             continue
         for rule in view.rules:
             rows.append({"engine": engine, "kind": rule.kind, "layers": rule.layers,
-                         "window": rule.window, "behaviour": _rule_text(rule)})
+                         "window": rule.window, "behaviour": get_engine(engine).describe(rule)})
         rows.extend({"engine": engine, "kind": "note", "layers": 0, "window": None,
                      "behaviour": note} for note in view.notes)
     return rows
-
-
-def has_windows(arch: ModelArch) -> bool:
-    return any(isinstance(layer, Attention) and layer.window for layer in arch.layers)
-
-
-def has_recurrent(arch: ModelArch) -> bool:
-    return any(isinstance(layer, Recurrent) for layer in arch.layers)

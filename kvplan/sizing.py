@@ -14,7 +14,7 @@ import numpy as np
 from pydantic import BaseModel
 
 from kvplan.arch import ModelArch
-from kvplan.engines import ENGINES, EngineSettings, EngineView, engine_view
+from kvplan.engines import HF_ENGINE, EngineSettings, EngineView, get_engine
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -48,40 +48,31 @@ class KVResult(BaseModel):
     reserved_bytes: int
     kv_bytes_per_token: int | float
     layers: dict[str, KindBreakdown]
+    engine_release: str = ""
     block_size: int | None = None
     notes: list[str] = []
 
-    @property
-    def per_sequence_bytes(self) -> int:
-        return self.kv_bytes // self.batch if self.batch else 0
-
 
 def _settings_for(engine: str, tokens: int, settings: EngineSettings | None) -> EngineSettings:
-    settings = settings or EngineSettings()
-    if engine == "hf-static" and settings.max_cache_len is None:
-        settings = settings.model_copy(update={"max_cache_len": max(tokens, 1)})
-    return settings
+    return get_engine(engine).resolve_settings(settings or EngineSettings(), tokens)
 
 
 def kv_cache(arch: ModelArch, tokens: int, batch: int = 1, kv_dtype: str = "bf16",
-             engine: str = "hf", settings: EngineSettings | None = None,
+             engine: str = HF_ENGINE, settings: EngineSettings | None = None,
              mla_block_size: int | None = None) -> KVResult:
-    """Exact KV bytes held by ``batch`` sequences of ``tokens`` tokens, with a per-kind breakdown."""
-    settings = _settings_for(engine, tokens, settings)
-    view = engine_view(arch, engine, kv_dtype, settings, mla_block_size=mla_block_size)
-    result = result_from_view(arch, view, tokens, batch)
-    if engine == "vllm":
-        from kvplan.vllm_pool import build_pool
+    """Exact KV bytes held by ``batch`` sequences of ``tokens`` tokens, with a per-kind breakdown.
 
-        pool = build_pool(arch, kv_dtype, settings, mla_block_size=mla_block_size)
-        per_block = pool.stage_bytes_per_block(0, arch.n_layers)
-        blocks = int(pool.blocks_per_request(tokens))
-        notes = list(result.notes)
-        if pool.padding_layers:
-            notes.append(f"reserved bytes count whole block ids across {len(pool.groups)} groups "
-                         f"({pool.padding_layers} padding layers)")
-        result = result.model_copy(update={"reserved_bytes": blocks * per_block * batch,
-                                           "notes": notes})
+    ``reserved_bytes`` is what the engine sets aside (vLLM: whole block ids across its groups).
+    """
+    settings = _settings_for(engine, tokens, settings)
+    handler = get_engine(engine)
+    view = handler.view(arch, kv_dtype, settings, mla_block_size=mla_block_size)
+    result = result_from_view(arch, view, tokens, batch)
+    pooled = handler.per_request_reserved_bytes(arch, view, kv_dtype, settings, tokens, mla_block_size)
+    if pooled is not None:
+        reserved, notes = pooled
+        result = result.model_copy(update={"reserved_bytes": reserved * batch,
+                                           "notes": [*result.notes, *notes]})
     return result
 
 
@@ -106,20 +97,27 @@ def result_from_view(arch: ModelArch, view: EngineView, tokens: int, batch: int)
     per_seq = total // batch if batch else 0
     per_token = per_seq / tokens if tokens else 0.0
     return KVResult(
-        model=arch.name, engine=view.engine, engine_label=ENGINES[view.engine],
+        model=arch.name, engine=view.engine, engine_label=get_engine(view.engine).label,
+        engine_release=get_engine(view.engine).release,
         kv_dtype=view.dtype.name, tokens=tokens, batch=batch, kv_bytes=total,
         reserved_bytes=sum(k.reserved_bytes for k in kinds.values()),
         kv_bytes_per_token=int(per_token) if per_token == int(per_token) else per_token,
         layers=kinds, block_size=view.block_size, notes=list(view.notes))
 
 
-def full_length_bytes_per_token(arch: ModelArch, kv_dtype: str = "bf16", engine: str = "hf") -> int:
+def full_length_bytes_per_token(arch: ModelArch, kv_dtype: str = "bf16", engine: str = HF_ENGINE) -> int:
     """Bytes one token adds while every layer still grows (before any window caps it)."""
-    view = engine_view(arch, engine, kv_dtype, _settings_for(engine, 1, None))
-    return sum(rule.layers * rule.bytes_per_token for rule in view.rules)
+    return get_engine(engine).view(arch, kv_dtype, _settings_for(engine, 1, None)).token_bytes
 
 
 INT64_MAX = np.iinfo(np.int64).max
+
+
+def token_grid(tokens: int, low: int, high: int, points: int, log: bool = True) -> np.ndarray:
+    """Context lengths to plot or tabulate: ``points`` lengths from ``low`` to ``high`` (log- or
+    linearly spaced, rounded to whole tokens), plus the chosen length ``tokens``, sorted, unique."""
+    grid = np.geomspace(low, high, points) if log else np.linspace(low, high, points)
+    return np.unique(np.append(np.round(grid).astype(np.int64), int(tokens)))
 
 
 def exact_outer(per_sequence: np.ndarray, batch: np.ndarray) -> np.ndarray:
@@ -132,7 +130,7 @@ def exact_outer(per_sequence: np.ndarray, batch: np.ndarray) -> np.ndarray:
 
 
 def sweep(arch: ModelArch, tokens: Sequence[int] | np.ndarray, batch: Sequence[int] | np.ndarray = (1,),
-          kv_dtypes: Iterable[str] = ("bf16",), engines: Iterable[str] = ("hf",),
+          kv_dtypes: Iterable[str] = ("bf16",), engines: Iterable[str] = (HF_ENGINE,),
           settings: EngineSettings | None = None) -> pd.DataFrame:
     """Vectorised grid over tokens × batch × dtype × engine: held and reserved bytes.
 
@@ -144,8 +142,8 @@ def sweep(arch: ModelArch, tokens: Sequence[int] | np.ndarray, batch: Sequence[i
     frames = []
     for engine in engines:
         for dtype in kv_dtypes:
-            view = engine_view(arch, engine, dtype, _settings_for(engine, int(t.max(initial=1)),
-                                                                  settings))
+            view = get_engine(engine).view(arch, dtype, _settings_for(engine, int(t.max(initial=1)),
+                                                                      settings))
             held = exact_outer(view.held_bytes(t), b)
             reserved = exact_outer(view.reserved_bytes(t), b)
             frames.append(pd.DataFrame({
@@ -157,12 +155,12 @@ def sweep(arch: ModelArch, tokens: Sequence[int] | np.ndarray, batch: Sequence[i
 
 
 def sweep_by_kind(arch: ModelArch, tokens: Sequence[int] | np.ndarray, kv_dtype: str = "bf16",
-                  engine: str = "hf", batch: int = 1,
+                  engine: str = HF_ENGINE, batch: int = 1,
                   settings: EngineSettings | None = None) -> pd.DataFrame:
     """Held bytes per layer kind over a tokens array (for stacked charts): tokens × kind."""
     import pandas as pd
     t = np.asarray(tokens, dtype=np.int64).ravel()
-    view = engine_view(arch, engine, kv_dtype, _settings_for(engine, int(t.max(initial=1)), settings))
+    view = get_engine(engine).view(arch, kv_dtype, _settings_for(engine, int(t.max(initial=1)), settings))
     columns: dict[str, np.ndarray] = {}
     for rule in view.rules:
         columns[rule.kind] = columns.get(rule.kind, 0) + exact_outer(rule.held_bytes(t),

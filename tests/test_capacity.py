@@ -6,9 +6,10 @@ import json
 
 import pytest
 
-from kvplan.capacity import FitQuery, fit, sglang_mem_fraction_static
+from kvplan.capacity import FitQuery, fit
 from kvplan.cli import main
 from kvplan.config_import import parse_config
+from kvplan.engines.sglang import sglang_mem_fraction_static
 from kvplan.presets import get_gpu, load_model
 
 GIB = 1 << 30

@@ -454,3 +454,17 @@ def test_hf_tensor_parallel_shards_the_heads_it_caches():
     assert falcon.kv_bytes == 100 * 60 * 32 * 64 * 2 * 2
     v3 = kv_cache(load_model("deepseek-v3"), 100, engine="hf", settings=EngineSettings(tp=8))
     assert v3.kv_bytes == 100 * 61 * 1152
+
+
+def test_hf_quantized_cache_refuses_linear_attention_models_everywhere():
+    """transformers ``QuantizedCache`` "is only supported for models with only full attention
+    layers" (cache_utils.py): Qwen3-Next's 36 linear-attention layers make it refuse int4, and the
+    engine and the serving view now agree (before, the engine sized it and the view refused it)."""
+    from kvplan.serving import quantized_cache
+
+    arch = load_model("qwen3-next-80b-a3b")
+    with pytest.raises(KVPlanError) as engine_err:
+        kv_cache(arch, 100, kv_dtype="int4", engine="hf")
+    with pytest.raises(KVPlanError) as view_err:
+        quantized_cache(arch, np.array([100]))
+    assert engine_err.value.code == view_err.value.code == "engine.dtype"

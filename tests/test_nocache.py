@@ -7,7 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvplan.arch import Attention, ModelArch
-from kvplan.nocache import compare, generation_flops, layer_flops, step_flops
+from kvplan.flops import generation_flops, layer_flops, step_flops
+from kvplan.nocache import compare
 from kvplan.presets import get_gpu, load_model
 
 TINY = ModelArch(

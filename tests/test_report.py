@@ -107,7 +107,7 @@ def test_invalid_scenario_json_raises_scenario_invalid(raw: str) -> None:
 
 def test_json_accepts_numbers_and_bools_in_query() -> None:
     scenario = scenario_from_json('{"query": {"t": 2048, "lx": false, "gu": 0.9}}')
-    assert (scenario.tokens, scenario.log_x, scenario.gpu_util) == (2048, False, 0.9)
+    assert (scenario.tokens, scenario.log_x, scenario.engine_settings.gpu_util) == (2048, False, 0.9)
 
 
 def test_named_scenarios_load_and_compute() -> None:

@@ -104,7 +104,7 @@ BAD_LINKS = [
     ({"t": "0"}, "tokens", 32768, "'t'"),
     ({"t": "999999999999"}, "tokens", 32768, "'t'"),
     ({"u": "-3"}, "users", 8, "'u'"),
-    ({"gu": "1.5"}, "gpu_util", None, "'gu'"),
+    ({"gu": "1.5"}, "engine_settings.gpu_util", None, "'gu'"),
     ({"lx": "maybe"}, "log_x", True, "'lx'"),
     ({"m": "no-such-model"}, "model", "llama-3.1-8b", "no-such-model"),
     ({"g": "h900"}, "gpu", "h100-sxm", "h900"),
@@ -121,7 +121,8 @@ def test_bad_link_warns_and_falls_back_for_that_field_only(change, field, defaul
     assert len(warnings) == 1, warnings
     assert needle in warnings[0]
     if field is not None:
-        assert getattr(scenario, field) == default
+        owner = scenario.engine_settings if field.startswith("engine_settings.") else scenario
+        assert getattr(owner, field.removeprefix("engine_settings.")) == default
     _assert_kept(scenario, *(f for f in [field] if f))
 
 

@@ -58,10 +58,12 @@ def _cdiv(a: int, b: int) -> int:
 
 
 def _refused(preset: str, engine: str, dtype: str) -> bool:
-    """transformers QuantizedCache (quanto, hqq, fp8) refuses models with any sliding/chunked
-    layer; the fp8_ds_mla layout exists only for MLA layers (every engine refuses it elsewhere)."""
+    """transformers QuantizedCache (quanto, hqq, fp8) "is only supported for models with only full
+    attention layers": it refuses any sliding, chunked or linear-attention (recurrent) layer; the
+    fp8_ds_mla layout exists only for MLA layers (every engine refuses it elsewhere)."""
     arch = load_model(preset)
-    windowed = any(getattr(layer, "kind", "") in {"sliding", "chunked"} for layer in arch.layers)
+    windowed = any(getattr(layer, "kind", "") in {"sliding", "chunked", "recurrent"}
+                   for layer in arch.layers)
     if dtype in MLA_ONLY_DTYPES and any(layer.kind in {"full", "sliding", "chunked"}
                                         for layer in arch.layers):
         return True

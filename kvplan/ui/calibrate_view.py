@@ -11,6 +11,7 @@ import pandas as pd
 import streamlit as st
 
 from kvplan.calibrate import MAX_LOG_BYTES, Calibration, calibrate, parse_vllm_log
+from kvplan.engines import get_engine, log_engine
 from kvplan.errors import KVPlanError
 from kvplan.presets import GPU
 from kvplan.scenario import Scenario, scenario_fit_query
@@ -62,12 +63,13 @@ def render(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame | None:
                                         "INFO ... GPU KV cache size: 469,536 tokens")
         if not text or not text.strip():
             return None
-        if scenario.engine != "vllm":
-            st.info(f"The log is compared with vLLM's pool; the sidebar's engine is "
-                    f"{scenario.engine}.")
+        engine = log_engine()
+        if not get_engine(scenario.engine).logs_kv_cache:
+            st.info(f"The log is compared with {get_engine(engine).short}'s pool; the sidebar's "
+                    f"engine is {get_engine(scenario.engine).short}.")
         try:
             log = parse_vllm_log(text)
-            query = scenario_fit_query(scenario.model_copy(update={"engine": "vllm"}))
+            query = scenario_fit_query(scenario.model_copy(update={"engine": engine}))
             result = calibrate(arch, gpu, query, log)
         except KVPlanError as err:
             st.error(f"Calibration: {err}")

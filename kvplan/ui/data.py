@@ -9,26 +9,23 @@ from kvplan.arch import ModelArch
 from kvplan.capacity import FitQuery, FitResult, capacity_sweep, engine_settings, fit
 from kvplan.errors import KVPlanError
 from kvplan.presets import GPU, gpus
-from kvplan.sizing import exact_outer, sweep, sweep_by_kind
+from kvplan.sizing import exact_outer, sweep, sweep_by_kind, token_grid
 
 CONTEXT_GRID = (512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144, 524288, 1048576)
 USERS_GRID = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
 
-def token_grid(tokens: int, log_x: bool, limit: int = 10_000_000, points: int = 161) -> np.ndarray:
-    """Context lengths to plot: 1..10M log-spaced, or 0..2× the chosen length (linear)."""
+def context_grid(tokens: int, log_x: bool, limit: int = 10_000_000, points: int = 161) -> np.ndarray:
+    """Context lengths to plot: 1..10M log-spaced, or 1..2× the chosen length (linear)."""
     if log_x:
-        grid = np.round(np.logspace(0, np.log10(limit), points))
-    else:
-        top = min(max(2 * tokens, 1024), limit)
-        grid = np.round(np.linspace(1, top, points))
-    return np.unique(np.append(grid.astype(np.int64), tokens))
+        return token_grid(tokens, 1, limit, points)
+    return token_grid(tokens, 1, min(max(2 * tokens, 1024), limit), points, log=False)
 
 
 def kv_vs_context(arch: ModelArch, gpu: GPU, query: FitQuery, kv_dtypes: list[str],
                   log_x: bool) -> tuple[pd.DataFrame, list[str]]:
     """Held KV bytes (per GPU rank) of ``users`` requests over context length, one block per dtype."""
-    t = token_grid(query.tokens, log_x)
+    t = context_grid(query.tokens, log_x)
     settings = engine_settings(query, gpu, arch)
     frames, errors = [], []
     for dtype in kv_dtypes:
@@ -47,7 +44,7 @@ def kv_vs_context(arch: ModelArch, gpu: GPU, query: FitQuery, kv_dtypes: list[st
 
 def kv_by_kind(arch: ModelArch, gpu: GPU, query: FitQuery, log_x: bool) -> pd.DataFrame:
     """Held bytes per layer kind (long format: tokens, kind, kv_bytes) for the first dtype."""
-    t = token_grid(query.tokens, log_x)
+    t = context_grid(query.tokens, log_x)
     settings = engine_settings(query, gpu, arch)
     wide = sweep_by_kind(arch, t, query.kv_dtype, query.engine, query.users, settings)
     long = wide.melt(id_vars="tokens", var_name="kind", value_name="kv_bytes")

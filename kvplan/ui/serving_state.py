@@ -11,13 +11,14 @@ from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
+from kvplan.engines import DEFAULT_ENGINE, VLLM_DEFAULT_BLOCK_SIZE, get_engine, prefix_engines
 from kvplan.errors import MESSAGES, clip
 from kvplan.presets import gpus
 from kvplan.scenario import Scenario
 
 SOURCES = {"paper": "vLLM-paper-like (ShareGPT, OPT-13B)", "lognormal": "log-normal",
            "uniform": "uniform", "fixed": "fixed", "csv": "upload CSV"}
-PREFIX_ENGINES = ("vllm", "sglang", "hf")
+PREFIX_ENGINES = prefix_engines()
 NOCACHE_METRICS = ("time_s", "flops", "peak_memory_bytes")
 
 
@@ -54,7 +55,7 @@ def _host_link(s: Scenario) -> float:
 
 
 def _pf_engine(s: Scenario) -> str:
-    return s.engine if s.engine in PREFIX_ENGINES else "vllm"
+    return s.engine if s.engine in PREFIX_ENGINES else DEFAULT_ENGINE
 
 
 INPUTS: dict[str, Input] = {
@@ -72,11 +73,13 @@ INPUTS: dict[str, Input] = {
     "output_mean": Input(float, lambda s, _: float(max(s.output_tokens, 1)), 1.0, 1e7),
     "prompt_sigma": Input(float, _const(1.0), 0.0, 5.0),
     "output_sigma": Input(float, _const(1.0), 0.0, 5.0),
-    "block": Input(int, lambda s, _: min(s.block_size or 16, 4096), 1, 4096),
+    "block": Input(int, lambda s, _: min(s.engine_settings.block_size or VLLM_DEFAULT_BLOCK_SIZE, 4096),
+                   1, 4096),
     "snapshot": Input(str, _const("in_flight"), choices=("in_flight", "final")),
     "pf_engine": Input(str, lambda s, _: _pf_engine(s), choices=PREFIX_ENGINES),
-    "pf_unit": Input(int, lambda s, state: min(s.block_size or (
-        16 if state.get("sv_pf_engine", _pf_engine(s)) == "vllm" else 1), 4096), 1, 4096),
+    "pf_unit": Input(int, lambda s, state: min(get_engine(state.get("sv_pf_engine", _pf_engine(s)))
+                                               .shared_prefix_unit(s.engine_settings.block_size) or 1,
+                                               4096), 1, 4096),
     "ram": Input(float, _const(512.0), 1.0, 1e6),
     "link": Input(float, lambda s, _: _host_link(s), 0.1, 10_000.0),
     "q_bits": Input(int, _const(4), choices=(4, 2)),

@@ -7,9 +7,8 @@ from typing import Any
 import streamlit as st
 
 from kvplan.arch import ModelArch
-from kvplan.capacity import DEFAULT_RESERVE_GIB, TRTLLM_DEFAULT_FREE_FRACTION, VLLM_DEFAULT_GPU_UTIL
 from kvplan.dtypes import DTYPES, KV_DTYPE_CHOICES, WEIGHT_DTYPES
-from kvplan.engines import ENGINES
+from kvplan.engines import REGISTRY, SETTINGS, EngineSettings, Setting, get_engine
 from kvplan.errors import MESSAGES, KVPlanError
 from kvplan.presets import GPU, gpus, model_presets
 from kvplan.scenario import CUSTOM_GPU, CUSTOM_MODEL, Scenario, custom_arch, scenario_arch, scenario_gpu
@@ -26,8 +25,7 @@ TOKEN_STEPS = sorted({1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, MAX_UI_TOKE
 WIDGETS: dict[str, str] = {
     "model": "w_model", "engine": "w_engine", "kv_dtypes": "w_kd", "weight_dtype": "w_wd",
     "gpu": "w_gpu", "num_gpus": "w_n", "tp": "w_tp", "pp": "w_pp", "tokens": "w_tokens",
-    "users": "w_users", "reserve_gib": "w_reserve", "gpu_util": "w_util", "block_size": "w_bs",
-    "max_num_batched_tokens": "w_mb", "log_x": "w_lx", "stack_kinds": "w_sk",
+    "users": "w_users", "reserve_gib": "w_reserve", "log_x": "w_lx", "stack_kinds": "w_sk",
     "prefix_tokens": "w_pf", "output_tokens": "w_o", "custom_gpu_gib": "w_gm",
     "custom_gpu_tbps": "w_gb", "custom_gpu_tflops": "w_gf", "view": "w_view",
 }
@@ -35,8 +33,9 @@ WIDGETS: dict[str, str] = {
 VIEWS: dict[str, str] = {"context": "KV vs context", "users": "KV vs users",
                          "memory": "Memory per accelerator", "requests": "Requests that fit",
                          "designs": "Design comparison", "serving": "Serving trade-offs"}
-ENGINE_SHORT = {"hf": "HF dynamic", "hf-legacy": "HF dynamic (≤5.14)", "hf-static": "HF static",
-                "vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
+#: Engine setting → widget key (``w_`` + its link key), from the one declaration of each setting.
+SETTING_WIDGETS: dict[str, str] = {name: f"w_{setting.key}" for name, setting in SETTINGS.items()}
+_TRISTATE = {"auto": None, "on": True, "off": False}
 
 
 # ---------------------------------------------------------------- model resolution
@@ -68,6 +67,10 @@ def push_to_session(scenario: Scenario) -> list[str]:
     for field, key in WIDGETS.items():
         value = getattr(scenario, field)
         state[key] = list(value) if isinstance(value, list) else value
+    for name, key in SETTING_WIDGETS.items():
+        value = getattr(scenario.engine_settings, name)
+        state[key] = next(k for k, v in _TRISTATE.items() if v is value) \
+            if SETTINGS[name].kind == "tristate" else value
     state["w_tokens_exact"] = scenario.tokens
     state["w_view"] = VIEWS[scenario.view]
     state["custom_config"] = scenario.custom_config
@@ -171,33 +174,14 @@ def render_sidebar() -> Scenario:
         sb.error(state.pop("_config_error") + " — keeping the previous model.")
 
     sb.subheader("Engine")
-    sb.selectbox("Serving engine", list(ENGINES), key="w_engine",
-                 format_func=lambda e: f"{ENGINE_SHORT.get(e, e)} — {ENGINES[e]}",
+    sb.selectbox("Serving engine", list(REGISTRY), key="w_engine",
+                 format_func=lambda e: f"{REGISTRY[e].short} — {REGISTRY[e].label} [{REGISTRY[e].release}]",
                  help="How the KV cache is stored: HF DynamicCache grows per token, StaticCache "
                       "pre-allocates, vLLM reserves paged blocks, SGLang a token pool, "
                       "TensorRT-LLM 32-token blocks.")
-    engine = state["w_engine"]
-    knobs = {  # engine → (utilization knob, its default, block knob)
-        "vllm": ("gpu_memory_utilization", f"{VLLM_DEFAULT_GPU_UTIL}", "Block size (tokens)"),
-        "sglang": ("mem_fraction_static", "SGLang's memory-based default", "Page size (tokens)"),
-        "trtllm": ("free_gpu_memory_fraction", f"{TRTLLM_DEFAULT_FREE_FRACTION}",
-                   "tokens_per_block"),
-    }
-    if engine in knobs:
-        label, default, block_label = knobs[engine]
-        sb.number_input(f"{label} (fraction)", min_value=0.001, max_value=1.0, step=0.01,
-                        key="w_util", format="%.3f", placeholder=f"default: {default}",
-                        help="Share of memory the engine may use (vLLM, SGLang: of the device; "
-                             "TensorRT-LLM: of what is left after weights and activations); "
-                             "empty = engine default.")
-        sb.number_input(block_label, min_value=1, max_value=1_000_000, step=1, key="w_bs",
-                        placeholder="default: engine/backend choice",
-                        help="vLLM --block-size / SGLang --page-size / TensorRT-LLM "
-                             "tokens_per_block; empty = the engine default.")
-    if engine == "vllm":
-        sb.number_input("max_num_batched_tokens (tokens)", min_value=1, max_value=100_000_000,
-                        step=256, key="w_mb", placeholder="default: vLLM's per-GPU default",
-                        help="Tokens scheduled per step; sliding-window reservations grow with it.")
+    engine = get_engine(state["w_engine"])
+    for name, (label, default) in engine.setting_labels.items():
+        _setting_widget(sb, SETTINGS[name], label, default)
 
     sb.subheader("Precision")
     if not state.get("w_kd"):
@@ -226,7 +210,7 @@ def render_sidebar() -> Scenario:
                     help="Total accelerators; a multiple of TP × PP (the rest are replicas).")
     c2.number_input("TP", min_value=1, max_value=4096, step=1, key="w_tp", help="Tensor parallel")
     c3.number_input("PP", min_value=1, max_value=4096, step=1, key="w_pp", help="Pipeline parallel")
-    reserve_default = DEFAULT_RESERVE_GIB.get(engine, 1.0)
+    reserve_default = engine.default_reserve_gib
     sb.number_input("Runtime reserve per GPU (GiB)", min_value=0.0, max_value=100_000.0, step=0.5,
                     key="w_reserve", placeholder=f"default: {reserve_default:g} GiB",
                     help="Activations, CUDA graphs and non-torch memory (1 GiB = 2^30 B); "
@@ -255,20 +239,54 @@ def render_sidebar() -> Scenario:
     return scenario_from_widgets()
 
 
+def _setting_widget(sb: Any, setting: Setting, label: str, default: str) -> None:
+    """One engine knob's widget, with the bounds and help of its declaration."""
+    key = SETTING_WIDGETS[setting.name]
+    help_text = f"{setting.help} Link key `{setting.key}`, CLI `{setting.flag}`."
+    if setting.kind == "tristate":
+        sb.selectbox(label, list(_TRISTATE), key=key, help=help_text)
+    elif setting.kind == "bool":
+        sb.toggle(label, key=key, help=help_text)
+    elif setting.kind == "float":
+        sb.number_input(label, min_value=0.001 if setting.low_open else float(setting.low or 0),
+                        max_value=float(setting.high or 0), step=0.01, key=key, format="%.3f",
+                        placeholder=f"default: {default}", help=help_text)
+    else:
+        sb.number_input(label, min_value=int(setting.low or 0), max_value=int(setting.high or 0),
+                        step=1, key=key, placeholder=f"default: {default}", help=help_text)
+
+
+def _settings_from_widgets() -> EngineSettings:
+    """The engine settings the widgets hold (every declared knob, kept across engine switches)."""
+    state = st.session_state
+    values: dict[str, Any] = {}
+    for name, key in SETTING_WIDGETS.items():
+        value = state.get(key)
+        kind = SETTINGS[name].kind
+        if kind == "tristate":
+            values[name] = _TRISTATE.get(str(value))
+        elif kind == "bool":
+            values[name] = bool(value) if value is not None else EngineSettings.model_fields[name].default
+        elif value is not None:
+            values[name] = int(value) if kind == "int" else float(value)
+        elif EngineSettings.model_fields[name].default is not None:
+            values[name] = EngineSettings.model_fields[name].default
+    return EngineSettings(**values)
+
+
 def scenario_from_widgets() -> Scenario:
     state = st.session_state
     values: dict[str, Any] = {field: state.get(key) for field, key in WIDGETS.items()}
     values["kv_dtypes"] = list(values["kv_dtypes"] or ["bf16"])
     values["view"] = next((k for k, v in VIEWS.items() if v == values["view"]), "context")
     values["custom_config"] = state.get("custom_config")
-    for field in ("num_gpus", "tp", "pp", "tokens", "users", "block_size", "max_num_batched_tokens",
-                  "prefix_tokens", "output_tokens"):
+    for field in ("num_gpus", "tp", "pp", "tokens", "users", "prefix_tokens", "output_tokens"):
         if values[field] is not None:
             values[field] = int(values[field])
     defaults = Scenario()
-    cleaned = {k: v for k, v in values.items() if v is not None or k in
-               {"reserve_gib", "gpu_util", "block_size", "max_num_batched_tokens", "custom_config"}}
+    cleaned = {k: v for k, v in values.items() if v is not None or k in {"reserve_gib", "custom_config"}}
     try:
+        cleaned["engine_settings"] = _settings_from_widgets()
         scenario = Scenario(**cleaned)
     except ValueError:
         return defaults

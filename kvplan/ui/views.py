@@ -10,6 +10,7 @@ import streamlit as st
 
 from kvplan import designs
 from kvplan.capacity import FitResult
+from kvplan.engines import engine_view, get_engine
 from kvplan.errors import MESSAGES, KVPlanError, clip
 from kvplan.presets import GPU
 from kvplan.report import named_scenario, named_scenarios
@@ -95,8 +96,8 @@ def _design_data(key: str) -> tuple[pd.DataFrame, list[str]]:
 
 
 # ---------------------------------------------------------------- cached figures (by content)
-# Every tab runs on every rerun (st.tabs), so each figure is built once per scenario and kept as
-# its plotly dict; a rerun rebuilds the go.Figure from it without re-validation (theme).
+# Only the open tab runs (lazy tabs); each figure is built once per scenario and kept as its
+# plotly dict, so a rerun of a known scenario rebuilds the go.Figure without re-validation (theme).
 @st.cache_data(max_entries=128, show_spinner=False)
 def _kv_context_fig(key: str) -> dict:
     scenario, _, gpu, _ = scenario_from_key(key)
@@ -153,8 +154,6 @@ def _breakdown(arch, scenario: Scenario, gpu: GPU, tokens: int) -> tuple[str, in
 
 
 def _per_token_how(arch, dtype: str, engine: str) -> str:
-    from kvplan.engines import engine_view
-
     kinds: dict[str, list[int]] = {}
     for rule in engine_view(arch, engine, dtype).rules:
         if rule.bytes_per_token:
@@ -168,7 +167,7 @@ def kpi_frame(scenario: Scenario, arch, gpu: GPU, result: FitResult) -> pd.DataF
     per_token = full_length_bytes_per_token(arch, dtype, scenario.engine)
     per_token_how = _per_token_how(arch, dtype, scenario.engine)
     f = result.formulas
-    if result.engine == "vllm":
+    if get_engine(result.engine).per_request_in_blocks:
         per_request_how = (f"{f.get('blocks_per_request', '')} × {result.bytes_per_block:,} B per "
                            f"block = {result.kv_bytes_per_request:,} B")
     else:
@@ -227,7 +226,7 @@ def render_kpis(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
         st.success(f"Fits: {scenario.users:,} users × {scenario.tokens:,} tokens "
                    f"(room for {result.max_requests:,} per replica, "
                    f"{result.max_requests_all_replicas:,} over {result.replicas} replica(s)).")
-    if result.engine == "vllm":
+    if get_engine(result.engine).logs_kv_cache:
         st.code(result.vllm_log, language=None)
     for note in result.notes:
         st.caption(f"Note: {note}")

@@ -1,0 +1,100 @@
+"""Serving engines, one class per engine release, found through one registry.
+
+``get_engine(id)`` gives the engine object; every engine-specific rule (storage per cache kind,
+settings and their labels, memory target, pool, default reserve, release) lives in its class:
+``hf.py`` (transformers ``DynamicCache``/``StaticCache``), ``vllm.py``, ``sglang.py``,
+``trtllm.py``. Cache kinds are in ``kinds.py``, settings in ``settings.py``. Code outside this
+package asks the engine object and never compares engine names.
+"""
+
+from __future__ import annotations
+
+from kvplan.arch import LayerSpec, ModelArch, Recurrent
+from kvplan.dtypes import KVDType
+from kvplan.engines.base import (
+    MLA_ONLY_DTYPES,
+    Budget,
+    Engine,
+    EngineView,
+    KVPool,
+    kv_heads_per_rank,
+    layer_kind,
+    pp_partition,
+    resolve_dtype,
+)
+from kvplan.engines.hf import HFDynamic, HFLegacy, HFStatic, QuantizedCacheModel, quantized_cache_allowed
+from kvplan.engines.kinds import (
+    VLLM_DEFAULT_BLOCK_SIZE,
+    CacheRule,
+    PagedRule,
+    StateRule,
+    StaticRule,
+    TokenRule,
+)
+from kvplan.engines.settings import SETTINGS, EngineSettings, Setting
+from kvplan.engines.sglang import SGLang
+from kvplan.engines.trtllm import TrtLlm
+from kvplan.engines.vllm import Vllm, default_max_num_batched_tokens
+from kvplan.errors import KVPlanError
+
+#: The registry: engine id → engine object, in the order the UI lists them.
+REGISTRY: dict[str, Engine] = {engine.id: engine for engine in (
+    HFDynamic(), HFLegacy(), HFStatic(), Vllm(), SGLang(), TrtLlm())}
+#: Engine id → label (what every number says it is for).
+ENGINES: dict[str, str] = {engine_id: engine.label for engine_id, engine in REGISTRY.items()}
+#: The engine the dashboard, ``fit`` and ``kv`` use when none is given.
+DEFAULT_ENGINE = "vllm"
+#: The HF engine the analyses that model transformers itself use (offloading, quantized caches).
+HF_ENGINE = "hf"
+#: The pre-allocating HF engine (``StaticCache``) the static-cache analyses use.
+STATIC_ENGINE = "hf-static"
+
+
+def get_engine(engine_id: str) -> Engine:
+    """The engine registered as ``engine_id``, or a named error listing the choices."""
+    try:
+        return REGISTRY[engine_id]
+    except KeyError:
+        raise KVPlanError("unknown.engine", value=engine_id, choices=", ".join(REGISTRY)) from None
+
+
+def log_engine() -> str:
+    """The engine whose start-up log ``calibrate`` reads (vLLM's "GPU KV cache size" lines)."""
+    return next(engine_id for engine_id, engine in REGISTRY.items() if engine.logs_kv_cache)
+
+
+def prefix_engines() -> tuple[str, ...]:
+    """Engines with a cross-request prefix cache, then HF (which shares nothing), for comparison."""
+    return (*(e for e, engine in REGISTRY.items() if engine.prefix_unit is not None), HF_ENGINE)
+
+
+def check_engine(engine_id: str) -> str:
+    get_engine(engine_id)
+    return engine_id
+
+
+def engine_view(arch: ModelArch, engine: str, kv_dtype: str = "bf16",
+                settings: EngineSettings | None = None, stage_layers: tuple[int, int] | None = None,
+                mla_block_size: int | None = None) -> EngineView:
+    """The rules of ``arch`` under ``engine`` for one rank (layers ``stage_layers`` = [start, stop))."""
+    return get_engine(engine).view(arch, kv_dtype, settings, stage_layers, mla_block_size)
+
+
+def layer_token_bytes(layer: LayerSpec, engine: str, dtype: KVDType, tp: int) -> int:
+    """Bytes per token per layer per rank for attention-like layers under ``engine`` (0 otherwise)."""
+    return get_engine(engine).token_bytes(layer, dtype, tp)
+
+
+def recurrent_state_bytes(layer: Recurrent, engine: str, model_dtype: KVDType, tp: int) -> int:
+    """Per-sequence state of one recurrent layer under ``engine`` on one rank."""
+    return get_engine(engine).state_bytes(layer, model_dtype, tp)
+
+
+__all__ = [
+    "DEFAULT_ENGINE", "ENGINES", "HF_ENGINE", "STATIC_ENGINE", "MLA_ONLY_DTYPES", "REGISTRY", "SETTINGS",
+    "VLLM_DEFAULT_BLOCK_SIZE", "Budget", "CacheRule", "Engine", "EngineSettings", "EngineView",
+    "KVPool", "PagedRule", "QuantizedCacheModel", "Setting", "StateRule", "StaticRule", "TokenRule",
+    "check_engine", "default_max_num_batched_tokens", "engine_view", "get_engine", "kv_heads_per_rank",
+    "layer_kind", "layer_token_bytes", "log_engine", "pp_partition", "prefix_engines",
+    "quantized_cache_allowed", "recurrent_state_bytes", "resolve_dtype",
+]

@@ -1,0 +1,342 @@
+"""The engine base class: what every engine (and release) declares and computes.
+
+An engine owns its label and release, the settings it honours (declared in
+``kvplan.engines.settings``), its default runtime reserve, its per-kind storage (``storage``: layer
+kind → rule builder), its memory target and KV budget, and its pool arithmetic (``KVPool``).
+Concrete engines live in ``hf.py``, ``vllm.py``, ``sglang.py`` and ``trtllm.py`` and register in
+``kvplan.engines.registry``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar
+
+import numpy as np
+
+from kvplan.arch import MLA, Attention, LayerSpec, ModelArch, NoCache, Recurrent
+from kvplan.dtypes import KVDType, get_dtype
+from kvplan.engines.kinds import CacheRule, sum_token_bytes
+from kvplan.engines.settings import EngineSettings
+from kvplan.errors import KVPlanError
+
+if TYPE_CHECKING:
+    from kvplan.presets import GPU
+
+MLA_ONLY_DTYPES = frozenset({"fp8_ds_mla"})
+GIB = 1 << 30
+
+
+def resolve_dtype(name: str) -> KVDType:
+    """A KV element format by name, or a named error listing the choices."""
+    try:
+        return get_dtype(name)
+    except KeyError:
+        from kvplan.dtypes import KV_DTYPE_CHOICES
+
+        raise KVPlanError("unknown.dtype", value=name, choices=", ".join(KV_DTYPE_CHOICES)) from None
+
+
+def kv_heads_per_rank(n_kv: int, tp: int) -> int:
+    """``max(1, n_kv // tp)`` (vLLM ``ModelConfig.get_num_kv_heads``; SGLang ``get_num_kv_heads``)."""
+    if tp > n_kv and tp % n_kv:
+        raise KVPlanError("parallel.tp_heads", tp=tp, heads=n_kv)
+    if tp <= n_kv and n_kv % tp:
+        raise KVPlanError("parallel.tp_heads", tp=tp, heads=n_kv)
+    return max(1, n_kv // tp)
+
+
+def pp_partition(n_layers: int, pp: int) -> list[int]:
+    """Layers per pipeline stage: vLLM ``get_pp_indices`` (remainder to the stages before the last)."""
+    if pp > n_layers:
+        raise KVPlanError("parallel.pp_layers", pp=pp, layers=n_layers)
+    parts = [n_layers // pp] * pp
+    for i in range(2, n_layers % pp + 2):
+        parts[-i] += 1
+    return parts
+
+
+def attention_token_bytes(layer: Attention, dtype: KVDType, heads: int) -> int:
+    """Bytes of one token's K and V in one layer: ``heads × (vec(hd_k) + vec(hd_v))``."""
+    return heads * (dtype.vector_bytes(layer.head_dim_k) + dtype.vector_bytes(layer.head_dim_v))
+
+
+def layer_kind(layer: Attention | MLA) -> str:
+    """Retention kind of an attention-like layer: full/sliding/chunked, or mla (sliding MLA → sliding)."""
+    if isinstance(layer, Attention):
+        return layer.kind
+    return "sliding" if layer.window else "mla"
+
+
+@dataclass(frozen=True)
+class EngineView:
+    """All rules of one model on one rank for one engine, with the settings that shaped them."""
+
+    engine: str
+    dtype: KVDType
+    rules: tuple[CacheRule, ...]
+    block_size: int | None = None
+    in_flight_tokens: int | None = None
+    hybrid_manager: bool | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def token_bytes(self) -> int:
+        """Bytes one token adds while no window caps any layer (``Σ layers × bytes/token``)."""
+        return sum_token_bytes(self.rules)
+
+    @property
+    def state_bytes(self) -> int:
+        """Constant per-sequence state of every layer (recurrent states)."""
+        return sum(rule.layers * rule.state_bytes for rule in self.rules)
+
+    def held_bytes(self, tokens: np.ndarray) -> np.ndarray:
+        total = np.zeros(np.shape(tokens), dtype=np.int64)
+        for rule in self.rules:
+            total = total + rule.held_bytes(tokens)
+        return total
+
+    def reserved_bytes(self, tokens: np.ndarray) -> np.ndarray:
+        total = np.zeros(np.shape(tokens), dtype=np.int64)
+        for rule in self.rules:
+            total = total + rule.reserved_bytes(tokens)
+        return total
+
+
+class KVPool:
+    """A KV pool sized for one GPU's budget, vectorised over the request length ``L``."""
+
+    num_blocks: int | None = None
+    block_size: int | None = None
+    bytes_per_block: int | None = None
+    #: What a request's cost (``users_cost``) is compared against.
+    capacity: int = 0
+    #: Whether ``blocks`` gives blocks per request (paged pools).
+    paged: bool = False
+
+    def per_request_bytes(self, L: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def max_requests(self, L: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def concurrency(self, L: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def pool_tokens(self, L: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def users_cost(self, L: np.ndarray, users: int) -> np.ndarray:
+        """What ``users`` requests of length ``L`` need, in the unit of ``capacity``."""
+        raise NotImplementedError
+
+    def blocks(self, L: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def formulas(self, L: int) -> dict[str, str]:
+        return {}
+
+
+@dataclass
+class Budget:
+    """Memory per GPU for one engine: target, weights per pipeline stage, reserve, KV left."""
+
+    target: int
+    weights_total: int
+    stage_weights: list[int]
+    reserve: int
+    stage_budgets: list[int]
+    weights_fit: bool
+    formulas: dict[str, str]
+    notes: list[str]
+
+    @property
+    def kv_budget(self) -> int:
+        return max(min(self.stage_budgets), 0)
+
+
+#: Builds the rule of ``n`` identical attention-like layers: (engine, layer, n, dtype, settings, ctx).
+StorageBuilder = Callable[..., CacheRule]
+
+
+class Engine:
+    """One engine release: its settings, storage rules, memory target and pool."""
+
+    id: ClassVar[str]
+    label: ClassVar[str]
+    short: ClassVar[str]
+    #: The release whose source the rules follow (shown with every number).
+    release: ClassVar[str]
+    #: Settings this engine honours → (label in this engine's vocabulary, default shown to users).
+    setting_labels: ClassVar[dict[str, tuple[str, str]]] = {}
+    default_reserve_gib: ClassVar[float] = 1.0
+    #: Whether a request's KV is whole block ids across the engine's groups (shown as blocks × bytes).
+    per_request_in_blocks: ClassVar[bool] = False
+    #: Whether ``calibrate`` can compare this engine with a start-up log.
+    logs_kv_cache: ClassVar[bool] = False
+    #: Prefix sharing unit: None = no cross-request prefix cache; else the default unit in tokens.
+    prefix_unit: ClassVar[int | None] = None
+    #: Whether K/V heads must divide (or be divided by) TP for this engine's layout.
+    checks_tp_heads: ClassVar[bool] = False
+
+    # ------------------------------------------------------------ settings
+    def own_settings(self, settings: EngineSettings) -> EngineSettings:
+        """``settings`` with every knob this engine does not have reset to its default."""
+        from kvplan.engines.settings import SETTING_DEFAULTS
+
+        reset = {k: v for k, v in SETTING_DEFAULTS.items() if k not in self.setting_labels
+                 and getattr(settings, k) != v}
+        return settings.model_copy(update=reset) if reset else settings
+
+    def resolve_settings(self, settings: EngineSettings, tokens: int, gpu: GPU | None = None,
+                         arch: ModelArch | None = None) -> EngineSettings:
+        """Fill the engine's own defaults that depend on the request, the GPU or the model."""
+        return settings
+
+    # ------------------------------------------------------------ storage
+    def kv_dtype(self, arch: ModelArch, name: str) -> KVDType:
+        """The KV element format for ``name``; ``auto`` = the model's dtype."""
+        return resolve_dtype(arch.model_dtype if name == "auto" else name)
+
+    def check_dtype(self, arch: ModelArch, dtype: KVDType) -> None:
+        """Refuse formats this engine cannot store for ``arch`` (named error)."""
+
+    def attention_heads(self, layer: Attention, tp: int) -> int:
+        return kv_heads_per_rank(layer.n_kv_heads, tp)
+
+    def attention_token_bytes(self, layer: Attention, dtype: KVDType, tp: int) -> int:
+        """Bytes per token per layer per rank of standard attention."""
+        if dtype.name in MLA_ONLY_DTYPES:
+            raise KVPlanError("engine.dtype", engine=self.id, dtype=dtype.name,
+                              why="this layout exists only for MLA layers")
+        return attention_token_bytes(layer, dtype, self.attention_heads(layer, tp))
+
+    def mla_token_bytes(self, layer: MLA, dtype: KVDType) -> int:
+        """MLA bytes per token per layer: one ``kv_lora_rank + qk_rope_head_dim`` vector (vLLM,
+        SGLang ``MLAAttentionSpec``, no V); ``fp8_ds_mla`` is fp8 latent + one fp32 scale per 128
+        + bf16 rope (656 B for 512 + 64). DSA models (DeepSeek-V3.2) add indexer keys of
+        ``d + d // 128 × 4`` B (uint8 + scales; ``models/deepseek_v2.py``), grouped with the latent
+        as one ``UniformTypeKVCacheSpecs`` in vLLM, so counted here."""
+        d = layer.indexer_head_dim
+        indexer = d + d // 128 * 4
+        if dtype.name == "fp8_ds_mla":
+            return dtype.vector_bytes(layer.kv_lora_rank) + layer.qk_rope_head_dim * 2 + indexer
+        return dtype.vector_bytes(layer.kv_lora_rank + layer.qk_rope_head_dim) + indexer
+
+    def token_bytes(self, layer: LayerSpec, dtype: KVDType, tp: int) -> int:
+        """Bytes per token per layer per rank for attention-like layers (0 otherwise)."""
+        if isinstance(layer, Attention):
+            return self.attention_token_bytes(layer, dtype, tp)
+        if isinstance(layer, MLA):
+            return self.mla_token_bytes(layer, dtype)
+        return 0
+
+    def state_bytes(self, layer: Recurrent, model_dtype: KVDType, tp: int) -> int:
+        """Per-sequence state of one recurrent layer on one rank."""
+        shards = tp if layer.tp_shard_unit % tp == 0 else 1
+        conv = (layer.conv_channels // shards) * (layer.conv_kernel - 1) * model_dtype.bits // 8
+        ssm_dtype = get_dtype(layer.ssm_dtype) if layer.ssm_dtype else self.default_ssm_dtype(model_dtype)
+        return conv + (layer.ssm_elements // shards) * ssm_dtype.bits // 8
+
+    def default_ssm_dtype(self, model_dtype: KVDType) -> KVDType:
+        return model_dtype
+
+    def view(self, arch: ModelArch, kv_dtype: str = "bf16", settings: EngineSettings | None = None,
+             stage_layers: tuple[int, int] | None = None,
+             mla_block_size: int | None = None) -> EngineView:
+        """The rules of ``arch`` on one rank (layers ``stage_layers`` = [start, stop)).
+
+        Identical layers are grouped first (``Counter`` over frozen specs), so the work grows with
+        the distinct layer kinds, not the layers.
+        """
+        settings = settings or EngineSettings()
+        dtype = self.kv_dtype(arch, kv_dtype)
+        self.check_dtype(arch, dtype)
+        start, stop = stage_layers or (0, arch.n_layers)
+        counts = arch.layer_counts(start, stop)
+        return self.build_view(arch, dtype, resolve_dtype(arch.model_dtype), settings, counts,
+                               mla_block_size)
+
+    def build_view(self, arch: ModelArch, dtype: KVDType, model_dtype: KVDType,
+                   settings: EngineSettings, counts: dict[LayerSpec, int],
+                   mla_block_size: int | None) -> EngineView:
+        raise NotImplementedError
+
+    def split_layers(self, counts: dict[LayerSpec, int], model_dtype: KVDType,
+                     tp: int) -> tuple[list[CacheRule], list[tuple[Attention | MLA, int]]]:
+        """State rules for the recurrent layers, and the attention-like layers left to the engine."""
+        from kvplan.engines.kinds import StateRule
+
+        rules: list[CacheRule] = []
+        attention: list[tuple[Attention | MLA, int]] = []
+        for layer, n in counts.items():
+            if isinstance(layer, Recurrent):
+                rules.append(StateRule("recurrent", n, 0, state_bytes=self.state_bytes(
+                    layer, model_dtype, tp), spec=layer))
+            elif not isinstance(layer, NoCache):
+                attention.append((layer, n))
+        return rules, attention
+
+    def per_request_reserved_bytes(self, arch: ModelArch, view: EngineView, kv_dtype: str,
+                                   settings: EngineSettings, tokens: int,
+                                   mla_block_size: int | None) -> tuple[int, list[str]] | None:
+        """Bytes one request reserves when the engine's pool counts more than its rules (vLLM's
+        block ids across groups); None = the rules' own reservation."""
+        return None
+
+    # ------------------------------------------------------------ memory
+    def check_parallel(self, arch: ModelArch, tp: int) -> None:
+        """Refuse tensor-parallel sizes the engine's KV layout cannot split (named error)."""
+        if self.checks_tp_heads and arch.kv_heads and not arch.is_mla:
+            kv_heads_per_rank(arch.kv_heads, tp)
+
+    def memory_target(self, capacity: int, settings: EngineSettings, arch: ModelArch,
+                      notes: list[str]) -> tuple[int, str]:
+        """Bytes per GPU the engine may use, and the formula with its values."""
+        return capacity, f"all device memory = {capacity:,} B"
+
+    def kv_budgets(self, target: int, stage_weights: list[int], reserve: int,
+                   settings: EngineSettings, formulas: dict[str, str]) -> list[int]:
+        """KV bytes per pipeline stage: ``target − weights − reserve``."""
+        return [target - w - reserve for w in stage_weights]
+
+    def make_pool(self, arch: ModelArch, gpu: GPU, kv_dtype: str, settings: EngineSettings,
+                  budgets: list[int], notes: list[str]) -> KVPool:
+        raise NotImplementedError
+
+    def largest_stage(self, arch: ModelArch, pp: int) -> tuple[int, int]:
+        parts = pp_partition(arch.n_layers, pp)
+        index = int(np.argmax(parts))
+        start = sum(parts[:index])
+        return start, start + parts[index]
+
+    # ------------------------------------------------------------ serving views
+    def shared_prefix_unit(self, block_size: int | None) -> int | None:
+        """Granularity of the prefix cache in tokens, or None without one."""
+        if self.prefix_unit is None:
+            return None
+        return block_size or self.prefix_unit
+
+    def describe(self, rule: CacheRule) -> str:
+        """Where a rule's cache stops growing, in words."""
+        from kvplan.engines.kinds import StateRule, StaticRule, TokenRule
+
+        if isinstance(rule, StateRule):
+            return "constant state per sequence: never grows"
+        if isinstance(rule, StaticRule):
+            return f"pre-allocated {rule.slots:,} slots: constant from the first token"
+        if isinstance(rule, TokenRule) and rule.cap is not None:
+            return f"stops growing at {rule.cap:,} tokens"
+        return "grows with every token"
+
+
+def raised_block(state: int, per_token: int, align: int, chunk: int | None) -> int:
+    """Smallest attention block (tokens) whose page holds ``state`` bytes: a multiple of ``align``,
+    or of ``lcm(chunk, align)`` in vLLM's "all" Mamba cache mode (``Platform._align_hybrid_block_size``)."""
+    if chunk is not None:
+        step = math.lcm(chunk, align)
+        tokens_per_state = -(-state // per_token)
+        return step * -(-tokens_per_state // step)
+    return align * -(-state // (align * per_token))

@@ -1,0 +1,229 @@
+"""HF transformers caches: ``DynamicCache`` (5.15+ and ≤ 5.14) and ``StaticCache``.
+
+Source: transformers 5.x ``src/transformers/cache_utils.py``. Full layers keep every token;
+``DynamicSlidingWindowLayer`` keeps ``W − 1`` tokens (chunked layers reuse it with
+``W = attention_chunk_size``); MLA caches the latent (5.15+) or expanded per-head K/V (≤ 5.14);
+linear-attention layers keep the full conv kernel and an fp32 recurrent state (Gated DeltaNet);
+Falcon new-arch caches K/V broadcast to all heads. ``QuantizedCache`` (sub-16-bit formats) accepts
+only models whose layers are all full attention. No pool: a request costs its cache bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+import numpy as np
+
+from kvplan.arch import MLA, Attention, LayerSpec, ModelArch, Recurrent
+from kvplan.dtypes import KVDType, get_dtype
+from kvplan.engines.base import Engine, EngineView, KVPool, layer_kind
+from kvplan.engines.kinds import CacheRule, StaticRule, TokenRule, static_slots
+from kvplan.engines.settings import EngineSettings
+from kvplan.errors import KVPlanError
+
+if TYPE_CHECKING:
+    from kvplan.presets import GPU
+
+#: transformers ``QuantizedCache`` default ``residual_length`` (``cache_utils.py``).
+QUANTIZED_RESIDUAL_LENGTH = 128
+
+
+def quantized_cache_allowed(arch: ModelArch) -> bool:
+    """``QuantizedCache`` "is only supported for models with only full attention layers"
+    (``cache_utils.py``): no sliding, chunked or linear-attention (recurrent) layer."""
+    return not any(layer.kind in {"sliding", "chunked", "recurrent"} for layer in arch.layer_counts())
+
+
+class HFDynamic(Engine):
+    """transformers 5.15+ ``DynamicCache``."""
+
+    id = "hf"
+    label = "HF transformers DynamicCache (5.15+)"
+    short = "HF dynamic"
+    release = "transformers 5.15+"
+
+    def check_dtype(self, arch: ModelArch, dtype: KVDType) -> None:
+        if dtype.bits < 16 and not quantized_cache_allowed(arch):
+            raise KVPlanError("engine.dtype", engine=self.id, dtype=dtype.name,
+                              why="transformers' QuantizedCache only supports models with only full "
+                                  "attention layers")
+
+    def attention_heads(self, layer: Attention, tp: int) -> int:
+        """transformers' ``tp_plan`` shards k/v projections colwise like vLLM; Falcon new-arch
+        caches the heads it broadcast to every query head (``hf_cached_heads``)."""
+        from kvplan.engines.base import kv_heads_per_rank
+
+        return kv_heads_per_rank(layer.hf_cached_heads or layer.n_kv_heads, tp)
+
+    def mla_token_bytes(self, layer: MLA, dtype: KVDType) -> int:
+        """5.15+: ``cache.update(kv_nope, k_rot)`` stores the latent and the rope key as K and V
+        (``DynamicIndexedLayer`` adds the indexer keys in the cache dtype)."""
+        return (dtype.vector_bytes(layer.kv_lora_rank) + dtype.vector_bytes(layer.qk_rope_head_dim)
+                + dtype.vector_bytes(layer.indexer_head_dim))
+
+    def state_bytes(self, layer: Recurrent, model_dtype: KVDType, tp: int) -> int:
+        """``LinearAttentionLayer``: conv ``[C, kernel]`` (full kernel) in the model dtype; the
+        recurrent state in fp32 for Gated DeltaNet (fla kernels return fp32)."""
+        ssm_dtype = get_dtype("fp32") if layer.variant == "gdn" else model_dtype
+        return (layer.conv_channels * layer.conv_kernel * model_dtype.bits // 8
+                + layer.ssm_elements * ssm_dtype.bits // 8)
+
+    def attention_rule(self, layer: Attention | MLA, n: int, bpt: int,
+                       settings: EngineSettings) -> CacheRule:
+        window = layer.window
+        return TokenRule(layer_kind(layer), n, bpt, window=window,
+                         cap=window - 1 if window else None, spec=layer,
+                         note=f"keeps the last W-1 = {window - 1} tokens" if window
+                         else "keeps every token")
+
+    def build_view(self, arch: ModelArch, dtype: KVDType, model_dtype: KVDType,
+                   settings: EngineSettings, counts: dict[LayerSpec, int],
+                   mla_block_size: int | None) -> EngineView:
+        rules, attention = self.split_layers(counts, model_dtype, settings.tp)
+        for layer, n in attention:
+            rules.append(self.attention_rule(layer, n, self.token_bytes(layer, dtype, settings.tp),
+                                             settings))
+        return EngineView(self.id, dtype, tuple(rules))
+
+    def make_pool(self, arch: ModelArch, gpu: GPU, kv_dtype: str, settings: EngineSettings,
+                  budgets: list[int], notes: list[str]) -> KVPool:
+        view = self.view(arch, kv_dtype, settings, stage_layers=self.largest_stage(arch, settings.pp))
+        notes.extend(view.notes)
+        return BytePool(view, max(min(budgets), 0), static=False)
+
+
+class HFLegacy(HFDynamic):
+    """transformers ≤ 5.14 (and 4.x): MLA caches expanded per-head K and V."""
+
+    id = "hf-legacy"
+    label = "HF transformers DynamicCache (≤5.14: MLA expanded)"
+    short = "HF dynamic (≤5.14)"
+    release = "transformers ≤ 5.14"
+
+    def mla_token_bytes(self, layer: MLA, dtype: KVDType) -> int:
+        """≤ 5.14: expanded ``H × (qk_nope + qk_rope)`` keys and ``H × v_head_dim`` values."""
+        return (layer.n_heads * (dtype.vector_bytes(layer.qk_nope_head_dim + layer.qk_rope_head_dim)
+                                 + dtype.vector_bytes(layer.v_head_dim))
+                + dtype.vector_bytes(layer.indexer_head_dim))
+
+
+class HFStatic(HFDynamic):
+    """transformers ``StaticCache``: pre-allocates ``max_cache_len`` (windows ``min(W, max_cache_len)``)."""
+
+    id = "hf-static"
+    label = "HF transformers StaticCache"
+    short = "HF static"
+    release = "transformers 5.15+"
+    setting_labels: ClassVar[dict[str, tuple[str, str]]] = {
+        "max_cache_len": ("max_cache_len (tokens)", "the context length")}
+
+    def check_dtype(self, arch: ModelArch, dtype: KVDType) -> None:
+        """StaticCache has no quantized variant check in kvplan's model (as before)."""
+
+    def resolve_settings(self, settings: EngineSettings, tokens: int, gpu: GPU | None = None,
+                         arch: ModelArch | None = None) -> EngineSettings:
+        """``generate()`` sizes ``max_cache_len`` to the request: default = the context length."""
+        if settings.max_cache_len is None:
+            return settings.model_copy(update={"max_cache_len": max(tokens, 1)})
+        return settings
+
+    def attention_rule(self, layer: Attention | MLA, n: int, bpt: int,
+                       settings: EngineSettings) -> CacheRule:
+        window = layer.window
+        max_len = settings.max_cache_len or 0
+        return StaticRule(layer_kind(layer), n, bpt, window=window, spec=layer,
+                          slots=int(static_slots(max_len, window)),
+                          note="pre-allocated max_cache_len"
+                               + (" (window: min(W, max_cache_len))" if window else ""))
+
+    def make_pool(self, arch: ModelArch, gpu: GPU, kv_dtype: str, settings: EngineSettings,
+                  budgets: list[int], notes: list[str]) -> KVPool:
+        view = self.view(arch, kv_dtype, settings, stage_layers=self.largest_stage(arch, settings.pp))
+        notes.extend(view.notes)
+        return BytePool(view, max(min(budgets), 0), static=True)
+
+
+class BytePool(KVPool):
+    """HF transformers: no pool; each request costs its cache bytes (``StaticCache``: pre-allocated
+    with ``max_cache_len = L``)."""
+
+    def __init__(self, view: EngineView, budget: int, static: bool) -> None:
+        self.view, self.capacity, self.static = view, budget, static
+        self.per_token = view.token_bytes
+
+    def per_request_bytes(self, L: np.ndarray) -> np.ndarray:
+        L = np.asarray(L, dtype=np.int64)
+        if not self.static:
+            return self.view.reserved_bytes(L)
+        total = np.zeros(L.shape, dtype=np.int64)
+        for rule in self.view.rules:
+            total = total + rule.layers * (static_slots(L, rule.window) * rule.bytes_per_token
+                                           + rule.state_bytes)
+        return total
+
+    def max_requests(self, L: np.ndarray) -> np.ndarray:
+        per = self.per_request_bytes(L)
+        return np.where(per > 0, self.capacity // np.maximum(per, 1), 0)
+
+    def concurrency(self, L: np.ndarray) -> np.ndarray:
+        per = self.per_request_bytes(L)
+        return np.where(per > 0, self.capacity / np.maximum(per, 1), 0.0)
+
+    def pool_tokens(self, L: np.ndarray) -> np.ndarray:
+        return np.full(np.shape(L), self.capacity // self.per_token if self.per_token else 0)
+
+    def users_cost(self, L: np.ndarray, users: int) -> np.ndarray:
+        return self.per_request_bytes(L).astype(object) * users  # exact: may pass int64
+
+    def formulas(self, L: int) -> dict[str, str]:
+        per = int(self.per_request_bytes(np.asarray([L]))[0])
+        n = self.capacity // per if per else 0
+        return {"max_requests": f"floor({self.capacity:,} / {per:,} B per request) = {n:,}"}
+
+
+@dataclass(frozen=True)
+class QuantizedCacheModel:
+    """transformers ``QuantizedCache`` against the unquantized ``DynamicCache`` of the same model.
+
+    The prefill is quantized; later tokens sit in a full-precision residual that is re-quantized when
+    it reaches ``residual_length`` (``cache_utils.py`` ``QuantizedLayer.update``). ``q``/``f``:
+    bytes per token of the quantized / full-precision cache, ``f_layer`` one layer's full-precision
+    bytes per token (each update materialises one layer's history in full precision).
+    """
+
+    quant_token_bytes: int
+    full_token_bytes: int
+    layer_token_bytes: int
+    state_bytes: int
+    residual_length: int = QUANTIZED_RESIDUAL_LENGTH
+
+    @classmethod
+    def of(cls, arch: ModelArch, quant: KVDType,
+           residual_length: int = QUANTIZED_RESIDUAL_LENGTH) -> QuantizedCacheModel:
+        """Refuses models ``QuantizedCache`` refuses (``quantized_cache_allowed``)."""
+        if not quantized_cache_allowed(arch):
+            raise KVPlanError("engine.dtype", engine="hf", dtype=quant.name,
+                              why="transformers' QuantizedCache only supports models with only full "
+                                  "attention layers")
+        engine = HFDynamic()
+        full = engine.view(arch, arch.model_dtype)
+        attention = [r for r in full.rules if r.token_bytes]
+        q_tok = sum(r.layers * engine.token_bytes(r.spec, quant, 1) for r in attention
+                    if isinstance(r.spec, Attention | MLA))
+        return cls(q_tok, full.token_bytes, max((r.bytes_per_token for r in attention), default=0),
+                   full.state_bytes, residual_length)
+
+    def held_bytes(self, tokens: np.ndarray, residual: np.ndarray) -> np.ndarray:
+        """``q·(T − r) + f·r + states`` with ``r`` tokens in the full-precision residual."""
+        t = np.asarray(tokens, dtype=np.int64)
+        return (t - residual) * self.quant_token_bytes + residual * self.full_token_bytes \
+            + self.state_bytes
+
+    def worst_residual(self, tokens: np.ndarray) -> np.ndarray:
+        """Largest residual over a context of ``T``: ``min(T, R − 1)``."""
+        return np.minimum(np.asarray(tokens, dtype=np.int64), self.residual_length - 1)
+
+    def transient_bytes(self, tokens: np.ndarray) -> np.ndarray:
+        """One layer's history in full precision, returned by every update: ``f_layer · T``."""
+        return np.asarray(tokens, dtype=np.int64) * self.layer_token_bytes

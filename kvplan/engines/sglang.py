@@ -1,0 +1,175 @@
+"""SGLang (0.5): a token pool with ``page_size`` tokens per page and hybrid-SWA/Mamba pools.
+
+Sources (SGLang v0.5.23): ``python/sglang/srt/model_executor/pool_configurator.py`` (cell sizes,
+``max_total_num_tokens``), ``python/sglang/srt/arg_groups/memory_hook.py`` (default
+``mem_fraction_static``), ``python/sglang/srt/server_args.py`` (default attention backend and page
+size), ``python/sglang/srt/configs/model_config.py`` (``is_hybrid_swa_model``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+import numpy as np
+
+from kvplan.arch import LayerSpec, ModelArch
+from kvplan.dtypes import KVDType, get_dtype
+from kvplan.engines.base import Engine, EngineView, KVPool, layer_kind
+from kvplan.engines.kinds import TokenRule
+from kvplan.engines.settings import EngineSettings
+
+if TYPE_CHECKING:
+    from kvplan.presets import GPU
+
+MIB = 1 << 20
+#: SGLang ``is_hybrid_swa_model`` architectures (``configs/model_config.py``); others (Gemma 2/3,
+#: Mistral v0.1) get full-length KV on every layer.
+SGLANG_HYBRID_SWA_ARCHS = frozenset({
+    "Llama4ForConditionalGeneration", "GptOssForCausalLM", "MiMoV2FlashForCausalLM", "MiMoV2MTP",
+    "Step3p5ForCausalLM", "Step3p5MTP", "Gemma4ForCausalLM", "Gemma4ForConditionalGeneration",
+})
+
+
+def sglang_mem_fraction_static(capacity_bytes: int, tp: int, pp: int, is_mla: bool) -> float:
+    """SGLang's default ``mem_fraction_static`` (``arg_groups/memory_hook.py``).
+
+    ``reserved_mem`` (MiB) = 512 + max(chunked_prefill_size, 2048)·1.5 + tp·pp/8·1024 +
+    decode_max_bs·2, floored at 10 GiB above 60 GiB; ``round((mem − reserved) / mem, 3)``.
+    """
+    mem = capacity_bytes / MIB
+    gib = mem / 1024
+    table = [(20, 2048, 8, 8), (35, 4096, 48, 160), (60, 4096, 32, 160), (160, 8192, 256, 512)]
+    chunked, bs_small, bs_large = 16384, 512, 512
+    for limit, size, small, large in table:
+        if gib < limit:
+            chunked, bs_small, bs_large = size, small, large
+            break
+    decode_bs = bs_large if tp >= 4 else bs_small
+    reserved = 512 + max(chunked, 2048) * 1.5 + tp * pp / 8 * 1024 + decode_bs * 2
+    if gib > 60:
+        reserved = max(reserved, 10 * 1024)
+    return max(round((mem - reserved) / mem, 3), 0.0)
+
+
+def sglang_default_page_size(gpu: GPU, arch: ModelArch) -> int | None:
+    """SGLang's page size from its default attention backend (``server_args.py``): Hopper and
+    older run fa3/flashinfer with ``page_size=1``; SM 10.x runs trtllm_mha for MHA/GQA models,
+    which forces 64 tokens. None means the engine default (1)."""
+    major = int(float(gpu.compute_capability)) if gpu.compute_capability else 0
+    return 64 if major == 10 and not arch.is_mla else None
+
+
+class SGLang(Engine):
+    """SGLang token pool, release 0.5."""
+
+    id = "sglang"
+    label = "SGLang (token pool)"
+    short = "SGLang"
+    release = "SGLang 0.5.23"
+    setting_labels: ClassVar[dict[str, tuple[str, str]]] = {
+        "gpu_util": ("mem_fraction_static (fraction)", "SGLang's memory-based default"),
+        "block_size": ("Page size (tokens)", "the attention backend's"),
+        "swa_eviction_interval": ("SWA eviction interval (tokens)", "128"),
+    }
+    default_reserve_gib = 0.0
+    prefix_unit = 1
+    checks_tp_heads = True
+
+    def resolve_settings(self, settings: EngineSettings, tokens: int, gpu: GPU | None = None,
+                         arch: ModelArch | None = None) -> EngineSettings:
+        """The page size the default attention backend forces on this GPU."""
+        if settings.block_size is None and gpu is not None and arch is not None:
+            page = sglang_default_page_size(gpu, arch)
+            if page is not None:
+                return settings.model_copy(update={"block_size": page})
+        return settings
+
+    def default_ssm_dtype(self, model_dtype: KVDType) -> KVDType:
+        """SGLang keeps the SSM state in fp32 unless the config says otherwise."""
+        return get_dtype("fp32")
+
+    def build_view(self, arch: ModelArch, dtype: KVDType, model_dtype: KVDType,
+                   settings: EngineSettings, counts: dict[LayerSpec, int],
+                   mla_block_size: int | None) -> EngineView:
+        page = settings.block_size or 1
+        hybrid_swa = (arch.architecture or "") in SGLANG_HYBRID_SWA_ARCHS
+        windowed = any(getattr(layer, "window", None) for layer in counts)
+        notes = ["SGLang gives every layer full-length KV for this architecture (not in its hybrid "
+                 "SWA list)"] if windowed and not hybrid_swa else []
+        rules, attention = self.split_layers(counts, model_dtype, settings.tp)
+        for layer, n in attention:
+            bpt = self.token_bytes(layer, dtype, settings.tp)
+            kind = layer_kind(layer)
+            if layer.window and hybrid_swa:
+                cap = layer.window + settings.swa_eviction_interval
+                rules.append(TokenRule(
+                    kind, n, bpt, window=layer.window, cap=cap, page=page, spec=layer,
+                    note=f"SWA pool: ≤ W + {settings.swa_eviction_interval} (eviction interval) tokens"))
+            else:
+                rules.append(TokenRule("full" if kind in {"sliding", "chunked"} else kind, n, bpt,
+                                       page=page, spec=layer))
+        return EngineView(self.id, dtype, tuple(rules), block_size=page, notes=tuple(notes))
+
+    def memory_target(self, capacity: int, settings: EngineSettings, arch: ModelArch,
+                      notes: list[str]) -> tuple[int, str]:
+        util = settings.gpu_util or sglang_mem_fraction_static(capacity, settings.tp, settings.pp,
+                                                               arch.is_mla)
+        if util <= 0:
+            notes.append("SGLang's default reserve exceeds this GPU's memory at this tp × pp")
+        target = int(capacity * util)
+        return target, f"{capacity:,} × mem_fraction_static {util} = {target:,} B"
+
+    def make_pool(self, arch: ModelArch, gpu: GPU, kv_dtype: str, settings: EngineSettings,
+                  budgets: list[int], notes: list[str]) -> KVPool:
+        view = self.view(arch, kv_dtype, settings, stage_layers=self.largest_stage(arch, settings.pp))
+        notes.extend(view.notes)
+        return SGLangPool(view, max(min(budgets), 0))
+
+
+class SGLangPool(KVPool):
+    """SGLang: ``max_total_num_tokens = (available // cell) // page × page``.
+
+    Hybrid-SWA models size the SWA pool at 0.8 × the full pool's tokens (``swa_full_tokens_ratio``);
+    recurrent states take ``ratio / (1 + ratio)`` (ratio 0.9) of the memory for their own pool and
+    about 3 slots per running request (``kv_cache_configurator.py``, ``mamba`` pool).
+    """
+
+    def __init__(self, view: EngineView, budget: int) -> None:
+        self.view = view
+        self.page = view.block_size or 1
+        full = sum(r.token_bytes for r in view.rules if r.kind != "sliding")
+        swa = sum(r.token_bytes for r in view.rules if r.kind == "sliding")
+        states = view.state_bytes
+        self.kv_budget, self.slots = budget, None
+        if states:
+            self.kv_budget = int(budget / 1.9)
+            self.slots = (budget - self.kv_budget) // states
+        self.cell = full + 0.8 * swa
+        self.capacity = int(self.kv_budget // self.cell) // self.page * self.page if self.cell else 0
+        self.block_size = self.page
+        self.num_blocks = self.capacity // self.page if self.page > 1 else None
+
+    def _tokens(self, L: np.ndarray) -> np.ndarray:
+        return -(-np.asarray(L, dtype=np.int64) // self.page) * self.page
+
+    def per_request_bytes(self, L: np.ndarray) -> np.ndarray:
+        return self.view.reserved_bytes(np.asarray(L, dtype=np.int64))
+
+    def max_requests(self, L: np.ndarray) -> np.ndarray:
+        fit_tokens = self.capacity // self._tokens(L)
+        if self.slots is not None:
+            fit_tokens = np.minimum(fit_tokens, self.slots // 3)
+        return fit_tokens
+
+    def concurrency(self, L: np.ndarray) -> np.ndarray:
+        return self.capacity / self._tokens(L)
+
+    def pool_tokens(self, L: np.ndarray) -> np.ndarray:
+        return np.full(np.shape(L), self.capacity)
+
+    def users_cost(self, L: np.ndarray, users: int) -> np.ndarray:
+        return self._tokens(L) * users
+
+    def formulas(self, L: int) -> dict[str, str]:
+        return {"kv_pool_tokens": f"({self.kv_budget:,} // {self.cell:,.0f} B per token) // "
+                                  f"{self.page} × {self.page} = {self.capacity:,}"}

@@ -1,0 +1,405 @@
+"""vLLM (v1 engine, release v0.33): paged blocks, KV-cache groups, memory target and logged capacity.
+
+Sources (vLLM v0.33): ``vllm/v1/kv_cache_interface.py`` (spec pages and ``max_memory_usage_bytes``),
+``vllm/v1/core/single_type_kv_cache_manager.py`` (held blocks), ``vllm/v1/core/kv_cache_utils.py``
+(``get_kv_cache_groups``, ``_get_kv_cache_groups_uniform_page_size``,
+``get_max_concurrency_for_kv_cache_config``, ``get_kv_cache_capacity``),
+``vllm/v1/core/kv_cache_planning.py`` (``num_blocks = available_memory // bytes_per_block``),
+``vllm/v1/worker/gpu_worker.py`` (memory target ``ceil(total × gpu_memory_utilization)``),
+``vllm/engine/arg_utils.py`` ``EngineArgs.get_batch_defaults`` and ``vllm/platforms/cuda.py``
+(MLA backend block sizes).
+
+Groups:
+
+* One spec for every layer → one group; a block costs ``layers × page``.
+* Same attention type, different pages → one ``UniformTypeKVCacheSpecs`` group; a block costs
+  ``Σ pages`` and a request ``max_l cdiv(mem_l, page_l)`` blocks.
+* Hybrid → pages unified (smaller attention pages get a larger block size), layers bucketed by
+  spec, ``group_size = min count`` (or ``max count`` if ``max < 1.5 × min``), each bucket split
+  round-robin into ``cdiv(n, group_size)`` groups; a block costs ``group_size × page``.
+* ``max_concurrency = num_blocks / Σ_groups cdiv(max_memory_usage_bytes, page)`` and the log's
+  ``GPU KV cache size = int(max_concurrency × max_model_len)`` tokens (null block included).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from typing import TYPE_CHECKING, ClassVar
+
+import numpy as np
+
+from kvplan.arch import LayerSpec, ModelArch, NoCache, Recurrent
+from kvplan.dtypes import KVDType
+from kvplan.engines.base import Engine, EngineView, KVPool, layer_kind, pp_partition, raised_block
+from kvplan.engines.kinds import (
+    PAGED_KINDS,
+    VLLM_DEFAULT_BLOCK_SIZE,
+    CacheRule,
+    PagedRule,
+    PagedStateRule,
+)
+from kvplan.engines.settings import EngineSettings
+
+if TYPE_CHECKING:
+    from kvplan.presets import GPU
+
+#: vLLM ``SupportsMambaPrefixCaching`` families: mamba cache mode "all" instead of "align".
+VLLM_MAMBA_ALL_MODE_VARIANTS = frozenset({"mamba2"})
+VLLM_DEFAULT_GPU_UTIL = 0.92  # vllm/config/cache.py (0.90 before v0.25)
+
+
+def default_max_num_batched_tokens(device_bytes: int | None, device_name: str = "",
+                                   usage: str = "serve") -> int:
+    """vLLM ``EngineArgs.get_batch_defaults`` (v0.28+): by device memory and name.
+
+    ≥160 GiB: 16384; ≥70 GiB and not an A100: 16384 (``LLM``) / 8192 (``serve``);
+    otherwise 8192 / 2048. Unknown device: the lowest tier.
+    """
+    gib = 1 << 30
+    llm = usage == "llm"
+    if device_bytes and device_bytes >= 160 * gib:
+        return 16384
+    if device_bytes and device_bytes >= 70 * gib and "a100" not in device_name.lower():
+        return 16384 if llm else 8192
+    return 8192 if llm else 2048
+
+
+def vllm_mla_block_size(gpu: GPU, kv_dtype: str) -> int:
+    """Default MLA block size from the backend vLLM picks (``vllm/platforms/cuda.py``).
+
+    SM 10.x (Blackwell) → FlashInfer-MLA (32); SM 9.x with an fp8 cache → FlashMLA (64);
+    otherwise FlashAttention-MLA / Triton-MLA (16).
+    """
+    major = int(float(gpu.compute_capability)) if gpu.compute_capability else 0
+    if major == 10:
+        return 32
+    if major == 9 and kv_dtype.startswith("fp8"):
+        return 64
+    return 16
+
+
+class Vllm(Engine):
+    """vLLM v1 paged KV cache, release v0.33."""
+
+    id = "vllm"
+    label = "vLLM (v1 paged blocks)"
+    short = "vLLM"
+    release = "vLLM v0.33"
+    setting_labels: ClassVar[dict[str, tuple[str, str]]] = {
+        "gpu_util": ("gpu_memory_utilization (fraction)", f"{VLLM_DEFAULT_GPU_UTIL}"),
+        "block_size": ("Block size (tokens)", "engine/backend choice"),
+        "max_num_batched_tokens": ("max_num_batched_tokens (tokens)", "vLLM's per-GPU default"),
+        "async_scheduling": ("Async scheduling (≥ 0.26)", "on"),
+        "hybrid_manager": ("Hybrid KV-cache manager", "auto"),
+        "enable_prefix_caching": ("Prefix caching", "on"),
+    }
+    default_reserve_gib = 1.0
+    logs_kv_cache = True
+    per_request_in_blocks = True
+    prefix_unit = VLLM_DEFAULT_BLOCK_SIZE
+    checks_tp_heads = True
+
+    def resolve_settings(self, settings: EngineSettings, tokens: int, gpu: GPU | None = None,
+                         arch: ModelArch | None = None) -> EngineSettings:
+        """``max_num_batched_tokens`` defaults by device (``get_batch_defaults``)."""
+        if settings.max_num_batched_tokens is None and gpu is not None:
+            return settings.model_copy(update={"max_num_batched_tokens": default_max_num_batched_tokens(
+                gpu.capacity_bytes, gpu.device_name)})
+        return settings
+
+    def hybrid_default(self, arch: ModelArch) -> bool:
+        """``vllm/config/vllm.py``: the hybrid manager is off by default with attention_chunk_size."""
+        return not any(layer.kind == "chunked" for layer in arch.layer_counts())
+
+    def build_view(self, arch: ModelArch, dtype: KVDType, model_dtype: KVDType,
+                   settings: EngineSettings, counts: dict[LayerSpec, int],
+                   mla_block_size: int | None) -> EngineView:
+        tp = settings.tp
+        hybrid = settings.hybrid_manager
+        if hybrid is None:
+            hybrid = self.hybrid_default(arch)
+        mnbt = settings.max_num_batched_tokens or default_max_num_batched_tokens(None)
+        concurrent = (settings.pp + 1) if settings.async_scheduling else 1
+        ift = concurrent * mnbt
+        block = settings.block_size
+        if block is None:
+            block = (mla_block_size or VLLM_DEFAULT_BLOCK_SIZE) if arch.is_mla else VLLM_DEFAULT_BLOCK_SIZE
+        notes: list[str] = []
+        attn_1tok = [self.token_bytes(layer, dtype, tp) for layer in counts
+                     if not isinstance(layer, Recurrent | NoCache)]
+        recurrent = [layer for layer in counts if isinstance(layer, Recurrent)]
+        state_pages = 1
+        if recurrent and attn_1tok:
+            state = max(self.state_bytes(r, model_dtype, tp) for r in recurrent)
+            all_mode = (settings.enable_prefix_caching
+                        and recurrent[0].variant in VLLM_MAMBA_ALL_MODE_VARIANTS)
+            align = max(block, 16)
+            chunk = (recurrent[0].chunk_size or align) if all_mode else None
+            raised = raised_block(state, max(attn_1tok), align, chunk)
+            if raised > block:
+                notes.append(f"attention block raised from {block} to {raised} tokens so one page "
+                             f"holds a {state:,} B recurrent state (Platform._align_hybrid_block_size)")
+                block = raised
+            if not settings.enable_prefix_caching:
+                state_pages = 1  # mamba_cache_mode "none"
+            elif all_mode:
+                state_pages = 0  # "all": one state page per block of tokens
+            else:
+                state_pages = 2  # "align"
+        rules: list[CacheRule] = []
+        for layer, n in counts.items():
+            if isinstance(layer, NoCache):
+                continue
+            if isinstance(layer, Recurrent):
+                padded = block * max(attn_1tok) if attn_1tok else self.state_bytes(layer, model_dtype, tp)
+                rules.append(PagedStateRule("recurrent", n, 0, state_bytes=padded, spec=layer,
+                                            pages_reserved=state_pages, block_size=block,
+                                            note="state page padded to the attention page"))
+                continue
+            kind, window = layer_kind(layer), layer.window
+            if not hybrid and kind in {"sliding", "chunked"}:
+                notes.append(f"hybrid KV-cache manager off: {kind} layers reserve full max_model_len")
+                kind, window = "full", None
+            rules.append(PAGED_KINDS[kind](kind, n, self.token_bytes(layer, dtype, tp), window=window,
+                                           block_size=block, in_flight_tokens=ift, spec=layer))
+        return EngineView(self.id, dtype, tuple(rules), block_size=block, in_flight_tokens=ift,
+                          hybrid_manager=hybrid, notes=tuple(dict.fromkeys(notes)))
+
+    def pool_layout(self, arch: ModelArch, kv_dtype: str, settings: EngineSettings,
+                    mla_block_size: int | None = None) -> VllmPool:
+        """The model's KV-cache groups on one TP rank (cached per model and settings)."""
+        return _pool_cached(self, arch, kv_dtype, settings, mla_block_size)
+
+    def per_request_reserved_bytes(self, arch: ModelArch, view: EngineView, kv_dtype: str,
+                                   settings: EngineSettings, tokens: int,
+                                   mla_block_size: int | None) -> tuple[int, list[str]] | None:
+        """A request reserves whole block ids across every group: ``blocks × bytes per block``."""
+        pool = self.pool_layout(arch, kv_dtype, settings, mla_block_size)
+        per_block = pool.stage_bytes_per_block(0, arch.n_layers)
+        blocks = int(pool.blocks_per_request(tokens))
+        notes = []
+        if pool.padding_layers:
+            notes.append(f"reserved bytes count whole block ids across {pool.n_groups} groups "
+                         f"({pool.padding_layers} padding layers)")
+        return blocks * per_block, notes
+
+    def memory_target(self, capacity: int, settings: EngineSettings, arch: ModelArch,
+                      notes: list[str]) -> tuple[int, str]:
+        util = settings.gpu_util or VLLM_DEFAULT_GPU_UTIL
+        target = math.ceil(capacity * util)
+        return target, f"ceil({capacity:,} × {util}) = {target:,} B"
+
+    def make_pool(self, arch: ModelArch, gpu: GPU, kv_dtype: str, settings: EngineSettings,
+                  budgets: list[int], notes: list[str]) -> KVPool:
+        pool = self.pool_layout(arch, kv_dtype, settings, vllm_mla_block_size(gpu, kv_dtype))
+        notes.extend(pool.notes)
+        return VllmPagedPool(pool, budgets, pp_partition(arch.n_layers, settings.pp))
+
+    def describe(self, rule: CacheRule) -> str:
+        if isinstance(rule, PagedRule):
+            if rule.kind == "sliding" and rule.window:
+                return (f"frees blocks that fall out of the {rule.window:,}-token window: stops "
+                        f"growing at ≈ ceil({rule.window - 1:,}/{rule.block_size})+1 blocks")
+            if rule.kind == "chunked" and rule.window:
+                return (f"frees whole chunks of {rule.window:,}: at most ≈ {rule.window:,} tokens of "
+                        f"blocks")
+            return f"grows one {rule.block_size}-token block at a time, never stops"
+        return super().describe(rule)
+
+
+# ---------------------------------------------------------------------------- pool layout
+
+
+@dataclass(frozen=True)
+class GroupBucket:
+    """``n_groups`` KV-cache groups that share one spec: the layers of a bucket split round-robin
+    (``layer_ids[k::n_groups]`` is group ``k``); identical groups are counted, not repeated."""
+
+    rule: CacheRule
+    layer_ids: np.ndarray
+    n_groups: int
+
+    @property
+    def page_bytes(self) -> int:
+        return self.rule.page_bytes
+
+    def group_layers_in(self, start: int, stop: int) -> np.ndarray:
+        """Layers of each group of the bucket that sit in ``[start, stop)``."""
+        inside = (self.layer_ids >= start) & (self.layer_ids < stop)
+        return np.bincount(np.arange(self.layer_ids.size)[inside] % self.n_groups,
+                           minlength=self.n_groups)
+
+
+def _spec_key(rule: CacheRule) -> tuple:
+    return (rule.kind, rule.window, rule.page_bytes, rule.block_size)
+
+
+@dataclass(frozen=True)
+class VllmPool:
+    """The groups of a model on vLLM, and the per-block cost on each pipeline stage."""
+
+    buckets: tuple[GroupBucket, ...]
+    uniform_type: bool
+    block_size: int
+    notes: tuple[str, ...]
+
+    @property
+    def n_groups(self) -> int:
+        return sum(b.n_groups for b in self.buckets)
+
+    def stage_bytes_per_block(self, start: int, stop: int) -> int:
+        """Bytes one block id costs on the rank holding layers [start, stop)."""
+        per_group = [b.page_bytes * b.group_layers_in(start, stop) for b in self.buckets]
+        if self.uniform_type:
+            return int(sum(int(p.sum()) for p in per_group))
+        return max((int(p.max(initial=0)) for p in per_group), default=0)
+
+    def blocks_per_request(self, max_model_len: np.ndarray | int) -> np.ndarray:
+        """Σ over groups (max over specs in a ``UniformTypeKVCacheSpecs`` group) of reserved blocks."""
+        per_bucket = [b.rule.reserved_blocks(max_model_len) for b in self.buckets]
+        if self.uniform_type:
+            return np.max(per_bucket, axis=0)
+        return np.sum([b.n_groups * blocks for b, blocks in zip(self.buckets, per_bucket, strict=True)],
+                      axis=0)
+
+    @property
+    def padding_layers(self) -> int:
+        if self.uniform_type or not self.buckets:
+            return 0
+        sizes = [np.bincount(np.arange(b.layer_ids.size) % b.n_groups, minlength=b.n_groups)
+                 for b in self.buckets]
+        size = max(int(s.max()) for s in sizes)
+        return int(sum(int((size - s).sum()) for s in sizes))
+
+
+@lru_cache(maxsize=128)
+def _pool_cached(engine: Vllm, arch: ModelArch, kv_dtype: str, settings: EngineSettings,
+                 mla_block_size: int | None) -> VllmPool:
+    return build_pool(engine, arch, kv_dtype, settings, mla_block_size)
+
+
+def _layer_ids(arch: ModelArch, by_spec: dict[LayerSpec, CacheRule]) -> dict[LayerSpec, np.ndarray]:
+    """Global layer ids of every cached spec, from the model's runs of identical layers."""
+    ids: dict[LayerSpec, list[np.ndarray]] = {}
+    position = 0
+    for layer, n in arch.layer_runs():
+        if layer in by_spec:
+            ids.setdefault(layer, []).append(np.arange(position, position + n))
+        position += n
+    return {layer: np.concatenate(parts) for layer, parts in ids.items()}
+
+
+def build_pool(engine: Vllm, arch: ModelArch, kv_dtype: str, settings: EngineSettings,
+               mla_block_size: int | None = None) -> VllmPool:
+    """Group the whole model's layers as vLLM's ``get_kv_cache_groups`` does (per TP rank)."""
+    view = engine.view(arch, kv_dtype, settings, mla_block_size=mla_block_size)
+    by_spec: dict[LayerSpec, CacheRule] = {rule.spec: rule for rule in view.rules  # type: ignore[misc]
+                                           if rule.spec is not None}
+    ids_of = _layer_ids(arch, by_spec)
+    notes = list(view.notes)
+    block = view.block_size or VLLM_DEFAULT_BLOCK_SIZE
+    specs = list(ids_of)
+    keys = {_spec_key(by_spec[s]) for s in specs}
+
+    def merged(spec_list: list[LayerSpec], rule_of: dict[LayerSpec, CacheRule]) -> dict[tuple, tuple[
+            CacheRule, np.ndarray]]:
+        out: dict[tuple, tuple[CacheRule, list[np.ndarray]]] = {}
+        for s in spec_list:
+            rule = rule_of[s]
+            out.setdefault(_spec_key(rule), (rule, []))[1].append(ids_of[s])
+        return {k: (r, np.sort(np.concatenate(parts))) for k, (r, parts) in out.items()}
+
+    if len(keys) == 1:
+        ((rule, ids),) = merged(specs, by_spec).values()
+        return VllmPool((GroupBucket(rule, ids, 1),), False, block, tuple(notes))
+    rules = [by_spec[s] for s in specs]
+    if (all(isinstance(r, PagedRule) for r in rules) and len({r.kind for r in rules}) == 1
+            and len({r.window for r in rules}) == 1):
+        notes.append("one UniformTypeKVCacheSpecs group (same attention type, different page sizes)")
+        return VllmPool(tuple(GroupBucket(r, ids, 1) for r, ids in merged(specs, by_spec).values()),
+                        True, block, tuple(notes))
+    max_page = max(r.page_bytes for r in rules)
+    unified: dict[LayerSpec, CacheRule] = {}
+    for s in specs:
+        rule = by_spec[s]
+        if rule.page_bytes < max_page and isinstance(rule, PagedRule):
+            if max_page % rule.page_bytes == 0:
+                rule = replace(rule, block_size=rule.block_size * (max_page // rule.page_bytes))
+            else:
+                notes.append("attention page padded to the largest page (unify_kv_cache_spec_page_size)")
+        unified[s] = rule
+    buckets = merged(specs, unified)
+    sizes = [ids.size for _, ids in buckets.values()]
+    group_size = min(sizes)
+    if max(sizes) < group_size * 1.5:
+        group_size = max(sizes)
+    groups = tuple(GroupBucket(rule if rule.page_bytes == max_page else _with_page(rule, max_page),
+                               ids, -(-int(ids.size) // group_size))
+                   for rule, ids in buckets.values())
+    pool = VllmPool(groups, False, block, tuple(notes))
+    if pool.padding_layers:
+        waste = 100 * pool.padding_layers / sum(sizes)
+        pool = replace(pool, notes=(*pool.notes, f"{pool.padding_layers} padding layers: up to "
+                                                  f"{waste:.2f}% of each block id unused"))
+    return pool
+
+
+def _with_page(rule: CacheRule, page: int) -> CacheRule:
+    """A rule whose page is padded to ``page`` bytes (Mamba pages, non-divisible attention)."""
+    if isinstance(rule, PagedRule):
+        return replace(rule, padded_page=page)
+    return replace(rule, state_bytes=page)
+
+
+class VllmPagedPool(KVPool):
+    """vLLM: ``num_blocks = budget // bytes_per_block`` (minimum over pipeline stages); a request
+    reserves ``Σ_groups`` blocks; one block is the null block (``BlockPool``)."""
+
+    paged = True
+
+    def __init__(self, pool: VllmPool, budgets: list[int], parts: list[int]) -> None:
+        starts = np.cumsum([0, *parts])
+        per_block = [pool.stage_bytes_per_block(int(starts[i]), int(starts[i + 1]))
+                     for i in range(len(parts))]
+        self.pool = pool
+        self.budget = min(budgets)
+        self.num_blocks = min(max(b, 0) // pbb for b, pbb in zip(budgets, per_block, strict=True) if pbb)
+        self.bytes_per_block = max(per_block)
+        self.block_size = pool.block_size
+        self.capacity = max(self.num_blocks - 1, 0)
+
+    def blocks(self, L: np.ndarray) -> np.ndarray:
+        return np.asarray(self.pool.blocks_per_request(np.asarray(L, dtype=np.int64)), dtype=np.int64)
+
+    def per_request_bytes(self, L: np.ndarray) -> np.ndarray:
+        return self.blocks(L) * self.bytes_per_block  # a block id spans the widest group's layers
+
+    def max_requests(self, L: np.ndarray) -> np.ndarray:
+        return self.capacity // np.maximum(self.blocks(L), 1)
+
+    def concurrency(self, L: np.ndarray) -> np.ndarray:
+        return self.num_blocks / np.maximum(self.blocks(L), 1)
+
+    def pool_tokens(self, L: np.ndarray) -> np.ndarray:
+        """vLLM's logged "GPU KV cache size": ``int(num_blocks / blocks_per_request × L)``."""
+        L = np.asarray(L, dtype=np.int64)
+        return (self.concurrency(L) * L).astype(np.int64)
+
+    def users_cost(self, L: np.ndarray, users: int) -> np.ndarray:
+        return self.blocks(L) * users
+
+    def formulas(self, L: int) -> dict[str, str]:
+        bpr = int(self.blocks(np.asarray([L]))[0])
+        conc = self.num_blocks / bpr if bpr else 0.0
+        return {
+            "num_blocks": f"{self.budget:,} // {self.bytes_per_block:,} B per block = {self.num_blocks:,}",
+            "blocks_per_request": f"Σ over {self.pool.n_groups} group(s) of reserved blocks at "
+                                  f"{L:,} tokens = {bpr:,}",
+            "max_concurrency": f"{self.num_blocks:,} / {bpr:,} = {conc:.4f}",
+            "kv_pool_tokens": f"int({conc:.6f} × {L:,}) = {int(conc * L):,}",
+            "max_requests": f"({self.num_blocks:,} − 1 null block) // {bpr:,} = "
+                            f"{self.capacity // bpr if bpr else 0:,}",
+        }
+
