@@ -49,8 +49,8 @@ KNOWN_MISMATCH: dict[str, str] = {
 }
 #: Presets TRT-LLM's PyTorch backend has no model class for, that kvplan still sizes.
 KNOWN_SERVED_ANYWAY = frozenset({
-    "command-r", "deepseek-llm-67b", "deepseek-v2-lite", "deepseek-v2", "falcon-40b", "falcon-7b",
-    "gemma-2-27b", "gemma-2-9b", "jamba-1.5-mini", "opt-13b",
+    "command-r", "deepseek-v2-lite", "deepseek-v2", "falcon-40b", "falcon-7b", "gemma-2-27b",
+    "gemma-2-9b", "jamba-1.5-mini",
 })
 
 
@@ -111,6 +111,31 @@ def test_llama_8b_tp1_by_hand():
     assert (result.num_blocks, result.kv_pool_tokens) == (14_213, 454_816)
 
 
+def test_vswa_split_by_hand():
+    """``calculate_max_num_blocks_for_vswa``: equal memory per window size, own layers' cost.
+
+    Gemma 3 12B, windows [1024]×5 + [131072]: 40 sliding and 8 full layers, 8 heads × 256 × 2 × 2 B
+    = 8,192 B per layer. 51,925,104,691 × 0.5 / 327,680 = 79,231.5 → 2,475 blocks;
+    / 65,536 = 396,156.9 → 12,379 blocks. kvplan (one pool of 48 full layers): 4,126.
+    """
+    case = CASES["gemma-3-12b-vswa-h100"]
+    expected = case["expected"]
+    assert expected["ranks"][0]["window_layers"] == {"1024": 40, "131072": 8}
+    assert expected["blocks_per_window"] == {"1024": 2_475, "131072": 12_379}
+    assert kvplan_fit(case).num_blocks == 4_126
+
+
+def test_ceil_heads_by_hand():
+    """Qwen2.5-7B (4 KV heads) at TP 8: the creator prices 128 × 4 // 8 = 64 elements per layer
+    (7,168 B/token), the manager ceil(4 / 8) = 1 head (14,336 B/token), so the pool is
+    0.9 × 82,543,164,032 / 14,336 = 5,181,978.8 tokens → 161,936 blocks; kvplan 319,660."""
+    case = CASES["qwen2.5-7b-tp8-h100"]
+    rank = case["expected"]["ranks"][0]
+    assert (rank["kv_size_per_token_creator"], rank["cache_bytes_per_token_manager"]) == (7_168, 14_336)
+    assert case["expected"]["num_blocks"] == 161_936
+    assert kvplan_fit(case).num_blocks == 319_660
+
+
 @pytest.mark.parametrize("case_id", sorted(CASES))
 def test_kvplan_matches_trtllm(case_id: str):
     case = CASES[case_id]
@@ -127,7 +152,7 @@ def test_unserved_architectures_are_still_sized():
     """TRT-LLM's PyTorch backend raises "Unknown architecture" for these presets
     (``_arch_index.py`` MODEL_ARCH_TO_MODULE); kvplan should refuse them, and does not yet."""
     served = {row["config"]: row["served"] for row in FIXTURE["architectures"]}
-    unserved = {p for p in model_presets() if not served[f"presets/models/{p}.json"]}
+    unserved = {p for p in model_presets() if served[f"presets/models/{p}.json"] is False}
     assert unserved == KNOWN_SERVED_ANYWAY
     for preset in sorted(unserved):
         try:

@@ -524,7 +524,8 @@ CASES = [
 
 
 def supported_architectures() -> list[dict]:
-    """Which preset and fixture architectures the PyTorch backend has a model class for."""
+    """Which preset and fixture architectures the PyTorch backend has a model class for
+    (``AutoModelForCausalLM._resolve_class`` looks up ``architectures[0]``)."""
     rows = []
     for path in sorted((ROOT / "presets" / "models").glob("*.json")):
         config = json.loads(path.read_text())["config"]
@@ -534,8 +535,8 @@ def supported_architectures() -> list[dict]:
     out = []
     for source, config in rows:
         arch = (config.get("architectures") or [None])[0]
-        out.append({"config": source, "architecture": arch,
-                    "served": arch in PYTORCH_ARCHITECTURES})
+        served = None if arch is None else arch in PYTORCH_ARCHITECTURES  # None: not in the config
+        out.append({"config": source, "architecture": arch, "served": served})
     return out
 
 
