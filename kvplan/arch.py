@@ -157,6 +157,13 @@ class ModelArch(_Spec):
             self._counts = (self.layers, dict(counts))
         return counts
 
+    def distinct_layers(self) -> tuple[LayerSpec, ...]:
+        """The distinct layer specs, in first-seen order (cached with the counts)."""
+        if self._counts is None or self._counts[0] is not self.layers:
+            self.layer_counts()
+        assert self._counts is not None
+        return tuple(self._counts[1])
+
     def kind_counts(self) -> dict[str, int]:
         counts: Counter[str] = Counter()
         for layer, n in self.layer_counts().items():
@@ -166,14 +173,14 @@ class ModelArch(_Spec):
     @property
     def has_windows(self) -> bool:
         """Whether any attention layer has a sliding window or a chunk."""
-        return any(isinstance(layer, Attention) and layer.window for layer in self.layer_counts())
+        return any(isinstance(layer, Attention) and layer.window for layer in self.distinct_layers())
 
     @property
     def is_mla(self) -> bool:
-        return any(layer.kind == "mla" for layer in self.layer_counts())
+        return any(layer.kind == "mla" for layer in self.distinct_layers())
 
     @property
     def kv_heads(self) -> int:
         """KV heads of the attention layers (1 for MLA latent; max over layers)."""
-        heads = [layer.n_kv_heads for layer in self.layer_counts() if isinstance(layer, Attention)]
+        heads = [layer.n_kv_heads for layer in self.distinct_layers() if isinstance(layer, Attention)]
         return max(heads) if heads else 1

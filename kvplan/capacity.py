@@ -161,12 +161,14 @@ def engine_settings(query: FitQuery, gpu: GPU | None, arch: ModelArch | None = N
     """The query's engine settings as its engine will use them: the parallel layout, only the
     engine's own knobs, and the defaults that depend on the GPU, the model or the length."""
     engine = get_engine(query.engine)
-    settings = engine.own_settings(query.settings.model_copy(update={"tp": query.tp, "pp": query.pp}))
+    settings = engine.own_settings(query.settings, tp=query.tp, pp=query.pp)
     return engine.resolve_settings(settings, query.tokens, gpu, arch)
 
 
-def memory_budget(arch: ModelArch, gpu: GPU, query: FitQuery) -> Budget:
-    """Validate the parallel layout and size the KV budget of every pipeline stage."""
+def memory_budget(arch: ModelArch, gpu: GPU, query: FitQuery,
+                  settings: EngineSettings | None = None) -> Budget:
+    """Validate the parallel layout and size the KV budget of every pipeline stage
+    (``settings``: the query's ``engine_settings``, when the caller has them)."""
     engine = get_engine(query.engine)
     tp, pp = query.tp, query.pp
     gpus = query.num_gpus or tp * pp
@@ -175,7 +177,7 @@ def memory_budget(arch: ModelArch, gpu: GPU, query: FitQuery) -> Budget:
     engine.check_parallel(arch, tp)
     weights_total = weight_bytes(arch, query.weight_dtype)
     stages = stage_weight_bytes(arch, weights_total, pp, tp)
-    settings = engine_settings(query, gpu, arch)
+    settings = settings or engine_settings(query, gpu, arch)
     notes: list[str] = []
     formulas: dict[str, str] = {}
     reserve = int((query.reserve_gib if query.reserve_gib is not None
@@ -194,9 +196,10 @@ def memory_budget(arch: ModelArch, gpu: GPU, query: FitQuery) -> Budget:
 
 def fit(arch: ModelArch, gpu: GPU, query: FitQuery, search_gpus: bool = True) -> FitResult:
     """Answer the capacity question for one model, accelerator and engine configuration."""
-    budget = memory_budget(arch, gpu, query)
+    settings = engine_settings(query, gpu, arch)
+    budget = memory_budget(arch, gpu, query, settings)
     notes, formulas = budget.notes, budget.formulas
-    answer = _pool_answer(arch, gpu, query, budget.stage_budgets, notes, formulas)
+    answer = _pool_answer(arch, gpu, query, budget.stage_budgets, notes, formulas, settings)
     tp, pp = query.tp, query.pp
     replicas = (query.num_gpus or tp * pp) // (tp * pp)
     fits = budget.weights_fit and answer["max_requests"] >= query.users
@@ -219,15 +222,16 @@ def fit(arch: ModelArch, gpu: GPU, query: FitQuery, search_gpus: bool = True) ->
 
 
 def make_pool(arch: ModelArch, gpu: GPU, query: FitQuery, budgets: list[int],
-              notes: list[str]) -> KVPool:
+              notes: list[str], settings: EngineSettings | None = None) -> KVPool:
     """The engine's pool for these per-stage budgets (notes collect the engine's remarks)."""
     engine = get_engine(query.engine)
-    return engine.make_pool(arch, gpu, query.kv_dtype, engine_settings(query, gpu, arch), budgets, notes)
+    return engine.make_pool(arch, gpu, query.kv_dtype, settings or engine_settings(query, gpu, arch),
+                            budgets, notes)
 
 
 def _pool_answer(arch: ModelArch, gpu: GPU, query: FitQuery, budgets: list[int], notes: list[str],
-                 formulas: dict[str, str]) -> dict[str, Any]:
-    pool = make_pool(arch, gpu, query, budgets, notes)
+                 formulas: dict[str, str], settings: EngineSettings) -> dict[str, Any]:
+    pool = make_pool(arch, gpu, query, budgets, notes, settings)
     L = np.asarray([query.tokens], dtype=np.int64)
     formulas.update(pool.formulas(query.tokens))
     answer = {
@@ -304,8 +308,9 @@ def capacity_sweep(arch: ModelArch, gpus_list: list[GPU], kv_dtypes: list[str],
         for dtype in kv_dtypes:
             q = query.model_copy(update={"kv_dtype": dtype})
             try:
-                budget = memory_budget(arch, gpu, q)
-                pool = make_pool(arch, gpu, q, budget.stage_budgets, [])
+                settings = engine_settings(q, gpu, arch)
+                budget = memory_budget(arch, gpu, q, settings)
+                pool = make_pool(arch, gpu, q, budget.stage_budgets, [], settings)
             except KVPlanError:
                 continue
             max_requests = pool.max_requests(t) if budget.weights_fit else np.zeros_like(t)

@@ -145,7 +145,6 @@ def scenario_from_json(raw: str | bytes) -> Scenario:
 
 
 @cache
-@cache
 def named_scenarios() -> dict[str, ScenarioFile]:
     """The scenarios in ``presets/scenarios/``, by id, in file-name order (read once)."""
     from kvplan.presets import scenario_files

@@ -30,6 +30,7 @@ from kvplan.arch import ModelArch
 from kvplan.capacity import weights_read_bytes
 from kvplan.dtypes import KVDType, get_dtype
 from kvplan.engines import (
+    DEFAULT_ENGINE,
     HF_ENGINE,
     REGISTRY,
     STATIC_ENGINE,
@@ -326,7 +327,7 @@ class PrefixResult(BaseModel):
 
 
 def prefix_caching(arch: ModelArch, n_requests: int, prefix_tokens: int, prompt_tokens: int,
-                   output_tokens: int, engine: str = "vllm", kv_dtype: str = "bf16",
+                   output_tokens: int, engine: str = DEFAULT_ENGINE, kv_dtype: str = "bf16",
                    block_size: int | None = None, points: int | None = None) -> PrefixResult:
     """Memory of ``N`` concurrent requests sharing a ``P``-token prefix, with and without sharing.
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from cli_helpers import run_cli
 
-from kvplan.calibrate import MAX_LOG_BYTES, Calibration, VllmLog, calibrate, parse_vllm_log
+from kvplan.calibrate import MAX_LOG_BYTES, VllmLog, calibrate, parse_vllm_log
 from kvplan.capacity import GIB, FitQuery, fit
 from kvplan.errors import MESSAGES, KVPlanError
 from kvplan.presets import get_gpu, load_model
@@ -127,7 +127,6 @@ def test_one_mebibyte_is_accepted():
 
 def test_calibration_reproduces_kvplans_own_log_exactly():
     result = calibrate(ARCH, H100, FitQuery(tokens=L), parse_vllm_log(ten_gib()))
-    assert isinstance(result, Calibration)
     assert result.bytes_per_block == BLOCK_BYTES and result.blocks_per_request == 2048
     assert result.logged_blocks_low == result.logged_blocks_high == 5120
     assert result.reproduced_num_blocks == 5120

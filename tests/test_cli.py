@@ -62,11 +62,21 @@ def test_kv_json_numbers():
     assert payload["kv_bytes"] == 2 * 4096 * 32 * 32 * 128 * 2 * 2
 
 
-def test_fit_json_consistent():
+def test_fit_json_numbers():
+    """Llama-2-7B fp16 on an H100 SXM (81,559 MiB = 85,520,809,984 B), vLLM defaults, 4,096 tokens:
+    target ceil(85,520,809,984 × 0.92) = 78,679,145,186; weights 6,738,415,616 × 2 = 13,476,831,232;
+    budget − 1 GiB reserve = 64,128,572,130 B; a block = 16 × 524,288 = 8,388,608 B →
+    7,644 blocks; a request 4,096 / 16 = 256 blocks → (7,644 − 1) // 256 = 29 requests,
+    concurrency 7,644 / 256 = 29.859375, "GPU KV cache size" int(29.859375 × 4,096) = 122,304."""
     _, out, _ = run_cli(FIT + ["--json"])
     payload = json.loads(out)
-    assert payload["max_requests"] >= 0 and payload["kv_budget_bytes"] >= 0
-    assert payload["fits"] == (payload["weights_fit"] and payload["max_requests"] >= payload["users"])
+    assert (payload["memory_target_bytes"], payload["weights_bytes"], payload["kv_budget_bytes"]) == (
+        78_679_145_186, 13_476_831_232, 64_128_572_130)
+    assert (payload["num_blocks"], payload["bytes_per_block"], payload["blocks_per_request"]) == (
+        7_644, 8_388_608, 256)
+    assert (payload["max_requests"], payload["max_concurrency"], payload["kv_pool_tokens"]) == (
+        29, 29.859375, 122_304)
+    assert payload["fits"] is True and payload["engine_release"] == "vLLM v0.33"
 
 
 def test_usage_errors_are_one_line():

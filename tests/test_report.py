@@ -175,7 +175,7 @@ def test_cli_report(tmp_path: Path, capsys) -> None:
 
 def test_report_figure_has_explicit_template_and_size() -> None:
     fig = report_figure(SCENARIO)
-    assert fig.layout.template.layout.paper_bgcolor is not None or fig.layout.template is not None
+    assert fig.layout.template.layout.plot_bgcolor == "white"  # plotly_white (plotly: #E5ECF6)
     assert (fig.layout.width, fig.layout.height) == (1400, 1000)
     assert len(fig.data) >= 6
 

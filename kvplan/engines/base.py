@@ -182,13 +182,15 @@ class Engine:
     checks_tp_heads: ClassVar[bool] = False
 
     # ------------------------------------------------------------ settings
-    def own_settings(self, settings: EngineSettings) -> EngineSettings:
-        """``settings`` with every knob this engine does not have reset to its default."""
+    def own_settings(self, settings: EngineSettings, **update: object) -> EngineSettings:
+        """``settings`` (with ``update``) and every knob this engine does not have reset to its
+        default — one copy at most."""
         from kvplan.engines.settings import SETTING_DEFAULTS
 
-        reset = {k: v for k, v in SETTING_DEFAULTS.items() if k not in self.setting_labels
-                 and getattr(settings, k) != v}
-        return settings.model_copy(update=reset) if reset else settings
+        changes = {k: v for k, v in update.items() if getattr(settings, k) != v}
+        changes.update({k: v for k, v in SETTING_DEFAULTS.items() if k not in self.setting_labels
+                        and getattr(settings, k) != v})
+        return settings.model_copy(update=changes) if changes else settings
 
     def resolve_settings(self, settings: EngineSettings, tokens: int, gpu: GPU | None = None,
                          arch: ModelArch | None = None) -> EngineSettings:

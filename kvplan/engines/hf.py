@@ -32,7 +32,7 @@ QUANTIZED_RESIDUAL_LENGTH = 128
 def quantized_cache_allowed(arch: ModelArch) -> bool:
     """``QuantizedCache`` "is only supported for models with only full attention layers"
     (``cache_utils.py``): no sliding, chunked or linear-attention (recurrent) layer."""
-    return not any(layer.kind in {"sliding", "chunked", "recurrent"} for layer in arch.layer_counts())
+    return not any(layer.kind in {"sliding", "chunked", "recurrent"} for layer in arch.distinct_layers())
 
 
 class HFDynamic(Engine):

@@ -111,7 +111,7 @@ class Vllm(Engine):
 
     def hybrid_default(self, arch: ModelArch) -> bool:
         """``vllm/config/vllm.py``: the hybrid manager is off by default with attention_chunk_size."""
-        return not any(layer.kind == "chunked" for layer in arch.layer_counts())
+        return not any(layer.kind == "chunked" for layer in arch.distinct_layers())
 
     def build_view(self, arch: ModelArch, dtype: KVDType, model_dtype: KVDType,
                    settings: EngineSettings, counts: dict[LayerSpec, int],

@@ -81,10 +81,6 @@ def dtype_color(name: str) -> str:
     return DTYPE_COLORS.get(name, "#333333")
 
 
-def gib(n: float) -> float:
-    return n / GIB
-
-
 def fmt_bytes(n: float | int | None) -> str:
     """Binary units, explicit: ``12.31 GiB`` (1 GiB = 2^30 B); small values in MiB/KiB/B."""
     if n is None:

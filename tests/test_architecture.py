@@ -1,0 +1,104 @@
+"""The house rules of the core, checked on the source: one home per rule, no cycles, and settings
+that reach the CLI, the link and the sidebar from their one declaration."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from kvplan.cli import build_parser
+from kvplan.engines import REGISTRY, SETTINGS, EngineSettings
+from kvplan.scenario import Scenario
+
+KVPLAN = Path(__file__).resolve().parent.parent / "kvplan"
+ENGINE_IDS = sorted(REGISTRY)
+
+
+def _modules() -> dict[str, Path]:
+    return {".".join(p.relative_to(KVPLAN.parent).with_suffix("").parts).removesuffix(".__init__"): p
+            for p in KVPLAN.rglob("*.py")}
+
+
+def _imports(path: Path) -> set[str]:
+    """Every ``kvplan`` module a file imports (top level or inside functions)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("kvplan"):
+            found.add(node.module)
+            found.update(f"{node.module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("kvplan"))
+    return found
+
+
+def test_no_import_cycle_in_kvplan() -> None:
+    modules = _modules()
+    graph = {name: {m for m in _imports(path) if m in modules and m != name}
+             for name, path in modules.items()}
+    # a package's __init__ re-exporting its submodules is not a cycle through them
+    for name in graph:
+        graph[name] -= {m for m in graph[name] if name.startswith(m + ".") or m == "kvplan"}
+    state: dict[str, int] = {}
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = 1
+        for nxt in graph[node]:
+            if state.get(nxt) == 1:
+                pytest.fail(f"import cycle: {' → '.join([*stack, node, nxt])}")
+            if nxt not in state:
+                visit(nxt, [*stack, node])
+        state[node] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [])
+
+
+def test_engine_names_appear_only_in_the_engine_package() -> None:
+    """No module outside ``kvplan/engines/`` spells an engine id (so none compares one)."""
+    alternatives = "|".join(map(re.escape, ENGINE_IDS))
+    pattern = re.compile(rf"""["']({alternatives})["']""")
+    offenders = [f"{path.relative_to(KVPLAN.parent)}:{i}"
+                 for path in [*KVPLAN.rglob("*.py"), KVPLAN.parent / "app.py"]
+                 if "engines" not in path.relative_to(KVPLAN.parent).parts
+                 for i, line in enumerate(path.read_text().splitlines(), 1) if pattern.search(line)]
+    assert offenders == []
+
+
+def test_core_never_imports_streamlit() -> None:
+    for name, path in _modules().items():
+        if not name.startswith("kvplan.ui"):
+            imported = {n for n in ast.walk(ast.parse(path.read_text()))
+                        if isinstance(n, ast.Import | ast.ImportFrom)
+                        and any((a.name if isinstance(n, ast.Import) else n.module or "")
+                                .startswith("streamlit") for a in n.names)}
+            assert not imported, name
+
+
+@pytest.mark.parametrize("name", sorted(SETTINGS))
+def test_every_declared_setting_reaches_cli_link_and_sidebar(name: str) -> None:
+    """One declaration → a CLI flag on kv/fit/calibrate, a link key that round-trips, a widget."""
+    from kvplan.ui.sidebar import SETTING_WIDGETS
+
+    setting = SETTINGS[name]
+    parser = build_parser()
+    subparsers = next(a for a in parser._actions if a.dest == "command").choices
+    for command in ("kv", "fit", "calibrate"):
+        flags = {s for a in subparsers[command]._actions for s in a.option_strings}
+        assert setting.flag in flags, (command, setting.flag)
+    value = {"int": 7, "float": 0.5, "bool": False, "tristate": False}[setting.kind]
+    scenario = Scenario(engine_settings=EngineSettings(**{name: value}))
+    query = scenario.to_query()
+    assert query[setting.key] in {"7", "0.5", "0"}
+    again, warnings = Scenario.from_query(query)
+    assert warnings == [] and getattr(again.engine_settings, name) == value
+    assert SETTING_WIDGETS[name] == f"w_{setting.key}"
+
+
+def test_every_engine_labels_only_declared_settings() -> None:
+    for engine in REGISTRY.values():
+        assert set(engine.setting_labels) <= set(SETTINGS), engine.id
+        assert engine.release and engine.label and engine.short
