@@ -175,7 +175,7 @@ def memory_budget(arch: ModelArch, gpu: GPU, query: FitQuery,
     if gpus % (tp * pp):
         raise KVPlanError("parallel.gpus", gpus=gpus, tpp=tp * pp)
     engine.check_parallel(arch, tp)
-    weights_total = weight_bytes(arch, query.weight_dtype)
+    weights_total = weight_bytes(arch, query.weight_dtype or engine.model_dtype(arch))
     stages = stage_weight_bytes(arch, weights_total, pp, tp)
     settings = settings or engine_settings(query, gpu, arch)
     notes: list[str] = []
@@ -207,8 +207,9 @@ def fit(arch: ModelArch, gpu: GPU, query: FitQuery, search_gpus: bool = True) ->
         model=arch.name, gpu=gpu.id, engine=query.engine, engine_label=get_engine(query.engine).label,
         engine_release=get_engine(query.engine).release,
         tokens=query.tokens, users=query.users,
-        kv_dtype=arch.model_dtype if query.kv_dtype == "auto" else query.kv_dtype,
-        weight_dtype=query.weight_dtype or arch.model_dtype, tp=tp, pp=pp, replicas=replicas,
+        kv_dtype=get_engine(query.engine).kv_dtype(arch, query.kv_dtype).name,
+        weight_dtype=query.weight_dtype or get_engine(query.engine).model_dtype(arch),
+        tp=tp, pp=pp, replicas=replicas,
         gpu_capacity_bytes=gpu.capacity_bytes, memory_target_bytes=budget.target,
         params_total=arch.params_total, params_method=arch.params_method,
         weights_total_bytes=budget.weights_total, weights_bytes=max(budget.stage_weights),

@@ -251,20 +251,22 @@ def test_vllm_mistral_v01_all_sliding_reservation():
 
 
 @pytest.mark.parametrize(("hybrid", "chunked_held", "chunked_reserved"),
-                         [(True, 226, 1536), (False, 1250, 2048), (None, 1250, 2048)])
+                         [(True, 226, 1536), (False, 1250, 2048), (None, 226, 1536)])
 def test_vllm_chunked_hybrid_manager(hybrid, chunked_held, chunked_reserved):
-    """vllm/config/vllm.py disables the hybrid KV manager for models with attention_chunk_size
-    (default None → off); with it off ChunkedLocalAttentionSpec becomes FullAttentionSpec.
+    """vllm/config/vllm.py keeps the hybrid KV manager on for models with attention_chunk_size
+    unless VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE is 0, and v0.33's vllm/envs.py
+    defaults it to 1 (default None → on; kvplan said off before). With it off (and full NoPE layers
+    beside the chunked ones) ChunkedLocalAttentionSpec becomes FullAttentionSpec.
     On: held = cdiv(T,16) − ((T // 8192)·8192) // 16 = 1,250 − 1,024 = 226 blocks at T=20,000;
     reserved = cdiv(min(8192 + 2 × 8192, 32768), 16) = 1,536 (no +1). Off: 1,250 held, 2,048 reserved.
     """
     arch = load_model("llama-4-scout")
     view = engine_view(arch, "vllm", settings=EngineSettings(max_num_batched_tokens=8192,
                                                             hybrid_manager=hybrid))
-    assert view.hybrid_manager is bool(hybrid)
+    assert view.hybrid_manager is (hybrid is not False)
     local = [r for r in view.rules if r.layers == 36]
     assert len(local) == 1
-    assert local[0].kind == ("chunked" if hybrid else "full")
+    assert local[0].kind == ("full" if hybrid is False else "chunked")
     assert int(local[0].held_blocks(_t(20000))[0]) == chunked_held
     assert int(local[0].reserved_blocks(_t(32768))[0]) == chunked_reserved
 
@@ -468,3 +470,41 @@ def test_hf_quantized_cache_refuses_linear_attention_models_everywhere():
     with pytest.raises(KVPlanError) as view_err:
         quantized_cache(arch, np.array([100]))
     assert engine_err.value.code == view_err.value.code == "engine.dtype"
+
+
+def test_vllm_all_sliding_model_keeps_its_window_with_the_hybrid_manager_off():
+    """v0.33 ``kv_cache_planning.py`` ``_promote_local_kv_cache_specs`` returns early when every
+    layer has the same spec: Mistral-7B v0.1 (32 × SlidingWindowSpec(4096)) keeps its window with
+    the hybrid manager off, so a request reserves cdiv(min(4095 + 2 × 2048, 32768), 16) + 1 = 513
+    blocks, not cdiv(32768, 16) = 2,048 (kvplan promoted it to full attention before)."""
+    view = engine_view(load_model("mistral-7b-v0.1"), "vllm",
+                       settings=EngineSettings(hybrid_manager=False))
+    (rule,) = view.rules
+    assert rule.kind == "sliding" and rule.window == 4096
+    assert int(rule.reserved_blocks(_t(32768))[0]) == 513
+    assert view.notes == ()
+
+
+def test_vllm_and_sglang_downcast_float32_configs_with_kv_auto():
+    """vLLM ``config/model.py`` ``_resolve_auto_dtype``: a float32 config runs in bf16 (SM ≥ 8.0), so
+    the KV cache is bf16: Llama-3.1-8B as float32 keeps 32 × 2 × 8 × 128 × 2 = 131,072 B per token
+    (kvplan used 4 B elements before: 262,144). SGLang ``_get_and_verify_dtype``: fp16 for non-Gemma
+    models (same 2 B). Weights follow: 8,030,261,248 × 2 B on vLLM."""
+    import json as _json
+    from pathlib import Path
+
+    from kvplan.capacity import FitQuery, fit
+    from kvplan.presets import get_gpu
+
+    cfg = _json.loads((Path(__file__).parent / "fixtures" / "configs" / "llama.json").read_text())
+    cfg["torch_dtype"] = "float32"
+    arch = parse_config(cfg)
+    assert arch.model_dtype == "fp32"
+    vllm = kv_cache(arch, 1024, kv_dtype="auto", engine="vllm")
+    sglang = kv_cache(arch, 1024, kv_dtype="auto", engine="sglang")
+    assert (vllm.kv_dtype, sglang.kv_dtype) == ("bf16", "fp16")
+    assert vllm.kv_bytes_per_token == sglang.kv_bytes_per_token == 131_072
+    result = fit(arch, get_gpu("h100-sxm"), FitQuery(tokens=4096, kv_dtype="auto"))
+    assert (result.kv_dtype, result.weight_dtype) == ("bf16", "bf16")
+    assert result.weights_total_bytes == arch.params_total * 2
+    assert kv_cache(arch, 1024, kv_dtype="auto", engine="hf").kv_bytes_per_token == 262_144

@@ -198,9 +198,14 @@ class Engine:
         return settings
 
     # ------------------------------------------------------------ storage
+    def model_dtype(self, arch: ModelArch) -> str:
+        """The dtype the engine runs the model in with ``dtype=auto`` (the config's, unless the
+        engine downcasts it)."""
+        return arch.model_dtype
+
     def kv_dtype(self, arch: ModelArch, name: str) -> KVDType:
-        """The KV element format for ``name``; ``auto`` = the model's dtype."""
-        return resolve_dtype(arch.model_dtype if name == "auto" else name)
+        """The KV element format for ``name``; ``auto`` = the dtype the engine runs the model in."""
+        return resolve_dtype(self.model_dtype(arch) if name == "auto" else name)
 
     def check_dtype(self, arch: ModelArch, dtype: KVDType) -> None:
         """Refuse formats this engine cannot store for ``arch`` (named error)."""
@@ -258,7 +263,7 @@ class Engine:
         self.check_dtype(arch, dtype)
         start, stop = stage_layers or (0, arch.n_layers)
         counts = arch.layer_counts(start, stop)
-        return self.build_view(arch, dtype, resolve_dtype(arch.model_dtype), settings, counts,
+        return self.build_view(arch, dtype, resolve_dtype(self.model_dtype(arch)), settings, counts,
                                mla_block_size)
 
     def build_view(self, arch: ModelArch, dtype: KVDType, model_dtype: KVDType,

@@ -84,6 +84,13 @@ class SGLang(Engine):
                 return settings.model_copy(update={"block_size": page})
         return settings
 
+    def model_dtype(self, arch: ModelArch) -> str:
+        """``configs/model_config.py`` ``_get_and_verify_dtype``: a float32 config runs in bf16 for
+        Gemma models and in fp16 for the others."""
+        if arch.model_dtype != "fp32":
+            return arch.model_dtype
+        return "bf16" if arch.model_type.startswith("gemma") else "fp16"
+
     def default_ssm_dtype(self, model_dtype: KVDType) -> KVDType:
         """SGLang keeps the SSM state in fp32 unless the config says otherwise."""
         return get_dtype("fp32")

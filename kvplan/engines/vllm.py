@@ -109,9 +109,25 @@ class Vllm(Engine):
                 gpu.capacity_bytes, gpu.device_name)})
         return settings
 
+    def model_dtype(self, arch: ModelArch) -> str:
+        """``vllm/config/model.py`` ``_resolve_auto_dtype``: a float32 config runs in the platform's
+        preferred dtype, bf16 on CUDA GPUs from SM 8.0 (fp16 before); others as configured."""
+        return "bf16" if arch.model_dtype == "fp32" else arch.model_dtype
+
     def hybrid_default(self, arch: ModelArch) -> bool:
-        """``vllm/config/vllm.py``: the hybrid manager is off by default with attention_chunk_size."""
-        return not any(layer.kind == "chunked" for layer in arch.distinct_layers())
+        """``vllm/config/vllm.py``: the hybrid manager is on by default; for models with
+        ``attention_chunk_size`` (Llama 4) it is turned off only when
+        ``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE`` is 0, which v0.33 does not default to
+        (``vllm/envs.py``: 1)."""
+        return True
+
+    @staticmethod
+    def promotes_windows(counts: dict[LayerSpec, int]) -> bool:
+        """With the hybrid manager off, ``kv_cache_planning.py`` ``_promote_local_kv_cache_specs``
+        turns sliding/chunked specs into full attention only when windowed and full layers coexist;
+        on uniform specs it returns early (an all-sliding model keeps its sliding spec)."""
+        kinds = {layer_kind(layer) for layer in counts if not isinstance(layer, Recurrent | NoCache)}
+        return bool(kinds & {"sliding", "chunked"}) and bool(kinds - {"sliding", "chunked"})
 
     def build_view(self, arch: ModelArch, dtype: KVDType, model_dtype: KVDType,
                    settings: EngineSettings, counts: dict[LayerSpec, int],
@@ -148,6 +164,7 @@ class Vllm(Engine):
                 state_pages = 0  # "all": one state page per block of tokens
             else:
                 state_pages = 2  # "align"
+        promote = not hybrid and self.promotes_windows(counts)
         rules: list[CacheRule] = []
         for layer, n in counts.items():
             if isinstance(layer, NoCache):
@@ -159,7 +176,7 @@ class Vllm(Engine):
                                             note="state page padded to the attention page"))
                 continue
             kind, window = layer_kind(layer), layer.window
-            if not hybrid and kind in {"sliding", "chunked"}:
+            if promote and kind in {"sliding", "chunked"}:
                 notes.append(f"hybrid KV-cache manager off: {kind} layers reserve full max_model_len")
                 kind, window = "full", None
             rules.append(PAGED_KINDS[kind](kind, n, self.token_bytes(layer, dtype, tp), window=window,
