@@ -508,3 +508,16 @@ def test_vllm_and_sglang_downcast_float32_configs_with_kv_auto():
     assert (result.kv_dtype, result.weight_dtype) == ("bf16", "bf16")
     assert result.weights_total_bytes == arch.params_total * 2
     assert kv_cache(arch, 1024, kv_dtype="auto", engine="hf").kv_bytes_per_token == 262_144
+
+
+@pytest.mark.parametrize(("async_scheduling", "reserved"), [(True, 1 + -(-(1023 + 3 * 8192) // 16)),
+                                                            (False, 1 + -(-(1023 + 2 * 8192) // 16))])
+def test_vllm_in_flight_tokens_scale_with_pipeline_stages(async_scheduling, reserved):
+    """``max_in_flight_tokens = max_concurrent_batches × max_num_batched_tokens`` where
+    ``max_concurrent_batches`` is pp + 1 with async scheduling and pp without (kvplan used 1
+    without async before). Gemma-3-27B sliding layers (W = 1,024) at pp = 2, mnbt 8,192, L = 32,768:
+    async cdiv(1,023 + 24,576, 16) + 1 = 1,601; sync cdiv(1,023 + 16,384, 16) + 1 = 1,089."""
+    view = engine_view(load_model("gemma-3-27b"), "vllm", settings=EngineSettings(
+        pp=2, max_num_batched_tokens=8192, async_scheduling=async_scheduling))
+    sliding = _rule(view, "sliding")
+    assert int(sliding.reserved_blocks(_t(32768))[0]) == reserved == (1601 if async_scheduling else 1089)

@@ -137,7 +137,9 @@ class Vllm(Engine):
         if hybrid is None:
             hybrid = self.hybrid_default(arch)
         mnbt = settings.max_num_batched_tokens or default_max_num_batched_tokens(None)
-        concurrent = (settings.pp + 1) if settings.async_scheduling else 1
+        # vllm/config/vllm.py max_in_flight_tokens = max_concurrent_batches × max_num_batched_tokens;
+        # max_concurrent_batches is pp + 1 with async scheduling, else pp (the executor's property)
+        concurrent = settings.pp + 1 if settings.async_scheduling else settings.pp
         ift = concurrent * mnbt
         block = settings.block_size
         if block is None:
