@@ -45,19 +45,12 @@ def _positive(name: str, high: int):
 
 
 def _setting_type(setting):
-    """argparse type of a declared engine setting: its bounds from the one declaration."""
-    kind = int if setting.kind == "int" else float
-    low = setting.low if setting.low is not None else -float("inf")
-    high = setting.high if setting.high is not None else float("inf")
-    check = _number(setting.flag, kind, low, high)
-
+    """argparse type of a declared engine setting: its own parser and bounds."""
     def convert(text: str):
-        value = check(text)
-        if setting.low_open and value <= low:
-            raise argparse.ArgumentTypeError(
-                MESSAGES["value.range"].format(field=setting.flag, low=f"more than {low:g}", high=high,
-                                               value=short(text)))
-        return value
+        try:
+            return setting.parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"{setting.flag}: {exc} (got {short(text)})") from None
     return convert
 
 

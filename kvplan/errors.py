@@ -31,6 +31,7 @@ MESSAGES: dict[str, str] = {
     "parallel.pp_layers": "pipeline parallel size {pp} exceeds the {layers} layers of the model",
     "parallel.gpus": "the GPU count {gpus} is not a multiple of tp × pp = {tpp}",
     "engine.dtype": "engine '{engine}' cannot store the KV cache as {dtype}: {why}",
+    "engine.unserved": "{engine} ({release}) does not serve {architecture}: {why}",
     # links and uploads
     "link.unknown_key": "link parameter {key} is not known and was ignored",
     "link.bad_value": "link parameter '{key}'={value} was not used: {why}",

@@ -216,14 +216,15 @@ def test_tensorrt_llm_pool_arithmetic():
     assert default.kv_budget_bytes == int((85_520_809_984 - 16_060_522_496 - GIB) * 0.9)
 
 
-def test_tensorrt_llm_divides_kv_heads_without_replication():
-    """TensorRT-LLM: head_dim · nkv // tp per rank (4 heads × 128 // 8 = 64 elements for K and V),
-    where vLLM replicates one whole head per rank (128)."""
+def test_tensorrt_llm_keeps_whole_heads_when_tp_exceeds_kv_heads():
+    """TensorRT-LLM's KVCacheManager holds ceil(nkv / tp) whole heads per layer (4 heads at TP 8 →
+    1 head of 128 for K and V), as vLLM's replication does; only KvCacheCreator's estimate prices
+    head_dim · nkv // tp = 64 elements (resource_manager.py __init__, get_cache_bytes_per_token)."""
     trt = run("qwen3-235b-a22b", "h100-sxm", tokens=4096, tp=8, num_gpus=8, engine="trtllm",
               kv_cache_memory_bytes=GIB)
     vllm = run("qwen3-235b-a22b", "h100-sxm", tokens=4096, tp=8, num_gpus=8,
                kv_cache_memory_bytes=GIB)
-    assert trt.bytes_per_block == 32 * 94 * 2 * 64 * 2
+    assert trt.bytes_per_block == 32 * 94 * 2 * 128 * 2
     assert vllm.bytes_per_block == 16 * 94 * 2 * 128 * 2
 
 

@@ -182,6 +182,11 @@ def reach(code: str, tmp_path) -> str:
     if code == "engine.dtype":
         return cli_error(["kv", "--model", "gemma-2-9b", "--tokens", "10", "--kv-dtype", "int4",
                           "--engine", "hf"])
+    if code == "engine.unserved":  # TensorRT-LLM's PyTorch backend has no Gemma 2 model class
+        msg = cli_error(["fit", "--model", "gemma-2-9b", "--gpu", "h100-sxm", "--tokens", "10",
+                         "--engine", "trtllm"])
+        assert "Gemma2ForCausalLM" in msg
+        return msg
     if code in {"link.unknown_key", "link.bad_value", "link.future_version"}:
         query = {"link.unknown_key": {"zz": "1"}, "link.bad_value": {"t": "-5"},
                  "link.future_version": {"v": "99"}}[code]

@@ -31,27 +31,18 @@ FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "trtllm" / "cases.jso
 CASES = {case["id"]: case for case in FIXTURE["cases"]}
 KV_DTYPES = {"auto": "auto", "fp8": "fp8_e4m3", "nvfp4": "nvfp4"}
 
-_CEIL_HEADS = ("KVCacheManager sizes blocks with ceil(num_kv_heads / tp) heads per layer "
-               "(get_cache_bytes_per_token); kvplan, like KvCacheCreator's static "
-               "get_cache_size_per_token, uses head_dim * num_kv_heads // tp, so the pool is "
-               "bounded by free_gpu_memory_fraction * free_mem / (ceil-heads bytes) instead")
-_VSWA = ("max_attention_window with two windows: TRT-LLM splits max_gpu_total_bytes equally "
-         "between the window pools (calculate_max_num_blocks_for_vswa); kvplan has no "
-         "max_attention_window setting and prices one pool of full-length layers")
+_CEIL_HEADS = ("KV heads not divisible by TP: kvplan sizes the pool with the manager's ceil(nkv/tp) "
+               "whole heads as TRT-LLM does, but bounds it by the KV budget (free memory after the "
+               "profile), while TRT-LLM's calculate_max_num_blocks uses the free memory when the "
+               "manager is built (the activation peak already released): a runtime-reserve term "
+               "kvplan does not split yet")
 KNOWN_MISMATCH: dict[str, str] = {
-    "llama-3.1-8b-max-tokens-h100": "kvplan has no KvCacheConfig.max_tokens setting: TRT-LLM caps "
-                                    "the KV memory at max_tokens × bytes per token",
     "qwen2.5-7b-tp8-h100": _CEIL_HEADS,
     "qwen3-30b-a3b-tp8-h100": _CEIL_HEADS,
     "phi-4-tp4-h100": _CEIL_HEADS,
-    "gemma-3-12b-vswa-h100": _VSWA,
-    "gemma-3-12b-vswa-32k-tp2-h100": _VSWA,
 }
-#: Presets TRT-LLM's PyTorch backend has no model class for, that kvplan still sizes.
-KNOWN_SERVED_ANYWAY = frozenset({
-    "command-r", "deepseek-v2-lite", "deepseek-v2", "falcon-40b", "falcon-7b", "gemma-2-27b",
-    "gemma-2-9b", "jamba-1.5-mini",
-})
+#: Presets TRT-LLM's PyTorch backend has no model class for, that kvplan still sizes (none now).
+KNOWN_SERVED_ANYWAY: frozenset[str] = frozenset()
 
 
 def kvplan_fit(case: dict):
@@ -62,7 +53,9 @@ def kvplan_fit(case: dict):
     query = {"engine": "trtllm", "tokens": 4096, "kv_dtype": KV_DTYPES[case["kv_cache_dtype"]],
              "tp": tp, "pp": pp, "num_gpus": tp * pp,
              "gpu_util": kvc["free_gpu_memory_fraction"],
-             "block_size": None if kvc["tokens_per_block"] == 32 else kvc["tokens_per_block"]}
+             "block_size": None if kvc["tokens_per_block"] == 32 else kvc["tokens_per_block"],
+             "max_tokens": kvc["max_tokens"],
+             "max_attention_window": kvc["max_attention_window"] and tuple(kvc["max_attention_window"])}
     if case["kvplan_budget"] == "fraction":
         gpu = custom_gpu(memory["total_gpu_memory"] / GIB)
         weights = max(stage_weight_bytes(arch, weight_bytes(arch, None), pp, tp))
@@ -116,24 +109,27 @@ def test_vswa_split_by_hand():
 
     Gemma 3 12B, windows [1024]×5 + [131072]: 40 sliding and 8 full layers, 8 heads × 256 × 2 × 2 B
     = 8,192 B per layer. 51,925,104,691 × 0.5 / 327,680 = 79,231.5 → 2,475 blocks;
-    / 65,536 = 396,156.9 → 12,379 blocks. kvplan (one pool of 48 full layers): 4,126.
+    / 65,536 = 396,156.9 → 12,379 blocks (kvplan before the max_attention_window setting: one pool
+    of 48 full layers, 4,126).
     """
     case = CASES["gemma-3-12b-vswa-h100"]
     expected = case["expected"]
     assert expected["ranks"][0]["window_layers"] == {"1024": 40, "131072": 8}
     assert expected["blocks_per_window"] == {"1024": 2_475, "131072": 12_379}
-    assert kvplan_fit(case).num_blocks == 4_126
+    assert kvplan_fit(case).num_blocks == 12_379
 
 
 def test_ceil_heads_by_hand():
     """Qwen2.5-7B (4 KV heads) at TP 8: the creator prices 128 × 4 // 8 = 64 elements per layer
     (7,168 B/token), the manager ceil(4 / 8) = 1 head (14,336 B/token), so the pool is
-    0.9 × 82,543,164,032 / 14,336 = 5,181,978.8 tokens → 161,936 blocks; kvplan 319,660."""
+    0.9 × 82,543,164,032 / 14,336 = 5,181,978.8 tokens → 161,936 blocks. kvplan now prices whole
+    heads too: 73,322,479,987 // 14,336 = 5,114,570 tokens → 159,830 blocks (319,660 with the
+    creator's half head before); the rest is the activation peak TRT-LLM frees before sizing."""
     case = CASES["qwen2.5-7b-tp8-h100"]
     rank = case["expected"]["ranks"][0]
     assert (rank["kv_size_per_token_creator"], rank["cache_bytes_per_token_manager"]) == (7_168, 14_336)
     assert case["expected"]["num_blocks"] == 161_936
-    assert kvplan_fit(case).num_blocks == 319_660
+    assert kvplan_fit(case).num_blocks == 159_830
 
 
 @pytest.mark.parametrize("case_id", sorted(CASES))
@@ -148,17 +144,18 @@ def test_kvplan_matches_trtllm(case_id: str):
         assert got == want
 
 
-def test_unserved_architectures_are_still_sized():
+def test_unserved_architectures_are_refused():
     """TRT-LLM's PyTorch backend raises "Unknown architecture" for these presets
-    (``_arch_index.py`` MODEL_ARCH_TO_MODULE); kvplan should refuse them, and does not yet."""
+    (``_arch_index.py`` MODEL_ARCH_TO_MODULE); kvplan refuses them by name (engine.unserved)."""
     served = {row["config"]: row["served"] for row in FIXTURE["architectures"]}
     unserved = {p for p in model_presets() if served[f"presets/models/{p}.json"] is False}
-    assert unserved == KNOWN_SERVED_ANYWAY
+    assert unserved == {"command-r", "deepseek-v2-lite", "deepseek-v2", "falcon-40b", "falcon-7b",
+                        "gemma-2-27b", "gemma-2-9b", "jamba-1.5-mini"}
     for preset in sorted(unserved):
         try:
             fit(load_model(preset), get_gpu("b300"), FitQuery(engine="trtllm", tokens=1024,
                                                              num_gpus=8, tp=8))
             refused = False
-        except KVPlanError:
-            refused = True
+        except KVPlanError as err:
+            refused = err.code == "engine.unserved"
         assert refused is (preset not in KNOWN_SERVED_ANYWAY)

@@ -250,6 +250,17 @@ class Engine:
     def default_ssm_dtype(self, model_dtype: KVDType) -> KVDType:
         return model_dtype
 
+    def unserved_reason(self, arch: ModelArch) -> str | None:
+        """Why this engine release cannot serve ``arch`` at all (None: it can)."""
+        return None
+
+    def check_served(self, arch: ModelArch) -> None:
+        """Refuse a model the engine release has no implementation for (named error)."""
+        why = self.unserved_reason(arch)
+        if why is not None:
+            raise KVPlanError("engine.unserved", engine=self.short, release=self.release,
+                              architecture=arch.architecture or arch.model_type, why=why)
+
     def view(self, arch: ModelArch, kv_dtype: str = "bf16", settings: EngineSettings | None = None,
              stage_layers: tuple[int, int] | None = None,
              mla_block_size: int | None = None) -> EngineView:
@@ -259,6 +270,7 @@ class Engine:
         the distinct layer kinds, not the layers.
         """
         settings = settings or EngineSettings()
+        self.check_served(arch)
         dtype = self.kv_dtype(arch, kv_dtype)
         self.check_dtype(arch, dtype)
         start, stop = stage_layers or (0, arch.n_layers)

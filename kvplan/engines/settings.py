@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 MAX_TOKENS = 100_000_000
 
@@ -23,7 +23,7 @@ class Setting:
     name: str
     key: str
     flag: str
-    kind: Literal["int", "float", "bool", "tristate"]
+    kind: Literal["int", "float", "bool", "tristate", "int_list"]
     label: str
     help: str
     low: float | None = None
@@ -32,14 +32,53 @@ class Setting:
     low_open: bool = False
     #: Other CLI spellings of the flag (an engine's own name for the same knob).
     aliases: tuple[str, ...] = ()
+    #: Most entries of an ``int_list`` value.
+    max_items: int = 0
+
+    def parse(self, text: str) -> Any:
+        """The value of ``text`` as the link and the CLI write it; ``ValueError`` says why not."""
+        text = text.strip()
+        if len(text) > 40 + 12 * self.max_items:
+            raise ValueError("too long")
+        if self.kind in {"bool", "tristate"}:
+            if text not in {"0", "1", "true", "false"}:
+                raise ValueError("expected 0 or 1")
+            return text in {"1", "true"}
+        if self.kind == "int_list":
+            items = [item.strip() for item in text.split(",") if item.strip()]
+            if not items or len(items) > self.max_items:
+                raise ValueError(f"expected 1 to {self.max_items} comma-separated whole numbers")
+            return tuple(self._number(item, int) for item in items)
+        return self._number(text, int if self.kind == "int" else float)
+
+    def _number(self, text: str, kind: type) -> Any:
+        if kind is int and not (text.lstrip("-").isdigit() and len(text) <= 19):
+            raise ValueError("expected a whole number of at most 18 digits")
+        value = kind(text)
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError("expected a finite number")
+        low_ok = self.low is None or (value > self.low if self.low_open else value >= self.low)
+        if not low_ok or (self.high is not None and value > self.high):
+            raise ValueError(f"must be {'more than' if self.low_open else 'at least'} {self.low:g} "
+                             f"and at most {self.high:g}")
+        return value
+
+    def format(self, value: Any) -> str:
+        """The link/CLI text of ``value`` (``parse`` reads it back)."""
+        if isinstance(value, bool):
+            return "1" if value else "0"
+        if isinstance(value, tuple):
+            return ",".join(str(v) for v in value)
+        return repr(value) if isinstance(value, float) else str(value)
 
 
 def _setting(default: Any, setting: Setting) -> Any:
     bounds: dict[str, float] = {}
-    if setting.low is not None:
-        bounds["gt" if setting.low_open else "ge"] = setting.low
-    if setting.high is not None:
-        bounds["le"] = setting.high
+    if setting.kind != "int_list":
+        if setting.low is not None:
+            bounds["gt" if setting.low_open else "ge"] = setting.low
+        if setting.high is not None:
+            bounds["le"] = setting.high
     return Field(default=default, json_schema_extra={"setting": dict(setting.__dict__)}, **bounds)
 
 
@@ -65,6 +104,16 @@ PREFIX_CACHING = Setting(
 MAX_CACHE_LEN = Setting("max_cache_len", "mc", "--max-cache-len", "int", "max_cache_len (tokens)",
                         "StaticCache pre-allocation; empty = the context length.",
                         low=1, high=1_000_000_000)
+MAX_TOKENS_SETTING = Setting(
+    "max_tokens", "mt", "--max-tokens", "int", "max_tokens (tokens)",
+    "TensorRT-LLM KvCacheConfig.max_tokens: caps the KV memory at max_tokens × bytes per token.",
+    low=1, high=10**12)
+MAX_ATTENTION_WINDOW = Setting(
+    "max_attention_window", "aw", "--max-attention-window", "int_list",
+    "max_attention_window (tokens, per layer)",
+    "TensorRT-LLM: window per layer, repeated over the layers (e.g. 1024,1024,1024,1024,1024,131072); "
+    "two or more sizes split the KV memory equally between their pools.",
+    low=1, high=MAX_TOKENS, max_items=256)
 SWA_EVICTION_INTERVAL = Setting(
     "swa_eviction_interval", "se", "--swa-eviction-interval", "int", "SWA eviction interval (tokens)",
     "SGLang keeps up to window + this many tokens on sliding layers.", low=0, high=MAX_TOKENS)
@@ -85,6 +134,15 @@ class EngineSettings(BaseModel):
     enable_prefix_caching: bool = _setting(True, PREFIX_CACHING)
     max_cache_len: int | None = _setting(None, MAX_CACHE_LEN)
     swa_eviction_interval: int = _setting(128, SWA_EVICTION_INTERVAL)
+    max_tokens: int | None = _setting(None, MAX_TOKENS_SETTING)
+    max_attention_window: tuple[int, ...] | None = _setting(None, MAX_ATTENTION_WINDOW)
+
+    @field_validator("max_attention_window")
+    @classmethod
+    def _windows_in_bounds(cls, value: tuple[int, ...] | None) -> tuple[int, ...] | None:
+        if value is not None:
+            MAX_ATTENTION_WINDOW.parse(MAX_ATTENTION_WINDOW.format(tuple(value)))
+        return value
 
     @model_validator(mode="before")
     @classmethod

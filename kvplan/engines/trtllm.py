@@ -1,24 +1,30 @@
-"""TensorRT-LLM (PyTorch backend): 32-token blocks, full length on every attention layer.
+"""TensorRT-LLM (PyTorch backend, V1 ``KVCacheManager``): 32-token blocks, full length unless
+``max_attention_window`` is set per layer.
 
-Sources: ``tensorrt_llm/_torch/pyexecutor/resource_manager.py`` (``KVCacheManager``,
-``get_cache_size_per_token``: ``head_dim · nkv // tp`` per rank), ``tensorrt_llm/_torch/pyexecutor/_util.py``
-(``_cal_max_memory``: ``free_gpu_memory_fraction`` of what is left after profiling),
-``tensorrt_llm/llmapi/llm_args.py`` (``KvCacheConfig.tokens_per_block`` 32,
-``free_gpu_memory_fraction`` 0.9). ``max_attention_window`` defaults to ``[max_seq_len]``, so
-sliding windows apply only when configured per layer; the MLA latent is replicated on every TP rank
-(``kv_factor = 1``).
+Sources (code read at ``resource_manager.py`` 001541ba…, ``_util.py`` 00043967…; the arithmetic is
+transcribed in ``tools/trtllm_truth/``): ``tensorrt_llm/_torch/pyexecutor/_util.py``
+(``KvCacheCreator._cal_max_memory``: ``free_gpu_memory_fraction`` of what is left after profiling;
+``configure_kv_cache_capacity``: ``max_tokens``), ``tensorrt_llm/_torch/pyexecutor/resource_manager.py``
+(``KVCacheManager.get_cache_size_per_token``: the creator's ``head_dim · nkv // tp``;
+``__init__`` / ``get_cache_bytes_per_token``: the manager's ``ceil(nkv / tp)`` whole heads;
+``calculate_max_num_blocks``: ``min(creator tokens, manager tokens) // tokens_per_block``;
+``calculate_max_num_blocks_for_vswa``: equal memory per window size), ``tensorrt_llm/llmapi/llm_args.py``
+(``KvCacheConfig``: ``tokens_per_block`` 32, ``free_gpu_memory_fraction`` 0.9),
+``tensorrt_llm/_torch/models/_arch_index.py`` (the architectures the backend can build). The MLA
+latent is replicated on every TP rank (``kv_factor = 1``).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
-from kvplan.arch import MLA, Attention, LayerSpec, ModelArch
+from kvplan.arch import MLA, Attention, LayerSpec, ModelArch, NoCache, Recurrent
 from kvplan.dtypes import KVDType
 from kvplan.engines.base import MLA_ONLY_DTYPES, Engine, EngineView, KVPool
-from kvplan.engines.kinds import PagedRule
+from kvplan.engines.kinds import PagedRule, cdiv
 from kvplan.engines.settings import EngineSettings
 from kvplan.errors import KVPlanError
 
@@ -27,34 +33,88 @@ if TYPE_CHECKING:
 
 TRTLLM_TOKENS_PER_BLOCK = 32  # tensorrt_llm/llmapi/llm_args.py KvCacheConfig.tokens_per_block
 TRTLLM_DEFAULT_FREE_FRACTION = 0.9  # KvCacheConfig.free_gpu_memory_fraction
+#: ``_arch_index.py`` ``MODEL_ARCH_TO_MODULE`` keys: what ``AutoModelForCausalLM.from_config`` builds
+#: (``modeling_auto.py`` raises "Unknown architecture" for anything else).
+TRTLLM_PYTORCH_ARCHITECTURES = frozenset({
+    "AfmoeForCausalLM", "BartForConditionalGeneration", "BertForSequenceClassification",
+    "CLIPVisionModel", "Cohere2ForCausalLM", "Cosmos3ForConditionalGeneration",
+    "DeciLMForCausalLM", "DeepseekV32ForCausalLM", "DeepseekV3ForCausalLM",
+    "DeepseekV4ForCausalLM", "EAGLE3LlamaForCausalLM", "Eagle3DeepSeekV3ForCausalLM",
+    "Exaone4ForCausalLM", "Exaone4_5_ForConditionalGeneration", "ExaoneMoEForCausalLM",
+    "Gemma3ForCausalLM", "Gemma3ForConditionalGeneration", "Gemma4AssistantForCausalLM",
+    "Gemma4ForCausalLM", "Gemma4ForConditionalGeneration",
+    "Gemma4UnifiedForConditionalGeneration", "Glm4MoeForCausalLM", "GlmMoeDsaForCausalLM",
+    "GptOssForCausalLM", "HCXVisionForCausalLM", "HCXVisionModel", "HunYuanDenseV1ForCausalLM",
+    "HunYuanMoEV1ForCausalLM", "KimiK25ForConditionalGeneration",
+    "KimiK3ForConditionalGeneration", "KimiLinearForCausalLM", "LagunaForCausalLM",
+    "Llama4ForConditionalGeneration", "LlamaForCausalLM", "LlavaLlamaModel",
+    "LlavaNextForConditionalGeneration", "MBartForConditionalGeneration",
+    "MTPDraftModelForCausalLM", "MiniCPMV4_6ForConditionalGeneration", "MiniMaxM2ForCausalLM",
+    "MiniMaxM3SparseForCausalLM", "MiniMaxM3SparseForConditionalGeneration",
+    "Mistral3ForConditionalGeneration", "MistralForCausalLM", "MistralLarge3EagleForCausalLM",
+    "MistralLarge3ForCausalLM", "MixtralForCausalLM", "MllamaForConditionalGeneration",
+    "NemotronForCausalLM", "NemotronHForCausalLM", "NemotronHPuzzleForCausalLM",
+    "NemotronH_Nano_Omni_Reasoning_V3", "NemotronH_Nano_VL_V2", "Phi3ForCausalLM",
+    "Phi4MMForCausalLM", "PixtralForConditionalGeneration", "PixtralVisionModel",
+    "Qwen2ForCausalLM", "Qwen2ForProcessRewardModel", "Qwen2ForRewardModel",
+    "Qwen2MoeForCausalLM", "Qwen2VLForConditionalGeneration",
+    "Qwen2_5_VLForConditionalGeneration", "Qwen3ForCausalLM", "Qwen3ForTextEmbedding",
+    "Qwen3MoeForCausalLM", "Qwen3NextForCausalLM", "Qwen3VLForConditionalGeneration",
+    "Qwen3VLMoeForConditionalGeneration", "Qwen3_5ForCausalLM",
+    "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForCausalLM",
+    "Qwen3_5MoeForConditionalGeneration", "QwenImageBenchForConditionalGeneration",
+    "SeedOssForCausalLM", "SiglipVisionModel", "Starcoder2ForCausalLM", "Step3p5ForCausalLM",
+    "Step3p7ForConditionalGeneration", "T5ForConditionalGeneration",
+    "WhisperForConditionalGeneration",
+})
 
 
 class TrtLlm(Engine):
-    """TensorRT-LLM PyTorch backend ``KVCacheManager``."""
+    """TensorRT-LLM PyTorch backend ``KVCacheManager`` (V1)."""
 
     id = "trtllm"
     label = "TensorRT-LLM (PyTorch backend, 32-token blocks)"
     short = "TensorRT-LLM"
-    release = "TensorRT-LLM 1.x (PyTorch backend)"
+    release = "TensorRT-LLM 1.x (PyTorch backend, main 2026)"
     setting_labels: ClassVar[dict[str, tuple[str, str]]] = {
         "gpu_util": ("free_gpu_memory_fraction (fraction)", f"{TRTLLM_DEFAULT_FREE_FRACTION}"),
         "block_size": ("tokens_per_block", f"{TRTLLM_TOKENS_PER_BLOCK}"),
+        "max_tokens": ("max_tokens (tokens)", "no cap"),
+        "max_attention_window": ("max_attention_window (tokens, per layer)", "max_seq_len"),
     }
 
+    def unserved_reason(self, arch: ModelArch) -> str | None:
+        """``AutoModelForCausalLM.from_config`` raises "Unknown architecture" for architectures
+        outside ``MODEL_ARCH_TO_MODULE``; a config without ``architectures`` is not checked."""
+        if arch.architecture and arch.architecture not in TRTLLM_PYTORCH_ARCHITECTURES:
+            return "the PyTorch backend has no model class for it (_arch_index.py)"
+        return None
+
     def attention_token_bytes(self, layer: Attention, dtype: KVDType, tp: int) -> int:
-        """``get_cache_size_per_token``: ``head_dim · nkv // tp`` elements of K and of V per rank."""
+        """``KVCacheManager.__init__`` / ``get_cache_bytes_per_token``: the cache holds
+        ``ceil(nkv / tp)`` whole heads per layer on each rank (K and V)."""
         if dtype.name in MLA_ONLY_DTYPES:
             raise KVPlanError("engine.dtype", engine=self.id, dtype=dtype.name,
                               why="this layout exists only for MLA layers")
-        return (dtype.vector_bytes(layer.head_dim_k * layer.n_kv_heads // tp)
-                + dtype.vector_bytes(layer.head_dim_v * layer.n_kv_heads // tp))
+        heads = -(-layer.n_kv_heads // tp)
+        return heads * (dtype.vector_bytes(layer.head_dim_k) + dtype.vector_bytes(layer.head_dim_v))
+
+    def creator_token_bytes(self, layer: LayerSpec, dtype: KVDType, tp: int) -> int:
+        """``get_cache_size_per_token`` (``KvCacheCreator``'s estimate): ``head_dim · nkv // tp``
+        elements of K and of V, which is less than the manager's whole heads when TP does not divide
+        the KV heads."""
+        if isinstance(layer, Attention):
+            return (dtype.vector_bytes(layer.head_dim_k * layer.n_kv_heads // tp)
+                    + dtype.vector_bytes(layer.head_dim_v * layer.n_kv_heads // tp))
+        return self.token_bytes(layer, dtype, tp)
 
     def build_view(self, arch: ModelArch, dtype: KVDType, model_dtype: KVDType,
                    settings: EngineSettings, counts: dict[LayerSpec, int],
                    mla_block_size: int | None) -> EngineView:
         block = settings.block_size or TRTLLM_TOKENS_PER_BLOCK
         notes = ["TensorRT-LLM keeps full-length KV on windowed layers unless max_attention_window is "
-                 "set per layer"] if any(getattr(x, "window", None) for x in counts) else []
+                 "set per layer"] if any(getattr(x, "window", None) for x in counts) \
+            and settings.max_attention_window is None else []
         rules, attention = self.split_layers(counts, model_dtype, settings.tp)
         for layer, n in attention:
             rules.append(PagedRule("mla" if isinstance(layer, MLA) else "full", n,
@@ -69,46 +129,131 @@ class TrtLlm(Engine):
         formulas["memory_target"] += f"; KV gets free_gpu_memory_fraction {fraction} of what is left"
         return [int(max(target - w - reserve, 0) * fraction) for w in stage_weights]
 
+    def window_costs(self, arch: ModelArch, dtype: KVDType, settings: EngineSettings,
+                     stage: tuple[int, int], max_seq_len: int) -> dict[int, tuple[int, int]]:
+        """Per attention window of the stage's layers: (creator, manager) bytes per token.
+
+        ``max_attention_window`` entries are clamped to ``max_seq_len`` and repeated over the local
+        layers (``_get_window_size_to_layers``: ``vec[local_layer_idx % len(vec)]``); without it
+        every layer has the window ``max_seq_len``."""
+        start, stop = stage
+        windows = [min(w, max_seq_len) for w in settings.max_attention_window or (max_seq_len,)]
+        local = np.arange(stop - start)
+        window_of = np.asarray(windows, dtype=np.int64)[local % len(windows)]
+        out: dict[int, tuple[int, int]] = {}
+        position = 0
+        for layer, n in arch.layer_runs():
+            low, high = max(position, start), min(position + n, stop)
+            if high > low and not isinstance(layer, Recurrent | NoCache):
+                creator = self.creator_token_bytes(layer, dtype, settings.tp)
+                manager = self.token_bytes(layer, dtype, settings.tp)
+                for window, k in zip(*np.unique(window_of[low - start:high - start], return_counts=True),
+                                     strict=True):
+                    c, m = out.get(int(window), (0, 0))
+                    out[int(window)] = (c + int(k) * creator, m + int(k) * manager)
+            position += n
+        return dict(sorted(out.items()))
+
     def make_pool(self, arch: ModelArch, gpu: GPU, kv_dtype: str, settings: EngineSettings,
                   budgets: list[int], notes: list[str]) -> KVPool:
-        view = self.view(arch, kv_dtype, settings, stage_layers=self.largest_stage(arch, settings.pp))
+        stage = self.largest_stage(arch, settings.pp)
+        view = self.view(arch, kv_dtype, settings, stage_layers=stage)
         notes.extend(view.notes)
-        return TrtPool(view, max(min(budgets), 0))
+        max_seq_len = settings.max_cache_len or arch.max_position_embeddings or 1 << 62
+        costs = self.window_costs(arch, view.dtype, settings, stage, max_seq_len)
+        pool = TrtPool(costs, max(min(budgets), 0), view.block_size or TRTLLM_TOKENS_PER_BLOCK,
+                       settings.max_tokens)
+        notes.extend(pool.notes)
+        return pool
+
+    def resolve_settings(self, settings: EngineSettings, tokens: int, gpu: GPU | None = None,
+                         arch: ModelArch | None = None) -> EngineSettings:
+        """``max_seq_len`` (carried as ``max_cache_len``) is the request length."""
+        if settings.max_cache_len is None:
+            return settings.model_copy(update={"max_cache_len": max(tokens, 1)})
+        return settings
+
+
+@dataclass(frozen=True)
+class WindowPool:
+    """One window size's primary pool: its blocks and the bytes one token costs in its layers."""
+
+    window: int
+    blocks: int
+    token_bytes: int
 
 
 class TrtPool(KVPool):
-    """TensorRT-LLM: ``max_tokens = budget // bytes per token``; ``blocks_in_primary_pool =
-    max_tokens // tokens_per_block``; a request takes ``cdiv(L, tokens_per_block)`` blocks."""
+    """TensorRT-LLM's primary pools.
+
+    One window (``calculate_max_num_blocks``): ``max_tokens = min(budget // creator cost,
+    budget / manager cost)`` (the manager's free memory taken as ``budget / fraction``), capped by the
+    ``max_tokens`` setting; ``blocks = max_tokens // tokens_per_block``. Several window sizes
+    (``calculate_max_num_blocks_for_vswa``): the budget split equally per window size, each pool
+    ``int(budget / n / its layers' cost) // tokens_per_block`` blocks (``max_tokens`` ignored). A
+    request of ``L`` tokens takes ``cdiv(min(L, W), tokens_per_block)`` blocks in window W's pool.
+    """
 
     paged = True
 
-    def __init__(self, view: EngineView, budget: int) -> None:
-        self.view = view
-        self.per_token = view.token_bytes
-        self.block_size = view.block_size or TRTLLM_TOKENS_PER_BLOCK
-        self.max_tokens = budget // self.per_token if self.per_token else 0
-        self.num_blocks = self.max_tokens // self.block_size
-        self.bytes_per_block = self.per_token * self.block_size
-        self.capacity = self.num_blocks
+    def __init__(self, costs: dict[int, tuple[int, int]], budget: int, block_size: int,
+                 max_tokens: int | None) -> None:
+        self.block_size = block_size
+        self.notes: list[str] = []
+        if len(costs) <= 1:
+            ((window, (creator, manager)),) = costs.items() if costs else ((0, (0, 0)),)
+            tokens = budget // creator if creator else 0
+            if max_tokens is not None and creator:
+                tokens = min(budget, creator * max_tokens) // creator
+            if manager > creator:
+                tokens = min(tokens, budget // manager)
+                self.notes.append("KV heads not divisible by TP: the cache holds ceil(nkv / tp) whole "
+                                  "heads per layer, so fewer tokens fit than KvCacheCreator estimated")
+            self.pools = (WindowPool(window, tokens // block_size, manager),)
+            self.max_tokens = tokens
+        else:
+            share = 1 / len(costs)
+            self.pools = tuple(WindowPool(w, int(budget * share / manager) // block_size, manager)
+                               for w, (_, manager) in costs.items())
+            self.max_tokens = sum(p.blocks for p in self.pools) * block_size
+            self.notes.append(f"max_attention_window: {len(costs)} window sizes, each pool gets 1/"
+                              f"{len(costs)} of the KV memory (calculate_max_num_blocks_for_vswa)"
+                              + ("; max_tokens is ignored" if max_tokens is not None else ""))
+        largest = self.pools[-1]
+        self.num_blocks = largest.blocks
+        self.per_token = sum(p.token_bytes for p in self.pools)
+        self.bytes_per_block = self.per_token * block_size
+        self.capacity = largest.blocks
+
+    def _pool_blocks(self, L: np.ndarray) -> list[np.ndarray]:
+        L = np.asarray(L, dtype=np.int64)
+        return [cdiv(np.minimum(L, p.window) if p.window else L, self.block_size) for p in self.pools]
 
     def blocks(self, L: np.ndarray) -> np.ndarray:
-        return -(-np.asarray(L, dtype=np.int64) // self.block_size)
+        """Blocks a request takes in the largest window's pool."""
+        return self._pool_blocks(L)[-1]
 
     def per_request_bytes(self, L: np.ndarray) -> np.ndarray:
-        return self.blocks(L) * self.bytes_per_block
+        return np.sum([b * p.token_bytes * self.block_size
+                       for b, p in zip(self._pool_blocks(L), self.pools, strict=True)], axis=0)
 
     def max_requests(self, L: np.ndarray) -> np.ndarray:
-        return self.num_blocks // self.blocks(L)
+        return np.min([p.blocks // np.maximum(b, 1)
+                       for b, p in zip(self._pool_blocks(L), self.pools, strict=True)], axis=0)
 
     def concurrency(self, L: np.ndarray) -> np.ndarray:
-        return self.num_blocks / self.blocks(L)
+        return np.min([p.blocks / np.maximum(b, 1)
+                       for b, p in zip(self._pool_blocks(L), self.pools, strict=True)], axis=0)
 
     def pool_tokens(self, L: np.ndarray) -> np.ndarray:
         return np.full(np.shape(L), self.num_blocks * self.block_size)
 
     def users_cost(self, L: np.ndarray, users: int) -> np.ndarray:
-        return self.blocks(L) * users
+        """``capacity + max over pools of (users × blocks(L) − pool blocks)``: at most ``capacity``
+        exactly when every window's pool holds ``users`` requests (one pool: users × blocks)."""
+        return self.capacity + np.max([b * users - p.blocks for b, p in zip(
+            self._pool_blocks(L), self.pools, strict=True)], axis=0)
 
     def formulas(self, L: int) -> dict[str, str]:
-        return {"num_blocks": f"({self.max_tokens:,} tokens = budget // {self.per_token:,} B) // "
-                              f"{self.block_size} = {self.num_blocks:,} blocks"}
+        parts = ", ".join(f"window {p.window:,}: {p.blocks:,} blocks" for p in self.pools)
+        return {"num_blocks": f"({self.max_tokens:,} tokens) // {self.block_size} per block → {parts}"}

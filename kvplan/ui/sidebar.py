@@ -69,8 +69,12 @@ def push_to_session(scenario: Scenario) -> list[str]:
         state[key] = list(value) if isinstance(value, list) else value
     for name, key in SETTING_WIDGETS.items():
         value = getattr(scenario.engine_settings, name)
-        state[key] = next(k for k, v in _TRISTATE.items() if v is value) \
-            if SETTINGS[name].kind == "tristate" else value
+        kind = SETTINGS[name].kind
+        if kind == "tristate":
+            value = next(k for k, v in _TRISTATE.items() if v is value)
+        elif kind == "int_list":
+            value = "" if value is None else SETTINGS[name].format(value)
+        state[key] = value
     state["w_tokens_exact"] = scenario.tokens
     state["w_view"] = VIEWS[scenario.view]
     state["custom_config"] = scenario.custom_config
@@ -245,6 +249,13 @@ def _setting_widget(sb: Any, setting: Setting, label: str, default: str) -> None
     help_text = f"{setting.help} Link key `{setting.key}`, CLI `{setting.flag}`."
     if setting.kind == "tristate":
         sb.selectbox(label, list(_TRISTATE), key=key, help=help_text)
+    elif setting.kind == "int_list":
+        text = sb.text_input(label, key=key, max_chars=40 + 12 * setting.max_items,
+                             placeholder=f"default: {default}", help=help_text)
+        try:
+            setting.parse(text) if text else None
+        except ValueError as exc:
+            sb.error(f"{label}: {exc}; not applied until corrected.")
     elif setting.kind == "bool":
         sb.toggle(label, key=key, help=help_text)
     elif setting.kind == "float":
@@ -265,6 +276,11 @@ def _settings_from_widgets() -> EngineSettings:
         kind = SETTINGS[name].kind
         if kind == "tristate":
             values[name] = _TRISTATE.get(str(value))
+        elif kind == "int_list":
+            try:
+                values[name] = SETTINGS[name].parse(str(value)) if value else None
+            except ValueError:  # shown under its widget (_setting_widget) until corrected
+                values[name] = None
         elif kind == "bool":
             values[name] = bool(value) if value is not None else EngineSettings.model_fields[name].default
         elif value is not None:
