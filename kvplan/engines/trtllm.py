@@ -81,6 +81,9 @@ class TrtPool(KVPool):
     max_tokens // tokens_per_block``; a request takes ``cdiv(L, tokens_per_block)`` blocks."""
 
     paged = True
+    num_blocks: int
+    block_size: int
+    bytes_per_block: int
 
     def __init__(self, view: EngineView, budget: int) -> None:
         self.view = view
