@@ -294,7 +294,7 @@ def capacity_sweep(arch: ModelArch, gpus_list: list[GPU], kv_dtypes: list[str],
                    tokens: npt.ArrayLike, users: npt.ArrayLike, query: FitQuery) -> Any:
     """Requests that fit across accelerators × KV dtypes × context lengths × users (DataFrame).
 
-    The pool is sized once per (accelerator, dtype); lengths and user counts are numpy arrays.
+    The pool is sized once per (accelerator, dtype); lengths and user counts are array-likes.
     """
     import pandas as pd
 

@@ -48,6 +48,7 @@ MAX_CSV_ROWS = 100_000
 MAX_CSV_BYTES = 8_000_000
 MAX_SAMPLE = 1_000_000
 MAX_LENGTH = 100_000_000
+#: The instants ``in_flight_snapshot`` can look at (the serving view's choices).
 Snapshot = Literal["final", "in_flight"]
 SNAPSHOTS: tuple[Snapshot, ...] = ("in_flight", "final")
 

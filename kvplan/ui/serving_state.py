@@ -25,7 +25,7 @@ NOCACHE_METRICS = ("time_s", "flops", "peak_memory_bytes")
 
 class WidgetState(Protocol):
     """What these helpers use of ``st.session_state`` (keyed by ``str | int``, so not a
-    ``WidgetState``); a plain ``dict[str, Any]`` fits too."""
+    ``MutableMapping[str, Any]``); a plain ``dict[str, Any]`` fits too."""
 
     def __contains__(self, key: str, /) -> bool: ...
     def __getitem__(self, key: str, /) -> Any: ...
