@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import re
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -113,7 +114,7 @@ def parse_vllm_log(log: str | bytes) -> VllmLog:
     numbers keep the last occurrence. No capacity line at all → ``calibrate.no_lines``.
     """
     text = _ANSI.sub("", _as_text(log))
-    found: dict[str, object] = {}
+    found: dict[str, Any] = {}  # VllmLog keyword arguments
     available: list[tuple[float, int]] = []
     blocks: list[int] = []
     matched = 0
@@ -198,6 +199,13 @@ class Calibration(BaseModel):
     formulas: dict[str, str] = {}
     notes: list[str] = []
 
+    @property
+    def implied_reserve(self) -> tuple[int, int, int] | None:
+        """``(reserve, low, high)`` bytes, set together by ``calibrate``; None without a logged memory."""
+        reserve, low, high = (self.implied_reserve_bytes, self.implied_reserve_low_bytes,
+                              self.implied_reserve_high_bytes)
+        return None if reserve is None or low is None or high is None else (reserve, low, high)
+
 
 def _blocks_from_tokens(tokens: int, bpr: int, length: int) -> tuple[int, int]:
     """Block counts ``n`` with ``int(n / bpr × L) == tokens`` (vLLM's float arithmetic)."""
@@ -245,7 +253,7 @@ def calibrate(arch: ModelArch, gpu: GPU, query: FitQuery, log: VllmLog) -> Calib
         raise KVPlanError("calibrate.engine", why=f"{arch.name} has no paged KV pool to compare")
     weights = predicted.weights_bytes
     target = predicted.memory_target_bytes
-    out: dict[str, object] = {}
+    out: dict[str, Any] = {}  # Calibration keyword arguments
     formulas["predicted"] = (
         f"with reserve {predicted.reserve_bytes:,} B: budget {predicted.kv_budget_bytes:,} B // "
         f"{bpb:,} B per block = {predicted.num_blocks:,} blocks; {predicted.vllm_log}")
@@ -277,7 +285,8 @@ def calibrate(arch: ModelArch, gpu: GPU, query: FitQuery, log: VllmLog) -> Calib
             notes.append("the logged block count and the logged GiB disagree (another layout or "
                          "version?); the reserve is taken from the GiB alone")
     if avail is not None:
-        mid = log.available_midpoint_bytes if avail == interval else (avail[0] + avail[1]) // 2
+        logged_mid = log.available_midpoint_bytes
+        mid = logged_mid if avail == interval and logged_mid is not None else (avail[0] + avail[1]) // 2
         reserve = target - weights - mid
         low, high = target - weights - avail[1], target - weights - avail[0]
         out.update(implied_reserve_bytes=reserve, implied_reserve_low_bytes=low,

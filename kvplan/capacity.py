@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from kvplan.arch import ModelArch
@@ -295,10 +296,10 @@ def min_gpus_to_fit(arch: ModelArch, gpu: GPU, query: FitQuery, limit: int = 409
 
 
 def capacity_sweep(arch: ModelArch, gpus_list: list[GPU], kv_dtypes: list[str],
-                   tokens: np.ndarray, users: np.ndarray, query: FitQuery) -> Any:
+                   tokens: npt.ArrayLike, users: npt.ArrayLike, query: FitQuery) -> Any:
     """Requests that fit across accelerators × KV dtypes × context lengths × users (DataFrame).
 
-    The pool is sized once per (accelerator, dtype); lengths and user counts are numpy arrays.
+    The pool is sized once per (accelerator, dtype); lengths and user counts are array-likes.
     """
     import pandas as pd
 

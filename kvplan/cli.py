@@ -10,6 +10,7 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, NoReturn
 
 from pydantic import ValidationError
 
@@ -20,7 +21,7 @@ GIB = 1 << 30
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2
+    def error(self, message: str) -> NoReturn:  # one line, exit 2
         sys.stderr.write(f"kvplan: error: {clip(message, 500)}\n")
         raise SystemExit(2)
 
@@ -75,7 +76,7 @@ def settings_from_args(args: argparse.Namespace, tp: int = 1, pp: int = 1):
     """The ``EngineSettings`` the declared flags gave (unset flags keep the engine default)."""
     from kvplan.engines import SETTINGS, EngineSettings
 
-    values = {}
+    values: dict[str, Any] = {}
     for name, setting in SETTINGS.items():
         value = getattr(args, name, None)
         if setting.kind == "tristate":
@@ -233,7 +234,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
 def cmd_models(args: argparse.Namespace) -> int:
     from kvplan.presets import load_model, model_presets
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     for preset_id, preset in model_presets().items():
         arch = load_model(preset_id)
         rows.append({"id": preset_id, "name": preset.name, "layers": arch.n_layers,
@@ -315,10 +316,10 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         fmt(result.reproduced_kv_cache_tokens))
     row("max concurrency (x)", fmt(log.max_concurrency, ".2f"),
         f"{result.predicted_max_concurrency:.2f}", fmt(result.reproduced_max_concurrency, ".2f"))
-    if result.implied_reserve_bytes is not None:
-        print(f"Implied runtime reserve: {human(result.implied_reserve_bytes)} "
-              f"(between {result.implied_reserve_low_bytes / GIB:.4f} and "
-              f"{result.implied_reserve_high_bytes / GIB:.4f} GiB); kvplan assumed "
+    if (implied := result.implied_reserve) is not None:
+        reserve, low, high = implied
+        print(f"Implied runtime reserve: {human(reserve)} "
+              f"(between {low / GIB:.4f} and {high / GIB:.4f} GiB); kvplan assumed "
               f"{result.predicted_reserve_bytes / GIB:g} GiB")
     if result.suggested_reserve_gib is not None:
         print(f"Use --reserve-gib {result.suggested_reserve_gib:g} to plan like this run.")

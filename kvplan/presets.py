@@ -107,7 +107,7 @@ def get_gpu(gpu_id: str) -> GPU:
 
 
 def custom_gpu(capacity_gib: float, bandwidth_tbps: float = 1.0, bf16_tflops: float = 100.0,
-               name: str | None = None) -> GPU:
+               *, name: str | None = None) -> GPU:
     """A user-defined accelerator (capacity in GiB = 2^30 B, as the device would report it)."""
     capacity = int(capacity_gib * 2**30)
     name = name or f"Custom accelerator ({capacity_gib:g} GiB, {bandwidth_tbps:g} TB/s)"

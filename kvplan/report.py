@@ -133,7 +133,7 @@ def scenario_to_json(scenario: Scenario, name: str = "Custom scenario", descript
                      scenario_id: str = "custom", source: str = "") -> str:
     """The scenario as a scenario file (the link query under ``query``), pretty-printed JSON."""
     payload = ScenarioFile(id=scenario_id, name=name, description=description, source=source,
-                           query=scenario.to_query())
+                           query=dict(scenario.to_query()))
     return json.dumps(payload.model_dump(), indent=2, ensure_ascii=False) + "\n"
 
 
@@ -193,7 +193,7 @@ def fit_table(scenario: Scenario) -> pd.DataFrame:
     from kvplan.capacity import fit
 
     arch, gpu = scenario_arch(scenario), scenario_gpu(scenario)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for dtype in scenario.kv_dtypes:
         try:
             r = fit(arch, gpu, scenario_fit_query(scenario, dtype))

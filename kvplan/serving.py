@@ -49,6 +49,9 @@ MAX_CSV_ROWS = 100_000
 MAX_CSV_BYTES = 8_000_000
 MAX_SAMPLE = 1_000_000
 MAX_LENGTH = 100_000_000
+#: The instants ``in_flight_snapshot`` can look at (the serving view's choices).
+Snapshot = Literal["final", "in_flight"]
+SNAPSHOTS: tuple[Snapshot, ...] = ("in_flight", "final")
 
 # --------------------------------------------------------------------------------------------
 # 1. Workloads and allocation strategies
@@ -168,7 +171,7 @@ def parse_lengths_csv(data: bytes | str, max_rows: int = MAX_CSV_ROWS) -> Worklo
                     output=np.asarray(outputs, dtype=np.int64), source="uploaded CSV")
 
 
-def in_flight_snapshot(workload: Workload, snapshot: Literal["final", "in_flight"] = "in_flight",
+def in_flight_snapshot(workload: Workload, snapshot: Snapshot = "in_flight",
                        seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Current and final token counts of the requests resident at one instant.
 
@@ -241,7 +244,7 @@ class AllocationResult(BaseModel):
 
 def allocation_for_model(arch: ModelArch, workload: Workload, max_len: int, kv_dtype: str = "bf16",
                          block_size: int = VLLM_DEFAULT_BLOCK_SIZE, budget_bytes: int | None = None,
-                         snapshot: Literal["final", "in_flight"] = "in_flight",
+                         snapshot: Snapshot = "in_flight",
                          seed: int = 0) -> AllocationResult:
     """``allocation_table`` for a model: bytes per token while every layer grows (full layers)."""
     bpt = full_length_bytes_per_token(arch, kv_dtype, HF_ENGINE)

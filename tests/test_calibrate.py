@@ -147,6 +147,8 @@ def test_calibration_reproduces_kvplans_own_log_exactly():
     assert result.implied_reserve_high_bytes == target - weights - low_avail
     assert (result.implied_reserve_low_bytes <= result.implied_reserve_bytes
             <= result.implied_reserve_high_bytes)
+    assert result.implied_reserve == (result.implied_reserve_bytes, target - weights - high_avail,
+                                      target - weights - low_avail)
     # the suggested reserve makes kvplan's own budget give the logged blocks
     again = fit(ARCH, H100, FitQuery(tokens=L, reserve_gib=result.suggested_reserve_gib))
     assert again.num_blocks == 5120 and again.kv_pool_tokens == 81_920
@@ -213,6 +215,13 @@ def test_vllm_log_model_is_optional_everywhere():
     assert VllmLog().available_interval() is None and VllmLog().available_midpoint_bytes is None
 
 
+def test_implied_reserve_needs_all_three_numbers():
+    result = calibrate(ARCH, H100, FitQuery(tokens=L), parse_vllm_log(ten_gib()))
+    assert result.implied_reserve is not None
+    for field in ("implied_reserve_bytes", "implied_reserve_low_bytes", "implied_reserve_high_bytes"):
+        assert result.model_copy(update={field: None}).implied_reserve is None, field
+
+
 # --------------------------------------------------------------------------- CLI
 
 
@@ -226,12 +235,14 @@ def cal_argv(path: Path, *more: str) -> list[str]:
 def test_cli_calibrate_text_and_json(tmp_path):
     path = tmp_path / "vllm.log"
     path.write_text(REAL)
-    code, out, err = run_cli(cal_argv(path))
+    code, text, err = run_cli(cal_argv(path))
     assert code == 0 and err == ""
-    assert "81,920" in out and "exact" in out and "--reserve-gib" in out
+    assert "81,920" in text and "exact" in text and "--reserve-gib" in text
     code, out, err = run_cli(cal_argv(path, "--json"))
     assert code == 0 and err == ""
     payload = json.loads(out)
+    assert (f"(between {payload['implied_reserve_low_bytes'] / GIB:.4f} and "
+            f"{payload['implied_reserve_high_bytes'] / GIB:.4f} GiB)") in text
     assert payload["agreement"] == "exact" and payload["reproduced_kv_cache_tokens"] == 81_920
     assert payload["log"]["ranks"] == 2
 

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from kvplan.arch import LayerSpec
+
 VLLM_DEFAULT_BLOCK_SIZE = 16  # vllm/config/cache.py DEFAULT_BLOCK_SIZE
 
 
@@ -37,7 +39,7 @@ class CacheRule:
     window: int | None = None
     state_bytes: int = 0
     note: str = ""
-    spec: object = field(default=None, compare=False, repr=False)
+    spec: LayerSpec | None = field(default=None, compare=False, repr=False)
     block_size: int = 1
 
     @property

@@ -73,13 +73,16 @@ class Setting:
 
 
 def _setting(default: Any, setting: Setting) -> Any:
-    bounds: dict[str, float] = {}
-    if setting.kind != "int_list":
-        if setting.low is not None:
-            bounds["gt" if setting.low_open else "ge"] = setting.low
-        if setting.high is not None:
-            bounds["le"] = setting.high
-    return Field(default=default, json_schema_extra={"setting": dict(setting.__dict__)}, **bounds)
+    low = None if setting.kind == "int_list" else setting.low
+    high = None if setting.kind == "int_list" else setting.high
+    return Field(default=default, json_schema_extra={"setting": dict(setting.__dict__)},
+                 gt=low if setting.low_open else None, ge=None if setting.low_open else low,
+                 le=high)
+
+
+def _from_schema_extra(fields: dict[str, Any]) -> Setting:
+    """The ``Setting`` that ``_setting`` stored as a plain dict in ``json_schema_extra``."""
+    return Setting(**{**fields, "aliases": tuple(fields.get("aliases", ()))})
 
 
 GPU_UTIL = Setting("gpu_util", "gu", "--gpu-util", "float", "Memory fraction",
@@ -161,10 +164,8 @@ def declared_settings() -> dict[str, Setting]:
     out: dict[str, Setting] = {}
     for name, info in EngineSettings.model_fields.items():
         extra = info.json_schema_extra
-        if isinstance(extra, dict) and isinstance(extra.get("setting"), dict):
-            fields = dict(extra["setting"])  # type: ignore[arg-type]
-            fields["aliases"] = tuple(fields.get("aliases", ()))
-            out[name] = Setting(**fields)
+        if isinstance(extra, dict) and isinstance(declared := extra.get("setting"), dict):
+            out[name] = _from_schema_extra(declared)
     return out
 
 

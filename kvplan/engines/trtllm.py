@@ -195,11 +195,15 @@ class TrtPool(KVPool):
     """
 
     paged = True
+    num_blocks: int
+    block_size: int
+    bytes_per_block: int
 
     def __init__(self, costs: dict[int, tuple[int, int]], budget: int, block_size: int,
                  max_tokens: int | None) -> None:
         self.block_size = block_size
         self.notes: list[str] = []
+        self.pools: tuple[WindowPool, ...]
         if len(costs) <= 1:
             ((window, (creator, manager)),) = costs.items() if costs else ((0, (0, 0)),)
             tokens = budget // creator if creator else 0

@@ -277,7 +277,8 @@ class VllmPool:
 
     def blocks_per_request(self, max_model_len: np.ndarray | int) -> np.ndarray:
         """Σ over groups (max over specs in a ``UniformTypeKVCacheSpecs`` group) of reserved blocks."""
-        per_bucket = [b.rule.reserved_blocks(max_model_len) for b in self.buckets]
+        tokens = np.asarray(max_model_len, dtype=np.int64)
+        per_bucket = [b.rule.reserved_blocks(tokens) for b in self.buckets]
         if self.uniform_type:
             return np.max(per_bucket, axis=0)
         return np.sum([b.n_groups * blocks for b, blocks in zip(self.buckets, per_bucket, strict=True)],
@@ -314,7 +315,7 @@ def build_pool(engine: Vllm, arch: ModelArch, kv_dtype: str, settings: EngineSet
                mla_block_size: int | None = None) -> VllmPool:
     """Group the whole model's layers as vLLM's ``get_kv_cache_groups`` does (per TP rank)."""
     view = engine.view(arch, kv_dtype, settings, mla_block_size=mla_block_size)
-    by_spec: dict[LayerSpec, CacheRule] = {rule.spec: rule for rule in view.rules  # type: ignore[misc]
+    by_spec: dict[LayerSpec, CacheRule] = {rule.spec: rule for rule in view.rules
                                            if rule.spec is not None}
     ids_of = _layer_ids(arch, by_spec)
     notes = list(view.notes)
@@ -377,6 +378,9 @@ class VllmPagedPool(KVPool):
     reserves ``Σ_groups`` blocks; one block is the null block (``BlockPool``)."""
 
     paged = True
+    num_blocks: int
+    block_size: int
+    bytes_per_block: int
 
     def __init__(self, pool: VllmPool, budgets: list[int], parts: list[int]) -> None:
         starts = np.cumsum([0, *parts])

@@ -79,12 +79,11 @@ def render(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame | None:
         message = (f"With the logged memory kvplan's block arithmetic is "
                    f"{LABELS[result.agreement]} (one block = {result.bytes_per_block:,} B).")
         {"exact": st.success, "mismatch": st.warning}.get(result.agreement, st.info)(message)
-        if result.implied_reserve_bytes is not None:
+        if (implied := result.implied_reserve) is not None:
+            reserve, low, high = implied
             st.markdown(
-                f"**Implied runtime reserve: {result.implied_reserve_bytes / GIB:.3f} GiB** "
-                f"({result.implied_reserve_bytes:,} B; between "
-                f"{result.implied_reserve_low_bytes / GIB:.4f} and "
-                f"{result.implied_reserve_high_bytes / GIB:.4f} GiB) — the sidebar uses "
+                f"**Implied runtime reserve: {reserve / GIB:.3f} GiB** ({reserve:,} B; between "
+                f"{low / GIB:.4f} and {high / GIB:.4f} GiB) — the sidebar uses "
                 f"{result.predicted_reserve_bytes / GIB:g} GiB.")
         suggested = result.suggested_reserve_gib
         current = st.session_state.get(RESERVE_KEY)

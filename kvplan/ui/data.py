@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -82,7 +84,7 @@ def kv_vs_users(results: dict[str, FitResult], users: int) -> pd.DataFrame:
 
 def memory_per_gpu(arch: ModelArch, query: FitQuery) -> pd.DataFrame:
     """Per accelerator (per GPU): weights, reserve, KV at the chosen load, held back, free."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for gpu in sorted(gpus().values(), key=lambda g: g.capacity_bytes):
         try:
             r = fit(arch, gpu, query, search_gpus=False)
@@ -103,10 +105,10 @@ def memory_per_gpu(arch: ModelArch, query: FitQuery) -> pd.DataFrame:
 
 def requests_grid(arch: ModelArch, query: FitQuery, kv_dtypes: list[str]) -> pd.DataFrame:
     """Requests that fit, accelerators × KV dtypes."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for gpu in sorted(gpus().values(), key=lambda g: g.capacity_bytes):
         for dtype in kv_dtypes:
-            row = {"gpu": gpu.id, "gpu_name": gpu.name, "kv_dtype": dtype}
+            row: dict[str, Any] = {"gpu": gpu.id, "gpu_name": gpu.name, "kv_dtype": dtype}
             try:
                 r = fit(arch, gpu, query.model_copy(update={"kv_dtype": dtype}), search_gpus=False)
                 row.update(weights_bytes=r.weights_bytes, kv_budget_bytes=r.kv_budget_bytes,

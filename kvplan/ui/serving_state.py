@@ -7,14 +7,15 @@ button and a seed button restore them exactly like the sidebar.
 
 from __future__ import annotations
 
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from kvplan.engines import DEFAULT_ENGINE, VLLM_DEFAULT_BLOCK_SIZE, get_engine, prefix_engines
 from kvplan.errors import MESSAGES, clip
 from kvplan.presets import gpus
 from kvplan.scenario import Scenario
+from kvplan.serving import SNAPSHOTS
 
 SOURCES = {"paper": "vLLM-paper-like (ShareGPT, OPT-13B)", "lognormal": "log-normal",
            "uniform": "uniform", "fixed": "fixed", "csv": "upload CSV"}
@@ -22,10 +23,20 @@ PREFIX_ENGINES = prefix_engines()
 NOCACHE_METRICS = ("time_s", "flops", "peak_memory_bytes")
 
 
+class WidgetState(Protocol):
+    """What these helpers use of ``st.session_state`` (keyed by ``str | int``, so not a
+    ``MutableMapping[str, Any]``); a plain ``dict[str, Any]`` fits too."""
+
+    def __contains__(self, key: str, /) -> bool: ...
+    def __getitem__(self, key: str, /) -> Any: ...
+    def __setitem__(self, key: str, value: Any, /) -> None: ...
+    def get(self, key: str, default: Any, /) -> Any: ...
+
+
 @dataclass(frozen=True)
 class Input:
     kind: type
-    default: Callable[[Scenario, MutableMapping[str, Any]], Any]
+    default: Callable[[Scenario, WidgetState], Any]
     low: float | None = None
     high: float | None = None
     choices: tuple[Any, ...] = ()
@@ -41,7 +52,7 @@ class Input:
         return value
 
 
-def _const(value: Any) -> Callable[[Scenario, MutableMapping[str, Any]], Any]:
+def _const(value: Any) -> Callable[[Scenario, WidgetState], Any]:
     return lambda _s, _state: value
 
 
@@ -75,7 +86,7 @@ INPUTS: dict[str, Input] = {
     "output_sigma": Input(float, _const(1.0), 0.0, 5.0),
     "block": Input(int, lambda s, _: min(s.engine_settings.block_size or VLLM_DEFAULT_BLOCK_SIZE, 4096),
                    1, 4096),
-    "snapshot": Input(str, _const("in_flight"), choices=("in_flight", "final")),
+    "snapshot": Input(str, _const("in_flight"), choices=SNAPSHOTS),
     "pf_engine": Input(str, lambda s, _: _pf_engine(s), choices=PREFIX_ENGINES),
     "pf_unit": Input(int, lambda s, state: min(get_engine(state.get("sv_pf_engine", _pf_engine(s)))
                                                .shared_prefix_unit(s.engine_settings.block_size) or 1,
@@ -95,21 +106,21 @@ def _text(value: Any) -> str:
     return repr(value) if isinstance(value, float) else str(value)
 
 
-def _defaults(state: MutableMapping[str, Any]) -> dict[str, Any]:
+def _defaults(state: WidgetState) -> dict[str, Any]:
     """The default each ``sv_*`` widget started from (one state entry, not one per widget)."""
     if "_sv_defaults" not in state:
         state["_sv_defaults"] = {}
     return state["_sv_defaults"]
 
 
-def _values(state: MutableMapping[str, Any]) -> dict[str, Any]:
+def _values(state: WidgetState) -> dict[str, Any]:
     """The last value of every ``sv_*`` widget, kept while its tab is closed."""
     if "_sv_values" not in state:
         state["_sv_values"] = {}
     return state["_sv_values"]
 
 
-def push(scenario: Scenario, state: MutableMapping[str, Any]) -> list[str]:
+def push(scenario: Scenario, state: WidgetState) -> list[str]:
     """Set every ``sv_*`` widget from the link (or its default); one warning per rejected value."""
     warnings: list[str] = []
     for key in scenario.serving:
@@ -130,7 +141,7 @@ def push(scenario: Scenario, state: MutableMapping[str, Any]) -> list[str]:
     return warnings
 
 
-def ensure(key: str, scenario: Scenario, state: MutableMapping[str, Any]) -> str:
+def ensure(key: str, scenario: Scenario, state: WidgetState) -> str:
     """The widget key for ``key``. Its state starts at the default and follows the default while
     the user has not changed it (e.g. a length that tracks the scenario's context)."""
     widget, remembered, values = f"sv_{key}", _defaults(state), _values(state)
@@ -144,7 +155,7 @@ def ensure(key: str, scenario: Scenario, state: MutableMapping[str, Any]) -> str
     return widget
 
 
-def collect(scenario: Scenario, state: MutableMapping[str, Any]) -> dict[str, str]:
+def collect(scenario: Scenario, state: WidgetState) -> dict[str, str]:
     """The ``sv`` values the user chose (different from the default they started from)."""
     out: dict[str, str] = {}
     values = _values(state)

@@ -23,6 +23,7 @@ from kvplan.presets import GPU
 from kvplan.scenario import Scenario, scenario_fit_query
 from kvplan.serving import (
     MLPERF_BOUNDS,
+    SNAPSHOTS,
     LengthDist,
     Workload,
     allocation_for_model,
@@ -111,7 +112,7 @@ def render(scenario, arch, gpu) -> None:
 
 def _workload(scenario: Scenario, arch: ModelArch) -> tuple[Workload | None, int, str]:
     state = st.session_state
-    source = st.selectbox("Request lengths", list(SOURCES), format_func=SOURCES.get,
+    source = st.selectbox("Request lengths", list(SOURCES), format_func=SOURCES.__getitem__,
                           key=ensure("source", scenario, state))
     max_len = st.number_input("Maximum length (tokens)", 2, 10_000_000,
                               key=ensure("max_len", scenario, state))
@@ -152,7 +153,7 @@ def _allocation(scenario: Scenario, arch: ModelArch, gpu: GPU, holder: dict[str,
     workload, max_len, source = _workload(scenario, arch)
     block = st.number_input("Block size (tokens)", 1, 4096,
                             key=ensure("block", scenario, st.session_state))
-    snapshot = st.radio("Snapshot", ["in_flight", "final"], horizontal=True,
+    snapshot = st.radio("Snapshot", list(SNAPSHOTS), horizontal=True,
                         key=ensure("snapshot", scenario, st.session_state),
                         help="in_flight: steady-state continuous batching; final: every request "
                              "has generated its whole output")

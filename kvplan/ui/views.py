@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 from urllib.parse import quote
 
 import pandas as pd
@@ -162,7 +163,16 @@ def _per_token_how(arch, dtype: str, engine: str) -> str:
                       for key, n in kinds.items()) or "no per-token cache"
 
 
-def kpi_frame(scenario: Scenario, arch, gpu: GPU, result: FitResult) -> pd.DataFrame:
+class Kpi(NamedTuple):
+    """One KPI card: its key, label, exact integer value and how it was computed."""
+
+    kpi: str
+    label: str
+    value: int
+    how: str
+
+
+def kpi_cards(scenario: Scenario, arch, gpu: GPU, result: FitResult) -> list[Kpi]:
     dtype = scenario.kv_dtypes[0]
     per_token = full_length_bytes_per_token(arch, dtype, scenario.engine)
     per_token_how = _per_token_how(arch, dtype, scenario.engine)
@@ -190,18 +200,17 @@ def kpi_frame(scenario: Scenario, arch, gpu: GPU, result: FitResult) -> pd.DataF
          f"largest length L with {scenario.users:,} × KV(L) ≤ the {result.kv_budget_bytes:,} B budget "
          f"= {result.max_tokens_per_request:,} tokens"),
     ]
-    return pd.DataFrame([{"kpi": k, "label": label, "value": int(v), "how": how}
-                         for k, label, v, how in rows])
+    return [Kpi(k, label, int(v), how) for k, label, v, how in rows]
 
 
 def render_kpis(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
     result = primary_fit(cache_key(scenario))
-    frame = kpi_frame(scenario, arch, gpu, result)
+    cards = kpi_cards(scenario, arch, gpu, result)
     st.markdown(f"**{arch.name}** on **{result.replicas * result.tp * result.pp} × {gpu.name}** "
                 f"({gpu.capacity_bytes / GIB:,.2f} GiB = {gpu.capacity_bytes / GB:,.2f} GB per GPU, "
                 f"{gpu.capacity_basis}) · {result.engine_label} · KV {result.kv_dtype}")
     cols = st.columns(3)
-    for i, row in enumerate(frame.itertuples()):
+    for i, row in enumerate(cards):
         col = cols[i % 3]
         with col:
             if row.kpi in {"max_requests", "max_context"}:
@@ -212,7 +221,7 @@ def render_kpis(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
                 help_text = f"exactly {exact_bytes(row.value)}"
             st.metric(row.label, value, help=help_text)
             st.caption(f"How: {row.how}")
-    st.caption("Exact: " + " · ".join(f"{r.kpi}={r.value:,}" for r in frame.itertuples()),
+    st.caption("Exact: " + " · ".join(f"{r.kpi}={r.value:,}" for r in cards),
                help="Exact integers (bytes, requests, tokens) of the cards above.")
     if not result.weights_fit:
         more = (f" At least {result.min_gpus_to_fit} GPUs are needed." if result.min_gpus_to_fit
@@ -230,7 +239,7 @@ def render_kpis(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
         st.code(result.vllm_log, language=None)
     for note in result.notes:
         st.caption(f"Note: {note}")
-    return frame
+    return pd.DataFrame([card._asdict() for card in cards])
 
 
 # ---------------------------------------------------------------- (2) KV vs context
