@@ -89,12 +89,13 @@ def kvplan_answer(case: dict) -> dict:
     return {"num_blocks": result.num_blocks, "bytes_per_block": result.bytes_per_block,
             "blocks_per_request": result.blocks_per_request,
             "kv_cache_size_tokens": result.kv_pool_tokens,
-            "max_concurrency": result.max_concurrency}
+            "max_concurrency": result.max_concurrency, "log": result.vllm_log}
 
 
 def vllm_answer(case: dict) -> dict:
+    """The case's numbers and the capacity line as v0.33 logs it (``update_kv_cache_capacity``)."""
     return {key: case[key] for key in ("num_blocks", "bytes_per_block", "blocks_per_request",
-                                       "kv_cache_size_tokens", "max_concurrency")}
+                                       "kv_cache_size_tokens", "max_concurrency", "log")}
 
 
 @pytest.mark.parametrize("case_id", sorted(CASES))
@@ -153,6 +154,8 @@ def test_matching_case_by_hand() -> None:
     """
     case = CASES["gpt-oss-20b|tp1|auto|L131072|mem21474836480|hmaNone|mnbt8192|async1"]
     expected = {"num_blocks": 54_613, "bytes_per_block": 393_216, "blocks_per_request": 9225,
-                "kv_cache_size_tokens": 775_960, "max_concurrency": 54613 / 9225}
+                "kv_cache_size_tokens": 775_960, "max_concurrency": 54613 / 9225,
+                "log": "GPU KV cache size: 775,960 tokens, Maximum concurrency for 131,072 tokens "
+                       "per request: 5.92x"}
     assert vllm_answer(case) == expected
     assert kvplan_answer(case) == expected
