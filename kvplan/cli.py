@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 
 from pydantic import ValidationError
 
-from kvplan.engines import get_engine
+from kvplan.engines import engine_with_release, get_engine
 from kvplan.errors import MESSAGES, KVPlanError, clip, short
 
 GIB = 1 << 30
@@ -95,7 +95,7 @@ def _nonneg_int(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from kvplan.engines import ENGINES
+    from kvplan.engines import ENGINES, release_choices
 
     parser = _Parser(prog="python -m kvplan", description="KV-cache memory planner")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -109,6 +109,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--kv-dtype", default="auto",
                        help="KV element format; auto = the model's dtype (vLLM's kv_cache_dtype=auto)")
         p.add_argument("--engine", default=None, choices=list(ENGINES))
+        p.add_argument("--engine-version", default=None, metavar="RELEASE",
+                       help="engine release to model (default: the newest); "
+                            + "; ".join(f"{e}: {', '.join(release_choices(e))}" for e in ENGINES
+                                        if len(release_choices(e)) > 1))
         _add_settings(p)
         p.add_argument("--json", action="store_true")
 
@@ -174,7 +178,8 @@ def cmd_kv(args: argparse.Namespace) -> int:
 
     arch = _load_arch(args)
     settings = settings_from_args(args, tp=args.tp)
-    result = kv_cache(arch, args.tokens, args.batch, args.kv_dtype, args.engine or HF_ENGINE, settings)
+    engine = engine_with_release(args.engine or HF_ENGINE, args.engine_version)
+    result = kv_cache(arch, args.tokens, args.batch, args.kv_dtype, engine, settings)
     if args.json:
         payload = result.model_dump()
         payload["layers"] = {k: v.model_dump() for k, v in result.layers.items()}
@@ -202,7 +207,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
     arch = _load_arch(args)
     gpu = get_gpu(args.gpu)
     query = FitQuery(tokens=args.tokens, users=args.users, kv_dtype=args.kv_dtype,
-                     weight_dtype=args.weight_dtype, engine=args.engine or DEFAULT_ENGINE,
+                     weight_dtype=args.weight_dtype,
+                     engine=engine_with_release(args.engine or DEFAULT_ENGINE, args.engine_version),
                      num_gpus=args.num_gpus, tp=args.tp, pp=args.pp, reserve_gib=args.reserve_gib,
                      kv_cache_memory_bytes=args.kv_cache_memory_bytes,
                      settings=settings_from_args(args, tp=args.tp, pp=args.pp))
@@ -291,7 +297,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     arch = _load_arch(args)
     gpu = get_gpu(args.gpu)
     query = FitQuery(tokens=args.tokens, kv_dtype=args.kv_dtype, weight_dtype=args.weight_dtype,
-                     engine=log_engine(), tp=args.tp, pp=args.pp, reserve_gib=args.reserve_gib,
+                     engine=engine_with_release(log_engine(), args.engine_version), tp=args.tp,
+                     pp=args.pp, reserve_gib=args.reserve_gib,
                      settings=settings_from_args(args, tp=args.tp, pp=args.pp))
     result = calibrate(arch, gpu, query, log)
     if args.json:
