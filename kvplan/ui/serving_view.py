@@ -17,7 +17,7 @@ import streamlit as st
 
 from kvplan.arch import ModelArch
 from kvplan.capacity import fit
-from kvplan.errors import KVPlanError
+from kvplan.errors import KVPlanError, md
 from kvplan.nocache import compare
 from kvplan.presets import GPU
 from kvplan.scenario import Scenario, scenario_fit_query
@@ -55,7 +55,7 @@ def _export(name: str, df: pd.DataFrame, fig, scenario: Scenario) -> None:
 
 def _captions(lines: list[str]) -> None:
     for line in lines:
-        st.caption(line)
+        st.caption(md(line))
 
 
 def _guard(body: Callable[[], None]) -> None:
@@ -64,7 +64,7 @@ def _guard(body: Callable[[], None]) -> None:
     try:
         body()
     except KVPlanError as exc:
-        (st.info if exc.code == "engine.dtype" else st.error)(str(exc))
+        (st.info if exc.code == "engine.dtype" else st.error)(md(exc))
 
 
 def _fig(title: str, x: str, y: str) -> go.Figure:
