@@ -71,6 +71,13 @@ def scenario_link(scenario: Scenario) -> str:
     return "?" + urlencode(scenario.to_query(), safe=",")
 
 
+def _csv_text(value: object) -> object:
+    """``csv_cell``, then a bare CR (which the writer leaves unquoted, splitting the row in most
+    readers) becomes a space."""
+    value = csv_cell(value)
+    return value.replace("\r", " ") if isinstance(value, str) else value
+
+
 def to_csv(df: pd.DataFrame, scenario: Scenario) -> str:
     """CSV text: ``# kvplan scenario <link query>`` then the table with units in the headers.
 
@@ -79,7 +86,7 @@ def to_csv(df: pd.DataFrame, scenario: Scenario) -> str:
     table = df.rename(columns={c: csv_cell(unit_header(c)) for c in df.columns})
     for column in table.columns:
         if not pd.api.types.is_numeric_dtype(table[column]):
-            table[column] = table[column].map(csv_cell)
+            table[column] = table[column].map(_csv_text)
     buffer = io.StringIO()
     buffer.write(f"# kvplan scenario {scenario_link(scenario)}\n")
     table.to_csv(buffer, index=False, lineterminator="\n")

@@ -191,6 +191,7 @@ def test_csv_keeps_negative_numbers_and_neutralises_text():
     lines = to_csv(df, Scenario()).splitlines()
     assert lines[1] == "free_bytes [B],note,x,y"
     assert lines[2] == "-5,'-1+1,'\tcmd,'+1"
+    assert lines[3] == "7,'@SUM(A1),ok,' z"
     assert csv_cell(-5) == -5 and csv_cell(-2.5) == -2.5 and csv_cell("=1") == "'=1"
     assert csv_cell("plain") == "plain"
 
