@@ -43,6 +43,7 @@ MESSAGES: dict[str, str] = {
     "file.not_regular": "cannot read '{path}': it is {kind}, not a regular file",
     "file.not_writable": "cannot write to '{path}': {detail}",
     "link.too_deep": "nested deeper than {limit} levels",
+    "link.config_too_large": "the packed config unpacks to more than {limit:,} bytes (the upload limit)",
     "gpu.custom": "accelerator '{value}': {why} (custom:<GiB>[:<TB/s>[:<BF16 TFLOPS>]])",
     # calibration against a vLLM log
     "calibrate.empty": "the vLLM log is empty",

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from kvplan.config_import import ARCHITECTURE_KEYS, MAX_DEPTH, json_depth
+from kvplan.config_import import ARCHITECTURE_KEYS, MAX_CONFIG_BYTES, MAX_DEPTH, json_depth
 from kvplan.errors import MESSAGES, clip, is_plain_int, short
 from kvplan.presets import CUSTOM_GPU_LIMITS
 
@@ -27,8 +27,6 @@ MAX_PARAM_CHARS = 8192
 MAX_TOKENS = 100_000_000
 MAX_USERS = 10_000_000
 MAX_GPUS = 4096
-#: Largest decompressed ``c`` (packed config) a link may carry.
-MAX_LINK_CONFIG_BYTES = 200_000
 
 #: The one set of bounds of every numeric input: the schema below and the dashboard's widgets
 #: (``kvplan.ui.sidebar``) both read it, so a link value the widgets cannot show is refused with a
@@ -220,10 +218,13 @@ def encode_config(config: dict[str, Any]) -> str:
 def decode_config(text: str) -> dict[str, Any]:
     """The config a link's ``c`` carries; its nesting is bounded before it is parsed."""
     padded = text + "=" * (-len(text) % 4)
+    inflate = zlib.decompressobj()
     try:
-        raw = zlib.decompressobj().decompress(base64.urlsafe_b64decode(padded), MAX_LINK_CONFIG_BYTES)
+        raw = inflate.decompress(base64.urlsafe_b64decode(padded), MAX_CONFIG_BYTES)
     except (ValueError, zlib.error) as exc:
         raise ValueError(f"not a packed config ({type(exc).__name__})") from None
+    if inflate.unconsumed_tail:
+        raise ValueError(MESSAGES["link.config_too_large"].format(limit=MAX_CONFIG_BYTES))
     if json_depth(raw, MAX_DEPTH) > MAX_DEPTH:
         raise ValueError(MESSAGES["link.too_deep"].format(limit=MAX_DEPTH))
     try:

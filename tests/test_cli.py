@@ -199,6 +199,11 @@ def reach(code: str, tmp_path) -> str:
         _, warnings = Scenario.from_query({"c": deep})
         assert warnings[0].startswith("link parameter 'c'=")
         return warnings[0]
+    if code == "link.config_too_large":
+        bomb = base64.urlsafe_b64encode(zlib.compress(b" " * 3_000_000)).decode()
+        _, warnings = Scenario.from_query({"c": bomb})
+        assert warnings[0].startswith("link parameter 'c'=")
+        return warnings[0]
     if code == "gpu.custom":
         return cli_error(["fit", "--model", "llama-2-7b", "--gpu", "custom:1e18", "--tokens", "1"])
     if code == "scenario.too_large":

@@ -392,3 +392,16 @@ def test_custom_gpu_with_extra_fields_is_refused():
                    "expected (custom:<GiB>[:<TB/s>[:<BF16 TFLOPS>]])\n")
     code, out, _ = run_cli(["fit", "--model", "llama-3.1-8b", "--gpu", "custom:80:1:100", "--tokens", "1"])
     assert code == 0 and "Custom accelerator (80 GiB, 1 TB/s)" in out
+
+
+def test_serving_widgets_use_the_link_bounds():
+    """The serving section's widgets read the bounds its ``sv`` link values are checked against."""
+    from kvplan.ui.serving_state import INPUTS
+
+    at = make_app(vw="serving", sv="source:uniform")
+    no_traceback(at)
+    widgets = {w.key: w for w in at.number_input if w.key and w.key.startswith("sv_")}
+    assert len(widgets) >= 12, sorted(widgets)
+    for key, widget in widgets.items():
+        spec = INPUTS[key.removeprefix("sv_")]
+        assert (widget.min, widget.max) == (spec.low, spec.high), key
