@@ -405,3 +405,24 @@ def test_serving_widgets_use_the_link_bounds():
     for key, widget in widgets.items():
         spec = INPUTS[key.removeprefix("sv_")]
         assert (widget.min, widget.max) == (spec.low, spec.high), key
+
+
+def test_prefix_caching_bytes_of_a_huge_model_are_exact():
+    """Found by the CPU-bound cases: 128 layers with 10^6 KV heads × head_dim 10^6 wrapped int64.
+
+    Per token: 128 layers × 2 (K, V) × 10^6 heads × 10^6 × 2 B = 5.12·10^14 B. 10M requests of
+    9,999,488 + 512 = 10,000,000 tokens (625,000 blocks of 16): 10^7 × 10^7 × 5.12·10^14 =
+    5.12·10^28 B without sharing; sharing the 1,024-token prefix (64 whole blocks) saves
+    (10^7 − 1) × 1,024 × 5.12·10^14 B."""
+    from kvplan.config_import import parse_config
+    from kvplan.serving import prefix_caching
+
+    arch = parse_config({"model_type": "llama", "num_hidden_layers": 128, "hidden_size": 1_000_000,
+                         "num_attention_heads": 1_000_000, "num_key_value_heads": 1_000_000,
+                         "head_dim": 1_000_000, "vocab_size": 32000})
+    result = prefix_caching(arch, 10_000_000, 1024, 9_999_488, 512, "vllm", "bf16")
+    assert result.bytes_per_token == 512_000_000_000_000
+    assert result.without_sharing_bytes == 51_200_000_000_000_000_000_000_000_000
+    assert result.saved_bytes == 9_999_999 * 1024 * 512_000_000_000_000
+    assert result.with_sharing_bytes == result.without_sharing_bytes - result.saved_bytes
+    assert int(result.curve["without_sharing_bytes"].iloc[-1]) == result.without_sharing_bytes
