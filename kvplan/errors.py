@@ -42,9 +42,13 @@ MESSAGES: dict[str, str] = {
     "file.missing": "cannot read '{path}': {detail}",
     "file.not_regular": "cannot read '{path}': it is {kind}, not a regular file",
     "file.not_writable": "cannot write to '{path}': {detail}",
+    "file.not_directory": "cannot write to '{path}': it is a file, not a directory (give a directory "
+                          "for the report)",
     "link.too_deep": "nested deeper than {limit} levels",
     "link.config_too_large": "the packed config unpacks to more than {limit:,} bytes (the upload limit)",
     "gpu.custom": "accelerator '{value}': {why} (custom:<GiB>[:<TB/s>[:<BF16 TFLOPS>]])",
+    "gpu.custom_fields": "accelerator '{value}': {count} numbers given, one to three expected "
+                         "(custom:<GiB>[:<TB/s>[:<BF16 TFLOPS>]])",
     # calibration against a vLLM log
     "calibrate.empty": "the vLLM log is empty",
     "calibrate.too_large": "the vLLM log is {size:,} bytes; the limit is {limit:,} bytes "

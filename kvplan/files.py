@@ -51,8 +51,7 @@ def output_dir(path: str | Path) -> Path:
     shown = clip(out, 200)
     try:
         if out.exists() and not out.is_dir():
-            raise KVPlanError("file.not_writable", path=shown,
-                              detail="it is a file, not a directory (give a directory for the report)")
+            raise KVPlanError("file.not_directory", path=shown)
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise KVPlanError("file.not_writable", path=shown, detail=exc.strerror or str(exc)) from None

@@ -110,8 +110,7 @@ def _custom_numbers(gpu_id: str) -> list[float]:
     """``custom:<GiB>[:<TB/s>[:<TFLOPS>]]``: one to three finite numbers within ``CUSTOM_GPU_LIMITS``."""
     parts = gpu_id.split(":")[1:]
     if not 1 <= len(parts) <= 3:
-        raise KVPlanError("gpu.custom", value=clip(gpu_id), why=f"{len(parts)} numbers given, "
-                                                                 "one to three expected")
+        raise KVPlanError("gpu.custom_fields", value=clip(gpu_id), count=len(parts))
     numbers = []
     for part, (field, (low, high)) in zip(parts, CUSTOM_GPU_LIMITS.items(), strict=False):
         text = part.strip()

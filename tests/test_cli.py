@@ -204,6 +204,11 @@ def reach(code: str, tmp_path) -> str:
         _, warnings = Scenario.from_query({"c": bomb})
         assert warnings[0].startswith("link parameter 'c'=")
         return warnings[0]
+    if code == "file.not_directory":
+        return cli_error(["report", "--scenario", "opt-13b-vllm-paper", "--out", "/etc/hostname",
+                          "--no-png"])
+    if code == "gpu.custom_fields":
+        return cli_error(["fit", "--model", "llama-2-7b", "--gpu", "custom:80:1:1:1:1:1", "--tokens", "1"])
     if code == "gpu.custom":
         return cli_error(["fit", "--model", "llama-2-7b", "--gpu", "custom:1e18", "--tokens", "1"])
     if code == "scenario.too_large":

@@ -353,6 +353,7 @@ scenario_files = st.one_of(
 
 @FUZZ
 @given(scenario_files)
+@example(b'{"query":{"\\n":null}}')
 def test_scenario_file_upload(raw):
     from kvplan.report import scenario_from_json
 
@@ -452,7 +453,7 @@ def test_deeply_nested_link_config(raw, other):
 @FUZZ
 @given(deep_json())
 @example(b"[" * 500_000)
-@example(b'{"query":{"\n":null}}')
+@example(b'{"query":{"\\n":null}}')
 def test_deeply_nested_scenario_file(raw):
     from kvplan.report import MAX_SCENARIO_BYTES, scenario_from_json
 
