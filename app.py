@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from kvplan.errors import KVPlanError
+from kvplan.errors import KVPlanError, md
 from kvplan.ui import calibrate_view, serving_view, views
 from kvplan.ui.sidebar import (
     VIEWS,
@@ -23,7 +23,7 @@ write_url(scenario)
 
 st.title("kvplan — KV-cache memory planner")
 for message in link_warnings:
-    st.warning(message)
+    st.warning(md(message))
 views.render_seeds()
 views.render_share(scenario)
 
@@ -31,7 +31,7 @@ try:
     arch = resolve_arch(scenario)
     gpu = resolve_gpu(scenario)
 except KVPlanError as err:
-    st.error(str(err))
+    st.error(md(err))
     st.stop()
 views.guarded("Calibration", lambda: calibrate_view.render(scenario, arch, gpu))
 

@@ -154,16 +154,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _load_arch(args: argparse.Namespace):
-    from kvplan.config_import import parse_config
+    from kvplan.config_import import MAX_CONFIG_BYTES, parse_config
+    from kvplan.files import read_limited
     from kvplan.presets import load_model
 
     if args.model is not None:
         return load_model(args.model)
     path = Path(args.config)
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise KVPlanError("file.missing", path=str(path), detail=exc.strerror or str(exc)) from None
+    raw = read_limited(path, MAX_CONFIG_BYTES, "config.too_large")
     return parse_config(raw, name=path.stem if path.name != "config.json" else path.parent.name,
                         source=str(path))
 
@@ -280,19 +278,12 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from kvplan.calibrate import MAX_LOG_BYTES, calibrate, parse_vllm_log
     from kvplan.capacity import FitQuery
     from kvplan.engines import log_engine
+    from kvplan.files import read_limited
     from kvplan.presets import get_gpu
 
     if args.engine is not None and not get_engine(args.engine).logs_kv_cache:
         raise KVPlanError("calibrate.engine", why=f"engine '{args.engine}' is not vLLM")
-    path = Path(args.log)
-    try:
-        with path.open("rb") as handle:
-            raw = handle.read(MAX_LOG_BYTES + 1)
-            size = path.stat().st_size if len(raw) > MAX_LOG_BYTES else len(raw)
-    except OSError as exc:
-        raise KVPlanError("file.missing", path=str(path), detail=exc.strerror or str(exc)) from None
-    if size > MAX_LOG_BYTES:
-        raise KVPlanError("calibrate.too_large", size=size, limit=MAX_LOG_BYTES)
+    raw = read_limited(args.log, MAX_LOG_BYTES, "calibrate.too_large")
     log = parse_vllm_log(raw)
     arch = _load_arch(args)
     gpu = get_gpu(args.gpu)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 from kvplan.arch import MLA, Attention, LayerSpec, ModelArch, MoE, NoCache, Recurrent
@@ -93,6 +94,8 @@ def load_config_text(raw: str | bytes) -> dict[str, Any]:
             raise KVPlanError("config.not_utf8") from None
     if len(raw) > MAX_CONFIG_BYTES:
         raise KVPlanError("config.too_large", size=len(raw), limit=MAX_CONFIG_BYTES)
+    if json_depth(raw, MAX_DEPTH) > MAX_DEPTH:
+        raise KVPlanError("config.too_deep", limit=MAX_DEPTH)
     try:
         data = json.loads(raw)
     except RecursionError:
@@ -103,6 +106,30 @@ def load_config_text(raw: str | bytes) -> dict[str, Any]:
         raise KVPlanError("config.not_object", got=type(data).__name__)
     _check_depth(data, 0)
     return data
+
+
+#: A JSON string (to its closing quote, or to the end when unterminated) or one bracket; the
+#: possessive quantifiers never backtrack, so a scan is linear in the text.
+_JSON_TOKENS = re.compile(r'"(?:[^"\\]++|\\.)*+"?|[\[\]{}]')
+
+
+def json_depth(text: str | bytes, limit: int) -> int:
+    """Nesting depth of JSON text, counted before parsing (a parser recurses once per level);
+    stops counting at ``limit + 1``. Brackets inside strings do not count."""
+    if isinstance(text, bytes | bytearray):
+        text = bytes(text).decode("utf-8", "replace")
+    depth = deepest = 0
+    for match in _JSON_TOKENS.finditer(text):
+        token = match.group()
+        if token in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > limit:
+                    break
+        elif token in "]}":
+            depth -= 1
+    return deepest
 
 
 def _check_depth(node: Any, depth: int) -> None:

@@ -11,9 +11,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kvplan.arch import ModelArch
 from kvplan.config_import import parse_config
-from kvplan.errors import KVPlanError
+from kvplan.errors import MESSAGES, KVPlanError, clip
 
 PRESETS_DIR = Path(__file__).resolve().parent.parent / "presets"
+#: Bounds of a user-defined accelerator: memory GiB, bandwidth TB/s, dense BF16 TFLOPS (the
+#: dashboard's link and widgets read them through ``kvplan.scenario.BOUNDS``).
+CUSTOM_GPU_LIMITS: dict[str, tuple[float, float]] = {
+    "memory": (0.1, 1_000_000.0), "bandwidth": (0.01, 10_000.0), "tflops": (0.1, 1_000_000.0)}
 
 
 class ModelPreset(BaseModel):
@@ -98,12 +102,28 @@ def get_gpu(gpu_id: str) -> GPU:
     if found is not None:
         return found
     if gpu_id.startswith("custom:"):
+        return custom_gpu(*_custom_numbers(gpu_id))
+    raise KVPlanError("unknown.gpu", value=clip(gpu_id))
+
+
+def _custom_numbers(gpu_id: str) -> list[float]:
+    """``custom:<GiB>[:<TB/s>[:<TFLOPS>]]``: one to three finite numbers within ``CUSTOM_GPU_LIMITS``."""
+    parts = gpu_id.split(":")[1:]
+    if not 1 <= len(parts) <= 3:
+        raise KVPlanError("gpu.custom_fields", value=clip(gpu_id), count=len(parts))
+    numbers = []
+    for part, (field, (low, high)) in zip(parts, CUSTOM_GPU_LIMITS.items(), strict=False):
+        text = part.strip()
         try:
-            numbers = [float(part) for part in gpu_id.split(":")[1:4]]
-            return custom_gpu(*numbers)
-        except (ValueError, TypeError, OverflowError):
-            pass
-    raise KVPlanError("unknown.gpu", value=gpu_id)
+            value = float(text) if len(text) <= 40 else float("nan")
+        except ValueError:
+            raise KVPlanError("gpu.custom", value=clip(gpu_id), why=MESSAGES["value.not_number"].format(
+                field=field, value=clip(text, 20))) from None
+        if not low <= value <= high:
+            raise KVPlanError("gpu.custom", value=clip(gpu_id), why=MESSAGES["value.range"].format(
+                field=field, low=low, high=high, value=clip(text, 20)))
+        numbers.append(value)
+    return numbers
 
 
 def custom_gpu(capacity_gib: float, bandwidth_tbps: float = 1.0, bf16_tflops: float = 100.0,

@@ -199,9 +199,14 @@ def test_custom_accelerator_on_the_command_line(capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["gpu_capacity_bytes"] == 51_539_607_552
     assert data["memory_target_bytes"] == -(-51_539_607_552 * 92 // 100)
-    for bad in ("custom:abc", "custom:-5", "custom:inf", "custom:"):
+    for bad, why in (("custom:abc", "memory must be a number, got abc"),
+                     ("custom:-5", "memory must be between 0.1 and 1,000,000.0, got -5"),
+                     ("custom:inf", "memory must be between 0.1 and 1,000,000.0, got inf"),
+                     ("custom:", "memory must be a number, got "),
+                     ("custom:80:1:1:1", "4 numbers given, one to three expected")):
         assert main(["fit", "--model", "llama-3.1-8b", "--gpu", bad, "--tokens", "8"]) == 2
-        assert "unknown accelerator" in capsys.readouterr().err
+        assert capsys.readouterr().err == (f"kvplan: error: accelerator '{bad}': {why} "
+                                           "(custom:<GiB>[:<TB/s>[:<BF16 TFLOPS>]])\n")
 
 
 def test_tensorrt_llm_pool_arithmetic():

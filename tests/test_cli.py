@@ -6,8 +6,10 @@ through a real entry point (CLI, config import, link decoding, scenario files, C
 
 from __future__ import annotations
 
+import base64
 import json
 import string
+import zlib
 
 import pytest
 from cli_helpers import run_cli
@@ -207,9 +209,35 @@ def reach(code: str, tmp_path) -> str:
         return str(raises_code(code, parse_lengths_csv, b"prompt,output\n12,abc\n"))
     if code == "file.missing":
         return cli_error(["kv", "--config", str(tmp_path / "absent.json"), "--tokens", "1"])
+    if code == "file.not_regular":
+        return cli_error(["kv", "--config", "/dev/zero", "--tokens", "1"])
+    if code == "file.not_writable":
+        return cli_error(["report", "--scenario", "opt-13b-vllm-paper", "--out", "/proc/x", "--no-png"])
+    if code == "link.too_deep":
+        deep = base64.urlsafe_b64encode(zlib.compress(b"[" * 1000)).decode()
+        _, warnings = Scenario.from_query({"c": deep})
+        assert warnings[0].startswith("link parameter 'c'=")
+        return warnings[0]
+    if code == "link.config_too_large":
+        bomb = base64.urlsafe_b64encode(zlib.compress(b" " * 3_000_000)).decode()
+        _, warnings = Scenario.from_query({"c": bomb})
+        assert warnings[0].startswith("link parameter 'c'=")
+        return warnings[0]
+    if code == "file.not_directory":
+        return cli_error(["report", "--scenario", "opt-13b-vllm-paper", "--out", "/etc/hostname",
+                          "--no-png"])
+    if code == "gpu.custom_fields":
+        return cli_error(["fit", "--model", "llama-2-7b", "--gpu", "custom:80:1:1:1:1:1", "--tokens", "1"])
+    if code == "gpu.custom":
+        return cli_error(["fit", "--model", "llama-2-7b", "--gpu", "custom:1e18", "--tokens", "1"])
+    if code == "scenario.too_large":
+        path = tmp_path / "big.json"
+        path.write_bytes(b" " * 1_000_001)
+        return cli_error(["report", "--scenario", str(path), "--out", str(tmp_path), "--no-png"])
     if code.startswith("calibrate."):
         log = tmp_path / "vllm.log"
         log.write_bytes({"calibrate.empty": b"", "calibrate.not_text": b"\xff\x00" * 64,
+                         "calibrate.bad_value": b"GPU KV cache size: " + b"9" * 5000 + b" tokens\n",
                          "calibrate.too_large": b"x" * (2 << 20),
                          "calibrate.no_lines": b"INFO nothing here\n"}.get(
             code, b"GPU KV cache size: 81,920 tokens\n"))
@@ -219,9 +247,10 @@ def reach(code: str, tmp_path) -> str:
     raise AssertionError(f"no entry point for {code}")
 
 
-#: Codes reached here through an entry point; the two dashboard-only ones are reached in
-#: tests/test_app.py (test_empty_paste_message, test_a_failing_view_is_reported_not_raised).
-DASHBOARD_ONLY = {"config.empty", "internal.view"}
+#: Codes reached here through an entry point; the dashboard-only ones are reached in
+#: tests/test_app.py (test_empty_paste_message, test_a_failing_view_is_reported_not_raised) and
+#: tests/test_hostile.py (test_every_gpu_failing_is_a_named_message).
+DASHBOARD_ONLY = {"config.empty", "internal.view", "view.no_gpu"}
 REACHED = sorted(set(MESSAGES) - DASHBOARD_ONLY)
 
 

@@ -35,8 +35,9 @@ class Setting:
     #: Most entries of an ``int_list`` value.
     max_items: int = 0
 
-    def parse(self, text: str) -> Any:
-        """The value of ``text`` as the link and the CLI write it; ``ValueError`` says why not."""
+    def parse(self, text: str, check_bounds: bool = True) -> Any:
+        """The value of ``text`` as the link and the CLI write it; ``ValueError`` says why not
+        (``check_bounds=False``: syntax only, the caller validates the range)."""
         text = text.strip()
         if len(text) > 40 + 12 * self.max_items:
             raise ValueError("too long")
@@ -49,16 +50,16 @@ class Setting:
             if not items or len(items) > self.max_items:
                 raise ValueError(f"expected 1 to {self.max_items} comma-separated whole numbers")
             return tuple(self._number(item, int) for item in items)
-        return self._number(text, int if self.kind == "int" else float)
+        return self._number(text, int if self.kind == "int" else float, check_bounds)
 
-    def _number(self, text: str, kind: type) -> Any:
+    def _number(self, text: str, kind: type, check_bounds: bool = True) -> Any:
         if kind is int and not (text.lstrip("-").isdigit() and len(text) <= 19):
             raise ValueError("expected a whole number of at most 18 digits")
         value = kind(text)
         if value != value or value in (float("inf"), float("-inf")):
             raise ValueError("expected a finite number")
         low_ok = self.low is None or (value > self.low if self.low_open else value >= self.low)
-        if not low_ok or (self.high is not None and value > self.high):
+        if check_bounds and (not low_ok or (self.high is not None and value > self.high)):
             raise ValueError(f"must be {'more than' if self.low_open else 'at least'} {self.low:g} "
                              f"and at most {self.high:g}")
         return value
@@ -87,7 +88,7 @@ def _from_schema_extra(fields: dict[str, Any]) -> Setting:
 
 GPU_UTIL = Setting("gpu_util", "gu", "--gpu-util", "float", "Memory fraction",
                    "Share of memory the engine may use; empty = the engine default.",
-                   low=0, high=1, low_open=True)
+                   low=0.001, high=1)
 BLOCK_SIZE = Setting("block_size", "bs", "--block-size", "int", "Block size (tokens)",
                      "Tokens per KV block or page; empty = the engine/backend default.",
                      low=1, high=1_000_000, aliases=("--page-size",))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from kvplan.errors import KVPlanError
+from kvplan.errors import KVPlanError, md
 from kvplan.png import INSTALL_HINT, PNG_MISSING_HELP, chromium_available, fig_to_png
 from kvplan.report import scenario_from_json, scenario_to_json, to_csv
 from kvplan.scenario import Scenario
@@ -56,7 +56,7 @@ def scenario_json_controls(scenario: Scenario, key: str = "scenario_json") -> Sc
     try:
         return scenario_from_json(upload.getvalue())
     except KVPlanError as exc:
-        st.warning(str(exc))
+        st.warning(md(exc))
         return None
 
 

@@ -102,6 +102,12 @@ INPUTS: dict[str, Input] = {
 }
 
 
+def bounds(key: str) -> tuple[Any, Any]:
+    """A widget's min and max: the bounds the link's ``sv`` values are checked against."""
+    spec = INPUTS[key]
+    return spec.kind(spec.low), spec.kind(spec.high)
+
+
 def _text(value: Any) -> str:
     return repr(value) if isinstance(value, float) else str(value)
 

@@ -12,7 +12,7 @@ import streamlit as st
 from kvplan import designs
 from kvplan.capacity import FitResult
 from kvplan.engines import engine_view, get_engine
-from kvplan.errors import MESSAGES, KVPlanError, clip
+from kvplan.errors import MESSAGES, KVPlanError, clip, md
 from kvplan.presets import GPU
 from kvplan.report import named_scenario, named_scenarios
 from kvplan.scenario import Scenario, scenario_fit_query
@@ -33,10 +33,10 @@ def guarded(title: str, body: Callable[[], object]) -> object:
     try:
         return body()
     except KVPlanError as err:
-        st.error(f"{title}: {err}")
+        st.error(md(f"{title}: {err}"))
     except Exception as err:  # noqa: BLE001 - never show a traceback to the user
-        st.error(MESSAGES["internal.view"].format(title=title, kind=type(err).__name__,
-                                                   detail=clip(err, 300)))
+        st.error(md(MESSAGES["internal.view"].format(title=title, kind=type(err).__name__,
+                                                      detail=clip(err, 300))))
     return None
 
 
@@ -206,9 +206,9 @@ def kpi_cards(scenario: Scenario, arch, gpu: GPU, result: FitResult) -> list[Kpi
 def render_kpis(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
     result = primary_fit(cache_key(scenario))
     cards = kpi_cards(scenario, arch, gpu, result)
-    st.markdown(f"**{arch.name}** on **{result.replicas * result.tp * result.pp} × {gpu.name}** "
-                f"({gpu.capacity_bytes / GIB:,.2f} GiB = {gpu.capacity_bytes / GB:,.2f} GB per GPU, "
-                f"{gpu.capacity_basis}) · {result.engine_label} · KV {result.kv_dtype}")
+    st.markdown(f"**{md(arch.name)}** on **{result.replicas * result.tp * result.pp} × {md(gpu.name)}** "
+                + md(f"({gpu.capacity_bytes / GIB:,.2f} GiB = {gpu.capacity_bytes / GB:,.2f} GB per GPU, "
+                     f"{gpu.capacity_basis}) · {result.engine_label} · KV {result.kv_dtype}"))
     cols = st.columns(3)
     for i, row in enumerate(cards):
         col = cols[i % 3]
@@ -220,14 +220,14 @@ def render_kpis(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
                 value = fmt_bytes(row.value)
                 help_text = f"exactly {exact_bytes(row.value)}"
             st.metric(row.label, value, help=help_text)
-            st.caption(f"How: {row.how}")
+            st.caption(f"How: {md(row.how)}")
     st.caption("Exact: " + " · ".join(f"{r.kpi}={r.value:,}" for r in cards),
                help="Exact integers (bytes, requests, tokens) of the cards above.")
     if not result.weights_fit:
         more = (f" At least {result.min_gpus_to_fit} GPUs are needed." if result.min_gpus_to_fit
                 else "")
         st.warning(f"The weights ({fmt_bytes(result.weights_bytes)} per GPU) do not fit in "
-                   f"{gpu.name}'s memory target.{more}")
+                   f"{md(gpu.name)}'s memory target.{more}")
     elif not result.fits:
         st.warning(f"{scenario.users:,} users × {scenario.tokens:,} tokens do not fit: at most "
                    f"{result.max_requests:,} request(s) per replica.")
@@ -238,7 +238,7 @@ def render_kpis(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
     if get_engine(result.engine).logs_kv_cache:
         st.code(result.vllm_log, language=None)
     for note in result.notes:
-        st.caption(f"Note: {note}")
+        st.caption(f"Note: {md(note)}")
     return pd.DataFrame([card._asdict() for card in cards])
 
 
@@ -246,7 +246,7 @@ def render_kpis(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
 def render_kv_context(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
     df, by_kind, errors = _context_data(cache_key(scenario))
     for message in errors:
-        st.warning(message)
+        st.warning(md(message))
     fig = figure_from_dict(_kv_context_fig(cache_key(scenario)))
     st.plotly_chart(fig, theme=None, key="chart_kv_context")
     notes = ["Per GPU rank (tensor-parallel share); the dashed red line is the KV budget of one GPU."]
@@ -265,7 +265,7 @@ def render_kv_context(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
 def render_kv_users(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
     df, budget, errors = _users_data(cache_key(scenario))
     for message in errors:
-        st.warning(message)
+        st.warning(md(message))
     fig = figure_from_dict(_kv_users_fig(cache_key(scenario)))
     st.plotly_chart(fig, theme=None, key="chart_kv_users")
     st.caption("KV per request is what the engine reserves for one request of the chosen length "
@@ -277,11 +277,16 @@ def render_kv_users(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
 # ---------------------------------------------------------------- (4) memory per accelerator
 def render_memory(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
     df = _memory_data(cache_key(scenario))
+    bad = df[df["error"] != ""] if "error" in df else df.iloc[0:0]
+    if len(bad) == len(df):  # every accelerator refuses the scenario: nothing to draw
+        reasons = list(dict.fromkeys(bad["error"]))
+        st.warning(md(MESSAGES["view.no_gpu"].format(why="; ".join(reasons[:3]))))
+        _export("memory_per_gpu", df, None, scenario)
+        return df
     fig = figure_from_dict(_memory_fig(cache_key(scenario)))
     st.plotly_chart(fig, theme=None, key="chart_memory")
-    bad = df[df["error"] != ""] if "error" in df else df.iloc[0:0]
     for row in bad.itertuples():
-        st.caption(f"{row.gpu_name}: {row.error}")
+        st.caption(md(f"{row.gpu_name}: {row.error}"))
     st.caption(f"Every accelerator with {scenario.num_gpus} GPU(s), TP {scenario.tp}, PP {scenario.pp}, "
                f"{scenario.users:,} users × {scenario.tokens:,} tokens, KV {scenario.kv_dtypes[0]}. "
                "A black tick marks each device's capacity.")
@@ -314,7 +319,7 @@ def render_designs(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
     df, notes = _design_data(cache_key(scenario))
     fig = figure_from_dict(_designs_fig(cache_key(scenario)))
     st.plotly_chart(fig, theme=None, key="chart_designs")
-    st.markdown("**Assumptions**\n" + "\n".join(f"- {n}" for n in notes))
+    st.markdown("**Assumptions**\n" + "\n".join(f"- {md(n)}" for n in notes))
     table = df[["label", "model", "kv_bytes_per_token", "kv_bytes_per_request", "max_requests",
                 "fits", "error"]]
     st.dataframe(table, hide_index=True, key="table_designs")
