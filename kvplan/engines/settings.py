@@ -68,6 +68,14 @@ MAX_CACHE_LEN = Setting("max_cache_len", "mc", "--max-cache-len", "int", "max_ca
 SWA_EVICTION_INTERVAL = Setting(
     "swa_eviction_interval", "se", "--swa-eviction-interval", "int", "SWA eviction interval (tokens)",
     "SGLang keeps up to window + this many tokens on sliding layers.", low=0, high=MAX_TOKENS)
+EXPERT_PARALLEL = Setting(
+    "ep", "ep", "--ep", "int", "Expert parallel size",
+    "MoE experts split over this many ranks (their intermediate size over tp / ep); must divide "
+    "tp. vLLM --enable-expert-parallel uses ep = tp; SGLang --ep-size.", low=1, high=4096,
+    aliases=("--ep-size",))
+MTP_LAYERS = Setting(
+    "mtp", "mt", "--mtp", "bool", "Load MTP (next-n) layers",
+    "Multi-token-prediction layers are loaded only when speculative decoding uses them.")
 
 
 class EngineSettings(BaseModel):
@@ -85,6 +93,8 @@ class EngineSettings(BaseModel):
     enable_prefix_caching: bool = _setting(True, PREFIX_CACHING)
     max_cache_len: int | None = _setting(None, MAX_CACHE_LEN)
     swa_eviction_interval: int = _setting(128, SWA_EVICTION_INTERVAL)
+    ep: int = _setting(1, EXPERT_PARALLEL)
+    mtp: bool = _setting(False, MTP_LAYERS)
 
     @model_validator(mode="before")
     @classmethod

@@ -94,6 +94,8 @@ class Vllm(Engine):
         "async_scheduling": ("Async scheduling (≥ 0.26)", "on"),
         "hybrid_manager": ("Hybrid KV-cache manager", "auto"),
         "enable_prefix_caching": ("Prefix caching", "on"),
+        "ep": ("Expert parallel size (--enable-expert-parallel: tp)", "1"),
+        "mtp": ("Load MTP layers (speculative decoding)", "off"),
     }
     default_reserve_gib = 1.0
     logs_kv_cache = True
