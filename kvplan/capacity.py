@@ -21,7 +21,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from kvplan.arch import ModelArch
-from kvplan.engines import DEFAULT_ENGINE, Budget, EngineSettings, KVPool, get_engine, pp_partition
+from kvplan.engines import DEFAULT_ENGINE, Budget, EngineSettings, KVPool, get_engine
 from kvplan.errors import KVPlanError
 from kvplan.presets import GPU
 from kvplan.weights import WeightsLayout, weights_per_gpu

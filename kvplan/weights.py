@@ -707,6 +707,8 @@ class WeightsLayout:
     tp: int
     pp: int
     ep: int
+    #: Whole-model stored bytes by part (no padding, no split): what the checkpoint holds.
+    total_by_part: dict[str, int] = field(default_factory=dict)
 
     @property
     def stage_bytes(self) -> list[int]:
@@ -778,6 +780,7 @@ def weights_per_gpu(arch: ModelArch, weight_dtype: str | None = None, tp: int = 
     stage_of = _stage_of(arch, pp)
     stages: list[dict[str, int]] = [dict.fromkeys(PARTS, 0) for _ in range(pp)]
     total = 0
+    totals: dict[str, int] = {}
     formats: dict[str, set[str]] = {}
     main_parts = {t.part for t in model_tensors(arch, mtp) if t.kind != "other"}
     for t in model_tensors(arch, mtp):
@@ -799,12 +802,14 @@ def weights_per_gpu(arch: ModelArch, weight_dtype: str | None = None, tp: int = 
             else:
                 stage = stage_of[layer]
             stages[stage][t.part] += per_gpu
+            totals[t.part] = totals.get(t.part, 0) + whole
             total += whole
     if arch.tie_word_embeddings and pp > 1:  # the last stage holds its own copy of the tied head
         head = [t for t in model_tensors(arch, mtp) if t.part == "embeddings" and t.split == "vocab"]
         rows, cols, _ = shard_shape(head[0], tp, ep)
         stages[-1]["lm_head"] += scheme.base.matrix_bytes(rows, cols)
-    return WeightsLayout(tuple(stages), total, _label(formats, scheme), scheme.source, tp, pp, ep)
+    return WeightsLayout(tuple(stages), total, _label(formats, scheme), scheme.source, tp, pp, ep,
+                         totals)
 
 
 def _label(formats: dict[str, set[str]], scheme: QuantScheme) -> str:
