@@ -97,7 +97,8 @@ def memory_per_gpu(arch: ModelArch, query: FitQuery) -> pd.DataFrame:
             "reserve_bytes": r.reserve_bytes, "kv_at_load_bytes": kv_load,
             "held_back_bytes": r.gpu_capacity_bytes - r.memory_target_bytes,
             "free_bytes": r.memory_target_bytes - used, "kv_budget_bytes": r.kv_budget_bytes,
-            "max_requests": r.max_requests, "fits": r.fits, "error": ""})
+            "max_requests": r.max_requests, "fits": r.fits, "error": "",
+            **{f"weights_{part}_bytes": size for part, size in r.weights_breakdown.items()}})
     return pd.DataFrame(rows)
 
 
