@@ -85,8 +85,9 @@ MODEL_TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
                     "max_position_embeddings": 131_072},
 }
 _QWEN_SWA_TYPES = {"qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen2_vl", "qwen2_5_vl"}
+#: Families whose MLP has two matrices (up/fc1 and down/fc2), not three (modeling files' MLP classes).
 _UNGATED_MLP_TYPES = {"opt", "gpt_neox", "falcon", "gpt2", "gpt_bigcode", "phi", "gptj", "starcoder2",
-                      "bloom", "mpt"}
+                      "bloom", "mpt", "codegen", "gpt_neo", "persimmon", "nemotron", "nemotron_h"}
 #: Config classes whose ``tie_word_embeddings`` defaults to True when the file leaves it out.
 _TIED_BY_DEFAULT = {"opt", "gemma", "gemma2", "gemma3", "gemma3_text", "falcon", "cohere", "cohere2",
                     "gpt2", "gpt_bigcode", "starcoder2", "bloom"}

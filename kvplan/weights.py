@@ -316,7 +316,8 @@ def _scheme_mxfp4(qc: dict[str, Any], base: Format, src: str) -> QuantScheme:
 def _scheme_modelopt(qc: dict[str, Any], base: Format, src: str) -> QuantScheme:
     """vLLM ``modelopt.py``: ``quant_algo`` FP8 (fp32 weight + input scale per shard) or NVFP4
     (``ModelOptNvFp4Config``, group 16); ``exclude_modules`` globs."""
-    inner = qc.get("quantization") if isinstance(qc.get("quantization"), dict) else qc
+    nested = qc.get("quantization")
+    inner: dict[str, Any] = nested if isinstance(nested, dict) else qc
     algo = str(inner.get("quant_algo") or "").upper()
     if algo == "FP8":
         fmt = Format("fp8", "FP8 (e4m3, ModelOpt per-tensor scales)", 8, tensor_scales=2,
@@ -621,13 +622,16 @@ def decoder_layer_tensors(arch: ModelArch, layer_ids: tuple[int, ...], moe_ids: 
     """Tensors of the given decoder layers (grouped by identical shape: one ``Tensor`` per
     matrix covering every layer it repeats on)."""
     out: list[Tensor] = []
-    fallback = next((s for s in arch.distinct_layers() if isinstance(s, (Attention, MLA))), None)
+    # Gemma 3n's KV-sharing layers (``num_kv_shared_layers``) keep their q/k/v/o projections;
+    # other no-cache layers (NemotronH "-"/"E") have no attention weights.
+    fallback = next((s for s in arch.distinct_layers() if isinstance(s, (Attention, MLA))), None) \
+        if arch.model_type.startswith("gemma") else None
     by_spec: dict[tuple[int, bool], list[int]] = {}
     specs: dict[int, Any] = {}
     for i in layer_ids:
-        spec = arch.layers[min(i, arch.n_layers - 1)]
-        if not isinstance(spec, (Attention, MLA, Recurrent)):
-            spec = fallback  # KV-sharing layers still hold their projections
+        layer = arch.layers[min(i, arch.n_layers - 1)]
+        spec: Attention | MLA | Recurrent | None = (
+            layer if isinstance(layer, (Attention, MLA, Recurrent)) else fallback)
         key = id(spec)
         specs[key] = spec
         by_spec.setdefault((key, i in moe_ids), []).append(i)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -81,8 +83,9 @@ def kv_vs_users(results: dict[str, FitResult], users: int) -> pd.DataFrame:
 
 
 def memory_per_gpu(arch: ModelArch, query: FitQuery) -> pd.DataFrame:
-    """Per accelerator (per GPU): weights, reserve, KV at the chosen load, held back, free."""
-    rows = []
+    """Per accelerator (per GPU): weights (and each part of them), reserve, KV at the chosen
+    load, held back, free."""
+    rows: list[dict[str, Any]] = []
     for gpu in sorted(gpus().values(), key=lambda g: g.capacity_bytes):
         try:
             r = fit(arch, gpu, query, search_gpus=False)
