@@ -65,3 +65,39 @@ def test_hub_offline_is_one_error_and_the_page_stays(monkeypatch):
     assert not at.exception
     assert [e.value for e in at.error] and "could not be reached" in at.error[0].value
     assert at.session_state["w_model"] == "llama-3.1-8b"
+
+
+class _Upload:
+    def __init__(self, name: str, data: bytes) -> None:
+        self.name, self._data = name, data
+
+    def getvalue(self) -> bytes:
+        return self._data
+
+
+def test_uploaded_headers_cut_after_the_header_give_the_exact_bytes(tmp_path, monkeypatch):
+    """Uploads of the index and of each shard's first 8 + N bytes (no tensor data): the table's
+    checkpoint column equals the arrays' bytes and the estimate per part."""
+    import struct
+    import types
+
+    from test_checkpoint import GPT_OSS, write_checkpoint
+
+    from kvplan.config_import import parse_config
+    from kvplan.ui import weights_view
+
+    folder = write_checkpoint(tmp_path / "c", GPT_OSS, gpt_oss_tensors(), shards=2)
+    uploads = [_Upload("model.safetensors.index.json",
+                       (folder / "model.safetensors.index.json").read_bytes())]
+    for path in sorted(folder.glob("*.safetensors")):
+        raw = path.read_bytes()
+        (size,) = struct.unpack("<Q", raw[:8])
+        uploads.append(_Upload(path.name, raw[: 8 + size]))
+    fake = types.SimpleNamespace(session_state={"w_headers": uploads})
+    monkeypatch.setattr(weights_view, "st", fake)
+    weights_view.on_headers_upload()
+    frame = weights_view.comparison_frame(parse_config(GPT_OSS, name="x"), None)
+    assert frame is not None and "_weights_error" not in fake.session_state
+    assert int(frame["checkpoint_bytes"].sum()) == sum(t.nbytes for t in gpt_oss_tensors().values())
+    assert (frame["checkpoint_bytes"] == frame["estimate_bytes"]).all()
+    assert fake.session_state["_checkpoint"]["summary"].index_total == int(frame["checkpoint_bytes"].sum())
