@@ -183,6 +183,8 @@ class QuantScheme:
     match: Literal["exact", "substring", "glob", "ct"] = "exact"
     #: compressed-tensors: (targets, format) per config group, first match wins.
     groups: tuple[tuple[tuple[str, ...], Format], ...] = ()
+    #: GPTQ ``modules_in_block_to_quantize``: when given, only these (substrings) are quantized.
+    only: tuple[str, ...] = ()
     source: str = "config.json (no quantization_config)"
     _compiled: dict[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
@@ -208,6 +210,8 @@ class QuantScheme:
             return self.base
         name = tensor.name.replace("{i}", str(layer if layer is not None else 0))
         if self.skip and self.skipped(name):
+            return self.base
+        if self.only and tensor.kind != "lm_head" and not any(m in name for m in self.only):
             return self.base
         if self.groups:
             if tensor.kind == "lm_head" and not any("lm_head" in t for t, _ in self.groups):
@@ -343,9 +347,12 @@ def _wna16(bits: int, group: int, cols_group: bool, zero: bool, g_idx: bool, nam
 
 
 def _scheme_gptq(qc: dict[str, Any], base: Format, src: str) -> QuantScheme:
-    """vLLM ``gptq.py`` ``GPTQLinearMethod.create_weights``: int32-packed ``qweight``, fp16
-    ``scales`` and packed ``qzeros`` per group (``group_size`` −1 = one group per column), an int32
-    ``g_idx`` per input row; ``modules_to_not_convert`` matched as substrings."""
+    """vLLM ``auto_gptq.py`` ``AutoGPTQLinearMethod.create_weights`` (v0.33): int32-packed
+    ``qweight``, ``scales`` in the model dtype and packed ``qzeros`` per group (``group_size`` −1
+    = one group per column) — no ``g_idx`` is held (the checkpoint's ``g_idx`` is not loaded;
+    act-order with groups is refused by ``normalize_and_validate_gptq_desc_act``). Skipped:
+    ``dynamic`` rules ``-:regex`` (``get_dynamic_override``), and when
+    ``modules_in_block_to_quantize`` is given, every other module."""
     bits = _int(qc, "bits", 4, allowed=(2, 3, 4, 8))
     group = _int(qc, "group_size", 128, low=-1)
     if group == 0:
@@ -353,13 +360,23 @@ def _scheme_gptq(qc: dict[str, Any], base: Format, src: str) -> QuantScheme:
     desc = qc.get("desc_act", False)
     if not isinstance(desc, bool):
         raise _bad("desc_act", "true or false", desc)
+    dynamic = qc.get("dynamic") or {}
+    if not isinstance(dynamic, dict):
+        raise _bad("dynamic", "an object of module rules", dynamic)
+    only = qc.get("modules_in_block_to_quantize") or []
+    if not isinstance(only, list):
+        raise _bad("modules_in_block_to_quantize", "a list of module names", only)
+    flat = [m for item in only for m in (item if isinstance(item, list) else [item])]
+    act_order = desc and group > 0
     fmt = Format(f"gptq_int{bits}", f"GPTQ int{bits} (g{group if group > 0 else 'channel'}"
-                 f"{', act-order' if desc else ''})", bits, group=group if group > 0 else 10**12,
-                 group_scale_bits=16, zero_bits=bits, g_idx=True,
-                 source="vLLM gptq.py GPTQLinearMethod.create_weights")
+                 f"{', act-order: refused by vLLM v0.33' if act_order else ''})", bits,
+                 group=group if group > 0 else 10**12, group_scale_bits=16, zero_bits=bits,
+                 source="vLLM auto_gptq.py AutoGPTQLinearMethod.create_weights")
     head = fmt if qc.get("lm_head") is True else None
+    skip = tuple("re:" + str(p)[2:] for p in dynamic if str(p).startswith("-:"))
     return QuantScheme("gptq", base, linear=fmt, expert=fmt, lm_head=head,
-                       skip=_list(qc, "modules_to_not_convert"), match="substring")
+                       skip=skip + _list(qc, "modules_to_not_convert"), match="substring",
+                       only=tuple(str(m) for m in flat))
 
 
 def _scheme_awq(qc: dict[str, Any], base: Format, src: str) -> QuantScheme:

@@ -75,12 +75,28 @@ def test_nvfp4_modelopt():
 
 
 def test_gptq_and_awq_int4_g128():
-    """gptq.py: out 256 × in 512 int4 = 65,536 B; 4 groups × 256 × (fp16 scale + 4-bit zero) =
-    2,560; g_idx 512 × 4 = 2,048 → 70,144. awq.py: the same without g_idx → 68,096."""
-    gptq = scheme(quant_method="gptq", bits=4, group_size=128, desc_act=True).linear
+    """auto_gptq.py (v0.33): out 256 × in 512 int4 = 65,536 B; 4 groups × 256 × (fp16 scale +
+    4-bit zero) = 2,560 → 68,096, no g_idx held. auto_awq.py: the same layout → 68,096.
+    Channel-wise GPTQ (group −1): one group per column → 65,536 + 256 × 2.5 = 66,176."""
+    gptq = scheme(quant_method="gptq", bits=4, group_size=128, desc_act=False).linear
     awq = scheme(quant_method="awq", bits=4, group_size=128, zero_point=True).linear
-    assert gptq is not None and gptq.matrix_bytes(256, 512) == 70_144
+    channel = scheme(quant_method="gptq", bits=4, group_size=-1, desc_act=True).linear
+    assert gptq is not None and gptq.matrix_bytes(256, 512) == 68_096
     assert awq is not None and awq.matrix_bytes(256, 512) == 68_096
+    assert channel is not None and channel.matrix_bytes(256, 512) == 66_176
+    assert "refused" in scheme(quant_method="gptq", desc_act=True).linear.label
+
+
+def test_gptq_dynamic_exclusions_and_modules_in_block():
+    """``dynamic`` ``-:`` regexes and ``modules_in_block_to_quantize`` leave modules bf16."""
+    s = scheme(quant_method="gptq", bits=4, group_size=128,
+               dynamic={"-:.*\\.mlp\\.down_proj": {}},
+               modules_in_block_to_quantize=[["self_attn.q_proj"], ["mlp.gate_proj", "mlp.down_proj"]])
+    names = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "gate": "mlp.gate_proj",
+             "down": "mlp.down_proj"}
+    got = {k: s.format_for(Tensor(f"model.layers.{{i}}.{n}", "attention", 256, 256, "column"), 0).name
+           for k, n in names.items()}
+    assert got == {"q": "gptq_int4", "k": "bf16", "gate": "gptq_int4", "down": "bf16"}
 
 
 def test_bitsandbytes_nf4_double_quant_and_int8():
