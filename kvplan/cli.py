@@ -138,7 +138,9 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--tp", type=_positive("--tp", 4096), default=1)
     fit.add_argument("--pp", type=_positive("--pp", 4096), default=1)
     fit.add_argument("--users", type=_positive("--users", 10_000_000), default=1)
-    fit.add_argument("--weight-dtype")
+    fit.add_argument("--weight-dtype",
+                     help="override the checkpoint's own format (default: what config.json's "
+                          "quantization_config says each part is stored in)")
     fit.add_argument("--reserve-gib", type=_nonneg_float)
     fit.add_argument("--kv-cache-memory-bytes", type=_nonneg_int)
 
@@ -147,7 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--gpu", required=True, help="accelerator id (see `gpus`) or custom:<GiB>")
     cal.add_argument("--tp", type=_positive("--tp", 4096), default=1)
     cal.add_argument("--pp", type=_positive("--pp", 4096), default=1)
-    cal.add_argument("--weight-dtype")
+    cal.add_argument("--weight-dtype", help="override the checkpoint's own format")
     cal.add_argument("--reserve-gib", type=_nonneg_float,
                      help="reserve of kvplan's own prediction (default: the engine default)")
     cal.add_argument("--log", required=True, help="the vLLM log file (max 1 MiB)")
