@@ -128,10 +128,13 @@ def weight_bytes(arch: ModelArch, weight_dtype: str | None) -> int:
 
 
 def weights_read_bytes(arch: ModelArch, weight_dtype: str | None = None) -> int:
-    """Weight bytes one decode step must read at least: all weights, or the active ones (MoE)."""
-    total = weight_bytes(arch, weight_dtype)
-    if arch.moe is not None and arch.params_active and arch.params_total:
-        return total * arch.params_active // arch.params_total
+    """Weight bytes one decode step must read at least: all weights, or (MoE) every part but the
+    routed experts plus ``n_active / n_experts`` of them, in their stored formats."""
+    parts = weights_per_gpu(arch, weight_dtype).total_by_part
+    total = sum(parts.values())
+    if arch.moe is not None and parts.get("experts"):
+        experts = parts["experts"]
+        return total - experts + experts * arch.moe.n_active // arch.moe.n_experts
     return total
 
 

@@ -278,3 +278,12 @@ def test_deepseek_v3_fp8_on_8_h200_at_32k():
 
 def test_format_roundtrip_of_a_plain_format():
     assert Format("x", "x", 16).matrix_bytes(3, 5) == 30
+
+
+def test_decode_reads_the_active_experts_in_their_stored_format():
+    """gpt-oss-120b: 65,248,815,744 B in all, of which experts 60,993,699,840 (MXFP4); a token
+    reads the other 4,255,115,904 B and 4 of 128 experts: 60,993,699,840 / 32 = 1,906,053,120."""
+    from kvplan.capacity import weights_read_bytes
+
+    assert weights_read_bytes(load_model("gpt-oss-120b")) == 4_255_115_904 + 1_906_053_120
+    assert weights_read_bytes(load_model("llama-3.1-8b")) == 16_060_522_496
