@@ -255,6 +255,19 @@ def _int(qc: dict[str, Any], key: str, default: int, allowed: tuple[int, ...] | 
     return value
 
 
+def _check_patterns(key: str, patterns: tuple[str, ...]) -> tuple[str, ...]:
+    """Module patterns as given; ``re:`` regexes must compile (and stay short)."""
+    for pattern in patterns:
+        if len(pattern) > 500:
+            raise _bad(key, "module patterns of at most 500 characters", pattern)
+        if pattern.startswith("re:"):
+            try:
+                re.compile(pattern[3:])
+            except re.error as exc:
+                raise _bad(key, f"valid regular expressions ({exc.msg})", pattern) from None
+    return patterns
+
+
 def _list(qc: dict[str, Any], *keys: str) -> tuple[str, ...]:
     for key in keys:
         value = qc.get(key)
@@ -262,7 +275,7 @@ def _list(qc: dict[str, Any], *keys: str) -> tuple[str, ...]:
             continue
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise _bad(key, "a list of module names", value)
-        return tuple(value)
+        return _check_patterns(key, tuple(value))
     return ()
 
 
@@ -295,7 +308,7 @@ def _scheme_fp8(qc: dict[str, Any], base: Format, src: str) -> QuantScheme:
             isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)):
         raise _bad("weight_block_size", "two positive whole numbers [n, k]", block)
     act = qc.get("activation_scheme", "dynamic")
-    if act not in {"dynamic", "static"}:
+    if not isinstance(act, str) or act not in {"dynamic", "static"}:
         raise _bad("activation_scheme", "'dynamic' or 'static'", act)
     fmt = _fp8((block[0], block[1]) if block else None, act == "static",
                "vLLM fp8.py Fp8LinearMethod/Fp8MoEMethod.create_weights")
@@ -373,7 +386,8 @@ def _scheme_gptq(qc: dict[str, Any], base: Format, src: str) -> QuantScheme:
                  group=group if group > 0 else 10**12, group_scale_bits=16, zero_bits=bits,
                  source="vLLM auto_gptq.py AutoGPTQLinearMethod.create_weights")
     head = fmt if qc.get("lm_head") is True else None
-    skip = tuple("re:" + str(p)[2:] for p in dynamic if str(p).startswith("-:"))
+    skip = _check_patterns("dynamic", tuple("re:" + str(p)[2:] for p in dynamic
+                                            if str(p).startswith("-:")))
     return QuantScheme("gptq", base, linear=fmt, expert=fmt, lm_head=head,
                        skip=skip + _list(qc, "modules_to_not_convert"), match="substring",
                        only=tuple(str(m) for m in flat))
@@ -403,7 +417,7 @@ def _scheme_bnb(qc: dict[str, Any], base: Format, src: str) -> QuantScheme:
     four, eight = qc.get("load_in_4bit", False), qc.get("load_in_8bit", False)
     if four is True:
         kind = qc.get("bnb_4bit_quant_type", "fp4")
-        if kind not in {"nf4", "fp4"}:
+        if not isinstance(kind, str) or kind not in {"nf4", "fp4"}:
             raise _bad("bnb_4bit_quant_type", "'nf4' or 'fp4'", kind)
         double = qc.get("bnb_4bit_use_double_quant", False) is True
         fmt = Format(f"bnb_{kind}", f"bitsandbytes {kind}{' (double quant)' if double else ''}", 4,
@@ -424,7 +438,9 @@ def _ct_format(args: dict[str, Any], inputs: Any, fmt_name: str) -> Format:
     bits = _int(args, "num_bits", 8, allowed=(2, 3, 4, 8, 16))
     kind = args.get("type", "int")
     strategy = args.get("strategy", "tensor")
-    if kind not in {"int", "float"}:
+    if not isinstance(strategy, str):
+        raise _bad("strategy", "tensor, channel, block, group or tensor_group", strategy)
+    if not isinstance(kind, str) or kind not in {"int", "float"}:
         raise _bad("weights.type", "'int' or 'float'", kind)
     static = isinstance(inputs, dict) and inputs.get("dynamic") is False
     zero = bits if args.get("symmetric", True) is False else 0
@@ -466,6 +482,7 @@ def _scheme_ct(qc: dict[str, Any], base: Format, src: str) -> QuantScheme:
         targets = group.get("targets", ["Linear"])
         if not isinstance(targets, list) or not all(isinstance(t, str) for t in targets):
             raise _bad(f"config_groups.{name}.targets", "a list of names", targets)
+        _check_patterns(f"config_groups.{name}.targets", tuple(targets))
         fmt = _ct_format(group["weights"], group.get("input_activations"),
                          str(group.get("format") or qc.get("format") or ""))
         groups.append((tuple(targets), fmt))

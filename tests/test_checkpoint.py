@@ -9,6 +9,7 @@ no test touches the internet.
 from __future__ import annotations
 
 import json
+import os
 import struct
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -301,3 +302,33 @@ def test_hub_bad_id():
     code, _, err = run_cli(["fit", "--hf-id", "../etc", "--gpu", "h100-sxm", "--tokens", "8"])
     assert code == 2 and "not a Hub model id" in err
 
+
+
+def test_any_header_bytes_parse_or_give_a_named_error():
+    """Random bytes, random JSON headers with odd dtypes/shapes/offsets: parse_header returns
+    tensors with non-negative sizes or raises a checkpoint.* KVPlanError — nothing else."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    entry = st.fixed_dictionaries({}, optional={
+        "dtype": st.sampled_from(["F16", "BF16", "U8", "F8_E4M3", "F4", "X", 3, None]),
+        "shape": st.one_of(st.lists(st.integers(-2, 1 << 40), max_size=4), st.text(max_size=3)),
+        "data_offsets": st.one_of(st.lists(st.integers(-5, 1 << 20), max_size=3), st.none())})
+    header = st.dictionaries(st.text(max_size=20), st.one_of(entry, st.integers(), st.none()),
+                             max_size=5)
+    raw = st.one_of(st.binary(max_size=64),
+                    header.map(lambda h: (lambda b: struct.pack("<Q", len(b)) + b)(
+                        json.dumps(h).encode())))
+
+    @settings(max_examples=10_000 if os.environ.get("KVPLAN_PROFILE", "").lower() == "long" else 300,
+              deadline=None)
+    @given(raw)
+    def check(data):
+        try:
+            tensors = parse_header(data, "fuzz.safetensors")
+        except KVPlanError as err:
+            assert err.code.startswith("checkpoint.")
+            return
+        assert all(t.nbytes >= 0 for t in tensors)
+
+    check()

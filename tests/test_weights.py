@@ -7,6 +7,7 @@ the ``create_weights`` of the vLLM quantization method named there.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -287,3 +288,41 @@ def test_decode_reads_the_active_experts_in_their_stored_format():
 
     assert weights_read_bytes(load_model("gpt-oss-120b")) == 4_255_115_904 + 1_906_053_120
     assert weights_read_bytes(load_model("llama-3.1-8b")) == 16_060_522_496
+
+
+_QC_VALUES = [None, True, False, 0, -1, 4, 8, 16, 128, 1e9, "", "fp8", "nf4", "dynamic", "static",
+              "tensor", "channel", "group", "block", "tensor_group", [], [128], [128, 128],
+              [0, 128], ["lm_head"], ["re:(", "re:.*gate$"], {}, {"quant_algo": "NVFP4"},
+              {"g": {"weights": {"num_bits": 4}}}, {"g": {"weights": None}}, {"-:.*": {}}]
+_QC_KEYS = ["quant_method", "weight_block_size", "activation_scheme", "modules_to_not_convert",
+            "ignored_layers", "bits", "group_size", "desc_act", "zero_point", "load_in_4bit",
+            "load_in_8bit", "bnb_4bit_quant_type", "bnb_4bit_use_double_quant", "config_groups",
+            "ignore", "quantization", "quant_algo", "dynamic", "modules_in_block_to_quantize",
+            "lm_head", "exclude_modules"]
+
+
+def test_any_quantization_config_is_sized_or_a_named_error():
+    """Random quantization_config objects (known methods, odd values): weights_per_gpu returns
+    bytes or raises a KVPlanError from MESSAGES — never another exception."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from kvplan.errors import MESSAGES
+
+    methods = st.sampled_from(["fp8", "fbgemm_fp8", "mxfp4", "modelopt", "modelopt_fp4", "gptq",
+                               "awq", "bitsandbytes", "compressed-tensors", "auto-round", "x"])
+    body = st.dictionaries(st.sampled_from(_QC_KEYS), st.sampled_from(_QC_VALUES), max_size=6)
+
+    @settings(max_examples=10_000 if os.environ.get("KVPLAN_PROFILE", "").lower() == "long" else 300,
+              deadline=None)
+    @given(methods, body)
+    def check(method, extra):
+        config = {**TINY, "quantization_config": {**extra, "quant_method": method}}
+        try:
+            layout = weights_per_gpu(parse_config(config, name="fuzz"), tp=2)
+        except KVPlanError as err:
+            assert err.code in MESSAGES
+            return
+        assert layout.total_bytes > 0 and min(layout.stage_bytes) > 0
+
+    check()
