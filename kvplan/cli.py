@@ -104,6 +104,12 @@ def build_parser() -> argparse.ArgumentParser:
         group = p.add_mutually_exclusive_group(required=True)
         group.add_argument("--model", help="preset id (see `models`)")
         group.add_argument("--config", help="path to a Hugging Face config.json")
+        group.add_argument("--checkpoint", metavar="DIR",
+                           help="a local checkpoint folder: its config.json and the exact weight "
+                                "bytes of its *.safetensors headers (tensor data is not read)")
+        group.add_argument("--hf-id", metavar="ORG/NAME",
+                           help="a Hugging Face Hub id: config.json and safetensors headers over "
+                                "HTTP range requests (needs huggingface_hub; HF_TOKEN, HF_ENDPOINT)")
         p.add_argument("--tokens", type=_positive("--tokens", 100_000_000), required=True,
                        help="tokens per sequence (vLLM: max_model_len)")
         p.add_argument("--kv-dtype", default="auto",
@@ -130,7 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--tp", type=_positive("--tp", 4096), default=1)
     fit.add_argument("--pp", type=_positive("--pp", 4096), default=1)
     fit.add_argument("--users", type=_positive("--users", 10_000_000), default=1)
-    fit.add_argument("--weight-dtype")
+    fit.add_argument("--weight-dtype",
+                     help="override the checkpoint's own format (default: what config.json's "
+                          "quantization_config says each part is stored in)")
     fit.add_argument("--reserve-gib", type=_nonneg_float)
     fit.add_argument("--kv-cache-memory-bytes", type=_nonneg_int)
 
@@ -139,7 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--gpu", required=True, help="accelerator id (see `gpus`) or custom:<GiB>")
     cal.add_argument("--tp", type=_positive("--tp", 4096), default=1)
     cal.add_argument("--pp", type=_positive("--pp", 4096), default=1)
-    cal.add_argument("--weight-dtype")
+    cal.add_argument("--weight-dtype", help="override the checkpoint's own format")
     cal.add_argument("--reserve-gib", type=_nonneg_float,
                      help="reserve of kvplan's own prediction (default: the engine default)")
     cal.add_argument("--log", required=True, help="the vLLM log file (max 1 MiB)")
@@ -160,6 +168,25 @@ def _load_arch(args: argparse.Namespace):
 
     if args.model is not None:
         return load_model(args.model)
+    if getattr(args, "checkpoint", None) is not None:
+        from kvplan.checkpoint import read_checkpoint_dir
+
+        folder = Path(args.checkpoint)
+        config_path = folder / "config.json"
+        try:
+            raw = config_path.read_bytes()
+        except OSError as exc:
+            raise KVPlanError("file.missing", path=str(config_path),
+                              detail=exc.strerror or str(exc)) from None
+        arch = parse_config(raw, name=folder.resolve().name, source=str(config_path))
+        args.checkpoint_summary = read_checkpoint_dir(folder, arch.n_layers)
+        return arch
+    if getattr(args, "hf_id", None) is not None:
+        from kvplan.hub import fetch
+
+        config, summary, problem = fetch(args.hf_id)
+        args.checkpoint_summary, args.checkpoint_problem = summary, problem
+        return parse_config(config, name=args.hf_id, source=f"Hub {args.hf_id} config.json")
     path = Path(args.config)
     raw = read_limited(path, MAX_CONFIG_BYTES, "config.too_large")
     return parse_config(raw, name=path.stem if path.name != "config.json" else path.parent.name,
@@ -211,13 +238,27 @@ def cmd_fit(args: argparse.Namespace) -> int:
                      kv_cache_memory_bytes=args.kv_cache_memory_bytes,
                      settings=settings_from_args(args, tp=args.tp, pp=args.pp))
     result = fit(arch, gpu, query)
+    checkpoint = _checkpoint_report(args, arch, query)
     if args.json:
-        print(result.model_dump_json())
+        payload = result.model_dump(mode="json")
+        if checkpoint is not None:
+            payload["checkpoint"] = checkpoint
+        print(json.dumps(payload))
         return 0
     print(f"{result.model} on {result.replicas} × {result.tp * result.pp} {gpu.name} "
           f"(tp={result.tp}, pp={result.pp}) · {result.engine_label} [{result.engine_release}]")
     print(f"GPU memory:        {human(result.gpu_capacity_bytes)} [{gpu.capacity_basis}]")
     print(f"Weights per GPU:   {human(result.weights_bytes)}")
+    print(f"  format: {result.weight_format}")
+    for part, size in result.weights_breakdown.items():
+        print(f"  {part:20s} {human(size)}")
+    if checkpoint is not None and "parts" in checkpoint:
+        print(f"Checkpoint headers: {checkpoint['files']} file(s), {human(checkpoint['checkpoint_total'])}"
+              f" vs config estimate {human(checkpoint['estimate_total'])}")
+        for part, row in checkpoint["parts"].items():
+            print(f"  {part:20s} checkpoint {row['checkpoint']:>16,} B   estimate {row['estimate']:>16,} B")
+    elif checkpoint is not None:
+        print(f"Checkpoint headers not read: {checkpoint['problem']}")
     print(f"KV budget per GPU: {human(result.kv_budget_bytes)}")
     if result.num_blocks is not None:
         per_request = (f" ({result.blocks_per_request:,} per request)"
@@ -233,6 +274,19 @@ def cmd_fit(args: argparse.Namespace) -> int:
     for note in result.notes:
         print(f"  note: {note}")
     return 0
+
+
+def _checkpoint_report(args: argparse.Namespace, arch, query) -> dict | None:
+    """Headers read with --checkpoint/--hf-id, compared with the config-derived estimate."""
+    from kvplan.checkpoint import compare
+    from kvplan.weights import weights_per_gpu
+
+    summary = getattr(args, "checkpoint_summary", None)
+    if summary is None:
+        problem = getattr(args, "checkpoint_problem", None)
+        return {"problem": problem} if problem else None
+    estimate = weights_per_gpu(arch, query.weight_dtype, 1, 1, 1, query.settings.mtp).total_by_part
+    return {**summary.as_dict(), **compare(summary, estimate)}
 
 
 def cmd_models(args: argparse.Namespace) -> int:

@@ -17,6 +17,21 @@ MESSAGES: dict[str, str] = {
     "config.unsupported": "config.json: {what} is not supported ({detail})",
     "config.too_deep": "config.json is nested deeper than {limit} levels",
     "config.empty": "{source}: the text box is empty",
+    # weights: quantization_config, checkpoints, the Hub
+    "weights.unknown_method": "quantization_config: quant_method {method} is not known to kvplan "
+                              "(known: {known}); choose the weight format by hand",
+    "weights.bad_quantization": "quantization_config key '{key}' must be {expected}, got {value}",
+    "checkpoint.not_found": "no *.safetensors file in '{path}'",
+    "checkpoint.bad_file": "'{path}' is not a readable safetensors file: {detail}",
+    "checkpoint.header_too_large": "'{path}': safetensors header of {size:,} bytes exceeds the "
+                                   "{limit:,}-byte limit",
+    "hub.unavailable": "the Hugging Face Hub could not be reached for '{repo}' ({detail}); the "
+                       "rest of the page is unchanged",
+    "hub.unauthorized": "the Hugging Face Hub refused '{repo}' ({detail}); set HF_TOKEN for gated "
+                        "or private repositories",
+    "hub.not_installed": "reading Hub ids needs the optional package huggingface_hub "
+                         "(pip install huggingface_hub)",
+    "hub.bad_id": "'{repo}' is not a Hub model id (expected org/name)",
     # names and choices
     "unknown.model": "unknown model preset '{value}' (try `python -m kvplan models`)",
     "unknown.gpu": "unknown accelerator '{value}' (try `python -m kvplan gpus`)",
@@ -31,6 +46,8 @@ MESSAGES: dict[str, str] = {
                          "needs kv_heads % tp == 0, or tp % kv_heads == 0 when tp > kv_heads)",
     "parallel.pp_layers": "pipeline parallel size {pp} exceeds the {layers} layers of the model",
     "parallel.gpus": "the GPU count {gpus} is not a multiple of tp × pp = {tpp}",
+    "parallel.ep": "expert parallel size {ep} must divide the tensor parallel size {tp} (experts "
+                   "are split over ep ranks, their intermediate size over tp / ep)",
     "engine.dtype": "engine '{engine}' cannot store the KV cache as {dtype}: {why}",
     "engine.unserved": "{engine} ({release}) does not serve {architecture}: {why}",
     # links and uploads

@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import socket
 import string
+import sys
 import zlib
+from unittest import mock
 
 import pytest
 from cli_helpers import run_cli
@@ -244,6 +248,34 @@ def reach(code: str, tmp_path) -> str:
         more = ["--engine", "sglang"] if code == "calibrate.engine" else []
         return cli_error(["calibrate", "--model", "llama-2-7b", "--gpu", "h100-sxm", "--tokens",
                           "4096", "--log", str(log), *more])
+    if code == "parallel.ep":
+        return cli_error(["fit", "--model", "qwen3-30b-a3b", "--gpu", "h100-sxm", "--tokens", "8",
+                          "--tp", "4", "--num-gpus", "4", "--ep", "3"])
+    if code in {"weights.unknown_method", "weights.bad_quantization"}:
+        quant = {"quant_method": "hqq_magic"} if code == "weights.unknown_method" else {
+            "quant_method": "fp8", "weight_block_size": [128]}
+        path = tmp_path / "config.json"
+        path.write_text(json.dumps({**LLAMA_MIN, "quantization_config": quant}))
+        return cli_error(["fit", "--config", str(path), "--gpu", "h100-sxm", "--tokens", "8"])
+    if code.startswith("checkpoint."):
+        (tmp_path / "config.json").write_text(json.dumps(LLAMA_MIN))
+        if code != "checkpoint.not_found":
+            head = (b"\xff" * 8 if code == "checkpoint.header_too_large"
+                    else (4).to_bytes(8, "little") + b"[1]!")
+            (tmp_path / "model.safetensors").write_bytes(head + b"{}" * 8)
+        return cli_error(["fit", "--checkpoint", str(tmp_path), "--gpu", "h100-sxm", "--tokens", "8"])
+    if code == "hub.bad_id":
+        return cli_error(["fit", "--hf-id", "no-slash", "--gpu", "h100-sxm", "--tokens", "8"])
+    if code == "hub.not_installed":
+        with mock.patch.dict(sys.modules, {"huggingface_hub": None}):
+            return cli_error(["fit", "--hf-id", "org/name", "--gpu", "h100-sxm", "--tokens", "8"])
+    if code == "hub.unavailable":
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        sock.close()
+        with mock.patch.dict(os.environ, {"HF_ENDPOINT": f"http://127.0.0.1:{port}"}):
+            return cli_error(["fit", "--hf-id", "org/name", "--gpu", "h100-sxm", "--tokens", "8"])
     raise AssertionError(f"no entry point for {code}")
 
 
@@ -251,7 +283,10 @@ def reach(code: str, tmp_path) -> str:
 #: tests/test_app.py (test_empty_paste_message, test_a_failing_view_is_reported_not_raised) and
 #: tests/test_hostile.py (test_every_gpu_failing_is_a_named_message).
 DASHBOARD_ONLY = {"config.empty", "internal.view", "view.no_gpu"}
-REACHED = sorted(set(MESSAGES) - DASHBOARD_ONLY)
+#: hub.unauthorized needs a server answering 401: tests/test_checkpoint.py reaches it through the CLI
+#: (test_hub_gated_repo_needs_hf_token) with a local Hub-like server.
+SERVER_ONLY = {"hub.unauthorized"}
+REACHED = sorted(set(MESSAGES) - DASHBOARD_ONLY - SERVER_ONLY)
 
 
 @pytest.mark.parametrize("code", REACHED)

@@ -109,7 +109,7 @@ MAX_CACHE_LEN = Setting("max_cache_len", "mc", "--max-cache-len", "int", "max_ca
                         "StaticCache pre-allocation; empty = the context length.",
                         low=1, high=1_000_000_000)
 MAX_TOKENS_SETTING = Setting(
-    "max_tokens", "mt", "--max-tokens", "int", "max_tokens (tokens)",
+    "max_tokens", "xt", "--max-tokens", "int", "max_tokens (tokens)",
     "TensorRT-LLM KvCacheConfig.max_tokens: caps the KV memory at max_tokens × bytes per token.",
     low=1, high=10**12)
 MAX_ATTENTION_WINDOW = Setting(
@@ -121,6 +121,14 @@ MAX_ATTENTION_WINDOW = Setting(
 SWA_EVICTION_INTERVAL = Setting(
     "swa_eviction_interval", "se", "--swa-eviction-interval", "int", "SWA eviction interval (tokens)",
     "SGLang keeps up to window + this many tokens on sliding layers.", low=0, high=MAX_TOKENS)
+EXPERT_PARALLEL = Setting(
+    "ep", "ep", "--ep", "int", "Expert parallel size",
+    "MoE experts split over this many ranks (their intermediate size over tp / ep); must divide "
+    "tp. vLLM --enable-expert-parallel uses ep = tp; SGLang --ep-size.", low=1, high=4096,
+    aliases=("--ep-size",))
+MTP_LAYERS = Setting(
+    "mtp", "mt", "--mtp", "bool", "Load MTP (next-n) layers",
+    "Multi-token-prediction layers are loaded only when speculative decoding uses them.")
 
 
 class EngineSettings(BaseModel):
@@ -140,6 +148,8 @@ class EngineSettings(BaseModel):
     swa_eviction_interval: int = _setting(128, SWA_EVICTION_INTERVAL)
     max_tokens: int | None = _setting(None, MAX_TOKENS_SETTING)
     max_attention_window: tuple[int, ...] | None = _setting(None, MAX_ATTENTION_WINDOW)
+    ep: int = _setting(1, EXPERT_PARALLEL)
+    mtp: bool = _setting(False, MTP_LAYERS)
 
     @field_validator("max_attention_window")
     @classmethod

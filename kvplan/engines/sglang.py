@@ -70,6 +70,8 @@ class SGLang(Engine):
         "gpu_util": ("mem_fraction_static (fraction)", "SGLang's memory-based default"),
         "block_size": ("Page size (tokens)", "the attention backend's"),
         "swa_eviction_interval": ("SWA eviction interval (tokens)", "128"),
+        "ep": ("--ep-size", "1"),
+        "mtp": ("Load MTP layers (speculative decoding)", "off"),
     }
     default_reserve_gib = 0.0
     prefix_unit = 1

@@ -105,6 +105,8 @@ class Vllm(Engine):
         "async_scheduling": ("Async scheduling (≥ 0.26)", "on"),
         "hybrid_manager": ("Hybrid KV-cache manager", "auto"),
         "enable_prefix_caching": ("Prefix caching", "on"),
+        "ep": ("Expert parallel size (--enable-expert-parallel: tp)", "1"),
+        "mtp": ("Load MTP layers (speculative decoding)", "off"),
     }
     default_reserve_gib = 1.0
     logs_kv_cache = True
@@ -302,6 +304,23 @@ class VllmPool:
             return int(sum(int(p.sum()) for p in per_group))
         return max((int(p.max(initial=0)) for p in per_group), default=0)
 
+    def stages_bytes_per_block(self, parts: list[int]) -> np.ndarray:
+        """``stage_bytes_per_block`` of every pipeline stage at once (``parts`` = layers per stage):
+        one ``bincount`` per bucket over (stage, group), so the cost does not grow with the stages."""
+        bounds = np.cumsum(parts)[:-1]
+        stages = len(parts)
+        total = np.zeros(stages, dtype=np.int64)
+        for bucket in self.buckets:
+            stage = np.searchsorted(bounds, bucket.layer_ids, side="right")
+            group = np.arange(bucket.layer_ids.size) % bucket.n_groups
+            counts = np.bincount(stage * bucket.n_groups + group, minlength=stages * bucket.n_groups)
+            per_group = counts.reshape(stages, bucket.n_groups) * bucket.page_bytes
+            if self.uniform_type:
+                total += per_group.sum(axis=1)
+            else:
+                total = np.maximum(total, per_group.max(axis=1))
+        return total
+
     def blocks_per_request(self, max_model_len: np.ndarray | int) -> np.ndarray:
         """Σ over groups (max over specs in a ``UniformTypeKVCacheSpecs`` group) of reserved blocks."""
         tokens = np.asarray(max_model_len, dtype=np.int64)
@@ -411,9 +430,7 @@ class VllmPagedPool(KVPool):
 
     def __init__(self, pool: VllmPool, budgets: list[int], parts: list[int],
                  logged_tokens: str = "concurrency", null_block: bool = True) -> None:
-        starts = np.cumsum([0, *parts])
-        per_block = [pool.stage_bytes_per_block(int(starts[i]), int(starts[i + 1]))
-                     for i in range(len(parts))]
+        per_block = [int(b) for b in pool.stages_bytes_per_block(parts)]
         self.pool = pool
         self.budget = min(budgets)
         self.num_blocks = min(max(b, 0) // pbb for b, pbb in zip(budgets, per_block, strict=True) if pbb)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import streamlit as st
@@ -31,7 +32,7 @@ from kvplan.scenario import (
     scenario_gpu,
 )
 from kvplan.scenario import check_names as check_scenario_names
-from kvplan.ui import serving_state
+from kvplan.ui import serving_state, weights_view
 from kvplan.ui.theme import fmt_tokens
 
 MAX_UI_TOKENS = 10_000_000
@@ -205,6 +206,7 @@ def render_sidebar() -> Scenario:
         st.button("Use pasted config", key="w_paste_go", on_click=_on_paste)
     if state.get("_config_error"):
         sb.error(md(state.pop("_config_error") + " — keeping the previous model."))
+    weights_view.render_inputs(sb)
 
     sb.subheader("Engine")
     sb.selectbox("Serving engine", list(REGISTRY), key="w_engine",
@@ -231,8 +233,13 @@ def render_sidebar() -> Scenario:
                    key="w_kd", format_func=lambda d: DTYPES[d].label or d,
                    help="Pick several to compare them on the charts.")
     sb.selectbox("Weight dtype", ["auto", *WEIGHT_DTYPES], key="w_wd",
-                 format_func=lambda d: "auto (the checkpoint's dtype)" if d == "auto"
-                 else (WEIGHT_DTYPES[d].label or d))
+                 format_func=lambda d: "auto (the checkpoint's own format)" if d == "auto"
+                 else (WEIGHT_DTYPES[d].label or d),
+                 help="auto = what config.json's quantization_config says each part is stored in; "
+                      "a choice here overrides it (a float dtype for every tensor, a quantized "
+                      "format for linear layers and experts).")
+    with contextlib.suppress(KVPlanError):
+        sb.caption(weights_view.format_caption(resolve_arch(scenario_from_widgets())))
 
     sb.subheader("Hardware")
     sb.selectbox("Accelerator", [*gpus(), CUSTOM_GPU], key="w_gpu",

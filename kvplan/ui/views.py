@@ -17,7 +17,7 @@ from kvplan.presets import GPU
 from kvplan.report import named_scenario, named_scenarios
 from kvplan.scenario import Scenario, scenario_fit_query
 from kvplan.sizing import full_length_bytes_per_token
-from kvplan.ui import charts, data
+from kvplan.ui import charts, data, weights_view
 from kvplan.ui.sidebar import apply_scenario, resolve_arch, resolve_gpu
 from kvplan.ui.theme import GB, GIB, exact_bytes, figure_from_dict, fmt_bytes
 
@@ -190,8 +190,9 @@ def kpi_cards(scenario: Scenario, arch, gpu: GPU, result: FitResult) -> list[Kpi
         ("kv_per_request", f"KV per request at {scenario.tokens:,} tokens", result.kv_bytes_per_request,
          per_request_how),
         ("weights_per_gpu", "Weights per GPU", result.weights_bytes,
-         f"{result.weights_total_bytes:,} B of {result.weight_dtype} weights over TP {result.tp} × "
-         f"PP {result.pp} (largest stage) = {result.weights_bytes:,} B"),
+         f"{result.weight_format}; {result.weights_total_bytes:,} B in all, per GPU over TP "
+         f"{result.tp} × PP {result.pp} (largest stage): "
+         f"{weights_view.breakdown_short(result.weights_breakdown)} = {result.weights_bytes:,} B"),
         ("kv_budget", "KV budget per GPU", result.kv_budget_bytes,
          f.get("memory_target", "") + "; " + f.get("kv_budget", "")),
         ("max_requests", "Max concurrent requests", result.max_requests,
@@ -219,6 +220,8 @@ def render_kpis(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
             else:
                 value = fmt_bytes(row.value)
                 help_text = f"exactly {exact_bytes(row.value)}"
+                if row.kpi == "weights_per_gpu":
+                    help_text += " — " + weights_view.breakdown_help(result.weights_breakdown)
             st.metric(row.label, value, help=help_text)
             st.caption(f"How: {md(row.how)}")
     st.caption("Exact: " + " · ".join(f"{r.kpi}={r.value:,}" for r in cards),
@@ -237,6 +240,7 @@ def render_kpis(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
                    f"{result.max_requests_all_replicas:,} over {result.replicas} replica(s)).")
     if get_engine(result.engine).logs_kv_cache:
         st.code(result.vllm_log, language=None)
+    weights_view.render_comparison(arch, None if scenario.weight_dtype == "auto" else scenario.weight_dtype)
     for note in result.notes:
         st.caption(f"Note: {md(note)}")
     return pd.DataFrame([card._asdict() for card in cards])

@@ -188,7 +188,7 @@ def test_uploaded_config_is_used_and_travels_in_the_link(page: Page, app_url: st
     assert per_token == 36 * 2 * 8 * 128 * 2  # 147,456 B
     _open(page, app_url + "/?v=1&m=llama-2-7b&kd=bf16&t=4096&u=1")
     page.get_by_text("Use your own config.json").click()
-    page.get_by_test_id("stSidebarUserContent").get_by_test_id("stFileUploaderDropzoneInput").set_input_files(str(fixture))
+    page.get_by_test_id("stSidebarUserContent").get_by_test_id("stFileUploaderDropzoneInput").first.set_input_files(str(fixture))
     expect(page).to_have_url(re.compile(r"[?&]c="), timeout=LOAD_MS)
     page.wait_for_selector(IDLE, timeout=LOAD_MS)
     expect(_exact(page)).to_contain_text(f"kv_per_token={per_token:,}")
@@ -197,7 +197,7 @@ def test_uploaded_config_is_used_and_travels_in_the_link(page: Page, app_url: st
     assert linked.custom_config["num_hidden_layers"] == 36
     broken = tmp_path / "config.json"
     broken.write_text('{"model_type": "llama"}')
-    page.get_by_test_id("stSidebarUserContent").get_by_test_id("stFileUploaderDropzoneInput").set_input_files(str(broken))
+    page.get_by_test_id("stSidebarUserContent").get_by_test_id("stFileUploaderDropzoneInput").first.set_input_files(str(broken))
     expect(page.get_by_test_id("stAlertContentError").first).to_contain_text(
         "num_hidden_layers", timeout=LOAD_MS)
     expect(_exact(page)).to_contain_text(f"kv_per_token={per_token:,}")
