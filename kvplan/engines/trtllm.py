@@ -103,6 +103,14 @@ class TrtPool(KVPool):
     def concurrency(self, L: np.ndarray) -> np.ndarray:
         return self.num_blocks / self.blocks(L)
 
+    def max_requests_for(self, L: int, budgets: np.ndarray) -> np.ndarray:
+        """``((max(min budget, 0) // bytes per token) // tokens_per_block) // blocks(L)``."""
+        budget = np.maximum(np.asarray(budgets, dtype=np.int64).min(axis=1), 0)
+        if not self.per_token:
+            return np.zeros(budget.shape, dtype=np.int64)
+        num_blocks = budget // self.per_token // self.block_size
+        return num_blocks // int(self.blocks(np.asarray([L]))[0])
+
     def pool_tokens(self, L: np.ndarray) -> np.ndarray:
         return np.full(np.shape(L), self.num_blocks * self.block_size)
 

@@ -197,6 +197,10 @@ class Vllm(Engine):
         notes.extend(pool.notes)
         return VllmPagedPool(pool, budgets, pp_partition(arch.n_layers, settings.pp))
 
+    def pool_gpu_key(self, gpu: GPU, arch: ModelArch, kv_dtype: str) -> object:
+        """The MLA backend's block size (``vllm_mla_block_size``) is the only GPU input of the pool."""
+        return vllm_mla_block_size(gpu, kv_dtype) if arch.is_mla else None
+
     def describe(self, rule: CacheRule) -> str:
         if isinstance(rule, PagedRule):
             if rule.kind == "sliding" and rule.window:
@@ -364,6 +368,7 @@ class VllmPagedPool(KVPool):
         per_block = [pool.stage_bytes_per_block(int(starts[i]), int(starts[i + 1]))
                      for i in range(len(parts))]
         self.pool = pool
+        self.stage_per_block = per_block
         self.budget = min(budgets)
         self.num_blocks = min(max(b, 0) // pbb for b, pbb in zip(budgets, per_block, strict=True) if pbb)
         self.bytes_per_block = max(per_block)
@@ -378,6 +383,14 @@ class VllmPagedPool(KVPool):
 
     def max_requests(self, L: np.ndarray) -> np.ndarray:
         return self.capacity // np.maximum(self.blocks(L), 1)
+
+    def max_requests_for(self, L: int, budgets: np.ndarray) -> np.ndarray:
+        """``(min over stages of max(b, 0) // bytes per block − 1 null block) // blocks(L)``."""
+        b = np.maximum(np.asarray(budgets, dtype=np.int64), 0)
+        per = np.asarray(self.stage_per_block, dtype=np.int64)
+        used = per > 0
+        num_blocks = (b[:, used] // per[used]).min(axis=1)
+        return np.maximum(num_blocks - 1, 0) // max(int(self.blocks(np.asarray([L]))[0]), 1)
 
     def concurrency(self, L: np.ndarray) -> np.ndarray:
         return self.num_blocks / np.maximum(self.blocks(L), 1)
