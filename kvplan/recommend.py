@@ -534,7 +534,9 @@ def _formulas(query: RecommendQuery, lengths: Lengths, unit: str) -> list[str]:
         f"tokens/s = O·B / (O·TPOT(B) + B·t_pf) with O = {lengths.output_mean:,.1f} mean output tokens",
         "replicas = ceil(users / B_max)" if query.traffic == "users"
         else "replicas = ceil(requests/s · O / tokens/s(B_max))",
-        f"cost per M output tokens = GPUs × price ({unit} per GPU-hour) / (tokens/s · 3600) · 10⁶",
+        "cost per M output tokens = GPUs × price per GPU-hour / (served tokens/s · 3600) · 10⁶"
+        if unit == "$" else "GPU-hours per M output tokens = GPUs / (served tokens/s · 3600) · 10⁶ "
+                            "(no price for every accelerator)",
     ]
 
 
@@ -632,3 +634,34 @@ def candidate_link(row: Any, scenario: Any, lengths: Lengths) -> str:
 
     query = candidate_scenario(row, scenario, lengths).to_query()
     return "?" + "&".join(f"{k}={quote(v, safe=',')}" for k, v in query.items())
+
+
+#: Columns of the ranked table, in the order the CLI and the dashboard show them.
+TABLE_COLUMNS = ("gpu", "tp", "pp", "ep", "kv_dtype", "weight_dtype", "replicas", "total_gpus",
+                 "batch", "tpot_ms", "ttft_ms", "tokens_per_s_per_replica", "cost_per_hour",
+                 "cost_per_m_tokens", "weights_per_gpu_bytes", "kv_budget_bytes", "kv_bytes_per_request",
+                 "max_requests")
+
+
+def ranked_rows(rec: Recommendation, scenario: Any, top: int = 20) -> list[dict[str, Any]]:
+    """The ``top`` cheapest feasible candidates as plain dicts, each with its dashboard link."""
+    out = []
+    for row in rec.ranked.head(top).itertuples(index=False):
+        item = {name: _plain(getattr(row, name)) for name in TABLE_COLUMNS}
+        item["link"] = candidate_link(row, scenario, rec.lengths)
+        out.append(item)
+    return out
+
+
+def failure_counts(rec: Recommendation) -> dict[str, int]:
+    """Candidates failing each constraint (a candidate may fail several)."""
+    fails = rec.table["fails"].astype(str)
+    return {name: int(fails.str.contains(name, regex=False).sum()) for name in FAILS}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        return round(float(value), 6)
+    return value
