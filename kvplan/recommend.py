@@ -15,13 +15,15 @@ Time (bounds, with ``e`` the accelerator's efficiency factor, 1 = peak):
   decode step ``TPOT(B) = pp · max(bytes_stage(B) / BW, B_gpu · F_dec / (pp · tp · FLOPS)) / e + comm(B)``
   with ``bytes_stage = W_dense + W_expert · (1 − (1 − k/E)^B) + B_gpu · KV(L)`` (uniform routing:
   experts touched by ``B`` tokens), ``F_dec`` the FLOPs of one token at position ``L``
-  (``flops.step_flops``); prefill ``TTFT(P) = max(F_pf(P) / (tp · FLOPS), pp · W / BW) / e + comm(P)``
-  (``flops.prefill_flops``); ``comm`` = TP ring all-reduce ``2 · layers · 2(tp − 1)/tp · n · h · 2 B``,
+  (``flops.prefill_decode_flops``); prefill
+  ``TTFT(P) = max(F_pf(P) / (tp · FLOPS), pp · W / BW) / e + comm(P)`` (same function);
+  ``comm`` = TP ring all-reduce ``2 · layers · 2(tp − 1)/tp · n · h · 2 B``,
   EP all-to-all ``2 · moe_layers · n · k · h · 2 B · (ep − 1)/ep``, PP hand-off ``(pp − 1) · n · h ·
   2 B``, each over the accelerator's ``interconnect_gbps`` (per direction), not overlapped.
   Throughput at batch ``B`` with mean output ``O`` and mean-prompt prefill ``t_pf`` interleaved:
-  ``tokens/s = O · B / (O · TPOT(B) + B · t_pf)``. Replicas: users ``ceil(U / B_max)``; requests/s
-  ``ceil(rps · O / tokens/s(B_max))`` with ``B_max`` the largest batch that fits and meets TPOT.
+  ``tokens/s = O · B / (O · TPOT(B) + B · t_pf / ep)`` (EP ranks prefill in parallel). Replicas:
+  users ``ceil(U / B_max)``; requests/s ``ceil(rps · O / tokens/s(B_max))``, ``B_max`` the largest
+  batch that fits and meets TPOT.
   Cost per million output tokens = GPUs × price per GPU-hour / (served tokens/s × 3600) × 10⁶.
 """
 
@@ -40,7 +42,7 @@ from kvplan.capacity import FitQuery, engine_settings, make_pool, memory_budget
 from kvplan.engines import EngineSettings, KVPool, get_engine
 from kvplan.errors import KVPlanError
 from kvplan.flops import prefill_decode_flops
-from kvplan.presets import GPU, gpus
+from kvplan.presets import GPU, get_gpu, gpus
 from kvplan.serving import MLPERF_BOUNDS, LengthDist, Workload, sample_workload
 
 #: Target presets: (TTFT ms, TPOT ms, percentile) from MLPerf ``loadgen/mlperf.conf`` (Server, p99).
@@ -276,14 +278,12 @@ def prefill_flops(arch: ModelArch, prompt_tokens: int) -> float:
 
 # ------------------------------------------------------------------------------- the search
 def _gpu_list(query: RecommendQuery) -> list[GPU]:
+    """The chosen accelerators (default: the catalogue); ``custom:GiB:TB/s:TFLOPS`` keeps its spec as id."""
     catalogue = gpus()
     if query.gpus is None:
         return list(catalogue.values())
-    chosen = []
-    for gpu_id in query.gpus:
-        if gpu_id not in catalogue:
-            raise KVPlanError("unknown.gpu", value=gpu_id)
-        chosen.append(catalogue[gpu_id])
+    chosen = [catalogue.get(gpu_id) or get_gpu(gpu_id).model_copy(update={"id": gpu_id})
+              for gpu_id in dict.fromkeys(query.gpus)]
     return chosen
 
 
@@ -430,7 +430,7 @@ def recommend(arch: ModelArch, query: RecommendQuery, base: FitQuery,
 
     def tokens_per_s(b: np.ndarray) -> np.ndarray:
         tp_s = decode_time(terms, np.maximum(b, 1), f_tok)[0]
-        return out_mean * b / (out_mean * tp_s + b * t_pf)
+        return out_mean * b / (out_mean * tp_s + b * t_pf / terms.ep)
 
     safe = np.maximum(batch_max, 1)
     if query.traffic == "users":
@@ -531,7 +531,7 @@ def _formulas(query: RecommendQuery, lengths: Lengths, unit: str) -> list[str]:
         "B_gpu·F_dec / (pp·tp·FLOPS)) / e + comm(B_gpu)",
         "TTFT(P) = max(F_pf(P) / (tp·FLOPS), pp·W / BW) / e + comm(P)",
         "comm(n) = [2·layers·2(tp−1)/tp + 2·moe_layers·k·(ep−1)/ep + (pp−1)] · n·h·2 B / interconnect",
-        f"tokens/s = O·B / (O·TPOT(B) + B·t_pf) with O = {lengths.output_mean:,.1f} mean output tokens",
+        f"tokens/s = O·B / (O·TPOT(B) + B·t_pf/ep), O = {lengths.output_mean:,.1f} mean output tokens",
         "replicas = ceil(users / B_max)" if query.traffic == "users"
         else "replicas = ceil(requests/s · O / tokens/s(B_max))",
         "cost per M output tokens = GPUs × price per GPU-hour / (served tokens/s · 3600) · 10⁶"
