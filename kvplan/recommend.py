@@ -622,8 +622,13 @@ def candidate_scenario(row: Any, scenario: Any, lengths: Lengths) -> Any:
     gpr = tp * pp * ep
     total = int(row.total_gpus) if int(row.total_gpus) else gpr
     n = total if total <= MAX_GPUS else gpr
+    gpu: dict[str, Any] = {"gpu": row.gpu}
+    if str(row.gpu).startswith("custom:"):
+        spec = get_gpu(str(row.gpu))
+        gpu = {"gpu": "custom", "custom_gpu_gib": spec.capacity_bytes / 2**30,
+               "custom_gpu_tbps": spec.bandwidth_tbps, "custom_gpu_tflops": spec.bf16_tflops}
     return scenario.model_copy(update={
-        "gpu": row.gpu, "tp": tp, "pp": pp, "num_gpus": n, "kv_dtypes": [row.kv_dtype],
+        **gpu, "tp": tp, "pp": pp, "num_gpus": n, "kv_dtypes": [row.kv_dtype],
         "weight_dtype": row.weight_dtype, "tokens": lengths.context,
         "users": max(int(row.batch) // ep, 1), "view": "context"})
 
