@@ -61,7 +61,7 @@ class Scenario(BaseModel):
     #: Engine knobs; each travels under its own link key (``SETTING_KEYS``).
     engine_settings: EngineSettings = Field(default_factory=EngineSettings)
     #: The dashboard view (tab) the link opens.
-    view: Literal["context", "users", "memory", "requests", "designs", "serving"] = Field(
+    view: Literal["context", "users", "memory", "requests", "designs", "serving", "recommend"] = Field(
         default="context", alias="vw")
     log_x: bool = Field(default=True, alias="lx")
     stack_kinds: bool = Field(default=False, alias="sk")

@@ -1,0 +1,182 @@
+"""Recommend a deployment (``vw=recommend``): traffic and targets in, the Pareto chart of cost per
+million output tokens against TPOT, the ranked table with a link per candidate, and why the others
+fail. Every number comes from ``kvplan.recommend`` (memory exact, time bounds)."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from kvplan.arch import ModelArch
+from kvplan.dtypes import KV_DTYPE_CHOICES, WEIGHT_DTYPES
+from kvplan.errors import KVPlanError
+from kvplan.presets import GPU, gpus
+from kvplan.recommend import (
+    TARGET_PRESETS,
+    Recommendation,
+    RecommendQuery,
+    failure_counts,
+    ranked_rows,
+    recommend,
+)
+from kvplan.scenario import Scenario, scenario_fit_query
+from kvplan.serving import LengthDist, parse_lengths_csv
+from kvplan.ui.theme import new_figure
+from kvplan.ui.views import cache_key, scenario_from_key
+
+TOP = 50
+PRESET_LABELS = {"mlperf-llama2-70b-interactive": "MLPerf Llama-2-70B interactive (450 / 40 ms, p99)",
+                 "mlperf-llama2-70b": "MLPerf Llama-2-70B standard (2000 / 200 ms, p99)",
+                 "custom": "custom"}
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def _search(key: str, query_json: str, csv: bytes | None) -> Recommendation:
+    _, arch, _, fit_query = scenario_from_key(key)
+    workload = parse_lengths_csv(csv) if csv is not None else None
+    return recommend(arch, RecommendQuery.model_validate_json(query_json), fit_query, workload)
+
+
+def _dist(part: str, default: int) -> tuple[LengthDist, bool]:
+    kind = st.selectbox(f"{part.title()} lengths", ["fixed", "lognormal", "csv"], key=f"rc_{part}_kind",
+                        format_func={"fixed": "fixed", "lognormal": "log-normal",
+                                     "csv": "from the uploaded CSV"}.get)
+    if kind == "lognormal":
+        mean = st.number_input(f"{part.title()} mean (tokens)", 1.0, 1e7, float(default),
+                               key=f"rc_{part}_mean")
+        sigma = st.number_input(f"{part.title()} sigma", 0.0, 5.0, 1.0, key=f"rc_{part}_sigma")
+        return LengthDist(kind="lognormal", mean=mean, sigma=sigma), False
+    value = st.number_input(f"{part.title()} tokens", 1, 10_000_000, default, key=f"rc_{part}_tokens")
+    return LengthDist(kind="fixed", value=int(value)), kind == "csv"
+
+
+def _inputs(scenario: Scenario, arch: ModelArch) -> tuple[RecommendQuery, bytes | None]:
+    cols = st.columns(3)
+    with cols[0]:
+        st.markdown("**Traffic**")
+        traffic = st.radio("Traffic as", ["users", "rps"], key="rc_traffic", horizontal=True,
+                           format_func={"users": "concurrent users", "rps": "requests / s"}.get)
+        if traffic == "users":
+            users, rps = int(st.number_input("Concurrent users", 0, 10_000_000, scenario.users,
+                                             key="rc_users")), 1.0
+        else:
+            users, rps = 1, float(st.number_input("Requests per second", 0.0, 1e7, 10.0, key="rc_rps"))
+        prompt, csv_p = _dist("prompt", max(min(scenario.prefix_tokens, scenario.tokens), 1))
+        output, csv_o = _dist("output", scenario.output_tokens)
+        csv = None
+        if csv_p or csv_o:
+            upload = st.file_uploader("Request lengths CSV (prompt,output per row)", type=["csv"],
+                                      key="rc_csv")
+            csv = upload.getvalue() if upload is not None else None
+    with cols[1]:
+        st.markdown("**Targets**")
+        preset = st.selectbox("Preset", list(PRESET_LABELS), format_func=PRESET_LABELS.get,
+                              key="rc_preset")
+        base = TARGET_PRESETS.get(preset, TARGET_PRESETS["mlperf-llama2-70b-interactive"])
+        custom = preset == "custom"
+        ttft = st.number_input("TTFT target (ms)", 0.0, 1e7, base[0], key=f"rc_ttft_{preset}",
+                               disabled=not custom)
+        tpot = st.number_input("TPOT target (ms)", 0.0, 1e6, base[1], key=f"rc_tpot_{preset}",
+                               disabled=not custom)
+        percentile = st.radio("Percentile", ["p99", "p50"], key="rc_pct", horizontal=True)
+        max_context = int(st.number_input("Max context (0 = none)", 0, 100_000_000, 0, key="rc_maxctx"))
+        efficiency = st.slider("Efficiency factor (1 = peak bandwidth and FLOPS)", 0.05, 1.0, 1.0, 0.05,
+                               key="rc_eff")
+    with cols[2]:
+        st.markdown("**Candidates**")
+        catalogue = list(gpus())
+        chosen = st.multiselect("Accelerators (empty = none)", catalogue, default=catalogue,
+                                key="rc_gpus")
+        max_gpus = int(st.selectbox("GPUs per replica at most", [1, 2, 4, 8, 16, 32, 64], index=3,
+                                    key="rc_maxgpus"))
+        kv = st.multiselect("KV formats", list(KV_DTYPE_CHOICES), default=scenario.kv_dtypes,
+                            key="rc_kv")
+        wd = st.multiselect("Weight formats", ["auto", *WEIGHT_DTYPES], default=[scenario.weight_dtype],
+                            key="rc_wd")
+        ep = st.checkbox("Expert parallel (MoE)", value=arch.moe is not None, key="rc_ep",
+                         disabled=arch.moe is None)
+    query = RecommendQuery(
+        traffic=traffic, users=users, rps=rps, prompt=prompt, output=output, percentile=percentile,
+        ttft_ms=ttft, tpot_ms=tpot, max_context=max_context or None, gpus=tuple(chosen),
+        max_gpus=max_gpus, kv_dtypes=tuple(kv), weight_dtypes=tuple(wd), expert_parallel=ep,
+        default_efficiency=efficiency)
+    return query, csv
+
+
+def pareto_figure(ranked: pd.DataFrame, unit: str) -> go.Figure:
+    """Feasible candidates: cost per million output tokens against TPOT, one colour per accelerator;
+    the line joins the candidates no other beats on both."""
+    fig = new_figure()
+    for gpu_id, part in ranked.groupby("gpu", observed=True, sort=True):
+        fig.add_trace(go.Scatter(
+            x=part["tpot_ms"], y=part["cost_per_m_tokens"], mode="markers", name=str(gpu_id),
+            customdata=part[["tp", "pp", "ep", "kv_dtype", "weight_dtype", "total_gpus"]].to_numpy(),
+            hovertemplate="TPOT %{x:.2f} ms · %{y:.4f} per M tokens<br>TP %{customdata[0]} PP "
+                          "%{customdata[1]} EP %{customdata[2]} · KV %{customdata[3]} · W %{customdata[4]}"
+                          " · %{customdata[5]} GPUs<extra>%{fullData.name}</extra>"))
+    front = ranked.sort_values(["tpot_ms", "cost_per_m_tokens"])
+    best_so_far = front["cost_per_m_tokens"].cummin().shift(fill_value=float("inf"))
+    front = front[front["cost_per_m_tokens"] < best_so_far]
+    fig.add_trace(go.Scatter(x=front["tpot_ms"], y=front["cost_per_m_tokens"], mode="lines",
+                             name="Pareto front", line={"color": "black", "dash": "dot"}))
+    fig.update_layout(title="Cost per million output tokens vs TPOT (bounds; feasible candidates)",
+                      xaxis_title="TPOT bound (ms)", yaxis_title=f"{unit} per million output tokens",
+                      height=460, legend={"orientation": "h", "y": -0.2})
+    return fig
+
+
+def render(scenario: Scenario, arch: ModelArch, gpu: GPU) -> pd.DataFrame | None:
+    """Draw the recommendation for the scenario's model, engine and settings."""
+    st.subheader("Recommend a deployment")
+    st.caption("Cheapest accelerator × split × formats for your traffic and latency targets. Memory is "
+               "the engine's exact pool; every time is a bound (formulas and assumptions below), never "
+               "a measurement.")
+    query, csv = _inputs(scenario, arch)
+    if csv is None and (st.session_state.get("rc_prompt_kind") == "csv"
+                        or st.session_state.get("rc_output_kind") == "csv"):
+        st.info("Upload a CSV of prompt,output token counts to use it; the fixed lengths are used meanwhile.")
+    key = cache_key(scenario)
+    try:
+        rec = _search(key, query.model_dump_json(), csv)
+    except KVPlanError as err:
+        st.error(str(err))
+        return None
+    lengths = rec.lengths
+    st.caption(f"Lengths at {query.percentile}: prompt {lengths.prompt:,} tokens, context "
+               f"{lengths.context:,} tokens; mean output {lengths.output_mean:,.1f} tokens "
+               f"({lengths.requests:,} requests, {lengths.source}). Engine: {scenario.engine}; fit query "
+               f"as the sidebar's ({scenario_fit_query(scenario).engine}).")
+    counts = failure_counts(rec)
+    st.markdown(f"**{len(rec.table):,} candidates, {int(rec.table['feasible'].sum()):,} feasible.** "
+                "Failing: " + " · ".join(f"{name} {n:,}" for name, n in counts.items()))
+    if rec.message:
+        st.warning(rec.message)
+    ranked = rec.ranked
+    if not ranked.empty:
+        st.plotly_chart(pareto_figure(ranked, rec.cost_unit), theme=None, key="chart_recommend")
+        rows = pd.DataFrame(ranked_rows(rec, scenario, TOP))
+        st.dataframe(rows, hide_index=True, key="table_recommend", column_config={
+            "link": st.column_config.LinkColumn("open", display_text="open scenario"),
+            "cost_per_m_tokens": st.column_config.NumberColumn(f"{rec.cost_unit} / M tokens",
+                                                               format="%.4f"),
+            "tpot_ms": st.column_config.NumberColumn("TPOT ms (bound)", format="%.2f"),
+            "ttft_ms": st.column_config.NumberColumn("TTFT ms (bound)", format="%.1f"),
+        })
+        best = rows.iloc[0]
+        st.markdown(f"Cheapest: **{best['gpu']}**, TP {best['tp']} × PP {best['pp']}"
+                    + (f", EP {best['ep']}" if best["ep"] > 1 else "")
+                    + f", KV {best['kv_dtype']}, weights {best['weight_dtype']}: {best['replicas']:,} "
+                      f"replica(s), {best['total_gpus']:,} GPUs — [open its scenario]({best['link']})")
+    failed = rec.table[~rec.table["feasible"]]
+    with st.expander(f"Why the other {len(failed):,} candidates fail", expanded=False):
+        st.dataframe(failed[["gpu", "tp", "pp", "ep", "kv_dtype", "weight_dtype", "fails", "max_requests",
+                             "tpot_ms", "ttft_ms"]].head(500), hide_index=True, key="table_recommend_fails")
+    with st.expander("Formulas and assumptions (bounds)", expanded=False):
+        st.markdown("\n".join(f"- `{line}`" for line in rec.formulas))
+        st.markdown("\n".join(f"- {line}" for line in [*rec.assumptions, *rec.notes]))
+    digest = hashlib.sha256(query.model_dump_json().encode()).hexdigest()[:8]
+    st.caption(f"Search {digest}: {len(rec.table):,} candidates, vectorised (kvplan.recommend).")
+    return rec.table
