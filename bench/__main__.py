@@ -378,6 +378,28 @@ SECTIONS = {"sweep": bench_sweep, "reruns": bench_reruns, "imports": bench_impor
             "browser": bench_browser, "rss": bench_rss}
 
 
+def bench_recommend(reps: int) -> None:
+    """The recommend search over ≥ 10,000 candidates: the catalogue × 12 TP/PP splits × 5 KV × 8
+    weight formats for Llama-3.1-70B on vLLM (each repetition a fresh search, no result cache)."""
+    from kvplan.capacity import FitQuery
+    from kvplan.presets import load_model
+    from kvplan.recommend import RecommendQuery, recommend
+
+    arch = load_model("llama-3.1-70b")
+    query = RecommendQuery(users=256, max_gpus=16, kv_dtypes=("bf16", "fp16", "fp8_e4m3", "fp8_e5m2",
+                                                               "int8"),
+                           weight_dtypes=("auto", "fp16", "fp8", "int8", "int4_g128", "nvfp4", "mxfp4",
+                                          "fp32"))
+    count = len(recommend(arch, query, FitQuery()).table)
+    samples = [timed(lambda: recommend(arch, query, FitQuery())) for _ in range(reps)]
+    med = statistics.median(samples)
+    record(f"recommend, {count:,} candidates (vectorised)", samples, target="≤ 200 ms",
+           ok=count >= 10_000 and med <= 0.2)
+
+
+SECTIONS["recommend"] = bench_recommend
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench")
     parser.add_argument("--reps", type=int, default=7)
