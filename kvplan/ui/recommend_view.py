@@ -24,6 +24,7 @@ from kvplan.recommend import (
 )
 from kvplan.scenario import Scenario, scenario_fit_query
 from kvplan.serving import LengthDist, parse_lengths_csv
+from kvplan.ui.exports_ui import download_buttons
 from kvplan.ui.theme import new_figure
 from kvplan.ui.views import cache_key, scenario_from_key
 
@@ -156,8 +157,10 @@ def render(scenario: Scenario, arch: ModelArch, gpu: GPU) -> pd.DataFrame | None
         st.warning(rec.message)
     ranked = rec.ranked
     if not ranked.empty:
-        st.plotly_chart(pareto_figure(ranked, rec.cost_unit), theme=None, key="chart_recommend")
+        fig = pareto_figure(ranked, rec.cost_unit)
+        st.plotly_chart(fig, theme=None, key="chart_recommend")
         rows = pd.DataFrame(ranked_rows(rec, scenario, TOP))
+        download_buttons("recommend", rows, fig, scenario)
         st.dataframe(rows, hide_index=True, key="table_recommend", column_config={
             "link": st.column_config.LinkColumn("open", display_text="open scenario"),
             "cost_per_m_tokens": st.column_config.NumberColumn(f"{rec.cost_unit} / M tokens",
