@@ -200,8 +200,8 @@ def _recommend_args(p: argparse.ArgumentParser) -> None:
                        help=f"log-normal {part} lengths with this mean (with --{part}-sigma)")
         p.add_argument(f"--{part}-sigma", type=_number(f"--{part}-sigma", float, 0, 5), default=1.0)
     p.add_argument("--lengths-csv", help="CSV of prompt,output token counts (one request per row)")
-    p.add_argument("--preset", choices=list(TARGET_PRESETS), help="TTFT/TPOT targets (default: MLPerf "
-                                                                  "Llama-2-70B interactive, p99)")
+    p.add_argument("--preset", help="TTFT/TPOT targets: " + ", ".join(TARGET_PRESETS)
+                                    + " (default: MLPerf Llama-2-70B interactive, p99)")
     p.add_argument("--ttft-ms", type=_number("--ttft-ms", float, -1e9, 1e9))
     p.add_argument("--tpot-ms", type=_number("--tpot-ms", float, -1e9, 1e9))
     p.add_argument("--percentile", choices=["p50", "p99"])
@@ -220,6 +220,15 @@ def _recommend_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--efficiency", type=_pairs("--efficiency"), action="append", default=[],
                    help="gpu=efficiency factor in (0, 1] (repeatable)")
     p.add_argument("--default-efficiency", type=_number("--default-efficiency", float, 1e-6, 1), default=1.0)
+    p.add_argument("--measured-gpu", help="calibrate this accelerator's efficiency factor from one run")
+    p.add_argument("--measured-tp", type=_positive("--measured-tp", 4096), default=1)
+    p.add_argument("--measured-tokens-per-s", type=_number("--measured-tokens-per-s", float, 0, 1e12),
+                   help="decode tokens/s of the run (with --measured-batch, --measured-context)")
+    p.add_argument("--measured-ttft-ms", type=_number("--measured-ttft-ms", float, 0, 1e9),
+                   help="TTFT of the run (with --measured-prompt)")
+    p.add_argument("--measured-batch", type=_positive("--measured-batch", 10_000_000), default=1)
+    p.add_argument("--measured-prompt", type=_positive("--measured-prompt", 100_000_000), default=1024)
+    p.add_argument("--measured-context", type=_positive("--measured-context", 100_000_000), default=2048)
     p.add_argument("--top", type=_positive("--top", 10_000), default=20)
     p.add_argument("--json", action="store_true")
 
@@ -407,6 +416,30 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _calibrated(args: argparse.Namespace, arch, engine: str, settings) -> tuple[str, float] | None:
+    """(accelerator, efficiency factor) solved from the ``--measured-*`` run, if one was given."""
+    from kvplan.capacity import FitQuery
+    from kvplan.presets import get_gpu
+    from kvplan.recommend import calibrate_efficiency
+
+    measured = args.measured_tokens_per_s if args.measured_tokens_per_s is not None else args.measured_ttft_ms
+    if measured is None:
+        return None
+    if args.measured_gpu is None:
+        raise KVPlanError("recommend.calibrate", detail="--measured-gpu names the accelerator of the run")
+    wd = next(iter(args.weight_dtypes), "auto")
+    base = FitQuery(engine=engine, tp=args.measured_tp, kv_dtype=next(iter(args.kv_dtypes), "bf16"),
+                    weight_dtype=None if wd == "auto" else wd, reserve_gib=args.reserve_gib,
+                    settings=settings.model_copy(update={"tp": args.measured_tp}))
+    kind = "decode" if args.measured_tokens_per_s is not None else "prefill"
+    factor = calibrate_efficiency(arch, get_gpu(args.measured_gpu), base, measured, kind,
+                                  args.measured_batch, args.measured_prompt, args.measured_context)
+    if factor > 1:
+        raise KVPlanError("recommend.calibrate", detail=f"the measured run beats the bound (e = {factor:.3g} "
+                                                        "> 1); check the inputs")
+    return args.measured_gpu, factor
+
+
 def cmd_recommend(args: argparse.Namespace) -> int:
     import json as _json
 
@@ -441,6 +474,10 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         return LengthDist(kind="fixed", value=getattr(args, f"{part}_tokens"))
 
     ttft, tpot, percentile = resolve_targets(args.preset, args.ttft_ms, args.tpot_ms, args.percentile)
+    efficiency = dict(args.efficiency)
+    calibrated = _calibrated(args, arch, engine, settings)
+    if calibrated is not None:
+        efficiency[calibrated[0]] = calibrated[1]
     query = RecommendQuery(
         traffic="rps" if args.rps is not None else "users",
         users=args.users if args.users is not None else 64, rps=args.rps if args.rps is not None else 1.0,
@@ -448,7 +485,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         max_context=args.max_context, gpus=args.gpus, max_gpus=args.max_gpus,
         max_total_gpus=args.max_total_gpus, tp=args.tp, pp=args.pp, expert_parallel=not args.no_ep,
         kv_dtypes=args.kv_dtypes, weight_dtypes=args.weight_dtypes, prices=dict(args.price),
-        efficiency=dict(args.efficiency), default_efficiency=args.default_efficiency)
+        efficiency=efficiency, default_efficiency=args.default_efficiency)
     base = FitQuery(engine=engine, reserve_gib=args.reserve_gib, settings=settings)
     rec = recommend(arch, query, base, workload)
     if args.model is not None:
@@ -470,7 +507,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
                         "requests": lengths.requests, "source": lengths.source},
             "cost_unit": rec.cost_unit, "candidates": len(rec.table),
             "feasible": int(rec.table["feasible"].sum()), "failures": failure_counts(rec),
-            "message": rec.message, "table": rows, "formulas": rec.formulas,
+            "message": rec.message, "table": rows, "formulas": rec.formulas, "efficiency": efficiency,
             "assumptions": rec.assumptions, "notes": rec.notes}))
         return 0
     print(f"{arch.name} · {get_engine(engine).label} · targets TTFT ≤ {ttft:g} ms, TPOT ≤ {tpot:g} ms "

@@ -50,7 +50,7 @@ TARGET_PRESETS: dict[str, tuple[float, float, str]] = {
     "mlperf-llama2-70b-interactive": (*MLPERF_BOUNDS["llama2-70b interactive"], "p99"),
     "mlperf-llama2-70b": (*MLPERF_BOUNDS["llama2-70b standard"], "p99"),
 }
-MAX_CANDIDATES = 200_000
+MAX_CANDIDATES = 100_000
 MAX_GPUS_PER_REPLICA = 1024
 ACT_BYTES = 2  # bf16 activations exchanged between ranks
 FAILS = ("memory", "TTFT", "TPOT", "GPU limit")
@@ -304,7 +304,7 @@ def recommend(arch: ModelArch, query: RecommendQuery, base: FitQuery,
     if n_total == 0:
         raise KVPlanError("recommend.empty", detail=_empty_detail(gpu_list, layouts, kv_dtypes, wds, notes))
     if n_total > MAX_CANDIDATES:
-        raise KVPlanError("recommend.too_many", count=n_total, limit=MAX_CANDIDATES)
+        raise KVPlanError("recommend.too_many", count=f"{n_total:,}", limit=MAX_CANDIDATES)
     engine = get_engine(base.engine)
     G, Y, K, W = len(gpu_list), len(layouts), len(kv_dtypes), len(wds)
     L = lengths.context
@@ -521,8 +521,8 @@ def no_feasible_message(table: pd.DataFrame, query: RecommendQuery) -> str:
                 f"{max(int(table['kv_budget_bytes'].max()), 0):,} B per GPU")
     else:
         best = f"every candidate needs more than {query.max_total_gpus:,} GPUs"
-    return str(KVPlanError("recommend.none", constraint=tightest, passing=passing[tightest],
-                           count=len(table), best=best))
+    return str(KVPlanError("recommend.none", constraint=tightest, passing=f"{passing[tightest]:,}",
+                           count=f"{len(table):,}", best=best))
 
 
 def _formulas(query: RecommendQuery, lengths: Lengths, unit: str) -> list[str]:
@@ -548,6 +548,8 @@ def _assumptions(arch: ModelArch, query: RecommendQuery) -> list[str]:
         "read for that final length on every resident request (the last token of such a request).",
         "Memory is the engine's exact pool for that length (weights as loaded, the release's budget).",
         "Prefills interleave with decode steps: their time lowers throughput, not TPOT.",
+        "KV read per decode step = what the engine reserves for the request (for windowed layers a "
+        "little more than the tokens attention reads).",
         "PP stages run one after another for a token (no micro-batch overlap); communication is "
         "bandwidth only (no latency term) and not overlapped with compute.",
         "Peak FLOPS: BF16, or FP8 for FP8 weights where the accelerator has it.",

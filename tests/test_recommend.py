@@ -219,3 +219,32 @@ def test_cli_recommend_json_and_errors(capsys: pytest.CaptureFixture[str], tmp_p
     assert "request-length CSV is invalid: row 2" in capsys.readouterr().err
     assert main(["recommend", "--model", "llama-3.1-8b", "--tpot-ms", "-1"]) == 2
     assert "impossible latency targets" in capsys.readouterr().err
+
+
+def test_prices_turn_gpu_hours_into_money() -> None:
+    """Preset prices (AWS Capacity Blocks: H100 4.916, H200 5.408 per GPU-hour) when every chosen
+    accelerator has one; otherwise GPU-hours (price 1), unless the user prices the rest."""
+    query = RecommendQuery(users=64, gpus=("h100-sxm", "h200"), **LOOSE)
+    rec = recommend(LLAMA8, query, FitQuery())
+    assert rec.cost_unit == "$"
+    h100 = row(rec, gpu="h100-sxm")
+    assert h100["cost_per_hour"] == pytest.approx(h100["total_gpus"] * 4.916)
+    mixed = recommend(LLAMA8, query.model_copy(update={"gpus": ("h100-sxm", "l4")}), FitQuery())
+    assert mixed.cost_unit == "GPU-hours" and row(mixed, gpu="h100-sxm")["cost_per_hour"] == 1.0
+    priced = recommend(LLAMA8, query.model_copy(update={"gpus": ("h100-sxm", "l4"), "prices": {"l4": 0.5}}),
+                       FitQuery())
+    assert priced.cost_unit == "$" and row(priced, gpu="l4")["cost_per_hour"] == pytest.approx(
+        row(priced, gpu="l4")["total_gpus"] * 0.5)
+
+
+def test_cli_calibrates_the_efficiency_from_a_measured_ttft(capsys: pytest.CaptureFixture[str]) -> None:
+    """A TTFT computed with e = 0.5 on an H100 (TP 1: no communication term) gives e = 0.5 back,
+    used for that accelerator."""
+    gpu = get_gpu("h100-sxm")
+    terms = rc.single_terms(LLAMA8, gpu, FitQuery(), 2048, efficiency=0.5)
+    ttft_ms = float(prefill_time(terms, 1024, rc.prefill_flops(LLAMA8, 1024))[0][0]) * 1e3
+    assert main(["recommend", "--model", "llama-3.1-8b", "--gpus", "h100-sxm", "--tp", "1", "--pp", "1",
+                 "--kv-dtypes", "bf16", "--measured-gpu", "h100-sxm", "--measured-ttft-ms", repr(ttft_ms),
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["efficiency"]["h100-sxm"] == pytest.approx(0.5, rel=1e-9)

@@ -18,11 +18,12 @@ from kvplan.recommend import (
     TARGET_PRESETS,
     Recommendation,
     RecommendQuery,
+    calibrate_efficiency,
     failure_counts,
     ranked_rows,
     recommend,
 )
-from kvplan.scenario import Scenario, scenario_fit_query
+from kvplan.scenario import Scenario, scenario_fit_query, scenario_gpu
 from kvplan.serving import LengthDist, parse_lengths_csv
 from kvplan.ui.exports_ui import download_buttons
 from kvplan.ui.theme import new_figure
@@ -99,12 +100,69 @@ def _inputs(scenario: Scenario, arch: ModelArch) -> tuple[RecommendQuery, bytes 
                             key="rc_wd")
         ep = st.checkbox("Expert parallel (MoE)", value=arch.moe is not None, key="rc_ep",
                          disabled=arch.moe is None)
+    prices, factors = _prices_and_efficiency(chosen, efficiency)
+    calibrated = _calibration(scenario, arch)
+    if calibrated is not None:
+        factors[scenario.gpu] = calibrated
     query = RecommendQuery(
         traffic=traffic, users=users, rps=rps, prompt=prompt, output=output, percentile=percentile,
         ttft_ms=ttft, tpot_ms=tpot, max_context=max_context or None, gpus=tuple(chosen),
         max_gpus=max_gpus, kv_dtypes=tuple(kv), weight_dtypes=tuple(wd), expert_parallel=ep,
-        default_efficiency=efficiency)
+        default_efficiency=efficiency, prices=prices, efficiency=factors)
     return query, csv
+
+
+def _prices_and_efficiency(chosen: list[str], efficiency: float) -> tuple[dict[str, float],
+                                                                          dict[str, float]]:
+    """An editable table: price per GPU-hour (default: the preset's, else empty) and efficiency
+    factor per accelerator (default: the slider). Without a price for every accelerator the costs
+    are counted in GPU-hours."""
+    catalogue = gpus()
+    with st.expander("Prices per GPU-hour and efficiency per accelerator", expanded=False):
+        frame = pd.DataFrame({
+            "gpu": chosen,
+            "price_per_hour": [catalogue[g].price_per_hour if g in catalogue else None for g in chosen],
+            "efficiency": [efficiency] * len(chosen)}).astype({"price_per_hour": "float64"})
+        edited = st.data_editor(frame, hide_index=True, key="rc_prices", disabled=["gpu"], column_config={
+            "price_per_hour": st.column_config.NumberColumn("price per GPU-hour", min_value=0.0001,
+                                                            format="%.4f"),
+            "efficiency": st.column_config.NumberColumn("efficiency (0–1]", min_value=0.01,
+                                                        max_value=1.0, format="%.2f")})
+        st.caption("No public list price is in the catalogue yet: enter yours (all of them) to get "
+                   "cost in money; otherwise cost is in GPU-hours.")
+    prices = {str(r.gpu): float(r.price_per_hour) for r in edited.itertuples()
+              if pd.notna(r.price_per_hour) and r.price_per_hour > 0}
+    factors = {str(r.gpu): float(r.efficiency) for r in edited.itertuples()
+               if pd.notna(r.efficiency) and 0 < r.efficiency <= 1}
+    return prices, factors
+
+
+def _calibration(scenario: Scenario, arch: ModelArch) -> float | None:
+    """Solve the sidebar accelerator's efficiency factor from one measured run (its TP/PP, formats
+    and engine): decode tokens/s at a batch, or a TTFT (``recommend.calibrate_efficiency``)."""
+    with st.expander("Calibrate the efficiency factor from one measured run", expanded=False):
+        kind = st.radio("Measured", ["decode", "prefill"], key="rc_cal_kind", horizontal=True,
+                        format_func={"decode": "decode tokens/s", "prefill": "TTFT (ms)"}.get)
+        cols = st.columns(4)
+        measured = cols[0].number_input("Measured value", 0.0, 1e9, 0.0, key="rc_cal_value")
+        batch = int(cols[1].number_input("Batch", 1, 1_000_000, 1, key="rc_cal_batch"))
+        prompt = int(cols[2].number_input("Prompt tokens", 1, 10_000_000, 1024, key="rc_cal_prompt"))
+        context = int(cols[3].number_input("Context tokens", 2, 10_000_000, 2048, key="rc_cal_ctx"))
+        if measured <= 0:
+            st.caption(f"On {scenario.gpu} with the sidebar's TP {scenario.tp} × PP {scenario.pp}; "
+                       "enter a measured value to solve for the factor.")
+            return None
+        try:
+            factor = calibrate_efficiency(arch, scenario_gpu(scenario), scenario_fit_query(scenario),
+                                          measured, kind, batch, prompt, context)
+        except KVPlanError as err:
+            st.warning(str(err))
+            return None
+        use = st.checkbox(f"Use e = {factor:.4f} for {scenario.gpu}", value=0 < factor <= 1,
+                          key="rc_cal_use", disabled=not 0 < factor <= 1)
+        st.caption(f"Efficiency factor implied by the run: {factor:.4f} (bound time / measured time"
+                   f"{'; above 1: the run beat the bound, check the inputs' if factor > 1 else ''}).")
+        return factor if use and 0 < factor <= 1 else None
 
 
 def pareto_figure(ranked: pd.DataFrame, unit: str) -> go.Figure:
