@@ -248,3 +248,19 @@ def test_cli_calibrates_the_efficiency_from_a_measured_ttft(capsys: pytest.Captu
                  "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["efficiency"]["h100-sxm"] == pytest.approx(0.5, rel=1e-9)
+
+
+def test_requests_per_second_sets_the_replicas() -> None:
+    """10 requests/s of 1,024 + 256 tokens on the TPOT-test GPU (80 GiB, 1 TB/s, compute negligible),
+    TPOT ≤ 20 ms → B_max = 23. TPOT(23) = (16,060,522,496 + 23 × 167,772,160) / 10¹² = 19.919282 ms;
+    the mean prefill reads the weights once: 16.060522 ms. tokens/s = 256·23 / (256 × 0.019919282 +
+    23 × 0.016060522) = 1,076.68; 10 × 256 = 2,560 tokens/s → 3 replicas; 3 GPU-hours per hour over
+    2,560 × 3,600 tokens = 0.325521 GPU-hours per million output tokens."""
+    gpu = "custom:80:1:1000000"
+    query = RecommendQuery(traffic="rps", rps=10.0, gpus=(gpu,), **{**LOOSE, "tpot_ms": 20.0})
+    best = row(recommend(LLAMA8, query, FitQuery()), gpu=gpu)
+    assert (best["max_batch_tpot"], best["replicas"], best["total_gpus"]) == (23, 3, 3)
+    assert best["tpot_ms"] == pytest.approx(19.919282176, rel=1e-6)
+    assert best["tokens_per_s_per_replica"] == pytest.approx(5888 / (256 * 0.019919282176
+                                                                     + 23 * 0.016060522496), rel=1e-6)
+    assert best["cost_per_m_tokens"] == pytest.approx(3 / (2560 * 3600) * 1e6, rel=1e-12)
