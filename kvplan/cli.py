@@ -10,6 +10,7 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Literal
 
 from pydantic import ValidationError
 
@@ -431,7 +432,7 @@ def _calibrated(args: argparse.Namespace, arch, engine: str, settings) -> tuple[
     base = FitQuery(engine=engine, tp=args.measured_tp, kv_dtype=next(iter(args.kv_dtypes), "bf16"),
                     weight_dtype=None if wd == "auto" else wd, reserve_gib=args.reserve_gib,
                     settings=settings.model_copy(update={"tp": args.measured_tp}))
-    kind = "decode" if args.measured_tokens_per_s is not None else "prefill"
+    kind: Literal["decode", "prefill"] = "decode" if args.measured_tokens_per_s is not None else "prefill"
     factor = calibrate_efficiency(arch, get_gpu(args.measured_gpu), base, measured, kind,
                                   args.measured_batch, args.measured_prompt, args.measured_context)
     if factor > 1:
@@ -481,20 +482,20 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     query = RecommendQuery(
         traffic="rps" if args.rps is not None else "users",
         users=args.users if args.users is not None else 64, rps=args.rps if args.rps is not None else 1.0,
-        prompt=dist("prompt"), output=dist("output"), percentile=percentile, ttft_ms=ttft, tpot_ms=tpot,
+        prompt=dist("prompt"), output=dist("output"), percentile="p50" if percentile == "p50" else "p99",
+        ttft_ms=ttft, tpot_ms=tpot,
         max_context=args.max_context, gpus=args.gpus, max_gpus=args.max_gpus,
         max_total_gpus=args.max_total_gpus, tp=args.tp, pp=args.pp, expert_parallel=not args.no_ep,
         kv_dtypes=args.kv_dtypes, weight_dtypes=args.weight_dtypes, prices=dict(args.price),
         efficiency=efficiency, default_efficiency=args.default_efficiency)
     base = FitQuery(engine=engine, reserve_gib=args.reserve_gib, settings=settings)
     rec = recommend(arch, query, base, workload)
-    if args.model is not None:
-        scenario = Scenario(model=args.model, engine=engine, reserve_gib=args.reserve_gib,
-                            engine_settings=settings)
-    else:
-        config = _json.loads(Path(args.config).read_text(encoding="utf-8"))
-        scenario = Scenario(model=CUSTOM_MODEL, custom_config=config, engine=engine,
-                            reserve_gib=args.reserve_gib, engine_settings=settings)
+    model: dict[str, object] = {"model": args.model}
+    if args.model is None:
+        model = {"model": CUSTOM_MODEL,
+                 "custom_config": _json.loads(Path(args.config).read_text(encoding="utf-8"))}
+    scenario = Scenario.model_validate({**model, "engine": engine, "reserve_gib": args.reserve_gib,
+                                        "engine_settings": settings})
     rows = ranked_rows(rec, scenario, args.top)
     lengths = rec.lengths
     if args.json:

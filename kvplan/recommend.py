@@ -600,11 +600,11 @@ def single_terms(arch: ModelArch, gpu: GPU, base: FitQuery, context_tokens: int,
     top = max(budget.stage_weights)
     experts, params = expert_share(arch)
     w_expert = top * experts // params
-    fp8 = (q.weight_dtype == "fp8") and gpu.fp8_tflops
+    peak = gpu.fp8_tflops if q.weight_dtype == "fp8" and gpu.fp8_tflops else gpu.bf16_tflops
     moe = arch.moe
     one = np.ones(1)
     return _Terms(
-        bw=one * gpu.bandwidth_tbps * 1e12, flops=one * (gpu.fp8_tflops if fp8 else gpu.bf16_tflops) * 1e12,
+        bw=one * gpu.bandwidth_tbps * 1e12, flops=one * peak * 1e12,
         link=one * (gpu.interconnect_gbps or gpu.host_link_gbps or 32.0) * 1e9, eff=one * efficiency,
         tp=one * q.tp, pp=one * q.pp, ep=one, w_dense=one * (top - w_expert), w_expert=one * w_expert,
         kv_request=one * float(pool.per_request_bytes(np.asarray([context_tokens]))[0]),
