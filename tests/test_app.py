@@ -314,7 +314,18 @@ def test_recommend_tab_shows_chart_table_and_links_with_the_core_memory():
 
 def test_recommend_tab_names_impossible_targets():
     at = make_app(m="llama-3.1-8b", vw="recommend")
-    at.selectbox(key="rc_preset").set_value("custom").run()
-    at.number_input(key="rc_tpot_custom").set_value(0.001).run()
+    at.selectbox(key="sv_rc_preset").set_value("custom").run()
+    at.number_input(key="sv_rc_tpot").set_value(0.001).run()
     assert not at.exception
     assert any("no candidate meets every constraint; the tightest is TPOT" in w.value for w in at.warning)
+    sv = dict(item.split(":") for item in at.query_params["sv"].split(";"))
+    assert sv == {"rc_preset": "custom", "rc_tpot": "0.001"}
+
+
+def test_recommend_inputs_come_from_the_link():
+    """sv=rc_… sets traffic and targets: 32 users, the MLPerf standard targets, p50."""
+    at = make_app(m="llama-3.1-8b", vw="recommend", sv="rc_users:32;rc_preset:mlperf-llama2-70b;rc_pct:p50")
+    no_errors(at)
+    assert at.number_input(key="sv_rc_users").value == 32
+    assert any("TTFT ≤ 2000 ms, TPOT ≤ 200 ms" in c.value for c in at.caption)
+    assert any("Lengths at p50" in c.value for c in at.caption)

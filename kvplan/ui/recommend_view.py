@@ -26,6 +26,7 @@ from kvplan.recommend import (
 from kvplan.scenario import Scenario, scenario_fit_query, scenario_gpu
 from kvplan.serving import LengthDist, parse_lengths_csv
 from kvplan.ui.exports_ui import download_buttons
+from kvplan.ui.serving_state import ensure
 from kvplan.ui.theme import new_figure
 from kvplan.ui.views import cache_key, scenario_from_key
 
@@ -42,32 +43,43 @@ def _search(key: str, query_json: str, csv: bytes | None) -> Recommendation:
     return recommend(arch, RecommendQuery.model_validate_json(query_json), fit_query, workload)
 
 
-def _dist(part: str, default: int) -> tuple[LengthDist, bool]:
-    kind = st.selectbox(f"{part.title()} lengths", ["fixed", "lognormal", "csv"], key=f"rc_{part}_kind",
+def _dist(part: str, scenario: Scenario) -> tuple[LengthDist, bool]:
+    state = st.session_state
+    kind = st.selectbox(f"{part.title()} lengths", ["fixed", "lognormal", "csv"],
+                        key=ensure(f"rc_{part}_kind", scenario, state),
                         format_func={"fixed": "fixed", "lognormal": "log-normal",
                                      "csv": "from the uploaded CSV"}.get)
     if kind == "lognormal":
-        mean = st.number_input(f"{part.title()} mean (tokens)", 1.0, 1e7, float(default),
-                               key=f"rc_{part}_mean")
-        sigma = st.number_input(f"{part.title()} sigma", 0.0, 5.0, 1.0, key=f"rc_{part}_sigma")
+        mean = st.number_input(f"{part.title()} mean (tokens)", 1.0, 1e7,
+                               key=ensure(f"rc_{part}_mean", scenario, state))
+        sigma = st.number_input(f"{part.title()} sigma", 0.0, 5.0,
+                                key=ensure(f"rc_{part}_sigma", scenario, state))
         return LengthDist(kind="lognormal", mean=mean, sigma=sigma), False
-    value = st.number_input(f"{part.title()} tokens", 1, 10_000_000, default, key=f"rc_{part}_tokens")
+    value = st.number_input(f"{part.title()} tokens", 1, 10_000_000,
+                            key=ensure(f"rc_{part}_tokens", scenario, state))
     return LengthDist(kind="fixed", value=int(value)), kind == "csv"
 
 
 def _inputs(scenario: Scenario, arch: ModelArch) -> tuple[RecommendQuery, bytes | None]:
+    """The tab's inputs; traffic, lengths and targets travel in the link (``sv=rc_…``, see
+    ``serving_state.INPUTS``), the candidate lists start from the sidebar's choices."""
+    state = st.session_state
     cols = st.columns(3)
     with cols[0]:
         st.markdown("**Traffic**")
-        traffic = st.radio("Traffic as", ["users", "rps"], key="rc_traffic", horizontal=True,
+        traffic = st.radio("Traffic as", ["users", "rps"], key=ensure("rc_traffic", scenario, state),
+                           horizontal=True,
                            format_func={"users": "concurrent users", "rps": "requests / s"}.get)
         if traffic == "users":
-            users, rps = int(st.number_input("Concurrent users", 0, 10_000_000, scenario.users,
-                                             key="rc_users")), 1.0
+            users = int(st.number_input("Concurrent users", 0, 10_000_000,
+                                        key=ensure("rc_users", scenario, state)))
+            rps = 1.0
         else:
-            users, rps = 1, float(st.number_input("Requests per second", 0.0, 1e7, 10.0, key="rc_rps"))
-        prompt, csv_p = _dist("prompt", max(min(scenario.prefix_tokens, scenario.tokens), 1))
-        output, csv_o = _dist("output", scenario.output_tokens)
+            users = 1
+            rps = float(st.number_input("Requests per second", 0.0, 1e7,
+                                        key=ensure("rc_rps", scenario, state)))
+        prompt, csv_p = _dist("prompt", scenario)
+        output, csv_o = _dist("output", scenario)
         csv = None
         if csv_p or csv_o:
             upload = st.file_uploader("Request lengths CSV (prompt,output per row)", type=["csv"],
@@ -76,24 +88,27 @@ def _inputs(scenario: Scenario, arch: ModelArch) -> tuple[RecommendQuery, bytes 
     with cols[1]:
         st.markdown("**Targets**")
         preset = st.selectbox("Preset", list(PRESET_LABELS), format_func=PRESET_LABELS.get,
-                              key="rc_preset")
-        base = TARGET_PRESETS.get(preset, TARGET_PRESETS["mlperf-llama2-70b-interactive"])
-        custom = preset == "custom"
-        ttft = st.number_input("TTFT target (ms)", 0.0, 1e7, base[0], key=f"rc_ttft_{preset}",
-                               disabled=not custom)
-        tpot = st.number_input("TPOT target (ms)", 0.0, 1e6, base[1], key=f"rc_tpot_{preset}",
-                               disabled=not custom)
-        percentile = st.radio("Percentile", ["p99", "p50"], key="rc_pct", horizontal=True)
-        max_context = int(st.number_input("Max context (0 = none)", 0, 100_000_000, 0, key="rc_maxctx"))
-        efficiency = st.slider("Efficiency factor (1 = peak bandwidth and FLOPS)", 0.05, 1.0, 1.0, 0.05,
-                               key="rc_eff")
+                              key=ensure("rc_preset", scenario, state))
+        if preset == "custom":
+            ttft = st.number_input("TTFT target (ms)", 0.0, 1e7, key=ensure("rc_ttft", scenario, state))
+            tpot = st.number_input("TPOT target (ms)", 0.0, 1e6, key=ensure("rc_tpot", scenario, state))
+        else:
+            ttft, tpot, _ = TARGET_PRESETS[preset]
+            st.caption(f"TTFT ≤ {ttft:g} ms, TPOT ≤ {tpot:g} ms (MLPerf Inference loadgen/mlperf.conf, "
+                       "Server scenario)")
+        percentile = st.radio("Percentile", ["p99", "p50"], key=ensure("rc_pct", scenario, state),
+                              horizontal=True)
+        max_context = int(st.number_input("Max context (0 = none)", 0, 100_000_000,
+                                          key=ensure("rc_maxctx", scenario, state)))
+        efficiency = st.slider("Efficiency factor (1 = peak bandwidth and FLOPS)", 0.05, 1.0, step=0.05,
+                               key=ensure("rc_eff", scenario, state))
     with cols[2]:
         st.markdown("**Candidates**")
         catalogue = list(gpus())
         chosen = st.multiselect("Accelerators (empty = none)", catalogue, default=catalogue,
                                 key="rc_gpus")
-        max_gpus = int(st.selectbox("GPUs per replica at most", [1, 2, 4, 8, 16, 32, 64], index=3,
-                                    key="rc_maxgpus"))
+        max_gpus = int(st.selectbox("GPUs per replica at most", [1, 2, 4, 8, 16, 32, 64],
+                                    key=ensure("rc_maxgpus", scenario, state)))
         kv = st.multiselect("KV formats", list(KV_DTYPE_CHOICES), default=scenario.kv_dtypes,
                             key="rc_kv")
         wd = st.multiselect("Weight formats", ["auto", *WEIGHT_DTYPES], default=[scenario.weight_dtype],
@@ -105,10 +120,11 @@ def _inputs(scenario: Scenario, arch: ModelArch) -> tuple[RecommendQuery, bytes 
     if calibrated is not None:
         factors[scenario.gpu] = calibrated
     query = RecommendQuery(
-        traffic=traffic, users=users, rps=rps, prompt=prompt, output=output, percentile=percentile,
-        ttft_ms=ttft, tpot_ms=tpot, max_context=max_context or None, gpus=tuple(chosen),
-        max_gpus=max_gpus, kv_dtypes=tuple(kv), weight_dtypes=tuple(wd), expert_parallel=ep,
-        default_efficiency=efficiency, prices=prices, efficiency=factors)
+        traffic=traffic, users=users, rps=rps, prompt=prompt, output=output,
+        percentile="p50" if percentile == "p50" else "p99", ttft_ms=ttft, tpot_ms=tpot,
+        max_context=max_context or None, gpus=tuple(chosen), max_gpus=max_gpus, kv_dtypes=tuple(kv),
+        weight_dtypes=tuple(wd), expert_parallel=ep, default_efficiency=efficiency, prices=prices,
+        efficiency=factors)
     return query, csv
 
 
@@ -194,8 +210,8 @@ def render(scenario: Scenario, arch: ModelArch, gpu: GPU) -> pd.DataFrame | None
                "the engine's exact pool; every time is a bound (formulas and assumptions below), never "
                "a measurement.")
     query, csv = _inputs(scenario, arch)
-    if csv is None and (st.session_state.get("rc_prompt_kind") == "csv"
-                        or st.session_state.get("rc_output_kind") == "csv"):
+    if csv is None and (st.session_state.get("sv_rc_prompt_kind") == "csv"
+                        or st.session_state.get("sv_rc_output_kind") == "csv"):
         st.info("Upload a CSV of prompt,output token counts to use it; the fixed lengths are used meanwhile.")
     key = cache_key(scenario)
     try:

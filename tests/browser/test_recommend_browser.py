@@ -3,6 +3,8 @@ table, open the cheapest candidate's link and find the same memory figures on th
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from playwright.sync_api import Page, expect
 
@@ -32,6 +34,7 @@ def test_recommend_then_open_the_cheapest_candidate(page: Page, app_url: str) ->
     page.get_by_test_id("stTabs").get_by_test_id("stSelectbox").filter(has_text="Preset").click()
     page.get_by_role("option", name="MLPerf Llama-2-70B standard (2000 / 200 ms, p99)").click()
     _idle(page)
+    expect(page).to_have_url(re.compile(r"sv=[^&]*rc_users%3A32"), timeout=LOAD_MS)  # the link keeps them
     expect(page.get_by_test_id("stPlotlyChart").first).to_be_visible(timeout=LOAD_MS)
     expect(page.locator('[data-testid="stDataFrame"]:visible').first).to_be_visible()
     want = recommend(load_model("llama-3.1-8b"), RecommendQuery(
