@@ -1,9 +1,11 @@
 """Recommend a deployment: the cheapest accelerators, splits and formats that hold the traffic and
 meet the latency targets. Memory is exact (the engine's own budget and pool); time is a stated bound.
 
-A candidate is one replica layout — accelerator × (TP, PP) or expert-parallel size EP (MoE only:
-attention data-parallel over EP GPUs, experts split over them, vLLM ``--enable-expert-parallel``) ×
-KV format × weight format — plus as many replicas (DP) as the traffic needs.
+A candidate is one replica layout — accelerator × (TP, PP) or expert-parallel size EP (MoE models on
+engines with ``Engine.expert_parallel``: attention data-parallel over EP GPUs, each with its own
+requests and KV, experts split over them — vLLM docs "Data Parallel Deployment" and "Expert Parallel
+Deployment", ``--data-parallel-size N --enable-expert-parallel``) × KV format × weight format — plus
+as many replicas (DP) as the traffic needs.
 
 Memory (exact, per GPU of the largest pipeline stage):
   weights per stage from ``capacity.memory_budget`` (EP: its non-expert share whole on every GPU plus
@@ -199,7 +201,7 @@ def _layouts(arch: ModelArch, query: RecommendQuery, base: FitQuery) -> tuple[li
             continue
         out.extend((tp, pp, 1) for pp in sorted(set(query.pp))
                    if 1 <= pp <= arch.n_layers and tp * pp <= query.max_gpus)
-    if arch.moe is not None and query.expert_parallel:
+    if arch.moe is not None and query.expert_parallel and engine.expert_parallel:
         out.extend((1, 1, ep) for ep in powers if ep >= 2)
     return out, notes
 

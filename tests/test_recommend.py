@@ -264,3 +264,11 @@ def test_requests_per_second_sets_the_replicas() -> None:
     assert best["tokens_per_s_per_replica"] == pytest.approx(5888 / (256 * 0.019919282176
                                                                      + 23 * 0.016060522496), rel=1e-6)
     assert best["cost_per_m_tokens"] == pytest.approx(3 / (2560 * 3600) * 1e6, rel=1e-12)
+
+
+def test_expert_parallel_only_where_the_engine_has_it() -> None:
+    """transformers has no expert parallelism: no EP layout for it; vLLM offers EP 2, 4, 8."""
+    arch = load_model("qwen3-30b-a3b")
+    query = RecommendQuery(gpus=("h100-sxm",), **{**LOOSE, "tp": (1,)})
+    assert sorted(set(recommend(arch, query, FitQuery(engine="vllm")).table["ep"])) == [1, 2, 4, 8]
+    assert set(recommend(arch, query, FitQuery(engine="hf")).table["ep"]) == {1}

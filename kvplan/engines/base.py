@@ -185,6 +185,9 @@ class Engine:
     prefix_unit: ClassVar[int | None] = None
     #: Whether K/V heads must divide (or be divided by) TP for this engine's layout.
     checks_tp_heads: ClassVar[bool] = False
+    #: Whether the engine serves MoE models with data-parallel attention and experts split over the
+    #: ranks (expert parallelism), so the recommender may offer EP layouts.
+    expert_parallel: ClassVar[bool] = False
 
     # ------------------------------------------------------------ settings
     def own_settings(self, settings: EngineSettings, **update: object) -> EngineSettings:

@@ -74,6 +74,8 @@ class SGLang(Engine):
     default_reserve_gib = 0.0
     prefix_unit = 1
     checks_tp_heads = True
+    #: ``--enable-dp-attention`` with expert parallelism for MoE layers.
+    expert_parallel = True
 
     def resolve_settings(self, settings: EngineSettings, tokens: int, gpu: GPU | None = None,
                          arch: ModelArch | None = None) -> EngineSettings:

@@ -40,6 +40,8 @@ class TrtLlm(Engine):
         "gpu_util": ("free_gpu_memory_fraction (fraction)", f"{TRTLLM_DEFAULT_FREE_FRACTION}"),
         "block_size": ("tokens_per_block", f"{TRTLLM_TOKENS_PER_BLOCK}"),
     }
+    #: ``enable_attention_dp`` with expert parallelism (``moe_expert_parallel_size``).
+    expert_parallel = True
 
     def attention_token_bytes(self, layer: Attention, dtype: KVDType, tp: int) -> int:
         """``get_cache_size_per_token``: ``head_dim · nkv // tp`` elements of K and of V per rank."""

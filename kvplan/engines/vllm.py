@@ -100,6 +100,8 @@ class Vllm(Engine):
     per_request_in_blocks = True
     prefix_unit = VLLM_DEFAULT_BLOCK_SIZE
     checks_tp_heads = True
+    #: ``--data-parallel-size N --enable-expert-parallel`` (docs "Data Parallel Deployment").
+    expert_parallel = True
 
     def resolve_settings(self, settings: EngineSettings, tokens: int, gpu: GPU | None = None,
                          arch: ModelArch | None = None) -> EngineSettings:
