@@ -372,6 +372,10 @@ def recommend(arch: ModelArch, query: RecommendQuery, base: FitQuery,
     for y, (_, pp, ep) in enumerate(layouts):
         distinct: dict[EngineSettings, int] = {}
         sig = [distinct.setdefault(settings_of[g, y], len(distinct)) for g in range(G)]
+        pool_keys: dict[object, int] = {}
+        by_settings = [pool_keys.setdefault(engine.pool_settings_key(s, arch), len(pool_keys))
+                       for s in distinct]
+        sig = [by_settings[i] for i in sig]
         for k, kv_dtype in enumerate(kv_dtypes):
             groups: dict[tuple[Any, ...], list[int]] = {}
             for g in range(G):

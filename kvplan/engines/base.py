@@ -321,6 +321,10 @@ class Engine:
         and settings get the same pool layout (only the budget differs). Default: nothing."""
         return None
 
+    def pool_settings_key(self, settings: EngineSettings, arch: ModelArch) -> object:
+        """The part of the resolved settings ``make_pool`` depends on for ``arch`` (default: all)."""
+        return settings
+
     def largest_stage(self, arch: ModelArch, pp: int) -> tuple[int, int]:
         parts = pp_partition(arch.n_layers, pp)
         index = int(np.argmax(parts))

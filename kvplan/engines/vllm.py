@@ -203,6 +203,13 @@ class Vllm(Engine):
         """The MLA backend's block size (``vllm_mla_block_size``) is the only GPU input of the pool."""
         return vllm_mla_block_size(gpu, kv_dtype) if arch.is_mla else None
 
+    def pool_settings_key(self, settings: EngineSettings, arch: ModelArch) -> object:
+        """``max_num_batched_tokens`` only reaches windowed layers (``PagedSlidingRule``,
+        ``PagedChunkedRule``): without them, settings that differ only there give one pool."""
+        if any(getattr(layer, "window", None) for layer in arch.distinct_layers()):
+            return settings
+        return settings.model_copy(update={"max_num_batched_tokens": None})
+
     def describe(self, rule: CacheRule) -> str:
         if isinstance(rule, PagedRule):
             if rule.kind == "sliding" and rule.window:
