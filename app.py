@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from kvplan.errors import KVPlanError, md
-from kvplan.ui import calibrate_view, serving_view, views
+from kvplan.ui import calibrate_view, recommend_view, serving_view, views
 from kvplan.ui.sidebar import (
     VIEWS,
     render_sidebar,
@@ -44,6 +44,7 @@ sections = {
     "requests": views.render_requests,
     "designs": views.render_designs,
     "serving": serving_view.render,
+    "recommend": recommend_view.render,
 }
 # Only the open tab runs (lazy tabs); the open tab is part of the link (vw=).
 tabs = st.tabs(list(VIEWS.values()), key="w_view", on_change="rerun")

@@ -79,6 +79,16 @@ MESSAGES: dict[str, str] = {
     "calibrate.bad_value": "the vLLM log's {field} is {value}; kvplan accepts {low:,} to {high:,}",
     # views
     "view.no_gpu": "no accelerator in the catalogue runs this scenario ({why})",
+    # recommending a deployment
+    "recommend.empty": "no candidate to search: {detail}",
+    "recommend.too_many": "{count} candidates is more than the {limit:,} the search allows; choose "
+                          "fewer accelerators, splits or formats",
+    "recommend.traffic": "traffic is empty: {detail}",
+    "recommend.targets": "impossible latency targets: {detail}",
+    "recommend.preset": "unknown target preset '{value}'; choose one of: {choices}",
+    "recommend.calibrate": "cannot calibrate the efficiency factor: {detail}",
+    "recommend.none": "no candidate meets every constraint; the tightest is {constraint} ({passing} of "
+                      "{count} candidates meet it): {best}",
     # the dashboard's last line of defence (a bug, reported without a traceback)
     "internal.view": "{title} could not be drawn ({kind}: {detail}); the other views are unaffected",
 }

@@ -51,6 +51,11 @@ class GPU(BaseModel):
     bf16_tflops: float = Field(gt=0)
     fp8_tflops: float | None = None
     interconnect: str = ""
+    #: Scale-up link per GPU per direction (GB/s) for TP/EP communication; PCIe-only cards: their bus.
+    interconnect_gbps: float | None = Field(default=None, gt=0)
+    #: On-demand price per GPU-hour where a public list price is known (its source and date in
+    #: ``sources["price"]``); None = unknown (costs are then counted in GPU-hours).
+    price_per_hour: float | None = Field(default=None, gt=0)
     host_link_gbps: float | None = None
     host_link: str = ""
     device_name: str = ""

@@ -85,7 +85,8 @@ def test_every_preset_runs(model_id):
     assert exact(at)["max_requests"] == expected(Scenario(model=model_id)).max_requests
 
 
-VIEW_CHARTS = {"context": 1, "users": 1, "memory": 1, "requests": 2, "designs": 1, "serving": 7}
+VIEW_CHARTS = {"context": 1, "users": 1, "memory": 1, "requests": 2, "designs": 1, "serving": 7,
+               "recommend": 1}
 
 
 @pytest.mark.parametrize("view", list(VIEW_CHARTS))
@@ -298,3 +299,48 @@ def test_a_failing_view_is_reported_not_raised():
     at.run()
     assert not at.exception
     assert unmd(at.error[0].value).startswith("Broken view could not be drawn (ZeroDivisionError")
+
+
+def test_recommend_tab_shows_chart_table_and_links_with_the_core_memory():
+    """vw=recommend: the Pareto chart and the ranked table; the first candidate's link opens a
+    scenario whose KPI cards hold the same weights, KV budget and max requests as the table."""
+    from kvplan.recommend import RecommendQuery, recommend
+
+    at = make_app(m="llama-3.1-8b", vw="recommend")
+    no_errors(at)
+    assert at.session_state["w_view"] == VIEWS["recommend"]
+    assert len(at.get("plotly_chart")) == 1
+    table = next(d.value for d in at.dataframe if "link" in d.value.columns)
+    scenario = Scenario(model="llama-3.1-8b")
+    want = recommend(load_model("llama-3.1-8b"), RecommendQuery(
+        users=8, prompt={"kind": "fixed", "value": 1024}, output={"kind": "fixed", "value": 512},
+        kv_dtypes=("bf16", "fp8_e4m3")), scenario_fit_query(scenario)).ranked
+    first = table.iloc[0]
+    assert (first["gpu"], first["max_requests"]) == (want.iloc[0]["gpu"], want.iloc[0]["max_requests"])
+    params = dict(item.split("=", 1) for item in first["link"].lstrip("?").split("&"))
+    opened = make_app(**params)
+    no_errors(opened)
+    shown = exact(opened)
+    assert shown["weights_per_gpu"] == first["weights_per_gpu_bytes"]
+    assert shown["kv_budget"] == first["kv_budget_bytes"]
+    assert shown["max_requests"] == first["max_requests"]
+    assert shown["kv_per_request"] == first["kv_bytes_per_request"]
+
+
+def test_recommend_tab_names_impossible_targets():
+    at = make_app(m="llama-3.1-8b", vw="recommend")
+    at.selectbox(key="sv_rc_preset").set_value("custom").run()
+    at.number_input(key="sv_rc_tpot").set_value(0.001).run()
+    assert not at.exception
+    assert any("no candidate meets every constraint; the tightest is TPOT" in w.value for w in at.warning)
+    sv = dict(item.split(":") for item in at.query_params["sv"].split(";"))
+    assert sv == {"rc_preset": "custom", "rc_tpot": "0.001"}
+
+
+def test_recommend_inputs_come_from_the_link():
+    """sv=rc_… sets traffic and targets: 32 users, the MLPerf standard targets, p50."""
+    at = make_app(m="llama-3.1-8b", vw="recommend", sv="rc_users:32;rc_preset:mlperf-llama2-70b;rc_pct:p50")
+    no_errors(at)
+    assert at.number_input(key="sv_rc_users").value == 32
+    assert any("TTFT ≤ 2000 ms, TPOT ≤ 200 ms" in c.value for c in at.caption)
+    assert any("Lengths at p50" in c.value for c in at.caption)

@@ -18,7 +18,9 @@ from unittest import mock
 import pytest
 from cli_helpers import run_cli
 
+from kvplan.dtypes import KV_DTYPE_CHOICES, WEIGHT_DTYPES
 from kvplan.errors import MESSAGES, KVPlanError, short
+from kvplan.presets import gpus
 
 # --------------------------------------------------------------------------- helpers
 
@@ -238,6 +240,19 @@ def reach(code: str, tmp_path) -> str:
         path = tmp_path / "big.json"
         path.write_bytes(b" " * 1_000_001)
         return cli_error(["report", "--scenario", str(path), "--out", str(tmp_path), "--no-png"])
+    if code.startswith("recommend."):
+        base = ["recommend", "--model", "llama-2-7b", "--gpus", "h100-sxm"]
+        more = {"recommend.empty": ["--kv-dtypes", ""], "recommend.traffic": ["--users", "0"],
+                "recommend.targets": ["--tpot-ms", "-1"], "recommend.preset": ["--preset", "fast"],
+                "recommend.calibrate": ["--measured-gpu", "h100-sxm", "--measured-ttft-ms", "0.001"],
+                "recommend.too_many": ["--gpus", ",".join(gpus()), "--max-gpus", "1024", "--pp",
+                                       "1,2,4,8,16,32", "--kv-dtypes", ",".join(KV_DTYPE_CHOICES),
+                                       "--weight-dtypes", ",".join(WEIGHT_DTYPES)]}
+        if code == "recommend.none":
+            status, out, _ = run_cli([*base, "--tpot-ms", "0.001", "--json"])
+            assert status == 0
+            return json.loads(out)["message"]
+        return cli_error([*base, *more[code]])
     if code.startswith("calibrate."):
         log = tmp_path / "vllm.log"
         log.write_bytes({"calibrate.empty": b"", "calibrate.not_text": b"\xff\x00" * 64,

@@ -113,6 +113,8 @@ class Vllm(Engine):
     per_request_in_blocks = True
     prefix_unit = VLLM_DEFAULT_BLOCK_SIZE
     checks_tp_heads = True
+    #: ``--data-parallel-size N --enable-expert-parallel`` (docs "Data Parallel Deployment").
+    expert_parallel = True
 
     def default_mnbt(self, gpu: GPU) -> int:
         """``max_num_batched_tokens`` default for ``vllm serve`` on this device."""
@@ -244,6 +246,17 @@ class Vllm(Engine):
         notes.extend(pool.notes)
         return VllmPagedPool(pool, budgets, pp_partition(arch.n_layers, settings.pp), self.logged_tokens,
                              null_block=self.null_block)
+
+    def pool_gpu_key(self, gpu: GPU, arch: ModelArch, kv_dtype: str) -> object:
+        """The MLA backend's block size (``vllm_mla_block_size``) is the only GPU input of the pool."""
+        return vllm_mla_block_size(gpu, kv_dtype) if arch.is_mla else None
+
+    def pool_settings_key(self, settings: EngineSettings, arch: ModelArch) -> object:
+        """``max_num_batched_tokens`` only reaches windowed layers (``PagedSlidingRule``,
+        ``PagedChunkedRule``): without them, settings that differ only there give one pool."""
+        if any(getattr(layer, "window", None) for layer in arch.distinct_layers()):
+            return settings
+        return settings.model_copy(update={"max_num_batched_tokens": None})
 
     def describe(self, rule: CacheRule) -> str:
         if isinstance(rule, PagedRule):
@@ -432,6 +445,7 @@ class VllmPagedPool(KVPool):
                  logged_tokens: str = "concurrency", null_block: bool = True) -> None:
         per_block = [int(b) for b in pool.stages_bytes_per_block(parts)]
         self.pool = pool
+        self.stage_per_block = per_block
         self.budget = min(budgets)
         self.num_blocks = min(max(b, 0) // pbb for b, pbb in zip(budgets, per_block, strict=True) if pbb)
         self.bytes_per_block = max(per_block)
@@ -447,6 +461,14 @@ class VllmPagedPool(KVPool):
 
     def max_requests(self, L: np.ndarray) -> np.ndarray:
         return self.capacity // np.maximum(self.blocks(L), 1)
+
+    def max_requests_for(self, L: int, budgets: np.ndarray) -> np.ndarray:
+        """``(min over stages of max(b, 0) // bytes per block − 1 null block) // blocks(L)``."""
+        b = np.maximum(np.asarray(budgets, dtype=np.int64), 0)
+        per = np.asarray(self.stage_per_block, dtype=np.int64)
+        used = per > 0
+        num_blocks = (b[:, used] // per[used]).min(axis=1)
+        return np.maximum(num_blocks - 1, 0) // max(int(self.blocks(np.asarray([L]))[0]), 1)
 
     def concurrency(self, L: np.ndarray) -> np.ndarray:
         """``num_blocks / blocks_per_request`` (v0.8: pool tokens / L, ``kv_cache_utils.py``)."""

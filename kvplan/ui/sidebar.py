@@ -51,7 +51,8 @@ WIDGETS: dict[str, str] = {
 #: View id (link ``vw``) → tab label; the tabs widget keeps the label in ``w_view``.
 VIEWS: dict[str, str] = {"context": "KV vs context", "users": "KV vs users",
                          "memory": "Memory per accelerator", "requests": "Requests that fit",
-                         "designs": "Design comparison", "serving": "Serving trade-offs"}
+                         "designs": "Design comparison", "serving": "Serving trade-offs",
+                         "recommend": "Recommend a deployment"}
 #: Engine setting → widget key (``w_`` + its link key), from the one declaration of each setting.
 SETTING_WIDGETS: dict[str, str] = {name: f"w_{setting.key}" for name, setting in SETTINGS.items()}
 _TRISTATE = {"auto": None, "on": True, "off": False}

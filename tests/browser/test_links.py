@@ -158,7 +158,7 @@ def test_every_download(page: Page, app_url: str, tmp_path: Path) -> None:
     raw = Path(info.value.path()).read_bytes()
     assert json.loads(raw)["query"]["m"] == "llama-2-7b"
     reloaded = scenario_from_json(raw)
-    assert reloaded.view == "serving"  # the last view opened above
+    assert reloaded.view == list(VIEWS)[-1]  # the last view opened above
     assert reloaded.model_copy(update={"view": scenario.view}) == scenario
     _no_exception(page)
 
