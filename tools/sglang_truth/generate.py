@@ -29,7 +29,9 @@ Only what needs a GPU is stubbed (see ``install_stubs`` and the README):
    hybrid-SWA models whose SGLang class defines it (``sliding_window - 1``, ``models/gpt_oss.py``);
 5. ``torchvision`` (imported by multimodal helpers, never by sizing) is an empty stub package;
 6. process groups: ``world_group`` is a placeholder (one process; the free-memory stub is
-   already the minimum over ranks that the distributed query would all-reduce).
+   already the minimum over ranks that the distributed query would all-reduce);
+7. ``layers/quantization/__init__.py`` registers ``mxfp4`` (gpt-oss) only when CUDA is seen at
+   import time; it is registered as on a CUDA machine.
 
 Weights: the free memory after loading is ``capacity − cuda_context − weights`` with kvplan's own
 per-GPU weight bytes (``kvplan.capacity.stage_weight_bytes``), so fixtures and kvplan share the
@@ -121,6 +123,13 @@ def install_stubs():
         return float(H100_MIB)
 
     memory_hook.get_device_memory_capacity = capacity
+    # Stub 7: layers/quantization/__init__.py registers "mxfp4" (gpt-oss) only when is_cuda() at
+    # import time; register it as a CUDA import would.
+    from sglang.srt.layers import quantization
+    from sglang.srt.layers.quantization.mxfp4 import Mxfp4Config
+
+    quantization.BASE_QUANTIZATION_METHODS.setdefault("mxfp4", Mxfp4Config)
+    quantization.QUANTIZATION_METHODS.setdefault("mxfp4", Mxfp4Config)
     common.get_device_memory_capacity = capacity
     rc.override_platform(
         is_cuda=True, is_hip=False, is_npu=False, is_xpu=False, is_musa=False, is_mps=False,
@@ -334,7 +343,7 @@ def grid() -> list[dict]:
     add("qwen3-next-80b-a3b-tp4-budget40g-auto-p1", "qwen3-next-80b-a3b", tp=4)
     add("falcon-7b-budget40g-auto-p1", "falcon-7b")
     add("falcon-40b-budget40g-auto-p1", "falcon-40b")
-    add("opt-13b-budget40g-auto-p1", "opt-13b")
+    add("jamba-1.5-mini-budget40g-auto-p1", "jamba-1.5-mini")
     return cases
 
 
