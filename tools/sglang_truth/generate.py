@@ -324,6 +324,12 @@ def grid() -> list[dict]:
             tag = "ctx0" if not context else "ctx512m"
             add(f"{model}-h100-default-{tag}", model, mode="default_fraction",
                 cuda_context_bytes=context)
+    add("gemma-3-12b-h100-default-ctx0", "gemma-3-12b", mode="default_fraction",
+        cuda_context_bytes=0)
+    add("llama-4-scout-tp8-h100-default-ctx0", "llama-4-scout", tp=8, mode="default_fraction",
+        cuda_context_bytes=0)
+    add("qwen3-next-80b-a3b-tp4-h100-default-ctx0", "qwen3-next-80b-a3b", tp=4,
+        mode="default_fraction", cuda_context_bytes=0)
     add("llama-3.1-70b-tp8-h100-default-ctx0", "llama-3.1-70b", tp=8, mode="default_fraction",
         cuda_context_bytes=0)
     add("llama-3.2-1b-f32cfg-budget40g-auto-p1", "llama-3.2-1b",
