@@ -60,8 +60,9 @@ _UNSUPPORTED_WHY = ("no SGLang model class and the Transformers fallback is refu
 
 #: case id → (class, reason). Each fix deletes its entries (the test fails while they remain).
 KNOWN_MISMATCH: dict[str, tuple[str, str]] = {
-    **{f"llama-4-scout-budget40g-{s}": (CHUNKED, _CHUNKED_WHY)
-       for s in ("auto-p1", "fp8-p1", "auto-p64")},
+    **{f"llama-4-scout-{s}": (CHUNKED, _CHUNKED_WHY)
+       for s in ("budget40g-auto-p1", "budget40g-fp8-p1", "budget40g-auto-p64",
+                 "tp8-h100-default-ctx0")},
     **{f"{m}-f32cfg-budget40g-auto-p1": (FLOAT32, _F32_WHY)
        for m in ("llama-3.2-1b", "qwen3-8b", "gemma-2-9b")},
     **{f"{m}-h100-default-ctx512m": (MEMORY_BASE, _BASE_WHY)
@@ -75,7 +76,7 @@ KNOWN_MISMATCH: dict[str, tuple[str, str]] = {
     **{f"{m}-budget40g-max-total-100000": (SETTING, _SETTING_WHY["--max-total-tokens"])
        for m in ("llama-3.1-8b", "gpt-oss-20b", "deepseek-v2-lite")},
     **{f"qwen3-next-80b-a3b-{s}": (RECURRENT, _RECURRENT_WHY)
-       for s in ("budget40g-auto-p1", "tp4-budget40g-auto-p1")},
+       for s in ("budget40g-auto-p1", "tp4-budget40g-auto-p1", "tp4-h100-default-ctx0")},
     **{f"{m}-budget40g-auto-p1": (UNSUPPORTED, _UNSUPPORTED_WHY)
        for m in ("falcon-7b", "falcon-40b", "jamba-1.5-mini")},
 }

@@ -203,8 +203,7 @@ def run_case(case: dict, workdir: Path, natives: set[str]) -> dict:
             "--kv-cache-dtype", case.get("kv_cache_dtype", "auto"), *case.get("args", [])]
     if case.get("page_size"):
         argv += ["--page-size", str(case["page_size"])]
-    record["argv"] = argv[2:]
-    record["argv"][0] = f"<{case['model']} config.json>"
+    record["argv"] = ["--model-path", f"<{case['model']} config.json>", *argv[2:]]
     server_args = prepare_server_args(argv)
     rc.publish(server_args, role="scheduler", ranks=rc.SpawnRanks(world_rank=0, gpu_id=0))
     # Stub 6: no process groups in one CPU process; the stubbed free memory is already the
