@@ -28,27 +28,32 @@ from kvplan.errors import KVPlanError, short
 
 #: Every config.json key the importer reads (links carry exactly these; a test keeps it complete).
 ARCHITECTURE_KEYS = (
-    "_sliding_window_pattern", "architectures", "attention_chunk_size", "attn_layer_offset",
-    "attn_layer_period", "chunk_size", "conv_kernel", "d_model", "dim", "dtype",
-    "expert_layer_period", "experts_per_token", "ffn_dim", "first_k_dense_replace",
-    "full_attention_interval", "head_dim", "hidden_size", "hybrid_override_pattern",
-    "index_head_dim", "index_topk", "interleave_moe_layer_step", "intermediate_size",
-    "intermediate_size_mlp", "kv_lora_rank", "layer_types", "layers_block_type",
-    "linear_conv_kernel_dim", "linear_key_head_dim", "linear_num_key_heads",
-    "linear_num_value_heads", "linear_value_head_dim", "mamba_chunk_size", "mamba_d_conv",
-    "mamba_d_head", "mamba_d_state", "mamba_expand", "mamba_head_dim", "mamba_n_groups",
-    "mamba_n_heads", "mamba_num_heads", "mamba_ssm_cache_dtype", "mamba_ssm_dtype",
-    "max_position_embeddings", "max_seq_len", "max_window_layers", "mlp_only_layers", "model_type",
-    "moe_intermediate_size", "multi_query", "multi_query_attention", "multi_query_group_num",
-    "n_embd", "n_groups", "n_head", "n_head_kv", "n_heads", "n_inner", "n_layer", "n_layers",
-    "n_positions", "n_routed_experts", "n_shared_experts", "new_decoder_architecture",
-    "no_rope_layer_interval", "no_rope_layers", "num_attention_heads", "num_experts",
-    "num_experts_per_tok", "num_experts_per_token", "num_hidden_layers", "num_key_value_heads",
+    "_sliding_window_pattern", "architectures", "attention_chunk_size", "attention_heads",
+    "attention_k_eq_v", "attention_layers", "attn_layer_indices", "attn_layer_offset",
+    "attn_layer_period", "chunk_size", "conv_kernel", "d_model", "decoder_attention_heads",
+    "decoder_ffn_dim", "decoder_layers", "dim", "dtype", "emb_dim", "expand", "expert_layer_period",
+    "expert_ffn_hidden_size", "experts_per_token", "ffn_dim", "first_k_dense_replace",
+    "full_attention_interval",
+    "global_head_dim", "head_dim", "hidden_size", "hybrid_override_pattern", "index_head_dim",
+    "index_topk", "interleave_moe_layer_step", "intermediate_size", "is_decoder", "block_types",
+    "cross_attention_layers", "intermediate_size_mlp",
+    "kv_channels", "kv_lora_rank", "layer_types", "layers_block_type", "linear_conv_kernel_dim",
+    "linear_key_head_dim", "linear_num_key_heads", "linear_num_value_heads",
+    "linear_value_head_dim", "mamba_chunk_size", "mamba_d_conv", "mamba_d_head", "mamba_d_state",
+    "mamba_expand", "mamba_head_dim", "mamba_n_groups", "mamba_n_heads", "mamba_num_heads",
+    "mamba_ssm_cache_dtype", "mamba_ssm_dtype", "max_position_embeddings", "max_seq_len",
+    "max_window_layers", "mlp_only_layers", "model_type", "moe_intermediate_size", "multi_query",
+    "multi_query_attention", "multi_query_group_num", "n_embd", "n_groups", "n_head", "n_head_kv",
+    "n_heads", "n_inner", "n_layer", "n_layers", "n_positions", "n_routed_experts",
+    "n_shared_experts", "new_decoder_architecture", "no_rope_layer_interval", "no_rope_layers",
+    "num_attention_heads", "num_experts", "num_experts_per_tok", "num_experts_per_token",
+    "num_global_key_value_heads", "num_heads", "num_hidden_layers", "num_key_value_heads",
     "num_kv_heads", "num_kv_shared_layers", "num_layers", "num_local_experts", "padded_vocab_size",
-    "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "shared_expert_intermediate_size",
-    "sliding_window", "sliding_window_pattern", "sliding_window_size", "ssm_state_size",
-    "text_config", "tie_word_embeddings", "torch_dtype", "use_sliding_window", "v_head_dim",
-    "vocab_size",
+    "per_layer_config", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
+    "shared_expert_intermediate_size", "sliding_window", "sliding_window_pattern",
+    "sliding_window_size", "ssm_state_size", "state_size", "swa_head_dim",
+    "swa_num_key_value_heads", "swa_v_head_dim", "text_config", "tie_word_embeddings",
+    "torch_dtype", "use_sliding_window", "v_head_dim", "vocab_size", "window_size",
 )
 
 MAX_CONFIG_BYTES = 2_000_000
@@ -180,13 +185,20 @@ def parse_config(
         architectures = data.get("architectures") if isinstance(data.get("architectures"), list) else None
     architecture = str(architectures[0]) if architectures else None
 
-    n_layers = cfg.int("num_hidden_layers", "n_layer", "num_layers", "n_layers",
-                       why="the number of layers", high=MAX_LAYERS)
-    hidden = cfg.int("hidden_size", "n_embd", "d_model", "dim", why="the hidden size")
-    n_heads = cfg.int("num_attention_heads", "n_head", "n_heads", why="the attention head count")
+    listed = cfg.get("layer_types", "layers_block_type")
+    n_layers = cfg.int("num_hidden_layers", "n_layer", "num_layers", "n_layers", "decoder_layers",
+                       why="the number of layers", high=MAX_LAYERS,
+                       default=len(listed) if isinstance(listed, list) and listed else None)
+    hidden = cfg.int("hidden_size", "n_embd", "d_model", "dim", "emb_dim", why="the hidden size")
+    pure_recurrent = model_type in _PURE_RECURRENT_TYPES
+    n_heads = cfg.int("num_attention_heads", "n_head", "n_heads", "num_heads", "attention_heads",
+                      "decoder_attention_heads", why="the attention head count",
+                      default=1 if pure_recurrent else None)
     n_kv, hf_heads = _kv_heads(cfg, model_type, n_heads)
-    if cfg.has("head_dim"):
-        head_dim = cfg.int("head_dim", why="the head size")
+    if pure_recurrent:
+        head_dim = max(1, hidden // n_heads)
+    elif cfg.has("head_dim", "kv_channels"):  # kv_channels: JetMoe, ChatGLM
+        head_dim = cfg.int("head_dim", "kv_channels", why="the head size")
     else:
         if hidden % n_heads:
             raise KVPlanError("config.missing_key", key="head_dim",
@@ -197,7 +209,11 @@ def parse_config(
         raise KVPlanError("config.bad_value", key="num_key_value_heads",
                           expected=f"at most num_attention_heads ({n_heads})", value=n_kv)
 
+    _refuse_unknown_layouts(cfg, model_type)
     types = _layer_types(cfg, model_type, n_layers)
+    if model_type in _NO_CACHE_TYPES or (model_type in _DECODER_FLAG_TYPES
+                                         and cfg.get("is_decoder") is not True):
+        types = ["none"] * n_layers
     if cfg.has(*_RECURRENT_KEYS) and not any(t in _RECURRENT for t in types):
         raise KVPlanError("config.unsupported", what="this hybrid layout",
                           detail="the config describes recurrent (Mamba / linear-attention) state but "
@@ -207,14 +223,23 @@ def parse_config(
     if shared:  # the last layers reuse earlier layers' KV (Gemma 3n; HF DummyLayer, vLLM kv sharing)
         types = types[: n_layers - shared] + ["shared"] * shared
     attention_spec = _attention_spec(cfg, n_kv, head_dim, n_heads, hf_heads)
+    overrides = _per_layer_attention(cfg, model_type, types, n_heads)
+    if overrides and not isinstance(attention_spec, Attention):
+        raise KVPlanError("config.unsupported", what="per-layer settings of MLA layers",
+                          detail="per_layer_config")
+    swa = _swa_attention(cfg, model_type, n_heads, n_kv)
     layers: list[LayerSpec] = []
     recurrent: Recurrent | None = None
     for i, layer_type in enumerate(types):
         if layer_type in _FULL:
-            layers.append(attention_spec)
+            layers.append(attention_spec.model_copy(update=overrides[i]) if i in overrides
+                          else attention_spec)
         elif layer_type in _SLIDING:
-            window = cfg.int("sliding_window", "sliding_window_size", why=f"layer {i} ({layer_type})")
-            layers.append(attention_spec.model_copy(update={"kind": "sliding", "window": window})
+            window = cfg.int("sliding_window", "sliding_window_size", "window_size",
+                             why=f"layer {i} ({layer_type})")
+            update = {**swa, **overrides.get(i, {})}
+            layers.append(attention_spec.model_copy(update={"kind": "sliding", "window": window,
+                                                            **update})
                           if isinstance(attention_spec, Attention)
                           else attention_spec.model_copy(update={"window": window}))
         elif layer_type in _CHUNKED:
@@ -233,8 +258,7 @@ def parse_config(
 
     moe = _moe(cfg, model_type, n_layers)
     gated = model_type not in _UNGATED_MLP_TYPES
-    intermediate = cfg.int("intermediate_size_mlp", "intermediate_size", "ffn_dim", "n_inner",
-                           why="the MLP size", default=4 * hidden, low=0)
+    intermediate = _intermediate(cfg, hidden)
     vocab = cfg.int("vocab_size", "padded_vocab_size", why="the embedding size", high=10_000_000)
     tie = cfg.get("tie_word_embeddings")
     if tie is None:
@@ -271,6 +295,90 @@ def parse_config(
                                    "params_method": method})
 
 
+def _refuse_unknown_layouts(cfg: _Cfg, model_type: str) -> None:
+    """Refuse, by name, the layouts kvplan does not size yet (never a silent generic number)."""
+    if model_type in _UNSUPPORTED_TYPES:
+        raise KVPlanError("config.unsupported", what=f"model type {model_type}",
+                          detail=_UNSUPPORTED_TYPES[model_type])
+    if cfg.has("block_types"):
+        raise KVPlanError("config.unsupported", what="recurrent block types (block_types)",
+                          detail=f"{model_type}: RG-LRU recurrent blocks with local attention")
+    if cfg.has("cross_attention_layers"):
+        raise KVPlanError("config.unsupported", what="cross-attention layers (cross_attention_layers)",
+                          detail=f"{model_type}: their cache is sized by the image/encoder tokens")
+
+
+def _intermediate(cfg: _Cfg, hidden: int) -> int:
+    """MLP width; a per-layer list (Gemma 3n ``intermediate_size``) must be uniform."""
+    widths = cfg.get("intermediate_size")
+    if isinstance(widths, list) and not cfg.has("intermediate_size_mlp"):
+        if not widths or len(set(map(str, widths))) != 1:
+            raise KVPlanError("config.unsupported", what="per-layer MLP widths",
+                              detail="intermediate_size lists different widths")
+        return _Cfg({"intermediate_size": widths[0]}).int("intermediate_size", why="the MLP size",
+                                                            low=0)
+    return cfg.int("intermediate_size_mlp", "intermediate_size", "ffn_dim", "n_inner",
+                   "decoder_ffn_dim", why="the MLP size", default=4 * hidden, low=0)
+
+
+def _per_layer_attention(cfg: _Cfg, model_type: str, types: list[str],
+                         n_heads: int) -> dict[int, dict[str, int]]:
+    """Per-layer head sizes and KV heads: Gemma 4's full-attention layers.
+
+    transformers ``Gemma4TextConfig.__post_init__`` (configuration_gemma4.py): without
+    ``per_layer_config``, every ``full_attention`` layer gets ``head_dim = global_head_dim``
+    (default 512) and, when ``attention_k_eq_v``, ``num_key_value_heads =
+    num_global_key_value_heads``; ``Gemma4TextAttention`` reads ``config.per_layer_config[i]``.
+    """
+    per_layer = cfg.get("per_layer_config")
+    if per_layer is None and model_type.startswith("gemma4"):
+        layer: dict[str, Any] = {"head_dim": cfg.get("global_head_dim") or 512}
+        if cfg.get("attention_k_eq_v") and cfg.has("num_global_key_value_heads"):
+            layer["num_key_value_heads"] = cfg.get("num_global_key_value_heads")
+        per_layer = {str(i): layer for i, t in enumerate(types) if t == "full_attention"}
+    if per_layer is None:
+        return {}
+    if not isinstance(per_layer, dict):
+        raise KVPlanError("config.bad_value", key="per_layer_config",
+                          expected="an object of layer index → settings", value=short(per_layer))
+    out: dict[int, dict[str, int]] = {}
+    for key, layer in per_layer.items():
+        if not str(key).isdigit() or int(key) >= len(types) or not isinstance(layer, dict):
+            raise KVPlanError("config.bad_value", key="per_layer_config",
+                              expected=f"layer indices below {len(types)} with settings",
+                              value=short(key))
+        unknown = set(layer) - {"head_dim", "num_key_value_heads"}
+        if unknown:
+            raise KVPlanError("config.unsupported", what="per_layer_config settings",
+                              detail=", ".join(sorted(unknown)))
+        sub = _Cfg(layer)
+        update: dict[str, int] = {}
+        if sub.has("head_dim"):
+            update["head_dim_k"] = update["head_dim_v"] = sub.int("head_dim", why="a layer's head size")
+        if sub.has("num_key_value_heads"):
+            update["n_kv_heads"] = sub.int("num_key_value_heads", why="a layer's KV heads",
+                                           high=n_heads)
+        out[int(key)] = update
+    return out
+
+
+def _swa_attention(cfg: _Cfg, model_type: str, n_heads: int, n_kv: int) -> dict[str, int]:
+    """Sliding layers' own KV heads and head sizes (MiMo-V2-Flash).
+
+    transformers ``MiMoV2FlashAttention.__init__`` (modeling_mimo_v2_flash.py): sliding layers have
+    ``num_key_value_heads * 2`` KV heads; vLLM reads ``swa_num_key_value_heads`` / ``swa_head_dim``.
+    """
+    update: dict[str, int] = {}
+    if cfg.has("swa_num_key_value_heads"):
+        update["n_kv_heads"] = cfg.int("swa_num_key_value_heads", why="sliding KV heads", high=n_heads)
+    elif model_type == "mimo_v2_flash":
+        update["n_kv_heads"] = min(2 * n_kv, n_heads)
+    if cfg.has("swa_head_dim"):
+        update["head_dim_k"] = cfg.int("swa_head_dim", why="sliding head size")
+        update["head_dim_v"] = cfg.int("swa_v_head_dim", "swa_head_dim", why="sliding value size")
+    return update
+
+
 def _kv_heads(cfg: _Cfg, model_type: str, n_heads: int) -> tuple[int, int | None]:
     """KV heads stored per layer, and the heads transformers caches when it broadcasts."""
     if model_type == "falcon":
@@ -305,6 +413,21 @@ def _attention_spec(cfg: _Cfg, n_kv: int, head_dim: int, n_heads: int,
                      hf_cached_heads=hf_heads)
 
 
+#: Layouts no generic rule covers, refused by name.
+_UNSUPPORTED_TYPES = {
+    "longcat_flash": "two MLA attention blocks per decoder layer (modeling_longcat_flash.py)",
+}
+#: Models transformers runs without any cache (their causal-LM heads return no past_key_values).
+_NO_CACHE_TYPES = {"openai-gpt", "xlm"}
+#: Encoder families whose causal-LM class caches only when the config sets ``is_decoder: true``
+#: (e.g. ``BertLMHeadModel``: "add `is_decoder=True`"; otherwise ``use_cache`` is ignored).
+_DECODER_FLAG_TYPES = {
+    "bert", "bert-generation", "big_bird", "camembert", "data2vec-text", "electra", "ernie",
+    "megatron-bert", "rembert", "roberta", "roberta-prelayernorm", "roc_bert", "roformer",
+    "xlm-roberta", "xlm-roberta-xl", "xmod",
+}
+#: Attention-free Mamba models: every layer recurrent, no attention heads needed.
+_PURE_RECURRENT_TYPES = {"mamba", "falcon_mamba", "mamba2"}
 _PATTERN_CHARS = {"M": "mamba", "*": "full_attention", "-": "mlp", "E": "moe"}
 #: Config keys that describe a recurrent (Mamba / linear-attention) state.
 _RECURRENT_KEYS = ("linear_num_value_heads", "mamba_n_heads", "mamba_num_heads", "mamba_d_state",
@@ -318,7 +441,9 @@ def _layer_types(cfg: _Cfg, model_type: str, n: int) -> list[str]:
             raise KVPlanError("config.bad_value", key="hybrid_override_pattern",
                               expected=f"{n} characters from 'M*-E'", value=short(pattern))
         return [_PATTERN_CHARS[c] for c in pattern]
-    explicit = cfg.get("layer_types", "layers_block_type")
+    if model_type in _PURE_RECURRENT_TYPES:
+        return ["mamba"] * n
+    explicit = cfg.get("layer_types", "layers_block_type", "attention_layers")
     if explicit is not None:
         if not isinstance(explicit, list) or not all(isinstance(t, str) for t in explicit):
             raise KVPlanError("config.bad_value", key="layer_types", expected="a list of strings",
@@ -327,6 +452,9 @@ def _layer_types(cfg: _Cfg, model_type: str, n: int) -> list[str]:
             raise KVPlanError("config.bad_value", key="layer_types",
                               expected=f"{n} entries (num_hidden_layers)", value=len(explicit))
         return [t.lower() for t in explicit]
+    indices = cfg.get("attn_layer_indices")
+    if isinstance(indices, list):  # Bamba: attention at these indices, Mamba-2 elsewhere
+        return ["full_attention" if i in indices else "mamba" for i in range(n)]
     if model_type == "gemma2":
         return ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(n)]
     if model_type in {"gemma3", "gemma3_text"}:
@@ -364,6 +492,18 @@ def _layer_types(cfg: _Cfg, model_type: str, n: int) -> list[str]:
 
 
 def _recurrent_spec(cfg: _Cfg, model_type: str, hidden: int) -> Recurrent:
+    if model_type == "mamba2":  # Mamba2Config: num_heads × head_dim = expand × hidden
+        cfg = _Cfg({"mamba_n_heads": cfg.get("num_heads"), "mamba_d_head": cfg.get("head_dim"),
+                    "mamba_d_state": cfg.get("state_size"), "mamba_n_groups": cfg.get("n_groups"),
+                    "mamba_d_conv": cfg.get("conv_kernel"), "chunk_size": cfg.get("chunk_size"),
+                    "mamba_ssm_cache_dtype": cfg.get("mamba_ssm_cache_dtype")})
+    elif model_type in {"mamba", "falcon_mamba"}:  # MambaConfig: d_inner = intermediate_size
+        kernel = cfg.int("conv_kernel", why="Mamba conv kernel", default=4)
+        state = cfg.int("state_size", why="Mamba state size", default=16)
+        d_inner = cfg.int("intermediate_size", why="Mamba inner size",
+                          default=cfg.int("expand", why="Mamba expansion", default=2) * hidden)
+        return Recurrent(variant="mamba1", conv_channels=d_inner, conv_kernel=kernel,
+                         ssm_elements=d_inner * state, tp_shard_unit=d_inner, ssm_dtype=_ssm_dtype(cfg))
     if cfg.has("linear_num_value_heads"):  # Gated DeltaNet (Qwen3-Next / Qwen3.5)
         nk = cfg.int("linear_num_key_heads", why="GDN key heads")
         nv = cfg.int("linear_num_value_heads", why="GDN value heads")
@@ -392,8 +532,12 @@ def _recurrent_spec(cfg: _Cfg, model_type: str, hidden: int) -> Recurrent:
         return Recurrent(variant="mamba1", conv_channels=d_inner, conv_kernel=kernel,
                          ssm_elements=d_inner * state, tp_shard_unit=d_inner,
                          ssm_dtype=_ssm_dtype(cfg))
-    raise KVPlanError("config.missing_key", key="linear_num_value_heads",
-                      why=f"the recurrent state of {model_type} layers")
+    if model_type.startswith(("qwen3_next", "qwen3_5")):  # Gated DeltaNet families
+        raise KVPlanError("config.missing_key", key="linear_num_value_heads",
+                          why=f"the recurrent state of {model_type} layers")
+    raise KVPlanError("config.unsupported", what=f"the recurrent state of {model_type} layers",
+                      detail="no Gated DeltaNet (linear_num_value_heads), Mamba-2 (mamba_n_heads) or "
+                             "Mamba-1 (mamba_d_state) keys")
 
 
 def _ssm_dtype(cfg: _Cfg) -> str | None:
@@ -417,7 +561,8 @@ def _moe(cfg: _Cfg, model_type: str, n_layers: int) -> MoE | None:
         return None
     active = cfg.int("num_experts_per_tok", "experts_per_token", "num_experts_per_token",
                      why="active experts", default=1)
-    expert_inter = cfg.int("moe_intermediate_size", "intermediate_size", why="expert size")
+    expert_inter = cfg.int("moe_intermediate_size", "expert_ffn_hidden_size", "intermediate_size",
+                           why="expert size")
     shared = cfg.int("n_shared_experts", why="shared experts", default=0, low=0)
     shared_inter = cfg.int("shared_expert_intermediate_size", why="shared expert size", default=0,
                            low=0)
