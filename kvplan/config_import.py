@@ -75,8 +75,16 @@ MODEL_TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
                     "max_position_embeddings": 131_072},
 }
 _QWEN_SWA_TYPES = {"qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen2_vl", "qwen2_5_vl"}
-_UNGATED_MLP_TYPES = {"opt", "gpt_neox", "falcon", "gpt2", "gpt_bigcode", "phi", "gptj", "starcoder2",
-                      "bloom", "mpt"}
+#: Two-matrix MLPs (up/fc1 → down/fc2, no gate), read from each ``modeling_<type>.py`` MLP class.
+_UNGATED_MLP_TYPES = {
+    "opt", "gpt_neox", "falcon", "gpt2", "gpt_bigcode", "phi", "gptj", "starcoder2", "bloom", "mpt",
+    "apertus", "apertus1p5_text", "arcee", "biogpt", "codegen", "jais2", "nanochat", "gpt_neo",
+    "gpt_neox_japanese", "persimmon", "fuyu", "xglm", "nemotron", "git", "moshi", "openai-gpt",
+    "ctrl", "xlm", "bert", "bert-generation", "big_bird", "camembert", "data2vec-text", "electra",
+    "ernie", "megatron-bert", "rembert", "roberta", "roberta-prelayernorm", "roc_bert", "roformer",
+    "xlm-roberta", "xlm-roberta-xl", "xmod", "bart", "mbart", "blenderbot", "blenderbot-small",
+    "marian", "pegasus", "plbart", "mvp", "bigbird_pegasus", "trocr", "whisper", "gpt-sw3",
+}
 #: Config classes whose ``tie_word_embeddings`` defaults to True when the file leaves it out.
 _TIED_BY_DEFAULT = {"opt", "gemma", "gemma2", "gemma3", "gemma3_text", "falcon", "cohere", "cohere2",
                     "gpt2", "gpt_bigcode", "starcoder2", "bloom"}
@@ -211,9 +219,8 @@ def parse_config(
 
     _refuse_unknown_layouts(cfg, model_type)
     types = _layer_types(cfg, model_type, n_layers)
-    if model_type in _NO_CACHE_TYPES or (model_type in _DECODER_FLAG_TYPES
-                                         and cfg.get("is_decoder") is not True):
-        types = ["none"] * n_layers
+    no_cache = model_type in _NO_CACHE_TYPES or (model_type in _DECODER_FLAG_TYPES
+                                                 and cfg.get("is_decoder") is not True)
     if cfg.has(*_RECURRENT_KEYS) and not any(t in _RECURRENT for t in types):
         raise KVPlanError("config.unsupported", what="this hybrid layout",
                           detail="the config describes recurrent (Mamba / linear-attention) state but "
@@ -287,6 +294,11 @@ def parse_config(
         source=source,
     )
     total, active, method = estimate_params(arch)
+    if no_cache:  # the attention weights stay; only the cache goes
+        arch = arch.model_copy(update={
+            "layers": (NoCache(),) * n_layers,
+            "notes": ("transformers keeps no KV cache for this model"
+                      + (" (is_decoder is not true)" if model_type in _DECODER_FLAG_TYPES else ""),)})
     if params_total:
         method = params_source or "given"
         total = params_total
@@ -413,6 +425,10 @@ def _attention_spec(cfg: _Cfg, n_kv: int, head_dim: int, n_heads: int,
                      hf_cached_heads=hf_heads)
 
 
+#: Encoder-decoder families whose causal-LM decoder holds an (unused without encoder) cross-attention
+#: block per layer (``BartDecoderLayer.encoder_attn`` and copies).
+CROSS_ATTENTION_DECODERS = {"bart", "mbart", "blenderbot", "blenderbot-small", "marian", "pegasus",
+                            "plbart", "mvp", "bigbird_pegasus", "trocr", "whisper"}
 #: Layouts no generic rule covers, refused by name.
 _UNSUPPORTED_TYPES = {
     "longcat_flash": "two MLA attention blocks per decoder layer (modeling_longcat_flash.py)",
@@ -602,6 +618,9 @@ def estimate_params(arch: ModelArch) -> tuple[int, int | None, str]:
     embed = arch.vocab_size * h * (1 if arch.tie_word_embeddings else 2)
     if arch.model_type == "opt":
         embed += ((arch.max_position_embeddings or 2048) + 2) * h
+    cross = 0
+    if arch.model_type in CROSS_ATTENTION_DECODERS:  # the decoder's encoder_attn: q, k, v, o
+        cross = 4 * h * h
     mlp_mult = 3 if arch.gated_mlp else 2
     total = active = embed + h
     moe = arch.moe
@@ -615,8 +634,8 @@ def estimate_params(arch: ModelArch) -> tuple[int, int | None, str]:
             active += attn + router + shared + moe.n_active * per_expert + 2 * h
         else:
             dense = mlp_mult * h * arch.intermediate_size
-            total += attn + dense + 2 * h
-            active += attn + dense + 2 * h
+            total += attn + cross + dense + 2 * h
+            active += attn + cross + dense + 2 * h
     method = ("computed from config: embeddings + attention/mixer + MLP/MoE experts + norms"
               + ("" if arch.tie_word_embeddings else " + untied LM head"))
     return total, (active if moe is not None else None), method

@@ -102,7 +102,7 @@ def check(fixture: dict[str, Any]) -> Verdict:
     verdict.params = (fixture["params_default"], full.params_total)
     if verdict.params[0] != verdict.params[1]:
         verdict.state = "exact KV"
-        verdict.detail = (f"weights within {100 * verdict.params_error:.2f}% "
+        verdict.detail = (f"weights within {100 * verdict.params_error:.3g}% "
                           f"({full.params_total:,} vs {fixture['params_default']:,})")
     return verdict
 

@@ -132,7 +132,7 @@ def _shrink_dict(d: dict[str, Any], n_layers: int | None, conservative: bool) ->
         elif isinstance(value, list) and value and all(isinstance(v, int) for v in value) \
                 and key.endswith("intermediate_size"):
             out[key] = [small] * len(value)
-    for keys, table in ((EXPERTS, EXPERTS), (ACTIVE, ACTIVE)):
+    for table in (EXPERTS, ACTIVE):
         for key, small in table.items():
             value = d.get(key)
             if isinstance(value, int) and not isinstance(value, bool) and value > small:

@@ -5,8 +5,9 @@ rebuilt with its transformers config class (``CONFIG_MAPPING[model_type].from_di
 instantiated under ``torch.device("meta")`` (no weights allocated) with the class
 ``AutoModelForCausalLM`` picks; multimodal presets (a ``text_config`` or a ``vision_config``) are
 also built with the class ``architectures[0]`` names (the conditional-generation class holding the
-vision tower). ``quantization_config`` is dropped before building (the count is of parameters, not
-bytes; the preset's weight format is issue #13's business). The count is
+vision tower). A ``model_type`` transformers does not know (``kimi_k2``) is built with the
+config class of its ``architectures[0]`` model class. ``quantization_config`` is dropped before
+building (the count is of parameters, not bytes; weight formats are issue #13's). The count is
 ``sum(p.numel() for p in model.parameters())`` (tied weights once).
 
 Writes ``tests/fixtures/param_counts.json``:
@@ -52,13 +53,18 @@ def count_preset(path: Path) -> dict[str, Any]:
     if raw.pop("quantization_config", None) is not None:
         entry["quantization_config_dropped"] = True
     model_type = raw.get("model_type")
-    if model_type not in CONFIG_MAPPING:
+    arch = (raw.get("architectures") or [None])[0]
+    if model_type in CONFIG_MAPPING:
+        config = CONFIG_MAPPING[model_type].from_dict(raw)
+    elif arch and hasattr(transformers, arch):  # e.g. kimi_k2 ships DeepseekV3ForCausalLM
+        config_cls = getattr(transformers, arch).config_class
+        config = config_cls.from_dict({k: v for k, v in raw.items() if k != "model_type"})
+        entry["config_class"] = f"{config_cls.__name__} (from architectures; model_type unknown)"
+    else:
         entry["error"] = f"model_type {model_type!r} is not in this transformers' CONFIG_MAPPING"
         return entry
-    config = CONFIG_MAPPING[model_type].from_dict(raw)
     entry["causal_lm"] = _count(AutoModelForCausalLM, config)
     multimodal = any(k in raw for k in ("text_config", "vision_config"))
-    arch = (raw.get("architectures") or [None])[0]
     if multimodal and arch and hasattr(transformers, arch):
         entry["architecture_class"] = _count(getattr(transformers, arch), config)
     return entry

@@ -1,0 +1,238 @@
+"""kvplan's ``hf`` engine against transformers' own caches, model type by model type.
+
+Fixtures: ``tests/fixtures/conformance/<model_type>.json``, measured by the dev-time generator
+``tools/conformance/generate.py`` (transformers 5.24.0, torch 2.13.0 CPU; see its README). Each holds
+a small config.json, the bytes of every tensor of the cache transformers returned after real
+forwards (batch 2; 5, 17, 40 tokens and a 16 + 1 decode step; float32) and the parameter counts.
+``conformance_check.check`` gives each type one state (exact / exact KV / refused / WRONG / not
+measured). A type whose state changes fails here: a fix deletes its entry from the tables below,
+a regression adds nothing silently.
+"""
+
+from __future__ import annotations
+
+import pytest
+from conformance_check import FIXTURES, check, fixture_paths, load
+
+from kvplan.config_import import parse_config
+from kvplan.errors import KVPlanError
+from kvplan.sizing import kv_cache
+
+#: Types where kvplan prints a cache size transformers does not hold, with the reason.
+KNOWN_MISMATCH: dict[str, str] = {}
+
+#: Types kvplan refuses, with the part of the message that names what it does not understand.
+REFUSED: dict[str, str] = {
+    "axk2": "('indexed_attention')",
+    "bailing_hybrid": "the recurrent state of bailing_hybrid layers is not supported",
+    "deepseek_v32": "('indexed_attention')",
+    "deepseek_v4": "('heavily_compressed_attention')",
+    "falcon_h1": "this hybrid layout is not supported",
+    "glm_moe_dsa": "('indexed_attention')",
+    "hy_v4": "('indexed_attention')",
+    "inkling2_loop_text": "('hybrid_sliding')",
+    "inkling2_text": "('hybrid_sliding')",
+    "inkling_text": "('hybrid_sliding')",
+    "kimi_linear": "the recurrent state of kimi_linear layers is not supported",
+    "lfm3": "('conv')",
+    "longcat_flash": "two MLA attention blocks per decoder layer",
+    "minimax": "the recurrent state of minimax layers is not supported",
+    "mllama": "cross-attention layers (cross_attention_layers)",
+    "prophetnet": "missing 'num_hidden_layers'",
+    "recurrent_gemma": "recurrent block types (block_types)",
+    "zamba2": "('hybrid')",
+    "zaya": "('hybrid')",
+}
+
+_BIASES = "linear/LayerNorm biases and learned position/token-type embeddings are not counted"
+_TOWER = "the class transformers builds holds a vision/audio tower kvplan does not count"
+_PLE = "Gemma 3n/4 per-layer embeddings (vocab_size_per_layer_input × layers × " \
+       "hidden_size_per_layer_input), AltUp and LAuReL blocks are not counted"
+_MOE = "this family's MoE keys (expert widths, shared/zero experts, dense layers) are not all read"
+_SSM = "recurrent mixer parameters (x_proj, dt_proj, A_log, D, norms; Mamba-2 in_proj) are " \
+       "approximated by the conv and in/out projections"
+_GATED_ATTN = "gated attention (q_proj doubled for the output gate) and Gated DeltaNet A_log, " \
+              "dt_bias and norms are not counted"
+_DEFAULT = "transformers cannot build its own full-size default config, so no reference count"
+#: Types whose KV is exact but whose full-size parameter count is off by more than 0.1%:
+#: (largest relative error accepted, reason). ``None``: no full-size count to compare.
+WEIGHTS_GAP: dict[str, tuple[float | None, str]] = {
+    "afmoe": (0.009, _MOE), "aria_text": (0.799, _MOE), "axk1": (0.016, _MOE),
+    "bamba": (None, "the full-size default has no attention layer and is refused as a hybrid"),
+    "bart": (0.006, _BIASES), "beam": (0.057, _MOE), "bert-generation": (0.003, _BIASES),
+    "bert": (0.011, _BIASES), "big_bird": (0.036, _BIASES),
+    "bigbird_pegasus": (0.224, _BIASES + "; its encoder-side block-sparse layers differ"),
+    "biogpt": (0.004, _BIASES), "blenderbot-small": (0.006, _BIASES), "camembert": (0.011, _BIASES),
+    "ctrl": (0.236, "CTRL's sinusoidal positions and untied 246k-vocab head; not analysed further"),
+    "data2vec-text": (0.011, _BIASES),
+    "doge": (8348.341, "Doge's cross-domain MoE has num_experts 16,384 one-neuron experts; kvplan "
+                       "counts 16,384 full-width experts"),
+    "electra": (0.28, "ELECTRA's factored embeddings (embedding_size 128 + projection)"),
+    "ernie": (0.011, _BIASES), "ernie4_5_moe": (0.864, _MOE), "exaone_moe": (0.014, _MOE),
+    "falcon_mamba": (0.725, _SSM), "fuyu": (0.002, _BIASES), "gemma3": (0.036, _TOWER),
+    "gemma3n": (None, "not measured at full size: the vision tower needs PIL/timm"),
+    "gemma3n_text": (0.383, _PLE), "gemma4": (0.416, _PLE), "gemma4_text": (0.416, _PLE),
+    "gemma4_unified_assistant": (0.127, _PLE), "git": (0.504, _TOWER),
+    "glm4_moe": (None, "the default config has no head_dim and hidden/heads is not whole"),
+    "glm4_moe_lite": (None, "the default config has no head_dim and hidden/heads is not whole"),
+    "got_ocr2": (0.176, _TOWER), "gpt-sw3": (0.008, _BIASES), "gpt2": (0.008, _BIASES),
+    "gpt_bigcode": (0.008, _BIASES), "gpt_neo": (0.004, _BIASES),
+    "granitemoehybrid": (0.038, _SSM), "hunyuan_v1_dense": (None, _DEFAULT),
+    "hunyuan_v1_moe": (None, _DEFAULT), "hy_v3": (0.007, _MOE),
+    "jetmoe": (0.144, "JetMoE's attention experts (MoA) are counted as one dense attention"),
+    "laguna": (0.024, _MOE), "lfm2": (0.38, "LFM2 short-conv blocks and its w1/w2/w3 sizing"),
+    "mamba": (0.725, _SSM), "mamba2": (1.574, _SSM), "marian": (0.005, _BIASES),
+    "mbart": (0.006, _BIASES), "megatron-bert": (0.006, _BIASES),
+    "mimo_v2_flash": (0.021, "sliding layers' doubled KV projections and attention sinks"),
+    "minimax_m3_vl_text": (0.008, _MOE), "ministral": (None, _DEFAULT),
+    "modernbert-decoder": (0.005, _BIASES),
+    "moshi": (0.221, "Moshi's depth decoder and audio codebook embeddings"),
+    "moss_transcribe_diarize": (0.177, _TOWER), "mvp": (0.006, _BIASES),
+    "nemotron": (None, _DEFAULT), "nemotron_h": (1.365, _SSM), "openai-gpt": (0.005, _BIASES),
+    "pegasus": (0.006, _BIASES), "phi4_multimodal": (0.175, _TOWER), "plbart": (0.01, _BIASES),
+    "qwen3_5": (0.017, _GATED_ATTN), "qwen3_5_moe": (0.003, _GATED_ATTN),
+    "qwen3_5_moe_text": (0.003, _GATED_ATTN), "qwen3_5_text": (0.017, _GATED_ATTN),
+    "qwen3_next": (0.002, _GATED_ATTN), "rembert": (0.096, "RemBERT's decoupled input embeddings"),
+    "roberta-prelayernorm": (0.01, _BIASES), "roberta": (0.01, _BIASES),
+    "roc_bert": (0.133, "RoCBert's pronunciation and shape embeddings"),
+    "roformer": (0.007, _BIASES), "trocr": (0.003, _BIASES), "whisper": (0.007, _BIASES),
+    "xlm-roberta-xl": (0.003, _BIASES), "xlm-roberta": (0.011, _BIASES), "xlm": (0.003, _BIASES),
+}
+PARAMS_TOLERANCE = 0.001
+
+
+def _params():
+    return [pytest.param(path, id=path.stem) for path in fixture_paths()]
+
+
+def test_fixture_set_is_large_and_small():
+    """≥ 150 causal-LM model types measured; the whole set stays a few MB; one transformers."""
+    measured = [load(p) for p in fixture_paths() if load(p)["status"] == "measured"]
+    assert len(measured) >= 150
+    assert sum(p.stat().st_size for p in fixture_paths()) < 4_000_000
+    assert {f["transformers_version"] for f in measured} == {"5.24.0"}
+    assert {f["torch_version"] for f in measured} == {"2.13.0"}
+
+
+def test_tables_name_fixtures():
+    names = {p.stem for p in fixture_paths()}
+    for table in (KNOWN_MISMATCH, REFUSED, WEIGHTS_GAP):
+        assert set(table) <= names
+
+
+@pytest.mark.parametrize("path", _params())
+def test_fixture_bytes_add_up(path):
+    """Each measurement's role totals are the sum of its non-aliased tensors' bytes."""
+    fixture = load(path)
+    for m in fixture.get("measurements", []):
+        totals: dict[str, int] = {}
+        for t in m["tensors"]:
+            assert t["bytes"] > 0
+            if not t["alias"]:
+                totals[t["role"]] = totals.get(t["role"], 0) + t["bytes"]
+        assert totals == m["bytes_by_role"]
+
+
+@pytest.mark.parametrize("path", _params())
+def test_kv_against_transformers(path):
+    verdict = check(load(path))
+    name = verdict.model_type
+    if verdict.state == "not measured":
+        assert name not in KNOWN_MISMATCH and name not in REFUSED
+        pytest.skip(f"generator could not run {name}: {verdict.detail[:120]}")
+    if verdict.state == "WRONG":
+        assert name in KNOWN_MISMATCH, verdict.detail
+    else:
+        assert name not in KNOWN_MISMATCH, f"{name} is {verdict.state} now: delete its entry"
+    if verdict.state == "refused":
+        assert name in REFUSED, verdict.detail
+        assert REFUSED[name] in verdict.detail
+    else:
+        assert name not in REFUSED, f"{name} is {verdict.state} now: delete its entry"
+    if verdict.state in {"exact", "exact KV"}:
+        assert verdict.kv and all(measured == computed for _, _, measured, computed in verdict.kv)
+
+
+@pytest.mark.parametrize("path", _params())
+def test_weights_against_transformers(path):
+    verdict = check(load(path))
+    if verdict.state not in {"exact", "exact KV"}:
+        pytest.skip(verdict.state)
+    name = verdict.model_type
+    error = verdict.params_error
+    if name in WEIGHTS_GAP:
+        bound, reason = WEIGHTS_GAP[name]
+        assert reason
+        if bound is None:
+            assert error is None
+        else:
+            assert error is not None and PARAMS_TOLERANCE < error <= bound, (
+                f"{name}: error {error:.4%}; tighten or delete its WEIGHTS_GAP entry")
+    else:
+        assert error is not None and error <= PARAMS_TOLERANCE, verdict.detail
+
+
+def test_counts():
+    """The acceptance counts of issue #15 at this stage: no silently wrong row, and how many are
+    exact for the KV cache and within 0.1% for the full-size parameter count."""
+    verdicts = [check(load(p)) for p in fixture_paths()]
+    states = [v.state for v in verdicts]
+    assert states.count("WRONG") == len(KNOWN_MISMATCH) == 0
+    assert states.count("exact") + states.count("exact KV") >= 150
+    within = [v for v in verdicts if v.params_error is not None and v.params_error <= PARAMS_TOLERANCE]
+    assert len(within) >= 80
+
+
+def test_llama_fixture_by_hand():
+    """llama, 2 layers, 4 KV heads, head_dim 24, float32, batch 2, T = 40:
+    2 layers × 2 seq × 4 heads × 40 tokens × 24 × 4 B = 61,440 B of keys, as many values."""
+    fixture = load(FIXTURES / "llama.json")
+    (m,) = [m for m in fixture["measurements"] if m["mode"] == "prefill" and m["length"] == 40]
+    assert m["bytes_by_role"] == {"k": 61_440, "v": 61_440}
+    arch = parse_config(fixture["config"])
+    assert kv_cache(arch, 40, 2, kv_dtype="fp32", engine="hf").kv_bytes == 122_880
+
+
+def test_gemma4_fixture_by_hand():
+    """gemma4 (per_layer_config {5: head_dim 512}): 5 sliding layers keep W − 1 = 7 tokens of
+    2 heads × 24, the full layer 40 tokens of 2 heads × 512; batch 2, fp32, K and V:
+    5 × 2 × 2 × 7 × 24 × 4 × 2 = 26,880 and 2 × 2 × 40 × 512 × 4 × 2 = 655,360 → 682,240 B."""
+    fixture = load(FIXTURES / "gemma4.json")
+    (m,) = [m for m in fixture["measurements"] if m["mode"] == "prefill" and m["length"] == 40]
+    assert m["bytes_by_role"]["k"] + m["bytes_by_role"]["v"] == 682_240
+    arch = parse_config(fixture["config"])
+    assert kv_cache(arch, 40, 2, kv_dtype="fp32", engine="hf").kv_bytes == 682_240
+
+
+GEMMA4_31B_STYLE = {
+    "model_type": "gemma4_text", "num_hidden_layers": 6, "hidden_size": 5376,
+    "num_attention_heads": 32, "num_key_value_heads": 16, "head_dim": 256,
+    "global_head_dim": 512, "num_global_key_value_heads": 4, "attention_k_eq_v": True,
+    "sliding_window": 1024, "intermediate_size": 21504, "vocab_size": 262144,
+    "layer_types": ["sliding_attention"] * 5 + ["full_attention"], "dtype": "bfloat16",
+}
+
+
+def test_gemma4_global_keys():
+    """configuration_gemma4.py ``__post_init__``: full layers get head_dim = global_head_dim and,
+    with attention_k_eq_v, num_global_key_value_heads. bf16, T = 32,768, batch 1:
+    sliding 5 × 16 heads × 1,023 tokens × 256 × 2 B × 2 = 83,804,160;
+    full 1 × 4 heads × 32,768 × 512 × 2 B × 2 = 268,435,456 → 352,239,616 B."""
+    arch = parse_config(GEMMA4_31B_STYLE)
+    assert kv_cache(arch, 32_768, 1, kv_dtype="bf16", engine="hf").kv_bytes == 352_239_616
+    without_gate = parse_config({**GEMMA4_31B_STYLE, "attention_k_eq_v": False})
+    full = [layer for layer in without_gate.layers if layer.kind == "full"]
+    assert [(x.n_kv_heads, x.head_dim_k) for x in full] == [(16, 512)]
+
+
+def test_gemma4_default_global_head_dim():
+    """Without global_head_dim, Gemma4TextConfig uses 512 for the full layers."""
+    config = {k: v for k, v in GEMMA4_31B_STYLE.items() if k != "global_head_dim"}
+    full = [x for x in parse_config(config).layers if x.kind == "full"]
+    assert full[0].head_dim_k == 512
+
+
+def test_per_layer_config_refuses_unknown_settings():
+    with pytest.raises(KVPlanError) as err:
+        parse_config({**GEMMA4_31B_STYLE, "per_layer_config": {"5": {"rope_theta": 1.0}}})
+    assert "rope_theta" in str(err.value)
