@@ -24,19 +24,18 @@ from typing import Any
 
 from kvplan.arch import MLA, Attention, LayerSpec, ModelArch, MoE, NoCache, Recurrent
 from kvplan.dtypes import model_dtype_name
-from kvplan.errors import KVPlanError, short
+from kvplan.errors import KVPlanError, clip, short
 
 #: Every config.json key the importer reads (links carry exactly these; a test keeps it complete).
 ARCHITECTURE_KEYS = (
     "_sliding_window_pattern", "architectures", "attention_chunk_size", "attention_heads",
     "attention_k_eq_v", "attention_layers", "attn_layer_indices", "attn_layer_offset",
-    "attn_layer_period", "chunk_size", "conv_kernel", "d_model", "decoder_attention_heads",
-    "decoder_ffn_dim", "decoder_layers", "dim", "dtype", "emb_dim", "expand", "expert_layer_period",
-    "expert_ffn_hidden_size", "experts_per_token", "ffn_dim", "first_k_dense_replace",
-    "full_attention_interval",
-    "global_head_dim", "head_dim", "hidden_size", "hybrid_override_pattern", "index_head_dim",
-    "index_topk", "interleave_moe_layer_step", "intermediate_size", "is_decoder", "block_types",
-    "cross_attention_layers", "intermediate_size_mlp",
+    "attn_layer_period", "block_types", "chunk_size", "conv_kernel", "cross_attention_layers",
+    "d_model", "decoder_attention_heads", "decoder_ffn_dim", "decoder_layers", "dim", "dtype",
+    "emb_dim", "expand", "expert_ffn_hidden_size", "expert_layer_period", "experts_per_token",
+    "ffn_dim", "first_k_dense_replace", "full_attention_interval", "global_head_dim", "head_dim",
+    "hidden_size", "hybrid_override_pattern", "index_head_dim", "index_topk",
+    "interleave_moe_layer_step", "intermediate_size", "intermediate_size_mlp", "is_decoder",
     "kv_channels", "kv_lora_rank", "layer_types", "layers_block_type", "linear_conv_kernel_dim",
     "linear_key_head_dim", "linear_num_key_heads", "linear_num_value_heads",
     "linear_value_head_dim", "mamba_chunk_size", "mamba_d_conv", "mamba_d_head", "mamba_d_state",
@@ -46,12 +45,12 @@ ARCHITECTURE_KEYS = (
     "multi_query_attention", "multi_query_group_num", "n_embd", "n_groups", "n_head", "n_head_kv",
     "n_heads", "n_inner", "n_layer", "n_layers", "n_positions", "n_routed_experts",
     "n_shared_experts", "new_decoder_architecture", "no_rope_layer_interval", "no_rope_layers",
-    "num_attention_heads", "num_experts", "num_experts_per_tok", "num_experts_per_token",
-    "num_global_key_value_heads", "num_heads", "num_hidden_layers", "num_key_value_heads",
-    "num_kv_heads", "num_kv_shared_layers", "num_layers", "num_local_experts", "padded_vocab_size",
-    "per_layer_config", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
-    "shared_expert_intermediate_size", "sliding_window", "sliding_window_pattern",
-    "sliding_window_size", "ssm_state_size", "state_size", "swa_head_dim",
+    "num_attention_heads", "num_decoder_attention_heads", "num_decoder_layers", "num_experts",
+    "num_experts_per_tok", "num_experts_per_token", "num_global_key_value_heads", "num_heads",
+    "num_hidden_layers", "num_key_value_heads", "num_kv_heads", "num_kv_shared_layers",
+    "num_layers", "num_local_experts", "padded_vocab_size", "per_layer_config", "q_lora_rank",
+    "qk_nope_head_dim", "qk_rope_head_dim", "shared_expert_intermediate_size", "sliding_window",
+    "sliding_window_pattern", "sliding_window_size", "ssm_state_size", "state_size", "swa_head_dim",
     "swa_num_key_value_heads", "swa_v_head_dim", "text_config", "tie_word_embeddings",
     "torch_dtype", "use_sliding_window", "v_head_dim", "vocab_size", "window_size",
 )
@@ -66,6 +65,30 @@ SUPPORTED_MODEL_TYPES = (
     "gemma", "gemma2", "gemma3", "gemma3_text", "phi3", "falcon", "opt", "gpt_neox",
     "deepseek_v2", "deepseek_v3", "kimi_k2", "llama4", "llama4_text", "gpt_oss", "jamba",
 )
+#: Model types whose ``hf`` cache kvplan reproduces byte for byte on transformers 5.24's own
+#: caches (``tests/fixtures/conformance``; ``tests/test_conformance.py`` keeps this in sync).
+VERIFIED_MODEL_TYPES = frozenset({
+    "afmoe", "apertus", "apertus1p5_text", "arcee", "aria_text", "axk1", "bamba", "bart", "beam",
+    "bert", "bert-generation", "big_bird", "bigbird_pegasus", "biogpt", "bitnet", "blenderbot",
+    "blenderbot-small", "bloom", "camembert", "codegen", "cohere", "cohere2", "cohere2_moe", "ctrl",
+    "cwm", "data2vec-text", "deepseek_v2", "deepseek_v3", "diffllama", "doge", "electra",
+    "emu3_text_model", "ernie", "ernie4_5", "ernie4_5_moe", "exaone", "exaone4", "exaone_moe",
+    "falcon", "falcon_mamba", "flex_olmo", "flint", "gemma", "gemma2", "gemma3_text",
+    "gemma3n_text", "gemma4_text", "gemma4_unified_text", "git", "glm", "glm4", "glm4_moe",
+    "glm4_moe_lite", "gpt2", "gpt_bigcode", "gpt_neo", "gpt_neox", "gpt_neox_japanese", "gpt_oss",
+    "gptj", "granite", "granite_swa", "granitemoe", "granitemoe_swa", "granitemoehybrid",
+    "granitemoeshared", "helium", "hunyuan_v1_dense", "hunyuan_v1_moe", "hy_v3", "hyperclovax",
+    "internlm3", "iquestcoder", "jais2", "jamba", "jetmoe", "kolibri1", "laguna", "lara_mini",
+    "lfm2", "llama", "llama4_text", "mamba", "mamba2", "marian", "mbart", "megatron-bert", "mellum",
+    "mimo_v2_flash", "minicpm3", "minimax_m2", "minimax_m3_vl_text", "ministral", "ministral3",
+    "mistral", "mixtral", "modernbert-decoder", "moshi", "mpt", "mvp", "nanochat", "nemotron",
+    "nemotron_h", "olmo", "olmo2", "olmo3", "olmo_hybrid", "olmoe", "openai-gpt", "opt", "pegasus",
+    "persimmon", "phi", "phi3", "phi4_multimodal", "phimoe", "plbart", "prophetnet", "qwen2",
+    "qwen2_moe", "qwen3", "qwen3_5_moe_text", "qwen3_5_text", "qwen3_moe", "qwen3_next", "rembert",
+    "roberta", "roberta-prelayernorm", "roc_bert", "roformer", "sarvam_mla", "sarvam_moe",
+    "seed_oss", "smollm3", "solar_open", "stablelm", "starcoder2", "trocr", "vaultgemma", "whisper",
+    "xglm", "xlm", "xlm-roberta", "xlm-roberta-xl", "youtu",
+})
 #: Defaults of transformers config classes for keys that real config.json files leave out
 #: (``Gemma3TextConfig``: vocab 262,208, 8 heads, 4 KV heads, head_dim 256, window 4096).
 MODEL_TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -195,12 +218,14 @@ def parse_config(
 
     listed = cfg.get("layer_types", "layers_block_type")
     n_layers = cfg.int("num_hidden_layers", "n_layer", "num_layers", "n_layers", "decoder_layers",
+                       "num_decoder_layers",
                        why="the number of layers", high=MAX_LAYERS,
                        default=len(listed) if isinstance(listed, list) and listed else None)
     hidden = cfg.int("hidden_size", "n_embd", "d_model", "dim", "emb_dim", why="the hidden size")
     pure_recurrent = model_type in _PURE_RECURRENT_TYPES
     n_heads = cfg.int("num_attention_heads", "n_head", "n_heads", "num_heads", "attention_heads",
-                      "decoder_attention_heads", why="the attention head count",
+                      "decoder_attention_heads", "num_decoder_attention_heads",
+                      why="the attention head count",
                       default=1 if pure_recurrent else None)
     n_kv, hf_heads = _kv_heads(cfg, model_type, n_heads)
     if pure_recurrent:
@@ -303,8 +328,12 @@ def parse_config(
         method = params_source or "given"
         total = params_total
         active = params_active if params_active else (None if moe is None else active)
+    notes = arch.notes
+    if model_type not in VERIFIED_MODEL_TYPES and model_type not in SUPPORTED_MODEL_TYPES:
+        notes += (f"generic rules: model_type '{clip(model_type)}' has not been checked "
+                  "against transformers; sized from the keys it shares with known models",)
     return arch.model_copy(update={"params_total": total, "params_active": active,
-                                   "params_method": method})
+                                   "params_method": method, "notes": notes})
 
 
 def _refuse_unknown_layouts(cfg: _Cfg, model_type: str) -> None:
@@ -428,7 +457,7 @@ def _attention_spec(cfg: _Cfg, n_kv: int, head_dim: int, n_heads: int,
 #: Encoder-decoder families whose causal-LM decoder holds an (unused without encoder) cross-attention
 #: block per layer (``BartDecoderLayer.encoder_attn`` and copies).
 CROSS_ATTENTION_DECODERS = {"bart", "mbart", "blenderbot", "blenderbot-small", "marian", "pegasus",
-                            "plbart", "mvp", "bigbird_pegasus", "trocr", "whisper"}
+                            "plbart", "mvp", "bigbird_pegasus", "trocr", "whisper", "prophetnet"}
 #: Layouts no generic rule covers, refused by name.
 _UNSUPPORTED_TYPES = {
     "longcat_flash": "two MLA attention blocks per decoder layer (modeling_longcat_flash.py)",

@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 from conformance_check import FIXTURES, check, fixture_paths, load
 
-from kvplan.config_import import parse_config
+from kvplan.config_import import SUPPORTED_MODEL_TYPES, VERIFIED_MODEL_TYPES, parse_config
 from kvplan.errors import KVPlanError
 from kvplan.sizing import kv_cache
 
@@ -38,7 +38,6 @@ REFUSED: dict[str, str] = {
     "longcat_flash": "two MLA attention blocks per decoder layer",
     "minimax": "the recurrent state of minimax layers is not supported",
     "mllama": "cross-attention layers (cross_attention_layers)",
-    "prophetnet": "missing 'num_hidden_layers'",
     "recurrent_gemma": "recurrent block types (block_types)",
     "zamba2": "('hybrid')",
     "zaya": "('hybrid')",
@@ -90,6 +89,8 @@ WEIGHTS_GAP: dict[str, tuple[float | None, str]] = {
     "moss_transcribe_diarize": (0.177, _TOWER), "mvp": (0.006, _BIASES),
     "nemotron": (None, _DEFAULT), "nemotron_h": (1.365, _SSM), "openai-gpt": (0.005, _BIASES),
     "pegasus": (0.006, _BIASES), "phi4_multimodal": (0.175, _TOWER), "plbart": (0.01, _BIASES),
+    "prophetnet": (0.185, "ProphetNet's n-gram self-attention (predict streams, relative position "
+                          "buckets) is counted as plain attention"),
     "qwen3_5": (0.017, _GATED_ATTN), "qwen3_5_moe": (0.003, _GATED_ATTN),
     "qwen3_5_moe_text": (0.003, _GATED_ATTN), "qwen3_5_text": (0.017, _GATED_ATTN),
     "qwen3_next": (0.002, _GATED_ATTN), "rembert": (0.096, "RemBERT's decoupled input embeddings"),
@@ -236,3 +237,23 @@ def test_per_layer_config_refuses_unknown_settings():
     with pytest.raises(KVPlanError) as err:
         parse_config({**GEMMA4_31B_STYLE, "per_layer_config": {"5": {"rope_theta": 1.0}}})
     assert "rope_theta" in str(err.value)
+
+
+def test_verified_types_in_sync():
+    """VERIFIED_MODEL_TYPES is exactly the (imported) model types of the KV-exact fixtures."""
+    exact = set()
+    for path in fixture_paths():
+        fixture = load(path)
+        if check(fixture).state in {"exact", "exact KV"}:
+            exact.add(parse_config(fixture["config"]).model_type)
+    assert exact == VERIFIED_MODEL_TYPES
+
+
+def test_unknown_type_gets_the_generic_note():
+    """A model_type never checked gets a visible "generic rules" note; verified ones none."""
+    config = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 10}
+    (note,) = parse_config({**config, "model_type": "my_new_llm"}).notes
+    assert note.startswith("generic rules: model_type 'my_new_llm' has not been checked")
+    assert parse_config({**config, "model_type": "llama"}).notes == ()
+    assert parse_config({**config, "model_type": "kimi_k2"}).notes == ()
+    assert "kimi_k2" in SUPPORTED_MODEL_TYPES and "kimi_k2" not in VERIFIED_MODEL_TYPES
