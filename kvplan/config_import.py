@@ -39,11 +39,11 @@ ARCHITECTURE_KEYS = (
     "kv_channels", "kv_lora_rank", "layer_types", "layers_block_type", "linear_conv_kernel_dim",
     "linear_key_head_dim", "linear_num_key_heads", "linear_num_value_heads",
     "linear_value_head_dim", "mamba_chunk_size", "mamba_d_conv", "mamba_d_head", "mamba_d_state",
-    "mamba_expand", "mamba_head_dim", "mamba_n_groups", "mamba_n_heads", "mamba_num_heads",
-    "mamba_ssm_cache_dtype", "mamba_ssm_dtype", "max_position_embeddings", "max_seq_len",
-    "max_window_layers", "mlp_only_layers", "model_type", "moe_intermediate_size", "multi_query",
-    "multi_query_attention", "multi_query_group_num", "n_embd", "n_groups", "n_head", "n_head_kv",
-    "n_heads", "n_inner", "n_layer", "n_layers", "n_positions", "n_routed_experts",
+    "mamba_dt_rank", "mamba_expand", "mamba_head_dim", "mamba_n_groups", "mamba_n_heads",
+    "mamba_num_heads", "mamba_ssm_cache_dtype", "mamba_ssm_dtype", "max_position_embeddings",
+    "max_seq_len", "max_window_layers", "mlp_only_layers", "model_type", "moe_intermediate_size",
+    "multi_query", "multi_query_attention", "multi_query_group_num", "n_embd", "n_groups", "n_head",
+    "n_head_kv", "n_heads", "n_inner", "n_layer", "n_layers", "n_positions", "n_routed_experts",
     "n_shared_experts", "new_decoder_architecture", "no_rope_layer_interval", "no_rope_layers",
     "num_attention_heads", "num_decoder_attention_heads", "num_decoder_layers", "num_experts",
     "num_experts_per_tok", "num_experts_per_token", "num_global_key_value_heads", "num_heads",
@@ -52,7 +52,8 @@ ARCHITECTURE_KEYS = (
     "qk_nope_head_dim", "qk_rope_head_dim", "shared_expert_intermediate_size", "sliding_window",
     "sliding_window_pattern", "sliding_window_size", "ssm_state_size", "state_size", "swa_head_dim",
     "swa_num_key_value_heads", "swa_v_head_dim", "text_config", "tie_word_embeddings",
-    "torch_dtype", "use_sliding_window", "v_head_dim", "vocab_size", "window_size",
+    "time_step_rank", "torch_dtype", "use_sliding_window", "v_head_dim", "vocab_size",
+    "window_size",
 )
 
 MAX_CONFIG_BYTES = 2_000_000
@@ -68,26 +69,25 @@ SUPPORTED_MODEL_TYPES = (
 #: Model types whose ``hf`` cache kvplan reproduces byte for byte on transformers 5.24's own
 #: caches (``tests/fixtures/conformance``; ``tests/test_conformance.py`` keeps this in sync).
 VERIFIED_MODEL_TYPES = frozenset({
-    "afmoe", "apertus", "apertus1p5_text", "arcee", "aria_text", "axk1", "bamba", "bart", "beam",
-    "bert", "bert-generation", "big_bird", "bigbird_pegasus", "biogpt", "bitnet", "blenderbot",
+    "afmoe", "apertus", "apertus1p5_text", "arcee", "aria_text", "axk1", "bart", "beam", "bert",
+    "bert-generation", "big_bird", "bigbird_pegasus", "biogpt", "bitnet", "blenderbot",
     "blenderbot-small", "bloom", "camembert", "codegen", "cohere", "cohere2", "cohere2_moe", "ctrl",
     "cwm", "data2vec-text", "deepseek_v2", "deepseek_v3", "diffllama", "doge", "electra",
     "emu3_text_model", "ernie", "ernie4_5", "ernie4_5_moe", "exaone", "exaone4", "exaone_moe",
-    "falcon", "falcon_mamba", "flex_olmo", "flint", "gemma", "gemma2", "gemma3_text",
-    "gemma3n_text", "gemma4_text", "gemma4_unified_text", "git", "glm", "glm4", "glm4_moe",
-    "glm4_moe_lite", "gpt2", "gpt_bigcode", "gpt_neo", "gpt_neox", "gpt_neox_japanese", "gpt_oss",
-    "gptj", "granite", "granite_swa", "granitemoe", "granitemoe_swa", "granitemoehybrid",
-    "granitemoeshared", "helium", "hunyuan_v1_dense", "hunyuan_v1_moe", "hy_v3", "hyperclovax",
-    "internlm3", "iquestcoder", "jais2", "jamba", "jetmoe", "kolibri1", "laguna", "lara_mini",
-    "lfm2", "llama", "llama4_text", "mamba", "mamba2", "marian", "mbart", "megatron-bert", "mellum",
-    "mimo_v2_flash", "minicpm3", "minimax_m2", "minimax_m3_vl_text", "ministral", "ministral3",
-    "mistral", "mixtral", "modernbert-decoder", "moshi", "mpt", "mvp", "nanochat", "nemotron",
-    "nemotron_h", "olmo", "olmo2", "olmo3", "olmo_hybrid", "olmoe", "openai-gpt", "opt", "pegasus",
-    "persimmon", "phi", "phi3", "phi4_multimodal", "phimoe", "plbart", "prophetnet", "qwen2",
-    "qwen2_moe", "qwen3", "qwen3_5_moe_text", "qwen3_5_text", "qwen3_moe", "qwen3_next", "rembert",
-    "roberta", "roberta-prelayernorm", "roc_bert", "roformer", "sarvam_mla", "sarvam_moe",
-    "seed_oss", "smollm3", "solar_open", "stablelm", "starcoder2", "trocr", "vaultgemma", "whisper",
-    "xglm", "xlm", "xlm-roberta", "xlm-roberta-xl", "youtu",
+    "falcon", "flex_olmo", "flint", "gemma", "gemma2", "gemma3_text", "gemma3n_text", "gemma4_text",
+    "gemma4_unified_text", "git", "glm", "glm4", "glm4_moe", "glm4_moe_lite", "gpt2", "gpt_bigcode",
+    "gpt_neo", "gpt_neox", "gpt_neox_japanese", "gpt_oss", "gptj", "granite", "granite_swa",
+    "granitemoe", "granitemoe_swa", "granitemoeshared", "helium", "hunyuan_v1_dense",
+    "hunyuan_v1_moe", "hy_v3", "hyperclovax", "internlm3", "iquestcoder", "jais2", "jetmoe",
+    "kolibri1", "laguna", "lara_mini", "lfm2", "llama", "llama4_text", "marian", "mbart",
+    "megatron-bert", "mellum", "mimo_v2_flash", "minicpm3", "minimax_m2", "minimax_m3_vl_text",
+    "ministral", "ministral3", "mistral", "mixtral", "modernbert-decoder", "moshi", "mpt", "mvp",
+    "nanochat", "nemotron", "olmo", "olmo2", "olmo3", "olmo_hybrid", "olmoe", "openai-gpt", "opt",
+    "pegasus", "persimmon", "phi", "phi3", "phi4_multimodal", "phimoe", "plbart", "prophetnet",
+    "qwen2", "qwen2_moe", "qwen3", "qwen3_5_moe_text", "qwen3_5_text", "qwen3_moe", "qwen3_next",
+    "rembert", "roberta", "roberta-prelayernorm", "roc_bert", "roformer", "sarvam_mla",
+    "sarvam_moe", "seed_oss", "smollm3", "solar_open", "stablelm", "starcoder2", "trocr",
+    "vaultgemma", "whisper", "xglm", "xlm", "xlm-roberta", "xlm-roberta-xl", "youtu",
 })
 #: Defaults of transformers config classes for keys that real config.json files leave out
 #: (``Gemma3TextConfig``: vocab 262,208, 8 heads, 4 KV heads, head_dim 256, window 4096).
@@ -206,12 +206,15 @@ def parse_config(
     architectures = data.get("architectures")
     text = data.get("text_config")
     if isinstance(text, dict) and not data.get("num_hidden_layers"):
-        data = {**text}
+        # the wrapper's dtype applies to its text model when text_config does not set its own
+        inherited = {k: data[k] for k in ("torch_dtype", "dtype") if data.get(k) is not None}
+        data = {**inherited, **text}
     model_type = str(data.get("model_type") or outer_type or "unknown")
     if model_type == "gemma3":
         model_type = "gemma3_text"
     data = {**MODEL_TYPE_DEFAULTS.get(model_type, {}), **data}
     cfg = _Cfg(data)
+    _refuse_unknown_layouts(cfg, model_type)
     if not isinstance(architectures, list):
         architectures = data.get("architectures") if isinstance(data.get("architectures"), list) else None
     architecture = str(architectures[0]) if architectures else None
@@ -242,7 +245,6 @@ def parse_config(
         raise KVPlanError("config.bad_value", key="num_key_value_heads",
                           expected=f"at most num_attention_heads ({n_heads})", value=n_kv)
 
-    _refuse_unknown_layouts(cfg, model_type)
     types = _layer_types(cfg, model_type, n_layers)
     no_cache = model_type in _NO_CACHE_TYPES or (model_type in _DECODER_FLAG_TYPES
                                                  and cfg.get("is_decoder") is not True)
@@ -461,6 +463,9 @@ CROSS_ATTENTION_DECODERS = {"bart", "mbart", "blenderbot", "blenderbot-small", "
 #: Layouts no generic rule covers, refused by name.
 _UNSUPPORTED_TYPES = {
     "longcat_flash": "two MLA attention blocks per decoder layer (modeling_longcat_flash.py)",
+    "falcon_h1": "every layer runs attention and a Mamba-2 mixer in parallel (FalconH1DecoderLayer)",
+    "rwkv": "RWKV time-mixing state, no attention (modeling_rwkv.py)",
+    "xlstm": "mLSTM matrix-memory state, no attention (modeling_xlstm.py)",
 }
 #: Models transformers runs without any cache (their causal-LM heads return no past_key_values).
 _NO_CACHE_TYPES = {"openai-gpt", "xlm"}
@@ -547,16 +552,24 @@ def _recurrent_spec(cfg: _Cfg, model_type: str, hidden: int) -> Recurrent:
         state = cfg.int("state_size", why="Mamba state size", default=16)
         d_inner = cfg.int("intermediate_size", why="Mamba inner size",
                           default=cfg.int("expand", why="Mamba expansion", default=2) * hidden)
+        rank = _dt_rank(cfg.get("time_step_rank"), hidden)
         return Recurrent(variant="mamba1", conv_channels=d_inner, conv_kernel=kernel,
-                         ssm_elements=d_inner * state, tp_shard_unit=d_inner, ssm_dtype=_ssm_dtype(cfg))
+                         ssm_elements=d_inner * state, tp_shard_unit=d_inner, ssm_dtype=_ssm_dtype(cfg),
+                         params=_mamba1_params(hidden, d_inner, state, kernel, rank, norms=0))
     if cfg.has("linear_num_value_heads"):  # Gated DeltaNet (Qwen3-Next / Qwen3.5)
         nk = cfg.int("linear_num_key_heads", why="GDN key heads")
         nv = cfg.int("linear_num_value_heads", why="GDN value heads")
         hk = cfg.int("linear_key_head_dim", why="GDN key head size")
         hv = cfg.int("linear_value_head_dim", why="GDN value head size")
         kernel = cfg.int("linear_conv_kernel_dim", why="GDN conv kernel", default=4)
-        return Recurrent(variant="gdn", conv_channels=2 * nk * hk + nv * hv, conv_kernel=kernel,
-                         ssm_elements=nv * hk * hv, tp_shard_unit=nv, ssm_dtype=_ssm_dtype(cfg))
+        conv = 2 * nk * hk + nv * hv
+        # Qwen3NextGatedDeltaNet parameters: in_proj_qkvz and in_proj_ba, a conv1d without bias,
+        # dt_bias and A_log per value head, a norm of the value head size, then out_proj.
+        params = hidden * (2 * nk * hk + 2 * nv * hv) + hidden * 2 * nv + conv * kernel + 2 * nv \
+            + hv + nv * hv * hidden
+        return Recurrent(variant="gdn", conv_channels=conv, conv_kernel=kernel,
+                         ssm_elements=nv * hk * hv, tp_shard_unit=nv, ssm_dtype=_ssm_dtype(cfg),
+                         params=params)
     if cfg.has("mamba_n_heads", "mamba_num_heads"):  # Mamba-2
         heads = cfg.int("mamba_n_heads", "mamba_num_heads", why="Mamba-2 heads")
         head_dim = cfg.int("mamba_d_head", "mamba_head_dim", why="Mamba-2 head size")
@@ -564,9 +577,14 @@ def _recurrent_spec(cfg: _Cfg, model_type: str, hidden: int) -> Recurrent:
         groups = cfg.int("mamba_n_groups", "n_groups", why="Mamba-2 groups", default=1)
         kernel = cfg.int("mamba_d_conv", "conv_kernel", why="Mamba-2 conv kernel", default=4)
         d_inner = heads * head_dim
-        return Recurrent(variant="mamba2", conv_channels=d_inner + 2 * groups * state,
+        conv = d_inner + 2 * groups * state
+        # Mamba2Mixer: in_proj h × (d_inner + conv + heads), conv1d with bias, dt_bias, A_log, D,
+        # gated RMSNorm (d_inner), out_proj
+        params = hidden * (d_inner + conv + heads) + conv * (kernel + 1) + 3 * heads + d_inner \
+            + d_inner * hidden
+        return Recurrent(variant="mamba2", conv_channels=conv,
                          conv_kernel=kernel, ssm_elements=d_inner * state, tp_shard_unit=heads,
-                         ssm_dtype=_ssm_dtype(cfg),
+                         ssm_dtype=_ssm_dtype(cfg), params=params,
                          chunk_size=cfg.int("chunk_size", "mamba_chunk_size", why="Mamba-2 chunk",
                                             default=256))
     if cfg.has("mamba_d_state", "mamba_expand"):  # Mamba-1 (Jamba)
@@ -574,15 +592,32 @@ def _recurrent_spec(cfg: _Cfg, model_type: str, hidden: int) -> Recurrent:
         state = cfg.int("mamba_d_state", why="Mamba state size", default=16)
         kernel = cfg.int("mamba_d_conv", why="Mamba conv kernel", default=4)
         d_inner = expand * hidden
+        rank = _dt_rank(cfg.get("mamba_dt_rank"), hidden)
         return Recurrent(variant="mamba1", conv_channels=d_inner, conv_kernel=kernel,
                          ssm_elements=d_inner * state, tp_shard_unit=d_inner,
-                         ssm_dtype=_ssm_dtype(cfg))
+                         ssm_dtype=_ssm_dtype(cfg),
+                         params=_mamba1_params(hidden, d_inner, state, kernel, rank,
+                                               norms=rank + 2 * state))
     if model_type.startswith(("qwen3_next", "qwen3_5")):  # Gated DeltaNet families
         raise KVPlanError("config.missing_key", key="linear_num_value_heads",
                           why=f"the recurrent state of {model_type} layers")
     raise KVPlanError("config.unsupported", what=f"the recurrent state of {model_type} layers",
                       detail="no Gated DeltaNet (linear_num_value_heads), Mamba-2 (mamba_n_heads) or "
                              "Mamba-1 (mamba_d_state) keys")
+
+
+def _dt_rank(value: Any, hidden: int) -> int:
+    """``time_step_rank`` / ``mamba_dt_rank``: ``"auto"`` is ``ceil(hidden / 16)`` (MambaConfig)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    return -(-hidden // 16)
+
+
+def _mamba1_params(h: int, d_inner: int, state: int, kernel: int, rank: int, norms: int) -> int:
+    """MambaMixer: in_proj ``h × 2·d_inner``, conv1d with bias, x_proj ``d_inner × (r + 2N)``,
+    dt_proj with bias, A_log ``d_inner × N``, D, out_proj; Jamba adds dt/B/C RMSNorms (``norms``)."""
+    return (h * 2 * d_inner + d_inner * (kernel + 1) + d_inner * (rank + 2 * state)
+            + rank * d_inner + d_inner + d_inner * state + d_inner + d_inner * h + norms)
 
 
 def _ssm_dtype(cfg: _Cfg) -> str | None:
@@ -651,16 +686,20 @@ def estimate_params(arch: ModelArch) -> tuple[int, int | None, str]:
     if arch.model_type in CROSS_ATTENTION_DECODERS:  # the decoder's encoder_attn: q, k, v, o
         cross = 4 * h * h
     mlp_mult = 3 if arch.gated_mlp else 2
-    total = active = embed + h
+    total = active = embed + h + _family_global_params(arch)
     moe = arch.moe
     for index, layer in enumerate(arch.layers):
-        attn = mixer_params(layer, arch)
+        attn = mixer_params(layer, arch) + _family_layer_params(
+            arch, layer, moe is not None and index >= moe.n_dense_layers)
         if moe is not None and index >= moe.n_dense_layers:
             router = h * moe.n_experts
             shared = moe.n_shared * 3 * h * moe.shared_intermediate
             per_expert = 3 * h * moe.expert_intermediate
             total += attn + router + shared + moe.n_experts * per_expert + 2 * h
             active += attn + router + shared + moe.n_active * per_expert + 2 * h
+        elif arch.model_type in _PURE_RECURRENT_TYPES:  # MambaBlock: norm + mixer, no MLP
+            total += attn + h
+            active += attn + h
         else:
             dense = mlp_mult * h * arch.intermediate_size
             total += attn + cross + dense + 2 * h
@@ -668,6 +707,61 @@ def estimate_params(arch: ModelArch) -> tuple[int, int | None, str]:
     method = ("computed from config: embeddings + attention/mixer + MLP/MoE experts + norms"
               + ("" if arch.tie_word_embeddings else " + untied LM head"))
     return total, (active if moe is not None else None), method
+
+
+_QK_NORM_TYPES = {"qwen3", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen3_5_text",
+                  "qwen3_5_moe_text", "gemma3", "gemma3_text"}
+_QKV_BIAS_TYPES = {"qwen2", "qwen2_moe"}
+_GATED_ATTENTION_TYPES = {"qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text"}
+_SHARED_EXPERT_GATE_TYPES = {"qwen2_moe", "qwen3_next", "qwen3_5_moe", "qwen3_5_moe_text"}
+_FOUR_NORM_TYPES = {"gemma2", "gemma3", "gemma3_text"}
+_ONE_NORM_TYPES = {"cohere", "cohere2", "cohere2_moe"}
+#: Every linear and LayerNorm has a bias; GPT-2-style learned positions (``n_positions``).
+_ALL_BIAS_TYPES = {"gpt2", "gpt-sw3", "gpt_bigcode", "opt"}
+_LEARNED_POSITION_TYPES = {"gpt2", "gpt-sw3", "gpt_bigcode"}
+
+
+def _family_global_params(arch: ModelArch) -> int:
+    """Model-level parameters some families add: learned positions, the final norm's bias."""
+    h = arch.hidden_size
+    extra = 0
+    if arch.model_type in _LEARNED_POSITION_TYPES:  # GPT2Model.wpe
+        extra += (arch.max_position_embeddings or 1024) * h
+    if arch.model_type in _ALL_BIAS_TYPES or arch.model_type == "falcon":  # final LayerNorm bias
+        extra += h
+    return extra
+
+
+def _family_layer_params(arch: ModelArch, layer: LayerSpec, moe_layer: bool) -> int:
+    """Per-layer parameters beyond the generic formula, read from each family's modeling file.
+
+    qwen3/gemma3 ``q_norm``/``k_norm`` (2·d); qwen2 q/k/v biases ((H + 2·KV)·d); Qwen3-Next
+    gated attention (``q_proj`` doubled: H·d·h) and ``shared_expert_gate`` (h); Gemma 2/3
+    pre/post-feedforward norms (2·h); Cohere's single LayerNorm per layer (−h); gpt-oss attention
+    and expert biases, sinks and router bias; GPT-2/OPT biases on every linear and LayerNorm.
+    """
+    h, kind = arch.hidden_size, arch.model_type
+    extra = 0
+    if kind in _FOUR_NORM_TYPES:
+        extra += 2 * h
+    if kind in _ONE_NORM_TYPES:
+        extra -= h
+    if moe_layer and kind in _SHARED_EXPERT_GATE_TYPES and arch.moe and arch.moe.n_shared:
+        extra += h
+    if isinstance(layer, Attention):
+        q, kv = arch.n_heads * layer.head_dim_k, layer.n_kv_heads * (layer.head_dim_k + layer.head_dim_v)
+        if kind in _QK_NORM_TYPES:
+            extra += 2 * layer.head_dim_k
+        if kind in _QKV_BIAS_TYPES:
+            extra += q + kv
+        if kind in _GATED_ATTENTION_TYPES:
+            extra += q * h
+        if kind == "gpt_oss" and arch.moe:
+            moe = arch.moe
+            extra += q + kv + h + arch.n_heads + moe.n_experts * (1 + 2 * moe.expert_intermediate + h)
+        if kind in _ALL_BIAS_TYPES:  # attention, MLP and both LayerNorms' biases
+            extra += q + kv + h + arch.intermediate_size + h + 2 * h
+    return extra
 
 
 def mixer_params(layer: LayerSpec, arch: ModelArch) -> int:
@@ -684,6 +778,8 @@ def mixer_params(layer: LayerSpec, arch: ModelArch) -> int:
             layer.kv_lora_rank * layer.n_heads * (layer.qk_nope_head_dim + layer.v_head_dim)
         return q + kv + layer.n_heads * layer.v_head_dim * h
     if isinstance(layer, Recurrent):
+        if layer.params is not None:
+            return layer.params
         if layer.variant == "mamba1":
             d_inner, d_state = layer.conv_channels, layer.ssm_elements // layer.conv_channels
             dt_rank = -(-h // 16)

@@ -3,7 +3,8 @@
 The fixtures (``tests/fixtures/conformance/<model_type>.json``) are written by the dev-time
 generator ``tools/conformance/generate.py``: a small config, the bytes of every tensor of the cache
 transformers returned after real forwards (batch 2, several lengths, float32), and the parameter
-counts of the small model and of the full-size default config. This module needs no torch; the
+counts of the small model and of the full-size default config; one measurement is repeated with
+the model in bfloat16 (compared with kvplan for a bf16 config). This module needs no torch; the
 test (``test_conformance.py``) and the report (``tools/conformance/report.py``) share it.
 
 States: ``exact`` (every measured cache size and the full-size parameter count equal),
@@ -59,6 +60,14 @@ def load(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
+def _with_dtype(config: dict[str, Any], torch_dtype: str) -> dict[str, Any]:
+    """The config as saved with the model in ``torch_dtype`` (``dtype`` at every level)."""
+    out = {**config, "dtype": torch_dtype}
+    if isinstance(config.get("text_config"), dict):
+        out["text_config"] = {**config["text_config"], "dtype": torch_dtype}
+    return out
+
+
 def _kv_bytes(arch: Any, length: int, batch: int, dtype: str) -> int:
     return kv_cache(arch, length, batch, kv_dtype=dtype, engine="hf").kv_bytes
 
@@ -68,14 +77,18 @@ def check(fixture: dict[str, Any]) -> Verdict:
     model_type = fixture["model_type"]
     if fixture.get("status") != "measured":
         return Verdict(model_type, "not measured", str(fixture.get("error", ""))[:300])
-    dtype = DTYPES[fixture["dtype"]]
     try:
-        arch = parse_config(fixture["config"])
+        archs = {}
         rows = []
         for m in fixture["measurements"]:
+            torch_dtype = m.get("dtype", fixture["dtype"])
+            if torch_dtype not in archs:
+                archs[torch_dtype] = parse_config(_with_dtype(fixture["config"], torch_dtype))
             measured = sum(m["bytes_by_role"].get(role, 0) for role in SIZED_ROLES)
-            rows.append((m["mode"], m["length"], measured,
-                         _kv_bytes(arch, m["length"], m["batch"], dtype)))
+            mode = m["mode"] if torch_dtype == fixture["dtype"] else f"{m['mode']} {torch_dtype}"
+            rows.append((mode, m["length"], measured,
+                         _kv_bytes(archs[torch_dtype], m["length"], m["batch"], DTYPES[torch_dtype])))
+        arch = archs[fixture["dtype"]]
     except KVPlanError as exc:
         return Verdict(model_type, "refused", str(exc))
     verdict = Verdict(model_type, "exact", kv=rows,

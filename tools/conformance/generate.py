@@ -3,10 +3,11 @@
 Dev-time only (needs torch + transformers; see ``README.md``). For every model type of
 ``CONFIG_MAPPING`` that has an ``AutoModelForCausalLM`` class (``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``)
 it builds a small config from the config class defaults (``shrink``), instantiates the model in
-float32 on CPU, runs forwards with ``use_cache=True`` (batch 2; prefill of 5, 17, 40 tokens and a
-16 + 1 decode step), walks the returned cache object for every tensor (``walk``) and writes
-``tests/fixtures/conformance/<model_type>.json``. Parameter counts: the small model, and the
-full-size default config instantiated under ``torch.device("meta")`` (no weights allocated).
+float32 on CPU, runs forwards with ``use_cache=True`` (batch 2; prefill of 5, 17, 40 tokens, a
+16 + 1 decode step, and a 40-token prefill with the model cast to bfloat16), walks the returned
+cache object for every tensor (``walk``) and writes ``tests/fixtures/conformance/<model_type>.json``.
+Parameter counts: the small model, and the full-size default config instantiated under
+``torch.device("meta")`` (no weights allocated).
 
 Each model type runs in a worker process with a per-type alarm; a crash or a hang is recorded as a
 failure of that type and the worker restarts with the rest.
@@ -65,7 +66,12 @@ ACTIVE = {"num_experts_per_tok": 2, "moe_topk": 2, "moe_k": 2, "num_experts_per_
 PER_TYPE: dict[str, dict[str, Any]] = {
     "bamba": {"attn_layer_indices": [1]},
     "granitemoehybrid": {"layer_types": ["mamba", "attention"], "num_hidden_layers": 2},
+    "lfm2_moe": {"layer_types": ["conv", "full_attention"], "num_hidden_layers": 2},
+    "rwkv": {"attention_hidden_size": 64},
 }
+#: Types that need more layers than their pattern shows (Zamba ties a shared block across two
+#: hybrid layers).
+LAYERS_NEEDED = {"zamba": 12}
 LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "decoder_layers")
 #: Per-layer lists exposed as properties rather than stored keys.
 LAYER_PROPS = ("layer_types", "layers_block_type", "block_types", "mlp_layer_types",
@@ -150,7 +156,14 @@ def _shrink_dict(d: dict[str, Any], n_layers: int | None, conservative: bool) ->
         out["num_key_value_heads"] = 2
     if isinstance(d.get("kv_lora_rank"), int) and "head_dim" in d:  # MLA: head_dim is the rope part
         out["head_dim"] = out.get("qk_rope_head_dim", DIMS["qk_rope_head_dim"])
+    if isinstance(d.get("moe_intermediate_size"), int):  # MoE defaults that leave experts unset
+        for key in EXPERTS:
+            if key in d and d[key] is None:
+                out[key] = EXPERTS[key]
+                d = {**d, key: EXPERTS[key]}
     if any(isinstance(d.get(k), int) and d[k] > 1 for k in EXPERTS):
+        if "moe_intermediate_size" in d and d["moe_intermediate_size"] is None:
+            out["moe_intermediate_size"] = DIMS["moe_intermediate_size"]
         for key in ACTIVE:
             if key in d and d[key] is None:
                 out[key] = ACTIVE[key]
@@ -204,7 +217,7 @@ def shrink(config_cls: Any, conservative: bool = False) -> tuple[Any, Any]:
     body_cfg = getattr(default, "text_config", None) if text_key else default
     _, n0 = _n_layers(body)
     lists = _per_layer_lists(body_cfg, body, n0)
-    n = _layers_needed(body, lists, n0)
+    n = LAYERS_NEEDED.get(body.get("model_type"), _layers_needed(body, lists, n0))
     small_body = _shrink_dict(body, n, conservative)
     for key, value in lists.items():
         if key in body and body[key] is not None:
@@ -297,6 +310,27 @@ def _measure(model: Any, cache: Any, batch: int, length: int, mode: str) -> dict
             "tensors": tensors}
 
 
+def _bf16_measurement(model: Any, measurements: list[dict[str, Any]]) -> str | None:
+    """The same model cast to bfloat16, one prefill of the longest length: the cache dtypes the
+    model keeps in bf16 (fp32 recurrent states show up here). Returns the error, if any."""
+    import torch
+
+    length = PREFILL_LENGTHS[-1]
+    try:
+        model.to(torch.bfloat16)
+        with torch.no_grad():
+            ids = torch.randint(3, SMALL_VOCAB // 2, (BATCH, length))
+            out = model(input_ids=ids, use_cache=True)
+        m = _measure(model, _cache_of(out), BATCH, length, "prefill")
+        m["dtype"] = "bfloat16"
+        measurements.append(m)
+        return None
+    except Exception as exc:  # noqa: BLE001 — recorded; the float32 measurements stand
+        return f"{type(exc).__name__}: {str(exc)[:200]}"
+    finally:
+        model.to(torch.float32)
+
+
 def _cache_of(output: Any) -> Any:
     for key in ("past_key_values", "cache_params", "mems", "state", "past_buckets_states"):
         value = getattr(output, key, None) if not isinstance(output, dict) else output.get(key)
@@ -327,9 +361,11 @@ def run_type(model_type: str) -> dict[str, Any]:
     }
     config_cls = CONFIG_MAPPING[model_type]
     errors = []
-    attempts = [(False, False), (True, False)]
-    text_type = getattr(config_cls(), "text_config", None)
-    text_type = getattr(text_type, "model_type", None)
+    attempts = [(False, False), (True, False)] if model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES else []
+    try:
+        text_type = getattr(config_cls().get_text_config(), "model_type", None)
+    except Exception:  # noqa: BLE001
+        text_type = None
     if text_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and text_type != model_type:
         attempts.append((False, True))  # the wrapper's text model alone
     for conservative, text_only in attempts:
@@ -353,6 +389,7 @@ def run_type(model_type: str) -> dict[str, Any]:
                 nxt = torch.randint(3, vocab // 2, (BATCH, step))
                 out = model(input_ids=nxt, past_key_values=cache, use_cache=True)
                 measurements.append(_measure(model, _cache_of(out), BATCH, first + step, "decode"))
+            record["bf16_error"] = _bf16_measurement(model, measurements)
             record.update({
                 "shrink": "conservative" if conservative else "default",
                 "text_model_only": text_only,
@@ -367,7 +404,7 @@ def run_type(model_type: str) -> dict[str, Any]:
                           f"{type(exc).__name__}: {str(exc)[:400]}")
             record["traceback"] = traceback.format_exc(limit=-3)[-1500:]
     else:
-        record["error"] = " | ".join(errors)
+        record["error"] = " | ".join(errors) or "no causal-LM class and no causal-LM text model"
         return record
     record.pop("traceback", None)
     if errors:
@@ -375,6 +412,8 @@ def run_type(model_type: str) -> dict[str, Any]:
     record["status"] = "measured"
     try:
         default = config_cls()
+        if record.get("text_model_only"):  # the reference is the text model the wrapper holds
+            default = default.get_text_config()
         with torch.device("meta"):
             big = AutoModelForCausalLM.from_config(default)
         record["params_default"] = _param_count(big)
@@ -426,10 +465,10 @@ def worker(types: list[str], out: Path, progress: Path) -> None:
                       "error": f"{type(exc).__name__}: {str(exc)[:400]}"}
         finally:
             signal.alarm(0)
-        record["seconds"] = round(time.time() - start, 1)
+        seconds = round(time.time() - start, 1)
         (out / f"{model_type}.json").write_text(json.dumps(_clean(record), indent=1,
                                                             sort_keys=True) + "\n")
-        print(f"{model_type}: {record['status']} ({record['seconds']} s)"
+        print(f"{model_type}: {record['status']} ({seconds} s)"
               + (f" {record.get('error', '')[:160]}" if record["status"] != "measured" else ""),
               flush=True)
 
@@ -448,10 +487,23 @@ def _watch(proc: subprocess.Popen, progress: Path) -> None:
 
 
 def causal_lm_types() -> list[str]:
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    """Causal-LM model types, plus multimodal wrappers (image-text-to-text) whose default
+    ``text_config`` is a causal-LM type: their text model is measured alone."""
+    from transformers.models.auto import modeling_auto
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING, CONFIG_MAPPING_NAMES
 
-    return sorted(t for t in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES if t in CONFIG_MAPPING_NAMES)
+    causal = modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    types = {t for t in causal if t in CONFIG_MAPPING_NAMES}
+    for wrapper in getattr(modeling_auto, "MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES", {}):
+        if wrapper in types or wrapper not in CONFIG_MAPPING_NAMES:
+            continue
+        try:
+            text = CONFIG_MAPPING[wrapper]().get_text_config()
+        except Exception:  # noqa: BLE001 — a wrapper whose defaults do not build is skipped
+            continue
+        if getattr(text, "model_type", None) in causal:
+            types.add(wrapper)
+    return sorted(types)
 
 
 def main() -> None:
