@@ -37,23 +37,24 @@ ARCHITECTURE_KEYS = (
     "hidden_size", "hybrid_override_pattern", "index_head_dim", "index_topk",
     "interleave_moe_layer_step", "intermediate_size", "intermediate_size_mlp", "is_decoder",
     "kv_channels", "kv_lora_rank", "layer_types", "layers_block_type", "linear_conv_kernel_dim",
-    "linear_key_head_dim", "linear_num_key_heads", "linear_num_value_heads",
-    "linear_value_head_dim", "mamba_chunk_size", "mamba_d_conv", "mamba_d_head", "mamba_d_state",
-    "mamba_dt_rank", "mamba_expand", "mamba_head_dim", "mamba_n_groups", "mamba_n_heads",
-    "mamba_num_heads", "mamba_ssm_cache_dtype", "mamba_ssm_dtype", "max_position_embeddings",
-    "max_seq_len", "max_window_layers", "mlp_only_layers", "model_type", "moe_intermediate_size",
-    "multi_query", "multi_query_attention", "multi_query_group_num", "n_embd", "n_groups", "n_head",
-    "n_head_kv", "n_heads", "n_inner", "n_layer", "n_layers", "n_positions", "n_routed_experts",
+    "linear_head_dim", "linear_key_head_dim", "linear_num_heads", "linear_num_key_heads",
+    "linear_num_value_heads", "linear_value_head_dim", "mamba_chunk_size", "mamba_d_conv",
+    "mamba_d_head", "mamba_d_state", "mamba_dt_rank", "mamba_expand", "mamba_head_dim",
+    "mamba_n_groups", "mamba_n_heads", "mamba_num_heads", "mamba_ssm_cache_dtype",
+    "mamba_ssm_dtype", "max_position_embeddings", "max_seq_len", "max_window_layers",
+    "mlp_only_layers", "model_type", "moe_intermediate_size", "multi_query",
+    "multi_query_attention", "multi_query_group_num", "n_embd", "n_groups", "n_head", "n_head_kv",
+    "n_heads", "n_inner", "n_layer", "n_layers", "n_positions", "n_routed_experts",
     "n_shared_experts", "new_decoder_architecture", "no_rope_layer_interval", "no_rope_layers",
     "num_attention_heads", "num_decoder_attention_heads", "num_decoder_layers", "num_experts",
     "num_experts_per_tok", "num_experts_per_token", "num_global_key_value_heads", "num_heads",
     "num_hidden_layers", "num_key_value_heads", "num_kv_heads", "num_kv_shared_layers",
     "num_layers", "num_local_experts", "padded_vocab_size", "per_layer_config", "q_lora_rank",
-    "qk_nope_head_dim", "qk_rope_head_dim", "shared_expert_intermediate_size", "sliding_window",
-    "sliding_window_pattern", "sliding_window_size", "ssm_state_size", "state_size", "swa_head_dim",
-    "swa_num_key_value_heads", "swa_v_head_dim", "text_config", "tie_word_embeddings",
-    "time_step_rank", "torch_dtype", "use_sliding_window", "v_head_dim", "vocab_size",
-    "window_size",
+    "qk_nope_head_dim", "qk_rope_head_dim", "shared_expert_intermediate_size",
+    "short_conv_kernel_size", "sliding_window", "sliding_window_pattern", "sliding_window_size",
+    "ssm_state_size", "state_size", "swa_head_dim", "swa_num_key_value_heads", "swa_v_head_dim",
+    "text_config", "tie_word_embeddings", "time_step_rank", "torch_dtype", "use_sliding_window",
+    "v_head_dim", "vocab_size", "window_size",
 )
 
 MAX_CONFIG_BYTES = 2_000_000
@@ -69,25 +70,25 @@ SUPPORTED_MODEL_TYPES = (
 #: Model types whose ``hf`` cache kvplan reproduces byte for byte on transformers 5.24's own
 #: caches (``tests/fixtures/conformance``; ``tests/test_conformance.py`` keeps this in sync).
 VERIFIED_MODEL_TYPES = frozenset({
-    "afmoe", "apertus", "apertus1p5_text", "arcee", "aria_text", "axk1", "bart", "beam", "bert",
-    "bert-generation", "big_bird", "bigbird_pegasus", "biogpt", "bitnet", "blenderbot",
-    "blenderbot-small", "bloom", "camembert", "codegen", "cohere", "cohere2", "cohere2_moe", "ctrl",
-    "cwm", "data2vec-text", "deepseek_v2", "deepseek_v3", "diffllama", "doge", "electra",
-    "emu3_text_model", "ernie", "ernie4_5", "ernie4_5_moe", "exaone", "exaone4", "exaone_moe",
-    "falcon", "flex_olmo", "flint", "gemma", "gemma2", "gemma3_text", "gemma3n_text", "gemma4_text",
-    "gemma4_unified_text", "git", "glm", "glm4", "glm4_moe", "glm4_moe_lite", "gpt2", "gpt_bigcode",
-    "gpt_neo", "gpt_neox", "gpt_neox_japanese", "gpt_oss", "gptj", "granite", "granite_swa",
-    "granitemoe", "granitemoe_swa", "granitemoeshared", "helium", "hunyuan_v1_dense",
+    "afmoe", "apertus", "apertus1p5_text", "arcee", "aria_text", "axk1", "bailing_hybrid", "bart",
+    "beam", "bert", "bert-generation", "big_bird", "bigbird_pegasus", "biogpt", "bitnet",
+    "blenderbot", "blenderbot-small", "bloom", "camembert", "codegen", "cohere", "cohere2",
+    "cohere2_moe", "ctrl", "cwm", "data2vec-text", "deepseek_v2", "deepseek_v3", "diffllama",
+    "doge", "electra", "emu3_text_model", "ernie", "ernie4_5", "ernie4_5_moe", "exaone", "exaone4",
+    "exaone_moe", "falcon", "flex_olmo", "flint", "gemma", "gemma2", "gemma3_text", "gemma3n_text",
+    "gemma4_text", "gemma4_unified_text", "git", "glm", "glm4", "glm4_moe", "glm4_moe_lite", "gpt2",
+    "gpt_bigcode", "gpt_neo", "gpt_neox", "gpt_neox_japanese", "gpt_oss", "gptj", "granite",
+    "granite_swa", "granitemoe", "granitemoe_swa", "granitemoeshared", "helium", "hunyuan_v1_dense",
     "hunyuan_v1_moe", "hy_v3", "hyperclovax", "internlm3", "iquestcoder", "jais2", "jetmoe",
-    "kolibri1", "laguna", "lara_mini", "lfm2", "llama", "llama4_text", "marian", "mbart",
-    "megatron-bert", "mellum", "mimo_v2_flash", "minicpm3", "minimax_m2", "minimax_m3_vl_text",
-    "ministral", "ministral3", "mistral", "mixtral", "modernbert-decoder", "moshi", "mpt", "mvp",
-    "nanochat", "nemotron", "olmo", "olmo2", "olmo3", "olmo_hybrid", "olmoe", "openai-gpt", "opt",
-    "pegasus", "persimmon", "phi", "phi3", "phi4_multimodal", "phimoe", "plbart", "prophetnet",
-    "qwen2", "qwen2_moe", "qwen3", "qwen3_5_moe_text", "qwen3_5_text", "qwen3_moe", "qwen3_next",
-    "rembert", "roberta", "roberta-prelayernorm", "roc_bert", "roformer", "sarvam_mla",
-    "sarvam_moe", "seed_oss", "smollm3", "solar_open", "stablelm", "starcoder2", "trocr",
-    "vaultgemma", "whisper", "xglm", "xlm", "xlm-roberta", "xlm-roberta-xl", "youtu",
+    "kimi_linear", "kolibri1", "laguna", "lara_mini", "lfm2", "llama", "llama4_text", "marian",
+    "mbart", "megatron-bert", "mellum", "mimo_v2_flash", "minicpm3", "minimax_m2",
+    "minimax_m3_vl_text", "ministral", "ministral3", "mistral", "mixtral", "modernbert-decoder",
+    "moshi", "mpt", "mvp", "nanochat", "nemotron", "olmo", "olmo2", "olmo3", "olmo_hybrid", "olmoe",
+    "openai-gpt", "opt", "pegasus", "persimmon", "phi", "phi3", "phi4_multimodal", "phimoe",
+    "plbart", "prophetnet", "qwen2", "qwen2_moe", "qwen3", "qwen3_5_moe_text", "qwen3_5_text",
+    "qwen3_moe", "qwen3_next", "rembert", "roberta", "roberta-prelayernorm", "roc_bert", "roformer",
+    "sarvam_mla", "sarvam_moe", "seed_oss", "smollm3", "solar_open", "stablelm", "starcoder2",
+    "trocr", "vaultgemma", "whisper", "xglm", "xlm", "xlm-roberta", "xlm-roberta-xl", "youtu",
 })
 #: Defaults of transformers config classes for keys that real config.json files leave out
 #: (``Gemma3TextConfig``: vocab 262,208, 8 heads, 4 KV heads, head_dim 256, window 4096).
@@ -480,8 +481,8 @@ _DECODER_FLAG_TYPES = {
 _PURE_RECURRENT_TYPES = {"mamba", "falcon_mamba", "mamba2"}
 _PATTERN_CHARS = {"M": "mamba", "*": "full_attention", "-": "mlp", "E": "moe"}
 #: Config keys that describe a recurrent (Mamba / linear-attention) state.
-_RECURRENT_KEYS = ("linear_num_value_heads", "mamba_n_heads", "mamba_num_heads", "mamba_d_state",
-                   "ssm_state_size", "mamba_expand")
+_RECURRENT_KEYS = ("linear_num_value_heads", "linear_num_heads", "mamba_n_heads", "mamba_num_heads",
+                   "mamba_d_state", "ssm_state_size", "mamba_expand")
 
 
 def _layer_types(cfg: _Cfg, model_type: str, n: int) -> list[str]:
@@ -493,7 +494,12 @@ def _layer_types(cfg: _Cfg, model_type: str, n: int) -> list[str]:
         return [_PATTERN_CHARS[c] for c in pattern]
     if model_type in _PURE_RECURRENT_TYPES:
         return ["mamba"] * n
-    explicit = cfg.get("layer_types", "layers_block_type", "attention_layers")
+    if cfg.get("layer_types", "layers_block_type") is None and isinstance(
+            cfg.get("attention_layers"), list):
+        # GPT-Neo "local" layers mask a window but cache every token: transformers builds cache
+        # layers from layer_types / sliding_window only (cache_utils.get_layer_types_and_kwargs)
+        return ["full_attention"] * n
+    explicit = cfg.get("layer_types", "layers_block_type")
     if explicit is not None:
         if not isinstance(explicit, list) or not all(isinstance(t, str) for t in explicit):
             raise KVPlanError("config.bad_value", key="layer_types", expected="a list of strings",
@@ -570,6 +576,17 @@ def _recurrent_spec(cfg: _Cfg, model_type: str, hidden: int) -> Recurrent:
         return Recurrent(variant="gdn", conv_channels=conv, conv_kernel=kernel,
                          ssm_elements=nv * hk * hv, tp_shard_unit=nv, ssm_dtype=_ssm_dtype(cfg),
                          params=params)
+    if cfg.has("linear_num_heads"):  # Kimi Delta Attention (kimi_linear, bailing_hybrid)
+        # transformers caches one conv over q, k and v ([3·H·d, kernel], model dtype) and an fp32
+        # [H, d, d] state per layer (measured: tests/fixtures/conformance/kimi_linear.json), the
+        # Gated DeltaNet layout with as many key as value heads
+        heads = cfg.int("linear_num_heads", why="KDA heads")
+        size = cfg.int("linear_head_dim", why="KDA head size")
+        kernel = cfg.int("linear_conv_kernel_dim", "short_conv_kernel_size", why="KDA conv kernel",
+                         default=4)
+        return Recurrent(variant="gdn", conv_channels=3 * heads * size, conv_kernel=kernel,
+                         ssm_elements=heads * size * size, tp_shard_unit=heads,
+                         ssm_dtype=_ssm_dtype(cfg))
     if cfg.has("mamba_n_heads", "mamba_num_heads"):  # Mamba-2
         heads = cfg.int("mamba_n_heads", "mamba_num_heads", why="Mamba-2 heads")
         head_dim = cfg.int("mamba_d_head", "mamba_head_dim", why="Mamba-2 head size")

@@ -54,7 +54,7 @@ DIMS: dict[str, int] = {
     "mamba_d_state": 8, "ssm_state_size": 8, "state_size": 8, "mamba_n_heads": 4,
     "mamba_num_heads": 4, "mamba_d_head": 32, "mamba_head_dim": 32, "n_mamba_heads": 4,
     "sliding_window": 8, "sliding_window_size": 8, "attention_chunk_size": 8,
-    "local_attention_window_len": 8, "attention_window_size": 8,
+    "local_attention_window_len": 8, "attention_window_size": 8, "window_size": 8,
     "hidden_size_per_layer_input": 16, "n_groups": 2, "mamba_headdim": 32,
     "attention_hidden_size": 128, "attention_head_dim": 32, "rotary_dim": 8, "swa_head_dim": 24,
 }
