@@ -53,8 +53,8 @@ ARCHITECTURE_KEYS = (
     "qk_nope_head_dim", "qk_rope_head_dim", "shared_expert_intermediate_size",
     "short_conv_kernel_size", "sliding_window", "sliding_window_pattern", "sliding_window_size",
     "ssm_state_size", "state_size", "swa_head_dim", "swa_num_key_value_heads", "swa_v_head_dim",
-    "text_config", "tie_word_embeddings", "time_step_rank", "torch_dtype", "use_sliding_window",
-    "v_head_dim", "vocab_size", "window_size",
+    "text_config", "tie_word_embeddings", "time_step_rank", "torch_dtype", "type_vocab_size",
+    "use_sliding_window", "v_head_dim", "vocab_size", "window_size",
 )
 
 MAX_CONFIG_BYTES = 2_000_000
@@ -322,6 +322,9 @@ def parse_config(
         source=source,
     )
     total, active, method = estimate_params(arch)
+    extra = _embedding_family_params(cfg, arch)
+    total += extra
+    active = active + extra if active is not None else None
     if no_cache:  # the attention weights stay; only the cache goes
         arch = arch.model_copy(update={
             "layers": (NoCache(),) * n_layers,
@@ -734,18 +737,52 @@ _SHARED_EXPERT_GATE_TYPES = {"qwen2_moe", "qwen3_next", "qwen3_5_moe", "qwen3_5_
 _FOUR_NORM_TYPES = {"gemma2", "gemma3", "gemma3_text"}
 _ONE_NORM_TYPES = {"cohere", "cohere2", "cohere2_moe"}
 #: Every linear and LayerNorm has a bias; GPT-2-style learned positions (``n_positions``).
-_ALL_BIAS_TYPES = {"gpt2", "gpt-sw3", "gpt_bigcode", "opt"}
-_LEARNED_POSITION_TYPES = {"gpt2", "gpt-sw3", "gpt_bigcode"}
+_ALL_BIAS_TYPES = {"gpt2", "gpt-sw3", "gpt_bigcode", "opt", "openai-gpt", "biogpt"}
+#: Learned position tables ``(P + offset)·h`` (OPT's is counted with its embeddings).
+_LEARNED_POSITION_OFFSET = {"gpt2": 0, "gpt-sw3": 0, "gpt_bigcode": 0, "openai-gpt": 0, "biogpt": 2,
+                            "gpt_neo": 0}
+
+
+_BERT_LM_TYPES = {"bert", "camembert", "xlm-roberta", "data2vec-text", "ernie", "roberta"}
+#: BART-style causal decoders: (learned position offset, or None for sinusoidal tables,
+#: ``layernorm_embedding``, final ``layer_norm``).
+_BART_DECODERS = {"bart": (2, True, False), "mbart": (2, True, True), "pegasus": (0, False, True),
+                  "marian": (0, False, False), "plbart": (2, True, False), "mvp": (2, True, False)}
+
+
+def _embedding_family_params(cfg: _Cfg, arch: ModelArch) -> int:
+    """Encoder families' extra embeddings and biases (modeling_bert.py, modeling_bart.py).
+
+    BERT-style LM heads: positions ``P·h``, token types ``T·h``, the embedding LayerNorm, the
+    head's transform (``h² + h`` and a LayerNorm) and output bias ``V``; no final norm; every
+    layer's biases (q, k, v, o, both MLP linears, both LayerNorms: ``7·h + I``). BART-style
+    decoders: positions ``(P + offset)·h``, optional embedding and final LayerNorms, and per layer
+    the self- and cross-attention biases, the MLP biases and three LayerNorms' biases
+    (``13·h + I``).
+    """
+    h, layers, inter = arch.hidden_size, arch.n_layers, arch.intermediate_size
+    positions = arch.max_position_embeddings or 0
+    if arch.model_type in _BERT_LM_TYPES:
+        types = cfg.int("type_vocab_size", why="token types", default=2, low=0)
+        return (positions * h + types * h + 2 * h - h + h * h + 3 * h + arch.vocab_size
+                + layers * (7 * h + inter))
+    if arch.model_type in _BART_DECODERS:
+        offset, emb_norm, final_norm = _BART_DECODERS[arch.model_type]
+        return ((positions + offset) * h + 2 * h * emb_norm + 2 * h * final_norm - h
+                + layers * (13 * h + inter))
+    return 0
 
 
 def _family_global_params(arch: ModelArch) -> int:
     """Model-level parameters some families add: learned positions, the final norm's bias."""
     h = arch.hidden_size
     extra = 0
-    if arch.model_type in _LEARNED_POSITION_TYPES:  # GPT2Model.wpe
-        extra += (arch.max_position_embeddings or 1024) * h
-    if arch.model_type in _ALL_BIAS_TYPES or arch.model_type == "falcon":  # final LayerNorm bias
-        extra += h
+    if arch.model_type in _LEARNED_POSITION_OFFSET:  # GPT2Model.wpe and the like
+        extra += ((arch.max_position_embeddings or 1024) + _LEARNED_POSITION_OFFSET[arch.model_type]) * h
+    if arch.model_type == "openai-gpt":  # no final LayerNorm
+        extra -= h
+    elif arch.model_type in _ALL_BIAS_TYPES or arch.model_type in {"falcon", "gpt_neo"}:
+        extra += h  # the final LayerNorm's bias
     return extra
 
 
@@ -778,6 +815,8 @@ def _family_layer_params(arch: ModelArch, layer: LayerSpec, moe_layer: bool) -> 
             extra += q + kv + h + arch.n_heads + moe.n_experts * (1 + 2 * moe.expert_intermediate + h)
         if kind in _ALL_BIAS_TYPES:  # attention, MLP and both LayerNorms' biases
             extra += q + kv + h + arch.intermediate_size + h + 2 * h
+        if kind == "gpt_neo":  # no q/k/v biases
+            extra += h + arch.intermediate_size + h + 2 * h
     return extra
 
 

@@ -64,48 +64,63 @@ _DEFAULT = "transformers cannot build its own full-size default config, so no re
 #: Types whose KV is exact but whose full-size parameter count is off by more than 0.1%:
 #: (largest relative error accepted, reason). ``None``: no full-size count to compare.
 WEIGHTS_GAP: dict[str, tuple[float | None, str]] = {
-    "afmoe": (0.009, _MOE), "aria": (0.799, _MOE), "aria_text": (0.799, _MOE), "axk1": (0.016, _MOE),
-    "bailing_hybrid": (0.002, _KDA), "bart": (0.006, _BIASES), "beam": (0.057, _MOE),
+    "afmoe": (0.009, _MOE),
+    "aria": (0.799, _MOE),
+    "aria_text": (0.799, _MOE),
+    "axk1": (0.016, _MOE),
+    "bailing_hybrid": (0.002, _KDA),
+    "beam": (0.057, _MOE),
     "bert-generation": (0.003, _BIASES),
-    "bert": (0.011, _BIASES), "big_bird": (0.036, _BIASES),
-    "bigbird_pegasus": (0.224, _BIASES + "; its encoder-side block-sparse layers differ"),
-    "biogpt": (0.004, _BIASES), "blenderbot-small": (0.006, _BIASES), "camembert": (0.011, _BIASES),
-    "ctrl": (0.236, "CTRL's sinusoidal positions and untied 246k-vocab head; not analysed further"),
-    "data2vec-text": (0.011, _BIASES),
+    "big_bird": (0.036, _BIASES),
+    "bigbird_pegasus": (0.224, _BIASES + "; its block-sparse layers differ"),
+    "blenderbot-small": (0.006, _BIASES),
+    "ctrl": (0.236, "CTRL's untied 246k-vocabulary head and biases; not analysed further"),
     "doge": (8348.341, "Doge's cross-domain MoE has num_experts 16,384 one-neuron experts; kvplan "
                        "counts 16,384 full-width experts"),
     "electra": (0.28, "ELECTRA's factored embeddings (embedding_size 128 + projection)"),
-    "ernie": (0.011, _BIASES), "ernie4_5_moe": (0.864, _MOE), "exaone_moe": (0.014, _MOE),
-    "florence2": (0.006, _BIASES), "fuyu": (0.002, _BIASES), "gemma3": (0.036, _TOWER),
+    "ernie4_5_moe": (0.864, _MOE),
+    "exaone_moe": (0.014, _MOE),
+    "fuyu": (0.002, _BIASES),
+    "gemma3": (0.036, _TOWER),
     "gemma3n": (0.383, _PLE),
-    "gemma3n_text": (0.383, _PLE), "gemma4": (0.416, _PLE), "gemma4_text": (0.416, _PLE),
-    "gemma4_unified_assistant": (0.119, _PLE), "git": (0.504, _TOWER),
+    "gemma3n_text": (0.383, _PLE),
+    "gemma4": (0.416, _PLE),
+    "gemma4_text": (0.416, _PLE),
+    "gemma4_unified_assistant": (0.119, _PLE),
+    "git": (0.504, _TOWER),
     "glm4_moe": (None, "the default config has no head_dim and hidden/heads is not whole"),
     "glm4_moe_lite": (None, "the default config has no head_dim and hidden/heads is not whole"),
-    "got_ocr2": (0.176, _TOWER), "gpt_neo": (0.004, _BIASES), "hunyuan_v1_dense": (None, _DEFAULT),
-    "hunyuan_v1_moe": (None, _DEFAULT), "hy_v3": (0.007, _MOE),
+    "got_ocr2": (0.176, _TOWER),
+    "hunyuan_v1_dense": (None, _DEFAULT),
+    "hunyuan_v1_moe": (None, _DEFAULT),
+    "hy_v3": (0.007, _MOE),
     "jetmoe": (0.144, "JetMoE's attention experts (MoA) are counted as one dense attention"),
     "kimi_linear": (0.04, _KDA),
-    "laguna": (0.024, _MOE), "lfm2_vl": (0.38, _LFM2), "lfm2": (0.38, _LFM2),
-    "marian": (0.005, _BIASES),
-    "mbart": (0.006, _BIASES), "megatron-bert": (0.006, _BIASES),
+    "laguna": (0.024, _MOE),
+    "lfm2": (0.38, _LFM2),
+    "lfm2_vl": (0.38, _LFM2),
+    "megatron-bert": (0.006, _BIASES),
     "mimo_v2_flash": (0.021, "sliding layers' doubled KV projections and attention sinks"),
-    "minimax_m3_vl": (0.008, _MOE), "minimax_m3_vl_text": (0.008, _MOE), "ministral": (None, _DEFAULT),
+    "minimax_m3_vl": (0.008, _MOE),
+    "minimax_m3_vl_text": (0.008, _MOE),
+    "ministral": (None, _DEFAULT),
     "modernbert-decoder": (0.005, _BIASES),
     "moshi": (0.221, "Moshi's depth decoder and audio codebook embeddings"),
-    "moss_transcribe_diarize": (0.177, _TOWER), "mvp": (0.006, _BIASES),
-    "nemotron": (None, _DEFAULT), "openai-gpt": (0.005, _BIASES),
-    "pegasus": (0.006, _BIASES), "phi4_multimodal": (0.175, _TOWER), "plbart": (0.01, _BIASES),
+    "moss_transcribe_diarize": (0.177, _TOWER),
+    "nemotron": (None, _DEFAULT),
+    "phi4_multimodal": (0.175, _TOWER),
     "prophetnet": (0.185, "ProphetNet's n-gram self-attention (predict streams, relative position "
                           "buckets) is counted as plain attention"),
     "rembert": (0.096, "RemBERT's decoupled input embeddings"),
-    "roberta-prelayernorm": (0.01, _BIASES), "roberta": (0.01, _BIASES),
+    "roberta-prelayernorm": (0.01, _BIASES),
     "roc_bert": (0.133, "RoCBert's pronunciation and shape embeddings"),
-    "roformer": (0.007, _BIASES), "trocr": (0.003, _BIASES),
-    "vision-encoder-decoder": (0.219, "its default decoder is a BERT with cross-attention "
-                                      "(add_cross_attention), not counted; " + _BIASES),
+    "roformer": (0.007, _BIASES),
+    "trocr": (0.003, _BIASES),
+    "vision-encoder-decoder": (0.21, "its default decoder is a BERT with cross-attention "
+                                     "(add_cross_attention), not counted; " + _BIASES),
     "whisper": (0.007, _BIASES),
-    "xlm-roberta-xl": (0.003, _BIASES), "xlm-roberta": (0.011, _BIASES), "xlm": (0.003, _BIASES),
+    "xlm": (0.003, _BIASES),
+    "xlm-roberta-xl": (0.003, _BIASES),
 }
 PARAMS_TOLERANCE = 0.001
 
@@ -189,7 +204,7 @@ def test_counts():
     assert states.count("WRONG") == len(KNOWN_MISMATCH)
     assert states.count("exact") + states.count("exact KV") >= 150
     within = [v for v in verdicts if v.params_error is not None and v.params_error <= PARAMS_TOLERANCE]
-    assert len(within) >= 120
+    assert len(within) >= 135
 
 
 def test_llama_fixture_by_hand():

@@ -394,7 +394,7 @@ def run_type(model_type: str) -> dict[str, Any]:
                 "shrink": "conservative" if conservative else "default",
                 "text_model_only": text_only,
                 "model_class": type(model).__name__,
-                "config": json.loads(config.to_json_string(use_diff=False)),
+                "config": _as_config_json(config, type(model).__name__),
                 "measurements": measurements,
                 "params_small": _param_count(model),
             })
@@ -417,11 +417,18 @@ def run_type(model_type: str) -> dict[str, Any]:
         with torch.device("meta"):
             big = AutoModelForCausalLM.from_config(default)
         record["params_default"] = _param_count(big)
-        record["default_config"] = json.loads(default.to_json_string(use_diff=False))
-        del big
+        record["default_config"] = _as_config_json(default, type(big).__name__)
     except Exception as exc:  # noqa: BLE001
         record["params_default_error"] = f"{type(exc).__name__}: {str(exc)[:400]}"
     return record
+
+
+def _as_config_json(config: Any, model_class: str) -> dict[str, Any]:
+    """``config.to_dict()`` as JSON, with ``architectures`` naming the class that was built (what
+    a checkpoint's config.json carries)."""
+    data = json.loads(config.to_json_string(use_diff=False))
+    data["architectures"] = [model_class]
+    return data
 
 
 def _clean(record: dict[str, Any]) -> dict[str, Any]:
