@@ -34,13 +34,13 @@ ARCHITECTURE_KEYS = (
     "d_model", "decoder_attention_heads", "decoder_ffn_dim", "decoder_layers", "dim", "dtype",
     "emb_dim", "expand", "expert_ffn_hidden_size", "expert_layer_period", "experts_per_token",
     "ffn_dim", "first_k_dense_replace", "full_attention_interval", "global_head_dim", "head_dim",
-    "hidden_size", "hybrid_override_pattern", "index_head_dim", "index_topk",
-    "interleave_moe_layer_step", "intermediate_size", "intermediate_size_mlp", "is_decoder",
-    "kv_channels", "kv_lora_rank", "layer_types", "layers_block_type", "linear_conv_kernel_dim",
-    "linear_head_dim", "linear_key_head_dim", "linear_num_heads", "linear_num_key_heads",
-    "linear_num_value_heads", "linear_value_head_dim", "mamba_chunk_size", "mamba_d_conv",
-    "mamba_d_head", "mamba_d_state", "mamba_dt_rank", "mamba_expand", "mamba_head_dim",
-    "mamba_n_groups", "mamba_n_heads", "mamba_num_heads", "mamba_ssm_cache_dtype",
+    "hidden_size", "hidden_size_per_layer_input", "hybrid_override_pattern", "index_head_dim",
+    "index_topk", "interleave_moe_layer_step", "intermediate_size", "intermediate_size_mlp",
+    "is_decoder", "kv_channels", "kv_lora_rank", "layer_types", "layers_block_type",
+    "linear_conv_kernel_dim", "linear_head_dim", "linear_key_head_dim", "linear_num_heads",
+    "linear_num_key_heads", "linear_num_value_heads", "linear_value_head_dim", "mamba_chunk_size",
+    "mamba_d_conv", "mamba_d_head", "mamba_d_state", "mamba_dt_rank", "mamba_expand",
+    "mamba_head_dim", "mamba_n_groups", "mamba_n_heads", "mamba_num_heads", "mamba_ssm_cache_dtype",
     "mamba_ssm_dtype", "max_position_embeddings", "max_seq_len", "max_window_layers",
     "mlp_only_layers", "model_type", "moe_intermediate_size", "multi_query",
     "multi_query_attention", "multi_query_group_num", "n_embd", "n_groups", "n_head", "n_head_kv",
@@ -54,7 +54,7 @@ ARCHITECTURE_KEYS = (
     "short_conv_kernel_size", "sliding_window", "sliding_window_pattern", "sliding_window_size",
     "ssm_state_size", "state_size", "swa_head_dim", "swa_num_key_value_heads", "swa_v_head_dim",
     "text_config", "tie_word_embeddings", "time_step_rank", "torch_dtype", "type_vocab_size",
-    "use_sliding_window", "v_head_dim", "vocab_size", "window_size",
+    "use_sliding_window", "v_head_dim", "vocab_size", "vocab_size_per_layer_input", "window_size",
 )
 
 MAX_CONFIG_BYTES = 2_000_000
@@ -729,12 +729,13 @@ def estimate_params(arch: ModelArch) -> tuple[int, int | None, str]:
     return total, (active if moe is not None else None), method
 
 
+_GEMMA4_TYPES = {"gemma4", "gemma4_text", "gemma4_unified", "gemma4_unified_text"}
 _QK_NORM_TYPES = {"qwen3", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen3_5_text",
-                  "qwen3_5_moe_text", "gemma3", "gemma3_text"}
+                  "qwen3_5_moe_text", "gemma3", "gemma3_text", *_GEMMA4_TYPES}
 _QKV_BIAS_TYPES = {"qwen2", "qwen2_moe"}
 _GATED_ATTENTION_TYPES = {"qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text"}
 _SHARED_EXPERT_GATE_TYPES = {"qwen2_moe", "qwen3_next", "qwen3_5_moe", "qwen3_5_moe_text"}
-_FOUR_NORM_TYPES = {"gemma2", "gemma3", "gemma3_text"}
+_FOUR_NORM_TYPES = {"gemma2", "gemma3", "gemma3_text", *_GEMMA4_TYPES}
 _ONE_NORM_TYPES = {"cohere", "cohere2", "cohere2_moe"}
 #: Every linear and LayerNorm has a bias; GPT-2-style learned positions (``n_positions``).
 _ALL_BIAS_TYPES = {"gpt2", "gpt-sw3", "gpt_bigcode", "opt", "openai-gpt", "biogpt"}
@@ -758,7 +759,9 @@ def _embedding_family_params(cfg: _Cfg, arch: ModelArch) -> int:
     layer's biases (q, k, v, o, both MLP linears, both LayerNorms: ``7·h + I``). BART-style
     decoders: positions ``(P + offset)·h``, optional embedding and final LayerNorms, and per layer
     the self- and cross-attention biases, the MLP biases and three LayerNorms' biases
-    (``13·h + I``).
+    (``13·h + I``). Gemma 4 per-layer embeddings (modeling_gemma4.py): ``embed_tokens_per_layer``
+    ``V_ple × L·h_ple``, ``per_layer_model_projection`` ``h × L·h_ple`` and its norm, and per layer
+    the input gate and projection (``2·h·h_ple``) and ``post_per_layer_input_norm``.
     """
     h, layers, inter = arch.hidden_size, arch.n_layers, arch.intermediate_size
     positions = arch.max_position_embeddings or 0
@@ -766,6 +769,12 @@ def _embedding_family_params(cfg: _Cfg, arch: ModelArch) -> int:
         types = cfg.int("type_vocab_size", why="token types", default=2, low=0)
         return (positions * h + types * h + 2 * h - h + h * h + 3 * h + arch.vocab_size
                 + layers * (7 * h + inter))
+    ple = cfg.int("hidden_size_per_layer_input", why="per-layer input size", default=0, low=0)
+    if arch.model_type in _GEMMA4_TYPES and ple:  # Gemma4TextModel per-layer embeddings (PLE)
+        ple_vocab = cfg.int("vocab_size_per_layer_input", why="per-layer vocabulary",
+                            default=arch.vocab_size, high=10_000_000)
+        return (ple_vocab * layers * ple + h * layers * ple + ple
+                + layers * (2 * h * ple + h))
     if arch.model_type in _BART_DECODERS:
         offset, emb_norm, final_norm = _BART_DECODERS[arch.model_type]
         return ((positions + offset) * h + 2 * h * emb_norm + 2 * h * final_norm - h

@@ -54,8 +54,7 @@ REFUSED: dict[str, str] = {
 
 _BIASES = "linear/LayerNorm biases and learned position/token-type embeddings are not counted"
 _TOWER = "the class transformers builds holds a vision/audio tower kvplan does not count"
-_PLE = "Gemma 3n/4 per-layer embeddings (vocab_size_per_layer_input × layers × " \
-       "hidden_size_per_layer_input), AltUp and LAuReL blocks are not counted"
+_PLE = "Gemma 3n per-layer embeddings, AltUp and LAuReL blocks are not counted"
 _MOE = "this family's MoE keys (expert widths, shared/zero experts, dense layers) are not all read"
 _KDA = "Kimi Delta Attention's projections (low-rank f/g gates, beta, A) are sized with the " \
        "generic recurrent formula"
@@ -84,9 +83,8 @@ WEIGHTS_GAP: dict[str, tuple[float | None, str]] = {
     "gemma3": (0.036, _TOWER),
     "gemma3n": (0.383, _PLE),
     "gemma3n_text": (0.383, _PLE),
-    "gemma4": (0.416, _PLE),
-    "gemma4_text": (0.416, _PLE),
-    "gemma4_unified_assistant": (0.119, _PLE),
+    "gemma4_unified_assistant": (0.119, "the assistant (drafter) model's extra projections; "
+                                        "not analysed further"),
     "git": (0.504, _TOWER),
     "glm4_moe": (None, "the default config has no head_dim and hidden/heads is not whole"),
     "glm4_moe_lite": (None, "the default config has no head_dim and hidden/heads is not whole"),
@@ -204,7 +202,7 @@ def test_counts():
     assert states.count("WRONG") == len(KNOWN_MISMATCH)
     assert states.count("exact") + states.count("exact KV") >= 150
     within = [v for v in verdicts if v.params_error is not None and v.params_error <= PARAMS_TOLERANCE]
-    assert len(within) >= 135
+    assert len(within) >= 139
 
 
 def test_llama_fixture_by_hand():
