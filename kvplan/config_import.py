@@ -36,25 +36,27 @@ ARCHITECTURE_KEYS = (
     "ffn_dim", "first_k_dense_replace", "full_attention_interval", "global_head_dim", "head_dim",
     "hidden_size", "hidden_size_per_layer_input", "hybrid_override_pattern", "index_head_dim",
     "index_topk", "interleave_moe_layer_step", "intermediate_size", "intermediate_size_mlp",
-    "is_decoder", "kv_channels", "kv_lora_rank", "layer_types", "layers_block_type",
+    "is_decoder", "is_moe", "kv_channels", "kv_lora_rank", "layer_types", "layers_block_type",
     "linear_conv_kernel_dim", "linear_head_dim", "linear_key_head_dim", "linear_num_heads",
     "linear_num_key_heads", "linear_num_value_heads", "linear_value_head_dim", "mamba_chunk_size",
     "mamba_d_conv", "mamba_d_head", "mamba_d_state", "mamba_dt_rank", "mamba_expand",
     "mamba_head_dim", "mamba_n_groups", "mamba_n_heads", "mamba_num_heads", "mamba_ssm_cache_dtype",
     "mamba_ssm_dtype", "max_position_embeddings", "max_seq_len", "max_window_layers",
-    "mlp_only_layers", "model_type", "moe_intermediate_size", "multi_query",
+    "mlp_layer_types", "mlp_only_layers", "model_type", "moe_intermediate_size", "moe_k",
+    "moe_layer_start_index", "moe_num_experts", "moe_num_shared_experts", "moe_topk", "multi_query",
     "multi_query_attention", "multi_query_group_num", "n_embd", "n_groups", "n_head", "n_head_kv",
     "n_heads", "n_inner", "n_layer", "n_layers", "n_positions", "n_routed_experts",
     "n_shared_experts", "new_decoder_architecture", "no_rope_layer_interval", "no_rope_layers",
-    "num_attention_heads", "num_decoder_attention_heads", "num_decoder_layers", "num_experts",
-    "num_experts_per_tok", "num_experts_per_token", "num_global_key_value_heads", "num_heads",
-    "num_hidden_layers", "num_key_value_heads", "num_kv_heads", "num_kv_shared_layers",
-    "num_layers", "num_local_experts", "padded_vocab_size", "per_layer_config", "q_lora_rank",
-    "qk_nope_head_dim", "qk_rope_head_dim", "shared_expert_intermediate_size",
-    "short_conv_kernel_size", "sliding_window", "sliding_window_pattern", "sliding_window_size",
-    "ssm_state_size", "state_size", "swa_head_dim", "swa_num_key_value_heads", "swa_v_head_dim",
-    "text_config", "tie_word_embeddings", "time_step_rank", "torch_dtype", "type_vocab_size",
-    "use_sliding_window", "v_head_dim", "vocab_size", "vocab_size_per_layer_input", "window_size",
+    "num_attention_heads", "num_decoder_attention_heads", "num_decoder_layers", "num_dense_layers",
+    "num_experts", "num_experts_per_tok", "num_experts_per_token", "num_global_key_value_heads",
+    "num_heads", "num_hidden_layers", "num_key_value_heads", "num_kv_heads", "num_kv_shared_layers",
+    "num_layers", "num_local_experts", "num_shared_experts", "padded_vocab_size",
+    "per_layer_config", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
+    "shared_expert_intermediate_size", "short_conv_kernel_size", "sliding_window",
+    "sliding_window_pattern", "sliding_window_size", "ssm_state_size", "state_size", "swa_head_dim",
+    "swa_num_key_value_heads", "swa_v_head_dim", "text_config", "tie_word_embeddings",
+    "time_step_rank", "torch_dtype", "type_vocab_size", "use_sliding_window", "v_head_dim",
+    "vocab_size", "vocab_size_per_layer_input", "window_size",
 )
 
 MAX_CONFIG_BYTES = 2_000_000
@@ -655,15 +657,16 @@ def _ssm_dtype(cfg: _Cfg) -> str | None:
 
 
 def _moe(cfg: _Cfg, model_type: str, n_layers: int) -> MoE | None:
-    n_experts = cfg.int("n_routed_experts", "num_local_experts", "num_experts", why="MoE experts",
-                        default=0, low=0)
-    if n_experts <= 1:
+    n_experts = cfg.int("n_routed_experts", "num_local_experts", "num_experts", "moe_num_experts",
+                        why="MoE experts", default=0, low=0)
+    if n_experts <= 1 or cfg.get("is_moe") is False:  # Doge: is_moe false keeps a dense MLP
         return None
-    active = cfg.int("num_experts_per_tok", "experts_per_token", "num_experts_per_token",
-                     why="active experts", default=1)
+    active = cfg.int("num_experts_per_tok", "experts_per_token", "num_experts_per_token", "moe_k",
+                     "moe_topk", why="active experts", default=1)
     expert_inter = cfg.int("moe_intermediate_size", "expert_ffn_hidden_size", "intermediate_size",
                            why="expert size")
-    shared = cfg.int("n_shared_experts", why="shared experts", default=0, low=0)
+    shared = cfg.int("n_shared_experts", "num_shared_experts", "moe_num_shared_experts",
+                     why="shared experts", default=0, low=0)
     shared_inter = cfg.int("shared_expert_intermediate_size", why="shared expert size", default=0,
                            low=0)
     if model_type in {"llama4", "llama4_text"}:
@@ -683,6 +686,11 @@ def _moe(cfg: _Cfg, model_type: str, n_layers: int) -> MoE | None:
         dense = n_layers - n_layers // period
     elif isinstance(cfg.get("mlp_only_layers"), list):
         dense = len(cfg.get("mlp_only_layers"))
+    elif isinstance(cfg.get("mlp_layer_types"), list):  # "dense" / "sparse" per layer
+        dense = sum(1 for kind in cfg.get("mlp_layer_types") if kind == "dense")
+    elif cfg.has("num_dense_layers", "moe_layer_start_index"):  # AfMoE; ERNIE 4.5 MoE
+        dense = cfg.int("num_dense_layers", "moe_layer_start_index", why="dense layers", low=0,
+                        high=MAX_LAYERS)
     if active > n_experts:
         raise KVPlanError("config.bad_value", key="num_experts_per_tok",
                           expected=f"at most the {n_experts} experts", value=active)
