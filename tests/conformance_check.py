@@ -116,7 +116,7 @@ def check(fixture: dict[str, Any]) -> Verdict:
     if verdict.params[0] != verdict.params[1]:
         verdict.state = "exact KV"
         verdict.detail = (f"weights within {100 * verdict.params_error:.3g}% "
-                          f"({full.params_total:,} vs {fixture['params_default']:,})")
+                          f"(kvplan {full.params_total:,}, transformers {fixture['params_default']:,})")
     return verdict
 
 

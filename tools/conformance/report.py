@@ -16,12 +16,13 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from conformance_check import FIXTURES, fixture_paths, load, verdicts  # noqa: E402
+from test_conformance import KNOWN_MISMATCH, WEIGHTS_GAP  # noqa: E402
 
 OUT = ROOT / "docs" / "architectures.md"
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")[:240]
+    return text.replace("|", "\\|").replace("\n", " ")[:400]
 
 
 def render() -> str:
@@ -60,7 +61,12 @@ def render() -> str:
     for v in rows:
         kv = next((f"{m:,} / {c:,}" for mode, t, m, c in v.kv if mode == "prefill" and t == 40), "")
         params = f"{v.params[0]:,} / {v.params[1]:,}" if v.params else ""
-        lines.append(f"| `{v.model_type}` | {v.state} | {_cell(v.detail)} | {kv} | {params} |")
+        detail = v.detail
+        if v.state == "WRONG" and v.model_type in KNOWN_MISMATCH:
+            detail = f"{detail}. Why: {KNOWN_MISMATCH[v.model_type]}"
+        elif v.model_type in WEIGHTS_GAP and v.state == "exact KV":
+            detail = f"{detail}: {WEIGHTS_GAP[v.model_type][1]}"
+        lines.append(f"| `{v.model_type}` | {v.state} | {_cell(detail)} | {kv} | {params} |")
     return "\n".join(lines) + "\n"
 
 
