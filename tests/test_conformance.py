@@ -305,3 +305,13 @@ def test_small_config_is_representative(path):
         pytest.skip(str(exc))
     assert set(full.kind_counts()) <= set(small.kind_counts())
     assert all(layer.window <= 16 for layer in small.layers if getattr(layer, "window", None))
+
+
+def test_exact_types_are_exact_small_too():
+    """Where the full-size count is exact, the small model's count (odd head sizes, few layers,
+    small vocabulary) is exact as well: the formula, not a coincidence of defaults."""
+    for path in fixture_paths():
+        verdict = check(load(path))
+        if verdict.state == "exact":
+            measured, computed = verdict.params_small
+            assert measured == computed, verdict.model_type
