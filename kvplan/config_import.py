@@ -91,7 +91,8 @@ VERIFIED_MODEL_TYPES = frozenset({
     "plbart", "prophetnet", "qwen2", "qwen2_moe", "qwen3", "qwen3_5_moe_text", "qwen3_5_text",
     "qwen3_moe", "qwen3_next", "rembert", "roberta", "roberta-prelayernorm", "roc_bert", "roformer",
     "sarvam_mla", "sarvam_moe", "seed_oss", "smollm3", "solar_open", "stablelm", "starcoder2",
-    "trocr", "vaultgemma", "whisper", "xglm", "xlm", "xlm-roberta", "xlm-roberta-xl", "youtu",
+    "trocr", "vaultgemma", "whisper", "xglm", "xlm", "xlm-roberta", "xlm-roberta-xl", "xmod",
+    "youtu",
 })
 #: Defaults of transformers config classes for keys that real config.json files leave out
 #: (``Gemma3TextConfig``: vocab 262,208, 8 heads, 4 KV heads, head_dim 256, window 4096).
@@ -473,6 +474,8 @@ _UNSUPPORTED_TYPES = {
     "longcat_flash": "two MLA attention blocks per decoder layer (modeling_longcat_flash.py)",
     "falcon_h1": "every layer runs attention and a Mamba-2 mixer in parallel (FalconH1DecoderLayer)",
     "rwkv": "RWKV time-mixing state, no attention (modeling_rwkv.py)",
+    "reformer": "LSH/local attention caching one hidden state per token per layer "
+                "(modeling_reformer.py ReformerDynamicCache.states_cache)",
     "xlstm": "mLSTM matrix-memory state, no attention (modeling_xlstm.py)",
 }
 #: Models transformers runs without any cache (their causal-LM heads return no past_key_values).

@@ -46,6 +46,7 @@ REFUSED: dict[str, str] = {
     "minimax": "the recurrent state of minimax layers is not supported",
     "mllama": "cross-attention layers (cross_attention_layers)",
     "recurrent_gemma": "recurrent block types (block_types)",
+    "reformer": "one hidden state per token per layer",
     "rwkv": "RWKV time-mixing state",
     "zamba": "('hybrid')",
     "zamba2": "('hybrid')",
@@ -108,6 +109,7 @@ WEIGHTS_GAP: dict[str, tuple[float | None, str]] = {
                                      "(add_cross_attention), not counted; " + _BIASES),
     "whisper": (0.007, _BIASES),
     "xlm": (0.003, _BIASES),
+    "xmod": (0.071, "X-MOD's per-language adapters are not counted"),
     "xlm-roberta-xl": (0.003, _BIASES),
 }
 PARAMS_TOLERANCE = 0.001

@@ -68,6 +68,7 @@ PER_TYPE: dict[str, dict[str, Any]] = {
     "granitemoehybrid": {"layer_types": ["mamba", "attention"], "num_hidden_layers": 2},
     "lfm2_moe": {"layer_types": ["conv", "full_attention"], "num_hidden_layers": 2},
     "rwkv": {"attention_hidden_size": 64},
+    "reformer": {"is_decoder": True, "axial_pos_embds_dim": [32, 32]},  # asserted by the model
 }
 #: Types that need more layers than their pattern shows (Zamba ties a shared block across two
 #: hybrid layers).
@@ -375,6 +376,8 @@ def run_type(model_type: str) -> dict[str, Any]:
                 config = config.get_text_config()
             torch.manual_seed(0)
             model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+            if hasattr(model, "set_default_language"):  # X-MOD adapters need a language
+                model.set_default_language(next(iter(config.languages)))
             vocab = SMALL_VOCAB
             measurements = []
             with torch.no_grad():
