@@ -68,6 +68,7 @@ PER_TYPE: dict[str, dict[str, Any]] = {
     "granitemoehybrid": {"layer_types": ["mamba", "attention"], "num_hidden_layers": 2},
     "lfm2_moe": {"layer_types": ["conv", "full_attention"], "num_hidden_layers": 2},
     "rwkv": {"attention_hidden_size": 64},
+    "xlnet": {"d_head": 16},
     "reformer": {"is_decoder": True, "axial_pos_embds_dim": [32, 32]},  # asserted by the model
 }
 #: Types that need more layers than their pattern shows (Zamba ties a shared block across two
@@ -162,6 +163,8 @@ def _shrink_dict(d: dict[str, Any], n_layers: int | None, conservative: bool) ->
             if key in d and d[key] is None:
                 out[key] = EXPERTS[key]
                 d = {**d, key: EXPERTS[key]}
+        if "n_shared_experts" in d and d["n_shared_experts"] is None:
+            out["n_shared_experts"] = 1
     if any(isinstance(d.get(k), int) and d[k] > 1 for k in EXPERTS):
         if "moe_intermediate_size" in d and d["moe_intermediate_size"] is None:
             out["moe_intermediate_size"] = DIMS["moe_intermediate_size"]
