@@ -773,7 +773,8 @@ def _embedding_family_params(cfg: _Cfg, arch: ModelArch) -> int:
     layer's biases (q, k, v, o, both MLP linears, both LayerNorms: ``7·h + I``). BART-style
     decoders: positions ``(P + offset)·h``, optional embedding and final LayerNorms, and per layer
     the self- and cross-attention biases, the MLP biases and three LayerNorms' biases
-    (``13·h + I``). Gemma 4 per-layer embeddings (modeling_gemma4.py): ``embed_tokens_per_layer``
+    (``13·h + I``). Falcon's new decoder architecture: two biased LayerNorms per layer
+    (``2·h`` more). Gemma 4 per-layer embeddings (modeling_gemma4.py): ``embed_tokens_per_layer``
     ``V_ple × L·h_ple``, ``per_layer_model_projection`` ``h × L·h_ple`` and its norm, and per layer
     the input gate and projection (``2·h·h_ple``) and ``post_per_layer_input_norm``.
     """
@@ -783,6 +784,8 @@ def _embedding_family_params(cfg: _Cfg, arch: ModelArch) -> int:
         types = cfg.int("type_vocab_size", why="token types", default=2, low=0)
         return (positions * h + types * h + 2 * h - h + h * h + 3 * h + arch.vocab_size
                 + layers * (7 * h + inter))
+    if arch.model_type == "falcon" and cfg.get("new_decoder_architecture"):
+        return layers * 2 * h  # ln_attn and ln_mlp, each with a bias (FalconDecoderLayer)
     ple = cfg.int("hidden_size_per_layer_input", why="per-layer input size", default=0, low=0)
     if arch.model_type in _GEMMA4_TYPES and ple:  # Gemma4TextModel per-layer embeddings (PLE)
         ple_vocab = cfg.int("vocab_size_per_layer_input", why="per-layer vocabulary",
