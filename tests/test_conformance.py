@@ -130,6 +130,15 @@ def test_fixture_set_is_large_and_small():
     assert {f["torch_version"] for f in measured} == {"2.13.0"}
 
 
+def test_failures_keep_their_error():
+    """Every type the generator could not run says why (never dropped silently)."""
+    for path in fixture_paths():
+        fixture = load(path)
+        assert fixture["model_type"] == path.stem
+        if fixture["status"] != "measured":
+            assert fixture["status"] == "failed" and fixture["error"].strip()
+
+
 def test_tables_name_fixtures():
     names = {p.stem for p in fixture_paths()}
     for table in (KNOWN_MISMATCH, REFUSED, WEIGHTS_GAP):
