@@ -595,9 +595,10 @@ def _recurrent_spec(cfg: _Cfg, model_type: str, hidden: int) -> Recurrent:
         size = cfg.int("linear_head_dim", why="KDA head size")
         kernel = cfg.int("linear_conv_kernel_dim", "short_conv_kernel_size", why="KDA conv kernel",
                          default=4)
+        # vLLM keeps KDA's recurrent state in fp32 by default (mamba_utils.py), as transformers does
         return Recurrent(variant="gdn", conv_channels=3 * heads * size, conv_kernel=kernel,
                          ssm_elements=heads * size * size, tp_shard_unit=heads,
-                         ssm_dtype=_ssm_dtype(cfg))
+                         ssm_dtype=_ssm_dtype(cfg) or "fp32")
     if cfg.has("mamba_n_heads", "mamba_num_heads"):  # Mamba-2
         heads = cfg.int("mamba_n_heads", "mamba_num_heads", why="Mamba-2 heads")
         head_dim = cfg.int("mamba_d_head", "mamba_head_dim", why="Mamba-2 head size")
