@@ -417,7 +417,7 @@ def _check_shown(message: str) -> None:
     plain = outside_code(shown)
     assert not LIVE_MARKDOWN.search(plain), shown
     assert not re.search(r"(?<!\\)[*_`<>\[\]$~|:#]", plain.replace("\\\\", "")), shown
-    assert not re.search(r"(?i)https?://|www\.|@[-\w]+\.", unmd(plain)), shown
+    assert not re.search(r"(?i)https?://[-.\w]|www\.[-.\w]|@[-\w]+(?:\.[-\w]+)+", unmd(plain)), shown
     one_line = " ".join(message.splitlines())
     assert unmd(shown) == "".join(ch if ch.isprintable() else "?" for ch in one_line)
 

@@ -30,13 +30,15 @@ ROOT = Path(__file__).resolve().parent.parent
 LLAMA = json.loads((ROOT / "presets" / "models" / "llama-3.1-8b.json").read_text())["config"]
 #: A Markdown link or image, not preceded by a backslash (what Streamlit would render as one).
 LIVE_MARKDOWN = re.compile(r"(?<!\\)!?(?<!\\)\[[^\]]*(?<!\\)\]\(")
+#: What GFM links without brackets (its autolink-literal patterns).
+BARE_ADDRESS = re.compile(r"(?i)https?://[-.\w]|www\.[-.\w]|@[-\w]+(?:\.[-\w]+)+")
 
 
 def assert_inert(text: str) -> None:
     """Markdown source that renders no link or image: no bracket construct, and no bare address
     (which GFM links by itself) outside code spans."""
     assert not LIVE_MARKDOWN.search(text), text
-    assert not re.search(r"(?i)https?://|www\.|@[-\w]+\.", unmd(outside_code(text))), text
+    assert not BARE_ADDRESS.search(unmd(outside_code(text))), text
 
 
 def packed(raw: bytes) -> str:
