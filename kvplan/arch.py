@@ -161,6 +161,15 @@ class ModelArch(_Spec):
     _runs: tuple[tuple[LayerSpec, ...], tuple[tuple[LayerSpec, int], ...]] | None = PrivateAttr(
         default=None)
     _counts: tuple[tuple[LayerSpec, ...], dict[LayerSpec, int]] | None = PrivateAttr(default=None)
+    _hash: tuple[tuple[LayerSpec, ...], int] | None = PrivateAttr(default=None)
+
+    def __hash__(self) -> int:
+        """Pydantic's frozen hash over every field, computed once per model (a 10,000-layer model is
+        a cache key of the engines' pool layouts; rehashing its layers on every call would cost more
+        than the sizing itself)."""
+        if self._hash is None or self._hash[0] is not self.layers:  # model_copy copies private attrs
+            self._hash = (self.layers, hash(tuple(getattr(self, name) for name in type(self).model_fields)))
+        return self._hash[1]
 
     @property
     def n_layers(self) -> int:

@@ -15,6 +15,7 @@ Weights: per part in the checkpoint's stored format (``kvplan.weights``), split 
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -153,7 +154,15 @@ def weights_layout(arch: ModelArch, query: FitQuery, settings: EngineSettings) -
     dtype = query.weight_dtype
     if dtype is None and serving_weight_format(arch, query) != checkpoint_format_name(arch):
         dtype = serving_weight_format(arch, query)
-    return weights_per_gpu(arch, dtype, query.tp, query.pp, settings.ep, settings.mtp)
+    return _weights_cached(arch, dtype, query.tp, query.pp, settings.ep, settings.mtp)
+
+
+@lru_cache(maxsize=256)
+def _weights_cached(arch: ModelArch, dtype: str | None, tp: int, pp: int, ep: int,
+                    mtp: bool) -> WeightsLayout:
+    """``weights_per_gpu`` once per model and layout (it walks every tensor; the dtypes and lengths
+    a view sweeps do not change it)."""
+    return weights_per_gpu(arch, dtype, tp, pp, ep, mtp)
 
 
 def stage_weight_bytes(arch: ModelArch, weight_dtype: str | None, pp: int, tp: int, ep: int = 1,

@@ -352,7 +352,7 @@ def parse_config(
         name=name or str(data.get("_name_or_path") or architecture or model_type),
         model_type=model_type,
         architecture=architecture,
-        layers=tuple(layers),
+        layers=_interned(layers),
         hidden_size=hidden,
         n_heads=n_heads,
         head_dim=head_dim,
@@ -945,6 +945,26 @@ def moe_layer_indices(cfg: _Cfg, n_layers: int, moe: MoE) -> tuple[int, ...]:
     only = cfg.get("mlp_only_layers")
     dense = set(only) if isinstance(only, list) else set()
     return tuple(i for i in range(n_layers) if i not in dense and (i + 1) % step == 0)
+
+
+#: Canonical layer specs shared by every parsed config (bounded; oldest dropped first), so equal
+#: specs are one object and models parsed twice compare by identity, not field by field.
+_CANONICAL_LAYERS: dict[Any, Any] = {}
+_MAX_CANONICAL_LAYERS = 4096
+
+
+def _interned(layers: list[Any]) -> tuple[Any, ...]:
+    """The layers with every equal spec the same object (across configs too), so later comparisons
+    are identity checks (a 10,000-layer config holds a handful of distinct specs)."""
+    out = []
+    for layer in layers:
+        canonical = _CANONICAL_LAYERS.get(layer)
+        if canonical is None:
+            if len(_CANONICAL_LAYERS) >= _MAX_CANONICAL_LAYERS:
+                _CANONICAL_LAYERS.pop(next(iter(_CANONICAL_LAYERS)))
+            canonical = _CANONICAL_LAYERS[layer] = layer
+        out.append(canonical)
+    return tuple(out)
 
 
 def _tower(raw: Any, name: str, text_hidden: int) -> VisionSpec | None:

@@ -127,11 +127,11 @@ def step_flops(arch: ModelArch, prompt_tokens: int, new_tokens: int,
     cached = np.zeros(new_tokens, dtype=dtype) + head
     nocache = np.zeros(new_tokens, dtype=dtype) + head
     p_arr = np.asarray([p]).astype(dtype)
-    for lf in layer_flops(arch):
+    for lf, n in Counter(layer_flops(arch)).items():  # identical layers once, times their count
         decode = lf.dense + lf.attn_coeff * _ctx_at(lf, pos)
         prefill = lf.dense * p + lf.attn_coeff * _ctx_sum(lf, p_arr)[0]
-        cached = cached + np.where(k == 0, prefill, decode)
-        nocache = nocache + lf.dense * pos + lf.attn_coeff * _ctx_sum(lf, pos)
+        cached = cached + n * np.where(k == 0, prefill, decode)
+        nocache = nocache + n * (lf.dense * pos + lf.attn_coeff * _ctx_sum(lf, pos))
     return cached, nocache
 
 

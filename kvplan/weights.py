@@ -25,7 +25,7 @@ import fnmatch
 import json
 import re
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Any, Literal
 
 from kvplan.arch import MLA, Attention, ModelArch, Recurrent, VisionSpec
@@ -748,14 +748,15 @@ class WeightsLayout:
     #: Whole-model stored bytes by part (no padding, no split): what the checkpoint holds.
     total_by_part: dict[str, int] = field(default_factory=dict)
 
-    @property
+    @cached_property
     def stage_bytes(self) -> list[int]:
         return [sum(stage.values()) for stage in self.stages]
 
-    @property
+    @cached_property
     def heaviest(self) -> dict[str, int]:
         """The breakdown of the stage with the most bytes per GPU (the one that decides fit)."""
-        best = max(range(len(self.stages)), key=lambda s: sum(self.stages[s].values()))
+        totals = self.stage_bytes
+        best = max(range(len(self.stages)), key=totals.__getitem__)
         return {part: b for part, b in self.stages[best].items() if b}
 
 

@@ -8,9 +8,9 @@ cache cleared) through Streamlit's AppTest, three times; the median process CPU 
 
 The measurement runs in a child process per case (``python tests/test_cpu_bounds.py CASE VIEW…``)
 with a CPU timer that stops a run past ``ABORT_S`` (``_child``), so a slow case costs about
-``ABORT_S`` of CPU here instead of the minute it would take.
-Cases that wait for the engine refactor (work proportional to distinct layer kinds, not layers)
-are ``xfail(strict=False)``.
+``ABORT_S`` of CPU here instead of the minute it would take. (The 10,000-layer cases were
+``xfail`` until the engines grouped identical layers, vLLM's pool counted identical groups once and
+parsed configs shared their layer specs; every case is now expected within the bound.)
 """
 
 from __future__ import annotations
@@ -66,9 +66,6 @@ CASES: dict[str, dict[str, str]] = {
 }
 #: Work proportional to the layer count (item 1, the engine refactor): on this branch a cold rerun
 #: of the 10,000-layer cases takes from 1 to 55 s of CPU depending on the view.
-PENDING = {(case, view) for case in CONFIGS if case.endswith("-10k") for view in VIEWS}
-
-
 def _query(case: str) -> dict[str, str]:
     query = dict(CASES[case])
     if case in CONFIGS:
@@ -162,9 +159,7 @@ def measure(case: str) -> dict[str, dict]:
 def _params():
     for case in CASES:
         for view in VIEWS:
-            marks = [pytest.mark.xfail(strict=False, reason="item 1 pending engine refactor")] \
-                if (case, view) in PENDING else []
-            yield pytest.param(case, view, marks=marks, id=f"{case}-{view}")
+            yield pytest.param(case, view, id=f"{case}-{view}")
 
 
 @pytest.mark.parametrize(("case", "view"), _params())

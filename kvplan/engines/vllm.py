@@ -318,20 +318,23 @@ class VllmPool:
         return max((int(p.max(initial=0)) for p in per_group), default=0)
 
     def stages_bytes_per_block(self, parts: list[int]) -> np.ndarray:
-        """``stage_bytes_per_block`` of every pipeline stage at once (``parts`` = layers per stage):
-        one ``bincount`` per bucket over (stage, group), so the cost does not grow with the stages."""
+        """``stage_bytes_per_block`` of every pipeline stage at once (``parts`` = layers per stage).
+
+        Uniform-type pools sum their layers' pages per stage; hybrid pools take, per stage, the
+        largest group (a group's layers on that stage × its page). Both walk the layers once
+        (``bincount`` / ``unique``), so the cost grows with the layers, never with stages × groups.
+        """
         bounds = np.cumsum(parts)[:-1]
         stages = len(parts)
         total = np.zeros(stages, dtype=np.int64)
         for bucket in self.buckets:
             stage = np.searchsorted(bounds, bucket.layer_ids, side="right")
-            group = np.arange(bucket.layer_ids.size) % bucket.n_groups
-            counts = np.bincount(stage * bucket.n_groups + group, minlength=stages * bucket.n_groups)
-            per_group = counts.reshape(stages, bucket.n_groups) * bucket.page_bytes
             if self.uniform_type:
-                total += per_group.sum(axis=1)
-            else:
-                total = np.maximum(total, per_group.max(axis=1))
+                total += np.bincount(stage, minlength=stages) * bucket.page_bytes
+                continue
+            group = np.arange(bucket.layer_ids.size) % bucket.n_groups
+            pairs, counts = np.unique(stage * bucket.n_groups + group, return_counts=True)
+            np.maximum.at(total, pairs // bucket.n_groups, counts * bucket.page_bytes)
         return total
 
     def blocks_per_request(self, max_model_len: np.ndarray | int) -> np.ndarray:
