@@ -21,21 +21,24 @@ link_warnings = sync_from_url()  # first load, Back/Forward or an edited link
 scenario = render_sidebar()
 write_url(scenario)
 
-st.title("kvplan — KV-cache memory planner")
-for message in link_warnings:
-    st.warning(message)
-views.render_seeds()
-views.render_share(scenario)
-
+# One short line (it stays on one line at phone width), then the answer, then everything else.
+st.markdown("#### 🧮 kvplan · KV-cache planner", help="Plans the GPU memory of an LLM's KV cache "
+            "engine by engine; every number says which engine, release and formula it comes from.")
 try:
     arch = resolve_arch(scenario)
     gpu = resolve_gpu(scenario)
 except KVPlanError as err:
+    for message in link_warnings:
+        st.warning(message)
     st.error(str(err))
     st.stop()
-views.guarded("Calibration", lambda: calibrate_view.render(scenario, arch, gpu))
-
+views.guarded("Answer", lambda: views.render_answer(scenario, arch, gpu))
+for message in link_warnings:
+    st.warning(message)
 views.guarded("Key numbers", lambda: views.render_kpis(scenario, arch, gpu))
+views.render_seeds()
+views.render_share(scenario)
+views.guarded("Calibration", lambda: calibrate_view.render(scenario, arch, gpu))
 
 sections = {
     "context": views.render_kv_context,

@@ -13,7 +13,11 @@ from kvplan.arch import ModelArch
 from kvplan.config_import import parse_config
 from kvplan.errors import KVPlanError
 
-PRESETS_DIR = Path(__file__).resolve().parent.parent / "presets"
+#: ``presets/`` of a source checkout, else the copy ``pip install .`` puts in the package
+#: (``kvplan/_presets``, declared in pyproject.toml's ``[tool.setuptools.package-dir]``).
+_CHECKOUT_PRESETS = Path(__file__).resolve().parent.parent / "presets"
+PRESETS_DIR = _CHECKOUT_PRESETS if (_CHECKOUT_PRESETS / "models").is_dir() \
+    else Path(__file__).resolve().parent / "_presets"
 
 
 class ModelPreset(BaseModel):

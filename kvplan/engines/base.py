@@ -180,6 +180,11 @@ class Engine:
     prefix_unit: ClassVar[int | None] = None
     #: Whether K/V heads must divide (or be divided by) TP for this engine's layout.
     checks_tp_heads: ClassVar[bool] = False
+    #: What this engine does with a length above the model's ``max_position_embeddings``, and the
+    #: override that lets it run anyway (shown with every "beyond the model's limit" answer).
+    long_context_rule: ClassVar[str] = ("runs past max_position_embeddings without refusing, but "
+                                        "the model was not trained for it (positions beyond are "
+                                        "extrapolated)")
 
     # ------------------------------------------------------------ settings
     def own_settings(self, settings: EngineSettings, **update: object) -> EngineSettings:

@@ -72,6 +72,10 @@ class SGLang(Engine):
         "swa_eviction_interval": ("SWA eviction interval (tokens)", "128"),
     }
     default_reserve_gib = 0.0
+    #: ``sglang/srt/configs/model_config.py`` ``ModelConfig.__init__``: a ``--context-length`` above
+    #: the derived one raises unless ``SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1``.
+    long_context_rule = ("refuses --context-length above the model's derived context length "
+                         "unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 is set")
     prefix_unit = 1
     checks_tp_heads = True
 

@@ -77,7 +77,8 @@ def kv_vs_users(results: dict[str, FitResult], users: int) -> pd.DataFrame:
         rows.append(pd.DataFrame({
             "kv_dtype": dtype, "users": u, "kv_bytes": kv,
             "kv_budget_bytes": result.kv_budget_bytes,
-            "fits": (u <= result.max_requests) & result.weights_fit}))
+            "fits": (u <= result.max_requests) & result.weights_fit
+                    & (result.context_limit is None or result.tokens <= result.context_limit)}))
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(
         columns=["kv_dtype", "users", "kv_bytes", "kv_budget_bytes", "fits"])
 

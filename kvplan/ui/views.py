@@ -53,12 +53,30 @@ def scenario_from_key(key: str):
     return scenario, resolve_arch(scenario), resolve_gpu(scenario), scenario_fit_query(scenario)
 
 
-@st.cache_data(max_entries=128, show_spinner=False)
 def primary_fit(key: str) -> FitResult:
+    """The first KV dtype's answer (``answers``); a refused dtype raises its KVPlanError."""
+    first = next(iter(answers(key).values()))
+    if isinstance(first, FitResult):
+        return first
     _, arch, gpu, query = scenario_from_key(key)
     from kvplan.capacity import fit
 
     return fit(arch, gpu, query)
+
+
+@st.cache_data(max_entries=128, show_spinner=False)
+def answers(key: str) -> dict[str, FitResult | str]:
+    """KV dtype → its FitResult, or the message of why the engine refuses it (in scenario order)."""
+    scenario, arch, gpu, query = scenario_from_key(key)
+    from kvplan.capacity import fit
+
+    out: dict[str, FitResult | str] = {}
+    for dtype in scenario.kv_dtypes:
+        try:
+            out[dtype] = fit(arch, gpu, query.model_copy(update={"kv_dtype": dtype}))
+        except KVPlanError as err:
+            out[dtype] = str(err)
+    return out
 
 
 @st.cache_data(max_entries=128, show_spinner=False)
@@ -93,7 +111,7 @@ def _requests_data(key: str) -> tuple[pd.DataFrame, pd.DataFrame]:
 @st.cache_data(max_entries=128, show_spinner=False)
 def _design_data(key: str) -> tuple[pd.DataFrame, list[str]]:
     _, arch, gpu, query = scenario_from_key(key)
-    return designs.design_table(arch, gpu, query), designs.assumptions(arch)
+    return designs.design_table(arch, gpu, query), designs.assumptions(arch, tp=query.tp)
 
 
 # ---------------------------------------------------------------- cached figures (by content)
@@ -103,9 +121,10 @@ def _design_data(key: str) -> tuple[pd.DataFrame, list[str]]:
 def _kv_context_fig(key: str) -> dict:
     scenario, _, gpu, _ = scenario_from_key(key)
     df, by_kind, _ = _context_data(key)
-    budget = primary_fit(key).kv_budget_bytes
-    return charts.kv_context_figure(df, by_kind, budget, scenario.tokens, scenario.users,
-                                    scenario.log_x, f" — {gpu.name}").to_dict()
+    result = primary_fit(key)
+    return charts.kv_context_figure(df, by_kind, result.kv_budget_bytes, scenario.tokens,
+                                    scenario.users, scenario.log_x, f" — {gpu.name}",
+                                    limit=result.context_limit).to_dict()
 
 
 @st.cache_data(max_entries=128, show_spinner=False)
@@ -126,7 +145,8 @@ def _requests_figs(key: str) -> tuple[dict, dict]:
     scenario, _, gpu, _ = scenario_from_key(key)
     grid, cu = _requests_data(key)
     return (charts.requests_heatmap(grid).to_dict(),
-            charts.context_users_heatmap(cu, gpu.name, scenario.kv_dtypes[0]).to_dict())
+            charts.context_users_heatmap(cu, gpu.name, scenario.kv_dtypes[0],
+                                         primary_fit(key).context_limit).to_dict())
 
 
 @st.cache_data(max_entries=128, show_spinner=False)
@@ -183,32 +203,98 @@ def kpi_cards(scenario: Scenario, arch, gpu: GPU, result: FitResult) -> list[Kpi
     else:
         how, total = _breakdown(arch, scenario, gpu, scenario.tokens)
         per_request_how = f"{how} = {total:,} B"
+    per_gpu_note = (f" on each GPU (one TP rank of {result.tp}; the whole replica holds about "
+                    f"{result.tp}× this)" if result.tp > 1 else "")
     rows = [
-        ("kv_per_token", "KV bytes per token", per_token,
+        ("kv_per_token", "KV bytes per token (whole model)", per_token,
          f"{per_token_how} = {per_token:,} B ({dtype}, whole model, "
          "before any window caps a layer)"),
-        ("kv_per_request", f"KV per request at {scenario.tokens:,} tokens", result.kv_bytes_per_request,
-         per_request_how),
+        ("kv_per_request", f"KV per request at {scenario.tokens:,} tokens (per GPU)",
+         result.kv_bytes_per_request, per_request_how + per_gpu_note),
         ("weights_per_gpu", "Weights per GPU", result.weights_bytes,
          f"{result.weights_total_bytes:,} B of {result.weight_dtype} weights over TP {result.tp} × "
          f"PP {result.pp} (largest stage) = {result.weights_bytes:,} B"),
         ("kv_budget", "KV budget per GPU", result.kv_budget_bytes,
          f.get("memory_target", "") + "; " + f.get("kv_budget", "")),
-        ("max_requests", "Max concurrent requests", result.max_requests,
+        ("max_requests", "Max concurrent requests per replica", result.max_requests,
          f.get("max_requests", "") or f.get("kv_pool_tokens", "")),
-        ("max_context", f"Max context at {scenario.users:,} users", result.max_tokens_per_request,
+        ("max_context", f"Max context at {plural(scenario.users, 'user')} (per replica)",
+         result.max_tokens_per_request,
          f"largest length L with {scenario.users:,} × KV(L) ≤ the {result.kv_budget_bytes:,} B budget "
          f"= {result.max_tokens_per_request:,} tokens"),
     ]
     return [Kpi(k, label, int(v), how) for k, label, v, how in rows]
 
 
+def plural(count: int, noun: str) -> str:
+    """``1 user``, ``8 users``."""
+    return f"{count:,} {noun}" + ("" if count == 1 else "s")
+
+
+def _answer_metric(dtype: str, answer: FitResult | str, scenario: Scenario) -> None:
+    """One KV dtype's answer: the requests of the chosen length that fit on one replica."""
+    label = f"{dtype} KV: requests of {scenario.tokens:,} tokens that fit (per replica)"
+    if isinstance(answer, str):
+        st.metric(label, "refused", help=answer)
+        st.caption(answer)
+        return
+    spare = answer.max_requests - scenario.users
+    st.metric(label, f"{answer.max_requests:,}",
+              delta=f"{spare:+,} vs {plural(scenario.users, 'user')}" if answer.fits
+              else f"does not fit {plural(scenario.users, 'user')}",
+              delta_color="normal" if answer.fits else "inverse",
+              help=f"exactly {answer.max_requests:,} per replica, "
+                   f"{answer.max_requests_all_replicas:,} over {plural(answer.replicas, 'replica')}; "
+                   f"KV per request {exact_bytes(answer.kv_bytes_per_request)} per GPU")
+
+
+def render_answer(scenario: Scenario, arch, gpu: GPU) -> None:
+    """The answer first: per chosen KV dtype, side by side, the requests of the chosen length that
+    fit, then whether the scenario fits — or why not and the smallest change that would."""
+    key = cache_key(scenario)
+    try:
+        results = answers(key)
+    except KVPlanError as err:  # the layout itself is impossible (e.g. TP × PP > GPUs)
+        with st.container(key="answer"):
+            st.warning(f"Does not fit: {err}.")
+        return
+    with st.container(key="answer", border=True):
+        dtypes = list(results)
+        for start in range(0, len(dtypes), 4):
+            cols = st.columns(min(len(dtypes) - start, 4))
+            for col, dtype in zip(cols, dtypes[start:start + 4], strict=False):
+                with col:
+                    _answer_metric(dtype, results[dtype], scenario)
+        first = next((r for r in results.values() if not isinstance(r, str)), None)
+        if first is None:
+            return
+        gpus = first.replicas * first.tp * first.pp
+        where = (f"{plural(gpus, 'GPU')} × {gpu.name} ({plural(first.replicas, 'replica')} of "
+                 f"TP={first.tp}, PP={first.pp}) · {first.engine_label}")
+        if first.fits:
+            st.success(f"Fits: {plural(scenario.users, 'user')} × {scenario.tokens:,} tokens in "
+                       f"{first.kv_dtype} on {where}.")
+        else:
+            st.warning(f"Does not fit ({first.kv_dtype}, {where}): {first.reason}. "
+                     f"Smallest change: {first.suggestion or 'none found'}.")
+        if first.context_limit is not None:
+            if scenario.tokens > first.context_limit:
+                st.warning(f"Beyond the model's context limit: {scenario.tokens:,} > "
+                           f"{first.context_limit:,} tokens (max_position_embeddings). "
+                           f"{get_engine(first.engine).short} {get_engine(first.engine).long_context_rule}.")
+            else:
+                st.caption(f"Model context limit: {first.context_limit:,} tokens "
+                           "(max_position_embeddings; the dotted line on length axes).")
+
+
 def render_kpis(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
+    """The supporting figures of the first KV dtype, each saying whether it is per GPU, per replica
+    or for the whole model."""
     result = primary_fit(cache_key(scenario))
     cards = kpi_cards(scenario, arch, gpu, result)
-    st.markdown(f"**{arch.name}** on **{result.replicas * result.tp * result.pp} × {gpu.name}** "
-                f"({gpu.capacity_bytes / GIB:,.2f} GiB = {gpu.capacity_bytes / GB:,.2f} GB per GPU, "
-                f"{gpu.capacity_basis}) · {result.engine_label} · KV {result.kv_dtype}")
+    st.markdown(f"**{arch.name}** on **{plural(result.replicas * result.tp * result.pp, 'GPU')} × "
+                f"{gpu.name}** ({gpu.capacity_bytes / GIB:,.2f} GiB = {gpu.capacity_bytes / GB:,.2f} GB "
+                f"per GPU, {gpu.capacity_basis}) · {result.engine_label} · KV {result.kv_dtype}")
     cols = st.columns(3)
     for i, row in enumerate(cards):
         col = cols[i % 3]
@@ -223,18 +309,6 @@ def render_kpis(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
             st.caption(f"How: {row.how}")
     st.caption("Exact: " + " · ".join(f"{r.kpi}={r.value:,}" for r in cards),
                help="Exact integers (bytes, requests, tokens) of the cards above.")
-    if not result.weights_fit:
-        more = (f" At least {result.min_gpus_to_fit} GPUs are needed." if result.min_gpus_to_fit
-                else "")
-        st.warning(f"The weights ({fmt_bytes(result.weights_bytes)} per GPU) do not fit in "
-                   f"{gpu.name}'s memory target.{more}")
-    elif not result.fits:
-        st.warning(f"{scenario.users:,} users × {scenario.tokens:,} tokens do not fit: at most "
-                   f"{result.max_requests:,} request(s) per replica.")
-    else:
-        st.success(f"Fits: {scenario.users:,} users × {scenario.tokens:,} tokens "
-                   f"(room for {result.max_requests:,} per replica, "
-                   f"{result.max_requests_all_replicas:,} over {result.replicas} replica(s)).")
     if get_engine(result.engine).logs_kv_cache:
         st.code(result.vllm_log, language=None)
     for note in result.notes:
