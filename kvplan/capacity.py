@@ -179,7 +179,7 @@ def memory_budget(arch: ModelArch, gpu: GPU, query: FitQuery,
     tp, pp = query.tp, query.pp
     gpus = query.num_gpus or tp * pp
     if gpus % (tp * pp):
-        raise KVPlanError("parallel.gpus", gpus=gpus, tpp=tp * pp)
+        raise KVPlanError("parallel.gpus", gpus=gpus, tpp=tp * pp, need=-(-gpus // (tp * pp)) * tp * pp)
     engine.check_parallel(arch, tp)
     weights_total = weight_bytes(arch, query.weight_dtype or engine.model_dtype(arch))
     stages = stage_weight_bytes(arch, weights_total, pp, tp)
