@@ -17,12 +17,25 @@ from kvplan.ui.sidebar import (
 
 st.set_page_config(page_title="kvplan — KV-cache memory planner", page_icon="🧮", layout="wide")
 
+
+@st.cache_resource(show_spinner=False)
+def _png_warm_up() -> bool:
+    """Once per server process: start the PNG export browser in the background (kvplan.png)."""
+    from kvplan.png import warm_up_in_background
+
+    return warm_up_in_background() is not None
+
+
+_png_warm_up()
+
 link_warnings = sync_from_url()  # first load, Back/Forward or an edited link
 scenario = render_sidebar()
 write_url(scenario)
 
-# One short line (it stays on one line at phone width), then the answer, then everything else.
-st.markdown("#### 🧮 kvplan · KV-cache planner", help="Plans the GPU memory of an LLM's KV cache "
+# Less empty space above the title, and one short title line (one line at phone width too), so the
+# answer is on the first screen; then the answer, then everything else.
+st.html("<style>[data-testid='stMainBlockContainer']{padding-top:3.25rem}</style>")
+st.markdown("#### kvplan · KV-cache planner", help="Plans the GPU memory of an LLM's KV cache "
             "engine by engine; every number says which engine, release and formula it comes from.")
 try:
     arch = resolve_arch(scenario)

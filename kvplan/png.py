@@ -27,6 +27,9 @@ _PATHS = ("/usr/bin/chromium", "/usr/lib/chromium/chromium", "/usr/bin/chromium-
 
 _LOCK = threading.Lock()
 _started = False
+#: Seconds the background warm-up waits before starting Chromium, so it does not compete with the
+#: server's first page render for the CPU.
+WARM_UP_DELAY_S = 1.5
 
 
 @cache
@@ -55,6 +58,29 @@ def chromium_available() -> bool:
 def _template_name(fig) -> str | None:
     template = fig.layout.template
     return None if template is None or not template.to_plotly_json() else "set"
+
+
+def warm_up_in_background(delay_s: float = WARM_UP_DELAY_S) -> threading.Thread | None:
+    """Start kaleido's Chromium and render one tiny figure in a daemon thread, so the first PNG a
+    user asks for does not pay the browser's cold start (≈ 2–5 s). None without Chromium, or when
+    ``KVPLAN_PNG_WARM_UP=0`` (the in-process AppTest tests set it: no browser per test process)."""
+    if os.environ.get("KVPLAN_PNG_WARM_UP") == "0" or not chromium_available():
+        return None
+
+    def run() -> None:
+        import time
+
+        import plotly.graph_objects as go
+
+        time.sleep(delay_s)
+        try:
+            fig_to_png(go.Figure(go.Scatter(x=[0, 1], y=[0, 1])), 40, 40)
+        except Exception:  # noqa: BLE001 - the first real export reports any problem itself
+            return
+
+    thread = threading.Thread(target=run, name="kvplan-png-warm-up", daemon=True)
+    thread.start()
+    return thread
 
 
 def fig_to_png(fig, width: int | None = None, height: int | None = None, scale: float = 1.0) -> bytes:

@@ -31,7 +31,7 @@ def _layout(fig: go.Figure, title: str, **kwargs) -> go.Figure:
     return fig
 
 
-def _line(fig: go.Figure, axis: str, value: float, color: str, dash: str, text: str,
+def marker_line(fig: go.Figure, axis: str, value: float, color: str, dash: str, text: str,
           log: bool = False) -> None:
     """A labelled horizontal (``axis="y"``) or vertical (``"x"``) line across the plot.
 
@@ -55,7 +55,7 @@ def _budget_line(fig: go.Figure, budget: int | None, label: str = "KV budget",
                  log: bool = False) -> None:
     if budget is None:
         return
-    _line(fig, "y", budget / GIB, BUDGET_COLOR, "dash",
+    marker_line(fig, "y", budget / GIB, BUDGET_COLOR, "dash",
           f"{label}: {budget / GIB:,.2f} GiB ({budget:,} B)", log)
 
 
@@ -66,10 +66,11 @@ def _bytes_hover(frame: pd.DataFrame, column: str = "kv_bytes") -> list[str]:
 LIMIT_COLOR = "#111111"
 
 
-def _limit_line(fig: go.Figure, limit: int | None, log: bool = False) -> None:
-    """The model's context limit (``max_position_embeddings``) on a length axis."""
-    if limit is not None:
-        _line(fig, "x", limit, LIMIT_COLOR, "dashdot", f"model limit {limit:,}", log)
+def limit_line(fig: go.Figure, limit: int | None, log: bool = False, longest: int | None = None) -> None:
+    """The model's context limit (``max_position_embeddings``) on a length axis (only when the axis
+    reaches it, if ``longest`` — the axis' largest length — is given)."""
+    if limit is not None and (longest is None or longest >= limit):
+        marker_line(fig, "x", limit, LIMIT_COLOR, "dashdot", f"model limit {limit:,}", log)
 
 
 def kv_context_figure(df: pd.DataFrame, by_kind: pd.DataFrame | None, budget: int | None,
@@ -92,8 +93,8 @@ def kv_context_figure(df: pd.DataFrame, by_kind: pd.DataFrame | None, budget: in
             customdata=_bytes_hover(part),
             hovertemplate="%{x:,} tokens<br>%{customdata}<extra>" + str(dtype) + "</extra>"))
     _budget_line(fig, budget, log=log_axes)
-    _line(fig, "x", tokens, "#555", "dot", f"{tokens:,} tokens", log_axes)
-    _limit_line(fig, limit, log_axes)
+    marker_line(fig, "x", tokens, "#555", "dot", f"{tokens:,} tokens", log_axes)
+    limit_line(fig, limit, log_axes)
     axis = "log" if log_axes else "linear"
     _layout(fig, f"KV cache of {users:,} request(s) vs context length{title_suffix}")
     fig.update_xaxes(title="context length (tokens)", type=axis)
@@ -117,7 +118,7 @@ def kv_users_figure(df: pd.DataFrame, budget: int | None, tokens: int, users: in
             line={"color": dtype_color(str(dtype)), "width": 2.5}, customdata=_bytes_hover(part),
             hovertemplate="%{x:,} requests<br>%{customdata}<extra>" + str(dtype) + "</extra>"))
     _budget_line(fig, budget)
-    _line(fig, "x", users, "#555", "dot", f"{users:,} users")
+    marker_line(fig, "x", users, "#555", "dot", f"{users:,} users")
     _layout(fig, f"KV cache vs concurrent requests at {tokens:,} tokens each")
     fig.update_xaxes(title="concurrent requests")
     fig.update_yaxes(title="KV cache per GPU (GiB, 1 GiB = 2^30 B)")

@@ -8,6 +8,7 @@ comes from ``kvplan.serving`` / ``kvplan.nocache``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -23,6 +24,8 @@ from kvplan.presets import GPU
 from kvplan.scenario import Scenario, scenario_fit_query
 from kvplan.serving import (
     MLPERF_BOUNDS,
+    SHAREGPT_OUTPUT_MEAN,
+    SHAREGPT_PROMPT_MEAN,
     SNAPSHOTS,
     LengthDist,
     Workload,
@@ -34,9 +37,9 @@ from kvplan.serving import (
     roofline,
     sample_workload,
     static_cache,
-    vllm_paper_workload,
     window_explanations,
 )
+from kvplan.ui.charts import limit_line, marker_line
 from kvplan.ui.serving_state import NOCACHE_METRICS, PREFIX_ENGINES, SOURCES, ensure
 from kvplan.ui.theme import figure_from_dict, new_figure
 from kvplan.ui.views import cache_key, scenario_from_key
@@ -118,8 +121,10 @@ def _workload(scenario: Scenario, arch: ModelArch) -> tuple[Workload | None, int
                               key=ensure("max_len", scenario, state))
     n = st.number_input("Requests sampled", 1, 100_000, key=ensure("n", scenario, state))
     seed = st.number_input("Seed", 0, 2**31 - 1, key=ensure("seed", scenario, state))
-    if source == "paper":
-        return None, 2048, source
+    if source == "paper":  # the paper's ShareGPT-like lengths, on the scenario's own model
+        prompt = LengthDist(kind="lognormal", mean=SHAREGPT_PROMPT_MEAN, sigma=1.0)
+        output = LengthDist(kind="lognormal", mean=SHAREGPT_OUTPUT_MEAN, sigma=1.0)
+        return sample_workload(int(n), prompt, output, int(seed), int(max_len)), int(max_len), source
     if source == "csv":
         upload = st.file_uploader("CSV of prompt,output token counts", type=["csv"], key="sv_csv")
         if upload is None:
@@ -157,32 +162,27 @@ def _allocation(scenario: Scenario, arch: ModelArch, gpu: GPU, holder: dict[str,
                         key=ensure("snapshot", scenario, st.session_state),
                         help="in_flight: steady-state continuous batching; final: every request "
                              "has generated its whole output")
-    if source == "paper":
-        result, spec = _paper_allocation()
-        fig = figure_from_dict(spec)
-    elif workload is None:
+    if workload is None:
         return
-    else:
-        result = allocation_for_model(arch, workload, max_len, _kv_dtype(scenario), int(block),
-                                      _budget(arch, gpu, scenario), snapshot, 0)
-        holder["workload"] = workload
-        fig = _allocation_figure(result.table)
+    result = allocation_for_model(arch, workload, max_len, _kv_dtype(scenario), int(block),
+                                  _budget(arch, gpu, scenario), snapshot, 0)
+    holder["workload"] = workload
+    fig = _allocation_figure(result.table, arch.name, max_len, int(block))
     st.plotly_chart(fig, theme=None, key="sv_alloc_chart")
     st.dataframe(result.table, hide_index=True)
-    _captions(result.assumptions)
+    notes = [f"{arch.name}, KV {_kv_dtype(scenario)}, maximum length {max_len:,} tokens, block "
+             f"{int(block):,} tokens, {workload.source}"]
+    if source == "paper":
+        notes.append(f"ShareGPT-like log-normal lengths (vLLM paper Fig. 11a means {SHAREGPT_PROMPT_MEAN}"
+                     f" / {SHAREGPT_OUTPUT_MEAN} tokens, sigma 1 assumed); the paper's own OPT-13B "
+                     "case is the named scenario 'opt-13b-vllm-paper'")
+    _captions(notes + result.assumptions)
     _export("serving_allocation", result.table, fig, scenario)
 
 
-@st.cache_data(max_entries=4, show_spinner=False)
-def _paper_allocation():
-    from kvplan.presets import load_model
-
-    result = vllm_paper_workload(load_model("opt-13b"))
-    return result, _allocation_figure(result.table).to_dict()
-
-
-def _allocation_figure(table: pd.DataFrame) -> go.Figure:
-    fig = _fig("KV memory used vs reserved per strategy", "strategy", "slots (tokens)")
+def _allocation_figure(table: pd.DataFrame, model: str, max_len: int, block: int) -> go.Figure:
+    fig = _fig(f"KV memory used vs reserved per strategy — {model}, max length {max_len:,}, "
+               f"block {block:,}", "strategy", "slots (tokens)")
     fig.update_layout(barmode="stack", hovermode="closest")
     for column, label in (("used_tokens", "used"), ("reservation_waste_slots", "reserved ahead"),
                           ("internal_waste_slots", "internal waste")):
@@ -261,6 +261,7 @@ def _offload_data(key: str, ram: float, link: float):
     fig.add_scatter(x=df["tokens"], y=df["transfer_ms_per_token"], name="transfer ms / token",
                     yaxis="y2", line={"dash": "dot"})
     fig.update_layout(yaxis2={"title": "ms per decoded token", "overlaying": "y", "side": "right"})
+    limit_line(fig, arch.max_position_embeddings, scenario.log_x, int(tokens[-1]))
     if scenario.log_x:
         fig.update_xaxes(type="log")
     return df, r, fig.to_dict()
@@ -293,8 +294,9 @@ def _quantized_data(key: str, nbits: int, group: int, resid: int):
                           ("quantized_peak_bytes", "quantized + transient dequantized layer")):
         fig.add_scatter(x=curve["tokens"], y=curve[column] / GIB, name=label)
     if result.worth_it_from_tokens:
-        fig.add_vline(x=result.worth_it_from_tokens, line_dash="dash",
-                      annotation_text=f"worth it from {result.worth_it_from_tokens:,} tokens")
+        marker_line(fig, "x", result.worth_it_from_tokens, "#555", "dash",
+                    f"worth it from {result.worth_it_from_tokens:,} tokens", scenario.log_x)
+    limit_line(fig, arch.max_position_embeddings, scenario.log_x, int(tokens[-1]))
     if scenario.log_x:
         fig.update_xaxes(type="log")
     return result, fig.to_dict()
@@ -361,10 +363,12 @@ def _roofline_data(key: str):
     colors = {"interactive": "#d62728", "standard": "#2ca02c"}
     for name, (ttft, tpot) in MLPERF_BOUNDS.items():
         color = colors["interactive" if "interactive" in name else "standard"]
-        fig.add_hline(y=tpot, line_dash="dash", line_color=color,
-                      annotation_text=f"MLPerf {name}: TPOT {tpot:g} ms (TTFT {ttft:g} ms)")
+        # log axis: the annotation goes at log10(y) (marker_line); add_hline put it at 10^y
+        marker_line(fig, "y", tpot, color, "dash", f"MLPerf {name}: TPOT {tpot:g} ms (TTFT {ttft:g} ms)",
+                    log=True)
+    values = [v for v in df["tpot_ms"].tolist() if v > 0] + [t for _, t in MLPERF_BOUNDS.values()]
     fig.update_xaxes(type="log")
-    fig.update_yaxes(type="log")
+    fig.update_yaxes(type="log", range=[math.log10(min(values)) - 0.2, math.log10(max(values)) + 0.2])
     return df, notes, prompt, fig.to_dict()
 
 

@@ -233,58 +233,55 @@ def plural(count: int, noun: str) -> str:
 
 def _answer_metric(dtype: str, answer: FitResult | str, scenario: Scenario) -> None:
     """One KV dtype's answer: the requests of the chosen length that fit on one replica."""
-    label = f"{dtype} KV: requests of {scenario.tokens:,} tokens that fit (per replica)"
+    label = f"{dtype} KV"
     if isinstance(answer, str):
-        st.metric(label, "refused", help=answer)
-        st.caption(answer)
+        st.metric(label, "refused", help=answer, width="content")
         return
     spare = answer.max_requests - scenario.users
     st.metric(label, f"{answer.max_requests:,}",
-              delta=f"{spare:+,} vs {plural(scenario.users, 'user')}" if answer.fits
-              else f"does not fit {plural(scenario.users, 'user')}",
-              delta_color="normal" if answer.fits else "inverse",
-              help=f"exactly {answer.max_requests:,} per replica, "
-                   f"{answer.max_requests_all_replicas:,} over {plural(answer.replicas, 'replica')}; "
-                   f"KV per request {exact_bytes(answer.kv_bytes_per_request)} per GPU")
+              delta=f"fits {plural(scenario.users, 'user')} ({spare:+,})" if answer.fits
+              else f"short for {plural(scenario.users, 'user')}",
+              delta_color="normal" if answer.fits else "inverse", delta_arrow="off", width="content",
+              help=f"{answer.kv_dtype}: exactly {answer.max_requests:,} requests of "
+                   f"{scenario.tokens:,} tokens per replica, {answer.max_requests_all_replicas:,} over "
+                   f"{plural(answer.replicas, 'replica')}; KV per request "
+                   f"{exact_bytes(answer.kv_bytes_per_request)} per GPU"
+                   + ("" if answer.fits else f". Does not fit: {answer.reason}"))
 
 
 def render_answer(scenario: Scenario, arch, gpu: GPU) -> None:
     """The answer first: per chosen KV dtype, side by side, the requests of the chosen length that
-    fit, then whether the scenario fits — or why not and the smallest change that would."""
+    fit on one replica, then whether the scenario fits — or why not and the smallest change."""
     key = cache_key(scenario)
     try:
         results = answers(key)
     except KVPlanError as err:  # the layout itself is impossible (e.g. TP × PP > GPUs)
-        with st.container(key="answer"):
+        with st.container(key="answer", border=True):
             st.warning(f"Does not fit: {err}.")
         return
     with st.container(key="answer", border=True):
-        dtypes = list(results)
-        for start in range(0, len(dtypes), 4):
-            cols = st.columns(min(len(dtypes) - start, 4))
-            for col, dtype in zip(cols, dtypes[start:start + 4], strict=False):
-                with col:
-                    _answer_metric(dtype, results[dtype], scenario)
+        st.markdown(f"**Requests of {scenario.tokens:,} tokens that fit, per replica** "
+                    f"(you asked for {plural(scenario.users, 'user')})")
+        with st.container(horizontal=True, key="answer_dtypes", gap="medium"):
+            for dtype, answer in results.items():
+                _answer_metric(dtype, answer, scenario)
         first = next((r for r in results.values() if not isinstance(r, str)), None)
         if first is None:
             return
-        gpus = first.replicas * first.tp * first.pp
-        where = (f"{plural(gpus, 'GPU')} × {gpu.name} ({plural(first.replicas, 'replica')} of "
-                 f"TP={first.tp}, PP={first.pp}) · {first.engine_label}")
         if first.fits:
             st.success(f"Fits: {plural(scenario.users, 'user')} × {scenario.tokens:,} tokens in "
-                       f"{first.kv_dtype} on {where}.")
+                       f"{first.kv_dtype}.")
         else:
-            st.warning(f"Does not fit ({first.kv_dtype}, {where}): {first.reason}. "
-                     f"Smallest change: {first.suggestion or 'none found'}.")
-        if first.context_limit is not None:
-            if scenario.tokens > first.context_limit:
-                st.warning(f"Beyond the model's context limit: {scenario.tokens:,} > "
-                           f"{first.context_limit:,} tokens (max_position_embeddings). "
-                           f"{get_engine(first.engine).short} {get_engine(first.engine).long_context_rule}.")
-            else:
-                st.caption(f"Model context limit: {first.context_limit:,} tokens "
-                           "(max_position_embeddings; the dotted line on length axes).")
+            other = [f"KV {r.kv_dtype} (fits {r.max_requests:,})" for r in results.values()
+                     if not isinstance(r, str) and r.fits]
+            change = " or ".join(([first.suggestion] if first.suggestion else []) + other)
+            st.warning(f"Does not fit ({first.kv_dtype}): {first.reason}. "
+                       f"**Smallest change:** {change or 'none found'}.")
+        gpus = first.replicas * first.tp * first.pp
+        limit = (f" · model limit {first.context_limit:,} tokens (max_position_embeddings)"
+                 if first.context_limit is not None else "")
+        st.caption(f"{plural(gpus, 'GPU')} × {gpu.name}, {plural(first.replicas, 'replica')} of "
+                   f"TP={first.tp}, PP={first.pp} · {first.engine_label}{limit}")
 
 
 def render_kpis(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
@@ -388,6 +385,9 @@ def render_designs(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
     df, notes = _design_data(cache_key(scenario))
     fig = figure_from_dict(_designs_fig(cache_key(scenario)))
     st.plotly_chart(fig, theme=None, key="chart_designs")
+    ok = df[df["error"] == ""]
+    st.caption("KV bytes per token (whole model, full length, KV " + scenario.kv_dtypes[0] + "): "
+               + " · ".join(f"{row.label} {int(row.kv_bytes_per_token):,} B" for row in ok.itertuples()))
     st.markdown("**Assumptions**\n" + "\n".join(f"- {n}" for n in notes))
     table = df[["label", "model", "kv_bytes_per_token", "kv_bytes_per_request", "max_requests",
                 "fits", "error"]]

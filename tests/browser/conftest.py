@@ -55,7 +55,8 @@ def app_url(tmp_path_factory):
             [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"),
              "--server.headless=true", f"--server.port={port}", "--server.address=127.0.0.1",
              "--browser.gatherUsageStats=false", "--server.fileWatcherType=none"],
-            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+            env={**os.environ, "KVPLAN_PNG_WARM_UP": "1"})
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
