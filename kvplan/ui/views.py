@@ -387,7 +387,8 @@ def render_designs(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
     st.plotly_chart(fig, theme=None, key="chart_designs")
     ok = df[df["error"] == ""]
     st.caption("KV bytes per token (whole model, full length, KV " + scenario.kv_dtypes[0] + "): "
-               + " · ".join(f"{row.label} {int(row.kv_bytes_per_token):,} B" for row in ok.itertuples()))
+               + " · ".join(f"{label} {int(value):,} B" for label, value in
+                            zip(ok["label"], ok["kv_bytes_per_token"].tolist(), strict=True)))
     st.markdown("**Assumptions**\n" + "\n".join(f"- {n}" for n in notes))
     table = df[["label", "model", "kv_bytes_per_token", "kv_bytes_per_request", "max_requests",
                 "fits", "error"]]
