@@ -266,7 +266,8 @@ def render_answer(scenario: Scenario, arch, gpu: GPU) -> None:
             for dtype, answer in results.items():
                 _answer_metric(dtype, answer, scenario)
         first = next((r for r in results.values() if not isinstance(r, str)), None)
-        if first is None:
+        if first is None:  # every dtype refused, or the layout itself is impossible
+            st.warning(f"Does not fit: {next(iter(results.values()))}.")
             return
         if first.fits:
             st.success(f"Fits: {plural(scenario.users, 'user')} × {scenario.tokens:,} tokens in "
