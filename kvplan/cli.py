@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 
 from pydantic import ValidationError
 
-from kvplan.engines import get_engine
+from kvplan.engines import engine_with_release, get_engine
 from kvplan.errors import MESSAGES, KVPlanError, clip, short
 
 GIB = 1 << 30
@@ -102,7 +102,7 @@ def plural(count: int, noun: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from kvplan.engines import DEFAULT_ENGINE, ENGINES
+    from kvplan.engines import DEFAULT_ENGINE, ENGINES, release_choices
 
     parser = _Parser(prog="kvplan", description="KV-cache memory planner. Every command uses the "
                      f"'{DEFAULT_ENGINE}' engine ({ENGINES[DEFAULT_ENGINE]}) unless --engine says otherwise.")
@@ -118,6 +118,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="KV element format; auto = the model's dtype (vLLM's kv_cache_dtype=auto)")
         p.add_argument("--engine", default=DEFAULT_ENGINE, choices=list(ENGINES),
                        help=f"serving engine whose storage rules apply (default: {DEFAULT_ENGINE})")
+        p.add_argument("--engine-version", default=None, metavar="RELEASE",
+                       help="engine release to model (default: the newest); "
+                            + "; ".join(f"{e}: {', '.join(release_choices(e))}" for e in ENGINES
+                                        if len(release_choices(e)) > 1))
         _add_settings(p)
         p.add_argument("--json", action="store_true")
 
@@ -184,7 +188,8 @@ def cmd_kv(args: argparse.Namespace) -> int:
 
     arch = _load_arch(args)
     settings = settings_from_args(args, tp=args.tp)
-    result = kv_cache(arch, args.tokens, args.batch, args.kv_dtype, args.engine, settings)
+    engine = engine_with_release(args.engine, args.engine_version)
+    result = kv_cache(arch, args.tokens, args.batch, args.kv_dtype, engine, settings)
     if args.json:
         payload = result.model_dump()
         payload["layers"] = {k: v.model_dump() for k, v in result.layers.items()}
@@ -211,7 +216,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
     arch = _load_arch(args)
     gpu = get_gpu(args.gpu)
     query = FitQuery(tokens=args.tokens, users=args.users, kv_dtype=args.kv_dtype,
-                     weight_dtype=args.weight_dtype, engine=args.engine,
+                     weight_dtype=args.weight_dtype,
+                     engine=engine_with_release(args.engine, args.engine_version),
                      num_gpus=args.num_gpus, tp=args.tp, pp=args.pp, reserve_gib=args.reserve_gib,
                      kv_cache_memory_bytes=args.kv_cache_memory_bytes,
                      settings=settings_from_args(args, tp=args.tp, pp=args.pp))
@@ -308,7 +314,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     arch = _load_arch(args)
     gpu = get_gpu(args.gpu)
     query = FitQuery(tokens=args.tokens, kv_dtype=args.kv_dtype, weight_dtype=args.weight_dtype,
-                     engine=log_engine(), tp=args.tp, pp=args.pp, reserve_gib=args.reserve_gib,
+                     engine=engine_with_release(log_engine(), args.engine_version), tp=args.tp,
+                     pp=args.pp, reserve_gib=args.reserve_gib,
                      settings=settings_from_args(args, tp=args.tp, pp=args.pp))
     result = calibrate(arch, gpu, query, log)
     if args.json:

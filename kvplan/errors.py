@@ -22,6 +22,7 @@ MESSAGES: dict[str, str] = {
     "unknown.gpu": "unknown accelerator '{value}' (try `python -m kvplan gpus`)",
     "unknown.dtype": "unknown dtype '{value}'; choose one of: {choices}",
     "unknown.engine": "unknown engine '{value}'; choose one of: {choices}",
+    "unknown.release": "kvplan does not model {engine} release '{value}'; choose one of: {choices}",
     "unknown.scenario": "unknown scenario '{value}'",
     # numbers
     "value.range": "{field} must be between {low:,} and {high:,}, got {value}",

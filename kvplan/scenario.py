@@ -44,6 +44,8 @@ class Scenario(BaseModel):
     model: str = Field(default="llama-3.1-8b", alias="m", max_length=64)
     custom_config: dict[str, Any] | None = Field(default=None, alias="c")
     engine: str = Field(default=DEFAULT_ENGINE, alias="e")
+    #: The engine release modelled (``kvplan.engines.release_choices``); None = the newest.
+    engine_version: str | None = Field(default=None, alias="ev", max_length=16)
     kv_dtypes: list[str] = Field(default_factory=lambda: ["bf16", "fp8_e4m3"], alias="kd",
                                  min_length=1, max_length=12)
     weight_dtype: str = Field(default="auto", alias="wd")
@@ -259,7 +261,7 @@ def check_names(scenario: Scenario) -> tuple[Scenario, list[str]]:
     replaced by their canonical names. Returns the repaired scenario and one warning per fix.
     """
     from kvplan.dtypes import KV_DTYPE_CHOICES, WEIGHT_DTYPES, get_dtype, get_weight_dtype
-    from kvplan.engines import REGISTRY
+    from kvplan.engines import REGISTRY, release_choices
     from kvplan.errors import KVPlanError
     from kvplan.presets import gpus, model_presets
 
@@ -292,6 +294,13 @@ def check_names(scenario: Scenario) -> tuple[Scenario, list[str]]:
         warn("engine", scenario.engine, str(KVPlanError(
             "unknown.engine", value=clip(scenario.engine), choices=", ".join(REGISTRY))))
         update["engine"] = defaults.engine
+    version = scenario.engine_version
+    choices = release_choices(update.get("engine", scenario.engine))
+    if version is not None and version not in choices:
+        warn("engine_version", version, str(KVPlanError(
+            "unknown.release", engine=update.get("engine", scenario.engine), value=clip(version),
+            choices=", ".join(choices))))
+        update["engine_version"] = None
     kept: list[str] = []
     for name in scenario.kv_dtypes:
         try:
@@ -370,10 +379,12 @@ def scenario_fit_query(scenario: Scenario, kv_dtype: str | None = None):
     serving view. The engine settings travel as one object; the engine keeps only its own knobs
     (``Engine.own_settings``)."""
     from kvplan.capacity import FitQuery
+    from kvplan.engines import engine_with_release
 
     return FitQuery(
         tokens=scenario.tokens, users=scenario.users, kv_dtype=kv_dtype or scenario.kv_dtypes[0],
         weight_dtype=None if scenario.weight_dtype == "auto" else scenario.weight_dtype,
-        engine=scenario.engine, num_gpus=scenario.num_gpus, tp=scenario.tp, pp=scenario.pp,
+        engine=engine_with_release(scenario.engine, scenario.engine_version),
+        num_gpus=scenario.num_gpus, tp=scenario.tp, pp=scenario.pp,
         reserve_gib=scenario.reserve_gib, settings=scenario.engine_settings,
     )

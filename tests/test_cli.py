@@ -182,6 +182,10 @@ def reach(code: str, tmp_path) -> str:
     if code == "engine.dtype":
         return cli_error(["kv", "--model", "gemma-2-9b", "--tokens", "10", "--kv-dtype", "int4",
                           "--engine", "hf"])
+    if code == "unknown.release":
+        msg = cli_error(FIT + ["--engine-version", "0.1"])
+        assert "0.19" in msg
+        return msg
     if code == "engine.unserved":  # TensorRT-LLM's PyTorch backend has no Gemma 2 model class
         msg = cli_error(["fit", "--model", "gemma-2-9b", "--gpu", "h100-sxm", "--tokens", "10",
                          "--engine", "trtllm"])

@@ -34,12 +34,18 @@ from kvplan.engines.kinds import (
 from kvplan.engines.settings import SETTINGS, EngineSettings, Setting
 from kvplan.engines.sglang import SGLang
 from kvplan.engines.trtllm import TrtLlm
-from kvplan.engines.vllm import Vllm, default_max_num_batched_tokens
+from kvplan.engines.vllm import VLLM_RELEASES, Vllm, default_max_num_batched_tokens
 from kvplan.errors import KVPlanError
 
-#: The registry: engine id → engine object, in the order the UI lists them.
+#: The registry: engine id → the newest modelled release's engine object, in the order the UI
+#: lists them.
 REGISTRY: dict[str, Engine] = {engine.id: engine for engine in (
     HFDynamic(), HFLegacy(), HFStatic(), Vllm(), SGLang(), TrtLlm())}
+#: Every modelled release: engine id → {release key → engine object}, newest first. An engine
+#: spelled ``id@release`` (``vllm@0.19``) is that release; a bare id is the newest.
+RELEASES: dict[str, dict[str, Engine]] = {engine_id: {"latest": engine}
+                                          for engine_id, engine in REGISTRY.items()}
+RELEASES["vllm"].update({cls.id.partition("@")[2]: cls() for cls in VLLM_RELEASES[1:]})
 #: Engine id → label (what every number says it is for).
 ENGINES: dict[str, str] = {engine_id: engine.label for engine_id, engine in REGISTRY.items()}
 #: The engine the dashboard, ``fit`` and ``kv`` use when none is given.
@@ -51,11 +57,29 @@ STATIC_ENGINE = "hf-static"
 
 
 def get_engine(engine_id: str) -> Engine:
-    """The engine registered as ``engine_id``, or a named error listing the choices."""
-    try:
-        return REGISTRY[engine_id]
-    except KeyError:
-        raise KVPlanError("unknown.engine", value=engine_id, choices=", ".join(REGISTRY)) from None
+    """The engine registered as ``engine_id`` (``id`` or ``id@release``), or a named error listing
+    the choices."""
+    base, _, release = engine_id.partition("@")
+    releases = RELEASES.get(base)
+    if releases is None:
+        raise KVPlanError("unknown.engine", value=engine_id, choices=", ".join(REGISTRY))
+    engine = releases.get(release or "latest")
+    if engine is None:
+        raise KVPlanError("unknown.release", engine=base, value=release,
+                          choices=", ".join(release_choices(base)))
+    return engine
+
+
+def release_choices(engine_id: str) -> list[str]:
+    """The releases of ``engine_id`` kvplan models, newest first (``latest`` = the newest)."""
+    return list(RELEASES.get(engine_id.partition("@")[0], {}))
+
+
+def engine_with_release(engine_id: str, release: str | None) -> str:
+    """``engine_id`` pinned to ``release`` (``vllm``, ``0.19`` → ``vllm@0.19``; None or ``latest``:
+    the newest)."""
+    base = engine_id.partition("@")[0]
+    return base if release in (None, "", "latest") else f"{base}@{release}"
 
 
 def log_engine() -> str:
@@ -94,7 +118,8 @@ __all__ = [
     "DEFAULT_ENGINE", "ENGINES", "HF_ENGINE", "STATIC_ENGINE", "MLA_ONLY_DTYPES", "REGISTRY", "SETTINGS",
     "VLLM_DEFAULT_BLOCK_SIZE", "Budget", "CacheRule", "Engine", "EngineSettings", "EngineView",
     "KVPool", "PagedRule", "QuantizedCacheModel", "Setting", "StateRule", "StaticRule", "TokenRule",
-    "check_engine", "default_max_num_batched_tokens", "engine_view", "get_engine", "kv_heads_per_rank",
+    "RELEASES", "check_engine", "default_max_num_batched_tokens", "engine_with_release",
+    "release_choices", "engine_view", "get_engine", "kv_heads_per_rank",
     "layer_kind", "layer_token_bytes", "log_engine", "pp_partition", "prefix_engines",
     "quantized_cache_allowed", "recurrent_state_bytes", "resolve_dtype",
 ]

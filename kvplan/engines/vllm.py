@@ -81,12 +81,23 @@ def vllm_mla_block_size(gpu: GPU, kv_dtype: str) -> int:
 
 
 class Vllm(Engine):
-    """vLLM v1 paged KV cache, release v0.33."""
+    """vLLM v1 paged KV cache, release v0.33 (the newest modelled; rules of older releases are
+    subclasses below, each overriding only what changed — ``docs/vllm_releases.md``)."""
 
     id = "vllm"
     label = "vLLM (v1 paged blocks)"
     short = "vLLM"
     release = "vLLM v0.33"
+    #: ``config/cache.py`` ``gpu_memory_utilization`` default (0.92 from v0.20.0).
+    default_gpu_util: ClassVar[float] = VLLM_DEFAULT_GPU_UTIL
+    #: ``v1/worker/utils.py`` ``request_memory``: ``ceil(total × util)`` from v0.14.1 (float before).
+    ceil_requested: ClassVar[bool] = True
+    #: How the start-up log's "GPU KV cache size" is computed: ``concurrency`` =
+    #: ``int(max_concurrency × L)`` (v0.20.2+), ``groups`` = ``num_blocks // n_groups × min_bs``
+    #: (v0.9.2–v0.20.0), ``blocks`` = ``num_blocks × bs`` (v0.8).
+    logged_tokens: ClassVar[str] = "concurrency"
+    #: V1's ``BlockPool`` keeps one null block out of every request's reach.
+    null_block: ClassVar[bool] = True
     setting_labels: ClassVar[dict[str, tuple[str, str]]] = {
         "gpu_util": ("gpu_memory_utilization (fraction)", f"{VLLM_DEFAULT_GPU_UTIL}"),
         "block_size": ("Block size (tokens)", "engine/backend choice"),
@@ -105,13 +116,25 @@ class Vllm(Engine):
     long_context_rule = ("refuses to start with --max-model-len above the model's derived maximum "
                          "unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 is set")
 
+    def default_mnbt(self, gpu: GPU) -> int:
+        """``max_num_batched_tokens`` default for ``vllm serve`` on this device."""
+        return default_max_num_batched_tokens(gpu.capacity_bytes, gpu.device_name)
+
     def resolve_settings(self, settings: EngineSettings, tokens: int, gpu: GPU | None = None,
                          arch: ModelArch | None = None) -> EngineSettings:
         """``max_num_batched_tokens`` defaults by device (``get_batch_defaults``)."""
         if settings.max_num_batched_tokens is None and gpu is not None:
-            return settings.model_copy(update={"max_num_batched_tokens": default_max_num_batched_tokens(
-                gpu.capacity_bytes, gpu.device_name)})
+            return settings.model_copy(update={"max_num_batched_tokens": self.default_mnbt(gpu)})
         return settings
+
+    def in_flight_tokens(self, settings: EngineSettings, mnbt: int) -> int:
+        """``vllm/config/vllm.py`` ``max_in_flight_tokens = max_concurrent_batches × MNBT``;
+        ``max_concurrent_batches`` is pp + 1 with async scheduling, else pp (v0.26+)."""
+        return (settings.pp + 1 if settings.async_scheduling else settings.pp) * mnbt
+
+    def layer_spec_kind(self, kind: str) -> str:
+        """The spec kind this release builds for a layer of ``kind`` (all kinds exist in v0.33)."""
+        return kind
 
     def model_dtype(self, arch: ModelArch) -> str:
         """``vllm/config/model.py`` ``_resolve_auto_dtype``: a float32 config runs in the platform's
@@ -131,6 +154,7 @@ class Vllm(Engine):
         turns sliding/chunked specs into full attention only when windowed and full layers coexist;
         on uniform specs it returns early (an all-sliding model keeps its sliding spec)."""
         kinds = {layer_kind(layer) for layer in counts if not isinstance(layer, Recurrent | NoCache)}
+        kinds = {"full" if k == "mla" else k for k in kinds}
         return bool(kinds & {"sliding", "chunked"}) and bool(kinds - {"sliding", "chunked"})
 
     def build_view(self, arch: ModelArch, dtype: KVDType, model_dtype: KVDType,
@@ -141,10 +165,7 @@ class Vllm(Engine):
         if hybrid is None:
             hybrid = self.hybrid_default(arch)
         mnbt = settings.max_num_batched_tokens or default_max_num_batched_tokens(None)
-        # vllm/config/vllm.py max_in_flight_tokens = max_concurrent_batches × max_num_batched_tokens;
-        # max_concurrent_batches is pp + 1 with async scheduling, else pp (the executor's property)
-        concurrent = settings.pp + 1 if settings.async_scheduling else settings.pp
-        ift = concurrent * mnbt
+        ift = self.in_flight_tokens(settings, mnbt)
         block = settings.block_size
         if block is None:
             block = (mla_block_size or VLLM_DEFAULT_BLOCK_SIZE) if arch.is_mla else VLLM_DEFAULT_BLOCK_SIZE
@@ -181,7 +202,9 @@ class Vllm(Engine):
                                             pages_reserved=state_pages, block_size=block,
                                             note="state page padded to the attention page"))
                 continue
-            kind, window = layer_kind(layer), layer.window
+            kind, window = self.layer_spec_kind(layer_kind(layer)), layer.window
+            if kind == "full":
+                window = None
             if promote and kind in {"sliding", "chunked"}:
                 notes.append(f"hybrid KV-cache manager off: {kind} layers reserve full max_model_len")
                 kind, window = "full", None
@@ -210,15 +233,19 @@ class Vllm(Engine):
 
     def memory_target(self, capacity: int, settings: EngineSettings, arch: ModelArch,
                       notes: list[str]) -> tuple[int, str]:
-        util = settings.gpu_util or VLLM_DEFAULT_GPU_UTIL
-        target = math.ceil(capacity * util)
-        return target, f"ceil({capacity:,} × {util}) = {target:,} B"
+        util = settings.gpu_util or self.default_gpu_util
+        if self.ceil_requested:
+            target = math.ceil(capacity * util)
+            return target, f"ceil({capacity:,} × {util}) = {target:,} B ({self.release})"
+        target = int(capacity * util)
+        return target, f"{capacity:,} × {util} = {target:,} B ({self.release}: total × util)"
 
     def make_pool(self, arch: ModelArch, gpu: GPU, kv_dtype: str, settings: EngineSettings,
                   budgets: list[int], notes: list[str]) -> KVPool:
         pool = self.pool_layout(arch, kv_dtype, settings, vllm_mla_block_size(gpu, kv_dtype))
         notes.extend(pool.notes)
-        return VllmPagedPool(pool, budgets, pp_partition(arch.n_layers, settings.pp))
+        return VllmPagedPool(pool, budgets, pp_partition(arch.n_layers, settings.pp), self.logged_tokens,
+                             null_block=self.null_block)
 
     def describe(self, rule: CacheRule) -> str:
         if isinstance(rule, PagedRule):
@@ -386,7 +413,8 @@ class VllmPagedPool(KVPool):
     block_size: int
     bytes_per_block: int
 
-    def __init__(self, pool: VllmPool, budgets: list[int], parts: list[int]) -> None:
+    def __init__(self, pool: VllmPool, budgets: list[int], parts: list[int],
+                 logged_tokens: str = "concurrency", null_block: bool = True) -> None:
         starts = np.cumsum([0, *parts])
         per_block = [pool.stage_bytes_per_block(int(starts[i]), int(starts[i + 1]))
                      for i in range(len(parts))]
@@ -395,7 +423,8 @@ class VllmPagedPool(KVPool):
         self.num_blocks = min(max(b, 0) // pbb for b, pbb in zip(budgets, per_block, strict=True) if pbb)
         self.bytes_per_block = max(per_block)
         self.block_size = pool.block_size
-        self.capacity = max(self.num_blocks - 1, 0)
+        self.capacity = max(self.num_blocks - (1 if null_block else 0), 0)
+        self.logged_tokens = logged_tokens
 
     def blocks(self, L: np.ndarray) -> np.ndarray:
         return np.asarray(self.pool.blocks_per_request(np.asarray(L, dtype=np.int64)), dtype=np.int64)
@@ -407,12 +436,22 @@ class VllmPagedPool(KVPool):
         return self.capacity // np.maximum(self.blocks(L), 1)
 
     def concurrency(self, L: np.ndarray) -> np.ndarray:
+        """``num_blocks / blocks_per_request`` (v0.8: pool tokens / L, ``kv_cache_utils.py``)."""
+        if self.logged_tokens == "blocks":
+            return self.pool_tokens(L) / np.maximum(np.asarray(L, dtype=np.int64), 1)
         return self.num_blocks / np.maximum(self.blocks(L), 1)
 
     def pool_tokens(self, L: np.ndarray) -> np.ndarray:
-        """vLLM's logged "GPU KV cache size": ``int(num_blocks / blocks_per_request × L)``."""
+        """vLLM's logged "GPU KV cache size": ``int(num_blocks / blocks_per_request × L)``
+        (v0.20.2+, ``get_kv_cache_capacity``); ``num_blocks // n_groups × min_block_size``
+        (v0.9.2–v0.20.0, ``_report_kv_cache_config``); ``num_blocks × block_size`` (v0.8)."""
         L = np.asarray(L, dtype=np.int64)
-        return (self.concurrency(L) * L).astype(np.int64)
+        if self.logged_tokens == "groups":
+            min_bs = min(b.rule.block_size for b in self.pool.buckets)
+            return np.full(L.shape, self.num_blocks // self.pool.n_groups * min_bs, dtype=np.int64)
+        if self.logged_tokens == "blocks":
+            return np.full(L.shape, self.num_blocks * self.block_size, dtype=np.int64)
+        return (self.num_blocks / np.maximum(self.blocks(L), 1) * L).astype(np.int64)
 
     def users_cost(self, L: np.ndarray, users: int) -> np.ndarray:
         return self.blocks(L) * users
@@ -425,8 +464,119 @@ class VllmPagedPool(KVPool):
             "blocks_per_request": f"Σ over {self.pool.n_groups} group(s) of reserved blocks at "
                                   f"{L:,} tokens = {bpr:,}",
             "max_concurrency": f"{self.num_blocks:,} / {bpr:,} = {conc:.4f}",
-            "kv_pool_tokens": f"int({conc:.6f} × {L:,}) = {int(conc * L):,}",
-            "max_requests": f"({self.num_blocks:,} − 1 null block) // {bpr:,} = "
+            "kv_pool_tokens": f"int({conc:.6f} × {L:,}) = {int(conc * L):,}"
+            if self.logged_tokens == "concurrency" else
+            f"{int(self.pool_tokens(np.asarray([L]))[0]):,} ({self.logged_tokens} formula of this release)",
+            "max_requests": f"{self.capacity:,} usable blocks // {bpr:,} = "
                             f"{self.capacity // bpr if bpr else 0:,}",
         }
 
+
+
+# ---------------------------------------------------------------------------- older releases
+
+
+def mnbt_v09_to_v026(gpu: GPU) -> int:
+    """v0.9.2–v0.26 ``get_batch_defaults`` for ``serve``: 8192 on ≥ 70 GiB devices that are not an
+    A100, else 2048 (no ≥ 160 GiB tier yet)."""
+    big = gpu.capacity_bytes >= 70 * (1 << 30) and "a100" not in gpu.device_name.lower()
+    return 8192 if big else 2048
+
+
+class VllmV019(Vllm):
+    """vLLM v0.14–v0.19: ``gpu_memory_utilization`` 0.9; in-flight tokens = ``max_num_batched_tokens``
+    (``max_memory_usage_bytes`` before v0.26); "GPU KV cache size" = ``num_blocks // n_groups ×
+    min_bs``; the CUDA-graph estimate not subtracted by default
+    (``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0``)."""
+
+    id = "vllm@0.19"
+    release = "vLLM v0.14–v0.19"
+    default_gpu_util = 0.9
+    logged_tokens = "groups"
+    setting_labels: ClassVar[dict[str, tuple[str, str]]] = {
+        **{k: v for k, v in Vllm.setting_labels.items() if k != "async_scheduling"},
+        "gpu_util": ("gpu_memory_utilization (fraction)", "0.9")}
+
+    def default_mnbt(self, gpu: GPU) -> int:
+        return mnbt_v09_to_v026(gpu)
+
+    def in_flight_tokens(self, settings: EngineSettings, mnbt: int) -> int:
+        """Before v0.26 ``SlidingWindowSpec``/``ChunkedLocalAttentionSpec`` reserve
+        ``max_num_batched_tokens`` in-flight tokens whatever the scheduling."""
+        return mnbt
+
+
+class VllmV011(VllmV019):
+    """vLLM v0.10–v0.13: requested memory ``total × util`` (no ceil); chunked-local models run with
+    the hybrid manager off (``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE`` defaults to 0),
+    so Llama 4's chunked and full layers all reserve ``max_model_len``."""
+
+    id = "vllm@0.11"
+    release = "vLLM v0.10–v0.13"
+    ceil_requested = False
+
+    def hybrid_default(self, arch: ModelArch) -> bool:
+        return not any(layer.kind == "chunked" for layer in arch.distinct_layers())
+
+
+class VllmV09(VllmV011):
+    """vLLM v0.9: no ``ChunkedLocalAttentionSpec`` yet — chunked layers are ``FullAttentionSpec``
+    (local attention only in the kernel metadata); sliding layers keep their spec (hybrid manager
+    on)."""
+
+    id = "vllm@0.9"
+    release = "vLLM v0.9"
+
+    def hybrid_default(self, arch: ModelArch) -> bool:
+        return True
+
+    def layer_spec_kind(self, kind: str) -> str:
+        return "full" if kind == "chunked" else kind
+
+
+class VllmV08(VllmV09):
+    """vLLM v0.8 (first V1 default): no hybrid manager — a model mixing full and windowed layers is
+    promoted to full attention on every layer; "GPU KV cache size" = ``num_blocks × block_size`` and
+    the concurrency ``tokens / L``; ``max_num_batched_tokens`` 8192 on every ≥ 70 GiB device."""
+
+    id = "vllm@0.8"
+    release = "vLLM v0.8"
+    logged_tokens = "blocks"
+
+    def hybrid_default(self, arch: ModelArch) -> bool:
+        return False
+
+    def default_mnbt(self, gpu: GPU) -> int:
+        return 8192 if gpu.capacity_bytes >= 70 * (1 << 30) else 2048
+
+
+class VllmV06(VllmV08):
+    """vLLM v0.6 (V0 engine): one block spans every attention layer
+    (``worker/cache_engine.py`` ``CacheEngine.get_cache_block_size``) and sliding windows do not
+    change the pool: ``num_gpu_blocks = int(available // block bytes)`` (``worker/worker.py``
+    ``determine_num_available_blocks``); the log prints "# GPU blocks" and
+    ``max_concurrency = num_gpu_blocks × block_size / max_model_len`` (``gpu_executor.py``); no null
+    block (the 1 % admission watermark is not modelled). Recurrent hybrids keep a separate Mamba cache
+    kvplan does not model for V0."""
+
+    id = "vllm@0.6"
+    release = "vLLM v0.6 (V0)"
+    null_block = False
+    setting_labels: ClassVar[dict[str, tuple[str, str]]] = {
+        "gpu_util": ("gpu_memory_utilization (fraction)", "0.9"),
+        "block_size": ("Block size (tokens)", "16"),
+    }
+
+    def unserved_reason(self, arch: ModelArch) -> str | None:
+        if any(isinstance(layer, Recurrent) for layer in arch.distinct_layers()):
+            return "V0 keeps recurrent states in a separate Mamba cache that kvplan does not model"
+        return None
+
+    def layer_spec_kind(self, kind: str) -> str:
+        return "mla" if kind == "mla" else "full"
+
+    def in_flight_tokens(self, settings: EngineSettings, mnbt: int) -> int:
+        return 0
+
+
+VLLM_RELEASES: tuple[type[Vllm], ...] = (Vllm, VllmV019, VllmV011, VllmV09, VllmV08, VllmV06)

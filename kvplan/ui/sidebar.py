@@ -8,7 +8,15 @@ import streamlit as st
 
 from kvplan.arch import ModelArch
 from kvplan.dtypes import DTYPES, KV_DTYPE_CHOICES, WEIGHT_DTYPES
-from kvplan.engines import REGISTRY, SETTINGS, EngineSettings, Setting, get_engine
+from kvplan.engines import (
+    REGISTRY,
+    SETTINGS,
+    EngineSettings,
+    Setting,
+    engine_with_release,
+    get_engine,
+    release_choices,
+)
 from kvplan.errors import MESSAGES, KVPlanError
 from kvplan.presets import GPU, gpus, model_presets
 from kvplan.scenario import CUSTOM_GPU, CUSTOM_MODEL, Scenario, custom_arch, scenario_arch, scenario_gpu
@@ -23,7 +31,8 @@ TOKEN_STEPS = sorted({1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, MAX_UI_TOKE
                      | {2**k for k in range(0, 24)})
 #: Scenario field → widget key (session_state is the single source of truth for widgets).
 WIDGETS: dict[str, str] = {
-    "model": "w_model", "engine": "w_engine", "kv_dtypes": "w_kd", "weight_dtype": "w_wd",
+    "model": "w_model", "engine": "w_engine", "engine_version": "w_ev", "kv_dtypes": "w_kd",
+    "weight_dtype": "w_wd",
     "gpu": "w_gpu", "num_gpus": "w_n", "tp": "w_tp", "pp": "w_pp", "tokens": "w_tokens",
     "users": "w_users", "reserve_gib": "w_reserve", "log_x": "w_lx", "stack_kinds": "w_sk",
     "prefix_tokens": "w_pf", "output_tokens": "w_o", "custom_gpu_gib": "w_gm",
@@ -67,6 +76,7 @@ def push_to_session(scenario: Scenario) -> list[str]:
     for field, key in WIDGETS.items():
         value = getattr(scenario, field)
         state[key] = list(value) if isinstance(value, list) else value
+    state["w_ev"] = scenario.engine_version or "latest"
     for name, key in SETTING_WIDGETS.items():
         value = getattr(scenario.engine_settings, name)
         kind = SETTINGS[name].kind
@@ -183,7 +193,15 @@ def render_sidebar() -> Scenario:
                  help="How the KV cache is stored: HF DynamicCache grows per token, StaticCache "
                       "pre-allocates, vLLM reserves paged blocks, SGLang a token pool, "
                       "TensorRT-LLM 32-token blocks.")
-    engine = get_engine(state["w_engine"])
+    releases = release_choices(state["w_engine"])
+    if state.get("w_ev") not in releases:
+        state["w_ev"] = releases[0]
+    if len(releases) > 1:
+        sb.selectbox("Engine release", releases, key="w_ev",
+                     help="The release whose rules kvplan applies (link key `ev`, CLI "
+                          "--engine-version); latest = "
+                          + get_engine(state["w_engine"]).release + ".")
+    engine = get_engine(engine_with_release(state["w_engine"], state["w_ev"]))
     for name, (label, default) in engine.setting_labels.items():
         _setting_widget(sb, SETTINGS[name], label, default)
 
@@ -295,6 +313,8 @@ def scenario_from_widgets() -> Scenario:
     values: dict[str, Any] = {field: state.get(key) for field, key in WIDGETS.items()}
     values["kv_dtypes"] = list(values["kv_dtypes"] or ["bf16"])
     values["view"] = next((k for k, v in VIEWS.items() if v == values["view"]), "context")
+    if values.get("engine_version") in (None, "latest"):
+        values["engine_version"] = None
     values["custom_config"] = state.get("custom_config")
     for field in ("num_gpus", "tp", "pp", "tokens", "users", "prefix_tokens", "output_tokens"):
         if values[field] is not None:
