@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import streamlit as st
 
 from kvplan.errors import KVPlanError
@@ -45,7 +47,7 @@ except KVPlanError as err:
         st.warning(message)
     st.error(str(err))
     st.stop()
-views.guarded("Answer", lambda: views.render_answer(scenario, arch, gpu))
+views.guarded("Answer", lambda: views.render_answer(scenario, gpu))
 for message in link_warnings:
     st.warning(message)
 views.guarded("Key numbers", lambda: views.render_kpis(scenario, arch, gpu))
@@ -53,17 +55,18 @@ views.render_seeds()
 views.render_share(scenario)
 views.guarded("Calibration", lambda: calibrate_view.render(scenario, arch, gpu))
 
-sections = {
-    "context": views.render_kv_context,
-    "users": views.render_kv_users,
-    "memory": views.render_memory,
-    "requests": views.render_requests,
-    "designs": views.render_designs,
-    "serving": serving_view.render,
+# Each view takes only what it uses.
+sections: dict[str, Callable[[], object]] = {
+    "context": lambda: views.render_kv_context(scenario, arch),
+    "users": lambda: views.render_kv_users(scenario),
+    "memory": lambda: views.render_memory(scenario),
+    "requests": lambda: views.render_requests(scenario),
+    "designs": lambda: views.render_designs(scenario),
+    "serving": lambda: serving_view.render(scenario, arch),
 }
 # Only the open tab runs (lazy tabs); the open tab is part of the link (vw=).
 tabs = st.tabs(list(VIEWS.values()), key="w_view", on_change="rerun")
 for tab, (view, render) in zip(tabs, sections.items(), strict=True):
     if tab.open:
         with tab:
-            views.guarded(VIEWS[view], lambda render=render: render(scenario, arch, gpu))
+            views.guarded(VIEWS[view], render)

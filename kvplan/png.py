@@ -8,6 +8,7 @@ changes plotly's default); ``fig_to_png`` sets ``plotly_white`` when a figure ha
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import threading
@@ -27,9 +28,9 @@ _PATHS = ("/usr/bin/chromium", "/usr/lib/chromium/chromium", "/usr/bin/chromium-
 
 _LOCK = threading.Lock()
 _started = False
-#: Seconds the background warm-up waits before starting Chromium, so it does not compete with the
-#: server's first page render for the CPU.
-WARM_UP_DELAY_S = 1.5
+#: Nice value of the background warm-up thread and so of the Chromium it starts (Linux threads
+#: and the processes they spawn inherit it): it yields the CPU to the first page render.
+WARM_UP_NICE = 10
 
 
 @cache
@@ -60,7 +61,7 @@ def _template_name(fig) -> str | None:
     return None if template is None or not template.to_plotly_json() else "set"
 
 
-def warm_up_in_background(delay_s: float = WARM_UP_DELAY_S) -> threading.Thread | None:
+def warm_up_in_background() -> threading.Thread | None:
     """Start kaleido's Chromium and render one tiny figure in a daemon thread, so the first PNG a
     user asks for does not pay the browser's cold start (≈ 2–5 s). None without Chromium, or when
     ``KVPLAN_PNG_WARM_UP=0`` (the in-process AppTest tests set it: no browser per test process)."""
@@ -68,11 +69,11 @@ def warm_up_in_background(delay_s: float = WARM_UP_DELAY_S) -> threading.Thread 
         return None
 
     def run() -> None:
-        import time
-
         import plotly.graph_objects as go
 
-        time.sleep(delay_s)
+        # this thread only (not Linux / not permitted: warm up unniced); the page renders meanwhile
+        with contextlib.suppress(AttributeError, OSError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WARM_UP_NICE)
         try:
             fig_to_png(go.Figure(go.Scatter(x=[0, 1], y=[0, 1])), 40, 40)
         except Exception:  # noqa: BLE001 - the first real export reports any problem itself

@@ -83,6 +83,23 @@ def test_fit_table_numbers() -> None:
     assert fp8["max_requests"] >= 2 * bf16["max_requests"]
 
 
+def test_report_memory_panel_shows_the_kv_in_use_per_dtype() -> None:
+    """Llama-3.1-70B, TP 8, 16 requests of 32,768 tokens: one of the 8 KV heads per rank, so bf16 KV
+    per request per GPU is 80 layers × 1 × 128 × 2 (K, V) × 2 B × 32,768 = 1,342,177,280 B
+    (1.25 GiB) and 16 use 20 GiB; fp8 halves it to 10 GiB. The bars show that, not the budget."""
+    tables = scenario_tables(SCENARIO)
+    fit = tables["fit"]
+    assert fit["kv_in_use_gib"].tolist() == [20.0, 10.0]
+    figure = report_figure(SCENARIO, tables)
+    in_use = next(t for t in figure.data if t.name == "KV in use")
+    assert list(in_use.y) == [20.0, 10.0]
+    free = next(t for t in figure.data if t.name == "KV budget free")
+    budget = fit["kv_budget_gib"].tolist()
+    assert list(free.y) == pytest.approx([budget[0] - 20.0, budget[1] - 10.0])
+    assert fit["context_limit"].tolist() == [131072, 131072]
+    assert fit["reason"].tolist() == ["", ""]
+
+
 def test_scenario_json_round_trip() -> None:
     text = scenario_to_json(SCENARIO, name="70B", description="d")
     data = json.loads(text)

@@ -1,9 +1,10 @@
 """Serving trade-offs section: allocation strategies, prefix sharing, offloading, quantized and
 static caches, latency lower bounds, window behaviour and what the cache buys (no cache vs cache).
 
-Inputs come from the Scenario (``tokens``, ``users``, ``prefix_tokens``, ``output_tokens``,
-``engine``, ``kv_dtypes``, ``block_size``, ``tp``) plus local widgets keyed ``sv_*``. Every number
-comes from ``kvplan.serving`` / ``kvplan.nocache``.
+Inputs come from the Scenario (its model, ``tokens``, ``users``, ``prefix_tokens``,
+``output_tokens``, ``engine``, ``kv_dtypes``, ``block_size``, ``tp``) plus local widgets keyed
+``sv_*`` (carried in the link as ``sv=``), every one of them used by its chart. Every number comes
+from ``kvplan.serving`` / ``kvplan.nocache``.
 """
 
 from __future__ import annotations
@@ -17,11 +18,9 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from kvplan.arch import ModelArch
-from kvplan.capacity import fit
 from kvplan.errors import KVPlanError
 from kvplan.nocache import compare
-from kvplan.presets import GPU
-from kvplan.scenario import Scenario, scenario_fit_query
+from kvplan.scenario import Scenario
 from kvplan.serving import (
     MLPERF_BOUNDS,
     SHAREGPT_OUTPUT_MEAN,
@@ -39,10 +38,10 @@ from kvplan.serving import (
     static_cache,
     window_explanations,
 )
+from kvplan.ui.cached import cache_key, primary_fit, scenario_from_key
 from kvplan.ui.charts import limit_line, marker_line
 from kvplan.ui.serving_state import NOCACHE_METRICS, PREFIX_ENGINES, SOURCES, ensure
 from kvplan.ui.theme import figure_from_dict, new_figure
-from kvplan.ui.views import cache_key, scenario_from_key
 
 GIB = 1 << 30
 #: At most this many points per series (the users axis is sampled, never one point per user).
@@ -82,38 +81,38 @@ def _kv_dtype(scenario: Scenario) -> str:
     return scenario.kv_dtypes[0] if scenario.kv_dtypes else "bf16"
 
 
-def _budget(arch: ModelArch, gpu: GPU, scenario: Scenario) -> int:
-    """The KV budget per GPU of the scenario's engine (kvplan.capacity.fit)."""
-    query = scenario_fit_query(scenario)
-    return fit(arch, gpu, query).kv_budget_bytes
+def _budget(scenario: Scenario) -> int:
+    """The KV budget per GPU of the scenario's engine (the cached ``kvplan.capacity.fit``)."""
+    return primary_fit(cache_key(scenario)).kv_budget_bytes
 
 
-def render(scenario, arch, gpu) -> None:
-    """Draw the serving section for ``scenario`` on ``arch`` and ``gpu``."""
+def render(scenario: Scenario, arch: ModelArch) -> None:
+    """Draw the serving section for ``scenario`` (its model is ``arch``; the accelerator and the
+    budget come from the cached answers)."""
     st.subheader("Serving trade-offs")
     st.caption("Lower bounds and memory accounting from published engine rules; see each chart's "
                "assumptions. Inputs: the scenario's context, users, shared prefix and output "
                "tokens, plus the controls below.")
     workload_holder: dict[str, Workload] = {}
     with st.expander("1 · Allocation strategies: contiguous vs paged vs token", expanded=True):
-        _guard(lambda: _allocation(scenario, arch, gpu, workload_holder))
+        _guard(lambda: _allocation(scenario, arch, workload_holder))
     with st.expander("2 · Prefix caching", expanded=False):
-        _guard(lambda: _prefix(scenario, arch))
+        _guard(lambda: _prefix(scenario))
     with st.expander("3 · Offloading (transformers offloaded cache)", expanded=False):
-        _guard(lambda: _offload(scenario, arch, gpu))
+        _guard(lambda: _offload(scenario))
     with st.expander("4 · Quantized cache (transformers QuantizedCache)", expanded=False):
-        _guard(lambda: _quantized(scenario, arch))
+        _guard(lambda: _quantized(scenario))
     with st.expander("5 · Static cache waste", expanded=False):
         _guard(lambda: _static(scenario, arch, workload_holder))
     with st.expander("6 · Decode / prefill lower bounds vs MLPerf", expanded=False):
-        _guard(lambda: _roofline(scenario, arch, gpu))
+        _guard(lambda: _roofline(scenario))
     with st.expander("7 · Where the cache stops growing (windows)", expanded=False):
         _guard(lambda: _windows(scenario, arch))
     with st.expander("8 · What the cache buys: no cache vs cache options", expanded=False):
-        _guard(lambda: _nocache(scenario, arch, gpu))
+        _guard(lambda: _nocache(scenario))
 
 
-def _workload(scenario: Scenario, arch: ModelArch) -> tuple[Workload | None, int, str]:
+def _workload(scenario: Scenario) -> tuple[Workload | None, int, str]:
     state = st.session_state
     source = st.selectbox("Request lengths", list(SOURCES), format_func=SOURCES.__getitem__,
                           key=ensure("source", scenario, state))
@@ -154,8 +153,8 @@ def _workload(scenario: Scenario, arch: ModelArch) -> tuple[Workload | None, int
     return sample_workload(int(n), dists[0], dists[1], int(seed), int(max_len)), int(max_len), source
 
 
-def _allocation(scenario: Scenario, arch: ModelArch, gpu: GPU, holder: dict[str, Workload]) -> None:
-    workload, max_len, source = _workload(scenario, arch)
+def _allocation(scenario: Scenario, arch: ModelArch, holder: dict[str, Workload]) -> None:
+    workload, max_len, source = _workload(scenario)
     block = st.number_input("Block size (tokens)", 1, 4096,
                             key=ensure("block", scenario, st.session_state))
     snapshot = st.radio("Snapshot", list(SNAPSHOTS), horizontal=True,
@@ -165,7 +164,7 @@ def _allocation(scenario: Scenario, arch: ModelArch, gpu: GPU, holder: dict[str,
     if workload is None:
         return
     result = allocation_for_model(arch, workload, max_len, _kv_dtype(scenario), int(block),
-                                  _budget(arch, gpu, scenario), snapshot, 0)
+                                  _budget(scenario), snapshot, 0)
     holder["workload"] = workload
     fig = _allocation_figure(result.table, arch.name, max_len, int(block))
     st.plotly_chart(fig, theme=None, key="sv_alloc_chart")
@@ -194,7 +193,7 @@ def _allocation_figure(table: pd.DataFrame, model: str, max_len: int, block: int
     return fig
 
 
-def _prefix(scenario: Scenario, arch: ModelArch) -> None:
+def _prefix(scenario: Scenario) -> None:
     prompt = max(scenario.prefix_tokens + 1, scenario.tokens - scenario.output_tokens)
     engine = st.selectbox("Engine", list(PREFIX_ENGINES),
                           key=ensure("pf_engine", scenario, st.session_state))
@@ -228,7 +227,7 @@ def _prefix_data(key: str, engine: str, unit: int):
     return result, fig.to_dict()
 
 
-def _offload(scenario: Scenario, arch: ModelArch, gpu: GPU) -> None:
+def _offload(scenario: Scenario) -> None:
     c1, c2 = st.columns(2)
     ram = c1.number_input("CPU RAM (GiB)", 1.0, 1e6, key=ensure("ram", scenario, st.session_state))
     link = c2.number_input("Host link (GB/s per direction)", 0.1, 10_000.0,
@@ -267,7 +266,7 @@ def _offload_data(key: str, ram: float, link: float):
     return df, r, fig.to_dict()
 
 
-def _quantized(scenario: Scenario, arch: ModelArch) -> None:
+def _quantized(scenario: Scenario) -> None:
     c1, c2, c3 = st.columns(3)
     state = st.session_state
     nbits = c1.selectbox("nbits", [4, 2], key=ensure("q_bits", scenario, state))
@@ -339,7 +338,7 @@ def _static_build(scenario: Scenario, arch: ModelArch, workload: Workload, max_l
     return r, df, fig
 
 
-def _roofline(scenario: Scenario, arch: ModelArch, gpu: GPU) -> None:
+def _roofline(scenario: Scenario) -> None:
     df, notes, prompt, spec = _roofline_data(cache_key(scenario))
     fig = figure_from_dict(spec)
     st.plotly_chart(fig, theme=None, key="sv_roofline_chart")
@@ -380,7 +379,7 @@ def _windows(scenario: Scenario, arch: ModelArch) -> None:
     _export("serving_windows", rows, None, scenario)
 
 
-def _nocache(scenario: Scenario, arch: ModelArch, gpu: GPU) -> None:
+def _nocache(scenario: Scenario) -> None:
     new = st.number_input("New tokens N", 1, 100_000, key=ensure("nc_new", scenario, st.session_state))
     metric = st.radio("Show", list(NOCACHE_METRICS), horizontal=True,
                       key=ensure("nc_metric", scenario, st.session_state))

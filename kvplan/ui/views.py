@@ -1,4 +1,6 @@
-"""The dashboard views. Each ``render_*`` draws one section and returns the DataFrame behind it."""
+"""The dashboard views: the answer, the key numbers and the tabs. Each ``render_*`` takes only what
+it uses and draws one section; the tab views return the DataFrame behind their chart. Computations
+and figures are cached by the scenario's content (``kvplan.ui.cached.cache_key``)."""
 
 from __future__ import annotations
 
@@ -18,7 +20,8 @@ from kvplan.report import named_scenario, named_scenarios
 from kvplan.scenario import Scenario, scenario_fit_query
 from kvplan.sizing import full_length_bytes_per_token
 from kvplan.ui import charts, data
-from kvplan.ui.sidebar import apply_scenario, resolve_arch, resolve_gpu
+from kvplan.ui.cached import answers, cache_key, primary_fit, scenario_from_key
+from kvplan.ui.sidebar import apply_scenario
 from kvplan.ui.theme import GB, GIB, exact_bytes, figure_from_dict, fmt_bytes
 
 
@@ -41,44 +44,6 @@ def guarded(title: str, body: Callable[[], object]) -> object:
 
 
 # ---------------------------------------------------------------- cached computations (by content)
-def cache_key(scenario: Scenario) -> str:
-    """Cache key of the computations: the scenario without the serving section's own inputs
-    (those are passed to the serving computations separately)."""
-    return scenario.model_dump_json(exclude={"serving"})
-
-
-def scenario_from_key(key: str):
-    """The scenario, model, accelerator and capacity query behind a ``cache_key``."""
-    scenario = Scenario.model_validate_json(key)
-    return scenario, resolve_arch(scenario), resolve_gpu(scenario), scenario_fit_query(scenario)
-
-
-def primary_fit(key: str) -> FitResult:
-    """The first KV dtype's answer (``answers``); a refused dtype raises its KVPlanError."""
-    first = next(iter(answers(key).values()))
-    if isinstance(first, FitResult):
-        return first
-    _, arch, gpu, query = scenario_from_key(key)
-    from kvplan.capacity import fit
-
-    return fit(arch, gpu, query)
-
-
-@st.cache_data(max_entries=128, show_spinner=False)
-def answers(key: str) -> dict[str, FitResult | str]:
-    """KV dtype → its FitResult, or the message of why the engine refuses it (in scenario order)."""
-    scenario, arch, gpu, query = scenario_from_key(key)
-    from kvplan.capacity import fit
-
-    out: dict[str, FitResult | str] = {}
-    for dtype in scenario.kv_dtypes:
-        try:
-            out[dtype] = fit(arch, gpu, query.model_copy(update={"kv_dtype": dtype}))
-        except KVPlanError as err:
-            out[dtype] = str(err)
-    return out
-
-
 @st.cache_data(max_entries=128, show_spinner=False)
 def _context_data(key: str) -> tuple[pd.DataFrame, pd.DataFrame | None, list[str]]:
     scenario, arch, gpu, query = scenario_from_key(key)
@@ -249,7 +214,7 @@ def _answer_metric(dtype: str, answer: FitResult | str, scenario: Scenario) -> N
                    + ("" if answer.fits else f". Does not fit: {answer.reason}"))
 
 
-def render_answer(scenario: Scenario, arch, gpu: GPU) -> None:
+def render_answer(scenario: Scenario, gpu: GPU) -> None:
     """The answer first: per chosen KV dtype, side by side, the requests of the chosen length that
     fit on one replica, then whether the scenario fits — or why not and the smallest change."""
     key = cache_key(scenario)
@@ -315,7 +280,7 @@ def render_kpis(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
 
 
 # ---------------------------------------------------------------- (2) KV vs context
-def render_kv_context(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
+def render_kv_context(scenario: Scenario, arch) -> pd.DataFrame:
     df, by_kind, errors = _context_data(cache_key(scenario))
     for message in errors:
         st.warning(message)
@@ -334,7 +299,7 @@ def render_kv_context(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
 
 
 # ---------------------------------------------------------------- (3) KV vs users
-def render_kv_users(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
+def render_kv_users(scenario: Scenario) -> pd.DataFrame:
     df, budget, errors = _users_data(cache_key(scenario))
     for message in errors:
         st.warning(message)
@@ -347,7 +312,7 @@ def render_kv_users(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
 
 
 # ---------------------------------------------------------------- (4) memory per accelerator
-def render_memory(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
+def render_memory(scenario: Scenario) -> pd.DataFrame:
     df = _memory_data(cache_key(scenario))
     fig = figure_from_dict(_memory_fig(cache_key(scenario)))
     st.plotly_chart(fig, theme=None, key="chart_memory")
@@ -362,7 +327,7 @@ def render_memory(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
 
 
 # ---------------------------------------------------------------- (5) requests that fit
-def render_requests(scenario: Scenario, arch, gpu: GPU) -> tuple[pd.DataFrame, pd.DataFrame]:
+def render_requests(scenario: Scenario) -> tuple[pd.DataFrame, pd.DataFrame]:
     grid, cu = _requests_data(cache_key(scenario))
     spec, spec2 = _requests_figs(cache_key(scenario))
     fig = figure_from_dict(spec)
@@ -382,7 +347,7 @@ def render_requests(scenario: Scenario, arch, gpu: GPU) -> tuple[pd.DataFrame, p
 
 
 # ---------------------------------------------------------------- (6) designs
-def render_designs(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
+def render_designs(scenario: Scenario) -> pd.DataFrame:
     df, notes = _design_data(cache_key(scenario))
     fig = figure_from_dict(_designs_fig(cache_key(scenario)))
     st.plotly_chart(fig, theme=None, key="chart_designs")
