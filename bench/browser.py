@@ -80,7 +80,8 @@ def _free_port() -> int:
 
 
 class Server:
-    """``python -m streamlit run SCRIPT`` on a free 127.0.0.1 port (same flags as tests/browser)."""
+    """``python -m streamlit run SCRIPT`` on a free 127.0.0.1 port (same flags as tests/browser);
+    the dashboard through ``python -m kvplan.ui.launch``, as ``./dev app`` serves it."""
 
     def __init__(self, script: Path) -> None:
         self.script = script
@@ -89,12 +90,15 @@ class Server:
         handle, name = tempfile.mkstemp(prefix="kvplan-bench-", suffix=".log")
         os.close(handle)
         self.log = Path(name)
+        flags = [f"--server.port={self.port}", "--server.address=127.0.0.1", "--server.headless=true",
+                 "--browser.gatherUsageStats=false", "--server.fileWatcherType=none"]
+        # the dashboard is served as ./dev app serves it (kvplan.ui.launch: imports preloaded)
+        launcher = ROOT / "kvplan" / "ui" / "launch.py"
+        command = ([sys.executable, "-m", "kvplan.ui.launch", *flags]
+                   if script == ROOT / "app.py" and launcher.exists()
+                   else [sys.executable, "-m", "streamlit", "run", str(script), *flags])
         with self.log.open("wb") as out:   # the child keeps its own copy of the descriptor
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "streamlit", "run", str(script), "--server.headless=true",
-                 f"--server.port={self.port}", "--server.address=127.0.0.1",
-                 "--browser.gatherUsageStats=false", "--server.fileWatcherType=none"],
-                cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
 
     @property
     def pid(self) -> int:

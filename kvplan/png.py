@@ -31,6 +31,7 @@ _started = False
 #: Nice value of the background warm-up thread and so of the Chromium it starts (Linux threads
 #: and the processes they spawn inherit it): it yields the CPU to the first page render.
 WARM_UP_NICE = 10
+_warm_up: threading.Thread | None = None
 
 
 @cache
@@ -65,8 +66,11 @@ def warm_up_in_background() -> threading.Thread | None:
     """Start kaleido's Chromium and render one tiny figure in a daemon thread, so the first PNG a
     user asks for does not pay the browser's cold start (≈ 2–5 s). None without Chromium, or when
     ``KVPLAN_PNG_WARM_UP=0`` (the in-process AppTest tests set it: no browser per test process)."""
+    global _warm_up
     if os.environ.get("KVPLAN_PNG_WARM_UP") == "0" or not chromium_available():
         return None
+    if _warm_up is not None:  # once per process (the launcher and the app may both ask)
+        return _warm_up
 
     def run() -> None:
         import plotly.graph_objects as go
@@ -79,9 +83,9 @@ def warm_up_in_background() -> threading.Thread | None:
         except Exception:  # noqa: BLE001 - the first real export reports any problem itself
             return
 
-    thread = threading.Thread(target=run, name="kvplan-png-warm-up", daemon=True)
-    thread.start()
-    return thread
+    _warm_up = threading.Thread(target=run, name="kvplan-png-warm-up", daemon=True)
+    _warm_up.start()
+    return _warm_up
 
 
 def fig_to_png(fig, width: int | None = None, height: int | None = None, scale: float = 1.0) -> bytes:

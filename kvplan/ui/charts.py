@@ -83,17 +83,18 @@ def kv_context_figure(df: pd.DataFrame, by_kind: pd.DataFrame | None, budget: in
                 x=part["tokens"], y=part["kv_bytes"] / GIB,
                 name=f"{kind} layers ({part['kv_dtype'].iloc[0]})",
                 stackgroup="kinds", mode="lines", line={"color": KIND_COLORS.get(str(kind), "#999")},
-                customdata=_bytes_hover(part),
-                hovertemplate="%{x:,} tokens<br>%{customdata}<extra>" + str(kind) + " layers</extra>"))
+                hovertemplate="%{x:,} tokens<br>%{y:,.3f} GiB<extra>" + str(kind) + " layers</extra>"))
     for dtype, part in df.groupby("kv_dtype", sort=False):
+        # GiB on hover, no per-point exact-bytes strings: they were 60 % of the figure's JSON
+        # (the CSV and the key numbers carry the exact bytes)
         fig.add_trace(go.Scatter(
             x=part["tokens"], y=part["kv_bytes"] / GIB, name=str(dtype), mode="lines",
             line={"color": dtype_color(str(dtype)), "width": 2.5,
                   "dash": "dot" if by_kind is not None and not by_kind.empty else "solid"},
-            customdata=_bytes_hover(part),
-            hovertemplate="%{x:,} tokens<br>%{customdata}<extra>" + str(dtype) + "</extra>"))
+            hovertemplate="%{x:,} tokens<br>%{y:,.3f} GiB<extra>" + str(dtype) + "</extra>"))
     _budget_line(fig, budget, log=log_axes)
-    marker_line(fig, "x", tokens, "#555", "dot", f"{tokens:,} tokens", log_axes)
+    if not log_axes:  # the linear grid follows the chosen length anyway; the log chart does not
+        marker_line(fig, "x", tokens, "#555", "dot", f"{tokens:,} tokens", log_axes)
     limit_line(fig, limit, log_axes)
     axis = "log" if log_axes else "linear"
     _layout(fig, f"KV cache of {users:,} request(s) vs context length{title_suffix}")

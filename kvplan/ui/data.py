@@ -18,9 +18,11 @@ USERS_GRID = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
 
 def context_grid(tokens: int, log_x: bool, limit: int = 10_000_000, points: int = 161) -> np.ndarray:
-    """Context lengths to plot: 1..10M log-spaced, or 1..2× the chosen length (linear)."""
+    """Context lengths to plot: 1..10M log-spaced — the same grid whatever the chosen length, so a
+    new length re-sends an identical chart (the browser skips the redraw) — or 1..2× the chosen
+    length (linear)."""
     if log_x:
-        return token_grid(tokens, 1, limit, points)
+        return token_grid(1, 1, limit, points)
     return token_grid(tokens, 1, min(max(2 * tokens, 1024), limit), points, log=False)
 
 

@@ -286,7 +286,11 @@ def render_kv_context(scenario: Scenario, arch) -> pd.DataFrame:
         st.warning(message)
     fig = figure_from_dict(_kv_context_fig(cache_key(scenario)))
     st.plotly_chart(fig, theme=None, key="chart_kv_context")
-    notes = ["Per GPU rank (tensor-parallel share); the dashed red line is the KV budget of one GPU."]
+    at_length = [f"{dtype} {fmt_bytes(r.kv_bytes_per_request * scenario.users)}"
+                 for dtype, r in answers(cache_key(scenario)).items() if not isinstance(r, str)]
+    notes = [f"At the chosen {scenario.tokens:,} tokens, {plural(scenario.users, 'request')} reserve "
+             + ", ".join(at_length) + " per GPU.",
+             "Per GPU rank (tensor-parallel share); the dashed red line is the KV budget of one GPU."]
     if scenario.pp > 1:
         notes.append("With PP > 1 the curve counts every layer; each stage holds only its own layers.")
     if not scenario.stack_kinds and any(k in arch.kind_counts() for k in ("sliding", "chunked")):
