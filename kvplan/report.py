@@ -62,6 +62,8 @@ def unit_header(column: object) -> str:
     for suffix, unit in _UNIT_SUFFIXES:
         if low.endswith(suffix):
             return f"{name[: -len(suffix)] if suffix in _STRIP else name} [{unit}]"
+    if "_bytes_per_" in low or low.startswith("bytes_per_"):  # kv_bytes_per_request: bytes
+        return f"{name} [B]"
     return name
 
 

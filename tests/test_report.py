@@ -57,6 +57,8 @@ def test_csv_has_units_and_the_link_in_a_last_column() -> None:
 
 
 def test_unit_header_rules() -> None:
+    assert unit_header("kv_bytes_per_request") == "kv_bytes_per_request [B]"
+    assert unit_header("kv_bytes_per_token") == "kv_bytes_per_token [B]"
     assert unit_header("max_requests") == "max_requests [requests]"
     assert unit_header("bf16_max_requests") == "bf16_max_requests [requests]"
     assert unit_header("gpu_memory_gib") == "gpu_memory [GiB]"
@@ -218,3 +220,26 @@ def test_png_export(tmp_path: Path) -> None:
     paths = write_report("deepseek-v3-8xh200", tmp_path, png=True)
     png = [p for p in paths if p.suffix == ".png"]
     assert len(png) == 1 and _png_size(png[0].read_bytes()) == (1400, 1000)
+
+
+def test_every_dashboard_table_has_a_unit_in_each_numeric_header() -> None:
+    """The CSV of every view (issue #16 item 8: kv_bytes_per_request had none)."""
+    from kvplan import designs
+    from kvplan.scenario import scenario_arch, scenario_fit_query, scenario_gpu
+    from kvplan.ui import data
+
+    scenario = Scenario(kv_dtypes=["bf16", "fp8_e4m3"])
+    arch, gpu, query = scenario_arch(scenario), scenario_gpu(scenario), scenario_fit_query(scenario)
+    frames = {
+        "requests_fit": data.requests_grid(arch, query, scenario.kv_dtypes),
+        "context_users": data.context_users_grid(arch, gpu, query),
+        "memory_per_gpu": data.memory_per_gpu(arch, query),
+        "kv_vs_context": data.kv_vs_context(arch, gpu, query, scenario.kv_dtypes, True)[0],
+        "designs": designs.design_table(arch, gpu, query),
+    }
+    for name, df in frames.items():
+        back = _read(to_csv(df, scenario))
+        for column in back.columns:
+            values = back[column].dropna()
+            if len(values) and pd.api.types.is_numeric_dtype(values) and values.dtype != bool:
+                assert "[" in column, (name, column)
