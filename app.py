@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 import streamlit as st
 
-from kvplan.errors import KVPlanError
-from kvplan.ui import calibrate_view, serving_view, views
+from kvplan.errors import KVPlanError, md
+from kvplan.ui import calibrate_view, recommend_view, serving_view, views
 from kvplan.ui.sidebar import (
     VIEWS,
     render_sidebar,
@@ -44,12 +44,12 @@ try:
     gpu = resolve_gpu(scenario)
 except KVPlanError as err:
     for message in link_warnings:
-        st.warning(message)
-    st.error(str(err))
+        st.warning(md(message))
+    st.error(md(err))
     st.stop()
 views.guarded("Answer", lambda: views.render_answer(scenario, gpu))
 for message in link_warnings:
-    st.warning(message)
+    st.warning(md(message))
 views.guarded("Key numbers", lambda: views.render_kpis(scenario, arch, gpu))
 views.render_seeds()
 views.render_share(scenario)
@@ -63,6 +63,7 @@ sections: dict[str, Callable[[], object]] = {
     "requests": lambda: views.render_requests(scenario),
     "designs": lambda: views.render_designs(scenario),
     "serving": lambda: serving_view.render(scenario, arch),
+    "recommend": lambda: recommend_view.render(scenario, arch, gpu),
 }
 # Only the open tab runs (lazy tabs); the open tab is part of the link (vw=).
 tabs = st.tabs(list(VIEWS.values()), key="w_view", on_change="rerun")

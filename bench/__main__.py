@@ -394,6 +394,39 @@ SECTIONS = {"sweep": bench_sweep, "reruns": bench_reruns, "imports": bench_impor
             "browser": bench_browser, "rss": bench_rss}
 
 
+def bench_recommend(reps: int) -> None:
+    """The recommend search over ≥ 10,000 candidates: the catalogue × 12 TP/PP splits × 5 KV × 8
+    weight formats for Llama-3.1-70B on vLLM. Cold: the engine's pool-layout and FLOPs caches
+    cleared before each repetition; warm: a new search (other traffic/targets) of the same model."""
+    from kvplan.capacity import FitQuery
+    from kvplan.engines.vllm import _pool_cached
+    from kvplan.flops import layer_flops
+    from kvplan.presets import load_model
+    from kvplan.recommend import RecommendQuery, recommend
+
+    arch = load_model("llama-3.1-70b")
+    query = RecommendQuery(users=256, max_gpus=16, kv_dtypes=("bf16", "fp16", "fp8_e4m3", "fp8_e5m2",
+                                                               "int8"),
+                           weight_dtypes=("auto", "fp16", "fp8", "int8", "int4_g128", "nvfp4", "mxfp4",
+                                          "fp32"))
+    count = len(recommend(arch, query, FitQuery()).table)
+
+    def cold() -> None:
+        _pool_cached.cache_clear()
+        layer_flops.cache_clear()
+        recommend(arch, query, FitQuery())
+
+    cold_samples = [timed(cold) for _ in range(reps)]
+    warm_samples = [timed(lambda i=i: recommend(arch, query.model_copy(update={"users": 100 + i}),
+                                                FitQuery())) for i in range(reps)]
+    for label, samples in (("cold caches", cold_samples), ("warm", warm_samples)):
+        record(f"recommend, {count:,} candidates ({label})", samples, target="≤ 200 ms",
+               ok=count >= 10_000 and statistics.median(samples) <= 0.2)
+
+
+SECTIONS["recommend"] = bench_recommend
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench")
     parser.add_argument("--reps", type=int, default=7)

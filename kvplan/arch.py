@@ -90,6 +90,47 @@ class MoE(_Spec):
     n_dense_layers: int = Field(default=0, ge=0)
 
 
+class VisionSpec(_Spec):
+    """A vision (or audio) encoder loaded with the language model (``vision_config``)."""
+
+    hidden_size: int = Field(ge=1)
+    intermediate_size: int = Field(ge=1)
+    n_layers: int = Field(ge=1)
+    patch_size: int = Field(default=14, ge=1)
+    in_channels: int = Field(default=3, ge=1)
+    positions: int = Field(default=0, ge=0)
+    gated_mlp: bool = False
+    #: Output size of the projector into the language model (0 = no projector weights).
+    projector_out: int = Field(default=0, ge=0)
+    #: Patches merged before the projector (Qwen2.5-VL ``spatial_merge_size``²; 1 = none).
+    projector_merge: int = Field(default=1, ge=1)
+    name: str = "vision"
+
+
+class WeightSpec(_Spec):
+    """What the checkpoint stores besides the KV-relevant layers (read from config.json)."""
+
+    #: Decoder layers that hold MoE experts (None = every layer from ``MoE.n_dense_layers`` on).
+    moe_layers: tuple[int, ...] | None = None
+    attention_bias: bool = False
+    attention_out_bias: bool = False
+    mlp_bias: bool = False
+    qk_norm: bool = False
+    expert_bias: bool = False
+    #: Multi-token-prediction (next-n) layers after the last decoder layer (DeepSeek-V3: 1).
+    mtp_layers: int = Field(default=0, ge=0)
+    #: Per-layer input embeddings (Gemma 3n): ``vocab_per_layer × layers × per_layer_size``.
+    per_layer_vocab: int = Field(default=0, ge=0)
+    per_layer_size: int = Field(default=0, ge=0)
+    towers: tuple[VisionSpec, ...] = ()
+    #: ``quantization_config`` as canonical JSON text (kept hashable), or None.
+    quantization: str | None = None
+    #: Module names of the model family (``mlp`` prefix, router and expert naming).
+    mlp_name: str = "mlp"
+    router_name: str = "gate"
+    attn_name: str = "self_attn"
+
+
 class ModelArch(_Spec):
     """Everything kvplan needs about a model; built from a config.json or a preset."""
 
@@ -107,6 +148,7 @@ class ModelArch(_Spec):
     tie_word_embeddings: bool = False
     gated_mlp: bool = True
     moe: MoE | None = None
+    weights: WeightSpec = Field(default_factory=WeightSpec)
     params_total: int = Field(ge=0)
     params_active: int | None = None
     params_method: str = ""

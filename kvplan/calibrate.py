@@ -28,8 +28,9 @@ from pydantic import BaseModel
 from kvplan.arch import ModelArch
 from kvplan.capacity import GIB, FitQuery, FitResult, fit
 from kvplan.engines import get_engine
-from kvplan.errors import KVPlanError
+from kvplan.errors import KVPlanError, clip
 from kvplan.presets import GPU
+from kvplan.scenario import MAX_TOKENS
 
 #: Largest log accepted (bytes); the capacity lines come within the first seconds of a start-up.
 MAX_LOG_BYTES = 1 << 20
@@ -75,8 +76,27 @@ class VllmLog(BaseModel):
         return None if self.available_kv_gib is None else round(self.available_kv_gib * GIB)
 
 
+#: What kvplan accepts from a log, per quantity (a log line of thousands of digits is refused
+#: with a message naming the quantity, never an OverflowError or a silent infinity).
+LOG_LIMITS: dict[str, tuple[int, int]] = {
+    "available KV cache memory (GiB)": (0, 1_000_000), "GPU KV cache size (tokens)": (0, 10**15),
+    "max_model_len": (1, MAX_TOKENS), "maximum concurrency": (0, 10**12),
+    "number of GPU blocks": (0, 10**12),
+}
+
+
 def _num(text: str) -> str:
     return text.replace(",", "")
+
+
+def _number(field: str, text: str, kind: type) -> int | float:
+    """One number of the log, within ``LOG_LIMITS[field]`` (digits are bounded before converting)."""
+    low, high = LOG_LIMITS[field]
+    digits = _num(text)
+    value = kind(digits) if len(digits) <= 30 else math.inf
+    if not low <= value <= high:
+        raise KVPlanError("calibrate.bad_value", field=field, value=clip(text, 24), low=low, high=high)
+    return value
 
 
 def _decimals(text: str) -> int:
@@ -123,21 +143,22 @@ def parse_vllm_log(log: str | bytes) -> VllmLog:
             continue
         hit = False
         if m := _PATTERNS["available_kv_gib"].search(line):
-            available.append((float(_num(m.group(1))), _decimals(m.group(1))))
+            available.append((_number("available KV cache memory (GiB)", m.group(1), float),
+                              _decimals(m.group(1))))
             hit = True
         if m := _PATTERNS["kv_cache_tokens"].search(line):
-            found["kv_cache_tokens"] = int(_num(m.group(1)))
+            found["kv_cache_tokens"] = _number("GPU KV cache size (tokens)", m.group(1), int)
             hit = True
         if m := _PATTERNS["max_concurrency"].search(line):
-            found["max_model_len"] = int(_num(m.group(1)))
-            found["max_concurrency"] = float(_num(m.group(2)))
+            found["max_model_len"] = _number("max_model_len", m.group(1), int)
+            found["max_concurrency"] = _number("maximum concurrency", m.group(2), float)
             found["max_concurrency_decimals"] = _decimals(m.group(2))
             hit = True
         if m := _PATTERNS["num_gpu_blocks"].search(line):
-            blocks.append(int(_num(m.group(1))))
+            blocks.append(int(_number("number of GPU blocks", m.group(1), int)))
             hit = True
         if "max_model_len" not in found and (m := _PATTERNS["max_seq_len"].search(line)):
-            found["max_seq_len"] = int(_num(m.group(1)))
+            found["max_seq_len"] = _number("max_model_len", m.group(1), int)
         matched += hit
     if not matched:
         raise KVPlanError("calibrate.no_lines")

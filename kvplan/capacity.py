@@ -8,8 +8,8 @@
 * HF — all of the device memory minus weights and the runtime reserve;
 * ``--kv-cache-memory-bytes`` replaces the computed budget (vLLM's flag of the same name).
 
-Weights: ``params × bits`` of the format, split over pipeline stages (embeddings on the first, LM
-head on the last) and tensor-parallel ranks.
+Weights: per part in the checkpoint's stored format (``kvplan.weights``), split over pipeline stages
+(embeddings on the first, LM head on the last), tensor- and expert-parallel ranks.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from kvplan.arch import ModelArch
-from kvplan.dtypes import get_weight_dtype
-from kvplan.engines import DEFAULT_ENGINE, Budget, EngineSettings, KVPool, get_engine, pp_partition
+from kvplan.engines import DEFAULT_ENGINE, Budget, EngineSettings, KVPool, get_engine
 from kvplan.errors import KVPlanError
 from kvplan.presets import GPU
+from kvplan.weights import WeightsLayout, weights_per_gpu
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -114,6 +114,10 @@ class FitResult(BaseModel):
     #: Why it does not fit ("" when it fits), and the smallest change that would make it fit.
     reason: str = ""
     suggestion: str = ""
+    #: Bytes per part on one GPU of the heaviest pipeline stage (``kvplan.weights.PARTS``).
+    weights_breakdown: dict[str, int] = {}
+    #: The stored formats per part and where they were read ("… — from config.json …").
+    weight_format: str = ""
     formulas: dict[str, str] = {}
     notes: list[str] = []
 
@@ -124,43 +128,53 @@ class FitResult(BaseModel):
 
 
 def weight_bytes(arch: ModelArch, weight_dtype: str | None) -> int:
-    """Resident weight bytes (MoE: every expert) = params × bits of the format (+ group scales)."""
-    name = weight_dtype or arch.model_dtype
-    try:
-        fmt = get_weight_dtype(name)
-    except KeyError:
-        from kvplan.dtypes import WEIGHT_DTYPES
-
-        raise KVPlanError("unknown.dtype", value=name, choices=", ".join(WEIGHT_DTYPES)) from None
-    return fmt.bytes_for(arch.params_total)
+    """Resident weight bytes of the whole model (MoE: every expert) in the checkpoint's stored
+    format, or ``weight_dtype`` when given (``kvplan.weights.weights_per_gpu``)."""
+    return weights_per_gpu(arch, weight_dtype).total_bytes
 
 
 def weights_read_bytes(arch: ModelArch, weight_dtype: str | None = None) -> int:
-    """Weight bytes one decode step must read at least: all weights, or the active ones (MoE)."""
-    total = weight_bytes(arch, weight_dtype)
-    if arch.moe is not None and arch.params_active and arch.params_total:
-        return total * arch.params_active // arch.params_total
+    """Weight bytes one decode step must read at least: all weights, or (MoE) every part but the
+    routed experts plus ``n_active / n_experts`` of them, in their stored formats."""
+    parts = weights_per_gpu(arch, weight_dtype).total_by_part
+    total = sum(parts.values())
+    if arch.moe is not None and parts.get("experts"):
+        experts = parts["experts"]
+        return total - experts + experts * arch.moe.n_active // arch.moe.n_experts
     return total
 
 
-def stage_weight_bytes(arch: ModelArch, total: int, pp: int, tp: int) -> list[int]:
-    """Weights per GPU on each pipeline stage: embeddings on the first, LM head on the last.
+def serving_weight_format(arch: ModelArch, query: FitQuery) -> str:
+    """The weight format the engine loads with ``weight_dtype`` unset: the checkpoint's own, except
+    an unquantized float32 checkpoint, which the engine's auto dtype may downcast
+    (``Engine.model_dtype``: vLLM bf16, SGLang bf16/fp16)."""
+    own = checkpoint_format_name(arch)
+    served = get_engine(query.engine).model_dtype(arch)
+    return served if own == arch.model_dtype else own
 
-    Layer weights are split in proportion to each stage's layers (vLLM ``get_pp_indices``) and
-    every stage's share divided evenly over its ``tp`` ranks.
-    """
-    parts = pp_partition(arch.n_layers, pp)
-    embed_params = arch.vocab_size * arch.hidden_size
-    embed = total * embed_params // max(arch.params_total, 1)
-    head = 0 if arch.tie_word_embeddings and pp == 1 else embed
-    layer_total = max(total - embed - (0 if arch.tie_word_embeddings else embed), 0)
-    stages = []
-    for index, count in enumerate(parts):
-        share = layer_total * count // arch.n_layers
-        share += embed if index == 0 else 0
-        share += head if index == pp - 1 else 0
-        stages.append(-(-share // tp))
-    return stages
+
+def weights_layout(arch: ModelArch, query: FitQuery, settings: EngineSettings) -> WeightsLayout:
+    """Weights per GPU by part and pipeline stage for this query (TP, PP, the engine's EP/MTP)."""
+    dtype = query.weight_dtype
+    if dtype is None and serving_weight_format(arch, query) != checkpoint_format_name(arch):
+        dtype = serving_weight_format(arch, query)
+    return weights_per_gpu(arch, dtype, query.tp, query.pp, settings.ep, settings.mtp)
+
+
+def stage_weight_bytes(arch: ModelArch, weight_dtype: str | None, pp: int, tp: int, ep: int = 1,
+                       mtp: bool = False) -> list[int]:
+    """Weights per GPU on each pipeline stage (``kvplan.weights.weights_per_gpu``): layers as vLLM
+    ``get_pp_indices`` assigns them, embeddings on the first stage, LM head on the last, each
+    tensor split as its parallel layer splits it."""
+    return weights_per_gpu(arch, weight_dtype, tp, pp, ep, mtp).stage_bytes
+
+
+def checkpoint_format_name(arch: ModelArch) -> str:
+    """The checkpoint's own weight format in one word: the model dtype, or the quant method."""
+    from kvplan.weights import read_quantization
+
+    scheme = read_quantization(arch.weights.quantization, arch.model_dtype)
+    return arch.model_dtype if scheme.method == "none" else scheme.method
 
 
 def engine_settings(query: FitQuery, gpu: GPU | None, arch: ModelArch | None = None) -> EngineSettings:
@@ -181,9 +195,9 @@ def memory_budget(arch: ModelArch, gpu: GPU, query: FitQuery,
     if gpus % (tp * pp):
         raise KVPlanError("parallel.gpus", gpus=gpus, tpp=tp * pp, need=-(-gpus // (tp * pp)) * tp * pp)
     engine.check_parallel(arch, tp)
-    weights_total = weight_bytes(arch, query.weight_dtype or engine.model_dtype(arch))
-    stages = stage_weight_bytes(arch, weights_total, pp, tp)
     settings = settings or engine_settings(query, gpu, arch)
+    layout = weights_layout(arch, query, settings)
+    weights_total, stages = layout.total_bytes, layout.stage_bytes
     notes: list[str] = []
     formulas: dict[str, str] = {}
     reserve = int((query.reserve_gib if query.reserve_gib is not None
@@ -211,13 +225,17 @@ def fit(arch: ModelArch, gpu: GPU, query: FitQuery, search_gpus: bool = True) ->
     limit = context_limit(arch)
     within = limit is None or query.tokens <= limit
     fits = budget.weights_fit and answer["max_requests"] >= query.users and within
+    layout = weights_layout(arch, query, settings)
+    formulas["weights"] = (" + ".join(f"{part} {size:,}" for part, size in layout.heaviest.items())
+                           + f" = {max(layout.stage_bytes):,} B per GPU")
     result = FitResult(
         model=arch.name, gpu=gpu.id, engine=query.engine, engine_label=get_engine(query.engine).label,
         engine_release=get_engine(query.engine).release,
         tokens=query.tokens, users=query.users,
         kv_dtype=get_engine(query.engine).kv_dtype(arch, query.kv_dtype).name,
-        weight_dtype=query.weight_dtype or get_engine(query.engine).model_dtype(arch),
-        tp=tp, pp=pp, replicas=replicas,
+        weight_dtype=query.weight_dtype or serving_weight_format(arch, query), tp=tp, pp=pp,
+        replicas=replicas, weights_breakdown=layout.heaviest,
+        weight_format=f"{layout.format_label} — from {layout.format_source}",
         gpu_capacity_bytes=gpu.capacity_bytes, memory_target_bytes=budget.target,
         params_total=arch.params_total, params_method=arch.params_method,
         weights_total_bytes=budget.weights_total, weights_bytes=max(budget.stage_weights),

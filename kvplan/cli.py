@@ -12,7 +12,7 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, Literal, NoReturn
 
 from pydantic import ValidationError
 
@@ -112,6 +112,12 @@ def build_parser() -> argparse.ArgumentParser:
         group = p.add_mutually_exclusive_group(required=True)
         group.add_argument("--model", help="preset id (see `models`)")
         group.add_argument("--config", help="path to a Hugging Face config.json")
+        group.add_argument("--checkpoint", metavar="DIR",
+                           help="a local checkpoint folder: its config.json and the exact weight "
+                                "bytes of its *.safetensors headers (tensor data is not read)")
+        group.add_argument("--hf-id", metavar="ORG/NAME",
+                           help="a Hugging Face Hub id: config.json and safetensors headers over "
+                                "HTTP range requests (needs huggingface_hub; HF_TOKEN, HF_ENDPOINT)")
         p.add_argument("--tokens", type=_positive("--tokens", 100_000_000), required=True,
                        help="tokens per sequence (vLLM: max_model_len)")
         p.add_argument("--kv-dtype", default="auto",
@@ -139,7 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--tp", type=_positive("--tp", 4096), default=1)
     fit.add_argument("--pp", type=_positive("--pp", 4096), default=1)
     fit.add_argument("--users", type=_positive("--users", 10_000_000), default=1)
-    fit.add_argument("--weight-dtype")
+    fit.add_argument("--weight-dtype",
+                     help="override the checkpoint's own format (default: what config.json's "
+                          "quantization_config says each part is stored in)")
     fit.add_argument("--reserve-gib", type=_nonneg_float)
     fit.add_argument("--kv-cache-memory-bytes", type=_nonneg_int)
     fit.add_argument("--check", action="store_true",
@@ -150,10 +158,13 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--gpu", required=True, help="accelerator id (see `gpus`) or custom:<GiB>")
     cal.add_argument("--tp", type=_positive("--tp", 4096), default=1)
     cal.add_argument("--pp", type=_positive("--pp", 4096), default=1)
-    cal.add_argument("--weight-dtype")
+    cal.add_argument("--weight-dtype", help="override the checkpoint's own format")
     cal.add_argument("--reserve-gib", type=_nonneg_float,
                      help="reserve of kvplan's own prediction (default: the engine default)")
     cal.add_argument("--log", required=True, help="the vLLM log file (max 1 MiB)")
+
+    _recommend_args(sub.add_parser("recommend", help="cheapest deployments that hold the traffic and "
+                                                     "meet TTFT/TPOT targets (bounds)"))
 
     sub.add_parser("models", help="list model presets").add_argument("--json", action="store_true")
     sub.add_parser("gpus", help="list accelerators").add_argument("--json", action="store_true")
@@ -164,17 +175,109 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _csv_list(text: str) -> tuple[str, ...]:
+    return tuple(item.strip() for item in text.split(",") if item.strip())
+
+
+def _int_list(name: str):
+    def convert(text: str) -> tuple[int, ...]:
+        return tuple(_positive(name, 4096)(item) for item in _csv_list(text))
+    return convert
+
+
+def _pairs(name: str):
+    """``gpu=value`` → (gpu, float)."""
+    def convert(text: str) -> tuple[str, float]:
+        key, sep, value = text.partition("=")
+        if not sep or not key:
+            raise argparse.ArgumentTypeError(MESSAGES["value.not_number"].format(
+                field=name, value=short(text)))
+        return key.strip(), _number(name, float, 1e-9, 1e6)(value)
+    return convert
+
+
+def _recommend_args(p: argparse.ArgumentParser) -> None:
+    from kvplan.engines import ENGINES
+    from kvplan.recommend import MAX_GPUS_PER_REPLICA, TARGET_PRESETS
+
+    group = p.add_mutually_exclusive_group(required=True)
+    group.add_argument("--model", help="preset id (see `models`)")
+    group.add_argument("--config", help="path to a Hugging Face config.json")
+    p.add_argument("--engine", default=None, choices=list(ENGINES))
+    _add_settings(p)
+    p.add_argument("--reserve-gib", type=_nonneg_float)
+    traffic = p.add_mutually_exclusive_group()
+    traffic.add_argument("--users", type=_number("--users", int, 0, 10_000_000),
+                         help="concurrent users (default 64)")
+    traffic.add_argument("--rps", type=_number("--rps", float, 0, 1e7), help="requests per second")
+    for part, default in (("prompt", 1024), ("output", 256)):
+        p.add_argument(f"--{part}-tokens", type=_positive(f"--{part}-tokens", 100_000_000),
+                       default=default, help=f"fixed {part} length (default {default})")
+        p.add_argument(f"--{part}-mean", type=_number(f"--{part}-mean", float, 1, 1e7),
+                       help=f"log-normal {part} lengths with this mean (with --{part}-sigma)")
+        p.add_argument(f"--{part}-sigma", type=_number(f"--{part}-sigma", float, 0, 5), default=1.0)
+    p.add_argument("--lengths-csv", help="CSV of prompt,output token counts (one request per row)")
+    p.add_argument("--preset", help="TTFT/TPOT targets: " + ", ".join(TARGET_PRESETS)
+                                    + " (default: MLPerf Llama-2-70B interactive, p99)")
+    p.add_argument("--ttft-ms", type=_number("--ttft-ms", float, -1e9, 1e9))
+    p.add_argument("--tpot-ms", type=_number("--tpot-ms", float, -1e9, 1e9))
+    p.add_argument("--percentile", choices=["p50", "p99"])
+    p.add_argument("--max-context", type=_number("--max-context", int, 2, 100_000_000))
+    p.add_argument("--gpus", type=_csv_list, help="comma-separated accelerator ids (default: all)")
+    p.add_argument("--max-gpus", type=_positive("--max-gpus", MAX_GPUS_PER_REPLICA), default=8,
+                   help="GPUs per replica (TP × PP, or EP)")
+    p.add_argument("--max-total-gpus", type=_positive("--max-total-gpus", 1_000_000), default=4096)
+    p.add_argument("--tp", type=_int_list("--tp"), help="TP sizes (default: powers of two)")
+    p.add_argument("--pp", type=_int_list("--pp"), default=(1, 2, 4))
+    p.add_argument("--no-ep", action="store_true", help="no expert-parallel candidates for MoE models")
+    p.add_argument("--kv-dtypes", type=_csv_list, default=("bf16", "fp8_e4m3"))
+    p.add_argument("--weight-dtypes", type=_csv_list, default=("auto",))
+    p.add_argument("--price", type=_pairs("--price"), action="append", default=[],
+                   help="gpu=price per GPU-hour (repeatable)")
+    p.add_argument("--efficiency", type=_pairs("--efficiency"), action="append", default=[],
+                   help="gpu=efficiency factor in (0, 1] (repeatable)")
+    p.add_argument("--default-efficiency", type=_number("--default-efficiency", float, 1e-6, 1), default=1.0)
+    p.add_argument("--measured-gpu", help="calibrate this accelerator's efficiency factor from one run")
+    p.add_argument("--measured-tp", type=_positive("--measured-tp", 4096), default=1)
+    p.add_argument("--measured-tokens-per-s", type=_number("--measured-tokens-per-s", float, 0, 1e12),
+                   help="decode tokens/s of the run (with --measured-batch, --measured-context)")
+    p.add_argument("--measured-ttft-ms", type=_number("--measured-ttft-ms", float, 0, 1e9),
+                   help="TTFT of the run (with --measured-prompt)")
+    p.add_argument("--measured-batch", type=_positive("--measured-batch", 10_000_000), default=1)
+    p.add_argument("--measured-prompt", type=_positive("--measured-prompt", 100_000_000), default=1024)
+    p.add_argument("--measured-context", type=_positive("--measured-context", 100_000_000), default=2048)
+    p.add_argument("--top", type=_positive("--top", 10_000), default=20)
+    p.add_argument("--json", action="store_true")
+
+
 def _load_arch(args: argparse.Namespace):
-    from kvplan.config_import import parse_config
+    from kvplan.config_import import MAX_CONFIG_BYTES, parse_config
+    from kvplan.files import read_limited
     from kvplan.presets import load_model
 
     if args.model is not None:
         return load_model(args.model)
+    if getattr(args, "checkpoint", None) is not None:
+        from kvplan.checkpoint import read_checkpoint_dir
+
+        folder = Path(args.checkpoint)
+        config_path = folder / "config.json"
+        try:
+            raw = config_path.read_bytes()
+        except OSError as exc:
+            raise KVPlanError("file.missing", path=str(config_path),
+                              detail=exc.strerror or str(exc)) from None
+        arch = parse_config(raw, name=folder.resolve().name, source=str(config_path))
+        args.checkpoint_summary = read_checkpoint_dir(folder, arch.n_layers)
+        return arch
+    if getattr(args, "hf_id", None) is not None:
+        from kvplan.hub import fetch
+
+        config, summary, problem = fetch(args.hf_id)
+        args.checkpoint_summary, args.checkpoint_problem = summary, problem
+        return parse_config(config, name=args.hf_id, source=f"Hub {args.hf_id} config.json")
     path = Path(args.config)
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise KVPlanError("file.missing", path=str(path), detail=exc.strerror or str(exc)) from None
+    raw = read_limited(path, MAX_CONFIG_BYTES, "config.too_large")
     return parse_config(raw, name=path.stem if path.name != "config.json" else path.parent.name,
                         source=str(path))
 
@@ -223,14 +326,28 @@ def cmd_fit(args: argparse.Namespace) -> int:
                      settings=settings_from_args(args, tp=args.tp, pp=args.pp))
     result = fit(arch, gpu, query)
     status = 1 if args.check and not result.fits else 0
+    checkpoint = _checkpoint_report(args, arch, query)
     if args.json:
-        print(result.model_dump_json())
+        payload = result.model_dump(mode="json")
+        if checkpoint is not None:
+            payload["checkpoint"] = checkpoint
+        print(json.dumps(payload))
         return status
     gpus = result.replicas * result.tp * result.pp
     print(f"{result.model} on {plural(gpus, 'GPU')} × {gpu.name} ({plural(result.replicas, 'replica')}"
           f" of TP={result.tp}, PP={result.pp}) · {result.engine_label} [{result.engine_release}]")
     print(f"GPU memory:        {human(result.gpu_capacity_bytes)} [{gpu.capacity_basis}]")
     print(f"Weights per GPU:   {human(result.weights_bytes)}")
+    print(f"  format: {result.weight_format}")
+    for part, size in result.weights_breakdown.items():
+        print(f"  {part:20s} {human(size)}")
+    if checkpoint is not None and "parts" in checkpoint:
+        print(f"Checkpoint headers: {checkpoint['files']} file(s), {human(checkpoint['checkpoint_total'])}"
+              f" vs config estimate {human(checkpoint['estimate_total'])}")
+        for part, row in checkpoint["parts"].items():
+            print(f"  {part:20s} checkpoint {row['checkpoint']:>16,} B   estimate {row['estimate']:>16,} B")
+    elif checkpoint is not None:
+        print(f"Checkpoint headers not read: {checkpoint['problem']}")
     print(f"KV budget per GPU: {human(result.kv_budget_bytes)}")
     if result.num_blocks is not None:
         per_request = (f" ({result.blocks_per_request:,} per request)"
@@ -252,6 +369,19 @@ def cmd_fit(args: argparse.Namespace) -> int:
     for note in result.notes:
         print(f"  note: {note}")
     return status
+
+
+def _checkpoint_report(args: argparse.Namespace, arch, query) -> dict | None:
+    """Headers read with --checkpoint/--hf-id, compared with the config-derived estimate."""
+    from kvplan.checkpoint import compare
+    from kvplan.weights import weights_per_gpu
+
+    summary = getattr(args, "checkpoint_summary", None)
+    if summary is None:
+        problem = getattr(args, "checkpoint_problem", None)
+        return {"problem": problem} if problem else None
+    estimate = weights_per_gpu(arch, query.weight_dtype, 1, 1, 1, query.settings.mtp).total_by_part
+    return {**summary.as_dict(), **compare(summary, estimate)}
 
 
 def cmd_models(args: argparse.Namespace) -> int:
@@ -297,19 +427,12 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from kvplan.calibrate import MAX_LOG_BYTES, calibrate, parse_vllm_log
     from kvplan.capacity import FitQuery
     from kvplan.engines import log_engine
+    from kvplan.files import read_limited
     from kvplan.presets import get_gpu
 
     if not get_engine(args.engine).logs_kv_cache:
         raise KVPlanError("calibrate.engine", why=f"engine '{args.engine}' is not vLLM")
-    path = Path(args.log)
-    try:
-        with path.open("rb") as handle:
-            raw = handle.read(MAX_LOG_BYTES + 1)
-            size = path.stat().st_size if len(raw) > MAX_LOG_BYTES else len(raw)
-    except OSError as exc:
-        raise KVPlanError("file.missing", path=str(path), detail=exc.strerror or str(exc)) from None
-    if size > MAX_LOG_BYTES:
-        raise KVPlanError("calibrate.too_large", size=size, limit=MAX_LOG_BYTES)
+    raw = read_limited(args.log, MAX_LOG_BYTES, "calibrate.too_large")
     log = parse_vllm_log(raw)
     arch = _load_arch(args)
     gpu = get_gpu(args.gpu)
@@ -356,7 +479,119 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"kv": cmd_kv, "fit": cmd_fit, "models": cmd_models, "gpus": cmd_gpus,
+def _calibrated(args: argparse.Namespace, arch, engine: str, settings) -> tuple[str, float] | None:
+    """(accelerator, efficiency factor) solved from the ``--measured-*`` run, if one was given."""
+    from kvplan.capacity import FitQuery
+    from kvplan.presets import get_gpu
+    from kvplan.recommend import calibrate_efficiency
+
+    measured = args.measured_tokens_per_s if args.measured_tokens_per_s is not None else args.measured_ttft_ms
+    if measured is None:
+        return None
+    if args.measured_gpu is None:
+        raise KVPlanError("recommend.calibrate", detail="--measured-gpu names the accelerator of the run")
+    wd = next(iter(args.weight_dtypes), "auto")
+    base = FitQuery(engine=engine, tp=args.measured_tp, kv_dtype=next(iter(args.kv_dtypes), "bf16"),
+                    weight_dtype=None if wd == "auto" else wd, reserve_gib=args.reserve_gib,
+                    settings=settings.model_copy(update={"tp": args.measured_tp}))
+    kind: Literal["decode", "prefill"] = "decode" if args.measured_tokens_per_s is not None else "prefill"
+    factor = calibrate_efficiency(arch, get_gpu(args.measured_gpu), base, measured, kind,
+                                  args.measured_batch, args.measured_prompt, args.measured_context)
+    if factor > 1:
+        raise KVPlanError("recommend.calibrate", detail=f"the measured run beats the bound (e = {factor:.3g} "
+                                                        "> 1); check the inputs")
+    return args.measured_gpu, factor
+
+
+def cmd_recommend(args: argparse.Namespace) -> int:
+    import json as _json
+
+    from kvplan.capacity import FitQuery
+    from kvplan.engines import DEFAULT_ENGINE
+    from kvplan.recommend import (
+        RecommendQuery,
+        failure_counts,
+        ranked_rows,
+        recommend,
+        resolve_targets,
+    )
+    from kvplan.scenario import CUSTOM_MODEL, Scenario
+    from kvplan.serving import LengthDist, parse_lengths_csv
+
+    arch = _load_arch(args)
+    engine = args.engine or DEFAULT_ENGINE
+    settings = settings_from_args(args)
+    workload = None
+    if args.lengths_csv:
+        try:
+            raw = Path(args.lengths_csv).read_bytes()
+        except OSError as exc:
+            raise KVPlanError("file.missing", path=args.lengths_csv,
+                              detail=exc.strerror or str(exc)) from None
+        workload = parse_lengths_csv(raw)
+
+    def dist(part: str) -> LengthDist:
+        mean = getattr(args, f"{part}_mean")
+        if mean is not None:
+            return LengthDist(kind="lognormal", mean=mean, sigma=getattr(args, f"{part}_sigma"))
+        return LengthDist(kind="fixed", value=getattr(args, f"{part}_tokens"))
+
+    ttft, tpot, percentile = resolve_targets(args.preset, args.ttft_ms, args.tpot_ms, args.percentile)
+    efficiency = dict(args.efficiency)
+    calibrated = _calibrated(args, arch, engine, settings)
+    if calibrated is not None:
+        efficiency[calibrated[0]] = calibrated[1]
+    query = RecommendQuery(
+        traffic="rps" if args.rps is not None else "users",
+        users=args.users if args.users is not None else 64, rps=args.rps if args.rps is not None else 1.0,
+        prompt=dist("prompt"), output=dist("output"), percentile="p50" if percentile == "p50" else "p99",
+        ttft_ms=ttft, tpot_ms=tpot,
+        max_context=args.max_context, gpus=args.gpus, max_gpus=args.max_gpus,
+        max_total_gpus=args.max_total_gpus, tp=args.tp, pp=args.pp, expert_parallel=not args.no_ep,
+        kv_dtypes=args.kv_dtypes, weight_dtypes=args.weight_dtypes, prices=dict(args.price),
+        efficiency=efficiency, default_efficiency=args.default_efficiency)
+    base = FitQuery(engine=engine, reserve_gib=args.reserve_gib, settings=settings)
+    rec = recommend(arch, query, base, workload)
+    model: dict[str, object] = {"model": args.model}
+    if args.model is None:
+        model = {"model": CUSTOM_MODEL,
+                 "custom_config": _json.loads(Path(args.config).read_text(encoding="utf-8"))}
+    scenario = Scenario.model_validate({**model, "engine": engine, "reserve_gib": args.reserve_gib,
+                                        "engine_settings": settings})
+    rows = ranked_rows(rec, scenario, args.top)
+    lengths = rec.lengths
+    if args.json:
+        print(_json.dumps({
+            "model": arch.name, "engine": engine, "kind": "bounds",
+            "targets": {"ttft_ms": ttft, "tpot_ms": tpot, "percentile": percentile},
+            "traffic": {"users": query.users} if query.traffic == "users" else {"rps": query.rps},
+            "lengths": {"prompt": lengths.prompt, "context": lengths.context,
+                        "prompt_mean": lengths.prompt_mean, "output_mean": lengths.output_mean,
+                        "requests": lengths.requests, "source": lengths.source},
+            "cost_unit": rec.cost_unit, "candidates": len(rec.table),
+            "feasible": int(rec.table["feasible"].sum()), "failures": failure_counts(rec),
+            "message": rec.message, "table": rows, "formulas": rec.formulas, "efficiency": efficiency,
+            "assumptions": rec.assumptions, "notes": rec.notes}))
+        return 0
+    print(f"{arch.name} · {get_engine(engine).label} · targets TTFT ≤ {ttft:g} ms, TPOT ≤ {tpot:g} ms "
+          f"({percentile}) · lengths: prompt {lengths.prompt:,}, context {lengths.context:,} tokens")
+    print(f"{len(rec.table):,} candidates, {int(rec.table['feasible'].sum()):,} feasible; failing: "
+          + ", ".join(f"{k} {v:,}" for k, v in failure_counts(rec).items()))
+    if rec.message:
+        print(rec.message)
+    for i, row in enumerate(rows, 1):
+        split = f"EP {row['ep']}" if row["ep"] > 1 else f"TP {row['tp']} × PP {row['pp']}"
+        print(f"{i:3d}. {row['gpu']:15s} {split:12s} KV {row['kv_dtype']:9s} W {row['weight_dtype']:9s} "
+              f"{row['replicas']:,} × {row['total_gpus'] // max(row['replicas'], 1)} GPUs  "
+              f"TPOT {row['tpot_ms']:.2f} ms  TTFT {row['ttft_ms']:.1f} ms  "
+              f"{row['cost_per_m_tokens']:.4f} {rec.cost_unit}/M tokens")
+    print("All times are bounds (formulas below), not measurements.")
+    for line in rec.formulas:
+        print(f"  {line}")
+    return 0
+
+
+COMMANDS = {"recommend": cmd_recommend, "kv": cmd_kv, "fit": cmd_fit, "models": cmd_models, "gpus": cmd_gpus,
             "report": cmd_report, "calibrate": cmd_calibrate}
 
 

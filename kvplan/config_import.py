@@ -20,9 +20,20 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
-from kvplan.arch import MLA, Attention, LayerSpec, ModelArch, MoE, NoCache, Recurrent
+from kvplan.arch import (
+    MLA,
+    Attention,
+    LayerSpec,
+    ModelArch,
+    MoE,
+    NoCache,
+    Recurrent,
+    VisionSpec,
+    WeightSpec,
+)
 from kvplan.dtypes import model_dtype_name
 from kvplan.errors import KVPlanError, short
 
@@ -49,6 +60,11 @@ ARCHITECTURE_KEYS = (
     "sliding_window", "sliding_window_pattern", "sliding_window_size", "ssm_state_size",
     "text_config", "tie_word_embeddings", "torch_dtype", "use_sliding_window", "v_head_dim",
     "vocab_size",
+    # weights (kvplan.weights): what the checkpoint stores and in which format
+    "attention_bias", "audio_config", "compression_config", "decoder_sparse_step",
+    "enable_moe_block", "expert_layer_offset", "hidden_size_per_layer_input", "mlp_bias",
+    "num_nextn_predict_layers", "quantization_config", "vision_config",
+    "vocab_size_per_layer_input",
 )
 
 MAX_CONFIG_BYTES = 2_000_000
@@ -70,8 +86,9 @@ MODEL_TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
                     "max_position_embeddings": 131_072},
 }
 _QWEN_SWA_TYPES = {"qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen2_vl", "qwen2_5_vl"}
+#: Families whose MLP has two matrices (up/fc1 and down/fc2), not three (modeling files' MLP classes).
 _UNGATED_MLP_TYPES = {"opt", "gpt_neox", "falcon", "gpt2", "gpt_bigcode", "phi", "gptj", "starcoder2",
-                      "bloom", "mpt"}
+                      "bloom", "mpt", "codegen", "gpt_neo", "persimmon", "nemotron", "nemotron_h"}
 #: Config classes whose ``tie_word_embeddings`` defaults to True when the file leaves it out.
 _TIED_BY_DEFAULT = {"opt", "gemma", "gemma2", "gemma3", "gemma3_text", "falcon", "cohere", "cohere2",
                     "gpt2", "gpt_bigcode", "starcoder2", "bloom"}
@@ -93,6 +110,8 @@ def load_config_text(raw: str | bytes) -> dict[str, Any]:
             raise KVPlanError("config.not_utf8") from None
     if len(raw) > MAX_CONFIG_BYTES:
         raise KVPlanError("config.too_large", size=len(raw), limit=MAX_CONFIG_BYTES)
+    if json_depth(raw, MAX_DEPTH) > MAX_DEPTH:
+        raise KVPlanError("config.too_deep", limit=MAX_DEPTH)
     try:
         data = json.loads(raw)
     except RecursionError:
@@ -103,6 +122,30 @@ def load_config_text(raw: str | bytes) -> dict[str, Any]:
         raise KVPlanError("config.not_object", got=type(data).__name__)
     _check_depth(data, 0)
     return data
+
+
+#: A JSON string (to its closing quote, or to the end when unterminated) or one bracket; the
+#: possessive quantifiers never backtrack, so a scan is linear in the text.
+_JSON_TOKENS = re.compile(r'"(?:[^"\\]++|\\.)*+"?|[\[\]{}]')
+
+
+def json_depth(text: str | bytes, limit: int) -> int:
+    """Nesting depth of JSON text, counted before parsing (a parser recurses once per level);
+    stops counting at ``limit + 1``. Brackets inside strings do not count."""
+    if isinstance(text, bytes | bytearray):
+        text = bytes(text).decode("utf-8", "replace")
+    depth = deepest = 0
+    for match in _JSON_TOKENS.finditer(text):
+        token = match.group()
+        if token in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > limit:
+                    break
+        elif token in "]}":
+            depth -= 1
+    return deepest
 
 
 def _check_depth(node: Any, depth: int) -> None:
@@ -166,6 +209,7 @@ def parse_config(
     data = load_config_text(raw) if isinstance(raw, (str, bytes)) else raw
     if not isinstance(data, dict):
         raise KVPlanError("config.not_object", got=type(data).__name__)
+    outer = data
     outer_type = data.get("model_type")
     architectures = data.get("architectures")
     text = data.get("text_config")
@@ -259,6 +303,7 @@ def parse_config(
         tie_word_embeddings=tie,
         gated_mlp=gated,
         moe=moe,
+        weights=_weight_spec(cfg, _Cfg(outer), model_type, n_layers, moe, hidden),
         params_total=0,
         source=source,
     )
@@ -423,6 +468,8 @@ def _moe(cfg: _Cfg, model_type: str, n_layers: int) -> MoE | None:
                            low=0)
     if model_type in {"llama4", "llama4_text"}:
         shared, shared_inter = 1, expert_inter
+    if cfg.get("enable_moe_block") is True:  # Gemma 4: a dense MLP beside the experts in each layer
+        shared, shared_inter = 1, cfg.int("intermediate_size", why="the dense MLP size")
     if shared_inter and not shared:
         shared = 1
     if shared and not shared_inter:
@@ -498,3 +545,97 @@ def mixer_params(layer: LayerSpec, arch: ModelArch) -> int:
                     + dt_rank * d_inner + d_inner * d_state + d_inner * h)
         return 2 * h * layer.conv_channels + layer.conv_channels * layer.conv_kernel
     return 0
+
+
+#: Model families whose q/k/v projections carry a bias by default (Qwen2 ``Qwen2Attention``).
+_QKV_BIAS_TYPES = {"qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl"}
+#: Families with biases on every linear layer (OPT, GPT-NeoX).
+_ALL_BIAS_TYPES = {"opt", "gpt_neox"}
+#: Families with RMSNorm on each head's q and k (Qwen3 ``q_norm``/``k_norm``, Gemma 3).
+_QK_NORM_TYPES = {"qwen3", "qwen3_moe", "qwen3_next", "gemma3", "gemma3_text", "gemma4",
+                  "gemma4_text", "olmo2"}
+
+
+def moe_layer_indices(cfg: _Cfg, n_layers: int, moe: MoE) -> tuple[int, ...]:
+    """Decoder layers that hold experts, as each family's modeling file decides.
+
+    DeepSeek ``first_k_dense_replace`` (layers ≥ k); Llama 4 ``interleave_moe_layer_step``
+    (``(i + 1) % step == 0``); Qwen MoE ``decoder_sparse_step`` and ``mlp_only_layers``
+    (``Qwen3MoeDecoderLayer``); Jamba ``expert_layer_period``/``expert_layer_offset``.
+    """
+    if cfg.has("first_k_dense_replace"):
+        return tuple(range(moe.n_dense_layers, n_layers))
+    if cfg.has("interleave_moe_layer_step"):
+        step = cfg.int("interleave_moe_layer_step", why="MoE interleave", default=1)
+        return tuple(i for i in range(n_layers) if (i + 1) % step == 0)
+    if cfg.has("expert_layer_period"):
+        period = cfg.int("expert_layer_period", why="MoE period", default=1)
+        offset = cfg.int("expert_layer_offset", why="MoE offset", default=1, low=0)
+        return tuple(i for i in range(n_layers) if i % period == offset)
+    step = cfg.int("decoder_sparse_step", why="MoE layer step", default=1)
+    only = cfg.get("mlp_only_layers")
+    dense = set(only) if isinstance(only, list) else set()
+    return tuple(i for i in range(n_layers) if i not in dense and (i + 1) % step == 0)
+
+
+def _tower(raw: Any, name: str, text_hidden: int) -> VisionSpec | None:
+    """A vision/audio encoder from ``vision_config``/``audio_config`` (ViT shape, see weights.py)."""
+    if not isinstance(raw, dict):
+        return None
+    vc = _Cfg(raw)
+    if not vc.has("hidden_size", "embed_dim"):
+        return None
+    hidden = vc.int("hidden_size", "embed_dim", why=f"the {name} tower width")
+    layers = vc.int("num_hidden_layers", "depth", "num_layers", why=f"the {name} tower depth",
+                     high=MAX_LAYERS)
+    inter = vc.int("intermediate_size", why=f"the {name} tower MLP size", default=4 * hidden)
+    patch = vc.int("patch_size", why=f"the {name} patch size", default=14)
+    image = vc.int("image_size", why=f"the {name} image size", default=0, low=0)
+    positions = vc.int("position_embedding_size", "num_position_embeddings",
+                        why=f"the {name} positions", default=(image // patch) ** 2 if image else 0,
+                        low=0, high=10**8)
+    merge = vc.int("spatial_merge_size", why="the vision merger", default=1)
+    out = vc.int("out_hidden_size", "projector_output_dim", why="the projector size",
+                  default=text_hidden)
+    act = str(raw.get("hidden_act") or raw.get("hidden_activation") or "")
+    return VisionSpec(hidden_size=hidden, intermediate_size=inter,
+                      n_layers=layers, patch_size=patch,
+                      in_channels=vc.int("num_channels", "in_channels", "in_chans",
+                                          why="image channels", default=3),
+                      positions=positions, gated_mlp=act == "silu", projector_out=out,
+                      projector_merge=merge, name=name)
+
+
+def _weight_spec(cfg: _Cfg, outer: _Cfg, model_type: str, n_layers: int, moe: MoE | None,
+                 hidden: int) -> WeightSpec:
+    """What the checkpoint stores besides the cache-relevant layer shapes (``kvplan.weights``)."""
+    quant = outer.get("quantization_config", "compression_config") or cfg.get(
+        "quantization_config", "compression_config")
+    if quant is not None and not isinstance(quant, dict):
+        raise KVPlanError("config.bad_value", key="quantization_config", expected="an object",
+                          value=short(quant))
+    bias = cfg.get("attention_bias")
+    all_bias = model_type in _ALL_BIAS_TYPES
+    towers = tuple(t for t in (_tower(outer.get("vision_config"), "vision", hidden),
+                               _tower(outer.get("audio_config"), "audio", hidden)) if t is not None)
+    names = {"mixtral": ("block_sparse_moe", "gate"), "gpt_oss": ("mlp", "router"),
+             "llama4": ("feed_forward", "router"), "llama4_text": ("feed_forward", "router")}
+    mlp_name, router_name = names.get(model_type, ("mlp", "gate"))
+    return WeightSpec(
+        moe_layers=moe_layer_indices(cfg, n_layers, moe) if moe is not None else None,
+        attention_bias=all_bias or model_type in _QKV_BIAS_TYPES or bias is True,
+        attention_out_bias=all_bias or bias is True,
+        mlp_bias=all_bias or cfg.get("mlp_bias") is True,
+        qk_norm=model_type in _QK_NORM_TYPES,
+        expert_bias=model_type == "gpt_oss",
+        mtp_layers=cfg.int("num_nextn_predict_layers", why="MTP layers", default=0, low=0,
+                           high=MAX_LAYERS),
+        per_layer_vocab=cfg.int("vocab_size_per_layer_input", why="per-layer embeddings",
+                                default=0, low=0, high=10_000_000)
+        if cfg.get("hidden_size_per_layer_input") else 0,
+        per_layer_size=cfg.int("hidden_size_per_layer_input", why="per-layer embeddings",
+                               default=0, low=0),
+        towers=towers,
+        quantization=json.dumps(quant, sort_keys=True) if quant is not None else None,
+        mlp_name=mlp_name, router_name=router_name,
+    )

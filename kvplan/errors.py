@@ -17,6 +17,21 @@ MESSAGES: dict[str, str] = {
     "config.unsupported": "config.json: {what} is not supported ({detail})",
     "config.too_deep": "config.json is nested deeper than {limit} levels",
     "config.empty": "{source}: the text box is empty",
+    # weights: quantization_config, checkpoints, the Hub
+    "weights.unknown_method": "quantization_config: quant_method {method} is not known to kvplan "
+                              "(known: {known}); choose the weight format by hand",
+    "weights.bad_quantization": "quantization_config key '{key}' must be {expected}, got {value}",
+    "checkpoint.not_found": "no *.safetensors file in '{path}'",
+    "checkpoint.bad_file": "'{path}' is not a readable safetensors file: {detail}",
+    "checkpoint.header_too_large": "'{path}': safetensors header of {size:,} bytes exceeds the "
+                                   "{limit:,}-byte limit",
+    "hub.unavailable": "the Hugging Face Hub could not be reached for '{repo}' ({detail}); the "
+                       "rest of the page is unchanged",
+    "hub.unauthorized": "the Hugging Face Hub refused '{repo}' ({detail}); set HF_TOKEN for gated "
+                        "or private repositories",
+    "hub.not_installed": "reading Hub ids needs the optional package huggingface_hub "
+                         "(pip install huggingface_hub)",
+    "hub.bad_id": "'{repo}' is not a Hub model id (expected org/name)",
     # names and choices
     "unknown.model": "unknown model preset '{value}' (try `python -m kvplan models`)",
     "unknown.gpu": "unknown accelerator '{value}' (try `python -m kvplan gpus`)",
@@ -32,6 +47,8 @@ MESSAGES: dict[str, str] = {
     "parallel.pp_layers": "pipeline parallel size {pp} exceeds the {layers} layers of the model",
     "parallel.gpus": "the GPU count {gpus} is not a multiple of tp × pp = {tpp}: use {need} GPUs, "
                      "or a TP × PP that divides {gpus}",
+    "parallel.ep": "expert parallel size {ep} must divide the tensor parallel size {tp} (experts "
+                   "are split over ep ranks, their intermediate size over tp / ep)",
     "engine.dtype": "engine '{engine}' cannot store the KV cache as {dtype}: {why}",
     "engine.unserved": "{engine} ({release}) does not serve {architecture}: {why}",
     # links and uploads
@@ -40,8 +57,18 @@ MESSAGES: dict[str, str] = {
     "link.future_version": "this link was made by a newer kvplan (schema v{value}); "
                            "parameters this version does not know were ignored",
     "scenario.invalid": "scenario file is invalid: {detail}",
+    "scenario.too_large": "scenario file is {size:,} bytes; the limit is {limit:,} bytes",
     "csv.invalid": "request-length CSV is invalid: {detail}",
     "file.missing": "cannot read '{path}': {detail}",
+    "file.not_regular": "cannot read '{path}': it is {kind}, not a regular file",
+    "file.not_writable": "cannot write to '{path}': {detail}",
+    "file.not_directory": "cannot write to '{path}': it is a file, not a directory (give a directory "
+                          "for the report)",
+    "link.too_deep": "nested deeper than {limit} levels",
+    "link.config_too_large": "the packed config unpacks to more than {limit:,} bytes (the upload limit)",
+    "gpu.custom": "accelerator '{value}': {why} (custom:<GiB>[:<TB/s>[:<BF16 TFLOPS>]])",
+    "gpu.custom_fields": "accelerator '{value}': {count} numbers given, one to three expected "
+                         "(custom:<GiB>[:<TB/s>[:<BF16 TFLOPS>]])",
     # calibration against a vLLM log
     "calibrate.empty": "the vLLM log is empty",
     "calibrate.too_large": "the vLLM log is {size:,} bytes; the limit is {limit:,} bytes "
@@ -50,6 +77,19 @@ MESSAGES: dict[str, str] = {
     "calibrate.no_lines": "no vLLM capacity line in the log (looked for 'Available KV cache memory', "
                           "'GPU KV cache size', 'Maximum concurrency for', '# GPU blocks')",
     "calibrate.engine": "calibration compares with vLLM's paged KV pool: {why}",
+    "calibrate.bad_value": "the vLLM log's {field} is {value}; kvplan accepts {low:,} to {high:,}",
+    # views
+    "view.no_gpu": "no accelerator in the catalogue runs this scenario ({why})",
+    # recommending a deployment
+    "recommend.empty": "no candidate to search: {detail}",
+    "recommend.too_many": "{count} candidates is more than the {limit:,} the search allows; choose "
+                          "fewer accelerators, splits or formats",
+    "recommend.traffic": "traffic is empty: {detail}",
+    "recommend.targets": "impossible latency targets: {detail}",
+    "recommend.preset": "unknown target preset '{value}'; choose one of: {choices}",
+    "recommend.calibrate": "cannot calibrate the efficiency factor: {detail}",
+    "recommend.none": "no candidate meets every constraint; the tightest is {constraint} ({passing} of "
+                      "{count} candidates meet it): {best}",
     # the dashboard's last line of defence (a bug, reported without a traceback)
     "internal.view": "{title} could not be drawn ({kind}: {detail}); the other views are unaffected",
 }
@@ -83,6 +123,38 @@ def clip(value: object, limit: int = 40) -> str:
     """User text made printable and bounded, without quotes (for ``'{value}'`` templates)."""
     text = "".join(ch if ch.isprintable() else "?" for ch in str(value))
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+#: Characters that start Markdown (and Streamlit's ``:color[…]``, ``:emoji:``, ``$math$``)
+#: constructs; each is backslash-escaped (CommonMark: any ASCII punctuation may be).
+_MARKDOWN = frozenset("\\`*_{}[]()<>#+-.!|~$:&@=^\"")
+#: First characters a spreadsheet reads as a formula (OWASP "CSV injection").
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def md(value: object) -> str:
+    """User text for Streamlit Markdown: one printable line, every Markdown character escaped, so
+    ``![a](https://…)``, ``[click](…)``, ``**x**`` or ``:red[x]`` show as typed (st.markdown,
+    st.warning, st.caption, … render Markdown)."""
+    text = " ".join(str(value).splitlines())
+    return "".join(f"\\{ch}" if ch in _MARKDOWN else (ch if ch.isprintable() else "?") for ch in text)
+
+
+def plotly_text(value: object) -> str:
+    """User text for plotly figure text (titles, labels): plotly renders ``<span style>``, ``<a>``,
+    ``<br>``; escaped entities show as typed."""
+    import html
+
+    return html.escape(str(value), quote=False)
+
+
+def csv_cell(value: object) -> object:
+    """A table cell for CSV export: text beginning with ``=``, ``+``, ``-``, ``@``, tab or CR gets a
+    leading ``'`` so a spreadsheet shows it instead of evaluating it (OWASP CSV injection rule);
+    numbers, including negative ones, are kept as numbers."""
+    if isinstance(value, str) and value.startswith(_FORMULA_START):
+        return "'" + value
+    return value
 
 
 def is_plain_int(text: str, max_digits: int = 18, signed: bool = False) -> bool:

@@ -29,7 +29,9 @@ No cache: step 0 positions 1…3 (ctx sum 6), step 1 positions 1…4 (ctx sum 10
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -58,8 +60,9 @@ class LayerFlops:
     window: int | None = None
 
 
-def layer_flops(arch: ModelArch) -> list[LayerFlops]:
-    """Per-layer token costs from the architecture (module docstring formulas)."""
+@lru_cache(maxsize=64)
+def layer_flops(arch: ModelArch) -> tuple[LayerFlops, ...]:
+    """Per-layer token costs from the architecture (module docstring formulas), once per model."""
     h, heads, d = arch.hidden_size, arch.n_heads, arch.head_dim
     out: list[LayerFlops] = []
     for index, layer in enumerate(arch.layers):
@@ -86,7 +89,7 @@ def layer_flops(arch: ModelArch) -> list[LayerFlops]:
         elif isinstance(layer, NoCache):
             proj = 2 * h * d * heads * 2  # Q and O; K/V reused from another layer
             out.append(LayerFlops(proj + mlp, 4 * heads * d, "full"))
-    return out
+    return tuple(out)
 
 
 def _ctx_at(lf: LayerFlops, pos: np.ndarray) -> np.ndarray:
@@ -130,6 +133,21 @@ def step_flops(arch: ModelArch, prompt_tokens: int, new_tokens: int,
         cached = cached + np.where(k == 0, prefill, decode)
         nocache = nocache + lf.dense * pos + lf.attn_coeff * _ctx_sum(lf, pos)
     return cached, nocache
+
+
+def prefill_decode_flops(arch: ModelArch, prompt_tokens: int, position: int) -> tuple[float, float]:
+    """(FLOPs of one prefill of ``P`` tokens, FLOPs of one decode token at ``position``): the same
+    sums as ``step_flops`` steps 0 and 1, with identical layers counted once."""
+    if prompt_tokens < 1 or position < 1:
+        raise KVPlanError("value.range", field="tokens", low=1, high=MAX_NEW_TOKENS, value=min(
+            prompt_tokens, position))
+    head = 2 * arch.hidden_size * arch.vocab_size
+    prefill, decode = float(head), float(head)
+    p, pos = np.asarray([prompt_tokens]), np.asarray([position])
+    for lf, count in Counter(layer_flops(arch)).items():
+        prefill += count * float(lf.dense * prompt_tokens + lf.attn_coeff * _ctx_sum(lf, p)[0])
+        decode += count * float(lf.dense + lf.attn_coeff * _ctx_at(lf, pos)[0])
+    return prefill, decode
 
 
 def generation_flops(arch: ModelArch, prompt_tokens: int, new_tokens: int) -> dict[str, object]:

@@ -11,13 +11,17 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kvplan.arch import ModelArch
 from kvplan.config_import import parse_config
-from kvplan.errors import KVPlanError
+from kvplan.errors import MESSAGES, KVPlanError, clip
 
 #: ``presets/`` of a source checkout, else the copy ``pip install .`` puts in the package
 #: (``kvplan/_presets``, declared in pyproject.toml's ``[tool.setuptools.package-dir]``).
 _CHECKOUT_PRESETS = Path(__file__).resolve().parent.parent / "presets"
 PRESETS_DIR = _CHECKOUT_PRESETS if (_CHECKOUT_PRESETS / "models").is_dir() \
     else Path(__file__).resolve().parent / "_presets"
+#: Bounds of a user-defined accelerator: memory GiB, bandwidth TB/s, dense BF16 TFLOPS (the
+#: dashboard's link and widgets read them through ``kvplan.scenario.BOUNDS``).
+CUSTOM_GPU_LIMITS: dict[str, tuple[float, float]] = {
+    "memory": (0.1, 1_000_000.0), "bandwidth": (0.01, 10_000.0), "tflops": (0.1, 1_000_000.0)}
 
 
 class ModelPreset(BaseModel):
@@ -51,6 +55,11 @@ class GPU(BaseModel):
     bf16_tflops: float = Field(gt=0)
     fp8_tflops: float | None = None
     interconnect: str = ""
+    #: Scale-up link per GPU per direction (GB/s) for TP/EP communication; PCIe-only cards: their bus.
+    interconnect_gbps: float | None = Field(default=None, gt=0)
+    #: On-demand price per GPU-hour where a public list price is known (its source and date in
+    #: ``sources["price"]``); None = unknown (costs are then counted in GPU-hours).
+    price_per_hour: float | None = Field(default=None, gt=0)
     host_link_gbps: float | None = None
     host_link: str = ""
     device_name: str = ""
@@ -102,12 +111,28 @@ def get_gpu(gpu_id: str) -> GPU:
     if found is not None:
         return found
     if gpu_id.startswith("custom:"):
+        return custom_gpu(*_custom_numbers(gpu_id))
+    raise KVPlanError("unknown.gpu", value=clip(gpu_id))
+
+
+def _custom_numbers(gpu_id: str) -> list[float]:
+    """``custom:<GiB>[:<TB/s>[:<TFLOPS>]]``: one to three finite numbers within ``CUSTOM_GPU_LIMITS``."""
+    parts = gpu_id.split(":")[1:]
+    if not 1 <= len(parts) <= 3:
+        raise KVPlanError("gpu.custom_fields", value=clip(gpu_id), count=len(parts))
+    numbers = []
+    for part, (field, (low, high)) in zip(parts, CUSTOM_GPU_LIMITS.items(), strict=False):
+        text = part.strip()
         try:
-            numbers = [float(part) for part in gpu_id.split(":")[1:4]]
-            return custom_gpu(*numbers)
-        except (ValueError, TypeError, OverflowError):
-            pass
-    raise KVPlanError("unknown.gpu", value=gpu_id)
+            value = float(text) if len(text) <= 40 else float("nan")
+        except ValueError:
+            raise KVPlanError("gpu.custom", value=clip(gpu_id), why=MESSAGES["value.not_number"].format(
+                field=field, value=clip(text, 20))) from None
+        if not low <= value <= high:
+            raise KVPlanError("gpu.custom", value=clip(gpu_id), why=MESSAGES["value.range"].format(
+                field=field, low=low, high=high, value=clip(text, 20)))
+        numbers.append(value)
+    return numbers
 
 
 def custom_gpu(capacity_gib: float, bandwidth_tbps: float = 1.0, bf16_tflops: float = 100.0,

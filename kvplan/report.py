@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,9 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from kvplan.errors import KVPlanError, short
+from kvplan.config_import import MAX_DEPTH, json_depth
+from kvplan.errors import MESSAGES, KVPlanError, clip, csv_cell, plotly_text, short
+from kvplan.files import output_dir, read_limited, write_file
 from kvplan.png import TEMPLATE
 from kvplan.scenario import Scenario, check_names, scenario_arch, scenario_fit_query, scenario_gpu
 
@@ -76,11 +79,24 @@ def scenario_link(scenario: Scenario) -> str:
 LINK_COLUMN = "scenario_link"
 
 
+def _csv_text(value: object) -> object:
+    """``csv_cell``, then a bare CR (which the writer leaves unquoted, splitting the row in most
+    readers) becomes a space."""
+    value = csv_cell(value)
+    return value.replace("\r", " ") if isinstance(value, str) else value
+
+
 def to_csv(df: pd.DataFrame, scenario: Scenario) -> str:
     """CSV text: the table with units in the headers, the link query in a last ``scenario_link``
-    column (on every row, so a filtered or sorted copy keeps it)."""
-    table = df.rename(columns={c: unit_header(c) for c in df.columns})
-    table[LINK_COLUMN] = scenario_link(scenario)
+    column (on every row, so a filtered or sorted copy keeps it).
+
+    Text cells that a spreadsheet would evaluate (``=HYPERLINK(…)``, ``+``, ``-``, ``@``, tab, CR)
+    get a leading ``'`` (``kvplan.errors.csv_cell``); numbers stay numbers."""
+    table = df.rename(columns={c: csv_cell(unit_header(c)) for c in df.columns})
+    for column in table.columns:
+        if not pd.api.types.is_numeric_dtype(table[column]):
+            table[column] = table[column].map(_csv_text)
+    table[LINK_COLUMN] = str(_csv_text(scenario_link(scenario)))
     buffer = io.StringIO()
     table.to_csv(buffer, index=False, lineterminator="\n")
     return buffer.getvalue()
@@ -124,9 +140,11 @@ def parse_scenario_file(raw: str | bytes) -> ScenarioFile:
     if len(raw) > MAX_SCENARIO_BYTES:
         raise KVPlanError("scenario.invalid", detail=f"{len(raw):,} bytes; the limit is "
                                                      f"{MAX_SCENARIO_BYTES:,}")
+    if json_depth(raw, MAX_DEPTH) > MAX_DEPTH:
+        raise KVPlanError("scenario.invalid", detail=MESSAGES["link.too_deep"].format(limit=MAX_DEPTH))
     try:
         data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise KVPlanError("scenario.invalid", detail=f"not valid JSON ({short(str(exc), 80)})") from None
     if not isinstance(data, dict):
         raise KVPlanError("scenario.invalid", detail=f"expected a JSON object, got {type(data).__name__}")
@@ -134,8 +152,9 @@ def parse_scenario_file(raw: str | bytes) -> ScenarioFile:
         return ScenarioFile.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
-        where = ".".join(str(p) for p in first.get("loc", ())) or "file"
-        raise KVPlanError("scenario.invalid", detail=f"{where}: {first.get('msg', 'invalid')}") from None
+        where = clip(".".join(str(p) for p in first.get("loc", ())) or "file", 60)
+        raise KVPlanError("scenario.invalid", detail=f"{where}: {clip(first.get('msg', 'invalid'), 120)}") \
+            from None
 
 
 def scenario_to_json(scenario: Scenario, name: str = "Custom scenario", description: str = "",
@@ -177,16 +196,19 @@ def parse_link(text: str) -> dict[str, str]:
     return {k: v[-1] for k, v in parse_qs(query, keep_blank_values=True).items()}
 
 
+def _is_file(text: str) -> bool:
+    """True for an existing file; a name the OS refuses (over 255 bytes, a NUL) is not one."""
+    try:
+        return len(text) < 4096 and os.path.isfile(text)
+    except (OSError, ValueError):
+        return False
+
+
 def load_scenario(arg: str | Path) -> Scenario:
     """A scenario from a scenario file path, a named scenario id, or a link / query string."""
     text = str(arg).strip()
-    path = Path(text)
-    if text.endswith(".json") or (len(text) < 4096 and path.is_file()):
-        try:
-            raw = path.read_bytes()
-        except OSError as exc:
-            raise KVPlanError("file.missing", path=text, detail=exc.strerror or str(exc)) from None
-        return scenario_from_json(raw)
+    if text.endswith(".json") or _is_file(text):
+        return scenario_from_json(read_limited(text, MAX_SCENARIO_BYTES, "scenario.too_large"))
     if text in named_scenarios():
         return named_scenario(text)
     if text.startswith("?") or "://" in text or "=" in text:
@@ -271,10 +293,13 @@ def scenario_tables(scenario: Scenario) -> dict[str, pd.DataFrame]:
 
 
 def scenario_title(scenario: Scenario) -> str:
-    model = (str(scenario.custom_config.get("name") or "custom config")
+    """The report's title line; user text (a config's ``name``) is escaped for plotly, which
+    renders HTML such as ``<span style=…>`` in titles."""
+    model = (clip(scenario.custom_config.get("name") or "custom config", 120)
              if scenario.custom_config is not None else scenario.model)
-    return (f"{model} · {scenario.engine} · {scenario.num_gpus}× {scenario.gpu} (tp {scenario.tp}, "
-            f"pp {scenario.pp}) · {scenario.tokens:,} tokens × {scenario.users:,} users")
+    return plotly_text(f"{model} · {scenario.engine} · {scenario.num_gpus}× {scenario.gpu} "
+                       f"(tp {scenario.tp}, pp {scenario.pp}) · {scenario.tokens:,} tokens × "
+                       f"{scenario.users:,} users")
 
 
 def report_figure(scenario: Scenario, tables: dict[str, pd.DataFrame] | None = None):
@@ -336,7 +361,8 @@ def report_figure(scenario: Scenario, tables: dict[str, pd.DataFrame] | None = N
                    f"max_position_embeddings ({limit:,}): does not fit</span>")
     fig.update_layout(template=TEMPLATE, width=REPORT_WIDTH, height=REPORT_HEIGHT,
                       title={"text": f"kvplan report — {scenario_title(scenario)}<br>"
-                                     f"<sup>{scenario_link(scenario)}</sup>{warning}", "x": 0.01},
+                                     f"<sup>{plotly_text(scenario_link(scenario))}</sup>{warning}",
+                             "x": 0.01},
                       margin={"t": 110, "l": 60, "r": 30, "b": 90}, legend={"orientation": "v"})
     return fig
 
@@ -371,30 +397,21 @@ def write_report(scenario_arg: str, out: Path, png: bool = True) -> list[Path]:
     (with the install command) is printed instead of failing.
     """
     scenario = load_scenario(scenario_arg)
-    out = Path(out)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise KVPlanError("file.missing", path=str(out), detail=exc.strerror or str(exc)) from None
+    out = output_dir(out)
     tables = scenario_tables(scenario)
     written: list[Path] = []
     for stem, df in tables.items():
-        path = out / f"{stem}.csv"
-        path.write_text(to_csv(df, scenario), encoding="utf-8")
-        written.append(path)
-    path = out / "scenario.json"
+        written.append(write_file(out / f"{stem}.csv", to_csv(df, scenario)))
     named = next((f for f in named_scenarios().values() if f.id == str(scenario_arg).strip()), None)
-    path.write_text(scenario_to_json(scenario, **({"name": named.name, "description": named.description,
-                                                   "scenario_id": named.id, "source": named.source}
-                                                  if named else {})), encoding="utf-8")
-    written.append(path)
+    written.append(write_file(out / "scenario.json", scenario_to_json(scenario, **(
+        {"name": named.name, "description": named.description, "scenario_id": named.id,
+         "source": named.source} if named else {}))))
     if png:
         from kvplan.png import PNG_MISSING_HELP, chromium_available, fig_to_png
 
         if not chromium_available():
             print(f"PNG skipped: {PNG_MISSING_HELP}")
         else:
-            path = out / "report.png"
-            path.write_bytes(fig_to_png(report_figure(scenario, tables), REPORT_WIDTH, REPORT_HEIGHT, 1.0))
-            written.append(path)
+            png_bytes = fig_to_png(report_figure(scenario, tables), REPORT_WIDTH, REPORT_HEIGHT, 1.0)
+            written.append(write_file(out / "report.png", png_bytes))
     return written

@@ -16,10 +16,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from kvplan.config_import import ARCHITECTURE_KEYS
+from kvplan.config_import import ARCHITECTURE_KEYS, MAX_CONFIG_BYTES, MAX_DEPTH, json_depth
 from kvplan.engines import DEFAULT_ENGINE
 from kvplan.engines.settings import SETTINGS, EngineSettings, Setting
 from kvplan.errors import MESSAGES, clip, is_plain_int, short
+from kvplan.presets import CUSTOM_GPU_LIMITS
 
 SCHEMA_VERSION = 1
 CUSTOM_GPU = "custom"
@@ -28,6 +29,24 @@ MAX_PARAM_CHARS = 8192
 MAX_TOKENS = 100_000_000
 MAX_USERS = 10_000_000
 MAX_GPUS = 4096
+
+#: The one set of bounds of every numeric input: the schema below and the dashboard's widgets
+#: (``kvplan.ui.sidebar``) both read it, so a link value the widgets cannot show is refused with a
+#: warning naming it instead of being silently clamped by the widget.
+BOUNDS: dict[str, tuple[float, float]] = {
+    "custom_gpu_gib": CUSTOM_GPU_LIMITS["memory"], "custom_gpu_tbps": CUSTOM_GPU_LIMITS["bandwidth"],
+    "custom_gpu_tflops": CUSTOM_GPU_LIMITS["tflops"],
+    "num_gpus": (1, MAX_GPUS), "tp": (1, MAX_GPUS), "pp": (1, MAX_GPUS), "tokens": (1, MAX_TOKENS),
+    "users": (1, MAX_USERS), "reserve_gib": (0.0, 100_000.0),
+    "prefix_tokens": (0, MAX_TOKENS),
+    "output_tokens": (1, MAX_TOKENS),
+}
+
+
+def _bounded(name: str, default: Any, alias: str) -> Any:
+    low, high = BOUNDS[name]
+    return Field(default=default, alias=alias, ge=low, le=high)
+
 
 #: Config keys kept when an uploaded config.json is put in a link: every key the importer reads,
 #: plus the name and parameter counts a user may add.
@@ -51,24 +70,25 @@ class Scenario(BaseModel):
     weight_dtype: str = Field(default="auto", alias="wd")
     gpu: str = Field(default="h100-sxm", alias="g", max_length=64)
     #: A user-defined accelerator (``g=custom``): memory in GiB, bandwidth TB/s, dense BF16 TFLOPS.
-    custom_gpu_gib: float = Field(default=80.0, alias="gm", gt=0, le=1_000_000)
-    custom_gpu_tbps: float = Field(default=3.35, alias="gb", gt=0, le=10_000)
-    custom_gpu_tflops: float = Field(default=989.0, alias="gf", gt=0, le=1_000_000)
-    num_gpus: int = Field(default=1, alias="n", ge=1, le=MAX_GPUS)
-    tp: int = Field(default=1, alias="tp", ge=1, le=MAX_GPUS)
-    pp: int = Field(default=1, alias="pp", ge=1, le=MAX_GPUS)
-    tokens: int = Field(default=32768, alias="t", ge=1, le=MAX_TOKENS)
-    users: int = Field(default=8, alias="u", ge=1, le=MAX_USERS)
-    reserve_gib: float | None = Field(default=None, alias="r", ge=0, le=100_000)
-    #: Engine knobs; each travels under its own link key (``SETTING_KEYS``).
+    custom_gpu_gib: float = _bounded("custom_gpu_gib", 80.0, "gm")
+    custom_gpu_tbps: float = _bounded("custom_gpu_tbps", 3.35, "gb")
+    custom_gpu_tflops: float = _bounded("custom_gpu_tflops", 989.0, "gf")
+    num_gpus: int = _bounded("num_gpus", 1, "n")
+    tp: int = _bounded("tp", 1, "tp")
+    pp: int = _bounded("pp", 1, "pp")
+    tokens: int = _bounded("tokens", 32768, "t")
+    users: int = _bounded("users", 8, "u")
+    reserve_gib: float | None = _bounded("reserve_gib", None, "r")
+    #: Engine knobs; each travels under its own link key (``SETTING_KEYS``) with the bounds of its
+    #: one declaration (``kvplan.engines.settings``), which the sidebar widgets use too.
     engine_settings: EngineSettings = Field(default_factory=EngineSettings)
     #: The dashboard view (tab) the link opens.
-    view: Literal["context", "users", "memory", "requests", "designs", "serving"] = Field(
+    view: Literal["context", "users", "memory", "requests", "designs", "serving", "recommend"] = Field(
         default="context", alias="vw")
     log_x: bool = Field(default=True, alias="lx")
     stack_kinds: bool = Field(default=False, alias="sk")
-    prefix_tokens: int = Field(default=1024, alias="pf", ge=0, le=MAX_TOKENS)
-    output_tokens: int = Field(default=512, alias="o", ge=1, le=MAX_TOKENS)
+    prefix_tokens: int = _bounded("prefix_tokens", 1024, "pf")
+    output_tokens: int = _bounded("output_tokens", 512, "o")
     #: The serving section's own inputs (``sv=key:value;…``; typed and checked by the dashboard).
     serving: dict[str, str] = Field(default_factory=dict, alias="sv", max_length=64)
 
@@ -161,8 +181,8 @@ def _decode_setting(setting: Setting, text: str | None, settings: dict[str, Any]
     try:
         if text is None:
             raise ValueError("empty")
-        value = setting.parse(text)
-        EngineSettings(**{**settings, setting.name: value})
+        value = setting.parse(text, check_bounds=False)
+        EngineSettings(**{**settings, setting.name: value})  # the declared bounds, pydantic's words
     except (ValueError, ValidationError) as exc:
         why = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
         warnings.append(MESSAGES["link.bad_value"].format(
@@ -231,21 +251,36 @@ def _decode_pairs(text: str) -> dict[str, str]:
     return pairs
 
 
-def encode_config(config: dict[str, Any]) -> str:
-    """Keep the architecture keys of a config.json and pack them for a URL."""
+def link_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The architecture keys of a config.json (``CONFIG_KEYS``, also inside ``text_config``):
+    what a link carries and what a session keeps of an upload."""
     kept = {k: config[k] for k in CONFIG_KEYS if k in config}
     if isinstance(config.get("text_config"), dict):
         kept["text_config"] = {k: v for k, v in config["text_config"].items() if k in CONFIG_KEYS}
-    raw = json.dumps(kept, separators=(",", ":"), sort_keys=True).encode()
+    return kept
+
+
+def encode_config(config: dict[str, Any]) -> str:
+    """Keep the architecture keys of a config.json and pack them for a URL."""
+    raw = json.dumps(link_config(config), separators=(",", ":"), sort_keys=True).encode()
     return base64.urlsafe_b64encode(zlib.compress(raw, 9)).decode().rstrip("=")
 
 
 def decode_config(text: str) -> dict[str, Any]:
+    """The config a link's ``c`` carries; its nesting is bounded before it is parsed."""
     padded = text + "=" * (-len(text) % 4)
+    inflate = zlib.decompressobj()
     try:
-        raw = zlib.decompressobj().decompress(base64.urlsafe_b64decode(padded), 200_000)
-        data = json.loads(raw)
+        raw = inflate.decompress(base64.urlsafe_b64decode(padded), MAX_CONFIG_BYTES)
     except (ValueError, zlib.error) as exc:
+        raise ValueError(f"not a packed config ({type(exc).__name__})") from None
+    if inflate.unconsumed_tail:
+        raise ValueError(MESSAGES["link.config_too_large"].format(limit=MAX_CONFIG_BYTES))
+    if json_depth(raw, MAX_DEPTH) > MAX_DEPTH:
+        raise ValueError(MESSAGES["link.too_deep"].format(limit=MAX_DEPTH))
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
         raise ValueError(f"not a packed config ({type(exc).__name__})") from None
     if not isinstance(data, dict):
         raise ValueError("packed config is not an object")

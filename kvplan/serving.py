@@ -43,7 +43,7 @@ from kvplan.engines import (
 )
 from kvplan.errors import KVPlanError, is_plain_int
 from kvplan.presets import GPU
-from kvplan.sizing import full_length_bytes_per_token
+from kvplan.sizing import INT64_MAX, full_length_bytes_per_token
 
 MAX_CSV_ROWS = 100_000
 MAX_CSV_BYTES = 8_000_000
@@ -338,7 +338,7 @@ def prefix_caching(arch: ModelArch, n_requests: int, prefix_tokens: int, prompt_
     ``T = prompt + output``. With sharing: ``S + N · (ceil(T / u)·u − S)`` where ``S`` is
     ``shared_prefix_tokens``. The curve gives both for ``N = 1 … n_requests``; with ``points`` it
     holds at most that many evenly spaced ``N`` (always 1 and ``n_requests``; both columns are
-    linear in ``N``, so nothing between the samples is lost).
+    linear in ``N``, so nothing between the samples is lost). Bytes beyond int64 stay exact.
     """
     sharing_unit = get_engine(engine).shared_prefix_unit(block_size)
     if prefix_tokens > prompt_tokens:
@@ -354,8 +354,10 @@ def prefix_caching(arch: ModelArch, n_requests: int, prefix_tokens: int, prompt_
         n = np.unique(np.round(np.linspace(1, top, max(points, 2))).astype(np.int64))
     else:
         n = np.arange(1, top + 1, dtype=np.int64)
-    without = n * slots * bpt
-    with_ = (shared + n * (slots - shared)) * bpt
+    if top * slots * bpt > INT64_MAX:  # huge models × long requests: exact Python ints, not wrapped int64
+        n = n.astype(object)
+    without = n * (slots * bpt)
+    with_ = shared * bpt + n * ((slots - shared) * bpt)
     curve = pd.DataFrame({"requests": n, "without_sharing_bytes": without,
                           "with_sharing_bytes": with_})
     assumptions = [

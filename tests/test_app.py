@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,12 @@ def make_app(**params: str) -> AppTest:
     at.query_params.update(params)
     at.run()
     return at
+
+
+def unmd(text: str) -> str:
+    """The text a Markdown element shows: user text reaches Streamlit backslash-escaped
+    (``kvplan.errors.md``)."""
+    return re.sub(r"\\(.)", r"\1", text)
 
 
 def no_errors(at: AppTest) -> None:
@@ -78,7 +85,8 @@ def test_every_preset_runs(model_id):
     assert exact(at)["max_requests"] == expected(Scenario(model=model_id)).max_requests
 
 
-VIEW_CHARTS = {"context": 1, "users": 1, "memory": 1, "requests": 2, "designs": 1, "serving": 7}
+VIEW_CHARTS = {"context": 1, "users": 1, "memory": 1, "requests": 2, "designs": 1, "serving": 7,
+               "recommend": 1}
 
 
 @pytest.mark.parametrize("view", list(VIEW_CHARTS))
@@ -177,12 +185,13 @@ def test_unreadable_config_shows_error_and_keeps_model():
     at.text_area(key="w_paste").input('{"model_type": "llama", ')
     at.button(key="w_paste_go").click().run()
     assert not at.exception
-    assert any("not valid JSON" in e.value and "keeping the previous model" in e.value for e in at.error)
+    assert any("not valid JSON" in unmd(e.value) and "keeping the previous model" in unmd(e.value)
+               for e in at.error)
     assert at.selectbox(key="w_model").value == "qwen3-8b"
     assert exact(at) == before
     at.text_area(key="w_paste").input('{"model_type": "llama"}')
     at.button(key="w_paste_go").click().run()
-    assert any("missing" in e.value for e in at.error)
+    assert any("missing" in unmd(e.value) for e in at.error)
     assert at.selectbox(key="w_model").value == "qwen3-8b"
 
 
@@ -193,7 +202,7 @@ def test_unreadable_config_shows_error_and_keeps_model():
 def test_bad_link_param_warns_and_falls_back(params, name):
     at = make_app(**params)
     assert not at.exception
-    assert any(name in w.value for w in at.warning), [w.value for w in at.warning]
+    assert any(name in unmd(w.value) for w in at.warning), [unmd(w.value) for w in at.warning]
     assert exact(at)  # the rest of the app still renders
 
 
@@ -244,7 +253,7 @@ def test_serving_inputs_round_trip_through_the_link():
     assert at.selectbox(key="sv_q_bits").value == 2
     assert at.selectbox(key="sv_source").value == "fixed"
     assert at.number_input(key="sv_prompt_fixed").value == 300
-    assert any("'sv' entry 'bogus'" in w.value for w in at.warning)
+    assert any("'sv' entry 'bogus'" in unmd(w.value) for w in at.warning)
     at.number_input(key="sv_ram").set_value(128.0).run()
     sv = dict(item.split(":") for item in at.query_params["sv"].split(";"))
     assert sv["ram"] == "128.0" and sv["q_bits"] == "2" and sv["prompt_fixed"] == "300"
@@ -254,7 +263,7 @@ def test_serving_inputs_round_trip_through_the_link():
 def test_bad_serving_value_in_the_link_warns_and_keeps_the_rest():
     at = make_app(m="llama-3.1-8b", t="4096", vw="serving", sv="q_bits:3;ram:32.0")
     no_errors(at)
-    assert any("sv:q_bits" in w.value for w in at.warning)
+    assert any("sv:q_bits" in unmd(w.value) for w in at.warning)
     assert at.selectbox(key="sv_q_bits").value == 4
     assert at.number_input(key="sv_ram").value == 32.0
     assert at.select_slider(key="w_tokens").value == 4096
@@ -276,7 +285,7 @@ def test_empty_paste_message():
     at = make_app()
     at.button(key="w_paste_go").click().run()
     prefix = MESSAGES["config.empty"].split("{source}")[1].strip()
-    assert any(prefix in e.value for e in at.error), [e.value for e in at.error]
+    assert any(prefix in unmd(e.value) for e in at.error), [unmd(e.value) for e in at.error]
     assert at.selectbox(key="w_model").value == Scenario().model
 
 
@@ -289,7 +298,7 @@ def test_a_failing_view_is_reported_not_raised():
     at = AppTest.from_function(script, default_timeout=30)
     at.run()
     assert not at.exception
-    assert at.error[0].value.startswith("Broken view could not be drawn (ZeroDivisionError")
+    assert unmd(at.error[0].value).startswith("Broken view could not be drawn (ZeroDivisionError")
 
 
 def test_serving_allocation_is_for_the_scenario_model_and_its_inputs():
@@ -303,3 +312,48 @@ def test_serving_allocation_is_for_the_scenario_model_and_its_inputs():
     title = spec["layout"]["title"]["text"]
     assert "Qwen3-8B" in title and "block 256" in title and "max length 4,096" in title, title
     assert any("block 256 tokens" in c.value for c in at.caption)
+
+
+def test_recommend_tab_shows_chart_table_and_links_with_the_core_memory():
+    """vw=recommend: the Pareto chart and the ranked table; the first candidate's link opens a
+    scenario whose KPI cards hold the same weights, KV budget and max requests as the table."""
+    from kvplan.recommend import RecommendQuery, recommend
+
+    at = make_app(m="llama-3.1-8b", vw="recommend")
+    no_errors(at)
+    assert at.session_state["w_view"] == VIEWS["recommend"]
+    assert len(at.get("plotly_chart")) == 1
+    table = next(d.value for d in at.dataframe if "link" in d.value.columns)
+    scenario = Scenario(model="llama-3.1-8b")
+    want = recommend(load_model("llama-3.1-8b"), RecommendQuery(
+        users=8, prompt={"kind": "fixed", "value": 1024}, output={"kind": "fixed", "value": 512},
+        kv_dtypes=("bf16", "fp8_e4m3")), scenario_fit_query(scenario)).ranked
+    first = table.iloc[0]
+    assert (first["gpu"], first["max_requests"]) == (want.iloc[0]["gpu"], want.iloc[0]["max_requests"])
+    params = dict(item.split("=", 1) for item in first["link"].lstrip("?").split("&"))
+    opened = make_app(**params)
+    no_errors(opened)
+    shown = exact(opened)
+    assert shown["weights_per_gpu"] == first["weights_per_gpu_bytes"]
+    assert shown["kv_budget"] == first["kv_budget_bytes"]
+    assert shown["max_requests"] == first["max_requests"]
+    assert shown["kv_per_request"] == first["kv_bytes_per_request"]
+
+
+def test_recommend_tab_names_impossible_targets():
+    at = make_app(m="llama-3.1-8b", vw="recommend")
+    at.selectbox(key="sv_rc_preset").set_value("custom").run()
+    at.number_input(key="sv_rc_tpot").set_value(0.001).run()
+    assert not at.exception
+    assert any("no candidate meets every constraint; the tightest is TPOT" in w.value for w in at.warning)
+    sv = dict(item.split(":") for item in at.query_params["sv"].split(";"))
+    assert sv == {"rc_preset": "custom", "rc_tpot": "0.001"}
+
+
+def test_recommend_inputs_come_from_the_link():
+    """sv=rc_… sets traffic and targets: 32 users, the MLPerf standard targets, p50."""
+    at = make_app(m="llama-3.1-8b", vw="recommend", sv="rc_users:32;rc_preset:mlperf-llama2-70b;rc_pct:p50")
+    no_errors(at)
+    assert at.number_input(key="sv_rc_users").value == 32
+    assert any("TTFT ≤ 2000 ms, TPOT ≤ 200 ms" in c.value for c in at.caption)
+    assert any("Lengths at p50" in c.value for c in at.caption)

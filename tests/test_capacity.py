@@ -22,15 +22,17 @@ def run(model: str, gpu: str, **kw) -> object:
 def test_opt13b_on_a100_40gb_as_in_the_vllm_paper():
     """vLLM paper §1: weights ≈ 65 % of an A100-40GB, ≈ 30 % left for KV, ≈ 7 requests of 2,048.
 
-    Weights 12.85e9 × 2 B = 25.7e9 B = 59.8 % of 42,949,672,960 B (40960 MiB) and 64 % of 40 GB;
-    vLLM budget ceil(42,949,672,960 × 0.92) − 25.7e9 − 1 GiB = 12,739,957,300 B = 29.7 % of the
+    Weights as loaded (kvplan.weights): 12,853,473,280 stored parameters (tied embeddings, 2,050
+    learned positions, every bias and LayerNorm bias) + vLLM's vocab padding 50,272 → 50,304 rows
+    (32 × 5,120) = 12,853,637,120 × 2 B = 25,707,274,240 B = 64 % of 40 GB; vLLM budget
+    ceil(42,949,672,960 × 0.92) − 25,707,274,240 − 1 GiB = 12,732,683,060 B = 29.6 % of the
     device; one block = 40 layers × 16 × 40 heads × 128 × 2 × 2 B = 13,107,200 B → 971 blocks;
     a 2,048-token request takes 128 blocks → (971 − 1) // 128 = 7 requests; 971/128 = 7.59x.
     """
     r = run("opt-13b", "a100-40gb-sxm", tokens=2048, kv_dtype="fp16", weight_dtype="fp16")
-    assert r.weights_bytes == 25_700_000_000
+    assert r.weights_bytes == 25_707_274_240
     assert round(r.weights_bytes / 40e9, 2) == 0.64
-    assert r.kv_budget_bytes == 12_739_957_300
+    assert r.kv_budget_bytes == 12_732_683_060
     assert round(r.kv_budget_bytes / r.gpu_capacity_bytes, 2) == 0.30
     assert (r.bytes_per_block, r.num_blocks, r.blocks_per_request) == (13_107_200, 971, 128)
     assert r.max_requests == 7
@@ -113,10 +115,17 @@ def test_mla_block_size_and_replication_deepseek_v3():
 
 
 def test_deepseek_v3_fp8_weights_on_8xh200():
-    """671.03e9 params × 1 B / 8 ranks ≈ 83.9 GB per GPU; the rest of the 0.92 × 150.75 GB is KV."""
-    r = run("deepseek-v3", "h200", tokens=32768, weight_dtype="fp8", tp=8, num_gpus=8)
+    """The checkpoint's own format (no weight dtype given): FP8 with one fp32 scale per 128×128
+    block, embeddings/LM head/norms/routers bf16. Per rank at TP 8: 671.03e9 params × ~1 B / 8
+    ≈ 84 GB plus the bf16 parts — 85,140,071,456 B. Experts: 58 MoE layers × 256 experts, each
+    with its 2,048 intermediate split over 8 ranks: w13 512 × 7,168 + w2 7,168 × 256 fp8 bytes and
+    (4 × 56 + 56 × 2) fp32 block scales. The rest of 0.92 × 150.75 GB is KV."""
+    r = run("deepseek-v3", "h200", tokens=32768, tp=8, num_gpus=8)
     assert r.weights_fit and r.max_requests >= 20
-    assert r.weights_bytes == pytest.approx(671.03e9 / 8, rel=0.01)
+    assert r.weight_dtype == "fp8"
+    assert r.weights_bytes == 85_140_071_456
+    assert r.weights_breakdown["experts"] == 58 * 256 * (512 * 7168 + 7168 * 256 + (4 * 56 + 56 * 2) * 4)
+    assert r.weights_bytes == pytest.approx(671.03e9 / 8, rel=0.02)
 
 
 def test_llama31_8b_bf16_on_one_h100_at_32k():
@@ -199,9 +208,14 @@ def test_custom_accelerator_on_the_command_line(capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["gpu_capacity_bytes"] == 51_539_607_552
     assert data["memory_target_bytes"] == -(-51_539_607_552 * 92 // 100)
-    for bad in ("custom:abc", "custom:-5", "custom:inf", "custom:"):
+    for bad, why in (("custom:abc", "memory must be a number, got abc"),
+                     ("custom:-5", "memory must be between 0.1 and 1,000,000.0, got -5"),
+                     ("custom:inf", "memory must be between 0.1 and 1,000,000.0, got inf"),
+                     ("custom:", "memory must be a number, got "),
+                     ("custom:80:1:1:1", "4 numbers given, one to three expected")):
         assert main(["fit", "--model", "llama-3.1-8b", "--gpu", bad, "--tokens", "8"]) == 2
-        assert "unknown accelerator" in capsys.readouterr().err
+        assert capsys.readouterr().err == (f"kvplan: error: accelerator '{bad}': {why} "
+                                           "(custom:<GiB>[:<TB/s>[:<BF16 TFLOPS>]])\n")
 
 
 def test_tensorrt_llm_pool_arithmetic():

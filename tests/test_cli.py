@@ -6,13 +6,21 @@ through a real entry point (CLI, config import, link decoding, scenario files, C
 
 from __future__ import annotations
 
+import base64
 import json
+import os
+import socket
 import string
+import sys
+import zlib
+from unittest import mock
 
 import pytest
 from cli_helpers import run_cli
 
+from kvplan.dtypes import KV_DTYPE_CHOICES, WEIGHT_DTYPES
 from kvplan.errors import MESSAGES, KVPlanError, short
+from kvplan.presets import gpus
 
 # --------------------------------------------------------------------------- helpers
 
@@ -207,22 +215,93 @@ def reach(code: str, tmp_path) -> str:
         return str(raises_code(code, parse_lengths_csv, b"prompt,output\n12,abc\n"))
     if code == "file.missing":
         return cli_error(["kv", "--config", str(tmp_path / "absent.json"), "--tokens", "1"])
+    if code == "file.not_regular":
+        return cli_error(["kv", "--config", "/dev/zero", "--tokens", "1"])
+    if code == "file.not_writable":
+        return cli_error(["report", "--scenario", "opt-13b-vllm-paper", "--out", "/proc/x", "--no-png"])
+    if code == "link.too_deep":
+        deep = base64.urlsafe_b64encode(zlib.compress(b"[" * 1000)).decode()
+        _, warnings = Scenario.from_query({"c": deep})
+        assert warnings[0].startswith("link parameter 'c'=")
+        return warnings[0]
+    if code == "link.config_too_large":
+        bomb = base64.urlsafe_b64encode(zlib.compress(b" " * 3_000_000)).decode()
+        _, warnings = Scenario.from_query({"c": bomb})
+        assert warnings[0].startswith("link parameter 'c'=")
+        return warnings[0]
+    if code == "file.not_directory":
+        return cli_error(["report", "--scenario", "opt-13b-vllm-paper", "--out", "/etc/hostname",
+                          "--no-png"])
+    if code == "gpu.custom_fields":
+        return cli_error(["fit", "--model", "llama-2-7b", "--gpu", "custom:80:1:1:1:1:1", "--tokens", "1"])
+    if code == "gpu.custom":
+        return cli_error(["fit", "--model", "llama-2-7b", "--gpu", "custom:1e18", "--tokens", "1"])
+    if code == "scenario.too_large":
+        path = tmp_path / "big.json"
+        path.write_bytes(b" " * 1_000_001)
+        return cli_error(["report", "--scenario", str(path), "--out", str(tmp_path), "--no-png"])
+    if code.startswith("recommend."):
+        base = ["recommend", "--model", "llama-2-7b", "--gpus", "h100-sxm"]
+        more = {"recommend.empty": ["--kv-dtypes", ""], "recommend.traffic": ["--users", "0"],
+                "recommend.targets": ["--tpot-ms", "-1"], "recommend.preset": ["--preset", "fast"],
+                "recommend.calibrate": ["--measured-gpu", "h100-sxm", "--measured-ttft-ms", "0.001"],
+                "recommend.too_many": ["--gpus", ",".join(gpus()), "--max-gpus", "1024", "--pp",
+                                       "1,2,4,8,16,32", "--kv-dtypes", ",".join(KV_DTYPE_CHOICES),
+                                       "--weight-dtypes", ",".join(WEIGHT_DTYPES)]}
+        if code == "recommend.none":
+            status, out, _ = run_cli([*base, "--tpot-ms", "0.001", "--json"])
+            assert status == 0
+            return json.loads(out)["message"]
+        return cli_error([*base, *more[code]])
     if code.startswith("calibrate."):
         log = tmp_path / "vllm.log"
         log.write_bytes({"calibrate.empty": b"", "calibrate.not_text": b"\xff\x00" * 64,
+                         "calibrate.bad_value": b"GPU KV cache size: " + b"9" * 5000 + b" tokens\n",
                          "calibrate.too_large": b"x" * (2 << 20),
                          "calibrate.no_lines": b"INFO nothing here\n"}.get(
             code, b"GPU KV cache size: 81,920 tokens\n"))
         more = ["--engine", "sglang"] if code == "calibrate.engine" else []
         return cli_error(["calibrate", "--model", "llama-2-7b", "--gpu", "h100-sxm", "--tokens",
                           "4096", "--log", str(log), *more])
+    if code == "parallel.ep":
+        return cli_error(["fit", "--model", "qwen3-30b-a3b", "--gpu", "h100-sxm", "--tokens", "8",
+                          "--tp", "4", "--num-gpus", "4", "--ep", "3"])
+    if code in {"weights.unknown_method", "weights.bad_quantization"}:
+        quant = {"quant_method": "hqq_magic"} if code == "weights.unknown_method" else {
+            "quant_method": "fp8", "weight_block_size": [128]}
+        path = tmp_path / "config.json"
+        path.write_text(json.dumps({**LLAMA_MIN, "quantization_config": quant}))
+        return cli_error(["fit", "--config", str(path), "--gpu", "h100-sxm", "--tokens", "8"])
+    if code.startswith("checkpoint."):
+        (tmp_path / "config.json").write_text(json.dumps(LLAMA_MIN))
+        if code != "checkpoint.not_found":
+            head = (b"\xff" * 8 if code == "checkpoint.header_too_large"
+                    else (4).to_bytes(8, "little") + b"[1]!")
+            (tmp_path / "model.safetensors").write_bytes(head + b"{}" * 8)
+        return cli_error(["fit", "--checkpoint", str(tmp_path), "--gpu", "h100-sxm", "--tokens", "8"])
+    if code == "hub.bad_id":
+        return cli_error(["fit", "--hf-id", "no-slash", "--gpu", "h100-sxm", "--tokens", "8"])
+    if code == "hub.not_installed":
+        with mock.patch.dict(sys.modules, {"huggingface_hub": None}):
+            return cli_error(["fit", "--hf-id", "org/name", "--gpu", "h100-sxm", "--tokens", "8"])
+    if code == "hub.unavailable":
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        sock.close()
+        with mock.patch.dict(os.environ, {"HF_ENDPOINT": f"http://127.0.0.1:{port}"}):
+            return cli_error(["fit", "--hf-id", "org/name", "--gpu", "h100-sxm", "--tokens", "8"])
     raise AssertionError(f"no entry point for {code}")
 
 
-#: Codes reached here through an entry point; the two dashboard-only ones are reached in
-#: tests/test_app.py (test_empty_paste_message, test_a_failing_view_is_reported_not_raised).
-DASHBOARD_ONLY = {"config.empty", "internal.view"}
-REACHED = sorted(set(MESSAGES) - DASHBOARD_ONLY)
+#: Codes reached here through an entry point; the dashboard-only ones are reached in
+#: tests/test_app.py (test_empty_paste_message, test_a_failing_view_is_reported_not_raised) and
+#: tests/test_hostile.py (test_every_gpu_failing_is_a_named_message).
+DASHBOARD_ONLY = {"config.empty", "internal.view", "view.no_gpu"}
+#: hub.unauthorized needs a server answering 401: tests/test_checkpoint.py reaches it through the CLI
+#: (test_hub_gated_repo_needs_hf_token) with a local Hub-like server.
+SERVER_ONLY = {"hub.unauthorized"}
+REACHED = sorted(set(MESSAGES) - DASHBOARD_ONLY - SERVER_ONLY)
 
 
 @pytest.mark.parametrize("code", REACHED)

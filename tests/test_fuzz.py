@@ -13,19 +13,25 @@ The profiles are registered here (not in conftest.py) so that they only apply to
 
 from __future__ import annotations
 
+import base64
+import csv
+import io
 import json
 import os
+import re
 import string
+import zlib
 from pathlib import Path
 from urllib.parse import parse_qs, urlencode
 
+import pandas as pd
 import pytest
 from cli_helpers import run_cli
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from kvplan.config_import import MAX_DEPTH, parse_config
-from kvplan.errors import MESSAGES, KVPlanError
+from kvplan.config_import import MAX_DEPTH, json_depth, parse_config
+from kvplan.errors import MESSAGES, KVPlanError, md, plotly_text
 from kvplan.presets import gpus, model_presets
 from kvplan.scenario import Scenario
 
@@ -347,6 +353,7 @@ scenario_files = st.one_of(
 
 @FUZZ
 @given(scenario_files)
+@example(b'{"query":{"\\n":null}}')
 def test_scenario_file_upload(raw):
     from kvplan.report import scenario_from_json
 
@@ -382,3 +389,215 @@ def test_lengths_csv_upload(raw):
         assert "\n" not in str(err)
         return
     assert (workload.prompt >= 0).all() and (workload.output >= 0).all()
+
+
+# --------------------------------------------------------------------------- hostile classes (#17)
+#: Markdown, HTML and spreadsheet-formula payloads; each goes into every string field below.
+PAYLOADS = [
+    "![x](https://evil.example/p.png)", "[click here to sign in](https://evil.example)",
+    "**bold** _it_ `code`", "# heading", "> quote", "- item", ":red[alarm] :material/lock:",
+    "$x^2$", "<span style=\"font-size:90px;color:red\">ALL GOOD</span>", "<a href=x>y</a>",
+    "<img src=x onerror=alert(1)>", "=HYPERLINK(\"https://evil.example\",\"x\")", "+1+1", "-2+3",
+    "@SUM(A1:A9)", "\tcmd", "\rcmd", "line\nbreak", "www.evil.example", "&lt;b&gt;",
+]
+payloads = st.one_of(st.sampled_from(PAYLOADS), st.lists(st.sampled_from(PAYLOADS), min_size=2,
+                                                          max_size=3).map("".join), texts)
+#: A Markdown link/image whose brackets are not backslash-escaped.
+LIVE_MARKDOWN = re.compile(r"(?<!\\)\[[^\]]*(?<!\\)\]\(")
+NON_REGULAR = ["/dev/zero", "/dev/null", "/dev/urandom", "/", "/proc", "/proc/self/fd"]
+
+
+def _check_shown(message: str) -> None:
+    """A message as the dashboard shows it (``md``): no live Markdown, the text kept exactly."""
+    shown = md(message)
+    assert "\n" not in shown and shown.isprintable()
+    assert not LIVE_MARKDOWN.search(shown), shown
+    assert not re.search(r"(?<!\\)[*_`<>\[\]$~|:#]", re.sub(r"\\\\", "", shown)), shown
+    one_line = " ".join(message.splitlines())
+    expected = "".join(ch if ch.isprintable() else "?" for ch in one_line)
+    assert re.sub(r"\\(.)", r"\1", shown) == expected
+
+
+def _packed(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(zlib.compress(raw, 9)).decode().rstrip("=")
+
+
+@st.composite
+def deep_json(draw) -> bytes:
+    depth = draw(st.one_of(st.integers(min_value=MAX_DEPTH - 2, max_value=MAX_DEPTH + 2),
+                           st.integers(min_value=MAX_DEPTH, max_value=200_000)))
+    opener, closer = draw(st.sampled_from([("[", "]"), ('{"a":', "}"), ('[{"b":', "}]")]))
+    closed = draw(st.booleans())
+    inner = draw(st.sampled_from(["1", '"["', '"]]]]"', "null", ""]))
+    body = opener * depth + inner + (closer * depth if closed else "")
+    return draw(st.sampled_from(["{}", '{"x": {}}', '{"query": {}}'])).replace("{}", body, 1).encode()
+
+
+@FUZZ
+@given(deep_json(), st.sampled_from(["t", "u"]))
+@example(b"[" * 100_000, "t")
+@example(b'{"a":' + b"[" * 500 + b"]" * 500 + b"}", "u")
+def test_deeply_nested_link_config(raw, other):
+    """``c=`` that decompresses to deep nesting: a warning naming ``c``, the rest kept."""
+    scenario, warnings = Scenario.from_query({"c": _packed(raw), other: "77"})
+    _check_warnings(warnings)
+    assert getattr(scenario, {"t": "tokens", "u": "users"}[other]) == 77
+    if json_depth(raw, MAX_DEPTH) > MAX_DEPTH:
+        assert scenario.custom_config is None
+        assert warnings and warnings[0].startswith("link parameter 'c'="), warnings
+        assert warnings[0].endswith(MESSAGES["link.too_deep"].format(limit=MAX_DEPTH))
+    if scenario.custom_config is not None:
+        scenario.model_dump_json()   # the cache key of every view
+
+
+@FUZZ
+@given(deep_json())
+@example(b"[" * 500_000)
+@example(b'{"query":{"\\n":null}}')
+def test_deeply_nested_scenario_file(raw):
+    from kvplan.report import MAX_SCENARIO_BYTES, scenario_from_json
+
+    try:
+        scenario_from_json(raw)
+    except KVPlanError as err:
+        assert err.code == "scenario.invalid" and str(err).isprintable()
+        if json_depth(raw, MAX_DEPTH) > MAX_DEPTH and len(raw) <= MAX_SCENARIO_BYTES:
+            assert str(err).endswith(MESSAGES["link.too_deep"].format(limit=MAX_DEPTH))
+
+
+huge_ints = st.one_of(st.integers(min_value=0, max_value=10**40),
+                      st.integers(min_value=19, max_value=6000).map(lambda n: "9" * n),
+                      st.integers(min_value=1, max_value=600).map(lambda n: "1" + ",000" * n))
+huge_floats = st.one_of(huge_ints.map(str), st.tuples(huge_ints.map(str), st.integers(0, 400)).map(
+    lambda p: f"{p[0]}.{'9' * p[1]}"), st.floats(min_value=0, allow_nan=False).map(lambda f: f"{f:.2f}"))
+
+
+@st.composite
+def vllm_logs(draw) -> str:
+    lines = draw(st.lists(st.sampled_from([
+        "Available KV cache memory: {f} GiB", "GPU KV cache size: {i} tokens",
+        "Maximum concurrency for {i} tokens per request: {f}x", "# GPU blocks: {i}",
+        "num_gpu_blocks is: {i}", "max_seq_len={i}", "INFO nothing",
+    ]), min_size=1, max_size=6))
+    return "\n".join(line.format(i=draw(huge_ints), f=draw(huge_floats)) for line in lines)
+
+
+@FUZZ
+@given(vllm_logs())
+@example("GPU KV cache size: " + "9" * 5000 + " tokens")
+@example("Available KV cache memory: " + "9" * 400 + " GiB")
+@example("Maximum concurrency for 32,768 tokens per request: " + "9" * 400 + "x")
+@example("Maximum concurrency for 0 tokens per request: 1.00x")
+@example("Maximum concurrency for 1,000,000,000 tokens per request: 1.00x")
+def test_vllm_log_with_huge_numbers(log):
+    """Logs with numbers of thousands of digits: a named message or a calibration, nothing else."""
+    from kvplan.calibrate import calibrate, parse_vllm_log
+    from kvplan.capacity import FitQuery
+    from kvplan.presets import get_gpu, load_model
+
+    try:
+        parsed = parse_vllm_log(log)
+        calibrate(load_model("llama-2-7b"), get_gpu("h100-sxm"), FitQuery(tokens=4096), parsed)
+    except KVPlanError as err:
+        assert err.code.startswith("calibrate."), err.code
+        assert str(err).isprintable() and len(str(err)) <= 300
+
+
+@FUZZ
+@given(st.sampled_from(sorted(FIXTURES)), st.sampled_from(CONFIG_INT_KEYS),
+       st.one_of(st.integers(min_value=10**6, max_value=10**400).map(str),
+                 st.integers(min_value=19, max_value=6000).map(lambda n: "9" * n),
+                 st.sampled_from(["1e308", "1.7976931348623157e308", "1e400", "-1e400", "1e-400",
+                                  "4" * 4301, "9" * 400 + ".5"])))
+def test_config_with_huge_numbers(name, key, number):
+    """Numbers of hundreds or thousands of digits in a config.json: a named message, no crash."""
+    fixture = {k: v for k, v in FIXTURES[name].items() if k != key}
+    text = json.dumps(fixture)[:-1] + f', "{key}": {number}}}'
+    _parse_ok_or_kvplan_error(text)
+
+
+STRING_FIELDS = ["m", "g", "e", "kd", "wd", "sv", "vw"]
+
+
+@FUZZ
+@given(st.dictionaries(st.sampled_from(STRING_FIELDS), payloads, min_size=1, max_size=4),
+       st.one_of(st.none(), payloads))
+@example({"m": "![a](https://evil.example)", "g": "[click](https://evil.example)"}, None)
+def test_markup_payloads_in_link_fields(query, unknown_key):
+    """Every string a link carries, echoed in a warning, is shown as typed (never as Markdown)."""
+    from kvplan.scenario import check_names
+
+    if unknown_key is not None:
+        query = {**query, unknown_key: "1"}
+    scenario, warnings = Scenario.from_query(query)
+    scenario, more = check_names(scenario)
+    for message in warnings + more:
+        _check_shown(message)
+
+
+CONFIG_STRING_KEYS = ["name", "model_type", "torch_dtype", "dtype", "architectures", "layer_types"]
+
+
+@FUZZ
+@given(st.sampled_from(sorted(FIXTURES)), st.sampled_from(CONFIG_STRING_KEYS), payloads)
+@example("llama.json", "name", '<span style="font-size:90px;color:red">ALL GOOD – 0 GiB needed</span>')
+@example("llama.json", "name", '=HYPERLINK("https://evil.example","x")')
+def test_markup_payloads_in_config_fields(name, key, payload):
+    """A config's strings: messages shown as text, names escaped in plotly, CSV cells inert."""
+    from kvplan.report import to_csv
+
+    value = [payload] if key in {"architectures"} else (
+        [payload] * FIXTURES[name].get("num_hidden_layers", 1) if key == "layer_types" else payload)
+    data = {**FIXTURES[name], key: value}
+    try:
+        arch = parse_config(data, name=payload if key == "name" else None)
+    except KVPlanError as err:
+        _check_shown(str(err))
+        return
+    _check_shown(arch.name)
+    assert "<" not in plotly_text(arch.name) and ">" not in plotly_text(arch.name)
+    frame = pd.DataFrame({"model": [arch.name], "value": [-1]})
+    cells = list(csv.reader(io.StringIO(to_csv(frame, Scenario()).split("\n", 1)[1])))
+    assert cells[1][1] == "-1"
+    assert not cells[1][0].startswith(("=", "+", "-", "@", "\t", "\r")), cells[1][0]
+
+
+@FUZZ
+@given(st.dictionaries(st.sampled_from(["id", "name", "description", "source"]), payloads, max_size=4),
+       st.dictionaries(payloads, payloads, max_size=3))
+def test_markup_payloads_in_scenario_files(fields, query):
+    from kvplan.report import scenario_from_json
+
+    raw = json.dumps({**fields, "query": query}).encode()
+    try:
+        scenario_from_json(raw)
+    except KVPlanError as err:
+        assert err.code == "scenario.invalid"
+        _check_shown(str(err))
+
+
+@pytest.mark.parametrize("path", NON_REGULAR)
+@pytest.mark.parametrize("flag", ["--config", "--log", "--scenario"])
+def test_non_regular_files_are_refused_fast(path, flag, tmp_path):
+    import time
+
+    argv = {"--config": ["kv", "--config", path, "--tokens", "5"],
+            "--log": ["calibrate", "--model", "llama-2-7b", "--gpu", "h100-sxm", "--tokens", "64",
+                      "--log", path],
+            "--scenario": ["report", "--scenario", path + "/x.json" if path == "/" else path,
+                           "--out", str(tmp_path), "--no-png"]}[flag]
+    start = time.monotonic()
+    code, _, err = check_cli(argv)
+    assert code == 2 and time.monotonic() - start < 10, err
+    assert "cannot read" in err or "unknown scenario" in err or "scenario" in err, err
+
+
+@pytest.mark.parametrize("path", NON_REGULAR + ["fifo"])
+@pytest.mark.parametrize("command", ["kv", "fit"])
+def test_cli_config_from_special_files(path, command, tmp_path):
+    if path == "fifo":
+        path = str(tmp_path / "config.json")
+        os.mkfifo(path)
+    argv = [command, "--config", path, "--tokens", "5"] + (["--gpu", "h100-sxm"] if command == "fit" else [])
+    code, _, err = check_cli(argv)
+    assert code == 2 and err.endswith(", not a regular file\n"), err

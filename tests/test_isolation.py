@@ -93,7 +93,7 @@ def _text_of(at) -> str:
             for attr in ("value", "body", "label"):
                 value = getattr(element, attr, None)
                 if isinstance(value, str):
-                    parts.append(value)
+                    parts.append(re.sub(r"\\(.)", r"\1", value))  # user text arrives escaped
     return "\n".join(parts)
 
 

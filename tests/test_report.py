@@ -182,7 +182,7 @@ def test_write_report_without_png(tmp_path: Path, capsys) -> None:
     assert names == ["fit.csv", "kv_vs_tokens.csv", "requests_per_gpu.csv", "scenario.json"]
     for path in paths:
         assert path.exists() and path.stat().st_size > 0
-    fit = pd.read_csv(tmp_path / "out" / "fit.csv", comment="#")
+    fit = pd.read_csv(tmp_path / "out" / "fit.csv")
     assert "max_requests [requests]" in fit.columns
     assert json.loads((tmp_path / "out" / "scenario.json").read_text())["id"] == "llama-3.1-70b-8xh100"
     assert load_scenario(str(tmp_path / "out" / "scenario.json")) == named_scenario("llama-3.1-70b-8xh100")

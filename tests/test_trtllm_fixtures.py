@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from kvplan.capacity import FitQuery, fit, stage_weight_bytes, weight_bytes
+from kvplan.capacity import FitQuery, fit, stage_weight_bytes
 from kvplan.errors import KVPlanError
 from kvplan.presets import custom_gpu, get_gpu, load_model, model_presets
 
@@ -58,7 +58,7 @@ def kvplan_fit(case: dict):
              "max_attention_window": kvc["max_attention_window"] and tuple(kvc["max_attention_window"])}
     if case["kvplan_budget"] == "fraction":
         gpu = custom_gpu(memory["total_gpu_memory"] / GIB)
-        weights = max(stage_weight_bytes(arch, weight_bytes(arch, None), pp, tp))
+        weights = max(stage_weight_bytes(arch, None, pp, tp))
         reserve = memory["peak_memory"] - memory["allocated_bytes"] - weights
         assert reserve >= 0
         query["reserve_gib"] = reserve / GIB

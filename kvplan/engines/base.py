@@ -135,6 +135,11 @@ class KVPool:
     def blocks(self, L: np.ndarray) -> np.ndarray:
         raise NotImplementedError
 
+    def max_requests_for(self, L: int, budgets: np.ndarray) -> np.ndarray:
+        """``max_requests(L)`` of this pool's layout for each row of per-stage ``budgets``
+        (shape ``(n, pp)``, int64), with the arithmetic of the constructor vectorised over rows."""
+        raise NotImplementedError
+
     def formulas(self, L: int) -> dict[str, str]:
         return {}
 
@@ -185,6 +190,9 @@ class Engine:
     long_context_rule: ClassVar[str] = ("runs past max_position_embeddings without refusing, but "
                                         "the model was not trained for it (positions beyond are "
                                         "extrapolated)")
+    #: Whether the engine serves MoE models with data-parallel attention and experts split over the
+    #: ranks (expert parallelism), so the recommender may offer EP layouts.
+    expert_parallel: ClassVar[bool] = False
 
     # ------------------------------------------------------------ settings
     def own_settings(self, settings: EngineSettings, **update: object) -> EngineSettings:
@@ -329,6 +337,15 @@ class Engine:
     def make_pool(self, arch: ModelArch, gpu: GPU, kv_dtype: str, settings: EngineSettings,
                   budgets: list[int], notes: list[str]) -> KVPool:
         raise NotImplementedError
+
+    def pool_gpu_key(self, gpu: GPU, arch: ModelArch, kv_dtype: str) -> object:
+        """What ``make_pool`` reads from the GPU besides the resolved settings: GPUs with equal keys
+        and settings get the same pool layout (only the budget differs). Default: nothing."""
+        return None
+
+    def pool_settings_key(self, settings: EngineSettings, arch: ModelArch) -> object:
+        """The part of the resolved settings ``make_pool`` depends on for ``arch`` (default: all)."""
+        return settings
 
     def largest_stage(self, arch: ModelArch, pp: int) -> tuple[int, int]:
         parts = pp_partition(arch.n_layers, pp)

@@ -170,6 +170,12 @@ class BytePool(KVPool):
         per = self.per_request_bytes(L)
         return np.where(per > 0, self.capacity / np.maximum(per, 1), 0.0)
 
+    def max_requests_for(self, L: int, budgets: np.ndarray) -> np.ndarray:
+        """``max(min budget, 0) // bytes per request`` (0 when a request costs nothing)."""
+        budget = np.maximum(np.asarray(budgets, dtype=np.int64).min(axis=1), 0)
+        per = int(self.per_request_bytes(np.asarray([L]))[0])
+        return budget // per if per > 0 else np.zeros(budget.shape, dtype=np.int64)
+
     def pool_tokens(self, L: np.ndarray) -> np.ndarray:
         return np.full(np.shape(L), self.capacity // self.per_token if self.per_token else 0)
 

@@ -35,8 +35,9 @@ class Setting:
     #: Most entries of an ``int_list`` value.
     max_items: int = 0
 
-    def parse(self, text: str) -> Any:
-        """The value of ``text`` as the link and the CLI write it; ``ValueError`` says why not."""
+    def parse(self, text: str, check_bounds: bool = True) -> Any:
+        """The value of ``text`` as the link and the CLI write it; ``ValueError`` says why not
+        (``check_bounds=False``: syntax only, the caller validates the range)."""
         text = text.strip()
         if len(text) > 40 + 12 * self.max_items:
             raise ValueError("too long")
@@ -49,16 +50,16 @@ class Setting:
             if not items or len(items) > self.max_items:
                 raise ValueError(f"expected 1 to {self.max_items} comma-separated whole numbers")
             return tuple(self._number(item, int) for item in items)
-        return self._number(text, int if self.kind == "int" else float)
+        return self._number(text, int if self.kind == "int" else float, check_bounds)
 
-    def _number(self, text: str, kind: type) -> Any:
+    def _number(self, text: str, kind: type, check_bounds: bool = True) -> Any:
         if kind is int and not (text.lstrip("-").isdigit() and len(text) <= 19):
             raise ValueError("expected a whole number of at most 18 digits")
         value = kind(text)
         if value != value or value in (float("inf"), float("-inf")):
             raise ValueError("expected a finite number")
         low_ok = self.low is None or (value > self.low if self.low_open else value >= self.low)
-        if not low_ok or (self.high is not None and value > self.high):
+        if check_bounds and (not low_ok or (self.high is not None and value > self.high)):
             raise ValueError(f"must be {'more than' if self.low_open else 'at least'} {self.low:g} "
                              f"and at most {self.high:g}")
         return value
@@ -87,7 +88,7 @@ def _from_schema_extra(fields: dict[str, Any]) -> Setting:
 
 GPU_UTIL = Setting("gpu_util", "gu", "--gpu-util", "float", "Memory fraction",
                    "Share of memory the engine may use; empty = the engine default.",
-                   low=0, high=1, low_open=True)
+                   low=0.001, high=1)
 BLOCK_SIZE = Setting("block_size", "bs", "--block-size", "int", "Block size (tokens)",
                      "Tokens per KV block or page; empty = the engine/backend default.",
                      low=1, high=1_000_000, aliases=("--page-size",))
@@ -108,7 +109,7 @@ MAX_CACHE_LEN = Setting("max_cache_len", "mc", "--max-cache-len", "int", "max_ca
                         "StaticCache pre-allocation; empty = the context length.",
                         low=1, high=1_000_000_000)
 MAX_TOKENS_SETTING = Setting(
-    "max_tokens", "mt", "--max-tokens", "int", "max_tokens (tokens)",
+    "max_tokens", "xt", "--max-tokens", "int", "max_tokens (tokens)",
     "TensorRT-LLM KvCacheConfig.max_tokens: caps the KV memory at max_tokens × bytes per token.",
     low=1, high=10**12)
 MAX_ATTENTION_WINDOW = Setting(
@@ -120,6 +121,14 @@ MAX_ATTENTION_WINDOW = Setting(
 SWA_EVICTION_INTERVAL = Setting(
     "swa_eviction_interval", "se", "--swa-eviction-interval", "int", "SWA eviction interval (tokens)",
     "SGLang keeps up to window + this many tokens on sliding layers.", low=0, high=MAX_TOKENS)
+EXPERT_PARALLEL = Setting(
+    "ep", "ep", "--ep", "int", "Expert parallel size",
+    "MoE experts split over this many ranks (their intermediate size over tp / ep); must divide "
+    "tp. vLLM --enable-expert-parallel uses ep = tp; SGLang --ep-size.", low=1, high=4096,
+    aliases=("--ep-size",))
+MTP_LAYERS = Setting(
+    "mtp", "mt", "--mtp", "bool", "Load MTP (next-n) layers",
+    "Multi-token-prediction layers are loaded only when speculative decoding uses them.")
 
 
 class EngineSettings(BaseModel):
@@ -139,6 +148,8 @@ class EngineSettings(BaseModel):
     swa_eviction_interval: int = _setting(128, SWA_EVICTION_INTERVAL)
     max_tokens: int | None = _setting(None, MAX_TOKENS_SETTING)
     max_attention_window: tuple[int, ...] | None = _setting(None, MAX_ATTENTION_WINDOW)
+    ep: int = _setting(1, EXPERT_PARALLEL)
+    mtp: bool = _setting(False, MTP_LAYERS)
 
     @field_validator("max_attention_window")
     @classmethod

@@ -70,6 +70,8 @@ class SGLang(Engine):
         "gpu_util": ("mem_fraction_static (fraction)", "SGLang's memory-based default"),
         "block_size": ("Page size (tokens)", "the attention backend's"),
         "swa_eviction_interval": ("SWA eviction interval (tokens)", "128"),
+        "ep": ("--ep-size", "1"),
+        "mtp": ("Load MTP layers (speculative decoding)", "off"),
     }
     default_reserve_gib = 0.0
     #: ``sglang/srt/configs/model_config.py`` ``ModelConfig.__init__``: a ``--context-length`` above
@@ -78,6 +80,8 @@ class SGLang(Engine):
                          "unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 is set")
     prefix_unit = 1
     checks_tp_heads = True
+    #: ``--enable-dp-attention`` with expert parallelism for MoE layers.
+    expert_parallel = True
 
     def resolve_settings(self, settings: EngineSettings, tokens: int, gpu: GPU | None = None,
                          arch: ModelArch | None = None) -> EngineSettings:
@@ -174,6 +178,19 @@ class SGLangPool(KVPool):
 
     def concurrency(self, L: np.ndarray) -> np.ndarray:
         return self.capacity / self._tokens(L)
+
+    def max_requests_for(self, L: int, budgets: np.ndarray) -> np.ndarray:
+        """The constructor's token pool for each row's smallest stage budget, then ``max_requests``."""
+        budget = np.maximum(np.asarray(budgets, dtype=np.int64).min(axis=1), 0)
+        states = self.view.state_bytes
+        kv = (budget / 1.9).astype(np.int64) if states else budget
+        if not self.cell:
+            return np.zeros(budget.shape, dtype=np.int64)
+        capacity = (kv // self.cell).astype(np.int64) // self.page * self.page
+        fit = capacity // int(self._tokens(np.asarray([L]))[0])
+        if states:
+            fit = np.minimum(fit, (budget - kv) // states // 3)
+        return fit
 
     def pool_tokens(self, L: np.ndarray) -> np.ndarray:
         return np.full(np.shape(L), self.capacity)

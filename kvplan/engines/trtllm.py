@@ -82,6 +82,8 @@ class TrtLlm(Engine):
         "max_tokens": ("max_tokens (tokens)", "no cap"),
         "max_attention_window": ("max_attention_window (tokens, per layer)", "max_seq_len"),
     }
+    #: ``enable_attention_dp`` with expert parallelism (``moe_expert_parallel_size``).
+    expert_parallel = True
 
     def unserved_reason(self, arch: ModelArch) -> str | None:
         """``AutoModelForCausalLM.from_config`` raises "Unknown architecture" for architectures
@@ -248,6 +250,14 @@ class TrtPool(KVPool):
     def concurrency(self, L: np.ndarray) -> np.ndarray:
         return np.min([p.blocks / np.maximum(b, 1)
                        for b, p in zip(self._pool_blocks(L), self.pools, strict=True)], axis=0)
+
+    def max_requests_for(self, L: int, budgets: np.ndarray) -> np.ndarray:
+        """``((max(min budget, 0) // bytes per token) // tokens_per_block) // blocks(L)``."""
+        budget = np.maximum(np.asarray(budgets, dtype=np.int64).min(axis=1), 0)
+        if not self.per_token:
+            return np.zeros(budget.shape, dtype=np.int64)
+        num_blocks = budget // self.per_token // self.block_size
+        return num_blocks // int(self.blocks(np.asarray([L]))[0])
 
     def pool_tokens(self, L: np.ndarray) -> np.ndarray:
         return np.full(np.shape(L), self.num_blocks * self.block_size)

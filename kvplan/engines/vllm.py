@@ -105,6 +105,8 @@ class Vllm(Engine):
         "async_scheduling": ("Async scheduling (≥ 0.26)", "on"),
         "hybrid_manager": ("Hybrid KV-cache manager", "auto"),
         "enable_prefix_caching": ("Prefix caching", "on"),
+        "ep": ("Expert parallel size (--enable-expert-parallel: tp)", "1"),
+        "mtp": ("Load MTP layers (speculative decoding)", "off"),
     }
     default_reserve_gib = 1.0
     logs_kv_cache = True
@@ -115,6 +117,8 @@ class Vllm(Engine):
     #: maximum raises unless ``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1``.
     long_context_rule = ("refuses to start with --max-model-len above the model's derived maximum "
                          "unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 is set")
+    #: ``--data-parallel-size N --enable-expert-parallel`` (docs "Data Parallel Deployment").
+    expert_parallel = True
 
     def default_mnbt(self, gpu: GPU) -> int:
         """``max_num_batched_tokens`` default for ``vllm serve`` on this device."""
@@ -247,6 +251,17 @@ class Vllm(Engine):
         return VllmPagedPool(pool, budgets, pp_partition(arch.n_layers, settings.pp), self.logged_tokens,
                              null_block=self.null_block)
 
+    def pool_gpu_key(self, gpu: GPU, arch: ModelArch, kv_dtype: str) -> object:
+        """The MLA backend's block size (``vllm_mla_block_size``) is the only GPU input of the pool."""
+        return vllm_mla_block_size(gpu, kv_dtype) if arch.is_mla else None
+
+    def pool_settings_key(self, settings: EngineSettings, arch: ModelArch) -> object:
+        """``max_num_batched_tokens`` only reaches windowed layers (``PagedSlidingRule``,
+        ``PagedChunkedRule``): without them, settings that differ only there give one pool."""
+        if any(getattr(layer, "window", None) for layer in arch.distinct_layers()):
+            return settings
+        return settings.model_copy(update={"max_num_batched_tokens": None})
+
     def describe(self, rule: CacheRule) -> str:
         if isinstance(rule, PagedRule):
             if rule.kind == "sliding" and rule.window:
@@ -305,6 +320,23 @@ class VllmPool:
         if self.uniform_type:
             return int(sum(int(p.sum()) for p in per_group))
         return max((int(p.max(initial=0)) for p in per_group), default=0)
+
+    def stages_bytes_per_block(self, parts: list[int]) -> np.ndarray:
+        """``stage_bytes_per_block`` of every pipeline stage at once (``parts`` = layers per stage):
+        one ``bincount`` per bucket over (stage, group), so the cost does not grow with the stages."""
+        bounds = np.cumsum(parts)[:-1]
+        stages = len(parts)
+        total = np.zeros(stages, dtype=np.int64)
+        for bucket in self.buckets:
+            stage = np.searchsorted(bounds, bucket.layer_ids, side="right")
+            group = np.arange(bucket.layer_ids.size) % bucket.n_groups
+            counts = np.bincount(stage * bucket.n_groups + group, minlength=stages * bucket.n_groups)
+            per_group = counts.reshape(stages, bucket.n_groups) * bucket.page_bytes
+            if self.uniform_type:
+                total += per_group.sum(axis=1)
+            else:
+                total = np.maximum(total, per_group.max(axis=1))
+        return total
 
     def blocks_per_request(self, max_model_len: np.ndarray | int) -> np.ndarray:
         """Σ over groups (max over specs in a ``UniformTypeKVCacheSpecs`` group) of reserved blocks."""
@@ -415,10 +447,9 @@ class VllmPagedPool(KVPool):
 
     def __init__(self, pool: VllmPool, budgets: list[int], parts: list[int],
                  logged_tokens: str = "concurrency", null_block: bool = True) -> None:
-        starts = np.cumsum([0, *parts])
-        per_block = [pool.stage_bytes_per_block(int(starts[i]), int(starts[i + 1]))
-                     for i in range(len(parts))]
+        per_block = [int(b) for b in pool.stages_bytes_per_block(parts)]
         self.pool = pool
+        self.stage_per_block = per_block
         self.budget = min(budgets)
         self.num_blocks = min(max(b, 0) // pbb for b, pbb in zip(budgets, per_block, strict=True) if pbb)
         self.bytes_per_block = max(per_block)
@@ -434,6 +465,14 @@ class VllmPagedPool(KVPool):
 
     def max_requests(self, L: np.ndarray) -> np.ndarray:
         return self.capacity // np.maximum(self.blocks(L), 1)
+
+    def max_requests_for(self, L: int, budgets: np.ndarray) -> np.ndarray:
+        """``(min over stages of max(b, 0) // bytes per block − 1 null block) // blocks(L)``."""
+        b = np.maximum(np.asarray(budgets, dtype=np.int64), 0)
+        per = np.asarray(self.stage_per_block, dtype=np.int64)
+        used = per > 0
+        num_blocks = (b[:, used] // per[used]).min(axis=1)
+        return np.maximum(num_blocks - 1, 0) // max(int(self.blocks(np.asarray([L]))[0]), 1)
 
     def concurrency(self, L: np.ndarray) -> np.ndarray:
         """``num_blocks / blocks_per_request`` (v0.8: pool tokens / L, ``kv_cache_utils.py``)."""

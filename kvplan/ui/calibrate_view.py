@@ -12,7 +12,7 @@ import streamlit as st
 
 from kvplan.calibrate import MAX_LOG_BYTES, Calibration, calibrate, parse_vllm_log
 from kvplan.engines import get_engine, log_engine
-from kvplan.errors import KVPlanError
+from kvplan.errors import KVPlanError, md
 from kvplan.presets import GPU
 from kvplan.scenario import Scenario, scenario_fit_query
 from kvplan.ui.theme import GIB
@@ -65,14 +65,14 @@ def render(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame | None:
             return None
         engine = log_engine()
         if not get_engine(scenario.engine).logs_kv_cache:
-            st.info(f"The log is compared with {get_engine(engine).short}'s pool; the sidebar's "
-                    f"engine is {get_engine(scenario.engine).short}.")
+            st.info(md(f"The log is compared with {get_engine(engine).short}'s pool; the sidebar's "
+                       f"engine is {get_engine(scenario.engine).short}."))
         try:
             log = parse_vllm_log(text)
             query = scenario_fit_query(scenario.model_copy(update={"engine": engine}))
             result = calibrate(arch, gpu, query, log)
         except KVPlanError as err:
-            st.error(f"Calibration: {err}")
+            st.error(md(f"Calibration: {err}"))
             return None
         frame = table(result)
         st.dataframe(frame, hide_index=True, key="table_calibration")
@@ -93,7 +93,7 @@ def render(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame | None:
                   disabled=suggested is None or current == suggested or suggested > 100_000,
                   help="Sets the sidebar's 'Runtime reserve per GPU', so the link carries it (r=).")
         for key, how in result.formulas.items():
-            st.caption(f"{key}: {how}")
+            st.caption(md(f"{key}: {how}"))
         for note in result.notes:
-            st.caption(f"Note: {note}")
+            st.caption(md(f"Note: {note}"))
         return frame

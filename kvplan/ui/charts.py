@@ -129,14 +129,20 @@ def kv_users_figure(df: pd.DataFrame, budget: int | None, tokens: int, users: in
 def memory_figure(df: pd.DataFrame, chosen_gpu: str) -> go.Figure:
     ok = df[df["error"] == ""] if "error" in df else df
     names = [f"<b>{n}</b>" if g == chosen_gpu else n for g, n in zip(ok["gpu"], ok["gpu_name"], strict=True)]
-    parts = [("weights_bytes", "weights", MEMORY_COLORS["weights"]),
-             ("reserve_bytes", "runtime reserve", MEMORY_COLORS["reserve"]),
+    weight_columns = [c for c in ok.columns if c.startswith("weights_") and c != "weights_bytes"]
+    greys = ["#4d4d4d", "#6b6b6b", "#858585", "#9e9e9e", "#b3b3b3", "#5c5c5c", "#7a7a7a", "#949494",
+             "#a8a8a8", "#bdbdbd", "#454545", "#666666"]
+    parts: list[tuple[str, str, str | None]] = [
+        (c, "weights: " + c[len("weights_"):-len("_bytes")].replace("_", " "), greys[i % len(greys)])
+        for i, c in enumerate(weight_columns)] or [("weights_bytes", "weights", MEMORY_COLORS["weights"])]
+    parts += [("reserve_bytes", "runtime reserve", MEMORY_COLORS["reserve"]),
              ("kv_at_load_bytes", "KV at the chosen load", None),
              ("held_back_bytes", "held back by the engine (1 − utilization)", MEMORY_COLORS["held_back"]),
              ("free_bytes", "free", MEMORY_COLORS["free"])]
     fig = go.Figure()
     for column, label, color in parts:
         values = ok[column].clip(lower=0) if column == "free_bytes" else ok[column]
+        values = values.fillna(0)
         colors = color or [MEMORY_COLORS["kv"] if f else MEMORY_COLORS["kv_over"] for f in ok["fits"]]
         fig.add_trace(go.Bar(
             x=names, y=values / GIB, name=label, marker_color=colors,

@@ -86,7 +86,8 @@ def kv_vs_users(results: dict[str, FitResult], users: int) -> pd.DataFrame:
 
 
 def memory_per_gpu(arch: ModelArch, query: FitQuery) -> pd.DataFrame:
-    """Per accelerator (per GPU): weights, reserve, KV at the chosen load, held back, free."""
+    """Per accelerator (per GPU): weights (and each part of them), reserve, KV at the chosen
+    load, held back, free."""
     rows: list[dict[str, Any]] = []
     for gpu in sorted(gpus().values(), key=lambda g: g.capacity_bytes):
         try:
@@ -102,7 +103,8 @@ def memory_per_gpu(arch: ModelArch, query: FitQuery) -> pd.DataFrame:
             "reserve_bytes": r.reserve_bytes, "kv_at_load_bytes": kv_load,
             "held_back_bytes": r.gpu_capacity_bytes - r.memory_target_bytes,
             "free_bytes": r.memory_target_bytes - used, "kv_budget_bytes": r.kv_budget_bytes,
-            "max_requests": r.max_requests, "fits": r.fits, "error": ""})
+            "max_requests": r.max_requests, "fits": r.fits, "error": "",
+            **{f"weights_{part}_bytes": size for part, size in r.weights_breakdown.items()}})
     return pd.DataFrame(rows)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from kvplan.errors import KVPlanError
+from kvplan.errors import KVPlanError, md
 from kvplan.png import INSTALL_HINT, PNG_MISSING_HELP, chromium_available, fig_to_png
 from kvplan.report import scenario_from_json, scenario_to_json, to_csv
 from kvplan.scenario import Scenario
@@ -27,13 +27,13 @@ def _png_callable(fig):
 
 
 def download_buttons(name: str, df: pd.DataFrame, fig, scenario: Scenario) -> None:
-    """CSV of ``df`` (units in headers, the link as a leading comment) and, when ``fig`` is given,
-    a PNG of it; without Chromium the PNG slot explains how to install it."""
+    """CSV of ``df`` (units in headers, the link in a last ``scenario_link`` column) and, when
+    ``fig`` is given, a PNG of it; without Chromium the PNG slot explains how to install it."""
     c1, c2 = st.columns(2)
     c1.download_button("Download CSV", lambda: to_csv(df, scenario), file_name=f"kvplan_{name}.csv",
                        mime="text/csv", key=f"csv_{name}", on_click="ignore",
                        help="The table behind this view; units in the column headers and the "
-                            "scenario's link on the first line (a '#' comment).")
+                            "scenario's link in the last column (scenario_link).")
     if fig is None:
         return
     if chromium_available():
@@ -56,7 +56,7 @@ def scenario_json_controls(scenario: Scenario, key: str = "scenario_json") -> Sc
     try:
         return scenario_from_json(upload.getvalue())
     except KVPlanError as exc:
-        st.warning(str(exc))
+        st.warning(md(exc))
         return None
 
 

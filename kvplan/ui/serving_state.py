@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from kvplan.engines import DEFAULT_ENGINE, VLLM_DEFAULT_BLOCK_SIZE, get_engine, prefix_engines
 from kvplan.errors import MESSAGES, clip
 from kvplan.presets import gpus
+from kvplan.recommend import TARGET_PRESETS
 from kvplan.scenario import Scenario
 from kvplan.serving import SNAPSHOTS
 
@@ -99,7 +100,32 @@ INPUTS: dict[str, Input] = {
     "static_len": Input(int, lambda s, _: s.tokens, 1, 100_000_000),
     "nc_new": Input(int, lambda s, _: min(s.output_tokens, 100_000), 1, 100_000),
     "nc_metric": Input(str, _const("time_s"), choices=NOCACHE_METRICS),
+    # the recommend tab (vw=recommend): traffic, lengths and targets
+    "rc_traffic": Input(str, _const("users"), choices=("users", "rps")),
+    "rc_users": Input(int, lambda s, _: s.users, 0, 10_000_000),
+    "rc_rps": Input(float, _const(10.0), 0.0, 1e7),
+    "rc_prompt_kind": Input(str, _const("fixed"), choices=("fixed", "lognormal", "csv")),
+    "rc_prompt_tokens": Input(int, lambda s, _: max(min(s.prefix_tokens, s.tokens), 1), 1, 10_000_000),
+    "rc_prompt_mean": Input(float, lambda s, _: float(max(min(s.prefix_tokens, s.tokens), 1)), 1.0, 1e7),
+    "rc_prompt_sigma": Input(float, _const(1.0), 0.0, 5.0),
+    "rc_output_kind": Input(str, _const("fixed"), choices=("fixed", "lognormal", "csv")),
+    "rc_output_tokens": Input(int, lambda s, _: s.output_tokens, 1, 10_000_000),
+    "rc_output_mean": Input(float, lambda s, _: float(s.output_tokens), 1.0, 1e7),
+    "rc_output_sigma": Input(float, _const(1.0), 0.0, 5.0),
+    "rc_preset": Input(str, _const("mlperf-llama2-70b-interactive"), choices=(*TARGET_PRESETS, "custom")),
+    "rc_ttft": Input(float, _const(450.0), 0.0, 1e7),
+    "rc_tpot": Input(float, _const(40.0), 0.0, 1e6),
+    "rc_pct": Input(str, _const("p99"), choices=("p99", "p50")),
+    "rc_maxctx": Input(int, _const(0), 0, 100_000_000),
+    "rc_eff": Input(float, _const(1.0), 0.05, 1.0),
+    "rc_maxgpus": Input(int, _const(8), choices=(1, 2, 4, 8, 16, 32, 64)),
 }
+
+
+def bounds(key: str) -> tuple[Any, Any]:
+    """A widget's min and max: the bounds the link's ``sv`` values are checked against."""
+    spec = INPUTS[key]
+    return spec.kind(spec.low), spec.kind(spec.high)
 
 
 def _text(value: Any) -> str:

@@ -18,7 +18,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from kvplan.arch import ModelArch
-from kvplan.errors import KVPlanError
+from kvplan.errors import KVPlanError, md
 from kvplan.nocache import compare
 from kvplan.scenario import Scenario
 from kvplan.serving import (
@@ -40,7 +40,7 @@ from kvplan.serving import (
 )
 from kvplan.ui.cached import cache_key, primary_fit, scenario_from_key
 from kvplan.ui.charts import limit_line, marker_line
-from kvplan.ui.serving_state import NOCACHE_METRICS, PREFIX_ENGINES, SOURCES, ensure
+from kvplan.ui.serving_state import NOCACHE_METRICS, PREFIX_ENGINES, SOURCES, bounds, ensure
 from kvplan.ui.theme import figure_from_dict, new_figure
 
 GIB = 1 << 30
@@ -58,7 +58,7 @@ def _export(name: str, df: pd.DataFrame, fig, scenario: Scenario) -> None:
 
 def _captions(lines: list[str]) -> None:
     for line in lines:
-        st.caption(line)
+        st.caption(md(line))
 
 
 def _guard(body: Callable[[], None]) -> None:
@@ -67,7 +67,7 @@ def _guard(body: Callable[[], None]) -> None:
     try:
         body()
     except KVPlanError as exc:
-        (st.info if exc.code == "engine.dtype" else st.error)(str(exc))
+        (st.info if exc.code == "engine.dtype" else st.error)(md(exc))
 
 
 def _fig(title: str, x: str, y: str) -> go.Figure:
@@ -116,10 +116,10 @@ def _workload(scenario: Scenario) -> tuple[Workload | None, int, str]:
     state = st.session_state
     source = st.selectbox("Request lengths", list(SOURCES), format_func=SOURCES.__getitem__,
                           key=ensure("source", scenario, state))
-    max_len = st.number_input("Maximum length (tokens)", 2, 10_000_000,
+    max_len = st.number_input("Maximum length (tokens)", *bounds("max_len"),
                               key=ensure("max_len", scenario, state))
-    n = st.number_input("Requests sampled", 1, 100_000, key=ensure("n", scenario, state))
-    seed = st.number_input("Seed", 0, 2**31 - 1, key=ensure("seed", scenario, state))
+    n = st.number_input("Requests sampled", *bounds("n"), key=ensure("n", scenario, state))
+    seed = st.number_input("Seed", *bounds("seed"), key=ensure("seed", scenario, state))
     if source == "paper":  # the paper's ShareGPT-like lengths, on the scenario's own model
         prompt = LengthDist(kind="lognormal", mean=SHAREGPT_PROMPT_MEAN, sigma=1.0)
         output = LengthDist(kind="lognormal", mean=SHAREGPT_OUTPUT_MEAN, sigma=1.0)
@@ -137,17 +137,17 @@ def _workload(scenario: Scenario) -> tuple[Workload | None, int, str]:
     for col, label in ((cols[0], "prompt"), (cols[1], "output")):
         if source == "fixed":
             dists.append(LengthDist(kind="fixed", value=col.number_input(
-                f"{label} tokens", 1, 10_000_000, key=ensure(f"{label}_fixed", scenario, state))))
+                f"{label} tokens", *bounds(f"{label}_fixed"), key=ensure(f"{label}_fixed", scenario, state))))
         elif source == "uniform":
-            low = col.number_input(f"{label} min", 1, 10_000_000,
+            low = col.number_input(f"{label} min", *bounds(f"{label}_low"),
                                    key=ensure(f"{label}_low", scenario, state))
-            high = col.number_input(f"{label} max", 1, 10_000_000,
+            high = col.number_input(f"{label} max", *bounds(f"{label}_high"),
                                     key=ensure(f"{label}_high", scenario, state))
             dists.append(LengthDist(kind="uniform", low=low, high=high))
         else:
-            mean = col.number_input(f"{label} mean", 1.0, 1e7,
+            mean = col.number_input(f"{label} mean", *bounds(f"{label}_mean"),
                                     key=ensure(f"{label}_mean", scenario, state))
-            sigma = col.number_input(f"{label} sigma", 0.0, 5.0,
+            sigma = col.number_input(f"{label} sigma", *bounds(f"{label}_sigma"),
                                      key=ensure(f"{label}_sigma", scenario, state))
             dists.append(LengthDist(kind="lognormal", mean=mean, sigma=sigma))
     return sample_workload(int(n), dists[0], dists[1], int(seed), int(max_len)), int(max_len), source
@@ -155,7 +155,7 @@ def _workload(scenario: Scenario) -> tuple[Workload | None, int, str]:
 
 def _allocation(scenario: Scenario, arch: ModelArch, holder: dict[str, Workload]) -> None:
     workload, max_len, source = _workload(scenario)
-    block = st.number_input("Block size (tokens)", 1, 4096,
+    block = st.number_input("Block size (tokens)", *bounds("block"),
                             key=ensure("block", scenario, st.session_state))
     snapshot = st.radio("Snapshot", list(SNAPSHOTS), horizontal=True,
                         key=ensure("snapshot", scenario, st.session_state),
@@ -197,7 +197,7 @@ def _prefix(scenario: Scenario) -> None:
     prompt = max(scenario.prefix_tokens + 1, scenario.tokens - scenario.output_tokens)
     engine = st.selectbox("Engine", list(PREFIX_ENGINES),
                           key=ensure("pf_engine", scenario, st.session_state))
-    unit = st.number_input("Block / page size", 1, 4096,
+    unit = st.number_input("Block / page size", *bounds("pf_unit"),
                            key=ensure("pf_unit", scenario, st.session_state))
     result, spec = _prefix_data(cache_key(scenario), engine, int(unit))
     curve = result.curve
@@ -229,8 +229,8 @@ def _prefix_data(key: str, engine: str, unit: int):
 
 def _offload(scenario: Scenario) -> None:
     c1, c2 = st.columns(2)
-    ram = c1.number_input("CPU RAM (GiB)", 1.0, 1e6, key=ensure("ram", scenario, st.session_state))
-    link = c2.number_input("Host link (GB/s per direction)", 0.1, 10_000.0,
+    ram = c1.number_input("CPU RAM (GiB)", *bounds("ram"), key=ensure("ram", scenario, st.session_state))
+    link = c2.number_input("Host link (GB/s per direction)", *bounds("link"),
                            key=ensure("link", scenario, st.session_state))
     df, r, spec = _offload_data(cache_key(scenario), float(ram), float(link))
     fig = figure_from_dict(spec)
@@ -270,8 +270,8 @@ def _quantized(scenario: Scenario) -> None:
     c1, c2, c3 = st.columns(3)
     state = st.session_state
     nbits = c1.selectbox("nbits", [4, 2], key=ensure("q_bits", scenario, state))
-    group = c2.number_input("q_group_size", 8, 1024, key=ensure("q_group", scenario, state))
-    resid = c3.number_input("residual_length", 1, 100_000, key=ensure("q_resid", scenario, state))
+    group = c2.number_input("q_group_size", *bounds("q_group"), key=ensure("q_group", scenario, state))
+    resid = c3.number_input("residual_length", *bounds("q_resid"), key=ensure("q_resid", scenario, state))
     result, spec = _quantized_data(cache_key(scenario), int(nbits), int(group), int(resid))
     fig = figure_from_dict(spec)
     st.plotly_chart(fig, theme=None, key="sv_quant_chart")
@@ -302,7 +302,7 @@ def _quantized_data(key: str, nbits: int, group: int, resid: int):
 
 
 def _static(scenario: Scenario, arch: ModelArch, holder: dict[str, Workload]) -> None:
-    max_len = st.number_input("max_cache_len (tokens)", 1, 100_000_000,
+    max_len = st.number_input("max_cache_len (tokens)", *bounds("static_len"),
                               key=ensure("static_len", scenario, st.session_state))
     workload = holder.get("workload")
     if workload is None:  # the default sample depends on the scenario only: cache it
@@ -380,7 +380,7 @@ def _windows(scenario: Scenario, arch: ModelArch) -> None:
 
 
 def _nocache(scenario: Scenario) -> None:
-    new = st.number_input("New tokens N", 1, 100_000, key=ensure("nc_new", scenario, st.session_state))
+    new = st.number_input("New tokens N", *bounds("nc_new"), key=ensure("nc_new", scenario, st.session_state))
     metric = st.radio("Show", list(NOCACHE_METRICS), horizontal=True,
                       key=ensure("nc_metric", scenario, st.session_state))
     df, notes, spec = _nocache_data(cache_key(scenario), int(new), metric)

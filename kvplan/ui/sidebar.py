@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import streamlit as st
 
 from kvplan.arch import ModelArch
+from kvplan.config_import import MAX_CONFIG_BYTES
 from kvplan.dtypes import DTYPES, KV_DTYPE_CHOICES, WEIGHT_DTYPES
 from kvplan.engines import (
     REGISTRY,
@@ -17,15 +19,23 @@ from kvplan.engines import (
     get_engine,
     release_choices,
 )
-from kvplan.errors import MESSAGES, KVPlanError
+from kvplan.errors import MESSAGES, KVPlanError, md
 from kvplan.presets import GPU, gpus, model_presets
-from kvplan.scenario import CUSTOM_GPU, CUSTOM_MODEL, Scenario, custom_arch, scenario_arch, scenario_gpu
+from kvplan.scenario import (
+    BOUNDS,
+    CUSTOM_GPU,
+    CUSTOM_MODEL,
+    Scenario,
+    custom_arch,
+    link_config,
+    scenario_arch,
+    scenario_gpu,
+)
 from kvplan.scenario import check_names as check_scenario_names
-from kvplan.ui import serving_state
+from kvplan.ui import serving_state, weights_view
 from kvplan.ui.theme import fmt_tokens
 
 MAX_UI_TOKENS = 10_000_000
-MAX_UI_USERS = 10_000_000
 #: Log-spaced context lengths for the slider (the current value is always added).
 TOKEN_STEPS = sorted({1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, MAX_UI_TOKENS}
                      | {2**k for k in range(0, 24)})
@@ -41,7 +51,8 @@ WIDGETS: dict[str, str] = {
 #: View id (link ``vw``) → tab label; the tabs widget keeps the label in ``w_view``.
 VIEWS: dict[str, str] = {"context": "KV vs context", "users": "KV vs users",
                          "memory": "Memory per accelerator", "requests": "Requests that fit",
-                         "designs": "Design comparison", "serving": "Serving trade-offs"}
+                         "designs": "Design comparison", "serving": "Serving trade-offs",
+                         "recommend": "Recommend a deployment"}
 #: Engine setting → widget key (``w_`` + its link key), from the one declaration of each setting.
 SETTING_WIDGETS: dict[str, str] = {name: f"w_{setting.key}" for name, setting in SETTINGS.items()}
 _TRISTATE = {"auto": None, "on": True, "off": False}
@@ -117,18 +128,21 @@ def write_url(scenario: Scenario) -> None:
 
 
 # ---------------------------------------------------------------- config upload / paste
-def _use_config(raw: str | bytes, source: str) -> None:
+def _use_config(raw: str | bytes, source: str) -> bool:
+    """Parse an uploaded or pasted config; the session keeps only the keys a link carries
+    (``link_config``), not the whole text. Returns whether it was used."""
     try:
         from kvplan.config_import import load_config_text
 
-        config = load_config_text(raw)
+        config = link_config(load_config_text(raw))
         custom_arch(config)
     except KVPlanError as err:
         st.session_state["_config_error"] = f"{source}: {err}"
-        return
+        return False
     st.session_state["custom_config"] = config
     st.session_state["w_model"] = CUSTOM_MODEL
     st.session_state.pop("_config_error", None)
+    return True
 
 
 def _on_upload() -> None:
@@ -142,7 +156,8 @@ def _on_paste() -> None:
     if not text.strip():
         st.session_state["_config_error"] = MESSAGES["config.empty"].format(source="pasted config.json")
         return
-    _use_config(text, "pasted config.json")
+    if _use_config(text, "pasted config.json") or len(text) > MAX_CONFIG_BYTES:
+        st.session_state["w_paste"] = ""  # the model keeps what it needs; free the text
 
 
 def _on_tokens_slider() -> None:
@@ -154,6 +169,12 @@ def _on_tokens_exact() -> None:
 
 
 # ---------------------------------------------------------------- the sidebar
+def _int_bounds(field: str) -> tuple[int, int]:
+    """A whole-number widget's min and max: the schema's (``kvplan.scenario.BOUNDS``)."""
+    low, high = BOUNDS[field]
+    return int(low), int(high)
+
+
 def _model_label(model_id: str) -> str:
     if model_id == CUSTOM_MODEL:
         config = st.session_state.get("custom_config") or {}
@@ -181,11 +202,12 @@ def render_sidebar() -> Scenario:
         st.file_uploader("Upload config.json (max 2 MB)", type=["json"], key="w_upload",
                          on_change=_on_upload,
                          help="A Hugging Face config.json; the link will carry its architecture keys.")
-        st.text_area("…or paste config.json", key="w_paste", height=120,
+        st.text_area("…or paste config.json", key="w_paste", height=120, max_chars=MAX_CONFIG_BYTES,
                      placeholder='{"model_type": "llama", "num_hidden_layers": 32, ...}')
         st.button("Use pasted config", key="w_paste_go", on_click=_on_paste)
     if state.get("_config_error"):
-        sb.error(state.pop("_config_error") + " — keeping the previous model.")
+        sb.error(md(state.pop("_config_error") + " — keeping the previous model."))
+    weights_view.render_inputs(sb)
 
     sb.subheader("Engine")
     sb.selectbox("Serving engine", list(REGISTRY), key="w_engine",
@@ -212,8 +234,13 @@ def render_sidebar() -> Scenario:
                    key="w_kd", format_func=lambda d: DTYPES[d].label or d,
                    help="Pick several to compare them on the charts.")
     sb.selectbox("Weight dtype", ["auto", *WEIGHT_DTYPES], key="w_wd",
-                 format_func=lambda d: "auto (the checkpoint's dtype)" if d == "auto"
-                 else (WEIGHT_DTYPES[d].label or d))
+                 format_func=lambda d: "auto (the checkpoint's own format)" if d == "auto"
+                 else (WEIGHT_DTYPES[d].label or d),
+                 help="auto = what config.json's quantization_config says each part is stored in; "
+                      "a choice here overrides it (a float dtype for every tensor, a quantized "
+                      "format for linear layers and experts).")
+    with contextlib.suppress(KVPlanError):
+        sb.caption(weights_view.format_caption(resolve_arch(scenario_from_widgets())))
 
     sb.subheader("Hardware")
     sb.selectbox("Accelerator", [*gpus(), CUSTOM_GPU], key="w_gpu",
@@ -221,19 +248,19 @@ def render_sidebar() -> Scenario:
                  help="Capacity is what the device reports (MiB/GiB) when known, else the marketed GB.")
     if state.get("w_gpu") == CUSTOM_GPU:
         g1, g2, g3 = sb.columns(3)
-        g1.number_input("Memory (GiB)", min_value=0.1, max_value=1_000_000.0, key="w_gm",
+        g1.number_input("Memory (GiB)", *BOUNDS["custom_gpu_gib"], key="w_gm",
                         help="As the device reports it, in GiB (2^30 B)")
-        g2.number_input("TB/s", min_value=0.01, max_value=10_000.0, key="w_gb",
+        g2.number_input("TB/s", *BOUNDS["custom_gpu_tbps"], key="w_gb",
                         help="HBM bandwidth, decimal TB/s")
-        g3.number_input("TFLOPS", min_value=0.1, max_value=1_000_000.0, key="w_gf",
+        g3.number_input("TFLOPS", *BOUNDS["custom_gpu_tflops"], key="w_gf",
                         help="Dense BF16 TFLOPS")
     c1, c2, c3 = sb.columns(3)
-    c1.number_input("GPUs", min_value=1, max_value=4096, step=1, key="w_n",
+    c1.number_input("GPUs", *_int_bounds("num_gpus"), step=1, key="w_n",
                     help="Total accelerators; a multiple of TP × PP (the rest are replicas).")
-    c2.number_input("TP", min_value=1, max_value=4096, step=1, key="w_tp", help="Tensor parallel")
-    c3.number_input("PP", min_value=1, max_value=4096, step=1, key="w_pp", help="Pipeline parallel")
+    c2.number_input("TP", *_int_bounds("tp"), step=1, key="w_tp", help="Tensor parallel")
+    c3.number_input("PP", *_int_bounds("pp"), step=1, key="w_pp", help="Pipeline parallel")
     reserve_default = engine.default_reserve_gib
-    sb.number_input("Runtime reserve per GPU (GiB)", min_value=0.0, max_value=100_000.0, step=0.5,
+    sb.number_input("Runtime reserve per GPU (GiB)", *BOUNDS["reserve_gib"], step=0.5,
                     key="w_reserve", placeholder=f"default: {reserve_default:g} GiB",
                     help="Activations, CUDA graphs and non-torch memory (1 GiB = 2^30 B); "
                          "empty = the engine default.")
@@ -244,14 +271,14 @@ def render_sidebar() -> Scenario:
     sb.select_slider("Context length (tokens, log scale)", options=steps, key="w_tokens",
                      format_func=fmt_tokens, on_change=_on_tokens_slider,
                      help="Tokens per request (prompt + generated), 1 to 10M.")
-    sb.number_input("Exact context length (tokens)", min_value=1, max_value=MAX_UI_TOKENS, step=1,
+    sb.number_input("Exact context length (tokens)", _int_bounds("tokens")[0], MAX_UI_TOKENS, step=1,
                     key="w_tokens_exact", on_change=_on_tokens_exact)
-    sb.number_input("Concurrent users (requests)", min_value=1, max_value=MAX_UI_USERS, step=1,
+    sb.number_input("Concurrent users (requests)", *_int_bounds("users"), step=1,
                     key="w_users", help="Requests in flight at the chosen context length.")
     with sb.expander("Serving workload (prefix / output tokens)"):
-        st.number_input("Shared prefix (tokens)", min_value=0, max_value=100_000_000, step=1,
+        st.number_input("Shared prefix (tokens)", *_int_bounds("prefix_tokens"), step=1,
                         key="w_pf")
-        st.number_input("Output tokens per request", min_value=1, max_value=100_000_000, step=1,
+        st.number_input("Output tokens per request", *_int_bounds("output_tokens"), step=1,
                         key="w_o")
 
     sb.subheader("Charts")

@@ -14,12 +14,12 @@ import streamlit as st
 from kvplan import designs
 from kvplan.capacity import FitResult
 from kvplan.engines import engine_view, get_engine
-from kvplan.errors import MESSAGES, KVPlanError, clip
+from kvplan.errors import MESSAGES, KVPlanError, clip, md
 from kvplan.presets import GPU
 from kvplan.report import named_scenario, named_scenarios
 from kvplan.scenario import Scenario, scenario_fit_query
 from kvplan.sizing import full_length_bytes_per_token
-from kvplan.ui import charts, data
+from kvplan.ui import charts, data, weights_view
 from kvplan.ui.cached import answers, cache_key, primary_fit, scenario_from_key
 from kvplan.ui.sidebar import apply_scenario
 from kvplan.ui.theme import GB, GIB, exact_bytes, figure_from_dict, fmt_bytes
@@ -36,10 +36,10 @@ def guarded(title: str, body: Callable[[], object]) -> object:
     try:
         return body()
     except KVPlanError as err:
-        st.error(f"{title}: {err}")
+        st.error(md(f"{title}: {err}"))
     except Exception as err:  # noqa: BLE001 - never show a traceback to the user
-        st.error(MESSAGES["internal.view"].format(title=title, kind=type(err).__name__,
-                                                   detail=clip(err, 300)))
+        st.error(md(MESSAGES["internal.view"].format(title=title, kind=type(err).__name__,
+                                                      detail=clip(err, 300))))
     return None
 
 
@@ -177,8 +177,9 @@ def kpi_cards(scenario: Scenario, arch, gpu: GPU, result: FitResult) -> list[Kpi
         ("kv_per_request", f"KV per request at {scenario.tokens:,} tokens (per GPU)",
          result.kv_bytes_per_request, per_request_how + per_gpu_note),
         ("weights_per_gpu", "Weights per GPU", result.weights_bytes,
-         f"{result.weights_total_bytes:,} B of {result.weight_dtype} weights over TP {result.tp} × "
-         f"PP {result.pp} (largest stage) = {result.weights_bytes:,} B"),
+         f"{result.weight_format}; {result.weights_total_bytes:,} B in all, per GPU over TP "
+         f"{result.tp} × PP {result.pp} (largest stage): "
+         f"{weights_view.breakdown_short(result.weights_breakdown)} = {result.weights_bytes:,} B"),
         ("kv_budget", "KV budget per GPU", result.kv_budget_bytes,
          f.get("memory_target", "") + "; " + f.get("kv_budget", "")),
         ("max_requests", "Max concurrent requests per replica", result.max_requests,
@@ -246,7 +247,7 @@ def render_answer(scenario: Scenario, gpu: GPU) -> None:
         gpus = first.replicas * first.tp * first.pp
         limit = (f" · model limit {first.context_limit:,} tokens (max_position_embeddings)"
                  if first.context_limit is not None else "")
-        st.caption(f"{plural(gpus, 'GPU')} × {gpu.name}, {plural(first.replicas, 'replica')} of "
+        st.caption(f"{plural(gpus, 'GPU')} × {md(gpu.name)}, {plural(first.replicas, 'replica')} of "
                    f"TP={first.tp}, PP={first.pp} · {first.engine_label}{limit}")
 
 
@@ -255,9 +256,10 @@ def render_kpis(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
     or for the whole model."""
     result = primary_fit(cache_key(scenario))
     cards = kpi_cards(scenario, arch, gpu, result)
-    st.markdown(f"**{arch.name}** on **{plural(result.replicas * result.tp * result.pp, 'GPU')} × "
-                f"{gpu.name}** ({gpu.capacity_bytes / GIB:,.2f} GiB = {gpu.capacity_bytes / GB:,.2f} GB "
-                f"per GPU, {gpu.capacity_basis}) · {result.engine_label} · KV {result.kv_dtype}")
+    st.markdown(f"**{md(arch.name)}** on **{plural(result.replicas * result.tp * result.pp, 'GPU')} × "
+                f"{md(gpu.name)}** "
+                + md(f"({gpu.capacity_bytes / GIB:,.2f} GiB = {gpu.capacity_bytes / GB:,.2f} GB per GPU, "
+                     f"{gpu.capacity_basis}) · {result.engine_label} · KV {result.kv_dtype}"))
     cols = st.columns(3)
     for i, row in enumerate(cards):
         col = cols[i % 3]
@@ -268,14 +270,17 @@ def render_kpis(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
             else:
                 value = fmt_bytes(row.value)
                 help_text = f"exactly {exact_bytes(row.value)}"
+                if row.kpi == "weights_per_gpu":
+                    help_text += " — " + weights_view.breakdown_help(result.weights_breakdown)
             st.metric(row.label, value, help=help_text)
-            st.caption(f"How: {row.how}")
+            st.caption(f"How: {md(row.how)}")
     st.caption("Exact: " + " · ".join(f"{r.kpi}={r.value:,}" for r in cards),
                help="Exact integers (bytes, requests, tokens) of the cards above.")
     if get_engine(result.engine).logs_kv_cache:
         st.code(result.vllm_log, language=None)
+    weights_view.render_comparison(arch, None if scenario.weight_dtype == "auto" else scenario.weight_dtype)
     for note in result.notes:
-        st.caption(f"Note: {note}")
+        st.caption(f"Note: {md(note)}")
     return pd.DataFrame([card._asdict() for card in cards])
 
 
@@ -283,7 +288,7 @@ def render_kpis(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
 def render_kv_context(scenario: Scenario, arch) -> pd.DataFrame:
     df, by_kind, errors = _context_data(cache_key(scenario))
     for message in errors:
-        st.warning(message)
+        st.warning(md(message))
     fig = figure_from_dict(_kv_context_fig(cache_key(scenario)))
     st.plotly_chart(fig, theme=None, key="chart_kv_context")
     at_length = [f"{dtype} {fmt_bytes(r.kv_bytes_per_request * scenario.users)}"
@@ -306,7 +311,7 @@ def render_kv_context(scenario: Scenario, arch) -> pd.DataFrame:
 def render_kv_users(scenario: Scenario) -> pd.DataFrame:
     df, budget, errors = _users_data(cache_key(scenario))
     for message in errors:
-        st.warning(message)
+        st.warning(md(message))
     fig = figure_from_dict(_kv_users_fig(cache_key(scenario)))
     st.plotly_chart(fig, theme=None, key="chart_kv_users")
     st.caption("KV per request is what the engine reserves for one request of the chosen length "
@@ -318,11 +323,16 @@ def render_kv_users(scenario: Scenario) -> pd.DataFrame:
 # ---------------------------------------------------------------- (4) memory per accelerator
 def render_memory(scenario: Scenario) -> pd.DataFrame:
     df = _memory_data(cache_key(scenario))
+    bad = df[df["error"] != ""] if "error" in df else df.iloc[0:0]
+    if len(bad) == len(df):  # every accelerator refuses the scenario: nothing to draw
+        reasons = list(dict.fromkeys(bad["error"]))
+        st.warning(md(MESSAGES["view.no_gpu"].format(why="; ".join(reasons[:3]))))
+        _export("memory_per_gpu", df, None, scenario)
+        return df
     fig = figure_from_dict(_memory_fig(cache_key(scenario)))
     st.plotly_chart(fig, theme=None, key="chart_memory")
-    bad = df[df["error"] != ""] if "error" in df else df.iloc[0:0]
     for row in bad.itertuples():
-        st.caption(f"{row.gpu_name}: {row.error}")
+        st.caption(md(f"{row.gpu_name}: {row.error}"))
     st.caption(f"Every accelerator with {scenario.num_gpus} GPU(s), TP {scenario.tp}, PP {scenario.pp}, "
                f"{scenario.users:,} users × {scenario.tokens:,} tokens, KV {scenario.kv_dtypes[0]}. "
                "A black tick marks each device's capacity.")
@@ -357,9 +367,9 @@ def render_designs(scenario: Scenario) -> pd.DataFrame:
     st.plotly_chart(fig, theme=None, key="chart_designs")
     ok = df[df["error"] == ""]
     st.caption("KV bytes per token (whole model, full length, KV " + scenario.kv_dtypes[0] + "): "
-               + " · ".join(f"{label} {int(value):,} B" for label, value in
+               + " · ".join(f"{md(label)} {int(value):,} B" for label, value in
                             zip(ok["label"], ok["kv_bytes_per_token"].tolist(), strict=True)))
-    st.markdown("**Assumptions**\n" + "\n".join(f"- {n}" for n in notes))
+    st.markdown("**Assumptions**\n" + "\n".join(f"- {md(n)}" for n in notes))
     table = df[["label", "model", "kv_bytes_per_token", "kv_bytes_per_request", "max_requests",
                 "fits", "error"]]
     st.dataframe(table, hide_index=True, key="table_designs")

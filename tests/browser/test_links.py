@@ -159,7 +159,7 @@ def test_every_download(page: Page, app_url: str, tmp_path: Path) -> None:
     raw = Path(info.value.path()).read_bytes()
     assert json.loads(raw)["query"]["m"] == "llama-2-7b"
     reloaded = scenario_from_json(raw)
-    assert reloaded.view == "serving"  # the last view opened above
+    assert reloaded.view == list(VIEWS)[-1]  # the last view opened above
     assert reloaded.model_copy(update={"view": scenario.view}) == scenario
     _no_exception(page)
 
@@ -189,7 +189,7 @@ def test_uploaded_config_is_used_and_travels_in_the_link(page: Page, app_url: st
     assert per_token == 36 * 2 * 8 * 128 * 2  # 147,456 B
     _open(page, app_url + "/?v=1&m=llama-2-7b&kd=bf16&t=4096&u=1")
     page.get_by_text("Use your own config.json").click()
-    page.get_by_test_id("stSidebarUserContent").get_by_test_id("stFileUploaderDropzoneInput").set_input_files(str(fixture))
+    page.get_by_test_id("stSidebarUserContent").get_by_test_id("stFileUploaderDropzoneInput").first.set_input_files(str(fixture))
     expect(page).to_have_url(re.compile(r"[?&]c="), timeout=LOAD_MS)
     page.wait_for_selector(IDLE, timeout=LOAD_MS)
     expect(_exact(page)).to_contain_text(f"kv_per_token={per_token:,}")
@@ -198,7 +198,7 @@ def test_uploaded_config_is_used_and_travels_in_the_link(page: Page, app_url: st
     assert linked.custom_config["num_hidden_layers"] == 36
     broken = tmp_path / "config.json"
     broken.write_text('{"model_type": "llama"}')
-    page.get_by_test_id("stSidebarUserContent").get_by_test_id("stFileUploaderDropzoneInput").set_input_files(str(broken))
+    page.get_by_test_id("stSidebarUserContent").get_by_test_id("stFileUploaderDropzoneInput").first.set_input_files(str(broken))
     expect(page.get_by_test_id("stAlertContentError").first).to_contain_text(
         "num_hidden_layers", timeout=LOAD_MS)
     expect(_exact(page)).to_contain_text(f"kv_per_token={per_token:,}")

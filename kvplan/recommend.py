@@ -1,0 +1,680 @@
+"""Recommend a deployment: the cheapest accelerators, splits and formats that hold the traffic and
+meet the latency targets. Memory is exact (the engine's own budget and pool); time is a stated bound.
+
+A candidate is one replica layout — accelerator × (TP, PP) or expert-parallel size EP (MoE models on
+engines with ``Engine.expert_parallel``: attention data-parallel over EP GPUs, each with its own
+requests and KV, experts split over them — vLLM docs "Data Parallel Deployment" and "Expert Parallel
+Deployment", ``--data-parallel-size N --enable-expert-parallel``) × KV format × weight format — plus
+as many replicas (DP) as the traffic needs.
+
+Memory (exact, per GPU of the largest pipeline stage):
+  weights per stage from ``capacity.memory_budget`` (EP: its non-expert share whole on every GPU plus
+  ``1/EP`` of the experts), memory target and KV budget from the engine (``Engine.memory_target``,
+  ``Engine.kv_budgets``), requests of ``L`` tokens from the engine's pool (``KVPool.max_requests_for``,
+  the pool arithmetic vectorised over budgets).
+
+Time (bounds, with ``e`` the accelerator's efficiency factor, 1 = peak):
+  decode step ``TPOT(B) = pp · max(bytes_stage(B) / BW, B_gpu · F_dec / (pp · tp · FLOPS)) / e + comm(B)``
+  with ``bytes_stage = W_dense + W_expert · (1 − (1 − k/E)^B) + B_gpu · KV(L)`` (uniform routing:
+  experts touched by ``B`` tokens), ``F_dec`` the FLOPs of one token at position ``L``
+  (``flops.prefill_decode_flops``); prefill
+  ``TTFT(P) = max(F_pf(P) / (tp · FLOPS), pp · W / BW) / e + comm(P)`` (same function);
+  ``comm`` = TP ring all-reduce ``2 · layers · 2(tp − 1)/tp · n · h · 2 B``,
+  EP all-to-all ``2 · moe_layers · n · k · h · 2 B · (ep − 1)/ep``, PP hand-off ``(pp − 1) · n · h ·
+  2 B``, each over the accelerator's ``interconnect_gbps`` (per direction), not overlapped.
+  Throughput at batch ``B`` with mean output ``O`` and mean-prompt prefill ``t_pf`` interleaved:
+  ``tokens/s = O · B / (O · TPOT(B) + B · t_pf / ep)`` (EP ranks prefill in parallel). Replicas:
+  users ``ceil(U / B_max)``; requests/s ``ceil(rps · O / tokens/s(B_max))``, ``B_max`` the largest
+  batch that fits and meets TPOT.
+  Cost per million output tokens = GPUs × price per GPU-hour / (served tokens/s × 3600) × 10⁶.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field
+
+from kvplan.arch import ModelArch
+from kvplan.capacity import FitQuery, engine_settings, make_pool, memory_budget
+from kvplan.engines import EngineSettings, KVPool, get_engine
+from kvplan.errors import KVPlanError
+from kvplan.flops import prefill_decode_flops
+from kvplan.presets import GPU, get_gpu, gpus
+from kvplan.serving import MLPERF_BOUNDS, LengthDist, Workload, sample_workload
+
+#: Target presets: (TTFT ms, TPOT ms, percentile) from MLPerf ``loadgen/mlperf.conf`` (Server, p99).
+TARGET_PRESETS: dict[str, tuple[float, float, str]] = {
+    "mlperf-llama2-70b-interactive": (*MLPERF_BOUNDS["llama2-70b interactive"], "p99"),
+    "mlperf-llama2-70b": (*MLPERF_BOUNDS["llama2-70b standard"], "p99"),
+}
+MAX_CANDIDATES = 100_000
+MAX_GPUS_PER_REPLICA = 1024
+ACT_BYTES = 2  # bf16 activations exchanged between ranks
+FAILS = ("memory", "TTFT", "TPOT", "GPU limit")
+
+
+class RecommendQuery(BaseModel):
+    """Traffic, targets and the candidate grid (the model, engine and its settings come from the
+    scenario's ``FitQuery``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    traffic: Literal["users", "rps"] = "users"
+    users: int = Field(default=64, ge=0, le=10_000_000)
+    rps: float = Field(default=1.0, ge=0, le=1e7)
+    prompt: LengthDist = LengthDist(kind="fixed", value=1024)
+    output: LengthDist = LengthDist(kind="fixed", value=256)
+    samples: int = Field(default=2000, ge=1, le=100_000)
+    seed: int = Field(default=0, ge=0, le=2**31 - 1)
+    percentile: Literal["p50", "p99"] = "p99"
+    ttft_ms: float = 450.0
+    tpot_ms: float = 40.0
+    max_context: int | None = Field(default=None, ge=2, le=100_000_000)
+    gpus: tuple[str, ...] | None = None
+    max_gpus: int = Field(default=8, ge=1, le=MAX_GPUS_PER_REPLICA)
+    max_total_gpus: int = Field(default=4096, ge=1, le=1_000_000)
+    tp: tuple[int, ...] | None = None
+    pp: tuple[int, ...] = (1, 2, 4)
+    expert_parallel: bool = True
+    kv_dtypes: tuple[str, ...] = ("bf16", "fp8_e4m3")
+    weight_dtypes: tuple[str, ...] = ("auto",)
+    prices: dict[str, float] = {}
+    efficiency: dict[str, float] = {}
+    default_efficiency: float = Field(default=1.0, gt=0, le=1)
+
+
+@dataclass(frozen=True)
+class Lengths:
+    """Request lengths the bounds use (tokens), from the workload at the target percentile."""
+
+    prompt: int
+    context: int
+    prompt_mean: float
+    output_mean: float
+    requests: int
+    source: str
+
+
+@dataclass
+class Recommendation:
+    """Every candidate (``table``), the feasible ones ranked by cost (``ranked``), and the words."""
+
+    table: pd.DataFrame
+    lengths: Lengths
+    cost_unit: str
+    formulas: list[str]
+    assumptions: list[str]
+    message: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ranked(self) -> pd.DataFrame:
+        feasible = self.table[self.table["feasible"]]
+        return feasible.sort_values(["cost_per_m_tokens", "tpot_ms", "total_gpus"],
+                                    kind="stable").reset_index(drop=True)
+
+
+@dataclass
+class _Terms:
+    """Per-candidate arrays the time bounds need (shape ``(n,)``)."""
+
+    bw: np.ndarray
+    flops: np.ndarray
+    link: np.ndarray
+    eff: np.ndarray
+    tp: np.ndarray
+    pp: np.ndarray
+    ep: np.ndarray
+    w_dense: np.ndarray
+    w_expert: np.ndarray
+    kv_request: np.ndarray
+    route: float  # k / E (0 for dense models)
+    layers: int
+    moe_layers: int
+    hidden: int
+    top_k: int
+
+
+# ------------------------------------------------------------------------------- inputs
+def resolve_targets(preset: str | None, ttft_ms: float | None, tpot_ms: float | None,
+                    percentile: str | None) -> tuple[float, float, str]:
+    """A target preset (``TARGET_PRESETS``) with any value given explicitly taking precedence."""
+    if preset is not None and preset not in TARGET_PRESETS:
+        raise KVPlanError("recommend.preset", value=preset, choices=", ".join(TARGET_PRESETS))
+    base = TARGET_PRESETS[preset] if preset else TARGET_PRESETS["mlperf-llama2-70b-interactive"]
+    return (ttft_ms if ttft_ms is not None else base[0], tpot_ms if tpot_ms is not None else base[1],
+            percentile or base[2])
+
+
+def workload_lengths(query: RecommendQuery, workload: Workload | None = None) -> Lengths:
+    """Prompt and final lengths at the target percentile (``numpy.percentile``, method "higher"),
+    clipped to ``max_context``; the mean output and prompt drive throughput."""
+    if workload is None:
+        workload = sample_workload(query.samples, query.prompt, query.output, query.seed,
+                                   query.max_context)
+    prompt, output = workload.prompt, workload.output
+    if query.max_context is not None:
+        prompt = np.minimum(prompt, query.max_context - 1)
+        output = np.minimum(output, query.max_context - prompt)
+    q = 50 if query.percentile == "p50" else 99
+    p_q = max(int(np.percentile(prompt, q, method="higher")), 1)
+    final_q = max(int(np.percentile(prompt + output, q, method="higher")), 2)
+    out_mean = float(output.mean())
+    if out_mean <= 0:
+        raise KVPlanError("recommend.traffic", detail="the requests generate no output tokens")
+    return Lengths(p_q, final_q, float(max(prompt.mean(), 1.0)), out_mean, int(prompt.size),
+                   workload.source)
+
+
+def _check(query: RecommendQuery) -> None:
+    for name, value in (("TTFT", query.ttft_ms), ("TPOT", query.tpot_ms)):
+        if not (value > 0 and math.isfinite(value)):
+            raise KVPlanError("recommend.targets", detail=f"{name} target must be a positive number of "
+                                                          f"milliseconds, got {value}")
+    if (query.users if query.traffic == "users" else query.rps) <= 0:
+        raise KVPlanError("recommend.traffic", detail=f"{query.traffic} must be above 0")
+    for name, values in (("prices", query.prices), ("efficiency", query.efficiency)):
+        for gpu_id, value in values.items():
+            top = 1.0 if name == "efficiency" else 1e6
+            if not (0 < value <= top and math.isfinite(value)):
+                raise KVPlanError("value.range", field=f"{name} of {gpu_id}", low=0, high=top, value=value)
+
+
+def _layouts(arch: ModelArch, query: RecommendQuery, base: FitQuery) -> tuple[list[tuple[int, int, int]],
+                                                                                list[str]]:
+    """(tp, pp, ep) replica layouts the engine allows within ``max_gpus`` GPUs per replica."""
+    engine = get_engine(base.engine)
+    powers = [1 << i for i in range(11) if 1 << i <= query.max_gpus]
+    tps = sorted({t for t in (query.tp or tuple(powers)) if 1 <= t <= query.max_gpus})
+    out: list[tuple[int, int, int]] = []
+    notes: list[str] = []
+    for tp in tps:
+        try:
+            engine.check_parallel(arch, tp)
+        except KVPlanError as exc:
+            notes.append(f"TP {tp} left out: {exc}")
+            continue
+        out.extend((tp, pp, 1) for pp in sorted(set(query.pp))
+                   if 1 <= pp <= arch.n_layers and tp * pp <= query.max_gpus)
+    if arch.moe is not None and query.expert_parallel and engine.expert_parallel:
+        out.extend((1, 1, ep) for ep in powers if ep >= 2)
+    return out, notes
+
+
+def expert_share(arch: ModelArch) -> tuple[int, int]:
+    """(expert parameters, all parameters): routed experts of the MoE layers
+    (``(3 | 2) · h · I_e`` each, ``config_import`` counting), for splitting the core's weight bytes."""
+    moe = arch.moe
+    if moe is None or not arch.params_total:
+        return 0, max(arch.params_total, 1)
+    per = (3 if arch.gated_mlp else 2) * arch.hidden_size * moe.expert_intermediate
+    experts = (arch.n_layers - moe.n_dense_layers) * moe.n_experts * per
+    return min(experts, arch.params_total), arch.params_total
+
+
+# ------------------------------------------------------------------------------- time bounds
+def _touched(route: float, tokens: np.ndarray) -> np.ndarray:
+    """Expected share of experts ``B`` tokens route to (uniform top-k): ``1 − (1 − k/E)^B``."""
+    if route <= 0:
+        return np.zeros(np.shape(tokens))
+    return 1.0 - np.power(1.0 - route, np.asarray(tokens, dtype=np.float64))
+
+
+def _comm(t: _Terms, tokens: np.ndarray) -> np.ndarray:
+    """Seconds of TP all-reduce, EP all-to-all and PP hand-off for ``tokens`` per GPU (module doc)."""
+    n = np.asarray(tokens, dtype=np.float64)
+    msg = n * t.hidden * ACT_BYTES
+    tp_bytes = 2 * t.layers * 2 * (t.tp - 1) / t.tp * msg
+    ep_bytes = 2 * t.moe_layers * t.top_k * msg * (t.ep - 1) / t.ep
+    pp_bytes = (t.pp - 1) * msg
+    return (tp_bytes + ep_bytes + pp_bytes) / t.link
+
+
+def decode_time(t: _Terms, batch: np.ndarray, flops_token: float) -> tuple[np.ndarray, np.ndarray]:
+    """(TPOT seconds, the roofline part before efficiency) at replica batch ``batch``."""
+    b = np.asarray(batch, dtype=np.float64)
+    per_gpu = np.ceil(b / t.ep)
+    stage_bytes = t.w_dense + t.w_expert * _touched(t.route, b) + per_gpu * t.kv_request
+    roof = t.pp * np.maximum(stage_bytes / t.bw, per_gpu * flops_token / (t.pp * t.tp * t.flops))
+    return roof / t.eff + _comm(t, per_gpu), roof
+
+
+def prefill_time(t: _Terms, prompt: float, flops_prompt: float) -> tuple[np.ndarray, np.ndarray]:
+    """(TTFT seconds, the roofline part before efficiency) for one prompt of ``prompt`` tokens."""
+    p = np.full(t.bw.shape, float(prompt))
+    weights = t.w_dense + t.w_expert * _touched(t.route, p)
+    roof = np.maximum(flops_prompt / (t.tp * t.flops), t.pp * weights / t.bw)
+    return roof / t.eff + _comm(t, p), roof
+
+
+def _largest_batch(t: _Terms, limit: np.ndarray, target_s: float, flops_token: float) -> np.ndarray:
+    """Largest integer ``B ≤ limit`` with ``TPOT(B) ≤ target`` (0 if none): vectorised bisection
+    (TPOT grows with ``B``), at most ``log2(max limit)`` steps."""
+    lo = np.zeros(limit.shape, dtype=np.int64)
+    hi = np.maximum(limit.astype(np.int64), 0)
+    ok1 = decode_time(t, np.ones(limit.shape), flops_token)[0] <= target_s
+    lo = np.where(ok1 & (hi >= 1), 1, 0)
+    hi = np.where(lo == 0, 0, hi)
+    while np.any(hi > lo):
+        mid = (lo + hi + 1) // 2
+        good = decode_time(t, mid, flops_token)[0] <= target_s
+        lo = np.where(good & (hi > lo), mid, lo)
+        hi = np.where(~good & (hi > lo), mid - 1, hi)
+    return lo
+
+
+def decode_token_flops(arch: ModelArch, position: int) -> float:
+    """FLOPs of one decode token at position ``position`` (``flops.prefill_decode_flops``)."""
+    return prefill_decode_flops(arch, 1, position)[1]
+
+
+def prefill_flops(arch: ModelArch, prompt_tokens: int) -> float:
+    """FLOPs of one prefill of ``prompt_tokens`` (``flops.prefill_decode_flops``)."""
+    return prefill_decode_flops(arch, prompt_tokens, 1)[0]
+
+
+# ------------------------------------------------------------------------------- the search
+def _gpu_list(query: RecommendQuery) -> list[GPU]:
+    """The chosen accelerators (default: the catalogue); ``custom:GiB:TB/s:TFLOPS`` keeps its spec as id."""
+    catalogue = gpus()
+    if query.gpus is None:
+        return list(catalogue.values())
+    chosen = [catalogue.get(gpu_id) or get_gpu(gpu_id).model_copy(update={"id": gpu_id})
+              for gpu_id in dict.fromkeys(query.gpus)]
+    return chosen
+
+
+def _price(gpu: GPU, query: RecommendQuery) -> float | None:
+    return query.prices.get(gpu.id, gpu.price_per_hour)
+
+
+def recommend(arch: ModelArch, query: RecommendQuery, base: FitQuery,
+              workload: Workload | None = None) -> Recommendation:
+    """Every candidate's memory, bounds, replicas and cost; see the module docstring."""
+    _check(query)
+    lengths = workload_lengths(query, workload)
+    gpu_list = _gpu_list(query)
+    layouts, notes = _layouts(arch, query, base)
+    kv_dtypes = list(dict.fromkeys(query.kv_dtypes))
+    wds = list(dict.fromkeys(query.weight_dtypes))
+    n_total = len(gpu_list) * len(layouts) * len(kv_dtypes) * len(wds)
+    if n_total == 0:
+        raise KVPlanError("recommend.empty", detail=_empty_detail(gpu_list, layouts, kv_dtypes, wds, notes))
+    if n_total > MAX_CANDIDATES:
+        raise KVPlanError("recommend.too_many", count=f"{n_total:,}", limit=MAX_CANDIDATES)
+    engine = get_engine(base.engine)
+    G, Y, K, W = len(gpu_list), len(layouts), len(kv_dtypes), len(wds)
+    L = lengths.context
+    ep_arr = np.array([ep for _, _, ep in layouts])
+    tp_arr = np.array([tp for tp, _, _ in layouts])
+    pp_arr = np.array([pp for _, pp, _ in layouts])
+    stages_max = int(pp_arr.max())
+    expert_params, all_params = expert_share(arch)
+
+    # weights per GPU of every stage, per (layout, weight format), from capacity.memory_budget
+    ref = gpu_list[0]
+    stage_w = np.zeros((Y, W, stages_max), dtype=np.int64)
+    w_dense = np.zeros((Y, W))
+    w_expert = np.zeros((Y, W))
+    reserve = 0
+    layout_queries: list[FitQuery] = []
+    for y, (tp, pp, ep) in enumerate(layouts):
+        q = base.model_copy(update={"tp": tp, "pp": pp, "num_gpus": tp * pp, "users": 1, "tokens": L})
+        layout_queries.append(q)
+        for w, wd in enumerate(wds):
+            budget = memory_budget(arch, ref, q.model_copy(update={
+                "weight_dtype": None if wd == "auto" else wd}))
+            reserve = budget.reserve
+            stages = list(budget.stage_weights)
+            if ep > 1:
+                experts = budget.weights_total * expert_params // all_params
+                stages = [budget.weights_total - experts + -(-experts // ep)]
+            stage_w[y, w, :len(stages)] = stages
+            top = max(stages)
+            share = 0 if ep > 1 else top * expert_params // all_params
+            w_expert[y, w] = -(-(budget.weights_total * expert_params // all_params) // ep) if ep > 1 \
+                else share
+            w_dense[y, w] = top - w_expert[y, w]
+
+    # memory target and KV budget per (GPU, layout, weight format): the engine's own arithmetic,
+    # one call per (GPU, layout) over every format's stages (each stage's budget is independent)
+    pad = np.iinfo(np.int64).max
+    budgets = np.full((G, Y, W, stages_max), pad, dtype=np.int64)
+    targets = np.zeros((G, Y), dtype=np.int64)
+    settings_of: dict[tuple[int, int], EngineSettings] = {}
+    own = [engine.own_settings(q.settings, tp=q.tp, pp=q.pp) for q in layout_queries]
+    given = base.kv_cache_memory_bytes
+    for g, gpu in enumerate(gpu_list):
+        for y, (_, pp, _) in enumerate(layouts):
+            settings = engine.resolve_settings(own[y], L, gpu, arch)  # = capacity.engine_settings
+            settings_of[g, y] = settings
+            target, _ = engine.memory_target(gpu.capacity_bytes, settings, arch, [])
+            targets[g, y] = target
+            if given is not None:
+                budgets[g, y, :, :pp] = given
+                continue
+            flat = [int(v) for v in stage_w[y, :, :pp].ravel()]
+            kv = engine.kv_budgets(target, flat, reserve, settings, {"memory_target": ""})
+            budgets[g, y, :, :pp] = np.asarray(kv, dtype=np.int64).reshape(W, pp)
+    weights_fit = (stage_w.max(axis=2)[None] + reserve <= targets[:, :, None]) | (given is not None)
+
+    # pools: one per (layout, KV format, GPU signature); requests per budget row, vectorised
+    max_req = np.zeros((G, Y, K, W), dtype=np.int64)
+    max_ctx_ok = np.ones((G, Y, K, W), dtype=bool)
+    kv_req = np.zeros((G, Y, K), dtype=np.float64)
+    refused = np.zeros((G, Y, K), dtype=bool)
+    gpu_keys = [[engine.pool_gpu_key(gpu, arch, kv_dtype) for gpu in gpu_list] for kv_dtype in kv_dtypes]
+    for y, (_, pp, ep) in enumerate(layouts):
+        distinct: dict[EngineSettings, int] = {}
+        sig = [distinct.setdefault(settings_of[g, y], len(distinct)) for g in range(G)]
+        pool_keys: dict[object, int] = {}
+        by_settings = [pool_keys.setdefault(engine.pool_settings_key(s, arch), len(pool_keys))
+                       for s in distinct]
+        sig = [by_settings[i] for i in sig]
+        for k, kv_dtype in enumerate(kv_dtypes):
+            groups: dict[tuple[Any, ...], list[int]] = {}
+            for g in range(G):
+                groups.setdefault((sig[g], gpu_keys[k][g]), []).append(g)
+            for members in groups.values():
+                gpu = gpu_list[members[0]]
+                q = layout_queries[y].model_copy(update={"kv_dtype": kv_dtype})
+                try:
+                    pool = make_pool(arch, gpu, q, [1 << 40] * pp, [], settings_of[members[0], y])
+                except KVPlanError as exc:
+                    refused[members, y, k] = True
+                    notes.append(f"KV {kv_dtype}: {exc}")
+                    continue
+                rows = budgets[members, y][:, :, :pp].reshape(-1, pp)
+                max_req[members, y, k, :] = _pool_requests(pool, L, rows).reshape(len(members), W) * ep
+                if query.max_context is not None:
+                    fit_max = _pool_requests(pool, query.max_context, rows).reshape(len(members), W)
+                    max_ctx_ok[members, y, k, :] = fit_max >= 1
+                kv_req[members, y, k] = float(pool.per_request_bytes(np.asarray([L]))[0])
+    max_req = np.where(weights_fit[:, :, None, :], max_req, 0)
+
+    # broadcast everything to the candidate grid (G, Y, K, W) and flatten
+    shape = (G, Y, K, W)
+
+    def grid(a: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+        full = np.expand_dims(a, [i for i in range(4) if i not in axes])
+        return np.broadcast_to(full, shape).ravel()
+
+    fp8_w = np.array([wd in {"fp8"} for wd in wds])
+    bf16 = np.array([g.bf16_tflops for g in gpu_list]) * 1e12
+    fp8 = np.array([g.fp8_tflops or g.bf16_tflops for g in gpu_list]) * 1e12
+    flops_gw = np.where(fp8_w[None, :], fp8[:, None], bf16[:, None])
+    link = np.array([(g.interconnect_gbps or g.host_link_gbps or 32.0) * 1e9 for g in gpu_list])
+    eff = np.array([query.efficiency.get(g.id, query.default_efficiency) for g in gpu_list])
+    price_list = [_price(g, query) for g in gpu_list]
+    priced = all(p is not None for p in price_list)
+    price = np.array([p if priced and p is not None else 1.0 for p in price_list])
+    moe = arch.moe
+    terms = _Terms(
+        bw=grid(np.array([g.bandwidth_tbps * 1e12 for g in gpu_list]), (0,)),
+        flops=grid(flops_gw, (0, 3)), link=grid(link, (0,)), eff=grid(eff, (0,)),
+        tp=grid(tp_arr, (1,)).astype(np.float64), pp=grid(pp_arr, (1,)).astype(np.float64),
+        ep=grid(ep_arr, (1,)).astype(np.float64), w_dense=grid(w_dense, (1, 3)),
+        w_expert=grid(w_expert, (1, 3)), kv_request=grid(kv_req, (0, 1, 2)),
+        route=(moe.n_active / moe.n_experts) if moe else 0.0, layers=arch.n_layers,
+        moe_layers=(arch.n_layers - moe.n_dense_layers) if moe else 0, hidden=arch.hidden_size,
+        top_k=moe.n_active if moe else 0)
+    mreq = max_req.ravel()
+    memory_ok = (mreq >= 1) & max_ctx_ok.ravel() & ~grid(refused, (0, 1, 2))
+    f_tok = decode_token_flops(arch, L)
+    tpot1 = decode_time(terms, np.ones(mreq.shape), f_tok)[0]
+    ttft, _ = prefill_time(terms, lengths.prompt, prefill_flops(arch, lengths.prompt))
+    mean_prompt = max(round(lengths.prompt_mean), 1)
+    t_pf, _ = prefill_time(terms, lengths.prompt_mean, prefill_flops(arch, mean_prompt))
+    target_s = query.tpot_ms / 1e3
+    batch_max = _largest_batch(terms, np.where(memory_ok, mreq, 0), target_s, f_tok)
+    out_mean = lengths.output_mean
+
+    def tokens_per_s(b: np.ndarray) -> np.ndarray:
+        tp_s = decode_time(terms, np.maximum(b, 1), f_tok)[0]
+        return out_mean * b / (out_mean * tp_s + b * t_pf / terms.ep)
+
+    safe = np.maximum(batch_max, 1)
+    if query.traffic == "users":
+        replicas = -(-query.users // safe)
+        batch = -(-query.users // replicas)
+        served = replicas * tokens_per_s(batch)
+    else:
+        capacity = tokens_per_s(safe)
+        replicas = np.ceil(query.rps * out_mean / capacity).astype(np.int64)
+        batch = safe
+        served = np.full(safe.shape, query.rps * out_mean)
+    tpot = decode_time(terms, batch, f_tok)[0]
+    gpr = (terms.tp * terms.pp * terms.ep).astype(np.int64)
+    total = replicas * gpr
+    cost_h = total * grid(price, (0,))
+    ttft_ok = ttft * 1e3 <= query.ttft_ms
+    tpot_ok = batch_max >= 1
+    gpu_ok = total <= query.max_total_gpus
+    feasible = memory_ok & ttft_ok & tpot_ok & gpu_ok
+    code = np.zeros(mreq.shape, dtype=np.int64)
+    for bit, ok in enumerate((memory_ok, ttft_ok, tpot_ok | ~memory_ok, gpu_ok | ~tpot_ok)):
+        code |= (~ok).astype(np.int64) << bit
+    labels = [", ".join(name for bit, name in enumerate(FAILS) if c >> bit & 1) for c in range(16)]
+
+    def category(values: list[str], axis: int) -> pd.Categorical:
+        codes = grid(np.arange(len(values)), (axis,))
+        return pd.Categorical.from_codes(codes, categories=pd.Index(values, dtype=object))
+
+    table = pd.DataFrame({
+        "gpu": category([g.id for g in gpu_list], 0),
+        "gpu_name": category([g.name for g in gpu_list], 0),
+        "tp": grid(tp_arr, (1,)), "pp": grid(pp_arr, (1,)), "ep": grid(ep_arr, (1,)),
+        "kv_dtype": category(kv_dtypes, 2),
+        "weight_dtype": category(wds, 3),
+        "gpus_per_replica": gpr,
+        "weights_per_gpu_bytes": grid(stage_w.max(axis=2), (1, 3)),
+        "kv_budget_bytes": grid(np.maximum(_min_budget(budgets), 0), (0, 1, 3)),
+        "kv_bytes_per_request": grid(kv_req, (0, 1, 2)).astype(np.int64),
+        "max_requests": mreq,
+        "batch": np.where(feasible, batch, 0),
+        "max_batch_tpot": batch_max,
+        "tpot_ms": np.where(batch_max >= 1, tpot, tpot1) * 1e3,
+        "ttft_ms": ttft * 1e3,
+        "tokens_per_s_per_replica": np.where(batch_max >= 1, tokens_per_s(safe), 0.0),
+        "replicas": np.where(feasible, replicas, 0),
+        "total_gpus": np.where(feasible, total, 0),
+        "cost_per_hour": np.where(feasible, cost_h, np.nan),
+        "cost_per_m_tokens": np.where(feasible, cost_h / (served * 3600) * 1e6, np.nan),
+        "feasible": feasible,
+        "fails": pd.Categorical.from_codes(code, categories=pd.Index(labels, dtype=object)),
+    })
+    unit = "$" if priced else "GPU-hours"
+    rec = Recommendation(table, lengths, unit, _formulas(query, lengths, unit), _assumptions(arch, query),
+                         notes=list(dict.fromkeys(notes)))
+    if not feasible.any():
+        rec.message = no_feasible_message(table, query)
+    return rec
+
+
+def _min_budget(budgets: np.ndarray) -> np.ndarray:
+    """KV budget per GPU: the smallest stage's (padding stages hold int64 max)."""
+    return budgets.min(axis=3)
+
+
+def _pool_requests(pool: KVPool, L: int, rows: np.ndarray) -> np.ndarray:
+    return np.asarray(pool.max_requests_for(L, rows), dtype=np.int64)
+
+
+def _empty_detail(gpu_list: list[GPU], layouts: list[tuple[int, int, int]], kv: list[str],
+                  wds: list[str], notes: list[str]) -> str:
+    if not gpu_list:
+        return "no accelerator chosen"
+    if not layouts:
+        return "no TP/PP split is allowed within the GPU limit" + (f" ({notes[0]})" if notes else "")
+    return "no KV format chosen" if not kv else "no weight format chosen"
+
+
+def no_feasible_message(table: pd.DataFrame, query: RecommendQuery) -> str:
+    """Name the constraint fewest candidates meet, with the best value reached against its target."""
+    passing = {name: int((~table["fails"].str.contains(name, regex=False)).sum()) for name in FAILS}
+    tightest = min(FAILS, key=lambda name: passing[name])
+    if tightest == "TPOT":
+        best = f"the fastest decode step is {table['tpot_ms'].min():,.2f} ms against {query.tpot_ms:g} ms"
+    elif tightest == "TTFT":
+        best = f"the fastest prefill is {table['ttft_ms'].min():,.2f} ms against {query.ttft_ms:g} ms"
+    elif tightest == "memory":
+        best = (f"no layout holds the weights and one request; the largest KV budget left is "
+                f"{max(int(table['kv_budget_bytes'].max()), 0):,} B per GPU")
+    else:
+        best = f"every candidate needs more than {query.max_total_gpus:,} GPUs"
+    return str(KVPlanError("recommend.none", constraint=tightest, passing=f"{passing[tightest]:,}",
+                           count=f"{len(table):,}", best=best))
+
+
+def _formulas(query: RecommendQuery, lengths: Lengths, unit: str) -> list[str]:
+    return [
+        "TPOT(B) = pp · max((W_dense + W_expert·(1−(1−k/E)^B) + B_gpu·KV(L)) / BW, "
+        "B_gpu·F_dec / (pp·tp·FLOPS)) / e + comm(B_gpu)",
+        "TTFT(P) = max(F_pf(P) / (tp·FLOPS), pp·W / BW) / e + comm(P)",
+        "comm(n) = [2·layers·2(tp−1)/tp + 2·moe_layers·k·(ep−1)/ep + (pp−1)] · n·h·2 B / interconnect",
+        f"tokens/s = O·B / (O·TPOT(B) + B·t_pf/ep), O = {lengths.output_mean:,.1f} mean output tokens",
+        "replicas = ceil(users / B_max)" if query.traffic == "users"
+        else "replicas = ceil(requests/s · O / tokens/s(B_max))",
+        "cost per M output tokens = GPUs × price per GPU-hour / (served tokens/s · 3600) · 10⁶"
+        if unit == "$" else "GPU-hours per M output tokens = GPUs / (served tokens/s · 3600) · 10⁶ "
+                            "(no price for every accelerator)",
+    ]
+
+
+def _assumptions(arch: ModelArch, query: RecommendQuery) -> list[str]:
+    out = [
+        "Bounds, not measurements: peak bandwidth and FLOPS scaled by the efficiency factor "
+        f"(default {query.default_efficiency:g}); no kernel launch, scheduling or queueing time.",
+        f"Lengths at the {query.percentile} of the workload: TTFT for that prompt, memory and KV "
+        "read for that final length on every resident request (the last token of such a request).",
+        "Memory is the engine's exact pool for that length (weights as loaded, the release's budget).",
+        "Prefills interleave with decode steps: their time lowers throughput, not TPOT.",
+        "KV read per decode step = what the engine reserves for the request (for windowed layers a "
+        "little more than the tokens attention reads).",
+        "PP stages run one after another for a token (no micro-batch overlap); communication is "
+        "bandwidth only (no latency term) and not overlapped with compute.",
+        "Peak FLOPS: BF16, or FP8 for FP8 weights where the accelerator has it.",
+    ]
+    if arch.moe is not None:
+        out.append("MoE: uniform routing; a step reads the experts its tokens touch. EP candidates run "
+                   "attention data-parallel (each GPU its own requests and KV) with experts split over "
+                   "the EP GPUs; their dashboard link shows one DP rank without EP.")
+    return out
+
+
+# ------------------------------------------------------------------------------- calibration
+def calibrate_efficiency(arch: ModelArch, gpu: GPU, base: FitQuery, measured: float,
+                         kind: Literal["decode", "prefill"], batch: int = 1, prompt_tokens: int = 1024,
+                         context_tokens: int = 2048) -> float:
+    """The efficiency factor one measured run implies.
+
+    ``decode``: ``measured`` = decode tokens/s of a batch of ``batch`` at ``context_tokens``, so the
+    step time is ``batch / measured`` and ``e = roofline / (step − comm)``. ``prefill``: ``measured`` =
+    TTFT in ms of one ``prompt_tokens`` prompt, ``e = roofline / (TTFT − comm)``. The layout, formats
+    and engine are ``base``'s.
+    """
+    if not (measured > 0 and math.isfinite(measured)) or batch < 1:
+        raise KVPlanError("recommend.calibrate", detail="the measured figure and the batch must be positive")
+    terms = single_terms(arch, gpu, base, context_tokens, efficiency=1.0)
+    if kind == "decode":
+        _, roof = decode_time(terms, np.asarray([batch]), decode_token_flops(arch, context_tokens))
+        step = batch / measured
+        comm = _comm(terms, np.ceil(np.asarray([batch]) / terms.ep))
+    else:
+        _, roof = prefill_time(terms, prompt_tokens, prefill_flops(arch, prompt_tokens))
+        step = measured / 1e3
+        comm = _comm(terms, np.asarray([float(prompt_tokens)]))
+    compute = step - float(comm[0])
+    if compute <= 0:
+        raise KVPlanError("recommend.calibrate", detail="the measured time is below the communication "
+                                                        "term alone")
+    return float(roof[0]) / compute
+
+
+def single_terms(arch: ModelArch, gpu: GPU, base: FitQuery, context_tokens: int,
+                 efficiency: float = 1.0) -> _Terms:
+    """The time-bound terms of one layout (``base``'s TP/PP, formats and engine; no EP)."""
+    q = base.model_copy(update={"tokens": context_tokens, "users": 1, "num_gpus": base.tp * base.pp})
+    settings = engine_settings(q, gpu, arch)
+    budget = memory_budget(arch, gpu, q, settings)
+    pool = make_pool(arch, gpu, q, budget.stage_budgets, [], settings)
+    top = max(budget.stage_weights)
+    experts, params = expert_share(arch)
+    w_expert = top * experts // params
+    peak = gpu.fp8_tflops if q.weight_dtype == "fp8" and gpu.fp8_tflops else gpu.bf16_tflops
+    moe = arch.moe
+    one = np.ones(1)
+    return _Terms(
+        bw=one * gpu.bandwidth_tbps * 1e12, flops=one * peak * 1e12,
+        link=one * (gpu.interconnect_gbps or gpu.host_link_gbps or 32.0) * 1e9, eff=one * efficiency,
+        tp=one * q.tp, pp=one * q.pp, ep=one, w_dense=one * (top - w_expert), w_expert=one * w_expert,
+        kv_request=one * float(pool.per_request_bytes(np.asarray([context_tokens]))[0]),
+        route=(moe.n_active / moe.n_experts) if moe else 0.0, layers=arch.n_layers,
+        moe_layers=(arch.n_layers - moe.n_dense_layers) if moe else 0, hidden=arch.hidden_size,
+        top_k=moe.n_active if moe else 0)
+
+
+# ------------------------------------------------------------------------------- links
+def candidate_scenario(row: Any, scenario: Any, lengths: Lengths) -> Any:
+    """The dashboard scenario of one candidate (``kvplan.scenario.Scenario``): its accelerator,
+    split, formats, the request length the memory used and its batch per replica as users.
+    EP candidates open as one DP rank (TP 1) on ``ep`` GPUs."""
+    from kvplan.scenario import MAX_GPUS
+
+    tp, pp, ep = int(row.tp), int(row.pp), int(row.ep)
+    gpr = tp * pp * ep
+    total = int(row.total_gpus) if int(row.total_gpus) else gpr
+    n = total if total <= MAX_GPUS else gpr
+    gpu: dict[str, Any] = {"gpu": row.gpu}
+    if str(row.gpu).startswith("custom:"):
+        spec = get_gpu(str(row.gpu))
+        gpu = {"gpu": "custom", "custom_gpu_gib": spec.capacity_bytes / 2**30,
+               "custom_gpu_tbps": spec.bandwidth_tbps, "custom_gpu_tflops": spec.bf16_tflops}
+    return scenario.model_copy(update={
+        **gpu, "tp": tp, "pp": pp, "num_gpus": n, "kv_dtypes": [row.kv_dtype],
+        "weight_dtype": row.weight_dtype, "tokens": lengths.context,
+        "users": max(int(row.batch) // ep, 1), "view": "context"})
+
+
+def candidate_link(row: Any, scenario: Any, lengths: Lengths) -> str:
+    """``?key=value…`` of ``candidate_scenario`` (``Scenario.to_query``)."""
+    from urllib.parse import quote
+
+    query = candidate_scenario(row, scenario, lengths).to_query()
+    return "?" + "&".join(f"{k}={quote(v, safe=',')}" for k, v in query.items())
+
+
+#: Columns of the ranked table, in the order the CLI and the dashboard show them.
+TABLE_COLUMNS = ("gpu", "tp", "pp", "ep", "kv_dtype", "weight_dtype", "replicas", "total_gpus",
+                 "batch", "tpot_ms", "ttft_ms", "tokens_per_s_per_replica", "cost_per_hour",
+                 "cost_per_m_tokens", "weights_per_gpu_bytes", "kv_budget_bytes", "kv_bytes_per_request",
+                 "max_requests")
+
+
+def ranked_rows(rec: Recommendation, scenario: Any, top: int = 20) -> list[dict[str, Any]]:
+    """The ``top`` cheapest feasible candidates as plain dicts, each with its dashboard link."""
+    out = []
+    for row in rec.ranked.head(top).itertuples(index=False):
+        item = {name: _plain(getattr(row, name)) for name in TABLE_COLUMNS}
+        item["link"] = candidate_link(row, scenario, rec.lengths)
+        out.append(item)
+    return out
+
+
+def failure_counts(rec: Recommendation) -> dict[str, int]:
+    """Candidates failing each constraint (a candidate may fail several)."""
+    fails = rec.table["fails"].astype(str)
+    return {name: int(fails.str.contains(name, regex=False).sum()) for name in FAILS}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        return round(float(value), 6)
+    return value

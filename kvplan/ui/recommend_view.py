@@ -1,0 +1,274 @@
+"""Recommend a deployment (``vw=recommend``): traffic and targets in, the Pareto chart of cost per
+million output tokens against TPOT, the ranked table with a link per candidate, and why the others
+fail. Every number comes from ``kvplan.recommend`` (memory exact, time bounds)."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from kvplan.arch import ModelArch
+from kvplan.dtypes import KV_DTYPE_CHOICES, WEIGHT_DTYPES
+from kvplan.errors import KVPlanError
+from kvplan.presets import GPU, gpus
+from kvplan.recommend import (
+    TARGET_PRESETS,
+    Recommendation,
+    RecommendQuery,
+    calibrate_efficiency,
+    failure_counts,
+    ranked_rows,
+    recommend,
+)
+from kvplan.scenario import Scenario, scenario_fit_query, scenario_gpu
+from kvplan.serving import LengthDist, parse_lengths_csv
+from kvplan.ui.exports_ui import download_buttons
+from kvplan.ui.serving_state import ensure
+from kvplan.ui.theme import new_figure
+from kvplan.ui.cached import cache_key, scenario_from_key
+
+TOP = 50
+PRESET_LABELS = {"mlperf-llama2-70b-interactive": "MLPerf Llama-2-70B interactive (450 / 40 ms, p99)",
+                 "mlperf-llama2-70b": "MLPerf Llama-2-70B standard (2000 / 200 ms, p99)",
+                 "custom": "custom"}
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def _search(key: str, query_json: str, csv: bytes | None) -> Recommendation:
+    _, arch, _, fit_query = scenario_from_key(key)
+    workload = parse_lengths_csv(csv) if csv is not None else None
+    return recommend(arch, RecommendQuery.model_validate_json(query_json), fit_query, workload)
+
+
+def _dist(part: str, scenario: Scenario) -> tuple[LengthDist, bool]:
+    state = st.session_state
+    labels = {"fixed": "fixed", "lognormal": "log-normal", "csv": "from the uploaded CSV"}
+    kind = st.selectbox(f"{part.title()} lengths", list(labels),
+                        key=ensure(f"rc_{part}_kind", scenario, state),
+                        format_func=lambda k: labels[str(k)])
+    if kind == "lognormal":
+        mean = st.number_input(f"{part.title()} mean (tokens)", 1.0, 1e7,
+                               key=ensure(f"rc_{part}_mean", scenario, state))
+        sigma = st.number_input(f"{part.title()} sigma", 0.0, 5.0,
+                                key=ensure(f"rc_{part}_sigma", scenario, state))
+        return LengthDist(kind="lognormal", mean=mean, sigma=sigma), False
+    value = st.number_input(f"{part.title()} tokens", 1, 10_000_000,
+                            key=ensure(f"rc_{part}_tokens", scenario, state))
+    return LengthDist(kind="fixed", value=int(value)), kind == "csv"
+
+
+def _inputs(scenario: Scenario, arch: ModelArch) -> tuple[RecommendQuery, bytes | None]:
+    """The tab's inputs; traffic, lengths and targets travel in the link (``sv=rc_…``, see
+    ``serving_state.INPUTS``), the candidate lists start from the sidebar's choices."""
+    state = st.session_state
+    cols = st.columns(3)
+    with cols[0]:
+        st.markdown("**Traffic**")
+        traffic = st.radio("Traffic as", ["users", "rps"], key=ensure("rc_traffic", scenario, state),
+                           horizontal=True,
+                           format_func={"users": "concurrent users", "rps": "requests / s"}.get)
+        if traffic == "users":
+            users = int(st.number_input("Concurrent users", 0, 10_000_000,
+                                        key=ensure("rc_users", scenario, state)))
+            rps = 1.0
+        else:
+            users = 1
+            rps = float(st.number_input("Requests per second", 0.0, 1e7,
+                                        key=ensure("rc_rps", scenario, state)))
+        prompt, csv_p = _dist("prompt", scenario)
+        output, csv_o = _dist("output", scenario)
+        csv = None
+        if csv_p or csv_o:
+            upload = st.file_uploader("Request lengths CSV (prompt,output per row)", type=["csv"],
+                                      key="rc_csv")
+            csv = upload.getvalue() if upload is not None else None
+    with cols[1]:
+        st.markdown("**Targets**")
+        preset = str(st.selectbox("Preset", list(PRESET_LABELS),
+                                  format_func=lambda k: PRESET_LABELS[str(k)],
+                                  key=ensure("rc_preset", scenario, state)))
+        if preset == "custom":
+            ttft = st.number_input("TTFT target (ms)", 0.0, 1e7, key=ensure("rc_ttft", scenario, state))
+            tpot = st.number_input("TPOT target (ms)", 0.0, 1e6, key=ensure("rc_tpot", scenario, state))
+        else:
+            ttft, tpot, _ = TARGET_PRESETS[preset]
+            st.caption(f"TTFT ≤ {ttft:g} ms, TPOT ≤ {tpot:g} ms (MLPerf Inference loadgen/mlperf.conf, "
+                       "Server scenario)")
+        percentile = st.radio("Percentile", ["p99", "p50"], key=ensure("rc_pct", scenario, state),
+                              horizontal=True)
+        max_context = int(st.number_input("Max context (0 = none)", 0, 100_000_000,
+                                          key=ensure("rc_maxctx", scenario, state)))
+        efficiency = st.slider("Efficiency factor (1 = peak bandwidth and FLOPS)", 0.05, 1.0, step=0.05,
+                               key=ensure("rc_eff", scenario, state))
+    with cols[2]:
+        st.markdown("**Candidates**")
+        catalogue = list(gpus())
+        chosen = st.multiselect("Accelerators (empty = none)", catalogue, default=catalogue,
+                                key="rc_gpus")
+        max_gpus = int(st.selectbox("GPUs per replica at most", [1, 2, 4, 8, 16, 32, 64],
+                                    key=ensure("rc_maxgpus", scenario, state)))
+        kv = st.multiselect("KV formats", list(KV_DTYPE_CHOICES), default=scenario.kv_dtypes,
+                            key="rc_kv")
+        wd = st.multiselect("Weight formats", ["auto", *WEIGHT_DTYPES], default=[scenario.weight_dtype],
+                            key="rc_wd")
+        ep = st.checkbox("Expert parallel (MoE)", value=arch.moe is not None, key="rc_ep",
+                         disabled=arch.moe is None)
+    prices, factors = _prices_and_efficiency(chosen, efficiency)
+    calibrated = _calibration(scenario, arch)
+    if calibrated is not None:
+        factors[scenario.gpu] = calibrated
+    query = RecommendQuery(
+        traffic="rps" if traffic == "rps" else "users", users=users, rps=rps, prompt=prompt, output=output,
+        percentile="p50" if percentile == "p50" else "p99", ttft_ms=ttft, tpot_ms=tpot,
+        max_context=max_context or None, gpus=tuple(chosen), max_gpus=max_gpus, kv_dtypes=tuple(kv),
+        weight_dtypes=tuple(wd), expert_parallel=ep, default_efficiency=efficiency, prices=prices,
+        efficiency=factors)
+    return query, csv
+
+
+def _prices_and_efficiency(chosen: list[str], efficiency: float) -> tuple[dict[str, float],
+                                                                          dict[str, float]]:
+    """An editable table: price per GPU-hour (default: the preset's, else empty) and efficiency
+    factor per accelerator (default: the slider). Without a price for every accelerator the costs
+    are counted in GPU-hours."""
+    catalogue = gpus()
+    with st.expander("Prices per GPU-hour and efficiency per accelerator", expanded=False):
+        frame = pd.DataFrame({
+            "gpu": chosen,
+            "price_per_hour": [catalogue[g].price_per_hour if g in catalogue else None for g in chosen],
+            "efficiency": [efficiency] * len(chosen)}).astype({"price_per_hour": "float64"})
+        edited = st.data_editor(frame, hide_index=True, key="rc_prices", disabled=["gpu"], column_config={
+            "price_per_hour": st.column_config.NumberColumn("price per GPU-hour", min_value=0.0001,
+                                                            format="%.4f"),
+            "efficiency": st.column_config.NumberColumn("efficiency (0–1]", min_value=0.01,
+                                                        max_value=1.0, format="%.2f")})
+        st.caption("No public list price is in the catalogue yet: enter yours (all of them) to get "
+                   "cost in money; otherwise cost is in GPU-hours.")
+    prices: dict[str, float] = {}
+    factors: dict[str, float] = {}
+    for record in edited.to_dict("records"):
+        price, factor = _number(record.get("price_per_hour")), _number(record.get("efficiency"))
+        if price is not None and price > 0:
+            prices[str(record["gpu"])] = price
+        if factor is not None and 0 < factor <= 1:
+            factors[str(record["gpu"])] = factor
+    return prices, factors
+
+
+def _number(value: object) -> float | None:
+    """A finite number from an edited table cell, or None (empty, NaN or not a number)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    number = float(value)
+    return number if number == number and abs(number) != float("inf") else None
+
+
+def _calibration(scenario: Scenario, arch: ModelArch) -> float | None:
+    """Solve the sidebar accelerator's efficiency factor from one measured run (its TP/PP, formats
+    and engine): decode tokens/s at a batch, or a TTFT (``recommend.calibrate_efficiency``)."""
+    with st.expander("Calibrate the efficiency factor from one measured run", expanded=False):
+        kinds = {"decode": "decode tokens/s", "prefill": "TTFT (ms)"}
+        kind = st.radio("Measured", list(kinds), key="rc_cal_kind", horizontal=True,
+                        format_func=lambda k: kinds[str(k)])
+        cols = st.columns(4)
+        measured = cols[0].number_input("Measured value", 0.0, 1e9, 0.0, key="rc_cal_value")
+        batch = int(cols[1].number_input("Batch", 1, 1_000_000, 1, key="rc_cal_batch"))
+        prompt = int(cols[2].number_input("Prompt tokens", 1, 10_000_000, 1024, key="rc_cal_prompt"))
+        context = int(cols[3].number_input("Context tokens", 2, 10_000_000, 2048, key="rc_cal_ctx"))
+        if measured <= 0:
+            st.caption(f"On {scenario.gpu} with the sidebar's TP {scenario.tp} × PP {scenario.pp}; "
+                       "enter a measured value to solve for the factor.")
+            return None
+        try:
+            factor = calibrate_efficiency(arch, scenario_gpu(scenario), scenario_fit_query(scenario),
+                                          measured, "prefill" if kind == "prefill" else "decode",
+                                          batch, prompt, context)
+        except KVPlanError as err:
+            st.warning(str(err))
+            return None
+        use = st.checkbox(f"Use e = {factor:.4f} for {scenario.gpu}", value=0 < factor <= 1,
+                          key="rc_cal_use", disabled=not 0 < factor <= 1)
+        st.caption(f"Efficiency factor implied by the run: {factor:.4f} (bound time / measured time"
+                   f"{'; above 1: the run beat the bound, check the inputs' if factor > 1 else ''}).")
+        return factor if use and 0 < factor <= 1 else None
+
+
+def pareto_figure(ranked: pd.DataFrame, unit: str) -> go.Figure:
+    """Feasible candidates: cost per million output tokens against TPOT, one colour per accelerator;
+    the line joins the candidates no other beats on both."""
+    fig = new_figure()
+    for gpu_id, part in ranked.groupby("gpu", observed=True, sort=True):
+        fig.add_trace(go.Scatter(
+            x=part["tpot_ms"], y=part["cost_per_m_tokens"], mode="markers", name=str(gpu_id),
+            customdata=part[["tp", "pp", "ep", "kv_dtype", "weight_dtype", "total_gpus"]].to_numpy(),
+            hovertemplate="TPOT %{x:.2f} ms · %{y:.4f} per M tokens<br>TP %{customdata[0]} PP "
+                          "%{customdata[1]} EP %{customdata[2]} · KV %{customdata[3]} · W %{customdata[4]}"
+                          " · %{customdata[5]} GPUs<extra>%{fullData.name}</extra>"))
+    front = ranked.sort_values(["tpot_ms", "cost_per_m_tokens"])
+    best_so_far = front["cost_per_m_tokens"].cummin().shift(fill_value=float("inf"))
+    front = front[front["cost_per_m_tokens"] < best_so_far]
+    fig.add_trace(go.Scatter(x=front["tpot_ms"], y=front["cost_per_m_tokens"], mode="lines",
+                             name="Pareto front", line={"color": "black", "dash": "dot"}))
+    fig.update_layout(title="Cost per million output tokens vs TPOT (bounds; feasible candidates)",
+                      xaxis_title="TPOT bound (ms)", yaxis_title=f"{unit} per million output tokens",
+                      height=460, legend={"orientation": "h", "y": -0.2})
+    return fig
+
+
+def render(scenario: Scenario, arch: ModelArch, gpu: GPU) -> pd.DataFrame | None:
+    """Draw the recommendation for the scenario's model, engine and settings."""
+    st.subheader("Recommend a deployment")
+    st.caption("Cheapest accelerator × split × formats for your traffic and latency targets. Memory is "
+               "the engine's exact pool; every time is a bound (formulas and assumptions below), never "
+               "a measurement.")
+    query, csv = _inputs(scenario, arch)
+    if csv is None and (st.session_state.get("sv_rc_prompt_kind") == "csv"
+                        or st.session_state.get("sv_rc_output_kind") == "csv"):
+        st.info("Upload a CSV of prompt,output token counts to use it; the fixed lengths are used meanwhile.")
+    key = cache_key(scenario)
+    try:
+        rec = _search(key, query.model_dump_json(), csv)
+    except KVPlanError as err:
+        st.error(str(err))
+        return None
+    lengths = rec.lengths
+    st.caption(f"Lengths at {query.percentile}: prompt {lengths.prompt:,} tokens, context "
+               f"{lengths.context:,} tokens; mean output {lengths.output_mean:,.1f} tokens "
+               f"({lengths.requests:,} requests, {lengths.source}). Engine: {scenario.engine}; fit query "
+               f"as the sidebar's ({scenario_fit_query(scenario).engine}).")
+    counts = failure_counts(rec)
+    st.markdown(f"**{len(rec.table):,} candidates, {int(rec.table['feasible'].sum()):,} feasible.** "
+                "Failing: " + " · ".join(f"{name} {n:,}" for name, n in counts.items()))
+    if rec.message:
+        st.warning(rec.message)
+    ranked = rec.ranked
+    if not ranked.empty:
+        fig = pareto_figure(ranked, rec.cost_unit)
+        st.plotly_chart(fig, theme=None, key="chart_recommend")
+        rows = pd.DataFrame(ranked_rows(rec, scenario, TOP))
+        download_buttons("recommend", rows, fig, scenario)
+        st.dataframe(rows, hide_index=True, key="table_recommend", column_config={
+            "link": st.column_config.LinkColumn("open", display_text="open scenario"),
+            "cost_per_m_tokens": st.column_config.NumberColumn(f"{rec.cost_unit} / M tokens",
+                                                               format="%.4f"),
+            "tpot_ms": st.column_config.NumberColumn("TPOT ms (bound)", format="%.2f"),
+            "ttft_ms": st.column_config.NumberColumn("TTFT ms (bound)", format="%.1f"),
+        })
+        best = rows.iloc[0]
+        st.markdown(f"Cheapest: **{best['gpu']}**, TP {best['tp']} × PP {best['pp']}"
+                    + (f", EP {best['ep']}" if best["ep"] > 1 else "")
+                    + f", KV {best['kv_dtype']}, weights {best['weight_dtype']}: {best['replicas']:,} "
+                      f"replica(s), {best['total_gpus']:,} GPUs — [open its scenario]({best['link']})")
+    failed = rec.table[~rec.table["feasible"]]
+    with st.expander(f"Why the other {len(failed):,} candidates fail", expanded=False):
+        st.dataframe(failed[["gpu", "tp", "pp", "ep", "kv_dtype", "weight_dtype", "fails", "max_requests",
+                             "tpot_ms", "ttft_ms"]].head(500), hide_index=True, key="table_recommend_fails")
+    with st.expander("Formulas and assumptions (bounds)", expanded=False):
+        st.markdown("\n".join(f"- `{line}`" for line in rec.formulas))
+        st.markdown("\n".join(f"- {line}" for line in [*rec.assumptions, *rec.notes]))
+    digest = hashlib.sha256(query.model_dump_json().encode()).hexdigest()[:8]
+    st.caption(f"Search {digest}: {len(rec.table):,} candidates, vectorised (kvplan.recommend).")
+    return rec.table

@@ -1,0 +1,880 @@
+"""Weights as the engine loads them: parameter tensors per part, their stored format, bytes per GPU.
+
+1. ``model_tensors`` lists every parameter tensor of the checkpoint from the architecture
+   (embeddings, attention, dense MLP, MoE experts/shared experts/router, norms, LM head, MTP
+   layers, per-layer embeddings, vision/audio towers and projectors), each with the module name
+   the checkpoint uses and how tensor parallelism splits it.
+2. ``read_quantization`` turns ``quantization_config`` into a ``QuantScheme``: the stored
+   ``Format`` of each tensor (its element bits plus scales, zero points and ``g_idx``), following
+   the ``create_weights`` of vLLM's quantization methods (``vllm/model_executor/layers/
+   quantization/*.py``, v0.33) and transformers' quantizers for the skip lists.
+3. ``weights_per_gpu`` sizes each tensor's shard on one GPU: column/row-parallel layers split
+   over ``tp``, vocab-parallel embeddings and LM head padded to 64 rows (vLLM
+   ``vocab_parallel_embedding.py`` ``pad_vocab_size``) then split, norms/routers replicated,
+   experts split over ``ep`` ranks (vLLM ``determine_expert_map``: ``ceil(E / ep)`` on the
+   fullest rank) and their intermediate size over ``tp // ep``; layers to pipeline stages as
+   vLLM's ``get_pp_indices``, embeddings on the first stage, LM head and final norm on the last.
+
+What the checkpoint stores is what is sized; kernel-side repacking or padding (Marlin, the MXFP4
+backends' ``mxfp4_round_up_hidden_size_and_intermediate_size``) is not.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import re
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from typing import Any, Literal
+
+from kvplan.arch import MLA, Attention, ModelArch, Recurrent, VisionSpec
+from kvplan.errors import KVPlanError, short
+
+#: The parts weights are grouped into (the KPI, the chart and ``weights_breakdown`` use this order).
+PARTS: tuple[str, ...] = (
+    "embeddings", "attention", "mlp", "experts", "shared_experts", "router", "norms", "lm_head",
+    "mtp", "per_layer_embeddings", "vision", "audio",
+)
+#: vLLM ``DEFAULT_VOCAB_PADDING_SIZE`` (``vocab_parallel_embedding.py``).
+VOCAB_PADDING = 64
+#: Families whose norms are LayerNorm with a bias (two vectors per norm).
+_LAYERNORM_BIAS = {"opt", "falcon", "gpt_neox", "phi", "gpt2", "bloom"}
+#: Families with four norms per decoder layer (Gemma 2/3 pre/post attention and feed-forward).
+_FOUR_NORMS = {"gemma2", "gemma3", "gemma3_text", "gemma4", "gemma4_text"}
+
+Split = Literal["column", "row", "heads", "replicated", "vocab", "expert_column", "expert_row"]
+Stage = Literal["first", "last", "layer"]
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """One parameter tensor (or ``experts`` stacked ones) as the checkpoint names it.
+
+    ``rows × cols`` is ``out × in`` for linear layers (``cols = 1`` for vectors); ``{i}`` in the
+    name is the decoder layer. ``quantizable``: a linear/expert weight a method may store
+    quantized (embeddings, norms, biases and routers stay in the model's dtype). ``shards``:
+    logical matrices vLLM fuses (qkv: 3, gate_up: 2), each with its own per-tensor scales.
+    """
+
+    name: str
+    part: str
+    rows: int
+    cols: int
+    split: Split
+    quantizable: bool = True
+    experts: int = 1
+    shards: int = 1
+    heads: int = 0
+    layers: tuple[int, ...] = ()
+    stage: Stage = "layer"
+    kind: Literal["linear", "expert", "lm_head", "other"] = "linear"
+
+    @property
+    def params(self) -> int:
+        return self.rows * self.cols * self.experts * max(len(self.layers), 1)
+
+
+@dataclass(frozen=True)
+class Format:
+    """A stored weight format: element bits plus what each scale/zero/index tensor adds.
+
+    Bytes of one ``rows × cols`` matrix: ``ceil(rows·cols·bits/8)`` + group scales and zeros
+    (``rows · ceil(cols/group)`` groups, or ``ceil(rows·cols/group)`` when ``flat``) + nested
+    scales (one fp32 per ``nested`` groups) + per-row scales + ``ceil(rows/bn)·ceil(cols/bk)``
+    block scales + ``tensor_scales`` fp32 scalars per fused shard + an int32 ``g_idx`` per column.
+    """
+
+    name: str
+    label: str
+    bits: int
+    group: int = 0
+    group_scale_bits: int = 0
+    zero_bits: int = 0
+    flat: bool = False
+    nested: int = 0
+    row_scale_bytes: int = 0
+    block: tuple[int, int] | None = None
+    block_scale_bytes: int = 4
+    tensor_scales: int = 0
+    g_idx: bool = False
+    source: str = ""
+
+    def matrix_bytes(self, rows: int, cols: int, shards: int = 1) -> int:
+        """Exact bytes of one ``rows × cols`` matrix in this format (see the class docstring)."""
+        n = rows * cols
+        if n <= 0:
+            return 0
+        total = -(-n * self.bits // 8)
+        if self.group:
+            groups = -(-n // self.group) if self.flat else rows * -(-cols // self.group)
+            total += -(-groups * (self.group_scale_bits + self.zero_bits) // 8)
+            if self.nested:
+                total += 4 * -(-groups // self.nested)
+        total += rows * self.row_scale_bytes
+        if self.block is not None:
+            total += -(-rows // self.block[0]) * -(-cols // self.block[1]) * self.block_scale_bytes
+        total += 4 * self.tensor_scales * shards
+        if self.g_idx:
+            total += 4 * cols
+        return total
+
+
+def plain_format(name: str) -> Format:
+    """An unquantized float format (fp32/fp16/bf16) by name."""
+    bits = {"fp32": 32, "fp16": 16, "bf16": 16}.get(name)
+    if bits is None:
+        raise KVPlanError("unknown.dtype", value=name, choices="fp32, fp16, bf16")
+    return Format(name, name, bits, source="unquantized")
+
+
+def format_from_dtype(name: str, model_dtype: str) -> Format:
+    """The user's ``weight_dtype`` override (``kvplan.dtypes`` weight formats) as a ``Format``."""
+    from kvplan.dtypes import WEIGHT_DTYPES, get_weight_dtype
+
+    try:
+        fmt = get_weight_dtype(name)
+    except KeyError:
+        raise KVPlanError("unknown.dtype", value=name, choices=", ".join(WEIGHT_DTYPES)) from None
+    if fmt.name in {"fp32", "fp16", "bf16"}:
+        return plain_format(fmt.name)
+    group = fmt.group_size if isinstance(fmt.group_size, int) else 0
+    return Format(fmt.name, fmt.label or fmt.name, fmt.bits, group=group,
+                  group_scale_bits=fmt.scale_bits if group else 0,
+                  zero_bits=fmt.zero_bits if group else 0,
+                  row_scale_bytes=0, source=f"weight dtype {fmt.name} chosen by the user")
+
+
+# --------------------------------------------------------------------------------------------
+# Formats of each quantization method (vLLM v0.33 create_weights)
+
+
+def _fp8(block: tuple[int, int] | None, static_act: bool, source: str) -> Format:
+    """FP8 e4m3: block-wise → one fp32 ``weight_scale_inv`` per ``bn × bk`` block; else one fp32
+    ``weight_scale`` per fused shard (+ ``input_scale`` when activations are static)
+    (vLLM ``fp8.py`` ``Fp8LinearMethod.create_weights``)."""
+    if block is not None:
+        return Format(f"fp8_block{block[0]}x{block[1]}", f"FP8 (e4m3, {block[0]}×{block[1]} blocks)",
+                      8, block=block, source=source)
+    return Format("fp8", "FP8 (e4m3, per-tensor scale)", 8,
+                  tensor_scales=2 if static_act else 1, source=source)
+
+
+MXFP4 = Format("mxfp4", "MXFP4 (e2m1, e8m0 scale per 32)", 4, group=32, group_scale_bits=8,
+               source="vLLM quantization/mxfp4.py Mxfp4MoEMethod.create_weights: uint8 weights "
+                      "(2 per byte) + uint8 e8m0 scale per 32")
+NVFP4 = Format("nvfp4", "NVFP4 (e2m1, fp8 scale per 16 + fp32 globals)", 4, group=16,
+               group_scale_bits=8, tensor_scales=2,
+               source="vLLM quantization/modelopt.py ModelOptNvFp4LinearMethod.create_weights: "
+                      "uint8 weights, fp8 weight_scale per 16, fp32 weight_scale_2 + input_scale")
+
+
+@dataclass(frozen=True)
+class QuantScheme:
+    """How a checkpoint stores each tensor: the method, its formats and its skip lists."""
+
+    method: str
+    base: Format
+    linear: Format | None = None
+    expert: Format | None = None
+    lm_head: Format | None = None
+    #: Skip patterns and how vLLM/transformers match them ("exact", "substring", "glob", "ct").
+    skip: tuple[str, ...] = ()
+    match: Literal["exact", "substring", "glob", "ct"] = "exact"
+    #: compressed-tensors: (targets, format) per config group, first match wins.
+    groups: tuple[tuple[tuple[str, ...], Format], ...] = ()
+    #: GPTQ ``modules_in_block_to_quantize``: when given, only these (substrings) are quantized.
+    only: tuple[str, ...] = ()
+    source: str = "config.json (no quantization_config)"
+    _compiled: dict[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+    def skipped(self, name: str) -> bool:
+        """Whether ``name`` is left unquantized by the skip list (vLLM ``is_layer_skipped``
+        exact/substring; transformers ``should_convert_module`` globs; compressed-tensors
+        ``re:`` regexes, ``find_matched_target``)."""
+        return any(self._matches(pattern, name) for pattern in self.skip)
+
+    def _matches(self, pattern: str, name: str) -> bool:
+        if self.match == "substring" and pattern in name:
+            return True
+        if pattern.startswith("re:"):
+            return re.match(pattern[3:], name) is not None
+        if name == pattern or name.startswith(pattern + "."):
+            return True
+        return self.match in {"glob", "ct"} and "*" in pattern and (
+            fnmatch.fnmatchcase(name, pattern) or fnmatch.fnmatchcase(name, pattern + ".*"))
+
+    def format_for(self, tensor: Tensor, layer: int | None) -> Format:
+        """The stored format of one tensor (at decoder layer ``layer``)."""
+        if not tensor.quantizable:
+            return self.base
+        name = tensor.name.replace("{i}", str(layer if layer is not None else 0))
+        if self.skip and self.skipped(name):
+            return self.base
+        if self.only and tensor.kind != "lm_head" and not any(m in name for m in self.only):
+            return self.base
+        if self.groups:
+            if tensor.kind == "lm_head" and not any("lm_head" in t for t, _ in self.groups):
+                return self.base
+            for targets, fmt in self.groups:
+                if any(_ct_target(t, name) for t in targets):
+                    return fmt
+            return self.base
+        if tensor.kind == "expert":
+            return self.expert or self.base
+        if tensor.kind == "lm_head":
+            return self.lm_head or self.base
+        return self.linear or self.base
+
+    def describe(self) -> str:
+        return f"quant_method {self.method}" if self.method != "none" else "unquantized"
+
+
+def _ct_target(target: str, name: str) -> bool:
+    """compressed-tensors target: ``Linear`` (every linear), ``re:`` regex or the exact name."""
+    if target == "Linear":
+        return True
+    if target.startswith("re:"):
+        return re.match(target[3:], name) is not None
+    return name == target or name.endswith("." + target)
+
+
+def _bad(key: str, expected: str, value: Any) -> KVPlanError:
+    return KVPlanError("weights.bad_quantization", key=key, expected=expected, value=short(value))
+
+
+def _int(qc: dict[str, Any], key: str, default: int, allowed: tuple[int, ...] | None = None,
+         low: int = -1) -> int:
+    value = qc.get(key, default)
+    if value is None:
+        value = default
+    if isinstance(value, bool) or not isinstance(value, int) or value < low or (
+            allowed is not None and value not in allowed):
+        expected = f"one of {allowed}" if allowed else f"a whole number ≥ {low}"
+        raise _bad(key, expected, value)
+    return value
+
+
+def _check_patterns(key: str, patterns: tuple[str, ...]) -> tuple[str, ...]:
+    """Module patterns as given; ``re:`` regexes must compile (and stay short)."""
+    for pattern in patterns:
+        if len(pattern) > 500:
+            raise _bad(key, "module patterns of at most 500 characters", pattern)
+        if pattern.startswith("re:"):
+            try:
+                re.compile(pattern[3:])
+            except re.error as exc:
+                raise _bad(key, f"valid regular expressions ({exc.msg})", pattern) from None
+    return patterns
+
+
+def _list(qc: dict[str, Any], *keys: str) -> tuple[str, ...]:
+    for key in keys:
+        value = qc.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise _bad(key, "a list of module names", value)
+        return _check_patterns(key, tuple(value))
+    return ()
+
+
+@lru_cache(maxsize=256)
+def read_quantization(text: str | None, model_dtype: str) -> QuantScheme:
+    """The ``QuantScheme`` of a ``quantization_config`` (JSON text); unknown methods and malformed
+    configs raise a named ``KVPlanError``, nothing is guessed."""
+    base = plain_format(model_dtype if model_dtype in {"fp32", "fp16", "bf16"} else "bf16")
+    if text is None:
+        return QuantScheme("none", base)
+    qc = json.loads(text)
+    method = qc.get("quant_method") or ("compressed-tensors" if "config_groups" in qc else None)
+    if not isinstance(method, str):
+        raise _bad("quant_method", "a method name", method)
+    method = method.lower().replace("_", "-") if method.lower() in {
+        "compressed_tensors", "compressed-tensors"} else method.lower()
+    src = f"config.json quantization_config (quant_method {method})"
+    builder = _METHODS.get(method)
+    if builder is None:
+        raise KVPlanError("weights.unknown_method", method=short(method, 40),
+                          known=", ".join(sorted(_METHODS)))
+    return replace(builder(qc, base, src), method=method, source=src)
+
+
+def _scheme_fp8(qc: dict[str, Any], base: Format, src: str) -> QuantScheme:
+    """vLLM ``fp8.py`` ``Fp8Config``: ``weight_block_size``, ``activation_scheme``, and
+    ``ignored_layers``/``modules_to_not_convert`` matched exactly (``is_layer_skipped``)."""
+    block = qc.get("weight_block_size")
+    if block is not None and (not isinstance(block, list) or len(block) != 2 or not all(
+            isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)):
+        raise _bad("weight_block_size", "two positive whole numbers [n, k]", block)
+    act = qc.get("activation_scheme", "dynamic")
+    if not isinstance(act, str) or act not in {"dynamic", "static"}:
+        raise _bad("activation_scheme", "'dynamic' or 'static'", act)
+    fmt = _fp8((block[0], block[1]) if block else None, act == "static",
+               "vLLM fp8.py Fp8LinearMethod/Fp8MoEMethod.create_weights")
+    return QuantScheme("fp8", base, linear=fmt, expert=fmt,
+                       skip=_list(qc, "ignored_layers", "modules_to_not_convert"), match="exact")
+
+
+def _scheme_fbgemm(qc: dict[str, Any], base: Format, src: str) -> QuantScheme:
+    """vLLM ``fbgemm_fp8.py``: fp8 weights with one fp32 scale per output channel."""
+    fmt = Format("fp8_channel", "FP8 (e4m3, per-channel scale)", 8, row_scale_bytes=4,
+                 source="vLLM fbgemm_fp8.py FBGEMMFp8LinearMethod.create_weights")
+    return QuantScheme("fbgemm_fp8", base, linear=fmt, expert=fmt,
+                       skip=_list(qc, "modules_to_not_convert"), match="substring")
+
+
+def _scheme_mxfp4(qc: dict[str, Any], base: Format, src: str) -> QuantScheme:
+    """vLLM ``mxfp4.py`` ``Mxfp4Config``: experts only (linear layers unquantized)."""
+    return QuantScheme("mxfp4", base, expert=MXFP4, skip=_list(qc, "modules_to_not_convert"),
+                       match="glob")
+
+
+def _scheme_modelopt(qc: dict[str, Any], base: Format, src: str) -> QuantScheme:
+    """vLLM ``modelopt.py``: ``quant_algo`` FP8 (fp32 weight + input scale per shard) or NVFP4
+    (``ModelOptNvFp4Config``, group 16); ``exclude_modules`` globs."""
+    nested = qc.get("quantization")
+    inner: dict[str, Any] = nested if isinstance(nested, dict) else qc
+    algo = str(inner.get("quant_algo") or "").upper()
+    if algo == "FP8":
+        fmt = Format("fp8", "FP8 (e4m3, ModelOpt per-tensor scales)", 8, tensor_scales=2,
+                     source="vLLM modelopt.py ModelOptFp8LinearMethod.create_weights")
+    elif algo in {"NVFP4", "FP4"}:
+        group = _int(inner, "group_size", 16, allowed=(16,))
+        fmt = replace(NVFP4, group=group)
+    else:
+        raise _bad("quant_algo", "FP8 or NVFP4", inner.get("quant_algo"))
+    return QuantScheme("modelopt", base, linear=fmt, expert=fmt,
+                       skip=_list(inner, "exclude_modules", "ignore"), match="glob")
+
+
+def _scheme_modelopt_fp4(qc: dict[str, Any], base: Format, src: str) -> QuantScheme:
+    return _scheme_modelopt({**qc, "quant_algo": qc.get("quant_algo") or "NVFP4"}, base, src)
+
+
+def _wna16(bits: int, group: int, cols_group: bool, zero: bool, g_idx: bool, name: str,
+           label: str, source: str) -> Format:
+    return Format(name, label, bits, group=group, group_scale_bits=16,
+                  zero_bits=bits if zero else 0, g_idx=g_idx, source=source) if cols_group else \
+        Format(name, label, bits, row_scale_bytes=2, zero_bits=0, g_idx=g_idx, source=source)
+
+
+def _scheme_gptq(qc: dict[str, Any], base: Format, src: str) -> QuantScheme:
+    """vLLM ``auto_gptq.py`` ``AutoGPTQLinearMethod.create_weights`` (v0.33): int32-packed
+    ``qweight``, ``scales`` in the model dtype and packed ``qzeros`` per group (``group_size`` −1
+    = one group per column) — no ``g_idx`` is held (the checkpoint's ``g_idx`` is not loaded;
+    act-order with groups is refused by ``normalize_and_validate_gptq_desc_act``). Skipped:
+    ``dynamic`` rules ``-:regex`` (``get_dynamic_override``), and when
+    ``modules_in_block_to_quantize`` is given, every other module."""
+    bits = _int(qc, "bits", 4, allowed=(2, 3, 4, 8))
+    group = _int(qc, "group_size", 128, low=-1)
+    if group == 0:
+        raise _bad("group_size", "a positive whole number or -1", group)
+    desc = qc.get("desc_act", False)
+    if not isinstance(desc, bool):
+        raise _bad("desc_act", "true or false", desc)
+    dynamic = qc.get("dynamic") or {}
+    if not isinstance(dynamic, dict):
+        raise _bad("dynamic", "an object of module rules", dynamic)
+    only = qc.get("modules_in_block_to_quantize") or []
+    if not isinstance(only, list):
+        raise _bad("modules_in_block_to_quantize", "a list of module names", only)
+    flat = [m for item in only for m in (item if isinstance(item, list) else [item])]
+    act_order = desc and group > 0
+    fmt = Format(f"gptq_int{bits}", f"GPTQ int{bits} (g{group if group > 0 else 'channel'}"
+                 f"{', act-order: refused by vLLM v0.33' if act_order else ''})", bits,
+                 group=group if group > 0 else 10**12, group_scale_bits=16, zero_bits=bits,
+                 source="vLLM auto_gptq.py AutoGPTQLinearMethod.create_weights")
+    head = fmt if qc.get("lm_head") is True else None
+    skip = _check_patterns("dynamic", tuple("re:" + str(p)[2:] for p in dynamic
+                                            if str(p).startswith("-:")))
+    return QuantScheme("gptq", base, linear=fmt, expert=fmt, lm_head=head,
+                       skip=skip + _list(qc, "modules_to_not_convert"), match="substring",
+                       only=tuple(str(m) for m in flat))
+
+
+def _scheme_awq(qc: dict[str, Any], base: Format, src: str) -> QuantScheme:
+    """vLLM ``awq.py`` ``AWQLinearMethod.create_weights``: packed ``qweight``, fp16 ``scales`` and
+    packed ``qzeros`` per group (``zero_point``), no ``g_idx``; ``modules_to_not_convert``."""
+    bits = _int(qc, "bits" if "bits" in qc else "w_bit", 4, allowed=(4, 8))
+    group = _int(qc, "group_size" if "group_size" in qc else "q_group_size", 128, low=1)
+    zero = qc.get("zero_point", True)
+    if not isinstance(zero, bool):
+        raise _bad("zero_point", "true or false", zero)
+    fmt = Format(f"awq_int{bits}", f"AWQ int{bits} (g{group})", bits, group=group,
+                 group_scale_bits=16, zero_bits=bits if zero else 0,
+                 source="vLLM awq.py AWQLinearMethod.create_weights")
+    return QuantScheme("awq", base, linear=fmt, expert=fmt,
+                       skip=_list(qc, "modules_to_not_convert"), match="substring")
+
+
+def _scheme_bnb(qc: dict[str, Any], base: Format, src: str) -> QuantScheme:
+    """bitsandbytes: 4-bit (nf4/fp4) packs two values per byte with an absmax per 64 values —
+    fp32, or with double quant a uint8 plus one fp32 per 256 absmax (``Params4bit``/
+    ``QuantState``); 8-bit stores int8 plus an fp32 ``SCB`` per row (``Int8Params``)
+    (transformers ``quantizer_bnb_4bit.py``/``_8bit.py``; vLLM ``bitsandbytes.py``).
+    ``llm_int8_skip_modules`` matched as substrings."""
+    four, eight = qc.get("load_in_4bit", False), qc.get("load_in_8bit", False)
+    if four is True:
+        kind = qc.get("bnb_4bit_quant_type", "fp4")
+        if not isinstance(kind, str) or kind not in {"nf4", "fp4"}:
+            raise _bad("bnb_4bit_quant_type", "'nf4' or 'fp4'", kind)
+        double = qc.get("bnb_4bit_use_double_quant", False) is True
+        fmt = Format(f"bnb_{kind}", f"bitsandbytes {kind}{' (double quant)' if double else ''}", 4,
+                     group=64, group_scale_bits=8 if double else 32, flat=True,
+                     nested=256 if double else 0, source="bitsandbytes Params4bit, blocksize 64")
+    elif eight is True:
+        fmt = Format("bnb_int8", "bitsandbytes int8 (LLM.int8)", 8, row_scale_bytes=4,
+                     source="bitsandbytes Int8Params: int8 + fp32 SCB per row")
+    else:
+        raise _bad("load_in_4bit", "load_in_4bit or load_in_8bit true", qc.get("load_in_4bit"))
+    return QuantScheme("bitsandbytes", base, linear=fmt, expert=fmt,
+                       skip=_list(qc, "llm_int8_skip_modules"), match="substring")
+
+
+def _ct_format(args: dict[str, Any], inputs: Any, fmt_name: str) -> Format:
+    """One compressed-tensors weight scheme (vLLM ``compressed_tensors/schemes``: W8A8 fp8/int8
+    per tensor/channel/block, WNA16 groups, NVFP4 ``tensor_group``)."""
+    bits = _int(args, "num_bits", 8, allowed=(2, 3, 4, 8, 16))
+    kind = args.get("type", "int")
+    strategy = args.get("strategy", "tensor")
+    if not isinstance(strategy, str):
+        raise _bad("strategy", "tensor, channel, block, group or tensor_group", strategy)
+    if not isinstance(kind, str) or kind not in {"int", "float"}:
+        raise _bad("weights.type", "'int' or 'float'", kind)
+    static = isinstance(inputs, dict) and inputs.get("dynamic") is False
+    zero = bits if args.get("symmetric", True) is False else 0
+    label = f"{'FP' if kind == 'float' else 'INT'}{bits}"
+    src = "vLLM compressed_tensors/schemes create_weights"
+    if strategy == "tensor":
+        return Format(f"ct_{label.lower()}_tensor", f"{label} (per-tensor scale)", bits,
+                      tensor_scales=2 if static else 1, source=src)
+    if strategy == "channel":
+        return Format(f"ct_{label.lower()}_channel", f"{label} (per-channel scale)", bits,
+                      row_scale_bytes=4, zero_bits=0, tensor_scales=1 if static else 0, source=src)
+    if strategy == "block":
+        block = args.get("block_structure")
+        if not isinstance(block, list) or len(block) != 2 or not all(
+                isinstance(b, int) and b > 0 for b in block):
+            raise _bad("block_structure", "two positive whole numbers", block)
+        return Format(f"ct_{label.lower()}_block", f"{label} ({block[0]}×{block[1]} blocks)", bits,
+                      block=(block[0], block[1]), source=src)
+    if strategy in {"group", "tensor_group"}:
+        group = _int(args, "group_size", 128, low=1)
+        if strategy == "tensor_group":
+            return replace(NVFP4, group=group, source=src + " (NVFP4 tensor_group)")
+        return Format(f"ct_{label.lower()}_g{group}", f"{label} (g{group})", bits, group=group,
+                      group_scale_bits=16, zero_bits=zero, source=src)
+    raise _bad("strategy", "tensor, channel, block, group or tensor_group", strategy)
+
+
+def _scheme_ct(qc: dict[str, Any], base: Format, src: str) -> QuantScheme:
+    """compressed-tensors: ``config_groups`` (targets → weight scheme) and ``ignore`` (names or
+    ``re:`` regexes), as vLLM ``compressed_tensors.py`` ``_get_scheme_from_parts`` /
+    ``find_matched_target``."""
+    groups_raw = qc.get("config_groups")
+    if not isinstance(groups_raw, dict) or not groups_raw:
+        raise _bad("config_groups", "an object of quantization groups", groups_raw)
+    groups = []
+    for name, group in groups_raw.items():
+        if not isinstance(group, dict) or not isinstance(group.get("weights"), dict):
+            raise _bad(f"config_groups.{name}.weights", "an object", group)
+        targets = group.get("targets", ["Linear"])
+        if not isinstance(targets, list) or not all(isinstance(t, str) for t in targets):
+            raise _bad(f"config_groups.{name}.targets", "a list of names", targets)
+        _check_patterns(f"config_groups.{name}.targets", tuple(targets))
+        fmt = _ct_format(group["weights"], group.get("input_activations"),
+                         str(group.get("format") or qc.get("format") or ""))
+        groups.append((tuple(targets), fmt))
+    return QuantScheme("compressed-tensors", base, groups=tuple(groups),
+                       skip=_list(qc, "ignore"), match="ct")
+
+
+def _scheme_autoround(qc: dict[str, Any], base: Format, src: str) -> QuantScheme:
+    """AutoRound exports GPTQ-layout tensors (``bits``, ``group_size``, ``sym``)."""
+    return _scheme_gptq({**qc, "desc_act": False}, base, src)
+
+
+_METHODS = {
+    "fp8": _scheme_fp8, "fbgemm_fp8": _scheme_fbgemm, "mxfp4": _scheme_mxfp4,
+    "modelopt": _scheme_modelopt, "modelopt_fp4": _scheme_modelopt_fp4, "gptq": _scheme_gptq,
+    "awq": _scheme_awq, "bitsandbytes": _scheme_bnb, "compressed-tensors": _scheme_ct,
+    "auto-round": _scheme_autoround, "autoround": _scheme_autoround,
+}
+
+
+# --------------------------------------------------------------------------------------------
+# The tensors of a model
+
+
+def _attention(arch: ModelArch, spec: Attention | MLA, p: str, layers: tuple[int, ...]) -> list[Tensor]:
+    """q/k/v/o projections (vLLM ``QKVParallelLinear``: K/V heads replicated when tp > kv) or
+    the MLA projections (DeepSeek ``q_a_proj``/``kv_a_proj_with_mqa`` replicated, ``q_b_proj``/
+    ``kv_b_proj`` column-parallel, ``o_proj`` row-parallel; vLLM ``deepseek_v2.py``)."""
+    h, w = arch.hidden_size, arch.weights
+    a = f"{p}.{w.attn_name}"
+    if isinstance(spec, MLA):
+        qk = spec.qk_nope_head_dim + spec.qk_rope_head_dim
+        out: list[Tensor] = []
+        if spec.q_lora_rank:
+            out += [Tensor(f"{a}.q_a_proj", "attention", spec.q_lora_rank, h, "replicated",
+                           layers=layers),
+                    Tensor(f"{a}.q_a_layernorm", "norms", spec.q_lora_rank, 1, "replicated",
+                           quantizable=False, layers=layers, kind="other"),
+                    Tensor(f"{a}.q_b_proj", "attention", spec.n_heads * qk, spec.q_lora_rank,
+                           "column", layers=layers)]
+        else:
+            out.append(Tensor(f"{a}.q_proj", "attention", spec.n_heads * qk, h, "column",
+                              layers=layers))
+        return out + [
+            Tensor(f"{a}.kv_a_proj_with_mqa", "attention", spec.kv_lora_rank + spec.qk_rope_head_dim,
+                   h, "replicated", layers=layers),
+            Tensor(f"{a}.kv_a_layernorm", "norms", spec.kv_lora_rank, 1, "replicated",
+                   quantizable=False, layers=layers, kind="other"),
+            Tensor(f"{a}.kv_b_proj", "attention",
+                   spec.n_heads * (spec.qk_nope_head_dim + spec.v_head_dim), spec.kv_lora_rank,
+                   "column", layers=layers),
+            Tensor(f"{a}.o_proj", "attention", h, spec.n_heads * spec.v_head_dim, "row",
+                   layers=layers)]
+    nq, nkv = arch.n_heads, spec.n_kv_heads
+    out = [Tensor(f"{a}.q_proj", "attention", nq * spec.head_dim_k, h, "column", layers=layers),
+           Tensor(f"{a}.k_proj", "attention", nkv * spec.head_dim_k, h, "heads", heads=nkv,
+                  layers=layers),
+           Tensor(f"{a}.v_proj", "attention", nkv * spec.head_dim_v, h, "heads", heads=nkv,
+                  layers=layers),
+           Tensor(f"{a}.o_proj", "attention", h, nq * spec.head_dim_v, "row", layers=layers)]
+    if w.attention_bias:
+        out += [Tensor(f"{a}.q_proj.bias", "attention", nq * spec.head_dim_k, 1, "column",
+                       quantizable=False, layers=layers, kind="other"),
+                Tensor(f"{a}.k_proj.bias", "attention", nkv * spec.head_dim_k, 1, "heads",
+                       heads=nkv, quantizable=False, layers=layers, kind="other"),
+                Tensor(f"{a}.v_proj.bias", "attention", nkv * spec.head_dim_v, 1, "heads",
+                       heads=nkv, quantizable=False, layers=layers, kind="other")]
+    if w.attention_out_bias:
+        out.append(Tensor(f"{a}.o_proj.bias", "attention", h, 1, "replicated", quantizable=False,
+                          layers=layers, kind="other"))
+    if w.qk_norm:
+        out += [Tensor(f"{a}.q_norm", "norms", spec.head_dim_k, 1, "replicated",
+                       quantizable=False, layers=layers, kind="other"),
+                Tensor(f"{a}.k_norm", "norms", spec.head_dim_k, 1, "replicated",
+                       quantizable=False, layers=layers, kind="other")]
+    if arch.model_type == "gpt_oss":  # per-head attention sinks (vLLM gpt_oss.py ``sinks``)
+        out.append(Tensor(f"{a}.sinks", "attention", nq, 1, "column", quantizable=False,
+                          layers=layers, kind="other"))
+    return out
+
+
+def _mlp(arch: ModelArch, p: str, inter: int, part: str, layers: tuple[int, ...],
+         copies: int = 1) -> list[Tensor]:
+    """Dense MLP: gated ``gate_proj``/``up_proj`` (column) + ``down_proj`` (row), or ungated
+    ``fc1``/``fc2``; biases when the family has them."""
+    h = arch.hidden_size
+    if not inter:
+        return []
+    names = ("gate_proj", "up_proj", "down_proj") if arch.gated_mlp else ("fc1", "down_proj")
+    out = [Tensor(f"{p}.{n}", part, inter * copies, h, "column", layers=layers)
+           for n in names[:-1]]
+    out.append(Tensor(f"{p}.{names[-1]}", part, h, inter * copies, "row", layers=layers))
+    if arch.weights.mlp_bias:
+        out += [Tensor(f"{p}.{n}.bias", part, inter * copies, 1, "column", quantizable=False,
+                       layers=layers, kind="other") for n in names[:-1]]
+        out.append(Tensor(f"{p}.{names[-1]}.bias", part, h, 1, "replicated", quantizable=False,
+                          layers=layers, kind="other"))
+    return out
+
+
+def _moe(arch: ModelArch, p: str, layers: tuple[int, ...]) -> list[Tensor]:
+    """Router (replicated, never quantized: vLLM builds it with ``quant_config=None``), experts
+    (``w13`` = gate+up, ``w2`` = down, vLLM ``FusedMoE``), shared experts as a dense MLP."""
+    moe = arch.moe
+    assert moe is not None
+    h, w = arch.hidden_size, arch.weights
+    m = f"{p}.{w.mlp_name}"
+    mult = 2 if arch.gated_mlp or arch.model_type == "gpt_oss" else 1
+    ie, e = moe.expert_intermediate, moe.n_experts
+    out = [Tensor(f"{m}.{w.router_name}", "router", e, h, "replicated", quantizable=False,
+                  layers=layers, kind="other"),
+           Tensor(f"{m}.experts.0.gate_up_proj", "experts", mult * ie, h, "expert_column",
+                  experts=e, shards=mult, layers=layers, kind="expert"),
+           Tensor(f"{m}.experts.0.down_proj", "experts", h, ie, "expert_row", experts=e,
+                  layers=layers, kind="expert")]
+    if w.expert_bias:
+        out += [Tensor(f"{m}.{w.router_name}.bias", "router", e, 1, "replicated",
+                       quantizable=False, layers=layers, kind="other"),
+                Tensor(f"{m}.experts.gate_up_proj_bias", "experts", mult * ie, 1, "expert_column",
+                       experts=e, quantizable=False, layers=layers, kind="other"),
+                Tensor(f"{m}.experts.down_proj_bias", "experts", h, 1, "expert_row", experts=e,
+                       quantizable=False, layers=layers, kind="other")]
+    if moe.n_shared:
+        shared = "shared_expert" if arch.model_type.startswith("qwen") else "shared_experts"
+        out += _mlp(arch, f"{m}.{shared}", moe.shared_intermediate * moe.n_shared,
+                    "shared_experts", layers)
+    return out
+
+
+def _norms(arch: ModelArch, name: str, count: int, layers: tuple[int, ...],
+           stage: Stage = "layer", part: str = "norms") -> list[Tensor]:
+    vectors = 2 if arch.model_type in _LAYERNORM_BIAS else 1
+    return [Tensor(name if count == 1 else f"{name}.{k}", part, arch.hidden_size * vectors, 1,
+                   "replicated", quantizable=False, layers=layers, stage=stage, kind="other")
+            for k in range(count)]
+
+
+def _tower(t: VisionSpec) -> list[Tensor]:
+    """A ViT encoder (``vision_config``): per block qkv + proj (+ biases), MLP fc1/fc2 (gated:
+    three matrices), two LayerNorms; patch and position embeddings; a projector into the
+    language model. A generic shape (SigLIP/CLIP/Qwen-VL style), TP-split like vLLM's towers;
+    kept in the model's dtype (quantized checkpoints leave their towers unquantized)."""
+    hv, n = t.hidden_size, tuple(range(t.n_layers))
+    p = f"{t.name}_tower.layers.{{i}}"
+    mult = 2 if t.gated_mlp else 1
+
+    def mk(name: str, rows: int, cols: int, split: Split, layers: tuple[int, ...] = n) -> Tensor:
+        return Tensor(name, t.name, rows, cols, split, quantizable=False, layers=layers,
+                      stage="first", kind="other")
+
+    out = [mk(f"{p}.qkv", 3 * hv, hv + 1, "column"), mk(f"{p}.proj", hv, hv, "row"),
+           mk(f"{p}.proj.bias", hv, 1, "replicated"),
+           mk(f"{p}.fc1", mult * t.intermediate_size, hv + 1, "column"),
+           mk(f"{p}.fc2", hv, t.intermediate_size, "row"), mk(f"{p}.fc2.bias", hv, 1, "replicated"),
+           mk(f"{p}.norms", 4 * hv, 1, "replicated"),
+           mk(f"{t.name}_tower.patch_embed", hv, t.in_channels * t.patch_size ** 2 + 1,
+              "replicated", ()),
+           mk(f"{t.name}_tower.post_norm", 2 * hv, 1, "replicated", ())]
+    if t.positions:
+        out.append(mk(f"{t.name}_tower.position_embedding", t.positions, hv, "replicated", ()))
+    if t.projector_out:
+        merged = hv * t.projector_merge ** 2
+        if t.projector_merge > 1:
+            out.append(mk(f"{t.name}_projector.mlp.0", merged, merged + 1, "column", ()))
+        out.append(mk(f"{t.name}_projector.proj", t.projector_out, merged, "row", ()))
+    return out
+
+
+def decoder_layer_tensors(arch: ModelArch, layer_ids: tuple[int, ...], moe_ids: set[int],
+                          prefix: str = "model.layers.{i}") -> list[Tensor]:
+    """Tensors of the given decoder layers (grouped by identical shape: one ``Tensor`` per
+    matrix covering every layer it repeats on)."""
+    out: list[Tensor] = []
+    # Gemma 3n's KV-sharing layers (``num_kv_shared_layers``) keep their q/k/v/o projections;
+    # other no-cache layers (NemotronH "-"/"E") have no attention weights.
+    fallback = next((s for s in arch.distinct_layers() if isinstance(s, (Attention, MLA))), None) \
+        if arch.model_type.startswith("gemma") else None
+    by_spec: dict[tuple[int, bool], list[int]] = {}
+    specs: dict[int, Any] = {}
+    for i in layer_ids:
+        layer = arch.layers[min(i, arch.n_layers - 1)]
+        spec: Attention | MLA | Recurrent | None = (
+            layer if isinstance(layer, (Attention, MLA, Recurrent)) else fallback)
+        key = id(spec)
+        specs[key] = spec
+        by_spec.setdefault((key, i in moe_ids), []).append(i)
+    n_norms = 4 if arch.model_type in _FOUR_NORMS else 2
+    for (key, is_moe), ids in by_spec.items():
+        layers = tuple(ids)
+        spec = specs[key]
+        if isinstance(spec, (Attention, MLA)):
+            out += _attention(arch, spec.model_copy(update={"kind": "full", "window": None})
+                              if isinstance(spec, Attention) else spec, prefix, layers)
+        elif isinstance(spec, Recurrent):
+            from kvplan.config_import import mixer_params
+
+            params = mixer_params(spec, arch)
+            h = arch.hidden_size
+            out.append(Tensor(f"{prefix}.mixer.in_proj", "attention", h, params // h, "row",
+                              layers=layers))
+            if params % h:
+                out.append(Tensor(f"{prefix}.mixer.rest", "attention", params % h, 1,
+                                  "replicated", quantizable=False, layers=layers, kind="other"))
+        if is_moe:
+            out += _moe(arch, prefix, layers)
+        else:
+            out += _mlp(arch, f"{prefix}.{arch.weights.mlp_name}", arch.intermediate_size, "mlp",
+                        layers)
+        out += _norms(arch, f"{prefix}.layernorm", n_norms, layers)
+    return out
+
+
+@lru_cache(maxsize=128)
+def model_tensors(arch: ModelArch, mtp: bool = False) -> tuple[Tensor, ...]:
+    """Every parameter tensor the engine loads for this model (``mtp``: the next-n layers too)."""
+    h, w = arch.hidden_size, arch.weights
+    moe_ids = set(w.moe_layers or ()) if arch.moe is not None else set()
+    if arch.moe is not None and w.moe_layers is None:
+        moe_ids = set(range(arch.moe.n_dense_layers, arch.n_layers))
+    out = [Tensor("model.embed_tokens", "embeddings", arch.vocab_size, h, "vocab",
+                  quantizable=False, stage="first", kind="other")]
+    if arch.model_type == "opt":  # learned positions, offset 2 (OPTLearnedPositionalEmbedding)
+        out.append(Tensor("model.decoder.embed_positions", "embeddings",
+                          (arch.max_position_embeddings or 2048) + 2, h, "replicated",
+                          quantizable=False, stage="first", kind="other"))
+    if w.per_layer_vocab and w.per_layer_size:
+        out.append(Tensor("model.embed_tokens_per_layer", "per_layer_embeddings", w.per_layer_vocab,
+                          arch.n_layers * w.per_layer_size, "vocab", quantizable=False,
+                          stage="first", kind="other"))
+    out += decoder_layer_tensors(arch, tuple(range(arch.n_layers)), moe_ids)
+    out += _norms(arch, "model.norm", 1, (), stage="last")
+    if not arch.tie_word_embeddings:
+        out.append(Tensor("lm_head", "lm_head", arch.vocab_size, h, "vocab", stage="last",
+                          kind="lm_head"))
+    if mtp and w.mtp_layers:  # DeepSeek-V3 next-n: a decoder layer + enorm/hnorm/eh_proj/head norm
+        ids = tuple(range(arch.n_layers, arch.n_layers + w.mtp_layers))
+        layer = [replace(t, part="mtp", stage="last") for t in decoder_layer_tensors(
+            arch, ids, set(ids) if arch.moe is not None else set())]
+        out += layer + [replace(t, part="mtp") for t in _norms(arch, "model.layers.{i}.mtp_norm", 3,
+                                                                ids, stage="last")]
+        out.append(Tensor("model.layers.{i}.eh_proj", "mtp", h, 2 * h, "replicated", layers=ids,
+                          stage="last"))
+    for tower in w.towers:
+        out += _tower(tower)
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------------------------
+# Bytes per GPU
+
+
+@dataclass(frozen=True)
+class WeightsLayout:
+    """Weights per GPU on each pipeline stage, by part, and what format was read from where."""
+
+    stages: tuple[dict[str, int], ...]
+    total_bytes: int
+    format_label: str
+    format_source: str
+    tp: int
+    pp: int
+    ep: int
+    #: Whole-model stored bytes by part (no padding, no split): what the checkpoint holds.
+    total_by_part: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def stage_bytes(self) -> list[int]:
+        return [sum(stage.values()) for stage in self.stages]
+
+    @property
+    def heaviest(self) -> dict[str, int]:
+        """The breakdown of the stage with the most bytes per GPU (the one that decides fit)."""
+        best = max(range(len(self.stages)), key=lambda s: sum(self.stages[s].values()))
+        return {part: b for part, b in self.stages[best].items() if b}
+
+
+def shard_shape(t: Tensor, tp: int, ep: int) -> tuple[int, int, int]:
+    """``(rows, cols, copies)`` of a tensor on the fullest rank (vLLM ``divide`` / ceil).
+
+    vocab: ``pad_vocab_size(rows, 64) / tp``; heads: ``max(1, heads // tp)`` heads;
+    experts: ``ceil(E / ep)`` experts with the intermediate size split over ``tp // ep``.
+    """
+    rows, cols, copies = t.rows, t.cols, t.experts
+    if t.split == "column":
+        rows = -(-rows // tp)
+    elif t.split == "row":
+        cols = -(-cols // tp)
+    elif t.split == "heads":
+        per_head = rows // t.heads
+        rows = max(1, t.heads // tp) * per_head
+    elif t.split == "vocab":
+        rows = -(-rows // VOCAB_PADDING) * VOCAB_PADDING // tp
+    elif t.split in {"expert_column", "expert_row"}:
+        copies = -(-copies // ep)
+        moe_tp = tp // ep
+        if t.split == "expert_column":
+            rows = -(-rows // moe_tp)
+        elif cols > 1:
+            cols = -(-cols // moe_tp)
+    return rows, cols, copies
+
+
+def _stage_of(arch: ModelArch, pp: int) -> list[int]:
+    from kvplan.engines import pp_partition
+
+    stage_of: list[int] = []
+    for index, count in enumerate(pp_partition(arch.n_layers, pp)):
+        stage_of += [index] * count
+    return stage_of
+
+
+@lru_cache(maxsize=512)
+def weights_per_gpu(arch: ModelArch, weight_dtype: str | None = None, tp: int = 1, pp: int = 1,
+                    ep: int = 1, mtp: bool = False) -> WeightsLayout:
+    """Bytes per GPU of each part on each pipeline stage (see the module docstring).
+
+    ``weight_dtype`` overrides the checkpoint: a float format sets every tensor's dtype (vLLM
+    ``--dtype``); a quantized one every quantizable linear/expert and the LM head, embeddings,
+    norms, routers and biases staying in the model's dtype (vLLM ``--quantization``).
+    """
+    if arch.moe is None or ep < 1:
+        ep = 1
+    if tp % ep:
+        raise KVPlanError("parallel.ep", ep=ep, tp=tp)
+    scheme = read_quantization(arch.weights.quantization, arch.model_dtype)
+    if weight_dtype and weight_dtype not in {"auto", "checkpoint"}:
+        fmt = format_from_dtype(weight_dtype, arch.model_dtype)
+        if fmt.name in {"fp32", "fp16", "bf16"}:
+            scheme = QuantScheme("none", fmt, source=f"weight dtype {fmt.name} chosen by the user")
+        else:
+            scheme = QuantScheme(fmt.name, scheme.base, linear=fmt, expert=fmt, lm_head=fmt,
+                                 source=f"weight dtype {fmt.name} chosen by the user")
+    stage_of = _stage_of(arch, pp)
+    stages: list[dict[str, int]] = [dict.fromkeys(PARTS, 0) for _ in range(pp)]
+    total = 0
+    totals: dict[str, int] = {}
+    formats: dict[str, set[str]] = {}
+    main_parts = {t.part for t in model_tensors(arch, mtp) if t.kind != "other"}
+    for t in model_tensors(arch, mtp):
+        rows, cols, copies = shard_shape(t, tp, ep)
+        layer_list: tuple[int | None, ...] = t.layers or (None,)
+        cache: dict[str, tuple[int, int]] = {}
+        for layer in layer_list:
+            fmt = scheme.format_for(t, layer)
+            if fmt.name not in cache:
+                cache[fmt.name] = (copies * fmt.matrix_bytes(rows, cols, t.shards),
+                                   t.experts * fmt.matrix_bytes(t.rows, t.cols, t.shards))
+                if t.kind != "other" or t.part not in main_parts:
+                    formats.setdefault(fmt.label, set()).add(t.part)
+            per_gpu, whole = cache[fmt.name]
+            if t.stage == "first":
+                stage = 0
+            elif t.stage == "last" or layer is None or layer >= arch.n_layers:
+                stage = pp - 1
+            else:
+                stage = stage_of[layer]
+            stages[stage][t.part] += per_gpu
+            totals[t.part] = totals.get(t.part, 0) + whole
+            total += whole
+    if arch.tie_word_embeddings and pp > 1:  # the last stage holds its own copy of the tied head
+        head = [t for t in model_tensors(arch, mtp) if t.part == "embeddings" and t.split == "vocab"]
+        rows, cols, _ = shard_shape(head[0], tp, ep)
+        stages[-1]["lm_head"] += scheme.base.matrix_bytes(rows, cols)
+    return WeightsLayout(tuple(stages), total, _label(formats, scheme), scheme.source, tp, pp, ep,
+                         totals)
+
+
+def _label(formats: dict[str, set[str]], scheme: QuantScheme) -> str:
+    """"MXFP4 (…) experts + bf16 attention, embeddings, …" from the formats actually used."""
+    order = {p: i for i, p in enumerate(PARTS)}
+    pieces = []
+    for label, parts in sorted(formats.items(), key=lambda kv: min(order[p] for p in kv[1])):
+        pieces.append(f"{label} {', '.join(sorted(parts, key=order.__getitem__))}")
+    if len(pieces) <= 1:
+        return formats and next(iter(formats)) or scheme.base.label
+    quantized = [p for p in pieces if not p.startswith(scheme.base.label + " ")]
+    rest = [p for p in pieces if p.startswith(scheme.base.label + " ")]
+    return " + ".join(quantized + rest)
+
+
+def params_from_tensors(arch: ModelArch, mtp: bool = False) -> int:
+    """Parameters counted from the tensor list (elements of every stored matrix and vector)."""
+    return sum(t.params for t in model_tensors(arch, mtp))
+
+
+def format_summary(layout: WeightsLayout) -> str:
+    """One line: the formats and where they were read from."""
+    return f"{layout.format_label} — from {layout.format_source}"
+
+
+__all__ = [
+    "MXFP4", "NVFP4", "PARTS", "Format", "QuantScheme", "Tensor", "WeightsLayout",
+    "decoder_layer_tensors", "format_from_dtype", "format_summary", "model_tensors",
+    "params_from_tensors", "read_quantization", "shard_shape", "weights_per_gpu",
+]

@@ -1,0 +1,282 @@
+"""Recommend a deployment: hand-derived memory, TPOT, TTFT and EP cases, calibration, bad inputs,
+and the exact-memory guarantee (every candidate's memory figures equal ``capacity.fit``)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import pytest
+
+from kvplan import recommend as rc
+from kvplan.capacity import FitQuery, fit
+from kvplan.cli import main
+from kvplan.errors import KVPlanError
+from kvplan.presets import get_gpu, gpus, load_model
+from kvplan.recommend import RecommendQuery, calibrate_efficiency, decode_time, prefill_time, recommend
+from kvplan.serving import LengthDist, parse_lengths_csv
+
+LLAMA8 = load_model("llama-3.1-8b")
+LOOSE = {"ttft_ms": 100_000.0, "tpot_ms": 1000.0, "tp": (1,), "pp": (1,), "kv_dtypes": ("bf16",)}
+
+
+def row(rec: rc.Recommendation, **match: object):
+    table = rec.table
+    for key, value in match.items():
+        table = table[table[key] == value]
+    assert len(table) == 1, table
+    return table.iloc[0]
+
+
+def test_memory_decides() -> None:
+    """Llama-3.1-8B (8,030,261,248 params, bf16) on vLLM, one user, 1,024 + 256 tokens.
+
+    Weights 2 × 8,030,261,248 = 16,060,522,496 B. A 16 GiB GPU's target ceil(17,179,869,184 × 0.92)
+    = 15,805,479,650 B is below the weights: memory fails. 24 GiB: ceil(25,769,803,776 × 0.92) =
+    23,708,219,474 − 16,060,522,496 − 1 GiB reserve 1,073,741,824 = 6,573,955,154 B of KV; a block is
+    16 tokens × 32 layers × 8 heads × 128 × 2 (K, V) × 2 B = 2,097,152 B → 3,134 blocks; a 1,280-token
+    request takes 80 blocks → (3,134 − 1 null) // 80 = 39 requests. Both meet the loose targets.
+    """
+    rec = recommend(LLAMA8, RecommendQuery(users=1, gpus=("custom:16:1:100", "custom:24:1:100"), **LOOSE),
+                    FitQuery())
+    small, large = row(rec, gpu="custom:16:1:100"), row(rec, gpu="custom:24:1:100")
+    assert small["fails"] == "memory" and not small["feasible"]
+    assert large["weights_per_gpu_bytes"] == 16_060_522_496
+    assert large["kv_budget_bytes"] == 6_573_955_154
+    assert large["kv_bytes_per_request"] == 80 * 2_097_152
+    assert large["max_requests"] == 39
+    assert large["feasible"] and rec.ranked["gpu"].tolist() == ["custom:24:1:100"]
+
+
+def test_tpot_decides_bandwidth_bound_decode() -> None:
+    """80 GiB, 1 TB/s, 10⁶ TFLOPS (compute negligible), TP 1: ``TPOT(B) = (16,060,522,496 + B ×
+    167,772,160) / 10¹² s``. TPOT ≤ 20 ms → B ≤ (2·10¹⁰ − 16,060,522,496) / 167,772,160 = 23.48 →
+    B_max = 23; 100 users → ceil(100 / 23) = 5 replicas of ceil(100 / 5) = 20 users:
+    TPOT(20) = 19,415,965,696 / 10¹² = 19.415966 ms. A 15 ms target is below TPOT(1) = 16.228 ms."""
+    gpu = "custom:80:1:1000000"
+    rec = recommend(LLAMA8, RecommendQuery(users=100, gpus=(gpu,), **{**LOOSE, "tpot_ms": 20.0}), FitQuery())
+    best = row(rec, gpu=gpu)
+    assert best["max_batch_tpot"] == 23 and best["replicas"] == 5 and best["batch"] == 20
+    assert best["tpot_ms"] == pytest.approx(19.415965696, rel=1e-6)
+    assert best["total_gpus"] == 5 and best["cost_per_hour"] == 5.0
+    rec = recommend(LLAMA8, RecommendQuery(users=100, gpus=(gpu,), **{**LOOSE, "tpot_ms": 15.0}), FitQuery())
+    assert row(rec, gpu=gpu)["fails"] == "TPOT"
+    assert "TPOT" in rec.message and "16.23 ms against 15 ms" in rec.message
+
+
+def test_ttft_decides_long_prompts() -> None:
+    """32,768-token prompts on 100 TFLOPS (100 TB/s: decode is cheap). Prefill FLOPs (``flops``
+    module formulas): per token per layer dense 83,886,080 + 352,321,536 = 436,207,616, attention
+    16,384·ctx; 32 × (436,207,616 × 32,768 + 16,384 × 32,768·32,769/2) + 2·4,096·128,256 =
+    738,881,454,473,216. TP 1: 7,388.81 ms > 2,000 ms. TP 8: 923.60 ms + all-reduce 2·32·2·(7/8) ×
+    32,768 × 4,096 × 2 B = 30,064,771,072 B over 32 GB/s (no interconnect: PCIe) = 939.52 ms → 1,863.13 ms."""
+    query = RecommendQuery(users=1, prompt=LengthDist(value=32768), output=LengthDist(value=16),
+                           gpus=("custom:80:100:100",), **{**LOOSE, "tp": (1, 8), "ttft_ms": 2000.0})
+    rec = recommend(LLAMA8, query, FitQuery())
+    assert rec.lengths.prompt == 32768
+    one, eight = row(rec, tp=1), row(rec, tp=8)
+    assert one["fails"] == "TTFT"
+    assert one["ttft_ms"] == pytest.approx(7388.81454473216, rel=1e-9)
+    assert eight["ttft_ms"] == pytest.approx(923.60181809152 + 939.52409600, rel=1e-9)
+    assert eight["feasible"]
+
+
+def test_expert_parallel_changes_the_answer() -> None:
+    """DeepSeek-V2-Lite (MLA, 15,706,484,224 params, 26 MoE layers × 64 experts × 3 × 2,048 × 1,408
+    = 14,394,851,328 expert params) on two 40 GiB GPUs, 1,000 users of 1,280 tokens.
+
+    Latent per token 27 layers × 576 × 2 B = 31,104 B; block 497,664 B; a request 80 blocks. Target
+    ceil(42,949,672,960 × 0.92) = 39,513,699,124 B. TP 2 (vLLM replicates the latent on each rank):
+    weights 15,741,869,056 B/GPU (``kvplan.weights``: replicated norms and router, vocab padded to
+    64, the rest split over 2 ranks), KV 39,513,699,124 − 15,741,869,056 − 1 GiB = 22,698,088,244 B
+    → 45,609 blocks → (45,609 − 1) // 80 = 570 requests per replica → 2 replicas (4 GPUs).
+    EP 2 (attention data-parallel): 2,623,265,792 non-expert B + 28,789,702,656 / 2
+    = 17,018,117,120 B/GPU, KV 21,421,840,180 B → 43,044 blocks → 538 per rank, 1,076 per replica →
+    1 replica (2 GPUs): EP halves the GPUs.
+    """
+    arch = load_model("deepseek-v2-lite")
+    query = RecommendQuery(users=1000, gpus=("custom:40:2:400",), max_gpus=2,
+                           **{**LOOSE, "tp": (2,), "expert_parallel": False})
+    tp_only = recommend(arch, query, FitQuery())
+    tp2 = row(tp_only, tp=2)
+    assert (tp2["weights_per_gpu_bytes"], tp2["kv_budget_bytes"]) == (15_741_869_056, 22_698_088_244)
+    assert (tp2["max_requests"], tp2["replicas"], tp2["total_gpus"]) == (570, 2, 4)
+    both = recommend(arch, query.model_copy(update={"expert_parallel": True}), FitQuery())
+    ep2 = row(both, ep=2)
+    assert (ep2["weights_per_gpu_bytes"], ep2["kv_budget_bytes"]) == (17_018_117_120, 21_421_840_180)
+    assert (ep2["max_requests"], ep2["replicas"], ep2["total_gpus"]) == (1076, 1, 2)
+    assert both.ranked.iloc[0]["ep"] == 2 and tp_only.ranked.iloc[0]["tp"] == 2
+
+
+def test_no_feasible_candidate_names_the_tightest_constraint() -> None:
+    """Llama-3.1-405B bf16 (≈ 811 GB) on one 24 GB L4 per replica: only memory fails."""
+    rec = recommend(load_model("llama-3.1-405b"), RecommendQuery(gpus=("l4",), max_gpus=1, **{
+        k: v for k, v in LOOSE.items() if k != "tp"}), FitQuery())
+    assert not rec.table["feasible"].any() and rec.ranked.empty
+    assert rec.message == ("no candidate meets every constraint; the tightest is memory (0 of 1 "
+                           "candidates meet it): no layout holds the weights and one request; the "
+                           "largest KV budget left is 0 B per GPU")
+
+
+def test_efficiency_calibration_round_trips() -> None:
+    """A decode tokens/s and a TTFT computed with e = 0.55 (TP 2: the communication term is not
+    scaled) give back 0.55."""
+    gpu = get_gpu("h100-sxm")
+    base = FitQuery(tp=2, kv_dtype="fp8_e4m3")
+    terms = rc.single_terms(LLAMA8, gpu, base, 4096, efficiency=0.55)
+    step = decode_time(terms, np.asarray([32]), rc.decode_token_flops(LLAMA8, 4096))[0][0]
+    assert calibrate_efficiency(LLAMA8, gpu, base, 32 / step, "decode", batch=32,
+                                context_tokens=4096) == pytest.approx(0.55, rel=1e-12)
+    ttft = prefill_time(terms, 2048, rc.prefill_flops(LLAMA8, 2048))[0][0]
+    assert calibrate_efficiency(LLAMA8, gpu, base, ttft * 1e3, "prefill", prompt_tokens=2048,
+                                context_tokens=4096) == pytest.approx(0.55, rel=1e-12)
+    with pytest.raises(KVPlanError) as err:
+        calibrate_efficiency(LLAMA8, gpu, base, 1e-9, "prefill", prompt_tokens=2048)
+    assert err.value.code == "recommend.calibrate"
+
+
+@pytest.mark.parametrize(("update", "code"), [
+    ({"gpus": ()}, "recommend.empty"),
+    ({"kv_dtypes": ()}, "recommend.empty"),
+    ({"users": 0}, "recommend.traffic"),
+    ({"traffic": "rps", "rps": 0.0}, "recommend.traffic"),
+    ({"ttft_ms": 0.0}, "recommend.targets"),
+    ({"tpot_ms": float("nan")}, "recommend.targets"),
+    ({"gpus": ("no-such-gpu",)}, "unknown.gpu"),
+    ({"output": LengthDist(value=1), "max_context": 2, "prompt": LengthDist(value=5)}, None),
+])
+def test_bad_inputs_get_named_messages(update: dict, code: str | None) -> None:
+    query = RecommendQuery(**{**LOOSE, **update})
+    if code is None:  # clipped to 1 prompt + 1 output token: still a valid search
+        assert recommend(LLAMA8, query, FitQuery()).lengths.context == 2
+        return
+    with pytest.raises(KVPlanError) as err:
+        recommend(LLAMA8, query, FitQuery())
+    assert err.value.code == code
+
+
+def test_too_many_candidates_and_malformed_csv(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(rc, "MAX_CANDIDATES", 10)
+    with pytest.raises(KVPlanError, match="more than the 10 the search allows"):
+        recommend(LLAMA8, RecommendQuery(), FitQuery())
+    with pytest.raises(KVPlanError, match="row 2"):
+        parse_lengths_csv("prompt,output\n12,x\n")
+    with pytest.raises(KVPlanError, match="no output tokens"):
+        recommend(LLAMA8, RecommendQuery(**LOOSE), FitQuery(), parse_lengths_csv("5,0\n7,0\n"))
+
+
+def test_search_time_is_bounded_for_extreme_inputs() -> None:
+    """Huge traffic, 10M-token contexts and the whole catalogue still answer within seconds."""
+    query = RecommendQuery(traffic="rps", rps=1e7, prompt=LengthDist(value=10_000_000),
+                           output=LengthDist(value=10_000_000), max_context=100_000_000, max_gpus=64)
+    start = time.perf_counter()
+    rec = recommend(load_model("llama-4-scout"), query, FitQuery())
+    assert time.perf_counter() - start < 10
+    assert len(rec.table) > 0 and rec.message is not None
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm", "hf"])
+@pytest.mark.parametrize("model_id", ["llama-3.1-70b", "gemma-3-27b", "deepseek-v2-lite",
+                                      "qwen3-next-80b-a3b"])
+def test_memory_figures_equal_capacity_fit(engine: str, model_id: str) -> None:
+    """Every non-EP candidate's weights, KV budget, KV per request and max requests are ``fit``'s
+    (TensorRT-LLM's PyTorch backend has no DeepSeek-V2 class: that pair is refused, not sized)."""
+    if (engine, model_id) == ("trtllm", "deepseek-v2-lite"):
+        with pytest.raises(KVPlanError) as err:
+            fit(load_model(model_id), gpus()["h100-sxm"], FitQuery(engine=engine))
+        assert err.value.code == "engine.unserved"
+        return
+    arch = load_model(model_id)
+    query = RecommendQuery(tp=(1, 2), pp=(1, 2), kv_dtypes=("bf16", "fp8_e4m3"),
+                           weight_dtypes=("auto", "fp8"), expert_parallel=False, **{
+                               k: v for k, v in LOOSE.items() if k not in {"tp", "pp", "kv_dtypes"}})
+    rec = recommend(arch, query, FitQuery(engine=engine))
+    catalogue = gpus()
+    L = rec.lengths.context
+    checked = 0
+    for cand in rec.table.itertuples():
+        q = FitQuery(engine=engine, tokens=L, tp=cand.tp, pp=cand.pp, kv_dtype=cand.kv_dtype,
+                     weight_dtype=None if cand.weight_dtype == "auto" else cand.weight_dtype)
+        try:
+            want = fit(arch, catalogue[cand.gpu], q, search_gpus=False)
+        except KVPlanError:
+            continue
+        assert cand.weights_per_gpu_bytes == want.weights_bytes
+        assert cand.kv_budget_bytes == want.kv_budget_bytes
+        assert cand.kv_bytes_per_request == want.kv_bytes_per_request
+        assert cand.max_requests == (want.max_requests if want.weights_fit else 0), cand
+        checked += 1
+    assert checked >= len(catalogue)
+
+
+def test_cli_recommend_json_and_errors(capsys: pytest.CaptureFixture[str], tmp_path) -> None:
+    code = main(["recommend", "--model", "llama-3.1-8b", "--users", "1", "--gpus",
+                 "custom:16:1:100,custom:24:1:100", "--tp", "1", "--pp", "1", "--kv-dtypes", "bf16",
+                 "--ttft-ms", "100000", "--tpot-ms", "1000", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["kind"] == "bounds" and out["feasible"] == 1
+    first = out["table"][0]
+    assert (first["gpu"], first["max_requests"], first["kv_budget_bytes"]) == ("custom:24:1:100", 39,
+                                                                               6_573_955_154)
+    assert first["link"] == "?v=1&kd=bf16&g=custom&gm=24.0&gb=1.0&gf=100.0&t=1280&u=1"
+    assert out["failures"] == {"memory": 1, "TTFT": 0, "TPOT": 0, "GPU limit": 0}
+    bad = tmp_path / "lengths.csv"
+    bad.write_text("prompt,output\n10,ten\n")
+    assert main(["recommend", "--model", "llama-3.1-8b", "--lengths-csv", str(bad)]) == 2
+    assert "request-length CSV is invalid: row 2" in capsys.readouterr().err
+    assert main(["recommend", "--model", "llama-3.1-8b", "--tpot-ms", "-1"]) == 2
+    assert "impossible latency targets" in capsys.readouterr().err
+
+
+def test_prices_turn_gpu_hours_into_money() -> None:
+    """Preset prices (AWS Capacity Blocks: H100 4.916, H200 5.408 per GPU-hour) when every chosen
+    accelerator has one; otherwise GPU-hours (price 1), unless the user prices the rest."""
+    query = RecommendQuery(users=64, gpus=("h100-sxm", "h200"), **LOOSE)
+    rec = recommend(LLAMA8, query, FitQuery())
+    assert rec.cost_unit == "$"
+    h100 = row(rec, gpu="h100-sxm")
+    assert h100["cost_per_hour"] == pytest.approx(h100["total_gpus"] * 4.916)
+    mixed = recommend(LLAMA8, query.model_copy(update={"gpus": ("h100-sxm", "l4")}), FitQuery())
+    assert mixed.cost_unit == "GPU-hours" and row(mixed, gpu="h100-sxm")["cost_per_hour"] == 1.0
+    priced = recommend(LLAMA8, query.model_copy(update={"gpus": ("h100-sxm", "l4"), "prices": {"l4": 0.5}}),
+                       FitQuery())
+    assert priced.cost_unit == "$" and row(priced, gpu="l4")["cost_per_hour"] == pytest.approx(
+        row(priced, gpu="l4")["total_gpus"] * 0.5)
+
+
+def test_cli_calibrates_the_efficiency_from_a_measured_ttft(capsys: pytest.CaptureFixture[str]) -> None:
+    """A TTFT computed with e = 0.5 on an H100 (TP 1: no communication term) gives e = 0.5 back,
+    used for that accelerator."""
+    gpu = get_gpu("h100-sxm")
+    terms = rc.single_terms(LLAMA8, gpu, FitQuery(), 2048, efficiency=0.5)
+    ttft_ms = float(prefill_time(terms, 1024, rc.prefill_flops(LLAMA8, 1024))[0][0]) * 1e3
+    assert main(["recommend", "--model", "llama-3.1-8b", "--gpus", "h100-sxm", "--tp", "1", "--pp", "1",
+                 "--kv-dtypes", "bf16", "--measured-gpu", "h100-sxm", "--measured-ttft-ms", repr(ttft_ms),
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["efficiency"]["h100-sxm"] == pytest.approx(0.5, rel=1e-9)
+
+
+def test_requests_per_second_sets_the_replicas() -> None:
+    """10 requests/s of 1,024 + 256 tokens on the TPOT-test GPU (80 GiB, 1 TB/s, compute negligible),
+    TPOT ≤ 20 ms → B_max = 23. TPOT(23) = (16,060,522,496 + 23 × 167,772,160) / 10¹² = 19.919282 ms;
+    the mean prefill reads the weights once: 16.060522 ms. tokens/s = 256·23 / (256 × 0.019919282 +
+    23 × 0.016060522) = 1,076.68; 10 × 256 = 2,560 tokens/s → 3 replicas; 3 GPU-hours per hour over
+    2,560 × 3,600 tokens = 0.325521 GPU-hours per million output tokens."""
+    gpu = "custom:80:1:1000000"
+    query = RecommendQuery(traffic="rps", rps=10.0, gpus=(gpu,), **{**LOOSE, "tpot_ms": 20.0})
+    best = row(recommend(LLAMA8, query, FitQuery()), gpu=gpu)
+    assert (best["max_batch_tpot"], best["replicas"], best["total_gpus"]) == (23, 3, 3)
+    assert best["tpot_ms"] == pytest.approx(19.919282176, rel=1e-6)
+    assert best["tokens_per_s_per_replica"] == pytest.approx(5888 / (256 * 0.019919282176
+                                                                     + 23 * 0.016060522496), rel=1e-6)
+    assert best["cost_per_m_tokens"] == pytest.approx(3 / (2560 * 3600) * 1e6, rel=1e-12)
+
+
+def test_expert_parallel_only_where_the_engine_has_it() -> None:
+    """transformers has no expert parallelism: no EP layout for it; vLLM offers EP 2, 4, 8."""
+    arch = load_model("qwen3-30b-a3b")
+    query = RecommendQuery(gpus=("h100-sxm",), **{**LOOSE, "tp": (1,)})
+    assert sorted(set(recommend(arch, query, FitQuery(engine="vllm")).table["ep"])) == [1, 2, 4, 8]
+    assert set(recommend(arch, query, FitQuery(engine="hf")).table["ep"]) == {1}

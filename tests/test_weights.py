@@ -1,0 +1,328 @@
+"""Weights as the engine loads them (kvplan.weights): formats, skip lists, TP/PP/EP, acceptance.
+
+Every expected value is derived by hand in the test's docstring from the shapes in the config and
+the ``create_weights`` of the vLLM quantization method named there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from kvplan.capacity import FitQuery, fit
+from kvplan.config_import import parse_config
+from kvplan.errors import KVPlanError
+from kvplan.presets import get_gpu, load_model, model_presets
+from kvplan.weights import (
+    Format,
+    Tensor,
+    model_tensors,
+    params_from_tensors,
+    read_quantization,
+    shard_shape,
+    weights_per_gpu,
+)
+
+GIB = 1 << 30
+CONFIGS = Path(__file__).parent / "fixtures" / "vllm_logs" / "configs"
+TINY = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256,
+        "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "vocab_size": 1000, "torch_dtype": "bfloat16",
+        "tie_word_embeddings": False}
+
+
+def tiny(**quant) -> object:
+    return parse_config({**TINY, "quantization_config": quant} if quant else TINY, name="tiny")
+
+
+def scheme(**quant):
+    return read_quantization(json.dumps(quant, sort_keys=True), "bf16")
+
+
+# ------------------------------------------------------------------ formats, one matrix each
+
+def test_fp8_block_scales():
+    """fp8.py Fp8LinearMethod: 256 × 300 fp8 = 76,800 B + ceil(256/128) × ceil(300/128) = 2 × 3
+    fp32 weight_scale_inv = 24 B → 76,824."""
+    fmt = scheme(quant_method="fp8", weight_block_size=[128, 128]).linear
+    assert fmt is not None and fmt.matrix_bytes(256, 300) == 76_824
+
+
+def test_fp8_per_tensor_static_has_weight_and_input_scale_per_shard():
+    """Fp8LinearMethod without blocks: weight_scale (+ input_scale when static) per fused shard:
+    qkv (3 shards) 256 × 256 → 65,536 + 3 × 2 × 4 = 65,560."""
+    fmt = scheme(quant_method="fp8", activation_scheme="static").linear
+    assert fmt is not None and fmt.matrix_bytes(256, 256, shards=3) == 65_560
+
+
+def test_mxfp4_experts_of_gpt_oss_120b():
+    """mxfp4.py Mxfp4MoEMethod: per expert w13 5,760 × 2,880 → 8,294,400 B + 5,760 × 90 e8m0 =
+    518,400; w2 2,880 × 2,880 → 4,147,200 + 259,200; = 13,219,200. Biases bf16 (5,760 + 2,880) × 2.
+    36 layers × 128 × (13,219,200 + 17,280) = 60,993,699,840 B of experts on one GPU."""
+    layout = weights_per_gpu(load_model("gpt-oss-120b"))
+    assert layout.heaviest["experts"] == 36 * 128 * (13_219_200 + 17_280) == 60_993_699_840
+    assert layout.format_label.startswith("MXFP4 (e2m1, e8m0 scale per 32) experts + bf16 ")
+    assert "quant_method mxfp4" in layout.format_source
+
+
+def test_nvfp4_modelopt():
+    """modelopt.py ModelOptNvFp4LinearMethod: 256 × 256 → 32,768 B packed + 256 × 16 fp8 scales
+    + per shard fp32 weight_scale_2 and input_scale (3 shards × 8) = 36,888."""
+    fmt = scheme(quant_method="modelopt", quantization={"quant_algo": "NVFP4"}).linear
+    assert fmt is not None and fmt.matrix_bytes(256, 256, shards=3) == 36_888
+
+
+def test_gptq_and_awq_int4_g128():
+    """auto_gptq.py (v0.33): out 256 × in 512 int4 = 65,536 B; 4 groups × 256 × (fp16 scale +
+    4-bit zero) = 2,560 → 68,096, no g_idx held. auto_awq.py: the same layout → 68,096.
+    Channel-wise GPTQ (group −1): one group per column → 65,536 + 256 × 2.5 = 66,176."""
+    gptq = scheme(quant_method="gptq", bits=4, group_size=128, desc_act=False).linear
+    awq = scheme(quant_method="awq", bits=4, group_size=128, zero_point=True).linear
+    channel = scheme(quant_method="gptq", bits=4, group_size=-1, desc_act=True).linear
+    assert gptq is not None and gptq.matrix_bytes(256, 512) == 68_096
+    assert awq is not None and awq.matrix_bytes(256, 512) == 68_096
+    assert channel is not None and channel.matrix_bytes(256, 512) == 66_176
+    assert "refused" in scheme(quant_method="gptq", desc_act=True).linear.label
+
+
+def test_gptq_dynamic_exclusions_and_modules_in_block():
+    """``dynamic`` ``-:`` regexes and ``modules_in_block_to_quantize`` leave modules bf16."""
+    s = scheme(quant_method="gptq", bits=4, group_size=128,
+               dynamic={"-:.*\\.mlp\\.down_proj": {}},
+               modules_in_block_to_quantize=[["self_attn.q_proj"], ["mlp.gate_proj", "mlp.down_proj"]])
+    names = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "gate": "mlp.gate_proj",
+             "down": "mlp.down_proj"}
+    got = {k: s.format_for(Tensor(f"model.layers.{{i}}.{n}", "attention", 256, 256, "column"), 0).name
+           for k, n in names.items()}
+    assert got == {"q": "gptq_int4", "k": "bf16", "gate": "gptq_int4", "down": "bf16"}
+
+
+def test_bitsandbytes_nf4_double_quant_and_int8():
+    """256 × 512 = 131,072 values: nf4 65,536 B + 2,048 absmax — fp32 (8,192) or, double quant,
+    uint8 (2,048) + ceil(2,048 / 256) = 8 fp32; int8: 131,072 + 256 fp32 SCB."""
+    nf4 = scheme(quant_method="bitsandbytes", load_in_4bit=True, bnb_4bit_quant_type="nf4").linear
+    dq = scheme(quant_method="bitsandbytes", load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                bnb_4bit_use_double_quant=True).linear
+    int8 = scheme(quant_method="bitsandbytes", load_in_8bit=True).linear
+    assert nf4 is not None and nf4.matrix_bytes(256, 512) == 65_536 + 8_192
+    assert dq is not None and dq.matrix_bytes(256, 512) == 65_536 + 2_048 + 32
+    assert int8 is not None and int8.matrix_bytes(256, 512) == 131_072 + 1_024
+
+
+def test_compressed_tensors_groups_and_ignore():
+    """compressed-tensors W8A8 int8 per channel on Linear, ``ignore`` lm_head and a regex on the
+    router: q_proj 256 × 256 → 65,536 + 256 × 4; lm_head and ``mlp.gate`` stay bf16."""
+    s = scheme(quant_method="compressed-tensors", ignore=["lm_head", "re:.*mlp.gate$"],
+               config_groups={"group_0": {"targets": ["Linear"], "weights": {
+                   "num_bits": 8, "type": "int", "strategy": "channel", "symmetric": True}}})
+    q = Tensor("model.layers.{i}.self_attn.q_proj", "attention", 256, 256, "column")
+    head = Tensor("lm_head", "lm_head", 1000, 256, "vocab", kind="lm_head")
+    gate = Tensor("model.layers.{i}.mlp.gate", "router", 8, 256, "replicated")
+    assert s.format_for(q, 3).matrix_bytes(256, 256) == 65_536 + 1_024
+    assert s.format_for(head, None).name == "bf16"
+    assert s.format_for(gate, 3).name == "bf16"
+
+
+def test_fp8_modules_to_not_convert_match_exact_names_per_layer():
+    """Qwen3-235B-A22B-FP8 lists each layer's ``mlp.gate`` (vLLM is_layer_skipped, exact): the
+    router stays bf16 and ``mlp.gate_proj``-style names are not caught by the prefix."""
+    config = json.loads((CONFIGS / "Qwen__Qwen3-235B-A22B-FP8.json").read_text())
+    arch = parse_config(config, name="q")
+    s = read_quantization(arch.weights.quantization, "bf16")
+    router = Tensor("model.layers.{i}.mlp.gate", "router", 128, 4096, "replicated")
+    expert = Tensor("model.layers.{i}.mlp.experts.0.gate_up_proj", "experts", 3072, 4096,
+                    "expert_column", experts=128, kind="expert")
+    assert s.skipped("model.layers.93.mlp.gate") and not s.skipped("model.layers.93.mlp.gate_up")
+    assert s.format_for(expert, 7).name == "fp8_block128x128"
+    assert s.format_for(router, 7).name == "bf16"
+
+
+@pytest.mark.parametrize(("quant", "code"), [
+    ({"quant_method": "hqq_magic"}, "weights.unknown_method"),
+    ({"quant_method": "fp8", "weight_block_size": "128"}, "weights.bad_quantization"),
+    ({"quant_method": "gptq", "bits": 5}, "weights.bad_quantization"),
+    ({"quant_method": "compressed-tensors", "config_groups": {}}, "weights.bad_quantization"),
+    ({"quant_method": "bitsandbytes"}, "weights.bad_quantization"),
+    ({"quant_method": "modelopt", "quantization": {"quant_algo": "INT3"}}, "weights.bad_quantization"),
+])
+def test_unknown_or_malformed_quantization_is_a_named_error(quant, code):
+    with pytest.raises(KVPlanError) as info:
+        weights_per_gpu(tiny(**quant))
+    assert info.value.code == code
+
+
+def test_quantization_config_must_be_an_object():
+    with pytest.raises(KVPlanError) as info:
+        parse_config({**TINY, "quantization_config": "fp8"})
+    assert info.value.code == "config.bad_value"
+
+
+# ------------------------------------------------------------------ parts and parallel layout
+
+def test_llama_31_8b_bf16_is_exactly_params_times_two():
+    """8,030,261,248 parameters (vocab 128,256 = 2,004 × 64, no padding) × 2 B, as before."""
+    layout = weights_per_gpu(load_model("llama-3.1-8b"))
+    assert layout.total_bytes == max(layout.stage_bytes) == 16_060_522_496
+    assert params_from_tensors(load_model("llama-3.1-8b")) == 8_030_261_248
+
+
+def test_vocab_padding_and_kv_head_replication_under_tp():
+    """vocab_parallel_embedding.py: OPT 50,272 rows → pad_vocab_size(64) = 50,304, / 8 = 6,288.
+    QKVParallelLinear: Qwen3-235B 4 KV heads at tp 8 → max(1, 4 // 8) = 1 head of 128 rows."""
+    opt = next(t for t in model_tensors(load_model("opt-13b")) if t.name == "model.embed_tokens")
+    assert shard_shape(opt, 8, 1) == (6_288, 5_120, 1)
+    qwen = load_model("qwen3-235b-a22b")
+    k = next(t for t in model_tensors(qwen) if t.name.endswith("k_proj"))
+    assert shard_shape(k, 8, 1) == (128, 4_096, 1)
+    assert shard_shape(k, 4, 1) == (128, 4_096, 1) and shard_shape(k, 2, 1) == (256, 4_096, 1)
+
+
+def test_pipeline_stages_follow_get_pp_indices():
+    """Llama-3.1-8B, pp 3: 32 layers → [11, 11, 10]; a layer = 4,096 × 6,144 + 4,096² + 3 ×
+    4,096 × 14,336 + 2 × 4,096 = 218,112,000 params × 2 B; embeddings (525,336,576 params) on
+    the first stage, final norm (4,096) and LM head on the last."""
+    layer, embed = 218_112_000 * 2, 128_256 * 4_096 * 2
+    stages = weights_per_gpu(load_model("llama-3.1-8b"), pp=3).stage_bytes
+    assert stages == [11 * layer + embed, 11 * layer, 10 * layer + embed + 4_096 * 2]
+
+
+def test_norms_and_router_are_replicated_experts_split_over_ep():
+    """gpt-oss-120b at tp 4: router 128 × 2,880 (+ bias 128) bf16 per layer on every rank; with
+    ep 4 each rank holds 32 whole experts: 36 × 32 × (13,219,200 + 17,280) B."""
+    arch = load_model("gpt-oss-120b")
+    tp4 = weights_per_gpu(arch, tp=4)
+    ep4 = weights_per_gpu(arch, tp=4, ep=4)
+    assert tp4.heaviest["router"] == ep4.heaviest["router"] == 36 * (128 * 2_880 + 128) * 2
+    assert ep4.heaviest["experts"] == 36 * 32 * (13_219_200 + 17_280)
+    with pytest.raises(KVPlanError) as info:
+        weights_per_gpu(arch, tp=4, ep=3)
+    assert info.value.code == "parallel.ep"
+
+
+def test_ep_setting_is_honoured_by_vllm_and_sglang_only():
+    """The same query on vLLM and SGLang splits experts over 4 ranks; HF ignores ep (one rank)."""
+    arch, gpu = load_model("qwen3-30b-a3b"), get_gpu("h100-sxm")
+    q = {"tokens": 4096, "tp": 4, "num_gpus": 4, "ep": 4}
+    vllm = fit(arch, gpu, FitQuery(engine="vllm", **q), search_gpus=False)
+    sglang = fit(arch, gpu, FitQuery(engine="sglang", **q), search_gpus=False)
+    plain = fit(arch, gpu, FitQuery(engine="vllm", tokens=4096, tp=4, num_gpus=4), search_gpus=False)
+    assert vllm.weights_breakdown["experts"] == sglang.weights_breakdown["experts"]
+    assert vllm.weights_breakdown["experts"] == 48 * 32 * 3 * 2_048 * 768 * 2
+    assert plain.weights_breakdown["experts"] == 48 * 128 * 3 * 2_048 * 192 * 2
+
+
+def test_mtp_layers_load_only_when_asked():
+    """DeepSeek-V3 ``num_nextn_predict_layers`` 1: one more MoE decoder layer — MLA 187,107,328
+    (q_a 1,536 × 7,168, q_b 24,576 × 1,536, kv_a 576 × 7,168, kv_b 32,768 × 512, o 7,168 ×
+    16,384, two latent norms), experts 256 × 3 × 7,168 × 2,048, shared 3 × 7,168 × 2,048, router
+    256 × 7,168, 2 norms = 11,507,286,016 — plus enorm, hnorm, head norm and eh_proj 7,168 × 14,336
+    (embeddings and head are shared with the model), on the last stage."""
+    arch = load_model("deepseek-v3")
+    assert "mtp" not in weights_per_gpu(arch, tp=8).heaviest
+    layer = 187_107_328 + 256 * 3 * 7_168 * 2_048 + 3 * 7_168 * 2_048 + 256 * 7_168 + 2 * 7_168
+    assert layer == 11_507_286_016
+    extra = params_from_tensors(arch, mtp=True) - params_from_tensors(arch)
+    assert extra == layer + 3 * 7_168 + 7_168 * 14_336
+    assert weights_per_gpu(arch, tp=8, pp=2, mtp=True).stages[0]["mtp"] == 0
+    assert weights_per_gpu(arch, tp=8, pp=2, mtp=True).stages[1]["mtp"] > 0
+
+
+def test_vision_tower_of_a_multimodal_config_is_loaded():
+    """Gemma 3 27B (-it, vision_config): a 27-layer SigLIP tower (1,152 wide) + projector to
+    5,376 — 422,405,488 more parameters than the text model's 27.01e9 published count."""
+    arch = load_model("gemma-3-27b")
+    layout = weights_per_gpu(arch)
+    assert layout.heaviest["vision"] == (params_from_tensors(arch) - sum(
+        t.params for t in model_tensors(arch) if t.part != "vision")) * 2
+    assert 0.40e9 < layout.heaviest["vision"] / 2 < 0.45e9
+
+
+def test_user_weight_dtype_overrides_linears_not_embeddings():
+    """--weight-dtype fp8 on Llama-3.1-8B: linear layers and the LM head 1 B per parameter;
+    embeddings (and norms) stay bf16 as vLLM's --quantization leaves them."""
+    arch = load_model("llama-3.1-8b")
+    layout = weights_per_gpu(arch, "fp8")
+    assert layout.heaviest["embeddings"] == 128_256 * 4_096 * 2
+    assert layout.heaviest["lm_head"] == 128_256 * 4_096
+    assert layout.heaviest["mlp"] == 32 * 3 * 4_096 * 14_336
+
+
+def test_params_from_tensors_equal_the_presets_exact_counts():
+    """Presets whose params_total is an exact count: the tensor list reproduces it."""
+    exact = ["llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "llama-2-7b", "mixtral-8x7b",
+             "qwen3-8b", "qwen3-32b", "qwen3-235b-a22b", "qwen2.5-7b", "qwen2.5-72b", "phi-4",
+             "deepseek-llm-67b", "deepseek-v2-lite", "command-r", "mistral-7b-v0.3"]
+    for preset in exact:
+        arch = load_model(preset)
+        assert params_from_tensors(arch) == model_presets()[preset].params_total, preset
+
+
+# ------------------------------------------------------------------ acceptance (issue #13)
+
+def test_gpt_oss_120b_fits_one_h100_with_kv_room():
+    """MXFP4 experts: 65,248,815,744 B of weights; ceil(85,520,809,984 × 0.92) − weights − 1 GiB
+    = 12,356,587,618 B of KV (11.5 GiB) at the default settings."""
+    r = fit(load_model("gpt-oss-120b"), get_gpu("h100-sxm"), FitQuery())
+    assert r.fits and r.weights_bytes == 65_248_815_744
+    assert r.kv_budget_bytes == 12_356_587_618 and r.max_requests > 10
+    assert r.weight_format.startswith("MXFP4")
+
+
+def test_deepseek_v3_fp8_on_8_h200_at_32k():
+    r = fit(load_model("deepseek-v3"), get_gpu("h200"),
+            FitQuery(tokens=32_768, tp=8, num_gpus=8), search_gpus=False)
+    assert r.fits and r.max_requests > 0 and r.weight_dtype == "fp8"
+
+
+def test_format_roundtrip_of_a_plain_format():
+    assert Format("x", "x", 16).matrix_bytes(3, 5) == 30
+
+
+def test_decode_reads_the_active_experts_in_their_stored_format():
+    """gpt-oss-120b: 65,248,815,744 B in all, of which experts 60,993,699,840 (MXFP4); a token
+    reads the other 4,255,115,904 B and 4 of 128 experts: 60,993,699,840 / 32 = 1,906,053,120."""
+    from kvplan.capacity import weights_read_bytes
+
+    assert weights_read_bytes(load_model("gpt-oss-120b")) == 4_255_115_904 + 1_906_053_120
+    assert weights_read_bytes(load_model("llama-3.1-8b")) == 16_060_522_496
+
+
+_QC_VALUES = [None, True, False, 0, -1, 4, 8, 16, 128, 1e9, "", "fp8", "nf4", "dynamic", "static",
+              "tensor", "channel", "group", "block", "tensor_group", [], [128], [128, 128],
+              [0, 128], ["lm_head"], ["re:(", "re:.*gate$"], {}, {"quant_algo": "NVFP4"},
+              {"g": {"weights": {"num_bits": 4}}}, {"g": {"weights": None}}, {"-:.*": {}}]
+_QC_KEYS = ["quant_method", "weight_block_size", "activation_scheme", "modules_to_not_convert",
+            "ignored_layers", "bits", "group_size", "desc_act", "zero_point", "load_in_4bit",
+            "load_in_8bit", "bnb_4bit_quant_type", "bnb_4bit_use_double_quant", "config_groups",
+            "ignore", "quantization", "quant_algo", "dynamic", "modules_in_block_to_quantize",
+            "lm_head", "exclude_modules"]
+
+
+def test_any_quantization_config_is_sized_or_a_named_error():
+    """Random quantization_config objects (known methods, odd values): weights_per_gpu returns
+    bytes or raises a KVPlanError from MESSAGES — never another exception."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from kvplan.errors import MESSAGES
+
+    methods = st.sampled_from(["fp8", "fbgemm_fp8", "mxfp4", "modelopt", "modelopt_fp4", "gptq",
+                               "awq", "bitsandbytes", "compressed-tensors", "auto-round", "x"])
+    body = st.dictionaries(st.sampled_from(_QC_KEYS), st.sampled_from(_QC_VALUES), max_size=6)
+
+    @settings(max_examples=10_000 if os.environ.get("KVPLAN_PROFILE", "").lower() == "long" else 300,
+              deadline=None)
+    @given(methods, body)
+    def check(method, extra):
+        config = {**TINY, "quantization_config": {**extra, "quant_method": method}}
+        try:
+            layout = weights_per_gpu(parse_config(config, name="fuzz"), tp=2)
+        except KVPlanError as err:
+            assert err.code in MESSAGES
+            return
+        assert layout.total_bytes > 0 and min(layout.stage_bytes) > 0
+
+    check()
