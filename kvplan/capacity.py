@@ -243,11 +243,14 @@ def fit(arch: ModelArch, gpu: GPU, query: FitQuery, search_gpus: bool = True) ->
         max_requests_all_replicas=answer["max_requests"] * replicas,
         fits=fits, weights_fit=budget.weights_fit, context_limit=limit, formulas=formulas,
         notes=notes, **answer)
-    if not budget.weights_fit and search_gpus:
-        result = result.model_copy(update={"min_gpus_to_fit": min_gpus_to_fit(arch, gpu, query)})
+    smallest: tuple[int, int] | None = None
+    if not budget.weights_fit and search_gpus:  # one layout search serves both answers
+        smallest = smallest_layout(arch, gpu, query)
+        result = result.model_copy(update={
+            "min_gpus_to_fit": None if smallest is None else smallest[0] * smallest[1]})
         notes.append("the weights alone exceed this GPU's memory target")
     if not fits:
-        reason, suggestion = why_not(arch, gpu, query, result, search_gpus)
+        reason, suggestion = why_not(arch, gpu, query, result, search_gpus, smallest)
         result = result.model_copy(update={"reason": reason, "suggestion": suggestion})
     return result
 
@@ -280,10 +283,11 @@ def smallest_layout(arch: ModelArch, gpu: GPU, query: FitQuery, users: int = 1) 
     return None
 
 
-def why_not(arch: ModelArch, gpu: GPU, query: FitQuery, result: FitResult,
-            search: bool = True) -> tuple[str, str]:
+def why_not(arch: ModelArch, gpu: GPU, query: FitQuery, result: FitResult, search: bool = True,
+            weights_layout: tuple[int, int] | None = None) -> tuple[str, str]:
     """Why ``result`` does not fit and the smallest change that fixes it (``search``: try other
-    parallel layouts; the memory-per-accelerator view skips that search)."""
+    parallel layouts — ``weights_layout`` is what ``fit``'s own search found for the weights; the
+    memory-per-accelerator view and the other KV dtypes of the answer skip the search)."""
     gpus = query.num_gpus or query.tp * query.pp
     if result.context_limit is not None and query.tokens > result.context_limit:
         engine = get_engine(query.engine)
@@ -293,7 +297,7 @@ def why_not(arch: ModelArch, gpu: GPU, query: FitQuery, result: FitResult,
     if not result.weights_fit:
         reason = (f"the weights ({result.weights_bytes:,} B per GPU) do not fit in the "
                   f"{result.memory_target_bytes:,} B memory target with TP={query.tp}, PP={query.pp}")
-        layout = smallest_layout(arch, gpu, query) if search else None
+        layout = weights_layout
         if layout is None:
             return reason, "a larger accelerator or a smaller weight format" if search else ""
         tp, pp = layout

@@ -25,14 +25,17 @@ def scenario_from_key(key: str):
 
 @st.cache_data(max_entries=128, show_spinner=False)
 def answers(key: str) -> dict[str, FitResult | str]:
-    """KV dtype → its FitResult, or the message of why it is refused (in the scenario's order)."""
+    """KV dtype → its FitResult, or the message of why it is refused (in the scenario's order).
+    The first dtype's result names the smallest change (a layout search); the others say whether
+    they fit and how many requests."""
     from kvplan.capacity import fit
 
     scenario, arch, gpu, query = scenario_from_key(key)
     out: dict[str, FitResult | str] = {}
-    for dtype in scenario.kv_dtypes:
-        try:
-            out[dtype] = fit(arch, gpu, query.model_copy(update={"kv_dtype": dtype}))
+    for index, dtype in enumerate(scenario.kv_dtypes):
+        try:  # only the first dtype's answer searches other layouts for its "smallest change"
+            out[dtype] = fit(arch, gpu, query.model_copy(update={"kv_dtype": dtype}),
+                             search_gpus=index == 0)
         except KVPlanError as err:
             out[dtype] = str(err)
     return out

@@ -61,7 +61,8 @@ def fits_per_dtype(arch: ModelArch, gpu: GPU, query: FitQuery,
     results, errors = {}, []
     for dtype in kv_dtypes:
         try:
-            results[dtype] = fit(arch, gpu, query.model_copy(update={"kv_dtype": dtype}))
+            results[dtype] = fit(arch, gpu, query.model_copy(update={"kv_dtype": dtype}),
+                                 search_gpus=False)
         except KVPlanError as err:
             errors.append(f"{dtype}: {err}")
     return results, errors

@@ -56,6 +56,19 @@ def _export(name: str, df: pd.DataFrame, fig, scenario: Scenario) -> None:
     download_buttons(name, df, fig, scenario)
 
 
+def _shown(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` for ``st.dataframe``: exact integers beyond int64 (a model at the input limits) become
+    text with separators, which Arrow can carry; the CSV keeps them as numbers."""
+    def big(value: object) -> bool:
+        return isinstance(value, int) and not -(2**63) <= value < 2**63
+
+    out = df.copy()
+    for column in out.columns:
+        if out[column].dtype == object and out[column].map(big).any():
+            out[column] = out[column].map(lambda v: f"{v:,}" if isinstance(v, int) else v)
+    return out
+
+
 def _captions(lines: list[str]) -> None:
     for line in lines:
         st.caption(md(line))
@@ -168,7 +181,7 @@ def _allocation(scenario: Scenario, arch: ModelArch, holder: dict[str, Workload]
     holder["workload"] = workload
     fig = _allocation_figure(result.table, arch.name, max_len, int(block))
     st.plotly_chart(fig, theme=None, key="sv_alloc_chart")
-    st.dataframe(result.table, hide_index=True)
+    st.dataframe(_shown(result.table), hide_index=True)
     notes = [f"{arch.name}, KV {_kv_dtype(scenario)}, maximum length {max_len:,} tokens, block "
              f"{int(block):,} tokens, {workload.source}"]
     if source == "paper":
