@@ -72,6 +72,8 @@ class Recurrent(_Spec):
     ssm_dtype: str | None = None
     #: Mamba-2 scan chunk (vLLM aligns the attention block to it in "all" cache mode).
     chunk_size: int | None = Field(default=None, ge=1)
+    #: The mixer's parameters counted from the config (projections, conv, A, D, dt, norm), when known.
+    params: int | None = Field(default=None, ge=0)
 
 
 class NoCache(_Spec):

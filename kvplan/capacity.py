@@ -203,7 +203,7 @@ def memory_budget(arch: ModelArch, gpu: GPU, query: FitQuery,
     reserve = int((query.reserve_gib if query.reserve_gib is not None
                    else engine.default_reserve_gib) * GIB)
     target, formulas["memory_target"] = engine.memory_target(gpu.capacity_bytes, settings, arch, notes)
-    budgets = engine.kv_budgets(target, stages, reserve, settings, formulas)
+    budgets = engine.kv_budgets(target, stages, reserve, settings, formulas, gpu.capacity_bytes)
     given = query.kv_cache_memory_bytes is not None
     if query.kv_cache_memory_bytes is not None:
         budgets = [query.kv_cache_memory_bytes] * pp

@@ -35,36 +35,42 @@ from kvplan.arch import (
     WeightSpec,
 )
 from kvplan.dtypes import model_dtype_name
-from kvplan.errors import KVPlanError, short
+from kvplan.errors import KVPlanError, clip, short
 
 #: Every config.json key the importer reads (links carry exactly these; a test keeps it complete).
 ARCHITECTURE_KEYS = (
-    "_sliding_window_pattern", "architectures", "attention_chunk_size", "attn_layer_offset",
-    "attn_layer_period", "chunk_size", "conv_kernel", "d_model", "dim", "dtype",
-    "expert_layer_period", "experts_per_token", "ffn_dim", "first_k_dense_replace",
-    "full_attention_interval", "head_dim", "hidden_size", "hybrid_override_pattern",
-    "index_head_dim", "index_topk", "interleave_moe_layer_step", "intermediate_size",
-    "intermediate_size_mlp", "kv_lora_rank", "layer_types", "layers_block_type",
-    "linear_conv_kernel_dim", "linear_key_head_dim", "linear_num_key_heads",
-    "linear_num_value_heads", "linear_value_head_dim", "mamba_chunk_size", "mamba_d_conv",
-    "mamba_d_head", "mamba_d_state", "mamba_expand", "mamba_head_dim", "mamba_n_groups",
-    "mamba_n_heads", "mamba_num_heads", "mamba_ssm_cache_dtype", "mamba_ssm_dtype",
-    "max_position_embeddings", "max_seq_len", "max_window_layers", "mlp_only_layers", "model_type",
-    "moe_intermediate_size", "multi_query", "multi_query_attention", "multi_query_group_num",
-    "n_embd", "n_groups", "n_head", "n_head_kv", "n_heads", "n_inner", "n_layer", "n_layers",
-    "n_positions", "n_routed_experts", "n_shared_experts", "new_decoder_architecture",
-    "no_rope_layer_interval", "no_rope_layers", "num_attention_heads", "num_experts",
-    "num_experts_per_tok", "num_experts_per_token", "num_hidden_layers", "num_key_value_heads",
-    "num_kv_heads", "num_kv_shared_layers", "num_layers", "num_local_experts", "padded_vocab_size",
-    "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "shared_expert_intermediate_size",
-    "sliding_window", "sliding_window_pattern", "sliding_window_size", "ssm_state_size",
-    "text_config", "tie_word_embeddings", "torch_dtype", "use_sliding_window", "v_head_dim",
-    "vocab_size",
+    "_sliding_window_pattern", "architectures", "attention_chunk_size", "attention_heads",
+    "attention_k_eq_v", "attention_layers", "attn_layer_indices", "attn_layer_offset",
+    "attn_layer_period", "block_types", "chunk_size", "conv_kernel", "cross_attention_layers",
+    "d_model", "decoder_attention_heads", "decoder_ffn_dim", "decoder_layers", "dim", "dtype",
+    "emb_dim", "expand", "expert_ffn_hidden_size", "expert_layer_period", "experts_per_token",
+    "ffn_dim", "ffn_hidden_size", "first_k_dense_replace", "full_attention_interval",
+    "global_head_dim", "head_dim", "hidden_size", "hybrid_override_pattern", "index_head_dim",
+    "index_topk", "interleave_moe_layer_step", "intermediate_size", "intermediate_size_mlp",
+    "is_decoder", "is_moe", "kv_channels", "kv_lora_rank", "layer_types", "layers_block_type",
+    "linear_conv_kernel_dim", "linear_head_dim", "linear_key_head_dim", "linear_num_heads",
+    "linear_num_key_heads", "linear_num_value_heads", "linear_value_head_dim", "mamba_chunk_size",
+    "mamba_d_conv", "mamba_d_head", "mamba_d_state", "mamba_dt_rank", "mamba_expand", "mamba_head_dim",
+    "mamba_n_groups", "mamba_n_heads", "mamba_num_heads", "mamba_ssm_cache_dtype", "mamba_ssm_dtype",
+    "max_position_embeddings", "max_seq_len", "max_window_layers", "mlp_layer_types",
+    "mlp_only_layers", "model_type", "moe_intermediate_size", "moe_k", "moe_layer_start_index",
+    "moe_num_experts", "moe_num_shared_experts", "moe_topk", "multi_query", "multi_query_attention",
+    "multi_query_group_num", "n_embd", "n_groups", "n_head", "n_head_kv", "n_heads", "n_inner",
+    "n_layer", "n_layers", "n_positions", "n_routed_experts", "n_shared_experts",
+    "new_decoder_architecture", "no_rope_layer_interval", "no_rope_layers", "num_attention_heads",
+    "num_decoder_attention_heads", "num_decoder_layers", "num_dense_layers", "num_experts",
+    "num_experts_per_tok", "num_experts_per_token", "num_global_key_value_heads", "num_heads",
+    "num_hidden_layers", "num_key_value_heads", "num_kv_heads", "num_kv_shared_layers", "num_layers",
+    "num_local_experts", "num_shared_experts", "padded_vocab_size", "per_layer_config", "q_lora_rank",
+    "qk_nope_head_dim", "qk_rope_head_dim", "shared_expert_intermediate_size",
+    "short_conv_kernel_size", "sliding_window", "sliding_window_pattern", "sliding_window_size",
+    "ssm_state_size", "state_size", "swa_head_dim", "swa_num_key_value_heads", "swa_v_head_dim",
+    "text_config", "tie_word_embeddings", "time_step_rank", "torch_dtype", "type_vocab_size",
+    "use_sliding_window", "v_head_dim", "vocab_size", "window_size",
     # weights (kvplan.weights): what the checkpoint stores and in which format
-    "attention_bias", "audio_config", "compression_config", "decoder_sparse_step",
-    "enable_moe_block", "expert_layer_offset", "hidden_size_per_layer_input", "mlp_bias",
-    "num_nextn_predict_layers", "quantization_config", "vision_config",
-    "vocab_size_per_layer_input",
+    "attention_bias", "audio_config", "compression_config", "decoder_sparse_step", "enable_moe_block",
+    "expert_layer_offset", "hidden_size_per_layer_input", "mlp_bias", "num_nextn_predict_layers",
+    "quantization_config", "vision_config", "vocab_size_per_layer_input",
 )
 
 MAX_CONFIG_BYTES = 2_000_000
@@ -77,6 +83,30 @@ SUPPORTED_MODEL_TYPES = (
     "gemma", "gemma2", "gemma3", "gemma3_text", "phi3", "falcon", "opt", "gpt_neox",
     "deepseek_v2", "deepseek_v3", "kimi_k2", "llama4", "llama4_text", "gpt_oss", "jamba",
 )
+#: Model types whose ``hf`` cache kvplan reproduces byte for byte on transformers 5.24's own
+#: caches (``tests/fixtures/conformance``; ``tests/test_conformance.py`` keeps this in sync).
+VERIFIED_MODEL_TYPES = frozenset({
+    "afmoe", "apertus", "apertus1p5_text", "arcee", "aria_text", "axk1", "bailing_hybrid", "bamba",
+    "bart", "beam", "bert", "bert-generation", "big_bird", "bigbird_pegasus", "biogpt", "bitnet",
+    "blenderbot", "blenderbot-small", "bloom", "camembert", "codegen", "cohere", "cohere2",
+    "cohere2_moe", "ctrl", "cwm", "data2vec-text", "deepseek_v2", "deepseek_v3", "diffllama", "doge",
+    "dots1", "electra", "emu3_text_model", "ernie", "ernie4_5", "ernie4_5_moe", "exaone", "exaone4",
+    "exaone_moe", "falcon", "falcon_mamba", "flex_olmo", "flint", "gemma", "gemma2", "gemma3_text",
+    "gemma3n_text", "gemma4_text", "gemma4_unified_text", "git", "glm", "glm4", "glm4_moe",
+    "glm4_moe_lite", "gpt2", "gpt_bigcode", "gpt_neo", "gpt_neox", "gpt_neox_japanese", "gpt_oss",
+    "gptj", "granite", "granite_swa", "granitemoe", "granitemoe_swa", "granitemoehybrid",
+    "granitemoeshared", "helium", "hunyuan_v1_dense", "hunyuan_v1_moe", "hy_v3", "hyperclovax",
+    "internlm3", "iquestcoder", "jais2", "jamba", "jetmoe", "kimi_linear", "kolibri1", "laguna",
+    "lara_mini", "lfm2", "llama", "llama4_text", "mamba", "mamba2", "marian", "mbart", "megatron-bert",
+    "mellum", "mimo_v2_flash", "minicpm3", "minimax_m2", "minimax_m3_vl_text", "ministral",
+    "ministral3", "mistral", "mixtral", "modernbert-decoder", "moshi", "mpt", "mvp", "nanochat",
+    "nemotron", "nemotron_h", "olmo", "olmo2", "olmo3", "olmo_hybrid", "olmoe", "openai-gpt", "opt",
+    "pegasus", "persimmon", "phi", "phi3", "phi4_multimodal", "phimoe", "plbart", "prophetnet",
+    "qwen2", "qwen2_moe", "qwen3", "qwen3_5_moe_text", "qwen3_5_text", "qwen3_moe", "qwen3_next",
+    "rembert", "roberta", "roberta-prelayernorm", "roc_bert", "roformer", "sarvam_mla", "sarvam_moe",
+    "seed_oss", "smollm3", "solar_open", "stablelm", "starcoder2", "trocr", "vaultgemma", "whisper",
+    "xglm", "xlm", "xlm-roberta", "xlm-roberta-xl", "xmod", "youtu",
+})
 #: Defaults of transformers config classes for keys that real config.json files leave out
 #: (``Gemma3TextConfig``: vocab 262,208, 8 heads, 4 KV heads, head_dim 256, window 4096).
 MODEL_TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -86,9 +116,17 @@ MODEL_TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
                     "max_position_embeddings": 131_072},
 }
 _QWEN_SWA_TYPES = {"qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen2_vl", "qwen2_5_vl"}
-#: Families whose MLP has two matrices (up/fc1 and down/fc2), not three (modeling files' MLP classes).
-_UNGATED_MLP_TYPES = {"opt", "gpt_neox", "falcon", "gpt2", "gpt_bigcode", "phi", "gptj", "starcoder2",
-                      "bloom", "mpt", "codegen", "gpt_neo", "persimmon", "nemotron", "nemotron_h"}
+#: Two-matrix MLPs (up/fc1 → down/fc2, no gate), read from each ``modeling_<type>.py`` MLP class.
+_UNGATED_MLP_TYPES = {
+    "opt", "gpt_neox", "falcon", "gpt2", "gpt_bigcode", "phi", "gptj", "starcoder2", "bloom", "mpt",
+    "apertus", "apertus1p5_text", "arcee", "biogpt", "codegen", "jais2", "nanochat", "gpt_neo",
+    "gpt_neox_japanese", "persimmon", "fuyu", "xglm", "nemotron", "git", "moshi", "openai-gpt",
+    "ctrl", "xlm", "bert", "bert-generation", "big_bird", "camembert", "data2vec-text", "electra",
+    "ernie", "megatron-bert", "rembert", "roberta", "roberta-prelayernorm", "roc_bert", "roformer",
+    "xlm-roberta", "xlm-roberta-xl", "xmod", "bart", "mbart", "blenderbot", "blenderbot-small",
+    "marian", "pegasus", "plbart", "mvp", "bigbird_pegasus", "trocr", "whisper", "gpt-sw3",
+    "nemotron_h",
+}
 #: Config classes whose ``tie_word_embeddings`` defaults to True when the file leaves it out.
 _TIED_BY_DEFAULT = {"opt", "gemma", "gemma2", "gemma3", "gemma3_text", "falcon", "cohere", "cohere2",
                     "gpt2", "gpt_bigcode", "starcoder2", "bloom"}
@@ -214,23 +252,35 @@ def parse_config(
     architectures = data.get("architectures")
     text = data.get("text_config")
     if isinstance(text, dict) and not data.get("num_hidden_layers"):
-        data = {**text}
+        # the wrapper's dtype applies to its text model when text_config does not set its own
+        inherited = {k: data[k] for k in ("torch_dtype", "dtype") if data.get(k) is not None}
+        data = {**inherited, **text}
     model_type = str(data.get("model_type") or outer_type or "unknown")
     if model_type == "gemma3":
         model_type = "gemma3_text"
     data = {**MODEL_TYPE_DEFAULTS.get(model_type, {}), **data}
     cfg = _Cfg(data)
+    _refuse_unknown_layouts(cfg, model_type)
     if not isinstance(architectures, list):
         architectures = data.get("architectures") if isinstance(data.get("architectures"), list) else None
     architecture = str(architectures[0]) if architectures else None
 
-    n_layers = cfg.int("num_hidden_layers", "n_layer", "num_layers", "n_layers",
-                       why="the number of layers", high=MAX_LAYERS)
-    hidden = cfg.int("hidden_size", "n_embd", "d_model", "dim", why="the hidden size")
-    n_heads = cfg.int("num_attention_heads", "n_head", "n_heads", why="the attention head count")
+    listed = cfg.get("layer_types", "layers_block_type")
+    n_layers = cfg.int("num_hidden_layers", "n_layer", "num_layers", "n_layers", "decoder_layers",
+                       "num_decoder_layers",
+                       why="the number of layers", high=MAX_LAYERS,
+                       default=len(listed) if isinstance(listed, list) and listed else None)
+    hidden = cfg.int("hidden_size", "n_embd", "d_model", "dim", "emb_dim", why="the hidden size")
+    pure_recurrent = model_type in _PURE_RECURRENT_TYPES
+    n_heads = cfg.int("num_attention_heads", "n_head", "n_heads", "num_heads", "attention_heads",
+                      "decoder_attention_heads", "num_decoder_attention_heads",
+                      why="the attention head count",
+                      default=1 if pure_recurrent else None)
     n_kv, hf_heads = _kv_heads(cfg, model_type, n_heads)
-    if cfg.has("head_dim"):
-        head_dim = cfg.int("head_dim", why="the head size")
+    if pure_recurrent:
+        head_dim = max(1, hidden // n_heads)
+    elif cfg.has("head_dim", "kv_channels"):  # kv_channels: JetMoe, ChatGLM
+        head_dim = cfg.int("head_dim", "kv_channels", why="the head size")
     else:
         if hidden % n_heads:
             raise KVPlanError("config.missing_key", key="head_dim",
@@ -242,6 +292,8 @@ def parse_config(
                           expected=f"at most num_attention_heads ({n_heads})", value=n_kv)
 
     types = _layer_types(cfg, model_type, n_layers)
+    no_cache = model_type in _NO_CACHE_TYPES or (model_type in _DECODER_FLAG_TYPES
+                                                 and cfg.get("is_decoder") is not True)
     if cfg.has(*_RECURRENT_KEYS) and not any(t in _RECURRENT for t in types):
         raise KVPlanError("config.unsupported", what="this hybrid layout",
                           detail="the config describes recurrent (Mamba / linear-attention) state but "
@@ -251,14 +303,23 @@ def parse_config(
     if shared:  # the last layers reuse earlier layers' KV (Gemma 3n; HF DummyLayer, vLLM kv sharing)
         types = types[: n_layers - shared] + ["shared"] * shared
     attention_spec = _attention_spec(cfg, n_kv, head_dim, n_heads, hf_heads)
+    overrides = _per_layer_attention(cfg, model_type, types, n_heads)
+    if overrides and not isinstance(attention_spec, Attention):
+        raise KVPlanError("config.unsupported", what="per-layer settings of MLA layers",
+                          detail="per_layer_config")
+    swa = _swa_attention(cfg, model_type, n_heads, n_kv)
     layers: list[LayerSpec] = []
     recurrent: Recurrent | None = None
     for i, layer_type in enumerate(types):
         if layer_type in _FULL:
-            layers.append(attention_spec)
+            layers.append(attention_spec.model_copy(update=overrides[i]) if i in overrides
+                          else attention_spec)
         elif layer_type in _SLIDING:
-            window = cfg.int("sliding_window", "sliding_window_size", why=f"layer {i} ({layer_type})")
-            layers.append(attention_spec.model_copy(update={"kind": "sliding", "window": window})
+            window = cfg.int("sliding_window", "sliding_window_size", "window_size",
+                             why=f"layer {i} ({layer_type})")
+            update = {**swa, **overrides.get(i, {})}
+            layers.append(attention_spec.model_copy(update={"kind": "sliding", "window": window,
+                                                            **update})
                           if isinstance(attention_spec, Attention)
                           else attention_spec.model_copy(update={"window": window}))
         elif layer_type in _CHUNKED:
@@ -277,8 +338,7 @@ def parse_config(
 
     moe = _moe(cfg, model_type, n_layers)
     gated = model_type not in _UNGATED_MLP_TYPES
-    intermediate = cfg.int("intermediate_size_mlp", "intermediate_size", "ffn_dim", "n_inner",
-                           why="the MLP size", default=4 * hidden, low=0)
+    intermediate = _intermediate(cfg, hidden)
     vocab = cfg.int("vocab_size", "padded_vocab_size", why="the embedding size", high=10_000_000)
     tie = cfg.get("tie_word_embeddings")
     if tie is None:
@@ -308,12 +368,109 @@ def parse_config(
         source=source,
     )
     total, active, method = estimate_params(arch)
+    extra = _embedding_family_params(cfg, arch)
+    total += extra
+    active = active + extra if active is not None else None
+    if no_cache:  # the attention weights stay; only the cache goes
+        arch = arch.model_copy(update={
+            "layers": (NoCache(),) * n_layers,
+            "notes": ("transformers keeps no KV cache for this model"
+                      + (" (is_decoder is not true)" if model_type in _DECODER_FLAG_TYPES else ""),)})
     if params_total:
         method = params_source or "given"
         total = params_total
         active = params_active if params_active else (None if moe is None else active)
+    notes = arch.notes
+    if model_type not in VERIFIED_MODEL_TYPES and model_type not in SUPPORTED_MODEL_TYPES:
+        notes += (f"generic rules: model_type '{clip(model_type)}' has not been checked "
+                  "against transformers; sized from the keys it shares with known models",)
     return arch.model_copy(update={"params_total": total, "params_active": active,
-                                   "params_method": method})
+                                   "params_method": method, "notes": notes})
+
+
+def _refuse_unknown_layouts(cfg: _Cfg, model_type: str) -> None:
+    """Refuse, by name, the layouts kvplan does not size yet (never a silent generic number)."""
+    if model_type in _UNSUPPORTED_TYPES:
+        raise KVPlanError("config.unsupported", what=f"model type {model_type}",
+                          detail=_UNSUPPORTED_TYPES[model_type])
+    if cfg.has("block_types"):
+        raise KVPlanError("config.unsupported", what="recurrent block types (block_types)",
+                          detail=f"{model_type}: RG-LRU recurrent blocks with local attention")
+    if cfg.has("cross_attention_layers"):
+        raise KVPlanError("config.unsupported", what="cross-attention layers (cross_attention_layers)",
+                          detail=f"{model_type}: their cache is sized by the image/encoder tokens")
+
+
+def _intermediate(cfg: _Cfg, hidden: int) -> int:
+    """MLP width; a per-layer list (Gemma 3n ``intermediate_size``) must be uniform."""
+    widths = cfg.get("intermediate_size")
+    if isinstance(widths, list) and not cfg.has("intermediate_size_mlp"):
+        if not widths or len(set(map(str, widths))) != 1:
+            raise KVPlanError("config.unsupported", what="per-layer MLP widths",
+                              detail="intermediate_size lists different widths")
+        return _Cfg({"intermediate_size": widths[0]}).int("intermediate_size", why="the MLP size",
+                                                            low=0)
+    return cfg.int("intermediate_size_mlp", "intermediate_size", "ffn_dim", "n_inner",
+                   "decoder_ffn_dim", "ffn_hidden_size", why="the MLP size", default=4 * hidden,
+                   low=0)
+
+
+def _per_layer_attention(cfg: _Cfg, model_type: str, types: list[str],
+                         n_heads: int) -> dict[int, dict[str, int]]:
+    """Per-layer head sizes and KV heads: Gemma 4's full-attention layers.
+
+    transformers ``Gemma4TextConfig.__post_init__`` (configuration_gemma4.py): without
+    ``per_layer_config``, every ``full_attention`` layer gets ``head_dim = global_head_dim``
+    (default 512) and, when ``attention_k_eq_v``, ``num_key_value_heads =
+    num_global_key_value_heads``; ``Gemma4TextAttention`` reads ``config.per_layer_config[i]``.
+    """
+    per_layer = cfg.get("per_layer_config")
+    if per_layer is None and model_type.startswith("gemma4"):
+        layer: dict[str, Any] = {"head_dim": cfg.get("global_head_dim") or 512}
+        if cfg.get("attention_k_eq_v") and cfg.has("num_global_key_value_heads"):
+            layer["num_key_value_heads"] = cfg.get("num_global_key_value_heads")
+        per_layer = {str(i): layer for i, t in enumerate(types) if t == "full_attention"}
+    if per_layer is None:
+        return {}
+    if not isinstance(per_layer, dict):
+        raise KVPlanError("config.bad_value", key="per_layer_config",
+                          expected="an object of layer index → settings", value=short(per_layer))
+    out: dict[int, dict[str, int]] = {}
+    for key, layer in per_layer.items():
+        if not str(key).isdigit() or int(key) >= len(types) or not isinstance(layer, dict):
+            raise KVPlanError("config.bad_value", key="per_layer_config",
+                              expected=f"layer indices below {len(types)} with settings",
+                              value=short(key))
+        unknown = set(layer) - {"head_dim", "num_key_value_heads"}
+        if unknown:
+            raise KVPlanError("config.unsupported", what="per_layer_config settings",
+                              detail=", ".join(sorted(unknown)))
+        sub = _Cfg(layer)
+        update: dict[str, int] = {}
+        if sub.has("head_dim"):
+            update["head_dim_k"] = update["head_dim_v"] = sub.int("head_dim", why="a layer's head size")
+        if sub.has("num_key_value_heads"):
+            update["n_kv_heads"] = sub.int("num_key_value_heads", why="a layer's KV heads",
+                                           high=n_heads)
+        out[int(key)] = update
+    return out
+
+
+def _swa_attention(cfg: _Cfg, model_type: str, n_heads: int, n_kv: int) -> dict[str, int]:
+    """Sliding layers' own KV heads and head sizes (MiMo-V2-Flash).
+
+    transformers ``MiMoV2FlashAttention.__init__`` (modeling_mimo_v2_flash.py): sliding layers have
+    ``num_key_value_heads * 2`` KV heads; vLLM reads ``swa_num_key_value_heads`` / ``swa_head_dim``.
+    """
+    update: dict[str, int] = {}
+    if cfg.has("swa_num_key_value_heads"):
+        update["n_kv_heads"] = cfg.int("swa_num_key_value_heads", why="sliding KV heads", high=n_heads)
+    elif model_type == "mimo_v2_flash":
+        update["n_kv_heads"] = min(2 * n_kv, n_heads)
+    if cfg.has("swa_head_dim"):
+        update["head_dim_k"] = cfg.int("swa_head_dim", why="sliding head size")
+        update["head_dim_v"] = cfg.int("swa_v_head_dim", "swa_head_dim", why="sliding value size")
+    return update
 
 
 def _kv_heads(cfg: _Cfg, model_type: str, n_heads: int) -> tuple[int, int | None]:
@@ -350,10 +507,35 @@ def _attention_spec(cfg: _Cfg, n_kv: int, head_dim: int, n_heads: int,
                      hf_cached_heads=hf_heads)
 
 
+#: Encoder-decoder families whose causal-LM decoder holds an (unused without encoder) cross-attention
+#: block per layer (``BartDecoderLayer.encoder_attn`` and copies).
+CROSS_ATTENTION_DECODERS = {"bart", "mbart", "blenderbot", "blenderbot-small", "marian", "pegasus",
+                            "plbart", "mvp", "bigbird_pegasus", "trocr", "whisper", "prophetnet"}
+#: Layouts no generic rule covers, refused by name.
+_UNSUPPORTED_TYPES = {
+    "longcat_flash": "two MLA attention blocks per decoder layer (modeling_longcat_flash.py)",
+    "falcon_h1": "every layer runs attention and a Mamba-2 mixer in parallel (FalconH1DecoderLayer)",
+    "rwkv": "RWKV time-mixing state, no attention (modeling_rwkv.py)",
+    "xlnet": "mems: one hidden state per token per layer (modeling_xlnet.py XLNetModel.cache_mem)",
+    "reformer": "LSH/local attention caching one hidden state per token per layer "
+                "(modeling_reformer.py ReformerDynamicCache.states_cache)",
+    "xlstm": "mLSTM matrix-memory state, no attention (modeling_xlstm.py)",
+}
+#: Models transformers runs without any cache (their causal-LM heads return no past_key_values).
+_NO_CACHE_TYPES = {"openai-gpt", "xlm"}
+#: Encoder families whose causal-LM class caches only when the config sets ``is_decoder: true``
+#: (e.g. ``BertLMHeadModel``: "add `is_decoder=True`"; otherwise ``use_cache`` is ignored).
+_DECODER_FLAG_TYPES = {
+    "bert", "bert-generation", "big_bird", "camembert", "data2vec-text", "electra", "ernie",
+    "megatron-bert", "rembert", "roberta", "roberta-prelayernorm", "roc_bert", "roformer",
+    "xlm-roberta", "xlm-roberta-xl", "xmod",
+}
+#: Attention-free Mamba models: every layer recurrent, no attention heads needed.
+_PURE_RECURRENT_TYPES = {"mamba", "falcon_mamba", "mamba2"}
 _PATTERN_CHARS = {"M": "mamba", "*": "full_attention", "-": "mlp", "E": "moe"}
 #: Config keys that describe a recurrent (Mamba / linear-attention) state.
-_RECURRENT_KEYS = ("linear_num_value_heads", "mamba_n_heads", "mamba_num_heads", "mamba_d_state",
-                   "ssm_state_size", "mamba_expand")
+_RECURRENT_KEYS = ("linear_num_value_heads", "linear_num_heads", "mamba_n_heads", "mamba_num_heads",
+                   "mamba_d_state", "ssm_state_size", "mamba_expand")
 
 
 def _layer_types(cfg: _Cfg, model_type: str, n: int) -> list[str]:
@@ -363,6 +545,13 @@ def _layer_types(cfg: _Cfg, model_type: str, n: int) -> list[str]:
             raise KVPlanError("config.bad_value", key="hybrid_override_pattern",
                               expected=f"{n} characters from 'M*-E'", value=short(pattern))
         return [_PATTERN_CHARS[c] for c in pattern]
+    if model_type in _PURE_RECURRENT_TYPES:
+        return ["mamba"] * n
+    if cfg.get("layer_types", "layers_block_type") is None and isinstance(
+            cfg.get("attention_layers"), list):
+        # GPT-Neo "local" layers mask a window but cache every token: transformers builds cache
+        # layers from layer_types / sliding_window only (cache_utils.get_layer_types_and_kwargs)
+        return ["full_attention"] * n
     explicit = cfg.get("layer_types", "layers_block_type")
     if explicit is not None:
         if not isinstance(explicit, list) or not all(isinstance(t, str) for t in explicit):
@@ -372,6 +561,9 @@ def _layer_types(cfg: _Cfg, model_type: str, n: int) -> list[str]:
             raise KVPlanError("config.bad_value", key="layer_types",
                               expected=f"{n} entries (num_hidden_layers)", value=len(explicit))
         return [t.lower() for t in explicit]
+    indices = cfg.get("attn_layer_indices")
+    if isinstance(indices, list):  # Bamba: attention at these indices, Mamba-2 elsewhere
+        return ["full_attention" if i in indices else "mamba" for i in range(n)]
     if model_type == "gemma2":
         return ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(n)]
     if model_type in {"gemma3", "gemma3_text"}:
@@ -409,14 +601,46 @@ def _layer_types(cfg: _Cfg, model_type: str, n: int) -> list[str]:
 
 
 def _recurrent_spec(cfg: _Cfg, model_type: str, hidden: int) -> Recurrent:
+    if model_type == "mamba2":  # Mamba2Config: num_heads × head_dim = expand × hidden
+        cfg = _Cfg({"mamba_n_heads": cfg.get("num_heads"), "mamba_d_head": cfg.get("head_dim"),
+                    "mamba_d_state": cfg.get("state_size"), "mamba_n_groups": cfg.get("n_groups"),
+                    "mamba_d_conv": cfg.get("conv_kernel"), "chunk_size": cfg.get("chunk_size"),
+                    "mamba_ssm_cache_dtype": cfg.get("mamba_ssm_cache_dtype")})
+    elif model_type in {"mamba", "falcon_mamba"}:  # MambaConfig: d_inner = intermediate_size
+        kernel = cfg.int("conv_kernel", why="Mamba conv kernel", default=4)
+        state = cfg.int("state_size", why="Mamba state size", default=16)
+        d_inner = cfg.int("intermediate_size", why="Mamba inner size",
+                          default=cfg.int("expand", why="Mamba expansion", default=2) * hidden)
+        rank = _dt_rank(cfg.get("time_step_rank"), hidden)
+        return Recurrent(variant="mamba1", conv_channels=d_inner, conv_kernel=kernel,
+                         ssm_elements=d_inner * state, tp_shard_unit=d_inner, ssm_dtype=_ssm_dtype(cfg),
+                         params=_mamba1_params(hidden, d_inner, state, kernel, rank, norms=0))
     if cfg.has("linear_num_value_heads"):  # Gated DeltaNet (Qwen3-Next / Qwen3.5)
         nk = cfg.int("linear_num_key_heads", why="GDN key heads")
         nv = cfg.int("linear_num_value_heads", why="GDN value heads")
         hk = cfg.int("linear_key_head_dim", why="GDN key head size")
         hv = cfg.int("linear_value_head_dim", why="GDN value head size")
         kernel = cfg.int("linear_conv_kernel_dim", why="GDN conv kernel", default=4)
-        return Recurrent(variant="gdn", conv_channels=2 * nk * hk + nv * hv, conv_kernel=kernel,
-                         ssm_elements=nv * hk * hv, tp_shard_unit=nv, ssm_dtype=_ssm_dtype(cfg))
+        conv = 2 * nk * hk + nv * hv
+        # Qwen3NextGatedDeltaNet parameters: in_proj_qkvz and in_proj_ba, a conv1d without bias,
+        # dt_bias and A_log per value head, a norm of the value head size, then out_proj.
+        params = hidden * (2 * nk * hk + 2 * nv * hv) + hidden * 2 * nv + conv * kernel + 2 * nv \
+            + hv + nv * hv * hidden
+        return Recurrent(variant="gdn", conv_channels=conv, conv_kernel=kernel,
+                         ssm_elements=nv * hk * hv, tp_shard_unit=nv, ssm_dtype=_ssm_dtype(cfg),
+                         params=params)
+    if cfg.has("linear_num_heads"):  # Kimi Delta Attention (kimi_linear, bailing_hybrid)
+        # transformers caches one conv over q, k and v ([3·H·d, kernel], model dtype) and an fp32
+        # [H, d, d] state per layer (measured: tests/fixtures/conformance/kimi_linear.json), the
+        # Gated DeltaNet layout with as many key as value heads
+        heads = cfg.int("linear_num_heads", why="KDA heads")
+        size = cfg.int("linear_head_dim", why="KDA head size")
+        kernel = cfg.int("linear_conv_kernel_dim", "short_conv_kernel_size", why="KDA conv kernel",
+                         default=4)
+        # vLLM keeps KDA's recurrent state in fp32 by default (mamba_utils.py), as transformers does
+        return Recurrent(variant="gdn", conv_channels=3 * heads * size, conv_kernel=kernel,
+                         ssm_elements=heads * size * size, tp_shard_unit=heads,
+                         ssm_dtype=_ssm_dtype(cfg) or "fp32")
     if cfg.has("mamba_n_heads", "mamba_num_heads"):  # Mamba-2
         heads = cfg.int("mamba_n_heads", "mamba_num_heads", why="Mamba-2 heads")
         head_dim = cfg.int("mamba_d_head", "mamba_head_dim", why="Mamba-2 head size")
@@ -424,9 +648,14 @@ def _recurrent_spec(cfg: _Cfg, model_type: str, hidden: int) -> Recurrent:
         groups = cfg.int("mamba_n_groups", "n_groups", why="Mamba-2 groups", default=1)
         kernel = cfg.int("mamba_d_conv", "conv_kernel", why="Mamba-2 conv kernel", default=4)
         d_inner = heads * head_dim
-        return Recurrent(variant="mamba2", conv_channels=d_inner + 2 * groups * state,
+        conv = d_inner + 2 * groups * state
+        # Mamba2Mixer: in_proj h × (d_inner + conv + heads), conv1d with bias, dt_bias, A_log, D,
+        # gated RMSNorm (d_inner), out_proj
+        params = hidden * (d_inner + conv + heads) + conv * (kernel + 1) + 3 * heads + d_inner \
+            + d_inner * hidden
+        return Recurrent(variant="mamba2", conv_channels=conv,
                          conv_kernel=kernel, ssm_elements=d_inner * state, tp_shard_unit=heads,
-                         ssm_dtype=_ssm_dtype(cfg),
+                         ssm_dtype=_ssm_dtype(cfg), params=params,
                          chunk_size=cfg.int("chunk_size", "mamba_chunk_size", why="Mamba-2 chunk",
                                             default=256))
     if cfg.has("mamba_d_state", "mamba_expand"):  # Mamba-1 (Jamba)
@@ -434,11 +663,32 @@ def _recurrent_spec(cfg: _Cfg, model_type: str, hidden: int) -> Recurrent:
         state = cfg.int("mamba_d_state", why="Mamba state size", default=16)
         kernel = cfg.int("mamba_d_conv", why="Mamba conv kernel", default=4)
         d_inner = expand * hidden
+        rank = _dt_rank(cfg.get("mamba_dt_rank"), hidden)
         return Recurrent(variant="mamba1", conv_channels=d_inner, conv_kernel=kernel,
                          ssm_elements=d_inner * state, tp_shard_unit=d_inner,
-                         ssm_dtype=_ssm_dtype(cfg))
-    raise KVPlanError("config.missing_key", key="linear_num_value_heads",
-                      why=f"the recurrent state of {model_type} layers")
+                         ssm_dtype=_ssm_dtype(cfg),
+                         params=_mamba1_params(hidden, d_inner, state, kernel, rank,
+                                               norms=rank + 2 * state))
+    if model_type.startswith(("qwen3_next", "qwen3_5")):  # Gated DeltaNet families
+        raise KVPlanError("config.missing_key", key="linear_num_value_heads",
+                          why=f"the recurrent state of {model_type} layers")
+    raise KVPlanError("config.unsupported", what=f"the recurrent state of {model_type} layers",
+                      detail="no Gated DeltaNet (linear_num_value_heads), Mamba-2 (mamba_n_heads) or "
+                             "Mamba-1 (mamba_d_state) keys")
+
+
+def _dt_rank(value: Any, hidden: int) -> int:
+    """``time_step_rank`` / ``mamba_dt_rank``: ``"auto"`` is ``ceil(hidden / 16)`` (MambaConfig)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    return -(-hidden // 16)
+
+
+def _mamba1_params(h: int, d_inner: int, state: int, kernel: int, rank: int, norms: int) -> int:
+    """MambaMixer: in_proj ``h × 2·d_inner``, conv1d with bias, x_proj ``d_inner × (r + 2N)``,
+    dt_proj with bias, A_log ``d_inner × N``, D, out_proj; Jamba adds dt/B/C RMSNorms (``norms``)."""
+    return (h * 2 * d_inner + d_inner * (kernel + 1) + d_inner * (rank + 2 * state)
+            + rank * d_inner + d_inner + d_inner * state + d_inner + d_inner * h + norms)
 
 
 def _ssm_dtype(cfg: _Cfg) -> str | None:
@@ -456,14 +706,16 @@ def _ssm_dtype(cfg: _Cfg) -> str | None:
 
 
 def _moe(cfg: _Cfg, model_type: str, n_layers: int) -> MoE | None:
-    n_experts = cfg.int("n_routed_experts", "num_local_experts", "num_experts", why="MoE experts",
-                        default=0, low=0)
-    if n_experts <= 1:
+    n_experts = cfg.int("n_routed_experts", "num_local_experts", "num_experts", "moe_num_experts",
+                        why="MoE experts", default=0, low=0)
+    if n_experts <= 1 or cfg.get("is_moe") is False:  # Doge: is_moe false keeps a dense MLP
         return None
-    active = cfg.int("num_experts_per_tok", "experts_per_token", "num_experts_per_token",
-                     why="active experts", default=1)
-    expert_inter = cfg.int("moe_intermediate_size", "intermediate_size", why="expert size")
-    shared = cfg.int("n_shared_experts", why="shared experts", default=0, low=0)
+    active = cfg.int("num_experts_per_tok", "experts_per_token", "num_experts_per_token", "moe_k",
+                     "moe_topk", why="active experts", default=1)
+    expert_inter = cfg.int("moe_intermediate_size", "expert_ffn_hidden_size", "intermediate_size",
+                           why="expert size")
+    shared = cfg.int("n_shared_experts", "num_shared_experts", "moe_num_shared_experts",
+                     why="shared experts", default=0, low=0)
     shared_inter = cfg.int("shared_expert_intermediate_size", why="shared expert size", default=0,
                            low=0)
     if model_type in {"llama4", "llama4_text"}:
@@ -485,6 +737,11 @@ def _moe(cfg: _Cfg, model_type: str, n_layers: int) -> MoE | None:
         dense = n_layers - n_layers // period
     elif isinstance(cfg.get("mlp_only_layers"), list):
         dense = len(cfg.get("mlp_only_layers"))
+    elif isinstance(cfg.get("mlp_layer_types"), list):  # "dense" / "sparse" per layer
+        dense = sum(1 for kind in cfg.get("mlp_layer_types") if kind == "dense")
+    elif cfg.has("num_dense_layers", "moe_layer_start_index"):  # AfMoE; ERNIE 4.5 MoE
+        dense = cfg.int("num_dense_layers", "moe_layer_start_index", why="dense layers", low=0,
+                        high=MAX_LAYERS)
     if active > n_experts:
         raise KVPlanError("config.bad_value", key="num_experts_per_tok",
                           expected=f"at most the {n_experts} experts", value=active)
@@ -504,24 +761,134 @@ def estimate_params(arch: ModelArch) -> tuple[int, int | None, str]:
     embed = arch.vocab_size * h * (1 if arch.tie_word_embeddings else 2)
     if arch.model_type == "opt":
         embed += ((arch.max_position_embeddings or 2048) + 2) * h
+    cross = 0
+    if arch.model_type in CROSS_ATTENTION_DECODERS:  # the decoder's encoder_attn: q, k, v, o
+        cross = 4 * h * h
     mlp_mult = 3 if arch.gated_mlp else 2
-    total = active = embed + h
+    total = active = embed + h + _family_global_params(arch)
     moe = arch.moe
     for index, layer in enumerate(arch.layers):
-        attn = mixer_params(layer, arch)
+        attn = mixer_params(layer, arch) + _family_layer_params(
+            arch, layer, moe is not None and index >= moe.n_dense_layers)
         if moe is not None and index >= moe.n_dense_layers:
             router = h * moe.n_experts
             shared = moe.n_shared * 3 * h * moe.shared_intermediate
             per_expert = 3 * h * moe.expert_intermediate
             total += attn + router + shared + moe.n_experts * per_expert + 2 * h
             active += attn + router + shared + moe.n_active * per_expert + 2 * h
+        elif arch.model_type in _PURE_RECURRENT_TYPES:  # MambaBlock: norm + mixer, no MLP
+            total += attn + h
+            active += attn + h
         else:
             dense = mlp_mult * h * arch.intermediate_size
-            total += attn + dense + 2 * h
-            active += attn + dense + 2 * h
+            total += attn + cross + dense + 2 * h
+            active += attn + cross + dense + 2 * h
     method = ("computed from config: embeddings + attention/mixer + MLP/MoE experts + norms"
               + ("" if arch.tie_word_embeddings else " + untied LM head"))
     return total, (active if moe is not None else None), method
+
+
+_GEMMA4_TYPES = {"gemma4", "gemma4_text", "gemma4_unified", "gemma4_unified_text"}
+_QK_NORM_TYPES = {"qwen3", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen3_5_text",
+                  "qwen3_5_moe_text", "gemma3", "gemma3_text", *_GEMMA4_TYPES}
+_QKV_BIAS_TYPES = {"qwen2", "qwen2_moe"}
+_GATED_ATTENTION_TYPES = {"qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text"}
+_SHARED_EXPERT_GATE_TYPES = {"qwen2_moe", "qwen3_next", "qwen3_5_moe", "qwen3_5_moe_text"}
+_FOUR_NORM_TYPES = {"gemma2", "gemma3", "gemma3_text", *_GEMMA4_TYPES}
+_ONE_NORM_TYPES = {"cohere", "cohere2", "cohere2_moe"}
+#: Every linear and LayerNorm has a bias; GPT-2-style learned positions (``n_positions``).
+_ALL_BIAS_TYPES = {"gpt2", "gpt-sw3", "gpt_bigcode", "opt", "openai-gpt", "biogpt"}
+#: Learned position tables ``(P + offset)·h`` (OPT's is counted with its embeddings).
+_LEARNED_POSITION_OFFSET = {"gpt2": 0, "gpt-sw3": 0, "gpt_bigcode": 0, "openai-gpt": 0, "biogpt": 2,
+                            "gpt_neo": 0}
+
+
+_BERT_LM_TYPES = {"bert", "camembert", "xlm-roberta", "data2vec-text", "ernie", "roberta"}
+#: BART-style causal decoders: (learned position offset, or None for sinusoidal tables,
+#: ``layernorm_embedding``, final ``layer_norm``).
+_BART_DECODERS = {"bart": (2, True, False), "mbart": (2, True, True), "pegasus": (0, False, True),
+                  "marian": (0, False, False), "plbart": (2, True, False), "mvp": (2, True, False)}
+
+
+def _embedding_family_params(cfg: _Cfg, arch: ModelArch) -> int:
+    """Encoder families' extra embeddings and biases (modeling_bert.py, modeling_bart.py).
+
+    BERT-style LM heads: positions ``P·h``, token types ``T·h``, the embedding LayerNorm, the
+    head's transform (``h² + h`` and a LayerNorm) and output bias ``V``; no final norm; every
+    layer's biases (q, k, v, o, both MLP linears, both LayerNorms: ``7·h + I``). BART-style
+    decoders: positions ``(P + offset)·h``, optional embedding and final LayerNorms, and per layer
+    the self- and cross-attention biases, the MLP biases and three LayerNorms' biases
+    (``13·h + I``). Falcon's new decoder architecture: two biased LayerNorms per layer
+    (``2·h`` more). Gemma 4 per-layer embeddings (modeling_gemma4.py): ``embed_tokens_per_layer``
+    ``V_ple × L·h_ple``, ``per_layer_model_projection`` ``h × L·h_ple`` and its norm, and per layer
+    the input gate and projection (``2·h·h_ple``) and ``post_per_layer_input_norm``.
+    """
+    h, layers, inter = arch.hidden_size, arch.n_layers, arch.intermediate_size
+    positions = arch.max_position_embeddings or 0
+    if arch.model_type in _BERT_LM_TYPES:
+        types = cfg.int("type_vocab_size", why="token types", default=2, low=0)
+        return (positions * h + types * h + 2 * h - h + h * h + 3 * h + arch.vocab_size
+                + layers * (7 * h + inter))
+    if arch.model_type == "falcon" and cfg.get("new_decoder_architecture"):
+        return layers * 2 * h  # ln_attn and ln_mlp, each with a bias (FalconDecoderLayer)
+    ple = cfg.int("hidden_size_per_layer_input", why="per-layer input size", default=0, low=0)
+    if arch.model_type in _GEMMA4_TYPES and ple:  # Gemma4TextModel per-layer embeddings (PLE)
+        ple_vocab = cfg.int("vocab_size_per_layer_input", why="per-layer vocabulary",
+                            default=arch.vocab_size, high=10_000_000)
+        return (ple_vocab * layers * ple + h * layers * ple + ple
+                + layers * (2 * h * ple + h))
+    if arch.model_type in _BART_DECODERS:
+        offset, emb_norm, final_norm = _BART_DECODERS[arch.model_type]
+        return ((positions + offset) * h + 2 * h * emb_norm + 2 * h * final_norm - h
+                + layers * (13 * h + inter))
+    return 0
+
+
+def _family_global_params(arch: ModelArch) -> int:
+    """Model-level parameters some families add: learned positions, the final norm's bias."""
+    h = arch.hidden_size
+    extra = 0
+    if arch.model_type in _LEARNED_POSITION_OFFSET:  # GPT2Model.wpe and the like
+        extra += ((arch.max_position_embeddings or 1024) + _LEARNED_POSITION_OFFSET[arch.model_type]) * h
+    if arch.model_type == "openai-gpt":  # no final LayerNorm
+        extra -= h
+    elif arch.model_type in _ALL_BIAS_TYPES or arch.model_type in {"falcon", "gpt_neo"}:
+        extra += h  # the final LayerNorm's bias
+    return extra
+
+
+def _family_layer_params(arch: ModelArch, layer: LayerSpec, moe_layer: bool) -> int:
+    """Per-layer parameters beyond the generic formula, read from each family's modeling file.
+
+    qwen3/gemma3 ``q_norm``/``k_norm`` (2·d); qwen2 q/k/v biases ((H + 2·KV)·d); Qwen3-Next
+    gated attention (``q_proj`` doubled: H·d·h) and ``shared_expert_gate`` (h); Gemma 2/3
+    pre/post-feedforward norms (2·h); Cohere's single LayerNorm per layer (−h); gpt-oss attention
+    and expert biases, sinks and router bias; GPT-2/OPT biases on every linear and LayerNorm.
+    """
+    h, kind = arch.hidden_size, arch.model_type
+    extra = 0
+    if kind in _FOUR_NORM_TYPES:
+        extra += 2 * h
+    if kind in _ONE_NORM_TYPES:
+        extra -= h
+    if moe_layer and kind in _SHARED_EXPERT_GATE_TYPES and arch.moe and arch.moe.n_shared:
+        extra += h
+    if isinstance(layer, Attention):
+        q, kv = arch.n_heads * layer.head_dim_k, layer.n_kv_heads * (layer.head_dim_k + layer.head_dim_v)
+        if kind in _QK_NORM_TYPES:
+            extra += 2 * layer.head_dim_k
+        if kind in _QKV_BIAS_TYPES:
+            extra += q + kv
+        if kind in _GATED_ATTENTION_TYPES:
+            extra += q * h
+        if kind == "gpt_oss" and arch.moe:
+            moe = arch.moe
+            extra += q + kv + h + arch.n_heads + moe.n_experts * (1 + 2 * moe.expert_intermediate + h)
+        if kind in _ALL_BIAS_TYPES:  # attention, MLP and both LayerNorms' biases
+            extra += q + kv + h + arch.intermediate_size + h + 2 * h
+        if kind == "gpt_neo":  # no q/k/v biases
+            extra += h + arch.intermediate_size + h + 2 * h
+    return extra
 
 
 def mixer_params(layer: LayerSpec, arch: ModelArch) -> int:
@@ -538,6 +905,8 @@ def mixer_params(layer: LayerSpec, arch: ModelArch) -> int:
             layer.kv_lora_rank * layer.n_heads * (layer.qk_nope_head_dim + layer.v_head_dim)
         return q + kv + layer.n_heads * layer.v_head_dim * h
     if isinstance(layer, Recurrent):
+        if layer.params is not None:
+            return layer.params
         if layer.variant == "mamba1":
             d_inner, d_state = layer.conv_channels, layer.ssm_elements // layer.conv_channels
             dt_rank = -(-h // 16)
@@ -579,11 +948,14 @@ def moe_layer_indices(cfg: _Cfg, n_layers: int, moe: MoE) -> tuple[int, ...]:
 
 
 def _tower(raw: Any, name: str, text_hidden: int) -> VisionSpec | None:
-    """A vision/audio encoder from ``vision_config``/``audio_config`` (ViT shape, see weights.py)."""
+    """A vision/audio encoder from ``vision_config``/``audio_config`` (ViT shape, see weights.py).
+
+    A tower whose width or depth the config does not state under these keys is not estimated
+    (checkpoint headers give its exact bytes)."""
     if not isinstance(raw, dict):
         return None
     vc = _Cfg(raw)
-    if not vc.has("hidden_size", "embed_dim"):
+    if not vc.has("hidden_size", "embed_dim") or not vc.has("num_hidden_layers", "depth", "num_layers"):
         return None
     hidden = vc.int("hidden_size", "embed_dim", why=f"the {name} tower width")
     layers = vc.int("num_hidden_layers", "depth", "num_layers", why=f"the {name} tower depth",

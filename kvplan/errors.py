@@ -6,6 +6,8 @@ Callers raise ``KVPlanError("code", **fields)``; the UI and the CLI show ``str(e
 
 from __future__ import annotations
 
+import re
+
 MESSAGES: dict[str, str] = {
     # config.json import
     "config.not_json": "config.json is not valid JSON: {detail}",
@@ -132,12 +134,29 @@ _MARKDOWN = frozenset("\\`*_{}[]()<>#+-.!|~$:&@=^\"")
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
+#: What GitHub-flavoured Markdown turns into a link by itself (``https://…``, ``www.…``, e-mail
+#: addresses): Streamlit finds these in the text after escapes are resolved, so they are shown as
+#: code spans instead. The span stops at quotes, brackets and parentheses (a link cannot start
+#: after them), never includes a backtick, so a one-backtick fence always closes it.
+_AUTOLINK = re.compile(r"(?i)(?:https?://|www\.)[^\s'\"<>()\[\]`]*|[-.\w+]+@[-\w]+(?:\.[-\w]+)+")
+
+
 def md(value: object) -> str:
     """User text for Streamlit Markdown: one printable line, every Markdown character escaped, so
     ``![a](https://…)``, ``[click](…)``, ``**x**`` or ``:red[x]`` show as typed (st.markdown,
-    st.warning, st.caption, … render Markdown)."""
-    text = " ".join(str(value).splitlines())
-    return "".join(f"\\{ch}" if ch in _MARKDOWN else (ch if ch.isprintable() else "?") for ch in text)
+    st.warning, st.caption, … render Markdown); bare addresses become code spans (``_AUTOLINK``)."""
+    text = "".join(ch if ch.isprintable() else "?" for ch in " ".join(str(value).splitlines()))
+    out, last = [], 0
+    for match in _AUTOLINK.finditer(text):
+        out.append(_escape(text[last:match.start()]))
+        out.append(f"`{match.group()}`")
+        last = match.end()
+    out.append(_escape(text[last:]))
+    return "".join(out)
+
+
+def _escape(text: str) -> str:
+    return "".join(f"\\{ch}" if ch in _MARKDOWN else ch for ch in text)
 
 
 def plotly_text(value: object) -> str:

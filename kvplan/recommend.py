@@ -359,7 +359,8 @@ def recommend(arch: ModelArch, query: RecommendQuery, base: FitQuery,
                 budgets[g, y, :, :pp] = given
                 continue
             flat = [int(v) for v in stage_w[y, :, :pp].ravel()]
-            kv = engine.kv_budgets(target, flat, reserve, settings, {"memory_target": ""})
+            kv = engine.kv_budgets(target, flat, reserve, settings, {"memory_target": ""},
+                                   gpu.capacity_bytes)
             budgets[g, y, :, :pp] = np.asarray(kv, dtype=np.int64).reshape(W, pp)
     weights_fit = (stage_w.max(axis=2)[None] + reserve <= targets[:, :, None]) | (given is not None)
 

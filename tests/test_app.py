@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from pathlib import Path
 
 import pytest
+from md_text import unmd
 from streamlit.testing.v1 import AppTest
 
 from kvplan.capacity import fit
@@ -31,12 +31,6 @@ def make_app(**params: str) -> AppTest:
     at.query_params.update(params)
     at.run()
     return at
-
-
-def unmd(text: str) -> str:
-    """The text a Markdown element shows: user text reaches Streamlit backslash-escaped
-    (``kvplan.errors.md``)."""
-    return re.sub(r"\\(.)", r"\1", text)
 
 
 def no_errors(at: AppTest) -> None:

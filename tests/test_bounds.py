@@ -56,7 +56,7 @@ def test_kv_cache_at_the_limits(model, engine):
         try:
             result = kv_cache(arch, MAX_TOKENS, MAX_USERS, dtype, engine)
         except KVPlanError as err:
-            assert err.code == "engine.dtype"
+            assert err.code in {"engine.dtype", "engine.unserved"}
             continue
         assert result.kv_bytes >= 0 and result.reserved_bytes >= result.kv_bytes
         assert math.isfinite(float(result.kv_bytes_per_token))
@@ -66,9 +66,10 @@ def test_kv_cache_at_the_limits(model, engine):
 def test_sweep_at_the_limits(model):
     arch = load_model(model)
     tokens = np.unique(np.round(np.logspace(0, np.log10(MAX_TOKENS), 161)).astype(np.int64))
-    frame = sweep(arch, tokens, [1, MAX_USERS], ["bf16", "fp8_e4m3", "int4", "fp32"],
-                  ["vllm", "sglang", "hf-static"])
-    assert len(frame) == tokens.size * 2 * 4 * 3
+    # SGLang 0.5.23 cannot serve Jamba (resolve_transformers_arch): only the others sweep it
+    engines = ["vllm", "hf-static"] + (["sglang"] if model != "jamba-1.5-mini" else [])
+    frame = sweep(arch, tokens, [1, MAX_USERS], ["bf16", "fp8_e4m3", "int4", "fp32"], engines)
+    assert len(frame) == tokens.size * 2 * 4 * len(engines)
     assert (frame["kv_bytes"] >= 0).all()
     # int64 must not wrap at 100M tokens × 10M users
     assert (frame["reserved_bytes"] >= frame["kv_bytes"]).all()
@@ -87,7 +88,8 @@ def test_fit_at_the_limits(model, engine):
             try:
                 result = fit(arch, get_gpu(gpu), query)
             except KVPlanError as err:
-                assert err.code.startswith("parallel.") or err.code == "engine.dtype"
+                assert err.code.startswith("parallel.") or err.code in {"engine.dtype",
+                                                                        "engine.unserved"}
                 continue
             for name, value in result.model_dump().items():
                 if isinstance(value, int | float) and not isinstance(value, bool):

@@ -29,6 +29,7 @@ import pytest
 from cli_helpers import run_cli
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from md_text import outside_code, unmd
 
 from kvplan.config_import import MAX_DEPTH, json_depth, parse_config
 from kvplan.errors import MESSAGES, KVPlanError, md, plotly_text
@@ -399,6 +400,7 @@ PAYLOADS = [
     "$x^2$", "<span style=\"font-size:90px;color:red\">ALL GOOD</span>", "<a href=x>y</a>",
     "<img src=x onerror=alert(1)>", "=HYPERLINK(\"https://evil.example\",\"x\")", "+1+1", "-2+3",
     "@SUM(A1:A9)", "\tcmd", "\rcmd", "line\nbreak", "www.evil.example", "&lt;b&gt;",
+    "https://evil.example/x", "HTTP://EVIL.EXAMPLE", "mail me@evil.example", "x`https://y`z",
 ]
 payloads = st.one_of(st.sampled_from(PAYLOADS), st.lists(st.sampled_from(PAYLOADS), min_size=2,
                                                           max_size=3).map("".join), texts)
@@ -408,14 +410,16 @@ NON_REGULAR = ["/dev/zero", "/dev/null", "/dev/urandom", "/", "/proc", "/proc/se
 
 
 def _check_shown(message: str) -> None:
-    """A message as the dashboard shows it (``md``): no live Markdown, the text kept exactly."""
+    """A message as the dashboard shows it (``md``): no live Markdown outside code spans, no bare
+    address GFM would link, and the visible text is the message (one line, printable)."""
     shown = md(message)
     assert "\n" not in shown and shown.isprintable()
-    assert not LIVE_MARKDOWN.search(shown), shown
-    assert not re.search(r"(?<!\\)[*_`<>\[\]$~|:#]", re.sub(r"\\\\", "", shown)), shown
+    plain = outside_code(shown)
+    assert not LIVE_MARKDOWN.search(plain), shown
+    assert not re.search(r"(?<!\\)[*_`<>\[\]$~|:#]", plain.replace("\\\\", "")), shown
+    assert not re.search(r"(?i)https?://[-.\w]|www\.[-.\w]|@[-\w]+(?:\.[-\w]+)+", unmd(plain)), shown
     one_line = " ".join(message.splitlines())
-    expected = "".join(ch if ch.isprintable() else "?" for ch in one_line)
-    assert re.sub(r"\\(.)", r"\1", shown) == expected
+    assert unmd(shown) == "".join(ch if ch.isprintable() else "?" for ch in one_line)
 
 
 def _packed(raw: bytes) -> str:

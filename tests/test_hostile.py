@@ -17,7 +17,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from cli_helpers import run_cli
-from test_app import make_app, unmd
+from md_text import outside_code, unmd
+from test_app import make_app
 
 from kvplan.config_import import MAX_CONFIG_BYTES, MAX_DEPTH
 from kvplan.engines import SETTINGS
@@ -30,6 +31,15 @@ ROOT = Path(__file__).resolve().parent.parent
 LLAMA = json.loads((ROOT / "presets" / "models" / "llama-3.1-8b.json").read_text())["config"]
 #: A Markdown link or image, not preceded by a backslash (what Streamlit would render as one).
 LIVE_MARKDOWN = re.compile(r"(?<!\\)!?(?<!\\)\[[^\]]*(?<!\\)\]\(")
+#: What GFM links without brackets (its autolink-literal patterns).
+BARE_ADDRESS = re.compile(r"(?i)https?://[-.\w]|www\.[-.\w]|@[-\w]+(?:\.[-\w]+)+")
+
+
+def assert_inert(text: str) -> None:
+    """Markdown source that renders no link or image: no bracket construct, and no bare address
+    (which GFM links by itself) outside code spans."""
+    assert not LIVE_MARKDOWN.search(text), text
+    assert not BARE_ADDRESS.search(unmd(outside_code(text))), text
 
 
 def packed(raw: bytes) -> str:
@@ -119,6 +129,7 @@ def test_config_name_in_the_link_is_shown_as_text():
     header = next(m.value for m in at.markdown if " on **" in m.value)
     assert header.startswith(f"**{md(PHISH_NAME)}** on **1 GPU × ")
     assert unmd(header).startswith(f"**{PHISH_NAME}** on")
+    assert_inert(header)
     for text in all_text(at):
         assert not LIVE_MARKDOWN.search(text), text
     assert at.session_state["w_tokens"] == 4096
@@ -131,6 +142,8 @@ def test_model_and_gpu_links_in_warnings_are_shown_as_text():
     assert len(warnings) == 2
     assert unmd(warnings[0]).startswith("link parameter 'm'='![a](https://evil.example/a.png)' was not used")
     assert unmd(warnings[1]).startswith("link parameter 'g'='[click](https://evil.example)' was not used")
+    for text in warnings:
+        assert_inert(text)
     for text in all_text(at):
         assert not LIVE_MARKDOWN.search(text), text
     assert at.session_state["w_model"] == Scenario().model
@@ -144,19 +157,29 @@ def test_scenario_file_query_key_in_the_upload_warning_is_shown_as_text():
     at.file_uploader(key="up_scenario_json").upload("s.json", raw, "application/json").run()
     no_traceback(at)
     warning = next(w.value for w in at.warning if "scenario file is invalid" in unmd(w.value))
-    assert not LIVE_MARKDOWN.search(warning), warning
+    assert_inert(warning)
     assert "'[click](https://evil.example)'" in unmd(warning)
     assert at.session_state["w_tokens"] == 9000  # the open scenario is untouched
 
 
 def test_md_escapes_every_markdown_construct():
     for payload in ("**bold**", "_it_", "`code`", "# head", "> quote", "- item", "1. item",
-                    ":red[x]", "$x^2$", "<b>x</b>", "~~s~~", "a|b", "www.evil.example",
-                    "https://evil.example", "line\nbreak", "&lt;"):
+                    ":red[x]", "$x^2$", "<b>x</b>", "~~s~~", "a|b", "&lt;", "line\nbreak"):
         escaped = md(payload)
-        assert "\n" not in escaped
-        assert re.sub(r"\\(.)", r"\1", escaped) == " ".join(payload.splitlines())
+        assert "\n" not in escaped and "`" not in escaped.replace("\\`", "")
+        assert unmd(escaped) == " ".join(payload.splitlines())
         assert not re.search(r"(?<!\\)[*_`#>\[\]$<~|:&]", escaped.replace("\\\\", "")), (payload, escaped)
+
+
+def test_md_shows_bare_addresses_as_code():
+    """GFM turns bare addresses into links after escapes are resolved: they become code spans."""
+    assert md("see https://evil.example/a.png) now") == "see `https://evil.example/a.png`\\) now"
+    assert md("www.evil.example") == "`www.evil.example`"
+    assert md("mail a@evil.example") == "mail `a@evil.example`"
+    assert md("HTTP://X.Y'") == "`HTTP://X.Y`'"
+    assert md("llama-3.1-8b") == "llama\\-3\\.1\\-8b"
+    for payload in ("https://a`b", "x https://a\\`b y", "`https://x`"):
+        assert unmd(md(payload)) == payload
 
 
 # ------------------------------------------------------------------ item 4: report and CSV injection

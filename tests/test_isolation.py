@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from md_text import unmd
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = ROOT / "app.py"
@@ -93,7 +94,7 @@ def _text_of(at) -> str:
             for attr in ("value", "body", "label"):
                 value = getattr(element, attr, None)
                 if isinstance(value, str):
-                    parts.append(re.sub(r"\\(.)", r"\1", value))  # user text arrives escaped
+                    parts.append(unmd(value))  # user text arrives escaped
     return "\n".join(parts)
 
 

@@ -21,6 +21,7 @@ import pytest
 from kvplan.capacity import FitQuery, fit
 from kvplan.config_import import parse_config
 from kvplan.engines import EngineSettings, engine_view
+from kvplan.errors import KVPlanError
 from kvplan.presets import get_gpu, model_presets
 
 FIXTURE = Path(__file__).parent / "fixtures" / "sglang" / "cases.json"
@@ -58,28 +59,17 @@ _RECURRENT_WHY = ("SGLang gives the Mamba pool (K+1)·state bytes with K = int((
 _UNSUPPORTED_WHY = ("no SGLang model class and the Transformers fallback is refused "
                     "(model_loader/utils.py resolve_transformers_arch)")
 
-#: case id → (class, reason). Each fix deletes its entries (the test fails while they remain).
-KNOWN_MISMATCH: dict[str, tuple[str, str]] = {
-    **{f"llama-4-scout-{s}": (CHUNKED, _CHUNKED_WHY)
-       for s in ("budget40g-auto-p1", "budget40g-fp8-p1", "budget40g-auto-p64",
-                 "tp8-h100-default-ctx0")},
-    **{f"{m}-f32cfg-budget40g-auto-p1": (FLOAT32, _F32_WHY)
-       for m in ("llama-3.2-1b", "qwen3-8b", "gemma-2-9b")},
-    **{f"{m}-h100-default-ctx512m": (MEMORY_BASE, _BASE_WHY)
-       for m in ("llama-2-7b", "llama-3.1-8b", "qwen2.5-7b", "mistral-7b-v0.1", "gemma-2-9b",
-                 "deepseek-v2-lite", "gpt-oss-20b", "qwen3-8b")},
-    "gpt-oss-20b-budget40g-swa-ratio0.5": (SETTING, _SETTING_WHY["--swa-full-tokens-ratio"]),
-    "llama-4-scout-budget40g-swa-ratio0.5": (SETTING, _SETTING_WHY["--swa-full-tokens-ratio"]
-                                             + "; and " + _CHUNKED_WHY),
-    "gpt-oss-20b-budget40g-disable-hybrid-swa": (SETTING,
-                                                 _SETTING_WHY["--disable-hybrid-swa-memory"]),
-    **{f"{m}-budget40g-max-total-100000": (SETTING, _SETTING_WHY["--max-total-tokens"])
-       for m in ("llama-3.1-8b", "gpt-oss-20b", "deepseek-v2-lite")},
-    **{f"qwen3-next-80b-a3b-{s}": (RECURRENT, _RECURRENT_WHY)
-       for s in ("budget40g-auto-p1", "tp4-budget40g-auto-p1", "tp4-h100-default-ctx0")},
-    **{f"{m}-budget40g-auto-p1": (UNSUPPORTED, _UNSUPPORTED_WHY)
-       for m in ("falcon-7b", "falcon-40b", "jamba-1.5-mini")},
-}
+#: case id → (class, reason). Each fix deletes its entries (the test fails while they remain). The
+#: six classes the fixture first showed (chunked layers in the hybrid SWA pool, float32 downcast,
+#: memory base, the recurrent pool split, --swa-full-tokens-ratio / --disable-hybrid-swa-memory /
+#: --max-total-tokens, unserved architectures) are modelled now.
+KNOWN_MISMATCH: dict[str, tuple[str, str]] = {}
+GIB = 1 << 30
+
+
+def _flag(case: dict, flag: str) -> str | None:
+    argv = case.get("argv", [])
+    return argv[argv.index(flag) + 1] if flag in argv else None
 
 
 def kvplan_tokens(case: dict) -> tuple[int, int]:
@@ -88,10 +78,15 @@ def kvplan_tokens(case: dict) -> tuple[int, int]:
     arch = parse_config({**preset.config, **case.get("config_overrides", {})}, name=preset.name,
                         params_total=preset.params_total, params_active=preset.params_active)
     kv_dtype = case.get("kv_cache_dtype", "auto")
+    ratio, total = _flag(case, "--swa-full-tokens-ratio"), _flag(case, "--max-total-tokens")
     query = FitQuery(engine="sglang", tokens=4096, tp=case.get("tp", 1), kv_dtype=kv_dtype,
                      page_size=case.get("page_size"),
                      kv_cache_memory_bytes=case["available_bytes"] if case["mode"] == "budget"
-                     else None)
+                     else None,
+                     reserve_gib=case.get("cuda_context_bytes", 0) / GIB,
+                     swa_full_tokens_ratio=float(ratio) if ratio else None,
+                     max_total_tokens=int(total) if total else None,
+                     disable_hybrid_swa_memory="--disable-hybrid-swa-memory" in case.get("argv", []))
     result = fit(arch, get_gpu("h100-sxm"), query)
     return result.kv_pool_tokens, result.weights_bytes
 
@@ -111,11 +106,12 @@ def test_fixture_provenance_and_coverage():
 
 @pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
 def test_kvplan_matches_sglang_pool_tokens(case):
-    tokens, weights = kvplan_tokens(case)
-    if "unsupported" in case:
-        assert case["id"] in KNOWN_MISMATCH, case["unsupported"]
-        assert tokens > 0  # kvplan still answers with a number (to be replaced by a refusal)
+    if "unsupported" in case:  # SGLang refuses the architecture: so does kvplan, by name
+        with pytest.raises(KVPlanError) as err:
+            kvplan_tokens(case)
+        assert err.value.code == "engine.unserved"
         return
+    tokens, weights = kvplan_tokens(case)
     if case["mode"] == "default_fraction":
         assert weights == case["weights_bytes"]  # the stubbed weights are kvplan's
     want = case["sglang"]["max_total_num_tokens"]

@@ -62,8 +62,13 @@ TRTLLM_UNSERVED = frozenset({"command-r", "deepseek-v2-lite", "deepseek-v2", "fa
                              "gemma-2-27b", "gemma-2-9b", "jamba-1.5-mini"})
 
 
+#: Presets SGLang 0.5.23 refuses (tests/fixtures/sglang/cases.json "unsupported").
+SGLANG_UNSERVED = frozenset({"falcon-7b", "falcon-40b", "jamba-1.5-mini"})
+
+
 def _unserved(preset: str, engine: str) -> bool:
-    return engine == "trtllm" and preset in TRTLLM_UNSERVED
+    return (engine == "trtllm" and preset in TRTLLM_UNSERVED) or (
+        engine == "sglang" and preset in SGLANG_UNSERVED)
 
 
 def _refused(preset: str, engine: str, dtype: str) -> bool:

@@ -330,7 +330,7 @@ class Engine:
         return capacity, f"all device memory = {capacity:,} B"
 
     def kv_budgets(self, target: int, stage_weights: list[int], reserve: int,
-                   settings: EngineSettings, formulas: dict[str, str]) -> list[int]:
+                   settings: EngineSettings, formulas: dict[str, str], capacity: int = 0) -> list[int]:
         """KV bytes per pipeline stage: ``target − weights − reserve``."""
         return [target - w - reserve for w in stage_weights]
 

@@ -64,8 +64,10 @@ class HFDynamic(Engine):
 
     def state_bytes(self, layer: Recurrent, model_dtype: KVDType, tp: int) -> int:
         """``LinearAttentionLayer``: conv ``[C, kernel]`` (full kernel) in the model dtype; the
-        recurrent state in fp32 for Gated DeltaNet (fla kernels return fp32)."""
-        ssm_dtype = get_dtype("fp32") if layer.variant == "gdn" else model_dtype
+        recurrent state in fp32 (``lazy_initialization`` stores the state the mixer hands it: Gated
+        DeltaNet's fla kernels and the Mamba/Mamba-2 scans return fp32 — measured for every family in
+        ``tests/fixtures/conformance``)."""
+        ssm_dtype = get_dtype("fp32")
         return (layer.conv_channels * layer.conv_kernel * model_dtype.bits // 8
                 + layer.ssm_elements * ssm_dtype.bits // 8)
 

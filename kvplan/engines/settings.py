@@ -118,6 +118,16 @@ MAX_ATTENTION_WINDOW = Setting(
     "TensorRT-LLM: window per layer, repeated over the layers (e.g. 1024,1024,1024,1024,1024,131072); "
     "two or more sizes split the KV memory equally between their pools.",
     low=1, high=MAX_TOKENS, max_items=256)
+SWA_FULL_TOKENS_RATIO = Setting(
+    "swa_full_tokens_ratio", "sr", "--swa-full-tokens-ratio", "float", "SWA/full tokens ratio",
+    "SGLang hybrid-SWA pools: SWA tokens = ratio × full tokens (default 0.8).",
+    low=0, high=1, low_open=True)
+DISABLE_HYBRID_SWA = Setting(
+    "disable_hybrid_swa_memory", "dh", "--disable-hybrid-swa-memory", "bool",
+    "Disable hybrid SWA memory", "SGLang: price every layer at full length (one pool).")
+MAX_TOTAL_TOKENS = Setting(
+    "max_total_tokens", "mx", "--max-total-tokens", "int", "max_total_tokens (tokens)",
+    "SGLang: caps the token pool (then aligned down to the page size).", low=1, high=10**12)
 SWA_EVICTION_INTERVAL = Setting(
     "swa_eviction_interval", "se", "--swa-eviction-interval", "int", "SWA eviction interval (tokens)",
     "SGLang keeps up to window + this many tokens on sliding layers.", low=0, high=MAX_TOKENS)
@@ -148,6 +158,9 @@ class EngineSettings(BaseModel):
     swa_eviction_interval: int = _setting(128, SWA_EVICTION_INTERVAL)
     max_tokens: int | None = _setting(None, MAX_TOKENS_SETTING)
     max_attention_window: tuple[int, ...] | None = _setting(None, MAX_ATTENTION_WINDOW)
+    swa_full_tokens_ratio: float | None = _setting(None, SWA_FULL_TOKENS_RATIO)
+    disable_hybrid_swa_memory: bool = _setting(False, DISABLE_HYBRID_SWA)
+    max_total_tokens: int | None = _setting(None, MAX_TOTAL_TOKENS)
     ep: int = _setting(1, EXPERT_PARALLEL)
     mtp: bool = _setting(False, MTP_LAYERS)
 

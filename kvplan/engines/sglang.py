@@ -26,8 +26,21 @@ MIB = 1 << 20
 #: Mistral v0.1) get full-length KV on every layer.
 SGLANG_HYBRID_SWA_ARCHS = frozenset({
     "Llama4ForConditionalGeneration", "GptOssForCausalLM", "MiMoV2FlashForCausalLM", "MiMoV2MTP",
-    "Step3p5ForCausalLM", "Step3p5MTP", "Gemma4ForCausalLM", "Gemma4ForConditionalGeneration",
+    "MiMoV2ForCausalLM", "Step3p5ForCausalLM", "Step3p5MTP", "Step3p7ForConditionalGeneration",
+    "Gemma4ForCausalLM", "Gemma4ForConditionalGeneration", "Gemma4UnifiedForConditionalGeneration",
+    "BeamForCausalLM", "GraniteSWAForCausalLM", "GraniteMoeSWAForCausalLM", "IQuestQ1ForCausalLM",
+    "IQuestQ1MTP", "LagunaForCausalLM", "MellumForCausalLM", "UnlimitedOCRForCausalLM",
 })
+#: ``model_loader/utils.py`` ``resolve_transformers_arch`` refuses these (no SGLang model class and
+#: a Transformers class that is not backend-compatible).
+SGLANG_UNSERVED_ARCHS = frozenset({"FalconForCausalLM", "JambaForCausalLM"})
+#: ``swa_full_tokens_ratio`` default (``arg_groups/kv_cache_hook.py``).
+SGLANG_SWA_FULL_RATIO = 0.8
+#: ``mamba_full_memory_ratio`` fallback (``kv_cache_configurator.py`` ``_handle_max_mamba_cache``).
+SGLANG_MAMBA_FULL_RATIO = 0.9
+#: Mamba slots per running request: 3 + 2 tracking slots with the default extra buffer and overlap
+#: schedule (``_calculate_mamba_ratio``, ``get_mamba_tracking_slots``).
+SGLANG_MAMBA_SLOTS_PER_REQUEST = 5
 
 
 def sglang_mem_fraction_static(capacity_bytes: int, tp: int, pp: int, is_mla: bool) -> float:
@@ -70,9 +83,14 @@ class SGLang(Engine):
         "gpu_util": ("mem_fraction_static (fraction)", "SGLang's memory-based default"),
         "block_size": ("Page size (tokens)", "the attention backend's"),
         "swa_eviction_interval": ("SWA eviction interval (tokens)", "128"),
+        "swa_full_tokens_ratio": ("--swa-full-tokens-ratio", f"{SGLANG_SWA_FULL_RATIO}"),
+        "disable_hybrid_swa_memory": ("--disable-hybrid-swa-memory", "off"),
+        "max_total_tokens": ("--max-total-tokens", "no cap"),
         "ep": ("--ep-size", "1"),
         "mtp": ("Load MTP layers (speculative decoding)", "off"),
     }
+    #: Memory in use before the model loads (CUDA context, NCCL): SGLang's budget is
+    #: ``(capacity − it) × mem_fraction_static − weights``; unknown without a GPU, so 0 by default.
     default_reserve_gib = 0.0
     #: ``sglang/srt/configs/model_config.py`` ``ModelConfig.__init__``: a ``--context-length`` above
     #: the derived one raises unless ``SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1``.
@@ -92,6 +110,12 @@ class SGLang(Engine):
                 return settings.model_copy(update={"block_size": page})
         return settings
 
+    def unserved_reason(self, arch: ModelArch) -> str | None:
+        if arch.architecture in SGLANG_UNSERVED_ARCHS:
+            return ("no SGLang model class, and the Transformers fallback is refused "
+                    "(model_loader/utils.py resolve_transformers_arch)")
+        return None
+
     def model_dtype(self, arch: ModelArch) -> str:
         """``configs/model_config.py`` ``_get_and_verify_dtype``: a float32 config runs in bf16 for
         Gemma models and in fp16 for the others."""
@@ -107,10 +131,11 @@ class SGLang(Engine):
                    settings: EngineSettings, counts: dict[LayerSpec, int],
                    mla_block_size: int | None) -> EngineView:
         page = settings.block_size or 1
-        hybrid_swa = (arch.architecture or "") in SGLANG_HYBRID_SWA_ARCHS
+        hybrid_swa = (arch.architecture or "") in SGLANG_HYBRID_SWA_ARCHS \
+            and not settings.disable_hybrid_swa_memory
         windowed = any(getattr(layer, "window", None) for layer in counts)
         notes = ["SGLang gives every layer full-length KV for this architecture (not in its hybrid "
-                 "SWA list)"] if windowed and not hybrid_swa else []
+                 "SWA list, or --disable-hybrid-swa-memory)"] if windowed and not hybrid_swa else []
         rules, attention = self.split_layers(counts, model_dtype, settings.tp)
         for layer, n in attention:
             bpt = self.token_bytes(layer, dtype, settings.tp)
@@ -125,45 +150,81 @@ class SGLang(Engine):
                                        page=page, spec=layer))
         return EngineView(self.id, dtype, tuple(rules), block_size=page, notes=tuple(notes))
 
+    def mem_fraction_static(self, capacity: int, settings: EngineSettings) -> float:
+        """The ``mem_fraction_static`` in force: the setting, or SGLang's memory-based default."""
+        return settings.gpu_util or sglang_mem_fraction_static(capacity, settings.tp, settings.pp, False)
+
     def memory_target(self, capacity: int, settings: EngineSettings, arch: ModelArch,
                       notes: list[str]) -> tuple[int, str]:
-        util = settings.gpu_util or sglang_mem_fraction_static(capacity, settings.tp, settings.pp,
-                                                               arch.is_mla)
+        util = self.mem_fraction_static(capacity, settings)
         if util <= 0:
             notes.append("SGLang's default reserve exceeds this GPU's memory at this tp × pp")
         target = int(capacity * util)
         return target, f"{capacity:,} × mem_fraction_static {util} = {target:,} B"
 
+    def kv_budgets(self, target: int, stage_weights: list[int], reserve: int,
+                   settings: EngineSettings, formulas: dict[str, str], capacity: int = 0) -> list[int]:
+        """``kv_cache_configurator.py`` ``_profile_available_bytes``: free after the weights minus
+        free before them × (1 − mfs), i.e. ``(capacity − reserve) × mfs − weights`` where the reserve
+        is what the process held before loading (CUDA context)."""
+        if not reserve or not capacity:
+            return [target - w for w in stage_weights]
+        util = self.mem_fraction_static(capacity, settings)
+        formulas["memory_target"] += (f"; the {reserve:,} B held before loading scale with it: "
+                                      f"({capacity:,} − {reserve:,}) × {util}")
+        return [int((capacity - reserve) * util) - w for w in stage_weights]
+
     def make_pool(self, arch: ModelArch, gpu: GPU, kv_dtype: str, settings: EngineSettings,
                   budgets: list[int], notes: list[str]) -> KVPool:
         view = self.view(arch, kv_dtype, settings, stage_layers=self.largest_stage(arch, settings.pp))
         notes.extend(view.notes)
-        return SGLangPool(view, max(min(budgets), 0))
+        return SGLangPool(view, max(min(budgets), 0), settings)
 
 
 class SGLangPool(KVPool):
-    """SGLang: ``max_total_num_tokens = (available // cell) // page × page``.
+    """SGLang's pools (``model_executor/pool_configurator.py``, ``kv_cache_configurator.py``).
 
-    Hybrid-SWA models size the SWA pool at 0.8 × the full pool's tokens (``swa_full_tokens_ratio``);
-    recurrent states take ``ratio / (1 + ratio)`` (ratio 0.9) of the memory for their own pool and
-    about 3 slots per running request (``kv_cache_configurator.py``, ``mamba`` pool).
+    Cell per token ``full + ratio × swa`` (``HybridSWAPoolConfigurator._recompute_cell_size``; SWA =
+    the sliding and chunked layers of a hybrid-SWA architecture, ratio ``swa_full_tokens_ratio``);
+    ``max_total_num_tokens = int(kv // cell) // page × page`` (``calculate_pool_sizes``), capped by
+    ``--max-total-tokens`` and re-aligned (``_apply_token_constraints``). Recurrent states get their
+    own pool (``_handle_max_mamba_cache``): ``K = int((budget × r / (1 + r) − state) // state)``
+    slots, KV gets ``budget − (K + 1) × state``, and a request needs 5 slots.
     """
 
-    def __init__(self, view: EngineView, budget: int) -> None:
+    def __init__(self, view: EngineView, budget: int, settings: EngineSettings | None = None) -> None:
+        settings = settings or EngineSettings()
         self.view = view
         self.page = view.block_size or 1
-        full = sum(r.token_bytes for r in view.rules if r.kind != "sliding")
-        swa = sum(r.token_bytes for r in view.rules if r.kind == "sliding")
-        states = view.state_bytes
-        self.kv_budget, self.slots = budget, None
-        if states:
-            self.kv_budget = int(budget / 1.9)
-            self.slots = (budget - self.kv_budget) // states
-        self.cell = full + 0.8 * swa
-        self.capacity = int(self.kv_budget // self.cell) // self.page * self.page if self.cell else 0
+        self.ratio = settings.swa_full_tokens_ratio or SGLANG_SWA_FULL_RATIO
+        self.max_total = settings.max_total_tokens
+        full = sum(r.token_bytes for r in view.rules if r.kind not in {"sliding", "chunked"})
+        swa = sum(r.token_bytes for r in view.rules if r.kind in {"sliding", "chunked"})
+        self.cell = full + self.ratio * swa
+        self.per_request_state = view.state_bytes
+        kv, slots = self._split(np.asarray([budget], dtype=np.int64))
+        self.kv_budget = int(kv[0])
+        self.slots = None if slots is None else int(slots[0])
+        self.capacity = int(self._tokens_for(kv)[0])
         self.block_size = self.page
         self.num_blocks = self.capacity // self.page if self.page > 1 else None
 
+    def _split(self, budget: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """KV bytes and Mamba slots for each budget (no recurrent layers: all of it is KV)."""
+        state = self.per_request_state
+        if not state:
+            return budget, None
+        r = SGLANG_MAMBA_FULL_RATIO
+        slots = np.maximum((budget * r / (1 + r) - state) // state, 0).astype(np.int64)
+        return budget - (slots + 1) * state, slots
+
+    def _tokens_for(self, kv: np.ndarray) -> np.ndarray:
+        if not self.cell:
+            return np.zeros(kv.shape, dtype=np.int64)
+        tokens = (np.maximum(kv, 0) // self.cell).astype(np.int64) // self.page * self.page
+        if self.max_total is not None:
+            tokens = np.minimum(tokens, self.max_total) // self.page * self.page
+        return tokens
     def _tokens(self, L: np.ndarray) -> np.ndarray:
         return -(-np.asarray(L, dtype=np.int64) // self.page) * self.page
 
@@ -173,23 +234,19 @@ class SGLangPool(KVPool):
     def max_requests(self, L: np.ndarray) -> np.ndarray:
         fit_tokens = self.capacity // self._tokens(L)
         if self.slots is not None:
-            fit_tokens = np.minimum(fit_tokens, self.slots // 3)
+            fit_tokens = np.minimum(fit_tokens, self.slots // SGLANG_MAMBA_SLOTS_PER_REQUEST)
         return fit_tokens
 
     def concurrency(self, L: np.ndarray) -> np.ndarray:
         return self.capacity / self._tokens(L)
 
     def max_requests_for(self, L: int, budgets: np.ndarray) -> np.ndarray:
-        """The constructor's token pool for each row's smallest stage budget, then ``max_requests``."""
+        """``max_requests`` for each row's smallest stage budget (the same split and pool)."""
         budget = np.maximum(np.asarray(budgets, dtype=np.int64).min(axis=1), 0)
-        states = self.view.state_bytes
-        kv = (budget / 1.9).astype(np.int64) if states else budget
-        if not self.cell:
-            return np.zeros(budget.shape, dtype=np.int64)
-        capacity = (kv // self.cell).astype(np.int64) // self.page * self.page
-        fit = capacity // int(self._tokens(np.asarray([L]))[0])
-        if states:
-            fit = np.minimum(fit, (budget - kv) // states // 3)
+        kv, slots = self._split(budget)
+        fit = self._tokens_for(kv) // int(self._tokens(np.asarray([L]))[0])
+        if slots is not None:
+            fit = np.minimum(fit, slots // SGLANG_MAMBA_SLOTS_PER_REQUEST)
         return fit
 
     def pool_tokens(self, L: np.ndarray) -> np.ndarray:

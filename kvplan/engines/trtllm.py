@@ -125,7 +125,7 @@ class TrtLlm(Engine):
         return EngineView(self.id, dtype, tuple(rules), block_size=block, notes=tuple(notes))
 
     def kv_budgets(self, target: int, stage_weights: list[int], reserve: int,
-                   settings: EngineSettings, formulas: dict[str, str]) -> list[int]:
+                   settings: EngineSettings, formulas: dict[str, str], capacity: int = 0) -> list[int]:
         """``_util.py`` ``_cal_max_memory``: fraction × (total − peak after profiling)."""
         fraction = settings.gpu_util or TRTLLM_DEFAULT_FREE_FRACTION
         formulas["memory_target"] += f"; KV gets free_gpu_memory_fraction {fraction} of what is left"

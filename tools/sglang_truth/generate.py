@@ -157,16 +157,19 @@ def native_architectures(sglang_dir: Path) -> set[str]:
 
 
 def kvplan_weights(model: str, overrides: dict, tp: int) -> tuple[int, dict]:
-    """kvplan's per-GPU weight bytes for the stubbed weights, and the case's config.json."""
-    from kvplan.capacity import stage_weight_bytes, weight_bytes
+    """kvplan's per-GPU weight bytes for the stubbed weights (as ``fit`` sizes them for SGLang:
+    the checkpoint's format, the engine's auto dtype), and the case's config.json."""
+    from kvplan.capacity import FitQuery, weights_layout
     from kvplan.config_import import parse_config
+    from kvplan.engines import EngineSettings
     from kvplan.presets import model_presets
 
     preset = model_presets()[model]
     config = {**copy.deepcopy(preset.config), **overrides}
     arch = parse_config(config, name=preset.name, params_total=preset.params_total,
                         params_active=preset.params_active)
-    return max(stage_weight_bytes(arch, weight_bytes(arch, None), 1, tp)), config
+    query = FitQuery(engine="sglang", tp=tp)
+    return max(weights_layout(arch, query, EngineSettings(tp=tp)).stage_bytes), config
 
 
 def run_case(case: dict, workdir: Path, natives: set[str]) -> dict:

@@ -1,0 +1,53 @@
+"""Markdown injection in a real browser (issue #17 item 3): user text renders as typed.
+
+AppTest sees the Markdown source; only a browser shows whether ``![a](…)`` became an image or
+``[click](…)`` a link. The page must show the payload's characters and hold no element pointing
+at the payload's address.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from kvplan.scenario import encode_config
+
+pytestmark = pytest.mark.browser
+
+IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"]'
+LOAD_MS = 60_000
+EVIL = "https://evil.example"
+
+
+def _open(page: Page, url: str) -> None:
+    page.goto(url)
+    expect(page.get_by_test_id("stMetric").first).to_be_visible(timeout=LOAD_MS)
+    page.wait_for_selector(IDLE, timeout=LOAD_MS)
+
+
+def _no_markup_from_user(page: Page) -> None:
+    assert page.locator(f'a[href^="{EVIL}"]').count() == 0
+    assert page.locator(f'img[src^="{EVIL}"]').count() == 0
+    assert page.get_by_test_id("stException").count() == 0
+
+
+def test_link_values_in_warnings_render_as_text(page: Page, app_url: str):
+    model, gpu = f"![a]({EVIL}/a.png)", f"[click]({EVIL})"
+    _open(page, f"{app_url}/?v=1&m={quote(model)}&g={quote(gpu)}&t=4096")
+    warnings = page.get_by_test_id("stAlertContentWarning")
+    expect(warnings.first).to_contain_text(f"link parameter 'm'='{model}' was not used")
+    expect(warnings.nth(1)).to_contain_text(f"link parameter 'g'='{gpu}' was not used")
+    _no_markup_from_user(page)
+
+
+def test_config_name_renders_as_text(page: Page, app_url: str):
+    name = f"**Session expired** [click here to sign in]({EVIL}) ![x]({EVIL}/p.png)"
+    config = {"model_type": "llama", "num_hidden_layers": 4, "hidden_size": 256,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000, "name": name}
+    _open(page, f"{app_url}/?v=1&m=custom&c={encode_config(config)}&t=4096")
+    header = page.get_by_test_id("stMarkdownContainer").filter(has_text=" on 1 × ").first
+    expect(header).to_contain_text(name)
+    assert header.locator("strong").first.inner_text() == name   # kvplan's own bold, nothing more
+    _no_markup_from_user(page)
