@@ -333,8 +333,9 @@ def render_memory(scenario: Scenario) -> pd.DataFrame:
     st.plotly_chart(fig, theme=None, key="chart_memory")
     for row in bad.itertuples():
         st.caption(md(f"{row.gpu_name}: {row.error}"))
-    st.caption(f"Every accelerator with {scenario.num_gpus} GPU(s), TP {scenario.tp}, PP {scenario.pp}, "
-               f"{scenario.users:,} users × {scenario.tokens:,} tokens, KV {scenario.kv_dtypes[0]}. "
+    st.caption(f"Every accelerator with {plural(scenario.num_gpus, 'GPU')}, TP {scenario.tp}, "
+               f"PP {scenario.pp}, {plural(scenario.users, 'user')} × {scenario.tokens:,} tokens, "
+               f"KV {scenario.kv_dtypes[0]}. "
                "A black tick marks each device's capacity.")
     _export("memory_per_gpu", df, fig, scenario)
     return df
