@@ -38,12 +38,24 @@ MAX_LOG_BYTES = 1 << 20
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 _INT = r"(\d{1,3}(?:,\d{3})+|\d+)"
 _FLOAT = r"(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)"
+_SIGNED = r"(-?(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?))"
 _PATTERNS: dict[str, re.Pattern[str]] = {
-    "available_kv_gib": re.compile(r"Available KV cache memory:\s*" + _FLOAT + r"\s*GiB"),
+    # V1 "Available KV cache memory: X GiB" (v0.9.2+; negative when the weights leave nothing);
+    # V0 "kv_cache_size=XGiB" (0.6.4), "available_kv_cache_memory  XGiB" (0.6.5), "the rest of the
+    # memory reserved for KV Cache is XGiB" (0.7/0.8) — vllm/worker/worker.py of each release
+    "available_kv_gib": re.compile(
+        r"(?:Available KV cache memory:|\bkv_cache_size=|\bavailable_kv_cache_memory\s|"
+        r"the rest of the memory reserved for KV Cache is)\s*" + _SIGNED + r"\s*GiB"),
     "kv_cache_tokens": re.compile(r"GPU KV cache size:\s*" + _INT + r"\s*tokens"),
     "max_concurrency": re.compile(r"Maximum concurrency for\s*" + _INT
                                   + r"\s*tokens per request:\s*" + _FLOAT + r"\s*x"),
-    "num_gpu_blocks": re.compile(r"(?:#\s*GPU blocks|num_gpu_blocks is|#\s*cuda blocks):\s*" + _INT),
+    # "# GPU blocks: N" (V0 0.6, also pasted without its '#'), "# CUDA blocks: N" (V0 0.7)
+    "num_gpu_blocks": re.compile(r"(?:(?:#\s*|^|\s)GPU blocks|num_gpu_blocks is|#\s*cuda blocks):\s*" + _INT,
+                                 re.IGNORECASE),
+    # "Model loading took X GiB" (V1; "… GiB memory and …" from 0.19), V0 "Loading model weights
+    # took X GB" (GiB in fact: model_runner.py divides by 2^30)
+    "model_loading_gib": re.compile(r"(?:Model loading took|Loading model weights took)[:*\s]*" + _FLOAT
+                                    + r"\s*Gi?B"),
     "max_seq_len": re.compile(r"\bmax_seq_len=" + _INT + r"\b"),
 }
 
@@ -59,6 +71,8 @@ class VllmLog(BaseModel):
     max_concurrency: float | None = None
     max_concurrency_decimals: int = 2
     num_gpu_blocks: int | None = None
+    #: "Model loading took X GiB" (the largest rank's weights; V0: "Loading model weights took").
+    model_loading_gib: float | None = None
     #: How many ranks logged their available memory (TP/PP workers); the minimum is kept.
     ranks: int = 0
     lines_matched: int = 0
@@ -79,7 +93,8 @@ class VllmLog(BaseModel):
 #: What kvplan accepts from a log, per quantity (a log line of thousands of digits is refused
 #: with a message naming the quantity, never an OverflowError or a silent infinity).
 LOG_LIMITS: dict[str, tuple[int, int]] = {
-    "available KV cache memory (GiB)": (0, 1_000_000), "GPU KV cache size (tokens)": (0, 10**15),
+    "available KV cache memory (GiB)": (-1_000_000, 1_000_000),
+    "model loading (GiB)": (0, 1_000_000), "GPU KV cache size (tokens)": (0, 10**15),
     "max_model_len": (1, MAX_TOKENS), "maximum concurrency": (0, 10**12),
     "number of GPU blocks": (0, 10**12),
 }
@@ -129,14 +144,18 @@ def parse_vllm_log(log: str | bytes) -> VllmLog:
     """Read the capacity lines of a vLLM start-up log.
 
     Colour codes and any prefix (``(EngineCore_DP0 pid=123) INFO 11-29 10:00:00 [...]``) are
-    ignored, as are lines that match nothing. Several ranks' "Available KV cache memory" lines
-    keep the smallest (vLLM sizes every rank's pool to the minimum block count); the other
-    numbers keep the last occurrence. No capacity line at all → ``calibrate.no_lines``.
+    ignored, as are lines that match nothing. Several ranks' lines keep the smallest capacity
+    (vLLM's scheduler sizes every rank's pool to the minimum block count: ``get_kv_cache_configs``
+    takes the minimum over workers) — available memory, blocks, and the "GPU KV cache size" with the
+    concurrency on the same rank's line — and the largest "Model loading took". Every release's
+    format is read (V1 and the V0 profiling lines). No capacity line at all → ``calibrate.no_lines``.
     """
     text = _ANSI.sub("", _as_text(log))
     found: dict[str, Any] = {}  # VllmLog keyword arguments
     available: list[tuple[float, int]] = []
     blocks: list[int] = []
+    capacities: list[tuple[int, float | None, int]] = []  # (tokens, concurrency, its decimals)
+    loading: list[float] = []
     matched = 0
     for line in text.splitlines():
         if len(line) > 100_000:  # one line can't be a log line; skip it rather than scan it
@@ -146,13 +165,22 @@ def parse_vllm_log(log: str | bytes) -> VllmLog:
             available.append((_number("available KV cache memory (GiB)", m.group(1), float),
                               _decimals(m.group(1))))
             hit = True
+        tokens_here = None
         if m := _PATTERNS["kv_cache_tokens"].search(line):
-            found["kv_cache_tokens"] = _number("GPU KV cache size (tokens)", m.group(1), int)
+            tokens_here = int(_number("GPU KV cache size (tokens)", m.group(1), int))
+            capacities.append((tokens_here, None, 2))
             hit = True
         if m := _PATTERNS["max_concurrency"].search(line):
             found["max_model_len"] = _number("max_model_len", m.group(1), int)
-            found["max_concurrency"] = _number("maximum concurrency", m.group(2), float)
-            found["max_concurrency_decimals"] = _decimals(m.group(2))
+            concurrency = float(_number("maximum concurrency", m.group(2), float))
+            if tokens_here is not None or (capacities and capacities[-1][1] is None):
+                tokens, _, _ = capacities.pop()  # the same rank's tokens (this line or the last)
+                capacities.append((tokens, concurrency, _decimals(m.group(2))))
+            else:
+                capacities.append((-1, concurrency, _decimals(m.group(2))))
+            hit = True
+        if m := _PATTERNS["model_loading_gib"].search(line):
+            loading.append(float(_number("model loading (GiB)", m.group(1), float)))
             hit = True
         if m := _PATTERNS["num_gpu_blocks"].search(line):
             blocks.append(int(_number("number of GPU blocks", m.group(1), int)))
@@ -170,6 +198,16 @@ def parse_vllm_log(log: str | bytes) -> VllmLog:
         found.update(available_kv_gib=gib, available_kv_decimals=decimals)
     if blocks:
         found["num_gpu_blocks"] = min(blocks)
+    with_tokens = [c for c in capacities if c[0] >= 0]
+    rank = min(with_tokens) if with_tokens else (min(capacities, key=lambda c: c[1] or 0)
+                                                 if capacities else None)
+    if rank is not None:
+        if rank[0] >= 0:
+            found["kv_cache_tokens"] = rank[0]
+        if rank[1] is not None:
+            found.update(max_concurrency=rank[1], max_concurrency_decimals=rank[2])
+    if loading:
+        found["model_loading_gib"] = max(loading)
     return VllmLog(**found, ranks=len(available), lines_matched=matched)
 
 
@@ -208,6 +246,8 @@ class Calibration(BaseModel):
     implied_reserve_gib: float | None = None
     #: A short decimal GiB value whose bytes lie in the implied interval (for the sidebar / link).
     suggested_reserve_gib: float | None = None
+    #: "Model loading took X GiB" in bytes (the largest rank), to set beside kvplan's weights.
+    logged_weights_bytes: int | None = None
     #: ``fit`` re-run with ``kv_cache_memory_bytes`` = the logged memory (midpoint).
     reproduced_num_blocks: int | None = None
     reproduced_kv_cache_tokens: int | None = None
@@ -335,6 +375,13 @@ def calibrate(arch: ModelArch, gpu: GPU, query: FitQuery, log: VllmLog) -> Calib
     formulas["weights"] = (f"{predicted.weights_total_bytes:,} B of {predicted.weight_dtype} over "
                            f"TP {query.tp} × PP {query.pp} (largest stage) = {weights:,} B; the implied "
                            "reserve inherits any error of this estimate")
+    if log.model_loading_gib is not None:
+        logged = round(log.model_loading_gib * GIB)
+        out["logged_weights_bytes"] = logged
+        formulas["weights_vs_log"] = (
+            f"'Model loading took {log.model_loading_gib:g} GiB' ≈ {logged:,} B vs kvplan's {weights:,} B "
+            f"per GPU ({(weights - logged) / logged:+.2%}; kernel repacking and padding are not "
+            "modelled)")
 
     # re-run with the logged memory as the budget
     if interval is not None:

@@ -76,7 +76,7 @@ def test_parse_real_looking_log_with_ansi_prefixes_and_ranks():
     assert log.available_kv_gib == 10.0          # the minimum over the TP ranks
     assert log.ranks == 2
     assert log.kv_cache_tokens == 81_920 and log.max_concurrency == 2.5 and log.max_model_len == L
-    assert log.lines_matched == 4
+    assert log.lines_matched == 5  # with the "Model loading took" line
     assert parse_vllm_log(REAL.encode()) == log   # bytes are read as UTF-8
 
 
@@ -105,7 +105,7 @@ def test_parse_block_lines_and_separators():
     (b"x" * (2 << 20), "calibrate.too_large"),
     ("x" * (2 << 20), "calibrate.too_large"),
     ("é" * (MAX_LOG_BYTES // 2 + 1), "calibrate.too_large"),   # 2 bytes a character in UTF-8
-    ("INFO nothing to see\nINFO Model loading took 14.99 GiB\n", "calibrate.no_lines"),
+    ("INFO nothing to see\nINFO Model loading 14.99 GiB\n", "calibrate.no_lines"),
     ("Available KV cache memory: lots GiB", "calibrate.no_lines"),
 ])
 def test_bad_logs_are_refused_with_their_code(raw, code):
@@ -321,3 +321,26 @@ def test_expander_reports_a_bad_paste_in_place():
     at.text_area(key="w_vllm_log").input("nothing useful here").run()
     assert not at.exception
     assert any("no vLLM capacity line" in e.value for e in at.error)
+
+
+def test_every_releases_capacity_lines_and_the_loaded_weights_are_read():
+    """V0 0.6.4 (fixture 07: "kv_cache_size=2.89GiB", "# GPU blocks: 1478", "Loading model weights
+    took 14.9888 GB"), V0 0.7 (18: "the rest of the memory reserved for KV Cache is 3.59GiB",
+    "# CUDA blocks: 19609"), a negative V1 budget (10: "-2.14 GiB") and a weights-only log (11:
+    "Model loading took 64.38 GiB memory …") — each vllm/worker/worker.py or gpu_worker.py format."""
+    from pathlib import Path
+
+    logs = Path(__file__).parent / "fixtures" / "vllm_logs"
+
+    def read(prefix: str):
+        (path,) = logs.glob(f"{prefix}-*.json")
+        return parse_vllm_log(json.loads(path.read_text())["log_excerpt"])
+
+    v064, v07, negative, weights_only = read("07"), read("18"), read("10"), read("11")
+    assert (v064.available_kv_gib, v064.num_gpu_blocks, v064.model_loading_gib) == (2.89, 1478, 14.9888)
+    assert (v07.available_kv_gib, v07.num_gpu_blocks) == (3.59, 19609)
+    assert negative.available_kv_gib == -2.14 and negative.model_loading_gib == 65.9651
+    assert (weights_only.model_loading_gib, weights_only.kv_cache_tokens) == (64.38, None)
+    result = calibrate(load_model("gpt-oss-120b"), H100, FitQuery(tokens=8192), weights_only)
+    assert result.logged_weights_bytes == round(64.38 * GIB) == 69_127_498_629
+    assert "Model loading took 64.38 GiB" in result.formulas["weights_vs_log"]

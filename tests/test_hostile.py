@@ -272,7 +272,7 @@ def test_calibrate_log_with_huge_numbers(tmp_path, line, field):
     log.write_text(f"INFO 11-29 10:00:00 [gpu_worker.py:1] {line}\n")
     err = cli_fails([*CAL, str(log)])
     assert err.startswith(f"kvplan: error: the vLLM log's {field} is 9999")
-    assert "kvplan accepts 0 to " in err
+    assert "; kvplan accepts " in err and " to 1,000," in err
 
 
 def test_dashboard_calibration_with_huge_numbers_is_named():

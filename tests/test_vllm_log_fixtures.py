@@ -36,7 +36,7 @@ SETTINGS = {
 }
 #: logged field → (type of one value, the VllmLog attribute parse_vllm_log fills, or None).
 LOGGED = {
-    "model_loading_gib": (float, None),
+    "model_loading_gib": (float, "model_loading_gib"),
     "model_loading_seconds": (float, None),
     "model_weights_gib": (float, None),
     "total_gpu_memory_gib": (float, None),
@@ -82,8 +82,9 @@ def parsed(doc: dict) -> VllmLog | None:
 
 
 def expected(field: str, value: object) -> float | int:
-    """What the parser should return for a logged field: the smallest rank for per-rank values."""
-    return min(values(value))
+    """What the parser should return for a logged field: the smallest rank for per-rank capacity
+    values, the largest rank's weights for "Model loading took"."""
+    return max(values(value)) if field == "model_loading_gib" else min(values(value))
 
 
 def test_the_set_is_as_large_and_as_broad_as_issue_13_and_14_ask():
@@ -170,22 +171,19 @@ def test_the_parser_reads_the_logged_numbers_or_the_gap_is_named(path: Path):
 
 
 def test_parser_gaps_across_the_set():
-    """The gaps the set exposes, by fixture: V0 formats calibrate does not read and a negative budget."""
+    """The gaps the set exposes, by fixture: only the llm-d summaries (27–30), which are prose, not
+    log lines. (The V0 formats — kv_cache_size=, available_kv_cache_memory, "the rest of the memory
+    reserved for KV Cache", "# CUDA blocks", a '#'-less "GPU blocks" — and a negative budget were
+    gaps until calibrate read every release's format.)"""
     gaps = {load(p)["id"]: sorted(load(p)["parser_gaps"]) for p in FIXTURES if load(p)["parser_gaps"]}
     assert gaps == {
-        "07": ["available_kv_cache_memory_gib"],
-        "08": ["available_kv_cache_memory_gib", "num_gpu_blocks"],
-        "09": ["available_kv_cache_memory_gib"],
-        "10": ["available_kv_cache_memory_gib"],
-        "18": ["available_kv_cache_memory_gib", "num_gpu_blocks"],
-        "19": ["available_kv_cache_memory_gib"],
         "27": ["available_kv_cache_memory_gib"],
         "28": ["available_kv_cache_memory_gib"],
         "29": ["available_kv_cache_memory_gib"],
         "30": ["available_kv_cache_memory_gib"],
     }
     logged = set().union(*(load(p)["logged"] for p in FIXTURES))
-    assert logged & NOT_PARSED == {"model_loading_gib", "model_loading_seconds", "model_weights_gib",
+    assert logged & NOT_PARSED == {"model_loading_seconds", "model_weights_gib",
                                    "total_gpu_memory_gib", "non_torch_memory_gib", "activation_peak_gib",
                                    "cuda_graph_memory_gib", "num_cpu_blocks"}
 
