@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import streamlit as st
 
 from kvplan.errors import KVPlanError, md
@@ -17,38 +19,55 @@ from kvplan.ui.sidebar import (
 
 st.set_page_config(page_title="kvplan — KV-cache memory planner", page_icon="🧮", layout="wide")
 
+
+@st.cache_resource(show_spinner=False)
+def _png_warm_up() -> bool:
+    """Once per server process: start the PNG export browser in the background (kvplan.png)."""
+    from kvplan.png import warm_up_in_background
+
+    return warm_up_in_background() is not None
+
+
+_png_warm_up()
+
 link_warnings = sync_from_url()  # first load, Back/Forward or an edited link
 scenario = render_sidebar()
 write_url(scenario)
 
-st.title("kvplan — KV-cache memory planner")
-for message in link_warnings:
-    st.warning(md(message))
-views.render_seeds()
-views.render_share(scenario)
-
+# Less empty space above the title, and one short title line (one line at phone width too), so the
+# answer is on the first screen; then the answer, then everything else.
+st.html("<style>[data-testid='stMainBlockContainer']{padding-top:3.25rem}</style>")
+st.markdown("#### kvplan · KV-cache planner", help="Plans the GPU memory of an LLM's KV cache "
+            "engine by engine; every number says which engine, release and formula it comes from.")
 try:
     arch = resolve_arch(scenario)
     gpu = resolve_gpu(scenario)
 except KVPlanError as err:
+    for message in link_warnings:
+        st.warning(md(message))
     st.error(md(err))
     st.stop()
+views.guarded("Answer", lambda: views.render_answer(scenario, gpu))
+for message in link_warnings:
+    st.warning(md(message))
+views.guarded("Key numbers", lambda: views.render_kpis(scenario, arch, gpu))
+views.render_seeds()
+views.render_share(scenario)
 views.guarded("Calibration", lambda: calibrate_view.render(scenario, arch, gpu))
 
-views.guarded("Key numbers", lambda: views.render_kpis(scenario, arch, gpu))
-
-sections = {
-    "context": views.render_kv_context,
-    "users": views.render_kv_users,
-    "memory": views.render_memory,
-    "requests": views.render_requests,
-    "designs": views.render_designs,
-    "serving": serving_view.render,
-    "recommend": recommend_view.render,
+# Each view takes only what it uses.
+sections: dict[str, Callable[[], object]] = {
+    "context": lambda: views.render_kv_context(scenario, arch),
+    "users": lambda: views.render_kv_users(scenario),
+    "memory": lambda: views.render_memory(scenario),
+    "requests": lambda: views.render_requests(scenario),
+    "designs": lambda: views.render_designs(scenario),
+    "serving": lambda: serving_view.render(scenario, arch),
+    "recommend": lambda: recommend_view.render(scenario, arch, gpu),
 }
 # Only the open tab runs (lazy tabs); the open tab is part of the link (vw=).
 tabs = st.tabs(list(VIEWS.values()), key="w_view", on_change="rerun")
 for tab, (view, render) in zip(tabs, sections.items(), strict=True):
     if tab.open:
         with tab:
-            views.guarded(VIEWS[view], lambda render=render: render(scenario, arch, gpu))
+            views.guarded(VIEWS[view], render)

@@ -295,10 +295,12 @@ def bench_png(reps: int) -> None:
 # ----------------------------------------------------------------------------- (5) real browser
 
 KEYPRESSES = 12
+TAB_SWITCHES = 8
 
 
 def bench_browser(reps: int) -> None:
-    """Slider keypress → changed "Exact:" caption → idle app, in headless Chromium (Playwright)."""
+    """Real browser, the app beside a minimal Streamlit app in each repetition (fresh servers):
+    first render, slider keypress → idle, tab switch → idle, and the first PNG download."""
     import shutil
 
     from bench import browser
@@ -307,26 +309,40 @@ def bench_browser(reps: int) -> None:
     if reason:
         print(f"  (skipped browser: {reason})")
         return
-    presses = max(KEYPRESSES, reps)
     minimal = browser.minimal_app()
+    base_first, base_keys, first, keys, tabs, pngs = [], [], [], [], [], []
     try:
-        with browser.serve(minimal) as server:
-            base_first, base = browser.keypress_latencies(server.url, presses)
-        with browser.serve(ROOT / "app.py") as server:
-            first, app = browser.keypress_latencies(server.url, presses)
+        for _ in range(max(reps, 1)):
+            with browser.serve(minimal) as server:
+                one, pressed = browser.keypress_latencies(server.url, KEYPRESSES)
+            base_first.append(one)
+            base_keys.extend(pressed)
+            with browser.serve(ROOT / "app.py") as server:
+                run = browser.app_session(server.url, KEYPRESSES, TAB_SWITCHES)
+            first.append(run["first"])
+            pngs.append(run["png"])
+            keys.extend(run["keys"])
+            tabs.extend(run["tabs"])
     except RuntimeError as exc:
         print(f"  (browser failed: {exc})")
         return
     finally:
         shutil.rmtree(minimal.parent, ignore_errors=True)
-    record("browser: first render, minimal app (baseline)", [base_first],
-           note="select_slider + caption; cold server")
-    record("browser: first render to idle, app.py", [first], baseline=[base_first],
-           baseline_name="minimal app", note="cold server")
-    record("browser: keypress → idle, minimal (baseline)", base,
-           note=f"{presses} keypresses on the select_slider")
-    record("browser: Context length keypress → idle", app, baseline=base,
-           baseline_name="minimal app", note=f"{presses} keypresses, ArrowRight/ArrowLeft")
+    med = statistics.median
+    record("browser: first render, minimal app (baseline)", base_first, note="cold server")
+    record("browser: first render to idle, app.py", first, baseline=base_first,
+           baseline_name="minimal app", target="≤ 1.5× minimal",
+           ok=med(first) <= 1.5 * med(base_first), note="cold server")
+    record("browser: keypress → idle, minimal (baseline)", base_keys,
+           note=f"{KEYPRESSES} keypresses per repetition on the select_slider")
+    record("browser: Context length keypress → idle", keys, baseline=base_keys,
+           baseline_name="minimal app", target="≤ 2× minimal", ok=med(keys) <= 2 * med(base_keys),
+           note=f"{KEYPRESSES} keypresses per repetition, ArrowRight/ArrowLeft")
+    record("browser: tab switch → idle", tabs, baseline=keys, baseline_name="app keypress",
+           target="≤ 2× keypress", ok=med(tabs) <= 2 * med(keys),
+           note=f"{TAB_SWITCHES} switches per repetition, KV vs context ⇄ KV vs users")
+    record("browser: first PNG download (click → file)", pngs, target="≤ 1 s", ok=med(pngs) <= 1.0,
+           note="clicked as soon as a fresh server's first page is idle")
 
 
 # ----------------------------------------------------------------------------- (6) server RSS

@@ -80,7 +80,8 @@ def _free_port() -> int:
 
 
 class Server:
-    """``python -m streamlit run SCRIPT`` on a free 127.0.0.1 port (same flags as tests/browser)."""
+    """``python -m streamlit run SCRIPT`` on a free 127.0.0.1 port (same flags as tests/browser);
+    the dashboard through ``python -m kvplan.ui.launch``, as ``./dev app`` serves it."""
 
     def __init__(self, script: Path) -> None:
         self.script = script
@@ -89,12 +90,15 @@ class Server:
         handle, name = tempfile.mkstemp(prefix="kvplan-bench-", suffix=".log")
         os.close(handle)
         self.log = Path(name)
+        flags = [f"--server.port={self.port}", "--server.address=127.0.0.1", "--server.headless=true",
+                 "--browser.gatherUsageStats=false", "--server.fileWatcherType=none"]
+        # the dashboard is served as ./dev app serves it (kvplan.ui.launch: imports preloaded)
+        launcher = ROOT / "kvplan" / "ui" / "launch.py"
+        command = ([sys.executable, "-m", "kvplan.ui.launch", *flags]
+                   if script == ROOT / "app.py" and launcher.exists()
+                   else [sys.executable, "-m", "streamlit", "run", str(script), *flags])
         with self.log.open("wb") as out:   # the child keeps its own copy of the descriptor
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "streamlit", "run", str(script), "--server.headless=true",
-                 f"--server.port={self.port}", "--server.address=127.0.0.1",
-                 "--browser.gatherUsageStats=false", "--server.fileWatcherType=none"],
-                cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
 
     @property
     def pid(self) -> int:
@@ -210,6 +214,78 @@ def keypress_latencies(url: str, presses: int, warmup: int = 2) -> tuple[float, 
             if page.locator('[data-testid="stException"]').count():
                 raise RuntimeError("the app shows an exception after the keypresses")
             return first, samples
+        finally:
+            context.close()
+
+
+def _press_keys(page, presses: int, warmup: int) -> list[float]:
+    """Seconds from each "Context length" keypress to a changed Exact caption and an idle app."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    slider = page.get_by_role("slider", name=SLIDER_LABEL)
+    slider.focus(timeout=RERUN_TIMEOUT)
+    samples = []
+    for i in range(warmup + presses):
+        before = _exact_text(page)
+        key = "ArrowRight" if i % 2 == 0 else "ArrowLeft"
+        start = time.perf_counter()
+        page.keyboard.press(key)
+        try:
+            page.wait_for_function(CHANGED_JS, arg=before, timeout=RERUN_TIMEOUT, polling="raf")
+            page.wait_for_selector(IDLE, timeout=RERUN_TIMEOUT)
+        except PlaywrightTimeout as exc:
+            raise RuntimeError(f"keypress {i} ({key}): no caption change / idle "
+                               f"within {RERUN_TIMEOUT / 1000:.0f} s") from exc
+        if i >= warmup:
+            samples.append(time.perf_counter() - start)
+        if not slider.evaluate("el => el === document.activeElement"):
+            slider.focus(timeout=RERUN_TIMEOUT)
+    return samples
+
+
+def _switch_tabs(page, switches: int, warmup: int = 2) -> list[float]:
+    """Seconds from a click on a view tab to the link naming it and an idle app, alternating the
+    first two views ("KV vs context" ⇄ "KV vs users"); each view was opened once (warm-up)."""
+    tabs = page.get_by_role("tab")
+    samples = []
+    for i in range(warmup + switches):
+        index = 1 - i % 2
+        start = time.perf_counter()
+        tabs.nth(index).click()
+        page.wait_for_url(lambda url, index=index: ("vw=users" in url) == (index == 1),
+                          timeout=RERUN_TIMEOUT)
+        page.wait_for_selector(IDLE, timeout=RERUN_TIMEOUT)
+        if i >= warmup:
+            samples.append(time.perf_counter() - start)
+    return samples
+
+
+def _first_png(page) -> float:
+    """Seconds from a click on the first chart's "Download PNG" to the file on disk."""
+    button = page.locator(".st-key-png_kv_vs_context").get_by_role("button")
+    button.wait_for(timeout=RERUN_TIMEOUT)
+    start = time.perf_counter()
+    with page.expect_download(timeout=RERUN_TIMEOUT) as info:
+        button.click()
+    info.value.path()
+    return time.perf_counter() - start
+
+
+def app_session(url: str, presses: int, switches: int, warmup: int = 2) -> dict[str, object]:
+    """One fresh page on a fresh server: first render, the first PNG download (clicked as soon as
+    the page is idle), slider keypresses and tab switches."""
+    with chromium() as browser:
+        context = browser.new_context(viewport={"width": 1400, "height": 1000},
+                                      accept_downloads=True)
+        try:
+            page = context.new_page()
+            first = open_idle(page, url)
+            png = _first_png(page)
+            keys = _press_keys(page, presses, warmup)
+            tabs = _switch_tabs(page, switches)
+            if page.locator('[data-testid="stException"]').count():
+                raise RuntimeError("the app shows an exception")
+            return {"first": first, "png": png, "keys": keys, "tabs": tabs}
         finally:
             context.close()
 

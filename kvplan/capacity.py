@@ -110,6 +110,11 @@ class FitResult(BaseModel):
     fits: bool
     weights_fit: bool
     min_gpus_to_fit: int | None = None
+    #: The model's ``max_position_embeddings`` (None when the config gives none).
+    context_limit: int | None = None
+    #: Why it does not fit ("" when it fits), and the smallest change that would make it fit.
+    reason: str = ""
+    suggestion: str = ""
     #: Bytes per part on one GPU of the heaviest pipeline stage (``kvplan.weights.PARTS``).
     weights_breakdown: dict[str, int] = {}
     #: The stored formats per part and where they were read ("… — from config.json …").
@@ -197,7 +202,7 @@ def memory_budget(arch: ModelArch, gpu: GPU, query: FitQuery,
     tp, pp = query.tp, query.pp
     gpus = query.num_gpus or tp * pp
     if gpus % (tp * pp):
-        raise KVPlanError("parallel.gpus", gpus=gpus, tpp=tp * pp)
+        raise KVPlanError("parallel.gpus", gpus=gpus, tpp=tp * pp, need=-(-gpus // (tp * pp)) * tp * pp)
     engine.check_parallel(arch, tp)
     settings = settings or engine_settings(query, gpu, arch)
     layout = weights_layout(arch, query, settings)
@@ -226,7 +231,9 @@ def fit(arch: ModelArch, gpu: GPU, query: FitQuery, search_gpus: bool = True) ->
     answer = _pool_answer(arch, gpu, query, budget.stage_budgets, notes, formulas, settings)
     tp, pp = query.tp, query.pp
     replicas = (query.num_gpus or tp * pp) // (tp * pp)
-    fits = budget.weights_fit and answer["max_requests"] >= query.users
+    limit = context_limit(arch)
+    within = limit is None or query.tokens <= limit
+    fits = budget.weights_fit and answer["max_requests"] >= query.users and within
     layout = weights_layout(arch, query, settings)
     formulas["weights"] = (" + ".join(f"{part} {size:,}" for part, size in layout.heaviest.items())
                            + f" = {max(layout.stage_bytes):,} B per GPU")
@@ -243,11 +250,83 @@ def fit(arch: ModelArch, gpu: GPU, query: FitQuery, search_gpus: bool = True) ->
         weights_total_bytes=budget.weights_total, weights_bytes=max(budget.stage_weights),
         reserve_bytes=budget.reserve, kv_budget_bytes=budget.kv_budget,
         max_requests_all_replicas=answer["max_requests"] * replicas,
-        fits=fits, weights_fit=budget.weights_fit, formulas=formulas, notes=notes, **answer)
-    if not budget.weights_fit and search_gpus:
-        result = result.model_copy(update={"min_gpus_to_fit": min_gpus_to_fit(arch, gpu, query)})
+        fits=fits, weights_fit=budget.weights_fit, context_limit=limit, formulas=formulas,
+        notes=notes, **answer)
+    smallest: tuple[int, int] | None = None
+    if not budget.weights_fit and search_gpus:  # one layout search serves both answers
+        smallest = smallest_layout(arch, gpu, query)
+        result = result.model_copy(update={
+            "min_gpus_to_fit": None if smallest is None else smallest[0] * smallest[1]})
         notes.append("the weights alone exceed this GPU's memory target")
+    if not fits:
+        reason, suggestion = why_not(arch, gpu, query, result, search_gpus, smallest)
+        result = result.model_copy(update={"reason": reason, "suggestion": suggestion})
     return result
+
+
+def context_limit(arch: ModelArch) -> int | None:
+    """The model's ``max_position_embeddings`` when its config gives one (vLLM's derived
+    ``max_model_len`` before rope scaling, ``vllm/config/model.py`` ``_get_and_verify_max_len``)."""
+    limit = arch.max_position_embeddings
+    return limit if isinstance(limit, int) and limit > 0 else None
+
+
+def _layout(tp: int, pp: int) -> str:
+    return f"TP={tp}" + (f", PP={pp}" if pp > 1 else "")
+
+
+def smallest_layout(arch: ModelArch, gpu: GPU, query: FitQuery, users: int = 1) -> tuple[int, int] | None:
+    """The smallest (TP, PP) — fewest GPUs, then TP before PP — whose weights and ``users``
+    requests of the query's length fit on one replica (at most 4,096 GPUs)."""
+    for n in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096):
+        for tp, pp in ((n, 1), (min(n, 8), n // min(n, 8))):
+            if tp * pp != n or pp > arch.n_layers:
+                continue
+            try:
+                trial = fit(arch, gpu, query.model_copy(update={
+                    "tp": tp, "pp": pp, "num_gpus": n, "users": users}), search_gpus=False)
+            except KVPlanError:
+                continue
+            if trial.weights_fit and trial.max_requests >= users:
+                return tp, pp
+    return None
+
+
+def why_not(arch: ModelArch, gpu: GPU, query: FitQuery, result: FitResult, search: bool = True,
+            weights_layout: tuple[int, int] | None = None) -> tuple[str, str]:
+    """Why ``result`` does not fit and the smallest change that fixes it (``search``: try other
+    parallel layouts — ``weights_layout`` is what ``fit``'s own search found for the weights; the
+    memory-per-accelerator view and the other KV dtypes of the answer skip the search)."""
+    gpus = query.num_gpus or query.tp * query.pp
+    if result.context_limit is not None and query.tokens > result.context_limit:
+        engine = get_engine(query.engine)
+        return (f"{query.tokens:,} tokens exceed the model's max_position_embeddings "
+                f"({result.context_limit:,}); {engine.short} {engine.long_context_rule}",
+                f"use at most {result.context_limit:,} tokens per request")
+    if not result.weights_fit:
+        reason = (f"the weights ({result.weights_bytes:,} B per GPU) do not fit in the "
+                  f"{result.memory_target_bytes:,} B memory target with TP={query.tp}, PP={query.pp}")
+        layout = weights_layout
+        if layout is None:
+            return reason, "a larger accelerator or a smaller weight format" if search else ""
+        tp, pp = layout
+        if tp * pp <= gpus:
+            return reason, (f"set {_layout(tp, pp)} (your {gpus:,} GPUs allow it; "
+                            f"{gpus // (tp * pp):,} replica(s))")
+        return reason, f"use {tp * pp:,} GPUs with {_layout(tp, pp)}"
+    reason = (f"{query.users:,} requests of {query.tokens:,} tokens need more KV memory than the "
+              f"budget holds: at most {result.max_requests:,} per replica")
+    options = []
+    if result.max_requests >= 1:
+        options.append(f"at most {result.max_requests:,} users")
+    if result.max_tokens_per_request >= 1:
+        options.append(f"at most {result.max_tokens_per_request:,} tokens per request")
+    if search:
+        layout = smallest_layout(arch, gpu, query, query.users)
+        if layout is not None:
+            tp, pp = layout
+            options.append(f"{tp * pp:,} GPUs with {_layout(tp, pp)}")
+    return reason, " or ".join(options) or "a larger accelerator"
 
 
 def make_pool(arch: ModelArch, gpu: GPU, query: FitQuery, budgets: list[int],
@@ -305,21 +384,10 @@ def max_len(cost: Callable[[np.ndarray], Any], budget: int, limit: int = MAX_SEA
     return low
 
 
-def min_gpus_to_fit(arch: ModelArch, gpu: GPU, query: FitQuery, limit: int = 4096) -> int | None:
-    """Smallest tensor-parallel GPU count (then pipeline stages) whose weights and one request fit."""
-    candidates = [n for n in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096) if n <= limit]
-    for n in candidates:
-        for tp, pp in ((n, 1), (min(n, 8), n // min(n, 8))):
-            if tp * pp != n or pp > arch.n_layers:
-                continue
-            try:
-                trial = fit(arch, gpu, query.model_copy(update={
-                    "tp": tp, "pp": pp, "num_gpus": n, "users": 1}), search_gpus=False)
-            except KVPlanError:
-                continue
-            if trial.weights_fit and trial.max_requests >= 1:
-                return n
-    return None
+def min_gpus_to_fit(arch: ModelArch, gpu: GPU, query: FitQuery) -> int | None:
+    """Smallest GPU count (TP first, then pipeline stages) whose weights and one request fit."""
+    layout = smallest_layout(arch, gpu, query)
+    return None if layout is None else layout[0] * layout[1]
 
 
 def capacity_sweep(arch: ModelArch, gpus_list: list[GPU], kv_dtypes: list[str],
@@ -327,11 +395,14 @@ def capacity_sweep(arch: ModelArch, gpus_list: list[GPU], kv_dtypes: list[str],
     """Requests that fit across accelerators × KV dtypes × context lengths × users (DataFrame).
 
     The pool is sized once per (accelerator, dtype); lengths and user counts are array-likes.
+    ``fits`` is False beyond the model's context limit, as in ``fit``.
     """
     import pandas as pd
 
     t = np.asarray(tokens, dtype=np.int64).ravel()
     u = np.asarray(users, dtype=np.int64).ravel()
+    limit = context_limit(arch)
+    within = t <= limit if limit is not None else np.ones(t.shape, dtype=bool)
     frames = []
     for gpu in gpus_list:
         for dtype in kv_dtypes:
@@ -349,7 +420,7 @@ def capacity_sweep(arch: ModelArch, gpus_list: list[GPU], kv_dtypes: list[str],
                 "kv_budget_bytes": budget.kv_budget,
                 "kv_bytes_per_request": np.repeat(pool.per_request_bytes(t), u.size),
                 "max_requests": np.repeat(max_requests, u.size),
-                "fits": np.greater_equal.outer(max_requests, u).ravel(),
+                "fits": np.greater_equal.outer(max_requests, u).ravel() & np.repeat(within, u.size),
             }))
     if not frames:
         return pd.DataFrame(columns=["gpu", "kv_dtype", "tokens", "users", "kv_budget_bytes",

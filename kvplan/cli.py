@@ -1,6 +1,8 @@
-"""Command line: ``python -m kvplan {kv,fit,models,gpus} ...``.
+"""Command line: ``kvplan {kv,fit,models,gpus,report,calibrate} ...`` (``pip install .`` gives the
+``kvplan`` command; ``python -m kvplan`` is the same).
 
-Bad input exits with code 2 and one line on stderr; ``--json`` prints exactly one JSON object.
+Bad input exits with code 2 and one line on stderr; ``--json`` prints exactly one JSON object;
+``fit --check`` exits 1 when the request does not fit.
 """
 
 from __future__ import annotations
@@ -94,10 +96,16 @@ def _nonneg_int(text: str) -> int:
     return _number("--kv-cache-memory-bytes", int, 0, 10**16)(text)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from kvplan.engines import ENGINES, release_choices
+def plural(count: int, noun: str) -> str:
+    """``1 user``, ``8 users`` (the count with thousands separators)."""
+    return f"{count:,} {noun}" + ("" if count == 1 else "s")
 
-    parser = _Parser(prog="python -m kvplan", description="KV-cache memory planner")
+
+def build_parser() -> argparse.ArgumentParser:
+    from kvplan.engines import DEFAULT_ENGINE, ENGINES, release_choices
+
+    parser = _Parser(prog="kvplan", description="KV-cache memory planner. Every command uses the "
+                     f"'{DEFAULT_ENGINE}' engine ({ENGINES[DEFAULT_ENGINE]}) unless --engine says otherwise.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     def model_args(p: argparse.ArgumentParser) -> None:
@@ -114,7 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="tokens per sequence (vLLM: max_model_len)")
         p.add_argument("--kv-dtype", default="auto",
                        help="KV element format; auto = the model's dtype (vLLM's kv_cache_dtype=auto)")
-        p.add_argument("--engine", default=None, choices=list(ENGINES))
+        p.add_argument("--engine", default=DEFAULT_ENGINE, choices=list(ENGINES),
+                       help=f"serving engine whose storage rules apply (default: {DEFAULT_ENGINE})")
         p.add_argument("--engine-version", default=None, metavar="RELEASE",
                        help="engine release to model (default: the newest); "
                             + "; ".join(f"{e}: {', '.join(release_choices(e))}" for e in ENGINES
@@ -141,6 +150,8 @@ def build_parser() -> argparse.ArgumentParser:
                           "quantization_config says each part is stored in)")
     fit.add_argument("--reserve-gib", type=_nonneg_float)
     fit.add_argument("--kv-cache-memory-bytes", type=_nonneg_int)
+    fit.add_argument("--check", action="store_true",
+                     help="exit with code 1 when the request does not fit (for scripts)")
 
     cal = sub.add_parser("calibrate", help="compare kvplan with a real vLLM run's start-up log")
     model_args(cal)
@@ -276,12 +287,11 @@ def human(n: int | float) -> str:
 
 
 def cmd_kv(args: argparse.Namespace) -> int:
-    from kvplan.engines import HF_ENGINE
     from kvplan.sizing import kv_cache
 
     arch = _load_arch(args)
     settings = settings_from_args(args, tp=args.tp)
-    engine = engine_with_release(args.engine or HF_ENGINE, args.engine_version)
+    engine = engine_with_release(args.engine, args.engine_version)
     result = kv_cache(arch, args.tokens, args.batch, args.kv_dtype, engine, settings)
     if args.json:
         payload = result.model_dump()
@@ -304,27 +314,28 @@ def cmd_kv(args: argparse.Namespace) -> int:
 
 def cmd_fit(args: argparse.Namespace) -> int:
     from kvplan.capacity import FitQuery, fit
-    from kvplan.engines import DEFAULT_ENGINE
     from kvplan.presets import get_gpu
 
     arch = _load_arch(args)
     gpu = get_gpu(args.gpu)
     query = FitQuery(tokens=args.tokens, users=args.users, kv_dtype=args.kv_dtype,
                      weight_dtype=args.weight_dtype,
-                     engine=engine_with_release(args.engine or DEFAULT_ENGINE, args.engine_version),
+                     engine=engine_with_release(args.engine, args.engine_version),
                      num_gpus=args.num_gpus, tp=args.tp, pp=args.pp, reserve_gib=args.reserve_gib,
                      kv_cache_memory_bytes=args.kv_cache_memory_bytes,
                      settings=settings_from_args(args, tp=args.tp, pp=args.pp))
     result = fit(arch, gpu, query)
+    status = 1 if args.check and not result.fits else 0
     checkpoint = _checkpoint_report(args, arch, query)
     if args.json:
         payload = result.model_dump(mode="json")
         if checkpoint is not None:
             payload["checkpoint"] = checkpoint
         print(json.dumps(payload))
-        return 0
-    print(f"{result.model} on {result.replicas} × {result.tp * result.pp} {gpu.name} "
-          f"(tp={result.tp}, pp={result.pp}) · {result.engine_label} [{result.engine_release}]")
+        return status
+    gpus = result.replicas * result.tp * result.pp
+    print(f"{result.model} on {plural(gpus, 'GPU')} × {gpu.name} ({plural(result.replicas, 'replica')}"
+          f" of TP={result.tp}, PP={result.pp}) · {result.engine_label} [{result.engine_release}]")
     print(f"GPU memory:        {human(result.gpu_capacity_bytes)} [{gpu.capacity_basis}]")
     print(f"Weights per GPU:   {human(result.weights_bytes)}")
     print(f"  format: {result.weight_format}")
@@ -346,12 +357,18 @@ def cmd_fit(args: argparse.Namespace) -> int:
         print(f"vLLM would log:    {result.vllm_log}")
     print(f"Requests of {result.tokens:,} tokens that fit: {result.max_requests:,} per replica, "
           f"{result.max_requests_all_replicas:,} in all")
-    print(f"Longest request at {result.users:,} users: {result.max_tokens_per_request:,} tokens")
-    print("Fits." if result.fits else "Does NOT fit."
-          + (f" Smallest GPU count that fits: {result.min_gpus_to_fit}" if result.min_gpus_to_fit else ""))
+    print(f"Longest request at {plural(result.users, 'user')}: {result.max_tokens_per_request:,} tokens")
+    if result.context_limit is not None:
+        print(f"Model context limit: {result.context_limit:,} tokens (max_position_embeddings)")
+    if result.fits:
+        print("Fits.")
+    else:
+        print(f"Does NOT fit: {result.reason}.")
+        if result.suggestion:
+            print(f"Smallest change: {result.suggestion}.")
     for note in result.notes:
         print(f"  note: {note}")
-    return 0
+    return status
 
 
 def _checkpoint_report(args: argparse.Namespace, arch, query) -> dict | None:
@@ -413,7 +430,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from kvplan.files import read_limited
     from kvplan.presets import get_gpu
 
-    if args.engine is not None and not get_engine(args.engine).logs_kv_cache:
+    if not get_engine(args.engine).logs_kv_cache:
         raise KVPlanError("calibrate.engine", why=f"engine '{args.engine}' is not vLLM")
     raw = read_limited(args.log, MAX_LOG_BYTES, "calibrate.too_large")
     log = parse_vllm_log(raw)

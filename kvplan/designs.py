@@ -1,10 +1,12 @@
 """The same model rebuilt with other attention designs, to compare what each costs in KV cache.
 
-Every variant keeps the real model's layer count, hidden size, query heads, head size and weights
-(``params_total``), so only the attention cache changes. Assumptions (stated in the UI):
+Every variant keeps the real model's layer count, hidden size, query heads, K and V head sizes
+and weights (``params_total``), so only the attention cache changes. Assumptions (stated in the UI):
 
-* ``mha`` — dense multi-head attention: every attention layer caches all ``n_heads`` K/V heads of
-  ``head_dim`` (the model's query heads and head size), full length.
+* ``mha`` — dense multi-head attention: every attention layer caches all its query heads' K and V
+  at the layer's own head sizes (``layer_head_dims``: an MLA layer's K head is
+  ``qk_nope_head_dim + qk_rope_head_dim``, its V head ``v_head_dim``, as transformers'
+  ``DeepseekV3Attention.forward`` builds them before ``cache.update``), full length.
 * ``gqa`` — grouped-query attention with the model's real KV-head count (``ASSUMED_GQA_HEADS`` when
   the model has none, e.g. an MLA model), full length.
 * ``swa`` — the GQA variant with every attention layer a sliding window of ``swa_window`` tokens
@@ -19,6 +21,7 @@ Recurrent and cache-free layers are kept as they are in every variant.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Literal
 
 import pandas as pd
 
@@ -56,29 +59,54 @@ def real_gqa_heads(arch: ModelArch) -> int:
     return max(heads) if heads else min(ASSUMED_GQA_HEADS, arch.n_heads)
 
 
+def layer_head_dims(layer: LayerSpec) -> tuple[int, int]:
+    """(K, V) head sizes of an attention-like layer: an MLA layer's per-head K is
+    ``qk_nope_head_dim + qk_rope_head_dim`` and V is ``v_head_dim`` (transformers
+    ``modeling_deepseek_v3.py`` ``DeepseekV3Attention.forward``: ``key_states`` concatenates
+    ``k_pass`` and ``k_rot``)."""
+    if isinstance(layer, MLA):
+        return layer.qk_nope_head_dim + layer.qk_rope_head_dim, layer.v_head_dim
+    if isinstance(layer, Attention):
+        return layer.head_dim_k, layer.head_dim_v
+    raise TypeError(f"{type(layer).__name__} has no attention heads")
+
+
+def _heads_of(arch: ModelArch, layer: LayerSpec) -> int:
+    return layer.n_heads if isinstance(layer, MLA) else arch.n_heads
+
+
+def _attention(layer: LayerSpec, heads: int, kind: Literal["full", "sliding"] = "full",
+               window: int | None = None) -> Attention:
+    k, v = layer_head_dims(layer)
+    return Attention(kind=kind, n_kv_heads=heads, head_dim_k=k, head_dim_v=v, window=window)
+
+
 def as_mha(arch: ModelArch) -> ModelArch:
-    spec = Attention(n_kv_heads=arch.n_heads, head_dim_k=arch.head_dim, head_dim_v=arch.head_dim)
-    return _rebuild(arch, lambda _layer: spec, "dense MHA")
+    return _rebuild(arch, lambda layer: _attention(layer, _heads_of(arch, layer)), "dense MHA")
 
 
 def as_gqa(arch: ModelArch, kv_heads: int | None = None) -> ModelArch:
     heads = kv_heads or real_gqa_heads(arch)
-    spec = Attention(n_kv_heads=heads, head_dim_k=arch.head_dim, head_dim_v=arch.head_dim)
-    return _rebuild(arch, lambda _layer: spec, f"GQA ({heads} KV heads)")
+    return _rebuild(arch, lambda layer: _attention(layer, min(heads, _heads_of(arch, layer))),
+                    f"GQA ({heads} KV heads)")
 
 
 def as_swa(arch: ModelArch, window: int = DEFAULT_SWA_WINDOW, kv_heads: int | None = None) -> ModelArch:
     heads = kv_heads or real_gqa_heads(arch)
-    spec = Attention(kind="sliding", n_kv_heads=heads, head_dim_k=arch.head_dim,
-                     head_dim_v=arch.head_dim, window=window)
-    return _rebuild(arch, lambda _layer: spec, f"sliding window {window:,}")
+    return _rebuild(arch, lambda layer: _attention(layer, min(heads, _heads_of(arch, layer)),
+                                                   "sliding", window), f"sliding window {window:,}")
 
 
 def as_mla(arch: ModelArch, kv_lora_rank: int = DEFAULT_MLA_RANK,
            qk_rope_head_dim: int = DEFAULT_MLA_ROPE) -> ModelArch:
-    spec = MLA(kv_lora_rank=kv_lora_rank, qk_rope_head_dim=qk_rope_head_dim, n_heads=arch.n_heads,
-               qk_nope_head_dim=arch.head_dim, v_head_dim=arch.head_dim)
-    return _rebuild(arch, lambda _layer: spec, f"MLA ({kv_lora_rank} + {qk_rope_head_dim})")
+    def make(layer: LayerSpec) -> LayerSpec:
+        if isinstance(layer, MLA):
+            return layer.model_copy(update={"kv_lora_rank": kv_lora_rank,
+                                            "qk_rope_head_dim": qk_rope_head_dim, "window": None})
+        k, v = layer_head_dims(layer)
+        return MLA(kv_lora_rank=kv_lora_rank, qk_rope_head_dim=qk_rope_head_dim, n_heads=arch.n_heads,
+                   qk_nope_head_dim=max(k - qk_rope_head_dim, 0), v_head_dim=v)
+    return _rebuild(arch, make, f"MLA ({kv_lora_rank} + {qk_rope_head_dim})")
 
 
 def variants(arch: ModelArch, swa_window: int = DEFAULT_SWA_WINDOW,
@@ -101,17 +129,30 @@ def variants(arch: ModelArch, swa_window: int = DEFAULT_SWA_WINDOW,
 
 
 def assumptions(arch: ModelArch, swa_window: int = DEFAULT_SWA_WINDOW,
-                kv_lora_rank: int = DEFAULT_MLA_RANK, qk_rope_head_dim: int = DEFAULT_MLA_ROPE) -> list[str]:
-    """One sentence per variant with the values plugged in."""
+                kv_lora_rank: int = DEFAULT_MLA_RANK, qk_rope_head_dim: int = DEFAULT_MLA_ROPE,
+                tp: int = 1) -> list[str]:
+    """One sentence per variant with the values plugged in, and how TP treats each cache."""
     heads = real_gqa_heads(arch)
     has_gqa = any(isinstance(layer, Attention) for layer in arch.layers)
     gqa_basis = "the model's real KV heads" if has_gqa else f"assumed ({ASSUMED_GQA_HEADS} max)"
+    first = next((layer for layer in arch.layers if _is_attention(layer)), None)
+    k, v = layer_head_dims(first) if first is not None else (arch.head_dim, arch.head_dim)
+    mha_heads = _heads_of(arch, first) if first is not None else arch.n_heads
     return [
-        f"Dense MHA: {arch.n_heads} KV heads × head_dim {arch.head_dim} on every attention layer.",
-        f"GQA: {heads} KV heads ({gqa_basis}) × head_dim {arch.head_dim}, full length.",
+        f"Dense MHA: {mha_heads} KV heads × (K {k} + V {v}) elements per token on every attention "
+        "layer — the model's own K and V head sizes"
+        + (" (MLA: qk_nope + qk_rope for K, v_head_dim for V)" if isinstance(first, MLA) else "") + ".",
+        f"GQA: {heads} KV heads ({gqa_basis}) × (K {k} + V {v}), full length.",
         f"Sliding window: GQA with every attention layer limited to the last {swa_window:,} tokens.",
         f"MLA: latent of kv_lora_rank {kv_lora_rank} + rope {qk_rope_head_dim} = "
         f"{kv_lora_rank + qk_rope_head_dim} elements per token and layer (DeepSeek-V2 values).",
+        f"Tensor parallelism (TP={tp}): MHA/GQA/sliding caches split their KV heads over the TP ranks, "
+        "but the MLA latent is one vector per token that every TP rank keeps whole (vLLM "
+        "MLAAttentionSpec with one KV head, SGLang MLATokenToKVPool), so per GPU MLA is "
+        f"replicated {tp}× and its advantage shrinks as TP grows. DP-attention (SGLang "
+        "--enable-dp-attention, vLLM --data-parallel-size with expert parallelism) gives each rank "
+        "its own requests instead, so the latent is no longer duplicated: per-GPU capacity for MLA "
+        "is then the single-rank figure times the ranks.",
         f"All variants keep the real model's {arch.n_layers} layers and weights "
         f"({arch.params_total:,} parameters); recurrent / cache-free layers are unchanged.",
     ]

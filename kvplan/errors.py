@@ -47,7 +47,8 @@ MESSAGES: dict[str, str] = {
     "parallel.tp_heads": "tensor parallel size {tp} does not split {heads} KV heads (the engine "
                          "needs kv_heads % tp == 0, or tp % kv_heads == 0 when tp > kv_heads)",
     "parallel.pp_layers": "pipeline parallel size {pp} exceeds the {layers} layers of the model",
-    "parallel.gpus": "the GPU count {gpus} is not a multiple of tp × pp = {tpp}",
+    "parallel.gpus": "the GPU count {gpus} is not a multiple of tp × pp = {tpp}: use {need} GPUs, "
+                     "or a TP × PP that divides {gpus}",
     "parallel.ep": "expert parallel size {ep} must divide the tensor parallel size {tp} (experts "
                    "are split over ep ranks, their intermediate size over tp / ep)",
     "engine.dtype": "engine '{engine}' cannot store the KV cache as {dtype}: {why}",

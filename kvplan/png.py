@@ -8,6 +8,7 @@ changes plotly's default); ``fig_to_png`` sets ``plotly_white`` when a figure ha
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import threading
@@ -27,6 +28,10 @@ _PATHS = ("/usr/bin/chromium", "/usr/lib/chromium/chromium", "/usr/bin/chromium-
 
 _LOCK = threading.Lock()
 _started = False
+#: Nice value of the background warm-up thread and so of the Chromium it starts (Linux threads
+#: and the processes they spawn inherit it): it yields the CPU to the first page render.
+WARM_UP_NICE = 10
+_warm_up: threading.Thread | None = None
 
 
 @cache
@@ -55,6 +60,32 @@ def chromium_available() -> bool:
 def _template_name(fig) -> str | None:
     template = fig.layout.template
     return None if template is None or not template.to_plotly_json() else "set"
+
+
+def warm_up_in_background() -> threading.Thread | None:
+    """Start kaleido's Chromium and render one tiny figure in a daemon thread, so the first PNG a
+    user asks for does not pay the browser's cold start (≈ 2–5 s). None without Chromium, or when
+    ``KVPLAN_PNG_WARM_UP=0`` (the in-process AppTest tests set it: no browser per test process)."""
+    global _warm_up
+    if os.environ.get("KVPLAN_PNG_WARM_UP") == "0" or not chromium_available():
+        return None
+    if _warm_up is not None:  # once per process (the launcher and the app may both ask)
+        return _warm_up
+
+    def run() -> None:
+        import plotly.graph_objects as go
+
+        # this thread only (not Linux / not permitted: warm up unniced); the page renders meanwhile
+        with contextlib.suppress(AttributeError, OSError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WARM_UP_NICE)
+        try:
+            fig_to_png(go.Figure(go.Scatter(x=[0, 1], y=[0, 1])), 40, 40)
+        except Exception:  # noqa: BLE001 - the first real export reports any problem itself
+            return
+
+    _warm_up = threading.Thread(target=run, name="kvplan-png-warm-up", daemon=True)
+    _warm_up.start()
+    return _warm_up
 
 
 def fig_to_png(fig, width: int | None = None, height: int | None = None, scale: float = 1.0) -> bytes:

@@ -13,7 +13,11 @@ from kvplan.arch import ModelArch
 from kvplan.config_import import parse_config
 from kvplan.errors import MESSAGES, KVPlanError, clip
 
-PRESETS_DIR = Path(__file__).resolve().parent.parent / "presets"
+#: ``presets/`` of a source checkout, else the copy ``pip install .`` puts in the package
+#: (``kvplan/_presets``, declared in pyproject.toml's ``[tool.setuptools.package-dir]``).
+_CHECKOUT_PRESETS = Path(__file__).resolve().parent.parent / "presets"
+PRESETS_DIR = _CHECKOUT_PRESETS if (_CHECKOUT_PRESETS / "models").is_dir() \
+    else Path(__file__).resolve().parent / "_presets"
 #: Bounds of a user-defined accelerator: memory GiB, bandwidth TB/s, dense BF16 TFLOPS (the
 #: dashboard's link and widgets read them through ``kvplan.scenario.BOUNDS``).
 CUSTOM_GPU_LIMITS: dict[str, tuple[float, float]] = {

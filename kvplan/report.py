@@ -2,8 +2,9 @@
 
 No Streamlit here: the CLI (``python -m kvplan report``) and the dashboard share these functions.
 
-* ``to_csv(df, scenario)`` — a leading ``# `` comment line with the scenario's link query, then the
-  table with a unit in every numeric column header (``pandas.read_csv(..., comment="#")`` reads it).
+* ``to_csv(df, scenario)`` — the table with a unit in every numeric column header and the scenario's
+  link query in a last column named ``scenario_link`` (``pandas.read_csv`` and Excel read it
+  without options: no comment lines).
 * ``scenario_to_json`` / ``scenario_from_json`` — the scenario file format of
   ``presets/scenarios/*.json``: ``{"id", "name", "description", "source", "query": {URL keys}}``.
 * ``load_scenario(arg)`` — a scenario file path, a named scenario id, or a link / query string.
@@ -47,7 +48,8 @@ _UNIT_NAMES: dict[str, str] = {
     "max_concurrency": "requests", "layers": "layers", "tp": "GPUs", "pp": "GPUs",
     "num_gpus": "GPUs", "replicas": "replicas", "num_blocks": "blocks", "block_size": "tokens",
     "blocks_per_request": "blocks", "max_requests_all_replicas": "requests",
-    "max_tokens_per_request": "tokens",
+    "max_tokens_per_request": "tokens", "context_limit": "tokens", "kv_share": "fraction of budget",
+    "fits": "true/false", "weights_fit": "true/false", "max_concurrency_x": "requests",
 }
 _STRIP = ("_gib", "_gb", "_mib", "_pct")
 
@@ -63,12 +65,18 @@ def unit_header(column: object) -> str:
     for suffix, unit in _UNIT_SUFFIXES:
         if low.endswith(suffix):
             return f"{name[: -len(suffix)] if suffix in _STRIP else name} [{unit}]"
+    if "_bytes_per_" in low or low.startswith("bytes_per_"):  # kv_bytes_per_request: bytes
+        return f"{name} [B]"
     return name
 
 
 def scenario_link(scenario: Scenario) -> str:
     """The scenario as a link query (``?v=1&m=...``), the same the dashboard puts in its URL."""
     return "?" + urlencode(scenario.to_query(), safe=",")
+
+
+#: The last CSV column: the scenario's link query on every row (no comment line Excel would show).
+LINK_COLUMN = "scenario_link"
 
 
 def _csv_text(value: object) -> object:
@@ -79,7 +87,8 @@ def _csv_text(value: object) -> object:
 
 
 def to_csv(df: pd.DataFrame, scenario: Scenario) -> str:
-    """CSV text: ``# kvplan scenario <link query>`` then the table with units in the headers.
+    """CSV text: the table with units in the headers, the link query in a last ``scenario_link``
+    column (on every row, so a filtered or sorted copy keeps it).
 
     Text cells that a spreadsheet would evaluate (``=HYPERLINK(…)``, ``+``, ``-``, ``@``, tab, CR)
     get a leading ``'`` (``kvplan.errors.csv_cell``); numbers stay numbers."""
@@ -87,8 +96,8 @@ def to_csv(df: pd.DataFrame, scenario: Scenario) -> str:
     for column in table.columns:
         if not pd.api.types.is_numeric_dtype(table[column]):
             table[column] = table[column].map(_csv_text)
+    table[LINK_COLUMN] = str(_csv_text(scenario_link(scenario)))
     buffer = io.StringIO()
-    buffer.write(f"# kvplan scenario {scenario_link(scenario)}\n")
     table.to_csv(buffer, index=False, lineterminator="\n")
     return buffer.getvalue()
 
@@ -229,10 +238,12 @@ def fit_table(scenario: Scenario) -> pd.DataFrame:
             "weights_per_gpu_gib": r.weights_bytes / GIB, "reserve_gib": r.reserve_bytes / GIB,
             "kv_budget_gib": r.kv_budget_bytes / GIB,
             "kv_per_request_gib": r.kv_bytes_per_request / GIB,
+            "kv_in_use_gib": r.kv_bytes_per_request * scenario.users / GIB,
             "kv_pool_tokens": r.kv_pool_tokens, "max_requests": r.max_requests,
             "max_requests_all_replicas": r.max_requests_all_replicas,
             "max_tokens_per_request": r.max_tokens_per_request,
-            "fits": r.fits, "note": "",
+            "context_limit": r.context_limit, "fits": r.fits,
+            "reason": "" if r.fits else f"{r.reason}; smallest change: {r.suggestion}", "note": "",
         })
     return pd.DataFrame(rows)
 
@@ -304,10 +315,10 @@ def report_figure(scenario: Scenario, tables: dict[str, pd.DataFrame] | None = N
         subplot_titles=("Per GPU, per KV dtype", f"KV cache held by {scenario.users:,} request(s)",
                         "Memory per GPU", f"Requests of {scenario.tokens:,} tokens per replica"))
     ok = fit_df[fit_df["note"].fillna("") == ""] if "note" in fit_df else fit_df
-    labels = ["KV dtype", "weights GiB", "KV budget GiB", "KV reserved per request GiB",
-              "max requests", "fits"]
+    labels = ["KV dtype", "weights GiB", "KV budget GiB", "KV per request GiB",
+              f"KV in use GiB ({scenario.users:,} req.)", "max requests", "fits"]
     cells = [ok.get("kv_dtype", pd.Series(dtype=str)).tolist()]
-    for col in ("weights_per_gpu_gib", "kv_budget_gib", "kv_per_request_gib"):
+    for col in ("weights_per_gpu_gib", "kv_budget_gib", "kv_per_request_gib", "kv_in_use_gib"):
         cells.append([f"{v:,.2f}" for v in ok.get(col, [])])
     cells.append([f"{int(v):,}" for v in ok.get("max_requests", [])])
     cells.append(["yes" if v else "no" for v in ok.get("fits", [])])
@@ -317,17 +328,26 @@ def report_figure(scenario: Scenario, tables: dict[str, pd.DataFrame] | None = N
         fig.add_trace(go.Scatter(x=kv_df["tokens"], y=kv_df[col], mode="lines",
                                  name=f"KV {col.removesuffix('_kv_gib')}", legendgroup="kv"),
                       row=1, col=2)
+    limit = _context_limit(fit_df)
+    if limit is not None and len(kv_df):
+        top = float(kv_df.iloc[:, 1:].max().max()) if kv_df.shape[1] > 1 else 1.0
+        fig.add_trace(go.Scatter(x=[limit, limit], y=[0, top], mode="lines", legendgroup="kv",
+                                 name=f"model limit {limit:,} tokens", line={"dash": "dot", "color": "#111"}),
+                      row=1, col=2)
     fig.update_xaxes(type="log" if scenario.log_x else "linear", title_text="tokens per request",
                      row=1, col=2)
     fig.update_yaxes(title_text="GiB", row=1, col=2)
-    parts = (("weights_per_gpu_gib", "weights"), ("reserve_gib", "runtime reserve"),
-             ("kv_budget_gib", "KV budget"))
+    memory = _memory_parts(ok)
     base = np.zeros(len(ok))
-    for col, label in parts:  # stacked by hand: the layout's barmode stays "group" for the GPU chart
-        if col in ok:
-            fig.add_trace(go.Bar(x=ok["kv_dtype"], y=ok[col], base=base.copy(), name=label,
-                                 offsetgroup="mem", legendgroup="mem"), row=2, col=1)
-            base = base + ok[col].to_numpy(dtype=float)
+    for label, values, color in memory:  # stacked by hand: barmode stays "group" for the GPU chart
+        fig.add_trace(go.Bar(x=ok["kv_dtype"], y=values, base=base.copy(), name=label,
+                             marker_color=color, offsetgroup="mem", legendgroup="mem"), row=2, col=1)
+        base = base + values
+    if "memory_target_gib" in ok and len(ok):
+        target = float(ok["memory_target_gib"].iloc[0])
+        fig.add_trace(go.Scatter(x=ok["kv_dtype"], y=[target] * len(ok), mode="lines+markers",
+                                 name="memory target", line={"dash": "dash", "color": "#d62728"},
+                                 legendgroup="mem"), row=2, col=1)
     fig.update_layout(barmode="group")
     fig.update_yaxes(title_text="GiB", row=2, col=1)
     for col in gpu_df.columns[3:]:
@@ -335,11 +355,36 @@ def report_figure(scenario: Scenario, tables: dict[str, pd.DataFrame] | None = N
                              legendgroup="gpu"), row=2, col=2)
     fig.update_xaxes(tickangle=-60, row=2, col=2)
     fig.update_yaxes(title_text="requests", row=2, col=2)
+    warning = ""
+    if limit is not None and scenario.tokens > limit:
+        warning = (f"<br><span style='color:#d62728'>{scenario.tokens:,} tokens exceed the model's "
+                   f"max_position_embeddings ({limit:,}): does not fit</span>")
     fig.update_layout(template=TEMPLATE, width=REPORT_WIDTH, height=REPORT_HEIGHT,
                       title={"text": f"kvplan report — {scenario_title(scenario)}<br>"
-                                     f"<sup>{plotly_text(scenario_link(scenario))}</sup>", "x": 0.01},
+                                     f"<sup>{plotly_text(scenario_link(scenario))}</sup>{warning}",
+                             "x": 0.01},
                       margin={"t": 110, "l": 60, "r": 30, "b": 90}, legend={"orientation": "v"})
     return fig
+
+
+def _context_limit(fit_df: pd.DataFrame) -> int | None:
+    values = fit_df["context_limit"].dropna() if "context_limit" in fit_df else pd.Series(dtype=float)
+    return int(values.iloc[0]) if len(values) else None
+
+
+def _memory_parts(ok: pd.DataFrame) -> list[tuple[str, np.ndarray, str]]:
+    """The memory-per-GPU bars of each KV dtype: weights, reserve, the KV the chosen requests use,
+    then the rest of the KV budget (free) — or, past the budget, the KV over it in red."""
+    if not len(ok):
+        return []
+    weights = ok["weights_per_gpu_gib"].to_numpy(dtype=float)
+    reserve = ok["reserve_gib"].to_numpy(dtype=float)
+    budget = ok["kv_budget_gib"].to_numpy(dtype=float).clip(min=0)
+    used = ok["kv_in_use_gib"].to_numpy(dtype=float)
+    return [("weights", weights, "#6b6b6b"), ("runtime reserve", reserve, "#f2b134"),
+            ("KV in use", np.minimum(used, budget), "#1f77b4"),
+            ("KV over the budget", np.maximum(used - budget, 0), "#d62728"),
+            ("KV budget free", np.maximum(budget - used, 0), "#d9f0d3")]
 
 
 # -------------------------------------------------------------------------------------- report

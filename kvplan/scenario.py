@@ -366,7 +366,8 @@ def check_names(scenario: Scenario) -> tuple[Scenario, list[str]]:
         tpp = 1
     if scenario.num_gpus % tpp:
         warn("num_gpus", str(scenario.num_gpus),
-             str(KVPlanError("parallel.gpus", gpus=scenario.num_gpus, tpp=tpp)))
+             str(KVPlanError("parallel.gpus", gpus=scenario.num_gpus, tpp=tpp,
+                             need=-(-scenario.num_gpus // tpp) * tpp)))
         update["num_gpus"] = tpp
     return (scenario.model_copy(update=update) if update else scenario), warnings
 

@@ -295,6 +295,19 @@ def test_a_failing_view_is_reported_not_raised():
     assert unmd(at.error[0].value).startswith("Broken view could not be drawn (ZeroDivisionError")
 
 
+def test_serving_allocation_is_for_the_scenario_model_and_its_inputs():
+    """Issue #16 item 6: the allocation chart uses the scenario's model and the link's block size
+    and maximum length (not OPT-13B at 2,048 tokens, block 16)."""
+    import json
+
+    at = make_app(m="qwen3-8b", t="8192", vw="serving", sv="block:256;max_len:4096")
+    no_errors(at)
+    spec = json.loads(at.get("plotly_chart")[0].proto.spec)
+    title = spec["layout"]["title"]["text"]
+    assert "Qwen3-8B" in title and "block 256" in title and "max length 4,096" in title, title
+    assert any("block 256 tokens" in c.value for c in at.caption)
+
+
 def test_recommend_tab_shows_chart_table_and_links_with_the_core_memory():
     """vw=recommend: the Pareto chart and the ranked table; the first candidate's link opens a
     scenario whose KPI cards hold the same weights, KV budget and max requests as the table."""

@@ -69,7 +69,9 @@ def test_never_negative_and_fits_is_consistent(case):
     result = run(*case)
     assume(result is not None)
     _nonnegative(result)
-    assert result.fits == (result.weights_fit and result.max_requests >= result.users)
+    within = result.context_limit is None or result.tokens <= result.context_limit
+    assert result.fits == (result.weights_fit and result.max_requests >= result.users and within)
+    assert (result.reason == "") == result.fits
     assert result.max_requests_all_replicas == result.max_requests * result.replicas
     if not result.weights_fit and result.min_gpus_to_fit is not None:
         assert 1 <= result.min_gpus_to_fit <= 4096

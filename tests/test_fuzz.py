@@ -561,7 +561,8 @@ def test_markup_payloads_in_config_fields(name, key, payload):
     _check_shown(arch.name)
     assert "<" not in plotly_text(arch.name) and ">" not in plotly_text(arch.name)
     frame = pd.DataFrame({"model": [arch.name], "value": [-1]})
-    cells = list(csv.reader(io.StringIO(to_csv(frame, Scenario()).split("\n", 1)[1])))
+    cells = list(csv.reader(io.StringIO(to_csv(frame, Scenario()))))  # header, then the row
+    assert cells[0] == ["model", "value", "scenario_link"]
     assert cells[1][1] == "-1"
     assert not cells[1][0].startswith(("=", "+", "-", "@", "\t", "\r")), cells[1][0]
 

@@ -24,7 +24,7 @@ from kvplan.config_import import MAX_CONFIG_BYTES, MAX_DEPTH
 from kvplan.engines import SETTINGS
 from kvplan.errors import MESSAGES, KVPlanError, csv_cell, md, plotly_text
 from kvplan.presets import load_model
-from kvplan.report import load_scenario, report_figure, scenario_from_json, to_csv
+from kvplan.report import load_scenario, report_figure, scenario_from_json, scenario_link, to_csv
 from kvplan.scenario import BOUNDS, Scenario, encode_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -127,7 +127,7 @@ def test_config_name_in_the_link_is_shown_as_text():
     at = make_app(m="custom", c=encode_config(config), t="4096")
     no_traceback(at)
     header = next(m.value for m in at.markdown if " on **" in m.value)
-    assert header.startswith(f"**{md(PHISH_NAME)}** on **1 × ")
+    assert header.startswith(f"**{md(PHISH_NAME)}** on **1 GPU × ")
     assert unmd(header).startswith(f"**{PHISH_NAME}** on")
     assert_inert(header)
     for text in all_text(at):
@@ -204,18 +204,19 @@ def test_designs_csv_neutralises_formula_cells():
     arch = load_model("llama-3.1-8b").model_copy(update={"name": name})
     df = design_table(arch, get_gpu("h100-sxm"), FitQuery(tokens=4096))
     text = to_csv(df, Scenario())
-    table = pd.read_csv(io.StringIO(text), comment="#")
+    table = pd.read_csv(io.StringIO(text))
     assert all(cell.startswith("'=HYPERLINK(") for cell in table["model"]), table["model"].tolist()
-    assert not any(line.split(",")[2].startswith("=") for line in text.splitlines()[2:])
+    assert not any(line.split(",")[2].startswith("=") for line in text.splitlines()[1:])
 
 
 def test_csv_keeps_negative_numbers_and_neutralises_text():
     df = pd.DataFrame({"free_bytes": [-5, 7], "note": ["-1+1", "@SUM(A1)"], "x": ["\tcmd", "ok"],
                        "y": ["+1", "\rz"]})
     lines = to_csv(df, Scenario()).splitlines()
-    assert lines[1] == "free_bytes [B],note,x,y"
-    assert lines[2] == "-5,'-1+1,'\tcmd,'+1"
-    assert lines[3] == "7,'@SUM(A1),ok,' z"
+    link = scenario_link(Scenario())  # the last column (issue #16: no leading comment line)
+    assert lines[0] == "free_bytes [B],note,x,y,scenario_link"
+    assert lines[1] == f"-5,'-1+1,'\tcmd,'+1,{link}"
+    assert lines[2] == f"7,'@SUM(A1),ok,' z,{link}"
     assert csv_cell(-5) == -5 and csv_cell(-2.5) == -2.5 and csv_cell("=1") == "'=1"
     assert csv_cell("plain") == "plain"
 
@@ -346,8 +347,9 @@ def test_every_gpu_failing_is_a_named_message():
     at = make_app(m="llama-3.1-8b", tp="3", n="3", vw="memory")
     no_traceback(at)
     warnings = [unmd(w.value) for w in at.warning]
-    assert warnings == [MESSAGES["view.no_gpu"].format(why=MESSAGES["parallel.tp_heads"].format(
-        tp=3, heads=8))]
+    why = MESSAGES["parallel.tp_heads"].format(tp=3, heads=8)
+    # the answer card first (issue #16), then the memory view's own message
+    assert warnings == [f"Does not fit: {why}.", MESSAGES["view.no_gpu"].format(why=why)]
     assert not any("KeyError" in e.value for e in at.error)
     assert at.query_params["tp"] in ("3", ["3"]) and at.query_params["n"] in ("3", ["3"])
     assert at.query_params["vw"] in ("memory", ["memory"])

@@ -32,26 +32,33 @@ SCENARIO = Scenario(model="llama-3.1-70b", gpu="h100-sxm", num_gpus=8, tp=8, tok
 
 
 def _read(text: str) -> pd.DataFrame:
-    return pd.read_csv(io.StringIO(text), comment="#")
+    return pd.read_csv(io.StringIO(text))
 
 
-def test_csv_has_link_comment_units_and_parses_back() -> None:
+def test_csv_has_units_and_the_link_in_a_last_column() -> None:
+    """No comment line (Excel would show it as a data row): the header is the first line, and the
+    scenario's link is the last column, on every row; ``pandas.read_csv`` needs no options."""
     df = pd.DataFrame({"tokens": [1, 2], "kv_bytes": [10, 20], "kv_gib": [0.5, 1.0],
                        "Weights (GiB)": [3.0, 3.0], "kv_dtype": ["bf16", "fp8_e4m3"]})
     text = to_csv(df, SCENARIO)
-    first = text.splitlines()[0]
-    assert first.startswith("# kvplan scenario ?")
-    link = parse_qs(first.split("?", 1)[1])
-    assert link["m"] == ["llama-3.1-70b"] and link["tp"] == ["8"]
-    assert Scenario.from_query({k: v[-1] for k, v in link.items()}) == (SCENARIO, [])
+    assert text.splitlines()[0] == ("tokens [tokens],kv_bytes [B],kv [GiB],Weights (GiB),kv_dtype,"
+                                    "scenario_link")
+    assert not any(line.startswith("#") for line in text.splitlines())
     back = _read(text)
     assert list(back.columns) == ["tokens [tokens]", "kv_bytes [B]", "kv [GiB]", "Weights (GiB)",
-                                  "kv_dtype"]
+                                  "kv_dtype", "scenario_link"]
     assert back["kv_bytes [B]"].tolist() == [10, 20]
     assert back["kv_dtype"].tolist() == ["bf16", "fp8_e4m3"]
+    links = back["scenario_link"].tolist()
+    assert links[0] == links[1] and links[0].startswith("?v=1&")
+    link = parse_qs(links[0][1:])
+    assert link["m"] == ["llama-3.1-70b"] and link["tp"] == ["8"]
+    assert Scenario.from_query({k: v[-1] for k, v in link.items()}) == (SCENARIO, [])
 
 
 def test_unit_header_rules() -> None:
+    assert unit_header("kv_bytes_per_request") == "kv_bytes_per_request [B]"
+    assert unit_header("kv_bytes_per_token") == "kv_bytes_per_token [B]"
     assert unit_header("max_requests") == "max_requests [requests]"
     assert unit_header("bf16_max_requests") == "bf16_max_requests [requests]"
     assert unit_header("gpu_memory_gib") == "gpu_memory [GiB]"
@@ -76,6 +83,23 @@ def test_fit_table_numbers() -> None:
     bf16, fp8 = fit.iloc[0], fit.iloc[1]
     assert fp8["kv_per_request_gib"] == pytest.approx(bf16["kv_per_request_gib"] / 2)
     assert fp8["max_requests"] >= 2 * bf16["max_requests"]
+
+
+def test_report_memory_panel_shows_the_kv_in_use_per_dtype() -> None:
+    """Llama-3.1-70B, TP 8, 16 requests of 32,768 tokens: one of the 8 KV heads per rank, so bf16 KV
+    per request per GPU is 80 layers × 1 × 128 × 2 (K, V) × 2 B × 32,768 = 1,342,177,280 B
+    (1.25 GiB) and 16 use 20 GiB; fp8 halves it to 10 GiB. The bars show that, not the budget."""
+    tables = scenario_tables(SCENARIO)
+    fit = tables["fit"]
+    assert fit["kv_in_use_gib"].tolist() == [20.0, 10.0]
+    figure = report_figure(SCENARIO, tables)
+    in_use = next(t for t in figure.data if t.name == "KV in use")
+    assert list(in_use.y) == [20.0, 10.0]
+    free = next(t for t in figure.data if t.name == "KV budget free")
+    budget = fit["kv_budget_gib"].tolist()
+    assert list(free.y) == pytest.approx([budget[0] - 20.0, budget[1] - 10.0])
+    assert fit["context_limit"].tolist() == [131072, 131072]
+    assert fit["reason"].tolist() == ["", ""]
 
 
 def test_scenario_json_round_trip() -> None:
@@ -158,7 +182,7 @@ def test_write_report_without_png(tmp_path: Path, capsys) -> None:
     assert names == ["fit.csv", "kv_vs_tokens.csv", "requests_per_gpu.csv", "scenario.json"]
     for path in paths:
         assert path.exists() and path.stat().st_size > 0
-    fit = pd.read_csv(tmp_path / "out" / "fit.csv", comment="#")
+    fit = pd.read_csv(tmp_path / "out" / "fit.csv")
     assert "max_requests [requests]" in fit.columns
     assert json.loads((tmp_path / "out" / "scenario.json").read_text())["id"] == "llama-3.1-70b-8xh100"
     assert load_scenario(str(tmp_path / "out" / "scenario.json")) == named_scenario("llama-3.1-70b-8xh100")
@@ -196,3 +220,26 @@ def test_png_export(tmp_path: Path) -> None:
     paths = write_report("deepseek-v3-8xh200", tmp_path, png=True)
     png = [p for p in paths if p.suffix == ".png"]
     assert len(png) == 1 and _png_size(png[0].read_bytes()) == (1400, 1000)
+
+
+def test_every_dashboard_table_has_a_unit_in_each_numeric_header() -> None:
+    """The CSV of every view (issue #16 item 8: kv_bytes_per_request had none)."""
+    from kvplan import designs
+    from kvplan.scenario import scenario_arch, scenario_fit_query, scenario_gpu
+    from kvplan.ui import data
+
+    scenario = Scenario(kv_dtypes=["bf16", "fp8_e4m3"])
+    arch, gpu, query = scenario_arch(scenario), scenario_gpu(scenario), scenario_fit_query(scenario)
+    frames = {
+        "requests_fit": data.requests_grid(arch, query, scenario.kv_dtypes),
+        "context_users": data.context_users_grid(arch, gpu, query),
+        "memory_per_gpu": data.memory_per_gpu(arch, query),
+        "kv_vs_context": data.kv_vs_context(arch, gpu, query, scenario.kv_dtypes, True)[0],
+        "designs": designs.design_table(arch, gpu, query),
+    }
+    for name, df in frames.items():
+        back = _read(to_csv(df, scenario))
+        for column in back.columns:
+            values = back[column].dropna()
+            if len(values) and pd.api.types.is_numeric_dtype(values) and values.dtype != bool:
+                assert "[" in column, (name, column)

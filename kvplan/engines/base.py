@@ -185,6 +185,11 @@ class Engine:
     prefix_unit: ClassVar[int | None] = None
     #: Whether K/V heads must divide (or be divided by) TP for this engine's layout.
     checks_tp_heads: ClassVar[bool] = False
+    #: What this engine does with a length above the model's ``max_position_embeddings``, and the
+    #: override that lets it run anyway (shown with every "beyond the model's limit" answer).
+    long_context_rule: ClassVar[str] = ("runs past max_position_embeddings without refusing, but "
+                                        "the model was not trained for it (positions beyond are "
+                                        "extrapolated)")
     #: Whether the engine serves MoE models with data-parallel attention and experts split over the
     #: ranks (expert parallelism), so the recommender may offer EP layouts.
     expert_parallel: ClassVar[bool] = False

@@ -92,6 +92,10 @@ class SGLang(Engine):
     #: Memory in use before the model loads (CUDA context, NCCL): SGLang's budget is
     #: ``(capacity − it) × mem_fraction_static − weights``; unknown without a GPU, so 0 by default.
     default_reserve_gib = 0.0
+    #: ``sglang/srt/configs/model_config.py`` ``ModelConfig.__init__``: a ``--context-length`` above
+    #: the derived one raises unless ``SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1``.
+    long_context_rule = ("refuses --context-length above the model's derived context length "
+                         "unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 is set")
     prefix_unit = 1
     checks_tp_heads = True
     #: ``--enable-dp-attention`` with expert parallelism for MoE layers.

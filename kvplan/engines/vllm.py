@@ -113,6 +113,10 @@ class Vllm(Engine):
     per_request_in_blocks = True
     prefix_unit = VLLM_DEFAULT_BLOCK_SIZE
     checks_tp_heads = True
+    #: ``vllm/config/model.py`` ``_get_and_verify_max_len``: a ``--max-model-len`` above the derived
+    #: maximum raises unless ``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1``.
+    long_context_rule = ("refuses to start with --max-model-len above the model's derived maximum "
+                         "unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 is set")
     #: ``--data-parallel-size N --enable-expert-parallel`` (docs "Data Parallel Deployment").
     expert_parallel = True
 

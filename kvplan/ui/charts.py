@@ -31,7 +31,7 @@ def _layout(fig: go.Figure, title: str, **kwargs) -> go.Figure:
     return fig
 
 
-def _line(fig: go.Figure, axis: str, value: float, color: str, dash: str, text: str,
+def marker_line(fig: go.Figure, axis: str, value: float, color: str, dash: str, text: str,
           log: bool = False) -> None:
     """A labelled horizontal (``axis="y"``) or vertical (``"x"``) line across the plot.
 
@@ -48,14 +48,14 @@ def _line(fig: go.Figure, axis: str, value: float, color: str, dash: str, text: 
         fig.add_shape(type="line", yref="paper", y0=0, y1=1, xref="x", x0=value, x1=value,
                       line={"color": color, "dash": dash})
         fig.add_annotation(yref="paper", y=0, xref="x", x=where, text=text, showarrow=False,
-                           xanchor="left", yanchor="bottom")
+                           xanchor="left", yanchor="bottom", font={"color": color})
 
 
 def _budget_line(fig: go.Figure, budget: int | None, label: str = "KV budget",
                  log: bool = False) -> None:
     if budget is None:
         return
-    _line(fig, "y", budget / GIB, BUDGET_COLOR, "dash",
+    marker_line(fig, "y", budget / GIB, BUDGET_COLOR, "dash",
           f"{label}: {budget / GIB:,.2f} GiB ({budget:,} B)", log)
 
 
@@ -63,8 +63,19 @@ def _bytes_hover(frame: pd.DataFrame, column: str = "kv_bytes") -> list[str]:
     return [exact_bytes(int(v)) for v in frame[column]]
 
 
+LIMIT_COLOR = "#111111"
+
+
+def limit_line(fig: go.Figure, limit: int | None, log: bool = False, longest: int | None = None) -> None:
+    """The model's context limit (``max_position_embeddings``) on a length axis (only when the axis
+    reaches it, if ``longest`` — the axis' largest length — is given)."""
+    if limit is not None and (longest is None or longest >= limit):
+        marker_line(fig, "x", limit, LIMIT_COLOR, "dashdot", f"model limit {limit:,}", log)
+
+
 def kv_context_figure(df: pd.DataFrame, by_kind: pd.DataFrame | None, budget: int | None,
-                      tokens: int, users: int, log_axes: bool, title_suffix: str = "") -> go.Figure:
+                      tokens: int, users: int, log_axes: bool, title_suffix: str = "",
+                      limit: int | None = None) -> go.Figure:
     fig = go.Figure()
     if by_kind is not None and not by_kind.empty:
         for kind, part in by_kind.groupby("kind", sort=False):
@@ -72,17 +83,19 @@ def kv_context_figure(df: pd.DataFrame, by_kind: pd.DataFrame | None, budget: in
                 x=part["tokens"], y=part["kv_bytes"] / GIB,
                 name=f"{kind} layers ({part['kv_dtype'].iloc[0]})",
                 stackgroup="kinds", mode="lines", line={"color": KIND_COLORS.get(str(kind), "#999")},
-                customdata=_bytes_hover(part),
-                hovertemplate="%{x:,} tokens<br>%{customdata}<extra>" + str(kind) + " layers</extra>"))
+                hovertemplate="%{x:,} tokens<br>%{y:,.3f} GiB<extra>" + str(kind) + " layers</extra>"))
     for dtype, part in df.groupby("kv_dtype", sort=False):
+        # GiB on hover, no per-point exact-bytes strings: they were 60 % of the figure's JSON
+        # (the CSV and the key numbers carry the exact bytes)
         fig.add_trace(go.Scatter(
             x=part["tokens"], y=part["kv_bytes"] / GIB, name=str(dtype), mode="lines",
             line={"color": dtype_color(str(dtype)), "width": 2.5,
                   "dash": "dot" if by_kind is not None and not by_kind.empty else "solid"},
-            customdata=_bytes_hover(part),
-            hovertemplate="%{x:,} tokens<br>%{customdata}<extra>" + str(dtype) + "</extra>"))
+            hovertemplate="%{x:,} tokens<br>%{y:,.3f} GiB<extra>" + str(dtype) + "</extra>"))
     _budget_line(fig, budget, log=log_axes)
-    _line(fig, "x", tokens, "#555", "dot", f"{tokens:,} tokens", log_axes)
+    if not log_axes:  # the linear grid follows the chosen length anyway; the log chart does not
+        marker_line(fig, "x", tokens, "#555", "dot", f"{tokens:,} tokens", log_axes)
+    limit_line(fig, limit, log_axes)
     axis = "log" if log_axes else "linear"
     _layout(fig, f"KV cache of {users:,} request(s) vs context length{title_suffix}")
     fig.update_xaxes(title="context length (tokens)", type=axis)
@@ -106,7 +119,7 @@ def kv_users_figure(df: pd.DataFrame, budget: int | None, tokens: int, users: in
             line={"color": dtype_color(str(dtype)), "width": 2.5}, customdata=_bytes_hover(part),
             hovertemplate="%{x:,} requests<br>%{customdata}<extra>" + str(dtype) + "</extra>"))
     _budget_line(fig, budget)
-    _line(fig, "x", users, "#555", "dot", f"{users:,} users")
+    marker_line(fig, "x", users, "#555", "dot", f"{users:,} users")
     _layout(fig, f"KV cache vs concurrent requests at {tokens:,} tokens each")
     fig.update_xaxes(title="concurrent requests")
     fig.update_yaxes(title="KV cache per GPU (GiB, 1 GiB = 2^30 B)")
@@ -168,17 +181,27 @@ def requests_heatmap(df: pd.DataFrame) -> go.Figure:
     return fig
 
 
-def context_users_heatmap(df: pd.DataFrame, gpu_name: str, dtype: str) -> go.Figure:
+def context_users_heatmap(df: pd.DataFrame, gpu_name: str, dtype: str,
+                          limit: int | None = None) -> go.Figure:
     share = df.pivot_table(index="users", columns="tokens", values="kv_share", aggfunc="first")
     fits = df.pivot_table(index="users", columns="tokens", values="fits", aggfunc="first")
-    text = [["✓" if f else "✗" for f in row] for row in fits.values]
+    beyond = [limit is not None and int(t) > limit for t in share.columns]
+    text = [["⛔" if over else ("✓" if f else "✗") for f, over in zip(row, beyond, strict=True)]
+            for row in fits.values]
     fig = go.Figure(go.Heatmap(
         z=share.values.clip(max=2.0) * 100, x=[f"{t:,}" for t in share.columns],
         y=[f"{u:,}" for u in share.index], text=text, texttemplate="%{text}",
         colorscale=[[0, "#e5f5e0"], [0.499, "#74c476"], [0.5, "#fcbba1"], [1, "#a50f15"]],
         zmin=0, zmax=200, colorbar={"title": "% of KV budget"},
         hovertemplate="%{y} users × %{x} tokens<br>%{z:.1f}% of the KV budget<extra></extra>"))
-    _layout(fig, f"Does it fit? {gpu_name}, {dtype} (✓ fits, ✗ does not)")
+    _layout(fig, f"Does it fit? {gpu_name}, {dtype} (✓ fits, ✗ does not"
+                 + (", ⛔ beyond the model's limit)" if any(beyond) else ")"))
+    if any(beyond):  # category axis: the line sits between the last allowed and the first beyond
+        first = beyond.index(True) - 0.5
+        fig.add_shape(type="line", yref="paper", y0=0, y1=1, xref="x", x0=first, x1=first,
+                      line={"color": LIMIT_COLOR, "dash": "dashdot", "width": 2})
+        fig.add_annotation(yref="paper", y=1, xref="x", x=first, text=f"model limit {limit:,}",
+                           showarrow=False, xanchor="left", yanchor="bottom")
     fig.update_xaxes(title="context length (tokens)", type="category")
     fig.update_yaxes(title="concurrent users", type="category")
     return fig

@@ -18,9 +18,11 @@ USERS_GRID = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
 
 def context_grid(tokens: int, log_x: bool, limit: int = 10_000_000, points: int = 161) -> np.ndarray:
-    """Context lengths to plot: 1..10M log-spaced, or 1..2× the chosen length (linear)."""
+    """Context lengths to plot: 1..10M log-spaced — the same grid whatever the chosen length, so a
+    new length re-sends an identical chart (the browser skips the redraw) — or 1..2× the chosen
+    length (linear)."""
     if log_x:
-        return token_grid(tokens, 1, limit, points)
+        return token_grid(1, 1, limit, points)
     return token_grid(tokens, 1, min(max(2 * tokens, 1024), limit), points, log=False)
 
 
@@ -59,7 +61,8 @@ def fits_per_dtype(arch: ModelArch, gpu: GPU, query: FitQuery,
     results, errors = {}, []
     for dtype in kv_dtypes:
         try:
-            results[dtype] = fit(arch, gpu, query.model_copy(update={"kv_dtype": dtype}))
+            results[dtype] = fit(arch, gpu, query.model_copy(update={"kv_dtype": dtype}),
+                                 search_gpus=False)
         except KVPlanError as err:
             errors.append(f"{dtype}: {err}")
     return results, errors
@@ -77,7 +80,8 @@ def kv_vs_users(results: dict[str, FitResult], users: int) -> pd.DataFrame:
         rows.append(pd.DataFrame({
             "kv_dtype": dtype, "users": u, "kv_bytes": kv,
             "kv_budget_bytes": result.kv_budget_bytes,
-            "fits": (u <= result.max_requests) & result.weights_fit}))
+            "fits": (u <= result.max_requests) & result.weights_fit
+                    & (result.context_limit is None or result.tokens <= result.context_limit)}))
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(
         columns=["kv_dtype", "users", "kv_bytes", "kv_budget_bytes", "fits"])
 

@@ -27,13 +27,13 @@ def _png_callable(fig):
 
 
 def download_buttons(name: str, df: pd.DataFrame, fig, scenario: Scenario) -> None:
-    """CSV of ``df`` (units in headers, the link as a leading comment) and, when ``fig`` is given,
-    a PNG of it; without Chromium the PNG slot explains how to install it."""
+    """CSV of ``df`` (units in headers, the link in a last ``scenario_link`` column) and, when
+    ``fig`` is given, a PNG of it; without Chromium the PNG slot explains how to install it."""
     c1, c2 = st.columns(2)
     c1.download_button("Download CSV", lambda: to_csv(df, scenario), file_name=f"kvplan_{name}.csv",
                        mime="text/csv", key=f"csv_{name}", on_click="ignore",
                        help="The table behind this view; units in the column headers and the "
-                            "scenario's link on the first line (a '#' comment).")
+                            "scenario's link in the last column (scenario_link).")
     if fig is None:
         return
     if chromium_available():

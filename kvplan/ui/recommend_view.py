@@ -25,10 +25,10 @@ from kvplan.recommend import (
 )
 from kvplan.scenario import Scenario, scenario_fit_query, scenario_gpu
 from kvplan.serving import LengthDist, parse_lengths_csv
+from kvplan.ui.cached import cache_key, scenario_from_key
 from kvplan.ui.exports_ui import download_buttons
 from kvplan.ui.serving_state import ensure
 from kvplan.ui.theme import new_figure
-from kvplan.ui.views import cache_key, scenario_from_key
 
 TOP = 50
 PRESET_LABELS = {"mlperf-llama2-70b-interactive": "MLPerf Llama-2-70B interactive (450 / 40 ms, p99)",

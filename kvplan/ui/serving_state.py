@@ -18,7 +18,7 @@ from kvplan.recommend import TARGET_PRESETS
 from kvplan.scenario import Scenario
 from kvplan.serving import SNAPSHOTS
 
-SOURCES = {"paper": "vLLM-paper-like (ShareGPT, OPT-13B)", "lognormal": "log-normal",
+SOURCES = {"paper": "ShareGPT-like (vLLM paper lengths)", "lognormal": "log-normal",
            "uniform": "uniform", "fixed": "fixed", "csv": "upload CSV"}
 PREFIX_ENGINES = prefix_engines()
 NOCACHE_METRICS = ("time_s", "flops", "peak_memory_bytes")

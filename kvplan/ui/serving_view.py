@@ -1,13 +1,15 @@
 """Serving trade-offs section: allocation strategies, prefix sharing, offloading, quantized and
 static caches, latency lower bounds, window behaviour and what the cache buys (no cache vs cache).
 
-Inputs come from the Scenario (``tokens``, ``users``, ``prefix_tokens``, ``output_tokens``,
-``engine``, ``kv_dtypes``, ``block_size``, ``tp``) plus local widgets keyed ``sv_*``. Every number
-comes from ``kvplan.serving`` / ``kvplan.nocache``.
+Inputs come from the Scenario (its model, ``tokens``, ``users``, ``prefix_tokens``,
+``output_tokens``, ``engine``, ``kv_dtypes``, ``block_size``, ``tp``) plus local widgets keyed
+``sv_*`` (carried in the link as ``sv=``), every one of them used by its chart. Every number comes
+from ``kvplan.serving`` / ``kvplan.nocache``.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -16,13 +18,13 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from kvplan.arch import ModelArch
-from kvplan.capacity import fit
 from kvplan.errors import KVPlanError, md
 from kvplan.nocache import compare
-from kvplan.presets import GPU
-from kvplan.scenario import Scenario, scenario_fit_query
+from kvplan.scenario import Scenario
 from kvplan.serving import (
     MLPERF_BOUNDS,
+    SHAREGPT_OUTPUT_MEAN,
+    SHAREGPT_PROMPT_MEAN,
     SNAPSHOTS,
     LengthDist,
     Workload,
@@ -34,12 +36,12 @@ from kvplan.serving import (
     roofline,
     sample_workload,
     static_cache,
-    vllm_paper_workload,
     window_explanations,
 )
+from kvplan.ui.cached import cache_key, primary_fit, scenario_from_key
+from kvplan.ui.charts import limit_line, marker_line
 from kvplan.ui.serving_state import NOCACHE_METRICS, PREFIX_ENGINES, SOURCES, bounds, ensure
 from kvplan.ui.theme import figure_from_dict, new_figure
-from kvplan.ui.views import cache_key, scenario_from_key
 
 GIB = 1 << 30
 #: At most this many points per series (the users axis is sampled, never one point per user).
@@ -52,6 +54,19 @@ def _export(name: str, df: pd.DataFrame, fig, scenario: Scenario) -> None:
     except ImportError:  # pragma: no cover - exports module missing
         return
     download_buttons(name, df, fig, scenario)
+
+
+def _shown(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` for ``st.dataframe``: exact integers beyond int64 (a model at the input limits) become
+    text with separators, which Arrow can carry; the CSV keeps them as numbers."""
+    def big(value: object) -> bool:
+        return isinstance(value, int) and not -(2**63) <= value < 2**63
+
+    out = df.copy()
+    for column in out.columns:
+        if out[column].dtype == object and out[column].map(big).any():
+            out[column] = out[column].map(lambda v: f"{v:,}" if isinstance(v, int) else v)
+    return out
 
 
 def _captions(lines: list[str]) -> None:
@@ -79,38 +94,38 @@ def _kv_dtype(scenario: Scenario) -> str:
     return scenario.kv_dtypes[0] if scenario.kv_dtypes else "bf16"
 
 
-def _budget(arch: ModelArch, gpu: GPU, scenario: Scenario) -> int:
-    """The KV budget per GPU of the scenario's engine (kvplan.capacity.fit)."""
-    query = scenario_fit_query(scenario)
-    return fit(arch, gpu, query).kv_budget_bytes
+def _budget(scenario: Scenario) -> int:
+    """The KV budget per GPU of the scenario's engine (the cached ``kvplan.capacity.fit``)."""
+    return primary_fit(cache_key(scenario)).kv_budget_bytes
 
 
-def render(scenario, arch, gpu) -> None:
-    """Draw the serving section for ``scenario`` on ``arch`` and ``gpu``."""
+def render(scenario: Scenario, arch: ModelArch) -> None:
+    """Draw the serving section for ``scenario`` (its model is ``arch``; the accelerator and the
+    budget come from the cached answers)."""
     st.subheader("Serving trade-offs")
     st.caption("Lower bounds and memory accounting from published engine rules; see each chart's "
                "assumptions. Inputs: the scenario's context, users, shared prefix and output "
                "tokens, plus the controls below.")
     workload_holder: dict[str, Workload] = {}
     with st.expander("1 · Allocation strategies: contiguous vs paged vs token", expanded=True):
-        _guard(lambda: _allocation(scenario, arch, gpu, workload_holder))
+        _guard(lambda: _allocation(scenario, arch, workload_holder))
     with st.expander("2 · Prefix caching", expanded=False):
-        _guard(lambda: _prefix(scenario, arch))
+        _guard(lambda: _prefix(scenario))
     with st.expander("3 · Offloading (transformers offloaded cache)", expanded=False):
-        _guard(lambda: _offload(scenario, arch, gpu))
+        _guard(lambda: _offload(scenario))
     with st.expander("4 · Quantized cache (transformers QuantizedCache)", expanded=False):
-        _guard(lambda: _quantized(scenario, arch))
+        _guard(lambda: _quantized(scenario))
     with st.expander("5 · Static cache waste", expanded=False):
         _guard(lambda: _static(scenario, arch, workload_holder))
     with st.expander("6 · Decode / prefill lower bounds vs MLPerf", expanded=False):
-        _guard(lambda: _roofline(scenario, arch, gpu))
+        _guard(lambda: _roofline(scenario))
     with st.expander("7 · Where the cache stops growing (windows)", expanded=False):
         _guard(lambda: _windows(scenario, arch))
     with st.expander("8 · What the cache buys: no cache vs cache options", expanded=False):
-        _guard(lambda: _nocache(scenario, arch, gpu))
+        _guard(lambda: _nocache(scenario))
 
 
-def _workload(scenario: Scenario, arch: ModelArch) -> tuple[Workload | None, int, str]:
+def _workload(scenario: Scenario) -> tuple[Workload | None, int, str]:
     state = st.session_state
     source = st.selectbox("Request lengths", list(SOURCES), format_func=SOURCES.__getitem__,
                           key=ensure("source", scenario, state))
@@ -118,8 +133,10 @@ def _workload(scenario: Scenario, arch: ModelArch) -> tuple[Workload | None, int
                               key=ensure("max_len", scenario, state))
     n = st.number_input("Requests sampled", *bounds("n"), key=ensure("n", scenario, state))
     seed = st.number_input("Seed", *bounds("seed"), key=ensure("seed", scenario, state))
-    if source == "paper":
-        return None, 2048, source
+    if source == "paper":  # the paper's ShareGPT-like lengths, on the scenario's own model
+        prompt = LengthDist(kind="lognormal", mean=SHAREGPT_PROMPT_MEAN, sigma=1.0)
+        output = LengthDist(kind="lognormal", mean=SHAREGPT_OUTPUT_MEAN, sigma=1.0)
+        return sample_workload(int(n), prompt, output, int(seed), int(max_len)), int(max_len), source
     if source == "csv":
         upload = st.file_uploader("CSV of prompt,output token counts", type=["csv"], key="sv_csv")
         if upload is None:
@@ -149,40 +166,35 @@ def _workload(scenario: Scenario, arch: ModelArch) -> tuple[Workload | None, int
     return sample_workload(int(n), dists[0], dists[1], int(seed), int(max_len)), int(max_len), source
 
 
-def _allocation(scenario: Scenario, arch: ModelArch, gpu: GPU, holder: dict[str, Workload]) -> None:
-    workload, max_len, source = _workload(scenario, arch)
+def _allocation(scenario: Scenario, arch: ModelArch, holder: dict[str, Workload]) -> None:
+    workload, max_len, source = _workload(scenario)
     block = st.number_input("Block size (tokens)", *bounds("block"),
                             key=ensure("block", scenario, st.session_state))
     snapshot = st.radio("Snapshot", list(SNAPSHOTS), horizontal=True,
                         key=ensure("snapshot", scenario, st.session_state),
                         help="in_flight: steady-state continuous batching; final: every request "
                              "has generated its whole output")
-    if source == "paper":
-        result, spec = _paper_allocation()
-        fig = figure_from_dict(spec)
-    elif workload is None:
+    if workload is None:
         return
-    else:
-        result = allocation_for_model(arch, workload, max_len, _kv_dtype(scenario), int(block),
-                                      _budget(arch, gpu, scenario), snapshot, 0)
-        holder["workload"] = workload
-        fig = _allocation_figure(result.table)
+    result = allocation_for_model(arch, workload, max_len, _kv_dtype(scenario), int(block),
+                                  _budget(scenario), snapshot, 0)
+    holder["workload"] = workload
+    fig = _allocation_figure(result.table, arch.name, max_len, int(block))
     st.plotly_chart(fig, theme=None, key="sv_alloc_chart")
-    st.dataframe(result.table, hide_index=True)
-    _captions(result.assumptions)
+    st.dataframe(_shown(result.table), hide_index=True)
+    notes = [f"{arch.name}, KV {_kv_dtype(scenario)}, maximum length {max_len:,} tokens, block "
+             f"{int(block):,} tokens, {workload.source}"]
+    if source == "paper":
+        notes.append(f"ShareGPT-like log-normal lengths (vLLM paper Fig. 11a means {SHAREGPT_PROMPT_MEAN}"
+                     f" / {SHAREGPT_OUTPUT_MEAN} tokens, sigma 1 assumed); the paper's own OPT-13B "
+                     "case is the named scenario 'opt-13b-vllm-paper'")
+    _captions(notes + result.assumptions)
     _export("serving_allocation", result.table, fig, scenario)
 
 
-@st.cache_data(max_entries=4, show_spinner=False)
-def _paper_allocation():
-    from kvplan.presets import load_model
-
-    result = vllm_paper_workload(load_model("opt-13b"))
-    return result, _allocation_figure(result.table).to_dict()
-
-
-def _allocation_figure(table: pd.DataFrame) -> go.Figure:
-    fig = _fig("KV memory used vs reserved per strategy", "strategy", "slots (tokens)")
+def _allocation_figure(table: pd.DataFrame, model: str, max_len: int, block: int) -> go.Figure:
+    fig = _fig(f"KV memory used vs reserved per strategy — {model}, max length {max_len:,}, "
+               f"block {block:,}", "strategy", "slots (tokens)")
     fig.update_layout(barmode="stack", hovermode="closest")
     for column, label in (("used_tokens", "used"), ("reservation_waste_slots", "reserved ahead"),
                           ("internal_waste_slots", "internal waste")):
@@ -194,7 +206,7 @@ def _allocation_figure(table: pd.DataFrame) -> go.Figure:
     return fig
 
 
-def _prefix(scenario: Scenario, arch: ModelArch) -> None:
+def _prefix(scenario: Scenario) -> None:
     prompt = max(scenario.prefix_tokens + 1, scenario.tokens - scenario.output_tokens)
     engine = st.selectbox("Engine", list(PREFIX_ENGINES),
                           key=ensure("pf_engine", scenario, st.session_state))
@@ -228,7 +240,7 @@ def _prefix_data(key: str, engine: str, unit: int):
     return result, fig.to_dict()
 
 
-def _offload(scenario: Scenario, arch: ModelArch, gpu: GPU) -> None:
+def _offload(scenario: Scenario) -> None:
     c1, c2 = st.columns(2)
     ram = c1.number_input("CPU RAM (GiB)", *bounds("ram"), key=ensure("ram", scenario, st.session_state))
     link = c2.number_input("Host link (GB/s per direction)", *bounds("link"),
@@ -261,12 +273,13 @@ def _offload_data(key: str, ram: float, link: float):
     fig.add_scatter(x=df["tokens"], y=df["transfer_ms_per_token"], name="transfer ms / token",
                     yaxis="y2", line={"dash": "dot"})
     fig.update_layout(yaxis2={"title": "ms per decoded token", "overlaying": "y", "side": "right"})
+    limit_line(fig, arch.max_position_embeddings, scenario.log_x, int(tokens[-1]))
     if scenario.log_x:
         fig.update_xaxes(type="log")
     return df, r, fig.to_dict()
 
 
-def _quantized(scenario: Scenario, arch: ModelArch) -> None:
+def _quantized(scenario: Scenario) -> None:
     c1, c2, c3 = st.columns(3)
     state = st.session_state
     nbits = c1.selectbox("nbits", [4, 2], key=ensure("q_bits", scenario, state))
@@ -293,8 +306,9 @@ def _quantized_data(key: str, nbits: int, group: int, resid: int):
                           ("quantized_peak_bytes", "quantized + transient dequantized layer")):
         fig.add_scatter(x=curve["tokens"], y=curve[column] / GIB, name=label)
     if result.worth_it_from_tokens:
-        fig.add_vline(x=result.worth_it_from_tokens, line_dash="dash",
-                      annotation_text=f"worth it from {result.worth_it_from_tokens:,} tokens")
+        marker_line(fig, "x", result.worth_it_from_tokens, "#555", "dash",
+                    f"worth it from {result.worth_it_from_tokens:,} tokens", scenario.log_x)
+    limit_line(fig, arch.max_position_embeddings, scenario.log_x, int(tokens[-1]))
     if scenario.log_x:
         fig.update_xaxes(type="log")
     return result, fig.to_dict()
@@ -337,7 +351,7 @@ def _static_build(scenario: Scenario, arch: ModelArch, workload: Workload, max_l
     return r, df, fig
 
 
-def _roofline(scenario: Scenario, arch: ModelArch, gpu: GPU) -> None:
+def _roofline(scenario: Scenario) -> None:
     df, notes, prompt, spec = _roofline_data(cache_key(scenario))
     fig = figure_from_dict(spec)
     st.plotly_chart(fig, theme=None, key="sv_roofline_chart")
@@ -361,10 +375,12 @@ def _roofline_data(key: str):
     colors = {"interactive": "#d62728", "standard": "#2ca02c"}
     for name, (ttft, tpot) in MLPERF_BOUNDS.items():
         color = colors["interactive" if "interactive" in name else "standard"]
-        fig.add_hline(y=tpot, line_dash="dash", line_color=color,
-                      annotation_text=f"MLPerf {name}: TPOT {tpot:g} ms (TTFT {ttft:g} ms)")
+        # log axis: the annotation goes at log10(y) (marker_line); add_hline put it at 10^y
+        marker_line(fig, "y", tpot, color, "dash", f"MLPerf {name}: TPOT {tpot:g} ms (TTFT {ttft:g} ms)",
+                    log=True)
+    values = [v for v in df["tpot_ms"].tolist() if v > 0] + [t for _, t in MLPERF_BOUNDS.values()]
     fig.update_xaxes(type="log")
-    fig.update_yaxes(type="log")
+    fig.update_yaxes(type="log", range=[math.log10(min(values)) - 0.2, math.log10(max(values)) + 0.2])
     return df, notes, prompt, fig.to_dict()
 
 
@@ -376,7 +392,7 @@ def _windows(scenario: Scenario, arch: ModelArch) -> None:
     _export("serving_windows", rows, None, scenario)
 
 
-def _nocache(scenario: Scenario, arch: ModelArch, gpu: GPU) -> None:
+def _nocache(scenario: Scenario) -> None:
     new = st.number_input("New tokens N", *bounds("nc_new"), key=ensure("nc_new", scenario, st.session_state))
     metric = st.radio("Show", list(NOCACHE_METRICS), horizontal=True,
                       key=ensure("nc_metric", scenario, st.session_state))

@@ -1,4 +1,6 @@
-"""The dashboard views. Each ``render_*`` draws one section and returns the DataFrame behind it."""
+"""The dashboard views: the answer, the key numbers and the tabs. Each ``render_*`` takes only what
+it uses and draws one section; the tab views return the DataFrame behind their chart. Computations
+and figures are cached by the scenario's content (``kvplan.ui.cached.cache_key``)."""
 
 from __future__ import annotations
 
@@ -18,7 +20,8 @@ from kvplan.report import named_scenario, named_scenarios
 from kvplan.scenario import Scenario, scenario_fit_query
 from kvplan.sizing import full_length_bytes_per_token
 from kvplan.ui import charts, data, weights_view
-from kvplan.ui.sidebar import apply_scenario, resolve_arch, resolve_gpu
+from kvplan.ui.cached import answers, cache_key, primary_fit, scenario_from_key
+from kvplan.ui.sidebar import apply_scenario
 from kvplan.ui.theme import GB, GIB, exact_bytes, figure_from_dict, fmt_bytes
 
 
@@ -41,26 +44,6 @@ def guarded(title: str, body: Callable[[], object]) -> object:
 
 
 # ---------------------------------------------------------------- cached computations (by content)
-def cache_key(scenario: Scenario) -> str:
-    """Cache key of the computations: the scenario without the serving section's own inputs
-    (those are passed to the serving computations separately)."""
-    return scenario.model_dump_json(exclude={"serving"})
-
-
-def scenario_from_key(key: str):
-    """The scenario, model, accelerator and capacity query behind a ``cache_key``."""
-    scenario = Scenario.model_validate_json(key)
-    return scenario, resolve_arch(scenario), resolve_gpu(scenario), scenario_fit_query(scenario)
-
-
-@st.cache_data(max_entries=128, show_spinner=False)
-def primary_fit(key: str) -> FitResult:
-    _, arch, gpu, query = scenario_from_key(key)
-    from kvplan.capacity import fit
-
-    return fit(arch, gpu, query)
-
-
 @st.cache_data(max_entries=128, show_spinner=False)
 def _context_data(key: str) -> tuple[pd.DataFrame, pd.DataFrame | None, list[str]]:
     scenario, arch, gpu, query = scenario_from_key(key)
@@ -93,7 +76,7 @@ def _requests_data(key: str) -> tuple[pd.DataFrame, pd.DataFrame]:
 @st.cache_data(max_entries=128, show_spinner=False)
 def _design_data(key: str) -> tuple[pd.DataFrame, list[str]]:
     _, arch, gpu, query = scenario_from_key(key)
-    return designs.design_table(arch, gpu, query), designs.assumptions(arch)
+    return designs.design_table(arch, gpu, query), designs.assumptions(arch, tp=query.tp)
 
 
 # ---------------------------------------------------------------- cached figures (by content)
@@ -103,9 +86,10 @@ def _design_data(key: str) -> tuple[pd.DataFrame, list[str]]:
 def _kv_context_fig(key: str) -> dict:
     scenario, _, gpu, _ = scenario_from_key(key)
     df, by_kind, _ = _context_data(key)
-    budget = primary_fit(key).kv_budget_bytes
-    return charts.kv_context_figure(df, by_kind, budget, scenario.tokens, scenario.users,
-                                    scenario.log_x, f" — {gpu.name}").to_dict()
+    result = primary_fit(key)
+    return charts.kv_context_figure(df, by_kind, result.kv_budget_bytes, scenario.tokens,
+                                    scenario.users, scenario.log_x, f" — {gpu.name}",
+                                    limit=result.context_limit).to_dict()
 
 
 @st.cache_data(max_entries=128, show_spinner=False)
@@ -126,7 +110,8 @@ def _requests_figs(key: str) -> tuple[dict, dict]:
     scenario, _, gpu, _ = scenario_from_key(key)
     grid, cu = _requests_data(key)
     return (charts.requests_heatmap(grid).to_dict(),
-            charts.context_users_heatmap(cu, gpu.name, scenario.kv_dtypes[0]).to_dict())
+            charts.context_users_heatmap(cu, gpu.name, scenario.kv_dtypes[0],
+                                         primary_fit(key).context_limit).to_dict())
 
 
 @st.cache_data(max_entries=128, show_spinner=False)
@@ -183,31 +168,96 @@ def kpi_cards(scenario: Scenario, arch, gpu: GPU, result: FitResult) -> list[Kpi
     else:
         how, total = _breakdown(arch, scenario, gpu, scenario.tokens)
         per_request_how = f"{how} = {total:,} B"
+    per_gpu_note = (f" on each GPU (one TP rank of {result.tp}; the whole replica holds about "
+                    f"{result.tp}× this)" if result.tp > 1 else "")
     rows = [
-        ("kv_per_token", "KV bytes per token", per_token,
+        ("kv_per_token", "KV bytes per token (whole model)", per_token,
          f"{per_token_how} = {per_token:,} B ({dtype}, whole model, "
          "before any window caps a layer)"),
-        ("kv_per_request", f"KV per request at {scenario.tokens:,} tokens", result.kv_bytes_per_request,
-         per_request_how),
+        ("kv_per_request", f"KV per request at {scenario.tokens:,} tokens (per GPU)",
+         result.kv_bytes_per_request, per_request_how + per_gpu_note),
         ("weights_per_gpu", "Weights per GPU", result.weights_bytes,
          f"{result.weight_format}; {result.weights_total_bytes:,} B in all, per GPU over TP "
          f"{result.tp} × PP {result.pp} (largest stage): "
          f"{weights_view.breakdown_short(result.weights_breakdown)} = {result.weights_bytes:,} B"),
         ("kv_budget", "KV budget per GPU", result.kv_budget_bytes,
          f.get("memory_target", "") + "; " + f.get("kv_budget", "")),
-        ("max_requests", "Max concurrent requests", result.max_requests,
+        ("max_requests", "Max concurrent requests per replica", result.max_requests,
          f.get("max_requests", "") or f.get("kv_pool_tokens", "")),
-        ("max_context", f"Max context at {scenario.users:,} users", result.max_tokens_per_request,
+        ("max_context", f"Max context at {plural(scenario.users, 'user')} (per replica)",
+         result.max_tokens_per_request,
          f"largest length L with {scenario.users:,} × KV(L) ≤ the {result.kv_budget_bytes:,} B budget "
          f"= {result.max_tokens_per_request:,} tokens"),
     ]
     return [Kpi(k, label, int(v), how) for k, label, v, how in rows]
 
 
+def plural(count: int, noun: str) -> str:
+    """``1 user``, ``8 users``."""
+    return f"{count:,} {noun}" + ("" if count == 1 else "s")
+
+
+def _answer_metric(dtype: str, answer: FitResult | str, scenario: Scenario) -> None:
+    """One KV dtype's answer: the requests of the chosen length that fit on one replica."""
+    label = f"{dtype} KV"
+    if isinstance(answer, str):
+        st.metric(label, "refused", help=answer, width="content")
+        return
+    spare = answer.max_requests - scenario.users
+    st.metric(label, f"{answer.max_requests:,}",
+              delta=f"fits {plural(scenario.users, 'user')} ({spare:+,})" if answer.fits
+              else f"short for {plural(scenario.users, 'user')}",
+              delta_color="normal" if answer.fits else "inverse", delta_arrow="off", width="content",
+              help=f"{answer.kv_dtype}: exactly {answer.max_requests:,} requests of "
+                   f"{scenario.tokens:,} tokens per replica, {answer.max_requests_all_replicas:,} over "
+                   f"{plural(answer.replicas, 'replica')}; KV per request "
+                   f"{exact_bytes(answer.kv_bytes_per_request)} per GPU"
+                   + ("" if answer.fits else f". Does not fit: {answer.reason}"))
+
+
+def render_answer(scenario: Scenario, gpu: GPU) -> None:
+    """The answer first: per chosen KV dtype, side by side, the requests of the chosen length that
+    fit on one replica, then whether the scenario fits — or why not and the smallest change."""
+    key = cache_key(scenario)
+    try:
+        results = answers(key)
+    except KVPlanError as err:  # the layout itself is impossible (e.g. TP × PP > GPUs)
+        with st.container(key="answer", border=True):
+            st.warning(f"Does not fit: {err}.")
+        return
+    with st.container(key="answer", border=True):
+        st.markdown(f"**Requests of {scenario.tokens:,} tokens that fit, per replica** "
+                    f"(you asked for {plural(scenario.users, 'user')})")
+        with st.container(horizontal=True, key="answer_dtypes", gap="medium"):
+            for dtype, answer in results.items():
+                _answer_metric(dtype, answer, scenario)
+        first = next((r for r in results.values() if not isinstance(r, str)), None)
+        if first is None:  # every dtype refused, or the layout itself is impossible
+            st.warning(f"Does not fit: {next(iter(results.values()))}.")
+            return
+        if first.fits:
+            st.success(f"Fits: {plural(scenario.users, 'user')} × {scenario.tokens:,} tokens in "
+                       f"{first.kv_dtype}.")
+        else:
+            other = [f"KV {r.kv_dtype} (fits {r.max_requests:,})" for r in results.values()
+                     if not isinstance(r, str) and r.fits]
+            change = " or ".join(([first.suggestion] if first.suggestion else []) + other)
+            st.warning(f"Does not fit ({first.kv_dtype}): {first.reason}. "
+                       f"**Smallest change:** {change or 'none found'}.")
+        gpus = first.replicas * first.tp * first.pp
+        limit = (f" · model limit {first.context_limit:,} tokens (max_position_embeddings)"
+                 if first.context_limit is not None else "")
+        st.caption(f"{plural(gpus, 'GPU')} × {md(gpu.name)}, {plural(first.replicas, 'replica')} of "
+                   f"TP={first.tp}, PP={first.pp} · {first.engine_label}{limit}")
+
+
 def render_kpis(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
+    """The supporting figures of the first KV dtype, each saying whether it is per GPU, per replica
+    or for the whole model."""
     result = primary_fit(cache_key(scenario))
     cards = kpi_cards(scenario, arch, gpu, result)
-    st.markdown(f"**{md(arch.name)}** on **{result.replicas * result.tp * result.pp} × {md(gpu.name)}** "
+    st.markdown(f"**{md(arch.name)}** on **{plural(result.replicas * result.tp * result.pp, 'GPU')} × "
+                f"{md(gpu.name)}** "
                 + md(f"({gpu.capacity_bytes / GIB:,.2f} GiB = {gpu.capacity_bytes / GB:,.2f} GB per GPU, "
                      f"{gpu.capacity_basis}) · {result.engine_label} · KV {result.kv_dtype}"))
     cols = st.columns(3)
@@ -226,18 +276,6 @@ def render_kpis(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
             st.caption(f"How: {md(row.how)}")
     st.caption("Exact: " + " · ".join(f"{r.kpi}={r.value:,}" for r in cards),
                help="Exact integers (bytes, requests, tokens) of the cards above.")
-    if not result.weights_fit:
-        more = (f" At least {result.min_gpus_to_fit} GPUs are needed." if result.min_gpus_to_fit
-                else "")
-        st.warning(f"The weights ({fmt_bytes(result.weights_bytes)} per GPU) do not fit in "
-                   f"{md(gpu.name)}'s memory target.{more}")
-    elif not result.fits:
-        st.warning(f"{scenario.users:,} users × {scenario.tokens:,} tokens do not fit: at most "
-                   f"{result.max_requests:,} request(s) per replica.")
-    else:
-        st.success(f"Fits: {scenario.users:,} users × {scenario.tokens:,} tokens "
-                   f"(room for {result.max_requests:,} per replica, "
-                   f"{result.max_requests_all_replicas:,} over {result.replicas} replica(s)).")
     if get_engine(result.engine).logs_kv_cache:
         st.code(result.vllm_log, language=None)
     weights_view.render_comparison(arch, None if scenario.weight_dtype == "auto" else scenario.weight_dtype)
@@ -247,13 +285,17 @@ def render_kpis(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
 
 
 # ---------------------------------------------------------------- (2) KV vs context
-def render_kv_context(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
+def render_kv_context(scenario: Scenario, arch) -> pd.DataFrame:
     df, by_kind, errors = _context_data(cache_key(scenario))
     for message in errors:
         st.warning(md(message))
     fig = figure_from_dict(_kv_context_fig(cache_key(scenario)))
     st.plotly_chart(fig, theme=None, key="chart_kv_context")
-    notes = ["Per GPU rank (tensor-parallel share); the dashed red line is the KV budget of one GPU."]
+    at_length = [f"{dtype} {fmt_bytes(r.kv_bytes_per_request * scenario.users)}"
+                 for dtype, r in answers(cache_key(scenario)).items() if not isinstance(r, str)]
+    notes = [f"At the chosen {scenario.tokens:,} tokens, {plural(scenario.users, 'request')} reserve "
+             + ", ".join(at_length) + " per GPU.",
+             "Per GPU rank (tensor-parallel share); the dashed red line is the KV budget of one GPU."]
     if scenario.pp > 1:
         notes.append("With PP > 1 the curve counts every layer; each stage holds only its own layers.")
     if not scenario.stack_kinds and any(k in arch.kind_counts() for k in ("sliding", "chunked")):
@@ -266,7 +308,7 @@ def render_kv_context(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
 
 
 # ---------------------------------------------------------------- (3) KV vs users
-def render_kv_users(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
+def render_kv_users(scenario: Scenario) -> pd.DataFrame:
     df, budget, errors = _users_data(cache_key(scenario))
     for message in errors:
         st.warning(md(message))
@@ -279,7 +321,7 @@ def render_kv_users(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
 
 
 # ---------------------------------------------------------------- (4) memory per accelerator
-def render_memory(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
+def render_memory(scenario: Scenario) -> pd.DataFrame:
     df = _memory_data(cache_key(scenario))
     bad = df[df["error"] != ""] if "error" in df else df.iloc[0:0]
     if len(bad) == len(df):  # every accelerator refuses the scenario: nothing to draw
@@ -291,15 +333,16 @@ def render_memory(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
     st.plotly_chart(fig, theme=None, key="chart_memory")
     for row in bad.itertuples():
         st.caption(md(f"{row.gpu_name}: {row.error}"))
-    st.caption(f"Every accelerator with {scenario.num_gpus} GPU(s), TP {scenario.tp}, PP {scenario.pp}, "
-               f"{scenario.users:,} users × {scenario.tokens:,} tokens, KV {scenario.kv_dtypes[0]}. "
+    st.caption(f"Every accelerator with {plural(scenario.num_gpus, 'GPU')}, TP {scenario.tp}, "
+               f"PP {scenario.pp}, {plural(scenario.users, 'user')} × {scenario.tokens:,} tokens, "
+               f"KV {scenario.kv_dtypes[0]}. "
                "A black tick marks each device's capacity.")
     _export("memory_per_gpu", df, fig, scenario)
     return df
 
 
 # ---------------------------------------------------------------- (5) requests that fit
-def render_requests(scenario: Scenario, arch, gpu: GPU) -> tuple[pd.DataFrame, pd.DataFrame]:
+def render_requests(scenario: Scenario) -> tuple[pd.DataFrame, pd.DataFrame]:
     grid, cu = _requests_data(cache_key(scenario))
     spec, spec2 = _requests_figs(cache_key(scenario))
     fig = figure_from_dict(spec)
@@ -319,10 +362,14 @@ def render_requests(scenario: Scenario, arch, gpu: GPU) -> tuple[pd.DataFrame, p
 
 
 # ---------------------------------------------------------------- (6) designs
-def render_designs(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
+def render_designs(scenario: Scenario) -> pd.DataFrame:
     df, notes = _design_data(cache_key(scenario))
     fig = figure_from_dict(_designs_fig(cache_key(scenario)))
     st.plotly_chart(fig, theme=None, key="chart_designs")
+    ok = df[df["error"] == ""]
+    st.caption("KV bytes per token (whole model, full length, KV " + scenario.kv_dtypes[0] + "): "
+               + " · ".join(f"{md(label)} {int(value):,} B" for label, value in
+                            zip(ok["label"], ok["kv_bytes_per_token"].tolist(), strict=True)))
     st.markdown("**Assumptions**\n" + "\n".join(f"- {md(n)}" for n in notes))
     table = df[["label", "model", "kv_bytes_per_token", "kv_bytes_per_request", "max_requests",
                 "fits", "error"]]

@@ -52,10 +52,11 @@ def app_url(tmp_path_factory):
     log = tmp_path_factory.mktemp("streamlit") / "server.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"),
+            [sys.executable, "-m", "kvplan.ui.launch",  # as ./dev app serves it
              "--server.headless=true", f"--server.port={port}", "--server.address=127.0.0.1",
              "--browser.gatherUsageStats=false", "--server.fileWatcherType=none"],
-            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+            env={**os.environ, "KVPLAN_PNG_WARM_UP": "1"})
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60

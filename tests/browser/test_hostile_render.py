@@ -47,7 +47,7 @@ def test_config_name_renders_as_text(page: Page, app_url: str):
     config = {"model_type": "llama", "num_hidden_layers": 4, "hidden_size": 256,
               "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000, "name": name}
     _open(page, f"{app_url}/?v=1&m=custom&c={encode_config(config)}&t=4096")
-    header = page.get_by_test_id("stMarkdownContainer").filter(has_text=" on 1 × ").first
+    header = page.get_by_test_id("stMarkdownContainer").filter(has_text=" on 1 GPU × ").first
     expect(header).to_contain_text(name)
     assert header.locator("strong").first.inner_text() == name   # kvplan's own bold, nothing more
     _no_markup_from_user(page)

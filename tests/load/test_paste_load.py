@@ -213,7 +213,7 @@ def test_24_sessions_paste_the_largest_config(server):
     for result in results:
         header = next((m for m in result["markdown"] if " on **" in m), "")
         assert result["exceptions"] == [], result["exceptions"]
-        assert header.startswith(f"**Pasted model {result['index']}** on **1 × "), header[:200]
+        assert header.startswith(f"**Pasted model {result['index']}** on **1 GPU × "), header[:200]
         assert "m=custom" in result["query"] and "c=" in result["query"]
         others = [f"Pasted model {r['index']}**" for r in results if r["index"] != result["index"]]
         assert not any(other in header for other in others)

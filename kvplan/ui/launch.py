@@ -1,0 +1,50 @@
+"""``python -m kvplan.ui.launch [streamlit run options]``: serve the dashboard (``app.py`` of this
+checkout) warm.
+
+Before the server listens, it imports what the first run of ``app.py`` needs (pandas, Plotly,
+the views, the presets, the validated chart template), so the first visitor does not pay those
+imports (≈ 2 s on 2 CPUs); the PNG export browser starts in the background
+(``kvplan.png.warm_up_in_background``), so the first PNG download does not pay Chromium's start.
+``./dev app``, the browser tests and the benchmarks serve the app this way.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+APP = Path(__file__).resolve().parents[2] / "app.py"
+
+
+def preload() -> None:
+    """Import and build once what every first run uses (the script's own imports then hit
+    ``sys.modules`` and the caches)."""
+    import pandas  # noqa: F401
+    import plotly.graph_objects  # noqa: F401
+    from streamlit.elements import plotly_chart  # noqa: F401
+
+    from kvplan.png import warm_up_in_background
+    from kvplan.presets import gpus, model_presets
+    from kvplan.report import named_scenarios
+    from kvplan.ui import calibrate_view, serving_view, views  # noqa: F401
+    from kvplan.ui.theme import apply_template, new_figure
+
+    warm_up_in_background()
+    model_presets()
+    gpus()
+    named_scenarios()
+    apply_template(new_figure())
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``streamlit run app.py`` with ``argv`` as its options, after ``preload``."""
+    from streamlit.web import cli
+
+    preload()
+    sys.argv = ["streamlit", "run", str(APP), *(sys.argv[1:] if argv is None else argv)]
+    cli.main()
+
+
+if __name__ == "__main__":
+    main()

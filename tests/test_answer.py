@@ -1,0 +1,137 @@
+"""Issue #16: the answer, its reason and the smallest change; context limits; design head dims;
+the CLI's wording, default engine and ``--check``. Every expected value is derived in the docstring."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kvplan.capacity import FitQuery, capacity_sweep, fit
+from kvplan.designs import assumptions, variants
+from kvplan.engines import DEFAULT_ENGINE, ENGINES
+from kvplan.errors import KVPlanError
+from kvplan.presets import get_gpu, load_model
+from kvplan.sizing import full_length_bytes_per_token
+from tests.cli_helpers import run_cli
+
+
+def test_llama2_7b_beyond_its_context_limit_does_not_fit() -> None:
+    """Llama-2-7B: max_position_embeddings 4,096. At 32,768 tokens on an H200 the pool still holds
+    7 requests (14,799 blocks // 2,048 per request), but vLLM refuses --max-model-len 32768:
+    fits is False, the reason names VLLM_ALLOW_LONG_MAX_MODEL_LEN, the change is ≤ 4,096 tokens."""
+    result = fit(load_model("llama-2-7b"), get_gpu("h200"), FitQuery(tokens=32768))
+    assert (result.max_requests, result.context_limit, result.fits) == (7, 4096, False)
+    assert "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1" in result.reason
+    assert "max_position_embeddings (4,096)" in result.reason
+    assert result.suggestion == "use at most 4,096 tokens per request"
+    at_limit = fit(load_model("llama-2-7b"), get_gpu("h200"), FitQuery(tokens=4096))
+    assert (at_limit.fits, at_limit.reason, at_limit.suggestion) == (True, "", "")
+
+
+def test_sglang_names_its_own_override() -> None:
+    result = fit(load_model("llama-2-7b"), get_gpu("h200"), FitQuery(tokens=8192, engine="sglang"))
+    assert not result.fits
+    assert "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1" in result.reason
+
+
+def test_capacity_sweep_refuses_lengths_beyond_the_limit() -> None:
+    """4,096 fits (7 × 4,096-token requests need far less than the budget); 4,097 does not."""
+    frame = capacity_sweep(load_model("llama-2-7b"), [get_gpu("h200")], ["bf16"], [4096, 4097], [1],
+                           FitQuery())
+    assert frame["fits"].tolist() == [True, False]
+    assert frame["max_requests"].tolist()[1] > 0  # the pool would hold it; the engine refuses it
+
+
+def test_70b_on_8_gpus_with_tp1_suggests_tp2() -> None:
+    """Llama-3.1-70B bf16: 141,107,412,992 B of weights; an H100's target is
+    ceil(85,520,809,984 × 0.92) = 78,679,145,186 B, so TP=1 cannot hold them; TP=2 halves the
+    layers' share (≈ 70.6 GB + 1 GiB reserve < target) — and the 8 GPUs allow it (4 replicas)."""
+    result = fit(load_model("llama-3.1-70b"), get_gpu("h100-sxm"),
+                 FitQuery(tokens=32768, num_gpus=8, tp=1))
+    assert not result.weights_fit and not result.fits
+    assert "141,107,412,992 B per GPU" in result.reason
+    assert result.suggestion == "set TP=2 (your 8 GPUs allow it; 4 replica(s))"
+    one = fit(load_model("llama-3.1-70b"), get_gpu("h100-sxm"), FitQuery(tokens=32768, num_gpus=1))
+    assert one.suggestion == "use 2 GPUs with TP=2"
+    assert one.min_gpus_to_fit == 2
+
+
+def test_tp8_on_one_gpu_names_eight_gpus() -> None:
+    with pytest.raises(KVPlanError) as err:
+        fit(load_model("llama-3.1-70b"), get_gpu("h100-sxm"), FitQuery(num_gpus=1, tp=8))
+    assert str(err.value) == ("the GPU count 1 is not a multiple of tp × pp = 8: use 8 GPUs, or a "
+                              "TP × PP that divides 1")
+
+
+def test_too_many_users_names_each_smallest_change() -> None:
+    """Llama-3.1-8B on one H100 at 32,768 tokens: 14 requests fit (29,346 blocks // 2,048), the
+    longest request for 100 users is 4,688 tokens, and TP=8 (8 GPUs) is the first layout for 100."""
+    result = fit(load_model("llama-3.1-8b"), get_gpu("h100-sxm"), FitQuery(tokens=32768, users=100))
+    assert (result.max_requests, result.max_tokens_per_request) == (14, 4688)
+    assert result.suggestion == ("at most 14 users or at most 4,688 tokens per request or 8 GPUs "
+                                 "with TP=8")
+
+
+def test_deepseek_v3_mha_variant_uses_the_real_head_dims() -> None:
+    """DeepSeek-V3: 61 MLA layers, 128 heads, K head qk_nope 128 + rope 64 = 192, V head 128.
+    Dense MHA in bf16: 61 × 128 × (192 + 128) × 2 B = 4,997,120 B per token (not hidden ÷ heads =
+    56). GQA with the assumed 8 KV heads: 61 × 8 × 320 × 2 = 312,320 B. The real MLA latent:
+    61 × (512 + 64) × 2 = 70,272 B."""
+    arch = load_model("deepseek-v3")
+    built = variants(arch)
+    per_token = {k: full_length_bytes_per_token(v, "bf16", "vllm") for k, v in built.items()}
+    assert per_token["mha"] == 4_997_120
+    assert per_token["gqa"] == 312_320
+    assert per_token["real"] == per_token["mla"] == 70_272
+    notes = " ".join(assumptions(arch, tp=8))
+    assert "K 192 + V 128" in notes
+    assert "replicated 8×" in notes and "DP-attention" in notes
+
+
+def test_llama_mha_variant_keeps_its_head_dim() -> None:
+    """Llama-3.1-8B: 32 layers × 32 heads × (128 + 128) × 2 B = 524,288 B per token as MHA."""
+    mha = variants(load_model("llama-3.1-8b"))["mha"]
+    assert full_length_bytes_per_token(mha, "bf16", "vllm") == 524_288
+
+
+# ------------------------------------------------------------------------------------------ CLI
+FIT_70B = ["fit", "--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--tokens", "32768"]
+
+
+def test_cli_wording_names_gpus_replicas_and_users() -> None:
+    code, out, _ = run_cli(FIT_70B + ["--num-gpus", "8", "--tp", "8"])
+    assert code == 0
+    first = out.splitlines()[0]
+    assert "on 8 GPUs × NVIDIA H100" in first and "(1 replica of TP=8, PP=1)" in first
+    assert "Longest request at 1 user:" in out and "1 users" not in out
+
+
+def test_cli_check_exits_1_when_it_does_not_fit() -> None:
+    assert run_cli(FIT_70B + ["--num-gpus", "8", "--tp", "8", "--check"])[0] == 0
+    code, out, _ = run_cli(FIT_70B + ["--num-gpus", "8", "--check"])
+    assert code == 1
+    assert "Smallest change: set TP=2 (your 8 GPUs allow it; 4 replica(s))." in out
+    assert run_cli(FIT_70B + ["--num-gpus", "8"])[0] == 0  # without --check: still exit 0
+
+
+def test_cli_fit_json_beyond_the_limit() -> None:
+    code, out, _ = run_cli(["fit", "--model", "llama-2-7b", "--gpu", "h200", "--tokens", "32768",
+                            "--json", "--check"])
+    payload = json.loads(out)
+    assert code == 1
+    assert (payload["fits"], payload["context_limit"], payload["max_requests"]) == (False, 4096, 7)
+    assert "VLLM_ALLOW_LONG_MAX_MODEL_LEN" in payload["reason"]
+
+
+def test_one_default_engine_everywhere_and_in_help() -> None:
+    """``kv`` and ``fit`` both default to DEFAULT_ENGINE (vLLM: whole 16-token blocks, so 10
+    tokens of Llama-2-7B reserve one block = 16 × 524,288 = 8,388,608 B), and --help says so."""
+    code, out, _ = run_cli(["kv", "--model", "llama-2-7b", "--tokens", "10", "--json"])
+    payload = json.loads(out)
+    assert code == 0 and payload["engine"] == DEFAULT_ENGINE == "vllm"
+    assert payload["reserved_bytes"] == 8_388_608
+    code, out, _ = run_cli(["--help"])
+    assert code == 0 and f"'{DEFAULT_ENGINE}' engine ({ENGINES[DEFAULT_ENGINE]})" in " ".join(out.split())
+    code, out, _ = run_cli(["kv", "--help"])
+    assert f"(default: {DEFAULT_ENGINE})" in " ".join(out.split())
