@@ -46,10 +46,14 @@ def _is_attention(layer: LayerSpec) -> bool:
 
 
 def _rebuild(arch: ModelArch, make: Callable[[LayerSpec], LayerSpec], label: str) -> ModelArch:
-    if not any(_is_attention(layer) for layer in arch.layers):
+    distinct = arch.distinct_layers()
+    if not any(_is_attention(layer) for layer in distinct):
         raise KVPlanError("config.unsupported", what=f"the {label} variant",
                           detail=f"{arch.name} has no attention layers to rebuild")
-    layers = tuple(make(layer) if _is_attention(layer) else layer for layer in arch.layers)
+    rebuilt = {layer: make(layer) if _is_attention(layer) else layer for layer in distinct}
+    canonical: dict[LayerSpec, LayerSpec] = {}  # equal rebuilt specs are one object
+    rebuilt = {old: canonical.setdefault(new, new) for old, new in rebuilt.items()}
+    layers = tuple(rebuilt[layer] for layer in arch.layers)  # each distinct layer rebuilt once
     return arch.model_copy(update={"layers": layers, "name": f"{arch.name} as {label}"})
 
 

@@ -821,8 +821,10 @@ def weights_per_gpu(arch: ModelArch, weight_dtype: str | None = None, tp: int = 
     total = 0
     totals: dict[str, int] = {}
     formats: dict[str, set[str]] = {}
-    main_parts = {t.part for t in model_tensors(arch, mtp) if t.kind != "other"}
-    for t in model_tensors(arch, mtp):
+    tensors = tuple(model_tensors(arch, mtp))  # built once: every layer's tensors
+    n_layers = arch.n_layers
+    main_parts = {t.part for t in tensors if t.kind != "other"}
+    for t in tensors:
         rows, cols, copies = shard_shape(t, tp, ep)
         layer_list: tuple[int | None, ...] = t.layers or (None,)
         cache: dict[str, tuple[int, int]] = {}
@@ -836,7 +838,7 @@ def weights_per_gpu(arch: ModelArch, weight_dtype: str | None = None, tp: int = 
             per_gpu, whole = cache[fmt.name]
             if t.stage == "first":
                 stage = 0
-            elif t.stage == "last" or layer is None or layer >= arch.n_layers:
+            elif t.stage == "last" or layer is None or layer >= n_layers:
                 stage = pp - 1
             else:
                 stage = stage_of[layer]
@@ -844,7 +846,7 @@ def weights_per_gpu(arch: ModelArch, weight_dtype: str | None = None, tp: int = 
             totals[t.part] = totals.get(t.part, 0) + whole
             total += whole
     if arch.tie_word_embeddings and pp > 1:  # the last stage holds its own copy of the tied head
-        head = [t for t in model_tensors(arch, mtp) if t.part == "embeddings" and t.split == "vocab"]
+        head = [t for t in tensors if t.part == "embeddings" and t.split == "vocab"]
         rows, cols, _ = shard_shape(head[0], tp, ep)
         stages[-1]["lm_head"] += scheme.base.matrix_bytes(rows, cols)
     return WeightsLayout(tuple(stages), total, _label(formats, scheme), scheme.source, tp, pp, ep,
