@@ -388,6 +388,18 @@ def parse_config(
                                    "params_method": method, "notes": notes})
 
 
+def support_status(arch: ModelArch) -> tuple[str, str]:
+    """Whether the model's architecture is ``exact`` (its model_type's cache and parameters were
+    checked against transformers: ``tests/fixtures/conformance``, ``docs/architectures.md``) or
+    sized by ``generic`` rules, with the reason. (A layout kvplan does not understand is refused
+    by ``parse_config`` and never gets here.)"""
+    if arch.model_type in VERIFIED_MODEL_TYPES or arch.model_type in SUPPORTED_MODEL_TYPES:
+        return "exact", (f"model_type '{arch.model_type}' checked against transformers' own cache "
+                         "and parameter counts (docs/architectures.md)")
+    return "generic", (f"model_type '{arch.model_type}' has not been checked against transformers; "
+                       "sized from the keys it shares with known models")
+
+
 def _refuse_unknown_layouts(cfg: _Cfg, model_type: str) -> None:
     """Refuse, by name, the layouts kvplan does not size yet (never a silent generic number)."""
     if model_type in _UNSUPPORTED_TYPES:

@@ -351,3 +351,19 @@ def test_recommend_inputs_come_from_the_link():
     assert at.number_input(key="sv_rc_users").value == 32
     assert any("TTFT ≤ 2000 ms, TPOT ≤ 200 ms" in c.value for c in at.caption)
     assert any("Lengths at p50" in c.value for c in at.caption)
+
+
+def test_architecture_support_status_is_shown():
+    """Issue #15: the dashboard says whether the loaded config's model_type was checked against
+    transformers (exact) or is sized by generic rules, next to the model."""
+    from kvplan.scenario import encode_config
+
+    at = make_app(m="llama-3.1-8b")
+    assert any(unmd(c.value).startswith("Architecture support: exact — model_type 'llama'")
+               for c in at.caption)
+    config = {"model_type": "my_new_lm", "num_hidden_layers": 2, "hidden_size": 64,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 100,
+              "intermediate_size": 128}
+    custom = make_app(m="custom", c=encode_config(config))
+    assert any(unmd(c.value).startswith("Architecture support: generic rules — model_type "
+                                        "'my_new_lm' has not been checked") for c in custom.caption)

@@ -347,6 +347,14 @@ class Engine:
         """The part of the resolved settings ``make_pool`` depends on for ``arch`` (default: all)."""
         return settings
 
+    def stage_view(self, arch: ModelArch, kv_dtype: str, settings: EngineSettings,
+                   notes: list[str]) -> EngineView:
+        """The rules of the pipeline stage with the most layers (what decides a pool's size), its
+        notes added to ``notes``."""
+        view = self.view(arch, kv_dtype, settings, stage_layers=self.largest_stage(arch, settings.pp))
+        notes.extend(view.notes)
+        return view
+
     def largest_stage(self, arch: ModelArch, pp: int) -> tuple[int, int]:
         parts = pp_partition(arch.n_layers, pp)
         index = int(np.argmax(parts))

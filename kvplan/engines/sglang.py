@@ -176,8 +176,7 @@ class SGLang(Engine):
 
     def make_pool(self, arch: ModelArch, gpu: GPU, kv_dtype: str, settings: EngineSettings,
                   budgets: list[int], notes: list[str]) -> KVPool:
-        view = self.view(arch, kv_dtype, settings, stage_layers=self.largest_stage(arch, settings.pp))
-        notes.extend(view.notes)
+        view = self.stage_view(arch, kv_dtype, settings, notes)
         return SGLangPool(view, max(min(budgets), 0), settings)
 
 

@@ -159,8 +159,7 @@ class TrtLlm(Engine):
     def make_pool(self, arch: ModelArch, gpu: GPU, kv_dtype: str, settings: EngineSettings,
                   budgets: list[int], notes: list[str]) -> KVPool:
         stage = self.largest_stage(arch, settings.pp)
-        view = self.view(arch, kv_dtype, settings, stage_layers=stage)
-        notes.extend(view.notes)
+        view = self.stage_view(arch, kv_dtype, settings, notes)
         max_seq_len = settings.max_cache_len or arch.max_position_embeddings or 1 << 62
         costs = self.window_costs(arch, view.dtype, settings, stage, max_seq_len)
         pool = TrtPool(costs, max(min(budgets), 0), view.block_size or TRTLLM_TOKENS_PER_BLOCK,

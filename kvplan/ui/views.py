@@ -13,6 +13,7 @@ import streamlit as st
 
 from kvplan import designs
 from kvplan.capacity import FitResult
+from kvplan.config_import import support_status
 from kvplan.engines import engine_view, get_engine
 from kvplan.errors import MESSAGES, KVPlanError, clip, md
 from kvplan.presets import GPU
@@ -260,6 +261,8 @@ def render_kpis(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
                 f"{md(gpu.name)}** "
                 + md(f"({gpu.capacity_bytes / GIB:,.2f} GiB = {gpu.capacity_bytes / GB:,.2f} GB per GPU, "
                      f"{gpu.capacity_basis}) · {result.engine_label} · KV {result.kv_dtype}"))
+    status, why = support_status(arch)
+    st.caption(md(f"Architecture support: {'exact' if status == 'exact' else 'generic rules'} — {why}"))
     cols = st.columns(3)
     for i, row in enumerate(cards):
         col = cols[i % 3]
