@@ -367,3 +367,17 @@ def test_architecture_support_status_is_shown():
     custom = make_app(m="custom", c=encode_config(config))
     assert any(unmd(c.value).startswith("Architecture support: generic rules — model_type "
                                         "'my_new_lm' has not been checked") for c in custom.caption)
+
+
+def test_tables_past_int64_are_shown_not_refused():
+    """Bytes of 10M requests of a huge model pass int64 (object columns of exact Python ints):
+    Arrow cannot take them, so the table shows them as floats; ordinary columns stay as they are."""
+    from kvplan.ui.views import arrow_safe
+
+    frame = pd.DataFrame({"kv_bytes": pd.Series([1, 1 << 70], dtype=object), "gpu": ["a", "b"],
+                          "n": [1, 2]})
+    shown = arrow_safe(frame)
+    assert shown["kv_bytes"].tolist() == [1.0, float(1 << 70)] and shown["kv_bytes"].dtype == float
+    assert shown["gpu"].tolist() == ["a", "b"] and shown["n"].dtype == frame["n"].dtype
+    small = pd.DataFrame({"x": pd.Series([1, 2], dtype=object)})
+    assert arrow_safe(small) is small

@@ -345,6 +345,14 @@ def render_memory(scenario: Scenario) -> pd.DataFrame:
 
 
 # ---------------------------------------------------------------- (5) requests that fit
+def arrow_safe(frame: pd.DataFrame) -> pd.DataFrame:
+    """The table as Arrow can show it: exact integers past int64 (object columns, e.g. bytes of
+    10M requests of a huge model) become floats on screen; the CSV download keeps them exact."""
+    big = [col for col in frame.columns if frame[col].dtype == object and frame[col].map(
+        lambda v: isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 1 << 63).any()]
+    return frame.astype(dict.fromkeys(big, float)) if big else frame
+
+
 def render_requests(scenario: Scenario) -> tuple[pd.DataFrame, pd.DataFrame]:
     grid, cu = _requests_data(cache_key(scenario))
     spec, spec2 = _requests_figs(cache_key(scenario))
@@ -354,7 +362,7 @@ def render_requests(scenario: Scenario) -> tuple[pd.DataFrame, pd.DataFrame]:
     shown = grid.assign(
         weights=grid.get("weights_bytes", pd.Series(dtype=float)).map(fmt_bytes, na_action="ignore"),
         kv_budget=grid.get("kv_budget_bytes", pd.Series(dtype=float)).map(fmt_bytes, na_action="ignore"))
-    st.dataframe(shown, hide_index=True, key="table_requests", column_config={
+    st.dataframe(arrow_safe(shown), hide_index=True, key="table_requests", column_config={
         "max_requests": st.column_config.NumberColumn("max requests", format="%d"),
         "max_tokens_per_request": st.column_config.NumberColumn("max tokens at chosen users", format="%d"),
     })
