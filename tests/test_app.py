@@ -372,6 +372,8 @@ def test_architecture_support_status_is_shown():
 def test_tables_past_int64_are_shown_not_refused():
     """Bytes of 10M requests of a huge model pass int64 (object columns of exact Python ints):
     Arrow cannot take them, so the table shows them as floats; ordinary columns stay as they are."""
+    import pandas as pd
+
     from kvplan.ui.views import arrow_safe
 
     frame = pd.DataFrame({"kv_bytes": pd.Series([1, 1 << 70], dtype=object), "gpu": ["a", "b"],
