@@ -69,10 +69,6 @@ class FitQuery(BaseModel):
         data["settings"] = EngineSettings(**values)
         return data
 
-    @property
-    def gpu_util(self) -> float | None:
-        return self.settings.gpu_util
-
 
 class FitResult(BaseModel):
     """Per-GPU and per-replica answers; byte counts are exact integers."""

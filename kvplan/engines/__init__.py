@@ -92,11 +92,6 @@ def prefix_engines() -> tuple[str, ...]:
     return (*(e for e, engine in REGISTRY.items() if engine.prefix_unit is not None), HF_ENGINE)
 
 
-def check_engine(engine_id: str) -> str:
-    get_engine(engine_id)
-    return engine_id
-
-
 def engine_view(arch: ModelArch, engine: str, kv_dtype: str = "bf16",
                 settings: EngineSettings | None = None, stage_layers: tuple[int, int] | None = None,
                 mla_block_size: int | None = None) -> EngineView:
@@ -118,7 +113,7 @@ __all__ = [
     "DEFAULT_ENGINE", "ENGINES", "HF_ENGINE", "STATIC_ENGINE", "MLA_ONLY_DTYPES", "REGISTRY", "SETTINGS",
     "VLLM_DEFAULT_BLOCK_SIZE", "Budget", "CacheRule", "Engine", "EngineSettings", "EngineView",
     "KVPool", "PagedRule", "QuantizedCacheModel", "Setting", "StateRule", "StaticRule", "TokenRule",
-    "RELEASES", "check_engine", "default_max_num_batched_tokens", "engine_with_release",
+    "RELEASES", "default_max_num_batched_tokens", "engine_with_release",
     "release_choices", "engine_view", "get_engine", "kv_heads_per_rank",
     "layer_kind", "layer_token_bytes", "log_engine", "pp_partition", "prefix_engines",
     "quantized_cache_allowed", "recurrent_state_bytes", "resolve_dtype",

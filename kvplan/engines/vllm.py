@@ -227,7 +227,7 @@ class Vllm(Engine):
                                    mla_block_size: int | None) -> tuple[int, list[str]] | None:
         """A request reserves whole block ids across every group: ``blocks × bytes per block``."""
         pool = self.pool_layout(arch, kv_dtype, settings, mla_block_size)
-        per_block = pool.stage_bytes_per_block(0, arch.n_layers)
+        per_block = int(pool.stages_bytes_per_block([arch.n_layers])[0])
         blocks = int(pool.blocks_per_request(tokens))
         notes = []
         if pool.padding_layers:
@@ -290,12 +290,6 @@ class GroupBucket:
     def page_bytes(self) -> int:
         return self.rule.page_bytes
 
-    def group_layers_in(self, start: int, stop: int) -> np.ndarray:
-        """Layers of each group of the bucket that sit in ``[start, stop)``."""
-        inside = (self.layer_ids >= start) & (self.layer_ids < stop)
-        return np.bincount(np.arange(self.layer_ids.size)[inside] % self.n_groups,
-                           minlength=self.n_groups)
-
 
 def _spec_key(rule: CacheRule) -> tuple:
     return (rule.kind, rule.window, rule.page_bytes, rule.block_size)
@@ -314,15 +308,8 @@ class VllmPool:
     def n_groups(self) -> int:
         return sum(b.n_groups for b in self.buckets)
 
-    def stage_bytes_per_block(self, start: int, stop: int) -> int:
-        """Bytes one block id costs on the rank holding layers [start, stop)."""
-        per_group = [b.page_bytes * b.group_layers_in(start, stop) for b in self.buckets]
-        if self.uniform_type:
-            return int(sum(int(p.sum()) for p in per_group))
-        return max((int(p.max(initial=0)) for p in per_group), default=0)
-
     def stages_bytes_per_block(self, parts: list[int]) -> np.ndarray:
-        """``stage_bytes_per_block`` of every pipeline stage at once (``parts`` = layers per stage).
+        """Bytes one block id costs on each pipeline stage (``parts`` = layers per stage).
 
         Uniform-type pools sum their layers' pages per stage; hybrid pools take, per stage, the
         largest group (a group's layers on that stage × its page). Both walk the layers once
