@@ -10,18 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+from load_server import streamlit_app, tree_rss_bytes
 
-ROOT = Path(__file__).resolve().parents[2]
-APP = ROOT / "app.py"
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -36,60 +30,12 @@ PRESETS = ["llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3.1-8b", "llama-3.
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def rss_bytes(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
-
-
-def tree_rss_bytes(pid: int) -> int:
-    """RSS of the server process and its children (streamlit may spawn helpers, e.g. kaleido)."""
-    total = rss_bytes(pid)
-    children = Path(f"/proc/{pid}/task/{pid}/children")
-    if children.exists():
-        for child in children.read_text().split():
-            with contextlib.suppress(FileNotFoundError, AssertionError):
-                total += tree_rss_bytes(int(child))
-    return total
-
-
 @pytest.fixture(scope="module")
 def server(request):
-    if not APP.exists():
-        pytest.skip("app.py not written yet")
     if not Path(CHROMIUM).exists():
         pytest.skip("no Chromium at /usr/bin/chromium")
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", str(APP), "--server.headless", "true",
-         "--server.address", "127.0.0.1", "--server.port", str(port),
-         "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        try:
-            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:
-                if response.status == 200:
-                    break
-        except OSError:
-            time.sleep(0.3)
-    else:
-        proc.kill()
-        pytest.fail("streamlit did not start: " + proc.stdout.read().decode()[-2000:])
-    yield url, proc
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    with streamlit_app() as (port, proc):
+        yield f"http://127.0.0.1:{port}", proc
 
 
 async def _drive(url: str) -> list[dict]:

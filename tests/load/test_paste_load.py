@@ -18,21 +18,16 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import json
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+from load_server import streamlit_app, tree_rss_bytes
 
 from kvplan.config_import import MAX_CONFIG_BYTES
 
 ROOT = Path(__file__).resolve().parents[2]
-APP = ROOT / "app.py"
 SESSIONS = 24
 RSS_LIMIT = 600 << 20
 LLAMA = json.loads((ROOT / "presets" / "models" / "llama-3.1-8b.json").read_text())["config"]
@@ -50,53 +45,10 @@ def largest_config(index: int) -> str:
     return text
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def tree_rss_bytes(pid: int) -> int:
-    """RSS of a process and its children (``VmRSS`` of /proc/<pid>/status)."""
-    total = 0
-    with contextlib.suppress(FileNotFoundError):
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                total = int(line.split()[1]) * 1024
-        children = Path(f"/proc/{pid}/task/{pid}/children")
-        for child in children.read_text().split() if children.exists() else []:
-            total += tree_rss_bytes(int(child))
-    return total
-
-
 @pytest.fixture(scope="module")
 def server():
-    if not APP.exists():
-        pytest.skip("app.py not written yet")
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", str(APP), "--server.headless", "true",
-         "--server.address", "127.0.0.1", "--server.port", str(port),
-         "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        try:
-            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:
-                if response.status == 200:
-                    break
-        except OSError:
-            time.sleep(0.3)
-    else:
-        proc.kill()
-        pytest.fail("streamlit did not start: " + proc.stdout.read().decode()[-2000:])
-    yield f"ws://127.0.0.1:{port}/_stcore/stream", proc
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    with streamlit_app() as (port, proc):
+        yield f"ws://127.0.0.1:{port}/_stcore/stream", proc
 
 
 class Session:
