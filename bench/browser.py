@@ -184,33 +184,12 @@ def keypress_latencies(url: str, presses: int, warmup: int = 2) -> tuple[float, 
     Alternates ArrowRight / ArrowLeft on the "Context length" select_slider so the value moves on
     every press (and never sticks at an end); the first ``warmup`` presses are not reported.
     """
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
-
     with chromium() as browser:
         context = browser.new_context(viewport={"width": 1400, "height": 1000})
         try:
             page = context.new_page()
             first = open_idle(page, url)
-            slider = page.get_by_role("slider", name=SLIDER_LABEL)
-            slider.focus(timeout=RERUN_TIMEOUT)
-            samples = []
-            for i in range(warmup + presses):
-                before = _exact_text(page)
-                key = "ArrowRight" if i % 2 == 0 else "ArrowLeft"
-                start = time.perf_counter()
-                page.keyboard.press(key)
-                try:
-                    page.wait_for_function(CHANGED_JS, arg=before, timeout=RERUN_TIMEOUT,
-                                           polling="raf")
-                    page.wait_for_selector(IDLE, timeout=RERUN_TIMEOUT)
-                except PlaywrightTimeout as exc:
-                    raise RuntimeError(f"keypress {i} ({key}): no caption change / idle "
-                                       f"within {RERUN_TIMEOUT / 1000:.0f} s") from exc
-                elapsed = time.perf_counter() - start
-                if i >= warmup:
-                    samples.append(elapsed)
-                if not slider.evaluate("el => el === document.activeElement"):
-                    slider.focus(timeout=RERUN_TIMEOUT)
+            samples = _press_keys(page, presses, warmup)
             if page.locator('[data-testid="stException"]').count():
                 raise RuntimeError("the app shows an exception after the keypresses")
             return first, samples
