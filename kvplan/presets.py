@@ -50,6 +50,11 @@ class GPU(BaseModel):
     marketed_bytes: int = Field(ge=1)
     reported_bytes: int | None = None
     reported_mib: int | None = None
+    #: Total memory as CUDA reports it to the engine (``torch.cuda.mem_get_info()[1]`` /
+    #: ``cudaDeviceProp.totalGlobalMem``), MiB; below ``nvidia-smi``'s figure by what the driver
+    #: keeps. Its evidence is ``sources["cuda_total"]`` and its status ``status["cuda_total"]``
+    #: (``logged``/``measured`` from a public run, ``estimate`` when derived).
+    cuda_total_mib: int | None = Field(default=None, ge=1)
     memory_type: str = ""
     bandwidth_tbps: float = Field(gt=0)
     bf16_tflops: float = Field(gt=0)
@@ -70,6 +75,11 @@ class GPU(BaseModel):
     @property
     def capacity_bytes(self) -> int:
         return self.reported_bytes or self.marketed_bytes
+
+    @property
+    def cuda_total_bytes(self) -> int | None:
+        """Total device memory as CUDA reports it, bytes (None when the catalogue lacks it)."""
+        return self.cuda_total_mib * 2**20 if self.cuda_total_mib else None
 
     @property
     def capacity_basis(self) -> str:
