@@ -108,3 +108,19 @@ def test_a_config_without_length_keys():
     config = {k: v for k, v in _qwen(model_type="kvplan-test").items()
               if k not in ("max_position_embeddings", "architectures")}
     assert _limits(config) == (None, None, None, 2048, 2048)
+
+
+def test_length_keys_and_rope_travel_in_the_link():
+    """An uploaded config's length keys and RoPE set survive the link: the v0.19 derivation of the
+    YaRN ×4 Qwen config (with a smaller ``seq_length``, which the YaRN branch overrides) is the same
+    after encoding and decoding."""
+    from kvplan.scenario import custom_arch, decode_config, encode_config, link_config
+
+    config = CASES["yarn x4"][0] | {"seq_length": 16384}
+    back = decode_config(encode_config(link_config(config)))
+    assert (back["seq_length"], back["rope_scaling"]["factor"]) == (16384, 4.0)
+    limit = get_engine("vllm@0.19").context_limit(custom_arch(back))
+    assert (limit.tokens, limit.rule) == (
+        131072, "original_max_position_embeddings 32,768 × RoPE factor 4; vLLM v0.14–v0.19 "
+                "_get_and_verify_max_len")
+    assert get_engine("vllm").context_limit(custom_arch(back)).tokens == 16384
