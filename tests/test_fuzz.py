@@ -32,6 +32,7 @@ from hypothesis import strategies as st
 from md_text import outside_code, unmd
 
 from kvplan.config_import import MAX_DEPTH, json_depth, parse_config
+from kvplan.engines.settings import SETTINGS
 from kvplan.errors import MESSAGES, KVPlanError, md, plotly_text
 from kvplan.presets import gpus, model_presets
 from kvplan.scenario import Scenario
@@ -50,7 +51,10 @@ FUZZ = settings.get_profile("kvplan-fuzz-long" if LONG else "kvplan-fuzz-default
 CLI_FUZZ = settings(FUZZ, max_examples=10_000 if LONG else 80)
 
 CONFIGS = Path(__file__).parent / "fixtures" / "configs"
-ALIASES = [info.alias or name for name, info in Scenario.model_fields.items()] + ["v"]
+#: Every link key: the scenario's own fields and each engine setting's key (``SETTINGS``, flattened
+#: into the link since the engines refactor).
+ALIASES = [info.alias or name for name, info in Scenario.model_fields.items() if name != "engine_settings"] \
+    + [setting.key for setting in SETTINGS.values()] + ["v"]
 PRESETS = sorted(model_presets())
 GPUS = sorted(gpus())
 DTYPES = ["bf16", "fp16", "fp32", "fp8", "fp8_e4m3", "fp8_e5m2", "int8", "int4", "int2", "nvfp4",
