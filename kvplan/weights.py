@@ -209,13 +209,11 @@ class QuantScheme:
 
     @cached_property
     def layer_specific(self) -> bool:
-        """Whether a pattern may tell decoder layers apart (then each layer's format is looked up;
-        otherwise one lookup serves every layer of a tensor): a digit in any skip/only/target
-        pattern, a glob ``?``/``[``, or a regex with ``\\d``, ``[``, ``{`` or a one-character ``.``."""
+        """Whether a skip/only/target pattern names digits (a digit, or ``\\d`` in a regex): then
+        each layer's format is looked up. Otherwise a pattern treats every digit alike, so a
+        layer's format depends only on how many digits its number has (``_formats_by_layer``)."""
         patterns = self.skip + self.only + tuple(t for targets, _ in self.groups for t in targets)
-        return any(re.search(r"\d", p) or (re.search(r"\\d|\[|\{|(?<!\\)\.(?![*+])", p[3:])
-                                             if p.startswith("re:") else re.search(r"[?\[]", p))
-                   for p in patterns)
+        return any(re.search(r"\d|\\d", p) for p in patterns)
 
     def skipped(self, name: str) -> bool:
         """Whether ``name`` is left unquantized by the skip list (vLLM ``is_layer_skipped``
@@ -867,14 +865,21 @@ def _stage_counts(t: Tensor, layers: tuple[int, ...], starts: list[int],
 
 
 def _formats_by_layer(scheme: QuantScheme, t: Tensor) -> list[tuple[Format, tuple[int, ...]]]:
-    """The stored format of ``t`` with the layers it applies to: one lookup for all layers unless
-    the scheme's patterns may single out layers (``QuantScheme.layer_specific``)."""
-    if not t.layers or not scheme.layer_specific or not t.quantizable:
+    """The stored format of ``t`` with the layers it applies to. Patterns that name digits are
+    matched per layer; others cannot tell two layer numbers of the same length apart, so one
+    lookup serves each run of 1-, 2-, 3-… digit layers (``t.layers`` ascending, cut by bisection)."""
+    if not t.layers or not t.quantizable or not (scheme.skip or scheme.only or scheme.groups):
         return [(scheme.format_for(t, t.layers[0] if t.layers else None), t.layers)]
+    if scheme.layer_specific:
+        spans = [(layer,) for layer in t.layers]
+    else:
+        cuts = [0, *(bisect_left(t.layers, 10 ** k) for k in range(1, len(str(t.layers[-1])))),
+                len(t.layers)]
+        spans = [t.layers[lo:hi] for lo, hi in zip(cuts, cuts[1:], strict=False) if hi > lo]
     by_name: dict[str, tuple[Format, list[int]]] = {}
-    for layer in t.layers:
-        fmt = scheme.format_for(t, layer)
-        by_name.setdefault(fmt.name, (fmt, []))[1].append(layer)
+    for span in spans:
+        fmt = scheme.format_for(t, span[0])
+        by_name.setdefault(fmt.name, (fmt, []))[1].extend(span)
     return [(fmt, tuple(ids)) for fmt, ids in by_name.values()]
 
 

@@ -22,7 +22,7 @@ import pytest
 
 from kvplan.config_import import parse_config
 from kvplan.engines import get_engine
-from kvplan.presets import get_gpu, load_model
+from kvplan.presets import get_gpu, load_model, model_presets
 from kvplan.weights import weights_per_gpu
 
 LOGS = Path(__file__).parent / "fixtures" / "vllm_logs"
@@ -63,9 +63,23 @@ CASES: dict[str, tuple[str, int, str, str | None, str]] = {
     "15": ("google__gemma-4-26B-A4B", 1, "vllm", "a100-80gb-sxm",
            "Gemma 4 text MoE exact by shape; the vision tower is kvplan's generic ViT estimate "
            "(−1.7 % in all)"),
+    "18": ("unsloth__Qwen2.5-0.5B-Instruct", 1, "vllm@0.6", None,
+           "bf16, tied embeddings (one 151,936 × 896 matrix); the log adds the rotary cos/sin cache "
+           "(32,768 positions × 64) and prints 4 decimals: 0.9202 GiB vs 0.9273 (−0.8 %)"),
+    "25": ("mixtral-8x7b", 2, "vllm@0.11", "h100-sxm",
+           "GPTQ int4 with one group per column (act order then has no effect: vLLM gptq_marlin.py "
+           "GPTQMarlinConfig drops desc_act when group_size is -1), experts and attention; "
+           "Machete/Marlin repacking keeps 4 bits; bf16 embeddings, router and lm_head: 11.0706 GiB "
+           "vs 11.0802 (−0.1 %)"),
     "27": ("gpt-oss-20b", 1, "vllm@0.19", "h100-sxm",
            _TRITON + " — release not stated; only the v0.12–v0.24 Triton layout (scales kept) "
            "comes within 2 %: 13.405 GiB vs 13.47 (v0.25+ 12.849, Marlin 13.671)"),
+    "28": ("llama-3.1-70b", 2, "vllm", "h100-sxm",
+           "Llama-3.3-70B has the llama-3.1-70b preset's shapes; FP8 weights with an fp32 scale per "
+           "output channel (compressed-tensors W8A8 FP8, CUTLASS keeps them), bf16 embeddings and "
+           "lm_head; quantization_config of the same org's FP8-dynamic recipe on Llama-3.1-70B (the "
+           "3.3 file was not found; configs/*.source): 33.849 GiB vs 33.88 (−0.1 %)"),
+    "29": ("llama-3.1-70b", 1, "vllm", "h100-sxm", "as 28, TP 1: 67.692 GiB vs 67.72 (−0.04 %)"),
     "30": ("llama-3.1-8b", 1, "vllm", "h100-sxm", "as 07"),
 }
 
@@ -74,26 +88,41 @@ CASES: dict[str, tuple[str, int, str, str | None, str]] = {
 NOT_COMPARED: dict[str, str] = {
     "17": "Meta-Llama-3.1-405B-Instruct-FP8: its quantization_config (fbgemm_fp8 skip list) was "
           "not retrieved",
-    "18": "Qwen2.5-0.5B-Instruct: no preset or vendored config",
-    "19": "Qwen2.5-VL-72B-Instruct: no vendored config (vision tower shape unknown)",
+    "19": "Qwen2.5-VL-72B-Instruct: its config.json was not found; the architecture copy in "
+          "Qwen/Qwen2.5-VL-72B-Instruct-AWQ's config (docs corpus) was cut before vocab_size, and "
+          "its vision_config omits the tower depth (transformers' default 32), which kvplan does "
+          "not assume",
     "20": "Qwen3.8-27B-FP8: no vendored config",
     "24": "Qwen3.8-27B NVFP4: local folder, config not published",
-    "25": "TheBloke/Mixtral-8x7B-v0.1-GPTQ: its quantization_config (group size, act order) was "
-          "not retrieved",
     "26": "Qwen3-Coder-30B-A3B AWQ: its quantization_config was not retrieved",
-    "28": "RedHatAI/Llama-3.3-70B-Instruct-FP8-dynamic: its compressed-tensors config was not "
-          "retrieved",
-    "29": "as 28",
 }
 
 #: id → reason, for compared cases more than 2 % off (empty: every compared case is within 2 %).
 KNOWN_MISMATCH: dict[str, str] = {}
 
 
-def _arch(model: str):
+#: id → (a quantization block copied into ``configs/`` — a checkpoint's ``quantize_config.json``
+#: or its config.json's ``quantization_config`` — and the ``quant_method`` to add when the file
+#: has none): merged into the preset's config (vLLM ``get_quant_config`` reads
+#: ``quantize_config.json`` when config.json has no quantization_config).
+QUANTIZE_CONFIGS: dict[str, tuple[str, str | None]] = {
+    "25": ("TheBloke__Mixtral-8x7B-v0.1-GPTQ.quantize_config", "gptq"),
+    "28": ("neuralmagic__Meta-Llama-3.1-70B-Instruct-FP8-dynamic.quantization_config", None),
+    "29": ("neuralmagic__Meta-Llama-3.1-70B-Instruct-FP8-dynamic.quantization_config", None),
+}
+
+
+def _arch(model: str, case: str | None = None):
     path = LOGS / "configs" / f"{model}.json"
     if path.exists():
         return parse_config(json.loads(path.read_text()), name=model)
+    if case in QUANTIZE_CONFIGS:
+        name, method = QUANTIZE_CONFIGS[case]
+        quant = json.loads((LOGS / "configs" / f"{name}.json").read_text())
+        if method is not None:
+            quant = {"quant_method": method, **quant}
+        config = {**model_presets()[model].config, "quantization_config": quant}
+        return parse_config(config, name=model)
     return load_model(model)
 
 
@@ -118,7 +147,7 @@ def test_every_log_with_weights_is_compared_or_excused():
 def _ours_gib(case: str) -> float:
     model, tp, engine, gpu, _why = CASES[case]
     repack = get_engine(engine).mxfp4_moe_repack(get_gpu(gpu) if gpu else None)
-    return max(weights_per_gpu(_arch(model), None, tp, repack=repack).stage_bytes) / GIB
+    return max(weights_per_gpu(_arch(model, case), None, tp, repack=repack).stage_bytes) / GIB
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
