@@ -870,6 +870,7 @@ def _formats_by_layer(scheme: QuantScheme, t: Tensor) -> list[tuple[Format, tupl
     lookup serves each run of 1-, 2-, 3-… digit layers (``t.layers`` ascending, cut by bisection)."""
     if not t.layers or not t.quantizable or not (scheme.skip or scheme.only or scheme.groups):
         return [(scheme.format_for(t, t.layers[0] if t.layers else None), t.layers)]
+    spans: list[tuple[int, ...]]
     if scheme.layer_specific:
         spans = [(layer,) for layer in t.layers]
     else:

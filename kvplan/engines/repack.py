@@ -45,6 +45,7 @@ class ExpertRepack:
         return values + swizzled + (scales if self.keeps_scales else 0)
 
     def describe(self, hidden: int) -> str:
+        """One line naming the backend and its padding (shown with the weight format's source)."""
         kept = ", checkpoint scales kept beside a swizzled copy" if self.keeps_scales else ""
         return (f"vLLM {self.backend} MXFP4 MoE backend: hidden {hidden:,} → "
                 f"{round_up(hidden, self.hidden):,}, intermediate per rank rounded up to "
