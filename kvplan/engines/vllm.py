@@ -48,6 +48,7 @@ from kvplan.engines.kinds import (
     PagedRule,
     PagedStateRule,
 )
+from kvplan.engines.repack import ExpertRepack
 from kvplan.engines.settings import EngineSettings
 
 if TYPE_CHECKING:
@@ -86,6 +87,27 @@ def vllm_mla_block_size(gpu: GPU, kv_dtype: str) -> int:
     if major == 9 and kv_dtype.startswith("fp8"):
         return 64
     return 16
+
+
+def mxfp4_repack(gpu: GPU | None, fi_inter: int, triton: bool, keeps_scales: bool,
+                 source: str) -> ExpertRepack | None:
+    """The MXFP4 MoE backend vLLM picks by compute capability and how it holds the experts
+    (``mxfp4_round_up_hidden_size_and_intermediate_size``, ``convert_to_mxfp4_moe_kernel_format``;
+    ``_swizzle_mxfp4`` with triton_kernels' Hopper layouts: values padded to 16 rows × 64 columns,
+    scales to 256 rows with 8 warps). SM 10.x → FlashInfer TRT-LLM (hidden 256, intermediate
+    ``fi_inter``, fp32 biases); SM 9.0 with ``triton`` → OAI Triton (intermediate 64, swizzled
+    scale copy, fp32 biases); any other CUDA GPU → Marlin (hidden 256, intermediate 128). No
+    capability (AMD, TPU, custom): None."""
+    major = int(float(gpu.compute_capability)) if gpu is not None and gpu.compute_capability else 0
+    if not major:
+        return None
+    if major == 10:
+        return ExpertRepack("FlashInfer TRT-LLM", hidden=256, inter=fi_inter, fp32_bias=True,
+                            source=source)
+    if major == 9 and triton:
+        return ExpertRepack("Triton", inter=64, value_rows=16, value_cols=64, scale_rows=256,
+                            keeps_scales=keeps_scales, fp32_bias=True, source=source)
+    return ExpertRepack("Marlin", hidden=256, inter=128, source=source)
 
 
 class Vllm(Engine):
@@ -175,6 +197,12 @@ class Vllm(Engine):
         """``vllm/config/vllm.py`` ``max_in_flight_tokens = max_concurrent_batches × MNBT``;
         ``max_concurrent_batches`` is pp + 1 with async scheduling, else pp (v0.26+)."""
         return (settings.pp + 1 if settings.async_scheduling else settings.pp) * mnbt
+
+    def mxfp4_moe_repack(self, gpu: GPU | None) -> ExpertRepack | None:
+        """v0.25+ (``fused_moe/oracle/mxfp4.py`` ``_get_priority_backends_for_gpt_oss``): TRT-LLM
+        pads the intermediate to 128; Triton frees the checkpoint scales after swizzling
+        (``del layer.w13_weight_scale``); Marlin on SM 12.x (moved behind it there)."""
+        return mxfp4_repack(gpu, 128, True, False, "vLLM v0.33 fused_moe/oracle/mxfp4.py")
 
     def layer_spec_kind(self, kind: str) -> str:
         """The spec kind this release builds for a layer of ``kind`` (all kinds exist in v0.33)."""
@@ -571,6 +599,13 @@ class VllmV019(Vllm):
     def default_mnbt(self, gpu: GPU) -> int:
         return mnbt_v09_to_v026(gpu)
 
+    def mxfp4_moe_repack(self, gpu: GPU | None) -> ExpertRepack | None:
+        """v0.14–v0.19 (``quantization/mxfp4.py`` ``get_mxfp4_backend``, v0.19
+        ``oracle/mxfp4.py``): Triton on SM 9.0 (bundled ``vllm.third_party.triton_kernels``) keeps
+        the checkpoint's scales as layer parameters beside the swizzled copy in its
+        ``PrecisionConfig``; TRT-LLM pads the intermediate to 256."""
+        return mxfp4_repack(gpu, 256, True, True, "vLLM v0.14.1/v0.19.0 quantization/mxfp4.py")
+
     def in_flight_tokens(self, settings: EngineSettings, mnbt: int) -> int:
         """Before v0.26 ``SlidingWindowSpec``/``ChunkedLocalAttentionSpec`` reserve
         ``max_num_batched_tokens`` in-flight tokens whatever the scheduling."""
@@ -589,6 +624,13 @@ class VllmV011(VllmV019):
     def hybrid_default(self, arch: ModelArch) -> bool:
         return not any(layer.kind == "chunked" for layer in arch.distinct_layers())
 
+    def mxfp4_moe_repack(self, gpu: GPU | None) -> ExpertRepack | None:
+        """v0.10–v0.11 (``quantization/mxfp4.py`` ``Mxfp4MoEMethod._should_use_marlin``): Marlin
+        below SM 10.0 — v0.10.1 pins torch 2.7 (Triton needs ≥ 2.8) and neither bundles
+        ``triton_kernels``; FlashInfer (256/256) on Blackwell. (v0.12–v0.13 bundle
+        ``triton_kernels`` and pick Triton on SM 9.0, as v0.14.)"""
+        return mxfp4_repack(gpu, 256, False, True, "vLLM v0.10.1.1 quantization/mxfp4.py")
+
 
 class VllmV09(VllmV011):
     """vLLM v0.9: no ``ChunkedLocalAttentionSpec`` yet — chunked layers are ``FullAttentionSpec``
@@ -603,6 +645,10 @@ class VllmV09(VllmV011):
 
     def layer_spec_kind(self, kind: str) -> str:
         return "full" if kind == "chunked" else kind
+
+    def mxfp4_moe_repack(self, gpu: GPU | None) -> ExpertRepack | None:
+        """No MXFP4 MoE method before v0.10.1 (gpt-oss support): experts as stored."""
+        return None
 
 
 class VllmV08(VllmV09):
