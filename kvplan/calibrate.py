@@ -199,7 +199,7 @@ def parse_vllm_log(log: str | bytes) -> VllmLog:
     if blocks:
         found["num_gpu_blocks"] = min(blocks)
     with_tokens = [c for c in capacities if c[0] >= 0]
-    rank = min(with_tokens) if with_tokens else (min(capacities, key=lambda c: c[1] or 0)
+    rank = min(with_tokens, key=lambda c: c[0]) if with_tokens else (min(capacities, key=lambda c: c[1] or 0)
                                                  if capacities else None)
     if rank is not None:
         if rank[0] >= 0:

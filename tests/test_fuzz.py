@@ -497,6 +497,8 @@ def vllm_logs(draw) -> str:
 @example("Maximum concurrency for 32,768 tokens per request: " + "9" * 400 + "x")
 @example("Maximum concurrency for 0 tokens per request: 1.00x")
 @example("Maximum concurrency for 1,000,000,000 tokens per request: 1.00x")
+@example("GPU KV cache size: 2 tokens\nMaximum concurrency for 1 tokens per request: 0x\n"
+         "GPU KV cache size: 2 tokens")  # two ranks with equal tokens, one without a concurrency
 def test_vllm_log_with_huge_numbers(log):
     """Logs with numbers of thousands of digits: a named message or a calibration, nothing else."""
     from kvplan.calibrate import calibrate, parse_vllm_log
