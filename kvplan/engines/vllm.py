@@ -24,7 +24,7 @@ Groups:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, ClassVar
 
@@ -371,6 +371,9 @@ class VllmPool:
     uniform_type: bool
     block_size: int
     notes: tuple[str, ...]
+    #: ``stages_bytes_per_block`` per pipeline split (a pool is shared by every fit of its layout).
+    _stage_cost: dict[tuple[int, ...], np.ndarray] = field(default_factory=dict, init=False, compare=False,
+                                                           repr=False)
 
     @property
     def n_groups(self) -> int:
@@ -383,6 +386,10 @@ class VllmPool:
         largest group (a group's layers on that stage × its page). Both walk the layers once
         (``bincount`` / ``unique``), so the cost grows with the layers, never with stages × groups.
         """
+        key = tuple(parts)
+        cached = self._stage_cost.get(key)
+        if cached is not None:
+            return cached
         bounds = np.cumsum(parts)[:-1]
         stages = len(parts)
         total = np.zeros(stages, dtype=np.int64)
@@ -394,6 +401,9 @@ class VllmPool:
             group = np.arange(bucket.layer_ids.size) % bucket.n_groups
             pairs, counts = np.unique(stage * bucket.n_groups + group, return_counts=True)
             np.maximum.at(total, pairs // bucket.n_groups, counts * bucket.page_bytes)
+        total.setflags(write=False)
+        if len(self._stage_cost) < 64:
+            self._stage_cost[key] = total
         return total
 
     def blocks_per_request(self, max_model_len: np.ndarray | int) -> np.ndarray:
@@ -421,15 +431,30 @@ def _pool_cached(engine: Vllm, arch: ModelArch, kv_dtype: str, settings: EngineS
     return build_pool(engine, arch, kv_dtype, settings, mla_block_size)
 
 
-def _layer_ids(arch: ModelArch, by_spec: dict[LayerSpec, CacheRule]) -> dict[LayerSpec, np.ndarray]:
-    """Global layer ids of every cached spec, from the model's runs of identical layers."""
-    ids: dict[LayerSpec, list[np.ndarray]] = {}
+@lru_cache(maxsize=32)
+def _layer_positions(arch: ModelArch) -> dict[LayerSpec, np.ndarray]:
+    """Global layer ids of each distinct spec, ascending, from the model's runs of identical layers
+    (once per model: the pool of every KV dtype and setting indexes them)."""
+    runs: dict[LayerSpec, list[tuple[int, int]]] = {}
     position = 0
     for layer, n in arch.layer_runs():
-        if layer in by_spec:
-            ids.setdefault(layer, []).append(np.arange(position, position + n))
+        runs.setdefault(layer, []).append((position, n))
         position += n
-    return {layer: np.concatenate(parts) for layer, parts in ids.items()}
+    positions = {}
+    for layer, spans in runs.items():
+        begin = np.array([b for b, _ in spans], dtype=np.int64)
+        length = np.array([n for _, n in spans], dtype=np.int64)
+        within = np.arange(int(length.sum()), dtype=np.int64) - np.repeat(np.cumsum(length) - length,
+                                                                             length)
+        ids = np.repeat(begin, length) + within
+        ids.setflags(write=False)
+        positions[layer] = ids
+    return positions
+
+
+def _layer_ids(arch: ModelArch, by_spec: dict[LayerSpec, CacheRule]) -> dict[LayerSpec, np.ndarray]:
+    """Global layer ids of every cached spec (``_layer_positions``)."""
+    return {layer: ids for layer, ids in _layer_positions(arch).items() if layer in by_spec}
 
 
 def build_pool(engine: Vllm, arch: ModelArch, kv_dtype: str, settings: EngineSettings,
@@ -505,12 +530,14 @@ class VllmPagedPool(KVPool):
 
     def __init__(self, pool: VllmPool, budgets: list[int], parts: list[int],
                  logged_tokens: str = "concurrency", null_block: bool = True) -> None:
-        per_block = [int(b) for b in pool.stages_bytes_per_block(parts)]
+        per_block = pool.stages_bytes_per_block(parts)
         self.pool = pool
         self.stage_per_block = per_block
         self.budget = min(budgets)
-        self.num_blocks = min(max(b, 0) // pbb for b, pbb in zip(budgets, per_block, strict=True) if pbb)
-        self.bytes_per_block = max(per_block)
+        stage_budgets = np.maximum(np.asarray(budgets, dtype=np.int64), 0)
+        used = per_block > 0
+        self.num_blocks = int((stage_budgets[used] // per_block[used]).min())
+        self.bytes_per_block = int(per_block.max())
         self.block_size = pool.block_size
         self.capacity = max(self.num_blocks - (1 if null_block else 0), 0)
         self.logged_tokens = logged_tokens
