@@ -303,3 +303,19 @@ def test_b_hand_values():
     result = fit(arch_of(doc), get_gpu("l4"), query(doc, gpu_util=0.85), search_gpus=False)
     assert result.kv_pool_tokens == 63278
     assert round((63278 - 46611) * 65536 / GIB, 2) == 1.02
+
+
+def test_b_from_the_cuda_total_the_gap_narrows():
+    """SGLang budgets from CUDA's free memory; kvplan's capacity is nvidia-smi's total
+    (``GPU.capacity_bytes``), which exceeds CUDA's total (``cuda_total_mib``) by 441 MiB (L4) and
+    470 MiB (H100). With the CUDA total as capacity the end-to-end pool moves towards the log:
+    01 63,278 → 57,281 tokens (gap 1.02 → 0.65 GiB), 02 451,643 → 448,334 (1.09 → 0.68 GiB); what is
+    left is the memory held before loading and the weight estimate."""
+    for log_id, reported, cuda in (("01", 63278, 57281), ("02", 451643, 448334)):
+        doc = DOCS[log_id]
+        gpu = get_gpu(doc["gpu_preset"])
+        at_cuda_total = gpu.model_copy(update={"reported_bytes": gpu.cuda_total_bytes})
+        got = [fit(arch_of(doc), g, query(doc, gpu_util=doc["settings"]["mem_fraction_static"]),
+                   search_gpus=False).kv_pool_tokens for g in (gpu, at_cuda_total)]
+        assert got == [reported, cuda]
+        assert logged_tokens(doc) < cuda < reported
