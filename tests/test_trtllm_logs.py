@@ -11,9 +11,10 @@ Each fixture is one real run (source, settings, printed numbers, verbatim lines)
 * **(a2) tokens from the logged memory**: the KV memory the log states (``KvCacheCreator``'s
   "Estimated max memory in KV cache", or the C++ runtime's ``available × fraction``; printed to
   0.01 GiB) given to kvplan as ``kv_cache_memory_bytes``, or the logged ``max_tokens``, must give
-  the logged primary blocks. kvplan follows main (2026): ``int(max_tokens // tokens_per_block)``
-  (``resource_manager.py`` ``calculate_max_num_blocks``); releases up to 1.1 rounded up
-  (``math.ceil`` there, ``tc::ceilDiv`` in the C++ ``calculateMaxNumBlocks``) — ``KNOWN_MISMATCH``;
+  the logged primary blocks, on the release the log ran: main (2026) floors,
+  ``int(max_tokens // tokens_per_block)`` (``resource_manager.py`` ``calculate_max_num_blocks``);
+  up to 1.1 the count is rounded up (``math.ceil`` there, ``tc::ceilDiv`` in the C++
+  ``calculateMaxNumBlocks``) — kvplan's ``trtllm@1.1``;
 * **(b) end to end**: kvplan's ``fit`` from the settings (GPU preset, fraction, weight and KV
   dtype, default reserve) against the logged pool, within ``fraction × (1.25 GiB + 3% weights)``
   of KV memory (the SGLang test's bound for what kvplan cannot know, scaled by the fraction);
@@ -62,17 +63,8 @@ KV_DTYPES = {"auto": "auto", "fp8": "fp8_e4m3"}
 WEIGHT_DTYPES = {"01": "fp8"}
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
-_CEIL = ("blocks rounded up in this release: {where}; kvplan follows main (2026), "
-         "int(max_tokens // tokens_per_block) (resource_manager.py calculate_max_num_blocks)")
 #: (check, log id) → why kvplan differs (each must still differ: a fix fails the test).
 KNOWN_MISMATCH: dict[tuple[str, str], str] = {
-    ("a2", "01"): _CEIL.format(where="0.19's C++ BlockManager/KVCacheManager calculateMaxNumBlocks "
-                               "'blocksInPrimaryPool = tc::ceilDiv(maxTokens, tokensPerBlock)': "
-                               "0.9 × 17.83 GiB / 65,536 B ≈ 262,923 tokens → 8,217 blocks floored "
-                               "(8,213–8,218 over the printed rounding), 8,219 logged"),
-    ("a2", "04"): _CEIL.format(where="1.1.0rc3's resource_manager.py calculate_max_num_blocks "
-                               "'blocks_in_primary_pool = math.ceil(max_tokens / tokens_per_block)': "
-                               "86,711 tokens → 2,710 blocks (86,720), kvplan 2,709 (86,688)"),
     ("b", "01"): ("a TensorRT engine (trtllm-build, max_batch_size 2048, max_num_tokens 1024): the "
                   "runtime and decoder buffers the engine allocates before the KV pool left 17.83 "
                   "of 31.84 GiB free with ~8.5 GiB of FP8 weights; kvplan's reserve (1 GiB) models "
@@ -103,10 +95,16 @@ def gpu_of(doc: dict):
     return custom_gpu(total if total else 12.0)
 
 
+def engine_of(doc: dict) -> str:
+    """The modelled release the log ran: up to 1.1 (blocks rounded up) or main."""
+    major, minor = (int(x) for x in re.findall(r"\d+", doc["trtllm_version"])[:2])
+    return "trtllm@1.1" if (major, minor) <= (1, 1) else "trtllm"
+
+
 def query(doc: dict, **extra) -> FitQuery:
     s = doc["settings"]
     block = s["tokens_per_block"]
-    return FitQuery(engine="trtllm", tokens=min(s["max_seq_len"], 2048), tp=s["tp_size"],
+    return FitQuery(engine=engine_of(doc), tokens=min(s["max_seq_len"], 2048), tp=s["tp_size"],
                     pp=s["pp_size"], num_gpus=s["tp_size"] * s["pp_size"],
                     kv_dtype=KV_DTYPES[s["kv_cache_dtype"]], weight_dtype=WEIGHT_DTYPES.get(doc["id"]),
                     block_size=None if block == 32 else block, **extra)
@@ -224,11 +222,16 @@ def test_a2_blocks_from_the_logged_memory(log_id: str):
 
 def test_a2_hand_values():
     """SmolLM2 (02): 9.06 GiB ± 0.005 → [9.055, 9.065] GiB // 23,040 B → [421,993, 422,459] tokens
-    → [13,187, 13,201] blocks of 32; logged 13,189. gpt-oss (04): max_tokens 86,711 → kvplan
-    86,711 // 32 = 2,709 blocks; the 1.1.0rc3 log has ceil → 2,710."""
+    → [13,187, 13,201] blocks of 32; logged 13,189. gpt-oss (04, 1.1.0rc3): max_tokens 86,711 →
+    ceil(86,711 / 32) = 2,710 blocks, as logged; main's floor gives 86,711 // 32 = 2,709."""
     doc = DOCS["02"]
     assert [_blocks(doc, b) for b in _interval(9.06)] == [13187, 13201]
-    assert _blocks(DOCS["04"], 8 * GIB, max_tokens=86711) == 2709
+    assert engine_of(DOCS["04"]) == "trtllm@1.1"
+    assert _blocks(DOCS["04"], 8 * GIB, max_tokens=86711) == 2710
+    on_main = fit(arch_of(DOCS["04"]), gpu_of(DOCS["04"]),
+                  query(DOCS["04"], kv_cache_memory_bytes=8 * GIB, max_tokens=86711)
+                  .model_copy(update={"engine": "trtllm"}), search_gpus=False)
+    assert on_main.num_blocks == 2709
 
 
 @pytest.mark.parametrize("log_id", ["01", "04"])
@@ -261,7 +264,7 @@ def test_b_fraction_025_is_predicted_from_the_fraction_09_run():
 
 def test_known_mismatches_name_logs_and_checks_that_exist():
     assert {i for _, i in KNOWN_MISMATCH} <= set(DOCS)
-    assert {c for c, _ in KNOWN_MISMATCH} <= {"a2", "b"}
+    assert {c for c, _ in KNOWN_MISMATCH} == {"b"}
 
 
 def test_the_rtx_5090_total_the_engine_saw():
