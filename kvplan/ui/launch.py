@@ -30,11 +30,14 @@ def preload() -> None:
     from kvplan.ui import calibrate_view, serving_view, views  # noqa: F401
     from kvplan.ui.theme import apply_template, new_figure
 
-    warm_up_in_background()
     model_presets()
     gpus()
     named_scenarios()
     apply_template(new_figure())
+    import gc
+    gc.collect()
+    gc.freeze()
+    warm_up_in_background()
 
 
 def main(argv: Sequence[str] | None = None) -> None:
