@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 from cli_helpers import run_cli
 from md_text import outside_code, unmd
-from test_app import make_app
+from test_app import make_app, open_boxes
 
 from kvplan.config_import import MAX_CONFIG_BYTES, MAX_DEPTH
 from kvplan.engines import SETTINGS
@@ -378,13 +378,14 @@ def test_link_values_below_a_widget_minimum_are_named_not_clamped(key, value, wi
         assert at.session_state[widget] == getattr(Scenario(), field)
         declared_low = BOUNDS[field][0]
     assert at.session_state["w_tokens"] == 3333
+    open_boxes(at)  # the engine knobs live in the lazy "Engine settings" expander
     assert at.number_input(key=widget).min == low == declared_low
 
 
 def test_every_sidebar_number_widget_uses_the_schema_bounds():
     from kvplan.ui.sidebar import MAX_UI_TOKENS, SETTING_WIDGETS, WIDGETS
 
-    at = make_app(g="custom", e="vllm")
+    at = open_boxes(make_app(g="custom", e="vllm"))
     widgets = {w.key: w for w in at.number_input}
     checked = 0
     for field, key in WIDGETS.items():

@@ -4,12 +4,15 @@ checkout) warm.
 Before the server listens, it imports what the first run of ``app.py`` needs (pandas, Plotly,
 the views, the presets, the validated chart template), so the first visitor does not pay those
 imports (≈ 2 s on 2 CPUs); the PNG export browser starts in the background
-(``kvplan.png.warm_up_in_background``), so the first PNG download does not pay Chromium's start.
+(``kvplan.png.warm_up_in_background``), so the first PNG download does not pay Chromium's start;
+then the loaded objects are frozen out of the garbage collector (``gc.freeze``), so Streamlit's
+full collection after every rerun walks only what the sessions created.
 ``./dev app``, the browser tests and the benchmarks serve the app this way.
 """
 
 from __future__ import annotations
 
+import gc
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,14 +33,16 @@ def preload() -> None:
     from kvplan.ui import calibrate_view, serving_view, views  # noqa: F401
     from kvplan.ui.theme import apply_template, new_figure
 
+    warm_up_in_background()
     model_presets()
     gpus()
     named_scenarios()
     apply_template(new_figure())
-    import gc
+    # Streamlit collects garbage after every run (``runner.postScriptGC``, a full gc.collect(2)
+    # that holds the GIL while the run's last deltas wait to be sent); what was loaded up to here
+    # lives as long as the server, so move it out of every later collection.
     gc.collect()
     gc.freeze()
-    warm_up_in_background()
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -55,6 +55,11 @@ VIEWS: dict[str, str] = {"context": "KV vs context", "users": "KV vs users",
                          "recommend": "Recommend a deployment"}
 #: Engine setting → widget key (``w_`` + its link key), from the one declaration of each setting.
 SETTING_WIDGETS: dict[str, str] = {name: f"w_{setting.key}" for name, setting in SETTINGS.items()}
+#: Lazy sidebar expanders (``st.expander(key=…, on_change="rerun")``): their widgets run only while
+#: the expander is open, so a rerun with them closed re-sends none of them, and their values are
+#: kept while closed (``persist_state="session"``). Key → label (a label is part of the identity).
+LAZY_BOXES: dict[str, str] = {"w_engine_box": "Engine settings",
+                              "w_serving_box": "Serving workload (prefix / output tokens)"}
 _TRISTATE = {"auto": None, "on": True, "off": False}
 
 
@@ -224,8 +229,13 @@ def render_sidebar() -> Scenario:
                           "--engine-version); latest = "
                           + get_engine(state["w_engine"]).release + ".")
     engine = get_engine(engine_with_release(state["w_engine"], state["w_ev"]))
-    for name, (label, default) in engine.setting_labels.items():
-        _setting_widget(sb, SETTINGS[name], label, default)
+    changed = _changed_settings(engine.setting_labels)
+    if changed:
+        sb.caption("Engine settings changed: " + md(", ".join(changed)))
+    with sb.expander(LAZY_BOXES["w_engine_box"], key="w_engine_box", on_change="rerun") as box:
+        if box.open:
+            for name, (label, default) in engine.setting_labels.items():
+                _setting_widget(box, SETTINGS[name], label, default)
 
     sb.subheader("Precision")
     if not state.get("w_kd"):
@@ -275,11 +285,12 @@ def render_sidebar() -> Scenario:
                     key="w_tokens_exact", on_change=_on_tokens_exact)
     sb.number_input("Concurrent users (requests)", *_int_bounds("users"), step=1,
                     key="w_users", help="Requests in flight at the chosen context length.")
-    with sb.expander("Serving workload (prefix / output tokens)"):
-        st.number_input("Shared prefix (tokens)", *_int_bounds("prefix_tokens"), step=1,
-                        key="w_pf")
-        st.number_input("Output tokens per request", *_int_bounds("output_tokens"), step=1,
-                        key="w_o")
+    with sb.expander(LAZY_BOXES["w_serving_box"], key="w_serving_box", on_change="rerun") as box:
+        if box.open:
+            box.number_input("Shared prefix (tokens)", *_int_bounds("prefix_tokens"), step=1,
+                             key="w_pf", persist_state="session")
+            box.number_input("Output tokens per request", *_int_bounds("output_tokens"), step=1,
+                             key="w_o", persist_state="session")
 
     sb.subheader("Charts")
     sb.toggle("Log axes", key="w_lx", help="Logarithmic x and y on the KV-vs-context chart.")
@@ -288,28 +299,44 @@ def render_sidebar() -> Scenario:
     return scenario_from_widgets()
 
 
-def _setting_widget(sb: Any, setting: Setting, label: str, default: str) -> None:
-    """One engine knob's widget, with the bounds and help of its declaration."""
+def _setting_widget(box: Any, setting: Setting, label: str, default: str) -> None:
+    """One engine knob's widget, with the bounds and help of its declaration; it lives in the lazy
+    "Engine settings" expander, so its value is kept while the expander is closed."""
     key = SETTING_WIDGETS[setting.name]
     help_text = f"{setting.help} Link key `{setting.key}`, CLI `{setting.flag}`."
+    keep: dict[str, Any] = {"key": key, "help": help_text, "persist_state": "session"}
     if setting.kind == "tristate":
-        sb.selectbox(label, list(_TRISTATE), key=key, help=help_text)
+        box.selectbox(label, list(_TRISTATE), **keep)
     elif setting.kind == "int_list":
-        text = sb.text_input(label, key=key, max_chars=40 + 12 * setting.max_items,
-                             placeholder=f"default: {default}", help=help_text)
+        text = box.text_input(label, max_chars=40 + 12 * setting.max_items,
+                              placeholder=f"default: {default}", **keep)
         try:
             setting.parse(text) if text else None
         except ValueError as exc:
-            sb.error(f"{label}: {exc}; not applied until corrected.")
+            box.error(f"{label}: {exc}; not applied until corrected.")
     elif setting.kind == "bool":
-        sb.toggle(label, key=key, help=help_text)
+        box.toggle(label, **keep)
     elif setting.kind == "float":
-        sb.number_input(label, min_value=0.001 if setting.low_open else float(setting.low or 0),
-                        max_value=float(setting.high or 0), step=0.01, key=key, format="%.3f",
-                        placeholder=f"default: {default}", help=help_text)
+        box.number_input(label, min_value=0.001 if setting.low_open else float(setting.low or 0),
+                         max_value=float(setting.high or 0), step=0.01, format="%.3f",
+                         placeholder=f"default: {default}", **keep)
     else:
-        sb.number_input(label, min_value=int(setting.low or 0), max_value=int(setting.high or 0),
-                        step=1, key=key, placeholder=f"default: {default}", help=help_text)
+        box.number_input(label, min_value=int(setting.low or 0), max_value=int(setting.high or 0),
+                         step=1, placeholder=f"default: {default}", **keep)
+
+
+def _changed_settings(labels: dict[str, tuple[str, str]]) -> list[str]:
+    """``label value`` of each of the engine's knobs that is not at its default (shown above the
+    closed "Engine settings" expander, so a linked setting is visible without opening it)."""
+    settings = _settings_from_widgets()
+    out = []
+    for name, (label, _) in labels.items():
+        value = getattr(settings, name)
+        if value != EngineSettings.model_fields[name].default:
+            shown = {None: "auto", True: "on", False: "off"}.get(value, value) \
+                if SETTINGS[name].kind in {"bool", "tristate"} else SETTINGS[name].format(value)
+            out.append(f"{label} {shown}")
+    return out
 
 
 def _settings_from_widgets() -> EngineSettings:
