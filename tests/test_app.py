@@ -33,12 +33,12 @@ def make_app(**params: str) -> AppTest:
     return at
 
 
-def open_boxes(at: AppTest) -> AppTest:
-    """Open every lazy sidebar expander (``kvplan.ui.sidebar.LAZY_BOXES``) and rerun, as a click on
-    each would: their widgets run only while open."""
-    from kvplan.ui.sidebar import LAZY_BOXES
+def open_boxes(at: AppTest, *keys: str) -> AppTest:
+    """Open the lazy expanders ``keys`` (default: all of ``kvplan.ui.lazy.BOXES``) and rerun, as a
+    click on each would: their content runs only while open."""
+    from kvplan.ui.lazy import BOXES
 
-    for key in LAZY_BOXES:
+    for key in keys or BOXES:
         at.session_state[key] = True
     return at.run()
 
@@ -228,7 +228,7 @@ def test_back_button_link_change_wins_over_widget_state():
 
 
 def test_seed_buttons_set_the_scenario():
-    at = make_app()
+    at = open_boxes(make_app(), "box_seeds")
     at.button(key="seed_opt-13b-vllm-paper").click().run()
     no_errors(at)
     assert at.selectbox(key="w_model").value == "opt-13b"
@@ -276,8 +276,8 @@ def test_lazy_boxes_send_no_widget_while_closed_and_keep_their_values():
 
 def test_seed_button_sets_a_closed_engine_box():
     """A seed (or Back) sets knobs whose widgets are not rendered; opening the box shows them."""
-    at = make_app(bs="64", o="77")
-    assert at.query_params["bs"] in ("64", ["64"])
+    at = open_boxes(make_app(bs="64", o="77"), "box_seeds")
+    assert at.query_params["bs"] in ("64", ["64"]) and not at.session_state["w_engine_box"]
     at.button(key="seed_opt-13b-vllm-paper").click().run()
     assert named_scenario("opt-13b-vllm-paper").engine_settings.block_size is None
     assert at.session_state["w_bs"] is None and "bs" not in at.query_params

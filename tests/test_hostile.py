@@ -153,7 +153,7 @@ def test_model_and_gpu_links_in_warnings_are_shown_as_text():
 
 def test_scenario_file_query_key_in_the_upload_warning_is_shown_as_text():
     raw = json.dumps({"query": {"[click](https://evil.example)": "1", "t": "512"}}).encode()
-    at = make_app(t="9000")
+    at = open_boxes(make_app(t="9000"), "box_share")
     at.file_uploader(key="up_scenario_json").upload("s.json", raw, "application/json").run()
     no_traceback(at)
     warning = next(w.value for w in at.warning if "scenario file is invalid" in unmd(w.value))
@@ -253,7 +253,7 @@ def test_paste_over_the_limit_is_refused_by_the_server_too():
 def test_calibration_box_is_bounded():
     from kvplan.calibrate import MAX_LOG_BYTES
 
-    at = make_app()
+    at = open_boxes(make_app(), "box_calibrate")
     assert at.text_area(key="w_vllm_log").proto.max_chars == MAX_LOG_BYTES
 
 
@@ -276,7 +276,7 @@ def test_calibrate_log_with_huge_numbers(tmp_path, line, field):
 
 
 def test_dashboard_calibration_with_huge_numbers_is_named():
-    at = make_app(t="32768", n="1")
+    at = open_boxes(make_app(t="32768", n="1"), "box_calibrate")
     at.text_area(key="w_vllm_log").input("GPU KV cache size: " + "9" * 5000 + " tokens").run()
     no_traceback(at)
     errors = [unmd(e.value) for e in at.error]

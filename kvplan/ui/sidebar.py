@@ -32,7 +32,7 @@ from kvplan.scenario import (
     scenario_gpu,
 )
 from kvplan.scenario import check_names as check_scenario_names
-from kvplan.ui import serving_state, weights_view
+from kvplan.ui import lazy, serving_state, weights_view
 from kvplan.ui.theme import fmt_tokens
 
 MAX_UI_TOKENS = 10_000_000
@@ -55,11 +55,6 @@ VIEWS: dict[str, str] = {"context": "KV vs context", "users": "KV vs users",
                          "recommend": "Recommend a deployment"}
 #: Engine setting → widget key (``w_`` + its link key), from the one declaration of each setting.
 SETTING_WIDGETS: dict[str, str] = {name: f"w_{setting.key}" for name, setting in SETTINGS.items()}
-#: Lazy sidebar expanders (``st.expander(key=…, on_change="rerun")``): their widgets run only while
-#: the expander is open, so a rerun with them closed re-sends none of them, and their values are
-#: kept while closed (``persist_state="session"``). Key → label (a label is part of the identity).
-LAZY_BOXES: dict[str, str] = {"w_engine_box": "Engine settings",
-                              "w_serving_box": "Serving workload (prefix / output tokens)"}
 _TRISTATE = {"auto": None, "on": True, "off": False}
 
 
@@ -232,7 +227,7 @@ def render_sidebar() -> Scenario:
     changed = _changed_settings(engine.setting_labels)
     if changed:
         sb.caption("Engine settings changed: " + md(", ".join(changed)))
-    with sb.expander(LAZY_BOXES["w_engine_box"], key="w_engine_box", on_change="rerun") as box:
+    with lazy.box(sb, "w_engine_box") as box:  # its widgets run only while it is open
         if box.open:
             for name, (label, default) in engine.setting_labels.items():
                 _setting_widget(box, SETTINGS[name], label, default)
@@ -285,12 +280,12 @@ def render_sidebar() -> Scenario:
                     key="w_tokens_exact", on_change=_on_tokens_exact)
     sb.number_input("Concurrent users (requests)", *_int_bounds("users"), step=1,
                     key="w_users", help="Requests in flight at the chosen context length.")
-    with sb.expander(LAZY_BOXES["w_serving_box"], key="w_serving_box", on_change="rerun") as box:
+    with lazy.box(sb, "w_serving_box") as box:
         if box.open:
             box.number_input("Shared prefix (tokens)", *_int_bounds("prefix_tokens"), step=1,
-                             key="w_pf", persist_state="session")
+                             key="w_pf", **lazy.KEEP)
             box.number_input("Output tokens per request", *_int_bounds("output_tokens"), step=1,
-                             key="w_o", persist_state="session")
+                             key="w_o", **lazy.KEEP)
 
     sb.subheader("Charts")
     sb.toggle("Log axes", key="w_lx", help="Logarithmic x and y on the KV-vs-context chart.")
@@ -304,7 +299,7 @@ def _setting_widget(box: Any, setting: Setting, label: str, default: str) -> Non
     "Engine settings" expander, so its value is kept while the expander is closed."""
     key = SETTING_WIDGETS[setting.name]
     help_text = f"{setting.help} Link key `{setting.key}`, CLI `{setting.flag}`."
-    keep: dict[str, Any] = {"key": key, "help": help_text, "persist_state": "session"}
+    keep: dict[str, Any] = {"key": key, "help": help_text, **lazy.KEEP}
     if setting.kind == "tristate":
         box.selectbox(label, list(_TRISTATE), **keep)
     elif setting.kind == "int_list":
