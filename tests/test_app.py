@@ -168,7 +168,7 @@ def _llama_config() -> dict:
 
 def test_pasted_config_is_used_and_carried_in_the_link():
     config = _llama_config()
-    at = make_app()
+    at = open_boxes(make_app(), "w_config_box")
     at.text_area(key="w_paste").input(json.dumps(config))
     at.button(key="w_paste_go").click().run()
     no_errors(at)
@@ -184,7 +184,7 @@ def test_pasted_config_is_used_and_carried_in_the_link():
 
 
 def test_unreadable_config_shows_error_and_keeps_model():
-    at = make_app(m="qwen3-8b")
+    at = open_boxes(make_app(m="qwen3-8b"), "w_config_box")
     before = exact(at)
     at.text_area(key="w_paste").input('{"model_type": "llama", ')
     at.button(key="w_paste_go").click().run()
@@ -335,7 +335,7 @@ def test_custom_accelerator_from_the_link_and_the_sidebar():
 
 
 def test_empty_paste_message():
-    at = make_app()
+    at = open_boxes(make_app(), "w_config_box")
     at.button(key="w_paste_go").click().run()
     prefix = MESSAGES["config.empty"].split("{source}")[1].strip()
     assert any(prefix in unmd(e.value) for e in at.error), [unmd(e.value) for e in at.error]

@@ -225,7 +225,7 @@ def test_csv_keeps_negative_numbers_and_neutralises_text():
 
 
 def test_paste_box_is_bounded_and_freed_after_use():
-    at = make_app()
+    at = open_boxes(make_app(), "w_config_box")
     assert at.text_area(key="w_paste").proto.max_chars == MAX_CONFIG_BYTES
     padded = {**LLAMA, "name": "padded", "notes": "x" * (MAX_CONFIG_BYTES - 3000)}
     text = json.dumps(padded)
@@ -241,7 +241,7 @@ def test_paste_box_is_bounded_and_freed_after_use():
 
 
 def test_paste_over_the_limit_is_refused_by_the_server_too():
-    at = make_app(t="3000")
+    at = open_boxes(make_app(t="3000"), "w_config_box")
     at.session_state["w_paste"] = " " * (MAX_CONFIG_BYTES + 10)
     at.run()
     at.button(key="w_paste_go").click().run()

@@ -4,7 +4,9 @@ Every element a rerun draws is re-sent to the browser and re-rendered there, clo
 not; an expander with a key and ``on_change="rerun"`` reports whether it is open (``.open``), so a
 closed one costs one element. Widgets inside that carry state (engine knobs, serving workload, the
 pasted vLLM log) use ``persist_state="session"``: their values stay in the session, and so in the
-link, while the expander is closed. The label is part of an expander's identity, so it is fixed.
+link, while the expander is closed; one-shot inputs (config and checkpoint uploads, the config
+paste box) are dropped when it closes, as what they loaded is kept elsewhere (``custom_config``,
+``_checkpoint``). The label is part of an expander's identity, so it is fixed.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from typing import Any
 
 #: Expander key (its open state in ``st.session_state``) → its fixed label.
 BOXES: dict[str, str] = {
+    "w_config_box": "Use your own config.json",
+    "w_weights_box": "Weights from a checkpoint (exact bytes)",
     "w_engine_box": "Engine settings",
     "w_serving_box": "Serving workload (prefix / output tokens)",
     "box_seeds": "Named scenarios: the seed figures and planning classics",

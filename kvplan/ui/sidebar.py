@@ -198,13 +198,15 @@ def render_sidebar() -> Scenario:
         state["w_model"] = Scenario().model
     sb.selectbox("Model preset", options, key="w_model", format_func=_model_label,
                  help="Published config.json of each model (see the preset's sources).")
-    with sb.expander("Use your own config.json"):
-        st.file_uploader("Upload config.json (max 2 MB)", type=["json"], key="w_upload",
-                         on_change=_on_upload,
-                         help="A Hugging Face config.json; the link will carry its architecture keys.")
-        st.text_area("…or paste config.json", key="w_paste", height=120, max_chars=MAX_CONFIG_BYTES,
-                     placeholder='{"model_type": "llama", "num_hidden_layers": 32, ...}')
-        st.button("Use pasted config", key="w_paste_go", on_click=_on_paste)
+    with lazy.box(sb, "w_config_box") as box:
+        if box.open:
+            box.file_uploader("Upload config.json (max 2 MB)", type=["json"], key="w_upload",
+                              on_change=_on_upload, help="A Hugging Face config.json; the link "
+                                                         "will carry its architecture keys.")
+            box.text_area("…or paste config.json", key="w_paste", height=120,
+                          max_chars=MAX_CONFIG_BYTES,
+                          placeholder='{"model_type": "llama", "num_hidden_layers": 32, ...}')
+            box.button("Use pasted config", key="w_paste_go", on_click=_on_paste)
     if state.get("_config_error"):
         sb.error(md(state.pop("_config_error") + " — keeping the previous model."))
     weights_view.render_inputs(sb)
