@@ -274,6 +274,20 @@ def test_lazy_boxes_send_no_widget_while_closed_and_keep_their_values():
     assert {SETTINGS[n].key for n in ("gpu_util", "block_size")} == {"gu", "bs"}
 
 
+def test_closed_engine_box_names_an_invalid_window_list():
+    """TensorRT-LLM's per-layer window list is free text: typed wrong and the box closed, the
+    caption above the box says it is not applied (the error under the widget is inside)."""
+    at = open_boxes(make_app(e="trtllm"), "w_engine_box")
+    at.text_input(key="w_aw").input("1024,x").run()
+    assert any("max_attention_window" in unmd(e.value) for e in at.error)
+    at.session_state["w_engine_box"] = False
+    at.run()
+    assert not at.error and "aw" not in at.query_params
+    assert [unmd(c.value) for c in at.sidebar.caption if "changed" in c.value] == [
+        "Engine settings changed: max_attention_window (tokens, per layer) '1024,x' "
+        "(invalid, not applied)"]
+
+
 def test_seed_button_sets_a_closed_engine_box():
     """A seed (or Back) sets knobs whose widgets are not rendered; opening the box shows them."""
     at = open_boxes(make_app(bs="64", o="77"), "box_seeds")

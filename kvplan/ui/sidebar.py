@@ -329,6 +329,10 @@ def _changed_settings(labels: dict[str, tuple[str, str]]) -> list[str]:
     out = []
     for name, (label, _) in labels.items():
         value = getattr(settings, name)
+        text = st.session_state.get(SETTING_WIDGETS[name])
+        if SETTINGS[name].kind == "int_list" and text and value is None:
+            out.append(f"{label} {text!r} (invalid, not applied)")
+            continue
         if value != EngineSettings.model_fields[name].default:
             shown = {None: "auto", True: "on", False: "off"}.get(value, value) \
                 if SETTINGS[name].kind in {"bool", "tristate"} else SETTINGS[name].format(value)
