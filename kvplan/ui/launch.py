@@ -46,9 +46,10 @@ def preload() -> None:
     # Streamlit's first element of a process calls env_util.is_repl(), i.e. inspect.stack(): its
     # first call resolves the path of every loaded module (inspect.getmodule's cache); do it here.
     inspect.stack()
-    # Streamlit collects garbage after every run (``runner.postScriptGC``, a full gc.collect(2)
-    # that holds the GIL while the run's last deltas wait to be sent); what was loaded up to here
-    # lives as long as the server, so move it out of every later collection.
+    # Streamlit collects garbage after every run: ScriptRunner._on_script_finished
+    # (streamlit/runtime/scriptrunner/script_runner.py) calls gc.collect(2) when
+    # ``runner.postScriptGC`` is on (the default), holding the GIL while the run's last deltas wait
+    # to be sent. What was loaded up to here lives as long as the server: freeze it out of them.
     gc.collect()
     gc.freeze()
 

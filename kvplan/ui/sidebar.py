@@ -325,7 +325,10 @@ def _setting_widget(box: Any, setting: Setting, label: str, default: str) -> Non
 def _changed_settings(labels: dict[str, tuple[str, str]]) -> list[str]:
     """``label value`` of each of the engine's knobs that is not at its default (shown above the
     closed "Engine settings" expander, so a linked setting is visible without opening it)."""
-    settings = _settings_from_widgets()
+    try:
+        settings = _settings_from_widgets()
+    except ValueError:  # scenario_from_widgets falls back to the defaults and says nothing either
+        return []
     out = []
     for name, (label, _) in labels.items():
         value = getattr(settings, name)
