@@ -13,7 +13,7 @@ from streamlit.testing.v1 import AppTest
 from kvplan.capacity import fit
 from kvplan.config_import import parse_config
 from kvplan.engines import ENGINES
-from kvplan.errors import MESSAGES
+from kvplan.errors import MESSAGES, md
 from kvplan.presets import load_model, model_presets
 from kvplan.report import named_scenario
 from kvplan.scenario import Scenario, scenario_fit_query, scenario_gpu
@@ -31,6 +31,16 @@ def make_app(**params: str) -> AppTest:
     at.query_params.update(params)
     at.run()
     return at
+
+
+def open_boxes(at: AppTest, *keys: str) -> AppTest:
+    """Open the lazy expanders ``keys`` (default: all of ``kvplan.ui.lazy.BOXES``) and rerun, as a
+    click on each would: their content runs only while open."""
+    from kvplan.ui.lazy import BOXES
+
+    for key in keys or BOXES:
+        at.session_state[key] = True
+    return at.run()
 
 
 def no_errors(at: AppTest) -> None:
@@ -158,7 +168,7 @@ def _llama_config() -> dict:
 
 def test_pasted_config_is_used_and_carried_in_the_link():
     config = _llama_config()
-    at = make_app()
+    at = open_boxes(make_app(), "w_config_box")
     at.text_area(key="w_paste").input(json.dumps(config))
     at.button(key="w_paste_go").click().run()
     no_errors(at)
@@ -174,7 +184,7 @@ def test_pasted_config_is_used_and_carried_in_the_link():
 
 
 def test_unreadable_config_shows_error_and_keeps_model():
-    at = make_app(m="qwen3-8b")
+    at = open_boxes(make_app(m="qwen3-8b"), "w_config_box")
     before = exact(at)
     at.text_area(key="w_paste").input('{"model_type": "llama", ')
     at.button(key="w_paste_go").click().run()
@@ -218,7 +228,7 @@ def test_back_button_link_change_wins_over_widget_state():
 
 
 def test_seed_buttons_set_the_scenario():
-    at = make_app()
+    at = open_boxes(make_app(), "box_seeds")
     at.button(key="seed_opt-13b-vllm-paper").click().run()
     no_errors(at)
     assert at.selectbox(key="w_model").value == "opt-13b"
@@ -226,6 +236,69 @@ def test_seed_buttons_set_the_scenario():
     assert_matches(at, named_scenario("opt-13b-vllm-paper"))
     at.button(key="seed_llama-2-7b-fp16").click().run()
     assert exact(at)["kv_per_token"] == 524_288
+
+
+def test_lazy_boxes_send_no_widget_while_closed_and_keep_their_values():
+    """Issue #16 (speed): the engine knobs and the serving workload run only while their expander
+    is open; closed, their values stay in the session and in the link, and a change made while
+    open survives closing."""
+    from kvplan.engines import SETTINGS, get_engine
+    from kvplan.ui.sidebar import SETTING_WIDGETS
+
+    at = make_app(gu="0.8", bs="32", pc="0", o="77", t="4096")
+    knobs = {SETTING_WIDGETS[name] for name in get_engine("vllm").setting_labels} | {"w_pf", "w_o"}
+    rendered = {w.key for kind in ("number_input", "toggle", "selectbox", "text_input")
+                for w in at.get(kind)}
+    assert not knobs & rendered
+    assert [c.value for c in at.sidebar.caption if "changed" in c.value] == [
+        "Engine settings changed: " + md("gpu_memory_utilization (fraction) 0.8, "
+                                         "Block size (tokens) 32, Prefix caching off")]
+    assert exact(at)["kv_per_request"] == fit(
+        load_model("llama-3.1-8b"), scenario_gpu(Scenario()),
+        scenario_fit_query(Scenario(tokens=4096, engine_settings={"gpu_util": 0.8, "block_size": 32,
+                                                                  "enable_prefix_caching": False}))
+    ).kv_bytes_per_request
+    open_boxes(at)
+    rendered = {w.key for kind in ("number_input", "toggle", "selectbox", "text_input")
+                for w in at.get(kind)}
+    assert knobs <= rendered
+    assert at.number_input(key="w_gu").value == 0.8 and at.toggle(key="w_pc").value is False
+    at.number_input(key="w_bs").set_value(64).run()
+    at.number_input(key="w_o").set_value(99).run()
+    for key in ("w_engine_box", "w_serving_box"):
+        at.session_state[key] = False
+    at.run().run()
+    assert {k: at.query_params[k] for k in ("gu", "bs", "pc", "o")} in (
+        {"gu": "0.8", "bs": "64", "pc": "0", "o": "99"},
+        {"gu": ["0.8"], "bs": ["64"], "pc": ["0"], "o": ["99"]})
+    assert {SETTINGS[n].key for n in ("gpu_util", "block_size")} == {"gu", "bs"}
+
+
+def test_closed_engine_box_names_an_invalid_window_list():
+    """TensorRT-LLM's per-layer window list is free text: typed wrong and the box closed, the
+    caption above the box says it is not applied (the error under the widget is inside)."""
+    at = open_boxes(make_app(e="trtllm"), "w_engine_box")
+    at.text_input(key="w_aw").input("1024,x").run()
+    assert any("max_attention_window" in unmd(e.value) for e in at.error)
+    at.session_state["w_engine_box"] = False
+    at.run()
+    assert not at.error and "aw" not in at.query_params
+    assert [unmd(c.value) for c in at.sidebar.caption if "changed" in c.value] == [
+        "Engine settings changed: max_attention_window (tokens, per layer) '1024,x' "
+        "(invalid, not applied)"]
+
+
+def test_seed_button_sets_a_closed_engine_box():
+    """A seed (or Back) sets knobs whose widgets are not rendered; opening the box shows them."""
+    at = open_boxes(make_app(bs="64", o="77"), "box_seeds")
+    assert at.query_params["bs"] in ("64", ["64"]) and not at.session_state["w_engine_box"]
+    at.button(key="seed_opt-13b-vllm-paper").click().run()
+    assert named_scenario("opt-13b-vllm-paper").engine_settings.block_size is None
+    assert at.session_state["w_bs"] is None and "bs" not in at.query_params
+    assert at.session_state["w_o"] == Scenario().output_tokens and "o" not in at.query_params
+    open_boxes(at)
+    assert at.number_input(key="w_bs").value is None
+    assert at.number_input(key="w_o").value == Scenario().output_tokens
 
 
 def test_charts_toggle_and_use_explicit_template():
@@ -276,7 +349,7 @@ def test_custom_accelerator_from_the_link_and_the_sidebar():
 
 
 def test_empty_paste_message():
-    at = make_app()
+    at = open_boxes(make_app(), "w_config_box")
     at.button(key="w_paste_go").click().run()
     prefix = MESSAGES["config.empty"].split("{source}")[1].strip()
     assert any(prefix in unmd(e.value) for e in at.error), [unmd(e.value) for e in at.error]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from test_app import make_app, metric, no_errors, unmd
+from test_app import make_app, metric, no_errors, open_boxes, unmd
 from test_checkpoint import gpt_oss_tensors, hub  # noqa: F401  (hub is a fixture)
 
 from kvplan.capacity import FitQuery, fit
@@ -46,7 +46,7 @@ def test_memory_chart_data_stacks_weight_parts():
 
 
 def test_hub_id_box_loads_config_and_headers(hub):  # noqa: F811
-    at = make_app(g="h100-sxm")
+    at = open_boxes(make_app(g="h100-sxm"), "w_weights_box")
     at.sidebar.text_input(key="w_hf_id").input("org/tiny")
     at.sidebar.button(key="w_hf_go").click()
     at.run()
@@ -59,7 +59,7 @@ def test_hub_id_box_loads_config_and_headers(hub):  # noqa: F811
 
 def test_hub_offline_is_one_error_and_the_page_stays(monkeypatch):
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
-    at = make_app(m="llama-3.1-8b", g="h100-sxm")
+    at = open_boxes(make_app(m="llama-3.1-8b", g="h100-sxm"), "w_weights_box")
     at.sidebar.text_input(key="w_hf_id").input("org/tiny")
     at.sidebar.button(key="w_hf_go").click()
     at.run()

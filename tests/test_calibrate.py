@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import run_cli
+from test_app import open_boxes
 
 from kvplan.calibrate import (
     MAX_LOG_BYTES,
@@ -298,6 +299,8 @@ def test_expander_pastes_a_log_and_sets_the_reserve():
     at.run()
     assert not at.exception
     assert any(e.label == "Calibrate against a vLLM log" for e in at.expander)
+    assert not any(t.key == "w_vllm_log" for t in at.text_area)  # lazy: runs only while open
+    open_boxes(at, "box_calibrate")
     assert calibration_table(at) is None
     at.text_area(key="w_vllm_log").input(REAL).run()
     assert not at.exception and not at.error, [e.value for e in at.error]
@@ -326,7 +329,7 @@ def test_expander_reports_a_bad_paste_in_place():
     from streamlit.testing.v1 import AppTest
 
     at = AppTest.from_file(str(APP), default_timeout=60)
-    at.run()
+    open_boxes(at.run(), "box_calibrate")
     at.text_area(key="w_vllm_log").input("nothing useful here").run()
     assert not at.exception
     assert any("no vLLM capacity line" in e.value for e in at.error)

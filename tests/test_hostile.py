@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 from cli_helpers import run_cli
 from md_text import outside_code, unmd
-from test_app import make_app
+from test_app import make_app, open_boxes
 
 from kvplan.config_import import MAX_CONFIG_BYTES, MAX_DEPTH
 from kvplan.engines import SETTINGS
@@ -153,7 +153,7 @@ def test_model_and_gpu_links_in_warnings_are_shown_as_text():
 
 def test_scenario_file_query_key_in_the_upload_warning_is_shown_as_text():
     raw = json.dumps({"query": {"[click](https://evil.example)": "1", "t": "512"}}).encode()
-    at = make_app(t="9000")
+    at = open_boxes(make_app(t="9000"), "box_share")
     at.file_uploader(key="up_scenario_json").upload("s.json", raw, "application/json").run()
     no_traceback(at)
     warning = next(w.value for w in at.warning if "scenario file is invalid" in unmd(w.value))
@@ -225,7 +225,7 @@ def test_csv_keeps_negative_numbers_and_neutralises_text():
 
 
 def test_paste_box_is_bounded_and_freed_after_use():
-    at = make_app()
+    at = open_boxes(make_app(), "w_config_box")
     assert at.text_area(key="w_paste").proto.max_chars == MAX_CONFIG_BYTES
     padded = {**LLAMA, "name": "padded", "notes": "x" * (MAX_CONFIG_BYTES - 3000)}
     text = json.dumps(padded)
@@ -241,7 +241,7 @@ def test_paste_box_is_bounded_and_freed_after_use():
 
 
 def test_paste_over_the_limit_is_refused_by_the_server_too():
-    at = make_app(t="3000")
+    at = open_boxes(make_app(t="3000"), "w_config_box")
     at.session_state["w_paste"] = " " * (MAX_CONFIG_BYTES + 10)
     at.run()
     at.button(key="w_paste_go").click().run()
@@ -253,7 +253,7 @@ def test_paste_over_the_limit_is_refused_by_the_server_too():
 def test_calibration_box_is_bounded():
     from kvplan.calibrate import MAX_LOG_BYTES
 
-    at = make_app()
+    at = open_boxes(make_app(), "box_calibrate")
     assert at.text_area(key="w_vllm_log").proto.max_chars == MAX_LOG_BYTES
 
 
@@ -276,7 +276,7 @@ def test_calibrate_log_with_huge_numbers(tmp_path, line, field):
 
 
 def test_dashboard_calibration_with_huge_numbers_is_named():
-    at = make_app(t="32768", n="1")
+    at = open_boxes(make_app(t="32768", n="1"), "box_calibrate")
     at.text_area(key="w_vllm_log").input("GPU KV cache size: " + "9" * 5000 + " tokens").run()
     no_traceback(at)
     errors = [unmd(e.value) for e in at.error]
@@ -378,13 +378,14 @@ def test_link_values_below_a_widget_minimum_are_named_not_clamped(key, value, wi
         assert at.session_state[widget] == getattr(Scenario(), field)
         declared_low = BOUNDS[field][0]
     assert at.session_state["w_tokens"] == 3333
+    open_boxes(at)  # the engine knobs live in the lazy "Engine settings" expander
     assert at.number_input(key=widget).min == low == declared_low
 
 
 def test_every_sidebar_number_widget_uses_the_schema_bounds():
     from kvplan.ui.sidebar import MAX_UI_TOKENS, SETTING_WIDGETS, WIDGETS
 
-    at = make_app(g="custom", e="vllm")
+    at = open_boxes(make_app(g="custom", e="vllm"))
     widgets = {w.key: w for w in at.number_input}
     checked = 0
     for field, key in WIDGETS.items():

@@ -1,8 +1,8 @@
 """The "Calibrate against a vLLM log" expander: a real run's start-up log next to kvplan's numbers.
 
-The pasted log lives only in this session (``w_vllm_log``); it never goes into the link. The
-button copies the runtime reserve the run implies into the sidebar (``w_reserve``), and from
-there into the link (``r=``).
+The pasted log lives only in this session (``w_vllm_log``, kept while the lazy expander is
+closed); it never goes into the link. The button copies the runtime reserve the run implies
+into the sidebar (``w_reserve``), and from there into the link (``r=``).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from kvplan.engines import get_engine, log_engine
 from kvplan.errors import KVPlanError, md
 from kvplan.presets import GPU
 from kvplan.scenario import Scenario, scenario_fit_query
+from kvplan.ui import lazy
 from kvplan.ui.theme import GIB
 
 LOG_KEY = "w_vllm_log"
@@ -53,12 +54,14 @@ def table(result: Calibration) -> pd.DataFrame:
 
 
 def render(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame | None:
-    with st.expander("Calibrate against a vLLM log", expanded=False):
+    with lazy.box(st, "box_calibrate") as box:
+        if not box.open:
+            return None
         st.caption("Paste the start-up log of a vLLM run of this model on this GPU with these "
                    "settings (the lines 'Available KV cache memory', 'GPU KV cache size', "
                    "'Maximum concurrency'). The log stays in this browser session: it is NOT put "
                    "in the link; only a reserve you apply below is.")
-        text = st.text_area("vLLM log", key=LOG_KEY, height=140, max_chars=MAX_LOG_BYTES,
+        text = st.text_area("vLLM log", key=LOG_KEY, height=140, max_chars=MAX_LOG_BYTES, **lazy.KEEP,
                             placeholder="INFO ... Available KV cache memory: 61.54 GiB\n"
                                         "INFO ... GPU KV cache size: 469,536 tokens")
         if not text or not text.strip():

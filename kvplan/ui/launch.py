@@ -4,12 +4,15 @@ checkout) warm.
 Before the server listens, it imports what the first run of ``app.py`` needs (pandas, Plotly,
 the views, the presets, the validated chart template), so the first visitor does not pay those
 imports (≈ 2 s on 2 CPUs); the PNG export browser starts in the background
-(``kvplan.png.warm_up_in_background``), so the first PNG download does not pay Chromium's start.
+(``kvplan.png.warm_up_in_background``), so the first PNG download does not pay Chromium's start;
+then the loaded objects are frozen out of the garbage collector (``gc.freeze``), so Streamlit's
+full collection after every rerun walks only what the sessions created.
 ``./dev app``, the browser tests and the benchmarks serve the app this way.
 """
 
 from __future__ import annotations
 
+import gc
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,8 +23,11 @@ APP = Path(__file__).resolve().parents[2] / "app.py"
 def preload() -> None:
     """Import and build once what every first run uses (the script's own imports then hit
     ``sys.modules`` and the caches)."""
-    import pandas  # noqa: F401
+    import inspect
+
+    import pandas
     import plotly.graph_objects  # noqa: F401
+    import streamlit.emojis  # noqa: F401  (set_page_config's icon check compiles its big regex)
     from streamlit.elements import plotly_chart  # noqa: F401
 
     from kvplan.png import warm_up_in_background
@@ -35,6 +41,33 @@ def preload() -> None:
     gpus()
     named_scenarios()
     apply_template(new_figure())
+    pandas.DataFrame({"text": ["x"]})  # the first text column starts pandas' Arrow strings
+    _default_scenario_once()
+    # Streamlit's first element of a process calls env_util.is_repl(), i.e. inspect.stack(): its
+    # first call resolves the path of every loaded module (inspect.getmodule's cache); do it here.
+    inspect.stack()
+    # Streamlit collects garbage after every run: ScriptRunner._on_script_finished
+    # (streamlit/runtime/scriptrunner/script_runner.py) calls gc.collect(2) when
+    # ``runner.postScriptGC`` is on (the default), holding the GIL while the run's last deltas wait
+    # to be sent. What was loaded up to here lives as long as the server: freeze it out of them.
+    gc.collect()
+    gc.freeze()
+
+
+def _default_scenario_once() -> None:
+    """Compute the default scenario's answer and first chart once, outside Streamlit's caches:
+    what that path initialises on first use (pandas' index and concat paths, the capacity code,
+    Plotly's property validators) is then ready for the first visitor."""
+    from kvplan.capacity import fit
+    from kvplan.scenario import Scenario, scenario_arch, scenario_fit_query, scenario_gpu
+    from kvplan.ui import charts, data
+
+    scenario = Scenario()
+    arch, gpu, query = scenario_arch(scenario), scenario_gpu(scenario), scenario_fit_query(scenario)
+    result = fit(arch, gpu, query, search_gpus=True)
+    frame, _ = data.kv_vs_context(arch, gpu, query, scenario.kv_dtypes, scenario.log_x)
+    charts.kv_context_figure(frame, None, result.kv_budget_bytes, scenario.tokens, scenario.users,
+                             scenario.log_x, f" — {gpu.name}", limit=result.context_limit).to_dict()
 
 
 def main(argv: Sequence[str] | None = None) -> None:

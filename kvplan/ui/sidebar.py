@@ -32,7 +32,7 @@ from kvplan.scenario import (
     scenario_gpu,
 )
 from kvplan.scenario import check_names as check_scenario_names
-from kvplan.ui import serving_state, weights_view
+from kvplan.ui import lazy, serving_state, weights_view
 from kvplan.ui.theme import fmt_tokens
 
 MAX_UI_TOKENS = 10_000_000
@@ -198,13 +198,15 @@ def render_sidebar() -> Scenario:
         state["w_model"] = Scenario().model
     sb.selectbox("Model preset", options, key="w_model", format_func=_model_label,
                  help="Published config.json of each model (see the preset's sources).")
-    with sb.expander("Use your own config.json"):
-        st.file_uploader("Upload config.json (max 2 MB)", type=["json"], key="w_upload",
-                         on_change=_on_upload,
-                         help="A Hugging Face config.json; the link will carry its architecture keys.")
-        st.text_area("…or paste config.json", key="w_paste", height=120, max_chars=MAX_CONFIG_BYTES,
-                     placeholder='{"model_type": "llama", "num_hidden_layers": 32, ...}')
-        st.button("Use pasted config", key="w_paste_go", on_click=_on_paste)
+    with lazy.box(sb, "w_config_box") as box:
+        if box.open:
+            box.file_uploader("Upload config.json (max 2 MB)", type=["json"], key="w_upload",
+                              on_change=_on_upload, help="A Hugging Face config.json; the link "
+                                                         "will carry its architecture keys.")
+            box.text_area("…or paste config.json", key="w_paste", height=120,
+                          max_chars=MAX_CONFIG_BYTES,
+                          placeholder='{"model_type": "llama", "num_hidden_layers": 32, ...}')
+            box.button("Use pasted config", key="w_paste_go", on_click=_on_paste)
     if state.get("_config_error"):
         sb.error(md(state.pop("_config_error") + " — keeping the previous model."))
     weights_view.render_inputs(sb)
@@ -224,8 +226,13 @@ def render_sidebar() -> Scenario:
                           "--engine-version); latest = "
                           + get_engine(state["w_engine"]).release + ".")
     engine = get_engine(engine_with_release(state["w_engine"], state["w_ev"]))
-    for name, (label, default) in engine.setting_labels.items():
-        _setting_widget(sb, SETTINGS[name], label, default)
+    changed = _changed_settings(engine.setting_labels)
+    if changed:
+        sb.caption("Engine settings changed: " + md(", ".join(changed)))
+    with lazy.box(sb, "w_engine_box") as box:  # its widgets run only while it is open
+        if box.open:
+            for name, (label, default) in engine.setting_labels.items():
+                _setting_widget(box, SETTINGS[name], label, default)
 
     sb.subheader("Precision")
     if not state.get("w_kd"):
@@ -275,11 +282,12 @@ def render_sidebar() -> Scenario:
                     key="w_tokens_exact", on_change=_on_tokens_exact)
     sb.number_input("Concurrent users (requests)", *_int_bounds("users"), step=1,
                     key="w_users", help="Requests in flight at the chosen context length.")
-    with sb.expander("Serving workload (prefix / output tokens)"):
-        st.number_input("Shared prefix (tokens)", *_int_bounds("prefix_tokens"), step=1,
-                        key="w_pf")
-        st.number_input("Output tokens per request", *_int_bounds("output_tokens"), step=1,
-                        key="w_o")
+    with lazy.box(sb, "w_serving_box") as box:
+        if box.open:
+            box.number_input("Shared prefix (tokens)", *_int_bounds("prefix_tokens"), step=1,
+                             key="w_pf", **lazy.KEEP)
+            box.number_input("Output tokens per request", *_int_bounds("output_tokens"), step=1,
+                             key="w_o", **lazy.KEEP)
 
     sb.subheader("Charts")
     sb.toggle("Log axes", key="w_lx", help="Logarithmic x and y on the KV-vs-context chart.")
@@ -288,28 +296,51 @@ def render_sidebar() -> Scenario:
     return scenario_from_widgets()
 
 
-def _setting_widget(sb: Any, setting: Setting, label: str, default: str) -> None:
-    """One engine knob's widget, with the bounds and help of its declaration."""
+def _setting_widget(box: Any, setting: Setting, label: str, default: str) -> None:
+    """One engine knob's widget, with the bounds and help of its declaration; it lives in the lazy
+    "Engine settings" expander, so its value is kept while the expander is closed."""
     key = SETTING_WIDGETS[setting.name]
     help_text = f"{setting.help} Link key `{setting.key}`, CLI `{setting.flag}`."
+    keep: dict[str, Any] = {"key": key, "help": help_text, **lazy.KEEP}
     if setting.kind == "tristate":
-        sb.selectbox(label, list(_TRISTATE), key=key, help=help_text)
+        box.selectbox(label, list(_TRISTATE), **keep)
     elif setting.kind == "int_list":
-        text = sb.text_input(label, key=key, max_chars=40 + 12 * setting.max_items,
-                             placeholder=f"default: {default}", help=help_text)
+        text = box.text_input(label, max_chars=40 + 12 * setting.max_items,
+                              placeholder=f"default: {default}", **keep)
         try:
             setting.parse(text) if text else None
         except ValueError as exc:
-            sb.error(f"{label}: {exc}; not applied until corrected.")
+            box.error(f"{label}: {exc}; not applied until corrected.")
     elif setting.kind == "bool":
-        sb.toggle(label, key=key, help=help_text)
+        box.toggle(label, **keep)
     elif setting.kind == "float":
-        sb.number_input(label, min_value=0.001 if setting.low_open else float(setting.low or 0),
-                        max_value=float(setting.high or 0), step=0.01, key=key, format="%.3f",
-                        placeholder=f"default: {default}", help=help_text)
+        box.number_input(label, min_value=0.001 if setting.low_open else float(setting.low or 0),
+                         max_value=float(setting.high or 0), step=0.01, format="%.3f",
+                         placeholder=f"default: {default}", **keep)
     else:
-        sb.number_input(label, min_value=int(setting.low or 0), max_value=int(setting.high or 0),
-                        step=1, key=key, placeholder=f"default: {default}", help=help_text)
+        box.number_input(label, min_value=int(setting.low or 0), max_value=int(setting.high or 0),
+                         step=1, placeholder=f"default: {default}", **keep)
+
+
+def _changed_settings(labels: dict[str, tuple[str, str]]) -> list[str]:
+    """``label value`` of each of the engine's knobs that is not at its default (shown above the
+    closed "Engine settings" expander, so a linked setting is visible without opening it)."""
+    try:
+        settings = _settings_from_widgets()
+    except ValueError:  # scenario_from_widgets falls back to the defaults and says nothing either
+        return []
+    out = []
+    for name, (label, _) in labels.items():
+        value = getattr(settings, name)
+        text = st.session_state.get(SETTING_WIDGETS[name])
+        if SETTINGS[name].kind == "int_list" and text and value is None:
+            out.append(f"{label} {text!r} (invalid, not applied)")
+            continue
+        if value != EngineSettings.model_fields[name].default:
+            shown = {None: "auto", True: "on", False: "off"}.get(value, value) \
+                if SETTINGS[name].kind in {"bool", "tristate"} else SETTINGS[name].format(value)
+            out.append(f"{label} {shown}")
+    return out
 
 
 def _settings_from_widgets() -> EngineSettings:

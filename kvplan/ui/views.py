@@ -20,7 +20,7 @@ from kvplan.presets import GPU
 from kvplan.report import named_scenario, named_scenarios
 from kvplan.scenario import Scenario, scenario_fit_query
 from kvplan.sizing import full_length_bytes_per_token
-from kvplan.ui import charts, data, weights_view
+from kvplan.ui import charts, data, lazy, weights_view
 from kvplan.ui.cached import answers, cache_key, primary_fit, scenario_from_key
 from kvplan.ui.sidebar import apply_scenario
 from kvplan.ui.theme import GB, GIB, exact_bytes, figure_from_dict, fmt_bytes
@@ -393,7 +393,9 @@ def render_designs(scenario: Scenario) -> pd.DataFrame:
 def render_seeds() -> None:
     """The named scenarios of ``presets/scenarios`` one click away (buttons ``seed_<id>``)."""
     files = named_scenarios()
-    with st.expander("Named scenarios: the seed figures and planning classics", expanded=False):
+    with lazy.box(st, "box_seeds") as box:
+        if not box.open:
+            return
         cols = st.columns(min(len(files), 4) or 1)
         for index, (scenario_id, file) in enumerate(files.items()):
             cols[index % len(cols)].button(
@@ -407,7 +409,9 @@ def render_share(scenario: Scenario) -> None:
 
     query = "&".join(f"{k}={quote(v, safe=',')}" for k, v in scenario.to_query().items())
     base = getattr(st.context, "url", "") or ""
-    with st.expander("Share: link and scenario JSON", expanded=False):
+    with lazy.box(st, "box_share") as box:
+        if not box.open:
+            return
         st.caption("Copy link (the copy icon at the right of the box); the whole view lives in it.")
         st.code(f"{base.split('?', 1)[0]}?{query}", language=None)
         report_button(scenario)

@@ -16,6 +16,7 @@ from kvplan.arch import ModelArch
 from kvplan.checkpoint import CheckpointSummary, compare, parse_header, read_index, summarize
 from kvplan.errors import KVPlanError
 from kvplan.scenario import CUSTOM_MODEL, custom_arch
+from kvplan.ui import lazy
 from kvplan.ui.theme import exact_bytes, fmt_bytes
 from kvplan.weights import PARTS, weights_per_gpu
 
@@ -71,8 +72,11 @@ def on_hub_fetch() -> None:
 
 
 def render_inputs(sb: Any) -> None:
-    """The sidebar expander: Hub id box and header upload."""
-    with sb.expander("Weights from a checkpoint (exact bytes)"):
+    """The sidebar's lazy expander (``kvplan.ui.lazy``): Hub id box and header upload."""
+    with lazy.box(sb, "w_weights_box") as box:
+        if not box.open:
+            _show_error(sb)
+            return
         st.text_input("Hugging Face Hub id", key="w_hf_id", placeholder="org/name",
                       help="Reads config.json and the safetensors headers with HTTP range requests "
                            "(optional package huggingface_hub; HF_TOKEN for gated repos, "
@@ -83,6 +87,10 @@ def render_inputs(sb: Any) -> None:
                          on_change=on_headers_upload,
                          help="Each .safetensors file may be cut after its header (the first "
                               "8 + N bytes): only the header is read.")
+    _show_error(sb)
+
+
+def _show_error(sb: Any) -> None:
     if st.session_state.get("_weights_error"):
         sb.error(st.session_state.pop("_weights_error"))
 

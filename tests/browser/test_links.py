@@ -99,6 +99,39 @@ def test_widget_change_updates_url_fresh_page_and_back(page: Page, app_url: str)
     _no_exception(page)
 
 
+def test_engine_settings_box_keeps_its_values_closed_and_back_restores_them(page: Page,
+                                                                            app_url: str) -> None:
+    """The lazy "Engine settings" expander (issue #16, speed): its knobs are not on the page while
+    it is closed; a value set while open stays in the link and the numbers after closing, and
+    Back restores the previous one."""
+    _open(page, app_url + "/?v=1&m=llama-2-7b&e=vllm&kd=fp16&t=4000&u=1&g=a100-80gb-sxm&bs=16")
+    sidebar = page.get_by_test_id("stSidebarUserContent")
+    block = sidebar.get_by_role("spinbutton", name="Block size (tokens)")
+    expect(block).to_have_count(0)
+    sidebar.get_by_text("Engine settings", exact=True).click()
+    expect(block).to_have_value("16", timeout=LOAD_MS)
+    page.wait_for_selector(IDLE, timeout=LOAD_MS)
+    before = _exact(page).inner_text()
+    block.fill("4096")
+    block.press("Enter")
+    expect(page).to_have_url(re.compile(r"[?&]bs=4096(&|$)"), timeout=LOAD_MS)
+    page.wait_for_selector(IDLE, timeout=LOAD_MS)
+    expect(_exact(page)).not_to_have_text(before, timeout=LOAD_MS)
+    after = _exact(page).inner_text()
+    sidebar.get_by_text("Engine settings", exact=True).click()  # close it
+    expect(block).to_have_count(0, timeout=LOAD_MS)
+    page.wait_for_selector(IDLE, timeout=LOAD_MS)
+    assert _query(page)["bs"] == "4096"
+    expect(_exact(page)).to_have_text(after)
+    expect(sidebar.get_by_test_id("stCaptionContainer").filter(
+        has_text="Engine settings changed")).to_contain_text("Block size (tokens) 4096")
+    page.go_back()
+    expect(page).to_have_url(re.compile(r"[?&]bs=16(&|$)"), timeout=LOAD_MS)
+    page.wait_for_selector(IDLE, timeout=LOAD_MS)
+    expect(_exact(page)).to_have_text(before, timeout=LOAD_MS)
+    _no_exception(page)
+
+
 def _png_size(data: bytes) -> tuple[int, int]:
     assert data[:8] == b"\x89PNG\r\n\x1a\n", data[:16]
     return struct.unpack(">II", data[16:24])

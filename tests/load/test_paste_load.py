@@ -12,6 +12,8 @@ is done) must stay under 600 MB. A 25th client sends a paste larger than the box
 The protocol: the client connects to ``/_stcore/stream`` (subprotocol ``streamlit``), sends a
 ``rerun_script`` and reads ``ForwardMsg``s up to ``script_finished``; widget ids come from the
 elements it received, the query string from ``page_info_changed`` (as the browser keeps the URL).
+The paste box is in the lazy "Use your own config.json" expander, so each session first opens it
+(the expander's open state is a widget state, ``kvplan.ui.lazy``).
 """
 
 from __future__ import annotations
@@ -87,6 +89,10 @@ class Session:
                 key = getattr(body, "id", "").rsplit("-", 1)[-1] if hasattr(body, "id") else ""
                 if key:
                     self.ids[key] = body.id
+            elif kind == "delta" and msg.delta.WhichOneof("type") == "add_block":
+                box = msg.delta.add_block.expandable  # a lazy expander is a widget too
+                if msg.delta.add_block.WhichOneof("type") == "expandable" and box.id:
+                    self.ids[box.id.rsplit("-", 1)[-1]] = box.id
             elif kind == "script_finished":
                 return
 
@@ -100,8 +106,10 @@ async def _paste(url: str, index: int, pasted: list, release: asyncio.Event) -> 
                                   open_timeout=120) as ws:
         session = Session(ws)
         await session.rerun()
+        opened = WidgetState(id=session.ids["w_config_box"], bool_value=True)  # a click on it
+        await session.rerun([opened])
         text = largest_config(index)
-        await session.rerun([WidgetState(id=session.ids["w_paste"], string_value=text),
+        await session.rerun([opened, WidgetState(id=session.ids["w_paste"], string_value=text),
                              WidgetState(id=session.ids["w_paste_go"], trigger_value=True)])
         result = {"index": index, "markdown": session.markdown, "exceptions": session.exceptions,
                   "query": session.query}
@@ -119,8 +127,11 @@ async def _oversized(url: str) -> str:
                                   open_timeout=120) as ws:
         session = Session(ws)
         await session.rerun()
+        opened = WidgetState(id=session.ids["w_config_box"], bool_value=True)
+        await session.rerun([opened])
         try:
-            await session.rerun([WidgetState(id=session.ids["w_paste"], string_value="x" * (24 << 20))])
+            await session.rerun([opened, WidgetState(id=session.ids["w_paste"],
+                                                     string_value="x" * (24 << 20))])
         except websockets.ConnectionClosed as closed:
             return f"closed {closed.rcvd.code if closed.rcvd else None}"
         return "accepted"
