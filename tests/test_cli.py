@@ -263,6 +263,9 @@ def reach(code: str, tmp_path) -> str:
         more = ["--engine", "sglang"] if code == "calibrate.engine" else []
         return cli_error(["calibrate", "--model", "llama-2-7b", "--gpu", "h100-sxm", "--tokens",
                           "4096", "--log", str(log), *more])
+    if code == "reserve.term":
+        return cli_error(["fit", "--model", "llama-2-7b", "--gpu", "h100-sxm", "--tokens", "8",
+                          "--reserve-term", "no_such_term=1"])
     if code == "parallel.ep":
         return cli_error(["fit", "--model", "qwen3-30b-a3b", "--gpu", "h100-sxm", "--tokens", "8",
                           "--tp", "4", "--num-gpus", "4", "--ep", "3"])

@@ -40,7 +40,9 @@ from kvplan.engines.kinds import (
     PagedRule,
     PagedStateRule,
 )
+from kvplan.engines.reserve import Reserve
 from kvplan.engines.settings import EngineSettings
+from kvplan.engines.vllm_memory import CaptureRule, SamplerPath, vllm_reserve_terms
 
 if TYPE_CHECKING:
     from kvplan.presets import GPU
@@ -64,6 +66,17 @@ def default_max_num_batched_tokens(device_bytes: int | None, device_name: str = 
     if device_bytes and device_bytes >= 70 * gib and "a100" not in device_name.lower():
         return 16384 if llm else 8192
     return 8192 if llm else 2048
+
+
+def default_max_num_seqs(device_bytes: int | None, device_name: str = "") -> int:
+    """vLLM ``EngineArgs.get_batch_defaults`` ``max_num_seqs`` (v0.28+, ``serve``): 1024 on
+    ≥ 160 GiB devices and on ≥ 70 GiB devices that are not an A100; otherwise 256."""
+    gib = 1 << 30
+    if device_bytes and device_bytes >= 160 * gib:
+        return 1024
+    if device_bytes and device_bytes >= 70 * gib and "a100" not in device_name.lower():
+        return 1024
+    return 256
 
 
 def vllm_mla_block_size(gpu: GPU, kv_dtype: str) -> int:
@@ -98,10 +111,21 @@ class Vllm(Engine):
     logged_tokens: ClassVar[str] = "concurrency"
     #: V1's ``BlockPool`` keeps one null block out of every request's reach.
     null_block: ClassVar[bool] = True
+    #: Top-k/top-p path of the sampler warm-up: FlashInfer by default from v0.21
+    #: (``envs.py`` ``VLLM_USE_FLASHINFER_SAMPLER`` = True, ``flashinfer_sampler_supported``).
+    sampler_path: ClassVar[SamplerPath] = "flashinfer"
+    #: CUDA-graph capture sizes (``config/vllm.py`` ``_set_cudagraph_sizes``).
+    capture_rule: ClassVar[CaptureRule] = "stride16"
+    #: Whether the CUDA-graph estimate is subtracted from the KV budget
+    #: (``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`` default 1 from v0.20, ``gpu_worker.py``
+    #: ``determine_available_memory``).
+    graphs_counted: ClassVar[bool] = True
     setting_labels: ClassVar[dict[str, tuple[str, str]]] = {
         "gpu_util": ("gpu_memory_utilization (fraction)", f"{VLLM_DEFAULT_GPU_UTIL}"),
         "block_size": ("Block size (tokens)", "engine/backend choice"),
         "max_num_batched_tokens": ("max_num_batched_tokens (tokens)", "vLLM's per-GPU default"),
+        "max_num_seqs": ("max_num_seqs (requests)", "vLLM's per-GPU default"),
+        "enforce_eager": ("enforce_eager (no CUDA graphs)", "off"),
         "async_scheduling": ("Async scheduling (≥ 0.26)", "on"),
         "hybrid_manager": ("Hybrid KV-cache manager", "auto"),
         "enable_prefix_caching": ("Prefix caching", "on"),
@@ -124,12 +148,32 @@ class Vllm(Engine):
         """``max_num_batched_tokens`` default for ``vllm serve`` on this device."""
         return default_max_num_batched_tokens(gpu.capacity_bytes, gpu.device_name)
 
+    def default_max_num_seqs(self, gpu: GPU) -> int:
+        """``max_num_seqs`` default for ``vllm serve`` on this device (``get_batch_defaults``)."""
+        return default_max_num_seqs(gpu.capacity_bytes, gpu.device_name)
+
     def resolve_settings(self, settings: EngineSettings, tokens: int, gpu: GPU | None = None,
                          arch: ModelArch | None = None) -> EngineSettings:
-        """``max_num_batched_tokens`` defaults by device (``get_batch_defaults``)."""
+        """``max_num_batched_tokens`` and ``max_num_seqs`` default by device (``get_batch_defaults``)."""
+        update: dict[str, int] = {}
         if settings.max_num_batched_tokens is None and gpu is not None:
-            return settings.model_copy(update={"max_num_batched_tokens": self.default_mnbt(gpu)})
-        return settings
+            update["max_num_batched_tokens"] = self.default_mnbt(gpu)
+        if settings.max_num_seqs is None and gpu is not None:
+            update["max_num_seqs"] = self.default_max_num_seqs(gpu)
+        return settings.model_copy(update=update) if update else settings
+
+    def runtime_reserve(self, arch: ModelArch, gpu: GPU, settings: EngineSettings,
+                        tokens: int) -> Reserve:
+        """Activation peak of the profile run, non-torch memory and CUDA graphs
+        (``kvplan.engines.vllm_memory``), as this release counts them."""
+        major = int(float(gpu.compute_capability)) if gpu.compute_capability else 0
+        return Reserve(vllm_reserve_terms(
+            arch, settings, self.model_dtype(arch), sampler=self.sampler_path, capture=self.capture_rule,
+            graphs_counted=self.graphs_counted, release=self.release,
+            mnbt=settings.max_num_batched_tokens or self.default_mnbt(gpu),
+            max_num_seqs=settings.max_num_seqs or self.default_max_num_seqs(gpu),
+            blackwell=major == 10 and self.capture_rule == "stride16" and self.graphs_counted,
+            v0=self.null_block is False))
 
     def in_flight_tokens(self, settings: EngineSettings, mnbt: int) -> int:
         """``vllm/config/vllm.py`` ``max_in_flight_tokens = max_concurrent_batches × MNBT``;
@@ -522,6 +566,12 @@ class VllmV019(Vllm):
     release = "vLLM v0.14–v0.19"
     default_gpu_util = 0.9
     logged_tokens = "groups"
+    #: FlashInfer sampling is opt-in (``VLLM_USE_FLASHINFER_SAMPLER`` unset → PyTorch sort) from
+    #: v0.11.2 to v0.20 (v0.19.1 sorts through a Triton kernel from 8 rows; not modelled).
+    sampler_path = "sort"
+    #: The estimate is profiled but subtracted only with ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1``
+    #: (default 0 before v0.20).
+    graphs_counted = False
     setting_labels: ClassVar[dict[str, tuple[str, str]]] = {
         **{k: v for k, v in Vllm.setting_labels.items() if k != "async_scheduling"},
         "gpu_util": ("gpu_memory_utilization (fraction)", "0.9")}
@@ -543,6 +593,10 @@ class VllmV011(VllmV019):
     id = "vllm@0.11"
     release = "vLLM v0.10–v0.13"
     ceil_requested = False
+    #: v0.10–v0.11.0: FlashInfer top-k/top-p when installed (``VLLM_USE_FLASHINFER_SAMPLER is not
+    #: False``); capture sizes every 8 up to ``min(2 × max_num_seqs, 512)`` (v0.11.2 changed both).
+    sampler_path = "flashinfer"
+    capture_rule = "stride8"
 
     def hybrid_default(self, arch: ModelArch) -> bool:
         return not any(layer.kind == "chunked" for layer in arch.distinct_layers())
@@ -578,6 +632,10 @@ class VllmV08(VllmV09):
     def default_mnbt(self, gpu: GPU) -> int:
         return 8192 if gpu.capacity_bytes >= 70 * (1 << 30) else 2048
 
+    def default_max_num_seqs(self, gpu: GPU) -> int:
+        """v0.8 ``_set_default_args_v1``: 1024 on every ≥ 70 GiB device, else 256."""
+        return 1024 if gpu.capacity_bytes >= 70 * (1 << 30) else 256
+
 
 class VllmV06(VllmV08):
     """vLLM v0.6 (V0 engine): one block spans every attention layer
@@ -591,10 +649,31 @@ class VllmV06(VllmV08):
     id = "vllm@0.6"
     release = "vLLM v0.6 (V0)"
     null_block = False
+    #: V0's sampler sorts for top-p/top-k (``model_executor/layers/sampler.py`` ``_apply_top_k_top_p``).
+    sampler_path = "sort"
     setting_labels: ClassVar[dict[str, tuple[str, str]]] = {
         "gpu_util": ("gpu_memory_utilization (fraction)", "0.9"),
         "block_size": ("Block size (tokens)", "16"),
+        "max_num_batched_tokens": ("max_num_batched_tokens (tokens)", "max(max_model_len, 2048)"),
+        "max_num_seqs": ("max_num_seqs (requests)", "256"),
+        "enforce_eager": ("enforce_eager (no CUDA graphs)", "off"),
     }
+
+    def default_mnbt(self, gpu: GPU) -> int:
+        return 2048
+
+    def default_max_num_seqs(self, gpu: GPU) -> int:
+        """V0 ``SchedulerConfig``: ``max_num_seqs`` 256 (``engine/arg_utils.py``)."""
+        return 256
+
+    def resolve_settings(self, settings: EngineSettings, tokens: int, gpu: GPU | None = None,
+                         arch: ModelArch | None = None) -> EngineSettings:
+        """V0 ``SchedulerConfig.__post_init__``: ``max_num_batched_tokens = max(max_model_len, 2048)``
+        without chunked prefill, which is on by default only beyond 32K tokens (then 2048)."""
+        if settings.max_num_batched_tokens is None:
+            mnbt = max(tokens, 2048) if tokens <= 32768 else 2048
+            settings = settings.model_copy(update={"max_num_batched_tokens": mnbt})
+        return super().resolve_settings(settings, tokens, gpu, arch)
 
     def unserved_reason(self, arch: ModelArch) -> str | None:
         if any(isinstance(layer, Recurrent) for layer in arch.distinct_layers()):
