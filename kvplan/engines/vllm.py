@@ -126,6 +126,7 @@ class Vllm(Engine):
         "max_num_batched_tokens": ("max_num_batched_tokens (tokens)", "vLLM's per-GPU default"),
         "max_num_seqs": ("max_num_seqs (requests)", "vLLM's per-GPU default"),
         "enforce_eager": ("enforce_eager (no CUDA graphs)", "off"),
+        "flashinfer_sampler": ("FlashInfer sampler (VLLM_USE_FLASHINFER_SAMPLER)", "auto"),
         "async_scheduling": ("Async scheduling (≥ 0.26)", "on"),
         "hybrid_manager": ("Hybrid KV-cache manager", "auto"),
         "enable_prefix_caching": ("Prefix caching", "on"),
@@ -594,7 +595,9 @@ class VllmV011(VllmV019):
     release = "vLLM v0.10–v0.13"
     ceil_requested = False
     #: v0.10–v0.11.0: FlashInfer top-k/top-p when installed (``VLLM_USE_FLASHINFER_SAMPLER is not
-    #: False``); capture sizes every 8 up to ``min(2 × max_num_seqs, 512)`` (v0.11.2 changed both).
+    #: False``) — the docker image has it, ``pip install vllm`` does not (``flashinfer`` is an extra in
+    #: the wheel's metadata): ``--flashinfer-sampler 0`` for those; capture sizes every 8 up to
+    #: ``min(2 × max_num_seqs, 512)`` (v0.11.2 changed both).
     sampler_path = "flashinfer"
     capture_rule = "stride8"
 
@@ -657,6 +660,7 @@ class VllmV06(VllmV08):
         "max_num_batched_tokens": ("max_num_batched_tokens (tokens)", "max(max_model_len, 2048)"),
         "max_num_seqs": ("max_num_seqs (requests)", "256"),
         "enforce_eager": ("enforce_eager (no CUDA graphs)", "off"),
+        "flashinfer_sampler": ("FlashInfer sampler (VLLM_USE_FLASHINFER_SAMPLER)", "off"),
     }
 
     def default_mnbt(self, gpu: GPU) -> int:

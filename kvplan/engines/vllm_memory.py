@@ -30,11 +30,12 @@ checks these constants):
   (``apply_top_k_top_p_pytorch``: ``logits.sort`` values + int64 indices, softmax, cumsum, masks,
   the ``random_sample`` exponential): logs 27, 28, 29, 30 ("Peak activation memory", vLLM
   0.14–0.18 by their line formats; 1,024 rows of 201,088 / 128,256 vocab). The tensors named
-  above add up to 27 B; the fit is 38.9 B (allocator rounding and the temporaries of
+  above add up to 27 B; the fit is 38.96 B, kept as 39.0 (allocator rounding and the temporaries of
   ``gather``/``scatter_``).
-* ``NON_TORCH_BASE`` + ``NON_TORCH_PER_RANK × (tp − 1)`` — logs 27, 29, 30 (TP 1: 0.13, 0.14, 0.13
-  GiB) and 28 (TP 2: 0.55 GiB); one TP > 1 point, so the slope is that point's.
-* ``GRAPH_BYTES_PER_SIZE`` + ``GRAPH_BYTES_PER_SIZE_RANK × (tp − 1)`` per capture size — logs 01,
+* ``NON_TORCH_BASE`` (+ ``NON_TORCH_TP`` when tp > 1) — logs 27, 29, 30 (TP 1: 0.13, 0.14, 0.13
+  GiB) and 28 (TP 2: 0.55 GiB). A step, not a slope: the V0 TP 4 run (19) prints 0.34–0.43 GiB,
+  so the NCCL / custom all-reduce buffers do not grow with the rank count.
+* ``GRAPH_BYTES_PER_SIZE`` (+ ``GRAPH_BYTES_PER_SIZE_TP`` when tp > 1) per capture size — logs 01,
   02 (TP 1: "Graph capturing finished … took 0.50 GiB", 67 sizes) and 03, 04 (TP 2: 0.65 GiB);
   the multi-node runs (05, 06) are not in the fit (they take 1.5–2× more).
 """
@@ -50,11 +51,11 @@ if TYPE_CHECKING:
     from kvplan.engines.settings import EngineSettings
 
 #: Fitted constants (see the module docstring; ``tests/test_budget_vs_logs.py`` refits them).
-SAMPLER_SORT_BYTES = 38.9
+SAMPLER_SORT_BYTES = 39.0
 NON_TORCH_BASE = round(0.1333 * GIB)
-NON_TORCH_PER_RANK = round(0.4167 * GIB)
+NON_TORCH_TP = round(0.4167 * GIB)
 GRAPH_BYTES_PER_SIZE = round(0.5 / 67 * GIB)
-GRAPH_BYTES_PER_SIZE_RANK = round(0.15 / 67 * GIB)
+GRAPH_BYTES_PER_SIZE_TP = round(0.15 / 67 * GIB)
 #: FlashInfer path (``forward_cuda`` → ``flashinfer_sample``): model-dtype logits (2 B), the fp32
 #: copy (4 B) and FlashInfer's fp32 probabilities (4 B) per element — derived, not fitted.
 SAMPLER_FLASHINFER_BYTES = 10.0
@@ -132,6 +133,8 @@ def vllm_reserve_terms(arch: ModelArch, settings: EngineSettings, model_dtype: s
                        v0: bool = False) -> tuple[ReserveTerm, ...]:
     """The activation peak, non-torch and CUDA-graph terms of one vLLM release."""
     tp = settings.tp
+    if settings.flashinfer_sampler is not None:
+        sampler = "flashinfer" if settings.flashinfer_sampler else "sort"
     fwd, fwd_how = forward_peak(arch, mnbt, tp, model_dtype)
     rows = min(mnbt, max_num_seqs)
     smp, smp_how = sampler_peak(arch, rows, sampler)
@@ -143,20 +146,21 @@ def vllm_reserve_terms(arch: ModelArch, settings: EngineSettings, model_dtype: s
         "activation_peak", act,
         f"max(forward: {fwd_how}; sampler warm-up: {smp_how}) = {act:,} B",
         f"{release}: {src_profile}", basis="fit" if sampler == "sort" and smp >= fwd else "derived")]
-    nt = NON_TORCH_BASE + NON_TORCH_PER_RANK * (tp - 1)
+    multi = tp > 1
+    nt = NON_TORCH_BASE + NON_TORCH_TP * multi
     terms.append(ReserveTerm(
         "non_torch", nt,
-        f"{NON_TORCH_BASE:,} + {NON_TORCH_PER_RANK:,} × (tp {tp} − 1) = {nt:,} B (fitted on logs 27–30)",
+        f"{NON_TORCH_BASE:,} + {NON_TORCH_TP:,} × [tp {tp} > 1] = {nt:,} B (fitted on logs 27–30)",
         f"{release}: memory_profiling non_torch_increase (cuBLAS, NCCL / custom all-reduce buffers)",
         basis="fit"))
     sizes = [] if settings.enforce_eager else capture_sizes(capture, max_num_seqs, mnbt, blackwell)
-    per = GRAPH_BYTES_PER_SIZE + GRAPH_BYTES_PER_SIZE_RANK * (tp - 1)
+    per = GRAPH_BYTES_PER_SIZE + GRAPH_BYTES_PER_SIZE_TP * multi
     graphs = len(sizes) * per
     if settings.enforce_eager:
         how = "enforce_eager: no CUDA graphs = 0 B"
     else:
         how = (f"{len(sizes)} capture sizes (1…{sizes[-1] if sizes else 0}) × ({GRAPH_BYTES_PER_SIZE:,} + "
-               f"{GRAPH_BYTES_PER_SIZE_RANK:,} × (tp {tp} − 1)) B = {graphs:,} B (fitted on logs 01–04)")
+               f"{GRAPH_BYTES_PER_SIZE_TP:,} × [tp {tp} > 1]) B = {graphs:,} B (fitted on logs 01–04)")
     if not graphs_counted:
         how += ("; captured after the KV cache is sized, so it comes out of the (1 − utilization) slack"
                 if v0 or capture != "none" else "")
@@ -167,6 +171,6 @@ def vllm_reserve_terms(arch: ModelArch, settings: EngineSettings, model_dtype: s
     return tuple(terms)
 
 
-__all__ = ["GRAPH_BYTES_PER_SIZE", "GRAPH_BYTES_PER_SIZE_RANK", "NON_TORCH_BASE", "NON_TORCH_PER_RANK",
+__all__ = ["GRAPH_BYTES_PER_SIZE", "GRAPH_BYTES_PER_SIZE_TP", "NON_TORCH_BASE", "NON_TORCH_TP",
            "SAMPLER_FLASHINFER_BYTES", "SAMPLER_SORT_BYTES", "capture_sizes", "forward_peak",
            "sampler_peak", "vllm_reserve_terms"]
