@@ -181,6 +181,8 @@ class Engine:
     #: Settings this engine honours → (label in this engine's vocabulary, default shown to users).
     setting_labels: ClassVar[dict[str, tuple[str, str]]] = {}
     default_reserve_gib: ClassVar[float] = 1.0
+    #: The runtime-reserve terms a user may replace (``runtime_reserve``'s counted terms).
+    reserve_term_names: ClassVar[tuple[str, ...]] = ("flat",)
     #: Whether a request's KV is whole block ids across the engine's groups (shown as blocks × bytes).
     per_request_in_blocks: ClassVar[bool] = False
     #: Whether ``calibrate`` can compare this engine with a start-up log.
@@ -333,7 +335,7 @@ class Engine:
         """Memory besides the weights that the engine keeps outside the KV cache, term by term
         (default: one flat ``default_reserve_gib`` term)."""
         return flat_reserve(self.default_reserve_gib, "activations and buffers are not modelled for "
-                            f"{self.short}", f"{self.release}: no profile run to follow")
+                            f"{self.short} (it has no profile run to follow)", f"{self.release}")
 
     def check_parallel(self, arch: ModelArch, tp: int) -> None:
         """Refuse tensor-parallel sizes the engine's KV layout cannot split (named error)."""

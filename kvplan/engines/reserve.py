@@ -112,7 +112,7 @@ class Reserve:
 
         out = self
         if terms:
-            known = {t.name for t in self.terms}
+            known = {t.name for t in self.terms if t.counted}
             for name in terms:
                 if name not in known:
                     raise KVPlanError("reserve.term", value=name, choices=", ".join(sorted(known)) or "none")
@@ -139,5 +139,5 @@ class Reserve:
 
 def flat_reserve(gib: float, why: str, source: str) -> Reserve:
     """One flat term (engines whose reserve kvplan does not model term by term)."""
-    return Reserve((ReserveTerm("runtime reserve (flat estimate)", int(gib * GIB),
+    return Reserve((ReserveTerm("flat", int(gib * GIB),
                                 f"{gib:g} GiB — {why}", source, basis="flat"),))

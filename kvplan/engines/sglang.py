@@ -161,6 +161,8 @@ class SGLang(Engine):
                                        page=page, spec=layer))
         return EngineView(self.id, dtype, tuple(rules), block_size=page, notes=tuple(notes))
 
+    reserve_term_names: ClassVar[tuple[str, ...]] = ("held_before_load",)
+
     def runtime_reserve(self, arch: ModelArch, gpu: GPU, settings: EngineSettings,
                         tokens: int) -> Reserve:
         """SGLang's reserve is inside ``mem_fraction_static``: the terms of its default

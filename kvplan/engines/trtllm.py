@@ -126,6 +126,8 @@ class TrtLlm(Engine):
                                    spec=layer))
         return EngineView(self.id, dtype, tuple(rules), block_size=block, notes=tuple(notes))
 
+    reserve_term_names: ClassVar[tuple[str, ...]] = ("activation_peak",)
+
     def runtime_reserve(self, arch: ModelArch, gpu: GPU, settings: EngineSettings,
                         tokens: int) -> Reserve:
         """``_util.py`` ``KvCacheCreator._cal_max_memory``: ``peak`` after the profiling forward of

@@ -163,6 +163,8 @@ class Vllm(Engine):
             update["max_num_seqs"] = self.default_max_num_seqs(gpu)
         return settings.model_copy(update=update) if update else settings
 
+    reserve_term_names: ClassVar[tuple[str, ...]] = ("activation_peak", "non_torch", "cuda_graphs")
+
     def runtime_reserve(self, arch: ModelArch, gpu: GPU, settings: EngineSettings,
                         tokens: int) -> Reserve:
         """Activation peak of the profile run, non-torch memory and CUDA graphs
@@ -573,6 +575,7 @@ class VllmV019(Vllm):
     #: The estimate is profiled but subtracted only with ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1``
     #: (default 0 before v0.20).
     graphs_counted = False
+    reserve_term_names = ("activation_peak", "non_torch")
     setting_labels: ClassVar[dict[str, tuple[str, str]]] = {
         **{k: v for k, v in Vllm.setting_labels.items() if k != "async_scheduling"},
         "gpu_util": ("gpu_memory_utilization (fraction)", "0.9")}
