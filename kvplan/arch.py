@@ -133,6 +133,17 @@ class WeightSpec(_Spec):
     attn_name: str = "self_attn"
 
 
+class RopeScaling(_Spec):
+    """One RoPE parameter set of the config (``rope_parameters`` or the legacy ``rope_scaling``):
+    what the engines' context-length rules read. ``layer_type`` names the set when the config
+    nests one per layer type (transformers 5 ``rope_parameters``), else it is empty."""
+
+    rope_type: str = "default"
+    factor: float | None = None
+    original_max_position_embeddings: int | None = None
+    layer_type: str = ""
+
+
 class ModelArch(_Spec):
     """Everything kvplan needs about a model; built from a config.json or a preset."""
 
@@ -146,6 +157,11 @@ class ModelArch(_Spec):
     intermediate_size: int = Field(ge=0)
     vocab_size: int = Field(ge=1)
     max_position_embeddings: int | None = None
+    #: Every context-length key the (text) config sets, with its value (``max_position_embeddings``,
+    #: ``n_positions``, ``seq_length``, ``model_max_length``, …): each engine derives its limit from
+    #: them by its own rule (``Engine.context_limit``).
+    context_keys: tuple[tuple[str, int], ...] = ()
+    rope_scalings: tuple[RopeScaling, ...] = ()
     model_dtype: str = "bf16"
     tie_word_embeddings: bool = False
     gated_mlp: bool = True

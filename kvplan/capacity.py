@@ -114,8 +114,10 @@ class FitResult(BaseModel):
     fits: bool
     weights_fit: bool
     min_gpus_to_fit: int | None = None
-    #: The model's ``max_position_embeddings`` (None when the config gives none).
+    #: The longest request the engine serves for this model (``Engine.context_limit``; None when
+    #: the config gives no length), and how the engine derived it.
     context_limit: int | None = None
+    context_limit_rule: str = ""
     #: Why it does not fit ("" when it fits), and the smallest change that would make it fit.
     reason: str = ""
     suggestion: str = ""
@@ -240,7 +242,8 @@ def fit(arch: ModelArch, gpu: GPU, query: FitQuery, search_gpus: bool = True) ->
     answer = _pool_answer(arch, gpu, query, budget.stage_budgets, notes, formulas, settings)
     tp, pp = query.tp, query.pp
     replicas = (query.num_gpus or tp * pp) // (tp * pp)
-    limit = context_limit(arch)
+    limit_rule = get_engine(query.engine).context_limit(arch)
+    limit = limit_rule.tokens if limit_rule else None
     within = limit is None or query.tokens <= limit
     fits = budget.weights_fit and answer["max_requests"] >= query.users and within
     layout = weights_layout(arch, query, settings)
@@ -264,6 +267,7 @@ def fit(arch: ModelArch, gpu: GPU, query: FitQuery, search_gpus: bool = True) ->
         reserve_bytes=budget.reserve, kv_budget_bytes=budget.kv_budget,
         max_requests_all_replicas=answer["max_requests"] * replicas,
         fits=fits, weights_fit=budget.weights_fit, context_limit=limit, formulas=formulas,
+        context_limit_rule=limit_rule.rule if limit_rule else "",
         notes=notes, **answer)
     smallest: tuple[int, int] | None = None
     if not budget.weights_fit and search_gpus:  # one layout search serves both answers
@@ -277,11 +281,11 @@ def fit(arch: ModelArch, gpu: GPU, query: FitQuery, search_gpus: bool = True) ->
     return result
 
 
-def context_limit(arch: ModelArch) -> int | None:
-    """The model's ``max_position_embeddings`` when its config gives one (vLLM's derived
-    ``max_model_len`` before rope scaling, ``vllm/config/model.py`` ``_get_and_verify_max_len``)."""
-    limit = arch.max_position_embeddings
-    return limit if isinstance(limit, int) and limit > 0 else None
+def context_limit(arch: ModelArch, engine: str) -> int | None:
+    """The longest request ``engine`` serves for this model (``Engine.context_limit``: each
+    engine's own derivation from the config's length keys and RoPE scaling), None without one."""
+    limit = get_engine(engine).context_limit(arch)
+    return limit.tokens if limit else None
 
 
 def _layout(tp: int, pp: int) -> str:
@@ -313,8 +317,9 @@ def why_not(arch: ModelArch, gpu: GPU, query: FitQuery, result: FitResult, searc
     gpus = query.num_gpus or query.tp * query.pp
     if result.context_limit is not None and query.tokens > result.context_limit:
         engine = get_engine(query.engine)
-        return (f"{query.tokens:,} tokens exceed the model's max_position_embeddings "
-                f"({result.context_limit:,}); {engine.short} {engine.long_context_rule}",
+        return (f"{query.tokens:,} tokens exceed the model's context limit of "
+                f"{result.context_limit:,} ({result.context_limit_rule}); "
+                f"{engine.short} {engine.long_context_rule}",
                 f"use at most {result.context_limit:,} tokens per request")
     if not result.weights_fit:
         reason = (f"the weights ({result.weights_bytes:,} B per GPU) do not fit in the "
@@ -361,7 +366,7 @@ def _pool_answer(arch: ModelArch, gpu: GPU, query: FitQuery, budgets: list[int],
         "max_concurrency": float(pool.concurrency(L)[0]),
         "max_requests": int(pool.max_requests(L)[0]),
         "max_tokens_per_request": max_len(lambda t: pool.users_cost(t, query.users), pool.capacity,
-                                          length_limit(arch), notes),
+                                          length_limit(arch, query.engine), notes),
         "num_blocks": pool.num_blocks, "block_size": pool.block_size,
         "bytes_per_block": pool.bytes_per_block,
     }
@@ -370,10 +375,10 @@ def _pool_answer(arch: ModelArch, gpu: GPU, query: FitQuery, budgets: list[int],
     return answer
 
 
-def length_limit(arch: ModelArch) -> int:
-    """Longest context the model accepts (``max_position_embeddings``), else the search bound."""
-    limit = arch.max_position_embeddings
-    if isinstance(limit, int) and 0 < limit < MAX_SEARCH_TOKENS:
+def length_limit(arch: ModelArch, engine: str) -> int:
+    """Longest context the engine accepts for the model (``context_limit``), else the search bound."""
+    limit = context_limit(arch, engine)
+    if limit is not None and 0 < limit < MAX_SEARCH_TOKENS:
         return limit
     return MAX_SEARCH_TOKENS
 
@@ -386,7 +391,7 @@ def max_len(cost: Callable[[np.ndarray], Any], budget: int, limit: int = MAX_SEA
     low, high = 1, limit
     if cost(np.asarray(high)) <= budget:
         if limit < MAX_SEARCH_TOKENS and notes is not None:
-            notes.append(f"max context capped at the model's max_position_embeddings ({limit:,})")
+            notes.append(f"max context capped at the model's context limit ({limit:,})")
         return high
     while high - low > 1:
         mid = (low + high) // 2
@@ -414,7 +419,7 @@ def capacity_sweep(arch: ModelArch, gpus_list: list[GPU], kv_dtypes: list[str],
 
     t = np.asarray(tokens, dtype=np.int64).ravel()
     u = np.asarray(users, dtype=np.int64).ravel()
-    limit = context_limit(arch)
+    limit = context_limit(arch, query.engine)
     within = t <= limit if limit is not None else np.ones(t.shape, dtype=bool)
     frames = []
     for gpu in gpus_list:

@@ -387,7 +387,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
           f"{result.max_requests_all_replicas:,} in all")
     print(f"Longest request at {plural(result.users, 'user')}: {result.max_tokens_per_request:,} tokens")
     if result.context_limit is not None:
-        print(f"Model context limit: {result.context_limit:,} tokens (max_position_embeddings)")
+        print(f"Model context limit: {result.context_limit:,} tokens ({result.context_limit_rule})")
     if result.fits:
         print("Fits.")
     else:

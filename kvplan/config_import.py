@@ -31,6 +31,7 @@ from kvplan.arch import (
     MoE,
     NoCache,
     Recurrent,
+    RopeScaling,
     VisionSpec,
     WeightSpec,
 )
@@ -71,6 +72,9 @@ ARCHITECTURE_KEYS = (
     "attention_bias", "audio_config", "compression_config", "decoder_sparse_step", "enable_moe_block",
     "expert_layer_offset", "hidden_size_per_layer_input", "mlp_bias", "num_nextn_predict_layers",
     "quantization_config", "vision_config", "vocab_size_per_layer_input",
+    # context length (the engines' context-limit rules)
+    "max_sequence_length", "max_seq_length", "max_target_positions", "model_max_length",
+    "rope_parameters", "rope_scaling", "seq_len", "seq_length",
 )
 
 MAX_CONFIG_BYTES = 2_000_000
@@ -231,6 +235,62 @@ class _Cfg:
         return value
 
 
+#: Keys that state a context length, as vLLM (``ModelArchConfigConvertorBase.derive_max_model_len_and_key``,
+#: ``vllm/transformers_utils/model_arch_config_convertor.py``), SGLang (``CONTEXT_LENGTH_KEYS``,
+#: ``sglang/srt/utils/hf_transformers/common.py``) and TensorRT-LLM read them.
+CONTEXT_LENGTH_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length",
+                       "model_max_length", "max_target_positions", "max_sequence_length",
+                       "max_seq_length", "seq_len")
+
+
+def _context_keys(data: dict[str, Any]) -> tuple[tuple[str, int], ...]:
+    """The context-length keys the config sets to a positive whole number (others are not lengths)."""
+    found = []
+    for key in CONTEXT_LENGTH_KEYS:
+        value = data.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
+                and value == int(value) and 0 < value <= 10**9:
+            found.append((key, int(value)))
+    return tuple(found)
+
+
+#: Model types whose transformers-5 config nests RoPE parameters per layer type, so a legacy flat
+#: ``rope_scaling`` becomes the ``full_attention`` set (measured with transformers 5.19:
+#: ``CONFIG_MAPPING[t](rope_scaling={...}).rope_parameters`` has no top-level ``rope_type``).
+NESTED_ROPE_TYPES = frozenset({"deepseek_v4", "gemma3_text", "gemma3n_text", "modernbert",
+                               "modernbert-decoder", "olmo3", "step3p5", "t5gemma2_decoder",
+                               "t5gemma2_text"})
+
+
+def _rope_scalings(data: dict[str, Any], model_type: str = "") -> tuple[RopeScaling, ...]:
+    """The config's RoPE parameter sets: ``rope_parameters`` (transformers 5; one per layer type
+    when nested) else the legacy ``rope_scaling``; legacy ``type`` read as ``rope_type``
+    (vLLM ``patch_rope_parameters``); a flat set of a ``NESTED_ROPE_TYPES`` model is its
+    ``full_attention`` set, as transformers 5 loads it. Sets without a string type are skipped."""
+    raw = data.get("rope_parameters")
+    if not isinstance(raw, dict):
+        raw = data.get("rope_scaling")
+    if not isinstance(raw, dict):
+        return ()
+    nested = "rope_type" not in raw and "type" not in raw and all(
+        isinstance(v, dict) or v is None for v in raw.values())
+    sets = [(str(k), v) for k, v in raw.items() if isinstance(v, dict)] if nested else \
+        [("full_attention" if model_type in NESTED_ROPE_TYPES else "", raw)]
+    out = []
+    for layer_type, rp in sets[:64]:
+        rope_type = rp.get("rope_type", rp.get("type", "default"))
+        factor, original = rp.get("factor"), rp.get("original_max_position_embeddings")
+        if not isinstance(rope_type, str):
+            continue
+        out.append(RopeScaling(
+            rope_type=rope_type[:40], layer_type=layer_type[:40],
+            factor=float(factor) if isinstance(factor, (int, float)) and not isinstance(factor, bool)
+            and math.isfinite(factor) and 0 < factor <= 1e6 else None,
+            original_max_position_embeddings=int(original) if isinstance(original, int)
+            and not isinstance(original, bool) and 0 < original <= 10**9 else None))
+    return tuple(out)
+
+
 def _present(data: dict[str, Any], keys: tuple[str, ...]) -> str:
     return next((k for k in keys if data.get(k) is not None), keys[0])
 
@@ -359,6 +419,8 @@ def parse_config(
         intermediate_size=intermediate,
         vocab_size=vocab,
         max_position_embeddings=max_pos,
+        context_keys=_context_keys(data),
+        rope_scalings=_rope_scalings(data, model_type),
         model_dtype=model_dtype_name(cfg.get("torch_dtype", "dtype")),
         tie_word_embeddings=tie,
         gated_mlp=gated,

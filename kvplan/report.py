@@ -358,7 +358,7 @@ def report_figure(scenario: Scenario, tables: dict[str, pd.DataFrame] | None = N
     warning = ""
     if limit is not None and scenario.tokens > limit:
         warning = (f"<br><span style='color:#d62728'>{scenario.tokens:,} tokens exceed the model's "
-                   f"max_position_embeddings ({limit:,}): does not fit</span>")
+                   f"context limit ({limit:,}): does not fit</span>")
     fig.update_layout(template=TEMPLATE, width=REPORT_WIDTH, height=REPORT_HEIGHT,
                       title={"text": f"kvplan report — {scenario_title(scenario)}<br>"
                                      f"<sup>{plotly_text(scenario_link(scenario))}</sup>{warning}",

@@ -23,7 +23,8 @@ def test_llama2_7b_beyond_its_context_limit_does_not_fit() -> None:
     result = fit(load_model("llama-2-7b"), get_gpu("h200"), FitQuery(tokens=32768))
     assert (result.max_requests, result.context_limit, result.fits) == (7, 4096, False)
     assert "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1" in result.reason
-    assert "max_position_embeddings (4,096)" in result.reason
+    assert ("context limit of 4,096 (max_position_embeddings 4,096; vLLM v0.33 "
+            "_get_and_verify_max_len)") in result.reason
     assert result.suggestion == "use at most 4,096 tokens per request"
     at_limit = fit(load_model("llama-2-7b"), get_gpu("h200"), FitQuery(tokens=4096))
     assert (at_limit.fits, at_limit.reason, at_limit.suggestion) == (True, "", "")

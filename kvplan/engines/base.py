@@ -72,6 +72,14 @@ def layer_kind(layer: Attention | MLA) -> str:
 
 
 @dataclass(frozen=True)
+class ContextLimit:
+    """The longest request an engine serves for a model, and how it derived it from the config."""
+
+    tokens: int
+    rule: str
+
+
+@dataclass(frozen=True)
 class EngineView:
     """All rules of one model on one rank for one engine, with the settings that shaped them."""
 
@@ -199,6 +207,14 @@ class Engine:
     #: Whether the engine serves MoE models with data-parallel attention and experts split over the
     #: ranks (expert parallelism), so the recommender may offer EP layouts.
     expert_parallel: ClassVar[bool] = False
+
+    def context_limit(self, arch: ModelArch) -> ContextLimit | None:
+        """HF transformers enforces no limit (positions past it are extrapolated); the model's
+        ``max_position_embeddings`` is the length it was built for, so kvplan flags beyond it."""
+        limit = arch.max_position_embeddings
+        if not limit:
+            return None
+        return ContextLimit(limit, f"max_position_embeddings {limit:,}; transformers does not enforce it")
 
     # ------------------------------------------------------------ settings
     def own_settings(self, settings: EngineSettings, **update: object) -> EngineSettings:

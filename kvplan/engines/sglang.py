@@ -14,7 +14,7 @@ import numpy as np
 
 from kvplan.arch import LayerSpec, ModelArch
 from kvplan.dtypes import KVDType, get_dtype
-from kvplan.engines.base import Engine, EngineView, KVPool, layer_kind
+from kvplan.engines.base import ContextLimit, Engine, EngineView, KVPool, layer_kind
 from kvplan.engines.kinds import TokenRule
 from kvplan.engines.reserve import Reserve, ReserveTerm
 from kvplan.engines.settings import EngineSettings
@@ -111,6 +111,27 @@ class SGLang(Engine):
     checks_tp_heads = True
     #: ``--enable-dp-attention`` with expert parallelism for MoE layers.
     expert_parallel = True
+    #: ``sglang/srt/utils/hf_transformers/common.py`` ``CONTEXT_LENGTH_KEYS``, in order of preference.
+    context_keys_order: ClassVar[tuple[str, ...]] = (
+        "max_sequence_length", "seq_length", "max_seq_len", "model_max_length", "max_position_embeddings")
+
+    def context_limit(self, arch: ModelArch) -> ContextLimit | None:
+        """``common.py`` ``get_context_length``: the first key of ``CONTEXT_LENGTH_KEYS`` the text
+        config sets (2048 when none), times ``rope_scaling["factor"]`` unless the set has
+        ``original_max_position_embeddings`` or is ``llama3``. Under transformers 5 ``rope_scaling``
+        is ``rope_parameters``: a per-layer-type set has no top-level ``factor``, so no scaling."""
+        keys = dict(arch.context_keys)
+        key = next((k for k in self.context_keys_order if k in keys), None)
+        if key is None:
+            return ContextLimit(2048, "no context-length key: SGLang assumes 2,048")
+        limit, rule = keys[key], f"{key} {keys[key]:,}"
+        flat = [r for r in arch.rope_scalings if not r.layer_type]
+        if flat:
+            rope = flat[0]
+            if rope.factor is not None and rope.factor != 1 and rope.rope_type != "llama3" \
+                    and rope.original_max_position_embeddings is None:
+                limit, rule = int(rope.factor * limit), f"{rule} × rope factor {rope.factor:g}"
+        return ContextLimit(limit, f"{rule}; SGLang get_context_length")
 
     def resolve_settings(self, settings: EngineSettings, tokens: int, gpu: GPU | None = None,
                          arch: ModelArch | None = None) -> EngineSettings:

@@ -16,6 +16,7 @@ latent is replicated on every TP rank (``kv_factor = 1``).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
@@ -23,7 +24,7 @@ import numpy as np
 
 from kvplan.arch import MLA, Attention, LayerSpec, ModelArch, NoCache, Recurrent
 from kvplan.dtypes import KVDType
-from kvplan.engines.base import MLA_ONLY_DTYPES, Engine, EngineView, KVPool
+from kvplan.engines.base import MLA_ONLY_DTYPES, ContextLimit, Engine, EngineView, KVPool
 from kvplan.engines.kinds import PagedRule, cdiv
 from kvplan.engines.reserve import Reserve, ReserveTerm
 from kvplan.engines.settings import EngineSettings
@@ -86,6 +87,24 @@ class TrtLlm(Engine):
     }
     #: ``enable_attention_dp`` with expert parallelism (``moe_expert_parallel_size``).
     expert_parallel = True
+    #: ``_torch/pyexecutor/model_engine.py`` ``PyTorchModelEngine._init_max_seq_len``: a larger
+    #: ``max_seq_len`` is lowered to the inferred one (a warning), so longer requests are rejected.
+    long_context_rule = ("lowers max_seq_len to the model's inferred maximum (a warning at start-up), "
+                         "so longer requests are rejected")
+
+    def context_limit(self, arch: ModelArch) -> ContextLimit | None:
+        """``model_engine.py`` ``_infer_max_seq_len_from_config``: ``max_position_embeddings`` (2048
+        when absent) times ``rope_scaling["factor"]`` unless its type is su/longrope/llama3/yarn,
+        rounded up. A per-layer-type RoPE set has no top-level factor (no scaling)."""
+        limit = arch.max_position_embeddings
+        rule = f"max_position_embeddings {limit:,}" if limit else "no max_position_embeddings: 2,048"
+        limit = limit or 2048
+        flat = [r for r in arch.rope_scalings if not r.layer_type]
+        if flat and flat[0].factor is not None and flat[0].factor != 1 \
+                and flat[0].rope_type not in ("su", "longrope", "llama3", "yarn"):
+            limit = math.ceil(limit * flat[0].factor)
+            rule += f" × rope factor {flat[0].factor:g}"
+        return ContextLimit(limit, f"{rule}; TensorRT-LLM _infer_max_seq_len_from_config")
 
     def unserved_reason(self, arch: ModelArch) -> str | None:
         """``AutoModelForCausalLM.from_config`` raises "Unknown architecture" for architectures

@@ -32,7 +32,15 @@ import numpy as np
 
 from kvplan.arch import LayerSpec, ModelArch, NoCache, Recurrent
 from kvplan.dtypes import KVDType
-from kvplan.engines.base import Engine, EngineView, KVPool, layer_kind, pp_partition, raised_block
+from kvplan.engines.base import (
+    ContextLimit,
+    Engine,
+    EngineView,
+    KVPool,
+    layer_kind,
+    pp_partition,
+    raised_block,
+)
 from kvplan.engines.kinds import (
     PAGED_KINDS,
     VLLM_DEFAULT_BLOCK_SIZE,
@@ -144,6 +152,38 @@ class Vllm(Engine):
                          "unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 is set")
     #: ``--data-parallel-size N --enable-expert-parallel`` (docs "Data Parallel Deployment").
     expert_parallel = True
+    #: RoPE types whose ``factor`` does not scale the derived maximum (``_get_and_verify_max_len``):
+    #: from v0.30 the YaRN family too (its ``max_position_embeddings`` is already scaled).
+    unscaled_rope_types: ClassVar[tuple[str, ...]] = (
+        "su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling")
+
+    def context_limit(self, arch: ModelArch) -> ContextLimit | None:
+        """``vllm/config/model.py`` ``_get_and_verify_max_len``: the smallest length key of the text
+        config (``model_arch_config_convertor.py`` ``derive_max_model_len_and_key``;
+        ``model_max_length`` wins when set), times the RoPE ``factor`` of the last parameter set whose
+        type scales (none for Gemma 3 — its length is already scaled); before v0.30 a YaRN set
+        restarts from ``original_max_position_embeddings``. A config without a length key takes
+        any ``--max-model-len`` (no limit)."""
+        keys = dict(arch.context_keys)
+        if not keys:
+            return None
+        key = min(keys, key=lambda k: keys[k])
+        if "model_max_length" in keys:
+            key = "model_max_length"
+        derived, rule = float(keys[key]), f"{key} {keys[key]:,}"
+        if arch.rope_scalings and "gemma3" not in arch.model_type:
+            factor = 1.0
+            for rope in arch.rope_scalings:
+                if rope.rope_type in self.unscaled_rope_types:
+                    continue
+                factor = rope.factor if rope.factor is not None else factor
+                if rope.rope_type == "yarn" and rope.original_max_position_embeddings:
+                    derived = float(rope.original_max_position_embeddings)
+                    rule = f"original_max_position_embeddings {rope.original_max_position_embeddings:,}"
+            if factor != 1.0:
+                derived *= factor
+                rule += f" × RoPE factor {factor:g}"
+        return ContextLimit(int(derived), f"{rule}; {self.release} _get_and_verify_max_len")
 
     def default_mnbt(self, gpu: GPU) -> int:
         """``max_num_batched_tokens`` default for ``vllm serve`` on this device."""
@@ -568,6 +608,8 @@ class VllmV019(Vllm):
     id = "vllm@0.19"
     release = "vLLM v0.14–v0.19"
     default_gpu_util = 0.9
+    #: Before v0.30 a YaRN set's ``factor`` scales ``original_max_position_embeddings``.
+    unscaled_rope_types = ("su", "longrope", "llama3")
     logged_tokens = "groups"
     #: FlashInfer sampling is opt-in (``VLLM_USE_FLASHINFER_SAMPLER`` unset → PyTorch sort) from
     #: v0.11.2 to v0.20 (v0.19.1 sorts through a Triton kernel from 8 rows; not modelled).

@@ -67,7 +67,7 @@ LIMIT_COLOR = "#111111"
 
 
 def limit_line(fig: go.Figure, limit: int | None, log: bool = False, longest: int | None = None) -> None:
-    """The model's context limit (``max_position_embeddings``) on a length axis (only when the axis
+    """The model's context limit on the engine (``Engine.context_limit``) on a length axis (only when the axis
     reaches it, if ``longest`` — the axis' largest length — is given)."""
     if limit is not None and (longest is None or longest >= limit):
         marker_line(fig, "x", limit, LIMIT_COLOR, "dashdot", f"model limit {limit:,}", log)

@@ -214,7 +214,7 @@ def _answer_metric(dtype: str, answer: FitResult | str, scenario: Scenario) -> N
                    f"{scenario.tokens:,} tokens per replica, {answer.max_requests_all_replicas:,} over "
                    f"{plural(answer.replicas, 'replica')}; KV per request "
                    f"{exact_bytes(answer.kv_bytes_per_request)} per GPU"
-                   + ("" if answer.fits else f". Does not fit: {answer.reason}"))
+                   + ("" if answer.fits else f". Does not fit: {md(answer.reason)}"))
 
 
 def render_answer(scenario: Scenario, gpu: GPU) -> None:
@@ -243,11 +243,11 @@ def render_answer(scenario: Scenario, gpu: GPU) -> None:
         else:
             other = [f"KV {r.kv_dtype} (fits {r.max_requests:,})" for r in results.values()
                      if not isinstance(r, str) and r.fits]
-            change = " or ".join(([first.suggestion] if first.suggestion else []) + other)
-            st.warning(f"Does not fit ({first.kv_dtype}): {first.reason}. "
+            change = " or ".join(([md(first.suggestion)] if first.suggestion else []) + other)
+            st.warning(f"Does not fit ({first.kv_dtype}): {md(first.reason)}. "
                        f"**Smallest change:** {change or 'none found'}.")
         gpus = first.replicas * first.tp * first.pp
-        limit = (f" · model limit {first.context_limit:,} tokens (max_position_embeddings)"
+        limit = (f" · model limit {first.context_limit:,} tokens ({md(first.context_limit_rule)})"
                  if first.context_limit is not None else "")
         st.caption(f"{plural(gpus, 'GPU')} × {md(gpu.name)}, {plural(first.replicas, 'replica')} of "
                    f"TP={first.tp}, PP={first.pp} · {first.engine_label}{limit}")

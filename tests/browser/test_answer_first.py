@@ -71,7 +71,8 @@ def test_context_limit_is_flagged_and_drawn(page: Page, app_url: str) -> None:
     warning names vLLM's override, and the KV-vs-context chart carries the limit line."""
     _open(page, app_url + "/?v=1&m=llama-2-7b&g=h200&t=32768&u=1")
     answer = page.locator(ANSWER)
-    expect(answer).to_contain_text("exceed the model's max_position_embeddings (4,096)")
+    expect(answer).to_contain_text("exceed the model's context limit of 4,096 "
+                                   "(max_position_embeddings 4,096; vLLM v0.33 _get_and_verify_max_len)")
     expect(answer).to_contain_text("VLLM_ALLOW_LONG_MAX_MODEL_LEN=1")
     expect(answer).to_contain_text("use at most 4,096 tokens per request")
     chart = _layouts(page)[0]

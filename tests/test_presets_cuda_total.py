@@ -1,0 +1,105 @@
+"""``GPU.cuda_total_mib``: total device memory as CUDA (HIP on ROCm) reports it to the engines.
+
+vLLM budgets from ``torch.cuda.mem_get_info()[1]`` (``cudaMemGetInfo`` total, the same figure as
+``torch.cuda.get_device_properties(i).total_memory``); torch prints that total as
+``total_memory=<bytes // 2**20>MB`` and its OOM message as ``total capacity of <bytes / 2**30:.2f> GiB``.
+Each catalogue value carries its evidence in ``sources["cuda_total"]`` and a status in
+``status["cuda_total"]`` (presets/README.md lists them).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kvplan.presets import gpus
+
+MIB = 1 << 20
+STATUSES = {"logged", "measured", "estimate"}
+FIXTURES = Path(__file__).parent / "fixtures" / "vllm_logs"
+
+#: Values read from public logs (``logged``: a GiB figure with 2 decimals, value = round(GiB × 1024))
+#: or printed by torch (``measured``: ``total_memory=<MiB>MB``); see each preset's sources.
+CITED = {
+    "h100-sxm": (81089, "measured"),    # torch 2.7.0 / CUDA 12.8 / driver 570.148.08, Lambda 4×H100
+    "h200": (143156, "measured"),       # torch print on a Modal H200 (ai-bot-pro/achatbot)
+    "a10g": (22587, "measured"),        # torch 2.15 dev print in TorchCodec's CUDA decoding example
+    "h100-nvl": (95232, "logged"),      # 93.00 GiB, ali-vilab/VACE#56
+    "b200": (182630, "logged"),         # 178.35 GiB, unslothai/unsloth#3411
+    "a100-80gb-sxm": (81224, "logged"),  # 79.32 GiB, vllm-project/vllm-omni#276
+    "a100-40gb-sxm": (40325, "logged"),  # 39.38 GiB, vllm-project/vllm#16570
+    "l40s": (45486, "logged"),          # 44.42 GiB, stepfun-ai/Step-Video-T2V#8
+    "rtx-4090": (24207, "logged"),      # 23.64 GiB, TMElyralab/MuseTalk#76
+    "rtx-5090": (32123, "logged"),      # 31.37 GiB, Wan-Video/Wan2.1#465
+    "mi300x": (196592, "logged"),       # 191.98 GiB, vllm-project/vllm#7951 = rocm-smi VRAM total
+}
+
+
+def test_every_accelerator_has_a_sourced_cuda_total():
+    catalogue = gpus()
+    assert len(catalogue) == 23
+    for gpu in catalogue.values():
+        assert isinstance(gpu.cuda_total_mib, int), gpu.id
+        assert gpu.cuda_total_bytes == gpu.cuda_total_mib * MIB, gpu.id
+        assert gpu.status.get("cuda_total") in STATUSES, gpu.id
+        assert len(gpu.sources.get("cuda_total", "").strip()) > 40, gpu.id
+
+
+def test_cuda_total_never_exceeds_what_nvidia_smi_reports():
+    for gpu in gpus().values():
+        if gpu.reported_mib is not None:
+            assert gpu.cuda_total_mib <= gpu.reported_mib, gpu.id
+        assert gpu.cuda_total_bytes <= max(gpu.capacity_bytes, gpu.marketed_bytes), gpu.id
+
+
+@pytest.mark.parametrize(("gpu_id", "expected"), sorted(CITED.items()))
+def test_cited_cuda_totals(gpu_id, expected):
+    gpu = gpus()[gpu_id]
+    assert (gpu.cuda_total_mib, gpu.status["cuda_total"]) == expected
+    source = gpu.sources["cuda_total"]
+    assert "https://github.com/" in source or "https://docs." in source
+    if expected[1] == "measured":
+        assert f"total_memory={expected[0]}MB" in source
+    else:
+        assert f"{expected[0] / 1024:.2f}" in source
+
+
+def test_every_logged_or_measured_value_is_in_the_cited_table():
+    cited = {g.id for g in gpus().values() if g.status["cuda_total"] != "estimate"}
+    assert cited == set(CITED)
+
+
+def test_estimates_follow_their_stated_rules():
+    """Each estimate is derived from a cited value of the same family, or is the marketed size."""
+    g = gpus()
+    b200_reserve = g["b200"].reported_mib - g["b200"].cuda_total_mib
+    assert b200_reserve == 729
+    assert g["gb200"].cuda_total_mib == 189471 - 729 == 188742
+    assert g["b300"].cuda_total_mib == 275040 - 729 == 274311
+    a10g_reserve = g["a10g"].reported_mib - g["a10g"].cuda_total_mib
+    assert a10g_reserve == 441
+    assert g["l4"].cuda_total_mib == 23034 - 441 == 22593
+    assert g["h100-pcie"].cuda_total_mib == g["h100-sxm"].cuda_total_mib == 81089
+    assert g["a100-80gb-pcie"].cuda_total_mib == g["a100-80gb-sxm"].cuda_total_mib == 81224
+    assert g["a100-40gb-pcie"].cuda_total_mib == g["a100-40gb-sxm"].cuda_total_mib == 40325
+    mi300x_gap = g["mi300x"].marketed_bytes // MIB - g["mi300x"].cuda_total_mib
+    assert mi300x_gap == 196608 - 196592 == 16
+    assert g["mi325x"].cuda_total_mib == 256 * 1024 - 16 == 262128
+    assert g["mi355x"].cuda_total_mib == 288 * 1024 - 16 == 294896
+    for gpu_id, mib in {"gaudi3": 122070, "tpu-v5e": 15258, "tpu-v5p": 97280, "tpu-v6e": 30517}.items():
+        assert g[gpu_id].cuda_total_mib == g[gpu_id].marketed_bytes // MIB == mib
+    for gpu in g.values():
+        if gpu.status["cuda_total"] == "estimate":
+            assert gpu.sources["cuda_total"].startswith(("No public", "No linkable", "Not a CUDA")), gpu.id
+
+
+def test_cuda_totals_match_the_vllm_logs_in_the_fixtures():
+    """vLLM prints ``total_gpu_memory`` as bytes / 2**30 with 2 decimals (worker.py, memory profile)."""
+    a100 = json.loads((FIXTURES / "19-qwen2.5-vl-72b-4xa100-40gb-v0.8.3.json").read_text(encoding="utf-8"))
+    assert a100["logged"]["total_gpu_memory_gib"] == 39.38
+    assert round(gpus()["a100-40gb-sxm"].cuda_total_bytes / 2**30, 2) == 39.38
+    sxm = gpus()["h100-sxm"]
+    assert round(sxm.cuda_total_bytes / 2**30, 2) == 79.19
+    assert sxm.reported_mib - sxm.cuda_total_mib == 470
