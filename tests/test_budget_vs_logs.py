@@ -63,7 +63,7 @@ CASES: dict[str, Case] = {
     "04": Case("qwen2.5-7b", "a100-80gb-sxm", "vllm@0.11", _V010),
     "05": Case("qwen2.5-7b", "a100-40gb-sxm", "vllm@0.11", _V010),
     "06": Case("openai__gpt-oss-120b", "a100-80gb-sxm", "vllm@0.11", _V010),
-    "10": Case("openai__gpt-oss-120b", "h100-sxm", "vllm@0.11",
+    "10": Case("openai__gpt-oss-120b", "h100-pcie", "vllm@0.11",
                "log lines at the source locations of v0.10.1.1 (gpu_worker.py:276)"),
     "12": Case("openai__gpt-oss-120b", "h100-sxm", "vllm@0.11",
                "'Available KV cache memory' at gpu_worker.py:298 = v0.11.0"),

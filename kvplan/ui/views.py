@@ -312,7 +312,9 @@ def budget_rows(result: FitResult) -> pd.DataFrame:
         rows.append(("reserve (given total)", -result.reserve_bytes, "yes", "the sidebar's total",
                      "user"))
     rows.append(("KV budget", result.kv_budget_bytes, "=", f.get("kv_budget", ""), result.engine_release))
-    return pd.DataFrame(rows, columns=["step", "bytes", "in the budget", "formula", "source"])
+    return pd.DataFrame([(step, f"{value:,}", value / GIB, used, formula, source)
+                         for step, value, used, formula, source in rows],
+                        columns=["step", "bytes", "GiB", "in the budget", "formula", "source"])
 
 
 def render_budget(result: FitResult) -> None:
@@ -321,7 +323,7 @@ def render_budget(result: FitResult) -> None:
     with st.expander(f"KV budget, term by term — {result.engine_release}", expanded=False):
         frame = budget_rows(result)
         st.dataframe(frame, hide_index=True, key="budget_table",
-                     column_config={"bytes": st.column_config.NumberColumn(format="%d")})
+                     column_config={"GiB": st.column_config.NumberColumn(format="%.3f")})
         st.caption(md(f"Reserve {result.reserve_bytes:,} B = {result.formulas.get('reserve', '')}. "
                       "Override one term with 'Reserve terms' in the sidebar, the total with "
                       "'Runtime reserve per GPU'."))
