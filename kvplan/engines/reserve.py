@@ -56,7 +56,7 @@ def cuda_capacity(gpu: GPU) -> Capacity:
     custom accelerator the GiB the user typed; else nvidia-smi's total − ``CUDA_ESTIMATE_GAP_MIB``
     (or the marketed bytes when nvidia-smi's figure is unknown too), labelled an estimate."""
     smi = gpu.reported_bytes
-    if gpu.id == "custom":
+    if gpu.custom:
         return Capacity(gpu.capacity_bytes, "user", "user", "custom accelerator: the GiB given is the "
                         "CUDA total", gpu.marketed_bytes, smi)
     if gpu.cuda_total_bytes:
