@@ -352,17 +352,17 @@ def recommend(arch: ModelArch, query: RecommendQuery, base: FitQuery,
         for y, (_, pp, _) in enumerate(layouts):
             settings = engine.resolve_settings(own[y], L, gpu, arch)  # = capacity.engine_settings
             settings_of[g, y] = settings
-            capacity = engine.capacity(gpu).bytes  # = capacity.memory_budget
+            total = engine.capacity(gpu).bytes  # = capacity.memory_budget
             reserve = engine.runtime_reserve(arch, gpu, settings, L).with_overrides(
                 base.reserve_terms, base.reserve_gib).total
             reserves[g, y] = reserve
-            target, _ = engine.memory_target(capacity, settings, arch, [])
+            target, _ = engine.memory_target(total, settings, arch, [])
             targets[g, y] = target
             if given is not None:
                 budgets[g, y, :, :pp] = given
                 continue
             flat = [int(v) for v in stage_w[y, :, :pp].ravel()]
-            kv = engine.kv_budgets(target, flat, reserve, settings, {"memory_target": ""}, capacity)
+            kv = engine.kv_budgets(target, flat, reserve, settings, {"memory_target": ""}, total)
             budgets[g, y, :, :pp] = np.asarray(kv, dtype=np.int64).reshape(W, pp)
     weights_fit = (stage_w.max(axis=2)[None] + reserves[:, :, None] <= targets[:, :, None]) \
         | (given is not None)

@@ -613,11 +613,11 @@ class VllmV019(Vllm):
     logged_tokens = "groups"
     #: FlashInfer sampling is opt-in (``VLLM_USE_FLASHINFER_SAMPLER`` unset → PyTorch sort) from
     #: v0.11.2 to v0.20 (v0.19.1 sorts through a Triton kernel from 8 rows; not modelled).
-    sampler_path = "sort"
+    sampler_path: ClassVar[SamplerPath] = "sort"
     #: The estimate is profiled but subtracted only with ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1``
     #: (default 0 before v0.20).
-    graphs_counted = False
-    reserve_term_names = ("activation_peak", "non_torch")
+    graphs_counted: ClassVar[bool] = False
+    reserve_term_names: ClassVar[tuple[str, ...]] = ("activation_peak", "non_torch")
     setting_labels: ClassVar[dict[str, tuple[str, str]]] = {
         **{k: v for k, v in Vllm.setting_labels.items() if k != "async_scheduling"},
         "gpu_util": ("gpu_memory_utilization (fraction)", "0.9")}
@@ -643,8 +643,8 @@ class VllmV011(VllmV019):
     #: False``) — the docker image has it, ``pip install vllm`` does not (``flashinfer`` is an extra in
     #: the wheel's metadata): ``--flashinfer-sampler 0`` for those; capture sizes every 8 up to
     #: ``min(2 × max_num_seqs, 512)`` (v0.11.2 changed both).
-    sampler_path = "flashinfer"
-    capture_rule = "stride8"
+    sampler_path: ClassVar[SamplerPath] = "flashinfer"
+    capture_rule: ClassVar[CaptureRule] = "stride8"
 
     def hybrid_default(self, arch: ModelArch) -> bool:
         return not any(layer.kind == "chunked" for layer in arch.distinct_layers())
@@ -698,7 +698,7 @@ class VllmV06(VllmV08):
     release = "vLLM v0.6 (V0)"
     null_block = False
     #: V0's sampler sorts for top-p/top-k (``model_executor/layers/sampler.py`` ``_apply_top_k_top_p``).
-    sampler_path = "sort"
+    sampler_path: ClassVar[SamplerPath] = "sort"
     setting_labels: ClassVar[dict[str, tuple[str, str]]] = {
         "gpu_util": ("gpu_memory_utilization (fraction)", "0.9"),
         "block_size": ("Block size (tokens)", "16"),
