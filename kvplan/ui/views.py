@@ -322,8 +322,7 @@ def render_budget(result: FitResult) -> None:
     figures, the runtime reserve term by term (plain cells, no Markdown from user input)."""
     with st.expander(f"KV budget, term by term — {result.engine_release}", expanded=False):
         frame = budget_rows(result)
-        st.dataframe(frame, hide_index=True, key="budget_table",
-                     column_config={"GiB": st.column_config.NumberColumn(format="%.3f")})
+        st.table(frame.assign(GiB=frame["GiB"].map("{:,.3f}".format)).set_index("step"))
         st.caption(md(f"Reserve {result.reserve_bytes:,} B = {result.formulas.get('reserve', '')}. "
                       "Override one term with 'Reserve terms' in the sidebar, the total with "
                       "'Runtime reserve per GPU'."))
