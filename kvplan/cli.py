@@ -496,6 +496,10 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         print(f"Implied runtime reserve: {human(reserve)} "
               f"(between {low / GIB:.4f} and {high / GIB:.4f} GiB); kvplan assumed "
               f"{result.predicted_reserve_bytes / GIB:g} GiB")
+    for part in result.implied_terms:
+        logged = "" if part["logged_bytes"] is None else f", logged {human(part['logged_bytes'])}"
+        print(f"  {part['name']:18s} {human(part['implied_bytes'])} (kvplan {human(part['model_bytes'])}"
+              f"{logged})")
     if result.suggested_reserve_gib is not None:
         print(f"Use --reserve-gib {result.suggested_reserve_gib:g} to plan like this run.")
     print(f"Agreement with the logged memory: {result.agreement.replace('_', ' ')} "

@@ -188,6 +188,7 @@ class Engine:
     release: ClassVar[str]
     #: Settings this engine honours → (label in this engine's vocabulary, default shown to users).
     setting_labels: ClassVar[dict[str, tuple[str, str]]] = {}
+    #: The flat reserve of engines whose reserve is not modelled term by term (``runtime_reserve``).
     default_reserve_gib: ClassVar[float] = 1.0
     #: The runtime-reserve terms a user may replace (``runtime_reserve``'s counted terms).
     reserve_term_names: ClassVar[tuple[str, ...]] = ("flat",)

@@ -100,9 +100,6 @@ class SGLang(Engine):
         "ep": ("--ep-size", "1"),
         "mtp": ("Load MTP layers (speculative decoding)", "off"),
     }
-    #: Memory in use before the model loads (CUDA context, NCCL): SGLang's budget is
-    #: ``(capacity − it) × mem_fraction_static − weights``; unknown without a GPU, so 0 by default.
-    default_reserve_gib = 0.0
     #: ``sglang/srt/configs/model_config.py`` ``ModelConfig.__init__``: a ``--context-length`` above
     #: the derived one raises unless ``SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1``.
     long_context_rule = ("refuses --context-length above the model's derived context length "

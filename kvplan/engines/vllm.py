@@ -141,7 +141,6 @@ class Vllm(Engine):
         "ep": ("Expert parallel size (--enable-expert-parallel: tp)", "1"),
         "mtp": ("Load MTP layers (speculative decoding)", "off"),
     }
-    default_reserve_gib = 1.0
     logs_kv_cache = True
     per_request_in_blocks = True
     prefix_unit = VLLM_DEFAULT_BLOCK_SIZE
