@@ -128,6 +128,10 @@ class Vllm(Engine):
     #: (``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`` default 1 from v0.20, ``gpu_worker.py``
     #: ``determine_available_memory``).
     graphs_counted: ClassVar[bool] = True
+    #: v0.33 ``_set_cudagraph_sizes``: capture sizes up to 1,024 on data-centre Blackwell (SM 10.x).
+    blackwell_capture_cap: ClassVar[bool] = True
+    #: V0's profile run (``vllm/worker/model_runner.py``) rather than V1's ``gpu_model_runner.py``.
+    v0_profile: ClassVar[bool] = False
     setting_labels: ClassVar[dict[str, tuple[str, str]]] = {
         "gpu_util": ("gpu_memory_utilization (fraction)", f"{VLLM_DEFAULT_GPU_UTIL}"),
         "block_size": ("Block size (tokens)", "engine/backend choice"),
@@ -214,8 +218,7 @@ class Vllm(Engine):
             graphs_counted=self.graphs_counted, release=self.release,
             mnbt=settings.max_num_batched_tokens or self.default_mnbt(gpu),
             max_num_seqs=settings.max_num_seqs or self.default_max_num_seqs(gpu),
-            blackwell=major == 10 and self.capture_rule == "stride16" and self.graphs_counted,
-            v0=self.null_block is False))
+            blackwell=major == 10 and self.blackwell_capture_cap, v0=self.v0_profile))
 
     def in_flight_tokens(self, settings: EngineSettings, mnbt: int) -> int:
         """``vllm/config/vllm.py`` ``max_in_flight_tokens = max_concurrent_batches × MNBT``;
@@ -617,6 +620,7 @@ class VllmV019(Vllm):
     #: (default 0 before v0.20).
     graphs_counted: ClassVar[bool] = False
     reserve_term_names: ClassVar[tuple[str, ...]] = ("activation_peak", "non_torch")
+    blackwell_capture_cap: ClassVar[bool] = False
     setting_labels: ClassVar[dict[str, tuple[str, str]]] = {
         **{k: v for k, v in Vllm.setting_labels.items() if k != "async_scheduling"},
         "gpu_util": ("gpu_memory_utilization (fraction)", "0.9")}
@@ -696,6 +700,7 @@ class VllmV06(VllmV08):
     id = "vllm@0.6"
     release = "vLLM v0.6 (V0)"
     null_block = False
+    v0_profile = True
     #: V0's sampler sorts for top-p/top-k (``model_executor/layers/sampler.py`` ``_apply_top_k_top_p``).
     sampler_path: ClassVar[SamplerPath] = "sort"
     setting_labels: ClassVar[dict[str, tuple[str, str]]] = {

@@ -147,11 +147,14 @@ def vllm_reserve_terms(arch: ModelArch, settings: EngineSettings, model_dtype: s
         f"max(forward: {fwd_how}; sampler warm-up: {smp_how}) = {act:,} B",
         f"{release}: {src_profile}", basis="fit" if sampler == "sort" and smp >= fwd else "derived")]
     multi = tp > 1
+    profiler = ("vllm/utils.py" if v0 else
+                "vllm/utils/mem_utils.py (v0.28+; vllm/utils/__init__.py before)")
     nt = NON_TORCH_BASE + NON_TORCH_TP * multi
     terms.append(ReserveTerm(
         "non_torch", nt,
         f"{NON_TORCH_BASE:,} + {NON_TORCH_TP:,} × [tp {tp} > 1] = {nt:,} B (fitted on logs 27–30)",
-        f"{release}: memory_profiling non_torch_increase (cuBLAS, NCCL / custom all-reduce buffers)",
+        f"{release}: {profiler} memory_profiling: non_torch_increase (cuBLAS, NCCL / custom "
+        "all-reduce buffers)",
         basis="fit"))
     sizes = [] if settings.enforce_eager else capture_sizes(capture, max_num_seqs, mnbt, blackwell)
     per = GRAPH_BYTES_PER_SIZE + GRAPH_BYTES_PER_SIZE_TP * multi
