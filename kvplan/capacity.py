@@ -8,6 +8,10 @@
 * HF — all of the device memory minus weights and the runtime reserve;
 * ``--kv-cache-memory-bytes`` replaces the computed budget (vLLM's flag of the same name).
 
+``total`` is the device total CUDA reports (``Engine.capacity``: the catalogue's ``cuda_total_mib``
+or a labelled estimate; a custom GPU's GiB); the runtime reserve is the engine release's terms
+(``Engine.runtime_reserve``), each replaceable (``reserve_terms``), or a given total (``reserve_gib``).
+
 Weights: per part in the checkpoint's stored format (``kvplan.weights``), split over pipeline stages
 (embeddings on the first, LM head on the last), tensor- and expert-parallel ranks.
 """
