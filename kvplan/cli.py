@@ -16,7 +16,7 @@ from typing import Any, Literal, NoReturn
 
 from pydantic import ValidationError
 
-from kvplan.engines import engine_with_release, get_engine
+from kvplan.engines import DEFAULT_ENGINE, engine_with_release, get_engine
 from kvplan.errors import MESSAGES, KVPlanError, clip, short
 
 GIB = 1 << 30
@@ -437,9 +437,10 @@ def cmd_gpus(args: argparse.Namespace) -> int:
         print(json.dumps([g.model_dump() for g in gpus().values()]))
         return 0
     for gpu in gpus().values():
+        cap = get_engine(DEFAULT_ENGINE).capacity(gpu)
         print(f"{gpu.id:16s} {gpu.name:32s} {gpu.capacity_bytes / GIB:8.2f} GiB "
-              f"({gpu.capacity_bytes / 1e9:7.2f} GB)  {gpu.bandwidth_tbps:5.2f} TB/s  "
-              f"{gpu.bf16_tflops:7.1f} TFLOPS")
+              f"({gpu.capacity_bytes / 1e9:7.2f} GB)  CUDA {cap.bytes / GIB:7.2f} GiB ({cap.status})  "
+              f"{gpu.bandwidth_tbps:5.2f} TB/s  {gpu.bf16_tflops:7.1f} TFLOPS")
     return 0
 
 
