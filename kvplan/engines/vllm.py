@@ -48,7 +48,7 @@ from kvplan.engines.kinds import (
     PagedRule,
     PagedStateRule,
 )
-from kvplan.engines.reserve import Reserve
+from kvplan.engines.reserve import Reserve, cuda_capacity
 from kvplan.engines.settings import EngineSettings
 from kvplan.engines.vllm_memory import CaptureRule, SamplerPath, vllm_reserve_terms
 
@@ -62,7 +62,8 @@ VLLM_DEFAULT_GPU_UTIL = 0.92  # vllm/config/cache.py (0.90 before v0.25)
 
 def default_max_num_batched_tokens(device_bytes: int | None, device_name: str = "",
                                    usage: str = "serve") -> int:
-    """vLLM ``EngineArgs.get_batch_defaults`` (v0.28+): by device memory and name.
+    """vLLM ``EngineArgs.get_batch_defaults`` (v0.28+): by device memory
+    (``current_platform.get_device_total_memory()``, CUDA's total) and name.
 
     ≥160 GiB: 16384; ≥70 GiB and not an A100: 16384 (``LLM``) / 8192 (``serve``);
     otherwise 8192 / 2048. Unknown device: the lowest tier.
@@ -190,11 +191,11 @@ class Vllm(Engine):
 
     def default_mnbt(self, gpu: GPU) -> int:
         """``max_num_batched_tokens`` default for ``vllm serve`` on this device."""
-        return default_max_num_batched_tokens(gpu.capacity_bytes, gpu.device_name)
+        return default_max_num_batched_tokens(cuda_capacity(gpu).bytes, gpu.device_name)
 
     def default_max_num_seqs(self, gpu: GPU) -> int:
         """``max_num_seqs`` default for ``vllm serve`` on this device (``get_batch_defaults``)."""
-        return default_max_num_seqs(gpu.capacity_bytes, gpu.device_name)
+        return default_max_num_seqs(cuda_capacity(gpu).bytes, gpu.device_name)
 
     def resolve_settings(self, settings: EngineSettings, tokens: int, gpu: GPU | None = None,
                          arch: ModelArch | None = None) -> EngineSettings:
@@ -308,8 +309,9 @@ class Vllm(Engine):
 
     def pool_layout(self, arch: ModelArch, kv_dtype: str, settings: EngineSettings,
                     mla_block_size: int | None = None) -> VllmPool:
-        """The model's KV-cache groups on one TP rank (cached per model and settings)."""
-        return _pool_cached(self, arch, kv_dtype, settings, mla_block_size)
+        """The model's KV-cache groups on one TP rank (cached per model and the settings that shape
+        the pool: the reserve-only ones are left out of the key)."""
+        return _pool_cached(self, arch, kv_dtype, _pool_only(settings), mla_block_size)
 
     def per_request_reserved_bytes(self, arch: ModelArch, view: EngineView, kv_dtype: str,
                                    settings: EngineSettings, tokens: int,
@@ -347,6 +349,7 @@ class Vllm(Engine):
     def pool_settings_key(self, settings: EngineSettings, arch: ModelArch) -> object:
         """``max_num_batched_tokens`` only reaches windowed layers (``PagedSlidingRule``,
         ``PagedChunkedRule``): without them, settings that differ only there give one pool."""
+        settings = _pool_only(settings)
         if any(getattr(layer, "window", None) for layer in arch.distinct_layers()):
             return settings
         return settings.model_copy(update={"max_num_batched_tokens": None})
@@ -434,6 +437,17 @@ class VllmPool:
                  for b in self.buckets]
         size = max(int(s.max()) for s in sizes)
         return int(sum(int((size - s).sum()) for s in sizes))
+
+
+#: Settings that only reach the runtime reserve (``runtime_reserve``), never the pool.
+_RESERVE_ONLY = {"max_num_seqs": None, "enforce_eager": False, "flashinfer_sampler": None}
+
+
+def _pool_only(settings: EngineSettings) -> EngineSettings:
+    """``settings`` with the reserve-only knobs at their defaults (one pool for all of them)."""
+    if all(getattr(settings, k) == v for k, v in _RESERVE_ONLY.items()):
+        return settings
+    return settings.model_copy(update=_RESERVE_ONLY)
 
 
 @lru_cache(maxsize=128)
@@ -597,7 +611,7 @@ class VllmPagedPool(KVPool):
 def mnbt_v09_to_v026(gpu: GPU) -> int:
     """v0.9.2–v0.26 ``get_batch_defaults`` for ``serve``: 8192 on ≥ 70 GiB devices that are not an
     A100, else 2048 (no ≥ 160 GiB tier yet)."""
-    big = gpu.capacity_bytes >= 70 * (1 << 30) and "a100" not in gpu.device_name.lower()
+    big = cuda_capacity(gpu).bytes >= 70 * (1 << 30) and "a100" not in gpu.device_name.lower()
     return 8192 if big else 2048
 
 
@@ -681,11 +695,11 @@ class VllmV08(VllmV09):
         return False
 
     def default_mnbt(self, gpu: GPU) -> int:
-        return 8192 if gpu.capacity_bytes >= 70 * (1 << 30) else 2048
+        return 8192 if cuda_capacity(gpu).bytes >= 70 * (1 << 30) else 2048
 
     def default_max_num_seqs(self, gpu: GPU) -> int:
         """v0.8 ``_set_default_args_v1``: 1024 on every ≥ 70 GiB device, else 256."""
-        return 1024 if gpu.capacity_bytes >= 70 * (1 << 30) else 256
+        return 1024 if cuda_capacity(gpu).bytes >= 70 * (1 << 30) else 256
 
 
 class VllmV06(VllmV08):
