@@ -229,7 +229,7 @@ def parse_vllm_log(log: str | bytes) -> VllmLog:
     if blocks:
         found["num_gpu_blocks"] = min(blocks)
     with_tokens = [c for c in capacities if c[0] >= 0]
-    rank = min(with_tokens) if with_tokens else (min(capacities, key=lambda c: c[1] or 0)
+    rank = min(with_tokens, key=lambda c: c[0]) if with_tokens else (min(capacities, key=lambda c: c[1] or 0)
                                                  if capacities else None)
     if rank is not None:
         if rank[0] >= 0:
@@ -521,3 +521,149 @@ def _agreement(rerun: FitResult, log: VllmLog, block_range: tuple[int, int] | No
         f"reproduced {n:,} blocks vs logged {low:,}" + (f"–{high:,}" if high != low else "")
         + f": difference {diff:+,} blocks × {bpb:,} B per block = {diff * bpb:+,} B; the printed "
         f"GiB allows {gib_blocks[0]:,}–{gib_blocks[1]:,} blocks → {agreement}")
+
+
+# --------------------------------------------------------------------------------------------
+# SGLang and TensorRT-LLM start-up logs: the capacity lines, read (no calibration of them yet)
+
+_GIB_UNIT = r"\s*Gi?B"
+#: SGLang's memory lines print ``{x:.2f} GB`` of 2^30 bytes (``utils`` ``get_available_gpu_memory``
+#: and ``mem_cache/memory_pool.py`` ``GB = 1024 * 1024 * 1024``); TP ranks print one line each.
+_SGLANG: dict[str, re.Pattern[str]] = {
+    "load_begin_avail_gib": re.compile(r"Load weight begin\. avail mem=" + _FLOAT + _GIB_UNIT),
+    "load_end_avail_gib": re.compile(r"Load weight end\.[^\n]*?avail mem=" + _FLOAT + _GIB_UNIT),
+    "weight_mem_usage_gib": re.compile(r"Load weight end\.[^\n]*?mem usage=" + _FLOAT + _GIB_UNIT),
+    "kv_tokens": re.compile(r"KV Cache is allocated\.[^\n]*?#tokens: " + _INT),
+    "k_size_gib": re.compile(r"KV Cache is allocated\.[^\n]*?\bK size: " + _FLOAT + _GIB_UNIT),
+    "v_size_gib": re.compile(r"KV Cache is allocated\.[^\n]*?\bV size: " + _FLOAT + _GIB_UNIT),
+    "kv_size_gib": re.compile(r"KV Cache is allocated\.[^\n]*?\bKV size: " + _FLOAT + _GIB_UNIT),
+    "pool_end_avail_gib": re.compile(r"Memory pool end\. avail mem=" + _FLOAT + _GIB_UNIT),
+    "max_total_num_tokens": re.compile(r"\bmax_total_num_tokens=" + _INT),
+    "context_len": re.compile(r"\bcontext_len=" + _INT),
+    "available_gpu_mem_gib": re.compile(r"\bavailable_gpu_mem=" + _FLOAT + _GIB_UNIT),
+    "mem_fraction_static": re.compile(r"\bmem_fraction_static=" + _FLOAT),
+}
+#: Per-rank lines keep the value the engine acts on: the smallest free memory and pool (SGLang
+#: all-reduces MIN over ranks), the largest weight usage.
+_SGLANG_MAX = {"weight_mem_usage_gib"}
+
+
+class SglangLog(BaseModel):
+    """The capacity numbers an SGLang start-up log prints (``None``: not in the log)."""
+
+    load_begin_avail_gib: float | None = None
+    load_end_avail_gib: float | None = None
+    weight_mem_usage_gib: float | None = None
+    kv_tokens: int | None = None
+    k_size_gib: float | None = None
+    v_size_gib: float | None = None
+    kv_size_gib: float | None = None
+    pool_end_avail_gib: float | None = None
+    max_total_num_tokens: int | None = None
+    context_len: int | None = None
+    available_gpu_mem_gib: float | None = None
+    mem_fraction_static: float | None = None
+    #: Ranks that printed "KV Cache is allocated".
+    ranks: int = 0
+
+    def rest_memory_interval(self, mem_fraction_static: float) -> tuple[int, int] | None:
+        """The KV bytes SGLang's ``profile_max_num_token`` computed, as the printed lines allow:
+        ``rest = free after loading − free before loading × (1 − mem_fraction_static)`` (GiB), each
+        printed value ± 0.005; free before loading is "Load weight begin", or "Load weight end"
+        plus its "mem usage" when the begin line is missing (± 0.01 then)."""
+        after = self.load_end_avail_gib
+        if after is None:
+            return None
+        if self.load_begin_avail_gib is not None:
+            before, spread = self.load_begin_avail_gib, 0.005
+        elif self.weight_mem_usage_gib is not None:
+            before, spread = after + self.weight_mem_usage_gib, 0.01
+        else:
+            return None
+        keep = 1 - mem_fraction_static
+        low = (after - 0.005) - (before + spread) * keep
+        high = (after + 0.005) - (before - spread) * keep
+        return max(math.floor(low * GIB), 0), max(math.floor(high * GIB), 0)
+
+
+def parse_sglang_log(log: str | bytes) -> SglangLog:
+    """Read the memory and pool lines of an SGLang start-up log (``model_runner.py`` "Load weight
+    begin/end", ``memory_pool.py`` "KV Cache is allocated", ``scheduler.py`` "max_total_num_tokens=",
+    the ``server_args`` line). Prefixes and colour codes are ignored; several ranks keep the
+    smallest value (the largest for "mem usage"). No such line → ``calibrate.no_engine_lines``."""
+    text = _ANSI.sub("", _as_text(log))
+    found: dict[str, Any] = {}
+    for field, pattern in _SGLANG.items():
+        raw = [m.group(1) for m in pattern.finditer(text)]
+        if not raw:
+            continue
+        kind = int if pattern.pattern.endswith(_INT) else float
+        numbers = [kind(_num(r)) if len(_num(r)) <= 30 else math.inf for r in raw]
+        found[field] = max(numbers) if field in _SGLANG_MAX else min(numbers)
+        if field == "kv_tokens":
+            found["ranks"] = len(numbers)
+    if not set(found) - {"mem_fraction_static", "context_len"}:
+        raise KVPlanError("calibrate.no_engine_lines", engine="SGLang",
+                          looked="'Load weight end', 'KV Cache is allocated', 'max_total_num_tokens='")
+    return SglangLog(**found)
+
+
+#: TensorRT-LLM: the PyTorch backend's ``_torch/pyexecutor/_util.py`` (``KvCacheCreator``) lines and
+#: the C++ ``KVCacheManager`` lines (``allocatePools``, ``calculateMaxNumBlocks``); GiB = 2^30 B.
+#: A start-up sizes the pool twice (estimation, then final): the last value is kept.
+_TRTLLM: dict[str, re.Pattern[str]] = {
+    "total_gpu_memory_gib": re.compile(
+        r"(?:device total memory|calculating max tokens in paged kv cache: total:) " + _FLOAT + _GIB_UNIT),
+    "free_gpu_memory_gib": re.compile(r"paged kv cache: total: [\d.]+ GiB, available: " + _FLOAT + _GIB_UNIT),
+    "peak_memory_gib": re.compile(r"Peak memory during memory usage profiling \(torch \+ non-torch\): "
+                                  + _FLOAT + _GIB_UNIT),
+    "available_kv_memory_gib": re.compile(r"available KV cache memory when calculating max tokens: "
+                                          + _FLOAT + _GIB_UNIT),
+    "fraction": re.compile(r"\bfraction is set " + _FLOAT),
+    "kv_size_per_token": re.compile(r"\bkv size (?:per token )?is " + _INT),
+    "estimated_kv_memory_gib": re.compile(r"Estimated max memory in KV cache : " + _FLOAT + _GIB_UNIT),
+    "max_tokens": re.compile(r"Both free_gpu_memory_fraction and max_tokens are set \(to [\d.]+ and "
+                             + _INT),
+    "tokens_per_block": re.compile(r"(?:Number of tokens per block: |tokens per block=)" + _INT),
+    "primary_blocks": re.compile(r"(?:Number of blocks in KV cache primary pool: |primary blocks=)" + _INT),
+    "allocated_kv_gib": re.compile(r"Allocated " + _FLOAT + r" GiB for max tokens in paged\s+KV cache"),
+    "allocated_kv_tokens": re.compile(r"for max tokens in paged\s+KV cache \(" + _INT + r"\)"),
+    "max_seq_len": re.compile(r"\bmax_seq_len=" + _INT + r", max_num_requests"),
+}
+
+
+class TrtllmLog(BaseModel):
+    """The KV-cache numbers a TensorRT-LLM start-up log prints (``None``: not in the log)."""
+
+    total_gpu_memory_gib: float | None = None
+    free_gpu_memory_gib: float | None = None
+    peak_memory_gib: float | None = None
+    available_kv_memory_gib: float | None = None
+    fraction: float | None = None
+    kv_size_per_token: int | None = None
+    estimated_kv_memory_gib: float | None = None
+    max_tokens: int | None = None
+    tokens_per_block: int | None = None
+    primary_blocks: int | None = None
+    allocated_kv_gib: float | None = None
+    allocated_kv_tokens: int | None = None
+    max_seq_len: int | None = None
+
+
+def parse_trtllm_log(log: str | bytes) -> TrtllmLog:
+    """Read the KV-cache lines of a TensorRT-LLM start-up log (hard-wrapped lines are joined by
+    whitespace; colour codes ignored). The last value of each line is kept: the final pool, not the
+    estimation pass. No such line → ``calibrate.no_engine_lines``."""
+    text = _ANSI.sub("", _as_text(log))
+    found: dict[str, Any] = {}
+    for field, pattern in _TRTLLM.items():
+        raw = [m.group(1) for m in pattern.finditer(text)]
+        if raw:
+            digits = _num(raw[-1])
+            kind = float if "." in digits or field.endswith("_gib") or field == "fraction" else int
+            found[field] = kind(digits) if len(digits) <= 30 else math.inf
+    if not found:
+        raise KVPlanError("calibrate.no_engine_lines", engine="TensorRT-LLM",
+                          looked="'Allocated … GiB for max tokens in paged KV cache', "
+                                 "'Peak memory during memory usage profiling', 'primary pool'")
+    return TrtllmLog(**found)

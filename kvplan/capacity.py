@@ -30,7 +30,7 @@ from kvplan.arch import ModelArch
 from kvplan.engines import DEFAULT_ENGINE, Budget, EngineSettings, KVPool, get_engine
 from kvplan.errors import KVPlanError
 from kvplan.presets import GPU
-from kvplan.weights import WeightsLayout, weights_per_gpu
+from kvplan.weights import ExpertRepack, WeightsLayout, weights_per_gpu
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -164,20 +164,23 @@ def serving_weight_format(arch: ModelArch, query: FitQuery) -> str:
     return served if own == arch.model_dtype else own
 
 
-def weights_layout(arch: ModelArch, query: FitQuery, settings: EngineSettings) -> WeightsLayout:
-    """Weights per GPU by part and pipeline stage for this query (TP, PP, the engine's EP/MTP)."""
+def weights_layout(arch: ModelArch, query: FitQuery, settings: EngineSettings,
+                   gpu: GPU | None = None) -> WeightsLayout:
+    """Weights per GPU by part and pipeline stage for this query (TP, PP, the engine's EP/MTP, and
+    on ``gpu`` the engine release's MXFP4 expert layout, ``Engine.mxfp4_moe_repack``)."""
     dtype = query.weight_dtype
     if dtype is None and serving_weight_format(arch, query) != checkpoint_format_name(arch):
         dtype = serving_weight_format(arch, query)
-    return _weights_cached(arch, dtype, query.tp, query.pp, settings.ep, settings.mtp)
+    repack = get_engine(query.engine).mxfp4_moe_repack(gpu)
+    return _weights_cached(arch, dtype, query.tp, query.pp, settings.ep, settings.mtp, repack)
 
 
 @lru_cache(maxsize=256)
 def _weights_cached(arch: ModelArch, dtype: str | None, tp: int, pp: int, ep: int,
-                    mtp: bool) -> WeightsLayout:
+                    mtp: bool, repack: ExpertRepack | None = None) -> WeightsLayout:
     """``weights_per_gpu`` once per model and layout (it walks every tensor; the dtypes and lengths
     a view sweeps do not change it)."""
-    return weights_per_gpu(arch, dtype, tp, pp, ep, mtp)
+    return weights_per_gpu(arch, dtype, tp, pp, ep, mtp, repack)
 
 
 def stage_weight_bytes(arch: ModelArch, weight_dtype: str | None, pp: int, tp: int, ep: int = 1,
@@ -215,7 +218,7 @@ def memory_budget(arch: ModelArch, gpu: GPU, query: FitQuery,
         raise KVPlanError("parallel.gpus", gpus=gpus, tpp=tp * pp, need=-(-gpus // (tp * pp)) * tp * pp)
     engine.check_parallel(arch, tp)
     settings = settings or engine_settings(query, gpu, arch)
-    layout = weights_layout(arch, query, settings)
+    layout = weights_layout(arch, query, settings, gpu)
     weights_total, stages = layout.total_bytes, layout.stage_bytes
     notes: list[str] = []
     formulas: dict[str, str] = {}
@@ -250,7 +253,7 @@ def fit(arch: ModelArch, gpu: GPU, query: FitQuery, search_gpus: bool = True) ->
     limit = limit_rule.tokens if limit_rule else None
     within = limit is None or query.tokens <= limit
     fits = budget.weights_fit and answer["max_requests"] >= query.users and within
-    layout = weights_layout(arch, query, settings)
+    layout = weights_layout(arch, query, settings, gpu)
     formulas["weights"] = (" + ".join(f"{part} {size:,}" for part, size in layout.heaviest.items())
                            + f" = {max(layout.stage_bytes):,} B per GPU")
     result = FitResult(

@@ -8,6 +8,8 @@ Layer-type rules follow transformers' config classes (v5.x) and vLLM's model fil
 * llama4: ``no_rope_layers[i]`` (default ``int((i + 1) % 4 != 0)``) → chunked, else full
   (configuration_llama4.py; vLLM llama4.py ``use_chunked_local_attn = not self.nope``).
 * qwen3_next: ``(i + 1) % full_attention_interval`` (default 4) → linear attention.
+* mimo_v2_flash (Hub config): ``hybrid_layer_pattern[i]`` 1 → sliding, 0 → full (SGLang
+  ``configs/model_config.py`` ``get_hybrid_layer_ids``).
 * jamba: attention where ``i % attn_layer_period == attn_layer_offset`` (8, 4), Mamba elsewhere.
 * qwen2/qwen3 families: sliding only when ``use_sliding_window`` and ``i >= max_window_layers``.
 * otherwise a non-null ``sliding_window`` makes every layer sliding (Mistral v0.1, Phi-3), and a
@@ -46,8 +48,8 @@ ARCHITECTURE_KEYS = (
     "d_model", "decoder_attention_heads", "decoder_ffn_dim", "decoder_layers", "dim", "dtype",
     "emb_dim", "expand", "expert_ffn_hidden_size", "expert_layer_period", "experts_per_token",
     "ffn_dim", "ffn_hidden_size", "first_k_dense_replace", "full_attention_interval",
-    "global_head_dim", "head_dim", "hidden_size", "hybrid_override_pattern", "index_head_dim",
-    "index_topk", "interleave_moe_layer_step", "intermediate_size", "intermediate_size_mlp",
+    "global_head_dim", "head_dim", "hidden_size", "hybrid_layer_pattern", "hybrid_override_pattern",
+    "index_head_dim", "index_topk", "interleave_moe_layer_step", "intermediate_size", "intermediate_size_mlp",
     "is_decoder", "is_moe", "kv_channels", "kv_lora_rank", "layer_types", "layers_block_type",
     "linear_conv_kernel_dim", "linear_head_dim", "linear_key_head_dim", "linear_num_heads",
     "linear_num_key_heads", "linear_num_value_heads", "linear_value_head_dim", "mamba_chunk_size",
@@ -621,6 +623,14 @@ def _layer_types(cfg: _Cfg, model_type: str, n: int) -> list[str]:
         return [_PATTERN_CHARS[c] for c in pattern]
     if model_type in _PURE_RECURRENT_TYPES:
         return ["mamba"] * n
+    flags = cfg.get("hybrid_layer_pattern")
+    if cfg.get("layer_types", "layers_block_type") is None and flags is not None:
+        # MiMo-V2-Flash Hub config: 1 = sliding, 0 = full attention per layer (SGLang
+        # configs/model_config.py get_hybrid_layer_ids, models/mimo_v2_flash.py)
+        if not isinstance(flags, list) or len(flags) != n or set(flags) - {0, 1}:
+            raise KVPlanError("config.bad_value", key="hybrid_layer_pattern",
+                              expected=f"{n} flags (0 full, 1 sliding)", value=short(flags))
+        return ["sliding_attention" if flag else "full_attention" for flag in flags]
     if cfg.get("layer_types", "layers_block_type") is None and isinstance(
             cfg.get("attention_layers"), list):
         # GPT-Neo "local" layers mask a window but cache every token: transformers builds cache

@@ -15,8 +15,9 @@
    fullest rank) and their intermediate size over ``tp // ep``; layers to pipeline stages as
    vLLM's ``get_pp_indices``, embeddings on the first stage, LM head and final norm on the last.
 
-What the checkpoint stores is what is sized; kernel-side repacking or padding (Marlin, the MXFP4
-backends' ``mxfp4_round_up_hidden_size_and_intermediate_size``) is not.
+What the checkpoint stores is what is sized, unless the engine release re-lays out MXFP4 experts
+when loading (``ExpertRepack``, from ``Engine.mxfp4_moe_repack``: Marlin/Triton/FlashInfer padding,
+kept or swizzled scales, fp32 biases); the whole-model totals stay the checkpoint's bytes.
 """
 
 from __future__ import annotations
@@ -24,11 +25,13 @@ from __future__ import annotations
 import fnmatch
 import json
 import re
+from bisect import bisect_left
 from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 from typing import Any, Literal
 
 from kvplan.arch import MLA, Attention, ModelArch, Recurrent, VisionSpec
+from kvplan.engines.repack import ExpertRepack, round_up
 from kvplan.errors import KVPlanError, short
 
 #: The parts weights are grouped into (the KPI, the chart and ``weights_breakdown`` use this order).
@@ -169,6 +172,22 @@ NVFP4 = Format("nvfp4", "NVFP4 (e2m1, fp8 scale per 16 + fp32 globals)", 4, grou
                       "uint8 weights, fp8 weight_scale per 16, fp32 weight_scale_2 + input_scale")
 
 
+def _repacked_bytes(t: Tensor, repack: ExpertRepack, arch: ModelArch, tp: int, ep: int,
+                    base: Format) -> int:
+    """Bytes on the fullest rank of one MXFP4 expert tensor (or its bias) as ``repack`` holds it:
+    ``w13`` is ``2·round_up(I/tp, inter) × round_up(H, hidden)``, ``w2`` the transpose."""
+    moe = arch.moe
+    assert moe is not None
+    inter = round_up(-(-moe.expert_intermediate // (tp // ep)), repack.inter)
+    hidden = round_up(arch.hidden_size, repack.hidden)
+    rows = t.rows // moe.expert_intermediate * inter if t.split == "expert_column" else hidden
+    copies = -(-t.experts // ep)
+    if t.kind != "expert":  # a bias vector per expert
+        return copies * rows * (4 if repack.fp32_bias else base.bits // 8)
+    cols = hidden if t.split == "expert_column" else inter
+    return copies * repack.matrix_bytes(rows, cols)
+
+
 @dataclass(frozen=True)
 class QuantScheme:
     """How a checkpoint stores each tensor: the method, its formats and its skip lists."""
@@ -187,6 +206,14 @@ class QuantScheme:
     only: tuple[str, ...] = ()
     source: str = "config.json (no quantization_config)"
     _compiled: dict[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+    @cached_property
+    def layer_specific(self) -> bool:
+        """Whether a skip/only/target pattern names digits (a digit, or ``\\d`` in a regex): then
+        each layer's format is looked up. Otherwise a pattern treats every digit alike, so a
+        layer's format depends only on how many digits its number has (``_formats_by_layer``)."""
+        patterns = self.skip + self.only + tuple(t for targets, _ in self.groups for t in targets)
+        return any(re.search(r"\d|\\d", p) for p in patterns)
 
     def skipped(self, name: str) -> bool:
         """Whether ``name`` is left unquantized by the skip list (vLLM ``is_layer_skipped``
@@ -651,7 +678,39 @@ def _tower(t: VisionSpec) -> list[Tensor]:
     return out
 
 
-def decoder_layer_tensors(arch: ModelArch, layer_ids: tuple[int, ...], moe_ids: set[int],
+def _layer_spans(arch: ModelArch, layer_ids: tuple[int, ...]) -> list[tuple[int, int, Any]]:
+    """``(start, stop, spec)`` spans of ``layer_ids``: the model's runs of identical layers
+    (``ModelArch.layer_runs``) when the ids are every decoder layer, else one span per id (next-n
+    layers past the last decoder layer take its spec)."""
+    if layer_ids == tuple(range(arch.n_layers)):
+        spans, position = [], 0
+        for layer, n in arch.layer_runs():
+            spans.append((position, position + n, layer))
+            position += n
+        return spans
+    return [(i, i + 1, arch.layers[min(i, arch.n_layers - 1)]) for i in layer_ids]
+
+
+def _moe_segments(start: int, stop: int, moe_ids: set[int] | range) -> list[tuple[int, int, bool]]:
+    """``[start, stop)`` cut where MoE membership changes: arithmetic for a range of MoE layers,
+    per layer for an explicit set."""
+    if isinstance(moe_ids, range) and moe_ids.step == 1:
+        lo, hi = max(start, moe_ids.start), min(stop, moe_ids.stop)
+        if lo >= hi:
+            return [(start, stop, False)]
+        return [seg for seg in ((start, lo, False), (lo, hi, True), (hi, stop, False))
+                if seg[1] > seg[0]]
+    segments: list[tuple[int, int, bool]] = []
+    for i in range(start, stop):
+        is_moe = i in moe_ids
+        if segments and segments[-1][2] == is_moe:
+            segments[-1] = (segments[-1][0], i + 1, is_moe)
+        else:
+            segments.append((i, i + 1, is_moe))
+    return segments
+
+
+def decoder_layer_tensors(arch: ModelArch, layer_ids: tuple[int, ...], moe_ids: set[int] | range,
                           prefix: str = "model.layers.{i}") -> list[Tensor]:
     """Tensors of the given decoder layers (grouped by identical shape: one ``Tensor`` per
     matrix covering every layer it repeats on)."""
@@ -660,19 +719,14 @@ def decoder_layer_tensors(arch: ModelArch, layer_ids: tuple[int, ...], moe_ids: 
     # other no-cache layers (NemotronH "-"/"E") have no attention weights.
     fallback = next((s for s in arch.distinct_layers() if isinstance(s, (Attention, MLA))), None) \
         if arch.model_type.startswith("gemma") else None
-    by_spec: dict[tuple[int, bool], list[int]] = {}
-    specs: dict[int, Any] = {}
-    for i in layer_ids:
-        layer = arch.layers[min(i, arch.n_layers - 1)]
-        spec: Attention | MLA | Recurrent | None = (
-            layer if isinstance(layer, (Attention, MLA, Recurrent)) else fallback)
-        key = id(spec)
-        specs[key] = spec
-        by_spec.setdefault((key, i in moe_ids), []).append(i)
+    by_spec: dict[tuple[Attention | MLA | Recurrent | None, bool], list[int]] = {}
+    for start, stop, layer in _layer_spans(arch, layer_ids):
+        spec = layer if isinstance(layer, (Attention, MLA, Recurrent)) else fallback
+        for a, b, is_moe in _moe_segments(start, stop, moe_ids):
+            by_spec.setdefault((spec, is_moe), []).extend(range(a, b))
     n_norms = 4 if arch.model_type in _FOUR_NORMS else 2
-    for (key, is_moe), ids in by_spec.items():
+    for (spec, is_moe), ids in by_spec.items():
         layers = tuple(ids)
-        spec = specs[key]
         if isinstance(spec, (Attention, MLA)):
             out += _attention(arch, spec.model_copy(update={"kind": "full", "window": None})
                               if isinstance(spec, Attention) else spec, prefix, layers)
@@ -699,9 +753,9 @@ def decoder_layer_tensors(arch: ModelArch, layer_ids: tuple[int, ...], moe_ids: 
 def model_tensors(arch: ModelArch, mtp: bool = False) -> tuple[Tensor, ...]:
     """Every parameter tensor the engine loads for this model (``mtp``: the next-n layers too)."""
     h, w = arch.hidden_size, arch.weights
-    moe_ids = set(w.moe_layers or ()) if arch.moe is not None else set()
+    moe_ids: set[int] | range = set(w.moe_layers or ()) if arch.moe is not None else range(0)
     if arch.moe is not None and w.moe_layers is None:
-        moe_ids = set(range(arch.moe.n_dense_layers, arch.n_layers))
+        moe_ids = range(arch.moe.n_dense_layers, arch.n_layers)
     out = [Tensor("model.embed_tokens", "embeddings", arch.vocab_size, h, "vocab",
                   quantizable=False, stage="first", kind="other")]
     if arch.model_type == "opt":  # learned positions, offset 2 (OPTLearnedPositionalEmbedding)
@@ -786,23 +840,60 @@ def shard_shape(t: Tensor, tp: int, ep: int) -> tuple[int, int, int]:
     return rows, cols, copies
 
 
-def _stage_of(arch: ModelArch, pp: int) -> list[int]:
+def _stage_starts(arch: ModelArch, pp: int) -> list[int]:
+    """First decoder layer of each pipeline stage (vLLM ``get_pp_indices``), then ``n_layers``."""
     from kvplan.engines import pp_partition
 
-    stage_of: list[int] = []
-    for index, count in enumerate(pp_partition(arch.n_layers, pp)):
-        stage_of += [index] * count
-    return stage_of
+    starts = [0]
+    for count in pp_partition(arch.n_layers, pp):
+        starts.append(starts[-1] + count)
+    return starts
+
+
+def _stage_counts(t: Tensor, layers: tuple[int, ...], starts: list[int],
+                  pp: int) -> list[tuple[int, int]]:
+    """``(stage, copies of t)`` per pipeline stage: embeddings/towers on the first, the head and
+    next-n layers (ids ≥ ``n_layers``) on the last, decoder layers (ascending) by bisection."""
+    if t.stage == "first":
+        return [(0, max(len(layers), 1))]
+    if t.stage == "last" or not layers:
+        return [(pp - 1, max(len(layers), 1))]
+    cuts = [bisect_left(layers, s) for s in starts]
+    counts = [(k, cuts[k + 1] - cuts[k]) for k in range(pp)]
+    counts[-1] = (pp - 1, counts[-1][1] + len(layers) - cuts[-1])
+    return [c for c in counts if c[1]]
+
+
+def _formats_by_layer(scheme: QuantScheme, t: Tensor) -> list[tuple[Format, tuple[int, ...]]]:
+    """The stored format of ``t`` with the layers it applies to. Patterns that name digits are
+    matched per layer; others cannot tell two layer numbers of the same length apart, so one
+    lookup serves each run of 1-, 2-, 3-… digit layers (``t.layers`` ascending, cut by bisection)."""
+    if not t.layers or not t.quantizable or not (scheme.skip or scheme.only or scheme.groups):
+        return [(scheme.format_for(t, t.layers[0] if t.layers else None), t.layers)]
+    spans: list[tuple[int, ...]]
+    if scheme.layer_specific:
+        spans = [(layer,) for layer in t.layers]
+    else:
+        cuts = [0, *(bisect_left(t.layers, 10 ** k) for k in range(1, len(str(t.layers[-1])))),
+                len(t.layers)]
+        spans = [t.layers[lo:hi] for lo, hi in zip(cuts, cuts[1:], strict=False) if hi > lo]
+    by_name: dict[str, tuple[Format, list[int]]] = {}
+    for span in spans:
+        fmt = scheme.format_for(t, span[0])
+        by_name.setdefault(fmt.name, (fmt, []))[1].extend(span)
+    return [(fmt, tuple(ids)) for fmt, ids in by_name.values()]
 
 
 @lru_cache(maxsize=512)
 def weights_per_gpu(arch: ModelArch, weight_dtype: str | None = None, tp: int = 1, pp: int = 1,
-                    ep: int = 1, mtp: bool = False) -> WeightsLayout:
+                    ep: int = 1, mtp: bool = False,
+                    repack: ExpertRepack | None = None) -> WeightsLayout:
     """Bytes per GPU of each part on each pipeline stage (see the module docstring).
 
     ``weight_dtype`` overrides the checkpoint: a float format sets every tensor's dtype (vLLM
     ``--dtype``); a quantized one every quantizable linear/expert and the LM head, embeddings,
     norms, routers and biases staying in the model's dtype (vLLM ``--quantization``).
+    ``repack``: the engine's MXFP4 MoE layout, applied to experts stored in MXFP4.
     """
     if arch.moe is None or ep < 1:
         ep = 1
@@ -816,41 +907,38 @@ def weights_per_gpu(arch: ModelArch, weight_dtype: str | None = None, tp: int = 
         else:
             scheme = QuantScheme(fmt.name, scheme.base, linear=fmt, expert=fmt, lm_head=fmt,
                                  source=f"weight dtype {fmt.name} chosen by the user")
-    stage_of = _stage_of(arch, pp)
+    starts = _stage_starts(arch, pp)
     stages: list[dict[str, int]] = [dict.fromkeys(PARTS, 0) for _ in range(pp)]
     total = 0
     totals: dict[str, int] = {}
     formats: dict[str, set[str]] = {}
-    tensors = tuple(model_tensors(arch, mtp))  # built once: every layer's tensors
-    n_layers = arch.n_layers
+    tensors = model_tensors(arch, mtp)  # one Tensor per matrix kind, covering all its layers
     main_parts = {t.part for t in tensors if t.kind != "other"}
+    repacked = repack is not None and scheme.method == "mxfp4"
     for t in tensors:
         rows, cols, copies = shard_shape(t, tp, ep)
-        layer_list: tuple[int | None, ...] = t.layers or (None,)
-        cache: dict[str, tuple[int, int]] = {}
-        for layer in layer_list:
-            fmt = scheme.format_for(t, layer)
-            if fmt.name not in cache:
-                cache[fmt.name] = (copies * fmt.matrix_bytes(rows, cols, t.shards),
-                                   t.experts * fmt.matrix_bytes(t.rows, t.cols, t.shards))
-                if t.kind != "other" or t.part not in main_parts:
-                    formats.setdefault(fmt.label, set()).add(t.part)
-            per_gpu, whole = cache[fmt.name]
-            if t.stage == "first":
-                stage = 0
-            elif t.stage == "last" or layer is None or layer >= n_layers:
-                stage = pp - 1
+        for fmt, layers in _formats_by_layer(scheme, t):
+            if repacked and t.part == "experts" and (fmt.name == "mxfp4" or t.kind != "expert"):
+                assert repack is not None
+                per_gpu = _repacked_bytes(t, repack, arch, tp, ep, scheme.base)
             else:
-                stage = stage_of[layer]
-            stages[stage][t.part] += per_gpu
+                per_gpu = copies * fmt.matrix_bytes(rows, cols, t.shards)
+            whole = t.experts * fmt.matrix_bytes(t.rows, t.cols, t.shards) * max(len(layers), 1)
+            if t.kind != "other" or t.part not in main_parts:
+                formats.setdefault(fmt.label, set()).add(t.part)
+            for stage, count in _stage_counts(t, layers, starts, pp):
+                stages[stage][t.part] += per_gpu * count
             totals[t.part] = totals.get(t.part, 0) + whole
             total += whole
     if arch.tie_word_embeddings and pp > 1:  # the last stage holds its own copy of the tied head
         head = [t for t in tensors if t.part == "embeddings" and t.split == "vocab"]
         rows, cols, _ = shard_shape(head[0], tp, ep)
         stages[-1]["lm_head"] += scheme.base.matrix_bytes(rows, cols)
-    return WeightsLayout(tuple(stages), total, _label(formats, scheme), scheme.source, tp, pp, ep,
-                         totals)
+    source = scheme.source
+    if repacked:
+        assert repack is not None
+        source += "; per GPU as " + repack.describe(arch.hidden_size)
+    return WeightsLayout(tuple(stages), total, _label(formats, scheme), source, tp, pp, ep, totals)
 
 
 def _label(formats: dict[str, set[str]], scheme: QuantScheme) -> str:
@@ -877,7 +965,7 @@ def format_summary(layout: WeightsLayout) -> str:
 
 
 __all__ = [
-    "MXFP4", "NVFP4", "PARTS", "Format", "QuantScheme", "Tensor", "WeightsLayout",
+    "MXFP4", "NVFP4", "PARTS", "ExpertRepack", "Format", "QuantScheme", "Tensor", "WeightsLayout",
     "decoder_layer_tensors", "format_from_dtype", "format_summary", "model_tensors",
     "params_from_tensors", "read_quantization", "shard_shape", "weights_per_gpu",
 ]

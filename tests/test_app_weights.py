@@ -17,11 +17,12 @@ logging.getLogger("streamlit.runtime.scriptrunner_utils.script_run_context").set
 
 def test_weights_card_names_the_format_and_splits_by_part():
     """gpt-oss-120b: the card says MXFP4 experts + bf16 …, from quantization_config; the hover
-    lists each part's exact bytes (experts 60,993,699,840 B on one H100)."""
+    lists each part's exact bytes (experts 61,206,036,480 B on one H100: vLLM's Triton MXFP4
+    layout, ``tests/test_weights.py``)."""
     at = make_app(m="gpt-oss-120b", g="h100-sxm")
     no_errors(at)
     card = metric(at, "Weights per GPU")
-    assert "experts 60,993,699,840 B" in card.help
+    assert "experts 61,206,036,480 B" in card.help
     how = unmd(next(c.value for c in at.caption if c.value.startswith("How: MXFP4")))
     assert "from config.json quantization_config (quant_method mxfp4)" in how
     side = [c.value for c in at.sidebar.caption if c.value.startswith("Checkpoint format:")]

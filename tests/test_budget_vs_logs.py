@@ -25,7 +25,6 @@ import pytest
 from kvplan.calibrate import calibrate, parse_vllm_log
 from kvplan.capacity import FitQuery, fit, memory_budget
 from kvplan.config_import import parse_config
-from kvplan.engines import EngineSettings
 from kvplan.engines.vllm_memory import (
     GRAPH_BYTES_PER_SIZE,
     GRAPH_BYTES_PER_SIZE_TP,
@@ -68,6 +67,30 @@ CASES: dict[str, Case] = {
                "log lines at the source locations of v0.10.1.1 (gpu_worker.py:276)"),
     "12": Case("openai__gpt-oss-120b", "h100-sxm", "vllm@0.11",
                "'Available KV cache memory' at gpu_worker.py:298 = v0.11.0"),
+    "13": Case("Qwen__Qwen3-235B-A22B-FP8", "h100-sxm", "vllm@0.9",
+               "issue of 2025-07 pointing at PR #19312's profiling order: v0.9.2–v0.10.0"),
+    "14": Case("gpt-oss-20b", "a100-80gb-sxm", "vllm@0.19",
+               "v0.19.0 (banner); an A100 80GB: 0.65 × a 40GB card is below the logged 36.56 GiB"),
+    "15": Case("google__gemma-4-26B-A4B", "a100-80gb-sxm", "vllm@0.19",
+               "the same post and machine as 14 (v0.19.0); 48.5 GiB of weights need the 80GB A100"),
+    "27": Case("gpt-oss-20b", "h100-sxm", "vllm@0.19", _LLMD),
+    "28": Case("llama-3.1-70b", "h100-sxm", "vllm@0.19",
+               _LLMD + "; Llama-3.3-70B has Llama-3.1-70B's shapes; FP8-dynamic as --weight-dtype fp8",
+               weight_dtype="fp8"),
+    "29": Case("llama-3.1-70b", "h100-sxm", "vllm@0.19", _LLMD + "; as 28", weight_dtype="fp8"),
+    "30": Case("llama-3.1-8b", "h100-sxm", "vllm@0.19", _LLMD),
+}
+
+#: Compared, not within 5 %: what remains unexplained.
+KNOWN_OFF: dict[str, str] = {
+    "05": "two nodes (Ray, NCCL over the network): the run keeps ≈ 1.5 GiB outside the KV cache where "
+          "the same-node TP 2 runs 03/04 keep 0.7 GiB; kvplan's rules are fitted on same-node runs",
+    "10": "the sampler: the run's reserve, 0.9 × 79.19 − 65.97 + 2.14 = 7.44 GiB, is the PyTorch-sort "
+          "warm-up of 1,024 rows × 201,088 vocab (7.48 GiB) + non-torch — a pip install of v0.10 has "
+          "no FlashInfer (it is the wheel's 'flashinfer' extra), kvplan's default is the docker "
+          "image's FlashInfer path (1.92 GiB); with --flashinfer-sampler 0 it is within 5 % "
+          "(test_logs_10_12_with_the_sort_sampler)",
+    "12": "as 10 (v0.11.0, util 0.95, 1,024 batched tokens): within 5 % with --flashinfer-sampler 0",
     "13": Case("Qwen__Qwen3-235B-A22B-FP8", "h100-sxm", "vllm@0.9",
                "issue of 2025-07 pointing at PR #19312's profiling order: v0.9.2–v0.10.0"),
     "14": Case("gpt-oss-20b", "a100-80gb-sxm", "vllm@0.19",
@@ -223,15 +246,19 @@ def test_calibrate_splits_the_implied_reserve_into_the_terms():
     assert sum(row["implied_bytes"] for row in result.implied_terms) == result.implied_reserve_bytes
 
 
-def test_log_10_reason_holds():
-    """KNOWN_OFF['10']: with the sort sampler (``--flashinfer-sampler 0``) the activation term is
-    1,024 × 201,088 × 39 B = 8,030,650,368 B (7.48 GiB), and kvplan's weights are the stored
-    60.77 GiB, below the logged 65.97 (Marlin padding)."""
-    case, data = CASES["10"], _log("10")
+@pytest.mark.parametrize("log_id", ["10", "12"])
+def test_logs_10_12_with_the_sort_sampler(log_id: str):
+    """KNOWN_OFF['10'], ['12']: with ``--flashinfer-sampler 0`` (the pip install's path) the
+    activation term is 1,024 × 201,088 × 39 B = 8,030,650,368 B (7.48 GiB) and kvplan's budget comes
+    within 5 % of the logged one (10: −2.24 vs −2.14 GiB; 12: 1.72 vs 1.71 GiB); the weights are the
+    Marlin layout of v0.10–v0.11 on SM 9.0 (65.90 GiB vs 65.97 logged in 10)."""
+    case, data = CASES[log_id], _log(log_id)
     arch = _arch(case.model)
-    query = _query(case, data["settings"], arch).model_copy(update={"settings": EngineSettings(
-        flashinfer_sampler=False)})
+    query = _query(case, data["settings"], arch)
+    query = query.model_copy(update={"settings": query.settings.model_copy(
+        update={"flashinfer_sampler": False})})
     budget = memory_budget(arch, get_gpu(case.gpu), query)
     terms = {t.name: t.bytes for t in budget.reserve_detail.terms}
     assert terms["activation_peak"] == 8_030_650_368
-    assert round(max(budget.stage_weights) / GIB, 2) == 60.77 < data["logged"]["model_loading_gib"]
+    logged = data["logged"]["available_kv_cache_memory_gib"]
+    assert abs(min(budget.stage_budgets) / GIB - logged) <= TOLERANCE * abs(logged)

@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 from pathlib import Path
 
 import pytest
 from cli_helpers import run_cli
 
-from kvplan.calibrate import MAX_LOG_BYTES, VllmLog, calibrate, parse_vllm_log
+from kvplan.calibrate import (
+    MAX_LOG_BYTES,
+    SglangLog,
+    VllmLog,
+    calibrate,
+    parse_sglang_log,
+    parse_trtllm_log,
+    parse_vllm_log,
+)
 from kvplan.capacity import GIB, FitQuery, fit
 from kvplan.errors import MESSAGES, KVPlanError
 from kvplan.presets import get_gpu, load_model
@@ -356,3 +365,66 @@ def test_every_releases_capacity_lines_and_the_loaded_weights_are_read():
     result = calibrate(load_model("gpt-oss-120b"), H100, FitQuery(tokens=8192), weights_only)
     assert result.logged_weights_bytes == round(64.38 * GIB) == 69_127_498_629
     assert "Model loading took 64.38 GiB" in result.formulas["weights_vs_log"]
+
+
+# --------------------------------------------------------------------------------------------
+# SGLang and TensorRT-LLM log parsers (the public logs themselves: test_sglang_logs.py,
+# test_trtllm_logs.py)
+
+
+def test_sglang_parser_keeps_the_smallest_rank_and_the_largest_weights():
+    """Per-rank lines: SGLang takes the MIN free memory over ranks (get_available_gpu_memory
+    distributed=True), so the parser does; "mem usage" keeps the largest rank."""
+    log = parse_sglang_log(
+        "\x1b[32m[2026-02-26 16:31:00 TP1] Load weight begin. avail mem=283.96 GB\x1b[0m\n"
+        "[2026-02-26 16:31:00 TP3] Load weight begin. avail mem=283.53 GB\n"
+        "[… TP0] Load weight end. elapsed=1 s, type=X, avail mem=209.98 GB, mem usage=73.58 GB.\n"
+        "[… TP3] Load weight end. elapsed=1 s, type=X, avail mem=209.96 GB, mem usage=73.60 GB.\n"
+        "[… TP0] KV Cache is allocated. #tokens: 2454421, KV size: 160.63 GB\n"
+        "[… TP3] KV Cache is allocated. #tokens: 2454421, KV size: 160.63 GB\n"
+        "server_args=ServerArgs(model_path='m', mem_fraction_static=0.8260405859375, tp_size=8)\n")
+    assert (log.load_begin_avail_gib, log.load_end_avail_gib, log.weight_mem_usage_gib) == \
+        (283.53, 209.96, 73.6)
+    assert (log.kv_tokens, log.kv_size_gib, log.k_size_gib, log.ranks) == (2454421, 160.63, None, 2)
+    assert log.mem_fraction_static == 0.8260405859375
+    # rest = 209.96 − 283.53 × (1 − mfs), each printed value ± 0.005 GiB, floored to bytes
+    low, high = log.rest_memory_interval(0.8260405859375)
+    assert low == math.floor((209.955 - 283.535 * (1 - 0.8260405859375)) * GIB)
+    assert high == math.floor((209.965 - 283.525 * (1 - 0.8260405859375)) * GIB)
+
+
+def test_sglang_parser_without_a_begin_line_adds_the_weights_back():
+    """Only "Load weight end": free before loading = avail + mem usage, each ± 0.005 GiB."""
+    log = parse_sglang_log("[x] Load weight end. type=Q, avail mem=29.60 GB, mem usage=31.01 GB.\n")
+    assert log.rest_memory_interval(0.8) == (math.floor((29.595 - 60.62 * 0.2) * GIB),
+                                             math.floor((29.605 - 60.60 * 0.2) * GIB))
+    assert SglangLog().rest_memory_interval(0.8) is None
+    assert SglangLog(load_end_avail_gib=1.0).rest_memory_interval(0.8) is None
+
+
+def test_trtllm_parser_keeps_the_final_pass_and_joins_wrapped_lines():
+    """Two passes (estimation, then final): the last value wins; a line hard-wrapped inside
+    "paged KV cache" still reads."""
+    log = parse_trtllm_log(
+        "[TRT-LLM] [W] Both free_gpu_memory_fraction and max_tokens are set (to 0.9 and 8224, "
+        "respectively). The smaller value will be used.\n"
+        "[TensorRT-LLM][INFO] [MemUsageChange] Allocated 0.56 GiB for max tokens in paged KV cache (8224).\n"
+        "[TRT-LLM] [I] Peak memory during memory usage profiling (torch + non-torch): 113.65 GiB, "
+        "available KV cache memory when calculating max tokens: 5.95 GiB, fraction is set 0.9, "
+        "kv size is 73728. device total memory 119.70 GiB, , tmp kv_mem 0.56 GiB\n"
+        "[TRT-LLM] [W] Both free_gpu_memory_fraction and max_tokens are set (to 0.9 and 86711, "
+        "respectively). The smaller value will be used.\n"
+        "[TensorRT-LLM][INFO] Number of tokens per block: 32.\n"
+        "[TensorRT-LLM][INFO] [MemUsageChange] Allocated 5.95 GiB for max tokens in paged\n"
+        "  KV cache (86720).\n")
+    assert (log.max_tokens, log.allocated_kv_gib, log.allocated_kv_tokens) == (86711, 5.95, 86720)
+    assert (log.peak_memory_gib, log.available_kv_memory_gib, log.fraction) == (113.65, 5.95, 0.9)
+    assert (log.kv_size_per_token, log.total_gpu_memory_gib, log.tokens_per_block) == (73728, 119.7, 32)
+
+
+@pytest.mark.parametrize("parse, engine", [(parse_sglang_log, "SGLang"),
+                                           (parse_trtllm_log, "TensorRT-LLM")])
+def test_engine_parsers_name_the_engine_when_no_line_matches(parse, engine):
+    with pytest.raises(KVPlanError) as err:
+        parse("INFO: Uvicorn running on http://0.0.0.0:8000\n")
+    assert err.value.code == "calibrate.no_engine_lines" and engine in str(err.value)

@@ -205,3 +205,21 @@ def test_bad_hybrid_override_pattern_names_the_key():
     with pytest.raises(KVPlanError) as err:
         parse_config({**BASE, "hybrid_override_pattern": "MQ"})
     assert "hybrid_override_pattern" in str(err.value)
+
+
+def test_mimo_v2_flash_hub_config_reads_hybrid_layer_pattern():
+    """MiMo-V2-Flash's Hub config marks each layer in ``hybrid_layer_pattern`` (1 sliding, 0 full;
+    SGLang ``configs/model_config.py`` ``get_hybrid_layer_ids``): 9 full layers with 4 KV heads and
+    39 sliding layers with ``swa_num_key_value_heads`` 8, K 192 / V 128, window 128. Before this
+    every layer was read as sliding with 8 heads. SGLang PR #18039's log prints the sliding pool of
+    this split: K 8.38 GB, V 5.59 GB for 300,288 + 64 tokens at TP 4 (tests/test_sglang_logs.py)."""
+    path = Path(__file__).parent / "fixtures" / "sglang_logs" / "configs" / "XiaomiMiMo__MiMo-V2-Flash.json"
+    arch = parse_config(json.loads(path.read_text()))
+    layers = [layer for layer, n in arch.layer_runs() for _ in range(n)]
+    full = [i for i, layer in enumerate(layers) if layer.kind == "full"]
+    assert full == [0, 5, 11, 17, 23, 29, 35, 41, 47]
+    assert {(layer.kind, layer.n_kv_heads, layer.head_dim_k, layer.head_dim_v, layer.window)
+            for layer in layers} == {("full", 4, 192, 128, None), ("sliding", 8, 192, 128, 128)}
+    with pytest.raises(KVPlanError) as err:
+        parse_config({**BASE, "hybrid_layer_pattern": [0, 2]})
+    assert "hybrid_layer_pattern" in str(err.value)

@@ -32,9 +32,10 @@ from hypothesis import strategies as st
 from md_text import outside_code, unmd
 
 from kvplan.config_import import MAX_DEPTH, json_depth, parse_config
+from kvplan.engines.settings import SETTINGS
 from kvplan.errors import MESSAGES, KVPlanError, md, plotly_text
 from kvplan.presets import gpus, model_presets
-from kvplan.scenario import Scenario
+from kvplan.scenario import SETTING_KEYS, Scenario
 
 settings.register_profile(
     "kvplan-fuzz-default", max_examples=150, deadline=None,
@@ -50,7 +51,10 @@ FUZZ = settings.get_profile("kvplan-fuzz-long" if LONG else "kvplan-fuzz-default
 CLI_FUZZ = settings(FUZZ, max_examples=10_000 if LONG else 80)
 
 CONFIGS = Path(__file__).parent / "fixtures" / "configs"
-ALIASES = [info.alias or name for name, info in Scenario.model_fields.items()] + ["v"]
+#: Every link key: the scenario's own fields and each engine setting's key (``SETTINGS``, flattened
+#: into the link since the engines refactor).
+ALIASES = [info.alias or name for name, info in Scenario.model_fields.items() if name != "engine_settings"] \
+    + [setting.key for setting in SETTINGS.values()] + ["v"]
 PRESETS = sorted(model_presets())
 GPUS = sorted(gpus())
 DTYPES = ["bf16", "fp16", "fp32", "fp8", "fp8_e4m3", "fp8_e5m2", "int8", "int4", "int2", "nvfp4",
@@ -105,7 +109,7 @@ def test_from_query_never_raises(query):
     assert isinstance(scenario, Scenario)
     _check_warnings(warnings)
     for key in query:
-        if key not in ALIASES:
+        if key not in ALIASES and key not in SETTING_KEYS:  # engine settings ("mt", "gu", …) are known
             assert any("is not known" in w for w in warnings), (key, warnings)
     # whatever was accepted survives a round trip through a link unchanged and without warnings
     again, more = Scenario.from_query(scenario.to_query())
@@ -493,6 +497,8 @@ def vllm_logs(draw) -> str:
 @example("Maximum concurrency for 32,768 tokens per request: " + "9" * 400 + "x")
 @example("Maximum concurrency for 0 tokens per request: 1.00x")
 @example("Maximum concurrency for 1,000,000,000 tokens per request: 1.00x")
+@example("GPU KV cache size: 2 tokens\nMaximum concurrency for 1 tokens per request: 0x\n"
+         "GPU KV cache size: 2 tokens")  # two ranks with equal tokens, one without a concurrency
 def test_vllm_log_with_huge_numbers(log):
     """Logs with numbers of thousands of digits: a named message or a calibration, nothing else."""
     from kvplan.calibrate import calibrate, parse_vllm_log

@@ -215,7 +215,9 @@ def test_configs_exist_with_their_source(path: Path):
 
 def test_config_copies_hold_the_quantization_the_logs_show():
     """gpt-oss-120b: MXFP4 experts, bf16 attention/router/embeddings/lm_head; Qwen3-235B-A22B-FP8:
-    128×128 block FP8 with 1 + 94 × 3 unconverted modules; Gemma 4: vision tower of 27 layers."""
+    128×128 block FP8 with 1 + 94 × 3 unconverted modules; Gemma 4: vision tower of 27 layers;
+    TheBloke's Mixtral GPTQ main branch: 4 bits, one group per column, act order; the FP8-dynamic
+    recipe: FP8 weights per channel, lm_head ignored; Qwen2.5-0.5B-Instruct: tied embeddings."""
     cfg = {p.stem: json.loads(p.read_text()) for p in (DIR / "configs").glob("*.json")}
     oss = cfg["openai__gpt-oss-120b"]["quantization_config"]
     assert oss == {"modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
@@ -224,3 +226,11 @@ def test_config_copies_hold_the_quantization_the_logs_show():
     assert (qwen["quant_method"], qwen["weight_block_size"], len(qwen["modules_to_not_convert"])) == \
         ("fp8", [128, 128], 283)
     assert cfg["google__gemma-4-26B-A4B"]["vision_config"]["num_hidden_layers"] == 27
+    gptq = cfg["TheBloke__Mixtral-8x7B-v0.1-GPTQ.quantize_config"]
+    assert (gptq["bits"], gptq["group_size"], gptq["desc_act"]) == (4, -1, True)
+    fp8 = cfg["neuralmagic__Meta-Llama-3.1-70B-Instruct-FP8-dynamic.quantization_config"]
+    weights = fp8["config_groups"]["group_0"]["weights"]
+    assert (weights["type"], weights["num_bits"], weights["strategy"], fp8["ignore"]) == \
+        ("float", 8, "channel", ["lm_head"])
+    small = cfg["unsloth__Qwen2.5-0.5B-Instruct"]
+    assert (small["_name_or_path"], small["tie_word_embeddings"]) == ("Qwen/Qwen2.5-0.5B-Instruct", True)

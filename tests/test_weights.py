@@ -189,6 +189,50 @@ def test_pipeline_stages_follow_get_pp_indices():
     assert stages == [11 * layer + embed, 11 * layer, 10 * layer + embed + 4_096 * 2]
 
 
+def test_identical_layers_are_one_tensor_each_whatever_the_depth():
+    """The tiny llama at 2 and at 10,000 layers lists the same tensors (one per matrix, covering
+    every layer it repeats on), and its bytes grow exactly by 9,998 layers of 2 × 256² (q/o) +
+    2 × 128 × 256 (k/v) + 3 × 512 × 256 (MLP) + 2 × 256 (norms) = 590,336 params × 2 B; on 3
+    pipeline stages (vLLM ``get_pp_indices``: 3,333 / 3,334 / 3,333 layers) the embeddings
+    (vocab padded to 1,024 rows) sit on the first, the LM head and final norm on the last."""
+    small, deep = tiny(), parse_config({**TINY, "num_hidden_layers": 10_000}, name="deep")
+    assert len(model_tensors(small)) == len(model_tensors(deep))
+    layer = 590_336 * 2
+    assert weights_per_gpu(deep).total_bytes - weights_per_gpu(small).total_bytes == 9_998 * layer
+    stages = weights_per_gpu(deep, pp=3).stage_bytes
+    embed, head = 1_024 * 256 * 2, 1_024 * 256 * 2 + 256 * 2
+    assert stages == [3_333 * layer + embed, 3_334 * layer, 3_333 * layer + head]
+
+
+def test_a_skip_list_naming_one_layer_keeps_that_layer_alone_unquantized():
+    """fp8 (per tensor) with ``ignored_layers`` naming layer 1's down_proj only (vLLM
+    is_layer_skipped, exact): that 256 × 512 matrix stays bf16 (262,144 B instead of 131,072 + 4);
+    layer 0's is fp8. Patterns naming no digit treat every layer number of the same length alike:
+    ``re:model\\.layers\\..\\.mlp\\.down_proj`` (one character) skips the down_proj of layers 0–9
+    and not of layers 10–11."""
+    plain = weights_per_gpu(tiny(quant_method="fp8"))
+    one = weights_per_gpu(tiny(quant_method="fp8", ignored_layers=["model.layers.1.mlp.down_proj"]))
+    assert one.total_bytes - plain.total_bytes == 256 * 512 * 2 - (256 * 512 + 4)
+    ct = {"quant_method": "compressed-tensors", "config_groups": {"group_0": {
+        "targets": ["Linear"], "weights": {"num_bits": 8, "type": "int", "strategy": "channel"}}}}
+    everywhere = weights_per_gpu(tiny(**ct))
+    layer_0 = weights_per_gpu(tiny(**ct, ignore=["re:model.layers.0.mlp.down_proj"]))
+    assert layer_0.total_bytes - everywhere.total_bytes == 256 * 512 * 2 - (256 * 512 + 256 * 4)
+    assert scheme(**ct, ignore=["re:model.layers.0.mlp.down_proj"]).layer_specific
+    assert not scheme(**ct, ignore=["lm_head", "re:.*mlp.gate$"]).layer_specific
+    twelve = {**TINY, "num_hidden_layers": 12, "quantization_config": {
+        **ct, "ignore": [r"re:model\.layers\..\.mlp\.down_proj"]}}
+    arch = parse_config(twelve, name="twelve")
+    down = next(t for t in model_tensors(arch) if t.name.endswith("down_proj"))
+    s = read_quantization(arch.weights.quantization, "bf16")
+    assert not s.layer_specific
+    assert [s.format_for(down, i).name for i in (0, 9, 10, 11)] == ["bf16", "bf16"] + [
+        "ct_int8_channel"] * 2
+    full = weights_per_gpu(parse_config({**twelve, "quantization_config": ct}, name="all"))
+    assert weights_per_gpu(arch).total_bytes - full.total_bytes == 10 * (
+        256 * 512 * 2 - (256 * 512 + 256 * 4))
+
+
 def test_norms_and_router_are_replicated_experts_split_over_ep():
     """gpt-oss-120b at tp 4: router 128 × 2,880 (+ bias 128) bf16 per layer on every rank; with
     ep 4 each rank holds 32 whole experts: 36 × 32 × (13,219,200 + 17,280) B."""
@@ -263,14 +307,18 @@ def test_params_from_tensors_equal_the_presets_exact_counts():
 # ------------------------------------------------------------------ acceptance (issue #13)
 
 def test_gpt_oss_120b_fits_one_h100_with_kv_room():
-    """MXFP4 experts: 65,248,815,744 B of weights; ceil(85,027,979,264 (CUDA total) × 0.92) =
+    """MXFP4 experts as vLLM v0.33's Triton backend holds them on SM 9.0 (per expert and layer:
+    values 8,294,400 + 4,147,200 B, swizzled scales 5,888 × 90 + 3,072 × 90 B, fp32 biases
+    8,640 × 4 B): 65,461,152,384 B of weights; ceil(85,027,979,264 (CUDA total) × 0.92) =
     78,225,740,923 − weights − reserve 2,610,933,854 (activation: the FlashInfer sampler warm-up
     1,024 × 201,088 × 10 B = 2,059,141,120 > forward 853,540,864; non-torch 143,129,785; CUDA
-    graphs 408,662,949) = 10,365,991,325 B of KV (9.65 GiB) at the default settings."""
+    graphs 408,662,949) = 10,153,654,685 B of KV (9.46 GiB) at the default settings."""
     r = fit(load_model("gpt-oss-120b"), get_gpu("h100-sxm"), FitQuery())
-    assert r.fits and r.weights_bytes == 65_248_815_744
+    assert r.fits and r.weights_bytes == 65_461_152_384
+    assert r.weights_breakdown["experts"] == 36 * 128 * (8_294_400 + 4_147_200 + 5_888 * 90
+                                                         + 3_072 * 90 + 8_640 * 4)
     assert r.reserve_bytes == 2_610_933_854
-    assert r.kv_budget_bytes == 10_365_991_325 and r.max_requests > 10
+    assert r.kv_budget_bytes == 10_153_654_685 and r.max_requests > 10
     assert r.weight_format.startswith("MXFP4")
 
 

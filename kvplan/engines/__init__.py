@@ -33,7 +33,7 @@ from kvplan.engines.kinds import (
 )
 from kvplan.engines.settings import SETTINGS, EngineSettings, Setting
 from kvplan.engines.sglang import SGLang
-from kvplan.engines.trtllm import TrtLlm
+from kvplan.engines.trtllm import TrtLlm, TrtLlmV11
 from kvplan.engines.vllm import VLLM_RELEASES, Vllm, default_max_num_batched_tokens
 from kvplan.errors import KVPlanError
 
@@ -46,6 +46,7 @@ REGISTRY: dict[str, Engine] = {engine.id: engine for engine in (
 RELEASES: dict[str, dict[str, Engine]] = {engine_id: {"latest": engine}
                                           for engine_id, engine in REGISTRY.items()}
 RELEASES["vllm"].update({cls.id.partition("@")[2]: cls() for cls in VLLM_RELEASES[1:]})
+RELEASES["trtllm"]["1.1"] = TrtLlmV11()
 #: Engine id → label (what every number says it is for).
 ENGINES: dict[str, str] = {engine_id: engine.label for engine_id, engine in REGISTRY.items()}
 #: The engine the dashboard, ``fit`` and ``kv`` use when none is given.

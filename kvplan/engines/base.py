@@ -24,6 +24,7 @@ from kvplan.engines.settings import EngineSettings
 from kvplan.errors import KVPlanError
 
 if TYPE_CHECKING:
+    from kvplan.engines.repack import ExpertRepack
     from kvplan.presets import GPU
 
 MLA_ONLY_DTYPES = frozenset({"fp8_ds_mla"})
@@ -414,6 +415,12 @@ class Engine:
         if isinstance(rule, TokenRule) and rule.cap is not None:
             return f"stops growing at {rule.cap:,} tokens"
         return "grows with every token"
+
+    # ------------------------------------------------------------ weights as loaded
+    def mxfp4_moe_repack(self, gpu: GPU | None) -> ExpertRepack | None:
+        """How this release re-lays out MXFP4 MoE experts on ``gpu`` when loading (None: held as
+        the checkpoint stores them)."""
+        return None
 
 
 def raised_block(state: int, per_token: int, align: int, chunk: int | None) -> int:

@@ -78,7 +78,7 @@ class TrtLlm(Engine):
     id = "trtllm"
     label = "TensorRT-LLM (PyTorch backend, 32-token blocks)"
     short = "TensorRT-LLM"
-    release = "TensorRT-LLM 1.x (PyTorch backend, main 2026)"
+    release = "TensorRT-LLM main 2026 (PyTorch backend; blocks floored)"
     setting_labels: ClassVar[dict[str, tuple[str, str]]] = {
         "gpu_util": ("free_gpu_memory_fraction (fraction)", f"{TRTLLM_DEFAULT_FREE_FRACTION}"),
         "block_size": ("tokens_per_block", f"{TRTLLM_TOKENS_PER_BLOCK}"),
@@ -87,6 +87,9 @@ class TrtLlm(Engine):
     }
     #: ``enable_attention_dp`` with expert parallelism (``moe_expert_parallel_size``).
     expert_parallel = True
+    #: ``resource_manager.py`` ``calculate_max_num_blocks``: ``int(max_tokens // tokens_per_block)``
+    #: on main; up to 1.1 ``math.ceil(max_tokens / tokens_per_block)`` (``TrtLlmV11``).
+    blocks_round_up: ClassVar[bool] = False
     #: ``_torch/pyexecutor/model_engine.py`` ``PyTorchModelEngine._init_max_seq_len``: a larger
     #: ``max_seq_len`` is lowered to the inferred one (a warning), so longer requests are rejected.
     long_context_rule = ("lowers max_seq_len to the model's inferred maximum (a warning at start-up), "
@@ -200,7 +203,7 @@ class TrtLlm(Engine):
         max_seq_len = settings.max_cache_len or arch.max_position_embeddings or 1 << 62
         costs = self.window_costs(arch, view.dtype, settings, stage, max_seq_len)
         pool = TrtPool(costs, max(min(budgets), 0), view.block_size or TRTLLM_TOKENS_PER_BLOCK,
-                       settings.max_tokens)
+                       settings.max_tokens, round_up=self.blocks_round_up)
         notes.extend(pool.notes)
         return pool
 
@@ -226,7 +229,8 @@ class TrtPool(KVPool):
 
     One window (``calculate_max_num_blocks``): ``max_tokens = min(budget // creator cost,
     budget / manager cost)`` (the manager's free memory taken as ``budget / fraction``), capped by the
-    ``max_tokens`` setting; ``blocks = max_tokens // tokens_per_block``. Several window sizes
+    ``max_tokens`` setting; ``blocks = max_tokens // tokens_per_block`` (rounded up up to 1.1).
+    Several window sizes
     (``calculate_max_num_blocks_for_vswa``): the budget split equally per window size, each pool
     ``int(budget / n / its layers' cost) // tokens_per_block`` blocks (``max_tokens`` ignored). A
     request of ``L`` tokens takes ``cdiv(min(L, W), tokens_per_block)`` blocks in window W's pool.
@@ -238,7 +242,7 @@ class TrtPool(KVPool):
     bytes_per_block: int
 
     def __init__(self, costs: dict[int, tuple[int, int]], budget: int, block_size: int,
-                 max_tokens: int | None) -> None:
+                 max_tokens: int | None, round_up: bool = False) -> None:
         self.block_size = block_size
         self.notes: list[str] = []
         self.pools: tuple[WindowPool, ...]
@@ -251,7 +255,8 @@ class TrtPool(KVPool):
                 tokens = min(tokens, budget // manager)
                 self.notes.append("KV heads not divisible by TP: the cache holds ceil(nkv / tp) whole "
                                   "heads per layer, so fewer tokens fit than KvCacheCreator estimated")
-            self.pools = (WindowPool(window, tokens // block_size, manager),)
+            blocks = -(-tokens // block_size) if round_up else tokens // block_size
+            self.pools = (WindowPool(window, blocks, manager),)
             self.max_tokens = tokens
         else:
             share = 1 / len(costs)
@@ -307,3 +312,14 @@ class TrtPool(KVPool):
     def formulas(self, L: int) -> dict[str, str]:
         parts = ", ".join(f"window {p.window:,}: {p.blocks:,} blocks" for p in self.pools)
         return {"num_blocks": f"({self.max_tokens:,} tokens) // {self.block_size} per block → {parts}"}
+
+
+class TrtLlmV11(TrtLlm):
+    """TensorRT-LLM up to 1.1: the primary pool rounds its block count up —
+    ``blocks_in_primary_pool = math.ceil(max_tokens / tokens_per_block)`` (1.1.0rc3
+    ``_torch/pyexecutor/resource_manager.py`` ``KVCacheManager.calculate_max_num_blocks``; the C++
+    runtime of 0.19 likewise, ``tc::ceilDiv`` in ``calculateMaxNumBlocks``)."""
+
+    id = "trtllm@1.1"
+    release = "TensorRT-LLM ≤ 1.1 (primary-pool blocks rounded up)"
+    blocks_round_up = True

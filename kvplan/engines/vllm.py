@@ -24,7 +24,7 @@ Groups:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, ClassVar
 
@@ -48,6 +48,7 @@ from kvplan.engines.kinds import (
     PagedRule,
     PagedStateRule,
 )
+from kvplan.engines.repack import ExpertRepack
 from kvplan.engines.reserve import Reserve, cuda_capacity
 from kvplan.engines.settings import EngineSettings
 from kvplan.engines.vllm_memory import CaptureRule, SamplerPath, vllm_reserve_terms
@@ -100,6 +101,27 @@ def vllm_mla_block_size(gpu: GPU, kv_dtype: str) -> int:
     if major == 9 and kv_dtype.startswith("fp8"):
         return 64
     return 16
+
+
+def mxfp4_repack(gpu: GPU | None, fi_inter: int, triton: bool, keeps_scales: bool,
+                 source: str) -> ExpertRepack | None:
+    """The MXFP4 MoE backend vLLM picks by compute capability and how it holds the experts
+    (``mxfp4_round_up_hidden_size_and_intermediate_size``, ``convert_to_mxfp4_moe_kernel_format``;
+    ``_swizzle_mxfp4`` with triton_kernels' Hopper layouts: values padded to 16 rows × 64 columns,
+    scales to 256 rows with 8 warps). SM 10.x → FlashInfer TRT-LLM (hidden 256, intermediate
+    ``fi_inter``, fp32 biases); SM 9.0 with ``triton`` → OAI Triton (intermediate 64, swizzled
+    scale copy, fp32 biases); any other CUDA GPU → Marlin (hidden 256, intermediate 128). No
+    capability (AMD, TPU, custom): None."""
+    major = int(float(gpu.compute_capability)) if gpu is not None and gpu.compute_capability else 0
+    if not major:
+        return None
+    if major == 10:
+        return ExpertRepack("FlashInfer TRT-LLM", hidden=256, inter=fi_inter, fp32_bias=True,
+                            source=source)
+    if major == 9 and triton:
+        return ExpertRepack("Triton", inter=64, value_rows=16, value_cols=64, scale_rows=256,
+                            keeps_scales=keeps_scales, fp32_bias=True, source=source)
+    return ExpertRepack("Marlin", hidden=256, inter=128, source=source)
 
 
 class Vllm(Engine):
@@ -225,6 +247,12 @@ class Vllm(Engine):
         """``vllm/config/vllm.py`` ``max_in_flight_tokens = max_concurrent_batches × MNBT``;
         ``max_concurrent_batches`` is pp + 1 with async scheduling, else pp (v0.26+)."""
         return (settings.pp + 1 if settings.async_scheduling else settings.pp) * mnbt
+
+    def mxfp4_moe_repack(self, gpu: GPU | None) -> ExpertRepack | None:
+        """v0.25+ (``fused_moe/oracle/mxfp4.py`` ``_get_priority_backends_for_gpt_oss``): TRT-LLM
+        pads the intermediate to 128; Triton frees the checkpoint scales after swizzling
+        (``del layer.w13_weight_scale``); Marlin on SM 12.x (moved behind it there)."""
+        return mxfp4_repack(gpu, 128, True, False, "vLLM v0.33 fused_moe/oracle/mxfp4.py")
 
     def layer_spec_kind(self, kind: str) -> str:
         """The spec kind this release builds for a layer of ``kind`` (all kinds exist in v0.33)."""
@@ -395,6 +423,9 @@ class VllmPool:
     uniform_type: bool
     block_size: int
     notes: tuple[str, ...]
+    #: ``stages_bytes_per_block`` per pipeline split (a pool is shared by every fit of its layout).
+    _stage_cost: dict[tuple[int, ...], np.ndarray] = field(default_factory=dict, init=False, compare=False,
+                                                           repr=False)
 
     @property
     def n_groups(self) -> int:
@@ -407,6 +438,10 @@ class VllmPool:
         largest group (a group's layers on that stage × its page). Both walk the layers once
         (``bincount`` / ``unique``), so the cost grows with the layers, never with stages × groups.
         """
+        key = tuple(parts)
+        cached = self._stage_cost.get(key)
+        if cached is not None:
+            return cached
         bounds = np.cumsum(parts)[:-1]
         stages = len(parts)
         total = np.zeros(stages, dtype=np.int64)
@@ -418,6 +453,9 @@ class VllmPool:
             group = np.arange(bucket.layer_ids.size) % bucket.n_groups
             pairs, counts = np.unique(stage * bucket.n_groups + group, return_counts=True)
             np.maximum.at(total, pairs // bucket.n_groups, counts * bucket.page_bytes)
+        total.setflags(write=False)
+        if len(self._stage_cost) < 64:
+            self._stage_cost[key] = total
         return total
 
     def blocks_per_request(self, max_model_len: np.ndarray | int) -> np.ndarray:
@@ -456,15 +494,30 @@ def _pool_cached(engine: Vllm, arch: ModelArch, kv_dtype: str, settings: EngineS
     return build_pool(engine, arch, kv_dtype, settings, mla_block_size)
 
 
-def _layer_ids(arch: ModelArch, by_spec: dict[LayerSpec, CacheRule]) -> dict[LayerSpec, np.ndarray]:
-    """Global layer ids of every cached spec, from the model's runs of identical layers."""
-    ids: dict[LayerSpec, list[np.ndarray]] = {}
+@lru_cache(maxsize=32)
+def _layer_positions(arch: ModelArch) -> dict[LayerSpec, np.ndarray]:
+    """Global layer ids of each distinct spec, ascending, from the model's runs of identical layers
+    (once per model: the pool of every KV dtype and setting indexes them)."""
+    runs: dict[LayerSpec, list[tuple[int, int]]] = {}
     position = 0
     for layer, n in arch.layer_runs():
-        if layer in by_spec:
-            ids.setdefault(layer, []).append(np.arange(position, position + n))
+        runs.setdefault(layer, []).append((position, n))
         position += n
-    return {layer: np.concatenate(parts) for layer, parts in ids.items()}
+    positions = {}
+    for layer, spans in runs.items():
+        begin = np.array([b for b, _ in spans], dtype=np.int64)
+        length = np.array([n for _, n in spans], dtype=np.int64)
+        within = np.arange(int(length.sum()), dtype=np.int64) - np.repeat(np.cumsum(length) - length,
+                                                                             length)
+        ids = np.repeat(begin, length) + within
+        ids.setflags(write=False)
+        positions[layer] = ids
+    return positions
+
+
+def _layer_ids(arch: ModelArch, by_spec: dict[LayerSpec, CacheRule]) -> dict[LayerSpec, np.ndarray]:
+    """Global layer ids of every cached spec (``_layer_positions``)."""
+    return {layer: ids for layer, ids in _layer_positions(arch).items() if layer in by_spec}
 
 
 def build_pool(engine: Vllm, arch: ModelArch, kv_dtype: str, settings: EngineSettings,
@@ -540,12 +593,16 @@ class VllmPagedPool(KVPool):
 
     def __init__(self, pool: VllmPool, budgets: list[int], parts: list[int],
                  logged_tokens: str = "concurrency", null_block: bool = True) -> None:
-        per_block = [int(b) for b in pool.stages_bytes_per_block(parts)]
+        per_block = pool.stages_bytes_per_block(parts)
         self.pool = pool
         self.stage_per_block = per_block
         self.budget = min(budgets)
-        self.num_blocks = min(max(b, 0) // pbb for b, pbb in zip(budgets, per_block, strict=True) if pbb)
-        self.bytes_per_block = max(per_block)
+        # clamped before the int64 conversion: a layout whose weights exceed the device by more than
+        # int64 holds (the 10^6-wide test models at TP 1) has no budget, not an OverflowError
+        stage_budgets = np.asarray([max(b, 0) for b in budgets], dtype=np.int64)
+        used = per_block > 0
+        self.num_blocks = int((stage_budgets[used] // per_block[used]).min())
+        self.bytes_per_block = int(per_block.max())
         self.block_size = pool.block_size
         self.capacity = max(self.num_blocks - (1 if null_block else 0), 0)
         self.logged_tokens = logged_tokens
@@ -642,6 +699,13 @@ class VllmV019(Vllm):
     def default_mnbt(self, gpu: GPU) -> int:
         return mnbt_v09_to_v026(gpu)
 
+    def mxfp4_moe_repack(self, gpu: GPU | None) -> ExpertRepack | None:
+        """v0.14–v0.19 (``quantization/mxfp4.py`` ``get_mxfp4_backend``, v0.19
+        ``oracle/mxfp4.py``): Triton on SM 9.0 (bundled ``vllm.third_party.triton_kernels``) keeps
+        the checkpoint's scales as layer parameters beside the swizzled copy in its
+        ``PrecisionConfig``; TRT-LLM pads the intermediate to 256."""
+        return mxfp4_repack(gpu, 256, True, True, "vLLM v0.14.1/v0.19.0 quantization/mxfp4.py")
+
     def in_flight_tokens(self, settings: EngineSettings, mnbt: int) -> int:
         """Before v0.26 ``SlidingWindowSpec``/``ChunkedLocalAttentionSpec`` reserve
         ``max_num_batched_tokens`` in-flight tokens whatever the scheduling."""
@@ -666,6 +730,13 @@ class VllmV011(VllmV019):
     def hybrid_default(self, arch: ModelArch) -> bool:
         return not any(layer.kind == "chunked" for layer in arch.distinct_layers())
 
+    def mxfp4_moe_repack(self, gpu: GPU | None) -> ExpertRepack | None:
+        """v0.10–v0.11 (``quantization/mxfp4.py`` ``Mxfp4MoEMethod._should_use_marlin``): Marlin
+        below SM 10.0 — v0.10.1 pins torch 2.7 (Triton needs ≥ 2.8) and neither bundles
+        ``triton_kernels``; FlashInfer (256/256) on Blackwell. (v0.12–v0.13 bundle
+        ``triton_kernels`` and pick Triton on SM 9.0, as v0.14.)"""
+        return mxfp4_repack(gpu, 256, False, True, "vLLM v0.10.1.1 quantization/mxfp4.py")
+
 
 class VllmV09(VllmV011):
     """vLLM v0.9: no ``ChunkedLocalAttentionSpec`` yet — chunked layers are ``FullAttentionSpec``
@@ -680,6 +751,10 @@ class VllmV09(VllmV011):
 
     def layer_spec_kind(self, kind: str) -> str:
         return "full" if kind == "chunked" else kind
+
+    def mxfp4_moe_repack(self, gpu: GPU | None) -> ExpertRepack | None:
+        """No MXFP4 MoE method before v0.10.1 (gpt-oss support): experts as stored."""
+        return None
 
 
 class VllmV08(VllmV09):

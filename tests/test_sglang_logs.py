@@ -1,0 +1,323 @@
+"""Public SGLang start-up logs (``tests/fixtures/sglang_logs``) against kvplan's ``sglang`` engine.
+
+Each fixture is one real run found in public material: its source, the settings it used, the
+numbers it printed (``logged``) and the verbatim lines (``log_excerpt``). Checks:
+
+* every logged number is written in the excerpt, and ``kvplan.calibrate.parse_sglang_log`` reads
+  it back (the smallest rank; the largest for "mem usage");
+* **(a1) pool bytes, exact**: SGLang allocates ``size + page_size`` token slots per layer
+  (``mem_cache/memory_pool.py`` ``MHATokenToKVPool._create_buffers`` / ``MLATokenToKVPool``) and
+  prints each buffer's bytes with ``%.2f`` of 2^30 B; kvplan's bytes per token per rank times
+  ``tokens + page_size`` must lie in the printed K + V (± 0.005 GiB each) or MLA "KV size";
+* **(a2) tokens from the logged memory, exact**: ``profile_max_num_token`` (``model_runner.py``,
+  0.5.x ``model_runner_kv_cache_mixin.py``) keeps ``rest = free after loading − free before
+  loading × (1 − mem_fraction_static)`` GiB and makes ``int(rest · 2^30) // cell`` tokens, page
+  aligned. The printed free memory (2 decimals, minimum over ranks) pins ``rest`` to an interval
+  (``SglangLog.rest_memory_interval``); kvplan given each end as ``kv_cache_memory_bytes`` must
+  bracket the logged token count;
+* **(b) end to end**: kvplan's ``fit`` from the user-facing settings alone (model preset or
+  vendored config, GPU preset, TP, mem_fraction_static, page size, KV dtype) against the logged
+  pool, within ``e2e_tolerance_bytes`` of KV memory per GPU (the memory kvplan cannot know: held
+  before loading, and its weight estimate). Cases outside are ``KNOWN_MISMATCH`` (the test fails
+  once they agree), cases that cannot be run are ``NOT_COMPARABLE``, each with its reason.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from kvplan.calibrate import SglangLog, parse_sglang_log
+from kvplan.capacity import FitQuery, fit
+from kvplan.config_import import parse_config
+from kvplan.engines import EngineSettings, engine_view
+from kvplan.engines.sglang import SGLANG_SWA_FULL_RATIO
+from kvplan.presets import get_gpu, load_model
+
+DIR = Path(__file__).resolve().parent / "fixtures" / "sglang_logs"
+FIXTURES = sorted(DIR.glob("[0-9][0-9]-*.json"))
+GIB = 1 << 30
+#: Half a unit of the last printed decimal of a "%.2f GB" value, in bytes (rounded up).
+HALF_ULP = -(-GIB // 200)
+
+REQUIRED = {
+    "id": str, "source": str, "source_title": str, "retrieved": str, "found_via": str,
+    "sglang_version": (str, type(None)), "version_evidence": str, "gpu": str, "gpu_count": int,
+    "gpu_evidence": str, "gpu_preset": (str, type(None)), "model": str, "model_evidence": str,
+    "checkpoint_format": str, "model_preset": (str, type(None)), "config": (str, type(None)),
+    "settings": dict, "settings_evidence": str, "logged": dict, "log_excerpt": str, "notes": str,
+}
+SETTINGS = {
+    "tp_size": int, "dp_size": int, "mem_fraction_static": float, "page_size": int,
+    "context_length": int, "kv_cache_dtype": str, "dtype": str, "attention_backend": str,
+    "chunked_prefill_size": int, "max_total_tokens": int,
+}
+#: logged field → (type, the SglangLog attribute parse_sglang_log fills, or None: not parsed).
+LOGGED = {
+    "load_begin_avail_gib": (float, "load_begin_avail_gib"),
+    "load_end_avail_gib": (float, "load_end_avail_gib"),
+    "weight_mem_usage_gib": (float, "weight_mem_usage_gib"),
+    "kv_tokens": (int, "kv_tokens"),
+    "k_size_gib": (float, "k_size_gib"),
+    "v_size_gib": (float, "v_size_gib"),
+    "kv_size_gib": (float, "kv_size_gib"),
+    "pool_end_avail_gib": (float, "pool_end_avail_gib"),
+    "max_total_num_tokens": (int, "max_total_num_tokens"),
+    "context_len": (int, "context_len"),
+    "available_gpu_mem_gib": (float, "available_gpu_mem_gib"),
+    "full_layer_tokens": (int, None),
+    "swa_layer_tokens": (int, None),
+}
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+#: (b) tolerance, in KV bytes per GPU: ``mem_fraction_static × PRELOAD_GIB + WEIGHT_SHARE ×
+#: weights``. PRELOAD_GIB: what the process holds before loading (CUDA context, NCCL) and the gap
+#: between nvidia-smi's total (kvplan's capacity) and CUDA's — kvplan's SGLang budget subtracts
+#: neither by default (``default_reserve_gib`` 0); in these logs capacity − "Load weight begin"
+#: is 0.86 GiB (01: L4, TP 4; 22.49 − 21.63) and 1.06 GiB (02: H100, TP 1; 79.65 − 78.59), and
+#: SGLang scales it by mem_fraction_static. WEIGHT_SHARE: kvplan's weights per GPU against the
+#: logged "mem usage" are −1.8% (01) and −1.0% (02); loaders pad and keep buffers kvplan does not
+#: count.
+PRELOAD_GIB = 1.25
+WEIGHT_SHARE = 0.03
+
+_WEIGHTS_WHY = ("weights: Kimi-K2.5 ships INT4 (compressed-tensors WNA16) routed experts, 73.58 GB "
+                "per GPU logged; kvplan's kimi-k2 preset is the FP8 Kimi K2 checkpoint (~121 GiB per "
+                "GPU at TP 8), which leaves it ~47 GiB less KV. ROCm's distributed init also held "
+                "3.4-3.8 GB before loading (not modelled)")
+#: (b) log id → why kvplan's end-to-end pool is outside the tolerance (must stay outside).
+KNOWN_MISMATCH: dict[str, str] = {"04": _WEIGHTS_WHY, "05": _WEIGHTS_WHY}
+#: (b) log id → why there is no end-to-end prediction to make.
+NOT_COMPARABLE: dict[str, str] = {
+    "06": "Ascend NPU: kvplan has no Ascend accelerator preset",
+    "07": "the GPU (a 24 GB card) and mem_fraction_static are not stated",
+    "08": "the GPU is not stated (and the log has no memory lines)",
+}
+
+
+def load(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+DOCS = {load(p)["id"]: load(p) for p in FIXTURES}
+
+
+def values(value: object) -> list:
+    return list(value) if isinstance(value, list) else [value]
+
+
+def arch_of(doc: dict):
+    if doc["config"]:
+        return parse_config(json.loads((DIR / doc["config"]).read_text()))
+    return load_model(doc["model_preset"])
+
+
+def page_of(doc: dict) -> int:
+    return doc["settings"]["page_size"] or 1
+
+
+def query(doc: dict, **extra) -> FitQuery:
+    s = doc["settings"]
+    return FitQuery(engine="sglang", tokens=4096, tp=s["tp_size"], num_gpus=s["tp_size"],
+                    kv_dtype=s["kv_cache_dtype"] or "auto",
+                    page_size=s["page_size"] if page_of(doc) > 1 else None, **extra)
+
+
+def pool_cell(doc: dict) -> int:
+    """kvplan's KV bytes per token per rank of the pool the "KV Cache is allocated" line reports:
+    the sliding-window pool for a hybrid-SWA log (``full_layer_tokens`` printed), else all layers."""
+    s = doc["settings"]
+    view = engine_view(arch_of(doc), "sglang", s["kv_cache_dtype"] or "auto",
+                       EngineSettings(tp=s["tp_size"], block_size=page_of(doc)))
+    swa_pool = "swa_layer_tokens" in doc["logged"]
+    return sum(r.layers * r.bytes_per_token for r in view.rules
+               if (r.kind in {"sliding", "chunked"}) == swa_pool)
+
+
+def logged_tokens(doc: dict) -> int:
+    return min(values(doc["logged"]["kv_tokens"]))
+
+
+def e2e_tolerance_bytes(doc: dict, weights_bytes: int) -> int:
+    return int(doc["settings"]["mem_fraction_static"] * PRELOAD_GIB * GIB + WEIGHT_SHARE * weights_bytes)
+
+
+def test_the_set_covers_releases_accelerators_and_attention_designs():
+    """≥ 8 logs from ≥ 6 sources: SGLang 0.4.3 and 0.5.8 (+ development builds), NVIDIA L4 and
+    H100, AMD MI355X, an Ascend NPU; TP 1, 2, 4, 8; MHA/GQA, MLA, and a hybrid sliding-window pool
+    with a 64-token page; page size 128."""
+    docs = list(DOCS.values())
+    assert len(docs) == 8 and sorted(DOCS) == [f"{i:02d}" for i in range(1, 9)]
+    assert len({d["source"] for d in docs}) == 7
+    assert {d["sglang_version"] for d in docs} - {None} == {"0.4.3.post4", "0.5.8.post1 (ROCm build)"}
+    assert {d["gpu_preset"] for d in docs} == {"l4", "h100-sxm", "mi355x", None}
+    assert {d["settings"]["tp_size"] for d in docs} == {1, 2, 4, 8}
+    assert {d["settings"]["page_size"] for d in docs} == {1, 64, 128, None}
+    assert any("kv_size_gib" in d["logged"] for d in docs)  # MLA
+    assert any("swa_layer_tokens" in d["logged"] for d in docs)  # hybrid SWA
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.stem)
+def test_schema(path: Path):
+    doc = load(path)
+    assert list(doc) == list(REQUIRED)
+    for key, kind in REQUIRED.items():
+        assert isinstance(doc[key], kind), (key, doc[key])
+    assert path.name.startswith(doc["id"] + "-")
+    assert doc["source"].startswith("https://github.com/")
+    assert "/blob/" not in doc["source"] or re.search(r"/blob/[0-9a-f]{40}/", doc["source"])
+    assert doc["retrieved"] == "2026-11-30"
+    assert doc["sglang_version"] is not None or "not stated" in doc["version_evidence"]
+    assert doc["model_preset"] or doc["config"], "kvplan needs a preset or a vendored config"
+    assert list(doc["settings"]) == list(SETTINGS)
+    for key, kind in SETTINGS.items():
+        value = doc["settings"][key]
+        assert value is None or (isinstance(value, kind) and not isinstance(value, bool)), key
+    assert set(doc["logged"]) <= set(LOGGED), set(doc["logged"]) - set(LOGGED)
+    for key, value in doc["logged"].items():
+        for one in values(value):
+            assert isinstance(one, LOGGED[key][0]) and not isinstance(one, bool), (key, one)
+    assert doc["log_excerpt"].endswith("\n") and doc["log_excerpt"].count("\n") <= 25
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.stem)
+def test_every_logged_number_is_written_in_the_excerpt(path: Path):
+    doc = load(path)
+    written = {float(m.group().replace(",", "")) for m in _NUMBER.finditer(doc["log_excerpt"])}
+    for key, value in doc["logged"].items():
+        for one in values(value):
+            assert float(one) in written, (key, one)
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.stem)
+def test_the_parser_reads_the_logged_numbers(path: Path):
+    doc = load(path)
+    log = parse_sglang_log(doc["log_excerpt"])
+    for key, value in doc["logged"].items():
+        attr = LOGGED[key][1]
+        if attr:
+            want = max(values(value)) if key == "weight_mem_usage_gib" else min(values(value))
+            assert getattr(log, attr) == want, key
+    if "mem_fraction_static=" in doc["log_excerpt"]:
+        assert log.mem_fraction_static == doc["settings"]["mem_fraction_static"]
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.stem)
+def test_a1_pool_bytes_per_token_are_kvplans(path: Path):
+    """``(tokens + page_size) × kvplan's bytes per token per rank`` lies in the printed sizes."""
+    doc = load(path)
+    logged = doc["logged"]
+    slots = logged_tokens(doc) + page_of(doc)
+    if "kv_size_gib" in logged:  # MLA: one latent buffer per layer
+        printed, spread = min(values(logged["kv_size_gib"])), HALF_ULP
+    else:
+        printed = min(values(logged["k_size_gib"])) + min(values(logged["v_size_gib"]))
+        spread = 2 * HALF_ULP
+    assert abs(slots * pool_cell(doc) - printed * GIB) <= spread, (slots * pool_cell(doc) / GIB, printed)
+
+
+def test_a1_hand_values():
+    """QwQ-32B at TP 4: 64 layers × 2 of 8 KV heads × (128 + 128) × 2 B = 65,536 B; Kimi K2.5 (MLA,
+    replicated): 61 × (512 + 64) × 2 B = 70,272 B; MiMo-V2-Flash's sliding pool at TP 4: 39 layers ×
+    2 of 8 heads × (192 + 128) × 2 B = 49,920 B (the Hub config's 9 full layers are not in it)."""
+    assert [pool_cell(DOCS[i]) for i in ("01", "04", "08")] == [65536, 70272, 49920]
+
+
+def test_a1_sliding_pool_is_the_full_pool_times_the_ratio():
+    """MiMo-V2-Flash, page 64: swa tokens = full tokens × swa_full_tokens_ratio (0.8), page
+    aligned — kvplan's SGLANG_SWA_FULL_RATIO — as the log's 375,360 → 300,288."""
+    logged = DOCS["08"]["logged"]
+    full, swa = min(logged["full_layer_tokens"]), min(logged["swa_layer_tokens"])
+    assert int(full * SGLANG_SWA_FULL_RATIO) // 64 * 64 == swa == logged_tokens(DOCS["08"])
+
+
+def _a2_docs() -> list[dict]:
+    return [d for d in DOCS.values() if d["settings"]["mem_fraction_static"] is not None
+            and parse_sglang_log(d["log_excerpt"]).rest_memory_interval(
+                d["settings"]["mem_fraction_static"]) is not None]
+
+
+def test_a2_covers_every_log_with_memory_lines_and_a_known_fraction():
+    assert sorted(d["id"] for d in _a2_docs()) == ["01", "02", "04", "05", "06"]
+
+
+@pytest.mark.parametrize("doc", _a2_docs(), ids=lambda d: d["id"])
+def test_a2_tokens_from_the_logged_memory(doc: dict):
+    """kvplan given SGLang's rest memory (both ends of what the printed lines allow) brackets the
+    logged token count: the cell, the int(// cell) and the page alignment are SGLang's."""
+    log: SglangLog = parse_sglang_log(doc["log_excerpt"])
+    low, high = log.rest_memory_interval(doc["settings"]["mem_fraction_static"])
+    arch, gpu = arch_of(doc), get_gpu(doc["gpu_preset"] or "h100-sxm")
+    fewest = fit(arch, gpu, query(doc, kv_cache_memory_bytes=low), search_gpus=False).kv_pool_tokens
+    most = fit(arch, gpu, query(doc, kv_cache_memory_bytes=high), search_gpus=False).kv_pool_tokens
+    assert fewest <= logged_tokens(doc) <= most, (fewest, logged_tokens(doc), most)
+    assert most - fewest <= 2 * 0.02 * GIB // pool_cell(doc) + page_of(doc)  # the rounding, no more
+
+
+def test_a2_hand_values():
+    """QwQ-32B (01): rest ∈ [6.085 − 21.635 × 0.15, 6.095 − 21.625 × 0.15] GiB = [2.83975,
+        2.85125] GiB → [46,526, 46,714] tokens of 65,536 B; logged 46,611. Ascend (06), no begin line:
+    free before = 29.60 + 31.01 GB (± 0.01), rest ∈ [29.595 − 60.62 × 0.2, 29.605 − 60.60 × 0.2]
+    → 131,072 B tokens, page 128: [143,104, 143,232]; logged 143,104."""
+    low, high = parse_sglang_log(DOCS["01"]["log_excerpt"]).rest_memory_interval(0.85)
+    assert (low // 65536, high // 65536) == (46526, 46714)
+    npu = parse_sglang_log(DOCS["06"]["log_excerpt"]).rest_memory_interval(0.8)
+    assert [b // 131072 // 128 * 128 for b in npu] == [143104, 143232]
+
+
+def _e2e_docs() -> list[dict]:
+    return [d for d in DOCS.values() if d["id"] not in NOT_COMPARABLE]
+
+
+def test_b_every_log_is_compared_or_says_why_not():
+    assert sorted(d["id"] for d in _e2e_docs()) == ["01", "02", "03", "04", "05"]
+    for i in NOT_COMPARABLE:
+        settings = DOCS[i]["settings"]
+        assert DOCS[i]["gpu_preset"] is None or settings["mem_fraction_static"] is None
+    assert set(KNOWN_MISMATCH) <= {d["id"] for d in _e2e_docs()}
+
+
+@pytest.mark.parametrize("doc", _e2e_docs(), ids=lambda d: d["id"])
+def test_b_end_to_end_from_the_settings(doc: dict):
+    """kvplan's pool from the preset/config, the GPU preset and the run's settings only, against
+    the logged pool, in KV bytes per GPU."""
+    result = fit(arch_of(doc), get_gpu(doc["gpu_preset"]),
+                 query(doc, gpu_util=doc["settings"]["mem_fraction_static"]), search_gpus=False)
+    error = abs(result.kv_pool_tokens - logged_tokens(doc)) * pool_cell(doc)
+    tolerance = e2e_tolerance_bytes(doc, result.weights_bytes)
+    detail = (result.kv_pool_tokens, logged_tokens(doc), error / GIB, tolerance / GIB)
+    if doc["id"] in KNOWN_MISMATCH:
+        assert error > tolerance, f"now within tolerance: delete KNOWN_MISMATCH[{doc['id']!r}] {detail}"
+    else:
+        assert error <= tolerance, detail
+
+
+def test_b_hand_values():
+    """01, QwQ-32B on an L4: kvplan starts from CUDA's total (issue #14), 22,593 MiB × 0.85 − 15.26
+    GiB of weights = 3.50 GiB → 57,281 tokens; SGLang had 21.63 GB free before loading and 15.54 GB
+    of weights → 46,611. The 0.65 GiB gap is mostly the memory held before loading (× 0.85) and
+    0.28 GiB of weights."""
+    doc = DOCS["01"]
+    result = fit(arch_of(doc), get_gpu("l4"), query(doc, gpu_util=0.85), search_gpus=False)
+    assert result.gpu_capacity_bytes == 22_593 * 2**20
+    assert result.kv_pool_tokens == 57281
+    assert round((57281 - 46611) * 65536 / GIB, 2) == 0.65
+
+
+def test_b_from_the_cuda_total_the_gap_narrows():
+    """SGLang budgets from CUDA's free memory; nvidia-smi's total (``reported_mib``) exceeds CUDA's
+    (``cuda_total_mib``) by 441 MiB (L4) and 470 MiB (H100). kvplan starts from the CUDA total
+    (issue #14), which moves the end-to-end pool towards the log compared with nvidia-smi's figure:
+    01 63,278 → 57,281 tokens (gap 1.02 → 0.65 GiB), 02 451,643 → 448,334 (1.09 → 0.68 GiB); what is
+    left is the memory held before loading and the weight estimate."""
+    for log_id, reported, cuda in (("01", 63278, 57281), ("02", 451643, 448334)):
+        doc = DOCS[log_id]
+        gpu = get_gpu(doc["gpu_preset"])
+        at_smi_total = gpu.model_copy(update={"cuda_total_mib": gpu.reported_mib})
+        got = [fit(arch_of(doc), g, query(doc, gpu_util=doc["settings"]["mem_fraction_static"]),
+                   search_gpus=False).kv_pool_tokens for g in (at_smi_total, gpu)]
+        assert got == [reported, cuda]
+        assert logged_tokens(doc) < cuda < reported
