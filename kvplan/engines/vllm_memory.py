@@ -164,9 +164,10 @@ def vllm_reserve_terms(arch: ModelArch, settings: EngineSettings, model_dtype: s
     else:
         how = (f"{len(sizes)} capture sizes (1…{sizes[-1] if sizes else 0}) × ({GRAPH_BYTES_PER_SIZE:,} + "
                f"{GRAPH_BYTES_PER_SIZE_TP:,} × [tp {tp} > 1]) B = {graphs:,} B (fitted on logs 01–04)")
-    if not graphs_counted:
-        how += ("; captured after the KV cache is sized, so it comes out of the (1 − utilization) slack"
-                if v0 or capture != "none" else "")
+    if not graphs_counted and graphs:
+        how += ("; not subtracted: captured after the KV cache is sized, so it comes out of the "
+                "(1 − utilization) slack" + ("" if v0 else " (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS "
+                                                        "defaults to 0 before v0.20)"))
     terms.append(ReserveTerm(
         "cuda_graphs", graphs, how,
         f"{release}: gpu_model_runner.py capture_model / profile_cudagraph_memory; config/vllm.py "
