@@ -58,6 +58,26 @@ _PATTERNS: dict[str, re.Pattern[str]] = {
                                     + r"\s*Gi?B"),
     "max_seq_len": re.compile(r"\bmax_seq_len=" + _INT + r"\b"),
 }
+#: Reserve terms some logs print (GiB), by kvplan's term name (``Engine.runtime_reserve``): V0
+#: ``worker.py`` "non_torch_memory takes X GiB; PyTorch activation peak memory takes Y GiB" (and its
+#: 0.6 one-line / table forms), V1 ``gpu_worker.py`` "… X GiB for peak activation, Y GiB for
+#: non-torch memory, and Z GiB for CUDAGraph memory" (v0.10–v0.26), ``gpu_model_runner.py`` "Graph
+#: capturing finished in N secs, took X GiB", and the same quantities as "Peak activation memory:
+#: X GiB" in transcriptions.
+_TERM_PATTERNS: dict[str, re.Pattern[str]] = {
+    "activation_peak": re.compile(
+        r"(?:PyTorch activation peak memory(?:\s+takes)?|Peak activation memory:?)[:*\s]*" + _SIGNED
+        + r"\s*GiB|" + _SIGNED + r"\s*GiB for peak activation", re.IGNORECASE),
+    "non_torch": re.compile(
+        r"(?:non_torch_memory(?:\s+takes|=)?|Non-torch memory:)[:*\s]*" + _SIGNED + r"\s*GiB|"
+        + _SIGNED + r"\s*GiB for non-torch memory", re.IGNORECASE),
+    "cuda_graphs": re.compile(
+        r"(?:Graph capturing finished in \d+ secs?, took|CUDAGraph memory:)[:*\s]*" + _SIGNED
+        + r"\s*GiB|" + _SIGNED + r"\s*GiB for CUDAGraph memory", re.IGNORECASE),
+    "total_gpu_memory": re.compile(
+        r"total_gpu_memory[=\s(]*" + _FLOAT + r"\s*GiB|Free memory on device[:*\s(]*[\d.]+/"
+        + _FLOAT + r"\s*GiB", re.IGNORECASE),
+}
 
 
 class VllmLog(BaseModel):
@@ -73,6 +93,9 @@ class VllmLog(BaseModel):
     num_gpu_blocks: int | None = None
     #: "Model loading took X GiB" (the largest rank's weights; V0: "Loading model weights took").
     model_loading_gib: float | None = None
+    #: Reserve terms and the device total the log prints (GiB, the largest over ranks), by name:
+    #: ``activation_peak``, ``non_torch``, ``cuda_graphs``, ``total_gpu_memory``.
+    logged_terms: dict[str, float] = {}
     #: How many ranks logged their available memory (TP/PP workers); the minimum is kept.
     ranks: int = 0
     lines_matched: int = 0
@@ -97,6 +120,8 @@ LOG_LIMITS: dict[str, tuple[int, int]] = {
     "model loading (GiB)": (0, 1_000_000), "GPU KV cache size (tokens)": (0, 10**15),
     "max_model_len": (1, MAX_TOKENS), "maximum concurrency": (0, 10**12),
     "number of GPU blocks": (0, 10**12),
+    **{f"{name} (GiB)": (-1_000_000, 1_000_000) for name in (
+        "activation_peak", "non_torch", "cuda_graphs", "total_gpu_memory")},
 }
 
 
@@ -156,6 +181,7 @@ def parse_vllm_log(log: str | bytes) -> VllmLog:
     blocks: list[int] = []
     capacities: list[tuple[int, float | None, int]] = []  # (tokens, concurrency, its decimals)
     loading: list[float] = []
+    terms: dict[str, float] = {}
     matched = 0
     for line in text.splitlines():
         if len(line) > 100_000:  # one line can't be a log line; skip it rather than scan it
@@ -187,6 +213,10 @@ def parse_vllm_log(log: str | bytes) -> VllmLog:
             hit = True
         if "max_model_len" not in found and (m := _PATTERNS["max_seq_len"].search(line)):
             found["max_seq_len"] = _number("max_model_len", m.group(1), int)
+        for name, pattern in _TERM_PATTERNS.items():
+            for m in pattern.finditer(line):
+                value = float(_number(f"{name} (GiB)", next(g for g in m.groups() if g), float))
+                terms[name] = max(terms.get(name, value), value)
         matched += hit
     if not matched:
         raise KVPlanError("calibrate.no_lines")
@@ -208,7 +238,7 @@ def parse_vllm_log(log: str | bytes) -> VllmLog:
             found.update(max_concurrency=rank[1], max_concurrency_decimals=rank[2])
     if loading:
         found["model_loading_gib"] = max(loading)
-    return VllmLog(**found, ranks=len(available), lines_matched=matched)
+    return VllmLog(**found, logged_terms=terms, ranks=len(available), lines_matched=matched)
 
 
 class Calibration(BaseModel):
@@ -246,6 +276,10 @@ class Calibration(BaseModel):
     implied_reserve_gib: float | None = None
     #: A short decimal GiB value whose bytes lie in the implied interval (for the sidebar / link).
     suggested_reserve_gib: float | None = None
+    #: The implied reserve split into the release's terms: per term kvplan's model, the log's own
+    #: value where it prints one, and the share of the implied reserve (logged, else the model's);
+    #: a last ``unexplained`` entry holds what is left.
+    implied_terms: list[dict[str, Any]] = []
     #: "Model loading took X GiB" in bytes (the largest rank), to set beside kvplan's weights.
     logged_weights_bytes: int | None = None
     #: ``fit`` re-run with ``kv_cache_memory_bytes`` = the logged memory (midpoint).
@@ -364,6 +398,7 @@ def calibrate(arch: ModelArch, gpu: GPU, query: FitQuery, log: VllmLog) -> Calib
             formulas["suggested_reserve"] = (
                 f"{suggested:g} GiB = {int(suggested * GIB):,} B, inside the implied interval: "
                 "with it kvplan's own budget gives the logged block count")
+        out["implied_terms"] = _split_reserve(predicted, log, reserve, formulas)
         if reserve < 0:
             notes.append("the implied reserve is negative: the run's weights or "
                          "gpu_memory_utilization differ from the ones chosen here")
@@ -403,6 +438,26 @@ def calibrate(arch: ModelArch, gpu: GPU, query: FitQuery, log: VllmLog) -> Calib
         predicted_num_blocks=predicted.num_blocks or 0,
         predicted_kv_cache_tokens=predicted.kv_pool_tokens,
         predicted_max_concurrency=predicted.max_concurrency, formulas=formulas, notes=notes, **out)
+
+
+def _split_reserve(predicted: FitResult, log: VllmLog, implied: int,
+                   formulas: dict[str, str]) -> list[dict[str, Any]]:
+    """The implied reserve as the release's counted terms: the log's value where it prints the term,
+    else kvplan's; the rest is ``unexplained`` (model error, the capacity estimate, weights)."""
+    rows: list[dict[str, Any]] = []
+    for term in predicted.reserve.get("terms", []):
+        if not term["counted"]:
+            continue
+        logged = log.logged_terms.get(term["name"])
+        logged_bytes = None if logged is None else round(logged * GIB)
+        rows.append({"name": term["name"], "model_bytes": term["bytes"], "logged_bytes": logged_bytes,
+                     "implied_bytes": term["bytes"] if logged_bytes is None else logged_bytes})
+    rest = implied - sum(row["implied_bytes"] for row in rows)
+    rows.append({"name": "unexplained", "model_bytes": 0, "logged_bytes": None, "implied_bytes": rest})
+    formulas["implied_terms"] = " + ".join(
+        f"{row['name']} {row['implied_bytes']:,}" + (" (logged)" if row["logged_bytes"] is not None else "")
+        for row in rows) + f" = {implied:,} B"
+    return rows
 
 
 def _logged_blocks(log: VllmLog, bpr: int, length: int, formulas: dict[str, str],

@@ -8,6 +8,10 @@
 * HF — all of the device memory minus weights and the runtime reserve;
 * ``--kv-cache-memory-bytes`` replaces the computed budget (vLLM's flag of the same name).
 
+``total`` is the device total CUDA reports (``Engine.capacity``: the catalogue's ``cuda_total_mib``
+or a labelled estimate; a custom GPU's GiB); the runtime reserve is the engine release's terms
+(``Engine.runtime_reserve``), each replaceable (``reserve_terms``), or a given total (``reserve_gib``).
+
 Weights: per part in the checkpoint's stored format (``kvplan.weights``), split over pipeline stages
 (embeddings on the first, LM head on the last), tensor- and expert-parallel ranks.
 """
@@ -52,6 +56,8 @@ class FitQuery(BaseModel):
     tp: int = Field(default=1, ge=1, le=4096)
     pp: int = Field(default=1, ge=1, le=4096)
     reserve_gib: float | None = Field(default=None, ge=0, le=100_000)
+    #: Runtime-reserve terms replaced by the user: term name → GiB (``Engine.runtime_reserve``).
+    reserve_terms: dict[str, float] | None = None
     kv_cache_memory_bytes: int | None = Field(default=None, ge=0)
     settings: EngineSettings = Field(default_factory=EngineSettings)
 
@@ -78,6 +84,8 @@ class FitResult(BaseModel):
     engine: str
     engine_label: str
     engine_release: str = ""
+    #: The engine release's key (``latest`` or ``0.19`` …) as ``--engine-version`` takes it.
+    release: str = "latest"
     tokens: int
     users: int
     kv_dtype: str
@@ -86,12 +94,16 @@ class FitResult(BaseModel):
     pp: int
     replicas: int
     gpu_capacity_bytes: int
+    #: The device total the budget starts from: bytes, source, status, note, marketed, nvidia_smi.
+    capacity: dict[str, Any] = {}
     memory_target_bytes: int
     params_total: int
     params_method: str = ""
     weights_total_bytes: int
     weights_bytes: int
     reserve_bytes: int
+    #: The runtime reserve: terms [{name, bytes, formula, source, basis, counted}], total.
+    reserve: dict[str, Any] = {}
     kv_budget_bytes: int
     kv_bytes_per_request: int
     num_blocks: int | None = None
@@ -210,10 +222,14 @@ def memory_budget(arch: ModelArch, gpu: GPU, query: FitQuery,
     weights_total, stages = layout.total_bytes, layout.stage_bytes
     notes: list[str] = []
     formulas: dict[str, str] = {}
-    reserve = int((query.reserve_gib if query.reserve_gib is not None
-                   else engine.default_reserve_gib) * GIB)
-    target, formulas["memory_target"] = engine.memory_target(gpu.capacity_bytes, settings, arch, notes)
-    budgets = engine.kv_budgets(target, stages, reserve, settings, formulas, gpu.capacity_bytes)
+    capacity = engine.capacity(gpu)
+    detail = engine.runtime_reserve(arch, gpu, settings, query.tokens).with_overrides(
+        query.reserve_terms, query.reserve_gib)
+    reserve = detail.total
+    formulas["capacity"] = f"{capacity.bytes:,} B ({capacity.note})"
+    formulas["reserve"] = detail.formula()
+    target, formulas["memory_target"] = engine.memory_target(capacity.bytes, settings, arch, notes)
+    budgets = engine.kv_budgets(target, stages, reserve, settings, formulas, capacity.bytes)
     given = query.kv_cache_memory_bytes is not None
     if query.kv_cache_memory_bytes is not None:
         budgets = [query.kv_cache_memory_bytes] * pp
@@ -221,7 +237,8 @@ def memory_budget(arch: ModelArch, gpu: GPU, query: FitQuery,
     weights_fit = max(stages) + reserve <= target or given
     formulas["kv_budget"] = (f"{target:,} − weights {max(stages):,} − reserve {reserve:,} = "
                              f"{min(budgets):,} B" if not given else f"{max(min(budgets), 0):,} B (given)")
-    return Budget(target, weights_total, stages, reserve, budgets, weights_fit, formulas, notes)
+    return Budget(target, weights_total, stages, reserve, budgets, weights_fit, formulas, notes,
+                  capacity, detail)
 
 
 def fit(arch: ModelArch, gpu: GPU, query: FitQuery, search_gpus: bool = True) -> FitResult:
@@ -242,12 +259,16 @@ def fit(arch: ModelArch, gpu: GPU, query: FitQuery, search_gpus: bool = True) ->
     result = FitResult(
         model=arch.name, gpu=gpu.id, engine=query.engine, engine_label=get_engine(query.engine).label,
         engine_release=get_engine(query.engine).release,
+        release=query.engine.partition("@")[2] or "latest",
+        capacity=budget.capacity.as_json() if budget.capacity else {},
+        reserve=budget.reserve_detail.as_json() if budget.reserve_detail else {},
         tokens=query.tokens, users=query.users,
         kv_dtype=get_engine(query.engine).kv_dtype(arch, query.kv_dtype).name,
         weight_dtype=query.weight_dtype or serving_weight_format(arch, query), tp=tp, pp=pp,
         replicas=replicas, weights_breakdown=layout.heaviest,
         weight_format=f"{layout.format_label} — from {layout.format_source}",
-        gpu_capacity_bytes=gpu.capacity_bytes, memory_target_bytes=budget.target,
+        gpu_capacity_bytes=budget.capacity.bytes if budget.capacity else gpu.capacity_bytes,
+        memory_target_bytes=budget.target,
         params_total=arch.params_total, params_method=arch.params_method,
         weights_total_bytes=budget.weights_total, weights_bytes=max(budget.stage_weights),
         reserve_bytes=budget.reserve, kv_budget_bytes=budget.kv_budget,

@@ -16,7 +16,7 @@ from typing import Any, Literal, NoReturn
 
 from pydantic import ValidationError
 
-from kvplan.engines import engine_with_release, get_engine
+from kvplan.engines import DEFAULT_ENGINE, engine_with_release, get_engine
 from kvplan.errors import MESSAGES, KVPlanError, clip, short
 
 GIB = 1 << 30
@@ -92,6 +92,19 @@ def _nonneg_float(text: str) -> float:
     return _number("--reserve-gib", float, 0, 1_000_000)(text)
 
 
+def _reserve_term(text: str) -> tuple[str, float]:
+    """``NAME=GiB``: one runtime-reserve term replaced (``fit --json`` lists the engine's terms)."""
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip():
+        raise argparse.ArgumentTypeError(MESSAGES["value.not_number"].format(
+            field="--reserve-term NAME=GiB", value=short(text)))
+    return name.strip(), _number(f"--reserve-term {short(name.strip())}", float, 0, 1_000_000)(value)
+
+
+def _reserve_terms(args: argparse.Namespace) -> dict[str, float] | None:
+    return dict(args.reserve_term) if getattr(args, "reserve_term", None) else None
+
+
 def _nonneg_int(text: str) -> int:
     return _number("--kv-cache-memory-bytes", int, 0, 10**16)(text)
 
@@ -148,7 +161,10 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--weight-dtype",
                      help="override the checkpoint's own format (default: what config.json's "
                           "quantization_config says each part is stored in)")
-    fit.add_argument("--reserve-gib", type=_nonneg_float)
+    fit.add_argument("--reserve-gib", type=_nonneg_float,
+                     help="the runtime reserve's total (default: the engine release's terms)")
+    fit.add_argument("--reserve-term", type=_reserve_term, action="append", metavar="NAME=GiB",
+                     help="replace one runtime-reserve term (e.g. activation_peak=2.5); repeatable")
     fit.add_argument("--kv-cache-memory-bytes", type=_nonneg_int)
     fit.add_argument("--check", action="store_true",
                      help="exit with code 1 when the request does not fit (for scripts)")
@@ -160,7 +176,9 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--pp", type=_positive("--pp", 4096), default=1)
     cal.add_argument("--weight-dtype", help="override the checkpoint's own format")
     cal.add_argument("--reserve-gib", type=_nonneg_float,
-                     help="reserve of kvplan's own prediction (default: the engine default)")
+                     help="reserve of kvplan's own prediction (default: the engine release's terms)")
+    cal.add_argument("--reserve-term", type=_reserve_term, action="append", metavar="NAME=GiB",
+                     help="replace one runtime-reserve term of kvplan's prediction; repeatable")
     cal.add_argument("--log", required=True, help="the vLLM log file (max 1 MiB)")
 
     _recommend_args(sub.add_parser("recommend", help="cheapest deployments that hold the traffic and "
@@ -322,6 +340,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
                      weight_dtype=args.weight_dtype,
                      engine=engine_with_release(args.engine, args.engine_version),
                      num_gpus=args.num_gpus, tp=args.tp, pp=args.pp, reserve_gib=args.reserve_gib,
+                     reserve_terms=_reserve_terms(args),
                      kv_cache_memory_bytes=args.kv_cache_memory_bytes,
                      settings=settings_from_args(args, tp=args.tp, pp=args.pp))
     result = fit(arch, gpu, query)
@@ -336,7 +355,11 @@ def cmd_fit(args: argparse.Namespace) -> int:
     gpus = result.replicas * result.tp * result.pp
     print(f"{result.model} on {plural(gpus, 'GPU')} × {gpu.name} ({plural(result.replicas, 'replica')}"
           f" of TP={result.tp}, PP={result.pp}) · {result.engine_label} [{result.engine_release}]")
-    print(f"GPU memory:        {human(result.gpu_capacity_bytes)} [{gpu.capacity_basis}]")
+    cap = result.capacity
+    print(f"GPU memory:        {human(result.gpu_capacity_bytes)} [{cap.get('note', '')}; "
+          f"status {cap.get('status', '')}]")
+    smi = f", nvidia-smi {human(cap['nvidia_smi'])}" if cap.get("nvidia_smi") else ""
+    print(f"  marketed {human(cap.get('marketed', 0))}{smi}")
     print(f"Weights per GPU:   {human(result.weights_bytes)}")
     print(f"  format: {result.weight_format}")
     for part, size in result.weights_breakdown.items():
@@ -348,6 +371,11 @@ def cmd_fit(args: argparse.Namespace) -> int:
             print(f"  {part:20s} checkpoint {row['checkpoint']:>16,} B   estimate {row['estimate']:>16,} B")
     elif checkpoint is not None:
         print(f"Checkpoint headers not read: {checkpoint['problem']}")
+    print(f"Runtime reserve:   {human(result.reserve_bytes)}"
+          + (" (given)" if result.reserve.get("total_overridden") else ""))
+    for term in result.reserve.get("terms", []):
+        flag = "" if term["counted"] else " (not subtracted)"
+        print(f"  {term['name']:24s} {human(term['bytes'])}{flag}: {term['formula']} [{term['source']}]")
     print(f"KV budget per GPU: {human(result.kv_budget_bytes)}")
     if result.num_blocks is not None:
         per_request = (f" ({result.blocks_per_request:,} per request)"
@@ -409,9 +437,10 @@ def cmd_gpus(args: argparse.Namespace) -> int:
         print(json.dumps([g.model_dump() for g in gpus().values()]))
         return 0
     for gpu in gpus().values():
+        cap = get_engine(DEFAULT_ENGINE).capacity(gpu)
         print(f"{gpu.id:16s} {gpu.name:32s} {gpu.capacity_bytes / GIB:8.2f} GiB "
-              f"({gpu.capacity_bytes / 1e9:7.2f} GB)  {gpu.bandwidth_tbps:5.2f} TB/s  "
-              f"{gpu.bf16_tflops:7.1f} TFLOPS")
+              f"({gpu.capacity_bytes / 1e9:7.2f} GB)  CUDA {cap.bytes / GIB:7.2f} GiB ({cap.status})  "
+              f"{gpu.bandwidth_tbps:5.2f} TB/s  {gpu.bf16_tflops:7.1f} TFLOPS")
     return 0
 
 
@@ -438,7 +467,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     gpu = get_gpu(args.gpu)
     query = FitQuery(tokens=args.tokens, kv_dtype=args.kv_dtype, weight_dtype=args.weight_dtype,
                      engine=engine_with_release(log_engine(), args.engine_version), tp=args.tp,
-                     pp=args.pp, reserve_gib=args.reserve_gib,
+                     pp=args.pp, reserve_gib=args.reserve_gib, reserve_terms=_reserve_terms(args),
                      settings=settings_from_args(args, tp=args.tp, pp=args.pp))
     result = calibrate(arch, gpu, query, log)
     if args.json:
@@ -468,6 +497,10 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         print(f"Implied runtime reserve: {human(reserve)} "
               f"(between {low / GIB:.4f} and {high / GIB:.4f} GiB); kvplan assumed "
               f"{result.predicted_reserve_bytes / GIB:g} GiB")
+    for part in result.implied_terms:
+        logged = "" if part["logged_bytes"] is None else f", logged {human(part['logged_bytes'])}"
+        print(f"  {part['name']:18s} {human(part['implied_bytes'])} (kvplan {human(part['model_bytes'])}"
+              f"{logged})")
     if result.suggested_reserve_gib is not None:
         print(f"Use --reserve-gib {result.suggested_reserve_gib:g} to plan like this run.")
     print(f"Agreement with the logged memory: {result.agreement.replace('_', ' ')} "

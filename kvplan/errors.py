@@ -40,6 +40,7 @@ MESSAGES: dict[str, str] = {
     "unknown.dtype": "unknown dtype '{value}'; choose one of: {choices}",
     "unknown.engine": "unknown engine '{value}'; choose one of: {choices}",
     "unknown.release": "kvplan does not model {engine} release '{value}'; choose one of: {choices}",
+    "reserve.term": "this engine's runtime reserve has no term '{value}'; its terms: {choices}",
     "unknown.scenario": "unknown scenario '{value}'",
     # numbers
     "value.range": "{field} must be between {low:,} and {high:,}, got {value}",

@@ -69,6 +69,8 @@ class GPU(BaseModel):
     host_link: str = ""
     device_name: str = ""
     compute_capability: str | None = None
+    #: A user-defined accelerator (``custom:<GiB>…``): its GiB is the total CUDA reports.
+    custom: bool = False
     status: dict[str, str] = {}
     sources: dict[str, str] = {}
 
@@ -152,7 +154,7 @@ def custom_gpu(capacity_gib: float, bandwidth_tbps: float = 1.0, bf16_tflops: fl
     name = name or f"Custom accelerator ({capacity_gib:g} GiB, {bandwidth_tbps:g} TB/s)"
     return GPU(id="custom", name=name, marketed_memory=f"{capacity_gib:g} GiB",
                marketed_bytes=capacity, reported_bytes=capacity,
-               bandwidth_tbps=bandwidth_tbps, bf16_tflops=bf16_tflops,
+               bandwidth_tbps=bandwidth_tbps, bf16_tflops=bf16_tflops, custom=True,
                sources={"memory": "user input"})
 
 

@@ -321,7 +321,6 @@ def recommend(arch: ModelArch, query: RecommendQuery, base: FitQuery,
     stage_w = np.zeros((Y, W, stages_max), dtype=np.int64)
     w_dense = np.zeros((Y, W))
     w_expert = np.zeros((Y, W))
-    reserve = 0
     layout_queries: list[FitQuery] = []
     for y, (tp, pp, ep) in enumerate(layouts):
         q = base.model_copy(update={"tp": tp, "pp": pp, "num_gpus": tp * pp, "users": 1, "tokens": L})
@@ -329,7 +328,6 @@ def recommend(arch: ModelArch, query: RecommendQuery, base: FitQuery,
         for w, wd in enumerate(wds):
             budget = memory_budget(arch, ref, q.model_copy(update={
                 "weight_dtype": None if wd == "auto" else wd}))
-            reserve = budget.reserve
             stages = list(budget.stage_weights)
             if ep > 1:
                 experts = budget.weights_total * expert_params // all_params
@@ -346,6 +344,7 @@ def recommend(arch: ModelArch, query: RecommendQuery, base: FitQuery,
     pad = np.iinfo(np.int64).max
     budgets = np.full((G, Y, W, stages_max), pad, dtype=np.int64)
     targets = np.zeros((G, Y), dtype=np.int64)
+    reserves = np.zeros((G, Y), dtype=np.int64)
     settings_of: dict[tuple[int, int], EngineSettings] = {}
     own = [engine.own_settings(q.settings, tp=q.tp, pp=q.pp) for q in layout_queries]
     given = base.kv_cache_memory_bytes
@@ -353,16 +352,20 @@ def recommend(arch: ModelArch, query: RecommendQuery, base: FitQuery,
         for y, (_, pp, _) in enumerate(layouts):
             settings = engine.resolve_settings(own[y], L, gpu, arch)  # = capacity.engine_settings
             settings_of[g, y] = settings
-            target, _ = engine.memory_target(gpu.capacity_bytes, settings, arch, [])
+            total = engine.capacity(gpu).bytes  # = capacity.memory_budget
+            reserve = engine.runtime_reserve(arch, gpu, settings, L).with_overrides(
+                base.reserve_terms, base.reserve_gib).total
+            reserves[g, y] = reserve
+            target, _ = engine.memory_target(total, settings, arch, [])
             targets[g, y] = target
             if given is not None:
                 budgets[g, y, :, :pp] = given
                 continue
             flat = [int(v) for v in stage_w[y, :, :pp].ravel()]
-            kv = engine.kv_budgets(target, flat, reserve, settings, {"memory_target": ""},
-                                   gpu.capacity_bytes)
+            kv = engine.kv_budgets(target, flat, reserve, settings, {"memory_target": ""}, total)
             budgets[g, y, :, :pp] = np.asarray(kv, dtype=np.int64).reshape(W, pp)
-    weights_fit = (stage_w.max(axis=2)[None] + reserve <= targets[:, :, None]) | (given is not None)
+    weights_fit = (stage_w.max(axis=2)[None] + reserves[:, :, None] <= targets[:, :, None]) \
+        | (given is not None)
 
     # pools: one per (layout, KV format, GPU signature); requests per budget row, vectorised
     max_req = np.zeros((G, Y, K, W), dtype=np.int64)

@@ -79,6 +79,9 @@ class Scenario(BaseModel):
     tokens: int = _bounded("tokens", 32768, "t")
     users: int = _bounded("users", 8, "u")
     reserve_gib: float | None = _bounded("reserve_gib", None, "r")
+    #: Runtime-reserve terms replaced by the user, GiB by term name (``rt=activation_peak:2.5;…``;
+    #: the names of the engine's counted terms, ``Engine.reserve_term_names``).
+    reserve_terms: dict[str, float] = Field(default_factory=dict, alias="rt", max_length=8)
     #: Engine knobs; each travels under its own link key (``SETTING_KEYS``) with the bounds of its
     #: one declaration (``kvplan.engines.settings``), which the sidebar widgets use too.
     engine_settings: EngineSettings = Field(default_factory=EngineSettings)
@@ -194,8 +197,9 @@ def _decode_setting(setting: Setting, text: str | None, settings: dict[str, Any]
 def _encode(name: str, value: Any) -> str:
     if name == "custom_config":
         return encode_config(value)
-    if name == "serving":
-        return ";".join(f"{k}:{v}" for k, v in sorted(value.items()))
+    if name in {"serving", "reserve_terms"}:
+        return ";".join(f"{k}:{v!r}" if isinstance(v, float) else f"{k}:{v}"
+                        for k, v in sorted(value.items()))
     if isinstance(value, bool):
         return "1" if value else "0"
     if isinstance(value, list):
@@ -211,6 +215,8 @@ def _decode(name: str, text: str) -> Any:
         return decode_config(text)
     if name == "serving":
         return _decode_pairs(text)
+    if name == "reserve_terms":
+        return {key: _decode("reserve_gib", value) for key, value in _decode_pairs(text).items()}
     if name == "kv_dtypes":
         items = [item.strip() for item in text.split(",") if item.strip()]
         if not items:
@@ -296,7 +302,7 @@ def check_names(scenario: Scenario) -> tuple[Scenario, list[str]]:
     replaced by their canonical names. Returns the repaired scenario and one warning per fix.
     """
     from kvplan.dtypes import KV_DTYPE_CHOICES, WEIGHT_DTYPES, get_dtype, get_weight_dtype
-    from kvplan.engines import REGISTRY, release_choices
+    from kvplan.engines import REGISTRY, get_engine, release_choices
     from kvplan.errors import KVPlanError
     from kvplan.presets import gpus, model_presets
 
@@ -358,6 +364,14 @@ def check_names(scenario: Scenario) -> tuple[Scenario, list[str]]:
             canonical = defaults.weight_dtype
         if canonical != weight:
             update["weight_dtype"] = canonical
+    engine = get_engine(update.get("engine", scenario.engine))
+    known = {k: v for k, v in scenario.reserve_terms.items() if k in engine.reserve_term_names
+             and BOUNDS["reserve_gib"][0] <= v <= BOUNDS["reserve_gib"][1]}
+    if known != scenario.reserve_terms:
+        bad = ", ".join(k for k in scenario.reserve_terms if k not in known)
+        warn("reserve_terms", bad, str(KVPlanError("reserve.term", value=clip(bad), choices=", ".join(
+            engine.reserve_term_names))) + " (or a value outside the reserve's bounds)")
+        update["reserve_terms"] = known
     tpp = scenario.tp * scenario.pp
     if tpp > MAX_GPUS:
         warn("tp", f"{scenario.tp}×{scenario.pp}", MESSAGES["value.range"].format(
@@ -422,4 +436,5 @@ def scenario_fit_query(scenario: Scenario, kv_dtype: str | None = None):
         engine=engine_with_release(scenario.engine, scenario.engine_version),
         num_gpus=scenario.num_gpus, tp=scenario.tp, pp=scenario.pp,
         reserve_gib=scenario.reserve_gib, settings=scenario.engine_settings,
+        reserve_terms=scenario.reserve_terms or None,
     )

@@ -44,18 +44,26 @@ def test_capacity_sweep_refuses_lengths_beyond_the_limit() -> None:
     assert frame["max_requests"].tolist()[1] > 0  # the pool would hold it; the engine refuses it
 
 
-def test_70b_on_8_gpus_with_tp1_suggests_tp2() -> None:
-    """Llama-3.1-70B bf16: 141,107,412,992 B of weights; an H100's target is
-    ceil(85,520,809,984 × 0.92) = 78,679,145,186 B, so TP=1 cannot hold them; TP=2 halves the
-    layers' share (≈ 70.6 GB + 1 GiB reserve < target) — and the 8 GPUs allow it (4 replicas)."""
+def test_70b_on_8_gpus_with_tp1_suggests_tp4() -> None:
+    """Llama-3.1-70B bf16: 141,107,412,992 B of weights; an H100's target is ceil(85,027,979,264
+    (CUDA total) × 0.92) = 78,225,740,923 B, so TP=1 cannot hold them. TP=2 holds the weights
+    (70,555,025,408 B per GPU) but not one 32K request: reserve activation 1,313,341,440 (sampler
+    1,024 × 128,256 × 10 B) + non-torch at TP > 1 590,558,003 + CUDA graphs 51 × 10,416,899 =
+    531,261,849 → 2,435,161,292 B; budget 78,225,740,923 − 70,555,025,408 − 2,435,161,292 =
+    5,235,554,223 B // 2,621,440 B per block = 1,997 blocks < 2,048 per 32,768-token request (the
+    longest request is 1,996 usable blocks × 16 = 31,936 tokens). TP=4 is the smallest layout —
+    and the 8 GPUs allow it (2 replicas)."""
+    two = fit(load_model("llama-3.1-70b"), get_gpu("h100-sxm"), FitQuery(tokens=32768, num_gpus=2, tp=2))
+    assert two.weights_fit and two.kv_budget_bytes == 5_235_554_223
+    assert (two.num_blocks, two.max_requests, two.max_tokens_per_request) == (1997, 0, 31_936)
     result = fit(load_model("llama-3.1-70b"), get_gpu("h100-sxm"),
                  FitQuery(tokens=32768, num_gpus=8, tp=1))
     assert not result.weights_fit and not result.fits
     assert "141,107,412,992 B per GPU" in result.reason
-    assert result.suggestion == "set TP=2 (your 8 GPUs allow it; 4 replica(s))"
+    assert result.suggestion == "set TP=4 (your 8 GPUs allow it; 2 replica(s))"
     one = fit(load_model("llama-3.1-70b"), get_gpu("h100-sxm"), FitQuery(tokens=32768, num_gpus=1))
-    assert one.suggestion == "use 2 GPUs with TP=2"
-    assert one.min_gpus_to_fit == 2
+    assert one.suggestion == "use 4 GPUs with TP=4"
+    assert one.min_gpus_to_fit == 4
 
 
 def test_tp8_on_one_gpu_names_eight_gpus() -> None:
@@ -66,11 +74,13 @@ def test_tp8_on_one_gpu_names_eight_gpus() -> None:
 
 
 def test_too_many_users_names_each_smallest_change() -> None:
-    """Llama-3.1-8B on one H100 at 32,768 tokens: 14 requests fit (29,346 blocks // 2,048), the
-    longest request for 100 users is 4,688 tokens, and TP=8 (8 GPUs) is the first layout for 100."""
+    """Llama-3.1-8B on one H100 at 32,768 tokens: 14 requests fit (28,753 blocks, as
+    test_capacity.test_llama31_8b_bf16_on_one_h100_at_32k derives: (28,753 − 1) // 2,048), the
+    longest request for 100 users is 28,752 usable blocks // 100 = 287 blocks × 16 = 4,592 tokens,
+    and TP=8 (8 GPUs) is the first layout for 100."""
     result = fit(load_model("llama-3.1-8b"), get_gpu("h100-sxm"), FitQuery(tokens=32768, users=100))
-    assert (result.max_requests, result.max_tokens_per_request) == (14, 4688)
-    assert result.suggestion == ("at most 14 users or at most 4,688 tokens per request or 8 GPUs "
+    assert (result.max_requests, result.max_tokens_per_request) == (14, 4592)
+    assert result.suggestion == ("at most 14 users or at most 4,592 tokens per request or 8 GPUs "
                                  "with TP=8")
 
 
@@ -112,7 +122,7 @@ def test_cli_check_exits_1_when_it_does_not_fit() -> None:
     assert run_cli(FIT_70B + ["--num-gpus", "8", "--tp", "8", "--check"])[0] == 0
     code, out, _ = run_cli(FIT_70B + ["--num-gpus", "8", "--check"])
     assert code == 1
-    assert "Smallest change: set TP=2 (your 8 GPUs allow it; 4 replica(s))." in out
+    assert "Smallest change: set TP=4 (your 8 GPUs allow it; 2 replica(s))." in out  # see above
     assert run_cli(FIT_70B + ["--num-gpus", "8"])[0] == 0  # without --check: still exit 0
 
 

@@ -161,6 +161,33 @@ def test_bytes_per_token_card_is_exact():
     assert "524,288 B" in metric(at, "KV bytes per token").proto.help
 
 
+def test_budget_section_shows_release_capacity_and_reserve_terms():
+    """Issue #14 item 4: Llama-2-7B fp16 on an H100 at 4,096 tokens (tests/test_cli.py
+    test_fit_json_numbers derives every number): the CUDA total with its source beside nvidia-smi's
+    and the marketed figure, each reserve term with its formula, and the budget."""
+    at = make_app(m="llama-2-7b", kd="fp16", t="4096", u="1")
+    no_errors(at)
+    table = next(t for t in at.table if "reserve: activation_peak" in t.value.index)
+    rows = table.value
+    assert rows.loc["capacity (CUDA total)", "bytes"] == "85,027,979,264"
+    assert "cuda_total, measured" in rows.loc["capacity (CUDA total)", "formula"]
+    assert rows.loc["nvidia-smi total", "bytes"] == "85,520,809,984"
+    assert rows.loc["marketed", "bytes"] == "80,000,000,000"
+    assert rows.loc["reserve: activation_peak", "bytes"] == "-675,282,944"
+    assert rows.loc["reserve: non_torch", "bytes"] == "-143,129,785"
+    assert rows.loc["reserve: cuda_graphs", "bytes"] == "-408,662,949"
+    assert "gpu_model_runner.py" in rows.loc["reserve: activation_peak", "source"]
+    assert rows.loc["KV budget", "bytes"] == "63,521,834,013"
+    assert any("vLLM v0.33" in e.label for e in at.expander)
+    # one term replaced from the sidebar travels in the link (rt=)
+    at.text_input(key="w_rt").set_value("non_torch=1").run()
+    no_errors(at)
+    assert exact(at)["kv_budget"] == 63_521_834_013 + 143_129_785 - (1 << 30)
+    assert at.query_params["rt"] in (["non_torch:1.0"], "non_torch:1.0")
+    at.text_input(key="w_rt").set_value("bogus=1").run()
+    assert any("Reserve terms" in e.value for e in at.error)
+
+
 def _llama_config() -> dict:
     config = json.loads((CONFIGS / "llama.json").read_text())
     return {**config, "num_hidden_layers": 20, "name": "my-test-llama"}

@@ -144,10 +144,11 @@ def test_calibration_reproduces_kvplans_own_log_exactly():
     assert result.reproduced_max_concurrency == 2.5
     assert result.tokens_match and result.concurrency_match
     assert result.block_difference == 0 and result.agreement == "exact"
-    # the prediction with the default 1 GiB reserve is kvplan's ordinary fit
+    # the prediction with the default reserve is kvplan's ordinary fit: 28,753 blocks
+    # (test_capacity.test_llama31_8b_bf16_on_one_h100_at_32k), 28,753 / 2,048 × 32,768 = 460,048
     plain = fit(ARCH, H100, FitQuery(tokens=L))
-    assert result.predicted_num_blocks == plain.num_blocks == 29_346
-    assert result.predicted_kv_cache_tokens == plain.kv_pool_tokens == 469_536
+    assert result.predicted_num_blocks == plain.num_blocks == 28_753
+    assert result.predicted_kv_cache_tokens == plain.kv_pool_tokens == 460_048
     # implied reserve: target − weights − available, narrowed to the 5,120-block interval
     target, weights = plain.memory_target_bytes, plain.weights_bytes
     assert result.memory_target_bytes == target and result.weights_bytes == weights
@@ -169,22 +170,33 @@ def test_calibration_reproduces_kvplans_own_log_exactly():
 
 
 def test_default_run_implies_the_default_reserve():
-    """A log made with kvplan's default 1 GiB reserve: the GiB rounding leaves one block of doubt."""
+    """A log made with kvplan's default reserve for Llama-3.1-8B on an H100 at 32K (v0.33:
+    activation 1,313,341,440 + non-torch 143,129,785 + CUDA graphs 408,662,949 = 1,865,134,174 B):
+    the block count pins the implied reserve to [1,863,709,820, 1,865,806,971] B, which holds it;
+    the split gives each term kvplan's value (the log prints none) and leaves the rest,
+    −375,778 B (less than one 2,097,152-B block), unexplained."""
     plain = fit(ARCH, H100, FitQuery(tokens=L))
+    assert plain.reserve_bytes == 1_865_134_174
     result = calibrate(ARCH, H100, FitQuery(tokens=L), parse_vllm_log(log_of(plain)))
     assert result.logged_blocks_low == result.logged_blocks_high == plain.num_blocks
-    assert result.implied_reserve_low_bytes <= GIB <= result.implied_reserve_high_bytes
-    assert abs(result.implied_reserve_bytes - GIB) <= BLOCK_BYTES
+    assert (result.implied_reserve_low_bytes, result.implied_reserve_high_bytes) == (
+        1_863_709_820, 1_865_806_971)
+    assert result.implied_reserve_low_bytes <= plain.reserve_bytes <= result.implied_reserve_high_bytes
+    assert abs(result.implied_reserve_bytes - plain.reserve_bytes) <= BLOCK_BYTES
     assert result.agreement in {"exact", "within_one_block"}
     assert abs(result.block_difference) <= 1
-    assert result.suggested_reserve_gib == 1.0
+    assert result.suggested_reserve_gib == 1.737  # 1,865,089,548 B: the shortest GiB in the interval
+    assert [(t["name"], t["implied_bytes"]) for t in result.implied_terms] == [
+        ("activation_peak", 1_313_341_440), ("non_torch", 143_129_785), ("cuda_graphs", 408_662_949),
+        ("unexplained", result.implied_reserve_bytes - 1_865_134_174)]
+    assert result.implied_reserve_bytes - 1_865_134_174 == -375_778
     # a different printed GiB moves the reserve by exactly that much (± the rounding)
     shifted = log_of(plain).replace(f"{plain.kv_budget_bytes / GIB:.2f} GiB",
                                     f"{plain.kv_budget_bytes / GIB - 2:.2f} GiB")
     only_gib = "\n".join(line for line in shifted.splitlines() if "Available" in line)
     moved = calibrate(ARCH, H100, FitQuery(tokens=L), parse_vllm_log(only_gib))
     assert moved.agreement == "unknown" and moved.logged_blocks_low is None
-    assert abs(moved.implied_reserve_bytes - 3 * GIB) <= 0.005 * GIB + 1
+    assert abs(moved.implied_reserve_bytes - (plain.reserve_bytes + 2 * GIB)) <= 0.005 * GIB + 1
 
 
 def test_tp_and_fp8_log_round_trip():

@@ -71,20 +71,47 @@ def test_kv_json_numbers():
 
 
 def test_fit_json_numbers():
-    """Llama-2-7B fp16 on an H100 SXM (81,559 MiB = 85,520,809,984 B), vLLM defaults, 4,096 tokens:
-    target ceil(85,520,809,984 × 0.92) = 78,679,145,186; weights 6,738,415,616 × 2 = 13,476,831,232;
-    budget − 1 GiB reserve = 64,128,572,130 B; a block = 16 × 524,288 = 8,388,608 B →
-    7,644 blocks; a request 4,096 / 16 = 256 blocks → (7,644 − 1) // 256 = 29 requests,
-    concurrency 7,644 / 256 = 29.859375, "GPU KV cache size" int(29.859375 × 4,096) = 122,304."""
+    """Llama-2-7B fp16 on an H100 SXM, vLLM v0.33 defaults, 4,096 tokens. Capacity: CUDA's total
+    81,089 MiB = 85,027,979,264 B (nvidia-smi's 85,520,809,984 B and the marketed 80 GB beside it);
+    target ceil(85,027,979,264 × 0.92) = 78,225,740,923; weights 6,738,415,616 × 2 = 13,476,831,232;
+    reserve: activation max(forward 8,192 × (2 × 4,096 + 3 × 11,008) × 2 B = 675,282,944, sampler
+    1,024 × 32,000 × 10 B = 327,680,000) + non-torch 143,129,785 + CUDA graphs 51 × 8,012,999 =
+    408,662,949 → 1,227,075,678 B; budget 63,521,834,013 B; a block = 16 × 524,288 = 8,388,608 B →
+    7,572 blocks; a request 4,096 / 16 = 256 blocks → (7,572 − 1) // 256 = 29 requests,
+    concurrency 7,572 / 256 = 29.578125, "GPU KV cache size" int(29.578125 × 4,096) = 121,152."""
     _, out, _ = run_cli(FIT + ["--json"])
     payload = json.loads(out)
     assert (payload["memory_target_bytes"], payload["weights_bytes"], payload["kv_budget_bytes"]) == (
-        78_679_145_186, 13_476_831_232, 64_128_572_130)
+        78_225_740_923, 13_476_831_232, 63_521_834_013)
     assert (payload["num_blocks"], payload["bytes_per_block"], payload["blocks_per_request"]) == (
-        7_644, 8_388_608, 256)
+        7_572, 8_388_608, 256)
     assert (payload["max_requests"], payload["max_concurrency"], payload["kv_pool_tokens"]) == (
-        29, 29.859375, 122_304)
+        29, 29.578125, 121_152)
     assert payload["fits"] is True and payload["engine_release"] == "vLLM v0.33"
+    assert payload["release"] == "latest"
+    cap = payload["capacity"]
+    assert (cap["bytes"], cap["source"], cap["status"], cap["marketed"], cap["nvidia_smi"]) == (
+        85_027_979_264, "cuda_total", "measured", 80_000_000_000, 85_520_809_984)
+    reserve = payload["reserve"]
+    assert [(t["name"], t["bytes"], t["counted"]) for t in reserve["terms"]] == [
+        ("activation_peak", 675_282_944, True), ("non_torch", 143_129_785, True),
+        ("cuda_graphs", 408_662_949, True)]
+    assert reserve["total"] == payload["reserve_bytes"] == 1_227_075_678
+    assert all(t["formula"] and t["source"] for t in reserve["terms"])
+
+
+def test_fit_reserve_overrides():
+    """--reserve-term replaces one term (activation 2 GiB: 2,147,483,648 + 143,129,785 +
+    408,662,949 = 2,699,276,382 B); --reserve-gib replaces the total; an unknown term is refused."""
+    _, out, _ = run_cli(FIT + ["--json", "--reserve-term", "activation_peak=2"])
+    payload = json.loads(out)
+    assert payload["reserve_bytes"] == 2_699_276_382
+    assert payload["reserve"]["terms"][0]["basis"] == "override"
+    _, out, _ = run_cli(FIT + ["--json", "--reserve-gib", "1"])
+    assert json.loads(out)["reserve"] == {**json.loads(out)["reserve"], "total": 1 << 30,
+                                          "total_overridden": True}
+    code, _, err = run_cli(FIT + ["--reserve-term", "cuda_graphs=1", "--engine-version", "0.19"])
+    assert code == 2 and "no term 'cuda_graphs'" in err  # v0.19 does not subtract CUDA graphs
 
 
 def test_usage_errors_are_one_line():
@@ -263,6 +290,9 @@ def reach(code: str, tmp_path) -> str:
         more = ["--engine", "sglang"] if code == "calibrate.engine" else []
         return cli_error(["calibrate", "--model", "llama-2-7b", "--gpu", "h100-sxm", "--tokens",
                           "4096", "--log", str(log), *more])
+    if code == "reserve.term":
+        return cli_error(["fit", "--model", "llama-2-7b", "--gpu", "h100-sxm", "--tokens", "8",
+                          "--reserve-term", "no_such_term=1"])
     if code == "parallel.ep":
         return cli_error(["fit", "--model", "qwen3-30b-a3b", "--gpu", "h100-sxm", "--tokens", "8",
                           "--tp", "4", "--num-gpus", "4", "--ep", "3"])

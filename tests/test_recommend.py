@@ -33,19 +33,23 @@ def test_memory_decides() -> None:
     """Llama-3.1-8B (8,030,261,248 params, bf16) on vLLM, one user, 1,024 + 256 tokens.
 
     Weights 2 × 8,030,261,248 = 16,060,522,496 B. A 16 GiB GPU's target ceil(17,179,869,184 × 0.92)
-    = 15,805,479,650 B is below the weights: memory fails. 24 GiB: ceil(25,769,803,776 × 0.92) =
-    23,708,219,474 − 16,060,522,496 − 1 GiB reserve 1,073,741,824 = 6,573,955,154 B of KV; a block is
-    16 tokens × 32 layers × 8 heads × 128 × 2 (K, V) × 2 B = 2,097,152 B → 3,134 blocks; a 1,280-token
-    request takes 80 blocks → (3,134 − 1 null) // 80 = 39 requests. Both meet the loose targets.
+    = 15,805,479,650 B is below the weights: memory fails. 24 GiB (a custom GPU's GiB is its CUDA
+    total): ceil(25,769,803,776 × 0.92) = 23,708,219,474 − 16,060,522,496 − reserve 880,128,094 =
+    6,767,568,884 B of KV. The reserve (v0.33 defaults below 70 GiB: max_num_batched_tokens 2,048,
+    max_num_seqs 256): activation max(forward 2,048 × (2 × 4,096 + 3 × 14,336) × 2 B = 209,715,200,
+    sampler 256 × 128,256 × 10 B = 328,335,360) + non-torch 143,129,785 + CUDA graphs 51 ×
+    8,012,999 = 408,662,949. A block is 16 tokens × 32 layers × 8 heads × 128 × 2 (K, V) × 2 B =
+    2,097,152 B → 3,227 blocks; a 1,280-token request takes 80 blocks → (3,227 − 1 null) // 80 = 40
+    requests. Both meet the loose targets.
     """
     rec = recommend(LLAMA8, RecommendQuery(users=1, gpus=("custom:16:1:100", "custom:24:1:100"), **LOOSE),
                     FitQuery())
     small, large = row(rec, gpu="custom:16:1:100"), row(rec, gpu="custom:24:1:100")
     assert small["fails"] == "memory" and not small["feasible"]
     assert large["weights_per_gpu_bytes"] == 16_060_522_496
-    assert large["kv_budget_bytes"] == 6_573_955_154
+    assert large["kv_budget_bytes"] == 6_767_568_884
     assert large["kv_bytes_per_request"] == 80 * 2_097_152
-    assert large["max_requests"] == 39
+    assert large["max_requests"] == 40
     assert large["feasible"] and rec.ranked["gpu"].tolist() == ["custom:24:1:100"]
 
 
@@ -87,25 +91,29 @@ def test_expert_parallel_changes_the_answer() -> None:
     = 14,394,851,328 expert params) on two 40 GiB GPUs, 1,000 users of 1,280 tokens.
 
     Latent per token 27 layers × 576 × 2 B = 31,104 B; block 497,664 B; a request 80 blocks. Target
-    ceil(42,949,672,960 × 0.92) = 39,513,699,124 B. TP 2 (vLLM replicates the latent on each rank):
-    weights 15,741,869,056 B/GPU (``kvplan.weights``: replicated norms and router, vocab padded to
-    64, the rest split over 2 ranks), KV 39,513,699,124 − 15,741,869,056 − 1 GiB = 22,698,088,244 B
-    → 45,609 blocks → (45,609 − 1) // 80 = 570 requests per replica → 2 replicas (4 GPUs).
-    EP 2 (attention data-parallel): 2,623,265,792 non-expert B + 28,789,702,656 / 2
-    = 17,018,117,120 B/GPU, KV 21,421,840,180 B → 43,044 blocks → 538 per rank, 1,076 per replica →
-    1 replica (2 GPUs): EP halves the GPUs.
+    ceil(42,949,672,960 × 0.92) = 39,513,699,124 B. Reserve (below 70 GiB: 2,048 batched tokens, 256
+    seqs): activation = the sampler 256 × 102,400 × 10 B = 262,144,000 (forward 136,839,168), CUDA
+    graphs 51 sizes, non-torch; TP 2: 262,144,000 + 590,558,003 + 51 × 10,416,899 = 1,383,963,852 B;
+    TP 1: 262,144,000 + 143,129,785 + 408,662,949 = 813,936,734 B. TP 2 (vLLM replicates the latent
+    on each rank): weights 15,741,869,056 B/GPU (``kvplan.weights``: replicated norms and router,
+    vocab padded to 64, the rest split over 2 ranks), KV 39,513,699,124 − 15,741,869,056 −
+    1,383,963,852 = 22,387,866,216 B → 44,985 blocks → (44,985 − 1) // 80 = 562 requests per
+    replica → 2 replicas (4 GPUs). EP 2 (attention data-parallel, each rank TP 1): 2,623,265,792
+    non-expert B + 28,789,702,656 / 2 = 17,018,117,120 B/GPU, KV 39,513,699,124 − 17,018,117,120 −
+    813,936,734 = 21,681,645,270 B → 43,567 blocks → 544 per rank, 1,088 per replica → 1 replica
+    (2 GPUs): EP halves the GPUs.
     """
     arch = load_model("deepseek-v2-lite")
     query = RecommendQuery(users=1000, gpus=("custom:40:2:400",), max_gpus=2,
                            **{**LOOSE, "tp": (2,), "expert_parallel": False})
     tp_only = recommend(arch, query, FitQuery())
     tp2 = row(tp_only, tp=2)
-    assert (tp2["weights_per_gpu_bytes"], tp2["kv_budget_bytes"]) == (15_741_869_056, 22_698_088_244)
-    assert (tp2["max_requests"], tp2["replicas"], tp2["total_gpus"]) == (570, 2, 4)
+    assert (tp2["weights_per_gpu_bytes"], tp2["kv_budget_bytes"]) == (15_741_869_056, 22_387_866_216)
+    assert (tp2["max_requests"], tp2["replicas"], tp2["total_gpus"]) == (562, 2, 4)
     both = recommend(arch, query.model_copy(update={"expert_parallel": True}), FitQuery())
     ep2 = row(both, ep=2)
-    assert (ep2["weights_per_gpu_bytes"], ep2["kv_budget_bytes"]) == (17_018_117_120, 21_421_840_180)
-    assert (ep2["max_requests"], ep2["replicas"], ep2["total_gpus"]) == (1076, 1, 2)
+    assert (ep2["weights_per_gpu_bytes"], ep2["kv_budget_bytes"]) == (17_018_117_120, 21_681_645_270)
+    assert (ep2["max_requests"], ep2["replicas"], ep2["total_gpus"]) == (1088, 1, 2)
     assert both.ranked.iloc[0]["ep"] == 2 and tp_only.ranked.iloc[0]["tp"] == 2
 
 
@@ -217,8 +225,8 @@ def test_cli_recommend_json_and_errors(capsys: pytest.CaptureFixture[str], tmp_p
     out = json.loads(capsys.readouterr().out)
     assert code == 0 and out["kind"] == "bounds" and out["feasible"] == 1
     first = out["table"][0]
-    assert (first["gpu"], first["max_requests"], first["kv_budget_bytes"]) == ("custom:24:1:100", 39,
-                                                                               6_573_955_154)
+    assert (first["gpu"], first["max_requests"], first["kv_budget_bytes"]) == ("custom:24:1:100", 40,
+                                                                               6_767_568_884)
     assert first["link"] == "?v=1&kd=bf16&g=custom&gm=24.0&gb=1.0&gf=100.0&t=1280&u=1"
     assert out["failures"] == {"memory": 1, "TTFT": 0, "TPOT": 0, "GPU limit": 0}
     bad = tmp_path / "lengths.csv"

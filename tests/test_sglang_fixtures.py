@@ -87,8 +87,20 @@ def kvplan_tokens(case: dict) -> tuple[int, int]:
                      swa_full_tokens_ratio=float(ratio) if ratio else None,
                      max_total_tokens=int(total) if total else None,
                      disable_hybrid_swa_memory="--disable-hybrid-swa-memory" in case.get("argv", []))
-    result = fit(arch, get_gpu("h100-sxm"), query)
+    result = fit(arch, stub_gpu(), query)
     return result.kv_pool_tokens, result.weights_bytes
+
+
+def stub_gpu():
+    """The generator's device stub (``device_stub``: H100, 81,559 MiB): the memory SGLang's stubbed
+    ``get_available_gpu_memory`` reports is CUDA's total, so it is the catalogue H100 with that
+    ``cuda_total_mib``."""
+    stub = DATA["device_stub"]
+    gpu = get_gpu("h100-sxm")
+    assert gpu.device_name == stub["name"] and gpu.compute_capability == "{}.{}".format(
+        *stub["compute_capability"])
+    return gpu.model_copy(update={"cuda_total_mib": stub["capacity_mib"],
+                                  "status": {**gpu.status, "cuda_total": "fixture stub"}})
 
 
 def test_fixture_provenance_and_coverage():

@@ -296,26 +296,28 @@ def test_b_end_to_end_from_the_settings(doc: dict):
 
 
 def test_b_hand_values():
-    """01, QwQ-32B on an L4: kvplan 23,034 MiB × 0.85 − 15.26 GiB of weights = 3.86 GiB → 63,278
-    tokens; SGLang had 21.63 GB free before loading and 15.54 GB of weights → 46,611. The 1.02 GiB
-    gap is the 0.86 GiB held before loading (× 0.85) and 0.28 GiB of weights."""
+    """01, QwQ-32B on an L4: kvplan starts from CUDA's total (issue #14), 22,593 MiB × 0.85 − 15.26
+    GiB of weights = 3.50 GiB → 57,281 tokens; SGLang had 21.63 GB free before loading and 15.54 GB
+    of weights → 46,611. The 0.65 GiB gap is mostly the memory held before loading (× 0.85) and
+    0.28 GiB of weights."""
     doc = DOCS["01"]
     result = fit(arch_of(doc), get_gpu("l4"), query(doc, gpu_util=0.85), search_gpus=False)
-    assert result.kv_pool_tokens == 63278
-    assert round((63278 - 46611) * 65536 / GIB, 2) == 1.02
+    assert result.gpu_capacity_bytes == 22_593 * 2**20
+    assert result.kv_pool_tokens == 57281
+    assert round((57281 - 46611) * 65536 / GIB, 2) == 0.65
 
 
 def test_b_from_the_cuda_total_the_gap_narrows():
-    """SGLang budgets from CUDA's free memory; kvplan's capacity is nvidia-smi's total
-    (``GPU.capacity_bytes``), which exceeds CUDA's total (``cuda_total_mib``) by 441 MiB (L4) and
-    470 MiB (H100). With the CUDA total as capacity the end-to-end pool moves towards the log:
+    """SGLang budgets from CUDA's free memory; nvidia-smi's total (``reported_mib``) exceeds CUDA's
+    (``cuda_total_mib``) by 441 MiB (L4) and 470 MiB (H100). kvplan starts from the CUDA total
+    (issue #14), which moves the end-to-end pool towards the log compared with nvidia-smi's figure:
     01 63,278 → 57,281 tokens (gap 1.02 → 0.65 GiB), 02 451,643 → 448,334 (1.09 → 0.68 GiB); what is
     left is the memory held before loading and the weight estimate."""
     for log_id, reported, cuda in (("01", 63278, 57281), ("02", 451643, 448334)):
         doc = DOCS[log_id]
         gpu = get_gpu(doc["gpu_preset"])
-        at_cuda_total = gpu.model_copy(update={"reported_bytes": gpu.cuda_total_bytes})
+        at_smi_total = gpu.model_copy(update={"cuda_total_mib": gpu.reported_mib})
         got = [fit(arch_of(doc), g, query(doc, gpu_util=doc["settings"]["mem_fraction_static"]),
-                   search_gpus=False).kv_pool_tokens for g in (gpu, at_cuda_total)]
+                   search_gpus=False).kv_pool_tokens for g in (at_smi_total, gpu)]
         assert got == [reported, cuda]
         assert logged_tokens(doc) < cuda < reported

@@ -67,8 +67,8 @@ _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 KNOWN_MISMATCH: dict[tuple[str, str], str] = {
     ("b", "01"): ("a TensorRT engine (trtllm-build, max_batch_size 2048, max_num_tokens 1024): the "
                   "runtime and decoder buffers the engine allocates before the KV pool left 17.83 "
-                  "of 31.84 GiB free with ~8.5 GiB of FP8 weights; kvplan's reserve (1 GiB) models "
-                  "the PyTorch backend's profile"),
+                  "of 31.84 GiB free with ~8.5 GiB of FP8 weights; kvplan's reserve (the profiling "
+                  "forward's activation) models the PyTorch backend's profile"),
     ("b", "04"): ("DGX Spark (GB10) memory is unified: 'Memory used outside torch … 49.28 GiB' is "
                   "what the rest of the system held of the 119.70 GiB the device reports; kvplan "
                   "(a custom 119.70 GiB accelerator, no GB10 preset) counts it free"),
@@ -269,9 +269,10 @@ def test_known_mismatches_name_logs_and_checks_that_exist():
 
 def test_the_rtx_5090_total_the_engine_saw():
     """Log 01 prints CUDA's total for its RTX 5090 (``cudaMemGetInfo``, Linux container): 31.84
-    GiB, which is kvplan's capacity (nvidia-smi's 32,607 MiB). The preset's ``cuda_total_mib``
-    (32,123 MiB = 31.37 GiB, from a torch OOM message in Wan-Video/Wan2.1#465) is 0.47 GiB lower:
-    it disagrees with this log (a fix of the preset makes the second assertion fail)."""
+    GiB, nvidia-smi's 32,607 MiB (``GPU.capacity_bytes``). The preset's ``cuda_total_mib`` (32,123
+    MiB = 31.37 GiB, from a torch OOM message in Wan-Video/Wan2.1#465), which kvplan's budgets now
+    start from (issue #14), is 0.47 GiB lower: it disagrees with this log (a fix of the preset makes
+    the second assertion fail)."""
     gpu = get_gpu("rtx-5090")
     assert round(gpu.capacity_bytes / GIB, 2) == DOCS["01"]["logged"]["total_gpu_memory_gib"] == 31.84
     assert round((gpu.cuda_total_bytes or 0) / GIB, 2) == 31.37

@@ -12,7 +12,7 @@ from kvplan.errors import KVPlanError
 from kvplan.presets import get_gpu, load_model
 
 GIB = 1 << 30
-H100 = get_gpu("h100-sxm")  # 81,559 MiB = 85,520,809,984 B
+H100 = get_gpu("h100-sxm")  # CUDA total 81,089 MiB = 85,027,979,264 B (cuda_total_mib)
 
 
 def test_every_release_is_named_and_reachable():
@@ -26,10 +26,12 @@ def test_every_release_is_named_and_reachable():
 
 
 @pytest.mark.parametrize(("release", "target"), [
-    ("latest", 78_679_145_186),   # ceil(85,520,809,984 × 0.92) (0.92 from v0.20.0, ceil from v0.14.1)
-    ("0.19", 76_968_728_986),     # ceil(85,520,809,984 × 0.9) = ceil(76,968,728,985.6)
-    ("0.11", 76_968_728_985),     # int(85,520,809,984 × 0.9): requested = total × util, a float
-    ("0.6", 76_968_728_985),
+    # the budget starts from CUDA's total (81,089 MiB × 2^20 = 85,027,979,264 B), not nvidia-smi's
+    ("latest", 78_225_740_923),   # ceil(85,027,979,264 × 0.92) = ceil(78,225,740,922.88) (0.92 from
+                                  # v0.20.0, ceil from v0.14.1)
+    ("0.19", 76_525_181_338),     # ceil(85,027,979,264 × 0.9) = ceil(76,525,181,337.6)
+    ("0.11", 76_525_181_337),     # int(85,027,979,264 × 0.9): requested = total × util, a float
+    ("0.6", 76_525_181_337),
 ])
 def test_memory_target_per_release(release, target):
     engine = "vllm" if release == "latest" else f"vllm@{release}"

@@ -19,6 +19,7 @@ import numpy as np
 from kvplan.arch import MLA, Attention, LayerSpec, ModelArch, NoCache, Recurrent
 from kvplan.dtypes import KVDType, get_dtype
 from kvplan.engines.kinds import CacheRule, sum_token_bytes
+from kvplan.engines.reserve import Capacity, Reserve, cuda_capacity, flat_reserve
 from kvplan.engines.settings import EngineSettings
 from kvplan.errors import KVPlanError
 
@@ -165,6 +166,9 @@ class Budget:
     weights_fit: bool
     formulas: dict[str, str]
     notes: list[str]
+    #: The device total the target started from, and the reserve's terms.
+    capacity: Capacity | None = None
+    reserve_detail: Reserve | None = None
 
     @property
     def kv_budget(self) -> int:
@@ -185,7 +189,10 @@ class Engine:
     release: ClassVar[str]
     #: Settings this engine honours → (label in this engine's vocabulary, default shown to users).
     setting_labels: ClassVar[dict[str, tuple[str, str]]] = {}
+    #: The flat reserve of engines whose reserve is not modelled term by term (``runtime_reserve``).
     default_reserve_gib: ClassVar[float] = 1.0
+    #: The runtime-reserve terms a user may replace (``runtime_reserve``'s counted terms).
+    reserve_term_names: ClassVar[tuple[str, ...]] = ("flat",)
     #: Whether a request's KV is whole block ids across the engine's groups (shown as blocks × bytes).
     per_request_in_blocks: ClassVar[bool] = False
     #: Whether ``calibrate`` can compare this engine with a start-up log.
@@ -336,6 +343,18 @@ class Engine:
         return None
 
     # ------------------------------------------------------------ memory
+    def capacity(self, gpu: GPU) -> Capacity:
+        """The device total the budget starts from: what CUDA reports (``torch.cuda.mem_get_info``
+        total — every engine kvplan models allocates through PyTorch), or a labelled estimate."""
+        return cuda_capacity(gpu)
+
+    def runtime_reserve(self, arch: ModelArch, gpu: GPU, settings: EngineSettings,
+                        tokens: int) -> Reserve:
+        """Memory besides the weights that the engine keeps outside the KV cache, term by term
+        (default: one flat ``default_reserve_gib`` term)."""
+        return flat_reserve(self.default_reserve_gib, "activations and buffers are not modelled for "
+                            f"{self.short} (it has no profile run to follow)", f"{self.release}")
+
     def check_parallel(self, arch: ModelArch, tp: int) -> None:
         """Refuse tensor-parallel sizes the engine's KV layout cannot split (named error)."""
         if self.checks_tp_heads and arch.kv_heads and not arch.is_mla:

@@ -96,6 +96,18 @@ MAX_NUM_BATCHED_TOKENS = Setting(
     "max_num_batched_tokens", "mb", "--max-num-batched-tokens", "int",
     "max_num_batched_tokens (tokens)",
     "Tokens scheduled per step; sliding-window reservations grow with it.", low=1, high=MAX_TOKENS)
+MAX_NUM_SEQS = Setting(
+    "max_num_seqs", "ns", "--max-num-seqs", "int", "max_num_seqs (requests)",
+    "Requests scheduled per step; vLLM's profile run warms the sampler up on this many rows of "
+    "vocabulary logits and captures CUDA graphs up to 2 × it.", low=1, high=1_000_000)
+ENFORCE_EAGER = Setting(
+    "enforce_eager", "ee", "--enforce-eager", "bool", "enforce_eager",
+    "No CUDA graphs: vLLM then reserves no CUDA-graph memory.")
+FLASHINFER_SAMPLER = Setting(
+    "flashinfer_sampler", "fs", "--flashinfer-sampler", "tristate", "FlashInfer sampler",
+    "vLLM VLLM_USE_FLASHINFER_SAMPLER: the sampler warm-up holds ~10 B per row × vocab with "
+    "FlashInfer, ~39 B with the PyTorch sort; auto = the release's default (v0.10–v0.11.0: FlashInfer "
+    "when installed, as in the docker image; a plain pip install lacks it).")
 ASYNC_SCHEDULING = Setting(
     "async_scheduling", "as", "--async-scheduling", "bool", "Async scheduling",
     "vLLM ≥ 0.26: in-flight tokens = (pp + 1) × max_num_batched_tokens; off = releases before.")
@@ -151,6 +163,9 @@ class EngineSettings(BaseModel):
     gpu_util: float | None = _setting(None, GPU_UTIL)
     block_size: int | None = _setting(None, BLOCK_SIZE)
     max_num_batched_tokens: int | None = _setting(None, MAX_NUM_BATCHED_TOKENS)
+    max_num_seqs: int | None = _setting(None, MAX_NUM_SEQS)
+    enforce_eager: bool = _setting(False, ENFORCE_EAGER)
+    flashinfer_sampler: bool | None = _setting(None, FLASHINFER_SAMPLER)
     async_scheduling: bool = _setting(True, ASYNC_SCHEDULING)
     hybrid_manager: bool | None = _setting(None, HYBRID_MANAGER)
     enable_prefix_caching: bool = _setting(True, PREFIX_CACHING)

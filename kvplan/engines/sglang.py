@@ -16,6 +16,7 @@ from kvplan.arch import LayerSpec, ModelArch
 from kvplan.dtypes import KVDType, get_dtype
 from kvplan.engines.base import ContextLimit, Engine, EngineView, KVPool, layer_kind
 from kvplan.engines.kinds import TokenRule
+from kvplan.engines.reserve import Reserve, ReserveTerm
 from kvplan.engines.settings import EngineSettings
 
 if TYPE_CHECKING:
@@ -43,14 +44,11 @@ SGLANG_MAMBA_FULL_RATIO = 0.9
 SGLANG_MAMBA_SLOTS_PER_REQUEST = 5
 
 
-def sglang_mem_fraction_static(capacity_bytes: int, tp: int, pp: int, is_mla: bool) -> float:
-    """SGLang's default ``mem_fraction_static`` (``arg_groups/memory_hook.py``).
-
-    ``reserved_mem`` (MiB) = 512 + max(chunked_prefill_size, 2048)·1.5 + tp·pp/8·1024 +
-    decode_max_bs·2, floored at 10 GiB above 60 GiB; ``round((mem − reserved) / mem, 3)``.
-    """
-    mem = capacity_bytes / MIB
-    gib = mem / 1024
+def sglang_reserved_mem(capacity_bytes: int, tp: int, pp: int) -> list[tuple[str, float, str]]:
+    """The terms of SGLang's default ``reserved_mem`` (MiB; ``arg_groups/memory_hook.py``):
+    512 + max(chunked_prefill_size, 2048)·1.5 + tp·pp/8·1024 + decode_max_bs·2, then a floor
+    term raising the sum to 10 GiB above 60 GiB. Each: (name, MiB, formula)."""
+    gib = capacity_bytes / MIB / 1024
     table = [(20, 2048, 8, 8), (35, 4096, 48, 160), (60, 4096, 32, 160), (160, 8192, 256, 512)]
     chunked, bs_small, bs_large = 16384, 512, 512
     for limit, size, small, large in table:
@@ -58,9 +56,22 @@ def sglang_mem_fraction_static(capacity_bytes: int, tp: int, pp: int, is_mla: bo
             chunked, bs_small, bs_large = size, small, large
             break
     decode_bs = bs_large if tp >= 4 else bs_small
-    reserved = 512 + max(chunked, 2048) * 1.5 + tp * pp / 8 * 1024 + decode_bs * 2
-    if gib > 60:
-        reserved = max(reserved, 10 * 1024)
+    terms = [("base", 512.0, "512 MiB"),
+             ("chunked_prefill", max(chunked, 2048) * 1.5,
+              f"max(chunked_prefill_size {chunked}, 2048) × 1.5 MiB"),
+             ("parallel", tp * pp / 8 * 1024, f"tp {tp} × pp {pp} / 8 × 1024 MiB"),
+             ("cuda_graphs", decode_bs * 2.0, f"decode max bs {decode_bs} × 2 MiB")]
+    total = sum(t[1] for t in terms)
+    if gib > 60 and total < 10 * 1024:
+        terms.append(("floor", 10 * 1024 - total, f"raised to 10 GiB above 60 GiB: 10240 − {total:g} MiB"))
+    return terms
+
+
+def sglang_mem_fraction_static(capacity_bytes: int, tp: int, pp: int, is_mla: bool) -> float:
+    """SGLang's default ``mem_fraction_static`` (``arg_groups/memory_hook.py``):
+    ``round((mem − reserved_mem) / mem, 3)`` with ``reserved_mem`` of ``sglang_reserved_mem``."""
+    mem = capacity_bytes / MIB
+    reserved = sum(t[1] for t in sglang_reserved_mem(capacity_bytes, tp, pp))
     return max(round((mem - reserved) / mem, 3), 0.0)
 
 
@@ -89,9 +100,6 @@ class SGLang(Engine):
         "ep": ("--ep-size", "1"),
         "mtp": ("Load MTP layers (speculative decoding)", "off"),
     }
-    #: Memory in use before the model loads (CUDA context, NCCL): SGLang's budget is
-    #: ``(capacity − it) × mem_fraction_static − weights``; unknown without a GPU, so 0 by default.
-    default_reserve_gib = 0.0
     #: ``sglang/srt/configs/model_config.py`` ``ModelConfig.__init__``: a ``--context-length`` above
     #: the derived one raises unless ``SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1``.
     long_context_rule = ("refuses --context-length above the model's derived context length "
@@ -170,6 +178,28 @@ class SGLang(Engine):
                 rules.append(TokenRule("full" if kind in {"sliding", "chunked"} else kind, n, bpt,
                                        page=page, spec=layer))
         return EngineView(self.id, dtype, tuple(rules), block_size=page, notes=tuple(notes))
+
+    reserve_term_names: ClassVar[tuple[str, ...]] = ("held_before_load",)
+
+    def runtime_reserve(self, arch: ModelArch, gpu: GPU, settings: EngineSettings,
+                        tokens: int) -> Reserve:
+        """SGLang's reserve is inside ``mem_fraction_static``: the terms of its default
+        ``reserved_mem`` are shown (not subtracted again; none with an explicit fraction), and the
+        memory held before the weights load (``kv_cache_configurator.py``
+        ``_profile_available_bytes``), 0 unless overridden, is what the budget subtracts."""
+        terms: list[ReserveTerm] = []
+        if settings.gpu_util is None:
+            capacity = self.capacity(gpu).bytes
+            for name, mib, how in sglang_reserved_mem(capacity, settings.tp, settings.pp):
+                terms.append(ReserveTerm(
+                    f"reserved_mem.{name}", int(mib * MIB), f"{how} = {int(mib * MIB):,} B",
+                    f"{self.release}: arg_groups/memory_hook.py (mem_fraction_static default)",
+                    counted=False))
+        terms.append(ReserveTerm(
+            "held_before_load", 0, "0 B (CUDA context and buffers allocated before the weights; "
+            "unknown without a GPU — override it)",
+            f"{self.release}: mem_cache/kv_cache_configurator.py _profile_available_bytes", basis="flat"))
+        return Reserve(tuple(terms))
 
     def mem_fraction_static(self, capacity: int, settings: EngineSettings) -> float:
         """The ``mem_fraction_static`` in force: the setting, or SGLang's memory-based default."""

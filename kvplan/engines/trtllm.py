@@ -26,6 +26,7 @@ from kvplan.arch import MLA, Attention, LayerSpec, ModelArch, NoCache, Recurrent
 from kvplan.dtypes import KVDType
 from kvplan.engines.base import MLA_ONLY_DTYPES, ContextLimit, Engine, EngineView, KVPool
 from kvplan.engines.kinds import PagedRule, cdiv
+from kvplan.engines.reserve import Reserve, ReserveTerm
 from kvplan.engines.settings import EngineSettings
 from kvplan.errors import KVPlanError
 
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
 
 TRTLLM_TOKENS_PER_BLOCK = 32  # tensorrt_llm/llmapi/llm_args.py KvCacheConfig.tokens_per_block
 TRTLLM_DEFAULT_FREE_FRACTION = 0.9  # KvCacheConfig.free_gpu_memory_fraction
+TRTLLM_MAX_NUM_TOKENS = 8192  # tensorrt_llm/llmapi/llm_args.py BaseLlmArgs.max_num_tokens
 #: ``_arch_index.py`` ``MODEL_ARCH_TO_MODULE`` keys: what ``AutoModelForCausalLM.from_config`` builds
 #: (``modeling_auto.py`` raises "Unknown architecture" for anything else).
 TRTLLM_PYTORCH_ARCHITECTURES = frozenset({
@@ -145,6 +147,22 @@ class TrtLlm(Engine):
                                    self.token_bytes(layer, dtype, settings.tp), block_size=block,
                                    spec=layer))
         return EngineView(self.id, dtype, tuple(rules), block_size=block, notes=tuple(notes))
+
+    reserve_term_names: ClassVar[tuple[str, ...]] = ("activation_peak",)
+
+    def runtime_reserve(self, arch: ModelArch, gpu: GPU, settings: EngineSettings,
+                        tokens: int) -> Reserve:
+        """``_util.py`` ``KvCacheCreator._cal_max_memory``: ``peak`` after the profiling forward of
+        ``max_num_tokens`` (8192) tokens is the weights plus that forward's activations; the
+        activation term is the forward peak of ``kvplan.engines.vllm_memory.forward_peak`` (the same
+        layer intermediates). KV memory = ``(total − weights − activation) × fraction``."""
+        from kvplan.engines.vllm_memory import forward_peak
+
+        value, how = forward_peak(arch, TRTLLM_MAX_NUM_TOKENS, settings.tp, self.model_dtype(arch))
+        return Reserve((ReserveTerm(
+            "activation_peak", value, f"profiling forward of max_num_tokens: {how}",
+            f"{self.release}: _torch/pyexecutor/_util.py KvCacheCreator (profiling run, "
+            "_cal_max_memory)", basis="derived"),))
 
     def kv_budgets(self, target: int, stage_weights: list[int], reserve: int,
                    settings: EngineSettings, formulas: dict[str, str], capacity: int = 0) -> list[int]:

@@ -49,7 +49,9 @@ from kvplan.engines.kinds import (
     PagedStateRule,
 )
 from kvplan.engines.repack import ExpertRepack
+from kvplan.engines.reserve import Reserve, cuda_capacity
 from kvplan.engines.settings import EngineSettings
+from kvplan.engines.vllm_memory import CaptureRule, SamplerPath, vllm_reserve_terms
 
 if TYPE_CHECKING:
     from kvplan.presets import GPU
@@ -61,7 +63,8 @@ VLLM_DEFAULT_GPU_UTIL = 0.92  # vllm/config/cache.py (0.90 before v0.25)
 
 def default_max_num_batched_tokens(device_bytes: int | None, device_name: str = "",
                                    usage: str = "serve") -> int:
-    """vLLM ``EngineArgs.get_batch_defaults`` (v0.28+): by device memory and name.
+    """vLLM ``EngineArgs.get_batch_defaults`` (v0.28+): by device memory
+    (``current_platform.get_device_total_memory()``, CUDA's total) and name.
 
     ≥160 GiB: 16384; ≥70 GiB and not an A100: 16384 (``LLM``) / 8192 (``serve``);
     otherwise 8192 / 2048. Unknown device: the lowest tier.
@@ -73,6 +76,17 @@ def default_max_num_batched_tokens(device_bytes: int | None, device_name: str = 
     if device_bytes and device_bytes >= 70 * gib and "a100" not in device_name.lower():
         return 16384 if llm else 8192
     return 8192 if llm else 2048
+
+
+def default_max_num_seqs(device_bytes: int | None, device_name: str = "") -> int:
+    """vLLM ``EngineArgs.get_batch_defaults`` ``max_num_seqs`` (v0.28+, ``serve``): 1024 on
+    ≥ 160 GiB devices and on ≥ 70 GiB devices that are not an A100; otherwise 256."""
+    gib = 1 << 30
+    if device_bytes and device_bytes >= 160 * gib:
+        return 1024
+    if device_bytes and device_bytes >= 70 * gib and "a100" not in device_name.lower():
+        return 1024
+    return 256
 
 
 def vllm_mla_block_size(gpu: GPU, kv_dtype: str) -> int:
@@ -128,17 +142,32 @@ class Vllm(Engine):
     logged_tokens: ClassVar[str] = "concurrency"
     #: V1's ``BlockPool`` keeps one null block out of every request's reach.
     null_block: ClassVar[bool] = True
+    #: Top-k/top-p path of the sampler warm-up: FlashInfer by default from v0.21
+    #: (``envs.py`` ``VLLM_USE_FLASHINFER_SAMPLER`` = True, ``flashinfer_sampler_supported``).
+    sampler_path: ClassVar[SamplerPath] = "flashinfer"
+    #: CUDA-graph capture sizes (``config/vllm.py`` ``_set_cudagraph_sizes``).
+    capture_rule: ClassVar[CaptureRule] = "stride16"
+    #: Whether the CUDA-graph estimate is subtracted from the KV budget
+    #: (``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`` default 1 from v0.20, ``gpu_worker.py``
+    #: ``determine_available_memory``).
+    graphs_counted: ClassVar[bool] = True
+    #: v0.33 ``_set_cudagraph_sizes``: capture sizes up to 1,024 on data-centre Blackwell (SM 10.x).
+    blackwell_capture_cap: ClassVar[bool] = True
+    #: V0's profile run (``vllm/worker/model_runner.py``) rather than V1's ``gpu_model_runner.py``.
+    v0_profile: ClassVar[bool] = False
     setting_labels: ClassVar[dict[str, tuple[str, str]]] = {
         "gpu_util": ("gpu_memory_utilization (fraction)", f"{VLLM_DEFAULT_GPU_UTIL}"),
         "block_size": ("Block size (tokens)", "engine/backend choice"),
         "max_num_batched_tokens": ("max_num_batched_tokens (tokens)", "vLLM's per-GPU default"),
+        "max_num_seqs": ("max_num_seqs (requests)", "vLLM's per-GPU default"),
+        "enforce_eager": ("enforce_eager (no CUDA graphs)", "off"),
+        "flashinfer_sampler": ("FlashInfer sampler (VLLM_USE_FLASHINFER_SAMPLER)", "auto"),
         "async_scheduling": ("Async scheduling (≥ 0.26)", "on"),
         "hybrid_manager": ("Hybrid KV-cache manager", "auto"),
         "enable_prefix_caching": ("Prefix caching", "on"),
         "ep": ("Expert parallel size (--enable-expert-parallel: tp)", "1"),
         "mtp": ("Load MTP layers (speculative decoding)", "off"),
     }
-    default_reserve_gib = 1.0
     logs_kv_cache = True
     per_request_in_blocks = True
     prefix_unit = VLLM_DEFAULT_BLOCK_SIZE
@@ -184,14 +213,35 @@ class Vllm(Engine):
 
     def default_mnbt(self, gpu: GPU) -> int:
         """``max_num_batched_tokens`` default for ``vllm serve`` on this device."""
-        return default_max_num_batched_tokens(gpu.capacity_bytes, gpu.device_name)
+        return default_max_num_batched_tokens(cuda_capacity(gpu).bytes, gpu.device_name)
+
+    def default_max_num_seqs(self, gpu: GPU) -> int:
+        """``max_num_seqs`` default for ``vllm serve`` on this device (``get_batch_defaults``)."""
+        return default_max_num_seqs(cuda_capacity(gpu).bytes, gpu.device_name)
 
     def resolve_settings(self, settings: EngineSettings, tokens: int, gpu: GPU | None = None,
                          arch: ModelArch | None = None) -> EngineSettings:
-        """``max_num_batched_tokens`` defaults by device (``get_batch_defaults``)."""
+        """``max_num_batched_tokens`` and ``max_num_seqs`` default by device (``get_batch_defaults``)."""
+        update: dict[str, int] = {}
         if settings.max_num_batched_tokens is None and gpu is not None:
-            return settings.model_copy(update={"max_num_batched_tokens": self.default_mnbt(gpu)})
-        return settings
+            update["max_num_batched_tokens"] = self.default_mnbt(gpu)
+        if settings.max_num_seqs is None and gpu is not None:
+            update["max_num_seqs"] = self.default_max_num_seqs(gpu)
+        return settings.model_copy(update=update) if update else settings
+
+    reserve_term_names: ClassVar[tuple[str, ...]] = ("activation_peak", "non_torch", "cuda_graphs")
+
+    def runtime_reserve(self, arch: ModelArch, gpu: GPU, settings: EngineSettings,
+                        tokens: int) -> Reserve:
+        """Activation peak of the profile run, non-torch memory and CUDA graphs
+        (``kvplan.engines.vllm_memory``), as this release counts them."""
+        major = int(float(gpu.compute_capability)) if gpu.compute_capability else 0
+        return Reserve(vllm_reserve_terms(
+            arch, settings, self.model_dtype(arch), sampler=self.sampler_path, capture=self.capture_rule,
+            graphs_counted=self.graphs_counted, release=self.release,
+            mnbt=settings.max_num_batched_tokens or self.default_mnbt(gpu),
+            max_num_seqs=settings.max_num_seqs or self.default_max_num_seqs(gpu),
+            blackwell=major == 10 and self.blackwell_capture_cap, v0=self.v0_profile))
 
     def in_flight_tokens(self, settings: EngineSettings, mnbt: int) -> int:
         """``vllm/config/vllm.py`` ``max_in_flight_tokens = max_concurrent_batches × MNBT``;
@@ -287,8 +337,9 @@ class Vllm(Engine):
 
     def pool_layout(self, arch: ModelArch, kv_dtype: str, settings: EngineSettings,
                     mla_block_size: int | None = None) -> VllmPool:
-        """The model's KV-cache groups on one TP rank (cached per model and settings)."""
-        return _pool_cached(self, arch, kv_dtype, settings, mla_block_size)
+        """The model's KV-cache groups on one TP rank (cached per model and the settings that shape
+        the pool: the reserve-only ones are left out of the key)."""
+        return _pool_cached(self, arch, kv_dtype, _pool_only(settings), mla_block_size)
 
     def per_request_reserved_bytes(self, arch: ModelArch, view: EngineView, kv_dtype: str,
                                    settings: EngineSettings, tokens: int,
@@ -326,6 +377,7 @@ class Vllm(Engine):
     def pool_settings_key(self, settings: EngineSettings, arch: ModelArch) -> object:
         """``max_num_batched_tokens`` only reaches windowed layers (``PagedSlidingRule``,
         ``PagedChunkedRule``): without them, settings that differ only there give one pool."""
+        settings = _pool_only(settings)
         if any(getattr(layer, "window", None) for layer in arch.distinct_layers()):
             return settings
         return settings.model_copy(update={"max_num_batched_tokens": None})
@@ -423,6 +475,17 @@ class VllmPool:
                  for b in self.buckets]
         size = max(int(s.max()) for s in sizes)
         return int(sum(int((size - s).sum()) for s in sizes))
+
+
+#: Settings that only reach the runtime reserve (``runtime_reserve``), never the pool.
+_RESERVE_ONLY = {"max_num_seqs": None, "enforce_eager": False, "flashinfer_sampler": None}
+
+
+def _pool_only(settings: EngineSettings) -> EngineSettings:
+    """``settings`` with the reserve-only knobs at their defaults (one pool for all of them)."""
+    if all(getattr(settings, k) == v for k, v in _RESERVE_ONLY.items()):
+        return settings
+    return settings.model_copy(update=_RESERVE_ONLY)
 
 
 @lru_cache(maxsize=128)
@@ -534,7 +597,9 @@ class VllmPagedPool(KVPool):
         self.pool = pool
         self.stage_per_block = per_block
         self.budget = min(budgets)
-        stage_budgets = np.maximum(np.asarray(budgets, dtype=np.int64), 0)
+        # clamped before the int64 conversion: a layout whose weights exceed the device by more than
+        # int64 holds (the 10^6-wide test models at TP 1) has no budget, not an OverflowError
+        stage_budgets = np.asarray([max(b, 0) for b in budgets], dtype=np.int64)
         used = per_block > 0
         self.num_blocks = int((stage_budgets[used] // per_block[used]).min())
         self.bytes_per_block = int(per_block.max())
@@ -603,7 +668,7 @@ class VllmPagedPool(KVPool):
 def mnbt_v09_to_v026(gpu: GPU) -> int:
     """v0.9.2–v0.26 ``get_batch_defaults`` for ``serve``: 8192 on ≥ 70 GiB devices that are not an
     A100, else 2048 (no ≥ 160 GiB tier yet)."""
-    big = gpu.capacity_bytes >= 70 * (1 << 30) and "a100" not in gpu.device_name.lower()
+    big = cuda_capacity(gpu).bytes >= 70 * (1 << 30) and "a100" not in gpu.device_name.lower()
     return 8192 if big else 2048
 
 
@@ -619,6 +684,14 @@ class VllmV019(Vllm):
     #: Before v0.30 a YaRN set's ``factor`` scales ``original_max_position_embeddings``.
     unscaled_rope_types = ("su", "longrope", "llama3")
     logged_tokens = "groups"
+    #: FlashInfer sampling is opt-in (``VLLM_USE_FLASHINFER_SAMPLER`` unset → PyTorch sort) from
+    #: v0.11.2 to v0.20 (v0.19.1 sorts through a Triton kernel from 8 rows; not modelled).
+    sampler_path: ClassVar[SamplerPath] = "sort"
+    #: The estimate is profiled but subtracted only with ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1``
+    #: (default 0 before v0.20).
+    graphs_counted: ClassVar[bool] = False
+    reserve_term_names: ClassVar[tuple[str, ...]] = ("activation_peak", "non_torch")
+    blackwell_capture_cap: ClassVar[bool] = False
     setting_labels: ClassVar[dict[str, tuple[str, str]]] = {
         **{k: v for k, v in Vllm.setting_labels.items() if k != "async_scheduling"},
         "gpu_util": ("gpu_memory_utilization (fraction)", "0.9")}
@@ -647,6 +720,12 @@ class VllmV011(VllmV019):
     id = "vllm@0.11"
     release = "vLLM v0.10–v0.13"
     ceil_requested = False
+    #: v0.10–v0.11.0: FlashInfer top-k/top-p when installed (``VLLM_USE_FLASHINFER_SAMPLER is not
+    #: False``) — the docker image has it, ``pip install vllm`` does not (``flashinfer`` is an extra in
+    #: the wheel's metadata): ``--flashinfer-sampler 0`` for those; capture sizes every 8 up to
+    #: ``min(2 × max_num_seqs, 512)`` (v0.11.2 changed both).
+    sampler_path: ClassVar[SamplerPath] = "flashinfer"
+    capture_rule: ClassVar[CaptureRule] = "stride8"
 
     def hybrid_default(self, arch: ModelArch) -> bool:
         return not any(layer.kind == "chunked" for layer in arch.distinct_layers())
@@ -691,7 +770,11 @@ class VllmV08(VllmV09):
         return False
 
     def default_mnbt(self, gpu: GPU) -> int:
-        return 8192 if gpu.capacity_bytes >= 70 * (1 << 30) else 2048
+        return 8192 if cuda_capacity(gpu).bytes >= 70 * (1 << 30) else 2048
+
+    def default_max_num_seqs(self, gpu: GPU) -> int:
+        """v0.8 ``_set_default_args_v1``: 1024 on every ≥ 70 GiB device, else 256."""
+        return 1024 if cuda_capacity(gpu).bytes >= 70 * (1 << 30) else 256
 
 
 class VllmV06(VllmV08):
@@ -706,10 +789,33 @@ class VllmV06(VllmV08):
     id = "vllm@0.6"
     release = "vLLM v0.6 (V0)"
     null_block = False
+    v0_profile = True
+    #: V0's sampler sorts for top-p/top-k (``model_executor/layers/sampler.py`` ``_apply_top_k_top_p``).
+    sampler_path: ClassVar[SamplerPath] = "sort"
     setting_labels: ClassVar[dict[str, tuple[str, str]]] = {
         "gpu_util": ("gpu_memory_utilization (fraction)", "0.9"),
         "block_size": ("Block size (tokens)", "16"),
+        "max_num_batched_tokens": ("max_num_batched_tokens (tokens)", "max(max_model_len, 2048)"),
+        "max_num_seqs": ("max_num_seqs (requests)", "256"),
+        "enforce_eager": ("enforce_eager (no CUDA graphs)", "off"),
+        "flashinfer_sampler": ("FlashInfer sampler (VLLM_USE_FLASHINFER_SAMPLER)", "off"),
     }
+
+    def default_mnbt(self, gpu: GPU) -> int:
+        return 2048
+
+    def default_max_num_seqs(self, gpu: GPU) -> int:
+        """V0 ``SchedulerConfig``: ``max_num_seqs`` 256 (``engine/arg_utils.py``)."""
+        return 256
+
+    def resolve_settings(self, settings: EngineSettings, tokens: int, gpu: GPU | None = None,
+                         arch: ModelArch | None = None) -> EngineSettings:
+        """V0 ``SchedulerConfig.__post_init__``: ``max_num_batched_tokens = max(max_model_len, 2048)``
+        without chunked prefill, which is on by default only beyond 32K tokens (then 2048)."""
+        if settings.max_num_batched_tokens is None:
+            mnbt = max(tokens, 2048) if tokens <= 32768 else 2048
+            settings = settings.model_copy(update={"max_num_batched_tokens": mnbt})
+        return super().resolve_settings(settings, tokens, gpu, arch)
 
     def unserved_reason(self, arch: ModelArch) -> str | None:
         if any(isinstance(layer, Recurrent) for layer in arch.distinct_layers()):

@@ -87,7 +87,13 @@ def render(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame | None:
             st.markdown(
                 f"**Implied runtime reserve: {reserve / GIB:.3f} GiB** ({reserve:,} B; between "
                 f"{low / GIB:.4f} and {high / GIB:.4f} GiB) — the sidebar uses "
-                f"{result.predicted_reserve_bytes / GIB:g} GiB.")
+                f"{result.predicted_reserve_bytes / GIB:.3f} GiB.")
+            if result.implied_terms:
+                st.table(pd.DataFrame([{
+                    "term": row["name"], "kvplan (B)": f"{row['model_bytes']:,}",
+                    "logged (B)": "" if row["logged_bytes"] is None else f"{row['logged_bytes']:,}",
+                    "implied share (B)": f"{row['implied_bytes']:,}"} for row in result.implied_terms
+                ]).set_index("term"))
         suggested = result.suggested_reserve_gib
         current = st.session_state.get(RESERVE_KEY)
         st.button(f"Use {suggested:g} GiB as the runtime reserve" if suggested is not None

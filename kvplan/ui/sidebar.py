@@ -11,6 +11,7 @@ from kvplan.arch import ModelArch
 from kvplan.config_import import MAX_CONFIG_BYTES
 from kvplan.dtypes import DTYPES, KV_DTYPE_CHOICES, WEIGHT_DTYPES
 from kvplan.engines import (
+    DEFAULT_ENGINE,
     REGISTRY,
     SETTINGS,
     EngineSettings,
@@ -97,6 +98,7 @@ def push_to_session(scenario: Scenario) -> list[str]:
             value = "" if value is None else SETTINGS[name].format(value)
         state[key] = value
     state["w_tokens_exact"] = scenario.tokens
+    state["w_rt"] = format_reserve_terms(scenario.reserve_terms)
     state["w_view"] = VIEWS[scenario.view]
     state["custom_config"] = scenario.custom_config
     if scenario.weight_dtype == "auto":
@@ -266,11 +268,20 @@ def render_sidebar() -> Scenario:
                     help="Total accelerators; a multiple of TP × PP (the rest are replicas).")
     c2.number_input("TP", *_int_bounds("tp"), step=1, key="w_tp", help="Tensor parallel")
     c3.number_input("PP", *_int_bounds("pp"), step=1, key="w_pp", help="Pipeline parallel")
-    reserve_default = engine.default_reserve_gib
     sb.number_input("Runtime reserve per GPU (GiB)", *BOUNDS["reserve_gib"], step=0.5,
-                    key="w_reserve", placeholder=f"default: {reserve_default:g} GiB",
-                    help="Activations, CUDA graphs and non-torch memory (1 GiB = 2^30 B); "
-                         "empty = the engine default.")
+                    key="w_reserve", placeholder="default: the release's terms",
+                    help="The total kept outside the KV cache besides the weights (1 GiB = 2^30 B); "
+                         "empty = the sum of the engine release's terms (see 'KV budget, term by "
+                         "term').")
+    sb.text_input("Reserve terms (name=GiB, …)", key="w_rt", max_chars=200,
+                  placeholder=", ".join(f"{name}=…" for name in engine.reserve_term_names),
+                  help="Replace single terms of the runtime reserve, e.g. activation_peak=2.5; "
+                       f"this engine's terms: {', '.join(engine.reserve_term_names)}.")
+    terms_text = str(state.get("w_rt") or "")
+    try:
+        parse_reserve_terms(terms_text, engine.reserve_term_names)
+    except ValueError as exc:
+        sb.error(f"Reserve terms: {exc}; not applied until corrected.")
 
     sb.subheader("Workload")
     tokens = int(state.get("w_tokens") or 1)
@@ -343,6 +354,30 @@ def _changed_settings(labels: dict[str, tuple[str, str]]) -> list[str]:
     return out
 
 
+def format_reserve_terms(terms: dict[str, float]) -> str:
+    """``{'activation_peak': 2.5}`` → ``activation_peak=2.5`` (the widget's text)."""
+    return ", ".join(f"{name}={value:g}" for name, value in terms.items())
+
+
+def parse_reserve_terms(text: str, names: tuple[str, ...]) -> dict[str, float]:
+    """The widget's ``name=GiB, …`` as a dict; ``ValueError`` names the first bad entry."""
+    low, high = BOUNDS["reserve_gib"]
+    out: dict[str, float] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, sep, value = item.partition("=")
+        name = name.strip()
+        if not sep or name not in names:
+            raise ValueError(f"'{item[:40]}' is not one of {', '.join(names)} = GiB")
+        try:
+            number = float(value)
+        except ValueError:
+            raise ValueError(f"'{item[:40]}': not a number") from None
+        if not low <= number <= high:
+            raise ValueError(f"'{item[:40]}': must be between {low:g} and {high:g} GiB")
+        out[name] = number
+    return out
+
+
 def _settings_from_widgets() -> EngineSettings:
     """The engine settings the widgets hold (every declared knob, kept across engine switches)."""
     state = st.session_state
@@ -374,6 +409,13 @@ def scenario_from_widgets() -> Scenario:
     if values.get("engine_version") in (None, "latest"):
         values["engine_version"] = None
     values["custom_config"] = state.get("custom_config")
+    try:
+        engine = get_engine(engine_with_release(values["engine"] or DEFAULT_ENGINE,
+                                               values.get("engine_version")))
+        values["reserve_terms"] = parse_reserve_terms(str(state.get("w_rt") or ""),
+                                                      engine.reserve_term_names)
+    except (ValueError, KVPlanError):  # shown under the widget until corrected
+        values["reserve_terms"] = {}
     for field in ("num_gpus", "tp", "pp", "tokens", "users", "prefix_tokens", "output_tokens"):
         if values[field] is not None:
             values[field] = int(values[field])

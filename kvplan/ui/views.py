@@ -182,7 +182,8 @@ def kpi_cards(scenario: Scenario, arch, gpu: GPU, result: FitResult) -> list[Kpi
          f"{result.tp} × PP {result.pp} (largest stage): "
          f"{weights_view.breakdown_short(result.weights_breakdown)} = {result.weights_bytes:,} B"),
         ("kv_budget", "KV budget per GPU", result.kv_budget_bytes,
-         f.get("memory_target", "") + "; " + f.get("kv_budget", "")),
+         f.get("memory_target", "") + "; " + f.get("kv_budget", "") + "; reserve = "
+         + f.get("reserve", "")),
         ("max_requests", "Max concurrent requests per replica", result.max_requests,
          f.get("max_requests", "") or f.get("kv_pool_tokens", "")),
         ("max_context", f"Max context at {plural(scenario.users, 'user')} (per replica)",
@@ -257,10 +258,12 @@ def render_kpis(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
     or for the whole model."""
     result = primary_fit(cache_key(scenario))
     cards = kpi_cards(scenario, arch, gpu, result)
+    cap = result.gpu_capacity_bytes
     st.markdown(f"**{md(arch.name)}** on **{plural(result.replicas * result.tp * result.pp, 'GPU')} × "
                 f"{md(gpu.name)}** "
-                + md(f"({gpu.capacity_bytes / GIB:,.2f} GiB = {gpu.capacity_bytes / GB:,.2f} GB per GPU, "
-                     f"{gpu.capacity_basis}) · {result.engine_label} · KV {result.kv_dtype}"))
+                + md(f"({cap / GIB:,.2f} GiB = {cap / GB:,.2f} GB per GPU as CUDA reports it, "
+                     f"{result.capacity.get('status', '')}) · {result.engine_label} "
+                     f"[{result.engine_release}] · KV {result.kv_dtype}"))
     status, why = support_status(arch)
     st.caption(md(f"Architecture support: {'exact' if status == 'exact' else 'generic rules'} — {why}"))
     cols = st.columns(3)
@@ -281,10 +284,48 @@ def render_kpis(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
                help="Exact integers (bytes, requests, tokens) of the cards above.")
     if get_engine(result.engine).logs_kv_cache:
         st.code(result.vllm_log, language=None)
+    render_budget(result)
     weights_view.render_comparison(arch, None if scenario.weight_dtype == "auto" else scenario.weight_dtype)
     for note in result.notes:
         st.caption(f"Note: {md(note)}")
     return pd.DataFrame([card._asdict() for card in cards])
+
+
+def budget_rows(result: FitResult) -> pd.DataFrame:
+    """The KV budget of one GPU step by step: capacity, target, weights, each reserve term, KV."""
+    cap = result.capacity
+    f = result.formulas
+    rows = [("capacity (CUDA total)", result.gpu_capacity_bytes, "yes",
+             f"{cap.get('source', '')}, {cap.get('status', '')}: {cap.get('note', '')}", "catalogue")]
+    rows.append(("marketed", int(cap.get("marketed") or 0), "no", "the product's rated memory", "catalogue"))
+    if cap.get("nvidia_smi"):
+        rows.append(("nvidia-smi total", int(cap["nvidia_smi"]), "no",
+                     "what nvidia-smi prints (CUDA reports less)", "catalogue"))
+    rows.append(("memory target", result.memory_target_bytes, "yes", f.get("memory_target", ""),
+                 result.engine_release))
+    rows.append(("weights", -result.weights_bytes, "yes", f"{result.weight_format}", "kvplan.weights"))
+    for term in result.reserve.get("terms", []):
+        rows.append((f"reserve: {term['name']}", -int(term["bytes"]),
+                     "yes" if term["counted"] and not result.reserve.get("total_overridden") else "no",
+                     f"{term['formula']} [{term['basis']}]", term["source"]))
+    if result.reserve.get("total_overridden"):
+        rows.append(("reserve (given total)", -result.reserve_bytes, "yes", "the sidebar's total",
+                     "user"))
+    rows.append(("KV budget", result.kv_budget_bytes, "=", f.get("kv_budget", ""), result.engine_release))
+    return pd.DataFrame([(step, f"{value:,}", value / GIB, used, formula, source)
+                         for step, value, used, formula, source in rows],
+                        columns=["step", "bytes", "GiB", "in the budget", "formula", "source"])
+
+
+def render_budget(result: FitResult) -> None:
+    """The budget section: release, capacity and its source beside the marketed and nvidia-smi
+    figures, the runtime reserve term by term (plain cells, no Markdown from user input)."""
+    with st.expander(f"KV budget, term by term — {result.engine_release}", expanded=False):
+        frame = budget_rows(result)
+        st.table(frame.assign(GiB=frame["GiB"].map("{:,.3f}".format)).set_index("step"))
+        st.caption(md(f"Reserve {result.reserve_bytes:,} B = {result.formulas.get('reserve', '')}. "
+                      "Override one term with 'Reserve terms' in the sidebar, the total with "
+                      "'Runtime reserve per GPU'."))
 
 
 # ---------------------------------------------------------------- (2) KV vs context

@@ -28,7 +28,9 @@ ROOT = Path(__file__).resolve().parents[2]
 IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"]'
 LOAD_MS = 60_000
 LINK_7B = "/?v=1&m=llama-2-7b&e=hf&kd=fp16&t=4096&u=1&g=a100-80gb-sxm"
-EXACT_7B = ("kv_per_token=524,288", "kv_per_request=2,147,483,648", "max_requests=33")
+# HF on an A100 80GB: CUDA total 81,224 MiB = 85,169,537,024 B − weights 13,476,831,232 − the flat
+# 1 GiB = 70,618,963,968 B; a 4,096-token fp16 request holds 2,147,483,648 B → 32 requests
+EXACT_7B = ("kv_per_token=524,288", "kv_per_request=2,147,483,648", "max_requests=32")
 PNG_WIDTH = 2000  # charts leave width unset: exports_ui renders 1000 px × scale 2
 
 
@@ -56,6 +58,21 @@ def test_link_shows_expected_numbers(page: Page, app_url: str) -> None:
         expect(_exact(page)).to_contain_text(text)
     expect(page.get_by_test_id("stMetric").filter(has_text="KV bytes per token")).to_contain_text("512")
     assert _query(page)["m"] == "llama-2-7b"
+    _no_exception(page)
+
+
+def test_budget_section_lists_capacity_and_reserve_terms(page: Page, app_url: str) -> None:
+    """Issue #14: the budget section shows the release, the CUDA total beside nvidia-smi's figure and
+    each reserve term (Llama-2-7B fp16 on an H100: tests/test_cli.py test_fit_json_numbers)."""
+    _open(page, app_url + "/?v=1&m=llama-2-7b&kd=fp16&t=4096&u=1")
+    expander = page.get_by_test_id("stExpander").filter(has_text="KV budget, term by term")
+    expect(expander).to_contain_text("vLLM v0.33")
+    expander.get_by_text("KV budget, term by term").click()
+    table = expander.get_by_test_id("stTable")
+    for text in ("capacity (CUDA total)", "85,027,979,264", "nvidia-smi total", "85,520,809,984",
+                 "reserve: activation_peak", "-675,282,944", "reserve: cuda_graphs", "-408,662,949",
+                 "63,521,834,013"):
+        expect(table).to_contain_text(text)
     _no_exception(page)
 
 
