@@ -179,11 +179,20 @@ def test_budget_section_shows_release_capacity_and_reserve_terms():
     assert "gpu_model_runner.py" in rows.loc["reserve: activation_peak", "source"]
     assert rows.loc["KV budget", "bytes"] == "63,521,834,013"
     assert any("vLLM v0.33" in e.label for e in at.expander)
-    # one term replaced from the sidebar travels in the link (rt=)
+    # one term replaced from the sidebar (inside the lazy "Engine settings" box) travels in the
+    # link (rt=) and stays applied, and named above the box, once the box is closed
+    open_boxes(at, "w_engine_box")
     at.text_input(key="w_rt").set_value("non_torch=1").run()
     no_errors(at)
     assert exact(at)["kv_budget"] == 63_521_834_013 + 143_129_785 - (1 << 30)
     assert at.query_params["rt"] in (["non_torch:1.0"], "non_torch:1.0")
+    at.session_state["w_engine_box"] = False
+    at.run()
+    no_errors(at)
+    assert exact(at)["kv_budget"] == 63_521_834_013 + 143_129_785 - (1 << 30)
+    assert any(c.value.startswith("Engine settings changed: reserve terms non\\_torch\\=1")
+               for c in at.caption), [c.value for c in at.caption]
+    open_boxes(at, "w_engine_box")
     at.text_input(key="w_rt").set_value("bogus=1").run()
     assert any("Reserve terms" in e.value for e in at.error)
 

@@ -229,12 +229,31 @@ def render_sidebar() -> Scenario:
                           + get_engine(state["w_engine"]).release + ".")
     engine = get_engine(engine_with_release(state["w_engine"], state["w_ev"]))
     changed = _changed_settings(engine.setting_labels)
+    if state.get("w_reserve") is not None:
+        changed.append(f"runtime reserve {state['w_reserve']:g} GiB")
+    terms_text = str(state.get("w_rt") or "")
+    if terms_text:
+        changed.append(f"reserve terms {terms_text}")
     if changed:
         sb.caption("Engine settings changed: " + md(", ".join(changed)))
     with lazy.box(sb, "w_engine_box") as box:  # its widgets run only while it is open
         if box.open:
             for name, (label, default) in engine.setting_labels.items():
                 _setting_widget(box, SETTINGS[name], label, default)
+            box.number_input("Runtime reserve per GPU (GiB)", *BOUNDS["reserve_gib"], step=0.5,
+                             key="w_reserve", placeholder="default: the release's terms",
+                             help="The total kept outside the KV cache besides the weights "
+                                  "(1 GiB = 2^30 B); empty = the sum of the engine release's "
+                                  "terms (see 'KV budget, term by term').", **lazy.KEEP)
+            box.text_input("Reserve terms (name=GiB, …)", key="w_rt", max_chars=200,
+                           placeholder=", ".join(f"{name}=…" for name in engine.reserve_term_names),
+                           help="Replace single terms of the runtime reserve, e.g. "
+                                "activation_peak=2.5; this engine's terms: "
+                                f"{', '.join(engine.reserve_term_names)}.", **lazy.KEEP)
+    try:
+        parse_reserve_terms(terms_text, engine.reserve_term_names)
+    except ValueError as exc:
+        sb.error(md(f"Reserve terms: {exc}; not applied until corrected."))
 
     sb.subheader("Precision")
     if not state.get("w_kd"):
@@ -268,20 +287,6 @@ def render_sidebar() -> Scenario:
                     help="Total accelerators; a multiple of TP × PP (the rest are replicas).")
     c2.number_input("TP", *_int_bounds("tp"), step=1, key="w_tp", help="Tensor parallel")
     c3.number_input("PP", *_int_bounds("pp"), step=1, key="w_pp", help="Pipeline parallel")
-    sb.number_input("Runtime reserve per GPU (GiB)", *BOUNDS["reserve_gib"], step=0.5,
-                    key="w_reserve", placeholder="default: the release's terms",
-                    help="The total kept outside the KV cache besides the weights (1 GiB = 2^30 B); "
-                         "empty = the sum of the engine release's terms (see 'KV budget, term by "
-                         "term').")
-    sb.text_input("Reserve terms (name=GiB, …)", key="w_rt", max_chars=200,
-                  placeholder=", ".join(f"{name}=…" for name in engine.reserve_term_names),
-                  help="Replace single terms of the runtime reserve, e.g. activation_peak=2.5; "
-                       f"this engine's terms: {', '.join(engine.reserve_term_names)}.")
-    terms_text = str(state.get("w_rt") or "")
-    try:
-        parse_reserve_terms(terms_text, engine.reserve_term_names)
-    except ValueError as exc:
-        sb.error(f"Reserve terms: {exc}; not applied until corrected.")
 
     sb.subheader("Workload")
     tokens = int(state.get("w_tokens") or 1)
