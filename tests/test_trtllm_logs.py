@@ -23,16 +23,15 @@ Each fixture is one real run (source, settings, printed numbers, verbatim lines)
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 import pytest
+from log_fixtures import check_numbers_written, check_schema, fixture_arch, load
 
 from kvplan.calibrate import parse_trtllm_log
 from kvplan.capacity import FitQuery, fit
-from kvplan.config_import import parse_config
-from kvplan.presets import custom_gpu, get_gpu, load_model
+from kvplan.presets import custom_gpu, get_gpu
 
 DIR = Path(__file__).resolve().parent / "fixtures" / "trtllm_logs"
 FIXTURES = sorted(DIR.glob("[0-9][0-9]-*.json"))
@@ -61,7 +60,6 @@ LOGGED = {
 KV_DTYPES = {"auto": "auto", "fp8": "fp8_e4m3"}
 #: Weight formats the checkpoints store, when kvplan's preset holds another (the config's own otherwise).
 WEIGHT_DTYPES = {"01": "fp8"}
-_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
 #: (check, log id) → why kvplan differs (each must still differ: a fix fails the test).
 KNOWN_MISMATCH: dict[tuple[str, str], str] = {
@@ -75,17 +73,11 @@ KNOWN_MISMATCH: dict[tuple[str, str], str] = {
 }
 
 
-def load(path: Path) -> dict:
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
 DOCS = {load(p)["id"]: load(p) for p in FIXTURES}
 
 
 def arch_of(doc: dict):
-    if doc["config"]:
-        return parse_config(json.loads((DIR / doc["config"]).read_text()))
-    return load_model(doc["model_preset"])
+    return fixture_arch(doc, DIR)
 
 
 def gpu_of(doc: dict):
@@ -140,30 +132,12 @@ def test_the_set_covers_releases_backends_and_accelerators():
 @pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.stem)
 def test_schema(path: Path):
     doc = load(path)
-    assert list(doc) == list(REQUIRED)
-    for key, kind in REQUIRED.items():
-        assert isinstance(doc[key], kind), (key, doc[key])
-    assert path.name.startswith(doc["id"] + "-")
-    assert doc["source"].startswith("https://github.com/")
-    assert "/blob/" not in doc["source"] or re.search(r"/blob/[0-9a-f]{40}/", doc["source"])
-    assert doc["retrieved"] == "2026-11-30"
-    assert doc["model_preset"] or doc["config"]
-    assert list(doc["settings"]) == list(SETTINGS)
-    for key, kind in SETTINGS.items():
-        value = doc["settings"][key]
-        assert value is None or (isinstance(value, kind) and not isinstance(value, bool)), key
-    assert set(doc["logged"]) <= set(LOGGED)
-    for key, value in doc["logged"].items():
-        assert isinstance(value, LOGGED[key]) and not isinstance(value, bool), (key, value)
-    assert doc["log_excerpt"].endswith("\n") and doc["log_excerpt"].count("\n") <= 25
+    check_schema(doc, path, REQUIRED, SETTINGS, LOGGED)
 
 
 @pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.stem)
 def test_every_logged_number_is_written_in_the_excerpt(path: Path):
-    doc = load(path)
-    written = {float(m.group().replace(",", "")) for m in _NUMBER.finditer(doc["log_excerpt"])}
-    for key, value in doc["logged"].items():
-        assert float(value) in written, (key, value)
+    check_numbers_written(load(path))
 
 
 @pytest.mark.parametrize("path", [p for p in FIXTURES if "fraction0.25" not in p.name], ids=lambda p: p.stem)
