@@ -22,6 +22,8 @@ BOXES: dict[str, str] = {
     "box_seeds": "Named scenarios: the seed figures and planning classics",
     "box_share": "Share: link and scenario JSON",
     "box_calibrate": "Calibrate against a vLLM log",
+    # st.table's first use loads its renderer in the browser (≈ 0.3–0.8 s of the first render)
+    "box_budget": "KV budget, term by term",
 }
 #: What a stateful widget inside a lazy expander passes, so its value outlives the closed box.
 KEEP: dict[str, Any] = {"persist_state": "session"}

@@ -250,7 +250,8 @@ def render_answer(scenario: Scenario, gpu: GPU) -> None:
         limit = (f" · model limit {first.context_limit:,} tokens ({md(first.context_limit_rule)})"
                  if first.context_limit is not None else "")
         st.caption(f"{plural(gpus, 'GPU')} × {md(gpu.name)}, {plural(first.replicas, 'replica')} of "
-                   f"TP={first.tp}, PP={first.pp} · {first.engine_label}{limit}")
+                   f"TP={first.tp}, PP={first.pp} · {first.engine_label} · {md(first.engine_release)}"
+                   f"{limit}")
 
 
 def render_kpis(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
@@ -320,12 +321,14 @@ def budget_rows(result: FitResult) -> pd.DataFrame:
 def render_budget(result: FitResult) -> None:
     """The budget section: release, capacity and its source beside the marketed and nvidia-smi
     figures, the runtime reserve term by term (plain cells, no Markdown from user input)."""
-    with st.expander(f"KV budget, term by term — {result.engine_release}", expanded=False):
-        frame = budget_rows(result)
-        st.table(frame.assign(GiB=frame["GiB"].map("{:,.3f}".format)).set_index("step"))
-        st.caption(md(f"Reserve {result.reserve_bytes:,} B = {result.formulas.get('reserve', '')}. "
-                      "Override one term with 'Reserve terms' in the sidebar, the total with "
-                      "'Runtime reserve per GPU'."))
+    with lazy.box(st, "box_budget") as box:  # its table is built only while it is open
+        if box.open:
+            st.caption(md(f"Rules of {result.engine_release}."))
+            frame = budget_rows(result)
+            st.table(frame.assign(GiB=frame["GiB"].map("{:,.3f}".format)).set_index("step"))
+            st.caption(md(f"Reserve {result.reserve_bytes:,} B = {result.formulas.get('reserve', '')}. "
+                          "Override one term with 'Reserve terms' in the sidebar (Engine settings), "
+                          "the total with 'Runtime reserve per GPU'."))
 
 
 # ---------------------------------------------------------------- (2) KV vs context

@@ -65,9 +65,10 @@ def test_budget_section_lists_capacity_and_reserve_terms(page: Page, app_url: st
     """Issue #14: the budget section shows the release, the CUDA total beside nvidia-smi's figure and
     each reserve term (Llama-2-7B fp16 on an H100: tests/test_cli.py test_fit_json_numbers)."""
     _open(page, app_url + "/?v=1&m=llama-2-7b&kd=fp16&t=4096&u=1")
+    expect(page.get_by_text("vLLM (v1 paged blocks) · vLLM v0.33")).to_have_count(1)
     expander = page.get_by_test_id("stExpander").filter(has_text="KV budget, term by term")
-    expect(expander).to_contain_text("vLLM v0.33")
     expander.get_by_text("KV budget, term by term").click()
+    expect(expander).to_contain_text("Rules of vLLM v0.33.")
     table = expander.get_by_test_id("stTable")
     for text in ("capacity (CUDA total)", "85,027,979,264", "nvidia-smi total", "85,520,809,984",
                  "reserve: activation_peak", "-675,282,944", "reserve: cuda_graphs", "-408,662,949",
