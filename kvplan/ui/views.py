@@ -284,7 +284,9 @@ def render_kpis(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
     st.caption("Exact: " + " · ".join(f"{r.kpi}={r.value:,}" for r in cards),
                help="Exact integers (bytes, requests, tokens) of the cards above.")
     if get_engine(result.engine).logs_kv_cache:
-        st.code(result.vllm_log, language=None)
+        # plain monospace text: st.code's syntax highlighter costs ≈ 0.3 s of browser JS on the
+        # first render (bench/README.md, issue #16)
+        st.text(result.vllm_log)
     render_budget(result)
     weights_view.render_comparison(arch, None if scenario.weight_dtype == "auto" else scenario.weight_dtype)
     for note in result.notes:
