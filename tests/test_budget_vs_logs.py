@@ -96,9 +96,10 @@ KNOWN_OFF: dict[str, str] = {
           "image's FlashInfer path (1.92 GiB); with --flashinfer-sampler 0 it is within 5 % "
           "(test_logs_10_12_with_the_sort_sampler)",
     "12": "as 10 (v0.11.0, util 0.95, 1,024 batched tokens): within 5 % with --flashinfer-sampler 0",
-    "13": "the source issue reports this very budget as unexpectedly small (vllm#21348; the maintainer "
-          "points at PR #19312's profiling order): ≈ 8 GiB kept outside the KV cache that no "
-          "term of a v0.9–v0.10 profile run accounts for",
+    "13": "the run adds --kv-transfer-config LMCacheConnectorV1 (an LMCache connector, not modelled: its "
+          "buffers and what the profile run sees with it); the reporter finds this budget unexpectedly "
+          "small and a reply points at PR #19312's profiling order (vllm#21348): ≈ 8 GiB kept "
+          "outside the KV cache that no term of a v0.9–v0.10 profile run accounts for",
     "29": "the start-up failed: the logged budget is −1.44 GiB, kvplan's −1.33 GiB (checked below: "
           "kvplan also finds no room); 0.12 GiB apart — 0.15 % of the 79.19 GiB device, but 5 % of "
           "a budget this close to zero is 0.07 GiB; the 0.12 GiB is not explained",
