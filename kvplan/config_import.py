@@ -120,6 +120,10 @@ MODEL_TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
                     "head_dim": 256, "sliding_window": 4096, "hidden_size": 2304,
                     "num_hidden_layers": 26, "intermediate_size": 9216,
                     "max_position_embeddings": 131_072},
+    # transformers ``FalconConfig.__init__``: ``max_position_embeddings=2048`` (the Hub configs
+    # omit it; vLLM 0.33's ``_get_and_verify_max_len`` reads the attribute:
+    # tests/fixtures/vllm_truth/context_limits.json)
+    "falcon": {"max_position_embeddings": 2048},
 }
 _QWEN_SWA_TYPES = {"qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen2_vl", "qwen2_5_vl"}
 #: Two-matrix MLPs (up/fc1 → down/fc2, no gate), read from each ``modeling_<type>.py`` MLP class.

@@ -16,6 +16,9 @@ Every expected value is read off the engine's function, cited per case:
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from kvplan.capacity import FitQuery, fit
@@ -124,3 +127,34 @@ def test_length_keys_and_rope_travel_in_the_link():
         131072, "original_max_position_embeddings 32,768 × RoPE factor 4; vLLM v0.14–v0.19 "
                 "_get_and_verify_max_len")
     assert get_engine("vllm").context_limit(custom_arch(back)).tokens == 16384
+
+
+TRUTH = json.loads((Path(__file__).parent / "fixtures" / "vllm_truth" / "context_limits.json").read_text())
+
+
+def _truth_config(name: str) -> dict:
+    kind, _, key = name.partition(":")
+    if kind == "preset":
+        return model_presets()[key].config
+    if kind == "config":
+        return json.loads((Path(__file__).parent / "fixtures" / "configs" / f"{key}.json").read_text())
+    return CASES[key][0]
+
+
+def test_the_vllm_truth_covers_every_preset_and_case():
+    """``tools/vllm_truth/context_limits.py`` ran vLLM 0.33.0's own ``_get_and_verify_max_len`` on
+    every preset, every vendored config and every case above; only the configs the recorded
+    transformers cannot build are skipped (kimi_k2 is remote code)."""
+    assert (TRUTH["vllm"], TRUTH["transformers"]) == ("0.33.0", "5.20.2")
+    assert set(TRUTH["skipped"]) == {"config:kimi_k2", "preset:kimi-k2"}
+    assert {f"preset:{p}" for p in model_presets()} <= set(TRUTH["cases"]) | set(TRUTH["skipped"])
+    assert {f"case:{c}" for c in CASES} <= set(TRUTH["cases"])
+    assert len(TRUTH["cases"]) == 69
+
+
+@pytest.mark.parametrize("name", sorted(TRUTH["cases"]))
+def test_context_limit_equals_vllm_033(name):
+    """kvplan's ``Vllm.context_limit`` equals what vLLM 0.33.0's ``_get_and_verify_max_len`` derives
+    (None: no length key, any ``--max-model-len`` is taken)."""
+    limit = get_engine("vllm").context_limit(parse_config(_truth_config(name)))
+    assert (None if limit is None else limit.tokens) == TRUTH["cases"][name]["derived_max_model_len"]
