@@ -45,6 +45,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Literal
 
 from kvplan.arch import MLA, Attention, ModelArch
+from kvplan.dtypes import get_dtype
 from kvplan.engines.reserve import GIB, ReserveTerm
 
 if TYPE_CHECKING:
@@ -64,17 +65,13 @@ SamplerPath = Literal["flashinfer", "sort"]
 CaptureRule = Literal["stride8", "stride16", "none"]
 
 
-def _dtype_bytes(dtype: str) -> int:
-    return 4 if dtype == "fp32" else 1 if dtype.startswith("fp8") else 2
-
-
 def forward_peak(arch: ModelArch, tokens: int, tp: int, dtype: str) -> tuple[int, str]:
     """Peak of one dummy forward of ``tokens`` tokens on one rank: ``tokens × (2 × hidden + the
     widest layer intermediate) × dtype bytes`` (``gpu_model_runner.py`` ``_dummy_run``; the
     intermediates of ``model_executor/layers/linear.py`` QKV/MergedColumnParallelLinear outputs and
     ``fused_moe`` ``intermediate_cache1`` (2 × I), ``cache2`` (I), ``cache3`` (hidden) per routed
     token plus fp32 router logits)."""
-    size = _dtype_bytes(dtype)
+    size = get_dtype(dtype).bits // 8
     resid = 2 * arch.hidden_size
     q_heads = max(arch.n_heads // tp, 1)
     widest: dict[str, int] = {}
