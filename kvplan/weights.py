@@ -829,7 +829,7 @@ def shard_shape(t: Tensor, tp: int, ep: int) -> tuple[int, int, int]:
         per_head = rows // t.heads
         rows = max(1, t.heads // tp) * per_head
     elif t.split == "vocab":
-        rows = -(-rows // VOCAB_PADDING) * VOCAB_PADDING // tp
+        rows = round_up(rows, VOCAB_PADDING) // tp
     elif t.split in {"expert_column", "expert_row"}:
         copies = -(-copies // ep)
         moe_tp = tp // ep
