@@ -129,13 +129,19 @@ def _num(text: str) -> str:
     return text.replace(",", "")
 
 
-def _number(field: str, text: str, kind: type) -> int | float:
-    """One number of the log, within ``LOG_LIMITS[field]`` (digits are bounded before converting)."""
-    low, high = LOG_LIMITS[field]
+#: The range of a number no ``LOG_LIMITS`` entry names (the SGLang and TensorRT-LLM lines).
+OTHER_LOG_LIMITS = (-10**15, 10**15)
+
+
+def _number(field: str, text: str, kind: type, engine: str = "vLLM") -> int | float:
+    """One number of the log, within ``LOG_LIMITS[field]`` (else ``OTHER_LOG_LIMITS``; digits are
+    bounded before converting): out of range → ``calibrate.bad_value`` naming the field."""
+    low, high = LOG_LIMITS.get(field, OTHER_LOG_LIMITS)
     digits = _num(text)
     value = kind(digits) if len(digits) <= 30 else math.inf
     if not low <= value <= high:
-        raise KVPlanError("calibrate.bad_value", field=field, value=clip(text, 24), low=low, high=high)
+        raise KVPlanError("calibrate.bad_value", engine=engine, field=field, value=clip(text, 24),
+                          low=low, high=high)
     return value
 
 
@@ -598,7 +604,7 @@ def parse_sglang_log(log: str | bytes) -> SglangLog:
         if not raw:
             continue
         kind = int if pattern.pattern.endswith(_INT) else float
-        numbers = [kind(_num(r)) if len(_num(r)) <= 30 else math.inf for r in raw]
+        numbers = [_number(field, r, kind, "SGLang") for r in raw]
         found[field] = max(numbers) if field in _SGLANG_MAX else min(numbers)
         if field == "kv_tokens":
             found["ranks"] = len(numbers)
@@ -659,9 +665,8 @@ def parse_trtllm_log(log: str | bytes) -> TrtllmLog:
     for field, pattern in _TRTLLM.items():
         raw = [m.group(1) for m in pattern.finditer(text)]
         if raw:
-            digits = _num(raw[-1])
-            kind = float if "." in digits or field.endswith("_gib") or field == "fraction" else int
-            found[field] = kind(digits) if len(digits) <= 30 else math.inf
+            kind = float if "." in raw[-1] or field.endswith("_gib") or field == "fraction" else int
+            found[field] = _number(field, raw[-1], kind, "TensorRT-LLM")
     if not found:
         raise KVPlanError("calibrate.no_engine_lines", engine="TensorRT-LLM",
                           looked="'Allocated … GiB for max tokens in paged KV cache', "

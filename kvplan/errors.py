@@ -80,7 +80,7 @@ MESSAGES: dict[str, str] = {
     "calibrate.no_lines": "no vLLM capacity line in the log (looked for 'Available KV cache memory', "
                           "'GPU KV cache size', 'Maximum concurrency for', '# GPU blocks')",
     "calibrate.engine": "calibration compares with vLLM's paged KV pool: {why}",
-    "calibrate.bad_value": "the vLLM log's {field} is {value}; kvplan accepts {low:,} to {high:,}",
+    "calibrate.bad_value": "the {engine} log's {field} is {value}; kvplan accepts {low:,} to {high:,}",
     "calibrate.no_engine_lines": "no {engine} capacity line in the log (looked for {looked})",
     # views
     "view.no_gpu": "no accelerator in the catalogue runs this scenario ({why})",

@@ -431,3 +431,16 @@ def test_engine_parsers_name_the_engine_when_no_line_matches(parse, engine):
     with pytest.raises(KVPlanError) as err:
         parse("INFO: Uvicorn running on http://0.0.0.0:8000\n")
     assert err.value.code == "calibrate.no_engine_lines" and engine in str(err.value)
+
+
+@pytest.mark.parametrize("parse, engine, line, field", [
+    (parse_sglang_log, "SGLang",
+     "KV Cache is allocated. #tokens: " + "9" * 40 + ", K size: 1.00 GB, V size: 1.00 GB", "kv_tokens"),
+    (parse_trtllm_log, "TensorRT-LLM", "Number of blocks in KV cache primary pool: " + "9" * 40,
+     "primary_blocks")])
+def test_engine_parsers_name_an_absurd_number(parse, engine, line, field):
+    """A 40-digit number is refused by name (it was a pydantic traceback: ``inf`` in an int field)."""
+    with pytest.raises(KVPlanError) as err:
+        parse(line)
+    assert err.value.code == "calibrate.bad_value"
+    assert str(err.value).startswith(f"the {engine} log's {field} is 9999")
