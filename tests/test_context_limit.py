@@ -158,3 +158,21 @@ def test_context_limit_equals_vllm_033(name):
     (None: no length key, any ``--max-model-len`` is taken)."""
     limit = get_engine("vllm").context_limit(parse_config(_truth_config(name)))
     assert (None if limit is None else limit.tokens) == TRUTH["cases"][name]["derived_max_model_len"]
+
+
+SGLANG_TRUTH = json.loads((Path(__file__).parent / "fixtures" / "sglang" / "context_limits.json").read_text())
+
+
+def test_the_sglang_truth_covers_every_preset_and_case():
+    """``tools/sglang_truth/context_limits.py`` ran SGLang 0.5.23's own ``get_context_length`` (on
+    ``get_hf_text_config``) on the same configs, none skipped."""
+    assert (SGLANG_TRUTH["sglang"], SGLANG_TRUTH["transformers"]) == ("0.5.23", "5.19.0")
+    assert SGLANG_TRUTH["skipped"] == {}
+    assert set(SGLANG_TRUTH["cases"]) == set(TRUTH["cases"]) | set(TRUTH["skipped"])
+
+
+@pytest.mark.parametrize("name", sorted(SGLANG_TRUTH["cases"]))
+def test_context_limit_equals_sglang(name):
+    """kvplan's ``SGLang.context_limit`` equals SGLang 0.5.23's ``get_context_length``."""
+    limit = get_engine("sglang").context_limit(parse_config(_truth_config(name)))
+    assert limit.tokens == SGLANG_TRUTH["cases"][name]["context_length"]

@@ -15,37 +15,18 @@ building the transformers config (``AutoConfig.for_model``), as ``ModelConfig`` 
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import transformers
 import vllm
+from context_configs import ROOT, configs
 from vllm.config.model import _get_and_verify_max_len
 from vllm.transformers_utils.model_arch_config_convertor import (
     MODEL_ARCH_CONFIG_CONVERTORS,
     ModelArchConfigConvertorBase,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "tests" / "fixtures" / "vllm_truth" / "context_limits.json"
-
-
-def configs() -> dict[str, dict]:
-    """Every preset's config.json, every vendored Hub config, and the RoPE / length-key variants
-    of ``tests/test_context_limit.py`` (its ``CASES`` written out by that test's module)."""
-    out = {}
-    for path in sorted((ROOT / "presets" / "models").glob("*.json")):
-        out[f"preset:{path.stem}"] = json.loads(path.read_text())["config"]
-    for path in sorted((ROOT / "tests" / "fixtures" / "configs").glob("*.json")):
-        out[f"config:{path.stem}"] = json.loads(path.read_text())
-    sys.path.insert(0, str(ROOT / "tests"))
-    sys.path.insert(0, str(ROOT))
-    from test_context_limit import CASES
-
-    for name, (config, _) in CASES.items():
-        out[f"case:{name}"] = config
-    return out
 
 
 def derived_max(config: dict) -> int | None:
