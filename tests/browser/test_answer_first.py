@@ -107,9 +107,12 @@ def test_serving_view_honours_its_inputs_and_sane_axes(page: Page, app_url: str)
     """Item 6: the allocation chart is for the scenario's model, block size and maximum length from
     the link; the decode-time chart's log axis spans the data, not 10^198."""
     _open(page, app_url + "/?v=1&m=qwen3-8b&t=8192&u=4&vw=serving&sv=block:256;max_len:4096")
-    page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length > 0",
-                           timeout=LOAD_MS)
-    title = _layouts(page)[0]["title"]
+    # the view draws several charts; wait for the allocation chart itself (the others may render first)
+    page.wait_for_function(
+        "() => Array.from(document.querySelectorAll('.js-plotly-plot')).some("
+        "el => (el._fullLayout.title.text || '').startsWith('KV memory used vs reserved'))",
+        timeout=LOAD_MS)
+    title = next(c["title"] for c in _layouts(page) if c["title"].startswith("KV memory used vs reserved"))
     assert "Qwen3-8B" in title and "block 256" in title and "max length 4,096" in title, title
     page.get_by_text("6 · Decode / prefill lower bounds vs MLPerf").click()
     page.wait_for_function(
