@@ -32,7 +32,7 @@ SETTINGS = {
     "tensor_parallel_size": int, "pipeline_parallel_size": int, "max_model_len": int,
     "gpu_memory_utilization": float, "dtype": str, "kv_cache_dtype": str, "quantization": str,
     "max_num_seqs": int, "max_num_batched_tokens": int, "enforce_eager": bool,
-    "enable_prefix_caching": bool, "block_size": int,
+    "enable_prefix_caching": bool, "block_size": int, "flashinfer_sampler": bool,
 }
 #: logged field → (type of one value, the VllmLog attribute parse_vllm_log fills, or None).
 LOGGED = {
