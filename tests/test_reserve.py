@@ -45,7 +45,7 @@ def test_custom_gpu_gib_is_the_cuda_total_and_a_missing_value_is_a_labelled_esti
 
 def test_capture_sizes_per_release_rule():
     """stride 8 (v0.10): [1, 2, 4] + 8…512 step 8 = 3 + 64 = 67 sizes at 256 seqs; stride 16
-    (v0.11.2+): [1, 2, 4] + 8…248 step 8 (31) + 256…512 step 16 (17) = 51; 1,024 seqs on
+    (v0.11.1+): [1, 2, 4] + 8…248 step 8 (31) + 256…512 step 16 (17) = 51; 1,024 seqs on
     Blackwell (cap 1,024): + 528…1,024 step 16 (32) = 83; all capped at max_num_batched_tokens."""
     assert len(capture_sizes("stride8", 256, 2048)) == 67
     assert len(capture_sizes("stride16", 256, 2048)) == 51
@@ -63,10 +63,11 @@ def test_forward_peak_picks_the_widest_intermediate():
 
 def test_vllm_terms_per_release():
     """Llama-3.1-8B on an H100 (1,024 seqs, 8,192 batched tokens): the sampler warm-up is the
-    activation peak — FlashInfer 1,024 × 128,256 × 10 B = 1,313,341,440 (v0.33, v0.10–v0.13),
-    the PyTorch sort 1,024 × 128,256 × 39 B = 5,122,031,616 (v0.14–v0.19); CUDA graphs 51 sizes ×
-    8,012,999 B counted only in v0.33, 67 sizes (stride 8) in v0.10–v0.13."""
+    activation peak — FlashInfer 1,024 × 128,256 × 10 B = 1,313,341,440 (v0.33, v0.10–v0.11.0),
+    the PyTorch sort 1,024 × 128,256 × 39 B = 5,122,031,616 (v0.11.1–v0.19: FlashInfer opt-in);
+    CUDA graphs 51 sizes × 8,012,999 B counted only in v0.33, 67 sizes (stride 8) in v0.10–v0.11.0."""
     latest, v019, v011 = _terms("vllm"), _terms("vllm@0.19"), _terms("vllm@0.11")
+    assert _terms("vllm@0.13") == v019
     assert latest == {"activation_peak": (1_313_341_440, True), "non_torch": (143_129_785, True),
                       "cuda_graphs": (408_662_949, True)}
     assert v019["activation_peak"] == (5_122_031_616, True)

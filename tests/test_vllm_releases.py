@@ -16,9 +16,10 @@ H100 = get_gpu("h100-sxm")  # CUDA total 81,089 MiB = 85,027,979,264 B (cuda_tot
 
 
 def test_every_release_is_named_and_reachable():
-    assert release_choices("vllm") == ["latest", "0.19", "0.11", "0.9", "0.8", "0.6"]
+    assert release_choices("vllm") == ["latest", "0.19", "0.13", "0.11", "0.9", "0.8", "0.6"]
     assert [get_engine(f"vllm@{r}").release for r in release_choices("vllm")[1:]] == [
-        "vLLM v0.14–v0.19", "vLLM v0.10–v0.13", "vLLM v0.9", "vLLM v0.8", "vLLM v0.6 (V0)"]
+        "vLLM v0.14–v0.19", "vLLM v0.11.1–v0.13", "vLLM v0.10–v0.11.0", "vLLM v0.9", "vLLM v0.8",
+        "vLLM v0.6 (V0)"]
     assert get_engine("vllm").release == "vLLM v0.33"
     with pytest.raises(KVPlanError) as err:
         get_engine("vllm@0.1")
@@ -30,7 +31,8 @@ def test_every_release_is_named_and_reachable():
     ("latest", 78_225_740_923),   # ceil(85,027,979,264 × 0.92) = ceil(78,225,740,922.88) (0.92 from
                                   # v0.20.0, ceil from v0.14.1)
     ("0.19", 76_525_181_338),     # ceil(85,027,979,264 × 0.9) = ceil(76,525,181,337.6)
-    ("0.11", 76_525_181_337),     # int(85,027,979,264 × 0.9): requested = total × util, a float
+    ("0.13", 76_525_181_337),     # int(85,027,979,264 × 0.9): requested = total × util, a float
+    ("0.11", 76_525_181_337),
     ("0.6", 76_525_181_337),
 ])
 def test_memory_target_per_release(release, target):
@@ -42,7 +44,8 @@ def test_memory_target_per_release(release, target):
 @pytest.mark.parametrize(("release", "kinds"), [
     ("latest", {"chunked", "full"}),   # v0.14+: VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1
     ("0.19", {"chunked", "full"}),
-    ("0.11", {"full"}),                # v0.10–0.13: the variable defaults to 0 → manager off → full
+    ("0.13", {"full"}),                # v0.10–0.13: the variable defaults to 0 → manager off → full
+    ("0.11", {"full"}),
     ("0.9", {"full"}),                 # v0.9: no ChunkedLocalAttentionSpec → FullAttentionSpec
     ("0.8", {"full"}),
 ])

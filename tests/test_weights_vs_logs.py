@@ -171,12 +171,14 @@ def test_mxfp4_backend_layouts(case):
 
 
 def test_release_and_gpu_pick_the_mxfp4_backend():
-    """v0.14–v0.19 on H100 keep the checkpoint scales (Triton), v0.25+ free them; A100 and RTX 5090
+    """v0.12–v0.19 on H100 keep the checkpoint scales (Triton), v0.25+ free them; A100 and RTX 5090
     get Marlin, B200 FlashInfer; releases before gpt-oss support and AMD GPUs keep stored shapes."""
     h100, a100, b200 = get_gpu("h100-sxm"), get_gpu("a100-80gb-sxm"), get_gpu("b200")
     assert get_engine("vllm@0.19").mxfp4_moe_repack(h100).keeps_scales
     assert not get_engine("vllm").mxfp4_moe_repack(h100).keeps_scales
     assert get_engine("vllm@0.11").mxfp4_moe_repack(h100).backend == "Marlin"
+    assert get_engine("vllm@0.13").mxfp4_moe_repack(h100) == get_engine("vllm@0.19").mxfp4_moe_repack(h100)
+    assert get_engine("vllm@0.13").mxfp4_moe_repack(h100).backend == "Triton"
     assert get_engine("vllm").mxfp4_moe_repack(a100).backend == "Marlin"
     assert get_engine("vllm").mxfp4_moe_repack(get_gpu("rtx-5090")).backend == "Marlin"
     assert get_engine("vllm").mxfp4_moe_repack(b200).inter == 128

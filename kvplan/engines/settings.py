@@ -107,7 +107,8 @@ FLASHINFER_SAMPLER = Setting(
     "flashinfer_sampler", "fs", "--flashinfer-sampler", "tristate", "FlashInfer sampler",
     "vLLM VLLM_USE_FLASHINFER_SAMPLER: the sampler warm-up holds ~10 B per row × vocab with "
     "FlashInfer, ~39 B with the PyTorch sort; auto = the release's default (v0.10–v0.11.0: FlashInfer "
-    "when installed, as in the docker image; a plain pip install lacks it).")
+    "when installed, as in the docker image — their pip wheels lack it unless installed with the "
+    "[flashinfer] extra; v0.11.1–v0.20: off unless opted in; v0.21 on: on).")
 ASYNC_SCHEDULING = Setting(
     "async_scheduling", "as", "--async-scheduling", "bool", "Async scheduling",
     "vLLM ≥ 0.26: in-flight tokens = (pp + 1) × max_num_batched_tokens; off = releases before.")

@@ -685,7 +685,7 @@ class VllmV019(Vllm):
     unscaled_rope_types = ("su", "longrope", "llama3")
     logged_tokens = "groups"
     #: FlashInfer sampling is opt-in (``VLLM_USE_FLASHINFER_SAMPLER`` unset → PyTorch sort) from
-    #: v0.11.2 to v0.20 (v0.19.1 sorts through a Triton kernel from 8 rows; not modelled).
+    #: v0.11.1 to v0.20 (v0.19.1 sorts through a Triton kernel from 8 rows; not modelled).
     sampler_path: ClassVar[SamplerPath] = "sort"
     #: The estimate is profiled but subtracted only with ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1``
     #: (default 0 before v0.20).
@@ -712,29 +712,44 @@ class VllmV019(Vllm):
         return mnbt
 
 
-class VllmV011(VllmV019):
-    """vLLM v0.10–v0.13: requested memory ``total × util`` (no ceil); chunked-local models run with
-    the hybrid manager off (``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE`` defaults to 0),
-    so Llama 4's chunked and full layers all reserve ``max_model_len``."""
+class VllmV013(VllmV019):
+    """vLLM v0.11.1–v0.13: requested memory ``total × util`` (no ceil, ``gpu_worker.py``
+    ``init_device``); chunked-local models run with the hybrid manager off
+    (``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE`` defaults to 0 until v0.14.1), so Llama 4's
+    chunked and full layers all reserve ``max_model_len``. The sampler warm-up sorts (FlashInfer
+    top-k/top-p is opt-in from v0.11.1, ``v1/sample/ops/topk_topp_sampler.py``) and CUDA graphs are
+    captured at ``[1, 2, 4] + 8…248 step 8 + 256… step 16`` (``config/vllm.py``
+    ``_set_cudagraph_sizes``), as in v0.14–v0.19. MXFP4 experts: v0.12–v0.13 bundle
+    ``vllm.third_party.triton_kernels`` and take Triton on SM 9.0 as v0.14 (``quantization/mxfp4.py``
+    ``get_mxfp4_backend``); v0.11.1–v0.11.2 bundle none (``utils/import_utils.py``
+    ``has_triton_kernels``) and take Marlin, as ``vllm@0.11``, unless ``triton_kernels`` is installed."""
 
-    id = "vllm@0.11"
-    release = "vLLM v0.10–v0.13"
+    id = "vllm@0.13"
+    release = "vLLM v0.11.1–v0.13"
     ceil_requested = False
-    #: v0.10–v0.11.0: FlashInfer top-k/top-p when installed (``VLLM_USE_FLASHINFER_SAMPLER is not
-    #: False``) — the docker image has it, ``pip install vllm`` does not (``flashinfer`` is an extra in
-    #: the wheel's metadata): ``--flashinfer-sampler 0`` for those; capture sizes every 8 up to
-    #: ``min(2 × max_num_seqs, 512)`` (v0.11.2 changed both).
-    sampler_path: ClassVar[SamplerPath] = "flashinfer"
-    capture_rule: ClassVar[CaptureRule] = "stride8"
 
     def hybrid_default(self, arch: ModelArch) -> bool:
         return not any(layer.kind == "chunked" for layer in arch.distinct_layers())
 
+
+class VllmV011(VllmV013):
+    """vLLM v0.10–v0.11.0: as v0.11.1–v0.13 (no ceil, chunked-local models with the hybrid manager
+    off), with the FlashInfer sampler when installed and capture sizes every 8 up to
+    ``min(2 × max_num_seqs, 512)``."""
+
+    id = "vllm@0.11"
+    release = "vLLM v0.10–v0.11.0"
+    #: v0.10–v0.11.0: FlashInfer top-k/top-p when installed (``VLLM_USE_FLASHINFER_SAMPLER is not
+    #: False``) — the docker image has it; the wheel has it only as its ``flashinfer`` extra (wheel
+    #: METADATA ``Requires-Dist: flashinfer-python…; extra == "flashinfer"``; a plain requirement
+    #: from v0.11.1), so ``pip install vllm`` takes the PyTorch sort: ``--flashinfer-sampler 0``.
+    sampler_path: ClassVar[SamplerPath] = "flashinfer"
+    capture_rule: ClassVar[CaptureRule] = "stride8"
+
     def mxfp4_moe_repack(self, gpu: GPU | None) -> ExpertRepack | None:
         """v0.10–v0.11 (``quantization/mxfp4.py`` ``Mxfp4MoEMethod._should_use_marlin``): Marlin
         below SM 10.0 — v0.10.1 pins torch 2.7 (Triton needs ≥ 2.8) and neither bundles
-        ``triton_kernels``; FlashInfer (256/256) on Blackwell. (v0.12–v0.13 bundle
-        ``triton_kernels`` and pick Triton on SM 9.0, as v0.14.)"""
+        ``triton_kernels``; FlashInfer (256/256) on Blackwell."""
         return mxfp4_repack(gpu, 256, False, True, "vLLM v0.10.1.1 quantization/mxfp4.py")
 
 
@@ -829,4 +844,5 @@ class VllmV06(VllmV08):
         return 0
 
 
-VLLM_RELEASES: tuple[type[Vllm], ...] = (Vllm, VllmV019, VllmV011, VllmV09, VllmV08, VllmV06)
+VLLM_RELEASES: tuple[type[Vllm], ...] = (Vllm, VllmV019, VllmV013, VllmV011, VllmV09, VllmV08,
+                                          VllmV06)
