@@ -139,8 +139,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help=f"serving engine whose storage rules apply (default: {DEFAULT_ENGINE})")
         p.add_argument("--engine-version", default=None, metavar="RELEASE",
                        help="engine release to model (default: the newest); "
-                            + "; ".join(f"{e}: {', '.join(release_choices(e))}" for e in ENGINES
-                                        if len(release_choices(e)) > 1))
+                            + "; ".join(f"{e}: " + ", ".join(
+                                f"{r} ({get_engine(engine_with_release(e, r)).release})"
+                                for r in release_choices(e))
+                                for e in ENGINES if len(release_choices(e)) > 1))
         _add_settings(p)
         p.add_argument("--json", action="store_true")
 

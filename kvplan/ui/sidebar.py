@@ -225,8 +225,9 @@ def render_sidebar() -> Scenario:
     if len(releases) > 1:
         sb.selectbox("Engine release", releases, key="w_ev",
                      help="The release whose rules kvplan applies (link key `ev`, CLI "
-                          "--engine-version); latest = "
-                          + get_engine(state["w_engine"]).release + ".")
+                          "--engine-version): " + "; ".join(
+                              f"{r} = {get_engine(engine_with_release(state['w_engine'], r)).release}"
+                              for r in releases) + ".")
     engine = get_engine(engine_with_release(state["w_engine"], state["w_ev"]))
     changed = _changed_settings(engine.setting_labels)
     if state.get("w_reserve") is not None:
