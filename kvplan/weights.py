@@ -85,7 +85,9 @@ class Format:
     Bytes of one ``rows × cols`` matrix: ``ceil(rows·cols·bits/8)`` + group scales and zeros
     (``rows · ceil(cols/group)`` groups, or ``ceil(rows·cols/group)`` when ``flat``) + nested
     scales (one fp32 per ``nested`` groups) + per-row scales + ``ceil(rows/bn)·ceil(cols/bk)``
-    block scales + ``tensor_scales`` fp32 scalars per fused shard + an int32 ``g_idx`` per column.
+    block scales + ``tensor_scales`` fp32 scalars per fused shard (or, with ``fused_row_scales``,
+    one fp32 per row once a module fuses shards) + ``module_scalars`` 4-byte scalars per module +
+    an int32 ``g_idx`` per column.
     """
 
     name: str
@@ -100,6 +102,10 @@ class Format:
     block: tuple[int, int] | None = None
     block_scale_bytes: int = 4
     tensor_scales: int = 0
+    #: Per-tensor scales of a fused module become one fp32 per output row (vLLM
+    #: ``convert_to_channelwise``, as the CUTLASS INT8 kernel needs); unfused: ``tensor_scales``.
+    fused_row_scales: bool = False
+    module_scalars: int = 0
     g_idx: bool = False
     source: str = ""
 
@@ -117,7 +123,8 @@ class Format:
         total += rows * self.row_scale_bytes
         if self.block is not None:
             total += -(-rows // self.block[0]) * -(-cols // self.block[1]) * self.block_scale_bytes
-        total += 4 * self.tensor_scales * shards
+        total += 4 * (rows if self.fused_row_scales and shards > 1 else self.tensor_scales * shards)
+        total += 4 * self.module_scalars
         if self.g_idx:
             total += 4 * cols
         return total
@@ -473,6 +480,8 @@ def _ct_format(args: dict[str, Any], inputs: Any, fmt_name: str) -> Format:
     zero = bits if args.get("symmetric", True) is False else 0
     label = f"{'FP' if kind == 'float' else 'INT'}{bits}"
     src = "vLLM compressed_tensors/schemes create_weights"
+    if kind == "int" and bits == 8 and isinstance(inputs, dict) and strategy in {"tensor", "channel"}:
+        return _ct_int8_w8a8(strategy, static, inputs.get("symmetric", True) is not False)
     if strategy == "tensor":
         return Format(f"ct_{label.lower()}_tensor", f"{label} (per-tensor scale)", bits,
                       tensor_scales=2 if static else 1, source=src)
@@ -493,6 +502,24 @@ def _ct_format(args: dict[str, Any], inputs: Any, fmt_name: str) -> Format:
         return Format(f"ct_{label.lower()}_g{group}", f"{label} (g{group})", bits, group=group,
                       group_scale_bits=16, zero_bits=zero, source=src)
     raise _bad("strategy", "tensor, channel, block, group or tensor_group", strategy)
+
+
+def _ct_int8_w8a8(strategy: str, static: bool, input_symmetric: bool) -> Format:
+    """INT8 W8A8 as vLLM holds it after loading (v0.33 ``compressed_tensors_w8a8_int8.py``
+    ``CompressedTensorsW8A8Int8.create_weights``, then ``kernels/linear/scaled_mm/cutlass.py``
+    ``CutlassInt8ScaledMMLinearKernel.process_weights_after_loading``, unchanged since v0.6): int8
+    weight; fp32 ``weight_scale`` per output row (channel), or per tensor, which a fused module
+    (qkv, gate_up) expands to one per row (``convert_to_channelwise``); a static input scale
+    collapses to one fp32 (``input_scale.max()``), plus an int32 ``azp`` when asymmetric;
+    asymmetric activations add an int32 ``azp_adj`` per output row (``weight.sum(dim=0)``)."""
+    row = (4 if strategy == "channel" else 0) + (0 if input_symmetric else 4)
+    scalars = (1 + (0 if input_symmetric else 1)) if static else 0
+    acts = f"{'static' if static else 'dynamic'}{'' if input_symmetric else ' asymmetric'} int8 activations"
+    return Format(f"ct_int8_{strategy}", f"INT8 W8A8 (per-{strategy} scale, {acts})", 8,
+                  row_scale_bytes=row, tensor_scales=1 if strategy == "tensor" else 0,
+                  fused_row_scales=strategy == "tensor", module_scalars=scalars,
+                  source="vLLM compressed_tensors_w8a8_int8.py + scaled_mm/cutlass.py "
+                         "CutlassInt8ScaledMMLinearKernel.process_weights_after_loading")
 
 
 def _scheme_ct(qc: dict[str, Any], base: Format, src: str) -> QuantScheme:

@@ -105,14 +105,20 @@ NOT_COMPARED: dict[str, str] = {
           "14.15 GiB with the FlashInfer sampler and 9.95 GiB with the PyTorch sort (a pip install), "
           "1.84 GiB above the log even then (test_log_13_is_not_explained)",
     "11": "logs the weights only (no KV line)",
-    "16": "Qwen3-14B: no preset or vendored config",
+    "16": "Qwen3-14B (config vendored): the GPU is not stated, so the capacity the budget starts "
+          "from is unknown; given the logged memory the pool is exact "
+          "(test_a_vendored_config_reproduces_the_logged_pool)",
     "20": "Qwen3.8-27B-FP8: no config; a v0.28 development build on ROCm",
     "21": "Qwen3.8-27B-FP8: no config; release not stated",
-    "22": "a local NVFP4 folder: config not published; v0.24.0 is between modelled releases",
-    "23": "a local AutoRound folder: config not published",
+    "22": "a local NVFP4 folder that club-3090's registry maps to nvidia/Qwen3.6-35B-A3B-NVFP4 "
+          "(fixture notes); that config.json was not retrieved from the Hub, and v0.24.0 is between "
+          "modelled releases",
+    "23": "a local AutoRound folder (Lorbus/Qwen3.6-27B-int4-AutoRound per club-3090's setup.sh): "
+          "its config.json was not found; a dflash drafter is loaded too; 0.20.1 dev is not modelled",
     "24": "logs the weights only; config not published",
     "25": "logs the weights only",
-    "26": "Qwen3-Coder-30B-A3B AWQ: its quantization_config was not retrieved; GPU not stated",
+    "26": "Qwen3-Coder-30B-A3B 'AWQ' stored as compressed-tensors pack-quantized: its config_groups "
+          "and ignore list were not retrieved; GPU not stated",
 }
 
 
@@ -277,3 +283,22 @@ def test_log_13_is_not_explained():
         budgets.append(round(min(budget.stage_budgets) / GIB, 2))
     assert budgets == [14.15, 9.95]
     assert _log("13")["logged"]["available_kv_cache_memory_gib"] == 8.11
+
+
+@pytest.mark.parametrize(("log_id", "engine"), [("16", "vllm@0.11")])
+def test_a_vendored_config_reproduces_the_logged_pool(log_id: str, engine: str):
+    """Logs not compared end to end (NOT_COMPARED) whose model config is vendored: with the logged
+    'Available KV cache memory' as the budget, kvplan's pool equals the logged one. Log 16
+    (Qwen3-14B bf16, 40 layers × 8 KV heads × 128 × 2 × 2 B = 160 KiB per token, 16-token blocks of
+    2,621,440 B): 6.51 GiB (± 0.005) allows 2,666 blocks only → 42,656 tokens, 1.30x at 32,768
+    (gpu_worker.py:298 and kv_cache_utils.py:864/868 are v0.11's lines). The GPU does not enter the
+    pool when its memory is given; the catalogue card only carries the query."""
+    data = _log(log_id)
+    arch = parse_config(json.loads((LOGS / data["config"]).read_text(encoding="utf-8")), name=log_id)
+    log = parse_vllm_log(data["log_excerpt"])
+    result = calibrate(arch, get_gpu("a100-80gb-sxm"), FitQuery(tokens=log.max_model_len or 0,
+                                                                 engine=engine), log)
+    assert (result.bytes_per_block, result.logged_blocks_low, result.logged_blocks_high) == \
+        (2_621_440, 2_666, 2_666)
+    assert result.reproduced_kv_cache_tokens == data["logged"]["gpu_kv_cache_size_tokens"] == 42_656
+    assert result.agreement == "exact"

@@ -126,6 +126,52 @@ def test_compressed_tensors_groups_and_ignore():
     assert s.format_for(gate, 3).name == "bf16"
 
 
+def _w8a8(strategy: str, dynamic: bool, symmetric: bool = True) -> Format:
+    fmt = scheme(quant_method="compressed-tensors", format="int-quantized", config_groups={
+        "group_0": {"targets": ["Linear"],
+                    "weights": {"num_bits": 8, "type": "int", "strategy": strategy, "symmetric": True},
+                    "input_activations": {"num_bits": 8, "type": "int", "dynamic": dynamic,
+                                          "symmetric": symmetric,
+                                          "strategy": "token" if dynamic else "tensor"}}}).groups[0][1]
+    return fmt
+
+
+def test_int8_w8a8_as_the_cutlass_kernel_holds_it():
+    """compressed_tensors_w8a8_int8.py create_weights + scaled_mm/cutlass.py
+    CutlassInt8ScaledMMLinearKernel.process_weights_after_loading (v0.33), 256 × 256 matrices:
+    channel, dynamic symmetric (the llm-compressor W8A8 preset): 65,536 int8 + 256 fp32 = 66,560,
+    fused or not. Per tensor, static symmetric: fused qkv (3 shards) → convert_to_channelwise,
+    256 fp32 + one input_scale (input_scale.max()) = 65,536 + 1,024 + 4 = 66,564; unfused o_proj →
+    one weight scale + one input scale = 65,544. Asymmetric activations add an int32 azp_adj per
+    output row (weight.sum(dim=0)): channel dynamic → 66,560 + 1,024 = 67,584; static per tensor
+    fused → 66,564 + 1,024 + 4 (int32 azp) = 67,592."""
+    channel = _w8a8("channel", dynamic=True)
+    assert channel.matrix_bytes(256, 256, shards=3) == channel.matrix_bytes(256, 256) == 66_560
+    tensor = _w8a8("tensor", dynamic=False)
+    assert tensor.matrix_bytes(256, 256, shards=3) == 66_564
+    assert tensor.matrix_bytes(256, 256) == 65_544
+    assert _w8a8("channel", dynamic=True, symmetric=False).matrix_bytes(256, 256) == 67_584
+    assert _w8a8("tensor", dynamic=False, symmetric=False).matrix_bytes(256, 256, shards=3) == 67_592
+    assert channel.label == "INT8 W8A8 (per-channel scale, dynamic int8 activations)"
+
+
+def test_llama_31_8b_int8_w8a8_exact_bytes():
+    """Llama-3.1-8B with the llm-compressor W8A8 preset (int8 weights per channel, dynamic per-token
+    int8 activations, ``ignore: [lm_head]``), one GPU. Per layer the linears hold
+    (6,144 + 4,096 + 28,672) × 4,096 + 4,096 × 14,336 = 218,103,808 int8 B + (6,144 + 4,096 +
+    28,672 + 4,096) × 4 = 172,032 B of fp32 row scales; × 32 = 6,984,826,880. Norms 32 × 2 × 4,096
+    × 2 + 4,096 × 2 = 532,480; embed_tokens and lm_head bf16 2 × 128,256 × 4,096 × 2 =
+    2,101,346,304 → 9,086,705,664 B (8.4627 GiB)."""
+    ct = {"quant_method": "compressed-tensors", "format": "int-quantized", "ignore": ["lm_head"],
+          "config_groups": {"group_0": {"targets": ["Linear"], "weights": {
+              "num_bits": 8, "type": "int", "strategy": "channel", "symmetric": True,
+              "dynamic": False}, "input_activations": {
+              "num_bits": 8, "type": "int", "strategy": "token", "symmetric": True, "dynamic": True}}}}
+    arch = parse_config({**model_presets()["llama-3.1-8b"].config, "quantization_config": ct},
+                        name="w8a8")
+    assert weights_per_gpu(arch).total_bytes == 9_086_705_664
+
+
 def test_fp8_modules_to_not_convert_match_exact_names_per_layer():
     """Qwen3-235B-A22B-FP8 lists each layer's ``mlp.gate`` (vLLM is_layer_skipped, exact): the
     router stays bf16 and ``mlp.gate_proj``-style names are not caught by the prefix."""

@@ -94,7 +94,9 @@ NOT_COMPARED: dict[str, str] = {
           "not assume",
     "20": "Qwen3.8-27B-FP8: no vendored config",
     "24": "Qwen3.8-27B NVFP4: local folder, config not published",
-    "26": "Qwen3-Coder-30B-A3B AWQ: its quantization_config was not retrieved",
+    "26": "Qwen3-Coder-30B-A3B 'AWQ-4bit': stored as compressed-tensors pack-quantized (loaded by "
+          "CompressedTensorsWNA16, not awq.py, per public notes in the fixture); its config_groups "
+          "(group size, symmetry) and ignore list were not retrieved, and the scheme is not assumed",
 }
 
 #: id → reason, for compared cases more than 2 % off (empty: every compared case is within 2 %).
