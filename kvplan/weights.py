@@ -160,14 +160,23 @@ def format_from_dtype(name: str, model_dtype: str) -> Format:
 
 
 def _fp8(block: tuple[int, int] | None, static_act: bool, source: str) -> Format:
-    """FP8 e4m3: block-wise → one fp32 ``weight_scale_inv`` per ``bn × bk`` block; else one fp32
-    ``weight_scale`` per fused shard (+ ``input_scale`` when activations are static)
-    (vLLM ``fp8.py`` ``Fp8LinearMethod.create_weights``)."""
+    """FP8 e4m3: block-wise → one fp32 ``weight_scale_inv`` per ``bn × bk`` block; else
+    per-tensor (``_fp8_per_tensor``)."""
     if block is not None:
         return Format(f"fp8_block{block[0]}x{block[1]}", f"FP8 (e4m3, {block[0]}×{block[1]} blocks)",
                       8, block=block, source=source)
-    return Format("fp8", "FP8 (e4m3, per-tensor scale)", 8,
-                  tensor_scales=2 if static_act else 1, source=source)
+    return _fp8_per_tensor("fp8", "FP8 (e4m3, per-tensor scale)", static_act, source)
+
+
+def _fp8_per_tensor(name: str, label: str, static_act: bool, source: str) -> Format:
+    """FP8 with per-tensor scales as vLLM holds it after loading: the checkpoint's fp32
+    ``weight_scale`` per fused shard is requantized to one per module (v0.33
+    ``utils/fp8_utils.py`` ``process_fp8_weight_tensor_strategy`` → ``w8a8_utils.py``
+    ``requantize_with_max_scale``), and a static ``input_scale`` collapses to its max — one fp32
+    each per module (``fp8.py`` ``Fp8LinearMethod``, ``compressed_tensors_w8a8_fp8.py``,
+    ``modelopt.py`` ``process_weights_after_loading``); an expert matrix keeps one per expert
+    (``process_fp8_weight_tensor_strategy_moe``: the max over w1/w3)."""
+    return Format(name, label, 8, module_scalars=2 if static_act else 1, source=source)
 
 
 MXFP4 = Format("mxfp4", "MXFP4 (e2m1, e8m0 scale per 32)", 4, group=32, group_scale_bits=8,
@@ -365,14 +374,14 @@ def _scheme_mxfp4(qc: dict[str, Any], base: Format, src: str) -> QuantScheme:
 
 
 def _scheme_modelopt(qc: dict[str, Any], base: Format, src: str) -> QuantScheme:
-    """vLLM ``modelopt.py``: ``quant_algo`` FP8 (fp32 weight + input scale per shard) or NVFP4
+    """vLLM ``modelopt.py``: ``quant_algo`` FP8 (one fp32 weight + input scale per module) or NVFP4
     (``ModelOptNvFp4Config``, group 16); ``exclude_modules`` globs."""
     nested = qc.get("quantization")
     inner: dict[str, Any] = nested if isinstance(nested, dict) else qc
     algo = str(inner.get("quant_algo") or "").upper()
     if algo == "FP8":
-        fmt = Format("fp8", "FP8 (e4m3, ModelOpt per-tensor scales)", 8, tensor_scales=2,
-                     source="vLLM modelopt.py ModelOptFp8LinearMethod.create_weights")
+        fmt = _fp8_per_tensor("fp8", "FP8 (e4m3, ModelOpt per-tensor scales)", True,
+                              "vLLM modelopt.py FP8 create_weights + process (max scale per module)")
     elif algo in {"NVFP4", "FP4"}:
         group = _int(inner, "group_size", 16, allowed=(16,))
         fmt = replace(NVFP4, group=group)
@@ -482,12 +491,18 @@ def _ct_format(args: dict[str, Any], inputs: Any, fmt_name: str) -> Format:
     src = "vLLM compressed_tensors/schemes create_weights"
     if kind == "int" and bits == 8 and isinstance(inputs, dict) and strategy in {"tensor", "channel"}:
         return _ct_int8_w8a8(strategy, static, inputs.get("symmetric", True) is not False)
+    #: Weight-only integers (vLLM ``compressed_tensors_wNa16.py`` ``CompressedTensorsWNA16``): scales
+    #: in the model dtype (2 B) and an int64 ``weight_shape`` pair per module (16 B = 4 scalars).
+    wna16 = kind == "int" and not isinstance(inputs, dict)
+    if strategy == "tensor" and kind == "float" and bits == 8:
+        return _fp8_per_tensor(f"ct_{label.lower()}_tensor", f"{label} (per-tensor scale)", static, src)
     if strategy == "tensor":
         return Format(f"ct_{label.lower()}_tensor", f"{label} (per-tensor scale)", bits,
                       tensor_scales=2 if static else 1, source=src)
     if strategy == "channel":
         return Format(f"ct_{label.lower()}_channel", f"{label} (per-channel scale)", bits,
-                      row_scale_bytes=4, zero_bits=0, tensor_scales=1 if static else 0, source=src)
+                      row_scale_bytes=2 if wna16 else 4, zero_bits=0,
+                      tensor_scales=1 if static else 0, module_scalars=4 if wna16 else 0, source=src)
     if strategy == "block":
         block = args.get("block_structure")
         if not isinstance(block, list) or len(block) != 2 or not all(
@@ -500,7 +515,8 @@ def _ct_format(args: dict[str, Any], inputs: Any, fmt_name: str) -> Format:
         if strategy == "tensor_group":
             return replace(NVFP4, group=group, source=src + " (NVFP4 tensor_group)")
         return Format(f"ct_{label.lower()}_g{group}", f"{label} (g{group})", bits, group=group,
-                      group_scale_bits=16, zero_bits=zero, source=src)
+                      group_scale_bits=16, zero_bits=zero, module_scalars=4 if wna16 else 0,
+                      source=src)
     raise _bad("strategy", "tensor, channel, block, group or tensor_group", strategy)
 
 

@@ -51,11 +51,16 @@ def test_fp8_block_scales():
     assert fmt is not None and fmt.matrix_bytes(256, 300) == 76_824
 
 
-def test_fp8_per_tensor_static_has_weight_and_input_scale_per_shard():
-    """Fp8LinearMethod without blocks: weight_scale (+ input_scale when static) per fused shard:
-    qkv (3 shards) 256 × 256 → 65,536 + 3 × 2 × 4 = 65,560."""
+def test_fp8_per_tensor_static_keeps_one_weight_and_one_input_scale_per_module():
+    """Fp8LinearMethod without blocks: the checkpoint's weight_scale (+ input_scale when static) per
+    fused shard is requantized to one of each per module after loading (v0.33 ``fp8_utils.py``
+    ``process_fp8_weight_tensor_strategy`` → ``requantize_with_max_scale``; ``input_scale.max()``):
+    qkv (3 shards) 256 × 256 → 65,536 + 2 × 4 = 65,544, as for one shard; dynamic: 65,540."""
     fmt = scheme(quant_method="fp8", activation_scheme="static").linear
-    assert fmt is not None and fmt.matrix_bytes(256, 256, shards=3) == 65_560
+    assert fmt is not None and fmt.matrix_bytes(256, 256, shards=3) == 65_544
+    assert fmt.matrix_bytes(256, 256) == 65_544
+    dynamic = scheme(quant_method="fp8", activation_scheme="dynamic").linear
+    assert dynamic is not None and dynamic.matrix_bytes(256, 256, shards=3) == 65_540
 
 
 def test_mxfp4_experts_of_gpt_oss_120b():
@@ -113,15 +118,17 @@ def test_bitsandbytes_nf4_double_quant_and_int8():
 
 
 def test_compressed_tensors_groups_and_ignore():
-    """compressed-tensors W8A8 int8 per channel on Linear, ``ignore`` lm_head and a regex on the
-    router: q_proj 256 × 256 → 65,536 + 256 × 4; lm_head and ``mlp.gate`` stay bf16."""
+    """compressed-tensors int8 weight-only (W8A16, no input activations: vLLM's WNA16 scheme) per
+    channel on Linear, ``ignore`` lm_head and a regex on the router: q_proj 256 × 256 → 65,536 +
+    256 bf16 scales × 2 + an int64 ``weight_shape`` pair (16) = 66,064 (``compressed_tensors_wNa16.py``
+    ``create_weights``); lm_head and ``mlp.gate`` stay bf16."""
     s = scheme(quant_method="compressed-tensors", ignore=["lm_head", "re:.*mlp.gate$"],
                config_groups={"group_0": {"targets": ["Linear"], "weights": {
                    "num_bits": 8, "type": "int", "strategy": "channel", "symmetric": True}}})
     q = Tensor("model.layers.{i}.self_attn.q_proj", "attention", 256, 256, "column")
     head = Tensor("lm_head", "lm_head", 1000, 256, "vocab", kind="lm_head")
     gate = Tensor("model.layers.{i}.mlp.gate", "router", 8, 256, "replicated")
-    assert s.format_for(q, 3).matrix_bytes(256, 256) == 65_536 + 1_024
+    assert s.format_for(q, 3).matrix_bytes(256, 256) == 65_536 + 512 + 16 == 66_064
     assert s.format_for(head, None).name == "bf16"
     assert s.format_for(gate, 3).name == "bf16"
 
@@ -263,7 +270,7 @@ def test_a_skip_list_naming_one_layer_keeps_that_layer_alone_unquantized():
         "targets": ["Linear"], "weights": {"num_bits": 8, "type": "int", "strategy": "channel"}}}}
     everywhere = weights_per_gpu(tiny(**ct))
     layer_0 = weights_per_gpu(tiny(**ct, ignore=["re:model.layers.0.mlp.down_proj"]))
-    assert layer_0.total_bytes - everywhere.total_bytes == 256 * 512 * 2 - (256 * 512 + 256 * 4)
+    assert layer_0.total_bytes - everywhere.total_bytes == 256 * 512 * 2 - (256 * 512 + 256 * 2 + 16)
     assert scheme(**ct, ignore=["re:model.layers.0.mlp.down_proj"]).layer_specific
     assert not scheme(**ct, ignore=["lm_head", "re:.*mlp.gate$"]).layer_specific
     twelve = {**TINY, "num_hidden_layers": 12, "quantization_config": {
@@ -276,7 +283,7 @@ def test_a_skip_list_naming_one_layer_keeps_that_layer_alone_unquantized():
         "ct_int8_channel"] * 2
     full = weights_per_gpu(parse_config({**twelve, "quantization_config": ct}, name="all"))
     assert weights_per_gpu(arch).total_bytes - full.total_bytes == 10 * (
-        256 * 512 * 2 - (256 * 512 + 256 * 4))
+        256 * 512 * 2 - (256 * 512 + 256 * 2 + 16))
 
 
 def test_norms_and_router_are_replicated_experts_split_over_ep():
