@@ -58,7 +58,7 @@ if TYPE_CHECKING:
 
 #: vLLM ``SupportsMambaPrefixCaching`` families: mamba cache mode "all" instead of "align".
 VLLM_MAMBA_ALL_MODE_VARIANTS = frozenset({"mamba2"})
-VLLM_DEFAULT_GPU_UTIL = 0.92  # vllm/config/cache.py (0.90 before v0.25)
+VLLM_DEFAULT_GPU_UTIL = 0.92  # vllm/config/cache.py (0.9 before v0.20.0)
 
 
 def default_max_num_batched_tokens(device_bytes: int | None, device_name: str = "",
@@ -151,7 +151,8 @@ class Vllm(Engine):
     #: (``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`` default 1 from v0.20, ``gpu_worker.py``
     #: ``determine_available_memory``).
     graphs_counted: ClassVar[bool] = True
-    #: v0.33 ``_set_cudagraph_sizes``: capture sizes up to 1,024 on data-centre Blackwell (SM 10.x).
+    #: v0.33 ``_set_cudagraph_sizes``: capture sizes up to 1,024 on data-centre Blackwell (SM 10.x;
+    #: from v0.28.0, 512 on every GPU up to v0.26).
     blackwell_capture_cap: ClassVar[bool] = True
     #: V0's profile run (``vllm/worker/model_runner.py``) rather than V1's ``gpu_model_runner.py``.
     v0_profile: ClassVar[bool] = False
