@@ -723,7 +723,9 @@ class VllmV024(VllmV025):
     ``fused_moe/oracle/mxfp4.py`` ``convert_gpt_oss_weight_to_mxfp4_moe_kernel_format`` deletes only
     ``w13_weight``/``w2_weight``). The FlashInfer top-k/top-p sampler is on by default from v0.21.0
     (``envs.py`` ``VLLM_USE_FLASHINFER_SAMPLER`` defaults to True; v0.24 ``TopKTopPSampler.__init__``
-    → ``flashinfer_sampler_supported``)."""
+    → ``flashinfer_sampler_supported``). Not modelled: an attention page that does not divide the
+    largest is padded by v0.24 (``kv_cache_utils.py`` ``unify_kv_cache_spec_page_size``, backends
+    that ``indexes_kv_by_block_stride``) but refused by v0.21.0 (``NotImplementedError``)."""
 
     id = "vllm@0.24"
     release = "vLLM v0.21–v0.24"
