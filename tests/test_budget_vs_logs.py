@@ -111,10 +111,11 @@ NOT_COMPARED: dict[str, str] = {
     "20": "Qwen3.8-27B-FP8: no config; a v0.28 development build on ROCm",
     "21": "Qwen3.8-27B-FP8: no config; release not stated",
     "22": "a local NVFP4 folder that club-3090's registry maps to nvidia/Qwen3.6-35B-A3B-NVFP4 "
-          "(fixture notes); that config.json was not retrieved from the Hub, and v0.24.0 is between "
-          "modelled releases",
+          "(fixture notes); that config.json was not retrieved from the Hub (its release, v0.24.0, "
+          "is vllm@0.24)",
     "23": "a local AutoRound folder (Lorbus/Qwen3.6-27B-int4-AutoRound per club-3090's setup.sh): "
-          "its config.json was not found; a dflash drafter is loaded too; 0.20.1 dev is not modelled",
+          "its config.json was not found; a dflash drafter is loaded too (a v0.20.1 dev build: "
+          "vllm@0.20)",
     "24": "logs the weights only; config not published",
     "25": "logs the weights only",
     "26": "Qwen3-Coder-30B-A3B 'AWQ' stored as compressed-tensors pack-quantized: its config_groups "

@@ -114,6 +114,24 @@ def test_fit_reserve_overrides():
     assert code == 2 and "no term 'cuda_graphs'" in err  # v0.19 does not subtract CUDA graphs
 
 
+def test_fit_engine_version_0_20_sorts_in_the_sampler_warm_up():
+    """``--engine-version 0.20`` (v0.20.1–v0.20.2): the same target and CUDA-graph term as v0.33
+    (0.92, ceil, estimate subtracted from v0.20.0), but the sampler warm-up sorts (FlashInfer is
+    opt-in until v0.21.0, ``envs.py`` ``VLLM_USE_FLASHINFER_SAMPLER``): 1,024 × 32,000 × 39 B =
+    1,277,952,000 B > the forward 675,282,944 → reserve 1,277,952,000 + 143,129,785 + 408,662,949 =
+    1,829,744,734; budget 78,225,740,923 − 13,476,831,232 − 1,829,744,734 = 62,919,164,957 B →
+    7,500 blocks of 8,388,608 B, (7,500 − 1) // 256 = 29 requests, int(7,500 / 256 × 4,096) = 120,000
+    tokens logged."""
+    _, out, _ = run_cli(FIT + ["--json", "--engine-version", "0.20"])
+    payload = json.loads(out)
+    assert (payload["release"], payload["engine_release"]) == ("0.20", "vLLM v0.20.1–v0.20.2")
+    assert [(t["name"], t["bytes"], t["counted"]) for t in payload["reserve"]["terms"]] == [
+        ("activation_peak", 1_277_952_000, True), ("non_torch", 143_129_785, True),
+        ("cuda_graphs", 408_662_949, True)]
+    assert (payload["kv_budget_bytes"], payload["num_blocks"], payload["max_requests"],
+            payload["kv_pool_tokens"]) == (62_919_164_957, 7_500, 29, 120_000)
+
+
 def test_usage_errors_are_one_line():
     for argv in ([], ["kv"], ["bogus"], ["kv", "--model", "x"], ["fit", "--tokens", "1"],
                  KV + ["--unknown-flag"], KV + ["--engine", "tensorrt"], ["kv", "--model", "a",
@@ -219,7 +237,7 @@ def reach(code: str, tmp_path) -> str:
                           "--engine", "hf"])
     if code == "unknown.release":
         msg = cli_error(FIT + ["--engine-version", "0.1"])
-        assert "0.19" in msg
+        assert "0.25, 0.24, 0.20, 0.20.0, 0.19" in msg
         return msg
     if code == "engine.unserved":  # TensorRT-LLM's PyTorch backend has no Gemma 2 model class
         msg = cli_error(["fit", "--model", "gemma-2-9b", "--gpu", "h100-sxm", "--tokens", "10",

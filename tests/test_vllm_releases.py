@@ -16,8 +16,10 @@ H100 = get_gpu("h100-sxm")  # CUDA total 81,089 MiB = 85,027,979,264 B (cuda_tot
 
 
 def test_every_release_is_named_and_reachable():
-    assert release_choices("vllm") == ["latest", "0.19", "0.13", "0.11", "0.9", "0.8", "0.6"]
+    assert release_choices("vllm") == ["latest", "0.25", "0.24", "0.20", "0.20.0", "0.19", "0.13",
+                                       "0.11", "0.9", "0.8", "0.6"]
     assert [get_engine(f"vllm@{r}").release for r in release_choices("vllm")[1:]] == [
+        "vLLM v0.25", "vLLM v0.21–v0.24", "vLLM v0.20.1–v0.20.2", "vLLM v0.20.0",
         "vLLM v0.14–v0.19", "vLLM v0.11.1–v0.13", "vLLM v0.10–v0.11.0", "vLLM v0.9", "vLLM v0.8",
         "vLLM v0.6 (V0)"]
     assert get_engine("vllm").release == "vLLM v0.33"
@@ -30,6 +32,10 @@ def test_every_release_is_named_and_reachable():
     # the budget starts from CUDA's total (81,089 MiB × 2^20 = 85,027,979,264 B), not nvidia-smi's
     ("latest", 78_225_740_923),   # ceil(85,027,979,264 × 0.92) = ceil(78,225,740,922.88) (0.92 from
                                   # v0.20.0, ceil from v0.14.1)
+    ("0.25", 78_225_740_923),     # v0.25.1 config/cache.py gpu_memory_utilization 0.92,
+    ("0.24", 78_225_740_923),     # v1/worker/utils.py request_memory math.ceil (v0.20.0–v0.25.1 alike)
+    ("0.20", 78_225_740_923),
+    ("0.20.0", 78_225_740_923),
     ("0.19", 76_525_181_338),     # ceil(85,027,979,264 × 0.9) = ceil(76,525,181,337.6)
     ("0.13", 76_525_181_337),     # int(85,027,979,264 × 0.9): requested = total × util, a float
     ("0.11", 76_525_181_337),
@@ -43,6 +49,8 @@ def test_memory_target_per_release(release, target):
 
 @pytest.mark.parametrize(("release", "kinds"), [
     ("latest", {"chunked", "full"}),   # v0.14+: VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1
+    ("0.25", {"chunked", "full"}),     # v0.20.0–v0.25.1 envs.py: still "1"
+    ("0.20.0", {"chunked", "full"}),
     ("0.19", {"chunked", "full"}),
     ("0.13", {"full"}),                # v0.10–0.13: the variable defaults to 0 → manager off → full
     ("0.11", {"full"}),
@@ -106,12 +114,124 @@ def test_v0_has_no_null_block_and_ignores_windows():
     assert err.value.code == "engine.unserved"
 
 
-@pytest.mark.parametrize(("release", "mnbt"), [("latest", 16384), ("0.19", 8192), ("0.8", 8192)])
+@pytest.mark.parametrize(("release", "mnbt"), [("latest", 16384), ("0.25", 8192), ("0.20.0", 8192),
+                                               ("0.19", 8192), ("0.8", 8192)])
 def test_default_max_num_batched_tokens_per_release(release, mnbt):
     """``get_batch_defaults`` for ``serve`` on a B200 (≥ 160 GiB): 16,384 from v0.28; 8,192 on
-    v0.9–v0.26 (≥ 70 GiB, not an A100) and on v0.8 (every ≥ 70 GiB device)."""
+    v0.9–v0.26 (≥ 70 GiB, not an A100; v0.25.1 ``engine/arg_utils.py`` has no 160 GiB tier) and on
+    v0.8 (every ≥ 70 GiB device)."""
     from kvplan.capacity import engine_settings
 
     engine = "vllm" if release == "latest" else f"vllm@{release}"
     settings = engine_settings(FitQuery(engine=engine), get_gpu("b200"))
     assert settings.max_num_batched_tokens == mnbt
+
+
+# ---------------------------------------------------------------------------- v0.20–v0.25
+
+
+def _reserve(engine: str, gpu=H100, model: str = "llama-3.1-8b") -> dict[str, tuple[int, bool]]:
+    eng = get_engine(engine)
+    arch = load_model(model)
+    settings = eng.resolve_settings(eng.own_settings(EngineSettings()), 4096, gpu, arch)
+    return {t.name: (t.bytes, t.counted) for t in eng.runtime_reserve(arch, gpu, settings, 4096).terms}
+
+
+def test_sliding_in_flight_tokens_v020_to_v025_are_max_num_batched_tokens_at_async_scheduling():
+    """gpt-oss-20b (W = 128) on an H100, serve defaults (``get_batch_defaults``: MNBT 8,192), async
+    scheduling on (its default from v0.14.1). v0.20.0–v0.25.1 ``v1/kv_cache_interface.py``
+    ``SlidingWindowSpec.max_admission_blocks_per_request``: ``cdiv(min(W − 1 + MNBT, L), bs) + 1`` =
+    cdiv(127 + 8,192, 16) + 1 = 520 + 1 = 521 blocks; v0.26+ ``max_in_flight_tokens`` = 2 × 8,192 →
+    cdiv(127 + 16,384, 16) + 1 = 1,033."""
+    arch = load_model("gpt-oss-20b")
+    t = np.asarray([131072])
+    blocks = {}
+    for engine in ("vllm", "vllm@0.25", "vllm@0.24", "vllm@0.20", "vllm@0.20.0"):
+        settings = get_engine(engine).resolve_settings(EngineSettings(), 131072, H100, arch)
+        assert (settings.max_num_batched_tokens, settings.async_scheduling) == (8192, True)
+        rule = next(r for r in engine_view(arch, engine, settings=settings).rules if r.kind == "sliding")
+        blocks[engine] = int(rule.reserved_blocks(t)[0])
+    assert blocks == {"vllm": 1033, "vllm@0.25": 521, "vllm@0.24": 521, "vllm@0.20": 521,
+                      "vllm@0.20.0": 521}
+
+
+def test_logged_kv_cache_size_v020_to_v025():
+    """gpt-oss-20b, 20 GiB given, L = 131,072, MNBT 8,192: a block 12 × 16 × 8 × 2 × 64 × 2 =
+    393,216 B → 54,613 blocks; a request cdiv(131,072, 16) + 521 = 8,713 blocks.
+    v0.20.1–v0.25 (v0.20.2 ``kv_cache_utils.py:1706`` ``_report_kv_cache_config``, v0.24
+    ``get_kv_cache_capacity``): int(54,613 / 8,713 × 131,072) = 821,558 tokens.
+    v0.20.0 (``_report_kv_cache_config`` ``:1694``): 54,613 // 2 groups × 16 = 436,896."""
+    arch = load_model("gpt-oss-20b")
+    query = {"tokens": 131072, "kv_cache_memory_bytes": 20 * GIB,
+             "settings": EngineSettings(max_num_batched_tokens=8192)}
+    got = {e: fit(arch, H100, FitQuery(engine=e, **query)) for e in
+           ("vllm@0.25", "vllm@0.24", "vllm@0.20", "vllm@0.20.0")}
+    assert {e: (r.num_blocks, r.kv_pool_tokens) for e, r in got.items()} == {
+        "vllm@0.25": (54_613, 821_558), "vllm@0.24": (54_613, 821_558),
+        "vllm@0.20": (54_613, 821_558), "vllm@0.20.0": (54_613, 436_896)}
+    assert got["vllm@0.20.0"].max_concurrency == 54_613 / 8_713
+
+
+def test_sampler_warm_up_sorts_until_v021():
+    """Llama-3.1-8B on an H100: ``_dummy_sampler_run`` on min(8,192, 1,024) = 1,024 rows × vocab
+    128,256. v0.21.0+ (``envs.py`` ``VLLM_USE_FLASHINFER_SAMPLER`` defaults to True;
+    ``TopKTopPSampler.__init__``): FlashInfer, 10 B per element = 1,313,341,440 B. v0.20.0–v0.20.2
+    (default None → ``forward_native``): the sort, 39 B = 5,122,031,616 B. Both beat the forward
+    (8,192 × (8,192 + 43,008) × 2 = 838,860,800 B). The CUDA-graph estimate is subtracted from
+    v0.20.0 (``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`` default "1"), not in v0.19."""
+    rows_vocab = 1024 * 128_256
+    for engine in ("vllm@0.25", "vllm@0.24"):
+        assert _reserve(engine)["activation_peak"] == (rows_vocab * 10, True) == (1_313_341_440, True)
+    for engine in ("vllm@0.20", "vllm@0.20.0", "vllm@0.19"):
+        assert _reserve(engine)["activation_peak"] == (rows_vocab * 39, True) == (5_122_031_616, True)
+    assert _reserve("vllm@0.20.0")["cuda_graphs"][1] is True
+    assert _reserve("vllm@0.19")["cuda_graphs"][1] is False
+
+
+def test_no_blackwell_capture_cap_before_v028():
+    """B200, serve defaults (max_num_seqs 1,024): v0.25.1 ``_set_cudagraph_sizes`` caps at
+    min(2 × 1,024, 512) = 512 → 3 + 31 + 17 = 51 sizes; v0.28+ (data-centre Blackwell) at 1,024 →
+    83 sizes; × ``GRAPH_BYTES_PER_SIZE`` (8,012,999 B)."""
+    b200 = get_gpu("b200")
+    assert _reserve("vllm@0.25", b200)["cuda_graphs"] == (51 * 8_012_999, True) == (408_662_949, True)
+    assert _reserve("vllm", b200)["cuda_graphs"] == (83 * 8_012_999, True)
+
+
+def test_yarn_context_limit_is_scaled_before_v030():
+    """Qwen2.5-7B with Qwen's YaRN ×4 recipe: v0.20.0–v0.28 ``config/model.py``
+    ``_get_and_verify_max_len`` (``rope_type not in ("su", "longrope", "llama3")`` → YaRN restarts
+    from ``original_max_position_embeddings``): 32,768 × 4 = 131,072; v0.30+: 32,768."""
+    from kvplan.config_import import parse_config
+    from kvplan.presets import model_presets
+
+    config = model_presets()["qwen2.5-7b"].config | {
+        "rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}}
+    arch = parse_config(config)
+    for release in ("0.25", "0.24", "0.20", "0.20.0"):
+        limit = get_engine(f"vllm@{release}").context_limit(arch)
+        assert (limit.tokens, limit.rule) == (
+            131072, "original_max_position_embeddings 32,768 × RoPE factor 4; "
+                    f"{get_engine(f'vllm@{release}').release} _get_and_verify_max_len")
+    assert get_engine("vllm").context_limit(arch).tokens == 32768
+
+
+def test_mxfp4_scales_of_gpt_oss_on_h100_are_freed_from_v025():
+    """gpt-oss-120b, TP 1, H100 (SM 9.0 → OAI Triton): v0.25.0/v0.25.1 ``fused_moe/oracle/mxfp4.py``
+    ``del layer.w13_weight_scale`` / ``w2_weight_scale`` after swizzling; v0.20–v0.24 keep them. The
+    difference is the checkpoint's e8m0 scales: 36 layers × 128 experts × (5,760 + 2,880) rows ×
+    2,880 / 32 = 3,583,180,800 B. On a B200 TRT-LLM pads the intermediate to 256 up to v0.26
+    (``mxfp4_round_up_hidden_size_and_intermediate_size``), 128 from v0.28."""
+    from kvplan.weights import weights_per_gpu
+
+    arch = load_model("gpt-oss-120b")
+
+    def weights(engine: str) -> int:
+        repack = get_engine(engine).mxfp4_moe_repack(H100)
+        return max(weights_per_gpu(arch, None, 1, repack=repack).stage_bytes)
+
+    assert weights("vllm@0.24") - weights("vllm@0.25") == 36 * 128 * (5760 + 2880) * 2880 // 32
+    assert weights("vllm@0.24") == weights("vllm@0.20") == weights("vllm@0.19") == 69_044_333_184
+    assert weights("vllm@0.25") == weights("vllm") == 65_461_152_384
+    b200 = get_gpu("b200")
+    assert [get_engine(e).mxfp4_moe_repack(b200).inter for e in ("vllm", "vllm@0.25", "vllm@0.20.0")] \
+        == [128, 256, 256]

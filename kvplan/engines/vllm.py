@@ -58,7 +58,7 @@ if TYPE_CHECKING:
 
 #: vLLM ``SupportsMambaPrefixCaching`` families: mamba cache mode "all" instead of "align".
 VLLM_MAMBA_ALL_MODE_VARIANTS = frozenset({"mamba2"})
-VLLM_DEFAULT_GPU_UTIL = 0.92  # vllm/config/cache.py (0.90 before v0.25)
+VLLM_DEFAULT_GPU_UTIL = 0.92  # vllm/config/cache.py (0.9 before v0.20.0)
 
 
 def default_max_num_batched_tokens(device_bytes: int | None, device_name: str = "",
@@ -151,7 +151,8 @@ class Vllm(Engine):
     #: (``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`` default 1 from v0.20, ``gpu_worker.py``
     #: ``determine_available_memory``).
     graphs_counted: ClassVar[bool] = True
-    #: v0.33 ``_set_cudagraph_sizes``: capture sizes up to 1,024 on data-centre Blackwell (SM 10.x).
+    #: v0.33 ``_set_cudagraph_sizes``: capture sizes up to 1,024 on data-centre Blackwell (SM 10.x;
+    #: from v0.28.0, 512 on every GPU up to v0.26).
     blackwell_capture_cap: ClassVar[bool] = True
     #: V0's profile run (``vllm/worker/model_runner.py``) rather than V1's ``gpu_model_runner.py``.
     v0_profile: ClassVar[bool] = False
@@ -248,11 +249,20 @@ class Vllm(Engine):
         ``max_concurrent_batches`` is pp + 1 with async scheduling, else pp (v0.26+)."""
         return (settings.pp + 1 if settings.async_scheduling else settings.pp) * mnbt
 
+    #: MXFP4 MoE (gpt-oss), ``fused_moe/oracle/mxfp4.py``: FlashInfer TRT-LLM pads the intermediate to
+    #: 128 from v0.28 (``mxfp4_round_up_hidden_size_and_intermediate_size``; 256 up to v0.26) ...
+    mxfp4_trtllm_inter: ClassVar[int] = 128
+    #: ... and Triton frees the checkpoint's scales after swizzling from v0.25
+    #: (``convert_gpt_oss_weight_to_mxfp4_moe_kernel_format``: ``del layer.w13_weight_scale``).
+    mxfp4_keeps_scales: ClassVar[bool] = False
+    mxfp4_source: ClassVar[str] = "vLLM v0.33 fused_moe/oracle/mxfp4.py"
+
     def mxfp4_moe_repack(self, gpu: GPU | None) -> ExpertRepack | None:
-        """v0.25+ (``fused_moe/oracle/mxfp4.py`` ``_get_priority_backends_for_gpt_oss``): TRT-LLM
-        pads the intermediate to 128; Triton frees the checkpoint scales after swizzling
-        (``del layer.w13_weight_scale``); Marlin on SM 12.x (moved behind it there)."""
-        return mxfp4_repack(gpu, 128, True, False, "vLLM v0.33 fused_moe/oracle/mxfp4.py")
+        """``fused_moe/oracle/mxfp4.py`` ``_get_priority_backends_for_gpt_oss``: TRT-LLM on SM 10.x,
+        Triton on SM 9.0 (``_triton_kernel_moe_supports_current_device``), Marlin elsewhere; the
+        padding and scales of this release (``mxfp4_trtllm_inter``, ``mxfp4_keeps_scales``)."""
+        return mxfp4_repack(gpu, self.mxfp4_trtllm_inter, True, self.mxfp4_keeps_scales,
+                            self.mxfp4_source)
 
     def layer_spec_kind(self, kind: str) -> str:
         """The spec kind this release builds for a layer of ``kind`` (all kinds exist in v0.33)."""
@@ -672,44 +682,101 @@ def mnbt_v09_to_v026(gpu: GPU) -> int:
     return 8192 if big else 2048
 
 
-class VllmV019(Vllm):
-    """vLLM v0.14–v0.19: ``gpu_memory_utilization`` 0.9; in-flight tokens = ``max_num_batched_tokens``
-    (``max_memory_usage_bytes`` before v0.26); "GPU KV cache size" = ``num_blocks // n_groups ×
-    min_bs``; the CUDA-graph estimate not subtracted by default
-    (``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0``)."""
+class VllmV025(Vllm):
+    """vLLM v0.25 (read: 0.25.0, 0.25.1): v0.33's memory target (0.92, ``ceil``, the CUDA-graph
+    estimate subtracted), FlashInfer sampler, ``int(max_concurrency × L)`` logged and MXFP4 scales
+    freed, before four later changes: in-flight tokens are ``max_num_batched_tokens`` alone
+    (``v1/kv_cache_interface.py`` ``SlidingWindowSpec.max_admission_blocks_per_request``,
+    ``max_in_flight_tokens`` from v0.26), ``get_batch_defaults`` has no ≥ 160 GiB tier and
+    ``_set_cudagraph_sizes`` no 1,024 cap on Blackwell (both from v0.28), TRT-LLM pads the MXFP4
+    intermediate to 256 (``mxfp4_round_up_hidden_size_and_intermediate_size``; 128 from v0.28) and
+    ``_get_and_verify_max_len`` scales YaRN (not from v0.30)."""
+
+    id = "vllm@0.25"
+    release = "vLLM v0.25"
+    #: Before v0.30 a YaRN set's ``factor`` scales ``original_max_position_embeddings``.
+    unscaled_rope_types = ("su", "longrope", "llama3")
+    #: v0.25.1 ``config/vllm.py`` ``_set_cudagraph_sizes``: ``min(2 × max_num_seqs, 512)`` on every GPU.
+    blackwell_capture_cap: ClassVar[bool] = False
+    mxfp4_trtllm_inter = 256
+    mxfp4_source = "vLLM v0.25.1 fused_moe/oracle/mxfp4.py"
+    #: Async scheduling does not reach the pool before v0.26 (in-flight tokens = MNBT).
+    setting_labels: ClassVar[dict[str, tuple[str, str]]] = {
+        k: v for k, v in Vllm.setting_labels.items() if k != "async_scheduling"}
+
+    def default_mnbt(self, gpu: GPU) -> int:
+        """v0.25.1 ``engine/arg_utils.py`` ``get_batch_defaults`` (no ≥ 160 GiB tier before v0.28);
+        its ``max_num_seqs`` (1,024 on ≥ 70 GiB non-A100 devices, else 256) equals v0.33's on every
+        catalogue GPU, so ``default_max_num_seqs`` is inherited."""
+        return mnbt_v09_to_v026(gpu)
+
+    def in_flight_tokens(self, settings: EngineSettings, mnbt: int) -> int:
+        """Before v0.26 ``SlidingWindowSpec``/``ChunkedLocalAttentionSpec``
+        ``max_admission_blocks_per_request`` add ``max_num_batched_tokens`` in-flight tokens whatever
+        the scheduling (v0.25.1 ``v1/kv_cache_interface.py``)."""
+        return mnbt
+
+
+class VllmV024(VllmV025):
+    """vLLM v0.21–v0.24 (read: 0.21.0, 0.24.0): as v0.25, except that the OAI Triton MXFP4 backend
+    (SM 9.0) keeps the checkpoint's scales beside its swizzled copy (v0.24.0
+    ``fused_moe/oracle/mxfp4.py`` ``convert_gpt_oss_weight_to_mxfp4_moe_kernel_format`` deletes only
+    ``w13_weight``/``w2_weight``). The FlashInfer top-k/top-p sampler is on by default from v0.21.0
+    (``envs.py`` ``VLLM_USE_FLASHINFER_SAMPLER`` defaults to True; v0.24 ``TopKTopPSampler.__init__``
+    → ``flashinfer_sampler_supported``). Not modelled: an attention page that does not divide the
+    largest is padded by v0.24 (``kv_cache_utils.py`` ``unify_kv_cache_spec_page_size``, backends
+    that ``indexes_kv_by_block_stride``) but refused by v0.21.0 (``NotImplementedError``)."""
+
+    id = "vllm@0.24"
+    release = "vLLM v0.21–v0.24"
+    mxfp4_keeps_scales = True
+    mxfp4_source = "vLLM v0.24.0 fused_moe/oracle/mxfp4.py"
+
+
+class VllmV020(VllmV024):
+    """vLLM v0.20.1–v0.20.2: as v0.21–v0.24 (0.92, ``ceil``, the CUDA-graph estimate subtracted —
+    ``envs.py`` ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`` defaults to 1 from v0.20.0 —, "GPU KV
+    cache size" = ``int(max_concurrency × L)``), but FlashInfer top-k/top-p is opt-in
+    (``VLLM_USE_FLASHINFER_SAMPLER`` unset → None → ``TopKTopPSampler.__init__`` takes
+    ``forward_native``), so the sampler warm-up sorts (``apply_top_k_top_p``: a Triton kernel from
+    8 rows, as v0.19.1 — not modelled, the fitted sort stands for it)."""
+
+    id = "vllm@0.20"
+    release = "vLLM v0.20.1–v0.20.2"
+    sampler_path: ClassVar[SamplerPath] = "sort"
+    mxfp4_source = "vLLM v0.20.0/v0.20.2 fused_moe/oracle/mxfp4.py"
+
+
+class VllmV0200(VllmV020):
+    """vLLM v0.20.0: as v0.20.1–v0.20.2, but the start-up log's "GPU KV cache size" is still
+    ``num_blocks // n_groups × min_block_size`` (v0.20.0 ``v1/core/kv_cache_utils.py``
+    ``_report_kv_cache_config``; ``int(max_concurrency × max_model_len)`` from v0.20.1)."""
+
+    id = "vllm@0.20.0"
+    release = "vLLM v0.20.0"
+    logged_tokens = "groups"
+
+
+class VllmV019(VllmV0200):
+    """vLLM v0.14–v0.19: as v0.20.0 (in-flight tokens = ``max_num_batched_tokens``, "GPU KV cache
+    size" = ``num_blocks // n_groups × min_bs``, sorting sampler), with ``gpu_memory_utilization`` 0.9
+    (``config/cache.py``) and the CUDA-graph estimate not subtracted
+    (``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`` defaults to 0, v0.19.1 ``envs.py``)."""
 
     id = "vllm@0.19"
     release = "vLLM v0.14–v0.19"
     default_gpu_util = 0.9
-    #: Before v0.30 a YaRN set's ``factor`` scales ``original_max_position_embeddings``.
-    unscaled_rope_types = ("su", "longrope", "llama3")
-    logged_tokens = "groups"
-    #: FlashInfer sampling is opt-in (``VLLM_USE_FLASHINFER_SAMPLER`` unset → PyTorch sort) from
-    #: v0.11.1 to v0.20 (v0.19.1 sorts through a Triton kernel from 8 rows; not modelled).
-    sampler_path: ClassVar[SamplerPath] = "sort"
     #: The estimate is profiled but subtracted only with ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1``
     #: (default 0 before v0.20).
     graphs_counted: ClassVar[bool] = False
     reserve_term_names: ClassVar[tuple[str, ...]] = ("activation_peak", "non_torch")
-    blackwell_capture_cap: ClassVar[bool] = False
+    #: v0.14–v0.19 (``quantization/mxfp4.py`` ``get_mxfp4_backend``, v0.19 ``oracle/mxfp4.py``):
+    #: Triton on SM 9.0 (bundled ``vllm.third_party.triton_kernels``) keeps the checkpoint's scales
+    #: as layer parameters beside the swizzled copy in its ``PrecisionConfig``; TRT-LLM pads the
+    #: intermediate to 256 — as v0.20–v0.24.
+    mxfp4_source = "vLLM v0.14.1/v0.19.0 quantization/mxfp4.py"
     setting_labels: ClassVar[dict[str, tuple[str, str]]] = {
-        **{k: v for k, v in Vllm.setting_labels.items() if k != "async_scheduling"},
-        "gpu_util": ("gpu_memory_utilization (fraction)", "0.9")}
-
-    def default_mnbt(self, gpu: GPU) -> int:
-        return mnbt_v09_to_v026(gpu)
-
-    def mxfp4_moe_repack(self, gpu: GPU | None) -> ExpertRepack | None:
-        """v0.14–v0.19 (``quantization/mxfp4.py`` ``get_mxfp4_backend``, v0.19
-        ``oracle/mxfp4.py``): Triton on SM 9.0 (bundled ``vllm.third_party.triton_kernels``) keeps
-        the checkpoint's scales as layer parameters beside the swizzled copy in its
-        ``PrecisionConfig``; TRT-LLM pads the intermediate to 256."""
-        return mxfp4_repack(gpu, 256, True, True, "vLLM v0.14.1/v0.19.0 quantization/mxfp4.py")
-
-    def in_flight_tokens(self, settings: EngineSettings, mnbt: int) -> int:
-        """Before v0.26 ``SlidingWindowSpec``/``ChunkedLocalAttentionSpec`` reserve
-        ``max_num_batched_tokens`` in-flight tokens whatever the scheduling."""
-        return mnbt
+        **VllmV025.setting_labels, "gpu_util": ("gpu_memory_utilization (fraction)", "0.9")}
 
 
 class VllmV013(VllmV019):
@@ -844,5 +911,5 @@ class VllmV06(VllmV08):
         return 0
 
 
-VLLM_RELEASES: tuple[type[Vllm], ...] = (Vllm, VllmV019, VllmV013, VllmV011, VllmV09, VllmV08,
-                                          VllmV06)
+VLLM_RELEASES: tuple[type[Vllm], ...] = (Vllm, VllmV025, VllmV024, VllmV020, VllmV0200, VllmV019,
+                                          VllmV013, VllmV011, VllmV09, VllmV08, VllmV06)
