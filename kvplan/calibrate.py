@@ -26,8 +26,9 @@ from typing import Any
 from pydantic import BaseModel
 
 from kvplan.arch import ModelArch
-from kvplan.capacity import GIB, FitQuery, FitResult, fit
+from kvplan.capacity import GIB, FitQuery, FitResult, fit, make_pool
 from kvplan.engines import get_engine
+from kvplan.engines.base import KVPool
 from kvplan.errors import KVPlanError, clip
 from kvplan.presets import GPU
 from kvplan.scenario import MAX_TOKENS
@@ -308,23 +309,6 @@ class Calibration(BaseModel):
         return None if reserve is None or low is None or high is None else (reserve, low, high)
 
 
-def _blocks_from_tokens(tokens: int, bpr: int, length: int) -> tuple[int, int]:
-    """Block counts ``n`` with ``int(n / bpr × L) == tokens`` (vLLM's float arithmetic)."""
-    low = tokens * bpr // length
-    high = -(-(tokens + 1) * bpr // length)
-    hits = [n for n in range(max(low - 2, 0), high + 3) if int(n / bpr * length) == tokens]
-    if not hits:
-        return (-1, -2)  # empty
-    return (min(hits), max(hits))
-
-
-def _blocks_from_concurrency(conc: float, decimals: int, bpr: int) -> tuple[int, int]:
-    half = 0.5 * 10 ** -decimals
-    low = max(math.ceil((conc - half) * bpr - 1e-9), 0)
-    high = math.floor((conc + half) * bpr + 1e-9)
-    return (low, high)
-
-
 def _short_gib(low: int, high: int) -> float:
     """The decimal GiB value with the fewest digits whose ``int(value × 2^30)`` is in [low, high]."""
     mid = (low + high) / 2 / GIB
@@ -370,7 +354,8 @@ def calibrate(arch: ModelArch, gpu: GPU, query: FitQuery, log: VllmLog) -> Calib
             f"(± {half:g} GiB) → [{interval[0]:,}, {interval[1]:,}] B, midpoint "
             f"{log.available_midpoint_bytes:,} B"
             + (f"; minimum over {log.ranks} ranks" if log.ranks > 1 else ""))
-    block_range = _logged_blocks(log, bpr, length, formulas, notes)
+    pool = make_pool(arch, gpu, query, [predicted.kv_budget_bytes], [])
+    block_range = _logged_blocks(log, pool, bpr, length, formulas, notes)
     if block_range is not None:
         out.update(logged_blocks_low=block_range[0], logged_blocks_high=block_range[1])
 
@@ -466,25 +451,27 @@ def _split_reserve(predicted: FitResult, log: VllmLog, implied: int,
     return rows
 
 
-def _logged_blocks(log: VllmLog, bpr: int, length: int, formulas: dict[str, str],
+def _logged_blocks(log: VllmLog, pool: KVPool, bpr: int, length: int, formulas: dict[str, str],
                    notes: list[str]) -> tuple[int, int] | None:
-    """The block counts consistent with every block-level number in the log (None: no such line)."""
+    """The block counts consistent with every block-level number in the log, each inverted with
+    the release's own formula (``KVPool.blocks_logging_tokens`` / ``…_concurrency``; None: no
+    such line)."""
     ranges: list[tuple[int, int]] = []
     how: list[str] = []
     if log.num_gpu_blocks is not None:
         ranges.append((log.num_gpu_blocks, log.num_gpu_blocks))
         how.append(f"num_gpu_blocks {log.num_gpu_blocks:,}")
     if log.kv_cache_tokens is not None:
-        r = _blocks_from_tokens(log.kv_cache_tokens, bpr, length)
-        ranges.append(r)
-        how.append(f"int(n / {bpr:,} × {length:,}) = {log.kv_cache_tokens:,} tokens → n ∈ "
-                   f"[{r[0]:,}, {r[1]:,}]" if r[0] <= r[1] else
-                   f"no block count gives {log.kv_cache_tokens:,} tokens at {bpr:,} blocks/request")
+        low, high, rule = pool.blocks_logging_tokens(log.kv_cache_tokens, length)
+        ranges.append((low, high))
+        how.append(f"{rule} → n ∈ [{low:,}, {high:,}]" if low <= high else
+                   f"no block count gives {log.kv_cache_tokens:,} tokens ({rule}) at {bpr:,} "
+                   "blocks/request")
     if log.max_concurrency is not None:
-        r = _blocks_from_concurrency(log.max_concurrency, log.max_concurrency_decimals, bpr)
-        ranges.append(r)
-        shown = f"{log.max_concurrency:.{log.max_concurrency_decimals}f}"
-        how.append(f"n / {bpr:,} ≈ {shown}x → n ∈ [{r[0]:,}, {r[1]:,}]")
+        low, high, rule = pool.blocks_logging_concurrency(log.max_concurrency,
+                                                          log.max_concurrency_decimals, length)
+        ranges.append((low, high))
+        how.append(f"{rule} → n ∈ [{low:,}, {high:,}]")
     if not ranges:
         return None
     low, high = max(r[0] for r in ranges), min(r[1] for r in ranges)

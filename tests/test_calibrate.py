@@ -444,3 +444,26 @@ def test_engine_parsers_name_an_absurd_number(parse, engine, line, field):
         parse(line)
     assert err.value.code == "calibrate.bad_value"
     assert str(err.value).startswith(f"the {engine} log's {field} is 9999")
+
+
+@pytest.mark.parametrize(("engine", "tokens", "low", "high"), [
+    # v0.14–v0.19 log ``num_blocks // n_groups × min_block_size`` (kv_cache_utils.py
+    # _report_kv_cache_config): gpt-oss-20b has a sliding and a full group, 137,221 // 2 × 16.
+    ("vllm@0.19", 1_097_760, 137_220, 137_221),
+    # v0.20.1+ log int(num_blocks / blocks_per_request × L): 3,081 blocks per request at 32,768.
+    ("vllm", 1_672_018, 157_211, 157_211),
+])
+def test_logged_tokens_are_inverted_with_the_release_formula(engine, tokens, low, high):
+    """A start-up log printed by each release for gpt-oss-20b on an H100 at 32,768 tokens: the
+    "GPU KV cache size" line is turned back into block counts with that release's formula (with
+    v0.20.1's formula the v0.19 line would give ≈ 86,000 blocks and contradict the concurrency)."""
+    arch, gpu = load_model("gpt-oss-20b"), get_gpu("h100-sxm")
+    query = FitQuery(tokens=32_768, engine=engine)
+    predicted = fit(arch, gpu, query)
+    assert predicted.kv_pool_tokens == tokens
+    log = parse_vllm_log(f"INFO [kv_cache_utils.py:1] GPU KV cache size: {tokens:,} tokens\n"
+                         "INFO [kv_cache_utils.py:1] Maximum concurrency for 32,768 tokens per "
+                         f"request: {predicted.max_concurrency:.2f}x\n")
+    result = calibrate(arch, gpu, query, log)
+    assert (result.logged_blocks_low, result.logged_blocks_high) == (low, high)
+    assert low <= predicted.num_blocks <= high and not result.notes

@@ -150,6 +150,15 @@ class KVPool:
         (shape ``(n, pp)``, int64), with the arithmetic of the constructor vectorised over rows."""
         raise NotImplementedError
 
+    def blocks_logging_tokens(self, tokens: int, L: int) -> tuple[int, int, str]:
+        """The block counts for which the engine logs this KV-cache size in tokens (``low >
+        high``: none), and how — for engines that log one (``Engine.logs_kv_cache``)."""
+        raise NotImplementedError
+
+    def blocks_logging_concurrency(self, conc: float, decimals: int, L: int) -> tuple[int, int, str]:
+        """The block counts whose logged maximum concurrency rounds to ``conc``, and how."""
+        raise NotImplementedError
+
     def formulas(self, L: int) -> dict[str, str]:
         return {}
 

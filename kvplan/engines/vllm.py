@@ -655,6 +655,38 @@ class VllmPagedPool(KVPool):
     def users_cost(self, L: np.ndarray, users: int) -> np.ndarray:
         return self.blocks(L) * users
 
+    def blocks_logging_tokens(self, tokens: int, L: int) -> tuple[int, int, str]:
+        """The block counts ``n`` for which this release logs "GPU KV cache size: ``tokens``" (the
+        inverse of ``pool_tokens``, same formula and float arithmetic) and how; ``low > high``
+        when none does."""
+        if self.logged_tokens == "groups":
+            min_bs = min(b.rule.block_size for b in self.pool.buckets)
+            g = self.pool.n_groups
+            if tokens % min_bs:
+                return 0, -1, f"n // {g} × {min_bs} is a multiple of {min_bs}, {tokens:,} is not"
+            q = tokens // min_bs
+            return q * g, q * g + g - 1, f"n // {g} group(s) × {min_bs} = {tokens:,} tokens"
+        if self.logged_tokens == "blocks":
+            bs = self.block_size
+            if tokens % bs:
+                return 0, -1, f"n × {bs} is a multiple of {bs}, {tokens:,} is not"
+            return tokens // bs, tokens // bs, f"n × {bs} = {tokens:,} tokens"
+        bpr = max(int(self.blocks(np.asarray([L]))[0]), 1)
+        low, high = tokens * bpr // L, -(-(tokens + 1) * bpr // L)
+        hits = [n for n in range(max(low - 2, 0), high + 3) if int(n / bpr * L) == tokens]
+        how = f"int(n / {bpr:,} × {L:,}) = {tokens:,} tokens"
+        return (min(hits), max(hits), how) if hits else (0, -1, how)
+
+    def blocks_logging_concurrency(self, conc: float, decimals: int, L: int) -> tuple[int, int, str]:
+        """The block counts ``n`` whose logged "Maximum concurrency" rounds to ``conc`` at
+        ``decimals`` places: ``n / blocks_per_request``, or pool tokens / L in v0.8."""
+        half = 0.5 * 10 ** -decimals
+        per = (L / self.block_size if self.logged_tokens == "blocks"
+               else max(int(self.blocks(np.asarray([L]))[0]), 1))
+        low = max(math.ceil((conc - half) * per - 1e-9), 0)
+        high = math.floor((conc + half) * per + 1e-9)
+        return low, high, f"n / {per:,g} ≈ {conc:.{decimals}f}x"
+
     def formulas(self, L: int) -> dict[str, str]:
         bpr = int(self.blocks(np.asarray([L]))[0])
         conc = self.num_blocks / bpr if bpr else 0.0
