@@ -56,8 +56,8 @@ def metric(at: AppTest, prefix: str):
 
 
 def exact(at: AppTest) -> dict[str, int]:
-    """The 'Exact: kpi=value · …' caption the KPI view renders."""
-    text = next(c.value for c in at.caption if c.value.startswith("Exact: "))
+    """The 'Exact: kpi=value · …' first line of the caption the KPI view renders."""
+    text = next(c.value for c in at.caption if c.value.startswith("Exact: ")).split("  \n")[0]
     pairs = (item.split("=") for item in text.removeprefix("Exact: ").split(" · "))
     return {k: int(v.replace(",", "")) for k, v in pairs}
 
@@ -471,14 +471,14 @@ def test_architecture_support_status_is_shown():
     from kvplan.scenario import encode_config
 
     at = make_app(m="llama-3.1-8b")
-    assert any(unmd(c.value).startswith("Architecture support: exact — model_type 'llama'")
-               for c in at.caption)
+    assert any(":small[:gray[Architecture support: exact — model_type 'llama'" in unmd(m.value)
+               for m in at.markdown if " on **" in m.value)
     config = {"model_type": "my_new_lm", "num_hidden_layers": 2, "hidden_size": 64,
               "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 100,
               "intermediate_size": 128}
     custom = make_app(m="custom", c=encode_config(config))
-    assert any(unmd(c.value).startswith("Architecture support: generic rules — model_type "
-                                        "'my_new_lm' has not been checked") for c in custom.caption)
+    assert any(":small[:gray[Architecture support: generic rules — model_type 'my_new_lm' has not "
+               "been checked" in unmd(m.value) for m in custom.markdown if " on **" in m.value)
 
 
 def test_tables_past_int64_are_shown_not_refused():
