@@ -272,14 +272,14 @@ def render_sidebar() -> Scenario:
                  format_func=lambda g: gpus()[g].name if g in gpus() else "Custom accelerator…",
                  help="Capacity is what the device reports (MiB/GiB) when known, else the marketed GB.")
     if state.get("w_gpu") == CUSTOM_GPU:
-        row = sb.container(horizontal=True)
+        row = sb.container(horizontal=True, wrap=False)
         row.number_input("Memory (GiB)", *BOUNDS["custom_gpu_gib"], key="w_gm",
                         help="As the device reports it, in GiB (2^30 B)")
         row.number_input("TB/s", *BOUNDS["custom_gpu_tbps"], key="w_gb",
                         help="HBM bandwidth, decimal TB/s")
         row.number_input("TFLOPS", *BOUNDS["custom_gpu_tflops"], key="w_gf",
                         help="Dense BF16 TFLOPS")
-    row = sb.container(horizontal=True)  # one element, where columns(3) were four
+    row = sb.container(horizontal=True, wrap=False)  # one element, where columns(3) were four
     row.number_input("GPUs", *_int_bounds("num_gpus"), step=1, key="w_n",
                     help="Total accelerators; a multiple of TP × PP (the rest are replicas).")
     row.number_input("TP", *_int_bounds("tp"), step=1, key="w_tp", help="Tensor parallel")

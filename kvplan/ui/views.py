@@ -149,8 +149,8 @@ def _per_token_how(arch, dtype: str, engine: str) -> str:
                       for key, n in kinds.items()) or "no per-token cache"
 
 
-#: Width of a key-number card (px): three to a row at 1440 px, one or two on a phone.
-KPI_WIDTH = 320
+#: Width of a key-number card (px): three to a row at 1440 px (main area ≈ 945 px), one on a phone.
+KPI_WIDTH = 280
 
 
 class Kpi(NamedTuple):
