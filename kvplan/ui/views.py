@@ -346,10 +346,7 @@ def render_kv_context(scenario: Scenario, arch) -> pd.DataFrame:
     for message in errors:
         st.warning(md(message))
     fig = figure_from_dict(_kv_context_fig(cache_key(scenario)))
-    # The chart's slot comes first on the page, its delta last: the first chart loads Plotly's
-    # 4.7 MB renderer in the browser, so the run's end should reach the page before that parse
-    # (bench/README.md, issue #16: the first render waited for it in about one load in three).
-    slot = st.container()
+    st.plotly_chart(fig, theme=None, key="chart_kv_context")
     at_length = [f"{dtype} {fmt_bytes(r.kv_bytes_per_request * scenario.users)}"
                  for dtype, r in answers(cache_key(scenario)).items() if not isinstance(r, str)]
     notes = [f"At the chosen {scenario.tokens:,} tokens, {plural(scenario.users, 'request')} reserve "
@@ -364,7 +361,6 @@ def render_kv_context(scenario: Scenario, arch) -> pd.DataFrame:
     out = pd.concat([df.assign(series="total"), by_kind.assign(series="kind")]) if by_kind is not None \
         else df
     _export("kv_vs_context", out, fig, scenario)
-    slot.plotly_chart(fig, theme=None, key="chart_kv_context")
     return out
 
 
