@@ -313,6 +313,30 @@ def test_lazy_boxes_send_no_widget_while_closed_and_keep_their_values():
     assert {SETTINGS[n].key for n in ("gpu_util", "block_size")} == {"gu", "bs"}
 
 
+def test_engine_release_lives_in_the_engine_box_and_the_link():
+    """Issue #16 (first render): the release picker is inside the lazy "Engine settings" box; a
+    linked release is kept while the box is closed, named above it, and used by the numbers."""
+    from kvplan.engines import engine_with_release, get_engine
+
+    at = make_app(ev="0.19", t="4096")
+    assert "w_ev" not in {w.key for w in at.selectbox}
+    assert at.session_state["w_ev"] == "0.19"
+    release = get_engine(engine_with_release("vllm", "0.19")).release
+    assert release != get_engine("vllm").release
+    assert [c.value for c in at.sidebar.caption if "changed" in c.value] == [
+        "Engine settings changed: " + md(f"release {release}")]
+    assert exact(at)["kv_budget"] == fit(
+        load_model("llama-3.1-8b"), scenario_gpu(Scenario()),
+        scenario_fit_query(Scenario(tokens=4096, engine_version="0.19"))).kv_budget_bytes
+    open_boxes(at, "w_engine_box")
+    assert at.selectbox(key="w_ev").value == "0.19"
+    at.selectbox(key="w_ev").set_value("latest").run()
+    at.session_state["w_engine_box"] = False
+    at.run()
+    assert "ev" not in at.query_params and at.session_state["w_ev"] == "latest"
+    assert not [c.value for c in at.sidebar.caption if "changed" in c.value]
+
+
 def test_closed_engine_box_names_an_invalid_window_list():
     """TensorRT-LLM's per-layer window list is free text: typed wrong and the box closed, the
     caption above the box says it is not applied (the error under the widget is inside)."""

@@ -220,13 +220,9 @@ def render_sidebar() -> Scenario:
     releases = release_choices(state["w_engine"])
     if state.get("w_ev") not in releases:
         state["w_ev"] = releases[0]
-    if len(releases) > 1:
-        sb.selectbox("Engine release", releases, key="w_ev",
-                     help="The release whose rules kvplan applies (link key `ev`, CLI "
-                          "--engine-version); latest = "
-                          + get_engine(state["w_engine"]).release + ".")
     engine = get_engine(engine_with_release(state["w_engine"], state["w_ev"]))
-    changed = _changed_settings(engine.setting_labels)
+    changed = [f"release {engine.release}"] if state["w_ev"] != releases[0] else []
+    changed += _changed_settings(engine.setting_labels)
     if state.get("w_reserve") is not None:
         changed.append(f"runtime reserve {state['w_reserve']:g} GiB")
     terms_text = str(state.get("w_rt") or "")
@@ -236,6 +232,11 @@ def render_sidebar() -> Scenario:
         sb.caption("Engine settings changed: " + md(", ".join(changed)))
     with lazy.box(sb, "w_engine_box") as box:  # its widgets run only while it is open
         if box.open:
+            if len(releases) > 1:  # rarely changed: here, not in the sidebar (issue #16, speed)
+                box.selectbox("Engine release", releases, key="w_ev", **lazy.KEEP,
+                              help="The release whose rules kvplan applies (link key `ev`, CLI "
+                                   "--engine-version); latest = "
+                                   + get_engine(state["w_engine"]).release + ".")
             for name, (label, default) in engine.setting_labels.items():
                 _setting_widget(box, SETTINGS[name], label, default)
             box.number_input("Runtime reserve per GPU (GiB)", *BOUNDS["reserve_gib"], step=0.5,
