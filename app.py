@@ -34,9 +34,9 @@ link_warnings = sync_from_url()  # first load, Back/Forward or an edited link
 scenario = render_sidebar()
 write_url(scenario)
 
-# Less empty space above the title, and one short title line (one line at phone width too), so the
-# answer is on the first screen; then the answer, then everything else.
-st.html("<style>[data-testid='stMainBlockContainer']{padding-top:3.25rem}</style>")
+# One short title line (one line at phone width too) under little empty space (theme.paddingTop in
+# .streamlit/config.toml: no st.html style element, whose renderer the browser would load on the
+# first render), so the answer is on the first screen; then the answer, then everything else.
 st.markdown("#### kvplan · KV-cache planner", help="Plans the GPU memory of an LLM's KV cache "
             "engine by engine; every number says which engine, release and formula it comes from.")
 try:

@@ -56,8 +56,8 @@ def metric(at: AppTest, prefix: str):
 
 
 def exact(at: AppTest) -> dict[str, int]:
-    """The 'Exact: kpi=value · …' caption the KPI view renders."""
-    text = next(c.value for c in at.caption if c.value.startswith("Exact: "))
+    """The 'Exact: kpi=value · …' first line of the caption the KPI view renders."""
+    text = next(c.value for c in at.caption if c.value.startswith("Exact: ")).split("  \n")[0]
     pairs = (item.split("=") for item in text.removeprefix("Exact: ").split(" · "))
     return {k: int(v.replace(",", "")) for k, v in pairs}
 
@@ -205,7 +205,7 @@ def test_release_selector_lists_v020_to_v025_and_applies_the_linked_one():
     vLLM v0.20.1–v0.20.2, whose sorting sampler warm-up gives the budget
     ``tests/test_cli.py`` ``test_fit_engine_version_0_20_sorts_in_the_sampler_warm_up`` derives
     (62,919,164,957 B)."""
-    at = make_app(m="llama-2-7b", kd="fp16", t="4096", u="1", ev="0.20")
+    at = open_boxes(make_app(m="llama-2-7b", kd="fp16", t="4096", u="1", ev="0.20"), "w_engine_box")
     no_errors(at)
     select = at.selectbox(key="w_ev")
     assert select.options[:6] == ["latest", "0.25", "0.24", "0.20", "0.20.0", "0.19"]
@@ -325,6 +325,30 @@ def test_lazy_boxes_send_no_widget_while_closed_and_keep_their_values():
         {"gu": "0.8", "bs": "64", "pc": "0", "o": "99"},
         {"gu": ["0.8"], "bs": ["64"], "pc": ["0"], "o": ["99"]})
     assert {SETTINGS[n].key for n in ("gpu_util", "block_size")} == {"gu", "bs"}
+
+
+def test_engine_release_lives_in_the_engine_box_and_the_link():
+    """Issue #16 (first render): the release picker is inside the lazy "Engine settings" box; a
+    linked release is kept while the box is closed, named above it, and used by the numbers."""
+    from kvplan.engines import engine_with_release, get_engine
+
+    at = make_app(ev="0.19", t="4096")
+    assert "w_ev" not in {w.key for w in at.selectbox}
+    assert at.session_state["w_ev"] == "0.19"
+    release = get_engine(engine_with_release("vllm", "0.19")).release
+    assert release != get_engine("vllm").release
+    assert [c.value for c in at.sidebar.caption if "changed" in c.value] == [
+        "Engine settings changed: " + md(f"release {release}")]
+    assert exact(at)["kv_budget"] == fit(
+        load_model("llama-3.1-8b"), scenario_gpu(Scenario()),
+        scenario_fit_query(Scenario(tokens=4096, engine_version="0.19"))).kv_budget_bytes
+    open_boxes(at, "w_engine_box")
+    assert at.selectbox(key="w_ev").value == "0.19"
+    at.selectbox(key="w_ev").set_value("latest").run()
+    at.session_state["w_engine_box"] = False
+    at.run()
+    assert "ev" not in at.query_params and at.session_state["w_ev"] == "latest"
+    assert not [c.value for c in at.sidebar.caption if "changed" in c.value]
 
 
 def test_closed_engine_box_names_an_invalid_window_list():
@@ -485,14 +509,14 @@ def test_architecture_support_status_is_shown():
     from kvplan.scenario import encode_config
 
     at = make_app(m="llama-3.1-8b")
-    assert any(unmd(c.value).startswith("Architecture support: exact — model_type 'llama'")
-               for c in at.caption)
+    assert any(":small[:gray[Architecture support: exact — model_type 'llama'" in unmd(m.value)
+               for m in at.markdown if " on **" in m.value)
     config = {"model_type": "my_new_lm", "num_hidden_layers": 2, "hidden_size": 64,
               "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 100,
               "intermediate_size": 128}
     custom = make_app(m="custom", c=encode_config(config))
-    assert any(unmd(c.value).startswith("Architecture support: generic rules — model_type "
-                                        "'my_new_lm' has not been checked") for c in custom.caption)
+    assert any(":small[:gray[Architecture support: generic rules — model_type 'my_new_lm' has not "
+               "been checked" in unmd(m.value) for m in custom.markdown if " on **" in m.value)
 
 
 def test_tables_past_int64_are_shown_not_refused():

@@ -23,10 +23,12 @@ def test_weights_card_names_the_format_and_splits_by_part():
     no_errors(at)
     card = metric(at, "Weights per GPU")
     assert "experts 61,206,036,480 B" in card.help
-    how = unmd(next(c.value for c in at.caption if c.value.startswith("How: MXFP4")))
+    how = unmd(next(line for c in at.caption for line in c.value.split("  \n")
+                    if line.startswith("How, Weights per GPU: MXFP4")))
     assert "from config.json quantization_config (quant_method mxfp4)" in how
-    side = [c.value for c in at.sidebar.caption if c.value.startswith("Checkpoint format:")]
-    assert side and side[0].startswith("Checkpoint format: MXFP4")
+    wd = at.sidebar.selectbox(key="w_wd")
+    assert unmd(wd.help).startswith("Checkpoint format: MXFP4")
+    assert wd.options[0].startswith("auto (checkpoint: MXFP4")
 
 
 def test_weight_dtype_override_changes_the_card():

@@ -28,3 +28,23 @@ def test_preload_freezes_what_it_loaded_out_of_the_collector():
     counts = json.loads(out.stdout.strip().splitlines()[-1])
     assert counts["frozen"] > 50_000            # pandas, Plotly, Streamlit, kvplan and the presets
     assert counts["tracked"] < counts["frozen"] // 20
+
+
+WAIT_PROBE = """
+import json, threading, time
+import kvplan.png
+from kvplan.ui.launch import preload
+
+warm = threading.Thread(target=time.sleep, args=(3.0,), daemon=True)
+kvplan.png.warm_up_in_background = lambda: (warm.start(), warm)[1]
+preload()
+print(json.dumps({"started": warm.ident is not None, "alive": warm.is_alive()}))
+"""
+
+
+def test_preload_waits_for_the_png_warm_up_before_the_server_listens():
+    """Issue #16 (first render): the export browser's start overlapped the first visitor's render
+    and slowed it; the launcher lets it finish (bounded by ``WARM_UP_WAIT``) before listening."""
+    out = subprocess.run([sys.executable, "-c", WAIT_PROBE], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"started": True, "alive": False}

@@ -3,8 +3,9 @@ checkout) warm.
 
 Before the server listens, it imports what the first run of ``app.py`` needs (pandas, Plotly,
 the views, the presets, the validated chart template), so the first visitor does not pay those
-imports (≈ 2 s on 2 CPUs); the PNG export browser starts in the background
-(``kvplan.png.warm_up_in_background``), so the first PNG download does not pay Chromium's start;
+imports (≈ 2 s on 2 CPUs); the PNG export browser starts meanwhile
+(``kvplan.png.warm_up_in_background``) and is waited for (at most ``WARM_UP_WAIT``), so the first
+PNG download does not pay Chromium's start and the first render does not share the CPU with it;
 then the loaded objects are frozen out of the garbage collector (``gc.freeze``), so Streamlit's
 full collection after every rerun walks only what the sessions created.
 ``./dev app``, the browser tests and the benchmarks serve the app this way.
@@ -18,6 +19,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 APP = Path(__file__).resolve().parents[2] / "app.py"
+#: Seconds the launcher waits for the PNG export browser's warm-up before listening (it goes on
+#: in the background after that).
+WARM_UP_WAIT = 30.0
 
 
 def preload() -> None:
@@ -36,7 +40,7 @@ def preload() -> None:
     from kvplan.ui import calibrate_view, serving_view, views  # noqa: F401
     from kvplan.ui.theme import apply_template, new_figure
 
-    warm_up_in_background()
+    warm_up = warm_up_in_background()
     model_presets()
     gpus()
     named_scenarios()
@@ -46,6 +50,11 @@ def preload() -> None:
     # Streamlit's first element of a process calls env_util.is_repl(), i.e. inspect.stack(): its
     # first call resolves the path of every loaded module (inspect.getmodule's cache); do it here.
     inspect.stack()
+    # The export browser's start (Chromium, kaleido's page, its pipe read by a Python thread of
+    # this process) took CPU and the GIL from the first visitor's render when it overlapped it
+    # (≈ 0.15 s of a 1.4 s first render, bench/README.md): finish it before the server listens.
+    if warm_up is not None:
+        warm_up.join(timeout=WARM_UP_WAIT)
     # Streamlit collects garbage after every run: ScriptRunner._on_script_finished
     # (streamlit/runtime/scriptrunner/script_runner.py) calls gc.collect(2) when
     # ``runner.postScriptGC`` is on (the default), holding the GIL while the run's last deltas wait

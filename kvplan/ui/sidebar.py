@@ -187,12 +187,11 @@ def _model_label(model_id: str) -> str:
 
 
 def render_sidebar() -> Scenario:
-    """All inputs, grouped; returns the Scenario the widgets describe."""
+    """All inputs, in the order model, engine, precision, hardware, workload, charts; returns the
+    Scenario the widgets describe. No headings (each label names its input) and rarely used inputs
+    in lazy expanders: every element costs the browser ≈ 4–11 ms on a first render (bench/README.md)."""
     state = st.session_state
     sb = st.sidebar
-    sb.header("Inputs")
-
-    sb.subheader("Model")
     options = list(model_presets())
     if state.get("custom_config"):
         options.append(CUSTOM_MODEL)
@@ -213,7 +212,6 @@ def render_sidebar() -> Scenario:
         sb.error(md(state.pop("_config_error") + " — keeping the previous model."))
     weights_view.render_inputs(sb)
 
-    sb.subheader("Engine")
     sb.selectbox("Serving engine", list(REGISTRY), key="w_engine",
                  format_func=lambda e: f"{REGISTRY[e].short} — {REGISTRY[e].label} [{REGISTRY[e].release}]",
                  help="How the KV cache is stored: HF DynamicCache grows per token, StaticCache "
@@ -222,14 +220,9 @@ def render_sidebar() -> Scenario:
     releases = release_choices(state["w_engine"])
     if state.get("w_ev") not in releases:
         state["w_ev"] = releases[0]
-    if len(releases) > 1:
-        sb.selectbox("Engine release", releases, key="w_ev",
-                     help="The release whose rules kvplan applies (link key `ev`, CLI "
-                          "--engine-version): " + "; ".join(
-                              f"{r} = {get_engine(engine_with_release(state['w_engine'], r)).release}"
-                              for r in releases) + ".")
     engine = get_engine(engine_with_release(state["w_engine"], state["w_ev"]))
-    changed = _changed_settings(engine.setting_labels)
+    changed = [f"release {engine.release}"] if state["w_ev"] != releases[0] else []
+    changed += _changed_settings(engine.setting_labels)
     if state.get("w_reserve") is not None:
         changed.append(f"runtime reserve {state['w_reserve']:g} GiB")
     terms_text = str(state.get("w_rt") or "")
@@ -239,6 +232,13 @@ def render_sidebar() -> Scenario:
         sb.caption("Engine settings changed: " + md(", ".join(changed)))
     with lazy.box(sb, "w_engine_box") as box:  # its widgets run only while it is open
         if box.open:
+            if len(releases) > 1:  # rarely changed: here, not in the sidebar (issue #16, speed)
+                box.selectbox("Engine release", releases, key="w_ev", **lazy.KEEP,
+                              help="The release whose rules kvplan applies (link key `ev`, CLI "
+                                   "--engine-version): " + "; ".join(
+                                       f"{r} = "
+                                       f"{get_engine(engine_with_release(state['w_engine'], r)).release}"
+                                       for r in releases) + ".")
             for name, (label, default) in engine.setting_labels.items():
                 _setting_widget(box, SETTINGS[name], label, default)
             box.number_input("Runtime reserve per GPU (GiB)", *BOUNDS["reserve_gib"], step=0.5,
@@ -256,40 +256,38 @@ def render_sidebar() -> Scenario:
     except ValueError as exc:
         sb.error(md(f"Reserve terms: {exc}; not applied until corrected."))
 
-    sb.subheader("Precision")
     if not state.get("w_kd"):
         state["w_kd"] = ["bf16"]
     sb.multiselect("KV-cache dtype(s) — the first one drives the KPIs", list(KV_DTYPE_CHOICES),
                    key="w_kd", format_func=lambda d: DTYPES[d].label or d,
                    help="Pick several to compare them on the charts.")
-    sb.selectbox("Weight dtype", ["auto", *WEIGHT_DTYPES], key="w_wd",
-                 format_func=lambda d: "auto (the checkpoint's own format)" if d == "auto"
-                 else (WEIGHT_DTYPES[d].label or d),
-                 help="auto = what config.json's quantization_config says each part is stored in; "
-                      "a choice here overrides it (a float dtype for every tensor, a quantized "
-                      "format for linear layers and experts).")
+    checkpoint, own = "Checkpoint format not read.", "the checkpoint's own format"
     with contextlib.suppress(KVPlanError):
-        sb.caption(weights_view.format_caption(resolve_arch(scenario_from_widgets())))
+        checkpoint, own = weights_view.format_texts(resolve_arch(scenario_from_widgets()))
+    sb.selectbox("Weight dtype", ["auto", *WEIGHT_DTYPES], key="w_wd",
+                 format_func=lambda d: f"auto ({own})" if d == "auto"
+                 else (WEIGHT_DTYPES[d].label or d),
+                 help=f"{md(checkpoint)} auto = what config.json's quantization_config says each part "
+                      "is stored in; a choice here overrides it (a float dtype for every tensor, a "
+                      "quantized format for linear layers and experts).")
 
-    sb.subheader("Hardware")
     sb.selectbox("Accelerator", [*gpus(), CUSTOM_GPU], key="w_gpu",
                  format_func=lambda g: gpus()[g].name if g in gpus() else "Custom accelerator…",
                  help="Capacity is what the device reports (MiB/GiB) when known, else the marketed GB.")
     if state.get("w_gpu") == CUSTOM_GPU:
-        g1, g2, g3 = sb.columns(3)
-        g1.number_input("Memory (GiB)", *BOUNDS["custom_gpu_gib"], key="w_gm",
+        row = sb.container(horizontal=True, wrap=False)
+        row.number_input("Memory (GiB)", *BOUNDS["custom_gpu_gib"], key="w_gm",
                         help="As the device reports it, in GiB (2^30 B)")
-        g2.number_input("TB/s", *BOUNDS["custom_gpu_tbps"], key="w_gb",
+        row.number_input("TB/s", *BOUNDS["custom_gpu_tbps"], key="w_gb",
                         help="HBM bandwidth, decimal TB/s")
-        g3.number_input("TFLOPS", *BOUNDS["custom_gpu_tflops"], key="w_gf",
+        row.number_input("TFLOPS", *BOUNDS["custom_gpu_tflops"], key="w_gf",
                         help="Dense BF16 TFLOPS")
-    c1, c2, c3 = sb.columns(3)
-    c1.number_input("GPUs", *_int_bounds("num_gpus"), step=1, key="w_n",
+    row = sb.container(horizontal=True, wrap=False)  # one element, where columns(3) were four
+    row.number_input("GPUs", *_int_bounds("num_gpus"), step=1, key="w_n",
                     help="Total accelerators; a multiple of TP × PP (the rest are replicas).")
-    c2.number_input("TP", *_int_bounds("tp"), step=1, key="w_tp", help="Tensor parallel")
-    c3.number_input("PP", *_int_bounds("pp"), step=1, key="w_pp", help="Pipeline parallel")
+    row.number_input("TP", *_int_bounds("tp"), step=1, key="w_tp", help="Tensor parallel")
+    row.number_input("PP", *_int_bounds("pp"), step=1, key="w_pp", help="Pipeline parallel")
 
-    sb.subheader("Workload")
     tokens = int(state.get("w_tokens") or 1)
     steps = sorted(set(TOKEN_STEPS) | {tokens})
     sb.select_slider("Context length (tokens, log scale)", options=steps, key="w_tokens",
@@ -305,11 +303,12 @@ def render_sidebar() -> Scenario:
                              key="w_pf", **lazy.KEEP)
             box.number_input("Output tokens per request", *_int_bounds("output_tokens"), step=1,
                              key="w_o", **lazy.KEEP)
-
-    sb.subheader("Charts")
-    sb.toggle("Log axes", key="w_lx", help="Logarithmic x and y on the KV-vs-context chart.")
-    sb.toggle("Stack by layer kind", key="w_sk",
-              help="Split the first dtype's curve by layer kind so windowed layers plateau.")
+    with lazy.box(sb, "w_charts_box") as box:
+        if box.open:
+            box.toggle("Log axes", key="w_lx", help="Logarithmic x and y on the KV-vs-context chart.",
+                       **lazy.KEEP)
+            box.toggle("Stack by layer kind", key="w_sk", **lazy.KEEP,
+                       help="Split the first dtype's curve by layer kind so windowed layers plateau.")
     return scenario_from_widgets()
 
 

@@ -149,6 +149,10 @@ def _per_token_how(arch, dtype: str, engine: str) -> str:
                       for key, n in kinds.items()) or "no per-token cache"
 
 
+#: Width of a key-number card (px): three to a row at 1440 px (main area ≈ 945 px), one on a phone.
+KPI_WIDTH = 280
+
+
 class Kpi(NamedTuple):
     """One KPI card: its key, label, exact integer value and how it was computed."""
 
@@ -256,21 +260,23 @@ def render_answer(scenario: Scenario, gpu: GPU) -> None:
 
 def render_kpis(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
     """The supporting figures of the first KV dtype, each saying whether it is per GPU, per replica
-    or for the whole model."""
+    or for the whole model. Few elements (each costs the browser ≈ 4–11 ms on a first render,
+    bench/README.md): the header with the architecture support, one row of cards, and one caption
+    holding the exact integers, each card's formula, the engine's log line and the notes."""
     result = primary_fit(cache_key(scenario))
     cards = kpi_cards(scenario, arch, gpu, result)
     cap = result.gpu_capacity_bytes
+    status, why = support_status(arch)
     st.markdown(f"**{md(arch.name)}** on **{plural(result.replicas * result.tp * result.pp, 'GPU')} × "
                 f"{md(gpu.name)}** "
                 + md(f"({cap / GIB:,.2f} GiB = {cap / GB:,.2f} GB per GPU as CUDA reports it, "
                      f"{result.capacity.get('status', '')}) · {result.engine_label} "
-                     f"[{result.engine_release}] · KV {result.kv_dtype}"))
-    status, why = support_status(arch)
-    st.caption(md(f"Architecture support: {'exact' if status == 'exact' else 'generic rules'} — {why}"))
-    cols = st.columns(3)
-    for i, row in enumerate(cards):
-        col = cols[i % 3]
-        with col:
+                     f"[{result.engine_release}] · KV {result.kv_dtype}")
+                + "  \n:small[:gray["
+                + md(f"Architecture support: {'exact' if status == 'exact' else 'generic rules'} — {why}")
+                + "]]")
+    with st.container(horizontal=True, key="kpis", gap="medium"):
+        for row in cards:
             if row.kpi in {"max_requests", "max_context"}:
                 value = f"{row.value:,}" + (" tokens" if row.kpi == "max_context" else "")
                 help_text = f"exactly {row.value:,}"
@@ -279,18 +285,19 @@ def render_kpis(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
                 help_text = f"exactly {exact_bytes(row.value)}"
                 if row.kpi == "weights_per_gpu":
                     help_text += " — " + weights_view.breakdown_help(result.weights_breakdown)
-            st.metric(row.label, value, help=help_text)
-            st.caption(f"How: {md(row.how)}")
-    st.caption("Exact: " + " · ".join(f"{r.kpi}={r.value:,}" for r in cards),
-               help="Exact integers (bytes, requests, tokens) of the cards above.")
+            st.metric(row.label, value, help=help_text, width=KPI_WIDTH)
+    lines = ["Exact: " + " · ".join(f"{r.kpi}={r.value:,}" for r in cards)]
+    lines += [f"How, {md(row.label)}: {md(row.how)}" for row in cards]
     if get_engine(result.engine).logs_kv_cache:
-        # plain monospace text: st.code's syntax highlighter costs ≈ 0.3 s of browser JS on the
-        # first render (bench/README.md, issue #16)
-        st.text(result.vllm_log)
+        # an inline code span, not st.code (its syntax highlighter costs ≈ 0.3 s of browser JS on
+        # the first render, bench/README.md); the line is kvplan's own numbers, no user text
+        lines.append(f"{md(get_engine(result.engine).short)}'s start-up log would read: "
+                     f"`{result.vllm_log}`")
+    lines += [f"Note: {md(note)}" for note in result.notes]
+    st.caption("  \n".join(lines), help="Exact integers (bytes, requests, tokens) of the cards "
+                                         "above, then how each card is computed with your values.")
     render_budget(result)
     weights_view.render_comparison(arch, None if scenario.weight_dtype == "auto" else scenario.weight_dtype)
-    for note in result.notes:
-        st.caption(f"Note: {md(note)}")
     return pd.DataFrame([card._asdict() for card in cards])
 
 
@@ -348,7 +355,8 @@ def render_kv_context(scenario: Scenario, arch) -> pd.DataFrame:
     if scenario.pp > 1:
         notes.append("With PP > 1 the curve counts every layer; each stage holds only its own layers.")
     if not scenario.stack_kinds and any(k in arch.kind_counts() for k in ("sliding", "chunked")):
-        notes.append("Turn on 'Stack by layer kind' to see the windowed layers plateau.")
+        notes.append("Turn on 'Stack by layer kind' (sidebar, Chart options) to see the windowed "
+                     "layers plateau.")
     st.caption(" ".join(notes))
     out = pd.concat([df.assign(series="total"), by_kind.assign(series="kind")]) if by_kind is not None \
         else df

@@ -95,13 +95,15 @@ def _show_error(sb: Any) -> None:
         sb.error(st.session_state.pop("_weights_error"))
 
 
-def format_caption(arch: ModelArch) -> str:
-    """"MXFP4 … experts + bf16 …, from config.json quantization_config" for the sidebar."""
+def format_texts(arch: ModelArch) -> tuple[str, str]:
+    """The sidebar's weight-dtype help ("Checkpoint format: MXFP4 … experts + bf16 …, from
+    config.json quantization_config.") and its "auto" option ("checkpoint: MXFP4 … + bf16 …")."""
     try:
         layout = weights_per_gpu(arch)
     except KVPlanError as err:
-        return f"Checkpoint format not read: {err}"
-    return f"Checkpoint format: {layout.format_label}, from {layout.format_source}"
+        return f"Checkpoint format not read: {err}.", "the checkpoint's own format"
+    return (f"Checkpoint format: {layout.format_label}, from {layout.format_source}.",
+            f"checkpoint: {layout.format_label}")
 
 
 def comparison_frame(arch: ModelArch, weight_dtype: str | None) -> pd.DataFrame | None:
