@@ -16,10 +16,10 @@ H100 = get_gpu("h100-sxm")  # CUDA total 81,089 MiB = 85,027,979,264 B (cuda_tot
 
 
 def test_every_release_is_named_and_reachable():
-    assert release_choices("vllm") == ["latest", "0.25", "0.24", "0.20", "0.20.0", "0.19", "0.13",
-                                       "0.11", "0.9", "0.8", "0.6"]
+    assert release_choices("vllm") == ["latest", "0.32", "0.29", "0.27", "0.26", "0.25", "0.24", "0.20",
+                                       "0.20.0", "0.19", "0.13", "0.11", "0.9", "0.8", "0.6"]
     assert [get_engine(f"vllm@{r}").release for r in release_choices("vllm")[1:]] == [
-        "vLLM v0.25", "vLLM v0.21–v0.24", "vLLM v0.20.1–v0.20.2", "vLLM v0.20.0",
+        "vLLM v0.30–v0.32", "vLLM v0.28–v0.29", "vLLM v0.27", "vLLM v0.26", "vLLM v0.25", "vLLM v0.21–v0.24", "vLLM v0.20.1–v0.20.2", "vLLM v0.20.0",
         "vLLM v0.14–v0.19", "vLLM v0.11.1–v0.13", "vLLM v0.10–v0.11.0", "vLLM v0.9", "vLLM v0.8",
         "vLLM v0.6 (V0)"]
     assert get_engine("vllm").release == "vLLM v0.33"
