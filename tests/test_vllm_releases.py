@@ -16,10 +16,11 @@ H100 = get_gpu("h100-sxm")  # CUDA total 81,089 MiB = 85,027,979,264 B (cuda_tot
 
 
 def test_every_release_is_named_and_reachable():
-    assert release_choices("vllm") == ["latest", "0.25", "0.24", "0.20", "0.20.0", "0.19", "0.13",
-                                       "0.11", "0.9", "0.8", "0.6"]
+    assert release_choices("vllm") == ["latest", "0.32", "0.29", "0.27", "0.26", "0.25", "0.24", "0.20",
+                                       "0.20.0", "0.19", "0.13", "0.11", "0.9", "0.8", "0.6"]
     assert [get_engine(f"vllm@{r}").release for r in release_choices("vllm")[1:]] == [
-        "vLLM v0.25", "vLLM v0.21–v0.24", "vLLM v0.20.1–v0.20.2", "vLLM v0.20.0",
+        "vLLM v0.30–v0.32", "vLLM v0.28–v0.29", "vLLM v0.27", "vLLM v0.26", "vLLM v0.25",
+        "vLLM v0.21–v0.24", "vLLM v0.20.1–v0.20.2", "vLLM v0.20.0",
         "vLLM v0.14–v0.19", "vLLM v0.11.1–v0.13", "vLLM v0.10–v0.11.0", "vLLM v0.9", "vLLM v0.8",
         "vLLM v0.6 (V0)"]
     assert get_engine("vllm").release == "vLLM v0.33"
@@ -32,6 +33,11 @@ def test_every_release_is_named_and_reachable():
     # the budget starts from CUDA's total (81,089 MiB × 2^20 = 85,027,979,264 B), not nvidia-smi's
     ("latest", 78_225_740_923),   # ceil(85,027,979,264 × 0.92) = ceil(78,225,740,922.88) (0.92 from
                                   # v0.20.0, ceil from v0.14.1)
+    ("0.32", 78_225_740_923),     # 0.32.0 config/cache.py:102 gpu_memory_utilization 0.92,
+                                  # v1/worker/utils.py:724 request_memory math.ceil
+    ("0.29", 78_225_740_923),     # 0.29.0 config/cache.py:111, v1/worker/utils.py:521
+    ("0.27", 78_225_740_923),     # 0.27.1 config/cache.py:68, v1/worker/utils.py:414
+    ("0.26", 78_225_740_923),     # 0.26.0 config/cache.py:68, v1/worker/utils.py:430
     ("0.25", 78_225_740_923),     # v0.25.1 config/cache.py gpu_memory_utilization 0.92,
     ("0.24", 78_225_740_923),     # v1/worker/utils.py request_memory math.ceil (v0.20.0–v0.25.1 alike)
     ("0.20", 78_225_740_923),
@@ -114,12 +120,14 @@ def test_v0_has_no_null_block_and_ignores_windows():
     assert err.value.code == "engine.unserved"
 
 
-@pytest.mark.parametrize(("release", "mnbt"), [("latest", 16384), ("0.25", 8192), ("0.20.0", 8192),
-                                               ("0.19", 8192), ("0.8", 8192)])
+@pytest.mark.parametrize(("release", "mnbt"), [("latest", 16384), ("0.32", 16384), ("0.29", 16384),
+                                               ("0.27", 8192), ("0.26", 8192), ("0.25", 8192),
+                                               ("0.20.0", 8192), ("0.19", 8192), ("0.8", 8192)])
 def test_default_max_num_batched_tokens_per_release(release, mnbt):
-    """``get_batch_defaults`` for ``serve`` on a B200 (≥ 160 GiB): 16,384 from v0.28; 8,192 on
-    v0.9–v0.26 (≥ 70 GiB, not an A100; v0.25.1 ``engine/arg_utils.py`` has no 160 GiB tier) and on
-    v0.8 (every ≥ 70 GiB device)."""
+    """``get_batch_defaults`` for ``serve`` on a B200 (≥ 160 GiB): 16,384 from v0.28 (0.28.0
+    ``engine/arg_utils.py:2553``, the tier at ``:2582``; 0.29.0 ``:2669``, 0.32.0 ``:2894``); 8,192 on
+    v0.9–v0.27 (≥ 70 GiB, not an A100; 0.25.1, 0.26.0 ``:2431`` and 0.27.1 ``:2515`` have no 160 GiB
+    tier) and on v0.8 (every ≥ 70 GiB device)."""
     from kvplan.capacity import engine_settings
 
     engine = "vllm" if release == "latest" else f"vllm@{release}"
@@ -235,3 +243,108 @@ def test_mxfp4_scales_of_gpt_oss_on_h100_are_freed_from_v025():
     b200 = get_gpu("b200")
     assert [get_engine(e).mxfp4_moe_repack(b200).inter for e in ("vllm", "vllm@0.25", "vllm@0.20.0")] \
         == [128, 256, 256]
+
+
+# ---------------------------------------------------------------------------- v0.26–v0.32
+
+NEW = ("vllm", "vllm@0.32", "vllm@0.29", "vllm@0.27", "vllm@0.26", "vllm@0.25")
+
+
+def test_sliding_in_flight_tokens_from_v026_are_two_batches_at_async_scheduling():
+    """gpt-oss-20b (W = 128) on an H100, serve defaults (MNBT 8,192), async scheduling on.
+    v0.26.0–v0.33 ``config/vllm.py`` ``max_in_flight_tokens = max_concurrent_batches × MNBT``
+    (0.26.0 ``:525``, 0.28.0 ``:563``, 0.30.0 ``:602``, 0.33.0 ``:601``), ``max_concurrent_batches``
+    = 2 at pp 1 with async (V1 runner: ``2 if pp <= 1``; V2: pp + 1), read by
+    ``v1/kv_cache_interface.py`` (0.26.0 ``:503``, 0.29.0 ``:659``, 0.32.0 ``:493``):
+    cdiv(127 + 16,384, 16) + 1 = 1,033 blocks; v0.25.1: cdiv(127 + 8,192, 16) + 1 = 521. Without
+    async scheduling ``max_concurrent_batches`` = pp = 1 → 521 on every release."""
+    arch = load_model("gpt-oss-20b")
+    t = np.asarray([131072])
+    blocks = {}
+    for engine in NEW:
+        for async_on in (True, False):
+            settings = get_engine(engine).resolve_settings(
+                EngineSettings(async_scheduling=async_on), 131072, H100, arch)
+            assert settings.max_num_batched_tokens == 8192
+            rule = next(r for r in engine_view(arch, engine, settings=settings).rules
+                        if r.kind == "sliding")
+            blocks[engine, async_on] = int(rule.reserved_blocks(t)[0])
+    assert blocks == {**{(e, True): 1033 for e in NEW[:-1]}, ("vllm@0.25", True): 521,
+                      **{(e, False): 521 for e in NEW}}
+
+
+def test_yarn_context_limit_from_v026_to_v032():
+    """Qwen2.5-7B with Qwen's YaRN ×4: ``config/model.py`` ``_get_and_verify_max_len`` scales YaRN
+    from ``original_max_position_embeddings`` in 0.26.0 (``:2152``, the ``rope_type not in ("su",
+    "longrope", "llama3")`` test at ``:2220``), 0.27.1 (``:2246``), 0.28.0 (``:2328``) and 0.29.0
+    (``:2384``): 32,768 × 4 = 131,072; 0.30.0 (``:2393``), 0.31.0 (``:2471``) and 0.32.0 (``:2527``)
+    list ``"yarn"`` among the unscaled types: 32,768."""
+    from kvplan.config_import import parse_config
+    from kvplan.presets import model_presets
+
+    config = model_presets()["qwen2.5-7b"].config | {
+        "rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}}
+    arch = parse_config(config)
+    got = {e: get_engine(e).context_limit(arch) for e in NEW}
+    assert {e: limit.tokens for e, limit in got.items()} == {
+        "vllm": 32768, "vllm@0.32": 32768, "vllm@0.29": 131072, "vllm@0.27": 131072,
+        "vllm@0.26": 131072, "vllm@0.25": 131072}
+    assert got["vllm@0.29"].rule == ("original_max_position_embeddings 32,768 × RoPE factor 4; "
+                                     "vLLM v0.28–v0.29 _get_and_verify_max_len")
+    assert got["vllm@0.32"].rule == "max_position_embeddings 32,768; vLLM v0.30–v0.32 _get_and_verify_max_len"
+
+
+def test_blackwell_capture_cap_from_v028():
+    """B200, serve defaults (max_num_seqs 1,024): 0.26.0 (``config/vllm.py:1739``) and 0.27.1
+    (``:1778``) ``_set_cudagraph_sizes`` cap at min(2 × 1,024, 512) = 512 → [1, 2, 4] + 8…248 step 8
+    + 256…512 step 16 = 3 + 31 + 17 = 51 sizes; 0.28.0 (``:1878``), 0.29.0 (``:1940``), 0.32.0
+    (``:2292``): ``1024 if is_data_center_blackwell`` → 3 + 31 + 49 = 83 sizes; × 8,012,999 B each
+    (``GRAPH_BYTES_PER_SIZE``)."""
+    b200 = get_gpu("b200")
+    got = {e: _reserve(e, b200)["cuda_graphs"] for e in NEW}
+    assert got == {"vllm": (665_078_917, True), "vllm@0.32": (665_078_917, True),
+                   "vllm@0.29": (665_078_917, True), "vllm@0.27": (408_662_949, True),
+                   "vllm@0.26": (408_662_949, True), "vllm@0.25": (408_662_949, True)}
+    assert 83 * 8_012_999 == 665_078_917 and 51 * 8_012_999 == 408_662_949
+    assert _reserve("vllm@0.27")["cuda_graphs"] == _reserve("vllm")["cuda_graphs"]  # H100: 512 on both
+
+
+def test_mxfp4_trtllm_intermediate_is_128_from_v027():
+    """gpt-oss-120b (36 layers, 128 experts, hidden 2,880, intermediate 2,880), TP 1, B200 (SM 10.0 →
+    FlashInfer TRT-LLM): ``fused_moe/oracle/mxfp4.py``
+    ``mxfp4_round_up_hidden_size_and_intermediate_size`` pads the intermediate to 256 in 0.26.0
+    (``:635``, → 3,072) and to 128 from 0.27.0 (``:636``; 0.28.0 ``:632``, 0.32.0 ``:816``, → 2,944);
+    hidden to 256 (3,072) on both. Per expert, 128 fewer intermediate rows: w13 2 × 128 × (3,072 / 2
+    B values + 3,072 / 32 B scales + 4 B fp32 bias) = 418,816 B, w2 3,072 × 128 × (1 / 2 + 1 / 32) =
+    208,896 B → 36 × 128 × 627,712 = 2,892,496,896 B fewer."""
+    from kvplan.weights import weights_per_gpu
+
+    arch = load_model("gpt-oss-120b")
+    b200 = get_gpu("b200")
+
+    def weights(engine: str) -> tuple[int, int]:
+        repack = get_engine(engine).mxfp4_moe_repack(b200)
+        return repack.inter, max(weights_per_gpu(arch, None, 1, repack=repack).stage_bytes)
+
+    assert {e: weights(e) for e in NEW} == {
+        "vllm": (128, 70_839_167_616), "vllm@0.32": (128, 70_839_167_616),
+        "vllm@0.29": (128, 70_839_167_616), "vllm@0.27": (128, 70_839_167_616),
+        "vllm@0.26": (256, 73_731_664_512), "vllm@0.25": (256, 73_731_664_512)}
+    assert 73_731_664_512 - 70_839_167_616 == 36 * 128 * (2 * 128 * (1536 + 96 + 4) + 3072 * 128 * 17 // 32)
+
+
+def test_gb10_stays_on_the_small_batch_tier_from_v033_only():
+    """A DGX Spark (GB10, SM 12.1, CUDA total 119.70 GiB): 0.33.0 ``engine/arg_utils.py:2940``
+    ``get_batch_defaults`` (``is_gb10 = is_device_capability((12, 1))``, ``and not is_gb10``) keeps it
+    on the small tier: MNBT 2,048, max_num_seqs 256; 0.32.0 (``:2894``), 0.29.0 (``:2669``), 0.27.1
+    (``:2515``) have no such test: ≥ 70 GiB and not an A100 → 8,192 and 1,024. An RTX PRO 6000
+    (SM 12.0, 95 GiB) is not a GB10: 8,192 on v0.33 too."""
+    from kvplan.presets import custom_gpu
+
+    gb10 = custom_gpu(119.70).model_copy(update={"compute_capability": "12.1", "device_name": "NVIDIA GB10"})
+    sm120 = custom_gpu(95.0).model_copy(update={"compute_capability": "12.0"})
+    got = {e: (get_engine(e).default_mnbt(gb10), get_engine(e).default_max_num_seqs(gb10))
+           for e in ("vllm", "vllm@0.32", "vllm@0.29", "vllm@0.27")}
+    assert got == {"vllm": (2048, 256), "vllm@0.32": (8192, 1024), "vllm@0.29": (8192, 1024),
+                   "vllm@0.27": (8192, 1024)}
+    assert get_engine("vllm").default_mnbt(sm120) == 8192

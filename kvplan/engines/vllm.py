@@ -62,29 +62,33 @@ VLLM_DEFAULT_GPU_UTIL = 0.92  # vllm/config/cache.py (0.9 before v0.20.0)
 
 
 def default_max_num_batched_tokens(device_bytes: int | None, device_name: str = "",
-                                   usage: str = "serve") -> int:
+                                   usage: str = "serve", *, gb10: bool = False) -> int:
     """vLLM ``EngineArgs.get_batch_defaults`` (v0.28+): by device memory
     (``current_platform.get_device_total_memory()``, CUDA's total) and name.
 
-    ≥160 GiB: 16384; ≥70 GiB and not an A100: 16384 (``LLM``) / 8192 (``serve``);
-    otherwise 8192 / 2048. Unknown device: the lowest tier.
+    ≥160 GiB: 16384; ≥70 GiB and not an A100 (nor, from v0.33, a GB10: ``gb10``): 16384 (``LLM``) /
+    8192 (``serve``); otherwise 8192 / 2048. Unknown device: the lowest tier.
     """
     gib = 1 << 30
     llm = usage == "llm"
     if device_bytes and device_bytes >= 160 * gib:
         return 16384
-    if device_bytes and device_bytes >= 70 * gib and "a100" not in device_name.lower():
+    if (device_bytes and device_bytes >= 70 * gib and "a100" not in device_name.lower()
+            and not gb10):
         return 16384 if llm else 8192
     return 8192 if llm else 2048
 
 
-def default_max_num_seqs(device_bytes: int | None, device_name: str = "") -> int:
+def default_max_num_seqs(device_bytes: int | None, device_name: str = "", *,
+                         gb10: bool = False) -> int:
     """vLLM ``EngineArgs.get_batch_defaults`` ``max_num_seqs`` (v0.28+, ``serve``): 1024 on
-    ≥ 160 GiB devices and on ≥ 70 GiB devices that are not an A100; otherwise 256."""
+    ≥ 160 GiB devices and on ≥ 70 GiB devices that are not an A100 (nor, from v0.33, a GB10);
+    otherwise 256."""
     gib = 1 << 30
     if device_bytes and device_bytes >= 160 * gib:
         return 1024
-    if device_bytes and device_bytes >= 70 * gib and "a100" not in device_name.lower():
+    if (device_bytes and device_bytes >= 70 * gib and "a100" not in device_name.lower()
+            and not gb10):
         return 1024
     return 256
 
@@ -152,7 +156,7 @@ class Vllm(Engine):
     #: ``determine_available_memory``).
     graphs_counted: ClassVar[bool] = True
     #: v0.33 ``_set_cudagraph_sizes``: capture sizes up to 1,024 on data-centre Blackwell (SM 10.x;
-    #: from v0.28.0, 512 on every GPU up to v0.26).
+    #: from v0.28.0, 512 on every GPU up to v0.27).
     blackwell_capture_cap: ClassVar[bool] = True
     #: V0's profile run (``vllm/worker/model_runner.py``) rather than V1's ``gpu_model_runner.py``.
     v0_profile: ClassVar[bool] = False
@@ -212,13 +216,22 @@ class Vllm(Engine):
                 rule += f" × RoPE factor {factor:g}"
         return ContextLimit(int(derived), f"{rule}; {self.release} _get_and_verify_max_len")
 
+    #: v0.33 ``engine/arg_utils.py`` ``get_batch_defaults``: a GB10 (DGX Spark,
+    #: ``is_device_capability((12, 1))``) stays on the small tier whatever its memory (not before v0.33).
+    gb10_small_tier: ClassVar[bool] = True
+
+    def is_gb10(self, gpu: GPU) -> bool:
+        """Whether ``get_batch_defaults`` of this release keeps ``gpu`` on the small tier as a GB10."""
+        return self.gb10_small_tier and gpu.compute_capability == "12.1"
+
     def default_mnbt(self, gpu: GPU) -> int:
         """``max_num_batched_tokens`` default for ``vllm serve`` on this device."""
-        return default_max_num_batched_tokens(cuda_capacity(gpu).bytes, gpu.device_name)
+        return default_max_num_batched_tokens(cuda_capacity(gpu).bytes, gpu.device_name,
+                                              gb10=self.is_gb10(gpu))
 
     def default_max_num_seqs(self, gpu: GPU) -> int:
         """``max_num_seqs`` default for ``vllm serve`` on this device (``get_batch_defaults``)."""
-        return default_max_num_seqs(cuda_capacity(gpu).bytes, gpu.device_name)
+        return default_max_num_seqs(cuda_capacity(gpu).bytes, gpu.device_name, gb10=self.is_gb10(gpu))
 
     def resolve_settings(self, settings: EngineSettings, tokens: int, gpu: GPU | None = None,
                          arch: ModelArch | None = None) -> EngineSettings:
@@ -250,7 +263,7 @@ class Vllm(Engine):
         return (settings.pp + 1 if settings.async_scheduling else settings.pp) * mnbt
 
     #: MXFP4 MoE (gpt-oss), ``fused_moe/oracle/mxfp4.py``: FlashInfer TRT-LLM pads the intermediate to
-    #: 128 from v0.28 (``mxfp4_round_up_hidden_size_and_intermediate_size``; 256 up to v0.26) ...
+    #: 128 from v0.27 (``mxfp4_round_up_hidden_size_and_intermediate_size``; 256 up to v0.26) ...
     mxfp4_trtllm_inter: ClassVar[int] = 128
     #: ... and Triton frees the checkpoint's scales after swizzling from v0.25
     #: (``convert_gpt_oss_weight_to_mxfp4_moe_kernel_format``: ``del layer.w13_weight_scale``).
@@ -707,40 +720,79 @@ class VllmPagedPool(KVPool):
 # ---------------------------------------------------------------------------- older releases
 
 
-def mnbt_v09_to_v026(gpu: GPU) -> int:
-    """v0.9.2–v0.26 ``get_batch_defaults`` for ``serve``: 8192 on ≥ 70 GiB devices that are not an
-    A100, else 2048 (no ≥ 160 GiB tier yet)."""
+def mnbt_v09_to_v027(gpu: GPU) -> int:
+    """v0.9.2–v0.27 ``get_batch_defaults`` for ``serve``: 8192 on ≥ 70 GiB devices that are not an
+    A100, else 2048 (no ≥ 160 GiB tier yet, no GB10 exclusion)."""
     big = cuda_capacity(gpu).bytes >= 70 * (1 << 30) and "a100" not in gpu.device_name.lower()
     return 8192 if big else 2048
 
 
-class VllmV025(Vllm):
-    """vLLM v0.25 (read: 0.25.0, 0.25.1): v0.33's memory target (0.92, ``ceil``, the CUDA-graph
-    estimate subtracted), FlashInfer sampler, ``int(max_concurrency × L)`` logged and MXFP4 scales
-    freed, before four later changes: in-flight tokens are ``max_num_batched_tokens`` alone
-    (``v1/kv_cache_interface.py`` ``SlidingWindowSpec.max_admission_blocks_per_request``,
-    ``max_in_flight_tokens`` from v0.26), ``get_batch_defaults`` has no ≥ 160 GiB tier and
-    ``_set_cudagraph_sizes`` no 1,024 cap on Blackwell (both from v0.28), TRT-LLM pads the MXFP4
-    intermediate to 256 (``mxfp4_round_up_hidden_size_and_intermediate_size``; 128 from v0.28) and
-    ``_get_and_verify_max_len`` scales YaRN (not from v0.30)."""
+class VllmV032(Vllm):
+    """vLLM v0.30–v0.32 (read: 0.30.0, 0.31.0, 0.32.0): as v0.33, except that
+    ``engine/arg_utils.py`` ``get_batch_defaults`` has no GB10 exclusion (0.32.0 ``:2894``: a
+    ≥ 70 GiB device that is not an A100 takes the large tier, a DGX Spark's GB10 included)."""
+
+    id = "vllm@0.32"
+    release = "vLLM v0.30–v0.32"
+    gb10_small_tier = False
+
+
+class VllmV029(VllmV032):
+    """vLLM v0.28–v0.29 (read: 0.28.0, 0.29.0): as v0.30–v0.32, except that
+    ``config/model.py`` ``_get_and_verify_max_len`` scales a YaRN set: ``rope_type not in ("su",
+    "longrope", "llama3")`` → ``original_max_position_embeddings × factor`` (0.29.0 ``:2384``; the
+    YaRN family joins the unscaled types in 0.30.0 ``:2393``)."""
+
+    id = "vllm@0.29"
+    release = "vLLM v0.28–v0.29"
+    #: Before v0.30 a YaRN set's ``factor`` scales ``original_max_position_embeddings``.
+    unscaled_rope_types = ("su", "longrope", "llama3")
+
+
+class VllmV027(VllmV029):
+    """vLLM v0.27 (read: 0.27.0, 0.27.1): as v0.28–v0.29, except that ``engine/arg_utils.py``
+    ``get_batch_defaults`` has no ≥ 160 GiB tier (0.27.1 ``:2515``) and ``config/vllm.py``
+    ``_set_cudagraph_sizes`` captures up to ``min(2 × max_num_seqs, 512)`` on every GPU (0.27.1
+    ``:1778``; 1,024 on data-centre Blackwell from 0.28.0 ``:1878``). TRT-LLM already pads the MXFP4
+    intermediate to 128 (``fused_moe/oracle/mxfp4.py``
+    ``mxfp4_round_up_hidden_size_and_intermediate_size``, 0.27.0/0.27.1 ``:636``)."""
+
+    id = "vllm@0.27"
+    release = "vLLM v0.27"
+    #: 0.27.1 ``config/vllm.py`` ``_set_cudagraph_sizes``: ``min(2 × max_num_seqs, 512)`` on every GPU.
+    blackwell_capture_cap: ClassVar[bool] = False
+
+    def default_mnbt(self, gpu: GPU) -> int:
+        """0.27.1 ``engine/arg_utils.py`` ``get_batch_defaults`` (no ≥ 160 GiB tier before v0.28);
+        its ``max_num_seqs`` (1,024 on ≥ 70 GiB non-A100 devices, else 256) equals the v0.28–v0.32
+        rule on every catalogue GPU, so ``default_max_num_seqs`` is inherited."""
+        return mnbt_v09_to_v027(gpu)
+
+
+class VllmV026(VllmV027):
+    """vLLM v0.26 (read: 0.26.0): as v0.27, except that FlashInfer TRT-LLM pads the MXFP4
+    intermediate to 256 (0.26.0 ``fused_moe/oracle/mxfp4.py:635``
+    ``mxfp4_round_up_hidden_size_and_intermediate_size``; 128 from 0.27.0)."""
+
+    id = "vllm@0.26"
+    release = "vLLM v0.26"
+    mxfp4_trtllm_inter = 256
+    mxfp4_source = "vLLM v0.26.0 fused_moe/oracle/mxfp4.py"
+
+
+class VllmV025(VllmV026):
+    """vLLM v0.25 (read: 0.25.0, 0.25.1): as v0.26 (0.92, ``ceil``, the CUDA-graph estimate
+    subtracted, FlashInfer sampler, ``int(max_concurrency × L)`` logged, MXFP4 scales freed, YaRN
+    scaled, no ≥ 160 GiB tier, no Blackwell capture cap, TRT-LLM MXFP4 intermediate 256), except that
+    in-flight tokens are ``max_num_batched_tokens`` alone (``v1/kv_cache_interface.py``
+    ``SlidingWindowSpec.max_admission_blocks_per_request``; ``max_in_flight_tokens`` from v0.26)."""
 
     id = "vllm@0.25"
     release = "vLLM v0.25"
-    #: Before v0.30 a YaRN set's ``factor`` scales ``original_max_position_embeddings``.
-    unscaled_rope_types = ("su", "longrope", "llama3")
-    #: v0.25.1 ``config/vllm.py`` ``_set_cudagraph_sizes``: ``min(2 × max_num_seqs, 512)`` on every GPU.
-    blackwell_capture_cap: ClassVar[bool] = False
-    mxfp4_trtllm_inter = 256
     mxfp4_source = "vLLM v0.25.1 fused_moe/oracle/mxfp4.py"
     #: Async scheduling does not reach the pool before v0.26 (in-flight tokens = MNBT).
     setting_labels: ClassVar[dict[str, tuple[str, str]]] = {
         k: v for k, v in Vllm.setting_labels.items() if k != "async_scheduling"}
-
-    def default_mnbt(self, gpu: GPU) -> int:
-        """v0.25.1 ``engine/arg_utils.py`` ``get_batch_defaults`` (no ≥ 160 GiB tier before v0.28);
-        its ``max_num_seqs`` (1,024 on ≥ 70 GiB non-A100 devices, else 256) equals v0.33's on every
-        catalogue GPU, so ``default_max_num_seqs`` is inherited."""
-        return mnbt_v09_to_v026(gpu)
 
     def in_flight_tokens(self, settings: EngineSettings, mnbt: int) -> int:
         """Before v0.26 ``SlidingWindowSpec``/``ChunkedLocalAttentionSpec``
@@ -943,5 +995,6 @@ class VllmV06(VllmV08):
         return 0
 
 
-VLLM_RELEASES: tuple[type[Vllm], ...] = (Vllm, VllmV025, VllmV024, VllmV020, VllmV0200, VllmV019,
-                                          VllmV013, VllmV011, VllmV09, VllmV08, VllmV06)
+VLLM_RELEASES: tuple[type[Vllm], ...] = (Vllm, VllmV032, VllmV029, VllmV027, VllmV026, VllmV025,
+                                          VllmV024, VllmV020, VllmV0200, VllmV019, VllmV013, VllmV011,
+                                          VllmV09, VllmV08, VllmV06)

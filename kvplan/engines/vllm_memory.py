@@ -4,7 +4,7 @@ vLLM's KV budget is ``requested − non_kv_cache_memory [− CUDA-graph estimate
 (``vllm/v1/worker/gpu_worker.py`` ``Worker.determine_available_memory``; V0
 ``vllm/worker/worker.py`` ``Worker.determine_num_available_blocks``), with ``non_kv_cache_memory =
 weights + torch peak increase + non-torch increase`` (``vllm/utils/__init__.py`` ``memory_profiling``,
-``vllm/utils/mem_utils.py`` from v0.28 as ``total_consumed + transient_peak_headroom``). The terms
+``vllm/utils/mem_utils.py`` from v0.27 as ``total_consumed + transient_peak_headroom``). The terms
 besides the weights:
 
 * **activation peak** — ``profile_run`` (``v1/worker/gpu_model_runner.py``) runs
@@ -145,7 +145,7 @@ def vllm_reserve_terms(arch: ModelArch, settings: EngineSettings, model_dtype: s
         f"{release}: {src_profile}", basis="fit" if sampler == "sort" and smp >= fwd else "derived")]
     multi = tp > 1
     profiler = ("vllm/utils.py" if v0 else
-                "vllm/utils/mem_utils.py (v0.28+; vllm/utils/__init__.py before)")
+                "vllm/utils/mem_utils.py (from v0.11.2; vllm/utils/__init__.py in v0.11.0 and before)")
     nt = NON_TORCH_BASE + NON_TORCH_TP * multi
     terms.append(ReserveTerm(
         "non_torch", nt,
