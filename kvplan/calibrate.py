@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import re
+import typing
 from typing import Any
 
 from pydantic import BaseModel
@@ -144,6 +145,11 @@ def _number(field: str, text: str, kind: type, engine: str = "vLLM") -> int | fl
         raise KVPlanError("calibrate.bad_value", engine=engine, field=field, value=clip(text, 24),
                           low=low, high=high)
     return value
+
+
+def _field_kind(model: type[BaseModel], field: str) -> type:
+    """``int`` or ``float``: the type ``model`` declares for ``field`` (``int | None`` → int)."""
+    return int if int in typing.get_args(model.model_fields[field].annotation) else float
 
 
 def _decimals(text: str) -> int:
@@ -590,7 +596,7 @@ def parse_sglang_log(log: str | bytes) -> SglangLog:
         raw = [m.group(1) for m in pattern.finditer(text)]
         if not raw:
             continue
-        kind = int if pattern.pattern.endswith(_INT) else float
+        kind = _field_kind(SglangLog, field)
         numbers = [_number(field, r, kind, "SGLang") for r in raw]
         found[field] = max(numbers) if field in _SGLANG_MAX else min(numbers)
         if field == "kv_tokens":
@@ -652,8 +658,7 @@ def parse_trtllm_log(log: str | bytes) -> TrtllmLog:
     for field, pattern in _TRTLLM.items():
         raw = [m.group(1) for m in pattern.finditer(text)]
         if raw:
-            kind = float if "." in raw[-1] or field.endswith("_gib") or field == "fraction" else int
-            found[field] = _number(field, raw[-1], kind, "TensorRT-LLM")
+            found[field] = _number(field, raw[-1], _field_kind(TrtllmLog, field), "TensorRT-LLM")
     if not found:
         raise KVPlanError("calibrate.no_engine_lines", engine="TensorRT-LLM",
                           looked="'Allocated … GiB for max tokens in paged KV cache', "
