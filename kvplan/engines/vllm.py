@@ -61,36 +61,37 @@ VLLM_MAMBA_ALL_MODE_VARIANTS = frozenset({"mamba2"})
 VLLM_DEFAULT_GPU_UTIL = 0.92  # vllm/config/cache.py (0.9 before v0.20.0)
 
 
-def default_max_num_batched_tokens(device_bytes: int | None, device_name: str = "",
-                                   usage: str = "serve", *, gb10: bool = False) -> int:
-    """vLLM ``EngineArgs.get_batch_defaults`` (v0.28+): by device memory
-    (``current_platform.get_device_total_memory()``, CUDA's total) and name.
-
-    ≥160 GiB: 16384; ≥70 GiB and not an A100 (nor, from v0.33, a GB10: ``gb10``): 16384 (``LLM``) /
-    8192 (``serve``); otherwise 8192 / 2048. Unknown device: the lowest tier.
-    """
+def _batch_tier(device_bytes: int | None, device_name: str, *, huge_tier: bool,
+                gb10: bool) -> str:
+    """The device class of vLLM's ``EngineArgs.get_batch_defaults`` (by CUDA's total and the name):
+    ``huge`` ≥ 160 GiB (v0.28+: ``huge_tier``), ``large`` ≥ 70 GiB and not an A100 (nor, from
+    v0.33, a GB10: ``gb10``), else ``small`` (an unknown device too)."""
     gib = 1 << 30
-    llm = usage == "llm"
-    if device_bytes and device_bytes >= 160 * gib:
-        return 16384
+    if huge_tier and device_bytes and device_bytes >= 160 * gib:
+        return "huge"
     if (device_bytes and device_bytes >= 70 * gib and "a100" not in device_name.lower()
             and not gb10):
-        return 16384 if llm else 8192
-    return 8192 if llm else 2048
+        return "large"
+    return "small"
+
+
+def default_max_num_batched_tokens(device_bytes: int | None, device_name: str = "",
+                                   usage: str = "serve", *, gb10: bool = False,
+                                   huge_tier: bool = True) -> int:
+    """vLLM ``EngineArgs.get_batch_defaults`` ``max_num_batched_tokens`` per ``_batch_tier``: huge
+    16384; large 16384 (``LLM``) / 8192 (``serve``); small 8192 / 2048. Without the huge tier
+    (v0.9.2–v0.27) a ≥ 160 GiB device is large."""
+    llm = usage == "llm"
+    tier = _batch_tier(device_bytes, device_name, huge_tier=huge_tier, gb10=gb10)
+    return {"huge": 16384, "large": 16384 if llm else 8192, "small": 8192 if llm else 2048}[tier]
 
 
 def default_max_num_seqs(device_bytes: int | None, device_name: str = "", *,
                          gb10: bool = False) -> int:
-    """vLLM ``EngineArgs.get_batch_defaults`` ``max_num_seqs`` (v0.28+, ``serve``): 1024 on
-    ≥ 160 GiB devices and on ≥ 70 GiB devices that are not an A100 (nor, from v0.33, a GB10);
-    otherwise 256."""
-    gib = 1 << 30
-    if device_bytes and device_bytes >= 160 * gib:
-        return 1024
-    if (device_bytes and device_bytes >= 70 * gib and "a100" not in device_name.lower()
-            and not gb10):
-        return 1024
-    return 256
+    """vLLM ``EngineArgs.get_batch_defaults`` ``max_num_seqs`` (v0.28+, ``serve``): 1024 on the huge
+    and large tiers of ``_batch_tier``, 256 on the small one."""
+    return 256 if _batch_tier(device_bytes, device_name, huge_tier=True, gb10=gb10) == "small" \
+        else 1024
 
 
 def vllm_mla_block_size(gpu: GPU, kv_dtype: str) -> int:
@@ -224,10 +225,13 @@ class Vllm(Engine):
         """Whether ``get_batch_defaults`` of this release keeps ``gpu`` on the small tier as a GB10."""
         return self.gb10_small_tier and gpu.compute_capability == "12.1"
 
+    #: ``get_batch_defaults`` has a ≥ 160 GiB tier (16,384 batched tokens) from v0.28.
+    huge_batch_tier: ClassVar[bool] = True
+
     def default_mnbt(self, gpu: GPU) -> int:
         """``max_num_batched_tokens`` default for ``vllm serve`` on this device."""
         return default_max_num_batched_tokens(cuda_capacity(gpu).bytes, gpu.device_name,
-                                              gb10=self.is_gb10(gpu))
+                                              gb10=self.is_gb10(gpu), huge_tier=self.huge_batch_tier)
 
     def default_max_num_seqs(self, gpu: GPU) -> int:
         """``max_num_seqs`` default for ``vllm serve`` on this device (``get_batch_defaults``)."""
@@ -720,13 +724,6 @@ class VllmPagedPool(KVPool):
 # ---------------------------------------------------------------------------- older releases
 
 
-def mnbt_v09_to_v027(gpu: GPU) -> int:
-    """v0.9.2–v0.27 ``get_batch_defaults`` for ``serve``: 8192 on ≥ 70 GiB devices that are not an
-    A100, else 2048 (no ≥ 160 GiB tier yet, no GB10 exclusion)."""
-    big = cuda_capacity(gpu).bytes >= 70 * (1 << 30) and "a100" not in gpu.device_name.lower()
-    return 8192 if big else 2048
-
-
 class VllmV032(Vllm):
     """vLLM v0.30–v0.32 (read: 0.30.0, 0.31.0, 0.32.0): as v0.33, except that
     ``engine/arg_utils.py`` ``get_batch_defaults`` has no GB10 exclusion (0.32.0 ``:2894``: a
@@ -761,12 +758,10 @@ class VllmV027(VllmV029):
     release = "vLLM v0.27"
     #: 0.27.1 ``config/vllm.py`` ``_set_cudagraph_sizes``: ``min(2 × max_num_seqs, 512)`` on every GPU.
     blackwell_capture_cap: ClassVar[bool] = False
-
-    def default_mnbt(self, gpu: GPU) -> int:
-        """0.27.1 ``engine/arg_utils.py`` ``get_batch_defaults`` (no ≥ 160 GiB tier before v0.28);
-        its ``max_num_seqs`` (1,024 on ≥ 70 GiB non-A100 devices, else 256) equals the v0.28–v0.32
-        rule on every catalogue GPU, so ``default_max_num_seqs`` is inherited."""
-        return mnbt_v09_to_v027(gpu)
+    #: 0.27.1 ``engine/arg_utils.py`` ``get_batch_defaults``: no ≥ 160 GiB tier before v0.28; its
+    #: ``max_num_seqs`` (1,024 on ≥ 70 GiB non-A100 devices, else 256) equals the v0.28–v0.32 rule
+    #: on every catalogue GPU, so ``default_max_num_seqs`` is inherited.
+    huge_batch_tier: ClassVar[bool] = False
 
 
 class VllmV026(VllmV027):
