@@ -403,7 +403,7 @@ def bench_recommend(reps: int) -> None:
     weight formats for Llama-3.1-70B on vLLM. Cold: the engine's pool-layout and FLOPs caches
     cleared before each repetition; warm: a new search (other traffic/targets) of the same model."""
     from kvplan.capacity import FitQuery
-    from kvplan.engines.vllm import _pool_cached
+    from kvplan.engines.vllm.pool import _pool_cached
     from kvplan.flops import layer_flops
     from kvplan.presets import load_model
     from kvplan.recommend import RecommendQuery, recommend

@@ -12,7 +12,7 @@ GiB. A start-up that failed with a budget near zero (``FAILED_START_UP``) is com
 verdict (no room in kvplan either) and its budget asserted as computed; every other V1 log is in
 ``NOT_COMPARED`` with the reason.
 
-The fitted constants of ``kvplan.engines.vllm_memory`` are refitted here from the same fixtures.
+The fitted constants of ``kvplan.engines.vllm.memory`` are refitted here from the same fixtures.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import pytest
 from kvplan.calibrate import calibrate, parse_vllm_log
 from kvplan.capacity import FitQuery, fit, memory_budget
 from kvplan.config_import import parse_config
-from kvplan.engines.vllm_memory import (
+from kvplan.engines.vllm.memory import (
     GRAPH_BYTES_PER_SIZE,
     GRAPH_BYTES_PER_SIZE_TP,
     NON_TORCH_BASE,

@@ -1,5 +1,5 @@
 """The runtime reserve term by term and the capacity a budget starts from, derived by hand from
-the engine sources cited in ``kvplan/engines/vllm_memory.py``, ``sglang.py`` and ``trtllm.py``."""
+the engine sources cited in ``kvplan/engines/vllm/memory.py``, ``sglang.py`` and ``trtllm.py``."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from kvplan.capacity import FitQuery, fit, memory_budget
 from kvplan.engines import EngineSettings, get_engine
 from kvplan.engines.reserve import CUDA_ESTIMATE_GAP_MIB, cuda_capacity
-from kvplan.engines.vllm_memory import capture_sizes, forward_peak
+from kvplan.engines.vllm.memory import capture_sizes, forward_peak
 from kvplan.errors import KVPlanError
 from kvplan.presets import custom_gpu, get_gpu, load_model
 

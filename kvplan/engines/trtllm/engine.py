@@ -154,9 +154,9 @@ class TrtLlm(Engine):
                         tokens: int) -> Reserve:
         """``_util.py`` ``KvCacheCreator._cal_max_memory``: ``peak`` after the profiling forward of
         ``max_num_tokens`` (8192) tokens is the weights plus that forward's activations; the
-        activation term is the forward peak of ``kvplan.engines.vllm_memory.forward_peak`` (the same
+        activation term is the forward peak of ``kvplan.engines.vllm.memory.forward_peak`` (the same
         layer intermediates). KV memory = ``(total − weights − activation) × fraction``."""
-        from kvplan.engines.vllm_memory import forward_peak
+        from kvplan.engines.vllm.memory import forward_peak
 
         value, how = forward_peak(arch, TRTLLM_MAX_NUM_TOKENS, settings.tp, self.model_dtype(arch))
         return Reserve((ReserveTerm(

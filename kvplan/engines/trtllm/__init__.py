@@ -1,0 +1,17 @@
+"""TensorRT-LLM: the engine, its block pool and ``free_gpu_memory_fraction`` (``engine.py``)."""
+
+from kvplan.engines.trtllm.engine import (
+    TRTLLM_DEFAULT_FREE_FRACTION,
+    TRTLLM_MAX_NUM_TOKENS,
+    TRTLLM_PYTORCH_ARCHITECTURES,
+    TRTLLM_TOKENS_PER_BLOCK,
+    TrtLlm,
+    TrtLlmV11,
+    TrtPool,
+    WindowPool,
+)
+
+__all__ = [
+    "TRTLLM_DEFAULT_FREE_FRACTION", "TRTLLM_MAX_NUM_TOKENS", "TRTLLM_PYTORCH_ARCHITECTURES",
+    "TRTLLM_TOKENS_PER_BLOCK", "TrtLlm", "TrtLlmV11", "TrtPool", "WindowPool",
+]

@@ -1,0 +1,418 @@
+"""vLLM (v1 engine, release v0.33): paged blocks, KV-cache groups, memory target and logged capacity.
+
+Sources (vLLM v0.33): ``vllm/v1/kv_cache_interface.py`` (spec pages and ``max_memory_usage_bytes``),
+``vllm/v1/core/single_type_kv_cache_manager.py`` (held blocks), ``vllm/v1/core/kv_cache_utils.py``
+(``get_kv_cache_groups``, ``_get_kv_cache_groups_uniform_page_size``,
+``get_max_concurrency_for_kv_cache_config``, ``get_kv_cache_capacity``),
+``vllm/v1/core/kv_cache_planning.py`` (``num_blocks = available_memory // bytes_per_block``),
+``vllm/v1/worker/gpu_worker.py`` (memory target ``ceil(total × gpu_memory_utilization)``),
+``vllm/engine/arg_utils.py`` ``EngineArgs.get_batch_defaults`` and ``vllm/platforms/cuda.py``
+(MLA backend block sizes).
+
+Groups:
+
+* One spec for every layer → one group; a block costs ``layers × page``.
+* Same attention type, different pages → one ``UniformTypeKVCacheSpecs`` group; a block costs
+  ``Σ pages`` and a request ``max_l cdiv(mem_l, page_l)`` blocks.
+* Hybrid → pages unified (smaller attention pages get a larger block size), layers bucketed by
+  spec, ``group_size = min count`` (or ``max count`` if ``max < 1.5 × min``), each bucket split
+  round-robin into ``cdiv(n, group_size)`` groups; a block costs ``group_size × page``.
+* ``max_concurrency = num_blocks / Σ_groups cdiv(max_memory_usage_bytes, page)`` and the log's
+  ``GPU KV cache size = int(max_concurrency × max_model_len)`` tokens (null block included).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, ClassVar
+
+from kvplan.arch import LayerSpec, ModelArch, NoCache, Recurrent
+from kvplan.dtypes import KVDType
+from kvplan.engines.base import (
+    ContextLimit,
+    Engine,
+    EngineView,
+    KVPool,
+    layer_kind,
+    pp_partition,
+    raised_block,
+)
+from kvplan.engines.kinds import (
+    PAGED_KINDS,
+    VLLM_DEFAULT_BLOCK_SIZE,
+    CacheRule,
+    PagedRule,
+    PagedStateRule,
+)
+from kvplan.engines.repack import ExpertRepack
+from kvplan.engines.reserve import Reserve, cuda_capacity
+from kvplan.engines.settings import EngineSettings
+from kvplan.engines.vllm.memory import CaptureRule, SamplerPath, vllm_reserve_terms
+from kvplan.engines.vllm.pool import VllmPagedPool, VllmPool, _pool_cached, _pool_only
+
+if TYPE_CHECKING:
+    from kvplan.presets import GPU
+
+#: vLLM ``SupportsMambaPrefixCaching`` families: mamba cache mode "all" instead of "align".
+VLLM_MAMBA_ALL_MODE_VARIANTS = frozenset({"mamba2"})
+VLLM_DEFAULT_GPU_UTIL = 0.92  # vllm/config/cache.py (0.9 before v0.20.0)
+
+
+def _batch_tier(device_bytes: int | None, device_name: str, *, huge_tier: bool,
+                gb10: bool) -> str:
+    """The device class of vLLM's ``EngineArgs.get_batch_defaults`` (by CUDA's total and the name):
+    ``huge`` ≥ 160 GiB (v0.28+: ``huge_tier``), ``large`` ≥ 70 GiB and not an A100 (nor, from
+    v0.33, a GB10: ``gb10``), else ``small`` (an unknown device too)."""
+    gib = 1 << 30
+    if huge_tier and device_bytes and device_bytes >= 160 * gib:
+        return "huge"
+    if (device_bytes and device_bytes >= 70 * gib and "a100" not in device_name.lower()
+            and not gb10):
+        return "large"
+    return "small"
+
+
+def default_max_num_batched_tokens(device_bytes: int | None, device_name: str = "",
+                                   usage: str = "serve", *, gb10: bool = False,
+                                   huge_tier: bool = True) -> int:
+    """vLLM ``EngineArgs.get_batch_defaults`` ``max_num_batched_tokens`` per ``_batch_tier``: huge
+    16384; large 16384 (``LLM``) / 8192 (``serve``); small 8192 / 2048. Without the huge tier
+    (v0.9.2–v0.27) a ≥ 160 GiB device is large."""
+    llm = usage == "llm"
+    tier = _batch_tier(device_bytes, device_name, huge_tier=huge_tier, gb10=gb10)
+    return {"huge": 16384, "large": 16384 if llm else 8192, "small": 8192 if llm else 2048}[tier]
+
+
+def default_max_num_seqs(device_bytes: int | None, device_name: str = "", *,
+                         gb10: bool = False) -> int:
+    """vLLM ``EngineArgs.get_batch_defaults`` ``max_num_seqs`` (v0.28+, ``serve``): 1024 on the huge
+    and large tiers of ``_batch_tier``, 256 on the small one."""
+    return 256 if _batch_tier(device_bytes, device_name, huge_tier=True, gb10=gb10) == "small" \
+        else 1024
+
+
+def vllm_mla_block_size(gpu: GPU, kv_dtype: str) -> int:
+    """Default MLA block size from the backend vLLM picks (``vllm/platforms/cuda.py``).
+
+    SM 10.x (Blackwell) → FlashInfer-MLA (32); SM 9.x with an fp8 cache → FlashMLA (64);
+    otherwise FlashAttention-MLA / Triton-MLA (16).
+    """
+    major = int(float(gpu.compute_capability)) if gpu.compute_capability else 0
+    if major == 10:
+        return 32
+    if major == 9 and kv_dtype.startswith("fp8"):
+        return 64
+    return 16
+
+
+def mxfp4_repack(gpu: GPU | None, fi_inter: int, triton: bool, keeps_scales: bool,
+                 source: str) -> ExpertRepack | None:
+    """The MXFP4 MoE backend vLLM picks by compute capability and how it holds the experts
+    (``mxfp4_round_up_hidden_size_and_intermediate_size``, ``convert_to_mxfp4_moe_kernel_format``;
+    ``_swizzle_mxfp4`` with triton_kernels' Hopper layouts: values padded to 16 rows × 64 columns,
+    scales to 256 rows with 8 warps). SM 10.x → FlashInfer TRT-LLM (hidden 256, intermediate
+    ``fi_inter``, fp32 biases); SM 9.0 with ``triton`` → OAI Triton (intermediate 64, swizzled
+    scale copy, fp32 biases); any other CUDA GPU → Marlin (hidden 256, intermediate 128). No
+    capability (AMD, TPU, custom): None."""
+    major = int(float(gpu.compute_capability)) if gpu is not None and gpu.compute_capability else 0
+    if not major:
+        return None
+    if major == 10:
+        return ExpertRepack("FlashInfer TRT-LLM", hidden=256, inter=fi_inter, fp32_bias=True,
+                            source=source)
+    if major == 9 and triton:
+        return ExpertRepack("Triton", inter=64, value_rows=16, value_cols=64, scale_rows=256,
+                            keeps_scales=keeps_scales, fp32_bias=True, source=source)
+    return ExpertRepack("Marlin", hidden=256, inter=128, source=source)
+
+
+class Vllm(Engine):
+    """vLLM v1 paged KV cache, release v0.33 (the newest modelled; rules of older releases are
+    subclasses below, each overriding only what changed — ``docs/vllm_releases.md``)."""
+
+    id = "vllm"
+    label = "vLLM (v1 paged blocks)"
+    short = "vLLM"
+    release = "vLLM v0.33"
+    #: ``config/cache.py`` ``gpu_memory_utilization`` default (0.92 from v0.20.0).
+    default_gpu_util: ClassVar[float] = VLLM_DEFAULT_GPU_UTIL
+    #: ``v1/worker/utils.py`` ``request_memory``: ``ceil(total × util)`` from v0.14.1 (float before).
+    ceil_requested: ClassVar[bool] = True
+    #: How the start-up log's "GPU KV cache size" is computed: ``concurrency`` =
+    #: ``int(max_concurrency × L)`` (v0.20.2+), ``groups`` = ``num_blocks // n_groups × min_bs``
+    #: (v0.9.2–v0.20.0), ``blocks`` = ``num_blocks × bs`` (v0.8).
+    logged_tokens: ClassVar[str] = "concurrency"
+    #: V1's ``BlockPool`` keeps one null block out of every request's reach.
+    null_block: ClassVar[bool] = True
+    #: Top-k/top-p path of the sampler warm-up: FlashInfer by default from v0.21
+    #: (``envs.py`` ``VLLM_USE_FLASHINFER_SAMPLER`` = True, ``flashinfer_sampler_supported``).
+    sampler_path: ClassVar[SamplerPath] = "flashinfer"
+    #: CUDA-graph capture sizes (``config/vllm.py`` ``_set_cudagraph_sizes``).
+    capture_rule: ClassVar[CaptureRule] = "stride16"
+    #: Whether the CUDA-graph estimate is subtracted from the KV budget
+    #: (``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`` default 1 from v0.20, ``gpu_worker.py``
+    #: ``determine_available_memory``).
+    graphs_counted: ClassVar[bool] = True
+    #: v0.33 ``_set_cudagraph_sizes``: capture sizes up to 1,024 on data-centre Blackwell (SM 10.x;
+    #: from v0.28.0, 512 on every GPU up to v0.27).
+    blackwell_capture_cap: ClassVar[bool] = True
+    #: V0's profile run (``vllm/worker/model_runner.py``) rather than V1's ``gpu_model_runner.py``.
+    v0_profile: ClassVar[bool] = False
+    setting_labels: ClassVar[dict[str, tuple[str, str]]] = {
+        "gpu_util": ("gpu_memory_utilization (fraction)", f"{VLLM_DEFAULT_GPU_UTIL}"),
+        "block_size": ("Block size (tokens)", "engine/backend choice"),
+        "max_num_batched_tokens": ("max_num_batched_tokens (tokens)", "vLLM's per-GPU default"),
+        "max_num_seqs": ("max_num_seqs (requests)", "vLLM's per-GPU default"),
+        "enforce_eager": ("enforce_eager (no CUDA graphs)", "off"),
+        "flashinfer_sampler": ("FlashInfer sampler (VLLM_USE_FLASHINFER_SAMPLER)", "auto"),
+        "async_scheduling": ("Async scheduling (≥ 0.26)", "on"),
+        "hybrid_manager": ("Hybrid KV-cache manager", "auto"),
+        "enable_prefix_caching": ("Prefix caching", "on"),
+        "ep": ("Expert parallel size (--enable-expert-parallel: tp)", "1"),
+        "mtp": ("Load MTP layers (speculative decoding)", "off"),
+    }
+    logs_kv_cache = True
+    per_request_in_blocks = True
+    prefix_unit = VLLM_DEFAULT_BLOCK_SIZE
+    checks_tp_heads = True
+    #: ``vllm/config/model.py`` ``_get_and_verify_max_len``: a ``--max-model-len`` above the derived
+    #: maximum raises unless ``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1``.
+    long_context_rule = ("refuses to start with --max-model-len above the model's derived maximum "
+                         "unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 is set")
+    #: ``--data-parallel-size N --enable-expert-parallel`` (docs "Data Parallel Deployment").
+    expert_parallel = True
+    #: RoPE types whose ``factor`` does not scale the derived maximum (``_get_and_verify_max_len``):
+    #: from v0.30 the YaRN family too (its ``max_position_embeddings`` is already scaled).
+    unscaled_rope_types: ClassVar[tuple[str, ...]] = (
+        "su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling")
+
+    def context_limit(self, arch: ModelArch) -> ContextLimit | None:
+        """``vllm/config/model.py`` ``_get_and_verify_max_len``: the smallest length key of the text
+        config (``model_arch_config_convertor.py`` ``derive_max_model_len_and_key``;
+        ``model_max_length`` wins when set), times the RoPE ``factor`` of the last parameter set whose
+        type scales (none for Gemma 3 — its length is already scaled); before v0.30 a YaRN set
+        restarts from ``original_max_position_embeddings``. A config without a length key takes
+        any ``--max-model-len`` (no limit)."""
+        keys = dict(arch.context_keys)
+        if not keys:
+            return None
+        key = min(keys, key=lambda k: keys[k])
+        if "model_max_length" in keys:
+            key = "model_max_length"
+        derived, rule = float(keys[key]), f"{key} {keys[key]:,}"
+        if arch.rope_scalings and "gemma3" not in arch.model_type:
+            factor = 1.0
+            for rope in arch.rope_scalings:
+                if rope.rope_type in self.unscaled_rope_types:
+                    continue
+                factor = rope.factor if rope.factor is not None else factor
+                if rope.rope_type == "yarn" and rope.original_max_position_embeddings:
+                    derived = float(rope.original_max_position_embeddings)
+                    rule = f"original_max_position_embeddings {rope.original_max_position_embeddings:,}"
+            if factor != 1.0:
+                derived *= factor
+                rule += f" × RoPE factor {factor:g}"
+        return ContextLimit(int(derived), f"{rule}; {self.release} _get_and_verify_max_len")
+
+    #: v0.33 ``engine/arg_utils.py`` ``get_batch_defaults``: a GB10 (DGX Spark,
+    #: ``is_device_capability((12, 1))``) stays on the small tier whatever its memory (not before v0.33).
+    gb10_small_tier: ClassVar[bool] = True
+
+    def is_gb10(self, gpu: GPU) -> bool:
+        """Whether ``get_batch_defaults`` of this release keeps ``gpu`` on the small tier as a GB10."""
+        return self.gb10_small_tier and gpu.compute_capability == "12.1"
+
+    #: ``get_batch_defaults`` has a ≥ 160 GiB tier (16,384 batched tokens) from v0.28.
+    huge_batch_tier: ClassVar[bool] = True
+
+    def default_mnbt(self, gpu: GPU) -> int:
+        """``max_num_batched_tokens`` default for ``vllm serve`` on this device."""
+        return default_max_num_batched_tokens(cuda_capacity(gpu).bytes, gpu.device_name,
+                                              gb10=self.is_gb10(gpu), huge_tier=self.huge_batch_tier)
+
+    def default_max_num_seqs(self, gpu: GPU) -> int:
+        """``max_num_seqs`` default for ``vllm serve`` on this device (``get_batch_defaults``)."""
+        return default_max_num_seqs(cuda_capacity(gpu).bytes, gpu.device_name, gb10=self.is_gb10(gpu))
+
+    def resolve_settings(self, settings: EngineSettings, tokens: int, gpu: GPU | None = None,
+                         arch: ModelArch | None = None) -> EngineSettings:
+        """``max_num_batched_tokens`` and ``max_num_seqs`` default by device (``get_batch_defaults``)."""
+        update: dict[str, int] = {}
+        if settings.max_num_batched_tokens is None and gpu is not None:
+            update["max_num_batched_tokens"] = self.default_mnbt(gpu)
+        if settings.max_num_seqs is None and gpu is not None:
+            update["max_num_seqs"] = self.default_max_num_seqs(gpu)
+        return settings.model_copy(update=update) if update else settings
+
+    reserve_term_names: ClassVar[tuple[str, ...]] = ("activation_peak", "non_torch", "cuda_graphs")
+
+    def runtime_reserve(self, arch: ModelArch, gpu: GPU, settings: EngineSettings,
+                        tokens: int) -> Reserve:
+        """Activation peak of the profile run, non-torch memory and CUDA graphs
+        (``kvplan.engines.vllm.memory``), as this release counts them."""
+        major = int(float(gpu.compute_capability)) if gpu.compute_capability else 0
+        return Reserve(vllm_reserve_terms(
+            arch, settings, self.model_dtype(arch), sampler=self.sampler_path, capture=self.capture_rule,
+            graphs_counted=self.graphs_counted, release=self.release,
+            mnbt=settings.max_num_batched_tokens or self.default_mnbt(gpu),
+            max_num_seqs=settings.max_num_seqs or self.default_max_num_seqs(gpu),
+            blackwell=major == 10 and self.blackwell_capture_cap, v0=self.v0_profile))
+
+    def in_flight_tokens(self, settings: EngineSettings, mnbt: int) -> int:
+        """``vllm/config/vllm.py`` ``max_in_flight_tokens = max_concurrent_batches × MNBT``;
+        ``max_concurrent_batches`` is pp + 1 with async scheduling, else pp (v0.26+)."""
+        return (settings.pp + 1 if settings.async_scheduling else settings.pp) * mnbt
+
+    #: MXFP4 MoE (gpt-oss), ``fused_moe/oracle/mxfp4.py``: FlashInfer TRT-LLM pads the intermediate to
+    #: 128 from v0.27 (``mxfp4_round_up_hidden_size_and_intermediate_size``; 256 up to v0.26) ...
+    mxfp4_trtllm_inter: ClassVar[int] = 128
+    #: ... and Triton frees the checkpoint's scales after swizzling from v0.25
+    #: (``convert_gpt_oss_weight_to_mxfp4_moe_kernel_format``: ``del layer.w13_weight_scale``).
+    mxfp4_keeps_scales: ClassVar[bool] = False
+    mxfp4_source: ClassVar[str] = "vLLM v0.33 fused_moe/oracle/mxfp4.py"
+
+    def mxfp4_moe_repack(self, gpu: GPU | None) -> ExpertRepack | None:
+        """``fused_moe/oracle/mxfp4.py`` ``_get_priority_backends_for_gpt_oss``: TRT-LLM on SM 10.x,
+        Triton on SM 9.0 (``_triton_kernel_moe_supports_current_device``), Marlin elsewhere; the
+        padding and scales of this release (``mxfp4_trtllm_inter``, ``mxfp4_keeps_scales``)."""
+        return mxfp4_repack(gpu, self.mxfp4_trtllm_inter, True, self.mxfp4_keeps_scales,
+                            self.mxfp4_source)
+
+    def layer_spec_kind(self, kind: str) -> str:
+        """The spec kind this release builds for a layer of ``kind`` (all kinds exist in v0.33)."""
+        return kind
+
+    def model_dtype(self, arch: ModelArch) -> str:
+        """``vllm/config/model.py`` ``_resolve_auto_dtype``: a float32 config runs in the platform's
+        preferred dtype, bf16 on CUDA GPUs from SM 8.0 (fp16 before); others as configured."""
+        return "bf16" if arch.model_dtype == "fp32" else arch.model_dtype
+
+    def hybrid_default(self, arch: ModelArch) -> bool:
+        """``vllm/config/vllm.py``: the hybrid manager is on by default; for models with
+        ``attention_chunk_size`` (Llama 4) it is turned off only when
+        ``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE`` is 0, which v0.33 does not default to
+        (``vllm/envs.py``: 1)."""
+        return True
+
+    @staticmethod
+    def promotes_windows(counts: dict[LayerSpec, int]) -> bool:
+        """With the hybrid manager off, ``kv_cache_planning.py`` ``_promote_local_kv_cache_specs``
+        turns sliding/chunked specs into full attention only when windowed and full layers coexist;
+        on uniform specs it returns early (an all-sliding model keeps its sliding spec)."""
+        kinds = {layer_kind(layer) for layer in counts if not isinstance(layer, Recurrent | NoCache)}
+        kinds = {"full" if k == "mla" else k for k in kinds}
+        return bool(kinds & {"sliding", "chunked"}) and bool(kinds - {"sliding", "chunked"})
+
+    def build_view(self, arch: ModelArch, dtype: KVDType, model_dtype: KVDType,
+                   settings: EngineSettings, counts: dict[LayerSpec, int],
+                   mla_block_size: int | None) -> EngineView:
+        tp = settings.tp
+        hybrid = settings.hybrid_manager
+        if hybrid is None:
+            hybrid = self.hybrid_default(arch)
+        mnbt = settings.max_num_batched_tokens or default_max_num_batched_tokens(None)
+        ift = self.in_flight_tokens(settings, mnbt)
+        block = settings.block_size
+        if block is None:
+            block = (mla_block_size or VLLM_DEFAULT_BLOCK_SIZE) if arch.is_mla else VLLM_DEFAULT_BLOCK_SIZE
+        notes: list[str] = []
+        attn_1tok = [self.token_bytes(layer, dtype, tp) for layer in counts
+                     if not isinstance(layer, Recurrent | NoCache)]
+        recurrent = [layer for layer in counts if isinstance(layer, Recurrent)]
+        state_pages = 1
+        if recurrent and attn_1tok:
+            state = max(self.state_bytes(r, model_dtype, tp) for r in recurrent)
+            all_mode = (settings.enable_prefix_caching
+                        and recurrent[0].variant in VLLM_MAMBA_ALL_MODE_VARIANTS)
+            align = max(block, 16)
+            chunk = (recurrent[0].chunk_size or align) if all_mode else None
+            raised = raised_block(state, max(attn_1tok), align, chunk)
+            if raised > block:
+                notes.append(f"attention block raised from {block} to {raised} tokens so one page "
+                             f"holds a {state:,} B recurrent state (Platform._align_hybrid_block_size)")
+                block = raised
+            if not settings.enable_prefix_caching:
+                state_pages = 1  # mamba_cache_mode "none"
+            elif all_mode:
+                state_pages = 0  # "all": one state page per block of tokens
+            else:
+                state_pages = 2  # "align"
+        promote = not hybrid and self.promotes_windows(counts)
+        rules: list[CacheRule] = []
+        for layer, n in counts.items():
+            if isinstance(layer, NoCache):
+                continue
+            if isinstance(layer, Recurrent):
+                padded = block * max(attn_1tok) if attn_1tok else self.state_bytes(layer, model_dtype, tp)
+                rules.append(PagedStateRule("recurrent", n, 0, state_bytes=padded, spec=layer,
+                                            pages_reserved=state_pages, block_size=block,
+                                            note="state page padded to the attention page"))
+                continue
+            kind, window = self.layer_spec_kind(layer_kind(layer)), layer.window
+            if kind == "full":
+                window = None
+            if promote and kind in {"sliding", "chunked"}:
+                notes.append(f"hybrid KV-cache manager off: {kind} layers reserve full max_model_len")
+                kind, window = "full", None
+            rules.append(PAGED_KINDS[kind](kind, n, self.token_bytes(layer, dtype, tp), window=window,
+                                           block_size=block, in_flight_tokens=ift, spec=layer))
+        return EngineView(self.id, dtype, tuple(rules), block_size=block, in_flight_tokens=ift,
+                          hybrid_manager=hybrid, notes=tuple(dict.fromkeys(notes)))
+
+    def pool_layout(self, arch: ModelArch, kv_dtype: str, settings: EngineSettings,
+                    mla_block_size: int | None = None) -> VllmPool:
+        """The model's KV-cache groups on one TP rank (cached per model and the settings that shape
+        the pool: the reserve-only ones are left out of the key)."""
+        return _pool_cached(self, arch, kv_dtype, _pool_only(settings), mla_block_size)
+
+    def per_request_reserved_bytes(self, arch: ModelArch, view: EngineView, kv_dtype: str,
+                                   settings: EngineSettings, tokens: int,
+                                   mla_block_size: int | None) -> tuple[int, list[str]] | None:
+        """A request reserves whole block ids across every group: ``blocks × bytes per block``."""
+        pool = self.pool_layout(arch, kv_dtype, settings, mla_block_size)
+        per_block = int(pool.stages_bytes_per_block([arch.n_layers])[0])
+        blocks = int(pool.blocks_per_request(tokens))
+        notes = []
+        if pool.padding_layers:
+            notes.append(f"reserved bytes count whole block ids across {pool.n_groups} groups "
+                         f"({pool.padding_layers} padding layers)")
+        return blocks * per_block, notes
+
+    def memory_target(self, capacity: int, settings: EngineSettings, arch: ModelArch,
+                      notes: list[str]) -> tuple[int, str]:
+        util = settings.gpu_util or self.default_gpu_util
+        if self.ceil_requested:
+            target = math.ceil(capacity * util)
+            return target, f"ceil({capacity:,} × {util}) = {target:,} B ({self.release})"
+        target = int(capacity * util)
+        return target, f"{capacity:,} × {util} = {target:,} B ({self.release}: total × util)"
+
+    def make_pool(self, arch: ModelArch, gpu: GPU, kv_dtype: str, settings: EngineSettings,
+                  budgets: list[int], notes: list[str]) -> KVPool:
+        pool = self.pool_layout(arch, kv_dtype, settings, vllm_mla_block_size(gpu, kv_dtype))
+        notes.extend(pool.notes)
+        return VllmPagedPool(pool, budgets, pp_partition(arch.n_layers, settings.pp), self.logged_tokens,
+                             null_block=self.null_block)
+
+    def pool_gpu_key(self, gpu: GPU, arch: ModelArch, kv_dtype: str) -> object:
+        """The MLA backend's block size (``vllm_mla_block_size``) is the only GPU input of the pool."""
+        return vllm_mla_block_size(gpu, kv_dtype) if arch.is_mla else None
+
+    def pool_settings_key(self, settings: EngineSettings, arch: ModelArch) -> object:
+        """``max_num_batched_tokens`` only reaches windowed layers (``PagedSlidingRule``,
+        ``PagedChunkedRule``): without them, settings that differ only there give one pool."""
+        settings = _pool_only(settings)
+        if any(getattr(layer, "window", None) for layer in arch.distinct_layers()):
+            return settings
+        return settings.model_copy(update={"max_num_batched_tokens": None})
+
+    def describe(self, rule: CacheRule) -> str:
+        if isinstance(rule, PagedRule):
+            if rule.kind == "sliding" and rule.window:
+                return (f"frees blocks that fall out of the {rule.window:,}-token window: stops "
+                        f"growing at ≈ ceil({rule.window - 1:,}/{rule.block_size})+1 blocks")
+            if rule.kind == "chunked" and rule.window:
+                return (f"frees whole chunks of {rule.window:,}: at most ≈ {rule.window:,} tokens of "
+                        f"blocks")
+            return f"grows one {rule.block_size}-token block at a time, never stops"
+        return super().describe(rule)
