@@ -22,6 +22,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from kvplan.plan import make_plan
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "results"
 PY = sys.executable
@@ -89,11 +91,12 @@ def bench_sweep(reps: int) -> None:
     assert n_points == 1_000_000, n_points
 
     def budgets():
-        return np.asarray([fit(arch, g, FitQuery(tokens=4096, engine="hf"), search_gpus=False)
+        return np.asarray([fit(make_plan(arch, g, FitQuery(tokens=4096, engine="hf")), search_gpus=False)
                            .kv_budget_bytes for g in gpu_list], dtype=np.int64)
 
     def vectorised():
-        frame = sweep(arch, tokens, batch, dtypes, ["hf"])
+        frame = sweep(make_plan(arch, None, FitQuery(tokens=int(tokens.max()), engine="hf")), tokens, batch,
+                      dtypes)
         need = frame["reserved_bytes"].to_numpy()
         fits = need[:, None] <= budgets()[None, :]
         return int(fits.sum())
@@ -108,7 +111,9 @@ def bench_sweep(reps: int) -> None:
         budget = budgets().tolist()
         count = 0
         for t, b, d, g in picks:
-            count += kv_cache(arch, int(t), int(b), dtypes[d], "hf").reserved_bytes <= budget[g]
+            asked = FitQuery(tokens=int(t), users=int(b), kv_dtype=dtypes[d], engine="hf")
+            plan = make_plan(arch, None, asked)
+            count += kv_cache(plan).reserved_bytes <= budget[g]
         return count
 
     vectorised()  # warm imports and caches
@@ -413,16 +418,17 @@ def bench_recommend(reps: int) -> None:
                                                                "int8"),
                            weight_dtypes=("auto", "fp16", "fp8", "int8", "int4_g128", "nvfp4", "mxfp4",
                                           "fp32"))
-    count = len(recommend(arch, query, FitQuery()).table)
+    count = len(recommend(make_plan(arch, None, FitQuery()), query).table)
 
     def cold() -> None:
         _pool_cached.cache_clear()
         layer_flops.cache_clear()
-        recommend(arch, query, FitQuery())
+        recommend(make_plan(arch, None, FitQuery()), query)
 
     cold_samples = [timed(cold) for _ in range(reps)]
-    warm_samples = [timed(lambda i=i: recommend(arch, query.model_copy(update={"users": 100 + i}),
-                                                FitQuery())) for i in range(reps)]
+    plan = make_plan(arch, None, FitQuery())
+    warm_samples = [timed(lambda i=i: recommend(plan, query.model_copy(update={"users": 100 + i})))
+                    for i in range(reps)]
     for label, samples in (("cold caches", cold_samples), ("warm", warm_samples)):
         record(f"recommend, {count:,} candidates ({label})", samples, target="≤ 200 ms",
                ok=count >= 10_000 and statistics.median(samples) <= 0.2)

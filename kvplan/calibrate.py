@@ -26,12 +26,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from kvplan.arch import ModelArch
-from kvplan.capacity import GIB, FitQuery, FitResult, fit, make_pool
-from kvplan.engines import get_engine
+from kvplan.capacity import GIB, FitResult, fit
 from kvplan.engines.base import KVPool
 from kvplan.errors import KVPlanError, clip
-from kvplan.presets import GPU
+from kvplan.plan import Plan
 from kvplan.scenario import MAX_TOKENS
 
 #: Largest log accepted (bytes); the capacity lines come within the first seconds of a start-up.
@@ -325,9 +323,10 @@ def _short_gib(low: int, high: int) -> float:
     return mid
 
 
-def calibrate(arch: ModelArch, gpu: GPU, query: FitQuery, log: VllmLog) -> Calibration:
-    """Compare ``fit`` for this model, GPU and vLLM settings with a real run's log."""
-    if not get_engine(query.engine).logs_kv_cache:
+def calibrate(plan: Plan, log: VllmLog) -> Calibration:
+    """Compare ``fit`` for this plan (model, GPU and vLLM settings) with a real run's log."""
+    arch, gpu, query = plan.arch, plan.device, plan.query
+    if not plan.engine.logs_kv_cache:
         raise KVPlanError("calibrate.engine", why=f"engine '{query.engine}' is not vLLM")
     notes: list[str] = []
     formulas: dict[str, str] = {}
@@ -336,8 +335,9 @@ def calibrate(arch: ModelArch, gpu: GPU, query: FitQuery, log: VllmLog) -> Calib
         notes.append(f"the log's max_model_len {log.max_model_len:,} differs from the chosen "
                      f"{query.tokens:,} tokens; compared at {log.max_model_len:,}")
         length = log.max_model_len
-        query = query.model_copy(update={"tokens": length})
-    predicted = fit(arch, gpu, query, search_gpus=False)
+        plan = plan.vary(tokens=length)
+        query = plan.query
+    predicted = fit(plan, search_gpus=False)
     bpb = predicted.bytes_per_block or 0
     bpr = predicted.blocks_per_request or 0
     if not bpb or not bpr:
@@ -360,7 +360,7 @@ def calibrate(arch: ModelArch, gpu: GPU, query: FitQuery, log: VllmLog) -> Calib
             f"(± {half:g} GiB) → [{interval[0]:,}, {interval[1]:,}] B, midpoint "
             f"{log.available_midpoint_bytes:,} B"
             + (f"; minimum over {log.ranks} ranks" if log.ranks > 1 else ""))
-    pool = make_pool(arch, gpu, query, [predicted.kv_budget_bytes], [])
+    pool = plan.make_pool([predicted.kv_budget_bytes], [])
     block_range = _logged_blocks(log, pool, bpr, length, formulas, notes)
     if block_range is not None:
         out.update(logged_blocks_low=block_range[0], logged_blocks_high=block_range[1])
@@ -417,8 +417,7 @@ def calibrate(arch: ModelArch, gpu: GPU, query: FitQuery, log: VllmLog) -> Calib
 
     # re-run with the logged memory as the budget
     if interval is not None:
-        rerun = fit(arch, gpu, query.model_copy(update={
-            "kv_cache_memory_bytes": log.available_midpoint_bytes}), search_gpus=False)
+        rerun = fit(plan.vary(kv_cache_memory_bytes=log.available_midpoint_bytes), search_gpus=False)
         out.update(reproduced_num_blocks=rerun.num_blocks,
                    reproduced_kv_cache_tokens=rerun.kv_pool_tokens,
                    reproduced_max_concurrency=rerun.max_concurrency)

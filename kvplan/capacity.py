@@ -19,61 +19,30 @@ Weights: per part in the checkpoint's stored format (``kvplan.weights``), split 
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel
 
 from kvplan.arch import ModelArch
-from kvplan.engines import DEFAULT_ENGINE, Budget, EngineSettings, KVPool, get_engine
 from kvplan.errors import KVPlanError
+from kvplan.plan import (
+    MAX_SEARCH_TOKENS,
+    FitQuery,
+    Plan,
+    checkpoint_format_name,
+    memory_budget,
+    weights_per_gpu,
+)
 from kvplan.presets import GPU
-from kvplan.weights import ExpertRepack, WeightsLayout, weights_per_gpu
 
 GIB = 1 << 30
 MIB = 1 << 20
-MAX_SEARCH_TOKENS = 100_000_000
-_SETTING_FIELDS = frozenset(EngineSettings.model_fields) | {"page_size"}
 
-
-class FitQuery(BaseModel):
-    """The capacity question: everything the planner needs besides the model and the accelerator.
-
-    Engine knobs travel in ``settings`` (one ``EngineSettings``); for convenience they may also be
-    given flat (``FitQuery(block_size=32)``) and are moved into ``settings``.
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    tokens: int = Field(default=4096, ge=1, le=MAX_SEARCH_TOKENS)
-    users: int = Field(default=1, ge=1, le=10_000_000)
-    kv_dtype: str = "bf16"
-    weight_dtype: str | None = None
-    engine: str = DEFAULT_ENGINE
-    num_gpus: int | None = Field(default=None, ge=1, le=4096)
-    tp: int = Field(default=1, ge=1, le=4096)
-    pp: int = Field(default=1, ge=1, le=4096)
-    reserve_gib: float | None = Field(default=None, ge=0, le=100_000)
-    #: Runtime-reserve terms replaced by the user: term name → GiB (``Engine.runtime_reserve``).
-    reserve_terms: dict[str, float] | None = None
-    kv_cache_memory_bytes: int | None = Field(default=None, ge=0)
-    settings: EngineSettings = Field(default_factory=EngineSettings)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _flat_settings(cls, data: Any) -> Any:
-        if not isinstance(data, dict) or not (_SETTING_FIELDS - {"tp", "pp"}) & data.keys():
-            return data
-        data = dict(data)
-        base = data.get("settings")
-        values = base.model_dump() if isinstance(base, EngineSettings) else dict(base or {})
-        for key in list(data):
-            if key in _SETTING_FIELDS - {"tp", "pp"}:
-                values[key] = data.pop(key)
-        data["settings"] = EngineSettings(**values)
-        return data
+__all__ = ["MAX_SEARCH_TOKENS", "FitQuery", "FitResult", "Plan", "capacity_sweep", "checkpoint_format_name",
+           "fit", "max_len", "memory_budget", "smallest_layout", "stage_weight_bytes", "weight_bytes",
+           "weights_read_bytes", "why_not"]
 
 
 class FitResult(BaseModel):
@@ -131,6 +100,8 @@ class FitResult(BaseModel):
     weight_format: str = ""
     formulas: dict[str, str] = {}
     notes: list[str] = []
+    #: Every term of one GPU's memory (``Plan.ledger``): [{name, group, bytes, formula, source}].
+    ledger: list[dict[str, Any]] = []
 
     @property
     def vllm_log(self) -> str:
@@ -155,34 +126,6 @@ def weights_read_bytes(arch: ModelArch, weight_dtype: str | None = None) -> int:
     return total
 
 
-def serving_weight_format(arch: ModelArch, query: FitQuery) -> str:
-    """The weight format the engine loads with ``weight_dtype`` unset: the checkpoint's own, except
-    an unquantized float32 checkpoint, which the engine's auto dtype may downcast
-    (``Engine.model_dtype``: vLLM bf16, SGLang bf16/fp16)."""
-    own = checkpoint_format_name(arch)
-    served = get_engine(query.engine).model_dtype(arch)
-    return served if own == arch.model_dtype else own
-
-
-def weights_layout(arch: ModelArch, query: FitQuery, settings: EngineSettings,
-                   gpu: GPU | None = None) -> WeightsLayout:
-    """Weights per GPU by part and pipeline stage for this query (TP, PP, the engine's EP/MTP, and
-    on ``gpu`` the engine release's MXFP4 expert layout, ``Engine.mxfp4_moe_repack``)."""
-    dtype = query.weight_dtype
-    if dtype is None and serving_weight_format(arch, query) != checkpoint_format_name(arch):
-        dtype = serving_weight_format(arch, query)
-    repack = get_engine(query.engine).mxfp4_moe_repack(gpu)
-    return _weights_cached(arch, dtype, query.tp, query.pp, settings.ep, settings.mtp, repack)
-
-
-@lru_cache(maxsize=256)
-def _weights_cached(arch: ModelArch, dtype: str | None, tp: int, pp: int, ep: int,
-                    mtp: bool, repack: ExpertRepack | None = None) -> WeightsLayout:
-    """``weights_per_gpu`` once per model and layout (it walks every tensor; the dtypes and lengths
-    a view sweeps do not change it)."""
-    return weights_per_gpu(arch, dtype, tp, pp, ep, mtp, repack)
-
-
 def stage_weight_bytes(arch: ModelArch, weight_dtype: str | None, pp: int, tp: int, ep: int = 1,
                        mtp: bool = False) -> list[int]:
     """Weights per GPU on each pipeline stage (``kvplan.weights.weights_per_gpu``): layers as vLLM
@@ -191,80 +134,29 @@ def stage_weight_bytes(arch: ModelArch, weight_dtype: str | None, pp: int, tp: i
     return weights_per_gpu(arch, weight_dtype, tp, pp, ep, mtp).stage_bytes
 
 
-def checkpoint_format_name(arch: ModelArch) -> str:
-    """The checkpoint's own weight format in one word: the model dtype, or the quant method."""
-    from kvplan.weights import read_quantization
-
-    scheme = read_quantization(arch.weights.quantization, arch.model_dtype)
-    return arch.model_dtype if scheme.method == "none" else scheme.method
-
-
-def engine_settings(query: FitQuery, gpu: GPU | None, arch: ModelArch | None = None) -> EngineSettings:
-    """The query's engine settings as its engine will use them: the parallel layout, only the
-    engine's own knobs, and the defaults that depend on the GPU, the model or the length."""
-    engine = get_engine(query.engine)
-    settings = engine.own_settings(query.settings, tp=query.tp, pp=query.pp)
-    return engine.resolve_settings(settings, query.tokens, gpu, arch)
-
-
-def memory_budget(arch: ModelArch, gpu: GPU, query: FitQuery,
-                  settings: EngineSettings | None = None) -> Budget:
-    """Validate the parallel layout and size the KV budget of every pipeline stage
-    (``settings``: the query's ``engine_settings``, when the caller has them)."""
-    engine = get_engine(query.engine)
+def fit(plan: Plan, search_gpus: bool = True) -> FitResult:
+    """Answer the capacity question of ``plan``: weights, budget and the engine's pool on one GPU,
+    the requests that fit, and (``search_gpus``) the smallest layout when they do not."""
+    arch, gpu, query = plan.arch, plan.device, plan.query
+    budget = plan.budget
+    notes, formulas = [*budget.notes, *plan.pool_notes], dict(budget.formulas)
+    answer = _pool_answer(plan, notes, formulas)
     tp, pp = query.tp, query.pp
-    gpus = query.num_gpus or tp * pp
-    if gpus % (tp * pp):
-        raise KVPlanError("parallel.gpus", gpus=gpus, tpp=tp * pp, need=-(-gpus // (tp * pp)) * tp * pp)
-    engine.check_parallel(arch, tp)
-    settings = settings or engine_settings(query, gpu, arch)
-    layout = weights_layout(arch, query, settings, gpu)
-    weights_total, stages = layout.total_bytes, layout.stage_bytes
-    notes: list[str] = []
-    formulas: dict[str, str] = {}
-    capacity = engine.capacity(gpu)
-    detail = engine.runtime_reserve(arch, gpu, settings, query.tokens).with_overrides(
-        query.reserve_terms, query.reserve_gib)
-    reserve = detail.total
-    formulas["capacity"] = f"{capacity.bytes:,} B ({capacity.note})"
-    formulas["reserve"] = detail.formula()
-    target, formulas["memory_target"] = engine.memory_target(capacity.bytes, settings, arch, notes)
-    budgets = engine.kv_budgets(target, stages, reserve, settings, formulas, capacity.bytes)
-    given = query.kv_cache_memory_bytes is not None
-    if query.kv_cache_memory_bytes is not None:
-        budgets = [query.kv_cache_memory_bytes] * pp
-        notes.append("KV memory given directly (--kv-cache-memory-bytes); utilization ignored")
-    weights_fit = max(stages) + reserve <= target or given
-    formulas["kv_budget"] = (f"{target:,} − weights {max(stages):,} − reserve {reserve:,} = "
-                             f"{min(budgets):,} B" if not given else f"{max(min(budgets), 0):,} B (given)")
-    return Budget(target, weights_total, stages, reserve, budgets, weights_fit, formulas, notes,
-                  capacity, detail)
-
-
-def fit(arch: ModelArch, gpu: GPU, query: FitQuery, search_gpus: bool = True) -> FitResult:
-    """Answer the capacity question for one model, accelerator and engine configuration."""
-    settings = engine_settings(query, gpu, arch)
-    budget = memory_budget(arch, gpu, query, settings)
-    notes, formulas = budget.notes, budget.formulas
-    answer = _pool_answer(arch, gpu, query, budget.stage_budgets, notes, formulas, settings)
-    tp, pp = query.tp, query.pp
-    replicas = (query.num_gpus or tp * pp) // (tp * pp)
-    limit_rule = get_engine(query.engine).context_limit(arch)
+    replicas = plan.layout.replicas
+    limit_rule = plan.engine.context_limit(arch)
     limit = limit_rule.tokens if limit_rule else None
     within = limit is None or query.tokens <= limit
     fits = budget.weights_fit and answer["max_requests"] >= query.users and within
-    layout = weights_layout(arch, query, settings, gpu)
+    layout = plan.weights
     formulas["weights"] = (" + ".join(f"{part} {size:,}" for part, size in layout.heaviest.items())
                            + f" = {max(layout.stage_bytes):,} B per GPU")
     result = FitResult(
-        model=arch.name, gpu=gpu.id, engine=query.engine, engine_label=get_engine(query.engine).label,
-        engine_release=get_engine(query.engine).release,
-        release=query.engine.partition("@")[2] or "latest",
+        model=arch.name, gpu=gpu.id, engine=query.engine, engine_label=plan.engine.label,
+        engine_release=plan.engine.release, release=plan.release_key,
         capacity=budget.capacity.as_json() if budget.capacity else {},
         reserve=budget.reserve_detail.as_json() if budget.reserve_detail else {},
-        tokens=query.tokens, users=query.users,
-        kv_dtype=get_engine(query.engine).kv_dtype(arch, query.kv_dtype).name,
-        weight_dtype=query.weight_dtype or serving_weight_format(arch, query), tp=tp, pp=pp,
+        tokens=query.tokens, users=query.users, kv_dtype=plan.kv_dtype,
+        weight_dtype=query.weight_dtype or plan.weight_format, tp=tp, pp=pp,
         replicas=replicas, weights_breakdown=layout.heaviest,
         weight_format=f"{layout.format_label} — from {layout.format_source}",
         gpu_capacity_bytes=budget.capacity.bytes if budget.capacity else gpu.capacity_bytes,
@@ -275,40 +167,32 @@ def fit(arch: ModelArch, gpu: GPU, query: FitQuery, search_gpus: bool = True) ->
         max_requests_all_replicas=answer["max_requests"] * replicas,
         fits=fits, weights_fit=budget.weights_fit, context_limit=limit, formulas=formulas,
         context_limit_rule=limit_rule.rule if limit_rule else "",
-        notes=notes, **answer)
+        notes=notes, ledger=[term.as_json() for term in plan.ledger], **answer)
     smallest: tuple[int, int] | None = None
     if not budget.weights_fit and search_gpus:  # one layout search serves both answers
-        smallest = smallest_layout(arch, gpu, query)
+        smallest = smallest_layout(plan)
         result = result.model_copy(update={
             "min_gpus_to_fit": None if smallest is None else smallest[0] * smallest[1]})
         notes.append("the weights alone exceed this GPU's memory target")
     if not fits:
-        reason, suggestion = why_not(arch, gpu, query, result, search_gpus, smallest)
+        reason, suggestion = why_not(plan, result, search_gpus, smallest)
         result = result.model_copy(update={"reason": reason, "suggestion": suggestion})
     return result
-
-
-def context_limit(arch: ModelArch, engine: str) -> int | None:
-    """The longest request ``engine`` serves for this model (``Engine.context_limit``: each
-    engine's own derivation from the config's length keys and RoPE scaling), None without one."""
-    limit = get_engine(engine).context_limit(arch)
-    return limit.tokens if limit else None
 
 
 def _layout(tp: int, pp: int) -> str:
     return f"TP={tp}" + (f", PP={pp}" if pp > 1 else "")
 
 
-def smallest_layout(arch: ModelArch, gpu: GPU, query: FitQuery, users: int = 1) -> tuple[int, int] | None:
+def smallest_layout(plan: Plan, users: int = 1) -> tuple[int, int] | None:
     """The smallest (TP, PP) — fewest GPUs, then TP before PP — whose weights and ``users``
-    requests of the query's length fit on one replica (at most 4,096 GPUs)."""
+    requests of the plan's length fit on one replica (at most 4,096 GPUs)."""
     for n in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096):
         for tp, pp in ((n, 1), (min(n, 8), n // min(n, 8))):
-            if tp * pp != n or pp > arch.n_layers:
+            if tp * pp != n or pp > plan.arch.n_layers:
                 continue
             try:
-                trial = fit(arch, gpu, query.model_copy(update={
-                    "tp": tp, "pp": pp, "num_gpus": n, "users": users}), search_gpus=False)
+                trial = fit(plan.vary(tp=tp, pp=pp, num_gpus=n, users=users), search_gpus=False)
             except KVPlanError:
                 continue
             if trial.weights_fit and trial.max_requests >= users:
@@ -316,14 +200,15 @@ def smallest_layout(arch: ModelArch, gpu: GPU, query: FitQuery, users: int = 1) 
     return None
 
 
-def why_not(arch: ModelArch, gpu: GPU, query: FitQuery, result: FitResult, search: bool = True,
+def why_not(plan: Plan, result: FitResult, search: bool = True,
             weights_layout: tuple[int, int] | None = None) -> tuple[str, str]:
     """Why ``result`` does not fit and the smallest change that fixes it (``search``: try other
     parallel layouts — ``weights_layout`` is what ``fit``'s own search found for the weights; the
     memory-per-accelerator view and the other KV dtypes of the answer skip the search)."""
+    query = plan.query
     gpus = query.num_gpus or query.tp * query.pp
     if result.context_limit is not None and query.tokens > result.context_limit:
-        engine = get_engine(query.engine)
+        engine = plan.engine
         return (f"{query.tokens:,} tokens exceed the model's context limit of "
                 f"{result.context_limit:,} ({result.context_limit_rule}); "
                 f"{engine.short} {engine.long_context_rule}",
@@ -347,24 +232,16 @@ def why_not(arch: ModelArch, gpu: GPU, query: FitQuery, result: FitResult, searc
     if result.max_tokens_per_request >= 1:
         options.append(f"at most {result.max_tokens_per_request:,} tokens per request")
     if search:
-        layout = smallest_layout(arch, gpu, query, query.users)
+        layout = smallest_layout(plan, query.users)
         if layout is not None:
             tp, pp = layout
             options.append(f"{tp * pp:,} GPUs with {_layout(tp, pp)}")
     return reason, " or ".join(options) or "a larger accelerator"
 
 
-def make_pool(arch: ModelArch, gpu: GPU, query: FitQuery, budgets: list[int],
-              notes: list[str], settings: EngineSettings | None = None) -> KVPool:
-    """The engine's pool for these per-stage budgets (notes collect the engine's remarks)."""
-    engine = get_engine(query.engine)
-    return engine.make_pool(arch, gpu, query.kv_dtype, settings or engine_settings(query, gpu, arch),
-                            budgets, notes)
-
-
-def _pool_answer(arch: ModelArch, gpu: GPU, query: FitQuery, budgets: list[int], notes: list[str],
-                 formulas: dict[str, str], settings: EngineSettings) -> dict[str, Any]:
-    pool = make_pool(arch, gpu, query, budgets, notes, settings)
+def _pool_answer(plan: Plan, notes: list[str], formulas: dict[str, str]) -> dict[str, Any]:
+    pool = plan.pool
+    query = plan.query
     L = np.asarray([query.tokens], dtype=np.int64)
     formulas.update(pool.formulas(query.tokens))
     answer = {
@@ -373,21 +250,13 @@ def _pool_answer(arch: ModelArch, gpu: GPU, query: FitQuery, budgets: list[int],
         "max_concurrency": float(pool.concurrency(L)[0]),
         "max_requests": int(pool.max_requests(L)[0]),
         "max_tokens_per_request": max_len(lambda t: pool.users_cost(t, query.users), pool.capacity,
-                                          length_limit(arch, query.engine), notes),
+                                          plan.length_limit, notes),
         "num_blocks": pool.num_blocks, "block_size": pool.block_size,
         "bytes_per_block": pool.bytes_per_block,
     }
     if pool.paged:
         answer["blocks_per_request"] = int(pool.blocks(L)[0])
     return answer
-
-
-def length_limit(arch: ModelArch, engine: str) -> int:
-    """Longest context the engine accepts for the model (``context_limit``), else the search bound."""
-    limit = context_limit(arch, engine)
-    if limit is not None and 0 < limit < MAX_SEARCH_TOKENS:
-        return limit
-    return MAX_SEARCH_TOKENS
 
 
 def max_len(cost: Callable[[np.ndarray], Any], budget: int, limit: int = MAX_SEARCH_TOKENS,
@@ -409,14 +278,8 @@ def max_len(cost: Callable[[np.ndarray], Any], budget: int, limit: int = MAX_SEA
     return low
 
 
-def min_gpus_to_fit(arch: ModelArch, gpu: GPU, query: FitQuery) -> int | None:
-    """Smallest GPU count (TP first, then pipeline stages) whose weights and one request fit."""
-    layout = smallest_layout(arch, gpu, query)
-    return None if layout is None else layout[0] * layout[1]
-
-
-def capacity_sweep(arch: ModelArch, gpus_list: list[GPU], kv_dtypes: list[str],
-                   tokens: npt.ArrayLike, users: npt.ArrayLike, query: FitQuery) -> Any:
+def capacity_sweep(plan: Plan, gpus_list: list[GPU], kv_dtypes: list[str],
+                   tokens: npt.ArrayLike, users: npt.ArrayLike) -> Any:
     """Requests that fit across accelerators × KV dtypes × context lengths × users (DataFrame).
 
     The pool is sized once per (accelerator, dtype); lengths and user counts are array-likes.
@@ -426,16 +289,15 @@ def capacity_sweep(arch: ModelArch, gpus_list: list[GPU], kv_dtypes: list[str],
 
     t = np.asarray(tokens, dtype=np.int64).ravel()
     u = np.asarray(users, dtype=np.int64).ravel()
-    limit = context_limit(arch, query.engine)
+    limit = plan.context_limit
     within = t <= limit if limit is not None else np.ones(t.shape, dtype=bool)
     frames = []
     for gpu in gpus_list:
         for dtype in kv_dtypes:
-            q = query.model_copy(update={"kv_dtype": dtype})
+            trial = plan.vary(gpu=gpu, kv_dtype=dtype)
             try:
-                settings = engine_settings(q, gpu, arch)
-                budget = memory_budget(arch, gpu, q, settings)
-                pool = make_pool(arch, gpu, q, budget.stage_budgets, [], settings)
+                budget = trial.budget
+                pool = trial.make_pool(budget.stage_budgets, [])
             except KVPlanError:
                 continue
             max_requests = pool.max_requests(t) if budget.weights_fit else np.zeros_like(t)

@@ -12,12 +12,19 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal, NoReturn
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 from pydantic import ValidationError
 
-from kvplan.engines import DEFAULT_ENGINE, engine_with_release, get_engine
+from kvplan.engines import DEFAULT_ENGINE, engine_with_release
 from kvplan.errors import MESSAGES, KVPlanError, clip, short
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from kvplan.arch import ModelArch
+    from kvplan.engines import EngineSettings, Setting
+    from kvplan.plan import FitQuery
 
 GIB = 1 << 30
 
@@ -28,9 +35,9 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-def _number(name: str, kind: type, low: float, high: float):
+def _number(name: str, kind: Callable[[str], Any], low: float, high: float) -> Callable[[str], Any]:
     """argparse type: a number in [low, high], with the message from ``MESSAGES``."""
-    def convert(text: str):
+    def convert(text: str) -> Any:
         try:
             value = kind(text)
         except ValueError:
@@ -43,13 +50,13 @@ def _number(name: str, kind: type, low: float, high: float):
     return convert
 
 
-def _positive(name: str, high: int):
+def _positive(name: str, high: int) -> Callable[[str], Any]:
     return _number(name, int, 1, high)
 
 
-def _setting_type(setting):
+def _setting_type(setting: Setting) -> Callable[[str], Any]:
     """argparse type of a declared engine setting: its own parser and bounds."""
-    def convert(text: str):
+    def convert(text: str) -> Any:
         try:
             return setting.parse(text)
         except ValueError as exc:
@@ -74,7 +81,7 @@ def _add_settings(p: argparse.ArgumentParser) -> None:
                            help=setting.help)
 
 
-def settings_from_args(args: argparse.Namespace, tp: int = 1, pp: int = 1):
+def settings_from_args(args: argparse.Namespace, tp: int = 1, pp: int = 1) -> EngineSettings:
     """The ``EngineSettings`` the declared flags gave (unset flags keep the engine default)."""
     from kvplan.engines import SETTINGS, EngineSettings
 
@@ -116,6 +123,7 @@ def plural(count: int, noun: str) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     from kvplan.engines import DEFAULT_ENGINE, ENGINES, release_choices
+    from kvplan.plan import resolve_engine
 
     parser = _Parser(prog="kvplan", description="KV-cache memory planner. Every command uses the "
                      f"'{DEFAULT_ENGINE}' engine ({ENGINES[DEFAULT_ENGINE]}) unless --engine says otherwise.")
@@ -140,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--engine-version", default=None, metavar="RELEASE",
                        help="engine release to model (default: the newest); "
                             + "; ".join(f"{e}: " + ", ".join(
-                                f"{r} ({get_engine(engine_with_release(e, r)).release})"
+                                f"{r} ({resolve_engine(engine_with_release(e, r)).release})"
                                 for r in release_choices(e))
                                 for e in ENGINES if len(release_choices(e)) > 1))
         _add_settings(p)
@@ -199,13 +207,13 @@ def _csv_list(text: str) -> tuple[str, ...]:
     return tuple(item.strip() for item in text.split(",") if item.strip())
 
 
-def _int_list(name: str):
+def _int_list(name: str) -> Callable[[str], tuple[int, ...]]:
     def convert(text: str) -> tuple[int, ...]:
         return tuple(_positive(name, 4096)(item) for item in _csv_list(text))
     return convert
 
 
-def _pairs(name: str):
+def _pairs(name: str) -> Callable[[str], tuple[str, float]]:
     """``gpu=value`` → (gpu, float)."""
     def convert(text: str) -> tuple[str, float]:
         key, sep, value = text.partition("=")
@@ -270,7 +278,7 @@ def _recommend_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true")
 
 
-def _load_arch(args: argparse.Namespace):
+def _load_arch(args: argparse.Namespace) -> ModelArch:
     from kvplan.config_import import MAX_CONFIG_BYTES, parse_config
     from kvplan.files import read_limited
     from kvplan.presets import load_model
@@ -307,12 +315,14 @@ def human(n: int | float) -> str:
 
 
 def cmd_kv(args: argparse.Namespace) -> int:
+    from kvplan.plan import FitQuery, make_plan
     from kvplan.sizing import kv_cache
 
     arch = _load_arch(args)
-    settings = settings_from_args(args, tp=args.tp)
-    engine = engine_with_release(args.engine, args.engine_version)
-    result = kv_cache(arch, args.tokens, args.batch, args.kv_dtype, engine, settings)
+    query = FitQuery(tokens=args.tokens, users=args.batch, kv_dtype=args.kv_dtype,
+                     engine=engine_with_release(args.engine, args.engine_version), tp=args.tp,
+                     settings=settings_from_args(args, tp=args.tp))
+    result = kv_cache(make_plan(arch, None, query))
     if args.json:
         payload = result.model_dump()
         payload["layers"] = {k: v.model_dump() for k, v in result.layers.items()}
@@ -333,7 +343,8 @@ def cmd_kv(args: argparse.Namespace) -> int:
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
-    from kvplan.capacity import FitQuery, fit
+    from kvplan.capacity import fit
+    from kvplan.plan import FitQuery, make_plan
     from kvplan.presets import get_gpu
 
     arch = _load_arch(args)
@@ -345,7 +356,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
                      reserve_terms=_reserve_terms(args),
                      kv_cache_memory_bytes=args.kv_cache_memory_bytes,
                      settings=settings_from_args(args, tp=args.tp, pp=args.pp))
-    result = fit(arch, gpu, query)
+    plan = make_plan(arch, gpu, query)
+    result = fit(plan)
     status = 1 if args.check and not result.fits else 0
     checkpoint = _checkpoint_report(args, arch, query)
     if args.json:
@@ -383,7 +395,10 @@ def cmd_fit(args: argparse.Namespace) -> int:
         per_request = (f" ({result.blocks_per_request:,} per request)"
                        if result.blocks_per_request is not None else "")
         print(f"Blocks:            {result.num_blocks:,} × {result.block_size} tokens{per_request}")
-    if get_engine(result.engine).logs_kv_cache:
+    print("Memory ledger per GPU (heaviest pipeline stage):")
+    for term in result.ledger:
+        print(f"  {term['name']:32s} {human(term['bytes'])}: {term['formula']} [{term['source']}]")
+    if plan.engine.logs_kv_cache:
         print(f"vLLM would log:    {result.vllm_log}")
     print(f"Requests of {result.tokens:,} tokens that fit: {result.max_requests:,} per replica, "
           f"{result.max_requests_all_replicas:,} in all")
@@ -401,7 +416,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
     return status
 
 
-def _checkpoint_report(args: argparse.Namespace, arch, query) -> dict | None:
+def _checkpoint_report(args: argparse.Namespace, arch: ModelArch, query: FitQuery) -> dict[str, Any] | None:
     """Headers read with --checkpoint/--hf-id, compared with the config-derived estimate."""
     from kvplan.checkpoint import compare
     from kvplan.weights import weights_per_gpu
@@ -433,13 +448,14 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 def cmd_gpus(args: argparse.Namespace) -> int:
+    from kvplan.plan import resolve_engine
     from kvplan.presets import gpus
 
     if args.json:
         print(json.dumps([g.model_dump() for g in gpus().values()]))
         return 0
     for gpu in gpus().values():
-        cap = get_engine(DEFAULT_ENGINE).capacity(gpu)
+        cap = resolve_engine(DEFAULT_ENGINE).capacity(gpu)
         print(f"{gpu.id:16s} {gpu.name:32s} {gpu.capacity_bytes / GIB:8.2f} GiB "
               f"({gpu.capacity_bytes / 1e9:7.2f} GB)  CUDA {cap.bytes / GIB:7.2f} GiB ({cap.status})  "
               f"{gpu.bandwidth_tbps:5.2f} TB/s  {gpu.bf16_tflops:7.1f} TFLOPS")
@@ -456,12 +472,12 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from kvplan.calibrate import MAX_LOG_BYTES, calibrate, parse_vllm_log
-    from kvplan.capacity import FitQuery
     from kvplan.engines import log_engine
     from kvplan.files import read_limited
+    from kvplan.plan import FitQuery, make_plan, resolve_engine
     from kvplan.presets import get_gpu
 
-    if not get_engine(args.engine).logs_kv_cache:
+    if not resolve_engine(args.engine).logs_kv_cache:
         raise KVPlanError("calibrate.engine", why=f"engine '{args.engine}' is not vLLM")
     raw = read_limited(args.log, MAX_LOG_BYTES, "calibrate.too_large")
     log = parse_vllm_log(raw)
@@ -471,7 +487,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                      engine=engine_with_release(log_engine(), args.engine_version), tp=args.tp,
                      pp=args.pp, reserve_gib=args.reserve_gib, reserve_terms=_reserve_terms(args),
                      settings=settings_from_args(args, tp=args.tp, pp=args.pp))
-    result = calibrate(arch, gpu, query, log)
+    result = calibrate(make_plan(arch, gpu, query), log)
     if args.json:
         print(result.model_dump_json())
         return 0
@@ -481,7 +497,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     def row(label: str, logged: object, predicted: object, reproduced: object) -> None:
         print(f"  {label:26s} {logged!s:>16s} {predicted!s:>16s} {reproduced!s:>16s}")
 
-    def fmt(value, spec: str = ",") -> str:
+    def fmt(value: object, spec: str = ",") -> str:
         return "—" if value is None else format(value, spec)
 
     row("", "logged", "predicted", "with logged mem")
@@ -514,9 +530,10 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _calibrated(args: argparse.Namespace, arch, engine: str, settings) -> tuple[str, float] | None:
+def _calibrated(args: argparse.Namespace, arch: ModelArch, engine: str,
+                settings: EngineSettings) -> tuple[str, float] | None:
     """(accelerator, efficiency factor) solved from the ``--measured-*`` run, if one was given."""
-    from kvplan.capacity import FitQuery
+    from kvplan.plan import FitQuery, make_plan
     from kvplan.presets import get_gpu
     from kvplan.recommend import calibrate_efficiency
 
@@ -530,7 +547,7 @@ def _calibrated(args: argparse.Namespace, arch, engine: str, settings) -> tuple[
                     weight_dtype=None if wd == "auto" else wd, reserve_gib=args.reserve_gib,
                     settings=settings.model_copy(update={"tp": args.measured_tp}))
     kind: Literal["decode", "prefill"] = "decode" if args.measured_tokens_per_s is not None else "prefill"
-    factor = calibrate_efficiency(arch, get_gpu(args.measured_gpu), base, measured, kind,
+    factor = calibrate_efficiency(make_plan(arch, get_gpu(args.measured_gpu), base), measured, kind,
                                   args.measured_batch, args.measured_prompt, args.measured_context)
     if factor > 1:
         raise KVPlanError("recommend.calibrate", detail=f"the measured run beats the bound (e = {factor:.3g} "
@@ -541,8 +558,8 @@ def _calibrated(args: argparse.Namespace, arch, engine: str, settings) -> tuple[
 def cmd_recommend(args: argparse.Namespace) -> int:
     import json as _json
 
-    from kvplan.capacity import FitQuery
     from kvplan.engines import DEFAULT_ENGINE
+    from kvplan.plan import FitQuery, make_plan
     from kvplan.recommend import (
         RecommendQuery,
         failure_counts,
@@ -585,8 +602,8 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         max_total_gpus=args.max_total_gpus, tp=args.tp, pp=args.pp, expert_parallel=not args.no_ep,
         kv_dtypes=args.kv_dtypes, weight_dtypes=args.weight_dtypes, prices=dict(args.price),
         efficiency=efficiency, default_efficiency=args.default_efficiency)
-    base = FitQuery(engine=engine, reserve_gib=args.reserve_gib, settings=settings)
-    rec = recommend(arch, query, base, workload)
+    plan = make_plan(arch, None, FitQuery(engine=engine, reserve_gib=args.reserve_gib, settings=settings))
+    rec = recommend(plan, query, workload)
     model: dict[str, object] = {"model": args.model}
     if args.model is None:
         model = {"model": CUSTOM_MODEL,
@@ -608,7 +625,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
             "message": rec.message, "table": rows, "formulas": rec.formulas, "efficiency": efficiency,
             "assumptions": rec.assumptions, "notes": rec.notes}))
         return 0
-    print(f"{arch.name} · {get_engine(engine).label} · targets TTFT ≤ {ttft:g} ms, TPOT ≤ {tpot:g} ms "
+    print(f"{arch.name} · {plan.engine.label} · targets TTFT ≤ {ttft:g} ms, TPOT ≤ {tpot:g} ms "
           f"({percentile}) · lengths: prompt {lengths.prompt:,}, context {lengths.context:,} tokens")
     print(f"{len(rec.table):,} candidates, {int(rec.table['feasible'].sum()):,} feasible; failing: "
           + ", ".join(f"{k} {v:,}" for k, v in failure_counts(rec).items()))

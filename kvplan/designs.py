@@ -21,12 +21,15 @@ Recurrent and cache-free layers are kept as they are in every variant.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import pandas as pd
 
 from kvplan.arch import MLA, Attention, LayerSpec, ModelArch
 from kvplan.errors import KVPlanError
+
+if TYPE_CHECKING:
+    from kvplan.plan import Plan
 
 DEFAULT_SWA_WINDOW = 4096
 DEFAULT_MLA_RANK = 512
@@ -162,25 +165,25 @@ def assumptions(arch: ModelArch, swa_window: int = DEFAULT_SWA_WINDOW,
     ]
 
 
-def design_table(arch: ModelArch, gpu, query, swa_window: int = DEFAULT_SWA_WINDOW,
+def design_table(plan: Plan, swa_window: int = DEFAULT_SWA_WINDOW,
                  kv_lora_rank: int = DEFAULT_MLA_RANK,
                  qk_rope_head_dim: int = DEFAULT_MLA_ROPE) -> pd.DataFrame:
     """Per design: KV bytes per token (full length), KV per request and requests that fit.
 
-    ``query`` is a :class:`kvplan.capacity.FitQuery`; its engine and ``kv_dtype`` apply to every design.
+    The plan's engine, ``kv_dtype`` and layout apply to every design (``Plan.vary(arch=…)``).
     """
     from kvplan.capacity import fit
     from kvplan.sizing import full_length_bytes_per_token, kv_cache
 
+    query = plan.query
     rows = []
-    for key, variant in variants(arch, swa_window, kv_lora_rank, qk_rope_head_dim).items():
-        row: dict = {"design": key, "label": DESIGNS[key], "model": variant.name,
-                     "kv_dtype": query.kv_dtype, "engine": query.engine, "tokens": query.tokens}
+    for key, variant in variants(plan.arch, swa_window, kv_lora_rank, qk_rope_head_dim).items():
+        row: dict[str, Any] = {"design": key, "label": DESIGNS[key], "model": variant.name,
+                               "kv_dtype": query.kv_dtype, "engine": query.engine, "tokens": query.tokens}
         try:
-            engine = query.engine
-            row["kv_bytes_per_token"] = full_length_bytes_per_token(variant, query.kv_dtype, engine)
-            row["kv_bytes_at_tokens"] = kv_cache(variant, query.tokens, 1, query.kv_dtype, engine).kv_bytes
-            result = fit(variant, gpu, query, search_gpus=False)
+            row["kv_bytes_per_token"] = full_length_bytes_per_token(plan.model_only(variant))
+            row["kv_bytes_at_tokens"] = kv_cache(plan.model_only(variant)).kv_bytes
+            result = fit(plan.vary(arch=variant), search_gpus=False)
             row.update(kv_bytes_per_request=result.kv_bytes_per_request,
                        kv_budget_bytes=result.kv_budget_bytes, max_requests=result.max_requests,
                        fits=result.fits, error="")

@@ -12,7 +12,7 @@ import pandas as pd
 
 from kvplan.arch import ModelArch
 from kvplan.capacity import weight_bytes, weights_read_bytes
-from kvplan.engines import HF_ENGINE, STATIC_ENGINE, EngineSettings, QuantizedCacheModel, engine_view
+from kvplan.engines import HF_DYNAMIC, HF_STATIC, EngineSettings, QuantizedCacheModel
 from kvplan.errors import KVPlanError
 from kvplan.flops import FORMULA, step_flops, transient_bytes
 from kvplan.presets import GPU
@@ -42,7 +42,7 @@ def compare(arch: ModelArch, gpu: GPU, prompt_tokens: int, new_tokens: int,
     before = np.where(k == 0, 0, after - 1)
     processed = np.where(k == 0, prompt_tokens, 1)
     act_cached = transient_bytes(arch, processed)
-    view = engine_view(arch, HF_ENGINE, kv_dtype)
+    view = HF_DYNAMIC.view(arch, kv_dtype)
     states = view.state_bytes
     per_tok_full = view.token_bytes
     notes: list[str] = [FORMULA, "time and memory are lower bounds (peak FLOPS and bandwidth, "
@@ -105,8 +105,8 @@ def compare(arch: ModelArch, gpu: GPU, prompt_tokens: int, new_tokens: int,
         notes.append(f"offloaded: all attention layers cross the {link:g} GB/s host link once "
                      "per step; GPU keeps 2 layers (current + prefetched)")
     max_len = prompt_tokens + new_tokens
-    static_bytes = float(engine_view(arch, STATIC_ENGINE, kv_dtype,
-                                     EngineSettings(max_cache_len=max_len)).held_bytes(np.asarray([1]))[0])
+    static_bytes = float(HF_STATIC.view(arch, kv_dtype,
+                                        EngineSettings(max_cache_len=max_len)).held_bytes(np.asarray([1]))[0])
     add("static", cached_f, np.full(new_tokens, w_read + static_bytes),
         w_res + static_bytes + act_cached, kv=np.full(new_tokens, static_bytes))
     notes.append(f"static: max_cache_len = P + N = {max_len:,} pre-allocated; attention reads "

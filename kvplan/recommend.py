@@ -40,10 +40,10 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
 from kvplan.arch import ModelArch
-from kvplan.capacity import FitQuery, engine_settings, make_pool, memory_budget
-from kvplan.engines import EngineSettings, KVPool, get_engine
+from kvplan.engines import EngineSettings, KVPool
 from kvplan.errors import KVPlanError
 from kvplan.flops import prefill_decode_flops
+from kvplan.plan import FitQuery, Plan, memory_budget
 from kvplan.presets import GPU, get_gpu, gpus
 from kvplan.serving import MLPERF_BOUNDS, LengthDist, Workload, sample_workload
 
@@ -185,10 +185,9 @@ def _check(query: RecommendQuery) -> None:
                 raise KVPlanError("value.range", field=f"{name} of {gpu_id}", low=0, high=top, value=value)
 
 
-def _layouts(arch: ModelArch, query: RecommendQuery, base: FitQuery) -> tuple[list[tuple[int, int, int]],
-                                                                                list[str]]:
+def _layouts(plan: Plan, query: RecommendQuery) -> tuple[list[tuple[int, int, int]], list[str]]:
     """(tp, pp, ep) replica layouts the engine allows within ``max_gpus`` GPUs per replica."""
-    engine = get_engine(base.engine)
+    arch, engine = plan.arch, plan.engine
     powers = [1 << i for i in range(11) if 1 << i <= query.max_gpus]
     tps = sorted({t for t in (query.tp or tuple(powers)) if 1 <= t <= query.max_gpus})
     out: list[tuple[int, int, int]] = []
@@ -293,13 +292,13 @@ def _price(gpu: GPU, query: RecommendQuery) -> float | None:
     return query.prices.get(gpu.id, gpu.price_per_hour)
 
 
-def recommend(arch: ModelArch, query: RecommendQuery, base: FitQuery,
-              workload: Workload | None = None) -> Recommendation:
+def recommend(plan: Plan, query: RecommendQuery, workload: Workload | None = None) -> Recommendation:
     """Every candidate's memory, bounds, replicas and cost; see the module docstring."""
     _check(query)
     lengths = workload_lengths(query, workload)
     gpu_list = _gpu_list(query)
-    layouts, notes = _layouts(arch, query, base)
+    arch, base = plan.arch, plan.query
+    layouts, notes = _layouts(plan, query)
     kv_dtypes = list(dict.fromkeys(query.kv_dtypes))
     wds = list(dict.fromkeys(query.weight_dtypes))
     n_total = len(gpu_list) * len(layouts) * len(kv_dtypes) * len(wds)
@@ -307,7 +306,7 @@ def recommend(arch: ModelArch, query: RecommendQuery, base: FitQuery,
         raise KVPlanError("recommend.empty", detail=_empty_detail(gpu_list, layouts, kv_dtypes, wds, notes))
     if n_total > MAX_CANDIDATES:
         raise KVPlanError("recommend.too_many", count=f"{n_total:,}", limit=MAX_CANDIDATES)
-    engine = get_engine(base.engine)
+    engine = plan.engine
     G, Y, K, W = len(gpu_list), len(layouts), len(kv_dtypes), len(wds)
     L = lengths.context
     ep_arr = np.array([ep for _, _, ep in layouts])
@@ -323,11 +322,10 @@ def recommend(arch: ModelArch, query: RecommendQuery, base: FitQuery,
     w_expert = np.zeros((Y, W))
     layout_queries: list[FitQuery] = []
     for y, (tp, pp, ep) in enumerate(layouts):
-        q = base.model_copy(update={"tp": tp, "pp": pp, "num_gpus": tp * pp, "users": 1, "tokens": L})
-        layout_queries.append(q)
+        layout_plan = plan.vary(gpu=ref, tp=tp, pp=pp, num_gpus=tp * pp, users=1, tokens=L)
+        layout_queries.append(layout_plan.query)
         for w, wd in enumerate(wds):
-            budget = memory_budget(arch, ref, q.model_copy(update={
-                "weight_dtype": None if wd == "auto" else wd}))
+            budget = memory_budget(layout_plan.vary(weight_dtype=None if wd == "auto" else wd))
             stages = list(budget.stage_weights)
             if ep > 1:
                 experts = budget.weights_total * expert_params // all_params
@@ -350,9 +348,9 @@ def recommend(arch: ModelArch, query: RecommendQuery, base: FitQuery,
     given = base.kv_cache_memory_bytes
     for g, gpu in enumerate(gpu_list):
         for y, (_, pp, _) in enumerate(layouts):
-            settings = engine.resolve_settings(own[y], L, gpu, arch)  # = capacity.engine_settings
+            settings = engine.resolve_settings(own[y], L, gpu, arch)  # = Plan.settings
             settings_of[g, y] = settings
-            total = engine.capacity(gpu).bytes  # = capacity.memory_budget
+            total = engine.capacity(gpu).bytes  # = plan.memory_budget
             reserve = engine.runtime_reserve(arch, gpu, settings, L).with_overrides(
                 base.reserve_terms, base.reserve_gib).total
             reserves[g, y] = reserve
@@ -386,9 +384,9 @@ def recommend(arch: ModelArch, query: RecommendQuery, base: FitQuery,
                 groups.setdefault((sig[g], gpu_keys[k][g]), []).append(g)
             for members in groups.values():
                 gpu = gpu_list[members[0]]
-                q = layout_queries[y].model_copy(update={"kv_dtype": kv_dtype})
                 try:
-                    pool = make_pool(arch, gpu, q, [1 << 40] * pp, [], settings_of[members[0], y])
+                    pool = engine.make_pool(arch, gpu, kv_dtype, settings_of[members[0], y],
+                                            [1 << 40] * pp, [])
                 except KVPlanError as exc:
                     refused[members, y, k] = True
                     notes.append(f"KV {kv_dtype}: {exc}")
@@ -572,19 +570,19 @@ def _assumptions(arch: ModelArch, query: RecommendQuery) -> list[str]:
 
 
 # ------------------------------------------------------------------------------- calibration
-def calibrate_efficiency(arch: ModelArch, gpu: GPU, base: FitQuery, measured: float,
-                         kind: Literal["decode", "prefill"], batch: int = 1, prompt_tokens: int = 1024,
-                         context_tokens: int = 2048) -> float:
+def calibrate_efficiency(plan: Plan, measured: float, kind: Literal["decode", "prefill"], batch: int = 1,
+                         prompt_tokens: int = 1024, context_tokens: int = 2048) -> float:
     """The efficiency factor one measured run implies.
 
     ``decode``: ``measured`` = decode tokens/s of a batch of ``batch`` at ``context_tokens``, so the
     step time is ``batch / measured`` and ``e = roofline / (step − comm)``. ``prefill``: ``measured`` =
     TTFT in ms of one ``prompt_tokens`` prompt, ``e = roofline / (TTFT − comm)``. The layout, formats
-    and engine are ``base``'s.
+    and engine are the plan's.
     """
+    arch = plan.arch
     if not (measured > 0 and math.isfinite(measured)) or batch < 1:
         raise KVPlanError("recommend.calibrate", detail="the measured figure and the batch must be positive")
-    terms = single_terms(arch, gpu, base, context_tokens, efficiency=1.0)
+    terms = single_terms(plan, context_tokens, efficiency=1.0)
     if kind == "decode":
         _, roof = decode_time(terms, np.asarray([batch]), decode_token_flops(arch, context_tokens))
         step = batch / measured
@@ -600,13 +598,13 @@ def calibrate_efficiency(arch: ModelArch, gpu: GPU, base: FitQuery, measured: fl
     return float(roof[0]) / compute
 
 
-def single_terms(arch: ModelArch, gpu: GPU, base: FitQuery, context_tokens: int,
-                 efficiency: float = 1.0) -> _Terms:
-    """The time-bound terms of one layout (``base``'s TP/PP, formats and engine; no EP)."""
-    q = base.model_copy(update={"tokens": context_tokens, "users": 1, "num_gpus": base.tp * base.pp})
-    settings = engine_settings(q, gpu, arch)
-    budget = memory_budget(arch, gpu, q, settings)
-    pool = make_pool(arch, gpu, q, budget.stage_budgets, [], settings)
+def single_terms(plan: Plan, context_tokens: int, efficiency: float = 1.0) -> _Terms:
+    """The time-bound terms of one layout (the plan's TP/PP, formats and engine; no EP)."""
+    arch, gpu, base = plan.arch, plan.device, plan.query
+    one_replica = plan.vary(tokens=context_tokens, users=1, num_gpus=base.tp * base.pp)
+    q = one_replica.query
+    budget = one_replica.budget
+    pool = one_replica.make_pool(budget.stage_budgets, [])
     top = max(budget.stage_weights)
     experts, params = expert_share(arch)
     w_expert = top * experts // params

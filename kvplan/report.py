@@ -30,7 +30,7 @@ from kvplan.config_import import MAX_DEPTH, json_depth
 from kvplan.errors import MESSAGES, KVPlanError, clip, csv_cell, plotly_text, short
 from kvplan.files import output_dir, read_limited, write_file
 from kvplan.png import TEMPLATE
-from kvplan.scenario import Scenario, check_names, scenario_arch, scenario_fit_query, scenario_gpu
+from kvplan.scenario import Scenario, check_names, scenario_plan
 
 GIB = 1 << 30
 MAX_SCENARIO_BYTES = 1_000_000
@@ -223,11 +223,12 @@ def fit_table(scenario: Scenario) -> pd.DataFrame:
     """One row per KV dtype: the memory split per GPU and how many requests fit."""
     from kvplan.capacity import fit
 
-    arch, gpu = scenario_arch(scenario), scenario_gpu(scenario)
+    plan = scenario_plan(scenario)
+    gpu = plan.device
     rows: list[dict[str, Any]] = []
     for dtype in scenario.kv_dtypes:
         try:
-            r = fit(arch, gpu, scenario_fit_query(scenario, dtype))
+            r = fit(plan.vary(kv_dtype=dtype))
         except KVPlanError as exc:
             rows.append({"kv_dtype": dtype, "note": str(exc)})
             continue
@@ -250,16 +251,14 @@ def fit_table(scenario: Scenario) -> pd.DataFrame:
 
 def kv_table(scenario: Scenario) -> pd.DataFrame:
     """KV cache held by ``users`` requests over a token range, one column per KV dtype (GiB)."""
-    from kvplan.capacity import engine_settings
     from kvplan.sizing import sweep, token_grid
 
-    arch = scenario_arch(scenario)
+    plan = scenario_plan(scenario)
     grid = token_grid(scenario.tokens, 16, max(scenario.tokens, 16), 48)
-    settings = engine_settings(scenario_fit_query(scenario), scenario_gpu(scenario), arch)
     frame = pd.DataFrame({"tokens": grid})
     for dtype in scenario.kv_dtypes:
         try:
-            swept = sweep(arch, grid, [scenario.users], [dtype], [scenario.engine], settings)
+            swept = sweep(plan, grid, [scenario.users], [dtype])
         except KVPlanError:
             continue
         frame[f"{dtype}_kv_gib"] = swept["kv_bytes"].to_numpy() / GIB
@@ -273,8 +272,8 @@ def gpu_table(scenario: Scenario) -> pd.DataFrame:
     from kvplan.presets import gpus
 
     catalogue = list(gpus().values())
-    swept = capacity_sweep(scenario_arch(scenario), catalogue, scenario.kv_dtypes,
-                           [scenario.tokens], [scenario.users], scenario_fit_query(scenario))
+    swept = capacity_sweep(scenario_plan(scenario), catalogue, scenario.kv_dtypes,
+                           [scenario.tokens], [scenario.users])
     frame = pd.DataFrame({"gpu": [g.id for g in catalogue], "gpu_name": [g.name for g in catalogue],
                           "gpu_memory_gib": [g.capacity_bytes / GIB for g in catalogue]})
     for dtype in scenario.kv_dtypes:

@@ -12,7 +12,7 @@ import base64
 import json
 import zlib
 from functools import lru_cache
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -21,6 +21,11 @@ from kvplan.engines import DEFAULT_ENGINE
 from kvplan.engines.settings import SETTINGS, EngineSettings, Setting
 from kvplan.errors import MESSAGES, clip, is_plain_int, short
 from kvplan.presets import CUSTOM_GPU_LIMITS
+
+if TYPE_CHECKING:
+    from kvplan.arch import ModelArch
+    from kvplan.plan import FitQuery, Plan
+    from kvplan.presets import GPU
 
 SCHEMA_VERSION = 1
 CUSTOM_GPU = "custom"
@@ -387,7 +392,7 @@ def check_names(scenario: Scenario) -> tuple[Scenario, list[str]]:
 
 
 @lru_cache(maxsize=64)
-def _custom_arch(key: str):
+def _custom_arch(key: str) -> ModelArch:
     from kvplan.config_import import parse_config
 
     config = json.loads(key)
@@ -396,12 +401,12 @@ def _custom_arch(key: str):
                         source="uploaded config.json (carried in the link)")
 
 
-def custom_arch(config: dict[str, Any]):
+def custom_arch(config: dict[str, Any]) -> ModelArch:
     """The ModelArch of an uploaded config, parsed once per distinct content."""
     return _custom_arch(json.dumps(config, sort_keys=True, separators=(",", ":"), default=str))
 
 
-def scenario_arch(scenario: Scenario):
+def scenario_arch(scenario: Scenario) -> ModelArch:
     """The scenario's model: the uploaded config for ``m=custom``, else the preset."""
     from kvplan.errors import KVPlanError
     from kvplan.presets import load_model
@@ -413,7 +418,7 @@ def scenario_arch(scenario: Scenario):
     return load_model(scenario.model)
 
 
-def scenario_gpu(scenario: Scenario):
+def scenario_gpu(scenario: Scenario) -> GPU:
     """The scenario's accelerator: a catalogue entry, or the user-defined one for ``g=custom``."""
     from kvplan.presets import custom_gpu, get_gpu
 
@@ -422,13 +427,12 @@ def scenario_gpu(scenario: Scenario):
     return get_gpu(scenario.gpu)
 
 
-def scenario_fit_query(scenario: Scenario, kv_dtype: str | None = None):
-    """The capacity question a scenario asks (``kvplan.capacity.FitQuery``) for one KV dtype —
-    the one mapping from URL state to a question, for the dashboard, the report, the CLI and the
-    serving view. The engine settings travel as one object; the engine keeps only its own knobs
-    (``Engine.own_settings``)."""
-    from kvplan.capacity import FitQuery
+def scenario_fit_query(scenario: Scenario, kv_dtype: str | None = None) -> FitQuery:
+    """The capacity question a scenario asks for one KV dtype — the one mapping from URL state to a
+    question, for the dashboard, the report, the CLI and the serving view. The engine settings
+    travel as one object; the engine keeps only its own knobs (``Engine.own_settings``)."""
     from kvplan.engines import engine_with_release
+    from kvplan.plan import FitQuery
 
     return FitQuery(
         tokens=scenario.tokens, users=scenario.users, kv_dtype=kv_dtype or scenario.kv_dtypes[0],
@@ -438,3 +442,10 @@ def scenario_fit_query(scenario: Scenario, kv_dtype: str | None = None):
         reserve_gib=scenario.reserve_gib, settings=scenario.engine_settings,
         reserve_terms=scenario.reserve_terms or None,
     )
+
+
+def scenario_plan(scenario: Scenario, kv_dtype: str | None = None) -> Plan:
+    """The plan of a scenario's question (``kvplan.plan.make_plan``: the engine resolved once)."""
+    from kvplan.plan import make_plan
+
+    return make_plan(scenario_arch(scenario), scenario_gpu(scenario), scenario_fit_query(scenario, kv_dtype))

@@ -30,20 +30,18 @@ from kvplan.arch import ModelArch
 from kvplan.capacity import weights_read_bytes
 from kvplan.dtypes import KVDType, get_dtype
 from kvplan.engines import (
-    DEFAULT_ENGINE,
-    HF_ENGINE,
+    HF_DYNAMIC,
+    HF_STATIC,
     REGISTRY,
-    STATIC_ENGINE,
     VLLM_DEFAULT_BLOCK_SIZE,
+    Engine,
     EngineSettings,
     QuantizedCacheModel,
     StateRule,
-    engine_view,
-    get_engine,
 )
 from kvplan.errors import KVPlanError, is_plain_int
 from kvplan.presets import GPU
-from kvplan.sizing import INT64_MAX, full_length_bytes_per_token
+from kvplan.sizing import INT64_MAX, token_bytes_of
 
 MAX_CSV_ROWS = 100_000
 MAX_CSV_BYTES = 8_000_000
@@ -247,7 +245,7 @@ def allocation_for_model(arch: ModelArch, workload: Workload, max_len: int, kv_d
                          snapshot: Snapshot = "in_flight",
                          seed: int = 0) -> AllocationResult:
     """``allocation_table`` for a model: bytes per token while every layer grows (full layers)."""
-    bpt = full_length_bytes_per_token(arch, kv_dtype, HF_ENGINE)
+    bpt = token_bytes_of(HF_DYNAMIC, arch, kv_dtype)
     current, final = in_flight_snapshot(workload, snapshot, seed)
     current = np.minimum(current, max_len)
     final = np.minimum(final, max_len)
@@ -298,7 +296,7 @@ def vllm_paper_workload(arch: ModelArch, n: int = 2000, seed: int = 0, sigma: fl
 # --------------------------------------------------------------------------------------------
 
 
-def shared_prefix_tokens(prefix_tokens: int, prompt_tokens: int, engine: str,
+def shared_prefix_tokens(prefix_tokens: int, prompt_tokens: int, engine: Engine,
                          block_size: int | None = None) -> int:
     """Tokens of a common prefix whose KV is physically shared.
 
@@ -307,7 +305,7 @@ def shared_prefix_tokens(prefix_tokens: int, prompt_tokens: int, engine: str,
     ``prompt − 1`` cap, at page granularity (``page_size`` 1 → token granular). HF: no sharing.
     The unit is the engine's (``Engine.shared_prefix_unit``).
     """
-    unit = get_engine(engine).shared_prefix_unit(block_size)
+    unit = engine.shared_prefix_unit(block_size)
     if unit is None:
         return 0
     usable = max(min(prefix_tokens, prompt_tokens - 1), 0)
@@ -330,7 +328,7 @@ class PrefixResult(BaseModel):
 
 
 def prefix_caching(arch: ModelArch, n_requests: int, prefix_tokens: int, prompt_tokens: int,
-                   output_tokens: int, engine: str = DEFAULT_ENGINE, kv_dtype: str = "bf16",
+                   output_tokens: int, engine: Engine, kv_dtype: str = "bf16",
                    block_size: int | None = None, points: int | None = None) -> PrefixResult:
     """Memory of ``N`` concurrent requests sharing a ``P``-token prefix, with and without sharing.
 
@@ -340,12 +338,12 @@ def prefix_caching(arch: ModelArch, n_requests: int, prefix_tokens: int, prompt_
     holds at most that many evenly spaced ``N`` (always 1 and ``n_requests``; both columns are
     linear in ``N``, so nothing between the samples is lost). Bytes beyond int64 stay exact.
     """
-    sharing_unit = get_engine(engine).shared_prefix_unit(block_size)
+    sharing_unit = engine.shared_prefix_unit(block_size)
     if prefix_tokens > prompt_tokens:
         raise KVPlanError("value.range", field="prefix tokens", low=0, high=prompt_tokens,
                           value=prefix_tokens)
     unit = sharing_unit or 1
-    bpt = full_length_bytes_per_token(arch, kv_dtype, engine if sharing_unit else HF_ENGINE)
+    bpt = token_bytes_of(engine if sharing_unit else HF_DYNAMIC, arch, kv_dtype)
     total = prompt_tokens + output_tokens
     slots = -(-total // unit) * unit
     shared = shared_prefix_tokens(prefix_tokens, prompt_tokens, engine, unit)
@@ -361,13 +359,13 @@ def prefix_caching(arch: ModelArch, n_requests: int, prefix_tokens: int, prompt_
     curve = pd.DataFrame({"requests": n, "without_sharing_bytes": without,
                           "with_sharing_bytes": with_})
     assumptions = [
-        f"{engine}: sharing unit {unit} token(s); the last prompt token is always recomputed",
+        f"{engine.id}: sharing unit {unit} token(s); the last prompt token is always recomputed",
         f"{bpt:,} B per token ({kv_dtype}, all layers growing; windowed layers not capped)",
         "every request's prompt starts with the same prefix; outputs are not shared",
     ]
     if sharing_unit is None:
         assumptions.append("transformers has no cross-request prefix cache: nothing is shared")
-    return PrefixResult(engine=engine, unit=unit, shared_tokens=shared, shared_blocks=shared // unit,
+    return PrefixResult(engine=engine.id, unit=unit, shared_tokens=shared, shared_blocks=shared // unit,
                         bytes_per_token=bpt, without_sharing_bytes=int(without[-1]),
                         with_sharing_bytes=int(with_[-1]),
                         saved_bytes=int(without[-1] - with_[-1]), curve=curve,
@@ -409,7 +407,7 @@ def offloading(arch: ModelArch, gpu: GPU, tokens: int, batch: int = 1, kv_dtype:
     link = link_gbps if link_gbps is not None else (gpu.host_link_gbps or 0.0)
     if link <= 0:
         raise KVPlanError("value.range", field="host link GB/s", low=1, high=10_000, value=link)
-    view = engine_view(arch, HF_ENGINE, kv_dtype)
+    view = HF_DYNAMIC.view(arch, kv_dtype)
     t = np.asarray([tokens], dtype=np.int64)
     per_layer: list[int] = []
     kept = 0
@@ -532,8 +530,8 @@ def static_cache(arch: ModelArch, lengths: np.ndarray, max_cache_len: int,
     """
     t = np.asarray(lengths, dtype=np.int64)
     settings = EngineSettings(max_cache_len=max_cache_len)
-    static = engine_view(arch, STATIC_ENGINE, kv_dtype, settings)
-    dynamic = engine_view(arch, HF_ENGINE, kv_dtype)
+    static = HF_STATIC.view(arch, kv_dtype, settings)
+    dynamic = HF_DYNAMIC.view(arch, kv_dtype)
     capped = np.minimum(t, max_cache_len)
     allocated = int(static.held_bytes(capped).sum())
     used = int(dynamic.held_bytes(capped).sum())
@@ -572,7 +570,7 @@ def roofline(arch: ModelArch, gpu: GPU, context_tokens: int, prompt_tokens: int,
     b = np.asarray(batches, dtype=np.int64)
     bw = gpu.bandwidth_tbps * 1e12
     w = weights_read_bytes(arch, weight_dtype) / tp
-    kv = int(engine_view(arch, HF_ENGINE, kv_dtype).held_bytes(np.asarray([context_tokens]))[0]) / tp
+    kv = int(HF_DYNAMIC.view(arch, kv_dtype).held_bytes(np.asarray([context_tokens]))[0]) / tp
     tpot = (w + b * kv) / bw
     ttft = prefill_flops(arch, prompt_tokens) / (gpu.bf16_tflops * 1e12 * tp)
     frame = pd.DataFrame({"batch": b, "tpot_ms": tpot * 1e3, "tokens_per_s": b / tpot,
@@ -596,20 +594,20 @@ def roofline(arch: ModelArch, gpu: GPU, context_tokens: int, prompt_tokens: int,
 # --------------------------------------------------------------------------------------------
 
 
-def window_explanations(arch: ModelArch, engines: tuple[str, ...] = tuple(REGISTRY),
+def window_explanations(arch: ModelArch, engines: tuple[Engine, ...] = tuple(REGISTRY.values()),
                         max_cache_len: int = 32768) -> list[dict[str, object]]:
     """Per engine and layer kind: where the cache stops growing (from ``kvplan.engines`` rules)."""
     rows: list[dict[str, object]] = []
     for engine in engines:
         try:
-            view = engine_view(arch, engine, "bf16", EngineSettings(max_cache_len=max_cache_len))
+            view = engine.view(arch, "bf16", EngineSettings(max_cache_len=max_cache_len))
         except KVPlanError as exc:
-            rows.append({"engine": engine, "kind": "", "layers": 0, "window": None,
+            rows.append({"engine": engine.id, "kind": "", "layers": 0, "window": None,
                          "behaviour": str(exc)})
             continue
         for rule in view.rules:
-            rows.append({"engine": engine, "kind": rule.kind, "layers": rule.layers,
-                         "window": rule.window, "behaviour": get_engine(engine).describe(rule)})
-        rows.extend({"engine": engine, "kind": "note", "layers": 0, "window": None,
+            rows.append({"engine": engine.id, "kind": rule.kind, "layers": rule.layers,
+                         "window": rule.window, "behaviour": engine.describe(rule)})
+        rows.extend({"engine": engine.id, "kind": "note", "layers": 0, "window": None,
                      "behaviour": note} for note in view.notes)
     return rows

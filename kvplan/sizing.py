@@ -13,11 +13,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 from pydantic import BaseModel
 
-from kvplan.arch import ModelArch
-from kvplan.engines import HF_ENGINE, EngineSettings, EngineView, get_engine
+from kvplan.engines import Engine, EngineSettings, EngineView
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from kvplan.arch import ModelArch
+    from kvplan.plan import Plan
 
 MAX_TOKENS = 100_000_000
 MAX_BATCH = 10_000_000
@@ -53,22 +55,17 @@ class KVResult(BaseModel):
     notes: list[str] = []
 
 
-def _settings_for(engine: str, tokens: int, settings: EngineSettings | None) -> EngineSettings:
-    return get_engine(engine).resolve_settings(settings or EngineSettings(), tokens)
-
-
-def kv_cache(arch: ModelArch, tokens: int, batch: int = 1, kv_dtype: str = "bf16",
-             engine: str = HF_ENGINE, settings: EngineSettings | None = None,
-             mla_block_size: int | None = None) -> KVResult:
-    """Exact KV bytes held by ``batch`` sequences of ``tokens`` tokens, with a per-kind breakdown.
+def kv_cache(plan: Plan) -> KVResult:
+    """Exact KV bytes held by ``plan.query.users`` sequences of ``plan.query.tokens`` tokens under the
+    plan's engine, KV dtype and settings, with a per-kind breakdown (one rank).
 
     ``reserved_bytes`` is what the engine sets aside (vLLM: whole block ids across its groups).
     """
-    settings = _settings_for(engine, tokens, settings)
-    handler = get_engine(engine)
-    view = handler.view(arch, kv_dtype, settings, mla_block_size=mla_block_size)
-    result = result_from_view(arch, view, tokens, batch)
-    pooled = handler.per_request_reserved_bytes(arch, view, kv_dtype, settings, tokens, mla_block_size)
+    tokens, batch = plan.query.tokens, plan.query.users
+    view = plan.specs
+    result = result_from_view(plan.engine, view, plan.arch.name, tokens, batch)
+    pooled = plan.engine.per_request_reserved_bytes(plan.arch, view, plan.query.kv_dtype, plan.settings,
+                                                    tokens, None)
     if pooled is not None:
         reserved, notes = pooled
         result = result.model_copy(update={"reserved_bytes": reserved * batch,
@@ -76,7 +73,8 @@ def kv_cache(arch: ModelArch, tokens: int, batch: int = 1, kv_dtype: str = "bf16
     return result
 
 
-def result_from_view(arch: ModelArch, view: EngineView, tokens: int, batch: int) -> KVResult:
+def result_from_view(engine: Engine, view: EngineView, model: str, tokens: int, batch: int) -> KVResult:
+    """The ``KVResult`` of ``batch`` sequences of ``tokens`` tokens from ``engine``'s cache specs."""
     t = np.asarray([tokens], dtype=np.int64)
     kinds: dict[str, KindBreakdown] = {}
     for rule in view.rules:
@@ -97,17 +95,22 @@ def result_from_view(arch: ModelArch, view: EngineView, tokens: int, batch: int)
     per_seq = total // batch if batch else 0
     per_token = per_seq / tokens if tokens else 0.0
     return KVResult(
-        model=arch.name, engine=view.engine, engine_label=get_engine(view.engine).label,
-        engine_release=get_engine(view.engine).release,
+        model=model, engine=view.engine, engine_label=engine.label, engine_release=engine.release,
         kv_dtype=view.dtype.name, tokens=tokens, batch=batch, kv_bytes=total,
         reserved_bytes=sum(k.reserved_bytes for k in kinds.values()),
         kv_bytes_per_token=int(per_token) if per_token == int(per_token) else per_token,
         layers=kinds, block_size=view.block_size, notes=list(view.notes))
 
 
-def full_length_bytes_per_token(arch: ModelArch, kv_dtype: str = "bf16", engine: str = HF_ENGINE) -> int:
-    """Bytes one token adds while every layer still grows (before any window caps it)."""
-    return get_engine(engine).view(arch, kv_dtype, _settings_for(engine, 1, None)).token_bytes
+def full_length_bytes_per_token(plan: Plan) -> int:
+    """Bytes one token adds while every layer still grows (before any window caps it): the model on
+    one unsplit rank with the engine's default settings, whatever the plan's layout."""
+    return token_bytes_of(plan.engine, plan.arch, plan.query.kv_dtype)
+
+
+def token_bytes_of(engine: Engine, arch: ModelArch, kv_dtype: str) -> int:
+    """``full_length_bytes_per_token`` for an engine object, model and KV dtype."""
+    return engine.view(arch, kv_dtype, engine.resolve_settings(EngineSettings(), 1)).token_bytes
 
 
 INT64_MAX = np.iinfo(np.int64).max
@@ -129,42 +132,38 @@ def exact_outer(per_sequence: np.ndarray, batch: np.ndarray) -> np.ndarray:
     return np.multiply.outer(per_sequence.astype(object), batch.astype(object)).ravel()
 
 
-def sweep(arch: ModelArch, tokens: Sequence[int] | np.ndarray, batch: Sequence[int] | np.ndarray = (1,),
-          kv_dtypes: Iterable[str] = ("bf16",), engines: Iterable[str] = (HF_ENGINE,),
-          settings: EngineSettings | None = None) -> pd.DataFrame:
-    """Vectorised grid over tokens × batch × dtype × engine: held and reserved bytes.
+def sweep(plan: Plan, tokens: Sequence[int] | np.ndarray, batch: Sequence[int] | np.ndarray = (1,),
+          kv_dtypes: Iterable[str] = ("bf16",)) -> pd.DataFrame:
+    """Vectorised grid over tokens × batch × dtype under the plan's engine and settings (resolved at
+    the plan's length): held and reserved bytes.
 
-    One numpy evaluation per (engine, dtype) over the whole tokens array; batch is an outer product.
+    One numpy evaluation per dtype over the whole tokens array; batch is an outer product.
     """
     import pandas as pd  # lazy: keeps ``import kvplan.sizing`` light
     t = np.asarray(tokens, dtype=np.int64).ravel()
     b = np.asarray(batch, dtype=np.int64).ravel()
     frames = []
-    for engine in engines:
-        for dtype in kv_dtypes:
-            view = get_engine(engine).view(arch, dtype, _settings_for(engine, int(t.max(initial=1)),
-                                                                      settings))
-            held = exact_outer(view.held_bytes(t), b)
-            reserved = exact_outer(view.reserved_bytes(t), b)
-            frames.append(pd.DataFrame({
-                "engine": engine, "kv_dtype": view.dtype.name,
-                "tokens": np.repeat(t, b.size), "batch": np.tile(b, t.size),
-                "kv_bytes": held, "reserved_bytes": reserved,
-            }))
+    for dtype in kv_dtypes:
+        view = plan.engine.view(plan.arch, dtype, plan.settings)
+        held = exact_outer(view.held_bytes(t), b)
+        reserved = exact_outer(view.reserved_bytes(t), b)
+        frames.append(pd.DataFrame({
+            "engine": plan.query.engine, "kv_dtype": view.dtype.name,
+            "tokens": np.repeat(t, b.size), "batch": np.tile(b, t.size),
+            "kv_bytes": held, "reserved_bytes": reserved,
+        }))
     return pd.concat(frames, ignore_index=True)
 
 
-def sweep_by_kind(arch: ModelArch, tokens: Sequence[int] | np.ndarray, kv_dtype: str = "bf16",
-                  engine: str = HF_ENGINE, batch: int = 1,
-                  settings: EngineSettings | None = None) -> pd.DataFrame:
-    """Held bytes per layer kind over a tokens array (for stacked charts): tokens × kind."""
+def sweep_by_kind(plan: Plan, tokens: Sequence[int] | np.ndarray) -> pd.DataFrame:
+    """Held bytes per layer kind of ``plan.query.users`` sequences over a tokens array (for stacked
+    charts): tokens × kind."""
     import pandas as pd
     t = np.asarray(tokens, dtype=np.int64).ravel()
-    view = get_engine(engine).view(arch, kv_dtype, _settings_for(engine, int(t.max(initial=1)), settings))
     columns: dict[str, np.ndarray] = {}
-    for rule in view.rules:
+    for rule in plan.specs.rules:
         columns[rule.kind] = columns.get(rule.kind, 0) + exact_outer(rule.held_bytes(t),
-                                                                     np.asarray([batch]))
+                                                                     np.asarray([plan.query.users]))
     frame = pd.DataFrame(columns)
     frame.insert(0, "tokens", t)
     return frame

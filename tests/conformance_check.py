@@ -24,6 +24,7 @@ from typing import Any
 from kvplan.config_import import parse_config
 from kvplan.errors import KVPlanError
 from kvplan.sizing import kv_cache
+from tests.plans import kv_plan
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "conformance"
 #: torch dtype names of the fixtures → kvplan format names.
@@ -69,7 +70,7 @@ def _with_dtype(config: dict[str, Any], torch_dtype: str) -> dict[str, Any]:
 
 
 def _kv_bytes(arch: Any, length: int, batch: int, dtype: str) -> int:
-    return kv_cache(arch, length, batch, kv_dtype=dtype, engine="hf").kv_bytes
+    return kv_cache(kv_plan(arch, length, batch, kv_dtype=dtype, engine="hf")).kv_bytes
 
 
 def check(fixture: dict[str, Any]) -> Verdict:

@@ -11,35 +11,37 @@ from kvplan.capacity import FitQuery, capacity_sweep, fit
 from kvplan.designs import assumptions, variants
 from kvplan.engines import DEFAULT_ENGINE, ENGINES
 from kvplan.errors import KVPlanError
+from kvplan.plan import make_plan
 from kvplan.presets import get_gpu, load_model
 from kvplan.sizing import full_length_bytes_per_token
 from tests.cli_helpers import run_cli
+from tests.plans import kv_plan
 
 
 def test_llama2_7b_beyond_its_context_limit_does_not_fit() -> None:
     """Llama-2-7B: max_position_embeddings 4,096. At 32,768 tokens on an H200 the pool still holds
     7 requests (14,799 blocks // 2,048 per request), but vLLM refuses --max-model-len 32768:
     fits is False, the reason names VLLM_ALLOW_LONG_MAX_MODEL_LEN, the change is ≤ 4,096 tokens."""
-    result = fit(load_model("llama-2-7b"), get_gpu("h200"), FitQuery(tokens=32768))
+    result = fit(make_plan(load_model("llama-2-7b"), get_gpu("h200"), FitQuery(tokens=32768)))
     assert (result.max_requests, result.context_limit, result.fits) == (7, 4096, False)
     assert "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1" in result.reason
     assert ("context limit of 4,096 (max_position_embeddings 4,096; vLLM v0.33 "
             "_get_and_verify_max_len)") in result.reason
     assert result.suggestion == "use at most 4,096 tokens per request"
-    at_limit = fit(load_model("llama-2-7b"), get_gpu("h200"), FitQuery(tokens=4096))
+    at_limit = fit(make_plan(load_model("llama-2-7b"), get_gpu("h200"), FitQuery(tokens=4096)))
     assert (at_limit.fits, at_limit.reason, at_limit.suggestion) == (True, "", "")
 
 
 def test_sglang_names_its_own_override() -> None:
-    result = fit(load_model("llama-2-7b"), get_gpu("h200"), FitQuery(tokens=8192, engine="sglang"))
+    result = fit(make_plan(load_model("llama-2-7b"), get_gpu("h200"), FitQuery(tokens=8192, engine="sglang")))
     assert not result.fits
     assert "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1" in result.reason
 
 
 def test_capacity_sweep_refuses_lengths_beyond_the_limit() -> None:
     """4,096 fits (7 × 4,096-token requests need far less than the budget); 4,097 does not."""
-    frame = capacity_sweep(load_model("llama-2-7b"), [get_gpu("h200")], ["bf16"], [4096, 4097], [1],
-                           FitQuery())
+    frame = capacity_sweep(make_plan(load_model("llama-2-7b"), None, FitQuery()), [get_gpu("h200")], ["bf16"],
+                           [4096, 4097], [1])
     assert frame["fits"].tolist() == [True, False]
     assert frame["max_requests"].tolist()[1] > 0  # the pool would hold it; the engine refuses it
 
@@ -53,22 +55,23 @@ def test_70b_on_8_gpus_with_tp1_suggests_tp4() -> None:
     5,235,554,223 B // 2,621,440 B per block = 1,997 blocks < 2,048 per 32,768-token request (the
     longest request is 1,996 usable blocks × 16 = 31,936 tokens). TP=4 is the smallest layout —
     and the 8 GPUs allow it (2 replicas)."""
-    two = fit(load_model("llama-3.1-70b"), get_gpu("h100-sxm"), FitQuery(tokens=32768, num_gpus=2, tp=2))
+    two = fit(make_plan(load_model("llama-3.1-70b"), get_gpu("h100-sxm"), FitQuery(tokens=32768, num_gpus=2,
+                                                                                   tp=2)))
     assert two.weights_fit and two.kv_budget_bytes == 5_235_554_223
     assert (two.num_blocks, two.max_requests, two.max_tokens_per_request) == (1997, 0, 31_936)
-    result = fit(load_model("llama-3.1-70b"), get_gpu("h100-sxm"),
-                 FitQuery(tokens=32768, num_gpus=8, tp=1))
+    result = fit(make_plan(load_model("llama-3.1-70b"), get_gpu("h100-sxm"), FitQuery(tokens=32768,
+                                                                                      num_gpus=8, tp=1)))
     assert not result.weights_fit and not result.fits
     assert "141,107,412,992 B per GPU" in result.reason
     assert result.suggestion == "set TP=4 (your 8 GPUs allow it; 2 replica(s))"
-    one = fit(load_model("llama-3.1-70b"), get_gpu("h100-sxm"), FitQuery(tokens=32768, num_gpus=1))
+    one = fit(make_plan(load_model("llama-3.1-70b"), get_gpu("h100-sxm"), FitQuery(tokens=32768, num_gpus=1)))
     assert one.suggestion == "use 4 GPUs with TP=4"
     assert one.min_gpus_to_fit == 4
 
 
 def test_tp8_on_one_gpu_names_eight_gpus() -> None:
     with pytest.raises(KVPlanError) as err:
-        fit(load_model("llama-3.1-70b"), get_gpu("h100-sxm"), FitQuery(num_gpus=1, tp=8))
+        fit(make_plan(load_model("llama-3.1-70b"), get_gpu("h100-sxm"), FitQuery(num_gpus=1, tp=8)))
     assert str(err.value) == ("the GPU count 1 is not a multiple of tp × pp = 8: use 8 GPUs, or a "
                               "TP × PP that divides 1")
 
@@ -78,7 +81,8 @@ def test_too_many_users_names_each_smallest_change() -> None:
     test_capacity.test_llama31_8b_bf16_on_one_h100_at_32k derives: (28,753 − 1) // 2,048), the
     longest request for 100 users is 28,752 usable blocks // 100 = 287 blocks × 16 = 4,592 tokens,
     and TP=8 (8 GPUs) is the first layout for 100."""
-    result = fit(load_model("llama-3.1-8b"), get_gpu("h100-sxm"), FitQuery(tokens=32768, users=100))
+    result = fit(make_plan(load_model("llama-3.1-8b"), get_gpu("h100-sxm"), FitQuery(tokens=32768,
+                                                                                     users=100)))
     assert (result.max_requests, result.max_tokens_per_request) == (14, 4592)
     assert result.suggestion == ("at most 14 users or at most 4,592 tokens per request or 8 GPUs "
                                  "with TP=8")
@@ -91,7 +95,8 @@ def test_deepseek_v3_mha_variant_uses_the_real_head_dims() -> None:
     61 × (512 + 64) × 2 = 70,272 B."""
     arch = load_model("deepseek-v3")
     built = variants(arch)
-    per_token = {k: full_length_bytes_per_token(v, "bf16", "vllm") for k, v in built.items()}
+    per_token = {k: full_length_bytes_per_token(kv_plan(v, 1, kv_dtype="bf16", engine="vllm")) for k,
+                 v in built.items()}
     assert per_token["mha"] == 4_997_120
     assert per_token["gqa"] == 312_320
     assert per_token["real"] == per_token["mla"] == 70_272
@@ -103,7 +108,7 @@ def test_deepseek_v3_mha_variant_uses_the_real_head_dims() -> None:
 def test_llama_mha_variant_keeps_its_head_dim() -> None:
     """Llama-3.1-8B: 32 layers × 32 heads × (128 + 128) × 2 B = 524,288 B per token as MHA."""
     mha = variants(load_model("llama-3.1-8b"))["mha"]
-    assert full_length_bytes_per_token(mha, "bf16", "vllm") == 524_288
+    assert full_length_bytes_per_token(kv_plan(mha, 1, kv_dtype="bf16", engine="vllm")) == 524_288
 
 
 # ------------------------------------------------------------------------------------------ CLI

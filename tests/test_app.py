@@ -14,9 +14,10 @@ from kvplan.capacity import fit
 from kvplan.config_import import parse_config
 from kvplan.engines import ENGINES
 from kvplan.errors import MESSAGES, md
+from kvplan.plan import make_plan
 from kvplan.presets import load_model, model_presets
 from kvplan.report import named_scenario
-from kvplan.scenario import Scenario, scenario_fit_query, scenario_gpu
+from kvplan.scenario import Scenario, scenario_fit_query, scenario_gpu, scenario_plan
 from kvplan.ui.sidebar import VIEWS
 from kvplan.ui.theme import fmt_bytes
 
@@ -64,7 +65,7 @@ def exact(at: AppTest) -> dict[str, int]:
 
 def expected(scenario: Scenario, arch=None):
     arch = arch or load_model(scenario.model)
-    return fit(arch, scenario_gpu(scenario), scenario_fit_query(scenario))
+    return fit(make_plan(arch, scenario_gpu(scenario), scenario_fit_query(scenario)))
 
 
 def assert_matches(at: AppTest, scenario: Scenario, arch=None) -> None:
@@ -307,11 +308,9 @@ def test_lazy_boxes_send_no_widget_while_closed_and_keep_their_values():
     assert [c.value for c in at.sidebar.caption if "changed" in c.value] == [
         "Engine settings changed: " + md("gpu_memory_utilization (fraction) 0.8, "
                                          "Block size (tokens) 32, Prefix caching off")]
-    assert exact(at)["kv_per_request"] == fit(
-        load_model("llama-3.1-8b"), scenario_gpu(Scenario()),
-        scenario_fit_query(Scenario(tokens=4096, engine_settings={"gpu_util": 0.8, "block_size": 32,
-                                                                  "enable_prefix_caching": False}))
-    ).kv_bytes_per_request
+    asked = Scenario(tokens=4096, engine_settings={"gpu_util": 0.8, "block_size": 32,
+                                                   "enable_prefix_caching": False})
+    assert exact(at)["kv_per_request"] == fit(scenario_plan(asked)).kv_bytes_per_request
     open_boxes(at)
     rendered = {w.key for kind in ("number_input", "toggle", "selectbox", "text_input")
                 for w in at.get(kind)}
@@ -340,9 +339,9 @@ def test_engine_release_lives_in_the_engine_box_and_the_link():
     assert release != get_engine("vllm").release
     assert [c.value for c in at.sidebar.caption if "changed" in c.value] == [
         "Engine settings changed: " + md(f"release {release}")]
-    assert exact(at)["kv_budget"] == fit(
-        load_model("llama-3.1-8b"), scenario_gpu(Scenario()),
-        scenario_fit_query(Scenario(tokens=4096, engine_version="0.19"))).kv_budget_bytes
+    assert exact(at)["kv_budget"] == fit(make_plan(load_model("llama-3.1-8b"), scenario_gpu(Scenario()),
+                                                   scenario_fit_query(Scenario(tokens=4096,
+                                                                               engine_version="0.19")))).kv_budget_bytes
     open_boxes(at, "w_engine_box")
     assert at.selectbox(key="w_ev").value == "0.19"
     at.selectbox(key="w_ev").set_value("latest").run()
@@ -470,9 +469,10 @@ def test_recommend_tab_shows_chart_table_and_links_with_the_core_memory():
     assert len(at.get("plotly_chart")) == 1
     table = next(d.value for d in at.dataframe if "link" in d.value.columns)
     scenario = Scenario(model="llama-3.1-8b")
-    want = recommend(load_model("llama-3.1-8b"), RecommendQuery(
+    want = recommend(make_plan(load_model("llama-3.1-8b"), None, scenario_fit_query(scenario)),
+                     RecommendQuery(
         users=8, prompt={"kind": "fixed", "value": 1024}, output={"kind": "fixed", "value": 512},
-        kv_dtypes=("bf16", "fp8_e4m3")), scenario_fit_query(scenario)).ranked
+        kv_dtypes=("bf16", "fp8_e4m3"))).ranked
     first = table.iloc[0]
     assert (first["gpu"], first["max_requests"]) == (want.iloc[0]["gpu"], want.iloc[0]["max_requests"])
     params = dict(item.split("=", 1) for item in first["link"].lstrip("?").split("&"))

@@ -9,6 +9,7 @@ from test_app import make_app, metric, no_errors, open_boxes, unmd
 from test_checkpoint import gpt_oss_tensors, hub  # noqa: F401  (hub is a fixture)
 
 from kvplan.capacity import FitQuery, fit
+from kvplan.plan import make_plan
 from kvplan.presets import get_gpu, load_model
 from kvplan.ui.data import memory_per_gpu
 
@@ -34,13 +35,14 @@ def test_weights_card_names_the_format_and_splits_by_part():
 def test_weight_dtype_override_changes_the_card():
     at = make_app(m="gpt-oss-120b", g="h100-sxm", wd="bf16")
     no_errors(at)
-    bf16 = fit(load_model("gpt-oss-120b"), get_gpu("h100-sxm"), FitQuery(weight_dtype="bf16"))
+    bf16 = fit(make_plan(load_model("gpt-oss-120b"), get_gpu("h100-sxm"), FitQuery(weight_dtype="bf16")))
     assert f"exactly {bf16.weights_bytes:,} B" in metric(at, "Weights per GPU").help
 
 
 def test_memory_chart_data_stacks_weight_parts():
     """Per accelerator the weight parts add up to the weights per GPU."""
-    frame = memory_per_gpu(load_model("deepseek-v3"), FitQuery(tokens=4096, tp=8, num_gpus=8))
+    asked = FitQuery(tokens=4096, tp=8, num_gpus=8)
+    frame = memory_per_gpu(make_plan(load_model("deepseek-v3"), None, asked))
     ok = frame[frame["error"] == ""]
     parts = [c for c in ok.columns if c.startswith("weights_") and c != "weights_bytes"]
     assert {"weights_experts_bytes", "weights_attention_bytes", "weights_router_bytes"} <= set(parts)

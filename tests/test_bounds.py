@@ -15,9 +15,11 @@ import pytest
 from kvplan.capacity import FitQuery, fit
 from kvplan.dtypes import KV_DTYPE_CHOICES
 from kvplan.errors import KVPlanError
+from kvplan.plan import make_plan
 from kvplan.presets import get_gpu, load_model
 from kvplan.scenario import MAX_GPUS, MAX_TOKENS, MAX_USERS, Scenario
 from kvplan.sizing import MAX_BATCH, kv_cache, sweep
+from tests.plans import kv_plan
 
 HEAVY_MODELS = ["llama-3.1-405b", "kimi-k2", "deepseek-v3", "qwen3-next-80b-a3b", "jamba-1.5-mini",
                 "llama-4-scout", "gemma-3-27b", "gpt-oss-120b"]
@@ -54,7 +56,7 @@ def test_kv_cache_at_the_limits(model, engine):
     arch = load_model(model)
     for dtype in ALL_DTYPES:
         try:
-            result = kv_cache(arch, MAX_TOKENS, MAX_USERS, dtype, engine)
+            result = kv_cache(kv_plan(arch, MAX_TOKENS, MAX_USERS, dtype, engine))
         except KVPlanError as err:
             assert err.code in {"engine.dtype", "engine.unserved"}
             continue
@@ -68,7 +70,8 @@ def test_sweep_at_the_limits(model):
     tokens = np.unique(np.round(np.logspace(0, np.log10(MAX_TOKENS), 161)).astype(np.int64))
     # SGLang 0.5.23 cannot serve Jamba (resolve_transformers_arch): only the others sweep it
     engines = ["vllm", "hf-static"] + (["sglang"] if model != "jamba-1.5-mini" else [])
-    frame = sweep(arch, tokens, [1, MAX_USERS], ["bf16", "fp8_e4m3", "int4", "fp32"], engines)
+    frame = pd.concat([sweep(kv_plan(arch, int(tokens.max()), engine=engine), tokens, [1, MAX_USERS],
+                             ["bf16", "fp8_e4m3", "int4", "fp32"]) for engine in engines], ignore_index=True)
     assert len(frame) == tokens.size * 2 * 4 * len(engines)
     assert (frame["kv_bytes"] >= 0).all()
     # int64 must not wrap at 100M tokens × 10M users
@@ -86,7 +89,7 @@ def test_fit_at_the_limits(model, engine):
             query = FitQuery(tokens=MAX_TOKENS, users=MAX_USERS, num_gpus=MAX_GPUS, tp=tp, pp=pp,
                              engine=engine, kv_dtype="fp8_e4m3")
             try:
-                result = fit(arch, get_gpu(gpu), query)
+                result = fit(make_plan(arch, get_gpu(gpu), query))
             except KVPlanError as err:
                 assert err.code.startswith("parallel.") or err.code in {"engine.dtype",
                                                                         "engine.unserved"}
@@ -112,12 +115,13 @@ def test_dashboard_tables_at_the_limits(model):
     query = FitQuery(tokens=scenario.tokens, users=scenario.users, num_gpus=scenario.num_gpus,
                      tp=scenario.tp, pp=scenario.pp, engine=scenario.engine,
                      kv_dtype=scenario.kv_dtypes[0])
-    frame, _errors = data.kv_vs_context(arch, gpu, query, scenario.kv_dtypes, log_x=True)
+    plan = make_plan(arch, gpu, query)
+    frame, _errors = data.kv_vs_context(plan, scenario.kv_dtypes, log_x=True)
     _finite_frame(frame)
-    _finite_frame(data.kv_by_kind(arch, gpu, query, log_x=True))
-    results, _ = data.fits_per_dtype(arch, gpu, query, scenario.kv_dtypes)
+    _finite_frame(data.kv_by_kind(plan, log_x=True))
+    results, _ = data.fits_per_dtype(plan, scenario.kv_dtypes)
     _finite_frame(data.kv_vs_users(results, scenario.users))
-    _finite_frame(data.requests_grid(arch, query, scenario.kv_dtypes))
-    _finite_frame(data.context_users_grid(arch, gpu, query))
-    memory = data.memory_per_gpu(arch, query)
+    _finite_frame(data.requests_grid(plan, scenario.kv_dtypes))
+    _finite_frame(data.context_users_grid(plan))
+    memory = data.memory_per_gpu(plan)
     assert len(memory) > 0

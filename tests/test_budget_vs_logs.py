@@ -34,6 +34,7 @@ from kvplan.engines.vllm.memory import (
     SAMPLER_SORT_BYTES,
     capture_sizes,
 )
+from kvplan.plan import make_plan
 from kvplan.presets import get_gpu, load_model, model_presets
 
 LOGS = Path(__file__).parent / "fixtures" / "vllm_logs"
@@ -158,11 +159,12 @@ def _predicted_and_logged(log_id: str) -> tuple[float, float, str]:
     gpu = get_gpu(case.gpu)
     logged = data["logged"]
     if logged.get("gpu_kv_cache_size_tokens"):
-        return float(fit(arch, gpu, query).kv_pool_tokens), float(logged["gpu_kv_cache_size_tokens"]), \
+        return float(fit(make_plan(arch, gpu,
+                                   query)).kv_pool_tokens), float(logged["gpu_kv_cache_size_tokens"]), \
             "tokens"
     available = logged["available_kv_cache_memory_gib"]
     available = min(available) if isinstance(available, list) else available
-    return min(memory_budget(arch, gpu, query).stage_budgets) / GIB, float(available), "GiB"
+    return min(memory_budget(make_plan(arch, gpu, query)).stage_budgets) / GIB, float(available), "GiB"
 
 
 def test_every_v1_log_is_compared_or_explained():
@@ -187,7 +189,7 @@ def test_failed_start_ups_find_no_room_in_kvplan_either(log_id: str):
     case = CASES[log_id]
     arch = _arch(case.model, case.quantization)
     query = _query(case, _log(log_id)["settings"], arch)
-    result = fit(arch, get_gpu(case.gpu), query)
+    result = fit(make_plan(arch, get_gpu(case.gpu), query))
     assert result.max_requests == 0 and not result.fits
     predicted, logged, _unit = _predicted_and_logged(log_id)
     assert (round(predicted, 2), logged) == (-1.33, -1.44)
@@ -225,7 +227,7 @@ def test_calibrate_splits_the_implied_reserve_into_the_terms():
     log = parse_vllm_log(data["log_excerpt"])
     assert log.logged_terms == {"total_gpu_memory": 79.22, "non_torch": 1.79, "activation_peak": 1.26}
     query = FitQuery(tokens=8192, engine="vllm@0.6", gpu_util=0.9)
-    result = calibrate(load_model("llama-3.1-8b"), get_gpu("h100-sxm"), query, log)
+    result = calibrate(make_plan(load_model("llama-3.1-8b"), get_gpu("h100-sxm"), query), log)
     split = {row["name"]: row for row in result.implied_terms}
     assert list(split) == ["activation_peak", "non_torch", "unexplained"]
     assert split["activation_peak"]["implied_bytes"] == split["activation_peak"]["logged_bytes"] \
@@ -262,14 +264,14 @@ def test_runs_without_flashinfer_take_the_sort_sampler(log_id: str):
     arch = _arch(case.model, case.quantization)
     query = _query(case, data["settings"], arch)
     gpu = get_gpu(case.gpu)
-    terms = {t.name: t.bytes for t in memory_budget(arch, gpu, query).reserve_detail.terms}
+    terms = {t.name: t.bytes for t in memory_budget(make_plan(arch, gpu, query)).reserve_detail.terms}
     assert terms["activation_peak"] == SORT_SAMPLER[log_id]
     default = _with_sampler(query, None)
     _predicted, logged, unit = _predicted_and_logged(log_id)
     if unit == "tokens":
-        off = fit(arch, gpu, default).kv_pool_tokens - logged
+        off = fit(make_plan(arch, gpu, default)).kv_pool_tokens - logged
     else:
-        off = min(memory_budget(arch, gpu, default).stage_budgets) / GIB - logged
+        off = min(memory_budget(make_plan(arch, gpu, default)).stage_budgets) / GIB - logged
     assert abs(off) > TOLERANCE * abs(logged)
 
 
@@ -280,7 +282,7 @@ def test_log_13_is_not_explained():
     query = _query(LOG_13, _log("13")["settings"], arch)
     budgets = []
     for sampler in (True, False):
-        budget = memory_budget(arch, get_gpu(LOG_13.gpu), _with_sampler(query, sampler))
+        budget = memory_budget(make_plan(arch, get_gpu(LOG_13.gpu), _with_sampler(query, sampler)))
         budgets.append(round(min(budget.stage_budgets) / GIB, 2))
     assert budgets == [14.15, 9.95]
     assert _log("13")["logged"]["available_kv_cache_memory_gib"] == 8.11
@@ -297,8 +299,8 @@ def test_a_vendored_config_reproduces_the_logged_pool(log_id: str, engine: str):
     data = _log(log_id)
     arch = parse_config(json.loads((LOGS / data["config"]).read_text(encoding="utf-8")), name=log_id)
     log = parse_vllm_log(data["log_excerpt"])
-    result = calibrate(arch, get_gpu("a100-80gb-sxm"), FitQuery(tokens=log.max_model_len or 0,
-                                                                 engine=engine), log)
+    result = calibrate(make_plan(arch, get_gpu("a100-80gb-sxm"), FitQuery(tokens=log.max_model_len or 0,
+                                                                 engine=engine)), log)
     assert (result.bytes_per_block, result.logged_blocks_low, result.logged_blocks_high) == \
         (2_621_440, 2_666, 2_666)
     assert result.reproduced_kv_cache_tokens == data["logged"]["gpu_kv_cache_size_tokens"] == 42_656

@@ -23,6 +23,7 @@ from kvplan.calibrate import (
 )
 from kvplan.capacity import GIB, FitQuery, fit
 from kvplan.errors import MESSAGES, KVPlanError
+from kvplan.plan import make_plan
 from kvplan.presets import get_gpu, load_model
 
 logging.getLogger("streamlit.runtime.scriptrunner_utils.script_run_context").setLevel(logging.ERROR)
@@ -44,7 +45,7 @@ def log_of(result, prefix: str = "") -> str:
 
 
 def ten_gib() -> str:
-    result = fit(ARCH, H100, FitQuery(tokens=L, kv_cache_memory_bytes=10 * GIB))
+    result = fit(make_plan(ARCH, H100, FitQuery(tokens=L, kv_cache_memory_bytes=10 * GIB)))
     assert result.num_blocks == 5120 and result.bytes_per_block == BLOCK_BYTES
     assert result.blocks_per_request == 2048
     assert result.vllm_log == ("GPU KV cache size: 81,920 tokens, Maximum concurrency for "
@@ -136,7 +137,7 @@ def test_one_mebibyte_is_accepted():
 
 
 def test_calibration_reproduces_kvplans_own_log_exactly():
-    result = calibrate(ARCH, H100, FitQuery(tokens=L), parse_vllm_log(ten_gib()))
+    result = calibrate(make_plan(ARCH, H100, FitQuery(tokens=L)), parse_vllm_log(ten_gib()))
     assert result.bytes_per_block == BLOCK_BYTES and result.blocks_per_request == 2048
     assert result.logged_blocks_low == result.logged_blocks_high == 5120
     assert result.reproduced_num_blocks == 5120
@@ -146,7 +147,7 @@ def test_calibration_reproduces_kvplans_own_log_exactly():
     assert result.block_difference == 0 and result.agreement == "exact"
     # the prediction with the default reserve is kvplan's ordinary fit: 28,753 blocks
     # (test_capacity.test_llama31_8b_bf16_on_one_h100_at_32k), 28,753 / 2,048 × 32,768 = 460,048
-    plain = fit(ARCH, H100, FitQuery(tokens=L))
+    plain = fit(make_plan(ARCH, H100, FitQuery(tokens=L)))
     assert result.predicted_num_blocks == plain.num_blocks == 28_753
     assert result.predicted_kv_cache_tokens == plain.kv_pool_tokens == 460_048
     # implied reserve: target − weights − available, narrowed to the 5,120-block interval
@@ -161,7 +162,7 @@ def test_calibration_reproduces_kvplans_own_log_exactly():
     assert result.implied_reserve == (result.implied_reserve_bytes, target - weights - high_avail,
                                       target - weights - low_avail)
     # the suggested reserve makes kvplan's own budget give the logged blocks
-    again = fit(ARCH, H100, FitQuery(tokens=L, reserve_gib=result.suggested_reserve_gib))
+    again = fit(make_plan(ARCH, H100, FitQuery(tokens=L, reserve_gib=result.suggested_reserve_gib)))
     assert again.num_blocks == 5120 and again.kv_pool_tokens == 81_920
     for key in ("predicted", "logged_available", "logged_blocks", "implied_reserve",
                 "suggested_reserve", "reproduced", "agreement", "weights"):
@@ -175,9 +176,9 @@ def test_default_run_implies_the_default_reserve():
     the block count pins the implied reserve to [1,863,709,820, 1,865,806,971] B, which holds it;
     the split gives each term kvplan's value (the log prints none) and leaves the rest,
     −375,778 B (less than one 2,097,152-B block), unexplained."""
-    plain = fit(ARCH, H100, FitQuery(tokens=L))
+    plain = fit(make_plan(ARCH, H100, FitQuery(tokens=L)))
     assert plain.reserve_bytes == 1_865_134_174
-    result = calibrate(ARCH, H100, FitQuery(tokens=L), parse_vllm_log(log_of(plain)))
+    result = calibrate(make_plan(ARCH, H100, FitQuery(tokens=L)), parse_vllm_log(log_of(plain)))
     assert result.logged_blocks_low == result.logged_blocks_high == plain.num_blocks
     assert (result.implied_reserve_low_bytes, result.implied_reserve_high_bytes) == (
         1_863_709_820, 1_865_806_971)
@@ -194,15 +195,15 @@ def test_default_run_implies_the_default_reserve():
     shifted = log_of(plain).replace(f"{plain.kv_budget_bytes / GIB:.2f} GiB",
                                     f"{plain.kv_budget_bytes / GIB - 2:.2f} GiB")
     only_gib = "\n".join(line for line in shifted.splitlines() if "Available" in line)
-    moved = calibrate(ARCH, H100, FitQuery(tokens=L), parse_vllm_log(only_gib))
+    moved = calibrate(make_plan(ARCH, H100, FitQuery(tokens=L)), parse_vllm_log(only_gib))
     assert moved.agreement == "unknown" and moved.logged_blocks_low is None
     assert abs(moved.implied_reserve_bytes - (plain.reserve_bytes + 2 * GIB)) <= 0.005 * GIB + 1
 
 
 def test_tp_and_fp8_log_round_trip():
     query = FitQuery(tokens=8192, tp=2, kv_dtype="fp8_e4m3", reserve_gib=2.5)
-    made = fit(ARCH, H100, query)
-    result = calibrate(ARCH, H100, query.model_copy(update={"reserve_gib": None}),
+    made = fit(make_plan(ARCH, H100, query))
+    result = calibrate(make_plan(ARCH, H100, query.model_copy(update={"reserve_gib": None})),
                        parse_vllm_log(log_of(made)))
     assert result.implied_reserve_low_bytes <= int(2.5 * GIB) <= result.implied_reserve_high_bytes
     # fp8 at tp=2: a block is 512 KiB, so ±0.005 GiB is ±10 blocks; the re-run with the printed
@@ -211,25 +212,25 @@ def test_tp_and_fp8_log_round_trip():
     assert result.agreement in {"exact", "within_one_block", "within_rounding"}
     assert abs(result.block_difference) * result.bytes_per_block <= 0.005 * GIB
     assert result.logged_blocks_low == result.logged_blocks_high == made.num_blocks
-    again = fit(ARCH, H100, query.model_copy(update={"reserve_gib": result.suggested_reserve_gib}))
+    again = fit(make_plan(ARCH, H100, query.model_copy(update={"reserve_gib": result.suggested_reserve_gib})))
     assert again.num_blocks == made.num_blocks
 
 
 def test_mismatch_and_other_length_are_reported():
-    made = fit(ARCH, H100, FitQuery(tokens=L, kv_cache_memory_bytes=10 * GIB))
+    made = fit(make_plan(ARCH, H100, FitQuery(tokens=L, kv_cache_memory_bytes=10 * GIB)))
     text = log_of(made).replace("81,920 tokens", "163,840 tokens").replace("2.50x", "5.00x")
-    result = calibrate(ARCH, H100, FitQuery(tokens=L), parse_vllm_log(text))
+    result = calibrate(make_plan(ARCH, H100, FitQuery(tokens=L)), parse_vllm_log(text))
     assert result.agreement == "mismatch" and result.block_difference == 5120 - 10240
     assert not result.tokens_match and not result.concurrency_match
     assert any("disagree" in note for note in result.notes)
-    other = calibrate(ARCH, H100, FitQuery(tokens=4096), parse_vllm_log(ten_gib()))
+    other = calibrate(make_plan(ARCH, H100, FitQuery(tokens=4096)), parse_vllm_log(ten_gib()))
     assert other.tokens == L and any("max_model_len" in note for note in other.notes)
     assert other.agreement == "exact"
 
 
 def test_engine_must_be_vllm():
     with pytest.raises(KVPlanError) as info:
-        calibrate(ARCH, H100, FitQuery(tokens=L, engine="sglang"), parse_vllm_log(ten_gib()))
+        calibrate(make_plan(ARCH, H100, FitQuery(tokens=L, engine="sglang")), parse_vllm_log(ten_gib()))
     assert info.value.code == "calibrate.engine"
 
 
@@ -238,7 +239,7 @@ def test_vllm_log_model_is_optional_everywhere():
 
 
 def test_implied_reserve_needs_all_three_numbers():
-    result = calibrate(ARCH, H100, FitQuery(tokens=L), parse_vllm_log(ten_gib()))
+    result = calibrate(make_plan(ARCH, H100, FitQuery(tokens=L)), parse_vllm_log(ten_gib()))
     assert result.implied_reserve is not None
     for field in ("implied_reserve_bytes", "implied_reserve_low_bytes", "implied_reserve_high_bytes"):
         assert result.model_copy(update={field: None}).implied_reserve is None, field
@@ -322,7 +323,8 @@ def test_expander_pastes_a_log_and_sets_the_reserve():
     reproduced = dict(zip(frame["quantity"], frame["kvplan with the logged memory"], strict=True))
     assert logged["GPU KV cache size (tokens)"] == reproduced["GPU KV cache size (tokens)"] == "81,920"
     assert any("Implied runtime reserve" in m.value for m in at.markdown)
-    expected = calibrate(ARCH, H100, FitQuery(tokens=L), parse_vllm_log(REAL)).suggested_reserve_gib
+    expected = calibrate(make_plan(ARCH, H100, FitQuery(tokens=L)),
+                         parse_vllm_log(REAL)).suggested_reserve_gib
     button = at.button(key="calibrate_use_reserve")
     assert f"{expected:g} GiB" in button.label and not button.disabled
     button.click().run()
@@ -365,7 +367,7 @@ def test_every_releases_capacity_lines_and_the_loaded_weights_are_read():
     assert (v07.available_kv_gib, v07.num_gpu_blocks) == (3.59, 19609)
     assert negative.available_kv_gib == -2.14 and negative.model_loading_gib == 65.9651
     assert (weights_only.model_loading_gib, weights_only.kv_cache_tokens) == (64.38, None)
-    result = calibrate(load_model("gpt-oss-120b"), H100, FitQuery(tokens=8192), weights_only)
+    result = calibrate(make_plan(load_model("gpt-oss-120b"), H100, FitQuery(tokens=8192)), weights_only)
     assert result.logged_weights_bytes == round(64.38 * GIB) == 69_127_498_629
     assert "Model loading took 64.38 GiB" in result.formulas["weights_vs_log"]
 
@@ -459,11 +461,11 @@ def test_logged_tokens_are_inverted_with_the_release_formula(engine, tokens, low
     v0.20.1's formula the v0.19 line would give ≈ 86,000 blocks and contradict the concurrency)."""
     arch, gpu = load_model("gpt-oss-20b"), get_gpu("h100-sxm")
     query = FitQuery(tokens=32_768, engine=engine)
-    predicted = fit(arch, gpu, query)
+    predicted = fit(make_plan(arch, gpu, query))
     assert predicted.kv_pool_tokens == tokens
     log = parse_vllm_log(f"INFO [kv_cache_utils.py:1] GPU KV cache size: {tokens:,} tokens\n"
                          "INFO [kv_cache_utils.py:1] Maximum concurrency for 32,768 tokens per "
                          f"request: {predicted.max_concurrency:.2f}x\n")
-    result = calibrate(arch, gpu, query, log)
+    result = calibrate(make_plan(arch, gpu, query), log)
     assert (result.logged_blocks_low, result.logged_blocks_high) == (low, high)
     assert low <= predicted.num_blocks <= high and not result.notes

@@ -10,13 +10,14 @@ from kvplan.capacity import FitQuery, fit
 from kvplan.cli import main
 from kvplan.config_import import parse_config
 from kvplan.engines.sglang import sglang_mem_fraction_static
+from kvplan.plan import make_plan
 from kvplan.presets import get_gpu, load_model
 
 GIB = 1 << 30
 
 
 def run(model: str, gpu: str, **kw) -> object:
-    return fit(load_model(model), get_gpu(gpu), FitQuery(**kw))
+    return fit(make_plan(load_model(model), get_gpu(gpu), FitQuery(**kw)))
 
 
 def test_opt13b_on_a100_40gb_as_in_the_vllm_paper():
@@ -101,8 +102,8 @@ def test_gemma3_five_to_one_hybrid_groups():
     = 2,048 + 6 × 1,089 = 8,582 blocks; 20 GiB → 16,384 blocks; int(16,384 / 8,582 × 32,768) = 62,557.
     """
     arch = parse_config(GEMMA3_27B, params_total=27_000_000_000)
-    r = fit(arch, get_gpu("h100-sxm"), FitQuery(tokens=32768, kv_cache_memory_bytes=20 * GIB,
-                                                 max_num_batched_tokens=8192))
+    r = fit(make_plan(arch, get_gpu("h100-sxm"), FitQuery(tokens=32768, kv_cache_memory_bytes=20 * GIB,
+                                                 max_num_batched_tokens=8192)))
     assert (r.bytes_per_block, r.num_blocks, r.blocks_per_request) == (1_310_720, 16_384, 8_582)
     assert r.kv_pool_tokens == 62_557
     assert any("8 padding layers" in note for note in r.notes)
@@ -207,11 +208,11 @@ def test_capacity_sweep_agrees_with_fit_point_by_point(engine):
     tokens, users = [1, 1000, 4096, 32768], [1, 3, 50]
     query = FitQuery(engine=engine, max_num_batched_tokens=4096)
     dtypes = ["bf16", "fp8_e4m3"] if engine in {"vllm", "sglang"} else ["bf16", "fp32"]
-    frame = capacity_sweep(arch, chosen, dtypes, tokens, users, query)
+    frame = capacity_sweep(make_plan(arch, None, query), chosen, dtypes, tokens, users)
     assert len(frame) == 3 * 2 * 4 * 3
     for row in frame.sample(12, random_state=0).itertuples():
-        one = fit(arch, gpus()[row.gpu], query.model_copy(update={
-            "kv_dtype": row.kv_dtype, "tokens": row.tokens, "users": row.users}))
+        one = fit(make_plan(arch, gpus()[row.gpu], query.model_copy(update={
+            "kv_dtype": row.kv_dtype, "tokens": row.tokens, "users": row.users})))
         assert (row.max_requests, row.kv_bytes_per_request, row.fits) == \
             (one.max_requests, one.kv_bytes_per_request, one.fits)
 

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from kvplan.capacity import MAX_SEARCH_TOKENS, FitQuery, FitResult, fit
 from kvplan.errors import KVPlanError
+from kvplan.plan import make_plan
 from kvplan.presets import get_gpu, gpus, load_model, model_presets
 
 settings.register_profile("kvplan-props-default", max_examples=120, deadline=None,
@@ -52,7 +53,7 @@ def cases(draw, engines=ENGINES):
 
 def run(model: str, gpu: str, query: FitQuery) -> FitResult | None:
     try:
-        return fit(load_model(model), get_gpu(gpu), query)
+        return fit(make_plan(load_model(model), get_gpu(gpu), query))
     except KVPlanError:
         return None     # an invalid combination (tp vs heads, dtype vs engine): a clear error
 
@@ -148,7 +149,7 @@ def test_max_tokens_per_request_is_tight(case):
 
 def test_does_not_fit_reports_zeros_not_negatives():
     """405B in bf16 on one 24 GB card: weights alone do not fit; every number stays ≥ 0."""
-    result = fit(load_model("llama-3.1-405b"), get_gpu("rtx-4090"), FitQuery(tokens=4096))
+    result = fit(make_plan(load_model("llama-3.1-405b"), get_gpu("rtx-4090"), FitQuery(tokens=4096)))
     assert not result.weights_fit and not result.fits
     assert result.kv_budget_bytes == 0 and result.max_requests == 0
     assert result.max_tokens_per_request == 0

@@ -20,6 +20,7 @@ from cli_helpers import run_cli
 
 from kvplan.dtypes import KV_DTYPE_CHOICES, WEIGHT_DTYPES
 from kvplan.errors import MESSAGES, KVPlanError, short
+from kvplan.plan import make_plan
 from kvplan.presets import gpus
 
 # --------------------------------------------------------------------------- helpers
@@ -176,7 +177,7 @@ LLAMA_MIN = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64,
 
 def reach(code: str, tmp_path) -> str:
     """Reach ``code`` through a real entry point; returns the message the user sees."""
-    from kvplan.capacity import FitQuery, fit
+    from kvplan.capacity import FitQuery
     from kvplan.config_import import MAX_CONFIG_BYTES, parse_config
     from kvplan.presets import get_gpu, load_model
     from kvplan.scenario import Scenario
@@ -212,7 +213,7 @@ def reach(code: str, tmp_path) -> str:
     if code == "unknown.dtype":
         return cli_error(KV + ["--kv-dtype", "fp3"])
     if code == "unknown.engine":
-        return str(raises_code(code, fit, load_model("llama-2-7b"), get_gpu("h100-sxm"),
+        return str(raises_code(code, make_plan, load_model("llama-2-7b"), get_gpu("h100-sxm"),
                                FitQuery(engine="tensorrt")))
     if code == "unknown.scenario":
         from kvplan.report import load_scenario

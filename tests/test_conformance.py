@@ -17,6 +17,7 @@ from conformance_check import FIXTURES, check, fixture_paths, load
 from kvplan.config_import import SUPPORTED_MODEL_TYPES, VERIFIED_MODEL_TYPES, parse_config
 from kvplan.errors import KVPlanError
 from kvplan.sizing import kv_cache
+from tests.plans import kv_plan
 
 #: Types where kvplan prints a cache size transformers does not hold, with the reason. (The eight
 #: Mamba types — transformers keeps their SSM state in fp32 in bf16 runs — are fixed in kvplan's
@@ -219,7 +220,7 @@ def test_llama_fixture_by_hand():
             if m["mode"] == "prefill" and m["length"] == 40 and "dtype" not in m]
     assert m["bytes_by_role"] == {"k": 61_440, "v": 61_440}
     arch = parse_config(fixture["config"])
-    assert kv_cache(arch, 40, 2, kv_dtype="fp32", engine="hf").kv_bytes == 122_880
+    assert kv_cache(kv_plan(arch, 40, 2, kv_dtype="fp32", engine="hf")).kv_bytes == 122_880
 
 
 def test_gemma4_fixture_by_hand():
@@ -231,7 +232,7 @@ def test_gemma4_fixture_by_hand():
             if m["mode"] == "prefill" and m["length"] == 40 and "dtype" not in m]
     assert m["bytes_by_role"]["k"] + m["bytes_by_role"]["v"] == 682_240
     arch = parse_config(fixture["config"])
-    assert kv_cache(arch, 40, 2, kv_dtype="fp32", engine="hf").kv_bytes == 682_240
+    assert kv_cache(kv_plan(arch, 40, 2, kv_dtype="fp32", engine="hf")).kv_bytes == 682_240
 
 
 GEMMA4_31B_STYLE = {
@@ -249,7 +250,7 @@ def test_gemma4_global_keys():
     sliding 5 × 16 heads × 1,023 tokens × 256 × 2 B × 2 = 83,804,160;
     full 1 × 4 heads × 32,768 × 512 × 2 B × 2 = 268,435,456 → 352,239,616 B."""
     arch = parse_config(GEMMA4_31B_STYLE)
-    assert kv_cache(arch, 32_768, 1, kv_dtype="bf16", engine="hf").kv_bytes == 352_239_616
+    assert kv_cache(kv_plan(arch, 32_768, 1, kv_dtype="bf16", engine="hf")).kv_bytes == 352_239_616
     without_gate = parse_config({**GEMMA4_31B_STYLE, "attention_k_eq_v": False})
     full = [layer for layer in without_gate.layers if layer.kind == "full"]
     assert [(x.n_kv_heads, x.head_dim_k) for x in full] == [(16, 512)]

@@ -24,6 +24,7 @@ import pytest
 from kvplan.capacity import FitQuery, fit
 from kvplan.config_import import parse_config
 from kvplan.engines import get_engine
+from kvplan.plan import make_plan
 from kvplan.presets import get_gpu, load_model, model_presets
 
 ENGINES = ("hf", "vllm", "vllm@0.19", "sglang", "trtllm")
@@ -96,8 +97,8 @@ def test_fit_refuses_beyond_the_release_limit():
     """A 65,536-token request on the YaRN ×4 Qwen config: v0.19 derives 131,072 and serves it;
     v0.33 derives 32,768 and refuses, naming the derivation and the override."""
     arch = parse_config(CASES["yarn x4"][0])
-    old = fit(arch, get_gpu("h100-sxm"), FitQuery(tokens=65536, engine="vllm@0.19"))
-    new = fit(arch, get_gpu("h100-sxm"), FitQuery(tokens=65536, engine="vllm"))
+    old = fit(make_plan(arch, get_gpu("h100-sxm"), FitQuery(tokens=65536, engine="vllm@0.19")))
+    new = fit(make_plan(arch, get_gpu("h100-sxm"), FitQuery(tokens=65536, engine="vllm")))
     assert (old.context_limit, new.context_limit, new.fits) == (131072, 32768, False)
     assert old.fits is True
     assert new.reason.startswith("65,536 tokens exceed the model's context limit of 32,768 "

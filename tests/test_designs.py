@@ -7,8 +7,10 @@ import pytest
 from kvplan import designs
 from kvplan.arch import MLA, Attention, Recurrent
 from kvplan.capacity import FitQuery
+from kvplan.plan import make_plan
 from kvplan.presets import get_gpu, load_model
 from kvplan.sizing import full_length_bytes_per_token, kv_cache
+from tests.plans import kv_plan
 
 
 def test_llama2_7b_variants_bytes_per_token():
@@ -17,7 +19,8 @@ def test_llama2_7b_variants_bytes_per_token():
     arch = load_model("llama-2-7b")
     out = designs.variants(arch)
     assert list(out) == ["real", "mha", "gqa", "swa", "mla"]
-    per_token = {k: full_length_bytes_per_token(v, "bf16") for k, v in out.items()}
+    per_token = {k: full_length_bytes_per_token(kv_plan(v, 1, kv_dtype="bf16", engine="hf")) for k,
+                 v in out.items()}
     assert per_token["real"] == per_token["mha"] == per_token["gqa"] == 524_288
     assert per_token["mla"] == 32 * 576 * 2 == 36_864
     assert per_token["swa"] == 524_288  # same growth until the window caps it
@@ -29,8 +32,8 @@ def test_swa_plateaus_at_window():
     swa = designs.as_swa(arch, window=4096)
     assert all(isinstance(layer, Attention) for layer in swa.layers)
     assert {(layer.kind, layer.window) for layer in swa.layers} == {("sliding", 4096)}
-    long = kv_cache(swa, 100_000, kv_dtype="bf16", engine="hf").kv_bytes
-    assert long == kv_cache(swa, 50_000, kv_dtype="bf16", engine="hf").kv_bytes
+    long = kv_cache(kv_plan(swa, 100_000, kv_dtype="bf16", engine="hf")).kv_bytes
+    assert long == kv_cache(kv_plan(swa, 50_000, kv_dtype="bf16", engine="hf")).kv_bytes
     assert long == 32 * 2 * 8 * 128 * 2 * 4095
 
 
@@ -40,7 +43,7 @@ def test_gqa_keeps_real_heads_and_mha_uses_query_heads():
     mha = designs.as_mha(arch)
     assert {layer.n_kv_heads for layer in gqa.layers} == {8}
     assert {layer.n_kv_heads for layer in mha.layers} == {32}
-    assert full_length_bytes_per_token(mha, "bf16") == 4 * full_length_bytes_per_token(gqa, "bf16")
+    assert full_length_bytes_per_token(kv_plan(mha, 1)) == 4 * full_length_bytes_per_token(kv_plan(gqa, 1))
     assert gqa.params_total == arch.params_total and gqa.n_layers == arch.n_layers
 
 
@@ -49,8 +52,8 @@ def test_mla_model_gets_assumed_gqa_heads_and_real_latent():
     arch = load_model("deepseek-v2")
     assert designs.real_gqa_heads(arch) == 8
     out = designs.variants(arch)
-    assert full_length_bytes_per_token(out["real"], "bf16") == 69_120
-    assert full_length_bytes_per_token(out["mla"], "bf16") == 69_120
+    assert full_length_bytes_per_token(kv_plan(out["real"], 1, kv_dtype="bf16", engine="hf")) == 69_120
+    assert full_length_bytes_per_token(kv_plan(out["mla"], 1, kv_dtype="bf16", engine="hf")) == 69_120
     assert all(isinstance(layer, MLA) for layer in out["mla"].layers)
 
 
@@ -66,9 +69,9 @@ def test_design_table_matches_fit():
 
     arch, gpu = load_model("llama-3.1-8b"), get_gpu("h100-sxm")
     query = FitQuery(tokens=32768, users=8, kv_dtype="bf16", engine="vllm")
-    table = designs.design_table(arch, gpu, query).set_index("design")
+    table = designs.design_table(make_plan(arch, gpu, query)).set_index("design")
     assert list(table.index) == ["real", "mha", "gqa", "swa", "mla"]
-    assert table.loc["real", "max_requests"] == fit(arch, gpu, query).max_requests
+    assert table.loc["real", "max_requests"] == fit(make_plan(arch, gpu, query)).max_requests
     requests = table["max_requests"]
     assert requests["mha"] < requests["gqa"] <= requests["swa"]
     assert table.loc["mha", "kv_bytes_per_token"] == 32 * 2 * 32 * 128 * 2

@@ -20,8 +20,10 @@ from kvplan.engines import (
     recurrent_state_bytes,
 )
 from kvplan.errors import KVPlanError
+from kvplan.plan import make_plan
 from kvplan.presets import load_model
 from kvplan.sizing import kv_cache
+from tests.plans import kv_plan
 
 GIB = 1 << 30
 
@@ -43,7 +45,7 @@ def test_hf_full_dynamic_layer():
 
     Llama-3.1-8B: 2 × 8 kv heads × 128 × 2 B = 4,096 B/token/layer; 32 × 1,000 × 4,096 = 131,072,000.
     """
-    result = kv_cache(load_model("llama-3.1-8b"), 1000, engine="hf")
+    result = kv_cache(kv_plan(load_model("llama-3.1-8b"), 1000, engine="hf"))
     assert result.layers["full"].bytes_per_token_per_layer == 4096
     assert result.kv_bytes == 131_072_000
 
@@ -56,11 +58,11 @@ def test_hf_sliding_keeps_w_minus_1_gemma2_9b():
     T=3,000 (< W−1): every layer keeps 3,000 → 42 × 3,000 × 8,192 = 1,032,192,000 B.
     """
     arch = load_model("gemma-2-9b")
-    long = kv_cache(arch, 8192, engine="hf")
+    long = kv_cache(kv_plan(arch, 8192, engine="hf"))
     assert long.layers["sliding"].tokens_held_per_layer == 4095
     assert long.layers["sliding"].bytes == 21 * 4095 * 8192
     assert long.kv_bytes == 2_113_757_184
-    assert kv_cache(arch, 3000, engine="hf").kv_bytes == 1_032_192_000
+    assert kv_cache(kv_plan(arch, 3000, engine="hf")).kv_bytes == 1_032_192_000
 
 
 def test_hf_chunked_keeps_chunk_minus_1_llama4_scout():
@@ -70,7 +72,7 @@ def test_hf_chunked_keeps_chunk_minus_1_llama4_scout():
     Scout: 36 chunked + 12 NoPE full layers, 2 × 8 × 128 × 2 = 4,096 B/token/layer.
     T=32,768: 36 × 8,191 × 4,096 + 12 × 32,768 × 4,096 = 2,818,424,832 B.
     """
-    result = kv_cache(load_model("llama-4-scout"), 32768, engine="hf")
+    result = kv_cache(kv_plan(load_model("llama-4-scout"), 32768, engine="hf"))
     assert result.layers["chunked"].tokens_held_per_layer == 8191
     assert result.kv_bytes == 2_818_424_832
 
@@ -81,8 +83,8 @@ def test_hf_mla_latent_vs_legacy_expanded_deepseek_v3():
     128 × (192 + 128) × 2 = 81,920 B/token/layer. 61 layers × 1,000 tokens.
     """
     arch = load_model("deepseek-v3")
-    new = kv_cache(arch, 1000, engine="hf")
-    old = kv_cache(arch, 1000, engine="hf-legacy")
+    new = kv_cache(kv_plan(arch, 1000, engine="hf"))
+    old = kv_cache(kv_plan(arch, 1000, engine="hf-legacy"))
     assert new.layers["mla"].bytes_per_token_per_layer == 1152
     assert old.layers["mla"].bytes_per_token_per_layer == 81_920
     assert new.kv_bytes == 61 * 1000 * 1152 == 70_272_000
@@ -95,15 +97,15 @@ def test_falcon40b_hf_broadcast_heads_vs_vllm():
     KV heads: 2 × 8 × 64 × 2 = 2,048. Falcon-7B (multi_query) caches 1 head in both: 256 B.
     """
     f40 = load_model("falcon-40b")
-    hf = kv_cache(f40, 1024, engine="hf")
-    vllm = kv_cache(f40, 1024, engine="vllm")
+    hf = kv_cache(kv_plan(f40, 1024, engine="hf"))
+    vllm = kv_cache(kv_plan(f40, 1024, engine="vllm"))
     assert hf.layers["full"].bytes_per_token_per_layer == 32_768
     assert vllm.layers["full"].bytes_per_token_per_layer == 2048
     assert hf.kv_bytes == 60 * 1024 * 32_768
     assert vllm.kv_bytes == 60 * 1024 * 2048
     f7 = load_model("falcon-7b")
-    assert kv_cache(f7, 1024, engine="hf").kv_bytes_per_token == 32 * 256
-    assert kv_cache(f7, 1024, engine="vllm").kv_bytes_per_token == 32 * 256
+    assert kv_cache(kv_plan(f7, 1024, engine="hf")).kv_bytes_per_token == 32 * 256
+    assert kv_cache(kv_plan(f7, 1024, engine="vllm")).kv_bytes_per_token == 32 * 256
 
 
 def test_qwen3_next_recurrent_hf():
@@ -115,7 +117,7 @@ def test_qwen3_next_recurrent_hf():
     arch = load_model("qwen3-next-80b-a3b")
     rec = next(layer for layer in arch.layers if layer.kind == "recurrent")
     assert recurrent_state_bytes(rec, "hf", get_dtype("bf16"), 1) == 2_162_688
-    result = kv_cache(arch, 1000, engine="hf")
+    result = kv_cache(kv_plan(arch, 1000, engine="hf"))
     assert result.layers["recurrent"].bytes == 36 * 2_162_688
     assert result.kv_bytes == 36 * 2_162_688 + 12 * 1000 * 2048 == 102_432_768
 
@@ -174,15 +176,15 @@ def test_hf_static_sliding_min_w_max_cache_len():
     arch = load_model("gemma-2-9b")
     small = EngineSettings(max_cache_len=2048)
     for tokens in (10, 2000):
-        result = kv_cache(arch, tokens, engine="hf-static", settings=small)
+        result = kv_cache(kv_plan(arch, tokens, engine="hf-static", settings=small))
         assert result.layers["sliding"].tokens_held_per_layer == 2048
         assert result.kv_bytes == 704_643_072
-    big = kv_cache(arch, 100, engine="hf-static", settings=EngineSettings(max_cache_len=8192))
+    big = kv_cache(kv_plan(arch, 100, engine="hf-static", settings=EngineSettings(max_cache_len=8192)))
     assert big.layers["sliding"].tokens_held_per_layer == 4096
     assert big.layers["full"].tokens_held_per_layer == 8192
     assert big.kv_bytes == 2_113_929_216
     # no max_cache_len: kvplan sizes the static cache to the request length
-    assert kv_cache(arch, 5000, engine="hf-static").kv_bytes == 21 * (4096 + 5000) * 8192
+    assert kv_cache(kv_plan(arch, 5000, engine="hf-static")).kv_bytes == 21 * (4096 + 5000) * 8192
 
 
 def test_hf_quantized_cache_refuses_sliding_models():
@@ -193,7 +195,7 @@ def test_hf_quantized_cache_refuses_sliding_models():
     with pytest.raises(KVPlanError) as err:
         engine_view(load_model("gemma-2-9b"), "hf", "int4")
     assert err.value.code == "engine.dtype"
-    result = kv_cache(load_model("llama-3.1-8b"), 100, kv_dtype="int4", engine="hf")
+    result = kv_cache(kv_plan(load_model("llama-3.1-8b"), 100, kv_dtype="int4", engine="hf"))
     assert result.kv_bytes_per_token == 36_864
 
 
@@ -209,7 +211,7 @@ def test_vllm_sliding_held_blocks_gemma2_9b():
     view = engine_view(load_model("gemma-2-9b"), "vllm")
     sliding = _rule(view, "sliding")
     assert sliding.held_blocks(np.asarray([10000, 4110, 4111])).tolist() == [256, 257, 256]
-    result = kv_cache(load_model("gemma-2-9b"), 10000, engine="vllm")
+    result = kv_cache(kv_plan(load_model("gemma-2-9b"), 10000, engine="vllm"))
     assert result.layers["sliding"].bytes == 21 * 4096 * 8192
     assert result.layers["full"].bytes == 21 * 10000 * 8192  # 625 blocks × 16 = 10,000
 
@@ -234,7 +236,8 @@ def test_vllm_sliding_reservation_gemma3_27b():
     sync = engine_view(arch, "vllm", settings=EngineSettings(max_num_batched_tokens=8192,
                                                             async_scheduling=False))
     assert int(_rule(sync, "sliding").reserved_blocks(_t(32768))[0]) == 577
-    result = kv_cache(arch, 32768, engine="vllm", settings=EngineSettings(max_num_batched_tokens=8192))
+    result = kv_cache(kv_plan(arch, 32768, engine="vllm",
+                              settings=EngineSettings(max_num_batched_tokens=8192)))
     assert result.reserved_bytes == (6 * 1089 + 2048) * 10 * 131_072
     assert result.reserved_bytes - (52 * 1089 + 10 * 2048) * 131_072 == 8 * 1089 * 131_072
 
@@ -283,13 +286,14 @@ def test_vllm_chunk_boundary_frees_chunk():
 def test_vllm_tp_gqa_heads(tp, per_token):
     """llama.py: ``num_kv_heads = max(1, total_num_kv_heads // tp_size)``. Llama-3.1-70B, 80 layers,
     8 KV heads: tp=1 80 × 2 × 8 × 128 × 2 = 327,680; tp=8 and tp=16 (replicated) 1 head → 40,960."""
-    result = kv_cache(load_model("llama-3.1-70b"), 1024, engine="vllm", settings=EngineSettings(tp=tp))
+    result = kv_cache(kv_plan(load_model("llama-3.1-70b"), 1024, engine="vllm",
+                              settings=EngineSettings(tp=tp)))
     assert result.kv_bytes_per_token == per_token
 
 
 def test_tp_not_dividing_heads_is_an_error():
     with pytest.raises(KVPlanError) as err:
-        kv_cache(load_model("llama-3.1-70b"), 1024, engine="vllm", settings=EngineSettings(tp=3))
+        kv_cache(kv_plan(load_model("llama-3.1-70b"), 1024, engine="vllm", settings=EngineSettings(tp=3)))
     assert err.value.code == "parallel.tp_heads"
     assert kv_heads_per_rank(8, 16) == 1
     assert kv_heads_per_rank(1, 4) == 1
@@ -300,7 +304,7 @@ def test_vllm_mla_replicated_across_tp():
     DeepSeek-V3 61 × 576 × 2 = 70,272 B/token at tp=1 and tp=8."""
     arch = load_model("deepseek-v3")
     for tp in (1, 8):
-        result = kv_cache(arch, 1024, engine="vllm", settings=EngineSettings(tp=tp))
+        result = kv_cache(kv_plan(arch, 1024, engine="vllm", settings=EngineSettings(tp=tp)))
         assert result.kv_bytes_per_token == 70_272
 
 
@@ -330,15 +334,15 @@ def test_sglang_page_rounding():
     """SGLang per-request rounding cdiv(T, page_size)·page_size. Llama-3.1-8B (4,096 B/token/layer),
     T=1,000: page 64 → 1,024 tokens → 32 × 1,024 × 4,096 = 134,217,728; page 1 → 131,072,000."""
     arch = load_model("llama-3.1-8b")
-    paged = kv_cache(arch, 1000, engine="sglang", settings=EngineSettings(page_size=64))
+    paged = kv_cache(kv_plan(arch, 1000, engine="sglang", settings=EngineSettings(page_size=64)))
     assert paged.kv_bytes == 134_217_728
-    assert kv_cache(arch, 1000, engine="sglang").kv_bytes == 131_072_000
+    assert kv_cache(kv_plan(arch, 1000, engine="sglang")).kv_bytes == 131_072_000
 
 
 def test_sglang_gemma2_full_length_every_layer():
     """SGLang forces disable_hybrid_swa_memory for Gemma2/3 → every layer holds all tokens:
     Gemma-2-9B T=8,192: 42 × 8,192 × 8,192 = 2,818,572,288 B (HF: 2,113,757,184)."""
-    result = kv_cache(load_model("gemma-2-9b"), 8192, engine="sglang")
+    result = kv_cache(kv_plan(load_model("gemma-2-9b"), 8192, engine="sglang"))
     assert result.kv_bytes == 2_818_572_288
     assert "sliding" not in result.layers
 
@@ -349,27 +353,28 @@ def test_sglang_gpt_oss_swa_cap():
     B/token/layer. T=10,000: 18 × 256 × 2,048 + 18 × 10,000 × 2,048 = 378,077,184 B.
     page 64, T=100: SWA cdiv(100,64)·64 = 128 tokens."""
     arch = load_model("gpt-oss-120b")
-    result = kv_cache(arch, 10000, engine="sglang")
+    result = kv_cache(kv_plan(arch, 10000, engine="sglang"))
     assert result.layers["sliding"].tokens_held_per_layer == 256
     assert result.kv_bytes == 378_077_184
-    paged = kv_cache(arch, 100, engine="sglang", settings=EngineSettings(page_size=64))
+    paged = kv_cache(kv_plan(arch, 100, engine="sglang", settings=EngineSettings(page_size=64)))
     assert paged.layers["sliding"].tokens_held_per_layer == 128
 
 
 def test_sglang_mla_latent():
     """pool_configurator.py: ``kv_cache_dim = kv_lora_rank + qk_rope_head_dim`` → 576 × 2 = 1,152 B,
     not divided by TP."""
-    result = kv_cache(load_model("deepseek-v3"), 1000, engine="sglang", settings=EngineSettings(tp=8))
+    result = kv_cache(kv_plan(load_model("deepseek-v3"), 1000, engine="sglang",
+                              settings=EngineSettings(tp=8)))
     assert result.kv_bytes == 61 * 1000 * 1152
 
 
 def test_unknown_engine_and_dtype():
     arch = load_model("llama-3.1-8b")
     with pytest.raises(KVPlanError) as err:
-        kv_cache(arch, 10, engine="tgi")
+        kv_cache(kv_plan(arch, 10, engine="tgi"))
     assert err.value.code == "unknown.engine"
     with pytest.raises(KVPlanError) as err:
-        kv_cache(arch, 10, kv_dtype="fp7")
+        kv_cache(kv_plan(arch, 10, kv_dtype="fp7"))
     assert err.value.code == "unknown.dtype"
 
 
@@ -394,7 +399,7 @@ def test_vllm_mamba2_all_mode_block_and_state_pages():
     """
     arch = parse_config(NEMOTRON_H_TINY)
     assert arch.kind_counts() == {"recurrent": 4, "none": 2, "full": 2}
-    result = kv_cache(arch, 1000, engine="vllm")
+    result = kv_cache(kv_plan(arch, 1000, engine="vllm"))
     assert result.block_size == 512
     assert result.layers["recurrent"].bytes == 4 * 524_288
     assert result.layers["recurrent"].reserved_bytes == 4 * 2 * 524_288
@@ -412,7 +417,7 @@ def test_kv_shared_layers_hold_nothing():
               "num_kv_shared_layers": 4}
     arch = parse_config(config)
     assert arch.kind_counts() == {"full": 6, "none": 4}
-    assert kv_cache(arch, 100).kv_bytes == 6 * 100 * 2 * 2 * 64 * 2
+    assert kv_cache(kv_plan(arch, 100)).kv_bytes == 6 * 100 * 2 * 2 * 64 * 2
 
 
 def test_dsa_indexer_and_fp8_ds_mla():
@@ -423,10 +428,10 @@ def test_dsa_indexer_and_fp8_ds_mla():
     config = {**load_model_config("deepseek-v3"), "model_type": "deepseek_v32",
               "index_head_dim": 128, "index_n_heads": 64, "index_topk": 2048}
     arch = parse_config(config)
-    assert kv_cache(arch, 64, kv_dtype="fp8_ds_mla", engine="vllm").kv_bytes == 61 * 64 * 788
-    assert kv_cache(arch, 64, kv_dtype="bf16", engine="vllm").kv_bytes == 61 * 64 * (1152 + 132)
+    assert kv_cache(kv_plan(arch, 64, kv_dtype="fp8_ds_mla", engine="vllm")).kv_bytes == 61 * 64 * 788
+    assert kv_cache(kv_plan(arch, 64, kv_dtype="bf16", engine="vllm")).kv_bytes == 61 * 64 * (1152 + 132)
     with pytest.raises(KVPlanError) as err:
-        kv_cache(load_model("llama-3.1-8b"), 64, kv_dtype="fp8_ds_mla", engine="vllm")
+        kv_cache(kv_plan(load_model("llama-3.1-8b"), 64, kv_dtype="fp8_ds_mla", engine="vllm"))
     assert err.value.code == "engine.dtype"
 
 
@@ -451,10 +456,9 @@ def test_hf_tensor_parallel_shards_the_heads_it_caches():
     """transformers' tp_plan shards k/v projections colwise, so each rank caches its share of the
     heads: Falcon-40B broadcasts K/V to 128 heads before caching → 128 / 4 = 32 heads per rank at
     tp 4 (60 × 32 × 64 × 2 × 2 B per token); MLA stays replicated."""
-    falcon = kv_cache(load_model("falcon-40b"), 100, engine="hf",
-                      settings=EngineSettings(tp=4))
+    falcon = kv_cache(kv_plan(load_model("falcon-40b"), 100, engine="hf", settings=EngineSettings(tp=4)))
     assert falcon.kv_bytes == 100 * 60 * 32 * 64 * 2 * 2
-    v3 = kv_cache(load_model("deepseek-v3"), 100, engine="hf", settings=EngineSettings(tp=8))
+    v3 = kv_cache(kv_plan(load_model("deepseek-v3"), 100, engine="hf", settings=EngineSettings(tp=8)))
     assert v3.kv_bytes == 100 * 61 * 1152
 
 
@@ -466,7 +470,7 @@ def test_hf_quantized_cache_refuses_linear_attention_models_everywhere():
 
     arch = load_model("qwen3-next-80b-a3b")
     with pytest.raises(KVPlanError) as engine_err:
-        kv_cache(arch, 100, kv_dtype="int4", engine="hf")
+        kv_cache(kv_plan(arch, 100, kv_dtype="int4", engine="hf"))
     with pytest.raises(KVPlanError) as view_err:
         quantized_cache(arch, np.array([100]))
     assert engine_err.value.code == view_err.value.code == "engine.dtype"
@@ -500,14 +504,14 @@ def test_vllm_and_sglang_downcast_float32_configs_with_kv_auto():
     cfg["torch_dtype"] = "float32"
     arch = parse_config(cfg)
     assert arch.model_dtype == "fp32"
-    vllm = kv_cache(arch, 1024, kv_dtype="auto", engine="vllm")
-    sglang = kv_cache(arch, 1024, kv_dtype="auto", engine="sglang")
+    vllm = kv_cache(kv_plan(arch, 1024, kv_dtype="auto", engine="vllm"))
+    sglang = kv_cache(kv_plan(arch, 1024, kv_dtype="auto", engine="sglang"))
     assert (vllm.kv_dtype, sglang.kv_dtype) == ("bf16", "fp16")
     assert vllm.kv_bytes_per_token == sglang.kv_bytes_per_token == 131_072
-    result = fit(arch, get_gpu("h100-sxm"), FitQuery(tokens=4096, kv_dtype="auto"))
+    result = fit(make_plan(arch, get_gpu("h100-sxm"), FitQuery(tokens=4096, kv_dtype="auto")))
     assert (result.kv_dtype, result.weight_dtype) == ("bf16", "bf16")
     assert result.weights_total_bytes == arch.params_total * 2
-    assert kv_cache(arch, 1024, kv_dtype="auto", engine="hf").kv_bytes_per_token == 262_144
+    assert kv_cache(kv_plan(arch, 1024, kv_dtype="auto", engine="hf")).kv_bytes_per_token == 262_144
 
 
 @pytest.mark.parametrize(("async_scheduling", "reserved"), [(True, 1 + -(-(1023 + 3 * 8192) // 16)),

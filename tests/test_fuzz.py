@@ -34,6 +34,7 @@ from md_text import outside_code, unmd
 from kvplan.config_import import MAX_DEPTH, json_depth, parse_config
 from kvplan.engines.settings import SETTINGS
 from kvplan.errors import MESSAGES, KVPlanError, md, plotly_text
+from kvplan.plan import make_plan
 from kvplan.presets import gpus, model_presets
 from kvplan.scenario import Scenario
 
@@ -507,7 +508,7 @@ def test_vllm_log_with_huge_numbers(log):
 
     try:
         parsed = parse_vllm_log(log)
-        calibrate(load_model("llama-2-7b"), get_gpu("h100-sxm"), FitQuery(tokens=4096), parsed)
+        calibrate(make_plan(load_model("llama-2-7b"), get_gpu("h100-sxm"), FitQuery(tokens=4096)), parsed)
     except KVPlanError as err:
         assert err.code.startswith("calibrate."), err.code
         assert str(err).isprintable() and len(str(err)) <= 300

@@ -21,8 +21,9 @@ from md_text import outside_code, unmd
 from test_app import make_app, open_boxes
 
 from kvplan.config_import import MAX_CONFIG_BYTES, MAX_DEPTH
-from kvplan.engines import SETTINGS
+from kvplan.engines import SETTINGS, get_engine
 from kvplan.errors import MESSAGES, KVPlanError, csv_cell, md, plotly_text
+from kvplan.plan import make_plan
 from kvplan.presets import load_model
 from kvplan.report import load_scenario, report_figure, scenario_from_json, scenario_link, to_csv
 from kvplan.scenario import BOUNDS, Scenario, encode_config
@@ -202,7 +203,7 @@ def test_designs_csv_neutralises_formula_cells():
 
     name = '=HYPERLINK("https://evil.example","click")'
     arch = load_model("llama-3.1-8b").model_copy(update={"name": name})
-    df = design_table(arch, get_gpu("h100-sxm"), FitQuery(tokens=4096))
+    df = design_table(make_plan(arch, get_gpu("h100-sxm"), FitQuery(tokens=4096)))
     text = to_csv(df, Scenario())
     table = pd.read_csv(io.StringIO(text))
     assert all(cell.startswith("'=HYPERLINK(") for cell in table["model"]), table["model"].tolist()
@@ -457,7 +458,7 @@ def test_prefix_caching_bytes_of_a_huge_model_are_exact():
     arch = parse_config({"model_type": "llama", "num_hidden_layers": 128, "hidden_size": 1_000_000,
                          "num_attention_heads": 1_000_000, "num_key_value_heads": 1_000_000,
                          "head_dim": 1_000_000, "vocab_size": 32000})
-    result = prefix_caching(arch, 10_000_000, 1024, 9_999_488, 512, "vllm", "bf16")
+    result = prefix_caching(arch, 10_000_000, 1024, 9_999_488, 512, get_engine("vllm"), "bf16")
     assert result.bytes_per_token == 512_000_000_000_000
     assert result.without_sharing_bytes == 51_200_000_000_000_000_000_000_000_000
     assert result.saved_bytes == 9_999_999 * 1024 * 512_000_000_000_000

@@ -13,11 +13,13 @@ from kvplan import recommend as rc
 from kvplan.capacity import FitQuery, fit
 from kvplan.cli import main
 from kvplan.errors import KVPlanError
+from kvplan.plan import make_plan
 from kvplan.presets import get_gpu, gpus, load_model
 from kvplan.recommend import RecommendQuery, calibrate_efficiency, decode_time, prefill_time, recommend
 from kvplan.serving import LengthDist, parse_lengths_csv
 
 LLAMA8 = load_model("llama-3.1-8b")
+LLAMA8_PLAN = make_plan(LLAMA8, None, FitQuery())
 LOOSE = {"ttft_ms": 100_000.0, "tpot_ms": 1000.0, "tp": (1,), "pp": (1,), "kv_dtypes": ("bf16",)}
 
 
@@ -42,8 +44,8 @@ def test_memory_decides() -> None:
     2,097,152 B → 3,227 blocks; a 1,280-token request takes 80 blocks → (3,227 − 1 null) // 80 = 40
     requests. Both meet the loose targets.
     """
-    rec = recommend(LLAMA8, RecommendQuery(users=1, gpus=("custom:16:1:100", "custom:24:1:100"), **LOOSE),
-                    FitQuery())
+    rec = recommend(LLAMA8_PLAN, RecommendQuery(users=1, gpus=("custom:16:1:100", "custom:24:1:100"),
+                                                **LOOSE))
     small, large = row(rec, gpu="custom:16:1:100"), row(rec, gpu="custom:24:1:100")
     assert small["fails"] == "memory" and not small["feasible"]
     assert large["weights_per_gpu_bytes"] == 16_060_522_496
@@ -59,12 +61,12 @@ def test_tpot_decides_bandwidth_bound_decode() -> None:
     B_max = 23; 100 users → ceil(100 / 23) = 5 replicas of ceil(100 / 5) = 20 users:
     TPOT(20) = 19,415,965,696 / 10¹² = 19.415966 ms. A 15 ms target is below TPOT(1) = 16.228 ms."""
     gpu = "custom:80:1:1000000"
-    rec = recommend(LLAMA8, RecommendQuery(users=100, gpus=(gpu,), **{**LOOSE, "tpot_ms": 20.0}), FitQuery())
+    rec = recommend(LLAMA8_PLAN, RecommendQuery(users=100, gpus=(gpu,), **{**LOOSE, "tpot_ms": 20.0}))
     best = row(rec, gpu=gpu)
     assert best["max_batch_tpot"] == 23 and best["replicas"] == 5 and best["batch"] == 20
     assert best["tpot_ms"] == pytest.approx(19.415965696, rel=1e-6)
     assert best["total_gpus"] == 5 and best["cost_per_hour"] == 5.0
-    rec = recommend(LLAMA8, RecommendQuery(users=100, gpus=(gpu,), **{**LOOSE, "tpot_ms": 15.0}), FitQuery())
+    rec = recommend(LLAMA8_PLAN, RecommendQuery(users=100, gpus=(gpu,), **{**LOOSE, "tpot_ms": 15.0}))
     assert row(rec, gpu=gpu)["fails"] == "TPOT"
     assert "TPOT" in rec.message and "16.23 ms against 15 ms" in rec.message
 
@@ -77,7 +79,7 @@ def test_ttft_decides_long_prompts() -> None:
     32,768 × 4,096 × 2 B = 30,064,771,072 B over 32 GB/s (no interconnect: PCIe) = 939.52 ms → 1,863.13 ms."""
     query = RecommendQuery(users=1, prompt=LengthDist(value=32768), output=LengthDist(value=16),
                            gpus=("custom:80:100:100",), **{**LOOSE, "tp": (1, 8), "ttft_ms": 2000.0})
-    rec = recommend(LLAMA8, query, FitQuery())
+    rec = recommend(LLAMA8_PLAN, query)
     assert rec.lengths.prompt == 32768
     one, eight = row(rec, tp=1), row(rec, tp=8)
     assert one["fails"] == "TTFT"
@@ -106,11 +108,11 @@ def test_expert_parallel_changes_the_answer() -> None:
     arch = load_model("deepseek-v2-lite")
     query = RecommendQuery(users=1000, gpus=("custom:40:2:400",), max_gpus=2,
                            **{**LOOSE, "tp": (2,), "expert_parallel": False})
-    tp_only = recommend(arch, query, FitQuery())
+    tp_only = recommend(make_plan(arch, None, FitQuery()), query)
     tp2 = row(tp_only, tp=2)
     assert (tp2["weights_per_gpu_bytes"], tp2["kv_budget_bytes"]) == (15_741_869_056, 22_387_866_216)
     assert (tp2["max_requests"], tp2["replicas"], tp2["total_gpus"]) == (562, 2, 4)
-    both = recommend(arch, query.model_copy(update={"expert_parallel": True}), FitQuery())
+    both = recommend(make_plan(arch, None, FitQuery()), query.model_copy(update={"expert_parallel": True}))
     ep2 = row(both, ep=2)
     assert (ep2["weights_per_gpu_bytes"], ep2["kv_budget_bytes"]) == (17_018_117_120, 21_681_645_270)
     assert (ep2["max_requests"], ep2["replicas"], ep2["total_gpus"]) == (1088, 1, 2)
@@ -119,8 +121,9 @@ def test_expert_parallel_changes_the_answer() -> None:
 
 def test_no_feasible_candidate_names_the_tightest_constraint() -> None:
     """Llama-3.1-405B bf16 (≈ 811 GB) on one 24 GB L4 per replica: only memory fails."""
-    rec = recommend(load_model("llama-3.1-405b"), RecommendQuery(gpus=("l4",), max_gpus=1, **{
-        k: v for k, v in LOOSE.items() if k != "tp"}), FitQuery())
+    rec = recommend(make_plan(load_model("llama-3.1-405b"), None, FitQuery()), RecommendQuery(gpus=("l4",),
+                                                                                              max_gpus=1, **{
+        k: v for k, v in LOOSE.items() if k != "tp"}))
     assert not rec.table["feasible"].any() and rec.ranked.empty
     assert rec.message == ("no candidate meets every constraint; the tightest is memory (0 of 1 "
                            "candidates meet it): no layout holds the weights and one request; the "
@@ -132,15 +135,15 @@ def test_efficiency_calibration_round_trips() -> None:
     scaled) give back 0.55."""
     gpu = get_gpu("h100-sxm")
     base = FitQuery(tp=2, kv_dtype="fp8_e4m3")
-    terms = rc.single_terms(LLAMA8, gpu, base, 4096, efficiency=0.55)
+    terms = rc.single_terms(make_plan(LLAMA8, gpu, base), 4096, efficiency=0.55)
     step = decode_time(terms, np.asarray([32]), rc.decode_token_flops(LLAMA8, 4096))[0][0]
-    assert calibrate_efficiency(LLAMA8, gpu, base, 32 / step, "decode", batch=32,
+    assert calibrate_efficiency(make_plan(LLAMA8, gpu, base), 32 / step, "decode", batch=32,
                                 context_tokens=4096) == pytest.approx(0.55, rel=1e-12)
     ttft = prefill_time(terms, 2048, rc.prefill_flops(LLAMA8, 2048))[0][0]
-    assert calibrate_efficiency(LLAMA8, gpu, base, ttft * 1e3, "prefill", prompt_tokens=2048,
+    assert calibrate_efficiency(make_plan(LLAMA8, gpu, base), ttft * 1e3, "prefill", prompt_tokens=2048,
                                 context_tokens=4096) == pytest.approx(0.55, rel=1e-12)
     with pytest.raises(KVPlanError) as err:
-        calibrate_efficiency(LLAMA8, gpu, base, 1e-9, "prefill", prompt_tokens=2048)
+        calibrate_efficiency(make_plan(LLAMA8, gpu, base), 1e-9, "prefill", prompt_tokens=2048)
     assert err.value.code == "recommend.calibrate"
 
 
@@ -157,21 +160,22 @@ def test_efficiency_calibration_round_trips() -> None:
 def test_bad_inputs_get_named_messages(update: dict, code: str | None) -> None:
     query = RecommendQuery(**{**LOOSE, **update})
     if code is None:  # clipped to 1 prompt + 1 output token: still a valid search
-        assert recommend(LLAMA8, query, FitQuery()).lengths.context == 2
+        assert recommend(LLAMA8_PLAN, query).lengths.context == 2
         return
     with pytest.raises(KVPlanError) as err:
-        recommend(LLAMA8, query, FitQuery())
+        recommend(LLAMA8_PLAN, query)
     assert err.value.code == code
 
 
 def test_too_many_candidates_and_malformed_csv(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(rc, "MAX_CANDIDATES", 10)
     with pytest.raises(KVPlanError, match="more than the 10 the search allows"):
-        recommend(LLAMA8, RecommendQuery(), FitQuery())
+        recommend(LLAMA8_PLAN, RecommendQuery())
     with pytest.raises(KVPlanError, match="row 2"):
         parse_lengths_csv("prompt,output\n12,x\n")
     with pytest.raises(KVPlanError, match="no output tokens"):
-        recommend(LLAMA8, RecommendQuery(**LOOSE), FitQuery(), parse_lengths_csv("5,0\n7,0\n"))
+        recommend(LLAMA8_PLAN, RecommendQuery(**LOOSE),
+                  parse_lengths_csv("5,0\n7,0\n"))
 
 
 def test_search_time_is_bounded_for_extreme_inputs() -> None:
@@ -179,7 +183,7 @@ def test_search_time_is_bounded_for_extreme_inputs() -> None:
     query = RecommendQuery(traffic="rps", rps=1e7, prompt=LengthDist(value=10_000_000),
                            output=LengthDist(value=10_000_000), max_context=100_000_000, max_gpus=64)
     start = time.perf_counter()
-    rec = recommend(load_model("llama-4-scout"), query, FitQuery())
+    rec = recommend(make_plan(load_model("llama-4-scout"), None, FitQuery()), query)
     assert time.perf_counter() - start < 10
     assert len(rec.table) > 0 and rec.message is not None
 
@@ -192,14 +196,14 @@ def test_memory_figures_equal_capacity_fit(engine: str, model_id: str) -> None:
     (TensorRT-LLM's PyTorch backend has no DeepSeek-V2 class: that pair is refused, not sized)."""
     if (engine, model_id) == ("trtllm", "deepseek-v2-lite"):
         with pytest.raises(KVPlanError) as err:
-            fit(load_model(model_id), gpus()["h100-sxm"], FitQuery(engine=engine))
+            fit(make_plan(load_model(model_id), gpus()["h100-sxm"], FitQuery(engine=engine)))
         assert err.value.code == "engine.unserved"
         return
     arch = load_model(model_id)
     query = RecommendQuery(tp=(1, 2), pp=(1, 2), kv_dtypes=("bf16", "fp8_e4m3"),
                            weight_dtypes=("auto", "fp8"), expert_parallel=False, **{
                                k: v for k, v in LOOSE.items() if k not in {"tp", "pp", "kv_dtypes"}})
-    rec = recommend(arch, query, FitQuery(engine=engine))
+    rec = recommend(make_plan(arch, None, FitQuery(engine=engine)), query)
     catalogue = gpus()
     L = rec.lengths.context
     checked = 0
@@ -207,7 +211,7 @@ def test_memory_figures_equal_capacity_fit(engine: str, model_id: str) -> None:
         q = FitQuery(engine=engine, tokens=L, tp=cand.tp, pp=cand.pp, kv_dtype=cand.kv_dtype,
                      weight_dtype=None if cand.weight_dtype == "auto" else cand.weight_dtype)
         try:
-            want = fit(arch, catalogue[cand.gpu], q, search_gpus=False)
+            want = fit(make_plan(arch, catalogue[cand.gpu], q), search_gpus=False)
         except KVPlanError:
             continue
         assert cand.weights_per_gpu_bytes == want.weights_bytes
@@ -241,14 +245,14 @@ def test_prices_turn_gpu_hours_into_money() -> None:
     """Preset prices (AWS Capacity Blocks: H100 4.916, H200 5.408 per GPU-hour) when every chosen
     accelerator has one; otherwise GPU-hours (price 1), unless the user prices the rest."""
     query = RecommendQuery(users=64, gpus=("h100-sxm", "h200"), **LOOSE)
-    rec = recommend(LLAMA8, query, FitQuery())
+    rec = recommend(LLAMA8_PLAN, query)
     assert rec.cost_unit == "$"
     h100 = row(rec, gpu="h100-sxm")
     assert h100["cost_per_hour"] == pytest.approx(h100["total_gpus"] * 4.916)
-    mixed = recommend(LLAMA8, query.model_copy(update={"gpus": ("h100-sxm", "l4")}), FitQuery())
+    mixed = recommend(LLAMA8_PLAN, query.model_copy(update={"gpus": ("h100-sxm", "l4")}))
     assert mixed.cost_unit == "GPU-hours" and row(mixed, gpu="h100-sxm")["cost_per_hour"] == 1.0
-    priced = recommend(LLAMA8, query.model_copy(update={"gpus": ("h100-sxm", "l4"), "prices": {"l4": 0.5}}),
-                       FitQuery())
+    priced = recommend(LLAMA8_PLAN, query.model_copy(update={"gpus": ("h100-sxm", "l4"),
+                                                             "prices": {"l4": 0.5}}))
     assert priced.cost_unit == "$" and row(priced, gpu="l4")["cost_per_hour"] == pytest.approx(
         row(priced, gpu="l4")["total_gpus"] * 0.5)
 
@@ -257,7 +261,7 @@ def test_cli_calibrates_the_efficiency_from_a_measured_ttft(capsys: pytest.Captu
     """A TTFT computed with e = 0.5 on an H100 (TP 1: no communication term) gives e = 0.5 back,
     used for that accelerator."""
     gpu = get_gpu("h100-sxm")
-    terms = rc.single_terms(LLAMA8, gpu, FitQuery(), 2048, efficiency=0.5)
+    terms = rc.single_terms(make_plan(LLAMA8, gpu, FitQuery()), 2048, efficiency=0.5)
     ttft_ms = float(prefill_time(terms, 1024, rc.prefill_flops(LLAMA8, 1024))[0][0]) * 1e3
     assert main(["recommend", "--model", "llama-3.1-8b", "--gpus", "h100-sxm", "--tp", "1", "--pp", "1",
                  "--kv-dtypes", "bf16", "--measured-gpu", "h100-sxm", "--measured-ttft-ms", repr(ttft_ms),
@@ -274,7 +278,7 @@ def test_requests_per_second_sets_the_replicas() -> None:
     2,560 × 3,600 tokens = 0.325521 GPU-hours per million output tokens."""
     gpu = "custom:80:1:1000000"
     query = RecommendQuery(traffic="rps", rps=10.0, gpus=(gpu,), **{**LOOSE, "tpot_ms": 20.0})
-    best = row(recommend(LLAMA8, query, FitQuery()), gpu=gpu)
+    best = row(recommend(LLAMA8_PLAN, query), gpu=gpu)
     assert (best["max_batch_tpot"], best["replicas"], best["total_gpus"]) == (23, 3, 3)
     assert best["tpot_ms"] == pytest.approx(19.919282176, rel=1e-6)
     assert best["tokens_per_s_per_replica"] == pytest.approx(5888 / (256 * 0.019919282176
@@ -286,5 +290,6 @@ def test_expert_parallel_only_where_the_engine_has_it() -> None:
     """transformers has no expert parallelism: no EP layout for it; vLLM offers EP 2, 4, 8."""
     arch = load_model("qwen3-30b-a3b")
     query = RecommendQuery(gpus=("h100-sxm",), **{**LOOSE, "tp": (1,)})
-    assert sorted(set(recommend(arch, query, FitQuery(engine="vllm")).table["ep"])) == [1, 2, 4, 8]
-    assert set(recommend(arch, query, FitQuery(engine="hf")).table["ep"]) == {1}
+    assert sorted(set(recommend(make_plan(arch, None, FitQuery(engine="vllm")), query).table["ep"])) == [1, 2,
+                                                                                                         4, 8]
+    assert set(recommend(make_plan(arch, None, FitQuery(engine="hf")), query).table["ep"]) == {1}

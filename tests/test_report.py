@@ -225,17 +225,17 @@ def test_png_export(tmp_path: Path) -> None:
 def test_every_dashboard_table_has_a_unit_in_each_numeric_header() -> None:
     """The CSV of every view (issue #16 item 8: kv_bytes_per_request had none)."""
     from kvplan import designs
-    from kvplan.scenario import scenario_arch, scenario_fit_query, scenario_gpu
+    from kvplan.scenario import scenario_plan
     from kvplan.ui import data
 
     scenario = Scenario(kv_dtypes=["bf16", "fp8_e4m3"])
-    arch, gpu, query = scenario_arch(scenario), scenario_gpu(scenario), scenario_fit_query(scenario)
+    plan = scenario_plan(scenario)
     frames = {
-        "requests_fit": data.requests_grid(arch, query, scenario.kv_dtypes),
-        "context_users": data.context_users_grid(arch, gpu, query),
-        "memory_per_gpu": data.memory_per_gpu(arch, query),
-        "kv_vs_context": data.kv_vs_context(arch, gpu, query, scenario.kv_dtypes, True)[0],
-        "designs": designs.design_table(arch, gpu, query),
+        "requests_fit": data.requests_grid(plan, scenario.kv_dtypes),
+        "context_users": data.context_users_grid(plan),
+        "memory_per_gpu": data.memory_per_gpu(plan),
+        "kv_vs_context": data.kv_vs_context(plan, scenario.kv_dtypes, True)[0],
+        "designs": designs.design_table(plan),
     }
     for name, df in frames.items():
         back = _read(to_csv(df, scenario))

@@ -10,6 +10,7 @@ from kvplan.engines import EngineSettings, get_engine
 from kvplan.engines.reserve import CUDA_ESTIMATE_GAP_MIB, cuda_capacity
 from kvplan.engines.vllm.memory import capture_sizes, forward_peak
 from kvplan.errors import KVPlanError
+from kvplan.plan import make_plan
 from kvplan.presets import custom_gpu, get_gpu, load_model
 
 GIB = 1 << 30
@@ -125,14 +126,16 @@ def test_trtllm_reserve_is_the_profiling_forward():
 
 def test_overrides_replace_a_term_or_the_total():
     q = FitQuery(tokens=4096, reserve_terms={"non_torch": 1.0})
-    budget = memory_budget(LLAMA8, H100, q)
+    budget = memory_budget(make_plan(LLAMA8, H100, q))
     assert budget.reserve == 1_313_341_440 + GIB + 408_662_949
-    assert memory_budget(LLAMA8, H100, q.model_copy(update={"reserve_gib": 2.0})).reserve == 2 * GIB
+    assert memory_budget(make_plan(LLAMA8, H100,
+                                   q.model_copy(update={"reserve_gib": 2.0}))).reserve == 2 * GIB
     with pytest.raises(KVPlanError) as err:
-        memory_budget(LLAMA8, H100, FitQuery(reserve_terms={"cuda_graphs": 1.0}, engine="vllm@0.19"))
+        memory_budget(make_plan(LLAMA8, H100, FitQuery(reserve_terms={"cuda_graphs": 1.0},
+                                                       engine="vllm@0.19")))
     assert err.value.code == "reserve.term"
 
 
 def test_hf_keeps_one_flat_labelled_term():
-    r = fit(LLAMA8, A100_40, FitQuery(engine="hf", tokens=1024))
+    r = fit(make_plan(LLAMA8, A100_40, FitQuery(engine="hf", tokens=1024)))
     assert [(t["name"], t["bytes"], t["basis"]) for t in r.reserve["terms"]] == [("flat", GIB, "flat")]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from kvplan.engines import get_engine
 from kvplan.errors import KVPlanError
 from kvplan.presets import get_gpu, load_model
 from kvplan.serving import (
@@ -50,16 +51,16 @@ def test_reservation_waste_and_concurrency():
 
 
 def test_shared_prefix_100_tokens_block_16():
-    assert shared_prefix_tokens(100, 200, "vllm", 16) == 96
-    assert shared_prefix_tokens(100, 200, "sglang", 1) == 100
-    assert shared_prefix_tokens(100, 100, "sglang", 1) == 99  # last prompt token recomputed
-    assert shared_prefix_tokens(96, 96, "vllm", 16) == 80  # min(96, 95) // 16 = 5 blocks
-    assert shared_prefix_tokens(100, 200, "hf") == 0
+    assert shared_prefix_tokens(100, 200, get_engine("vllm"), 16) == 96
+    assert shared_prefix_tokens(100, 200, get_engine("sglang"), 1) == 100
+    assert shared_prefix_tokens(100, 100, get_engine("sglang"), 1) == 99  # last prompt token recomputed
+    assert shared_prefix_tokens(96, 96, get_engine("vllm"), 16) == 80  # min(96, 95) // 16 = 5 blocks
+    assert shared_prefix_tokens(100, 200, get_engine("hf")) == 0
 
 
 def test_prefix_caching_memory():
     arch = load_model("llama-3.1-8b")
-    result = prefix_caching(arch, 4, 100, 200, 56, engine="vllm")
+    result = prefix_caching(arch, 4, 100, 200, 56, engine=get_engine("vllm"))
     assert result.shared_blocks == 6
     bpt = result.bytes_per_token
     assert bpt == 32 * 8 * 128 * 2 * 2
@@ -67,7 +68,7 @@ def test_prefix_caching_memory():
     assert result.with_sharing_bytes == (96 + 4 * (256 - 96)) * bpt
     assert result.curve["requests"].tolist() == [1, 2, 3, 4]
     with pytest.raises(KVPlanError):
-        prefix_caching(arch, 4, 300, 200, 56)
+        prefix_caching(arch, 4, 300, 200, 56, get_engine("vllm"))
 
 
 def test_vllm_paper_reproduction():

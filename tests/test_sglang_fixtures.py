@@ -22,6 +22,7 @@ from kvplan.capacity import FitQuery, fit
 from kvplan.config_import import parse_config
 from kvplan.engines import EngineSettings, engine_view
 from kvplan.errors import KVPlanError
+from kvplan.plan import make_plan
 from kvplan.presets import get_gpu, model_presets
 
 FIXTURE = Path(__file__).parent / "fixtures" / "sglang" / "cases.json"
@@ -87,7 +88,7 @@ def kvplan_tokens(case: dict) -> tuple[int, int]:
                      swa_full_tokens_ratio=float(ratio) if ratio else None,
                      max_total_tokens=int(total) if total else None,
                      disable_hybrid_swa_memory="--disable-hybrid-swa-memory" in case.get("argv", []))
-    result = fit(arch, stub_gpu(), query)
+    result = fit(make_plan(arch, stub_gpu(), query))
     return result.kv_pool_tokens, result.weights_bytes
 
 

@@ -33,6 +33,7 @@ from kvplan.calibrate import SglangLog, parse_sglang_log
 from kvplan.capacity import FitQuery, fit
 from kvplan.engines import EngineSettings, engine_view
 from kvplan.engines.sglang import SGLANG_SWA_FULL_RATIO
+from kvplan.plan import make_plan
 from kvplan.presets import get_gpu
 
 DIR = Path(__file__).resolve().parent / "fixtures" / "sglang_logs"
@@ -219,8 +220,9 @@ def test_a2_tokens_from_the_logged_memory(doc: dict):
     log: SglangLog = parse_sglang_log(doc["log_excerpt"])
     low, high = log.rest_memory_interval(doc["settings"]["mem_fraction_static"])
     arch, gpu = arch_of(doc), get_gpu(doc["gpu_preset"] or "h100-sxm")
-    fewest = fit(arch, gpu, query(doc, kv_cache_memory_bytes=low), search_gpus=False).kv_pool_tokens
-    most = fit(arch, gpu, query(doc, kv_cache_memory_bytes=high), search_gpus=False).kv_pool_tokens
+    fewest = fit(make_plan(arch, gpu, query(doc, kv_cache_memory_bytes=low)),
+                 search_gpus=False).kv_pool_tokens
+    most = fit(make_plan(arch, gpu, query(doc, kv_cache_memory_bytes=high)), search_gpus=False).kv_pool_tokens
     assert fewest <= logged_tokens(doc) <= most, (fewest, logged_tokens(doc), most)
     assert most - fewest <= 2 * 0.02 * GIB // pool_cell(doc) + page_of(doc)  # the rounding, no more
 
@@ -252,8 +254,8 @@ def test_b_every_log_is_compared_or_says_why_not():
 def test_b_end_to_end_from_the_settings(doc: dict):
     """kvplan's pool from the preset/config, the GPU preset and the run's settings only, against
     the logged pool, in KV bytes per GPU."""
-    result = fit(arch_of(doc), get_gpu(doc["gpu_preset"]),
-                 query(doc, gpu_util=doc["settings"]["mem_fraction_static"]), search_gpus=False)
+    asked = query(doc, gpu_util=doc["settings"]["mem_fraction_static"])
+    result = fit(make_plan(arch_of(doc), get_gpu(doc["gpu_preset"]), asked), search_gpus=False)
     error = abs(result.kv_pool_tokens - logged_tokens(doc)) * pool_cell(doc)
     tolerance = e2e_tolerance_bytes(doc, result.weights_bytes)
     detail = (result.kv_pool_tokens, logged_tokens(doc), error / GIB, tolerance / GIB)
@@ -269,7 +271,7 @@ def test_b_hand_values():
     of weights → 46,611. The 0.65 GiB gap is mostly the memory held before loading (× 0.85) and
     0.28 GiB of weights."""
     doc = DOCS["01"]
-    result = fit(arch_of(doc), get_gpu("l4"), query(doc, gpu_util=0.85), search_gpus=False)
+    result = fit(make_plan(arch_of(doc), get_gpu("l4"), query(doc, gpu_util=0.85)), search_gpus=False)
     assert result.gpu_capacity_bytes == 22_593 * 2**20
     assert result.kv_pool_tokens == 57281
     assert round((57281 - 46611) * 65536 / GIB, 2) == 0.65
@@ -285,7 +287,7 @@ def test_b_from_the_cuda_total_the_gap_narrows():
         doc = DOCS[log_id]
         gpu = get_gpu(doc["gpu_preset"])
         at_smi_total = gpu.model_copy(update={"cuda_total_mib": gpu.reported_mib})
-        got = [fit(arch_of(doc), g, query(doc, gpu_util=doc["settings"]["mem_fraction_static"]),
+        got = [fit(make_plan(arch_of(doc), g, query(doc, gpu_util=doc["settings"]["mem_fraction_static"])),
                    search_gpus=False).kv_pool_tokens for g in (at_smi_total, gpu)]
         assert got == [reported, cuda]
         assert logged_tokens(doc) < cuda < reported

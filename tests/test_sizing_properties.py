@@ -35,6 +35,7 @@ from kvplan.engines import (
 from kvplan.errors import KVPlanError
 from kvplan.presets import load_model, model_presets
 from kvplan.sizing import kv_cache
+from tests.plans import kv_plan
 
 PRESETS = sorted(model_presets())
 PROPS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -112,8 +113,8 @@ def test_quantized_refusal_is_exactly_the_documented_case(preset, engine, dtype)
 def test_exactly_linear_in_batch(preset, engine, dtype, tokens, batch, opts):
     assume(not _refused(preset, engine, dtype) and not _unserved(preset, engine))
     arch = load_model(preset)
-    one = kv_cache(arch, tokens, 1, dtype, engine, opts)
-    many = kv_cache(arch, tokens, batch, dtype, engine, opts)
+    one = kv_cache(kv_plan(arch, tokens, 1, dtype, engine, opts))
+    many = kv_cache(kv_plan(arch, tokens, batch, dtype, engine, opts))
     assert many.kv_bytes == batch * one.kv_bytes
     assert many.reserved_bytes == batch * one.reserved_bytes
     assert one.kv_bytes > 0
@@ -137,7 +138,7 @@ def test_bytes_never_decrease_with_tokens(preset, engine, dtype, opts, lengths):
     # per-request kv_cache (hf-static sized to the request) is monotonic too
     if engine != "vllm":
         arch = load_model(preset)
-        sizes = [kv_cache(arch, int(n), 1, dtype, engine, opts).kv_bytes for n in t[:5]]
+        sizes = [kv_cache(kv_plan(arch, int(n), 1, dtype, engine, opts)).kv_bytes for n in t[:5]]
         assert sizes == sorted(sizes)
 
 

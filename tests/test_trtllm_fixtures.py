@@ -24,6 +24,7 @@ import pytest
 
 from kvplan.capacity import FitQuery, fit, stage_weight_bytes
 from kvplan.errors import KVPlanError
+from kvplan.plan import make_plan
 from kvplan.presets import custom_gpu, get_gpu, load_model, model_presets
 
 GIB = 1 << 30
@@ -67,7 +68,7 @@ def kvplan_fit(case: dict):
         (budget,) = budgets
         gpu = get_gpu(memory["gpu"])
         query["kv_cache_memory_bytes"] = budget
-    return fit(arch, gpu, FitQuery(**query), search_gpus=False)
+    return fit(make_plan(arch, gpu, FitQuery(**query)), search_gpus=False)
 
 
 def test_fixture_shape():
@@ -153,8 +154,8 @@ def test_unserved_architectures_are_refused():
                         "gemma-2-27b", "gemma-2-9b", "jamba-1.5-mini"}
     for preset in sorted(unserved):
         try:
-            fit(load_model(preset), get_gpu("b300"), FitQuery(engine="trtllm", tokens=1024,
-                                                             num_gpus=8, tp=8))
+            fit(make_plan(load_model(preset), get_gpu("b300"), FitQuery(engine="trtllm", tokens=1024,
+                                                             num_gpus=8, tp=8)))
             refused = False
         except KVPlanError as err:
             refused = err.code == "engine.unserved"

@@ -31,6 +31,7 @@ from log_fixtures import check_numbers_written, check_schema, fixture_arch, load
 
 from kvplan.calibrate import parse_trtllm_log
 from kvplan.capacity import FitQuery, fit
+from kvplan.plan import make_plan
 from kvplan.presets import custom_gpu, get_gpu
 
 DIR = Path(__file__).resolve().parent / "fixtures" / "trtllm_logs"
@@ -103,7 +104,7 @@ def query(doc: dict, **extra) -> FitQuery:
 
 
 def pool(doc: dict, **extra):
-    return fit(arch_of(doc), gpu_of(doc), query(doc, **extra), search_gpus=False)
+    return fit(make_plan(arch_of(doc), gpu_of(doc), query(doc, **extra)), search_gpus=False)
 
 
 def bytes_per_token(doc: dict) -> int:
@@ -202,9 +203,9 @@ def test_a2_hand_values():
     assert [_blocks(doc, b) for b in _interval(9.06)] == [13187, 13201]
     assert engine_of(DOCS["04"]) == "trtllm@1.1"
     assert _blocks(DOCS["04"], 8 * GIB, max_tokens=86711) == 2710
-    on_main = fit(arch_of(DOCS["04"]), gpu_of(DOCS["04"]),
-                  query(DOCS["04"], kv_cache_memory_bytes=8 * GIB, max_tokens=86711)
-                  .model_copy(update={"engine": "trtllm"}), search_gpus=False)
+    asked = query(DOCS["04"], kv_cache_memory_bytes=8 * GIB, max_tokens=86711).model_copy(
+        update={"engine": "trtllm"})
+    on_main = fit(make_plan(arch_of(DOCS["04"]), gpu_of(DOCS["04"]), asked), search_gpus=False)
     assert on_main.num_blocks == 2709
 
 
@@ -231,7 +232,8 @@ def test_b_fraction_025_is_predicted_from_the_fraction_09_run():
     for budget in _interval(base["logged"]["estimated_kv_memory_gib"]):
         free = budget / base["settings"]["free_gpu_memory_fraction"]
         reserve_gib = (gpu.capacity_bytes - weights - free) / GIB
-        result = fit(arch, gpu, query(other, gpu_util=0.25, reserve_gib=reserve_gib), search_gpus=False)
+        result = fit(make_plan(arch, gpu, query(other, gpu_util=0.25, reserve_gib=reserve_gib)),
+                     search_gpus=False)
         predicted.append(result.num_blocks or 0)
     assert predicted[0] <= other["logged"]["allocated_kv_tokens"] // 32 <= predicted[1], predicted
 

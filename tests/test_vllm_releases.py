@@ -9,6 +9,7 @@ import pytest
 from kvplan.capacity import FitQuery, fit
 from kvplan.engines import EngineSettings, engine_view, get_engine, release_choices
 from kvplan.errors import KVPlanError
+from kvplan.plan import make_plan
 from kvplan.presets import get_gpu, load_model
 
 GIB = 1 << 30
@@ -49,7 +50,7 @@ def test_every_release_is_named_and_reachable():
 ])
 def test_memory_target_per_release(release, target):
     engine = "vllm" if release == "latest" else f"vllm@{release}"
-    result = fit(load_model("llama-3.1-8b"), H100, FitQuery(tokens=4096, engine=engine))
+    result = fit(make_plan(load_model("llama-3.1-8b"), H100, FitQuery(tokens=4096, engine=engine)))
     assert result.memory_target_bytes == target
 
 
@@ -94,9 +95,9 @@ def test_logged_kv_cache_size_per_release():
     arch = load_model("gpt-oss-20b")
     query = {"tokens": 131072, "kv_cache_memory_bytes": 20 * GIB,
              "settings": EngineSettings(max_num_batched_tokens=8192)}
-    v019 = fit(arch, H100, FitQuery(engine="vllm@0.19", **query))
-    v08 = fit(arch, H100, FitQuery(engine="vllm@0.8", **query))
-    v033 = fit(arch, H100, FitQuery(engine="vllm", **query))
+    v019 = fit(make_plan(arch, H100, FitQuery(engine="vllm@0.19", **query)))
+    v08 = fit(make_plan(arch, H100, FitQuery(engine="vllm@0.8", **query)))
+    v033 = fit(make_plan(arch, H100, FitQuery(engine="vllm", **query)))
     assert (v019.num_blocks, v019.kv_pool_tokens) == (54_613, 436_896)
     assert (v08.num_blocks, v08.bytes_per_block, v08.kv_pool_tokens) == (27_306, 786_432, 436_896)
     assert v08.max_concurrency == 436_896 / 131_072
@@ -109,8 +110,8 @@ def test_v0_has_no_null_block_and_ignores_windows():
     10,240 × 16 / 32,768 = 5.0 and 5 requests (V1 keeps a null block: (10,240 − 1) // 2,048 = 4).
     Mistral-7B v0.1's sliding layers reserve the full length in V0."""
     query = {"tokens": 32768, "kv_cache_memory_bytes": 20 * GIB}
-    v0 = fit(load_model("llama-3.1-8b"), H100, FitQuery(engine="vllm@0.6", **query))
-    v1 = fit(load_model("llama-3.1-8b"), H100, FitQuery(engine="vllm", **query))
+    v0 = fit(make_plan(load_model("llama-3.1-8b"), H100, FitQuery(engine="vllm@0.6", **query)))
+    v1 = fit(make_plan(load_model("llama-3.1-8b"), H100, FitQuery(engine="vllm", **query)))
     assert (v0.num_blocks, v0.max_concurrency, v0.max_requests) == (10_240, 5.0, 5)
     assert (v1.num_blocks, v1.max_requests) == (10_240, 4)
     (rule,) = engine_view(load_model("mistral-7b-v0.1"), "vllm@0.6").rules
@@ -128,10 +129,8 @@ def test_default_max_num_batched_tokens_per_release(release, mnbt):
     ``engine/arg_utils.py:2553``, the tier at ``:2582``; 0.29.0 ``:2669``, 0.32.0 ``:2894``); 8,192 on
     v0.9–v0.27 (≥ 70 GiB, not an A100; 0.25.1, 0.26.0 ``:2431`` and 0.27.1 ``:2515`` have no 160 GiB
     tier) and on v0.8 (every ≥ 70 GiB device)."""
-    from kvplan.capacity import engine_settings
-
     engine = "vllm" if release == "latest" else f"vllm@{release}"
-    settings = engine_settings(FitQuery(engine=engine), get_gpu("b200"))
+    settings = make_plan(load_model("llama-3.1-8b"), get_gpu("b200"), FitQuery(engine=engine)).settings
     assert settings.max_num_batched_tokens == mnbt
 
 
@@ -172,7 +171,7 @@ def test_logged_kv_cache_size_v020_to_v025():
     arch = load_model("gpt-oss-20b")
     query = {"tokens": 131072, "kv_cache_memory_bytes": 20 * GIB,
              "settings": EngineSettings(max_num_batched_tokens=8192)}
-    got = {e: fit(arch, H100, FitQuery(engine=e, **query)) for e in
+    got = {e: fit(make_plan(arch, H100, FitQuery(engine=e, **query))) for e in
            ("vllm@0.25", "vllm@0.24", "vllm@0.20", "vllm@0.20.0")}
     assert {e: (r.num_blocks, r.kv_pool_tokens) for e, r in got.items()} == {
         "vllm@0.25": (54_613, 821_558), "vllm@0.24": (54_613, 821_558),

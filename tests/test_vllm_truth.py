@@ -23,6 +23,7 @@ import pytest
 from kvplan.arch import ModelArch
 from kvplan.capacity import FitQuery, fit
 from kvplan.config_import import parse_config
+from kvplan.plan import make_plan
 from kvplan.presets import custom_gpu, load_model
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,7 +57,7 @@ def kvplan_answer(case: dict) -> dict:
                      max_num_batched_tokens=case["max_num_batched_tokens"],
                      async_scheduling=case["async_scheduling"],
                      block_size=case.get("mla_block_size"))
-    result = fit(arch_of(case["model"]), GPU, query, search_gpus=False)
+    result = fit(make_plan(arch_of(case["model"]), GPU, query), search_gpus=False)
     return {"num_blocks": result.num_blocks, "bytes_per_block": result.bytes_per_block,
             "blocks_per_request": result.blocks_per_request,
             "kv_cache_size_tokens": result.kv_pool_tokens,

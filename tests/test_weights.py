@@ -15,6 +15,7 @@ import pytest
 from kvplan.capacity import FitQuery, fit
 from kvplan.config_import import parse_config
 from kvplan.errors import KVPlanError
+from kvplan.plan import make_plan
 from kvplan.presets import get_gpu, load_model, model_presets
 from kvplan.weights import (
     Format,
@@ -303,9 +304,10 @@ def test_ep_setting_is_honoured_by_vllm_and_sglang_only():
     """The same query on vLLM and SGLang splits experts over 4 ranks; HF ignores ep (one rank)."""
     arch, gpu = load_model("qwen3-30b-a3b"), get_gpu("h100-sxm")
     q = {"tokens": 4096, "tp": 4, "num_gpus": 4, "ep": 4}
-    vllm = fit(arch, gpu, FitQuery(engine="vllm", **q), search_gpus=False)
-    sglang = fit(arch, gpu, FitQuery(engine="sglang", **q), search_gpus=False)
-    plain = fit(arch, gpu, FitQuery(engine="vllm", tokens=4096, tp=4, num_gpus=4), search_gpus=False)
+    vllm = fit(make_plan(arch, gpu, FitQuery(engine="vllm", **q)), search_gpus=False)
+    sglang = fit(make_plan(arch, gpu, FitQuery(engine="sglang", **q)), search_gpus=False)
+    plain = fit(make_plan(arch, gpu, FitQuery(engine="vllm", tokens=4096, tp=4, num_gpus=4)),
+                search_gpus=False)
     assert vllm.weights_breakdown["experts"] == sglang.weights_breakdown["experts"]
     assert vllm.weights_breakdown["experts"] == 48 * 32 * 3 * 2_048 * 768 * 2
     assert plain.weights_breakdown["experts"] == 48 * 128 * 3 * 2_048 * 192 * 2
@@ -366,7 +368,7 @@ def test_gpt_oss_120b_fits_one_h100_with_kv_room():
     78,225,740,923 − weights − reserve 2,610,933,854 (activation: the FlashInfer sampler warm-up
     1,024 × 201,088 × 10 B = 2,059,141,120 > forward 853,540,864; non-torch 143,129,785; CUDA
     graphs 408,662,949) = 10,153,654,685 B of KV (9.46 GiB) at the default settings."""
-    r = fit(load_model("gpt-oss-120b"), get_gpu("h100-sxm"), FitQuery())
+    r = fit(make_plan(load_model("gpt-oss-120b"), get_gpu("h100-sxm"), FitQuery()))
     assert r.fits and r.weights_bytes == 65_461_152_384
     assert r.weights_breakdown["experts"] == 36 * 128 * (8_294_400 + 4_147_200 + 5_888 * 90
                                                          + 3_072 * 90 + 8_640 * 4)
@@ -376,8 +378,8 @@ def test_gpt_oss_120b_fits_one_h100_with_kv_room():
 
 
 def test_deepseek_v3_fp8_on_8_h200_at_32k():
-    r = fit(load_model("deepseek-v3"), get_gpu("h200"),
-            FitQuery(tokens=32_768, tp=8, num_gpus=8), search_gpus=False)
+    r = fit(make_plan(load_model("deepseek-v3"), get_gpu("h200"), FitQuery(tokens=32_768, tp=8, num_gpus=8)),
+            search_gpus=False)
     assert r.fits and r.max_requests > 0 and r.weight_dtype == "fp8"
 
 

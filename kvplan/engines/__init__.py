@@ -55,6 +55,10 @@ DEFAULT_ENGINE = "vllm"
 HF_ENGINE = "hf"
 #: The pre-allocating HF engine (``StaticCache``) the static-cache analyses use.
 STATIC_ENGINE = "hf-static"
+#: Those two engines as objects, for the analyses that model transformers itself (``kvplan.serving``,
+#: ``kvplan.nocache``): they name the engine they model, not one the user chose.
+HF_DYNAMIC: Engine = REGISTRY[HF_ENGINE]
+HF_STATIC: Engine = REGISTRY[STATIC_ENGINE]
 
 
 def get_engine(engine_id: str) -> Engine:
@@ -88,9 +92,11 @@ def log_engine() -> str:
     return next(engine_id for engine_id, engine in REGISTRY.items() if engine.logs_kv_cache)
 
 
-def prefix_engines() -> tuple[str, ...]:
-    """Engines with a cross-request prefix cache, then HF (which shares nothing), for comparison."""
-    return (*(e for e, engine in REGISTRY.items() if engine.prefix_unit is not None), HF_ENGINE)
+def prefix_engines() -> dict[str, Engine]:
+    """Engines with a cross-request prefix cache, then HF (which shares nothing), for comparison:
+    engine id → engine object."""
+    return {**{e: engine for e, engine in REGISTRY.items() if engine.prefix_unit is not None},
+            HF_ENGINE: REGISTRY[HF_ENGINE]}
 
 
 def engine_view(arch: ModelArch, engine: str, kv_dtype: str = "bf16",
@@ -111,7 +117,8 @@ def recurrent_state_bytes(layer: Recurrent, engine: str, model_dtype: KVDType, t
 
 
 __all__ = [
-    "DEFAULT_ENGINE", "ENGINES", "HF_ENGINE", "STATIC_ENGINE", "MLA_ONLY_DTYPES", "REGISTRY", "SETTINGS",
+    "DEFAULT_ENGINE", "ENGINES", "HF_DYNAMIC", "HF_ENGINE", "HF_STATIC", "STATIC_ENGINE",
+    "MLA_ONLY_DTYPES", "REGISTRY", "SETTINGS",
     "VLLM_DEFAULT_BLOCK_SIZE", "Budget", "CacheRule", "Engine", "EngineSettings", "EngineView",
     "KVPool", "PagedRule", "QuantizedCacheModel", "Setting", "StateRule", "StaticRule", "TokenRule",
     "RELEASES", "default_max_num_batched_tokens", "engine_with_release",

@@ -7,7 +7,8 @@ import streamlit as st
 
 from kvplan.capacity import FitResult
 from kvplan.errors import KVPlanError
-from kvplan.scenario import Scenario, scenario_arch, scenario_fit_query, scenario_gpu
+from kvplan.plan import Plan
+from kvplan.scenario import Scenario, scenario_plan
 
 
 def cache_key(scenario: Scenario) -> str:
@@ -16,11 +17,11 @@ def cache_key(scenario: Scenario) -> str:
     return scenario.model_dump_json(exclude={"serving"})
 
 
-def scenario_from_key(key: str):
-    """The scenario, model, accelerator and capacity query behind a ``cache_key`` (the cached
-    functions take the key, not the objects, so Streamlit hashes one string)."""
+def scenario_from_key(key: str) -> tuple[Scenario, Plan]:
+    """The scenario and its plan behind a ``cache_key`` (the cached functions take the key, not the
+    objects, so Streamlit hashes one string)."""
     scenario = Scenario.model_validate_json(key)
-    return scenario, scenario_arch(scenario), scenario_gpu(scenario), scenario_fit_query(scenario)
+    return scenario, scenario_plan(scenario)
 
 
 @st.cache_data(max_entries=128, show_spinner=False)
@@ -30,12 +31,11 @@ def answers(key: str) -> dict[str, FitResult | str]:
     they fit and how many requests."""
     from kvplan.capacity import fit
 
-    scenario, arch, gpu, query = scenario_from_key(key)
+    scenario, plan = scenario_from_key(key)
     out: dict[str, FitResult | str] = {}
     for index, dtype in enumerate(scenario.kv_dtypes):
         try:  # only the first dtype's answer searches other layouts for its "smallest change"
-            out[dtype] = fit(arch, gpu, query.model_copy(update={"kv_dtype": dtype}),
-                             search_gpus=index == 0)
+            out[dtype] = fit(plan.vary(kv_dtype=dtype), search_gpus=index == 0)
         except KVPlanError as err:
             out[dtype] = str(err)
     return out
@@ -48,5 +48,4 @@ def primary_fit(key: str) -> FitResult:
         return first
     from kvplan.capacity import fit
 
-    _, arch, gpu, query = scenario_from_key(key)
-    return fit(arch, gpu, query)
+    return fit(scenario_from_key(key)[1])

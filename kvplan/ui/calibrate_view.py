@@ -11,10 +11,10 @@ import pandas as pd
 import streamlit as st
 
 from kvplan.calibrate import MAX_LOG_BYTES, Calibration, calibrate, parse_vllm_log
-from kvplan.engines import get_engine, log_engine
+from kvplan.engines import log_engine
 from kvplan.errors import KVPlanError, md
 from kvplan.presets import GPU
-from kvplan.scenario import Scenario, scenario_fit_query
+from kvplan.scenario import Scenario, scenario_plan
 from kvplan.ui import lazy
 from kvplan.ui.theme import GIB
 
@@ -66,14 +66,15 @@ def render(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame | None:
                                         "INFO ... GPU KV cache size: 469,536 tokens")
         if not text or not text.strip():
             return None
-        engine = log_engine()
-        if not get_engine(scenario.engine).logs_kv_cache:
-            st.info(md(f"The log is compared with {get_engine(engine).short}'s pool; the sidebar's "
-                       f"engine is {get_engine(scenario.engine).short}."))
+        chosen = scenario_plan(scenario)
+        plan = chosen if chosen.engine.logs_kv_cache else scenario_plan(
+            scenario.model_copy(update={"engine": log_engine()}))
+        if plan is not chosen:
+            st.info(md(f"The log is compared with {plan.engine.short}'s pool; the sidebar's "
+                       f"engine is {chosen.engine.short}."))
         try:
             log = parse_vllm_log(text)
-            query = scenario_fit_query(scenario.model_copy(update={"engine": engine}))
-            result = calibrate(arch, gpu, query, log)
+            result = calibrate(plan, log)
         except KVPlanError as err:
             st.error(md(f"Calibration: {err}"))
             return None

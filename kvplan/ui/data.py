@@ -7,10 +7,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from kvplan.arch import ModelArch
-from kvplan.capacity import FitQuery, FitResult, capacity_sweep, engine_settings, fit
+from kvplan.capacity import FitResult, capacity_sweep, fit
 from kvplan.errors import KVPlanError
-from kvplan.presets import GPU, gpus
+from kvplan.plan import Plan
+from kvplan.presets import gpus
 from kvplan.sizing import exact_outer, sweep, sweep_by_kind, token_grid
 
 CONTEXT_GRID = (512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144, 524288, 1048576)
@@ -26,15 +26,14 @@ def context_grid(tokens: int, log_x: bool, limit: int = 10_000_000, points: int 
     return token_grid(tokens, 1, min(max(2 * tokens, 1024), limit), points, log=False)
 
 
-def kv_vs_context(arch: ModelArch, gpu: GPU, query: FitQuery, kv_dtypes: list[str],
+def kv_vs_context(plan: Plan, kv_dtypes: list[str],
                   log_x: bool) -> tuple[pd.DataFrame, list[str]]:
     """Held KV bytes (per GPU rank) of ``users`` requests over context length, one block per dtype."""
-    t = context_grid(query.tokens, log_x)
-    settings = engine_settings(query, gpu, arch)
+    t = context_grid(plan.query.tokens, log_x)
     frames, errors = [], []
     for dtype in kv_dtypes:
         try:
-            frame = sweep(arch, t, [query.users], [dtype], [query.engine], settings)
+            frame = sweep(plan, t, [plan.query.users], [dtype])
         except KVPlanError as err:
             errors.append(f"{dtype}: {err}")
             continue
@@ -46,23 +45,21 @@ def kv_vs_context(arch: ModelArch, gpu: GPU, query: FitQuery, kv_dtypes: list[st
     return pd.concat(frames, ignore_index=True), errors
 
 
-def kv_by_kind(arch: ModelArch, gpu: GPU, query: FitQuery, log_x: bool) -> pd.DataFrame:
+def kv_by_kind(plan: Plan, log_x: bool) -> pd.DataFrame:
     """Held bytes per layer kind (long format: tokens, kind, kv_bytes) for the first dtype."""
-    t = context_grid(query.tokens, log_x)
-    settings = engine_settings(query, gpu, arch)
-    wide = sweep_by_kind(arch, t, query.kv_dtype, query.engine, query.users, settings)
+    t = context_grid(plan.query.tokens, log_x)
+    wide = sweep_by_kind(plan, t)
     long = wide.melt(id_vars="tokens", var_name="kind", value_name="kv_bytes")
-    long["kv_dtype"] = query.kv_dtype
+    long["kv_dtype"] = plan.query.kv_dtype
     return long
 
 
-def fits_per_dtype(arch: ModelArch, gpu: GPU, query: FitQuery,
-                   kv_dtypes: list[str]) -> tuple[dict[str, FitResult], list[str]]:
+def fits_per_dtype(plan: Plan, kv_dtypes: list[str]) -> tuple[dict[str, FitResult], list[str]]:
+    """The answer of every KV dtype (no layout search), and the refusals."""
     results, errors = {}, []
     for dtype in kv_dtypes:
         try:
-            results[dtype] = fit(arch, gpu, query.model_copy(update={"kv_dtype": dtype}),
-                                 search_gpus=False)
+            results[dtype] = fit(plan.vary(kv_dtype=dtype), search_gpus=False)
         except KVPlanError as err:
             errors.append(f"{dtype}: {err}")
     return results, errors
@@ -86,13 +83,14 @@ def kv_vs_users(results: dict[str, FitResult], users: int) -> pd.DataFrame:
         columns=["kv_dtype", "users", "kv_bytes", "kv_budget_bytes", "fits"])
 
 
-def memory_per_gpu(arch: ModelArch, query: FitQuery) -> pd.DataFrame:
+def memory_per_gpu(plan: Plan) -> pd.DataFrame:
     """Per accelerator (per GPU): weights (and each part of them), reserve, KV at the chosen
     load, held back, free."""
+    query = plan.query
     rows: list[dict[str, Any]] = []
     for gpu in sorted(gpus().values(), key=lambda g: g.capacity_bytes):
         try:
-            r = fit(arch, gpu, query, search_gpus=False)
+            r = fit(plan.vary(gpu=gpu), search_gpus=False)
         except KVPlanError as err:
             rows.append({"gpu": gpu.id, "gpu_name": gpu.name, "error": str(err)})
             continue
@@ -109,14 +107,14 @@ def memory_per_gpu(arch: ModelArch, query: FitQuery) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def requests_grid(arch: ModelArch, query: FitQuery, kv_dtypes: list[str]) -> pd.DataFrame:
+def requests_grid(plan: Plan, kv_dtypes: list[str]) -> pd.DataFrame:
     """Requests that fit, accelerators × KV dtypes."""
     rows: list[dict[str, Any]] = []
     for gpu in sorted(gpus().values(), key=lambda g: g.capacity_bytes):
         for dtype in kv_dtypes:
             row: dict[str, Any] = {"gpu": gpu.id, "gpu_name": gpu.name, "kv_dtype": dtype}
             try:
-                r = fit(arch, gpu, query.model_copy(update={"kv_dtype": dtype}), search_gpus=False)
+                r = fit(plan.vary(gpu=gpu, kv_dtype=dtype), search_gpus=False)
                 row.update(weights_bytes=r.weights_bytes, kv_budget_bytes=r.kv_budget_bytes,
                            kv_bytes_per_request=r.kv_bytes_per_request, max_requests=r.max_requests,
                            max_tokens_per_request=r.max_tokens_per_request, fits=r.fits, error="")
@@ -126,12 +124,13 @@ def requests_grid(arch: ModelArch, query: FitQuery, kv_dtypes: list[str]) -> pd.
     return pd.DataFrame(rows)
 
 
-def context_users_grid(arch: ModelArch, gpu: GPU, query: FitQuery) -> pd.DataFrame:
+def context_users_grid(plan: Plan) -> pd.DataFrame:
     """For the chosen GPU and first dtype: does ``users`` × ``context`` fit, and the KV share used
     (one vectorised ``capacity_sweep`` over the grid)."""
+    query = plan.query
     contexts = sorted(set(CONTEXT_GRID) | {query.tokens})
     users = sorted(set(USERS_GRID) | {query.users})
-    frame = capacity_sweep(arch, [gpu], [query.kv_dtype], contexts, users, query)
+    frame = capacity_sweep(plan, [plan.device], [query.kv_dtype], contexts, users)
     # exact Python ints: 10M users × a 100M-token request overflows int64
     frame["kv_bytes"] = frame["users"].astype(object) * frame["kv_bytes_per_request"].astype(object)
     budget = frame["kv_budget_bytes"].astype(float)

@@ -68,15 +68,15 @@ def _default_scenario_once() -> None:
     what that path initialises on first use (pandas' index and concat paths, the capacity code,
     Plotly's property validators) is then ready for the first visitor."""
     from kvplan.capacity import fit
-    from kvplan.scenario import Scenario, scenario_arch, scenario_fit_query, scenario_gpu
+    from kvplan.scenario import Scenario, scenario_plan
     from kvplan.ui import charts, data
 
     scenario = Scenario()
-    arch, gpu, query = scenario_arch(scenario), scenario_gpu(scenario), scenario_fit_query(scenario)
-    result = fit(arch, gpu, query, search_gpus=True)
-    frame, _ = data.kv_vs_context(arch, gpu, query, scenario.kv_dtypes, scenario.log_x)
+    plan = scenario_plan(scenario)
+    result = fit(plan, search_gpus=True)
+    frame, _ = data.kv_vs_context(plan, scenario.kv_dtypes, scenario.log_x)
     charts.kv_context_figure(frame, None, result.kv_budget_bytes, scenario.tokens, scenario.users,
-                             scenario.log_x, f" — {gpu.name}", limit=result.context_limit).to_dict()
+                             scenario.log_x, f" — {plan.device.name}", limit=result.context_limit).to_dict()
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -23,7 +23,7 @@ from kvplan.recommend import (
     ranked_rows,
     recommend,
 )
-from kvplan.scenario import Scenario, scenario_fit_query, scenario_gpu
+from kvplan.scenario import Scenario, scenario_fit_query, scenario_plan
 from kvplan.serving import LengthDist, parse_lengths_csv
 from kvplan.ui.cached import cache_key, scenario_from_key
 from kvplan.ui.exports_ui import download_buttons
@@ -38,9 +38,9 @@ PRESET_LABELS = {"mlperf-llama2-70b-interactive": "MLPerf Llama-2-70B interactiv
 
 @st.cache_data(max_entries=32, show_spinner=False)
 def _search(key: str, query_json: str, csv: bytes | None) -> Recommendation:
-    _, arch, _, fit_query = scenario_from_key(key)
+    plan = scenario_from_key(key)[1]
     workload = parse_lengths_csv(csv) if csv is not None else None
-    return recommend(arch, RecommendQuery.model_validate_json(query_json), fit_query, workload)
+    return recommend(plan, RecommendQuery.model_validate_json(query_json), workload)
 
 
 def _dist(part: str, scenario: Scenario) -> tuple[LengthDist, bool]:
@@ -183,8 +183,8 @@ def _calibration(scenario: Scenario, arch: ModelArch) -> float | None:
                        "enter a measured value to solve for the factor.")
             return None
         try:
-            factor = calibrate_efficiency(arch, scenario_gpu(scenario), scenario_fit_query(scenario),
-                                          measured, "prefill" if kind == "prefill" else "decode",
+            factor = calibrate_efficiency(scenario_plan(scenario), measured,
+                                          "prefill" if kind == "prefill" else "decode",
                                           batch, prompt, context)
         except KVPlanError as err:
             st.warning(str(err))

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from kvplan.engines import DEFAULT_ENGINE, VLLM_DEFAULT_BLOCK_SIZE, get_engine, prefix_engines
+from kvplan.engines import DEFAULT_ENGINE, VLLM_DEFAULT_BLOCK_SIZE, Engine, prefix_engines
 from kvplan.errors import MESSAGES, clip
 from kvplan.presets import gpus
 from kvplan.recommend import TARGET_PRESETS
@@ -20,6 +20,7 @@ from kvplan.serving import SNAPSHOTS
 
 SOURCES = {"paper": "ShareGPT-like (vLLM paper lengths)", "lognormal": "log-normal",
            "uniform": "uniform", "fixed": "fixed", "csv": "upload CSV"}
+#: The prefix-sharing engines offered (id → engine object).
 PREFIX_ENGINES = prefix_engines()
 NOCACHE_METRICS = ("time_s", "flops", "peak_memory_bytes")
 
@@ -70,6 +71,11 @@ def _pf_engine(s: Scenario) -> str:
     return s.engine if s.engine in PREFIX_ENGINES else DEFAULT_ENGINE
 
 
+def _prefix_engine(s: Scenario, state: WidgetState) -> Engine:
+    """The prefix-sharing engine the serving view compares (its widget's value, else the scenario's)."""
+    return PREFIX_ENGINES.get(state.get("sv_pf_engine", ""), PREFIX_ENGINES[_pf_engine(s)])
+
+
 INPUTS: dict[str, Input] = {
     "source": Input(str, _const("paper"), choices=tuple(SOURCES)),
     "max_len": Input(int, lambda s, _: min(max(s.tokens, 2), 10_000_000), 2, 10_000_000),
@@ -88,8 +94,8 @@ INPUTS: dict[str, Input] = {
     "block": Input(int, lambda s, _: min(s.engine_settings.block_size or VLLM_DEFAULT_BLOCK_SIZE, 4096),
                    1, 4096),
     "snapshot": Input(str, _const("in_flight"), choices=SNAPSHOTS),
-    "pf_engine": Input(str, lambda s, _: _pf_engine(s), choices=PREFIX_ENGINES),
-    "pf_unit": Input(int, lambda s, state: min(get_engine(state.get("sv_pf_engine", _pf_engine(s)))
+    "pf_engine": Input(str, lambda s, _: _pf_engine(s), choices=tuple(PREFIX_ENGINES)),
+    "pf_unit": Input(int, lambda s, state: min(_prefix_engine(s, state)
                                                .shared_prefix_unit(s.engine_settings.block_size) or 1,
                                                4096), 1, 4096),
     "ram": Input(float, _const(512.0), 1.0, 1e6),

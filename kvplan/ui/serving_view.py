@@ -225,10 +225,11 @@ def _prefix(scenario: Scenario) -> None:
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def _prefix_data(key: str, engine: str, unit: int):
-    scenario, arch, _, _ = scenario_from_key(key)
+    scenario, plan = scenario_from_key(key)
+    arch = plan.arch
     prompt = max(scenario.prefix_tokens + 1, scenario.tokens - scenario.output_tokens)
-    result = prefix_caching(arch, scenario.users, scenario.prefix_tokens, prompt,
-                            scenario.output_tokens, engine, _kv_dtype(scenario), unit,
+    result = prefix_caching(arch, scenario.users, scenario.prefix_tokens, prompt, scenario.output_tokens,
+                            PREFIX_ENGINES[engine], _kv_dtype(scenario), unit,
                             points=MAX_POINTS)
     curve = result.curve
     fig = _fig(f"{scenario.users:,} requests sharing a {scenario.prefix_tokens:,}-token prefix",
@@ -257,7 +258,8 @@ def _offload(scenario: Scenario) -> None:
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def _offload_data(key: str, ram: float, link: float):
-    scenario, arch, gpu, _ = scenario_from_key(key)
+    scenario, plan = scenario_from_key(key)
+    arch, gpu = plan.arch, plan.device
     tokens = np.unique(np.geomspace(1, max(scenario.tokens, 2), 24).astype(np.int64))
     rows = []
     for t in tokens:
@@ -294,7 +296,8 @@ def _quantized(scenario: Scenario) -> None:
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def _quantized_data(key: str, nbits: int, group: int, resid: int):
-    scenario, arch, _, _ = scenario_from_key(key)
+    scenario, plan = scenario_from_key(key)
+    arch = plan.arch
     tokens = np.unique(np.geomspace(1, max(scenario.tokens, 2), 60).astype(np.int64))
     result = quantized_cache(arch, tokens, nbits, group, resid, scenario.users)
     curve = result.curve
@@ -332,7 +335,8 @@ def _static(scenario: Scenario, arch: ModelArch, holder: dict[str, Workload]) ->
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def _static_default(key: str, max_len: int):
-    scenario, arch, _, _ = scenario_from_key(key)
+    scenario, plan = scenario_from_key(key)
+    arch = plan.arch
     workload = sample_workload(
         2000, LengthDist(kind="lognormal", mean=max(scenario.prefix_tokens, 1)),
         LengthDist(kind="lognormal", mean=scenario.output_tokens), seed=0)
@@ -363,7 +367,8 @@ def _roofline(scenario: Scenario) -> None:
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def _roofline_data(key: str):
-    scenario, arch, gpu, _ = scenario_from_key(key)
+    scenario, plan = scenario_from_key(key)
+    arch, gpu = plan.arch, plan.device
     batches = np.unique(np.geomspace(1, max(scenario.users, 1024), 30).astype(np.int64))
     prompt = max(scenario.tokens - scenario.output_tokens, 1)
     wd = None if scenario.weight_dtype == "auto" else scenario.weight_dtype
@@ -405,7 +410,8 @@ def _nocache(scenario: Scenario) -> None:
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def _nocache_data(key: str, new: int, metric: str):
-    scenario, arch, gpu, _ = scenario_from_key(key)
+    scenario, plan = scenario_from_key(key)
+    arch, gpu = plan.arch, plan.device
     prompt = max(scenario.prefix_tokens, 1)
     wd = None if scenario.weight_dtype == "auto" else scenario.weight_dtype
     df, notes = compare(arch, gpu, prompt, new, _kv_dtype(scenario), wd)

@@ -5,20 +5,21 @@ and figures are cached by the scenario's content (``kvplan.ui.cached.cache_key``
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 from urllib.parse import quote
 
 import pandas as pd
 import streamlit as st
 
 from kvplan import designs
+from kvplan.arch import ModelArch
 from kvplan.capacity import FitResult
 from kvplan.config_import import support_status
-from kvplan.engines import engine_view, get_engine
 from kvplan.errors import MESSAGES, KVPlanError, clip, md
+from kvplan.plan import Plan
 from kvplan.presets import GPU
 from kvplan.report import named_scenario, named_scenarios
-from kvplan.scenario import Scenario, scenario_fit_query
+from kvplan.scenario import Scenario
 from kvplan.sizing import full_length_bytes_per_token
 from kvplan.ui import charts, data, lazy, weights_view
 from kvplan.ui.cached import answers, cache_key, primary_fit, scenario_from_key
@@ -47,45 +48,44 @@ def guarded(title: str, body: Callable[[], object]) -> object:
 # ---------------------------------------------------------------- cached computations (by content)
 @st.cache_data(max_entries=128, show_spinner=False)
 def _context_data(key: str) -> tuple[pd.DataFrame, pd.DataFrame | None, list[str]]:
-    scenario, arch, gpu, query = scenario_from_key(key)
-    df, errors = data.kv_vs_context(arch, gpu, query, scenario.kv_dtypes, scenario.log_x)
-    by_kind = data.kv_by_kind(arch, gpu, query, scenario.log_x) if scenario.stack_kinds else None
+    scenario, plan = scenario_from_key(key)
+    df, errors = data.kv_vs_context(plan, scenario.kv_dtypes, scenario.log_x)
+    by_kind = data.kv_by_kind(plan, scenario.log_x) if scenario.stack_kinds else None
     return df, by_kind, errors
 
 
 @st.cache_data(max_entries=128, show_spinner=False)
 def _users_data(key: str) -> tuple[pd.DataFrame, int | None, list[str]]:
-    scenario, arch, gpu, query = scenario_from_key(key)
-    results, errors = data.fits_per_dtype(arch, gpu, query, scenario.kv_dtypes)
+    scenario, plan = scenario_from_key(key)
+    results, errors = data.fits_per_dtype(plan, scenario.kv_dtypes)
     budget = next(iter(results.values())).kv_budget_bytes if results else None
     return data.kv_vs_users(results, scenario.users), budget, errors
 
 
 @st.cache_data(max_entries=128, show_spinner=False)
 def _memory_data(key: str) -> pd.DataFrame:
-    _, arch, _, query = scenario_from_key(key)
-    return data.memory_per_gpu(arch, query)
+    return data.memory_per_gpu(scenario_from_key(key)[1])
 
 
 @st.cache_data(max_entries=128, show_spinner=False)
 def _requests_data(key: str) -> tuple[pd.DataFrame, pd.DataFrame]:
-    scenario, arch, gpu, query = scenario_from_key(key)
-    return (data.requests_grid(arch, query, scenario.kv_dtypes),
-            data.context_users_grid(arch, gpu, query))
+    scenario, plan = scenario_from_key(key)
+    return data.requests_grid(plan, scenario.kv_dtypes), data.context_users_grid(plan)
 
 
 @st.cache_data(max_entries=128, show_spinner=False)
 def _design_data(key: str) -> tuple[pd.DataFrame, list[str]]:
-    _, arch, gpu, query = scenario_from_key(key)
-    return designs.design_table(arch, gpu, query), designs.assumptions(arch, tp=query.tp)
+    plan = scenario_from_key(key)[1]
+    return designs.design_table(plan), designs.assumptions(plan.arch, tp=plan.query.tp)
 
 
 # ---------------------------------------------------------------- cached figures (by content)
 # Only the open tab runs (lazy tabs); each figure is built once per scenario and kept as its
 # plotly dict, so a rerun of a known scenario rebuilds the go.Figure without re-validation (theme).
 @st.cache_data(max_entries=128, show_spinner=False)
-def _kv_context_fig(key: str) -> dict:
-    scenario, _, gpu, _ = scenario_from_key(key)
+def _kv_context_fig(key: str) -> dict[str, Any]:
+    scenario, plan = scenario_from_key(key)
+    gpu = plan.device
     df, by_kind, _ = _context_data(key)
     result = primary_fit(key)
     return charts.kv_context_figure(df, by_kind, result.kv_budget_bytes, scenario.tokens,
@@ -94,21 +94,21 @@ def _kv_context_fig(key: str) -> dict:
 
 
 @st.cache_data(max_entries=128, show_spinner=False)
-def _kv_users_fig(key: str) -> dict:
+def _kv_users_fig(key: str) -> dict[str, Any]:
     scenario = Scenario.model_validate_json(key)
     df, budget, _ = _users_data(key)
     return charts.kv_users_figure(df, budget, scenario.tokens, scenario.users).to_dict()
 
 
 @st.cache_data(max_entries=128, show_spinner=False)
-def _memory_fig(key: str) -> dict:
-    _, _, gpu, _ = scenario_from_key(key)
-    return charts.memory_figure(_memory_data(key), gpu.id).to_dict()
+def _memory_fig(key: str) -> dict[str, Any]:
+    return charts.memory_figure(_memory_data(key), scenario_from_key(key)[1].device.id).to_dict()
 
 
 @st.cache_data(max_entries=128, show_spinner=False)
-def _requests_figs(key: str) -> tuple[dict, dict]:
-    scenario, _, gpu, _ = scenario_from_key(key)
+def _requests_figs(key: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    scenario, plan = scenario_from_key(key)
+    gpu = plan.device
     grid, cu = _requests_data(key)
     return (charts.requests_heatmap(grid).to_dict(),
             charts.context_users_heatmap(cu, gpu.name, scenario.kv_dtypes[0],
@@ -116,20 +116,17 @@ def _requests_figs(key: str) -> tuple[dict, dict]:
 
 
 @st.cache_data(max_entries=128, show_spinner=False)
-def _designs_fig(key: str) -> dict:
+def _designs_fig(key: str) -> dict[str, Any]:
     df, _ = _design_data(key)
     return charts.designs_figure(df).to_dict()
 
 
 # ---------------------------------------------------------------- (1) KPI cards
-def _breakdown(arch, scenario: Scenario, gpu: GPU, tokens: int) -> tuple[str, int]:
+def _breakdown(plan: Plan) -> tuple[str, int]:
     """``32 full layers × 4,096 B × 32,768 tokens + …`` for one request on one GPU rank."""
-    from kvplan.capacity import engine_settings
     from kvplan.sizing import kv_cache
 
-    query = scenario_fit_query(scenario)
-    engine = scenario.engine
-    result = kv_cache(arch, tokens, 1, query.kv_dtype, engine, engine_settings(query, gpu, arch))
+    result = kv_cache(plan.vary(users=1))
     parts = []
     for kind, row in result.layers.items():
         if kind == "recurrent":
@@ -140,9 +137,10 @@ def _breakdown(arch, scenario: Scenario, gpu: GPU, tokens: int) -> tuple[str, in
     return " + ".join(parts), result.reserved_bytes
 
 
-def _per_token_how(arch, dtype: str, engine: str) -> str:
+def _per_token_how(plan: Plan) -> str:
+    """``32 full layers × 4,096 B + …``: the plan's engine's bytes per token, layer kind by kind."""
     kinds: dict[str, list[int]] = {}
-    for rule in engine_view(arch, engine, dtype).rules:
+    for rule in plan.engine.view(plan.arch, plan.query.kv_dtype).rules:
         if rule.bytes_per_token:
             kinds.setdefault(f"{rule.kind}|{rule.bytes_per_token}", []).append(rule.layers)
     return " + ".join(f"{sum(n)} {key.split('|')[0]} layers × {int(key.split('|')[1]):,} B"
@@ -162,16 +160,17 @@ class Kpi(NamedTuple):
     how: str
 
 
-def kpi_cards(scenario: Scenario, arch, gpu: GPU, result: FitResult) -> list[Kpi]:
+def kpi_cards(scenario: Scenario, plan: Plan, result: FitResult) -> list[Kpi]:
+    """The key-number cards of the plan's first KV dtype, each with its formula and values."""
     dtype = scenario.kv_dtypes[0]
-    per_token = full_length_bytes_per_token(arch, dtype, scenario.engine)
-    per_token_how = _per_token_how(arch, dtype, scenario.engine)
+    per_token = full_length_bytes_per_token(plan)
+    per_token_how = _per_token_how(plan)
     f = result.formulas
-    if get_engine(result.engine).per_request_in_blocks:
+    if plan.engine.per_request_in_blocks:
         per_request_how = (f"{f.get('blocks_per_request', '')} × {result.bytes_per_block:,} B per "
                            f"block = {result.kv_bytes_per_request:,} B")
     else:
-        how, total = _breakdown(arch, scenario, gpu, scenario.tokens)
+        how, total = _breakdown(plan)
         per_request_how = f"{how} = {total:,} B"
     per_gpu_note = (f" on each GPU (one TP rank of {result.tp}; the whole replica holds about "
                     f"{result.tp}× this)" if result.tp > 1 else "")
@@ -258,13 +257,15 @@ def render_answer(scenario: Scenario, gpu: GPU) -> None:
                    f"{limit}")
 
 
-def render_kpis(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
+def render_kpis(scenario: Scenario, arch: ModelArch, gpu: GPU) -> pd.DataFrame:
     """The supporting figures of the first KV dtype, each saying whether it is per GPU, per replica
     or for the whole model. Few elements (each costs the browser ≈ 4–11 ms on a first render,
     bench/README.md): the header with the architecture support, one row of cards, and one caption
     holding the exact integers, each card's formula, the engine's log line and the notes."""
-    result = primary_fit(cache_key(scenario))
-    cards = kpi_cards(scenario, arch, gpu, result)
+    key = cache_key(scenario)
+    result = primary_fit(key)
+    plan = scenario_from_key(key)[1]
+    cards = kpi_cards(scenario, plan, result)
     cap = result.gpu_capacity_bytes
     status, why = support_status(arch)
     st.markdown(f"**{md(arch.name)}** on **{plural(result.replicas * result.tp * result.pp, 'GPU')} × "
@@ -288,10 +289,10 @@ def render_kpis(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
             st.metric(row.label, value, help=help_text, width=KPI_WIDTH)
     lines = ["Exact: " + " · ".join(f"{r.kpi}={r.value:,}" for r in cards)]
     lines += [f"How, {md(row.label)}: {md(row.how)}" for row in cards]
-    if get_engine(result.engine).logs_kv_cache:
+    if plan.engine.logs_kv_cache:
         # an inline code span, not st.code (its syntax highlighter costs ≈ 0.3 s of browser JS on
         # the first render, bench/README.md); the line is kvplan's own numbers, no user text
-        lines.append(f"{md(get_engine(result.engine).short)}'s start-up log would read: "
+        lines.append(f"{md(plan.engine.short)}'s start-up log would read: "
                      f"`{result.vllm_log}`")
     lines += [f"Note: {md(note)}" for note in result.notes]
     st.caption("  \n".join(lines), help="Exact integers (bytes, requests, tokens) of the cards "

@@ -21,6 +21,7 @@ from playwright.sync_api import Page, expect
 from kvplan.report import scenario_from_json
 from kvplan.scenario import Scenario
 from kvplan.ui.sidebar import VIEWS
+from tests.plans import kv_plan
 
 pytestmark = pytest.mark.browser
 
@@ -236,7 +237,8 @@ def test_uploaded_config_is_used_and_travels_in_the_link(page: Page, app_url: st
     from kvplan.sizing import full_length_bytes_per_token
 
     fixture = ROOT / "tests" / "fixtures" / "configs" / "qwen3.json"
-    per_token = full_length_bytes_per_token(parse_config(fixture.read_bytes()), "bf16", "vllm")
+    per_token = full_length_bytes_per_token(kv_plan(parse_config(fixture.read_bytes()), 1, kv_dtype="bf16",
+                                                    engine="vllm"))
     assert per_token == 36 * 2 * 8 * 128 * 2  # 147,456 B
     _open(page, app_url + "/?v=1&m=llama-2-7b&kd=bf16&t=4096&u=1")
     page.get_by_text("Use your own config.json").click()

@@ -8,6 +8,7 @@ import re
 import pytest
 from playwright.sync_api import Page, expect
 
+from kvplan.plan import make_plan
 from kvplan.presets import load_model
 from kvplan.recommend import RecommendQuery, recommend
 from kvplan.scenario import Scenario, scenario_fit_query
@@ -37,10 +38,10 @@ def test_recommend_then_open_the_cheapest_candidate(page: Page, app_url: str) ->
     expect(page).to_have_url(re.compile(r"sv=[^&]*rc_users%3A32"), timeout=LOAD_MS)  # the link keeps them
     expect(page.get_by_test_id("stPlotlyChart").first).to_be_visible(timeout=LOAD_MS)
     expect(page.locator('[data-testid="stDataFrame"]:visible').first).to_be_visible()
-    want = recommend(load_model("llama-3.1-8b"), RecommendQuery(
+    want = recommend(make_plan(load_model("llama-3.1-8b"), None,
+                               scenario_fit_query(Scenario(model="llama-3.1-8b"))), RecommendQuery(
         users=32, prompt={"kind": "fixed", "value": 1024}, output={"kind": "fixed", "value": 512},
-        ttft_ms=2000.0, tpot_ms=200.0, kv_dtypes=("bf16", "fp8_e4m3")),
-        scenario_fit_query(Scenario(model="llama-3.1-8b"))).ranked.iloc[0]
+        ttft_ms=2000.0, tpot_ms=200.0, kv_dtypes=("bf16", "fp8_e4m3"))).ranked.iloc[0]
     link = page.get_by_role("link", name="open its scenario")
     expect(page.get_by_text(f"Cheapest: {want['gpu']}")).to_be_visible()
     href = link.get_attribute("href")

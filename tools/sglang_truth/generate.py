@@ -34,7 +34,7 @@ Only what needs a GPU is stubbed (see ``install_stubs`` and the README):
    import time; it is registered as on a CUDA machine.
 
 Weights: the free memory after loading is ``capacity − cuda_context − weights`` with kvplan's own
-per-GPU weight bytes (``kvplan.capacity.stage_weight_bytes``), so fixtures and kvplan share the
+per-GPU weight bytes (``kvplan.plan.Plan.weights``), so fixtures and kvplan share the
 input and only the KV arithmetic is compared.
 """
 
@@ -159,9 +159,8 @@ def native_architectures(sglang_dir: Path) -> set[str]:
 def kvplan_weights(model: str, overrides: dict, tp: int) -> tuple[int, dict]:
     """kvplan's per-GPU weight bytes for the stubbed weights (as ``fit`` sizes them for SGLang:
     the checkpoint's format, the engine's auto dtype), and the case's config.json."""
-    from kvplan.capacity import FitQuery, weights_layout
     from kvplan.config_import import parse_config
-    from kvplan.engines import EngineSettings
+    from kvplan.plan import FitQuery, make_plan
     from kvplan.presets import model_presets
 
     preset = model_presets()[model]
@@ -169,7 +168,7 @@ def kvplan_weights(model: str, overrides: dict, tp: int) -> tuple[int, dict]:
     arch = parse_config(config, name=preset.name, params_total=preset.params_total,
                         params_active=preset.params_active)
     query = FitQuery(engine="sglang", tp=tp)
-    return max(weights_layout(arch, query, EngineSettings(tp=tp)).stage_bytes), config
+    return max(make_plan(arch, None, query).weights.stage_bytes), config
 
 
 def run_case(case: dict, workdir: Path, natives: set[str]) -> dict:
