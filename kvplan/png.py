@@ -13,6 +13,7 @@ import os
 import shutil
 import threading
 from functools import cache
+from typing import Any
 
 #: The one plotly template of every kvplan figure, set explicitly (``import streamlit`` changes
 #: plotly's default, and the PNG must look like the screen).
@@ -57,7 +58,7 @@ def chromium_available() -> bool:
     return chromium_path() is not None
 
 
-def _template_name(fig) -> str | None:
+def _template_name(fig: Any) -> str | None:
     template = fig.layout.template
     return None if template is None or not template.to_plotly_json() else "set"
 
@@ -88,7 +89,7 @@ def warm_up_in_background() -> threading.Thread | None:
     return _warm_up
 
 
-def fig_to_png(fig, width: int | None = None, height: int | None = None, scale: float = 1.0) -> bytes:
+def fig_to_png(fig: Any, width: int | None = None, height: int | None = None, scale: float = 1.0) -> bytes:
     """Render ``fig`` to PNG bytes of ``width × scale`` by ``height × scale`` pixels."""
     global _started
     import kaleido

@@ -301,7 +301,7 @@ def scenario_title(scenario: Scenario) -> str:
                        f"{scenario.users:,} users")
 
 
-def report_figure(scenario: Scenario, tables: dict[str, pd.DataFrame] | None = None):
+def report_figure(scenario: Scenario, tables: dict[str, pd.DataFrame] | None = None) -> Any:
     """A one-page plotly figure: summary table, KV vs tokens, memory split, requests per GPU."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from kvplan.arch import ModelArch
 from kvplan.calibrate import MAX_LOG_BYTES, Calibration, calibrate, parse_vllm_log
 from kvplan.engines import log_engine
 from kvplan.errors import KVPlanError, md
@@ -30,7 +31,7 @@ def _use_reserve(value: float) -> None:
     st.session_state[RESERVE_KEY] = value
 
 
-def _fmt(value, spec: str = ",") -> str:
+def _fmt(value: object, spec: str = ",") -> str:
     return "—" if value is None else format(value, spec)
 
 
@@ -53,7 +54,7 @@ def table(result: Calibration) -> pd.DataFrame:
                                        "kvplan with the logged memory"])
 
 
-def render(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame | None:
+def render(scenario: Scenario, arch: ModelArch, gpu: GPU) -> pd.DataFrame | None:
     with lazy.box(st, "box_calibrate") as box:
         if not box.open:
             return None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -23,7 +24,7 @@ from kvplan.ui.theme import (
 _HEIGHT = 430
 
 
-def _layout(fig: go.Figure, title: str, **kwargs) -> go.Figure:
+def _layout(fig: go.Figure, title: str, **kwargs: Any) -> go.Figure:
     apply_template(fig)  # explicit plotly_white, validated once per process (not per figure)
     fig.update_layout(title=title, height=_HEIGHT, hovermode="closest",
                       legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0},

@@ -4,6 +4,9 @@ download/upload lives in ``scenario_json_controls``."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pandas as pd
 import streamlit as st
 
@@ -16,7 +19,7 @@ PNG_SCALE = 2.0
 DEFAULT_SIZE = (1000, 560)
 
 
-def _png_callable(fig):
+def _png_callable(fig: Any) -> Callable[[], bytes]:
     width = int(fig.layout.width or DEFAULT_SIZE[0])
     height = int(fig.layout.height or DEFAULT_SIZE[1])
 
@@ -26,7 +29,7 @@ def _png_callable(fig):
     return render
 
 
-def download_buttons(name: str, df: pd.DataFrame, fig, scenario: Scenario) -> None:
+def download_buttons(name: str, df: pd.DataFrame, fig: Any, scenario: Scenario) -> None:
     """CSV of ``df`` (units in headers, the link in a last ``scenario_link`` column) and, when
     ``fig`` is given, a PNG of it; without Chromium the PNG slot explains how to install it. One
     horizontal container, not two columns: two elements fewer for the browser to build."""

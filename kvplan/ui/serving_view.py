@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -27,6 +28,9 @@ from kvplan.serving import (
     SHAREGPT_PROMPT_MEAN,
     SNAPSHOTS,
     LengthDist,
+    OffloadResult,
+    PrefixResult,
+    StaticResult,
     Workload,
     allocation_for_model,
     offloading,
@@ -48,7 +52,7 @@ GIB = 1 << 30
 MAX_POINTS = 200
 
 
-def _export(name: str, df: pd.DataFrame, fig, scenario: Scenario) -> None:
+def _export(name: str, df: pd.DataFrame, fig: Any, scenario: Scenario) -> None:
     try:
         from kvplan.ui.exports_ui import download_buttons
     except ImportError:  # pragma: no cover - exports module missing
@@ -224,7 +228,7 @@ def _prefix(scenario: Scenario) -> None:
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
-def _prefix_data(key: str, engine: str, unit: int):
+def _prefix_data(key: str, engine: str, unit: int) -> tuple[PrefixResult, dict[str, Any]]:
     scenario, plan = scenario_from_key(key)
     arch = plan.arch
     prompt = max(scenario.prefix_tokens + 1, scenario.tokens - scenario.output_tokens)
@@ -257,7 +261,8 @@ def _offload(scenario: Scenario) -> None:
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
-def _offload_data(key: str, ram: float, link: float):
+def _offload_data(key: str, ram: float,
+                  link: float) -> tuple[pd.DataFrame, OffloadResult, dict[str, Any]]:
     scenario, plan = scenario_from_key(key)
     arch, gpu = plan.arch, plan.device
     tokens = np.unique(np.geomspace(1, max(scenario.tokens, 2), 24).astype(np.int64))
@@ -295,7 +300,7 @@ def _quantized(scenario: Scenario) -> None:
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
-def _quantized_data(key: str, nbits: int, group: int, resid: int):
+def _quantized_data(key: str, nbits: int, group: int, resid: int) -> Any:
     scenario, plan = scenario_from_key(key)
     arch = plan.arch
     tokens = np.unique(np.geomspace(1, max(scenario.tokens, 2), 60).astype(np.int64))
@@ -334,7 +339,7 @@ def _static(scenario: Scenario, arch: ModelArch, holder: dict[str, Workload]) ->
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
-def _static_default(key: str, max_len: int):
+def _static_default(key: str, max_len: int) -> tuple[StaticResult, pd.DataFrame, dict[str, Any]]:
     scenario, plan = scenario_from_key(key)
     arch = plan.arch
     workload = sample_workload(
@@ -344,7 +349,8 @@ def _static_default(key: str, max_len: int):
     return r, df, fig.to_dict()
 
 
-def _static_build(scenario: Scenario, arch: ModelArch, workload: Workload, max_len: int):
+def _static_build(scenario: Scenario, arch: ModelArch, workload: Workload,
+                  max_len: int) -> tuple[StaticResult, pd.DataFrame, go.Figure]:
     r = static_cache(arch, workload.final, max_len, _kv_dtype(scenario))
     df = pd.DataFrame([{"what": "allocated", "bytes": r.allocated_bytes},
                        {"what": "used", "bytes": r.used_bytes},
@@ -366,7 +372,7 @@ def _roofline(scenario: Scenario) -> None:
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
-def _roofline_data(key: str):
+def _roofline_data(key: str) -> tuple[pd.DataFrame, list[str], int, dict[str, Any]]:
     scenario, plan = scenario_from_key(key)
     arch, gpu = plan.arch, plan.device
     batches = np.unique(np.geomspace(1, max(scenario.users, 1024), 30).astype(np.int64))
@@ -409,7 +415,7 @@ def _nocache(scenario: Scenario) -> None:
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
-def _nocache_data(key: str, new: int, metric: str):
+def _nocache_data(key: str, new: int, metric: str) -> Any:
     scenario, plan = scenario_from_key(key)
     arch, gpu = plan.arch, plan.device
     prompt = max(scenario.prefix_tokens, 1)

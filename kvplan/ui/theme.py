@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from functools import cache
+from typing import Any
 
 from kvplan.dtypes import KV_DTYPE_CHOICES
 from kvplan.png import TEMPLATE
@@ -35,7 +36,7 @@ _TRACE_KEYS = ("scatter", "bar", "heatmap")
 
 
 @cache
-def _template():
+def _template() -> Any:
     """The 2-D subset of ``plotly_white`` as a Template object, validated once per process."""
     import plotly.graph_objects as go
     import plotly.io as pio
@@ -46,7 +47,7 @@ def _template():
         data={k: v for k, v in full["data"].items() if k in _TRACE_KEYS})
 
 
-def apply_template(fig):
+def apply_template(fig: Any) -> Any:
     """Set the explicit ``plotly_white`` (2-D subset) template on ``fig`` (it is in the figure's JSON, so the
     PNG export looks like the screen) without re-validating it: the Template object is validated
     once (``_template``) and copied in as JSON, exactly how plotly applies its own default
@@ -62,14 +63,14 @@ def apply_template(fig):
     return fig
 
 
-def new_figure(data=None):
+def new_figure(data: Any = None) -> Any:
     """``go.Figure(data)`` carrying the explicit ``plotly_white`` template (see ``apply_template``)."""
     import plotly.graph_objects as go
 
     return apply_template(go.Figure(data))
 
 
-def figure_from_dict(spec: dict):
+def figure_from_dict(spec: dict[str, Any]) -> Any:
     """Rebuild a figure from ``fig.to_dict()`` of an already validated figure (a cached one)
     without validating it again — the same shortcut plotly takes for its default template."""
     import plotly.graph_objects as go

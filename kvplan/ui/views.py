@@ -27,7 +27,7 @@ from kvplan.ui.sidebar import apply_scenario
 from kvplan.ui.theme import GB, GIB, exact_bytes, figure_from_dict, fmt_bytes
 
 
-def _export(name: str, df: pd.DataFrame, fig, scenario: Scenario) -> None:
+def _export(name: str, df: pd.DataFrame, fig: Any, scenario: Scenario) -> None:
     from kvplan.ui import exports_ui
 
     exports_ui.download_buttons(name, df, fig, scenario)
@@ -342,7 +342,7 @@ def render_budget(result: FitResult) -> None:
 
 
 # ---------------------------------------------------------------- (2) KV vs context
-def render_kv_context(scenario: Scenario, arch) -> pd.DataFrame:
+def render_kv_context(scenario: Scenario, arch: ModelArch) -> pd.DataFrame:
     df, by_kind, errors = _context_data(cache_key(scenario))
     for message in errors:
         st.warning(md(message))
