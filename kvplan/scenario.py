@@ -307,8 +307,9 @@ def check_names(scenario: Scenario) -> tuple[Scenario, list[str]]:
     replaced by their canonical names. Returns the repaired scenario and one warning per fix.
     """
     from kvplan.dtypes import KV_DTYPE_CHOICES, WEIGHT_DTYPES, get_dtype, get_weight_dtype
-    from kvplan.engines import REGISTRY, get_engine, release_choices
+    from kvplan.engines import REGISTRY, release_choices
     from kvplan.errors import KVPlanError
+    from kvplan.plan import resolve_engine
     from kvplan.presets import gpus, model_presets
 
     defaults = Scenario()
@@ -369,7 +370,7 @@ def check_names(scenario: Scenario) -> tuple[Scenario, list[str]]:
             canonical = defaults.weight_dtype
         if canonical != weight:
             update["weight_dtype"] = canonical
-    engine = get_engine(update.get("engine", scenario.engine))
+    engine = resolve_engine(update.get("engine", scenario.engine))
     known = {k: v for k, v in scenario.reserve_terms.items() if k in engine.reserve_term_names
              and BOUNDS["reserve_gib"][0] <= v <= BOUNDS["reserve_gib"][1]}
     if known != scenario.reserve_terms:

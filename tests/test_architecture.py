@@ -106,3 +106,77 @@ def test_every_engine_labels_only_declared_settings() -> None:
     for engine in REGISTRY.values():
         assert set(engine.setting_labels) <= set(SETTINGS), engine.id
         assert engine.release and engine.label and engine.short
+
+
+#: The layers of ``docs/architecture.md``, top to bottom: a module imports only from its own layer or
+#: below (``kvplan.engines.*`` and ``kvplan.ui.*`` are one module each here).
+LAYERS: tuple[frozenset[str], ...] = (
+    frozenset({"kvplan.ui", "kvplan.cli", "kvplan.__main__"}),
+    frozenset({"kvplan.serving", "kvplan.nocache", "kvplan.designs", "kvplan.recommend",
+               "kvplan.calibrate", "kvplan.report"}),
+    frozenset({"kvplan.scenario"}),
+    frozenset({"kvplan.capacity", "kvplan.sizing", "kvplan.flops"}),
+    frozenset({"kvplan.plan"}),
+    frozenset({"kvplan.engines"}),
+    frozenset({"kvplan.weights", "kvplan.checkpoint", "kvplan.hub"}),
+    frozenset({"kvplan.config_import", "kvplan.presets"}),
+    frozenset({"kvplan.arch", "kvplan.dtypes", "kvplan.errors", "kvplan.files", "kvplan.png", "kvplan"}),
+)
+
+
+def _unit(module: str) -> str:
+    parts = module.split(".")
+    return ".".join(parts[:2]) if len(parts) > 1 else module
+
+
+def test_every_import_goes_down_the_layers() -> None:
+    """No module imports from a layer above its own (``docs/architecture.md``'s picture): the engines
+    never import the plan, the questions or the weights' callers; weights never import the engines."""
+    rank = {module: index for index, layer in enumerate(LAYERS) for module in layer}
+    offenders = []
+    for name, path in _modules().items():
+        unit = _unit(name)
+        assert unit in rank, f"{unit} is in no layer of LAYERS (add it, and to docs/architecture.md)"
+        for imported in _imports(path):
+            target = _unit(imported)
+            if target in rank and rank[target] < rank[unit]:
+                offenders.append(f"{name} imports {imported}")
+    assert offenders == []
+
+
+#: Functions that turn an engine id into an engine object.
+LOOKUPS = frozenset({"get_engine", "engine_view", "layer_token_bytes", "recurrent_state_bytes"})
+#: The boundaries where an id becomes an engine (``kvplan.plan.resolve_engine``): the plan itself,
+#: the CLI's argument parser, the link check and the sidebar.
+BOUNDARIES = frozenset({"kvplan.plan", "kvplan.cli", "kvplan.scenario", "kvplan.ui.sidebar"})
+
+
+def _called(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call):
+            func = node.func
+            names.add(func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute)
+                      else "")
+        elif isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) \
+                and node.value.id in {"REGISTRY", "RELEASES"}:
+            names.add(node.value.id + "[]")
+    return names
+
+
+def test_engines_are_looked_up_by_id_only_at_the_boundary() -> None:
+    """Outside ``kvplan/engines/`` no module calls the registry's lookups or indexes the registry; only
+    the boundaries call ``resolve_engine``, and of those only ``kvplan.plan`` calls ``get_engine``. Every
+    question reads its engine from the Plan it is given."""
+    offenders = []
+    for name, path in [*_modules().items(), ("app", KVPLAN.parent / "app.py")]:
+        if name.startswith("kvplan.engines"):
+            continue
+        called = _called(path)
+        lookups = called & (LOOKUPS | {"REGISTRY[]", "RELEASES[]"})
+        if name == "kvplan.plan":
+            lookups -= {"get_engine"}
+        if "resolve_engine" in called and name not in BOUNDARIES:
+            lookups.add("resolve_engine")
+        offenders.extend(f"{name}: {lookup}" for lookup in sorted(lookups))
+    assert offenders == []

@@ -14,13 +14,14 @@ from kvplan.engines import (
     DEFAULT_ENGINE,
     REGISTRY,
     SETTINGS,
+    Engine,
     EngineSettings,
     Setting,
     engine_with_release,
-    get_engine,
     release_choices,
 )
 from kvplan.errors import MESSAGES, KVPlanError, md
+from kvplan.plan import resolve_engine
 from kvplan.presets import GPU, gpus, model_presets
 from kvplan.scenario import (
     BOUNDS,
@@ -186,6 +187,11 @@ def _model_label(model_id: str) -> str:
     return preset.name if preset else model_id
 
 
+def _engine_title(engine: Engine) -> str:
+    """``vLLM — vLLM (v1 paged blocks) [vLLM v0.33]``: how the engine picker names an engine."""
+    return f"{engine.short} — {engine.label} [{engine.release}]"
+
+
 def render_sidebar() -> Scenario:
     """All inputs, in the order model, engine, precision, hardware, workload, charts; returns the
     Scenario the widgets describe. No headings (each label names its input) and rarely used inputs
@@ -213,14 +219,14 @@ def render_sidebar() -> Scenario:
     weights_view.render_inputs(sb)
 
     sb.selectbox("Serving engine", list(REGISTRY), key="w_engine",
-                 format_func=lambda e: f"{REGISTRY[e].short} — {REGISTRY[e].label} [{REGISTRY[e].release}]",
+                 format_func=lambda e: _engine_title(resolve_engine(e)),
                  help="How the KV cache is stored: HF DynamicCache grows per token, StaticCache "
                       "pre-allocates, vLLM reserves paged blocks, SGLang a token pool, "
                       "TensorRT-LLM 32-token blocks.")
     releases = release_choices(state["w_engine"])
     if state.get("w_ev") not in releases:
         state["w_ev"] = releases[0]
-    engine = get_engine(engine_with_release(state["w_engine"], state["w_ev"]))
+    engine = resolve_engine(engine_with_release(state["w_engine"], state["w_ev"]))
     changed = [f"release {engine.release}"] if state["w_ev"] != releases[0] else []
     changed += _changed_settings(engine.setting_labels)
     if state.get("w_reserve") is not None:
@@ -237,7 +243,7 @@ def render_sidebar() -> Scenario:
                               help="The release whose rules kvplan applies (link key `ev`, CLI "
                                    "--engine-version): " + "; ".join(
                                        f"{r} = "
-                                       f"{get_engine(engine_with_release(state['w_engine'], r)).release}"
+                                       f"{resolve_engine(engine_with_release(state['w_engine'], r)).release}"
                                        for r in releases) + ".")
             for name, (label, default) in engine.setting_labels.items():
                 _setting_widget(box, SETTINGS[name], label, default)
@@ -415,7 +421,7 @@ def scenario_from_widgets() -> Scenario:
         values["engine_version"] = None
     values["custom_config"] = state.get("custom_config")
     try:
-        engine = get_engine(engine_with_release(values["engine"] or DEFAULT_ENGINE,
+        engine = resolve_engine(engine_with_release(values["engine"] or DEFAULT_ENGINE,
                                                values.get("engine_version")))
         values["reserve_terms"] = parse_reserve_terms(str(state.get("w_rt") or ""),
                                                       engine.reserve_term_names)
