@@ -387,17 +387,19 @@ def cmd_fit(args: argparse.Namespace) -> int:
         print(f"Checkpoint headers not read: {checkpoint['problem']}")
     print(f"Runtime reserve:   {human(result.reserve_bytes)}"
           + (" (given)" if result.reserve.get("total_overridden") else ""))
-    for term in result.reserve.get("terms", []):
-        flag = "" if term["counted"] else " (not subtracted)"
-        print(f"  {term['name']:24s} {human(term['bytes'])}{flag}: {term['formula']} [{term['source']}]")
+    for term in result.ledger:
+        if term["group"] in {"reserve", "outside"}:
+            flag = "" if term["group"] == "reserve" else " (not subtracted)"
+            print(f"  {term['name'].removeprefix('reserve: '):24s} {human(term['bytes'])}{flag}: "
+                  f"{term['formula']} [{term['source']}]")
     print(f"KV budget per GPU: {human(result.kv_budget_bytes)}")
     if result.num_blocks is not None:
         per_request = (f" ({result.blocks_per_request:,} per request)"
                        if result.blocks_per_request is not None else "")
         print(f"Blocks:            {result.num_blocks:,} × {result.block_size} tokens{per_request}")
-    print("Memory ledger per GPU (heaviest pipeline stage):")
     for term in result.ledger:
-        print(f"  {term['name']:32s} {human(term['bytes'])}: {term['formula']} [{term['source']}]")
+        if term["group"] in {"kv", "free"}:
+            print(f"{term['name'] + ':':18s} {human(term['bytes'])} ({term['formula']})")
     if plan.engine.logs_kv_cache:
         print(f"vLLM would log:    {result.vllm_log}")
     print(f"Requests of {result.tokens:,} tokens that fit: {result.max_requests:,} per replica, "

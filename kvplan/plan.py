@@ -297,39 +297,51 @@ def memory_budget(plan: Plan) -> Budget:
                   capacity, detail)
 
 
+#: Ledger groups: what a term is. ``outside`` terms are memory the engine uses that its budget does not
+#: subtract (a release that profiles CUDA graphs but does not count them): listed, not summed.
+LEDGER_GROUPS = ("capacity", "held back", "weights", "reserve", "outside", "kv", "free")
+
+
 def memory_ledger(plan: Plan) -> tuple[LedgerTerm, ...]:
-    """The ledger of ``plan``'s heaviest GPU: ``capacity = held back + weights + reserve + KV pool +
-    unallocated`` (the KV pool is what the engine allocates: whole blocks for paged pools)."""
+    """The ledger of ``plan``'s heaviest GPU: ``device total = held back + weights + reserve + KV pool +
+    unallocated``, each term with bytes, formula and source. The KV pool is what the engine allocates
+    (whole blocks for paged pools: ``num_blocks × bytes per block``, ``Engine.make_pool``); the
+    unallocated remainder is what is left of the device total once every other term is counted."""
     budget, engine = plan.budget, plan.engine
     release = engine.release
-    capacity = budget.capacity
-    assert capacity is not None and budget.reserve_detail is not None
+    capacity, reserve = budget.capacity, budget.reserve_detail
+    assert capacity is not None and reserve is not None
     terms = [LedgerTerm("device total", "capacity", capacity.bytes, budget.formulas["capacity"],
-                        capacity.source)]
-    held_back = capacity.bytes - budget.target
-    terms.append(LedgerTerm("held back by the memory target", "held back", held_back,
-                            f"{capacity.bytes:,} − target ({budget.formulas['memory_target']})",
-                            f"{release} memory target"))
-    stage = max(range(len(budget.stage_weights)), key=budget.stage_weights.__getitem__)
-    for part, size in plan.weights.heaviest.items():
+                        f"catalogue {capacity.source} ({capacity.status})")]
+    terms.append(LedgerTerm("held back by the memory target", "held back", capacity.bytes - budget.target,
+                            f"{capacity.bytes:,} − memory target {budget.target:,} "
+                            f"({budget.formulas['memory_target']})", f"{release} memory target"))
+    heaviest = plan.weights
+    for part, size in heaviest.heaviest.items():
         terms.append(LedgerTerm(f"weights: {part}", "weights", size,
-                                f"{part} on pipeline stage {stage} per GPU", plan.weights.format_source))
-    for term in budget.reserve_detail.terms:
-        if term.counted:
-            terms.append(LedgerTerm(f"reserve: {term.name}", "reserve", term.bytes, term.formula,
-                                    term.source))
-    if budget.reserve_detail.total_override is not None:
+                                f"{part} of the heaviest pipeline stage, per GPU ({heaviest.format_label})",
+                                heaviest.format_source))
+    overridden = reserve.total_override is not None
+    for term in reserve.terms:
+        group = "reserve" if term.counted and not overridden else "outside"
+        terms.append(LedgerTerm(f"reserve: {term.name}", group, term.bytes,
+                                f"{term.formula} [{term.basis}]" + ("" if group == "reserve" else
+                                                                   " — not subtracted from the budget"),
+                                term.source))
+    if overridden:
         terms.append(LedgerTerm("reserve: given total", "reserve", budget.reserve,
-                                f"{budget.reserve:,} B (--reserve-gib)", "user"))
+                                f"{budget.reserve:,} B (the runtime reserve given)", "user"))
     pool = plan.pool
     if pool.num_blocks is not None and pool.bytes_per_block is not None:
         kv = pool.num_blocks * pool.bytes_per_block
-        formula = f"{pool.num_blocks:,} blocks × {pool.bytes_per_block:,} B"
+        formula = (f"{pool.num_blocks:,} blocks × {pool.bytes_per_block:,} B per block "
+                   f"(of the {budget.kv_budget:,} B KV budget)")
     else:
         kv = budget.kv_budget
-        formula = budget.formulas["kv_budget"]
-    terms.append(LedgerTerm("KV cache pool", "kv", kv, formula, f"{release} pool"))
-    counted = sum(t.bytes for t in terms[1:])
+        formula = f"the KV budget: {budget.formulas['kv_budget']}"
+    terms.append(LedgerTerm("KV cache pool", "kv", kv, formula, f"{release} pool ({type(pool).__name__})"))
+    counted = sum(t.bytes for t in terms if t.group in {"held back", "weights", "reserve", "kv"})
     terms.append(LedgerTerm("unallocated", "free", capacity.bytes - counted,
-                            f"{capacity.bytes:,} − the terms above", "remainder"))
+                            f"{capacity.bytes:,} − {counted:,} (the terms above but the device total)",
+                            "remainder"))
     return tuple(terms)

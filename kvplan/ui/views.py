@@ -303,10 +303,14 @@ def render_kpis(scenario: Scenario, arch: ModelArch, gpu: GPU) -> pd.DataFrame:
 
 
 def budget_rows(result: FitResult) -> pd.DataFrame:
-    """The KV budget of one GPU step by step: capacity, target, weights, each reserve term, KV."""
+    """The KV budget of one GPU step by step, from the plan's ledger (``kvplan.plan.memory_ledger``):
+    the device total beside the marketed and nvidia-smi figures, the memory target, each weight part
+    and reserve term, the KV budget, then what the pool allocates of it and what is left."""
     cap = result.capacity
     f = result.formulas
-    rows = [("capacity (CUDA total)", result.gpu_capacity_bytes, "yes",
+    ledger = {term["group"]: term for term in result.ledger}  # one term each: capacity, kv, free
+    total = ledger["capacity"]
+    rows = [("capacity (CUDA total)", total["bytes"], "yes",
              f"{cap.get('source', '')}, {cap.get('status', '')}: {cap.get('note', '')}", "catalogue")]
     rows.append(("marketed", int(cap.get("marketed") or 0), "no", "the product's rated memory", "catalogue"))
     if cap.get("nvidia_smi"):
@@ -314,15 +318,12 @@ def budget_rows(result: FitResult) -> pd.DataFrame:
                      "what nvidia-smi prints (CUDA reports less)", "catalogue"))
     rows.append(("memory target", result.memory_target_bytes, "yes", f.get("memory_target", ""),
                  result.engine_release))
-    rows.append(("weights", -result.weights_bytes, "yes", f"{result.weight_format}", "kvplan.weights"))
-    for term in result.reserve.get("terms", []):
-        rows.append((f"reserve: {term['name']}", -int(term["bytes"]),
-                     "yes" if term["counted"] and not result.reserve.get("total_overridden") else "no",
-                     f"{term['formula']} [{term['basis']}]", term["source"]))
-    if result.reserve.get("total_overridden"):
-        rows.append(("reserve (given total)", -result.reserve_bytes, "yes", "the sidebar's total",
-                     "user"))
+    rows.extend((term["name"], -int(term["bytes"]), "no" if term["group"] == "outside" else "yes",
+                 term["formula"], term["source"])
+                for term in result.ledger if term["group"] in {"weights", "reserve", "outside"})
     rows.append(("KV budget", result.kv_budget_bytes, "=", f.get("kv_budget", ""), result.engine_release))
+    rows.extend((term["name"], int(term["bytes"]), "ledger", term["formula"], term["source"])
+                for term in (ledger["kv"], ledger["free"]))
     return pd.DataFrame([(step, f"{value:,}", value / GIB, used, formula, source)
                          for step, value, used, formula, source in rows],
                         columns=["step", "bytes", "GiB", "in the budget", "formula", "source"])
