@@ -30,7 +30,7 @@ from kvplan.arch import ModelArch
 from kvplan.engines import DEFAULT_ENGINE, Budget, EngineSettings, KVPool, get_engine
 from kvplan.errors import KVPlanError
 from kvplan.presets import GPU
-from kvplan.weights import ExpertRepack, WeightsLayout, weights_per_gpu
+from kvplan.weights import LoadingRules, WeightsLayout, weights_per_gpu
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -167,20 +167,20 @@ def serving_weight_format(arch: ModelArch, query: FitQuery) -> str:
 def weights_layout(arch: ModelArch, query: FitQuery, settings: EngineSettings,
                    gpu: GPU | None = None) -> WeightsLayout:
     """Weights per GPU by part and pipeline stage for this query (TP, PP, the engine's EP/MTP, and
-    on ``gpu`` the engine release's MXFP4 expert layout, ``Engine.mxfp4_moe_repack``)."""
+    what the engine release holds after loading on ``gpu``, ``Engine.loading_rules``)."""
     dtype = query.weight_dtype
     if dtype is None and serving_weight_format(arch, query) != checkpoint_format_name(arch):
         dtype = serving_weight_format(arch, query)
-    repack = get_engine(query.engine).mxfp4_moe_repack(gpu)
-    return _weights_cached(arch, dtype, query.tp, query.pp, settings.ep, settings.mtp, repack)
+    rules = get_engine(query.engine).loading_rules(gpu)
+    return _weights_cached(arch, dtype, query.tp, query.pp, settings.ep, settings.mtp, rules)
 
 
 @lru_cache(maxsize=256)
 def _weights_cached(arch: ModelArch, dtype: str | None, tp: int, pp: int, ep: int,
-                    mtp: bool, repack: ExpertRepack | None = None) -> WeightsLayout:
+                    mtp: bool, rules: LoadingRules) -> WeightsLayout:
     """``weights_per_gpu`` once per model and layout (it walks every tensor; the dtypes and lengths
     a view sweeps do not change it)."""
-    return weights_per_gpu(arch, dtype, tp, pp, ep, mtp, repack)
+    return weights_per_gpu(arch, dtype, tp, pp, ep, mtp, rules)
 
 
 def stage_weight_bytes(arch: ModelArch, weight_dtype: str | None, pp: int, tp: int, ep: int = 1,

@@ -22,10 +22,11 @@ from kvplan.engines.kinds import CacheRule, sum_token_bytes
 from kvplan.engines.reserve import Capacity, Reserve, cuda_capacity, flat_reserve
 from kvplan.engines.settings import EngineSettings
 from kvplan.errors import KVPlanError
+from kvplan.parallel import pp_partition
 
 if TYPE_CHECKING:
-    from kvplan.engines.repack import ExpertRepack
     from kvplan.presets import GPU
+    from kvplan.weights import ExpertRepack, LoadingRules
 
 MLA_ONLY_DTYPES = frozenset({"fp8_ds_mla"})
 GIB = 1 << 30
@@ -48,16 +49,6 @@ def kv_heads_per_rank(n_kv: int, tp: int) -> int:
     if tp <= n_kv and n_kv % tp:
         raise KVPlanError("parallel.tp_heads", tp=tp, heads=n_kv)
     return max(1, n_kv // tp)
-
-
-def pp_partition(n_layers: int, pp: int) -> list[int]:
-    """Layers per pipeline stage: vLLM ``get_pp_indices`` (remainder to the stages before the last)."""
-    if pp > n_layers:
-        raise KVPlanError("parallel.pp_layers", pp=pp, layers=n_layers)
-    parts = [n_layers // pp] * pp
-    for i in range(2, n_layers % pp + 2):
-        parts[-i] += 1
-    return parts
 
 
 def attention_token_bytes(layer: Attention, dtype: KVDType, heads: int) -> int:
@@ -430,6 +421,17 @@ class Engine:
         """How this release re-lays out MXFP4 MoE experts on ``gpu`` when loading (None: held as
         the checkpoint stores them)."""
         return None
+
+    def loading_rules(self, gpu: GPU | None) -> LoadingRules:
+        """What this release holds of the stored weights after loading on ``gpu`` (which scales
+        survive, how MXFP4 experts are re-laid out), applied by ``kvplan.weights.weights_per_gpu``;
+        each engine's come from ``kvplan/engines/<engine>/weights.py``. Default: the scale rules
+        of ``kvplan.weights.LoadingRules`` with this release's ``mxfp4_moe_repack``."""
+        from dataclasses import replace
+
+        from kvplan.weights import DEFAULT_RULES
+
+        return replace(DEFAULT_RULES, mxfp4_experts=self.mxfp4_moe_repack(gpu))
 
 
 def raised_block(state: int, per_token: int, align: int, chunk: int | None) -> int:
