@@ -132,11 +132,6 @@ class FitResult(BaseModel):
     formulas: dict[str, str] = {}
     notes: list[str] = []
 
-    @property
-    def vllm_log(self) -> str:
-        return (f"GPU KV cache size: {self.kv_pool_tokens:,} tokens, Maximum concurrency for "
-                f"{self.tokens:,} tokens per request: {self.max_concurrency:.2f}x")
-
 
 def weight_bytes(arch: ModelArch, weight_dtype: str | None) -> int:
     """Resident weight bytes of the whole model (MoE: every expert) in the checkpoint's stored

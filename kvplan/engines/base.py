@@ -25,6 +25,7 @@ from kvplan.errors import KVPlanError
 from kvplan.parallel import pp_partition
 
 if TYPE_CHECKING:
+    from kvplan.engines.logs import PoolAnswer, StartupLog
     from kvplan.presets import GPU
     from kvplan.weights import ExpertRepack, LoadingRules
 
@@ -143,7 +144,7 @@ class KVPool:
 
     def blocks_logging_tokens(self, tokens: int, L: int) -> tuple[int, int, str]:
         """The block counts for which the engine logs this KV-cache size in tokens (``low >
-        high``: none), and how — for engines that log one (``Engine.logs_kv_cache``)."""
+        high``: none), and how — for engines whose log ``calibrate`` compares (``Engine.log_format``)."""
         raise NotImplementedError
 
     def blocks_logging_concurrency(self, conc: float, decimals: int, L: int) -> tuple[int, int, str]:
@@ -195,8 +196,9 @@ class Engine:
     reserve_term_names: ClassVar[tuple[str, ...]] = ("flat",)
     #: Whether a request's KV is whole block ids across the engine's groups (shown as blocks × bytes).
     per_request_in_blocks: ClassVar[bool] = False
-    #: Whether ``calibrate`` can compare this engine with a start-up log.
-    logs_kv_cache: ClassVar[bool] = False
+    #: The record of this engine's start-up log (``kvplan/engines/<engine>/log.py``), whose
+    #: ``parse`` reads one (``parse_log``); None: kvplan reads no start-up log of this engine.
+    log_format: ClassVar[type[StartupLog] | None] = None
     #: Prefix sharing unit: None = no cross-request prefix cache; else the default unit in tokens.
     prefix_unit: ClassVar[int | None] = None
     #: Whether K/V heads must divide (or be divided by) TP for this engine's layout.
@@ -415,6 +417,17 @@ class Engine:
         if isinstance(rule, TokenRule) and rule.cap is not None:
             return f"stops growing at {rule.cap:,} tokens"
         return "grows with every token"
+
+    # ------------------------------------------------------------ start-up log
+    def parse_log(self, log: str | bytes) -> StartupLog | None:
+        """This engine's start-up log read into its record (``log_format.parse``; named
+        ``calibrate.*`` errors for a log it cannot read); None: the engine has no parser."""
+        return None if self.log_format is None else self.log_format.parse(log)
+
+    def log_lines(self, result: PoolAnswer) -> tuple[str, ...]:
+        """The capacity lines this engine's start-up log would print for a planned pool, as the
+        engine prints them (empty: kvplan models none)."""
+        return ()
 
     # ------------------------------------------------------------ weights as loaded
     def mxfp4_moe_repack(self, gpu: GPU | None) -> ExpertRepack | None:

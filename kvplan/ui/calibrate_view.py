@@ -10,7 +10,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from kvplan.calibrate import MAX_LOG_BYTES, Calibration, calibrate, parse_vllm_log
+from kvplan.calibrate import MAX_LOG_BYTES, Calibration, calibrate, compares
 from kvplan.engines import get_engine, log_engine
 from kvplan.errors import KVPlanError, md
 from kvplan.presets import GPU
@@ -67,13 +67,12 @@ def render(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame | None:
         if not text or not text.strip():
             return None
         engine = log_engine()
-        if not get_engine(scenario.engine).logs_kv_cache:
+        if not compares(get_engine(scenario.engine)):
             st.info(md(f"The log is compared with {get_engine(engine).short}'s pool; the sidebar's "
                        f"engine is {get_engine(scenario.engine).short}."))
         try:
-            log = parse_vllm_log(text)
             query = scenario_fit_query(scenario.model_copy(update={"engine": engine}))
-            result = calibrate(arch, gpu, query, log)
+            result = calibrate(arch, gpu, query, text)
         except KVPlanError as err:
             st.error(md(f"Calibration: {err}"))
             return None

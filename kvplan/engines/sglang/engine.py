@@ -18,6 +18,7 @@ from kvplan.engines.base import ContextLimit, Engine, EngineView, KVPool, layer_
 from kvplan.engines.kinds import TokenRule
 from kvplan.engines.reserve import Reserve, ReserveTerm
 from kvplan.engines.settings import EngineSettings
+from kvplan.engines.sglang.log import SglangLog
 from kvplan.engines.sglang.weights import sglang_loading_rules
 
 if TYPE_CHECKING:
@@ -91,6 +92,7 @@ class SGLang(Engine):
     id = "sglang"
     label = "SGLang (token pool)"
     short = "SGLang"
+    log_format = SglangLog
     release = "SGLang 0.5.23"
     setting_labels: ClassVar[dict[str, tuple[str, str]]] = {
         "gpu_util": ("mem_fraction_static (fraction)", "SGLang's memory-based default"),

@@ -28,6 +28,7 @@ from kvplan.engines.base import MLA_ONLY_DTYPES, ContextLimit, Engine, EngineVie
 from kvplan.engines.kinds import PagedRule, cdiv
 from kvplan.engines.reserve import Reserve, ReserveTerm
 from kvplan.engines.settings import EngineSettings
+from kvplan.engines.trtllm.log import TrtllmLog
 from kvplan.engines.trtllm.weights import trtllm_loading_rules
 from kvplan.errors import KVPlanError
 
@@ -80,6 +81,7 @@ class TrtLlm(Engine):
     id = "trtllm"
     label = "TensorRT-LLM (PyTorch backend, 32-token blocks)"
     short = "TensorRT-LLM"
+    log_format = TrtllmLog
     release = "TensorRT-LLM main 2026 (PyTorch backend; blocks floored)"
     setting_labels: ClassVar[dict[str, tuple[str, str]]] = {
         "gpu_util": ("free_gpu_memory_fraction (fraction)", f"{TRTLLM_DEFAULT_FREE_FRACTION}"),

@@ -46,11 +46,13 @@ from kvplan.engines.kinds import (
 )
 from kvplan.engines.reserve import Reserve, cuda_capacity
 from kvplan.engines.settings import EngineSettings
+from kvplan.engines.vllm.log import VllmLog, log_lines
 from kvplan.engines.vllm.memory import CaptureRule, SamplerPath, vllm_reserve_terms
 from kvplan.engines.vllm.pool import VllmPagedPool, VllmPool, _pool_cached, _pool_only
 from kvplan.engines.vllm.weights import mxfp4_repack, vllm_loading_rules
 
 if TYPE_CHECKING:
+    from kvplan.engines.logs import PoolAnswer
     from kvplan.presets import GPU
     from kvplan.weights import ExpertRepack, LoadingRules
 
@@ -151,7 +153,7 @@ class Vllm(Engine):
         "ep": ("Expert parallel size (--enable-expert-parallel: tp)", "1"),
         "mtp": ("Load MTP layers (speculative decoding)", "off"),
     }
-    logs_kv_cache = True
+    log_format = VllmLog
     per_request_in_blocks = True
     prefix_unit = VLLM_DEFAULT_BLOCK_SIZE
     checks_tp_heads = True
@@ -257,6 +259,10 @@ class Vllm(Engine):
         padding and scales of this release (``mxfp4_trtllm_inter``, ``mxfp4_keeps_scales``)."""
         return mxfp4_repack(gpu, self.mxfp4_trtllm_inter, True, self.mxfp4_keeps_scales,
                             self.mxfp4_source)
+
+    def log_lines(self, result: PoolAnswer) -> tuple[str, ...]:
+        """``kvplan.engines.vllm.log.log_lines``: "GPU KV cache size" and "Maximum concurrency"."""
+        return log_lines(result)
 
     def loading_rules(self, gpu: GPU | None) -> LoadingRules:
         """``kvplan.engines.vllm.weights.vllm_loading_rules``: v0.33's scale rules and this
