@@ -19,8 +19,9 @@ What is sized is each stored tensor as the engine release holds it after loading
 ``LoadingRules`` the engine gives (``Engine.loading_rules``, from ``kvplan/engines/<engine>/weights.py``):
 which per-shard scales a fused module keeps (``ScalesAtLoad``) and how MXFP4 experts are re-laid out
 (``ExpertRepack``: Marlin/Triton/FlashInfer padding, kept or swizzled scales, fp32 biases). The
-defaults are vLLM v0.33's scale rules without a repack; the repack changes only the bytes per GPU,
-the whole-model totals keep the stored shapes. This module imports nothing from ``kvplan.engines``.
+defaults are vLLM v0.33's scale rules without a repack. The whole-model totals apply the scale
+rules but not the repack (it changes only the bytes per GPU). This module imports nothing from
+``kvplan.engines``.
 """
 
 from __future__ import annotations
