@@ -1,255 +1,33 @@
-"""Calibration against a real vLLM run: read its start-up log and compare it with kvplan.
+"""Calibration against a real vLLM run: compare its start-up log with kvplan's plan.
 
-vLLM logs, once the memory profile is done (``vllm/v1/worker/gpu_worker.py``,
-``vllm/v1/core/kv_cache_utils.py``)::
-
-    Available KV cache memory: 61.54 GiB
-    GPU KV cache size: 469,536 tokens
-    Maximum concurrency for 32,768 tokens per request: 14.33x
-
-and, in some versions, ``# GPU blocks: N`` or ``num_gpu_blocks is: N``. The available memory is
-printed with two decimals of a GiB (2^30 B), so it fixes the KV budget to ±0.005 GiB; the token
-count fixes the block count exactly (dense models), i.e. the budget to one block's bytes.
-
+The log is read by the engine's own parser (``Engine.parse_log``: ``kvplan/engines/vllm/log.py``
+for vLLM's "Available KV cache memory", "GPU KV cache size" and "Maximum concurrency" lines).
 ``calibrate`` infers the runtime reserve the run implies
 (``memory target − weights − available KV memory``, the part kvplan cannot know without a GPU:
 activation peak, CUDA graphs, non-torch memory), re-runs ``fit`` with the logged memory as
-``kv_cache_memory_bytes`` and says whether kvplan then reproduces the logged numbers.
+``kv_cache_memory_bytes`` and says whether kvplan then reproduces the logged numbers. SGLang's and
+TensorRT-LLM's logs are read by their engines (``SglangLog``, ``TrtllmLog``) but not compared yet:
+``calibrate`` compares only records that say so (``StartupLog.compared``).
 """
 
 from __future__ import annotations
 
-import math
-import re
-import typing
 from typing import Any
 
 from pydantic import BaseModel
 
 from kvplan.capacity import GIB, FitResult, fit
-from kvplan.engines.base import KVPool
-from kvplan.errors import KVPlanError, clip
+from kvplan.engines.base import Engine, KVPool
+from kvplan.engines.logs import MAX_LOG_BYTES as MAX_LOG_BYTES
+from kvplan.engines.vllm.log import VllmLog
+from kvplan.errors import KVPlanError
 from kvplan.plan import Plan
-from kvplan.scenario import MAX_TOKENS
-
-#: Largest log accepted (bytes); the capacity lines come within the first seconds of a start-up.
-MAX_LOG_BYTES = 1 << 20
-
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
-_INT = r"(\d{1,3}(?:,\d{3})+|\d+)"
-_FLOAT = r"(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)"
-_SIGNED = r"(-?(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?))"
-_PATTERNS: dict[str, re.Pattern[str]] = {
-    # V1 "Available KV cache memory: X GiB" (v0.9.2+; negative when the weights leave nothing);
-    # V0 "kv_cache_size=XGiB" (0.6.4), "available_kv_cache_memory  XGiB" (0.6.5), "the rest of the
-    # memory reserved for KV Cache is XGiB" (0.7/0.8) — vllm/worker/worker.py of each release
-    "available_kv_gib": re.compile(
-        r"(?:Available KV cache memory:|\bkv_cache_size=|\bavailable_kv_cache_memory\s|"
-        r"the rest of the memory reserved for KV Cache is)\s*" + _SIGNED + r"\s*GiB"),
-    "kv_cache_tokens": re.compile(r"GPU KV cache size:\s*" + _INT + r"\s*tokens"),
-    "max_concurrency": re.compile(r"Maximum concurrency for\s*" + _INT
-                                  + r"\s*tokens per request:\s*" + _FLOAT + r"\s*x"),
-    # "# GPU blocks: N" (V0 0.6, also pasted without its '#'), "# CUDA blocks: N" (V0 0.7)
-    "num_gpu_blocks": re.compile(r"(?:(?:#\s*|^|\s)GPU blocks|num_gpu_blocks is|#\s*cuda blocks):\s*" + _INT,
-                                 re.IGNORECASE),
-    # "Model loading took X GiB" (V1; "… GiB memory and …" from 0.19), V0 "Loading model weights
-    # took X GB" (GiB in fact: model_runner.py divides by 2^30)
-    "model_loading_gib": re.compile(r"(?:Model loading took|Loading model weights took)[:*\s]*" + _FLOAT
-                                    + r"\s*Gi?B"),
-    "max_seq_len": re.compile(r"\bmax_seq_len=" + _INT + r"\b"),
-}
-#: Reserve terms some logs print (GiB), by kvplan's term name (``Engine.runtime_reserve``): V0
-#: ``worker.py`` "non_torch_memory takes X GiB; PyTorch activation peak memory takes Y GiB" (and its
-#: 0.6 one-line / table forms), V1 ``gpu_worker.py`` "… X GiB for peak activation, Y GiB for
-#: non-torch memory, and Z GiB for CUDAGraph memory" (v0.10–v0.26), ``gpu_model_runner.py`` "Graph
-#: capturing finished in N secs, took X GiB", and the same quantities as "Peak activation memory:
-#: X GiB" in transcriptions.
-_TERM_PATTERNS: dict[str, re.Pattern[str]] = {
-    "activation_peak": re.compile(
-        r"(?:PyTorch activation peak memory(?:\s+takes)?|Peak activation memory:?)[:*\s]*" + _SIGNED
-        + r"\s*GiB|" + _SIGNED + r"\s*GiB for peak activation", re.IGNORECASE),
-    "non_torch": re.compile(
-        r"(?:non_torch_memory(?:\s+takes|=)?|Non-torch memory:)[:*\s]*" + _SIGNED + r"\s*GiB|"
-        + _SIGNED + r"\s*GiB for non-torch memory", re.IGNORECASE),
-    "cuda_graphs": re.compile(
-        r"(?:Graph capturing finished in \d+ secs?, took|CUDAGraph memory:)[:*\s]*" + _SIGNED
-        + r"\s*GiB|" + _SIGNED + r"\s*GiB for CUDAGraph memory", re.IGNORECASE),
-    "total_gpu_memory": re.compile(
-        r"total_gpu_memory[=\s(]*" + _FLOAT + r"\s*GiB|Free memory on device[:*\s(]*[\d.]+/"
-        + _FLOAT + r"\s*GiB", re.IGNORECASE),
-}
 
 
-class VllmLog(BaseModel):
-    """The capacity numbers a vLLM start-up log states (``None``: not in the log)."""
-
-    available_kv_gib: float | None = None
-    #: Decimals the available memory was printed with (2 for ``%.2f``); sets its resolution.
-    available_kv_decimals: int = 2
-    kv_cache_tokens: int | None = None
-    max_model_len: int | None = None
-    max_concurrency: float | None = None
-    max_concurrency_decimals: int = 2
-    num_gpu_blocks: int | None = None
-    #: "Model loading took X GiB" (the largest rank's weights; V0: "Loading model weights took").
-    model_loading_gib: float | None = None
-    #: Reserve terms and the device total the log prints (GiB, the largest over ranks), by name:
-    #: ``activation_peak``, ``non_torch``, ``cuda_graphs``, ``total_gpu_memory``.
-    logged_terms: dict[str, float] = {}
-    #: How many ranks logged their available memory (TP/PP workers); the minimum is kept.
-    ranks: int = 0
-    lines_matched: int = 0
-
-    def available_interval(self) -> tuple[int, int] | None:
-        """The bytes the printed GiB can stand for: ``[value − ½ ulp, value + ½ ulp]`` × 2^30."""
-        if self.available_kv_gib is None:
-            return None
-        half = 0.5 * 10 ** -self.available_kv_decimals
-        return (max(math.ceil((self.available_kv_gib - half) * GIB), 0),
-                math.floor((self.available_kv_gib + half) * GIB))
-
-    @property
-    def available_midpoint_bytes(self) -> int | None:
-        return None if self.available_kv_gib is None else round(self.available_kv_gib * GIB)
-
-
-#: What kvplan accepts from a log, per quantity (a log line of thousands of digits is refused
-#: with a message naming the quantity, never an OverflowError or a silent infinity).
-LOG_LIMITS: dict[str, tuple[int, int]] = {
-    "available KV cache memory (GiB)": (-1_000_000, 1_000_000),
-    "model loading (GiB)": (0, 1_000_000), "GPU KV cache size (tokens)": (0, 10**15),
-    "max_model_len": (1, MAX_TOKENS), "maximum concurrency": (0, 10**12),
-    "number of GPU blocks": (0, 10**12),
-    **{f"{name} (GiB)": (-1_000_000, 1_000_000) for name in (
-        "activation_peak", "non_torch", "cuda_graphs", "total_gpu_memory")},
-}
-
-
-def _num(text: str) -> str:
-    return text.replace(",", "")
-
-
-#: The range of a number no ``LOG_LIMITS`` entry names (the SGLang and TensorRT-LLM lines).
-OTHER_LOG_LIMITS = (-10**15, 10**15)
-
-
-def _number(field: str, text: str, kind: type, engine: str = "vLLM") -> int | float:
-    """One number of the log, within ``LOG_LIMITS[field]`` (else ``OTHER_LOG_LIMITS``; digits are
-    bounded before converting): out of range → ``calibrate.bad_value`` naming the field."""
-    low, high = LOG_LIMITS.get(field, OTHER_LOG_LIMITS)
-    digits = _num(text)
-    value = kind(digits) if len(digits) <= 30 else math.inf
-    if not low <= value <= high:
-        raise KVPlanError("calibrate.bad_value", engine=engine, field=field, value=clip(text, 24),
-                          low=low, high=high)
-    return value
-
-
-def _field_kind(model: type[BaseModel], field: str) -> type:
-    """``int`` or ``float``: the type ``model`` declares for ``field`` (``int | None`` → int)."""
-    return int if int in typing.get_args(model.model_fields[field].annotation) else float
-
-
-def _decimals(text: str) -> int:
-    return len(text.split(".", 1)[1]) if "." in text else 0
-
-
-def _as_text(log: str | bytes) -> str:
-    """The log as text, bounded: too large, binary and empty inputs are refused with a message."""
-    if isinstance(log, bytes | bytearray):
-        if len(log) > MAX_LOG_BYTES:
-            raise KVPlanError("calibrate.too_large", size=len(log), limit=MAX_LOG_BYTES)
-        try:
-            text = bytes(log).decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise KVPlanError("calibrate.not_text", detail=f"not UTF-8 at byte {exc.start:,}") from None
-    else:
-        text = str(log)
-        if len(text) > MAX_LOG_BYTES or len(text.encode("utf-8", "replace")) > MAX_LOG_BYTES:
-            raise KVPlanError("calibrate.too_large", size=len(text.encode("utf-8", "replace")),
-                              limit=MAX_LOG_BYTES)
-    if not text.strip():
-        raise KVPlanError("calibrate.empty")
-    controls = sum(1 for ch in text if ord(ch) < 32 and ch not in "\t\n\r\x1b") + text.count("\ufffd")
-    if "\x00" in text or controls > max(8, len(text) // 20):
-        raise KVPlanError("calibrate.not_text", detail="control bytes; paste the log as text")
-    return text
-
-
-def parse_vllm_log(log: str | bytes) -> VllmLog:
-    """Read the capacity lines of a vLLM start-up log.
-
-    Colour codes and any prefix (``(EngineCore_DP0 pid=123) INFO 11-29 10:00:00 [...]``) are
-    ignored, as are lines that match nothing. Several ranks' lines keep the smallest capacity
-    (vLLM's scheduler sizes every rank's pool to the minimum block count: ``get_kv_cache_configs``
-    takes the minimum over workers) — available memory, blocks, and the "GPU KV cache size" with the
-    concurrency on the same rank's line — and the largest "Model loading took". Every release's
-    format is read (V1 and the V0 profiling lines). No capacity line at all → ``calibrate.no_lines``.
-    """
-    text = _ANSI.sub("", _as_text(log))
-    found: dict[str, Any] = {}  # VllmLog keyword arguments
-    available: list[tuple[float, int]] = []
-    blocks: list[int] = []
-    capacities: list[tuple[int, float | None, int]] = []  # (tokens, concurrency, its decimals)
-    loading: list[float] = []
-    terms: dict[str, float] = {}
-    matched = 0
-    for line in text.splitlines():
-        if len(line) > 100_000:  # one line can't be a log line; skip it rather than scan it
-            continue
-        hit = False
-        if m := _PATTERNS["available_kv_gib"].search(line):
-            available.append((_number("available KV cache memory (GiB)", m.group(1), float),
-                              _decimals(m.group(1))))
-            hit = True
-        tokens_here = None
-        if m := _PATTERNS["kv_cache_tokens"].search(line):
-            tokens_here = int(_number("GPU KV cache size (tokens)", m.group(1), int))
-            capacities.append((tokens_here, None, 2))
-            hit = True
-        if m := _PATTERNS["max_concurrency"].search(line):
-            found["max_model_len"] = _number("max_model_len", m.group(1), int)
-            concurrency = float(_number("maximum concurrency", m.group(2), float))
-            if tokens_here is not None or (capacities and capacities[-1][1] is None):
-                tokens, _, _ = capacities.pop()  # the same rank's tokens (this line or the last)
-                capacities.append((tokens, concurrency, _decimals(m.group(2))))
-            else:
-                capacities.append((-1, concurrency, _decimals(m.group(2))))
-            hit = True
-        if m := _PATTERNS["model_loading_gib"].search(line):
-            loading.append(float(_number("model loading (GiB)", m.group(1), float)))
-            hit = True
-        if m := _PATTERNS["num_gpu_blocks"].search(line):
-            blocks.append(int(_number("number of GPU blocks", m.group(1), int)))
-            hit = True
-        if "max_model_len" not in found and (m := _PATTERNS["max_seq_len"].search(line)):
-            found["max_seq_len"] = _number("max_model_len", m.group(1), int)
-        for name, pattern in _TERM_PATTERNS.items():
-            for m in pattern.finditer(line):
-                value = float(_number(f"{name} (GiB)", next(g for g in m.groups() if g), float))
-                terms[name] = max(terms.get(name, value), value)
-        matched += hit
-    if not matched:
-        raise KVPlanError("calibrate.no_lines")
-    seq_len = found.pop("max_seq_len", None)
-    if "max_model_len" not in found and seq_len is not None:
-        found["max_model_len"] = seq_len
-    if available:
-        gib, decimals = min(available)
-        found.update(available_kv_gib=gib, available_kv_decimals=decimals)
-    if blocks:
-        found["num_gpu_blocks"] = min(blocks)
-    with_tokens = [c for c in capacities if c[0] >= 0]
-    rank = min(with_tokens, key=lambda c: c[0]) if with_tokens else (min(capacities, key=lambda c: c[1] or 0)
-                                                 if capacities else None)
-    if rank is not None:
-        if rank[0] >= 0:
-            found["kv_cache_tokens"] = rank[0]
-        if rank[1] is not None:
-            found.update(max_concurrency=rank[1], max_concurrency_decimals=rank[2])
-    if loading:
-        found["model_loading_gib"] = max(loading)
-    return VllmLog(**found, logged_terms=terms, ranks=len(available), lines_matched=matched)
+def compares(engine: Engine) -> bool:
+    """Whether ``calibrate`` compares this engine's start-up log with a plan (its record is
+    ``compared``: vLLM's)."""
+    return engine.log_format is not None and engine.log_format.compared
 
 
 class Calibration(BaseModel):
@@ -323,10 +101,14 @@ def _short_gib(low: int, high: int) -> float:
     return mid
 
 
-def calibrate(plan: Plan, log: VllmLog) -> Calibration:
-    """Compare ``fit`` for this plan (model, GPU and vLLM settings) with a real run's log."""
-    arch, gpu, query = plan.arch, plan.device, plan.query
-    if not plan.engine.logs_kv_cache:
+def calibrate(plan: Plan, text: str | bytes) -> Calibration:
+    """Compare ``fit`` for this plan (model, GPU and vLLM settings) with a real run's start-up log
+    (``text``, read by the plan's engine: ``Engine.parse_log``)."""
+    arch, gpu, query, engine = plan.arch, plan.device, plan.query, plan.engine
+    if not compares(engine):
+        raise KVPlanError("calibrate.engine", why=f"engine '{query.engine}' is not vLLM")
+    log = engine.parse_log(text)
+    if not isinstance(log, VllmLog):  # a compared record is vLLM's
         raise KVPlanError("calibrate.engine", why=f"engine '{query.engine}' is not vLLM")
     notes: list[str] = []
     formulas: dict[str, str] = {}
@@ -347,7 +129,7 @@ def calibrate(plan: Plan, log: VllmLog) -> Calibration:
     out: dict[str, Any] = {}  # Calibration keyword arguments
     formulas["predicted"] = (
         f"with reserve {predicted.reserve_bytes:,} B: budget {predicted.kv_budget_bytes:,} B // "
-        f"{bpb:,} B per block = {predicted.num_blocks:,} blocks; {predicted.vllm_log}")
+        f"{bpb:,} B per block = {predicted.num_blocks:,} blocks; {', '.join(engine.log_lines(predicted))}")
 
     # what the log says about the budget: the printed GiB, then the block count
     interval = log.available_interval()
@@ -423,7 +205,7 @@ def calibrate(plan: Plan, log: VllmLog) -> Calibration:
                    reproduced_max_concurrency=rerun.max_concurrency)
         formulas["reproduced"] = (f"kv_cache_memory_bytes {log.available_midpoint_bytes:,} // "
                                   f"{bpb:,} B per block = {rerun.num_blocks:,} blocks; "
-                                  f"{rerun.vllm_log}")
+                                  f"{', '.join(engine.log_lines(rerun))}")
         _agreement(rerun, log, block_range, interval, bpb, out, formulas)
     return Calibration(
         model=arch.name, gpu=gpu.id, tokens=length, kv_dtype=query.kv_dtype, tp=query.tp,
@@ -519,147 +301,3 @@ def _agreement(rerun: FitResult, log: VllmLog, block_range: tuple[int, int] | No
         f"reproduced {n:,} blocks vs logged {low:,}" + (f"–{high:,}" if high != low else "")
         + f": difference {diff:+,} blocks × {bpb:,} B per block = {diff * bpb:+,} B; the printed "
         f"GiB allows {gib_blocks[0]:,}–{gib_blocks[1]:,} blocks → {agreement}")
-
-
-# --------------------------------------------------------------------------------------------
-# SGLang and TensorRT-LLM start-up logs: the capacity lines, read (no calibration of them yet)
-
-_GIB_UNIT = r"\s*Gi?B"
-#: SGLang's memory lines print ``{x:.2f} GB`` of 2^30 bytes (``utils`` ``get_available_gpu_memory``
-#: and ``mem_cache/memory_pool.py`` ``GB = 1024 * 1024 * 1024``); TP ranks print one line each.
-_SGLANG: dict[str, re.Pattern[str]] = {
-    "load_begin_avail_gib": re.compile(r"Load weight begin\. avail mem=" + _FLOAT + _GIB_UNIT),
-    "load_end_avail_gib": re.compile(r"Load weight end\.[^\n]*?avail mem=" + _FLOAT + _GIB_UNIT),
-    "weight_mem_usage_gib": re.compile(r"Load weight end\.[^\n]*?mem usage=" + _FLOAT + _GIB_UNIT),
-    "kv_tokens": re.compile(r"KV Cache is allocated\.[^\n]*?#tokens: " + _INT),
-    "k_size_gib": re.compile(r"KV Cache is allocated\.[^\n]*?\bK size: " + _FLOAT + _GIB_UNIT),
-    "v_size_gib": re.compile(r"KV Cache is allocated\.[^\n]*?\bV size: " + _FLOAT + _GIB_UNIT),
-    "kv_size_gib": re.compile(r"KV Cache is allocated\.[^\n]*?\bKV size: " + _FLOAT + _GIB_UNIT),
-    "pool_end_avail_gib": re.compile(r"Memory pool end\. avail mem=" + _FLOAT + _GIB_UNIT),
-    "max_total_num_tokens": re.compile(r"\bmax_total_num_tokens=" + _INT),
-    "context_len": re.compile(r"\bcontext_len=" + _INT),
-    "available_gpu_mem_gib": re.compile(r"\bavailable_gpu_mem=" + _FLOAT + _GIB_UNIT),
-    "mem_fraction_static": re.compile(r"\bmem_fraction_static=" + _FLOAT),
-}
-#: Per-rank lines keep the value the engine acts on: the smallest free memory and pool (SGLang
-#: all-reduces MIN over ranks), the largest weight usage.
-_SGLANG_MAX = {"weight_mem_usage_gib"}
-
-
-class SglangLog(BaseModel):
-    """The capacity numbers an SGLang start-up log prints (``None``: not in the log)."""
-
-    load_begin_avail_gib: float | None = None
-    load_end_avail_gib: float | None = None
-    weight_mem_usage_gib: float | None = None
-    kv_tokens: int | None = None
-    k_size_gib: float | None = None
-    v_size_gib: float | None = None
-    kv_size_gib: float | None = None
-    pool_end_avail_gib: float | None = None
-    max_total_num_tokens: int | None = None
-    context_len: int | None = None
-    available_gpu_mem_gib: float | None = None
-    mem_fraction_static: float | None = None
-    #: Ranks that printed "KV Cache is allocated".
-    ranks: int = 0
-
-    def rest_memory_interval(self, mem_fraction_static: float) -> tuple[int, int] | None:
-        """The KV bytes SGLang's ``profile_max_num_token`` computed, as the printed lines allow:
-        ``rest = free after loading − free before loading × (1 − mem_fraction_static)`` (GiB), each
-        printed value ± 0.005; free before loading is "Load weight begin", or "Load weight end"
-        plus its "mem usage" when the begin line is missing (± 0.01 then)."""
-        after = self.load_end_avail_gib
-        if after is None:
-            return None
-        if self.load_begin_avail_gib is not None:
-            before, spread = self.load_begin_avail_gib, 0.005
-        elif self.weight_mem_usage_gib is not None:
-            before, spread = after + self.weight_mem_usage_gib, 0.01
-        else:
-            return None
-        keep = 1 - mem_fraction_static
-        low = (after - 0.005) - (before + spread) * keep
-        high = (after + 0.005) - (before - spread) * keep
-        return max(math.floor(low * GIB), 0), max(math.floor(high * GIB), 0)
-
-
-def parse_sglang_log(log: str | bytes) -> SglangLog:
-    """Read the memory and pool lines of an SGLang start-up log (``model_runner.py`` "Load weight
-    begin/end", ``memory_pool.py`` "KV Cache is allocated", ``scheduler.py`` "max_total_num_tokens=",
-    the ``server_args`` line). Prefixes and colour codes are ignored; several ranks keep the
-    smallest value (the largest for "mem usage"). No such line → ``calibrate.no_engine_lines``."""
-    text = _ANSI.sub("", _as_text(log))
-    found: dict[str, Any] = {}
-    for field, pattern in _SGLANG.items():
-        raw = [m.group(1) for m in pattern.finditer(text)]
-        if not raw:
-            continue
-        kind = _field_kind(SglangLog, field)
-        numbers = [_number(field, r, kind, "SGLang") for r in raw]
-        found[field] = max(numbers) if field in _SGLANG_MAX else min(numbers)
-        if field == "kv_tokens":
-            found["ranks"] = len(numbers)
-    if not set(found) - {"mem_fraction_static", "context_len"}:
-        raise KVPlanError("calibrate.no_engine_lines", engine="SGLang",
-                          looked="'Load weight end', 'KV Cache is allocated', 'max_total_num_tokens='")
-    return SglangLog(**found)
-
-
-#: TensorRT-LLM: the PyTorch backend's ``_torch/pyexecutor/_util.py`` (``KvCacheCreator``) lines and
-#: the C++ ``KVCacheManager`` lines (``allocatePools``, ``calculateMaxNumBlocks``); GiB = 2^30 B.
-#: A start-up sizes the pool twice (estimation, then final): the last value is kept.
-_TRTLLM: dict[str, re.Pattern[str]] = {
-    "total_gpu_memory_gib": re.compile(
-        r"(?:device total memory|calculating max tokens in paged kv cache: total:) " + _FLOAT + _GIB_UNIT),
-    "free_gpu_memory_gib": re.compile(r"paged kv cache: total: [\d.]+ GiB, available: " + _FLOAT + _GIB_UNIT),
-    "peak_memory_gib": re.compile(r"Peak memory during memory usage profiling \(torch \+ non-torch\): "
-                                  + _FLOAT + _GIB_UNIT),
-    "available_kv_memory_gib": re.compile(r"available KV cache memory when calculating max tokens: "
-                                          + _FLOAT + _GIB_UNIT),
-    "fraction": re.compile(r"\bfraction is set " + _FLOAT),
-    "kv_size_per_token": re.compile(r"\bkv size (?:per token )?is " + _INT),
-    "estimated_kv_memory_gib": re.compile(r"Estimated max memory in KV cache : " + _FLOAT + _GIB_UNIT),
-    "max_tokens": re.compile(r"Both free_gpu_memory_fraction and max_tokens are set \(to [\d.]+ and "
-                             + _INT),
-    "tokens_per_block": re.compile(r"(?:Number of tokens per block: |tokens per block=)" + _INT),
-    "primary_blocks": re.compile(r"(?:Number of blocks in KV cache primary pool: |primary blocks=)" + _INT),
-    "allocated_kv_gib": re.compile(r"Allocated " + _FLOAT + r" GiB for max tokens in paged\s+KV cache"),
-    "allocated_kv_tokens": re.compile(r"for max tokens in paged\s+KV cache \(" + _INT + r"\)"),
-    "max_seq_len": re.compile(r"\bmax_seq_len=" + _INT + r", max_num_requests"),
-}
-
-
-class TrtllmLog(BaseModel):
-    """The KV-cache numbers a TensorRT-LLM start-up log prints (``None``: not in the log)."""
-
-    total_gpu_memory_gib: float | None = None
-    free_gpu_memory_gib: float | None = None
-    peak_memory_gib: float | None = None
-    available_kv_memory_gib: float | None = None
-    fraction: float | None = None
-    kv_size_per_token: int | None = None
-    estimated_kv_memory_gib: float | None = None
-    max_tokens: int | None = None
-    tokens_per_block: int | None = None
-    primary_blocks: int | None = None
-    allocated_kv_gib: float | None = None
-    allocated_kv_tokens: int | None = None
-    max_seq_len: int | None = None
-
-
-def parse_trtllm_log(log: str | bytes) -> TrtllmLog:
-    """Read the KV-cache lines of a TensorRT-LLM start-up log (hard-wrapped lines are joined by
-    whitespace; colour codes ignored). The last value of each line is kept: the final pool, not the
-    estimation pass. No such line → ``calibrate.no_engine_lines``."""
-    text = _ANSI.sub("", _as_text(log))
-    found: dict[str, Any] = {}
-    for field, pattern in _TRTLLM.items():
-        raw = [m.group(1) for m in pattern.finditer(text)]
-        if raw:
-            found[field] = _number(field, raw[-1], _field_kind(TrtllmLog, field), "TensorRT-LLM")
-    if not found:
-        raise KVPlanError("calibrate.no_engine_lines", engine="TensorRT-LLM",
-                          looked="'Allocated … GiB for max tokens in paged KV cache', "
-                                 "'Peak memory during memory usage profiling', 'primary pool'")
-    return TrtllmLog(**found)

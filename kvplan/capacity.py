@@ -103,11 +103,6 @@ class FitResult(BaseModel):
     #: Every term of one GPU's memory (``Plan.ledger``): [{name, group, bytes, formula, source}].
     ledger: list[dict[str, Any]] = []
 
-    @property
-    def vllm_log(self) -> str:
-        return (f"GPU KV cache size: {self.kv_pool_tokens:,} tokens, Maximum concurrency for "
-                f"{self.tokens:,} tokens per request: {self.max_concurrency:.2f}x")
-
 
 def weight_bytes(arch: ModelArch, weight_dtype: str | None) -> int:
     """Resident weight bytes of the whole model (MoE: every expert) in the checkpoint's stored

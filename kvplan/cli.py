@@ -400,8 +400,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
     for term in result.ledger:
         if term["group"] in {"kv", "free"}:
             print(f"{term['name'] + ':':18s} {human(term['bytes'])} ({term['formula']})")
-    if plan.engine.logs_kv_cache:
-        print(f"vLLM would log:    {result.vllm_log}")
+    if lines := plan.engine.log_lines(result):
+        print(f"{plan.engine.short + ' would log:':19s}{', '.join(lines)}")
     print(f"Requests of {result.tokens:,} tokens that fit: {result.max_requests:,} per replica, "
           f"{result.max_requests_all_replicas:,} in all")
     print(f"Longest request at {plural(result.users, 'user')}: {result.max_tokens_per_request:,} tokens")
@@ -473,23 +473,25 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from kvplan.calibrate import MAX_LOG_BYTES, calibrate, parse_vllm_log
+    from kvplan.calibrate import MAX_LOG_BYTES, calibrate, compares
     from kvplan.engines import log_engine
     from kvplan.files import read_limited
     from kvplan.plan import FitQuery, make_plan, resolve_engine
     from kvplan.presets import get_gpu
 
-    if not resolve_engine(args.engine).logs_kv_cache:
+    if not compares(resolve_engine(args.engine)):
         raise KVPlanError("calibrate.engine", why=f"engine '{args.engine}' is not vLLM")
     raw = read_limited(args.log, MAX_LOG_BYTES, "calibrate.too_large")
-    log = parse_vllm_log(raw)
+    engine = engine_with_release(log_engine(), args.engine_version)
+    resolve_engine(engine).parse_log(raw)  # a log it cannot read is refused before the model is loaded
     arch = _load_arch(args)
     gpu = get_gpu(args.gpu)
     query = FitQuery(tokens=args.tokens, kv_dtype=args.kv_dtype, weight_dtype=args.weight_dtype,
-                     engine=engine_with_release(log_engine(), args.engine_version), tp=args.tp,
+                     engine=engine, tp=args.tp,
                      pp=args.pp, reserve_gib=args.reserve_gib, reserve_terms=_reserve_terms(args),
                      settings=settings_from_args(args, tp=args.tp, pp=args.pp))
-    result = calibrate(make_plan(arch, gpu, query), log)
+    result = calibrate(make_plan(arch, gpu, query), raw)
+    log = result.log
     if args.json:
         print(result.model_dump_json())
         return 0

@@ -81,6 +81,8 @@ MESSAGES: dict[str, str] = {
                           "'GPU KV cache size', 'Maximum concurrency for', '# GPU blocks')",
     "calibrate.engine": "calibration compares with vLLM's paged KV pool: {why}",
     "calibrate.bad_value": "the {engine} log's {field} is {value}; kvplan accepts {low:,} to {high:,}",
+    "calibrate.not_finite": "the {engine} log's {field} is {value}, which is not a finite number "
+                            "(infinite, NaN or beyond a 64-bit float); kvplan accepts {low:,} to {high:,}",
     "calibrate.no_engine_lines": "no {engine} capacity line in the log (looked for {looked})",
     # views
     "view.no_gpu": "no accelerator in the catalogue runs this scenario ({why})",

@@ -24,7 +24,7 @@ from kvplan.arch import ModelArch
 from kvplan.engines import DEFAULT_ENGINE, Budget, Engine, EngineSettings, EngineView, KVPool, get_engine
 from kvplan.errors import KVPlanError
 from kvplan.presets import GPU
-from kvplan.weights import ExpertRepack, WeightsLayout, read_quantization, weights_per_gpu
+from kvplan.weights import LoadingRules, WeightsLayout, read_quantization, weights_per_gpu
 
 MAX_SEARCH_TOKENS = 100_000_000
 _SETTING_FIELDS = frozenset(EngineSettings.model_fields) | {"page_size"}
@@ -194,15 +194,15 @@ class Plan:
 
     @cached_property
     def weights(self) -> WeightsLayout:
-        """Weights per GPU by part and pipeline stage (TP, PP, the engine's EP/MTP, and on the GPU the
-        engine release's MXFP4 expert layout, ``Engine.mxfp4_moe_repack``)."""
+        """Weights per GPU by part and pipeline stage (TP, PP, the engine's EP/MTP, and what the engine
+        release holds after loading on the GPU, ``Engine.loading_rules``)."""
         dtype = self.query.weight_dtype
         if dtype is None and self.weight_format != checkpoint_format_name(self.arch):
             dtype = self.weight_format
-        repack = self.engine.mxfp4_moe_repack(self.gpu)
+        rules = self.engine.loading_rules(self.gpu)
         settings = self.settings
         return _weights_cached(self.arch, dtype, self.query.tp, self.query.pp, settings.ep,
-                               settings.mtp, repack)
+                               settings.mtp, rules)
 
     # ------------------------------------------------------------ cache specs, budget, pool
     @cached_property
@@ -253,10 +253,10 @@ class Plan:
 
 @lru_cache(maxsize=256)
 def _weights_cached(arch: ModelArch, dtype: str | None, tp: int, pp: int, ep: int,
-                    mtp: bool, repack: ExpertRepack | None = None) -> WeightsLayout:
+                    mtp: bool, rules: LoadingRules) -> WeightsLayout:
     """``weights_per_gpu`` once per model and layout (it walks every tensor; the dtypes and lengths
     a view sweeps do not change it)."""
-    return weights_per_gpu(arch, dtype, tp, pp, ep, mtp, repack)
+    return weights_per_gpu(arch, dtype, tp, pp, ep, mtp, rules)
 
 
 def checkpoint_format_name(arch: ModelArch) -> str:

@@ -15,9 +15,13 @@
    fullest rank) and their intermediate size over ``tp // ep``; layers to pipeline stages as
    vLLM's ``get_pp_indices``, embeddings on the first stage, LM head and final norm on the last.
 
-What the checkpoint stores is what is sized, unless the engine release re-lays out MXFP4 experts
-when loading (``ExpertRepack``, from ``Engine.mxfp4_moe_repack``: Marlin/Triton/FlashInfer padding,
-kept or swizzled scales, fp32 biases); the whole-model totals stay the checkpoint's bytes.
+What is sized is each stored tensor as the engine release holds it after loading, by the
+``LoadingRules`` the engine gives (``Engine.loading_rules``, from ``kvplan/engines/<engine>/weights.py``):
+which per-shard scales a fused module keeps (``ScalesAtLoad``) and how MXFP4 experts are re-laid out
+(``ExpertRepack``: Marlin/Triton/FlashInfer padding, kept or swizzled scales, fp32 biases). The
+defaults are vLLM v0.33's scale rules without a repack. The whole-model totals apply the scale
+rules but not the repack (it changes only the bytes per GPU). This module imports nothing from
+``kvplan.engines``.
 """
 
 from __future__ import annotations
@@ -31,8 +35,8 @@ from functools import cached_property, lru_cache
 from typing import Any, Literal
 
 from kvplan.arch import MLA, Attention, ModelArch, Recurrent, VisionSpec
-from kvplan.engines.repack import ExpertRepack, round_up
 from kvplan.errors import KVPlanError, short
+from kvplan.parallel import pp_partition
 
 #: The parts weights are grouped into (the KPI, the chart and ``weights_breakdown`` use this order).
 PARTS: tuple[str, ...] = (
@@ -78,6 +82,125 @@ class Tensor:
         return self.rows * self.cols * self.experts * max(len(self.layers), 1)
 
 
+def round_up(x: int, multiple: int) -> int:
+    """vLLM ``round_up``: the smallest multiple of ``multiple`` ≥ ``x``."""
+    return -(-x // multiple) * multiple
+
+
+@dataclass(frozen=True)
+class ExpertRepack:
+    """How an engine's MXFP4 MoE backend holds the experts of one rank after loading.
+
+    vLLM ``Mxfp4MoEMethod.create_weights`` (``mxfp4_round_up_hidden_size_and_intermediate_size``)
+    allocates ``w13``/``w2`` with the hidden size rounded up to ``hidden`` and the per-rank
+    intermediate size to ``inter``; ``process_weights_after_loading`` may then pad the packed
+    values (rows to ``value_rows``, columns to ``value_cols``), hold a swizzled copy of the e8m0
+    scales with rows padded to ``scale_rows`` (columns to even; 0 = no copy), keep the
+    checkpoint's scales beside it (``keeps_scales``) and cast the biases to fp32. The values come
+    from the engine (``kvplan.engines.vllm.weights.mxfp4_repack``).
+    """
+
+    backend: str
+    hidden: int = 1
+    inter: int = 1
+    value_rows: int = 1
+    value_cols: int = 1
+    scale_rows: int = 0
+    keeps_scales: bool = False
+    fp32_bias: bool = False
+    source: str = ""
+    #: The engine whose backend this is (named in ``describe``).
+    engine: str = "vLLM"
+
+    def matrix_bytes(self, rows: int, cols: int) -> int:
+        """Bytes of one expert's ``rows × cols`` MXFP4 matrix (already padded to the backend's
+        sizes): packed values, the scales the backend keeps, and its swizzled scale copy."""
+        values = round_up(rows, self.value_rows) * round_up(cols, self.value_cols) // 2
+        scales = rows * -(-cols // 32)
+        if not self.scale_rows:
+            return values + scales
+        swizzled = round_up(rows, self.scale_rows) * round_up(-(-cols // 32), 2)
+        return values + swizzled + (scales if self.keeps_scales else 0)
+
+    def describe(self, hidden: int) -> str:
+        """One line naming the backend and its padding (shown with the weight format's source)."""
+        kept = ", checkpoint scales kept beside a swizzled copy" if self.keeps_scales else ""
+        return (f"{self.engine} {self.backend} MXFP4 MoE backend: hidden {hidden:,} → "
+                f"{round_up(hidden, self.hidden):,}, intermediate per rank rounded up to "
+                f"{self.inter}{kept}{', fp32 biases' if self.fp32_bias else ''} ({self.source})")
+
+
+@dataclass(frozen=True)
+class ScalesAtLoad:
+    """The scales of a stored format whose shape after loading is the engine's choice
+    (``LoadingRules``), as the checkpoint stores them.
+
+    ``fp8``: FP8 with one fp32 ``weight_scale`` per fused shard (per-tensor); ``int8_w8a8``: INT8
+    weights and activations, ``per_tensor`` (one fp32 ``weight_scale`` per shard; else per output
+    row, counted by the format); ``wna16``: compressed-tensors weight-only integers with an int64
+    ``weight_shape`` pair per module. ``static_input``: a static fp32 ``input_scale`` per shard
+    (plus an int32 ``input_zero_point`` when ``asymmetric``); ``asymmetric``: int8 activations with
+    a zero point.
+    """
+
+    method: Literal["fp8", "int8_w8a8", "wna16"]
+    per_tensor: bool = False
+    static_input: bool = False
+    asymmetric: bool = False
+
+
+@dataclass(frozen=True)
+class LoadingRules:
+    """What an engine release holds of the stored weights after loading: the rules
+    ``weights_per_gpu`` applies (each engine's in ``kvplan/engines/<engine>/weights.py``,
+    through ``Engine.loading_rules``).
+
+    The defaults are vLLM v0.33's (each method's ``process_weights_after_loading``), without an
+    MXFP4 repack — what a caller that names no engine gets:
+
+    * ``fp8_scale_per_module``: FP8 per-tensor ``weight_scale`` of a fused module's shards
+      requantized to one (``utils/fp8_utils.py`` ``process_fp8_weight_tensor_strategy`` →
+      ``w8a8_utils.py`` ``requantize_with_max_scale``); an expert matrix keeps one per expert
+      (``process_fp8_weight_tensor_strategy_moe``: the max over w1/w3). False: one per shard.
+    * ``static_input_per_module``: a static ``input_scale`` (and INT8 zero point) per shard
+      collapsed to one per module (``input_scale.max()``; ``scaled_mm/cutlass.py``
+      ``CutlassInt8ScaledMMLinearKernel.process_weights_after_loading`` for INT8).
+    * ``int8_fused_scales_per_row``: INT8 W8A8 per-tensor weight scales of a fused module (qkv,
+      gate_up) expanded to one fp32 per output row (``convert_to_channelwise``, as the CUTLASS
+      kernel needs); an unfused module keeps its one scale.
+    * ``int8_azp_adj``: asymmetric INT8 activations add an int32 ``azp_adj`` per output row
+      (``weight.sum(dim=0)``, the same CUTLASS function).
+    * ``wna16_weight_shape``: compressed-tensors WNA16 keeps its int64 ``weight_shape`` pair per
+      module (``compressed_tensors_wNa16.py`` ``CompressedTensorsWNA16.create_weights``).
+    * ``mxfp4_experts``: how MXFP4 MoE experts are re-laid out on the GPU (None: as stored).
+    """
+
+    fp8_scale_per_module: bool = True
+    static_input_per_module: bool = True
+    int8_fused_scales_per_row: bool = True
+    int8_azp_adj: bool = True
+    wna16_weight_shape: bool = True
+    mxfp4_experts: ExpertRepack | None = None
+
+    def scale_bytes(self, scales: ScalesAtLoad, rows: int, shards: int) -> int:
+        """Bytes of the rule-dependent scales of one ``rows``-row matrix fusing ``shards`` shards."""
+        if scales.method == "wna16":
+            return 16 if self.wna16_weight_shape else 0
+        inputs = (1 + scales.asymmetric) if scales.static_input else 0  # scale (+ int32 zero point)
+        total = 4 * inputs * (1 if self.static_input_per_module else shards)
+        if scales.method == "fp8":
+            return total + 4 * (1 if self.fp8_scale_per_module else shards)
+        if scales.per_tensor:
+            total += 4 * (rows if self.int8_fused_scales_per_row and shards > 1 else shards)
+        if scales.asymmetric and self.int8_azp_adj:
+            total += 4 * rows
+        return total
+
+
+#: vLLM v0.33's rules without a repack (``LoadingRules``' defaults).
+DEFAULT_RULES = LoadingRules()
+
+
 @dataclass(frozen=True)
 class Format:
     """A stored weight format: element bits plus what each scale/zero/index tensor adds.
@@ -85,9 +208,8 @@ class Format:
     Bytes of one ``rows × cols`` matrix: ``ceil(rows·cols·bits/8)`` + group scales and zeros
     (``rows · ceil(cols/group)`` groups, or ``ceil(rows·cols/group)`` when ``flat``) + nested
     scales (one fp32 per ``nested`` groups) + per-row scales + ``ceil(rows/bn)·ceil(cols/bk)``
-    block scales + ``tensor_scales`` fp32 scalars per fused shard (or, with ``fused_row_scales``,
-    one fp32 per row once a module fuses shards) + ``module_scalars`` 4-byte scalars per module +
-    an int32 ``g_idx`` per column.
+    block scales + ``tensor_scales`` fp32 scalars per fused shard + an int32 ``g_idx`` per column
+    + the ``scales`` the engine's ``LoadingRules`` decide (``LoadingRules.scale_bytes``).
     """
 
     name: str
@@ -102,15 +224,15 @@ class Format:
     block: tuple[int, int] | None = None
     block_scale_bytes: int = 4
     tensor_scales: int = 0
-    #: Per-tensor scales of a fused module become one fp32 per output row (vLLM
-    #: ``convert_to_channelwise``, as the CUTLASS INT8 kernel needs); unfused: ``tensor_scales``.
-    fused_row_scales: bool = False
-    module_scalars: int = 0
     g_idx: bool = False
     source: str = ""
+    #: Scales whose layout after loading the engine decides (None: none).
+    scales: ScalesAtLoad | None = None
 
-    def matrix_bytes(self, rows: int, cols: int, shards: int = 1) -> int:
-        """Exact bytes of one ``rows × cols`` matrix in this format (see the class docstring)."""
+    def matrix_bytes(self, rows: int, cols: int, shards: int = 1,
+                     rules: LoadingRules = DEFAULT_RULES) -> int:
+        """Exact bytes of one ``rows × cols`` matrix in this format as ``rules`` hold it (see the
+        class docstring)."""
         n = rows * cols
         if n <= 0:
             return 0
@@ -123,8 +245,9 @@ class Format:
         total += rows * self.row_scale_bytes
         if self.block is not None:
             total += -(-rows // self.block[0]) * -(-cols // self.block[1]) * self.block_scale_bytes
-        total += 4 * (rows if self.fused_row_scales and shards > 1 else self.tensor_scales * shards)
-        total += 4 * self.module_scalars
+        total += 4 * self.tensor_scales * shards
+        if self.scales is not None:
+            total += rules.scale_bytes(self.scales, rows, shards)
         if self.g_idx:
             total += 4 * cols
         return total
@@ -169,14 +292,13 @@ def _fp8(block: tuple[int, int] | None, static_act: bool, source: str) -> Format
 
 
 def _fp8_per_tensor(name: str, label: str, static_act: bool, source: str) -> Format:
-    """FP8 with per-tensor scales as vLLM holds it after loading: the checkpoint's fp32
-    ``weight_scale`` per fused shard is requantized to one per module (v0.33
-    ``utils/fp8_utils.py`` ``process_fp8_weight_tensor_strategy`` → ``w8a8_utils.py``
-    ``requantize_with_max_scale``), and a static ``input_scale`` collapses to its max — one fp32
-    each per module (``fp8.py`` ``Fp8LinearMethod``, ``compressed_tensors_w8a8_fp8.py``,
-    ``modelopt.py`` ``process_weights_after_loading``); an expert matrix keeps one per expert
-    (``process_fp8_weight_tensor_strategy_moe``: the max over w1/w3)."""
-    return Format(name, label, 8, module_scalars=2 if static_act else 1, source=source)
+    """FP8 with per-tensor scales: the checkpoint's fp32 ``weight_scale`` (and, static, its
+    ``input_scale``) per fused shard; how many survive loading is the engine's rule
+    (``LoadingRules.fp8_scale_per_module``, ``static_input_per_module``: vLLM ``fp8.py``
+    ``Fp8LinearMethod``, ``compressed_tensors_w8a8_fp8.py``, ``modelopt.py``
+    ``process_weights_after_loading`` keep one of each per module)."""
+    return Format(name, label, 8, scales=ScalesAtLoad("fp8", per_tensor=True, static_input=static_act),
+                  source=source)
 
 
 MXFP4 = Format("mxfp4", "MXFP4 (e2m1, e8m0 scale per 32)", 4, group=32, group_scale_bits=8,
@@ -492,8 +614,10 @@ def _ct_format(args: dict[str, Any], inputs: Any, fmt_name: str) -> Format:
     if kind == "int" and bits == 8 and isinstance(inputs, dict) and strategy in {"tensor", "channel"}:
         return _ct_int8_w8a8(strategy, static, inputs.get("symmetric", True) is not False)
     #: Weight-only integers (vLLM ``compressed_tensors_wNa16.py`` ``CompressedTensorsWNA16``): scales
-    #: in the model dtype (2 B) and an int64 ``weight_shape`` pair per module (16 B = 4 scalars).
+    #: in the model dtype (2 B) and an int64 ``weight_shape`` pair per module
+    #: (``LoadingRules.wna16_weight_shape``).
     wna16 = kind == "int" and not isinstance(inputs, dict)
+    shape = ScalesAtLoad("wna16") if wna16 else None
     if strategy == "tensor" and kind == "float" and bits == 8:
         return _fp8_per_tensor(f"ct_{label.lower()}_tensor", f"{label} (per-tensor scale)", static, src)
     if strategy == "tensor":
@@ -502,7 +626,7 @@ def _ct_format(args: dict[str, Any], inputs: Any, fmt_name: str) -> Format:
     if strategy == "channel":
         return Format(f"ct_{label.lower()}_channel", f"{label} (per-channel scale)", bits,
                       row_scale_bytes=2 if wna16 else 4, zero_bits=0,
-                      tensor_scales=1 if static else 0, module_scalars=4 if wna16 else 0, source=src)
+                      tensor_scales=1 if static else 0, scales=shape, source=src)
     if strategy == "block":
         block = args.get("block_structure")
         if not isinstance(block, list) or len(block) != 2 or not all(
@@ -515,25 +639,23 @@ def _ct_format(args: dict[str, Any], inputs: Any, fmt_name: str) -> Format:
         if strategy == "tensor_group":
             return replace(NVFP4, group=group, source=src + " (NVFP4 tensor_group)")
         return Format(f"ct_{label.lower()}_g{group}", f"{label} (g{group})", bits, group=group,
-                      group_scale_bits=16, zero_bits=zero, module_scalars=4 if wna16 else 0,
-                      source=src)
+                      group_scale_bits=16, zero_bits=zero, scales=shape, source=src)
     raise _bad("strategy", "tensor, channel, block, group or tensor_group", strategy)
 
 
 def _ct_int8_w8a8(strategy: str, static: bool, input_symmetric: bool) -> Format:
-    """INT8 W8A8 as vLLM holds it after loading (v0.33 ``compressed_tensors_w8a8_int8.py``
-    ``CompressedTensorsW8A8Int8.create_weights``, then ``kernels/linear/scaled_mm/cutlass.py``
-    ``CutlassInt8ScaledMMLinearKernel.process_weights_after_loading``, unchanged since v0.6): int8
-    weight; fp32 ``weight_scale`` per output row (channel), or per tensor, which a fused module
-    (qkv, gate_up) expands to one per row (``convert_to_channelwise``); a static input scale
-    collapses to one fp32 (``input_scale.max()``), plus an int32 ``azp`` when asymmetric;
-    asymmetric activations add an int32 ``azp_adj`` per output row (``weight.sum(dim=0)``)."""
-    row = (4 if strategy == "channel" else 0) + (0 if input_symmetric else 4)
-    scalars = (1 + (0 if input_symmetric else 1)) if static else 0
+    """INT8 W8A8 (v0.33 ``compressed_tensors_w8a8_int8.py`` ``CompressedTensorsW8A8Int8.create_weights``):
+    int8 weight; fp32 ``weight_scale`` per output row (channel) or per shard (tensor); a static
+    ``input_scale`` per shard, plus an int32 ``input_zero_point`` when asymmetric. How the
+    per-tensor and input scales survive loading, and the ``azp_adj`` asymmetric activations add,
+    are the engine's rules (``LoadingRules``: vLLM's CUTLASS kernel,
+    ``kernels/linear/scaled_mm/cutlass.py`` ``CutlassInt8ScaledMMLinearKernel.process_weights_after_loading``,
+    unchanged since v0.6)."""
     acts = f"{'static' if static else 'dynamic'}{'' if input_symmetric else ' asymmetric'} int8 activations"
     return Format(f"ct_int8_{strategy}", f"INT8 W8A8 (per-{strategy} scale, {acts})", 8,
-                  row_scale_bytes=row, tensor_scales=1 if strategy == "tensor" else 0,
-                  fused_row_scales=strategy == "tensor", module_scalars=scalars,
+                  row_scale_bytes=4 if strategy == "channel" else 0,
+                  scales=ScalesAtLoad("int8_w8a8", per_tensor=strategy == "tensor", static_input=static,
+                                      asymmetric=not input_symmetric),
                   source="vLLM compressed_tensors_w8a8_int8.py + scaled_mm/cutlass.py "
                          "CutlassInt8ScaledMMLinearKernel.process_weights_after_loading")
 
@@ -885,8 +1007,6 @@ def shard_shape(t: Tensor, tp: int, ep: int) -> tuple[int, int, int]:
 
 def _stage_starts(arch: ModelArch, pp: int) -> list[int]:
     """First decoder layer of each pipeline stage (vLLM ``get_pp_indices``), then ``n_layers``."""
-    from kvplan.engines import pp_partition
-
     starts = [0]
     for count in pp_partition(arch.n_layers, pp):
         starts.append(starts[-1] + count)
@@ -930,13 +1050,15 @@ def _formats_by_layer(scheme: QuantScheme, t: Tensor) -> list[tuple[Format, tupl
 @lru_cache(maxsize=512)
 def weights_per_gpu(arch: ModelArch, weight_dtype: str | None = None, tp: int = 1, pp: int = 1,
                     ep: int = 1, mtp: bool = False,
-                    repack: ExpertRepack | None = None) -> WeightsLayout:
+                    rules: LoadingRules = DEFAULT_RULES) -> WeightsLayout:
     """Bytes per GPU of each part on each pipeline stage (see the module docstring).
 
     ``weight_dtype`` overrides the checkpoint: a float format sets every tensor's dtype (vLLM
     ``--dtype``); a quantized one every quantizable linear/expert and the LM head, embeddings,
     norms, routers and biases staying in the model's dtype (vLLM ``--quantization``).
-    ``repack``: the engine's MXFP4 MoE layout, applied to experts stored in MXFP4.
+    ``rules``: what the engine release holds after loading (``Engine.loading_rules``: the scales
+    that survive, its MXFP4 MoE layout for experts stored in MXFP4); default vLLM v0.33's scale
+    rules without a repack.
     """
     if arch.moe is None or ep < 1:
         ep = 1
@@ -957,6 +1079,7 @@ def weights_per_gpu(arch: ModelArch, weight_dtype: str | None = None, tp: int = 
     formats: dict[str, set[str]] = {}
     tensors = model_tensors(arch, mtp)  # one Tensor per matrix kind, covering all its layers
     main_parts = {t.part for t in tensors if t.kind != "other"}
+    repack = rules.mxfp4_experts
     repacked = repack is not None and scheme.method == "mxfp4"
     for t in tensors:
         rows, cols, copies = shard_shape(t, tp, ep)
@@ -965,8 +1088,8 @@ def weights_per_gpu(arch: ModelArch, weight_dtype: str | None = None, tp: int = 
                 assert repack is not None
                 per_gpu = _repacked_bytes(t, repack, arch, tp, ep, scheme.base)
             else:
-                per_gpu = copies * fmt.matrix_bytes(rows, cols, t.shards)
-            whole = t.experts * fmt.matrix_bytes(t.rows, t.cols, t.shards) * max(len(layers), 1)
+                per_gpu = copies * fmt.matrix_bytes(rows, cols, t.shards, rules)
+            whole = t.experts * fmt.matrix_bytes(t.rows, t.cols, t.shards, rules) * max(len(layers), 1)
             if t.kind != "other" or t.part not in main_parts:
                 formats.setdefault(fmt.label, set()).add(t.part)
             for stage, count in _stage_counts(t, layers, starts, pp):
@@ -976,7 +1099,7 @@ def weights_per_gpu(arch: ModelArch, weight_dtype: str | None = None, tp: int = 
     if arch.tie_word_embeddings and pp > 1:  # the last stage holds its own copy of the tied head
         head = [t for t in tensors if t.part == "embeddings" and t.split == "vocab"]
         rows, cols, _ = shard_shape(head[0], tp, ep)
-        stages[-1]["lm_head"] += scheme.base.matrix_bytes(rows, cols)
+        stages[-1]["lm_head"] += scheme.base.matrix_bytes(rows, cols, 1, rules)
     source = scheme.source
     if repacked:
         assert repack is not None
@@ -1008,7 +1131,8 @@ def format_summary(layout: WeightsLayout) -> str:
 
 
 __all__ = [
-    "MXFP4", "NVFP4", "PARTS", "ExpertRepack", "Format", "QuantScheme", "Tensor", "WeightsLayout",
+    "DEFAULT_RULES", "MXFP4", "NVFP4", "PARTS", "ExpertRepack", "Format", "LoadingRules", "QuantScheme",
+    "ScalesAtLoad", "Tensor", "WeightsLayout", "round_up",
     "decoder_layer_tensors", "format_from_dtype", "format_summary", "model_tensors",
     "params_from_tensors", "read_quantization", "shard_shape", "weights_per_gpu",
 ]

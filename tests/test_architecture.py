@@ -120,7 +120,8 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"kvplan.engines"}),
     frozenset({"kvplan.weights", "kvplan.checkpoint", "kvplan.hub"}),
     frozenset({"kvplan.config_import", "kvplan.presets"}),
-    frozenset({"kvplan.arch", "kvplan.dtypes", "kvplan.errors", "kvplan.files", "kvplan.png", "kvplan"}),
+    frozenset({"kvplan.arch", "kvplan.dtypes", "kvplan.errors", "kvplan.files", "kvplan.parallel",
+               "kvplan.png", "kvplan"}),
 )
 
 

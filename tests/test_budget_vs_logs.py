@@ -23,9 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from kvplan.calibrate import calibrate, parse_vllm_log
+from kvplan.calibrate import calibrate
 from kvplan.capacity import FitQuery, fit, memory_budget
 from kvplan.config_import import parse_config
+from kvplan.engines.vllm.log import parse_vllm_log
 from kvplan.engines.vllm.memory import (
     GRAPH_BYTES_PER_SIZE,
     GRAPH_BYTES_PER_SIZE_TP,
@@ -227,7 +228,7 @@ def test_calibrate_splits_the_implied_reserve_into_the_terms():
     log = parse_vllm_log(data["log_excerpt"])
     assert log.logged_terms == {"total_gpu_memory": 79.22, "non_torch": 1.79, "activation_peak": 1.26}
     query = FitQuery(tokens=8192, engine="vllm@0.6", gpu_util=0.9)
-    result = calibrate(make_plan(load_model("llama-3.1-8b"), get_gpu("h100-sxm"), query), log)
+    result = calibrate(make_plan(load_model("llama-3.1-8b"), get_gpu("h100-sxm"), query), data["log_excerpt"])
     split = {row["name"]: row for row in result.implied_terms}
     assert list(split) == ["activation_peak", "non_torch", "unexplained"]
     assert split["activation_peak"]["implied_bytes"] == split["activation_peak"]["logged_bytes"] \
@@ -300,7 +301,7 @@ def test_a_vendored_config_reproduces_the_logged_pool(log_id: str, engine: str):
     arch = parse_config(json.loads((LOGS / data["config"]).read_text(encoding="utf-8")), name=log_id)
     log = parse_vllm_log(data["log_excerpt"])
     result = calibrate(make_plan(arch, get_gpu("a100-80gb-sxm"), FitQuery(tokens=log.max_model_len or 0,
-                                                                 engine=engine)), log)
+                                                                 engine=engine)), data["log_excerpt"])
     assert (result.bytes_per_block, result.logged_blocks_low, result.logged_blocks_high) == \
         (2_621_440, 2_666, 2_666)
     assert result.reproduced_kv_cache_tokens == data["logged"]["gpu_kv_cache_size_tokens"] == 42_656

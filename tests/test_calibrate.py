@@ -12,16 +12,12 @@ import pytest
 from cli_helpers import run_cli
 from test_app import open_boxes
 
-from kvplan.calibrate import (
-    MAX_LOG_BYTES,
-    SglangLog,
-    VllmLog,
-    calibrate,
-    parse_sglang_log,
-    parse_trtllm_log,
-    parse_vllm_log,
-)
+from kvplan.calibrate import MAX_LOG_BYTES, calibrate
 from kvplan.capacity import GIB, FitQuery, fit
+from kvplan.engines import get_engine
+from kvplan.engines.sglang.log import SglangLog, parse_sglang_log
+from kvplan.engines.trtllm.log import parse_trtllm_log
+from kvplan.engines.vllm.log import VllmLog, parse_vllm_log
 from kvplan.errors import MESSAGES, KVPlanError
 from kvplan.plan import make_plan
 from kvplan.presets import get_gpu, load_model
@@ -48,8 +44,8 @@ def ten_gib() -> str:
     result = fit(make_plan(ARCH, H100, FitQuery(tokens=L, kv_cache_memory_bytes=10 * GIB)))
     assert result.num_blocks == 5120 and result.bytes_per_block == BLOCK_BYTES
     assert result.blocks_per_request == 2048
-    assert result.vllm_log == ("GPU KV cache size: 81,920 tokens, Maximum concurrency for "
-                               "32,768 tokens per request: 2.50x")
+    assert ", ".join(get_engine(result.engine).log_lines(result)) == (
+        "GPU KV cache size: 81,920 tokens, Maximum concurrency for 32,768 tokens per request: 2.50x")
     return log_of(result)
 
 
@@ -137,7 +133,7 @@ def test_one_mebibyte_is_accepted():
 
 
 def test_calibration_reproduces_kvplans_own_log_exactly():
-    result = calibrate(make_plan(ARCH, H100, FitQuery(tokens=L)), parse_vllm_log(ten_gib()))
+    result = calibrate(make_plan(ARCH, H100, FitQuery(tokens=L)), ten_gib())
     assert result.bytes_per_block == BLOCK_BYTES and result.blocks_per_request == 2048
     assert result.logged_blocks_low == result.logged_blocks_high == 5120
     assert result.reproduced_num_blocks == 5120
@@ -178,7 +174,7 @@ def test_default_run_implies_the_default_reserve():
     −375,778 B (less than one 2,097,152-B block), unexplained."""
     plain = fit(make_plan(ARCH, H100, FitQuery(tokens=L)))
     assert plain.reserve_bytes == 1_865_134_174
-    result = calibrate(make_plan(ARCH, H100, FitQuery(tokens=L)), parse_vllm_log(log_of(plain)))
+    result = calibrate(make_plan(ARCH, H100, FitQuery(tokens=L)), log_of(plain))
     assert result.logged_blocks_low == result.logged_blocks_high == plain.num_blocks
     assert (result.implied_reserve_low_bytes, result.implied_reserve_high_bytes) == (
         1_863_709_820, 1_865_806_971)
@@ -195,7 +191,7 @@ def test_default_run_implies_the_default_reserve():
     shifted = log_of(plain).replace(f"{plain.kv_budget_bytes / GIB:.2f} GiB",
                                     f"{plain.kv_budget_bytes / GIB - 2:.2f} GiB")
     only_gib = "\n".join(line for line in shifted.splitlines() if "Available" in line)
-    moved = calibrate(make_plan(ARCH, H100, FitQuery(tokens=L)), parse_vllm_log(only_gib))
+    moved = calibrate(make_plan(ARCH, H100, FitQuery(tokens=L)), only_gib)
     assert moved.agreement == "unknown" and moved.logged_blocks_low is None
     assert abs(moved.implied_reserve_bytes - (plain.reserve_bytes + 2 * GIB)) <= 0.005 * GIB + 1
 
@@ -203,8 +199,7 @@ def test_default_run_implies_the_default_reserve():
 def test_tp_and_fp8_log_round_trip():
     query = FitQuery(tokens=8192, tp=2, kv_dtype="fp8_e4m3", reserve_gib=2.5)
     made = fit(make_plan(ARCH, H100, query))
-    result = calibrate(make_plan(ARCH, H100, query.model_copy(update={"reserve_gib": None})),
-                       parse_vllm_log(log_of(made)))
+    result = calibrate(make_plan(ARCH, H100, query.model_copy(update={"reserve_gib": None})), log_of(made))
     assert result.implied_reserve_low_bytes <= int(2.5 * GIB) <= result.implied_reserve_high_bytes
     # fp8 at tp=2: a block is 512 KiB, so ±0.005 GiB is ±10 blocks; the re-run with the printed
     # GiB lands inside that, and the token count pins the block count exactly
@@ -219,18 +214,18 @@ def test_tp_and_fp8_log_round_trip():
 def test_mismatch_and_other_length_are_reported():
     made = fit(make_plan(ARCH, H100, FitQuery(tokens=L, kv_cache_memory_bytes=10 * GIB)))
     text = log_of(made).replace("81,920 tokens", "163,840 tokens").replace("2.50x", "5.00x")
-    result = calibrate(make_plan(ARCH, H100, FitQuery(tokens=L)), parse_vllm_log(text))
+    result = calibrate(make_plan(ARCH, H100, FitQuery(tokens=L)), text)
     assert result.agreement == "mismatch" and result.block_difference == 5120 - 10240
     assert not result.tokens_match and not result.concurrency_match
     assert any("disagree" in note for note in result.notes)
-    other = calibrate(make_plan(ARCH, H100, FitQuery(tokens=4096)), parse_vllm_log(ten_gib()))
+    other = calibrate(make_plan(ARCH, H100, FitQuery(tokens=4096)), ten_gib())
     assert other.tokens == L and any("max_model_len" in note for note in other.notes)
     assert other.agreement == "exact"
 
 
 def test_engine_must_be_vllm():
     with pytest.raises(KVPlanError) as info:
-        calibrate(make_plan(ARCH, H100, FitQuery(tokens=L, engine="sglang")), parse_vllm_log(ten_gib()))
+        calibrate(make_plan(ARCH, H100, FitQuery(tokens=L, engine="sglang")), ten_gib())
     assert info.value.code == "calibrate.engine"
 
 
@@ -239,7 +234,7 @@ def test_vllm_log_model_is_optional_everywhere():
 
 
 def test_implied_reserve_needs_all_three_numbers():
-    result = calibrate(make_plan(ARCH, H100, FitQuery(tokens=L)), parse_vllm_log(ten_gib()))
+    result = calibrate(make_plan(ARCH, H100, FitQuery(tokens=L)), ten_gib())
     assert result.implied_reserve is not None
     for field in ("implied_reserve_bytes", "implied_reserve_low_bytes", "implied_reserve_high_bytes"):
         assert result.model_copy(update={field: None}).implied_reserve is None, field
@@ -323,8 +318,7 @@ def test_expander_pastes_a_log_and_sets_the_reserve():
     reproduced = dict(zip(frame["quantity"], frame["kvplan with the logged memory"], strict=True))
     assert logged["GPU KV cache size (tokens)"] == reproduced["GPU KV cache size (tokens)"] == "81,920"
     assert any("Implied runtime reserve" in m.value for m in at.markdown)
-    expected = calibrate(make_plan(ARCH, H100, FitQuery(tokens=L)),
-                         parse_vllm_log(REAL)).suggested_reserve_gib
+    expected = calibrate(make_plan(ARCH, H100, FitQuery(tokens=L)), REAL).suggested_reserve_gib
     button = at.button(key="calibrate_use_reserve")
     assert f"{expected:g} GiB" in button.label and not button.disabled
     button.click().run()
@@ -360,14 +354,16 @@ def test_every_releases_capacity_lines_and_the_loaded_weights_are_read():
 
     def read(prefix: str):
         (path,) = logs.glob(f"{prefix}-*.json")
-        return parse_vllm_log(json.loads(path.read_text())["log_excerpt"])
+        return json.loads(path.read_text())["log_excerpt"]
 
-    v064, v07, negative, weights_only = read("07"), read("18"), read("10"), read("11")
+    v064, v07, negative = parse_vllm_log(read("07")), parse_vllm_log(read("18")), parse_vllm_log(read("10"))
+    weights_text = read("11")
+    weights_only = parse_vllm_log(weights_text)
     assert (v064.available_kv_gib, v064.num_gpu_blocks, v064.model_loading_gib) == (2.89, 1478, 14.9888)
     assert (v07.available_kv_gib, v07.num_gpu_blocks) == (3.59, 19609)
     assert negative.available_kv_gib == -2.14 and negative.model_loading_gib == 65.9651
     assert (weights_only.model_loading_gib, weights_only.kv_cache_tokens) == (64.38, None)
-    result = calibrate(make_plan(load_model("gpt-oss-120b"), H100, FitQuery(tokens=8192)), weights_only)
+    result = calibrate(make_plan(load_model("gpt-oss-120b"), H100, FitQuery(tokens=8192)), weights_text)
     assert result.logged_weights_bytes == round(64.38 * GIB) == 69_127_498_629
     assert "Model loading took 64.38 GiB" in result.formulas["weights_vs_log"]
 
@@ -463,9 +459,90 @@ def test_logged_tokens_are_inverted_with_the_release_formula(engine, tokens, low
     query = FitQuery(tokens=32_768, engine=engine)
     predicted = fit(make_plan(arch, gpu, query))
     assert predicted.kv_pool_tokens == tokens
-    log = parse_vllm_log(f"INFO [kv_cache_utils.py:1] GPU KV cache size: {tokens:,} tokens\n"
-                         "INFO [kv_cache_utils.py:1] Maximum concurrency for 32,768 tokens per "
-                         f"request: {predicted.max_concurrency:.2f}x\n")
+    log = (f"INFO [kv_cache_utils.py:1] GPU KV cache size: {tokens:,} tokens\n"
+           "INFO [kv_cache_utils.py:1] Maximum concurrency for 32,768 tokens per "
+           f"request: {predicted.max_concurrency:.2f}x\n")
     result = calibrate(make_plan(arch, gpu, query), log)
     assert (result.logged_blocks_low, result.logged_blocks_high) == (low, high)
     assert low <= predicted.num_blocks <= high and not result.notes
+
+
+# --------------------------------------------------------------------------------------------
+# Each engine's parser, reached through its engine object; numbers no float holds
+
+
+@pytest.mark.parametrize(("line", "field", "value"), [
+    ("Available KV cache memory: 1e309 GiB", "available KV cache memory (GiB)", "1e309"),
+    ("GPU KV cache size: 1e309 tokens", "GPU KV cache size (tokens)", "1e309"),
+    ("Maximum concurrency for 32,768 tokens per request: inf x", "maximum concurrency", "inf"),
+    ("Available KV cache memory: nan GiB", "available KV cache memory (GiB)", "nan"),
+])
+def test_a_number_past_a_float_is_named_not_a_missing_line(line, field, value):
+    """Issue #32 item 11: ``1e309`` (or ``inf``, ``nan``) was reported as "no vLLM capacity line";
+    the field and the value are named instead."""
+    with pytest.raises(KVPlanError) as err:
+        parse_vllm_log(line + "\n")
+    assert err.value.code == "calibrate.not_finite"
+    low, high = {"GPU KV cache size (tokens)": (0, 10**15),
+                 "maximum concurrency": (0, 10**12)}.get(field, (-1_000_000, 1_000_000))
+    assert str(err.value) == (f"the vLLM log's {field} is {value}, which is not a finite number "
+                              f"(infinite, NaN or beyond a 64-bit float); kvplan accepts {low:,} "
+                              f"to {high:,}")
+
+
+def test_the_1e309_message_exactly():
+    with pytest.raises(KVPlanError) as err:
+        parse_vllm_log("INFO [gpu_worker.py:276] Available KV cache memory: 1e309 GiB\n")
+    assert str(err.value) == ("the vLLM log's available KV cache memory (GiB) is 1e309, which is "
+                              "not a finite number (infinite, NaN or beyond a 64-bit float); kvplan "
+                              "accepts -1,000,000 to 1,000,000")
+
+
+def test_finite_exponents_are_read_and_bounded():
+    """A finite exponent is a number like any other: in range it is read, out of range refused by
+    its bounds, and a fraction in a whole-number field is refused."""
+    log = parse_vllm_log("Available KV cache memory: 1.5e1 GiB\nGPU KV cache size: 8e4 tokens\n")
+    assert (log.available_kv_gib, log.available_kv_decimals, log.kv_cache_tokens) == (15.0, 0, 80_000)
+    for line in ("Available KV cache memory: 1e308 GiB", "GPU KV cache size: 15e-1 tokens"):
+        with pytest.raises(KVPlanError) as err:
+            parse_vllm_log(line)
+        assert err.value.code == "calibrate.bad_value"
+
+
+@pytest.mark.parametrize(("engine", "text", "record", "field", "value"), [
+    ("vllm", "GPU KV cache size: 81,920 tokens\n", "VllmLog", "kv_cache_tokens", 81_920),
+    ("vllm@0.19", "GPU KV cache size: 81,920 tokens\n", "VllmLog", "kv_cache_tokens", 81_920),
+    ("sglang", "[x] KV Cache is allocated. #tokens: 2454421, KV size: 160.63 GB\n", "SglangLog",
+     "kv_tokens", 2_454_421),
+    ("trtllm", "[TensorRT-LLM][INFO] Number of blocks in KV cache primary pool: 2710\n", "TrtllmLog",
+     "primary_blocks", 2_710),
+    ("trtllm@1.1", "[TensorRT-LLM][INFO] Number of tokens per block: 32.\n", "TrtllmLog",
+     "tokens_per_block", 32),
+])
+def test_each_engine_parses_its_own_log(engine, text, record, field, value):
+    """The parser is reached through the engine object (``Engine.parse_log`` → its
+    ``log_format``, in ``engines/<engine>/log.py``); only vLLM's record is compared by calibrate."""
+    from kvplan.calibrate import compares
+
+    e = get_engine(engine)
+    log = e.parse_log(text)
+    assert type(log).__name__ == record and type(log).__module__ == f"kvplan.engines.{e.id.split('@')[0]}.log"
+    assert getattr(log, field) == value
+    assert compares(e) == (record == "VllmLog")
+
+
+@pytest.mark.parametrize("engine", ["hf", "hf-legacy", "hf-static"])
+def test_engines_without_a_log_have_no_parser(engine):
+    e = get_engine(engine)
+    assert e.log_format is None and e.parse_log("GPU KV cache size: 1 tokens") is None
+    assert e.log_lines(fit(make_plan(ARCH, H100, FitQuery(tokens=4096, engine=engine)))) == ()
+
+
+def test_engine_parsers_refuse_overflowing_numbers_by_name():
+    for engine, line, field in (
+            ("sglang", "[x] Load weight end. type=Q, avail mem=1e309 GB, mem usage=3.00 GB.",
+             "load_end_avail_gib"),
+            ("trtllm", "[TensorRT-LLM][INFO] Number of tokens per block: inf.", "tokens_per_block")):
+        with pytest.raises(KVPlanError) as err:
+            get_engine(engine).parse_log(line)
+        assert err.value.code == "calibrate.not_finite" and f"log's {field} is " in str(err.value)

@@ -9,6 +9,7 @@ import pytest
 from kvplan.capacity import FitQuery, fit
 from kvplan.cli import main
 from kvplan.config_import import parse_config
+from kvplan.engines import get_engine
 from kvplan.engines.sglang import sglang_mem_fraction_static
 from kvplan.plan import make_plan
 from kvplan.presets import get_gpu, load_model
@@ -46,8 +47,8 @@ def test_opt13b_on_a100_40gb_as_in_the_vllm_paper():
     assert (r.bytes_per_block, r.num_blocks, r.blocks_per_request) == (13_107_200, 948, 128)
     assert r.max_requests == 7
     assert r.kv_pool_tokens == 15_168
-    assert r.vllm_log == ("GPU KV cache size: 15,168 tokens, Maximum concurrency for 2,048 tokens "
-                          "per request: 7.41x")
+    assert ", ".join(get_engine(r.engine).log_lines(r)) == (
+        "GPU KV cache size: 15,168 tokens, Maximum concurrency for 2,048 tokens per request: 7.41x")
 
 
 def test_dense_block_arithmetic_llama31_8b():

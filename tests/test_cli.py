@@ -303,6 +303,7 @@ def reach(code: str, tmp_path) -> str:
         log = tmp_path / "vllm.log"
         log.write_bytes({"calibrate.empty": b"", "calibrate.not_text": b"\xff\x00" * 64,
                          "calibrate.bad_value": b"GPU KV cache size: " + b"9" * 5000 + b" tokens\n",
+                         "calibrate.not_finite": b"Available KV cache memory: 1e309 GiB\n",
                          "calibrate.too_large": b"x" * (2 << 20),
                          "calibrate.no_lines": b"INFO nothing here\n"}.get(
             code, b"GPU KV cache size: 81,920 tokens\n"))

@@ -502,13 +502,12 @@ def vllm_logs(draw) -> str:
          "GPU KV cache size: 2 tokens")  # two ranks with equal tokens, one without a concurrency
 def test_vllm_log_with_huge_numbers(log):
     """Logs with numbers of thousands of digits: a named message or a calibration, nothing else."""
-    from kvplan.calibrate import calibrate, parse_vllm_log
+    from kvplan.calibrate import calibrate
     from kvplan.capacity import FitQuery
     from kvplan.presets import get_gpu, load_model
 
     try:
-        parsed = parse_vllm_log(log)
-        calibrate(make_plan(load_model("llama-2-7b"), get_gpu("h100-sxm"), FitQuery(tokens=4096)), parsed)
+        calibrate(make_plan(load_model("llama-2-7b"), get_gpu("h100-sxm"), FitQuery(tokens=4096)), log)
     except KVPlanError as err:
         assert err.code.startswith("calibrate."), err.code
         assert str(err).isprintable() and len(str(err)) <= 300

@@ -3,7 +3,7 @@
 Each fixture is one real run found in public material: its source, the settings it used, the
 numbers it printed (``logged``) and the verbatim lines (``log_excerpt``). Checks:
 
-* every logged number is written in the excerpt, and ``kvplan.calibrate.parse_sglang_log`` reads
+* every logged number is written in the excerpt, and ``kvplan.engines.sglang.log.parse_sglang_log`` reads
   it back (the smallest rank; the largest for "mem usage");
 * **(a1) pool bytes, exact**: SGLang allocates ``size + page_size`` token slots per layer
   (``mem_cache/memory_pool.py`` ``MHATokenToKVPool._create_buffers`` / ``MLATokenToKVPool``) and
@@ -29,10 +29,10 @@ from pathlib import Path
 import pytest
 from log_fixtures import check_numbers_written, check_schema, fixture_arch, load, values
 
-from kvplan.calibrate import SglangLog, parse_sglang_log
 from kvplan.capacity import FitQuery, fit
 from kvplan.engines import EngineSettings, engine_view
 from kvplan.engines.sglang import SGLANG_SWA_FULL_RATIO
+from kvplan.engines.sglang.log import SglangLog, parse_sglang_log
 from kvplan.plan import make_plan
 from kvplan.presets import get_gpu
 

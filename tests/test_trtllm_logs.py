@@ -2,7 +2,7 @@
 
 Each fixture is one real run (source, settings, printed numbers, verbatim lines). Checks:
 
-* every logged number is written in the excerpt and ``kvplan.calibrate.parse_trtllm_log`` reads
+* every logged number is written in the excerpt and ``kvplan.engines.trtllm.log.parse_trtllm_log`` reads
   it back (the last pass: TensorRT-LLM sizes an estimation pool first);
 * **(a1) pool bytes, exact**: "Allocated X GiB for max tokens in paged KV cache (N)" is
   ``N × bytes per token`` (C++ ``KVCacheManager::allocatePools``, ``%0.2f`` GiB); kvplan's bytes per
@@ -29,8 +29,8 @@ from pathlib import Path
 import pytest
 from log_fixtures import check_numbers_written, check_schema, fixture_arch, load
 
-from kvplan.calibrate import parse_trtllm_log
 from kvplan.capacity import FitQuery, fit
+from kvplan.engines.trtllm.log import parse_trtllm_log
 from kvplan.plan import make_plan
 from kvplan.presets import custom_gpu, get_gpu
 

@@ -3,8 +3,8 @@
 Every fixture is one real start-up log found in a public issue, blog post or committed log file
 (``source``), with the settings the run used and the numbers it printed (``logged``). These tests
 check the schema, that every logged number is written in the verbatim ``log_excerpt`` (no number
-comes from elsewhere), and that ``kvplan.calibrate.parse_vllm_log`` reads from the excerpt exactly
-the numbers recorded — or, where it cannot, that the fixture names the gap (``parser_gaps``).
+comes from elsewhere), and that ``kvplan.engines.vllm.log.parse_vllm_log`` reads from the excerpt
+exactly the numbers recorded — or, where it cannot, that the fixture names the gap (``parser_gaps``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from kvplan.calibrate import VllmLog, parse_vllm_log
+from kvplan.engines.vllm.log import VllmLog, parse_vllm_log
 from kvplan.errors import KVPlanError
 
 DIR = Path(__file__).resolve().parent / "fixtures" / "vllm_logs"

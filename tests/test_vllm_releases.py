@@ -233,8 +233,7 @@ def test_mxfp4_scales_of_gpt_oss_on_h100_are_freed_from_v025():
     arch = load_model("gpt-oss-120b")
 
     def weights(engine: str) -> int:
-        repack = get_engine(engine).mxfp4_moe_repack(H100)
-        return max(weights_per_gpu(arch, None, 1, repack=repack).stage_bytes)
+        return max(weights_per_gpu(arch, None, 1, rules=get_engine(engine).loading_rules(H100)).stage_bytes)
 
     assert weights("vllm@0.24") - weights("vllm@0.25") == 36 * 128 * (5760 + 2880) * 2880 // 32
     assert weights("vllm@0.24") == weights("vllm@0.20") == weights("vllm@0.19") == 69_044_333_184
@@ -322,8 +321,8 @@ def test_mxfp4_trtllm_intermediate_is_128_from_v027():
     b200 = get_gpu("b200")
 
     def weights(engine: str) -> tuple[int, int]:
-        repack = get_engine(engine).mxfp4_moe_repack(b200)
-        return repack.inter, max(weights_per_gpu(arch, None, 1, repack=repack).stage_bytes)
+        rules = get_engine(engine).loading_rules(b200)
+        return rules.mxfp4_experts.inter, max(weights_per_gpu(arch, None, 1, rules=rules).stage_bytes)
 
     assert {e: weights(e) for e in NEW} == {
         "vllm": (128, 70_839_167_616), "vllm@0.32": (128, 70_839_167_616),

@@ -23,6 +23,7 @@ import pytest
 from kvplan.arch import ModelArch
 from kvplan.capacity import FitQuery, fit
 from kvplan.config_import import parse_config
+from kvplan.engines import get_engine
 from kvplan.plan import make_plan
 from kvplan.presets import custom_gpu, load_model
 
@@ -61,7 +62,8 @@ def kvplan_answer(case: dict) -> dict:
     return {"num_blocks": result.num_blocks, "bytes_per_block": result.bytes_per_block,
             "blocks_per_request": result.blocks_per_request,
             "kv_cache_size_tokens": result.kv_pool_tokens,
-            "max_concurrency": result.max_concurrency, "log": result.vllm_log}
+            "max_concurrency": result.max_concurrency,
+            "log": ", ".join(get_engine(result.engine).log_lines(result))}
 
 
 def vllm_answer(case: dict) -> dict:

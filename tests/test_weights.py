@@ -432,3 +432,68 @@ def test_any_quantization_config_is_sized_or_a_named_error():
         assert layout.total_bytes > 0 and min(layout.stage_bytes) > 0
 
     check()
+
+
+# ------------------------------------------------------------------ loading rules (per engine)
+
+
+def test_weights_module_imports_nothing_from_the_engines():
+    """weights.py sits below engines/ (docs/architecture.md): the engine-specific loading rules
+    come in as a ``LoadingRules`` value, never by importing ``kvplan.engines``."""
+    import ast
+
+    import kvplan.weights
+
+    tree = ast.parse(Path(kvplan.weights.__file__).read_text())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert not {m for m in imported if m == "kvplan.engines" or m.startswith("kvplan.engines.")}
+
+
+def test_pp_partition_has_one_home_re_exported_by_the_engines():
+    from kvplan.engines import pp_partition as from_engines
+    from kvplan.parallel import pp_partition
+
+    assert from_engines is pp_partition and pp_partition(61, 4) == [15, 15, 16, 15]
+
+
+def test_loading_rules_are_explicit_fields():
+    """The vLLM v0.33 behaviour is the default ``LoadingRules``; each rule turned off gives the
+    checkpoint's own scales. FP8 static qkv (3 shards) 256 × 256: 65,536 + one weight and one input
+    scale per shard = 65,560 (65,544 with v0.33's max per module). INT8 W8A8 per tensor, static
+    asymmetric, fused: per shard a weight scale, an input scale and an int32 zero point (3 × 12) and
+    no azp_adj = 65,572 (67,592 under the CUTLASS rules). WNA16 without its weight_shape pair:
+    66,064 − 16 = 66,048."""
+    from kvplan.weights import DEFAULT_RULES, LoadingRules
+
+    as_stored = LoadingRules(fp8_scale_per_module=False, static_input_per_module=False,
+                             int8_fused_scales_per_row=False, int8_azp_adj=False,
+                             wna16_weight_shape=False)
+    fp8 = scheme(quant_method="fp8", activation_scheme="static").linear
+    assert fp8 is not None and fp8.matrix_bytes(256, 256, 3, DEFAULT_RULES) == 65_544
+    assert fp8.matrix_bytes(256, 256, 3, as_stored) == 65_560
+    int8 = _w8a8("tensor", dynamic=False, symmetric=False)
+    assert int8.matrix_bytes(256, 256, 3, DEFAULT_RULES) == 67_592
+    assert int8.matrix_bytes(256, 256, 3, as_stored) == 65_536 + 3 * 12 == 65_572
+    wna16 = scheme(quant_method="compressed-tensors", config_groups={"group_0": {
+        "targets": ["Linear"], "weights": {"num_bits": 8, "type": "int", "strategy": "channel"}}})
+    q = Tensor("model.layers.{i}.self_attn.q_proj", "attention", 256, 256, "column")
+    assert wna16.format_for(q, 0).matrix_bytes(256, 256, 1, as_stored) == 66_048
+
+
+@pytest.mark.parametrize("engine", ["hf", "hf-legacy", "hf-static", "vllm", "vllm@0.19", "vllm@0.9",
+                                    "sglang", "trtllm", "trtllm@1.1"])
+@pytest.mark.parametrize("gpu", ["h100-sxm", "b200", "mi300x"])
+def test_each_engine_gives_its_loading_rules(engine, gpu):
+    """Every engine's rules are vLLM v0.33's scale rules (the others' assumed equal, their
+    ``engines/<engine>/weights.py``) with the release's own MXFP4 layout on that GPU."""
+    from dataclasses import replace
+
+    from kvplan.engines import get_engine
+    from kvplan.weights import DEFAULT_RULES
+
+    e, device = get_engine(engine), get_gpu(gpu)
+    rules = e.loading_rules(device)
+    assert rules == replace(DEFAULT_RULES, mxfp4_experts=e.mxfp4_moe_repack(device))
+    assert (rules.mxfp4_experts is not None) == (engine.startswith("vllm") and engine != "vllm@0.9"
+                                                 and gpu != "mi300x")

@@ -148,8 +148,8 @@ def test_every_log_with_weights_is_compared_or_excused():
 
 def _ours_gib(case: str) -> float:
     model, tp, engine, gpu, _why = CASES[case]
-    repack = get_engine(engine).mxfp4_moe_repack(get_gpu(gpu) if gpu else None)
-    return max(weights_per_gpu(_arch(model, case), None, tp, repack=repack).stage_bytes) / GIB
+    rules = get_engine(engine).loading_rules(get_gpu(gpu) if gpu else None)
+    return max(weights_per_gpu(_arch(model, case), None, tp, rules=rules).stage_bytes) / GIB
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -190,5 +190,5 @@ def test_release_and_gpu_pick_the_mxfp4_backend():
     assert get_engine("sglang").mxfp4_moe_repack(h100) is None
     # a bf16 checkpoint is not touched by the MXFP4 layout
     arch = load_model("llama-3.1-8b")
-    assert weights_per_gpu(arch, None, 1, repack=get_engine("vllm").mxfp4_moe_repack(a100)) \
+    assert weights_per_gpu(arch, None, 1, rules=get_engine("vllm").loading_rules(a100)) \
         .stage_bytes == weights_per_gpu(arch).stage_bytes

@@ -88,8 +88,10 @@ def engine_with_release(engine_id: str, release: str | None) -> str:
 
 
 def log_engine() -> str:
-    """The engine whose start-up log ``calibrate`` reads (vLLM's "GPU KV cache size" lines)."""
-    return next(engine_id for engine_id, engine in REGISTRY.items() if engine.logs_kv_cache)
+    """The engine whose start-up log ``calibrate`` compares with a plan (the first whose log record
+    is ``compared``: vLLM's "GPU KV cache size" lines)."""
+    return next(engine_id for engine_id, engine in REGISTRY.items()
+                if engine.log_format is not None and engine.log_format.compared)
 
 
 def prefix_engines() -> dict[str, Engine]:

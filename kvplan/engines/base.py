@@ -22,10 +22,12 @@ from kvplan.engines.kinds import CacheRule, sum_token_bytes
 from kvplan.engines.reserve import Capacity, Reserve, cuda_capacity, flat_reserve
 from kvplan.engines.settings import EngineSettings
 from kvplan.errors import KVPlanError
+from kvplan.parallel import pp_partition
 
 if TYPE_CHECKING:
-    from kvplan.engines.repack import ExpertRepack
+    from kvplan.engines.logs import PoolAnswer, StartupLog
     from kvplan.presets import GPU
+    from kvplan.weights import ExpertRepack, LoadingRules
 
 MLA_ONLY_DTYPES = frozenset({"fp8_ds_mla"})
 GIB = 1 << 30
@@ -48,16 +50,6 @@ def kv_heads_per_rank(n_kv: int, tp: int) -> int:
     if tp <= n_kv and n_kv % tp:
         raise KVPlanError("parallel.tp_heads", tp=tp, heads=n_kv)
     return max(1, n_kv // tp)
-
-
-def pp_partition(n_layers: int, pp: int) -> list[int]:
-    """Layers per pipeline stage: vLLM ``get_pp_indices`` (remainder to the stages before the last)."""
-    if pp > n_layers:
-        raise KVPlanError("parallel.pp_layers", pp=pp, layers=n_layers)
-    parts = [n_layers // pp] * pp
-    for i in range(2, n_layers % pp + 2):
-        parts[-i] += 1
-    return parts
 
 
 def attention_token_bytes(layer: Attention, dtype: KVDType, heads: int) -> int:
@@ -152,7 +144,7 @@ class KVPool:
 
     def blocks_logging_tokens(self, tokens: int, L: int) -> tuple[int, int, str]:
         """The block counts for which the engine logs this KV-cache size in tokens (``low >
-        high``: none), and how — for engines that log one (``Engine.logs_kv_cache``)."""
+        high``: none), and how — for engines whose log ``calibrate`` compares (``Engine.log_format``)."""
         raise NotImplementedError
 
     def blocks_logging_concurrency(self, conc: float, decimals: int, L: int) -> tuple[int, int, str]:
@@ -204,8 +196,9 @@ class Engine:
     reserve_term_names: ClassVar[tuple[str, ...]] = ("flat",)
     #: Whether a request's KV is whole block ids across the engine's groups (shown as blocks × bytes).
     per_request_in_blocks: ClassVar[bool] = False
-    #: Whether ``calibrate`` can compare this engine with a start-up log.
-    logs_kv_cache: ClassVar[bool] = False
+    #: The record of this engine's start-up log (``kvplan/engines/<engine>/log.py``), whose
+    #: ``parse`` reads one (``parse_log``); None: kvplan reads no start-up log of this engine.
+    log_format: ClassVar[type[StartupLog] | None] = None
     #: Prefix sharing unit: None = no cross-request prefix cache; else the default unit in tokens.
     prefix_unit: ClassVar[int | None] = None
     #: Whether K/V heads must divide (or be divided by) TP for this engine's layout.
@@ -425,11 +418,33 @@ class Engine:
             return f"stops growing at {rule.cap:,} tokens"
         return "grows with every token"
 
+    # ------------------------------------------------------------ start-up log
+    def parse_log(self, log: str | bytes) -> StartupLog | None:
+        """This engine's start-up log read into its record (``log_format.parse``; named
+        ``calibrate.*`` errors for a log it cannot read); None: the engine has no parser."""
+        return None if self.log_format is None else self.log_format.parse(log)
+
+    def log_lines(self, result: PoolAnswer) -> tuple[str, ...]:
+        """The capacity lines this engine's start-up log would print for a planned pool, as the
+        engine prints them (empty: kvplan models none)."""
+        return ()
+
     # ------------------------------------------------------------ weights as loaded
     def mxfp4_moe_repack(self, gpu: GPU | None) -> ExpertRepack | None:
         """How this release re-lays out MXFP4 MoE experts on ``gpu`` when loading (None: held as
         the checkpoint stores them)."""
         return None
+
+    def loading_rules(self, gpu: GPU | None) -> LoadingRules:
+        """What this release holds of the stored weights after loading on ``gpu`` (which scales
+        survive, how MXFP4 experts are re-laid out), applied by ``kvplan.weights.weights_per_gpu``;
+        each engine's come from ``kvplan/engines/<engine>/weights.py``. Default: the scale rules
+        of ``kvplan.weights.LoadingRules`` with this release's ``mxfp4_moe_repack``."""
+        from dataclasses import replace
+
+        from kvplan.weights import DEFAULT_RULES
+
+        return replace(DEFAULT_RULES, mxfp4_experts=self.mxfp4_moe_repack(gpu))
 
 
 def raised_block(state: int, per_token: int, align: int, chunk: int | None) -> int:

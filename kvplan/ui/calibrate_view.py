@@ -11,7 +11,7 @@ import pandas as pd
 import streamlit as st
 
 from kvplan.arch import ModelArch
-from kvplan.calibrate import MAX_LOG_BYTES, Calibration, calibrate, parse_vllm_log
+from kvplan.calibrate import MAX_LOG_BYTES, Calibration, calibrate, compares
 from kvplan.engines import log_engine
 from kvplan.errors import KVPlanError, md
 from kvplan.presets import GPU
@@ -68,14 +68,13 @@ def render(scenario: Scenario, arch: ModelArch, gpu: GPU) -> pd.DataFrame | None
         if not text or not text.strip():
             return None
         chosen = scenario_plan(scenario)
-        plan = chosen if chosen.engine.logs_kv_cache else scenario_plan(
+        plan = chosen if compares(chosen.engine) else scenario_plan(
             scenario.model_copy(update={"engine": log_engine()}))
         if plan is not chosen:
             st.info(md(f"The log is compared with {plan.engine.short}'s pool; the sidebar's "
                        f"engine is {chosen.engine.short}."))
         try:
-            log = parse_vllm_log(text)
-            result = calibrate(plan, log)
+            result = calibrate(plan, text)
         except KVPlanError as err:
             st.error(md(f"Calibration: {err}"))
             return None

@@ -289,11 +289,11 @@ def render_kpis(scenario: Scenario, arch: ModelArch, gpu: GPU) -> pd.DataFrame:
             st.metric(row.label, value, help=help_text, width=KPI_WIDTH)
     lines = ["Exact: " + " · ".join(f"{r.kpi}={r.value:,}" for r in cards)]
     lines += [f"How, {md(row.label)}: {md(row.how)}" for row in cards]
-    if plan.engine.logs_kv_cache:
+    if log_lines := plan.engine.log_lines(result):
         # an inline code span, not st.code (its syntax highlighter costs ≈ 0.3 s of browser JS on
         # the first render, bench/README.md); the line is kvplan's own numbers, no user text
         lines.append(f"{md(plan.engine.short)}'s start-up log would read: "
-                     f"`{result.vllm_log}`")
+                     f"`{', '.join(log_lines)}`")
     lines += [f"Note: {md(note)}" for note in result.notes]
     st.caption("  \n".join(lines), help="Exact integers (bytes, requests, tokens) of the cards "
                                          "above, then how each card is computed with your values.")

@@ -18,12 +18,14 @@ import numpy as np
 from kvplan.arch import MLA, Attention, LayerSpec, ModelArch, Recurrent
 from kvplan.dtypes import KVDType, get_dtype
 from kvplan.engines.base import Engine, EngineView, KVPool, layer_kind
+from kvplan.engines.hf.weights import hf_loading_rules
 from kvplan.engines.kinds import CacheRule, StaticRule, TokenRule, static_slots
 from kvplan.engines.settings import EngineSettings
 from kvplan.errors import KVPlanError
 
 if TYPE_CHECKING:
     from kvplan.presets import GPU
+    from kvplan.weights import LoadingRules
 
 #: transformers ``QuantizedCache`` default ``residual_length`` (``cache_utils.py``).
 QUANTIZED_RESIDUAL_LENGTH = 128
@@ -92,6 +94,10 @@ class HFDynamic(Engine):
                   budgets: list[int], notes: list[str]) -> KVPool:
         view = self.stage_view(arch, kv_dtype, settings, notes)
         return BytePool(view, max(min(budgets), 0), static=False)
+
+    def loading_rules(self, gpu: GPU | None) -> LoadingRules:
+        """``kvplan.engines.hf.weights.hf_loading_rules`` (assumed equal to vLLM v0.33's scale rules)."""
+        return hf_loading_rules(self, gpu)
 
 
 class HFLegacy(HFDynamic):

@@ -18,9 +18,12 @@ from kvplan.engines.base import ContextLimit, Engine, EngineView, KVPool, layer_
 from kvplan.engines.kinds import TokenRule
 from kvplan.engines.reserve import Reserve, ReserveTerm
 from kvplan.engines.settings import EngineSettings
+from kvplan.engines.sglang.log import SglangLog
+from kvplan.engines.sglang.weights import sglang_loading_rules
 
 if TYPE_CHECKING:
     from kvplan.presets import GPU
+    from kvplan.weights import LoadingRules
 
 MIB = 1 << 20
 #: SGLang ``is_hybrid_swa_model`` architectures (``configs/model_config.py``); others (Gemma 2/3,
@@ -89,6 +92,7 @@ class SGLang(Engine):
     id = "sglang"
     label = "SGLang (token pool)"
     short = "SGLang"
+    log_format = SglangLog
     release = "SGLang 0.5.23"
     setting_labels: ClassVar[dict[str, tuple[str, str]]] = {
         "gpu_util": ("mem_fraction_static (fraction)", "SGLang's memory-based default"),
@@ -229,6 +233,11 @@ class SGLang(Engine):
                   budgets: list[int], notes: list[str]) -> KVPool:
         view = self.stage_view(arch, kv_dtype, settings, notes)
         return SGLangPool(view, max(min(budgets), 0), settings)
+
+    def loading_rules(self, gpu: GPU | None) -> LoadingRules:
+        """``kvplan.engines.sglang.weights.sglang_loading_rules`` (assumed equal to vLLM
+        v0.33's scale rules)."""
+        return sglang_loading_rules(self, gpu)
 
 
 class SGLangPool(KVPool):

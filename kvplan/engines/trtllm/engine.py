@@ -28,10 +28,13 @@ from kvplan.engines.base import MLA_ONLY_DTYPES, ContextLimit, Engine, EngineVie
 from kvplan.engines.kinds import PagedRule, cdiv
 from kvplan.engines.reserve import Reserve, ReserveTerm
 from kvplan.engines.settings import EngineSettings
+from kvplan.engines.trtllm.log import TrtllmLog
+from kvplan.engines.trtllm.weights import trtllm_loading_rules
 from kvplan.errors import KVPlanError
 
 if TYPE_CHECKING:
     from kvplan.presets import GPU
+    from kvplan.weights import LoadingRules
 
 TRTLLM_TOKENS_PER_BLOCK = 32  # tensorrt_llm/llmapi/llm_args.py KvCacheConfig.tokens_per_block
 TRTLLM_DEFAULT_FREE_FRACTION = 0.9  # KvCacheConfig.free_gpu_memory_fraction
@@ -78,6 +81,7 @@ class TrtLlm(Engine):
     id = "trtllm"
     label = "TensorRT-LLM (PyTorch backend, 32-token blocks)"
     short = "TensorRT-LLM"
+    log_format = TrtllmLog
     release = "TensorRT-LLM main 2026 (PyTorch backend; blocks floored)"
     setting_labels: ClassVar[dict[str, tuple[str, str]]] = {
         "gpu_util": ("free_gpu_memory_fraction (fraction)", f"{TRTLLM_DEFAULT_FREE_FRACTION}"),
@@ -213,6 +217,11 @@ class TrtLlm(Engine):
         if settings.max_cache_len is None:
             return settings.model_copy(update={"max_cache_len": max(tokens, 1)})
         return settings
+
+    def loading_rules(self, gpu: GPU | None) -> LoadingRules:
+        """``kvplan.engines.trtllm.weights.trtllm_loading_rules`` (assumed equal to vLLM
+        v0.33's scale rules)."""
+        return trtllm_loading_rules(self, gpu)
 
 
 @dataclass(frozen=True)

@@ -44,14 +44,17 @@ from kvplan.engines.kinds import (
     PagedRule,
     PagedStateRule,
 )
-from kvplan.engines.repack import ExpertRepack
 from kvplan.engines.reserve import Reserve, cuda_capacity
 from kvplan.engines.settings import EngineSettings
+from kvplan.engines.vllm.log import VllmLog, log_lines
 from kvplan.engines.vllm.memory import CaptureRule, SamplerPath, vllm_reserve_terms
 from kvplan.engines.vllm.pool import VllmPagedPool, VllmPool, _pool_cached, _pool_only
+from kvplan.engines.vllm.weights import mxfp4_repack, vllm_loading_rules
 
 if TYPE_CHECKING:
+    from kvplan.engines.logs import PoolAnswer
     from kvplan.presets import GPU
+    from kvplan.weights import ExpertRepack, LoadingRules
 
 #: vLLM ``SupportsMambaPrefixCaching`` families: mamba cache mode "all" instead of "align".
 VLLM_MAMBA_ALL_MODE_VARIANTS = frozenset({"mamba2"})
@@ -105,27 +108,6 @@ def vllm_mla_block_size(gpu: GPU, kv_dtype: str) -> int:
     return 16
 
 
-def mxfp4_repack(gpu: GPU | None, fi_inter: int, triton: bool, keeps_scales: bool,
-                 source: str) -> ExpertRepack | None:
-    """The MXFP4 MoE backend vLLM picks by compute capability and how it holds the experts
-    (``mxfp4_round_up_hidden_size_and_intermediate_size``, ``convert_to_mxfp4_moe_kernel_format``;
-    ``_swizzle_mxfp4`` with triton_kernels' Hopper layouts: values padded to 16 rows × 64 columns,
-    scales to 256 rows with 8 warps). SM 10.x → FlashInfer TRT-LLM (hidden 256, intermediate
-    ``fi_inter``, fp32 biases); SM 9.0 with ``triton`` → OAI Triton (intermediate 64, swizzled
-    scale copy, fp32 biases); any other CUDA GPU → Marlin (hidden 256, intermediate 128). No
-    capability (AMD, TPU, custom): None."""
-    major = int(float(gpu.compute_capability)) if gpu is not None and gpu.compute_capability else 0
-    if not major:
-        return None
-    if major == 10:
-        return ExpertRepack("FlashInfer TRT-LLM", hidden=256, inter=fi_inter, fp32_bias=True,
-                            source=source)
-    if major == 9 and triton:
-        return ExpertRepack("Triton", inter=64, value_rows=16, value_cols=64, scale_rows=256,
-                            keeps_scales=keeps_scales, fp32_bias=True, source=source)
-    return ExpertRepack("Marlin", hidden=256, inter=128, source=source)
-
-
 class Vllm(Engine):
     """vLLM v1 paged KV cache, release v0.33 (the newest modelled; rules of older releases are
     subclasses below, each overriding only what changed — ``docs/vllm_releases.md``)."""
@@ -171,7 +153,7 @@ class Vllm(Engine):
         "ep": ("Expert parallel size (--enable-expert-parallel: tp)", "1"),
         "mtp": ("Load MTP layers (speculative decoding)", "off"),
     }
-    logs_kv_cache = True
+    log_format = VllmLog
     per_request_in_blocks = True
     prefix_unit = VLLM_DEFAULT_BLOCK_SIZE
     checks_tp_heads = True
@@ -277,6 +259,15 @@ class Vllm(Engine):
         padding and scales of this release (``mxfp4_trtllm_inter``, ``mxfp4_keeps_scales``)."""
         return mxfp4_repack(gpu, self.mxfp4_trtllm_inter, True, self.mxfp4_keeps_scales,
                             self.mxfp4_source)
+
+    def log_lines(self, result: PoolAnswer) -> tuple[str, ...]:
+        """``kvplan.engines.vllm.log.log_lines``: "GPU KV cache size" and "Maximum concurrency"."""
+        return log_lines(result)
+
+    def loading_rules(self, gpu: GPU | None) -> LoadingRules:
+        """``kvplan.engines.vllm.weights.vllm_loading_rules``: v0.33's scale rules and this
+        release's MXFP4 MoE layout on ``gpu``."""
+        return vllm_loading_rules(self, gpu)
 
     def layer_spec_kind(self, kind: str) -> str:
         """The spec kind this release builds for a layer of ``kind`` (all kinds exist in v0.33)."""

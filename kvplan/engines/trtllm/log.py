@@ -1,0 +1,72 @@
+"""TensorRT-LLM's start-up log: the KV-cache lines it prints, read into a ``TrtllmLog``
+(``parse_trtllm_log``, reached as ``TrtLlm.parse_log``; no calibration of them yet)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from kvplan.engines.logs import FLOAT, GIB_UNIT, INT, StartupLog, as_text, field_kind, number
+from kvplan.errors import KVPlanError
+
+#: TensorRT-LLM: the PyTorch backend's ``_torch/pyexecutor/_util.py`` (``KvCacheCreator``) lines and
+#: the C++ ``KVCacheManager`` lines (``allocatePools``, ``calculateMaxNumBlocks``); GiB = 2^30 B.
+#: A start-up sizes the pool twice (estimation, then final): the last value is kept.
+_TRTLLM: dict[str, re.Pattern[str]] = {
+    "total_gpu_memory_gib": re.compile(
+        r"(?:device total memory|calculating max tokens in paged kv cache: total:) " + FLOAT + GIB_UNIT),
+    "free_gpu_memory_gib": re.compile(r"paged kv cache: total: [\d.]+ GiB, available: " + FLOAT + GIB_UNIT),
+    "peak_memory_gib": re.compile(r"Peak memory during memory usage profiling \(torch \+ non-torch\): "
+                                  + FLOAT + GIB_UNIT),
+    "available_kv_memory_gib": re.compile(r"available KV cache memory when calculating max tokens: "
+                                          + FLOAT + GIB_UNIT),
+    "fraction": re.compile(r"\bfraction is set " + FLOAT),
+    "kv_size_per_token": re.compile(r"\bkv size (?:per token )?is " + INT),
+    "estimated_kv_memory_gib": re.compile(r"Estimated max memory in KV cache : " + FLOAT + GIB_UNIT),
+    "max_tokens": re.compile(r"Both free_gpu_memory_fraction and max_tokens are set \(to [\d.]+ and "
+                             + INT),
+    "tokens_per_block": re.compile(r"(?:Number of tokens per block: |tokens per block=)" + INT),
+    "primary_blocks": re.compile(r"(?:Number of blocks in KV cache primary pool: |primary blocks=)" + INT),
+    "allocated_kv_gib": re.compile(r"Allocated " + FLOAT + r" GiB for max tokens in paged\s+KV cache"),
+    "allocated_kv_tokens": re.compile(r"for max tokens in paged\s+KV cache \(" + INT + r"\)"),
+    "max_seq_len": re.compile(r"\bmax_seq_len=" + INT + r", max_num_requests"),
+}
+
+
+class TrtllmLog(StartupLog):
+    """The KV-cache numbers a TensorRT-LLM start-up log prints (``None``: not in the log)."""
+
+    total_gpu_memory_gib: float | None = None
+    free_gpu_memory_gib: float | None = None
+    peak_memory_gib: float | None = None
+    available_kv_memory_gib: float | None = None
+    fraction: float | None = None
+    kv_size_per_token: int | None = None
+    estimated_kv_memory_gib: float | None = None
+    max_tokens: int | None = None
+    tokens_per_block: int | None = None
+    primary_blocks: int | None = None
+    allocated_kv_gib: float | None = None
+    allocated_kv_tokens: int | None = None
+    max_seq_len: int | None = None
+
+    @classmethod
+    def parse(cls, log: str | bytes) -> TrtllmLog:
+        return parse_trtllm_log(log)
+
+
+def parse_trtllm_log(log: str | bytes) -> TrtllmLog:
+    """Read the KV-cache lines of a TensorRT-LLM start-up log (hard-wrapped lines are joined by
+    whitespace; colour codes ignored). The last value of each line is kept: the final pool, not the
+    estimation pass. No such line → ``calibrate.no_engine_lines``."""
+    text = as_text(log)
+    found: dict[str, Any] = {}
+    for field, pattern in _TRTLLM.items():
+        raw = [m.group(1) for m in pattern.finditer(text)]
+        if raw:
+            found[field] = number(field, raw[-1], field_kind(TrtllmLog, field), "TensorRT-LLM")
+    if not found:
+        raise KVPlanError("calibrate.no_engine_lines", engine="TensorRT-LLM",
+                          looked="'Allocated … GiB for max tokens in paged KV cache', "
+                                 "'Peak memory during memory usage profiling', 'primary pool'")
+    return TrtllmLog(**found)

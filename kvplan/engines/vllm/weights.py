@@ -1,0 +1,57 @@
+"""vLLM's weight-loading rules: what a release holds of the stored weights after loading
+(``kvplan.weights.LoadingRules``, applied by ``weights_per_gpu``).
+
+* Scales (``LoadingRules``' fields; the same in every modelled release, v0.8–v0.33, as kvplan has
+  always applied them — read in v0.33): FP8 per-tensor ``weight_scale`` requantized to one per
+  fused module (``model_executor/layers/quantization/utils/fp8_utils.py``
+  ``process_fp8_weight_tensor_strategy`` → ``utils/w8a8_utils.py`` ``requantize_with_max_scale``;
+  experts: ``process_fp8_weight_tensor_strategy_moe``), static ``input_scale`` collapsed to its max
+  (``fp8.py`` ``Fp8LinearMethod.process_weights_after_loading``, ``modelopt.py``,
+  ``compressed_tensors/schemes/compressed_tensors_w8a8_fp8.py``), INT8 W8A8 per-tensor scales of a
+  fused module expanded per row and an ``azp_adj`` per row for asymmetric activations
+  (``kernels/linear/scaled_mm/cutlass.py`` ``CutlassInt8ScaledMMLinearKernel.process_weights_after_loading``),
+  WNA16's ``weight_shape`` kept (``compressed_tensors_wNa16.py`` ``CompressedTensorsWNA16.create_weights``).
+* MXFP4 MoE experts: the backend a release picks on a GPU and how it pads them (``mxfp4_repack``;
+  the per-release values are the engine's ``Vllm.mxfp4_moe_repack``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from kvplan.weights import DEFAULT_RULES, ExpertRepack, LoadingRules
+
+if TYPE_CHECKING:
+    from kvplan.engines.base import Engine
+    from kvplan.presets import GPU
+
+#: vLLM v0.33's scale rules (``kvplan.weights.LoadingRules``' defaults, cited in its docstring).
+VLLM_SCALE_RULES = DEFAULT_RULES
+
+
+def mxfp4_repack(gpu: GPU | None, fi_inter: int, triton: bool, keeps_scales: bool,
+                 source: str) -> ExpertRepack | None:
+    """The MXFP4 MoE backend vLLM picks by compute capability and how it holds the experts
+    (``mxfp4_round_up_hidden_size_and_intermediate_size``, ``convert_to_mxfp4_moe_kernel_format``;
+    ``_swizzle_mxfp4`` with triton_kernels' Hopper layouts: values padded to 16 rows × 64 columns,
+    scales to 256 rows with 8 warps). SM 10.x → FlashInfer TRT-LLM (hidden 256, intermediate
+    ``fi_inter``, fp32 biases); SM 9.0 with ``triton`` → OAI Triton (intermediate 64, swizzled
+    scale copy, fp32 biases); any other CUDA GPU → Marlin (hidden 256, intermediate 128). No
+    capability (AMD, TPU, custom): None."""
+    major = int(float(gpu.compute_capability)) if gpu is not None and gpu.compute_capability else 0
+    if not major:
+        return None
+    if major == 10:
+        return ExpertRepack("FlashInfer TRT-LLM", hidden=256, inter=fi_inter, fp32_bias=True,
+                            source=source)
+    if major == 9 and triton:
+        return ExpertRepack("Triton", inter=64, value_rows=16, value_cols=64, scale_rows=256,
+                            keeps_scales=keeps_scales, fp32_bias=True, source=source)
+    return ExpertRepack("Marlin", hidden=256, inter=128, source=source)
+
+
+def vllm_loading_rules(engine: Engine, gpu: GPU | None) -> LoadingRules:
+    """What this vLLM release holds after loading on ``gpu``: the scale rules above and the
+    release's MXFP4 MoE layout (``engine.mxfp4_moe_repack``)."""
+    return replace(VLLM_SCALE_RULES, mxfp4_experts=engine.mxfp4_moe_repack(gpu))
