@@ -15,7 +15,7 @@ keeps (an MLA layer of a DSA model: its latent and its indexer keys).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 import numpy as np
 
@@ -50,8 +50,8 @@ class TokenLayout:
 
     whole_heads: bool = False
     hf_heads: bool = False
-    mla: str = "latent"
-    indexer: str = "scaled"
+    mla: Literal["latent", "split", "expanded"] = "latent"
+    indexer: Literal["scaled", "cache_dtype"] = "scaled"
     shard_state: bool = True
     conv_full_kernel: bool = False
     ssm_dtype: str | None = None
