@@ -6,8 +6,8 @@ class of ``kvplan.engines.kinds``, and ``layout``: the parameters of the byte fo
 target and KV budget, and its pool arithmetic (``KVPool``). ``Engine.build_view`` is the one build
 loop: each engine adds only what is its own (``view_shape``: block size, in-flight tokens, hybrid
 manager, notes; ``spec_params``: the kind it stores a cache as and that spec's parameters).
-Concrete engines live in ``hf.py``, ``vllm.py``, ``sglang.py`` and ``trtllm.py`` and register in
-``kvplan.engines.registry``.
+Concrete engines live in ``kvplan.engines.hf``, ``.vllm``, ``.sglang`` and ``.trtllm`` and register in
+``kvplan.engines`` (``REGISTRY``).
 """
 
 from __future__ import annotations

@@ -9,7 +9,9 @@ tokens, its page bytes, and its ``describe()``. Each engine declares one table `
 reads. Everything is vectorised over numpy token arrays.
 
 Cache kinds are ``kvplan.arch.Kind`` members; ``cache_kinds(layer)`` lists the caches one layer
-keeps (an MLA layer of a DSA model: its latent and its indexer keys).
+keeps (an MLA layer of a DSA model: its latent and its indexer keys). Adding a cache kind: a ``Kind``
+member (``arch.py``), its bytes (``kind_token_bytes``) and spec class with its table entries here,
+and ``spec_params`` of an engine that stores it its own way.
 """
 
 from __future__ import annotations
