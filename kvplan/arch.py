@@ -9,14 +9,78 @@ Layer kinds (what one layer keeps per sequence):
   the expanded per-head sizes are kept for engines that cache K/V after up-projection.
 * ``Recurrent`` — a constant state per sequence (Mamba conv + SSM, Gated DeltaNet).
 * ``NoCache`` — layers that reuse another layer's KV.
+
+``Kind`` names what a layer (or one cache of it) keeps; code outside ``kvplan.engines`` reads its
+properties (``windowed``, ``grows``, ``holds_state``) instead of comparing kind strings.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from enum import StrEnum
 from typing import Annotated, Literal
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+
+
+class Kind(StrEnum):
+    """What one layer's cache keeps per sequence (the values are the serialised names).
+
+    ``FULL`` every token; ``SLIDING`` the last ``window`` tokens; ``CHUNKED`` the current
+    ``window``-token chunk (Llama 4 iRoPE local layers); ``MLA`` one latent per token;
+    ``DSA_INDEXER`` the DeepSeek sparse-attention indexer keys of an MLA layer (DeepSeek-V3.2);
+    ``RECURRENT`` a constant state; ``NONE`` nothing (the layer reuses another layer's KV).
+    """
+
+    FULL = "full"
+    SLIDING = "sliding"
+    CHUNKED = "chunked"
+    MLA = "mla"
+    DSA_INDEXER = "dsa_indexer"
+    RECURRENT = "recurrent"
+    NONE = "none"
+
+    @property
+    def windowed(self) -> bool:
+        """Keeps at most a window (sliding) or a chunk (chunked) of the tokens."""
+        return self in (Kind.SLIDING, Kind.CHUNKED)
+
+    @property
+    def grows(self) -> bool:
+        """Keeps something per token (attention K/V, an MLA latent, indexer keys)."""
+        return self in (Kind.FULL, Kind.SLIDING, Kind.CHUNKED, Kind.MLA, Kind.DSA_INDEXER)
+
+    @property
+    def holds_state(self) -> bool:
+        """Keeps a constant per-sequence state instead of tokens."""
+        return self is Kind.RECURRENT
+
+    @property
+    def caches(self) -> bool:
+        """Keeps anything at all."""
+        return self is not Kind.NONE
+
+    def context_at(self, window: int | None, pos: np.ndarray) -> np.ndarray:
+        """Tokens a query at position ``pos`` (1-based) attends to: ``min(pos, W)`` for sliding,
+        ``(pos − 1) % C + 1`` for chunked, else ``pos`` — the one window rule for the FLOP model."""
+        if self is Kind.SLIDING and window:
+            return np.minimum(pos, window)
+        if self is Kind.CHUNKED and window:
+            return (pos - 1) % window + 1
+        return pos
+
+    def context_sum(self, window: int | None, t: np.ndarray) -> np.ndarray:
+        """``Σ_{p=1..T} context_at(p)`` in closed form."""
+        tri = t * (t + 1) // 2
+        if self is Kind.SLIDING and window:
+            w = window
+            return np.where(t <= w, tri, w * (w + 1) // 2 + (t - w) * w)
+        if self is Kind.CHUNKED and window:
+            c = window
+            q, r = t // c, t % c
+            return q * (c * (c + 1) // 2) + r * (r + 1) // 2
+        return tri
 
 
 class _Spec(BaseModel):
@@ -26,7 +90,7 @@ class _Spec(BaseModel):
 class Attention(_Spec):
     """Standard attention (MHA / GQA / MQA) with K and V head dims that may differ."""
 
-    kind: Literal["full", "sliding", "chunked"] = "full"
+    kind: Literal[Kind.FULL, Kind.SLIDING, Kind.CHUNKED] = Kind.FULL
     n_kv_heads: int = Field(ge=1)
     head_dim_k: int = Field(ge=1)
     head_dim_v: int = Field(ge=1)
@@ -42,7 +106,7 @@ class Attention(_Spec):
 class MLA(_Spec):
     """Multi-head latent attention (DeepSeek-V2/V3, Kimi-K2)."""
 
-    kind: Literal["mla"] = "mla"
+    kind: Literal[Kind.MLA] = Kind.MLA
     kv_lora_rank: int = Field(ge=1)
     qk_rope_head_dim: int = Field(ge=0)
     n_heads: int = Field(ge=1)
@@ -57,11 +121,16 @@ class MLA(_Spec):
     def elements_per_token(self) -> int:
         return self.kv_lora_rank + self.qk_rope_head_dim
 
+    @property
+    def cache_kind(self) -> Kind:
+        """Retention of the latent: ``MLA``, or ``SLIDING`` for a windowed MLA layer."""
+        return Kind.SLIDING if self.window else Kind.MLA
+
 
 class Recurrent(_Spec):
     """Constant per-sequence state: a causal conv window plus an SSM / delta-rule state."""
 
-    kind: Literal["recurrent"] = "recurrent"
+    kind: Literal[Kind.RECURRENT] = Kind.RECURRENT
     variant: Literal["gdn", "mamba1", "mamba2"]
     conv_channels: int = Field(ge=1)
     conv_kernel: int = Field(ge=1)
@@ -77,7 +146,7 @@ class Recurrent(_Spec):
 
 
 class NoCache(_Spec):
-    kind: Literal["none"] = "none"
+    kind: Literal[Kind.NONE] = Kind.NONE
 
 
 LayerSpec = Annotated[Attention | MLA | Recurrent | NoCache, Field(discriminator="kind")]
@@ -233,8 +302,8 @@ class ModelArch(_Spec):
         assert self._counts is not None
         return tuple(self._counts[1])
 
-    def kind_counts(self) -> dict[str, int]:
-        counts: Counter[str] = Counter()
+    def kind_counts(self) -> dict[Kind, int]:
+        counts: Counter[Kind] = Counter()
         for layer, n in self.layer_counts().items():
             counts[layer.kind] += n
         return dict(counts)
@@ -246,7 +315,7 @@ class ModelArch(_Spec):
 
     @property
     def is_mla(self) -> bool:
-        return any(layer.kind == "mla" for layer in self.distinct_layers())
+        return any(layer.kind is Kind.MLA for layer in self.distinct_layers())
 
     @property
     def kv_heads(self) -> int:

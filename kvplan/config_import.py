@@ -28,6 +28,7 @@ from typing import Any
 from kvplan.arch import (
     MLA,
     Attention,
+    Kind,
     LayerSpec,
     ModelArch,
     MoE,
@@ -384,7 +385,7 @@ def parse_config(
             window = cfg.int("sliding_window", "sliding_window_size", "window_size",
                              why=f"layer {i} ({layer_type})")
             update = {**swa, **overrides.get(i, {})}
-            layers.append(attention_spec.model_copy(update={"kind": "sliding", "window": window,
+            layers.append(attention_spec.model_copy(update={"kind": Kind.SLIDING, "window": window,
                                                             **update})
                           if isinstance(attention_spec, Attention)
                           else attention_spec.model_copy(update={"window": window}))
@@ -392,7 +393,7 @@ def parse_config(
             chunk = cfg.int("attention_chunk_size", why=f"layer {i} ({layer_type})")
             if not isinstance(attention_spec, Attention):
                 raise KVPlanError("config.unsupported", what="chunked MLA layers", detail=layer_type)
-            layers.append(attention_spec.model_copy(update={"kind": "chunked", "window": chunk}))
+            layers.append(attention_spec.model_copy(update={"kind": Kind.CHUNKED, "window": chunk}))
         elif layer_type in _RECURRENT:
             recurrent = recurrent or _recurrent_spec(cfg, model_type, hidden)
             layers.append(recurrent)

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pandas as pd
 
-from kvplan.arch import MLA, Attention, LayerSpec, ModelArch
+from kvplan.arch import MLA, Attention, Kind, LayerSpec, ModelArch
 from kvplan.errors import KVPlanError
 
 if TYPE_CHECKING:
@@ -82,7 +82,7 @@ def _heads_of(arch: ModelArch, layer: LayerSpec) -> int:
     return layer.n_heads if isinstance(layer, MLA) else arch.n_heads
 
 
-def _attention(layer: LayerSpec, heads: int, kind: Literal["full", "sliding"] = "full",
+def _attention(layer: LayerSpec, heads: int, kind: Literal[Kind.FULL, Kind.SLIDING] = Kind.FULL,
                window: int | None = None) -> Attention:
     k, v = layer_head_dims(layer)
     return Attention(kind=kind, n_kv_heads=heads, head_dim_k=k, head_dim_v=v, window=window)
@@ -101,7 +101,7 @@ def as_gqa(arch: ModelArch, kv_heads: int | None = None) -> ModelArch:
 def as_swa(arch: ModelArch, window: int = DEFAULT_SWA_WINDOW, kv_heads: int | None = None) -> ModelArch:
     heads = kv_heads or real_gqa_heads(arch)
     return _rebuild(arch, lambda layer: _attention(layer, min(heads, _heads_of(arch, layer)),
-                                                   "sliding", window), f"sliding window {window:,}")
+                                                   Kind.SLIDING, window), f"sliding window {window:,}")
 
 
 def as_mla(arch: ModelArch, kv_lora_rank: int = DEFAULT_MLA_RANK,

@@ -35,7 +35,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from kvplan.arch import MLA, Attention, ModelArch, NoCache, Recurrent
+from kvplan.arch import MLA, Attention, Kind, ModelArch, NoCache, Recurrent
 from kvplan.config_import import mixer_params
 from kvplan.dtypes import get_dtype
 from kvplan.errors import KVPlanError
@@ -56,8 +56,16 @@ class LayerFlops:
 
     dense: int
     attn_coeff: int
-    kind: str = "full"  # full | sliding | chunked | none
+    kind: Kind = Kind.FULL
     window: int | None = None
+
+    def ctx_at(self, pos: np.ndarray) -> np.ndarray:
+        """Context one query at ``pos`` reads (``Kind.context_at``: the layer's window rule)."""
+        return self.kind.context_at(self.window, pos)
+
+    def ctx_sum(self, t: np.ndarray) -> np.ndarray:
+        """``Σ_{p=1..T} ctx(p)`` in closed form (``Kind.context_sum``)."""
+        return self.kind.context_sum(self.window, t)
 
 
 @lru_cache(maxsize=64)
@@ -81,36 +89,14 @@ def layer_flops(arch: ModelArch) -> tuple[LayerFlops, ...]:
             proj = 2 * mixer_params(layer, arch)
             coeff = 2 * layer.n_heads * (layer.qk_nope_head_dim + layer.qk_rope_head_dim
                                          + layer.v_head_dim)
-            kind = "sliding" if layer.window else "full"
-            out.append(LayerFlops(proj + mlp, coeff, kind, layer.window))
+            out.append(LayerFlops(proj + mlp, coeff, layer.cache_kind, layer.window))
         elif isinstance(layer, Recurrent):
             proj = 2 * mixer_params(layer, arch) + 4 * layer.ssm_elements
-            out.append(LayerFlops(proj + mlp, 0, "none"))
+            out.append(LayerFlops(proj + mlp, 0, Kind.RECURRENT))
         elif isinstance(layer, NoCache):
             proj = 2 * h * d * heads * 2  # Q and O; K/V reused from another layer
-            out.append(LayerFlops(proj + mlp, 4 * heads * d, "full"))
+            out.append(LayerFlops(proj + mlp, 4 * heads * d, Kind.FULL))
     return tuple(out)
-
-
-def _ctx_at(lf: LayerFlops, pos: np.ndarray) -> np.ndarray:
-    if lf.kind == "sliding" and lf.window:
-        return np.minimum(pos, lf.window)
-    if lf.kind == "chunked" and lf.window:
-        return (pos - 1) % lf.window + 1
-    return pos
-
-
-def _ctx_sum(lf: LayerFlops, t: np.ndarray) -> np.ndarray:
-    """``Σ_{p=1..T} ctx(p)`` in closed form."""
-    tri = t * (t + 1) // 2
-    if lf.kind == "sliding" and lf.window:
-        w = lf.window
-        return np.where(t <= w, tri, w * (w + 1) // 2 + (t - w) * w)
-    if lf.kind == "chunked" and lf.window:
-        c = lf.window
-        q, r = t // c, t % c
-        return q * (c * (c + 1) // 2) + r * (r + 1) // 2
-    return tri
 
 
 def step_flops(arch: ModelArch, prompt_tokens: int, new_tokens: int,
@@ -128,10 +114,10 @@ def step_flops(arch: ModelArch, prompt_tokens: int, new_tokens: int,
     nocache = np.zeros(new_tokens, dtype=dtype) + head
     p_arr = np.asarray([p]).astype(dtype)
     for lf, n in Counter(layer_flops(arch)).items():  # identical layers once, times their count
-        decode = lf.dense + lf.attn_coeff * _ctx_at(lf, pos)
-        prefill = lf.dense * p + lf.attn_coeff * _ctx_sum(lf, p_arr)[0]
+        decode = lf.dense + lf.attn_coeff * lf.ctx_at(pos)
+        prefill = lf.dense * p + lf.attn_coeff * lf.ctx_sum(p_arr)[0]
         cached = cached + n * np.where(k == 0, prefill, decode)
-        nocache = nocache + n * (lf.dense * pos + lf.attn_coeff * _ctx_sum(lf, pos))
+        nocache = nocache + n * (lf.dense * pos + lf.attn_coeff * lf.ctx_sum(pos))
     return cached, nocache
 
 
@@ -145,8 +131,8 @@ def prefill_decode_flops(arch: ModelArch, prompt_tokens: int, position: int) -> 
     prefill, decode = float(head), float(head)
     p, pos = np.asarray([prompt_tokens]), np.asarray([position])
     for lf, count in Counter(layer_flops(arch)).items():
-        prefill += count * float(lf.dense * prompt_tokens + lf.attn_coeff * _ctx_sum(lf, p)[0])
-        decode += count * float(lf.dense + lf.attn_coeff * _ctx_at(lf, pos)[0])
+        prefill += count * float(lf.dense * prompt_tokens + lf.attn_coeff * lf.ctx_sum(p)[0])
+        decode += count * float(lf.dense + lf.attn_coeff * lf.ctx_at(pos)[0])
     return prefill, decode
 
 

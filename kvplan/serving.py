@@ -37,7 +37,6 @@ from kvplan.engines import (
     Engine,
     EngineSettings,
     QuantizedCacheModel,
-    StateRule,
 )
 from kvplan.errors import KVPlanError, is_plain_int
 from kvplan.presets import GPU
@@ -409,16 +408,22 @@ def offloading(arch: ModelArch, gpu: GPU, tokens: int, batch: int = 1, kv_dtype:
         raise KVPlanError("value.range", field="host link GB/s", low=1, high=10_000, value=link)
     view = HF_DYNAMIC.view(arch, kv_dtype)
     t = np.asarray([tokens], dtype=np.int64)
-    per_layer: list[int] = []
-    kept = 0
+    # one entry per distinct layer: its caches' bytes (a DSA layer's latent and indexer keys are
+    # one transformers layer) and whether it moves (the layer's first cache decides)
+    layers: dict[object, tuple[int, int, bool]] = {}
     for rule in view.rules:
         layer_bytes = int(rule.held_bytes(t)[0]) // rule.layers * batch
-        movable = not isinstance(rule, StateRule) and (offload_sliding or rule.kind == "full"
-                                                       or rule.kind == "mla")
+        movable = not rule.kind.holds_state and (offload_sliding or not rule.kind.windowed)
+        key = rule.spec if rule.spec is not None else id(rule)
+        size, n, moves = layers.get(key, (0, rule.layers, movable))
+        layers[key] = (size + layer_bytes, n, moves)
+    per_layer: list[int] = []
+    kept = 0
+    for layer_bytes, n, movable in layers.values():
         if movable:
-            per_layer.extend([layer_bytes] * rule.layers)
+            per_layer.extend([layer_bytes] * n)
         else:
-            kept += layer_bytes * rule.layers
+            kept += layer_bytes * n
     offloaded = sum(per_layer)
     resident = sum(sorted(per_layer, reverse=True)[:2])
     seconds = offloaded / (link * 1e9)
@@ -607,7 +612,7 @@ def window_explanations(arch: ModelArch, engines: tuple[Engine, ...] = tuple(REG
             continue
         for rule in view.rules:
             rows.append({"engine": engine.id, "kind": rule.kind, "layers": rule.layers,
-                         "window": rule.window, "behaviour": engine.describe(rule)})
+                         "window": rule.window, "behaviour": rule.describe()})
         rows.extend({"engine": engine.id, "kind": "note", "layers": 0, "window": None,
                      "behaviour": note} for note in view.notes)
     return rows

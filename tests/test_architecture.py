@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from kvplan.arch import Kind
 from kvplan.cli import build_parser
 from kvplan.engines import REGISTRY, SETTINGS, EngineSettings
 from kvplan.scenario import Scenario
@@ -181,3 +182,56 @@ def test_engines_are_looked_up_by_id_only_at_the_boundary() -> None:
             lookups.add("resolve_engine")
         offenders.extend(f"{name}: {lookup}" for lookup in sorted(lookups))
     assert offenders == []
+#: The serialised cache-kind names (``kvplan.arch.Kind`` values) that no module outside the engine
+#: package may compare against: it asks the kind's properties or compares ``Kind`` members.
+KIND_NAMES = frozenset(kind.value for kind in Kind if kind.caches)
+
+
+def _kind_literals(node: ast.expr) -> list[str]:
+    """The cache-kind string literals ``node`` spells: a constant, or one in a set/tuple/list."""
+    items = node.elts if isinstance(node, ast.Set | ast.Tuple | ast.List) else [node]
+    return [item.value for item in items
+            if isinstance(item, ast.Constant) and isinstance(item.value, str) and item.value in KIND_NAMES]
+
+
+def test_no_cache_kind_string_compared_outside_the_engine_package() -> None:
+    """``==``/``!=``/``in`` against "full", "sliding", "chunked", "mla", "recurrent", … appear only in
+    ``kvplan/engines/``; elsewhere a layer's or cache's kind is a ``Kind`` and read through its
+    properties (``windowed``, ``grows``, ``holds_state``)."""
+    offenders = []
+    for path in [*KVPLAN.rglob("*.py"), KVPLAN.parent / "app.py"]:
+        if "engines" in path.relative_to(KVPLAN.parent).parts or not path.exists():
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Compare):
+                spelled = [s for operand in (node.left, *node.comparators) for s in _kind_literals(operand)]
+                if spelled:
+                    offenders.append(f"{path.relative_to(KVPLAN.parent)}:{node.lineno} {spelled}")
+    assert offenders == []
+
+
+def test_layer_kinds_are_kind_members() -> None:
+    """Every layer spec's ``kind`` is declared as ``Kind`` members, so a parsed layer carries one."""
+    from typing import get_args
+
+    from kvplan.arch import MLA, Attention, NoCache, Recurrent
+
+    for spec in (Attention, MLA, Recurrent, NoCache):
+        values = get_args(spec.model_fields["kind"].annotation)
+        assert values and all(isinstance(v, Kind) for v in values), spec.__name__
+        assert isinstance(spec.model_fields["kind"].default, Kind), spec.__name__
+    assert {k.value for k in Kind} >= {"full", "sliding", "chunked", "mla", "recurrent", "none"}
+    assert [k for k in Kind if k.windowed] == [Kind.SLIDING, Kind.CHUNKED]
+    assert [k for k in Kind if k.holds_state] == [Kind.RECURRENT]
+
+
+def test_every_engine_declares_a_spec_for_each_cache_kind() -> None:
+    """One table ``Kind → spec class`` per engine covers every kind a layer can cache (after the
+    engine's own remapping: TensorRT-LLM stores windowed layers full length)."""
+    from kvplan.engines import RELEASES
+    from kvplan.engines.kinds import CacheRule
+
+    for releases in RELEASES.values():
+        for engine in releases.values():
+            assert engine.specs and all(issubclass(c, CacheRule) for c in engine.specs.values())
+            assert {Kind.FULL, Kind.MLA, Kind.DSA_INDEXER, Kind.RECURRENT} <= set(engine.specs), engine.id

@@ -15,10 +15,12 @@ from kvplan.engines import (
     EngineSettings,
     default_max_num_batched_tokens,
     engine_view,
+    get_engine,
     kv_heads_per_rank,
     pp_partition,
     recurrent_state_bytes,
 )
+from kvplan.engines.hf import BytePool
 from kvplan.errors import KVPlanError
 from kvplan.plan import make_plan
 from kvplan.presets import load_model
@@ -433,6 +435,58 @@ def test_dsa_indexer_and_fp8_ds_mla():
     with pytest.raises(KVPlanError) as err:
         kv_cache(kv_plan(load_model("llama-3.1-8b"), 64, kv_dtype="fp8_ds_mla", engine="vllm"))
     assert err.value.code == "engine.dtype"
+
+
+def test_dsa_indexer_is_its_own_spec_grouped_with_the_latent_on_vllm():
+    """The V3.2 indexer keys are a spec of their own in every engine's view (vLLM and SGLang: 128 +
+    128 // 128 × 4 = 132 B; transformers ``DynamicIndexedLayer``: 128 bf16 = 256 B), and vLLM still
+    puts them with the latent in one ``UniformTypeKVCacheSpecs`` group: one group, a 64-token block
+    costs 61 × 64 × (656 + 132) B, a request cdiv(L, 64) blocks."""
+    from kvplan.arch import Kind
+    from kvplan.engines.kinds import PagedIndexerRule
+
+    config = {**load_model_config("deepseek-v3"), "model_type": "deepseek_v32",
+              "index_head_dim": 128, "index_n_heads": 64, "index_topk": 2048}
+    arch = parse_config(config)
+    view = engine_view(arch, "vllm", "fp8_ds_mla")
+    assert [(r.kind, r.layers, r.bytes_per_token) for r in view.rules] == [
+        (Kind.MLA, 61, 656), (Kind.DSA_INDEXER, 61, 132)]
+    assert isinstance(view.rules[1], PagedIndexerRule)
+    pool = get_engine("vllm").pool_layout(arch, "fp8_ds_mla", EngineSettings(), 64)
+    assert pool.n_groups == 1 and pool.padding_layers == 0
+    assert int(pool.stages_bytes_per_block([61])[0]) == 61 * 64 * 788
+    assert int(pool.blocks_per_request(1000)) == 16
+    sglang = engine_view(arch, "sglang")
+    assert [(r.kind, r.bytes_per_token) for r in sglang.rules] == [(Kind.MLA, 1152), (Kind.DSA_INDEXER, 132)]
+    hf = engine_view(arch, "hf")
+    assert [(r.kind, r.bytes_per_token) for r in hf.rules] == [(Kind.MLA, 1152), (Kind.DSA_INDEXER, 256)]
+
+
+def test_static_cache_bytes_have_one_slot_rule():
+    """``StaticCache`` bytes of a request of ``L`` (``BytePool``) are the view pre-allocated at
+    ``max_cache_len = L`` (``StaticRule.for_layer``): both read ``static_slots`` — Gemma-2-9B's
+    sliding layers hold min(4,096, L) slots."""
+    arch = load_model("gemma-2-9b")
+    engine = get_engine("hf-static")
+    gpu_free = EngineSettings()
+    for length in (100, 4096, 10_000):
+        settings = engine.resolve_settings(gpu_free, length)
+        view = engine.view(arch, "bf16", settings)
+        pool = BytePool(view, 1 << 40, static=True)
+        assert int(pool.per_request_bytes(np.asarray([length]))[0]) \
+            == int(view.held_bytes(np.asarray([length]))[0])
+    (sliding,) = [r for r in view.rules if r.kind.windowed]
+    assert sliding.slots == 4096
+
+
+def test_vllm_num_blocks_is_one_formula():
+    """``VllmPagedPool`` and ``max_requests_for`` count blocks with ``vllm_num_blocks``: the smallest
+    stage's ``max(budget, 0) // bytes per block``, stages without cached layers skipped."""
+    from kvplan.engines.vllm.pool import vllm_num_blocks
+
+    per_block = np.asarray([100, 0, 30])
+    assert vllm_num_blocks(np.asarray([1000, 5, 600]), per_block) == 10
+    assert vllm_num_blocks(np.asarray([[1000, 5, 600], [-7, 0, 0]]), per_block).tolist() == [10, 0]
 
 
 def load_model_config(preset: str) -> dict:

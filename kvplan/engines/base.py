@@ -1,24 +1,35 @@
 """The engine base class: what every engine (and release) declares and computes.
 
 An engine owns its label and release, the settings it honours (declared in
-``kvplan.engines.settings``), its default runtime reserve, its per-kind storage (``storage``: layer
-kind → rule builder), its memory target and KV budget, and its pool arithmetic (``KVPool``).
-Concrete engines live in ``hf.py``, ``vllm.py``, ``sglang.py`` and ``trtllm.py`` and register in
-``kvplan.engines.registry``.
+``kvplan.engines.settings``), its default runtime reserve, its storage (``specs``: cache kind → spec
+class of ``kvplan.engines.kinds``, and ``layout``: the parameters of the byte formulas), its memory
+target and KV budget, and its pool arithmetic (``KVPool``). ``Engine.build_view`` is the one build
+loop: each engine adds only what is its own (``view_shape``: block size, in-flight tokens, hybrid
+manager, notes; ``spec_params``: the kind it stores a cache as and that spec's parameters).
+Concrete engines live in ``kvplan.engines.hf``, ``.vllm``, ``.sglang`` and ``.trtllm`` and register in
+``kvplan.engines`` (``REGISTRY``).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from kvplan.arch import MLA, Attention, LayerSpec, ModelArch, NoCache, Recurrent
+from kvplan.arch import MLA, Attention, Kind, LayerSpec, ModelArch, Recurrent
 from kvplan.dtypes import KVDType, get_dtype
-from kvplan.engines.kinds import CacheRule, sum_token_bytes
+from kvplan.engines.kinds import (
+    TOKEN_KINDS,
+    CacheRule,
+    TokenLayout,
+    cache_kinds,
+    kv_heads_per_rank,
+    layer_state_bytes,
+    layer_token_bytes,
+    sum_token_bytes,
+)
 from kvplan.engines.reserve import Capacity, Reserve, cuda_capacity, flat_reserve
 from kvplan.engines.settings import EngineSettings
 from kvplan.errors import KVPlanError
@@ -43,25 +54,9 @@ def resolve_dtype(name: str) -> KVDType:
         raise KVPlanError("unknown.dtype", value=name, choices=", ".join(KV_DTYPE_CHOICES)) from None
 
 
-def kv_heads_per_rank(n_kv: int, tp: int) -> int:
-    """``max(1, n_kv // tp)`` (vLLM ``ModelConfig.get_num_kv_heads``; SGLang ``get_num_kv_heads``)."""
-    if tp > n_kv and tp % n_kv:
-        raise KVPlanError("parallel.tp_heads", tp=tp, heads=n_kv)
-    if tp <= n_kv and n_kv % tp:
-        raise KVPlanError("parallel.tp_heads", tp=tp, heads=n_kv)
-    return max(1, n_kv // tp)
-
-
-def attention_token_bytes(layer: Attention, dtype: KVDType, heads: int) -> int:
-    """Bytes of one token's K and V in one layer: ``heads × (vec(hd_k) + vec(hd_v))``."""
-    return heads * (dtype.vector_bytes(layer.head_dim_k) + dtype.vector_bytes(layer.head_dim_v))
-
-
-def layer_kind(layer: Attention | MLA) -> str:
+def layer_kind(layer: Attention | MLA) -> Kind:
     """Retention kind of an attention-like layer: full/sliding/chunked, or mla (sliding MLA → sliding)."""
-    if isinstance(layer, Attention):
-        return layer.kind
-    return "sliding" if layer.window else "mla"
+    return layer.kind if isinstance(layer, Attention) else layer.cache_kind
 
 
 @dataclass(frozen=True)
@@ -176,8 +171,16 @@ class Budget:
         return max(min(self.stage_budgets), 0)
 
 
-#: Builds the rule of ``n`` identical attention-like layers: (engine, layer, n, dtype, settings, ctx).
-StorageBuilder = Callable[..., CacheRule]
+@dataclass
+class ViewShape:
+    """What an engine decides once per view before the build loop (``Engine.view_shape``): the
+    settings, and what the view reports (block size, in-flight tokens, hybrid manager, notes)."""
+
+    settings: EngineSettings
+    block_size: int | None = None
+    in_flight_tokens: int | None = None
+    hybrid_manager: bool | None = None
+    notes: list[str] = field(default_factory=list)
 
 
 class Engine:
@@ -211,6 +214,12 @@ class Engine:
     #: Whether the engine serves MoE models with data-parallel attention and experts split over the
     #: ranks (expert parallelism), so the recommender may offer EP layouts.
     expert_parallel: ClassVar[bool] = False
+    #: The spec class each cache kind is stored in (``kvplan.engines.kinds``; vLLM: ``PAGED_KINDS``).
+    specs: ClassVar[dict[Kind, type[CacheRule]]] = TOKEN_KINDS
+    #: The parameters of the byte formulas (heads per rank, MLA/indexer/state layout).
+    layout: ClassVar[TokenLayout] = TokenLayout()
+    #: Whether the view lists the recurrent states before the attention-like caches.
+    states_first: ClassVar[bool] = True
 
     def context_limit(self, arch: ModelArch) -> ContextLimit | None:
         """HF transformers enforces no limit (positions past it are extrapolated); the model's
@@ -249,45 +258,21 @@ class Engine:
     def check_dtype(self, arch: ModelArch, dtype: KVDType) -> None:
         """Refuse formats this engine cannot store for ``arch`` (named error)."""
 
-    def attention_heads(self, layer: Attention, tp: int) -> int:
-        return kv_heads_per_rank(layer.n_kv_heads, tp)
-
-    def attention_token_bytes(self, layer: Attention, dtype: KVDType, tp: int) -> int:
-        """Bytes per token per layer per rank of standard attention."""
-        if dtype.name in MLA_ONLY_DTYPES:
+    def check_layer_dtype(self, layer: LayerSpec, dtype: KVDType) -> None:
+        """Refuse an MLA-only format (``fp8_ds_mla``) for a standard attention layer."""
+        if isinstance(layer, Attention) and dtype.name in MLA_ONLY_DTYPES:
             raise KVPlanError("engine.dtype", engine=self.id, dtype=dtype.name,
                               why="this layout exists only for MLA layers")
-        return attention_token_bytes(layer, dtype, self.attention_heads(layer, tp))
-
-    def mla_token_bytes(self, layer: MLA, dtype: KVDType) -> int:
-        """MLA bytes per token per layer: one ``kv_lora_rank + qk_rope_head_dim`` vector (vLLM,
-        SGLang ``MLAAttentionSpec``, no V); ``fp8_ds_mla`` is fp8 latent + one fp32 scale per 128
-        + bf16 rope (656 B for 512 + 64). DSA models (DeepSeek-V3.2) add indexer keys of
-        ``d + d // 128 × 4`` B (uint8 + scales; ``models/deepseek_v2.py``), grouped with the latent
-        as one ``UniformTypeKVCacheSpecs`` in vLLM, so counted here."""
-        d = layer.indexer_head_dim
-        indexer = d + d // 128 * 4
-        if dtype.name == "fp8_ds_mla":
-            return dtype.vector_bytes(layer.kv_lora_rank) + layer.qk_rope_head_dim * 2 + indexer
-        return dtype.vector_bytes(layer.kv_lora_rank + layer.qk_rope_head_dim) + indexer
 
     def token_bytes(self, layer: LayerSpec, dtype: KVDType, tp: int) -> int:
-        """Bytes per token per layer per rank for attention-like layers (0 otherwise)."""
-        if isinstance(layer, Attention):
-            return self.attention_token_bytes(layer, dtype, tp)
-        if isinstance(layer, MLA):
-            return self.mla_token_bytes(layer, dtype)
-        return 0
+        """Bytes per token per layer per rank across the layer's caches (``kinds.layer_token_bytes``
+        with this engine's ``layout``; 0 for states and layers without a cache)."""
+        self.check_layer_dtype(layer, dtype)
+        return layer_token_bytes(layer, dtype, tp, self.layout)
 
     def state_bytes(self, layer: Recurrent, model_dtype: KVDType, tp: int) -> int:
-        """Per-sequence state of one recurrent layer on one rank."""
-        shards = tp if layer.tp_shard_unit % tp == 0 else 1
-        conv = (layer.conv_channels // shards) * (layer.conv_kernel - 1) * model_dtype.bits // 8
-        ssm_dtype = get_dtype(layer.ssm_dtype) if layer.ssm_dtype else self.default_ssm_dtype(model_dtype)
-        return conv + (layer.ssm_elements // shards) * ssm_dtype.bits // 8
-
-    def default_ssm_dtype(self, model_dtype: KVDType) -> KVDType:
-        return model_dtype
+        """Per-sequence state of one recurrent layer on one rank (``kinds.layer_state_bytes``)."""
+        return layer_state_bytes(layer, model_dtype, tp, self.layout)
 
     def unserved_reason(self, arch: ModelArch) -> str | None:
         """Why this engine release cannot serve ``arch`` at all (None: it can)."""
@@ -314,28 +299,42 @@ class Engine:
         self.check_dtype(arch, dtype)
         start, stop = stage_layers or (0, arch.n_layers)
         counts = arch.layer_counts(start, stop)
+        for layer in counts:
+            self.check_layer_dtype(layer, dtype)
         return self.build_view(arch, dtype, resolve_dtype(self.model_dtype(arch)), settings, counts,
                                mla_block_size)
 
     def build_view(self, arch: ModelArch, dtype: KVDType, model_dtype: KVDType,
                    settings: EngineSettings, counts: dict[LayerSpec, int],
                    mla_block_size: int | None) -> EngineView:
-        raise NotImplementedError
-
-    def split_layers(self, counts: dict[LayerSpec, int], model_dtype: KVDType,
-                     tp: int) -> tuple[list[CacheRule], list[tuple[Attention | MLA, int]]]:
-        """State rules for the recurrent layers, and the attention-like layers left to the engine."""
-        from kvplan.engines.kinds import StateRule
-
+        """The generic build loop: every cache of every distinct layer (``kinds.cache_kinds``) →
+        the kind the engine stores it as and that spec's parameters (``spec_params``) → the spec
+        class of ``specs``, built by its ``for_layer`` (states in the model dtype)."""
+        shape = self.view_shape(arch, dtype, model_dtype, settings, counts, mla_block_size)
         rules: list[CacheRule] = []
-        attention: list[tuple[Attention | MLA, int]] = []
         for layer, n in counts.items():
-            if isinstance(layer, Recurrent):
-                rules.append(StateRule("recurrent", n, 0, state_bytes=self.state_bytes(
-                    layer, model_dtype, tp), spec=layer))
-            elif not isinstance(layer, NoCache):
-                attention.append((layer, n))
-        return rules, attention
+            for kind in cache_kinds(layer):
+                stored, params = self.spec_params(kind, layer, shape)
+                rules.append(self.specs[stored].for_layer(
+                    stored, layer, n, model_dtype if stored.holds_state else dtype, settings.tp,
+                    self.layout, **params))
+        if self.states_first:
+            rules.sort(key=lambda rule: not rule.kind.holds_state)
+        return EngineView(self.id, dtype, tuple(rules), block_size=shape.block_size,
+                          in_flight_tokens=shape.in_flight_tokens, hybrid_manager=shape.hybrid_manager,
+                          notes=tuple(dict.fromkeys(shape.notes)))
+
+    def view_shape(self, arch: ModelArch, dtype: KVDType, model_dtype: KVDType,
+                   settings: EngineSettings, counts: dict[LayerSpec, int],
+                   mla_block_size: int | None) -> ViewShape:
+        """What this engine decides once per view (default: nothing but the settings)."""
+        return ViewShape(settings)
+
+    def spec_params(self, kind: Kind, layer: LayerSpec,
+                    shape: ViewShape) -> tuple[Kind, dict[str, Any]]:
+        """The kind this engine stores ``layer``'s cache of ``kind`` as, and that spec's parameters
+        (default: as it is, no parameters)."""
+        return kind, {}
 
     def per_request_reserved_bytes(self, arch: ModelArch, view: EngineView, kv_dtype: str,
                                    settings: EngineSettings, tokens: int,
@@ -405,18 +404,6 @@ class Engine:
         if self.prefix_unit is None:
             return None
         return block_size or self.prefix_unit
-
-    def describe(self, rule: CacheRule) -> str:
-        """Where a rule's cache stops growing, in words."""
-        from kvplan.engines.kinds import StateRule, StaticRule, TokenRule
-
-        if isinstance(rule, StateRule):
-            return "constant state per sequence: never grows"
-        if isinstance(rule, StaticRule):
-            return f"pre-allocated {rule.slots:,} slots: constant from the first token"
-        if isinstance(rule, TokenRule) and rule.cap is not None:
-            return f"stops growing at {rule.cap:,} tokens"
-        return "grows with every token"
 
     # ------------------------------------------------------------ start-up log
     def parse_log(self, log: str | bytes) -> StartupLog | None:

@@ -9,6 +9,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from kvplan.arch import Kind
 from kvplan.designs import DESIGNS
 from kvplan.ui.theme import (
     BUDGET_COLOR,
@@ -83,7 +84,7 @@ def kv_context_figure(df: pd.DataFrame, by_kind: pd.DataFrame | None, budget: in
             fig.add_trace(go.Scatter(
                 x=part["tokens"], y=part["kv_bytes"] / GIB,
                 name=f"{kind} layers ({part['kv_dtype'].iloc[0]})",
-                stackgroup="kinds", mode="lines", line={"color": KIND_COLORS.get(str(kind), "#999")},
+                stackgroup="kinds", mode="lines", line={"color": KIND_COLORS.get(Kind(str(kind)), "#999")},
                 hovertemplate="%{x:,} tokens<br>%{y:,.3f} GiB<extra>" + str(kind) + " layers</extra>"))
     for dtype, part in df.groupby("kv_dtype", sort=False):
         # GiB on hover, no per-point exact-bytes strings: they were 60 % of the figure's JSON

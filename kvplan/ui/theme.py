@@ -5,6 +5,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
+from kvplan.arch import Kind
 from kvplan.dtypes import KV_DTYPE_CHOICES
 from kvplan.png import TEMPLATE
 
@@ -20,8 +21,9 @@ DTYPE_COLORS.update({"fp16": "#4c78a8", "bf16": "#1f77b4", "fp8_e4m3": "#ff7f0e"
                      "fp8_e5m2": "#f2b134", "fp32": "#7f7f7f"})
 DESIGN_COLORS: dict[str, str] = {"real": "#111111", "mha": "#d62728", "gqa": "#1f77b4",
                                  "swa": "#2ca02c", "mla": "#9467bd"}
-KIND_COLORS: dict[str, str] = {"full": "#1f77b4", "sliding": "#2ca02c", "chunked": "#17becf",
-                               "mla": "#9467bd", "recurrent": "#8c564b"}
+KIND_COLORS: dict[Kind, str] = {Kind.FULL: "#1f77b4", Kind.SLIDING: "#2ca02c", Kind.CHUNKED: "#17becf",
+                                Kind.MLA: "#9467bd", Kind.DSA_INDEXER: "#e377c2",
+                                Kind.RECURRENT: "#8c564b"}
 MEMORY_COLORS: dict[str, str] = {"weights": "#6b6b6b", "kv": "#1f77b4", "kv_over": "#d62728",
                                  "reserve": "#f2b134", "held_back": "#c7c7c7", "free": "#d9f0d3"}
 BUDGET_COLOR = "#d62728"

@@ -12,7 +12,7 @@ import pandas as pd
 import streamlit as st
 
 from kvplan import designs
-from kvplan.arch import ModelArch
+from kvplan.arch import Kind, ModelArch
 from kvplan.capacity import FitResult
 from kvplan.config_import import support_status
 from kvplan.errors import MESSAGES, KVPlanError, clip, md
@@ -129,7 +129,7 @@ def _breakdown(plan: Plan) -> tuple[str, int]:
     result = kv_cache(plan.vary(users=1))
     parts = []
     for kind, row in result.layers.items():
-        if kind == "recurrent":
+        if Kind(kind).holds_state:
             parts.append(f"{row.layers} recurrent layers (constant state {row.reserved_bytes:,} B)")
         else:
             parts.append(f"{row.layers} {kind} layers × {row.bytes_per_token_per_layer:,} B × "
@@ -356,7 +356,7 @@ def render_kv_context(scenario: Scenario, arch: ModelArch) -> pd.DataFrame:
              "Per GPU rank (tensor-parallel share); the dashed red line is the KV budget of one GPU."]
     if scenario.pp > 1:
         notes.append("With PP > 1 the curve counts every layer; each stage holds only its own layers.")
-    if not scenario.stack_kinds and any(k in arch.kind_counts() for k in ("sliding", "chunked")):
+    if not scenario.stack_kinds and any(k.windowed for k in arch.kind_counts()):
         notes.append("Turn on 'Stack by layer kind' (sidebar, Chart options) to see the windowed "
                      "layers plateau.")
     st.caption(" ".join(notes))

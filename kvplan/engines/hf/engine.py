@@ -10,16 +10,23 @@ only models whose layers are all full attention. No pool: a request costs its ca
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from kvplan.arch import MLA, Attention, LayerSpec, ModelArch, Recurrent
-from kvplan.dtypes import KVDType, get_dtype
-from kvplan.engines.base import Engine, EngineView, KVPool, layer_kind
+from kvplan.arch import MLA, Attention, Kind, LayerSpec, ModelArch
+from kvplan.dtypes import KVDType
+from kvplan.engines.base import Engine, EngineView, KVPool, ViewShape
 from kvplan.engines.hf.weights import hf_loading_rules
-from kvplan.engines.kinds import CacheRule, StaticRule, TokenRule, static_slots
+from kvplan.engines.kinds import (
+    STATIC_KINDS,
+    TOKEN_KINDS,
+    CacheRule,
+    TokenLayout,
+    kind_token_bytes,
+    layer_window,
+)
 from kvplan.engines.settings import EngineSettings
 from kvplan.errors import KVPlanError
 
@@ -34,7 +41,7 @@ QUANTIZED_RESIDUAL_LENGTH = 128
 def quantized_cache_allowed(arch: ModelArch) -> bool:
     """``QuantizedCache`` "is only supported for models with only full attention layers"
     (``cache_utils.py``): no sliding, chunked or linear-attention (recurrent) layer."""
-    return not any(layer.kind in {"sliding", "chunked", "recurrent"} for layer in arch.distinct_layers())
+    return not any(layer.kind.windowed or layer.kind.holds_state for layer in arch.distinct_layers())
 
 
 class HFDynamic(Engine):
@@ -51,44 +58,30 @@ class HFDynamic(Engine):
                               why="transformers' QuantizedCache only supports models with only full "
                                   "attention layers")
 
-    def attention_heads(self, layer: Attention, tp: int) -> int:
-        """transformers' ``tp_plan`` shards k/v projections colwise like vLLM; Falcon new-arch
-        caches the heads it broadcast to every query head (``hf_cached_heads``)."""
-        from kvplan.engines.base import kv_heads_per_rank
+    #: ``DynamicLayer`` / ``DynamicSlidingWindowLayer`` for every attention kind, ``LinearAttentionLayer``
+    #: states.
+    specs: ClassVar[dict[Kind, type[CacheRule]]] = TOKEN_KINDS
+    #: transformers' ``tp_plan`` shards k/v projections colwise like vLLM over the heads it caches
+    #: (``hf_cached_heads``: Falcon new-arch broadcasts K/V to every query head); 5.15+
+    #: ``cache.update(kv_nope, k_rot)`` stores the MLA latent and rope key as K and V;
+    #: ``DynamicIndexedLayer`` adds the indexer keys in the cache dtype; ``LinearAttentionLayer``
+    #: keeps conv ``[C, kernel]`` (full kernel) in the model dtype and the recurrent state in fp32,
+    #: unsharded (``lazy_initialization`` stores the state the mixer hands it: Gated DeltaNet's fla
+    #: kernels and the Mamba/Mamba-2 scans return fp32 — measured for every family in
+    #: ``tests/fixtures/conformance``).
+    layout: ClassVar[TokenLayout] = TokenLayout(
+        hf_heads=True, mla="split", indexer="cache_dtype", shard_state=False, conv_full_kernel=True,
+        ssm_dtype="fp32", reads_config_ssm_dtype=False)
 
-        return kv_heads_per_rank(layer.hf_cached_heads or layer.n_kv_heads, tp)
-
-    def mla_token_bytes(self, layer: MLA, dtype: KVDType) -> int:
-        """5.15+: ``cache.update(kv_nope, k_rot)`` stores the latent and the rope key as K and V
-        (``DynamicIndexedLayer`` adds the indexer keys in the cache dtype)."""
-        return (dtype.vector_bytes(layer.kv_lora_rank) + dtype.vector_bytes(layer.qk_rope_head_dim)
-                + dtype.vector_bytes(layer.indexer_head_dim))
-
-    def state_bytes(self, layer: Recurrent, model_dtype: KVDType, tp: int) -> int:
-        """``LinearAttentionLayer``: conv ``[C, kernel]`` (full kernel) in the model dtype; the
-        recurrent state in fp32 (``lazy_initialization`` stores the state the mixer hands it: Gated
-        DeltaNet's fla kernels and the Mamba/Mamba-2 scans return fp32 — measured for every family in
-        ``tests/fixtures/conformance``)."""
-        ssm_dtype = get_dtype("fp32")
-        return (layer.conv_channels * layer.conv_kernel * model_dtype.bits // 8
-                + layer.ssm_elements * ssm_dtype.bits // 8)
-
-    def attention_rule(self, layer: Attention | MLA, n: int, bpt: int,
-                       settings: EngineSettings) -> CacheRule:
-        window = layer.window
-        return TokenRule(layer_kind(layer), n, bpt, window=window,
-                         cap=window - 1 if window else None, spec=layer,
-                         note=f"keeps the last W-1 = {window - 1} tokens" if window
-                         else "keeps every token")
-
-    def build_view(self, arch: ModelArch, dtype: KVDType, model_dtype: KVDType,
-                   settings: EngineSettings, counts: dict[LayerSpec, int],
-                   mla_block_size: int | None) -> EngineView:
-        rules, attention = self.split_layers(counts, model_dtype, settings.tp)
-        for layer, n in attention:
-            rules.append(self.attention_rule(layer, n, self.token_bytes(layer, dtype, settings.tp),
-                                             settings))
-        return EngineView(self.id, dtype, tuple(rules))
+    def spec_params(self, kind: Kind, layer: LayerSpec,
+                    shape: ViewShape) -> tuple[Kind, dict[str, Any]]:
+        """``DynamicSlidingWindowLayer`` keeps the last ``W − 1`` tokens of windowed layers."""
+        if kind.holds_state:
+            return kind, {}
+        window = layer_window(layer)
+        return kind, {"window": window, "cap": window - 1 if window else None,
+                      "note": f"keeps the last W-1 = {window - 1} tokens" if window
+                      else "keeps every token"}
 
     def make_pool(self, arch: ModelArch, gpu: GPU, kv_dtype: str, settings: EngineSettings,
                   budgets: list[int], notes: list[str]) -> KVPool:
@@ -108,11 +101,8 @@ class HFLegacy(HFDynamic):
     short = "HF dynamic (≤5.14)"
     release = "transformers ≤ 5.14"
 
-    def mla_token_bytes(self, layer: MLA, dtype: KVDType) -> int:
-        """≤ 5.14: expanded ``H × (qk_nope + qk_rope)`` keys and ``H × v_head_dim`` values."""
-        return (layer.n_heads * (dtype.vector_bytes(layer.qk_nope_head_dim + layer.qk_rope_head_dim)
-                                 + dtype.vector_bytes(layer.v_head_dim))
-                + dtype.vector_bytes(layer.indexer_head_dim))
+    #: ≤ 5.14: expanded ``H × (qk_nope + qk_rope)`` keys and ``H × v_head_dim`` values.
+    layout: ClassVar[TokenLayout] = replace(HFDynamic.layout, mla="expanded")
 
 
 class HFStatic(HFDynamic):
@@ -135,14 +125,17 @@ class HFStatic(HFDynamic):
             return settings.model_copy(update={"max_cache_len": max(tokens, 1)})
         return settings
 
-    def attention_rule(self, layer: Attention | MLA, n: int, bpt: int,
-                       settings: EngineSettings) -> CacheRule:
-        window = layer.window
-        max_len = settings.max_cache_len or 0
-        return StaticRule(layer_kind(layer), n, bpt, window=window, spec=layer,
-                          slots=int(static_slots(max_len, window)),
-                          note="pre-allocated max_cache_len"
-                               + (" (window: min(W, max_cache_len))" if window else ""))
+    specs: ClassVar[dict[Kind, type[CacheRule]]] = STATIC_KINDS
+
+    def spec_params(self, kind: Kind, layer: LayerSpec,
+                    shape: ViewShape) -> tuple[Kind, dict[str, Any]]:
+        """Pre-allocated at ``max_cache_len`` (``StaticRule.for_layer``: ``static_slots``)."""
+        if kind.holds_state:
+            return kind, {}
+        window = layer_window(layer)
+        return kind, {"window": window, "max_cache_len": shape.settings.max_cache_len or 0,
+                      "note": "pre-allocated max_cache_len"
+                              + (" (window: min(W, max_cache_len))" if window else "")}
 
     def make_pool(self, arch: ModelArch, gpu: GPU, kv_dtype: str, settings: EngineSettings,
                   budgets: list[int], notes: list[str]) -> KVPool:
@@ -164,8 +157,7 @@ class BytePool(KVPool):
             return self.view.reserved_bytes(L)
         total = np.zeros(L.shape, dtype=np.int64)
         for rule in self.view.rules:
-            total = total + rule.layers * (static_slots(L, rule.window) * rule.bytes_per_token
-                                           + rule.state_bytes)
+            total = total + rule.static_bytes(L)
         return total
 
     def max_requests(self, L: np.ndarray) -> np.ndarray:
@@ -220,11 +212,15 @@ class QuantizedCacheModel:
                                   "attention layers")
         engine = HFDynamic()
         full = engine.view(arch, arch.model_dtype)
-        attention = [r for r in full.rules if r.token_bytes]
-        q_tok = sum(r.layers * engine.token_bytes(r.spec, quant, 1) for r in attention
-                    if isinstance(r.spec, Attention | MLA))
-        return cls(q_tok, full.token_bytes, max((r.bytes_per_token for r in attention), default=0),
-                   full.state_bytes, residual_length)
+        attention = [r for r in full.rules if r.token_bytes and isinstance(r.spec, Attention | MLA)]
+        q_tok = sum(r.layers * kind_token_bytes(r.kind, r.spec, quant, 1, engine.layout)
+                    for r in attention if r.spec is not None)
+        per_layer: dict[LayerSpec, int] = {}  # one layer's caches (a DSA layer: latent + indexer)
+        for r in attention:
+            if r.spec is not None:
+                per_layer[r.spec] = per_layer.get(r.spec, 0) + r.bytes_per_token
+        return cls(q_tok, full.token_bytes, max(per_layer.values(), default=0), full.state_bytes,
+                   residual_length)
 
     def held_bytes(self, tokens: np.ndarray, residual: np.ndarray) -> np.ndarray:
         """``q·(T − r) + f·r + states`` with ``r`` tokens in the full-precision residual."""

@@ -8,14 +8,15 @@ size), ``python/sglang/srt/configs/model_config.py`` (``is_hybrid_swa_model``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from kvplan.arch import LayerSpec, ModelArch
-from kvplan.dtypes import KVDType, get_dtype
-from kvplan.engines.base import ContextLimit, Engine, EngineView, KVPool, layer_kind
-from kvplan.engines.kinds import TokenRule
+from kvplan.arch import Kind, LayerSpec, ModelArch
+from kvplan.dtypes import KVDType
+from kvplan.engines.base import ContextLimit, Engine, EngineView, KVPool, ViewShape
+from kvplan.engines.kinds import TOKEN_KINDS, CacheRule, TokenLayout, layer_window
 from kvplan.engines.reserve import Reserve, ReserveTerm
 from kvplan.engines.settings import EngineSettings
 from kvplan.engines.sglang.log import SglangLog
@@ -84,6 +85,14 @@ def sglang_default_page_size(gpu: GPU, arch: ModelArch) -> int | None:
     which forces 64 tokens. None means the engine default (1)."""
     major = int(float(gpu.compute_capability)) if gpu.compute_capability else 0
     return 64 if major == 10 and not arch.is_mla else None
+
+
+@dataclass
+class SGLangShape(ViewShape):
+    """An SGLang view: whether windowed layers get the hybrid SWA pool (``is_hybrid_swa_model`` and
+    not ``--disable-hybrid-swa-memory``)."""
+
+    hybrid_swa: bool = False
 
 
 class SGLang(Engine):
@@ -156,32 +165,36 @@ class SGLang(Engine):
             return arch.model_dtype
         return "bf16" if arch.model_type.startswith("gemma") else "fp16"
 
-    def default_ssm_dtype(self, model_dtype: KVDType) -> KVDType:
-        """SGLang keeps the SSM state in fp32 unless the config says otherwise."""
-        return get_dtype("fp32")
+    #: A token pool of ``page_size`` pages for every attention kind; Mamba states in their own pool.
+    specs: ClassVar[dict[Kind, type[CacheRule]]] = TOKEN_KINDS
+    #: SGLang keeps the SSM state in fp32 unless the config says otherwise.
+    layout: ClassVar[TokenLayout] = TokenLayout(ssm_dtype="fp32")
 
-    def build_view(self, arch: ModelArch, dtype: KVDType, model_dtype: KVDType,
+    def view_shape(self, arch: ModelArch, dtype: KVDType, model_dtype: KVDType,
                    settings: EngineSettings, counts: dict[LayerSpec, int],
-                   mla_block_size: int | None) -> EngineView:
+                   mla_block_size: int | None) -> ViewShape:
+        """Page size (default 1) and whether this architecture gets the hybrid SWA pool."""
         page = settings.block_size or 1
         hybrid_swa = (arch.architecture or "") in SGLANG_HYBRID_SWA_ARCHS \
             and not settings.disable_hybrid_swa_memory
-        windowed = any(getattr(layer, "window", None) for layer in counts)
+        windowed = any(layer_window(layer) for layer in counts)
         notes = ["SGLang gives every layer full-length KV for this architecture (not in its hybrid "
                  "SWA list, or --disable-hybrid-swa-memory)"] if windowed and not hybrid_swa else []
-        rules, attention = self.split_layers(counts, model_dtype, settings.tp)
-        for layer, n in attention:
-            bpt = self.token_bytes(layer, dtype, settings.tp)
-            kind = layer_kind(layer)
-            if layer.window and hybrid_swa:
-                cap = layer.window + settings.swa_eviction_interval
-                rules.append(TokenRule(
-                    kind, n, bpt, window=layer.window, cap=cap, page=page, spec=layer,
-                    note=f"SWA pool: ≤ W + {settings.swa_eviction_interval} (eviction interval) tokens"))
-            else:
-                rules.append(TokenRule("full" if kind in {"sliding", "chunked"} else kind, n, bpt,
-                                       page=page, spec=layer))
-        return EngineView(self.id, dtype, tuple(rules), block_size=page, notes=tuple(notes))
+        return SGLangShape(settings, block_size=page, notes=notes, hybrid_swa=hybrid_swa)
+
+    def spec_params(self, kind: Kind, layer: LayerSpec,
+                    shape: ViewShape) -> tuple[Kind, dict[str, Any]]:
+        """Windowed layers of a hybrid-SWA architecture keep ``W + swa_eviction_interval`` tokens
+        (the SWA pool); every other attention cache is full length, in pages of ``page_size``."""
+        assert isinstance(shape, SGLangShape)
+        if kind.holds_state:
+            return kind, {}
+        window, page = layer_window(layer), shape.block_size or 1
+        if window and shape.hybrid_swa:
+            interval = shape.settings.swa_eviction_interval
+            return kind, {"window": window, "cap": window + interval, "page": page,
+                          "note": f"SWA pool: ≤ W + {interval} (eviction interval) tokens"}
+        return (Kind.FULL if kind.windowed else kind), {"page": page}
 
     reserve_term_names: ClassVar[tuple[str, ...]] = ("held_before_load",)
 
@@ -257,8 +270,8 @@ class SGLangPool(KVPool):
         self.page = view.block_size or 1
         self.ratio = settings.swa_full_tokens_ratio or SGLANG_SWA_FULL_RATIO
         self.max_total = settings.max_total_tokens
-        full = sum(r.token_bytes for r in view.rules if r.kind not in {"sliding", "chunked"})
-        swa = sum(r.token_bytes for r in view.rules if r.kind in {"sliding", "chunked"})
+        full = sum(r.token_bytes for r in view.rules if not r.kind.windowed)
+        swa = sum(r.token_bytes for r in view.rules if r.kind.windowed)
         self.cell = full + self.ratio * swa
         self.per_request_state = view.state_bytes
         kv, slots = self._split(np.asarray([budget], dtype=np.int64))

@@ -18,19 +18,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from kvplan.arch import MLA, Attention, LayerSpec, ModelArch, NoCache, Recurrent
+from kvplan.arch import MLA, Attention, Kind, LayerSpec, ModelArch, NoCache, Recurrent
 from kvplan.dtypes import KVDType
-from kvplan.engines.base import MLA_ONLY_DTYPES, ContextLimit, Engine, EngineView, KVPool
-from kvplan.engines.kinds import PagedRule, cdiv
+from kvplan.engines.base import ContextLimit, Engine, KVPool, ViewShape
+from kvplan.engines.kinds import CacheRule, PagedRule, StateRule, TokenLayout, cdiv, layer_window
 from kvplan.engines.reserve import Reserve, ReserveTerm
 from kvplan.engines.settings import EngineSettings
 from kvplan.engines.trtllm.log import TrtllmLog
 from kvplan.engines.trtllm.weights import trtllm_loading_rules
-from kvplan.errors import KVPlanError
 
 if TYPE_CHECKING:
     from kvplan.presets import GPU
@@ -73,6 +72,15 @@ TRTLLM_PYTORCH_ARCHITECTURES = frozenset({
     "Step3p7ForConditionalGeneration", "T5ForConditionalGeneration",
     "WhisperForConditionalGeneration",
 })
+
+
+@dataclass(frozen=True)
+class TrtBlockRule(PagedRule):
+    """TensorRT-LLM ``KVCacheManager`` blocks of ``tokens_per_block``: full length on every layer in
+    the view (``max_attention_window`` is applied by the pool, ``TrtPool``)."""
+
+    def describe(self) -> str:
+        return "grows with every token"
 
 
 class TrtLlm(Engine):
@@ -120,14 +128,13 @@ class TrtLlm(Engine):
             return "the PyTorch backend has no model class for it (_arch_index.py)"
         return None
 
-    def attention_token_bytes(self, layer: Attention, dtype: KVDType, tp: int) -> int:
-        """``KVCacheManager.__init__`` / ``get_cache_bytes_per_token``: the cache holds
-        ``ceil(nkv / tp)`` whole heads per layer on each rank (K and V)."""
-        if dtype.name in MLA_ONLY_DTYPES:
-            raise KVPlanError("engine.dtype", engine=self.id, dtype=dtype.name,
-                              why="this layout exists only for MLA layers")
-        heads = -(-layer.n_kv_heads // tp)
-        return heads * (dtype.vector_bytes(layer.head_dim_k) + dtype.vector_bytes(layer.head_dim_v))
+    #: Blocks for every attention-like cache (full length), states as they are.
+    specs: ClassVar[dict[Kind, type[CacheRule]]] = {
+        Kind.FULL: TrtBlockRule, Kind.MLA: TrtBlockRule, Kind.DSA_INDEXER: TrtBlockRule,
+        Kind.RECURRENT: StateRule}
+    #: ``KVCacheManager.__init__`` / ``get_cache_bytes_per_token``: the cache holds ``ceil(nkv / tp)``
+    #: whole heads per layer on each rank (K and V).
+    layout: ClassVar[TokenLayout] = TokenLayout(whole_heads=True)
 
     def creator_token_bytes(self, layer: LayerSpec, dtype: KVDType, tp: int) -> int:
         """``get_cache_size_per_token`` (``KvCacheCreator``'s estimate): ``head_dim · nkv // tp``
@@ -138,19 +145,23 @@ class TrtLlm(Engine):
                     + dtype.vector_bytes(layer.head_dim_v * layer.n_kv_heads // tp))
         return self.token_bytes(layer, dtype, tp)
 
-    def build_view(self, arch: ModelArch, dtype: KVDType, model_dtype: KVDType,
+    def view_shape(self, arch: ModelArch, dtype: KVDType, model_dtype: KVDType,
                    settings: EngineSettings, counts: dict[LayerSpec, int],
-                   mla_block_size: int | None) -> EngineView:
-        block = settings.block_size or TRTLLM_TOKENS_PER_BLOCK
+                   mla_block_size: int | None) -> ViewShape:
+        """``tokens_per_block`` (default 32)."""
         notes = ["TensorRT-LLM keeps full-length KV on windowed layers unless max_attention_window is "
-                 "set per layer"] if any(getattr(x, "window", None) for x in counts) \
+                 "set per layer"] if any(layer_window(x) for x in counts) \
             and settings.max_attention_window is None else []
-        rules, attention = self.split_layers(counts, model_dtype, settings.tp)
-        for layer, n in attention:
-            rules.append(PagedRule("mla" if isinstance(layer, MLA) else "full", n,
-                                   self.token_bytes(layer, dtype, settings.tp), block_size=block,
-                                   spec=layer))
-        return EngineView(self.id, dtype, tuple(rules), block_size=block, notes=tuple(notes))
+        return ViewShape(settings, block_size=settings.block_size or TRTLLM_TOKENS_PER_BLOCK, notes=notes)
+
+    def spec_params(self, kind: Kind, layer: LayerSpec,
+                    shape: ViewShape) -> tuple[Kind, dict[str, Any]]:
+        """Every attention layer full length (MLA latent and DSA indexer as they are)."""
+        if kind.holds_state:
+            return kind, {}
+        if kind is not Kind.DSA_INDEXER:
+            kind = Kind.MLA if isinstance(layer, MLA) else Kind.FULL
+        return kind, {"block_size": shape.block_size}
 
     reserve_term_names: ClassVar[tuple[str, ...]] = ("activation_peak",)
 

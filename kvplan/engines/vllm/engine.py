@@ -24,26 +24,22 @@ Groups:
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, ClassVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from kvplan.arch import LayerSpec, ModelArch, NoCache, Recurrent
+from kvplan.arch import Kind, LayerSpec, ModelArch, NoCache, Recurrent
 from kvplan.dtypes import KVDType
 from kvplan.engines.base import (
     ContextLimit,
     Engine,
     EngineView,
     KVPool,
+    ViewShape,
     layer_kind,
     pp_partition,
     raised_block,
 )
-from kvplan.engines.kinds import (
-    PAGED_KINDS,
-    VLLM_DEFAULT_BLOCK_SIZE,
-    CacheRule,
-    PagedRule,
-    PagedStateRule,
-)
+from kvplan.engines.kinds import PAGED_KINDS, VLLM_DEFAULT_BLOCK_SIZE, CacheRule, layer_window
 from kvplan.engines.reserve import Reserve, cuda_capacity
 from kvplan.engines.settings import EngineSettings
 from kvplan.engines.vllm.log import VllmLog, log_lines
@@ -59,6 +55,17 @@ if TYPE_CHECKING:
 #: vLLM ``SupportsMambaPrefixCaching`` families: mamba cache mode "all" instead of "align".
 VLLM_MAMBA_ALL_MODE_VARIANTS = frozenset({"mamba2"})
 VLLM_DEFAULT_GPU_UTIL = 0.92  # vllm/config/cache.py (0.9 before v0.20.0)
+
+
+@dataclass
+class VllmShape(ViewShape):
+    """A vLLM view's block size (raised for Mamba pages), the recurrent state pages a request
+    reserves (``state_pages``: 1, 2, or 0 = one per block) and their padded size (None: the state's
+    own), and whether windowed specs are promoted to full attention (hybrid manager off)."""
+
+    state_pages: int = 1
+    state_page_bytes: int | None = None
+    promote: bool = False
 
 
 def _batch_tier(device_bytes: int | None, device_name: str, *, huge_tier: bool,
@@ -285,18 +292,24 @@ class Vllm(Engine):
         (``vllm/envs.py``: 1)."""
         return True
 
+    #: ``kv_cache_interface.py`` spec classes per cache kind (``PAGED_KINDS``).
+    specs: ClassVar[dict[Kind, type[CacheRule]]] = PAGED_KINDS
+    states_first: ClassVar[bool] = False
+
     @staticmethod
     def promotes_windows(counts: dict[LayerSpec, int]) -> bool:
         """With the hybrid manager off, ``kv_cache_planning.py`` ``_promote_local_kv_cache_specs``
         turns sliding/chunked specs into full attention only when windowed and full layers coexist;
         on uniform specs it returns early (an all-sliding model keeps its sliding spec)."""
         kinds = {layer_kind(layer) for layer in counts if not isinstance(layer, Recurrent | NoCache)}
-        kinds = {"full" if k == "mla" else k for k in kinds}
-        return bool(kinds & {"sliding", "chunked"}) and bool(kinds - {"sliding", "chunked"})
+        return any(k.windowed for k in kinds) and any(not k.windowed for k in kinds)
 
-    def build_view(self, arch: ModelArch, dtype: KVDType, model_dtype: KVDType,
+    def view_shape(self, arch: ModelArch, dtype: KVDType, model_dtype: KVDType,
                    settings: EngineSettings, counts: dict[LayerSpec, int],
-                   mla_block_size: int | None) -> EngineView:
+                   mla_block_size: int | None) -> ViewShape:
+        """Block size (the setting, the MLA backend's, 16; raised so one page holds a Mamba state:
+        ``Platform._align_hybrid_block_size``), in-flight tokens, the hybrid manager and the
+        Mamba cache mode's state pages."""
         tp = settings.tp
         hybrid = settings.hybrid_manager
         if hybrid is None:
@@ -328,27 +341,31 @@ class Vllm(Engine):
                 state_pages = 0  # "all": one state page per block of tokens
             else:
                 state_pages = 2  # "align"
-        promote = not hybrid and self.promotes_windows(counts)
-        rules: list[CacheRule] = []
-        for layer, n in counts.items():
-            if isinstance(layer, NoCache):
-                continue
-            if isinstance(layer, Recurrent):
-                padded = block * max(attn_1tok) if attn_1tok else self.state_bytes(layer, model_dtype, tp)
-                rules.append(PagedStateRule("recurrent", n, 0, state_bytes=padded, spec=layer,
-                                            pages_reserved=state_pages, block_size=block,
-                                            note="state page padded to the attention page"))
-                continue
-            kind, window = self.layer_spec_kind(layer_kind(layer)), layer.window
-            if kind == "full":
-                window = None
-            if promote and kind in {"sliding", "chunked"}:
-                notes.append(f"hybrid KV-cache manager off: {kind} layers reserve full max_model_len")
-                kind, window = "full", None
-            rules.append(PAGED_KINDS[kind](kind, n, self.token_bytes(layer, dtype, tp), window=window,
-                                           block_size=block, in_flight_tokens=ift, spec=layer))
-        return EngineView(self.id, dtype, tuple(rules), block_size=block, in_flight_tokens=ift,
-                          hybrid_manager=hybrid, notes=tuple(dict.fromkeys(notes)))
+        return VllmShape(settings, block_size=block, in_flight_tokens=ift, hybrid_manager=hybrid,
+                         notes=notes, state_pages=state_pages,
+                         state_page_bytes=block * max(attn_1tok) if attn_1tok else None,
+                         promote=not hybrid and self.promotes_windows(counts))
+
+    def spec_params(self, kind: Kind, layer: LayerSpec,
+                    shape: ViewShape) -> tuple[Kind, dict[str, Any]]:
+        """States: pages padded to the attention page. Attention-like caches: the spec kind this
+        release builds (``layer_spec_kind``; the DSA indexer as it is), full attention without a
+        window, windowed specs promoted to full when the hybrid manager is off."""
+        assert isinstance(shape, VllmShape)
+        if kind.holds_state:
+            params: dict[str, Any] = {"pages_reserved": shape.state_pages, "block_size": shape.block_size,
+                                      "note": "state page padded to the attention page"}
+            if shape.state_page_bytes is not None:
+                params["state_bytes"] = shape.state_page_bytes
+            return kind, params
+        if kind is not Kind.DSA_INDEXER:
+            kind = Kind(self.layer_spec_kind(kind))
+        window = None if kind is Kind.FULL else layer_window(layer)
+        if shape.promote and kind.windowed:
+            shape.notes.append(f"hybrid KV-cache manager off: {kind} layers reserve full max_model_len")
+            kind, window = Kind.FULL, None
+        return kind, {"window": window, "block_size": shape.block_size,
+                      "in_flight_tokens": shape.in_flight_tokens}
 
     def pool_layout(self, arch: ModelArch, kv_dtype: str, settings: EngineSettings,
                     mla_block_size: int | None = None) -> VllmPool:
@@ -396,14 +413,3 @@ class Vllm(Engine):
         if any(getattr(layer, "window", None) for layer in arch.distinct_layers()):
             return settings
         return settings.model_copy(update={"max_num_batched_tokens": None})
-
-    def describe(self, rule: CacheRule) -> str:
-        if isinstance(rule, PagedRule):
-            if rule.kind == "sliding" and rule.window:
-                return (f"frees blocks that fall out of the {rule.window:,}-token window: stops "
-                        f"growing at ≈ ceil({rule.window - 1:,}/{rule.block_size})+1 blocks")
-            if rule.kind == "chunked" and rule.window:
-                return (f"frees whole chunks of {rule.window:,}: at most ≈ {rule.window:,} tokens of "
-                        f"blocks")
-            return f"grows one {rule.block_size}-token block at a time, never stops"
-        return super().describe(rule)

@@ -138,12 +138,36 @@ def _layer_ids(arch: ModelArch, by_spec: dict[LayerSpec, CacheRule]) -> dict[Lay
     return {layer: ids for layer, ids in _layer_positions(arch).items() if layer in by_spec}
 
 
+def _layer_rules(rules: tuple[CacheRule, ...]) -> dict[LayerSpec, CacheRule]:
+    """One rule per layer spec: a DSA layer's indexer keys (``PagedIndexerRule``) folded into its
+    latent's rule. vLLM gives both ``MLAAttentionSpec``s of one block size and retention, which
+    ``get_kv_cache_groups`` puts in one ``UniformTypeKVCacheSpecs`` group: a block costs the sum of
+    their pages and a request ``max(cdiv(L, bs))`` = the same blocks — the folded rule's arithmetic."""
+    by_spec: dict[LayerSpec, CacheRule] = {}
+    for rule in rules:
+        if rule.spec is None:
+            continue
+        first = by_spec.get(rule.spec)
+        by_spec[rule.spec] = rule if first is None else replace(
+            first, bytes_per_token=first.bytes_per_token + rule.bytes_per_token)
+    return by_spec
+
+
+def vllm_num_blocks(budgets: np.ndarray, per_block: np.ndarray) -> np.ndarray:
+    """``kv_cache_planning.py``: ``num_blocks = available_memory // bytes_per_block`` on every
+    pipeline stage, the smallest over the stages; ``budgets`` (..., pp) int64 and clamped at 0,
+    ``per_block`` (pp,) — stages without a cached layer (0 B per block) do not count."""
+    b = np.maximum(np.asarray(budgets, dtype=np.int64), 0)
+    per = np.asarray(per_block, dtype=np.int64)
+    used = per > 0
+    return np.asarray((b[..., used] // per[used]).min(axis=-1), dtype=np.int64)
+
+
 def build_pool(engine: Engine, arch: ModelArch, kv_dtype: str, settings: EngineSettings,
                mla_block_size: int | None = None) -> VllmPool:
     """Group the whole model's layers as vLLM's ``get_kv_cache_groups`` does (per TP rank)."""
     view = engine.view(arch, kv_dtype, settings, mla_block_size=mla_block_size)
-    by_spec: dict[LayerSpec, CacheRule] = {rule.spec: rule for rule in view.rules
-                                           if rule.spec is not None}
+    by_spec = _layer_rules(view.rules)
     ids_of = _layer_ids(arch, by_spec)
     notes = list(view.notes)
     block = view.block_size or VLLM_DEFAULT_BLOCK_SIZE
@@ -218,8 +242,7 @@ class VllmPagedPool(KVPool):
         # clamped before the int64 conversion: a layout whose weights exceed the device by more than
         # int64 holds (the 10^6-wide test models at TP 1) has no budget, not an OverflowError
         stage_budgets = np.asarray([max(b, 0) for b in budgets], dtype=np.int64)
-        used = per_block > 0
-        self.num_blocks = int((stage_budgets[used] // per_block[used]).min())
+        self.num_blocks = int(vllm_num_blocks(stage_budgets, per_block))
         self.bytes_per_block = int(per_block.max())
         self.block_size = pool.block_size
         self.capacity = max(self.num_blocks - (1 if null_block else 0), 0)
@@ -236,11 +259,8 @@ class VllmPagedPool(KVPool):
 
     def max_requests_for(self, L: int, budgets: np.ndarray) -> np.ndarray:
         """``(min over stages of max(b, 0) // bytes per block − 1 null block) // blocks(L)``."""
-        b = np.maximum(np.asarray(budgets, dtype=np.int64), 0)
-        per = np.asarray(self.stage_per_block, dtype=np.int64)
-        used = per > 0
-        num_blocks = (b[:, used] // per[used]).min(axis=1)
-        return np.maximum(num_blocks - 1, 0) // max(int(self.blocks(np.asarray([L]))[0]), 1)
+        blocks = vllm_num_blocks(budgets, self.stage_per_block)
+        return np.maximum(blocks - 1, 0) // max(int(self.blocks(np.asarray([L]))[0]), 1)
 
     def concurrency(self, L: np.ndarray) -> np.ndarray:
         """``num_blocks / blocks_per_request`` (v0.8: pool tokens / L, ``kv_cache_utils.py``)."""
