@@ -115,7 +115,7 @@ def plural(count: int, noun: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from kvplan.engines import DEFAULT_ENGINE, ENGINES, release_choices
+    from kvplan.engines import DEFAULT_ENGINE, ENGINES, has_release_choice, release_choices
 
     parser = _Parser(prog="kvplan", description="KV-cache memory planner. Every command uses the "
                      f"'{DEFAULT_ENGINE}' engine ({ENGINES[DEFAULT_ENGINE]}) unless --engine says otherwise.")
@@ -142,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
                             + "; ".join(f"{e}: " + ", ".join(
                                 f"{r} ({get_engine(engine_with_release(e, r)).release})"
                                 for r in release_choices(e))
-                                for e in ENGINES if len(release_choices(e)) > 1))
+                                for e in ENGINES if has_release_choice(e)))
         _add_settings(p)
         p.add_argument("--json", action="store_true")
 

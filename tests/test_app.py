@@ -201,15 +201,17 @@ def test_budget_section_shows_release_capacity_and_reserve_terms():
 
 
 def test_release_selector_lists_v020_to_v025_and_applies_the_linked_one():
-    """The release selector is generated from ``VLLM_RELEASES``: the link's ``ev=0.20`` selects
+    """The release selector is generated from ``VLLM_RELEASES`` (``latest``, then every record's key,
+    newest first): the link's ``ev=0.20`` selects
     vLLM v0.20.1–v0.20.2, whose sorting sampler warm-up gives the budget
     ``tests/test_cli.py`` ``test_fit_engine_version_0_20_sorts_in_the_sampler_warm_up`` derives
     (62,919,164,957 B)."""
     at = open_boxes(make_app(m="llama-2-7b", kd="fp16", t="4096", u="1", ev="0.20"), "w_engine_box")
     no_errors(at)
     select = at.selectbox(key="w_ev")
-    assert select.options[:10] == ["latest", "0.32", "0.29", "0.27", "0.26", "0.25", "0.24", "0.20",
-                                   "0.20.0", "0.19"]
+    listed = ["0.33", "0.32", "0.29", "0.27", "0.26", "0.25", "0.24", "0.20", "0.20.0", "0.19"]
+    start = select.options.index("0.33")  # after "latest" and any newer release
+    assert select.options[0] == "latest" and select.options[start:start + 10] == listed
     assert select.value == "0.20"
     assert exact(at)["kv_budget"] == 62_919_164_957
     assert any("vLLM v0\\.20\\.1–v0\\.20\\.2" in c.value for c in at.caption)

@@ -237,7 +237,8 @@ def reach(code: str, tmp_path) -> str:
                           "--engine", "hf"])
     if code == "unknown.release":
         msg = cli_error(FIT + ["--engine-version", "0.1"])
-        assert "latest, 0.32, 0.29, 0.27, 0.26, 0.25, 0.24, 0.20, 0.20.0, 0.19" in msg
+        assert "choose one of: latest, " in msg  # then every release, newest first
+        assert "0.33, 0.32, 0.29, 0.27, 0.26, 0.25, 0.24, 0.20, 0.20.0, 0.19" in msg
         return msg
     if code == "engine.unserved":  # TensorRT-LLM's PyTorch backend has no Gemma 2 model class
         msg = cli_error(["fit", "--model", "gemma-2-9b", "--gpu", "h100-sxm", "--tokens", "10",

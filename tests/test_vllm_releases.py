@@ -8,6 +8,7 @@ import pytest
 
 from kvplan.capacity import FitQuery, fit
 from kvplan.engines import EngineSettings, engine_view, get_engine, release_choices
+from kvplan.engines.vllm import VLLM_RELEASES
 from kvplan.errors import KVPlanError
 from kvplan.presets import get_gpu, load_model
 
@@ -16,14 +17,20 @@ H100 = get_gpu("h100-sxm")  # CUDA total 81,089 MiB = 85,027,979,264 B (cuda_tot
 
 
 def test_every_release_is_named_and_reachable():
-    assert release_choices("vllm") == ["latest", "0.32", "0.29", "0.27", "0.26", "0.25", "0.24", "0.20",
-                                       "0.20.0", "0.19", "0.13", "0.11", "0.9", "0.8", "0.6"]
-    assert [get_engine(f"vllm@{r}").release for r in release_choices("vllm")[1:]] == [
-        "vLLM v0.30–v0.32", "vLLM v0.28–v0.29", "vLLM v0.27", "vLLM v0.26", "vLLM v0.25",
+    """``latest`` is an alias of the newest record (bare id ``vllm``); every release, the newest
+    included, is reachable by its key, newest first (a newer release adds its key before 0.33)."""
+    choices = release_choices("vllm")
+    modelled = ["0.33", "0.32", "0.29", "0.27", "0.26", "0.25", "0.24", "0.20", "0.20.0", "0.19",
+                "0.13", "0.11", "0.9", "0.8", "0.6"]
+    assert choices[0] == "latest" and choices[-len(modelled):] == modelled
+    assert [get_engine(f"vllm@{r}").release for r in modelled] == [
+        "vLLM v0.33", "vLLM v0.30–v0.32", "vLLM v0.28–v0.29", "vLLM v0.27", "vLLM v0.26", "vLLM v0.25",
         "vLLM v0.21–v0.24", "vLLM v0.20.1–v0.20.2", "vLLM v0.20.0",
         "vLLM v0.14–v0.19", "vLLM v0.11.1–v0.13", "vLLM v0.10–v0.11.0", "vLLM v0.9", "vLLM v0.8",
         "vLLM v0.6 (V0)"]
-    assert get_engine("vllm").release == "vLLM v0.33"
+    newest = get_engine("vllm")
+    assert newest is get_engine(f"vllm@{choices[1]}") and newest.id == "vllm"
+    assert newest.record is VLLM_RELEASES[-1]
     with pytest.raises(KVPlanError) as err:
         get_engine("vllm@0.1")
     assert err.value.code == "unknown.release"

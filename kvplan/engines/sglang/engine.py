@@ -14,7 +14,7 @@ import numpy as np
 
 from kvplan.arch import LayerSpec, ModelArch
 from kvplan.dtypes import KVDType, get_dtype
-from kvplan.engines.base import ContextLimit, Engine, EngineView, KVPool, layer_kind
+from kvplan.engines.base import ContextLimit, Engine, EngineView, KVPool, Release, layer_kind
 from kvplan.engines.kinds import TokenRule
 from kvplan.engines.reserve import Reserve, ReserveTerm
 from kvplan.engines.settings import EngineSettings
@@ -83,13 +83,19 @@ def sglang_default_page_size(gpu: GPU, arch: ModelArch) -> int | None:
     return 64 if major == 10 and not arch.is_mla else None
 
 
+#: The one modelled SGLang release (sources cited on each rule below).
+SGLANG_0_5_23 = Release(key="0.5.23", name="SGLang 0.5.23",
+                        changes="the release kvplan follows (source read at 0.5.23)")
+SGLANG_RELEASES: tuple[Release, ...] = (SGLANG_0_5_23,)
+
+
 class SGLang(Engine):
     """SGLang token pool, release 0.5."""
 
-    id = "sglang"
+    engine_id = "sglang"
     label = "SGLang (token pool)"
     short = "SGLang"
-    release = "SGLang 0.5.23"
+    releases: ClassVar[tuple[Release, ...]] = SGLANG_RELEASES
     setting_labels: ClassVar[dict[str, tuple[str, str]]] = {
         "gpu_util": ("mem_fraction_static (fraction)", "SGLang's memory-based default"),
         "block_size": ("Page size (tokens)", "the attention backend's"),
@@ -179,7 +185,7 @@ class SGLang(Engine):
                                        page=page, spec=layer))
         return EngineView(self.id, dtype, tuple(rules), block_size=page, notes=tuple(notes))
 
-    reserve_term_names: ClassVar[tuple[str, ...]] = ("held_before_load",)
+    reserve_term_names = ("held_before_load",)
 
     def runtime_reserve(self, arch: ModelArch, gpu: GPU, settings: EngineSettings,
                         tokens: int) -> Reserve:
