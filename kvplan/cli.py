@@ -224,6 +224,8 @@ def _recommend_args(p: argparse.ArgumentParser) -> None:
     group.add_argument("--model", help="preset id (see `models`)")
     group.add_argument("--config", help="path to a Hugging Face config.json")
     p.add_argument("--engine", default=None, choices=list(ENGINES))
+    p.add_argument("--engine-version", default=None, metavar="RELEASE",
+                   help="engine release to model (default: the newest; see `fit --help`)")
     _add_settings(p)
     p.add_argument("--reserve-gib", type=_nonneg_float)
     traffic = p.add_mutually_exclusive_group()
@@ -542,7 +544,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     import json as _json
 
     from kvplan.capacity import FitQuery
-    from kvplan.engines import DEFAULT_ENGINE
+    from kvplan.engines import DEFAULT_ENGINE, engine_with_release
     from kvplan.recommend import (
         RecommendQuery,
         failure_counts,
@@ -554,7 +556,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     from kvplan.serving import LengthDist, parse_lengths_csv
 
     arch = _load_arch(args)
-    engine = args.engine or DEFAULT_ENGINE
+    engine = engine_with_release(args.engine or DEFAULT_ENGINE, args.engine_version)
     settings = settings_from_args(args)
     workload = None
     if args.lengths_csv:
@@ -591,8 +593,9 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     if args.model is None:
         model = {"model": CUSTOM_MODEL,
                  "custom_config": _json.loads(Path(args.config).read_text(encoding="utf-8"))}
-    scenario = Scenario.model_validate({**model, "engine": engine, "reserve_gib": args.reserve_gib,
-                                        "engine_settings": settings})
+    scenario = Scenario.model_validate({**model, "engine": engine.partition("@")[0],
+                                        "engine_version": args.engine_version,
+                                        "reserve_gib": args.reserve_gib, "engine_settings": settings})
     rows = ranked_rows(rec, scenario, args.top)
     lengths = rec.lengths
     if args.json:

@@ -164,8 +164,11 @@ def test_bytes_per_token_card_is_exact():
 def test_budget_section_shows_release_capacity_and_reserve_terms():
     """Issue #14 item 4: Llama-2-7B fp16 on an H100 at 4,096 tokens (tests/test_cli.py
     test_fit_json_numbers derives every number): the CUDA total with its source beside nvidia-smi's
-    and the marketed figure, each reserve term with its formula, and the budget."""
-    at = make_app(m="llama-2-7b", kd="fp16", t="4096", u="1")
+    and the marketed figure, each reserve term with its formula, and the budget (pinned to v0.33:
+    ``ev=0.33``)."""
+    from kvplan.engines import get_engine
+
+    at = make_app(m="llama-2-7b", kd="fp16", t="4096", u="1", ev="0.33")
     no_errors(at)
     assert not at.table  # the lazy box builds its table only when opened
     assert any("vLLM (v1 paged blocks) · vLLM v0\\.33" in c.value for c in at.caption)  # md-escaped
@@ -193,7 +196,9 @@ def test_budget_section_shows_release_capacity_and_reserve_terms():
     at.run()
     no_errors(at)
     assert exact(at)["kv_budget"] == 63_521_834_013 + 143_129_785 - (1 << 30)
-    assert any(c.value.startswith("Engine settings changed: reserve terms non\\_torch\\=1")
+    # an explicit release other than the newest is itself a changed setting, named first
+    release = "" if get_engine("vllm@0.33") is get_engine("vllm") else "release vLLM v0\\.33, "
+    assert any(c.value.startswith(f"Engine settings changed: {release}reserve terms non\\_torch\\=1")
                for c in at.caption), [c.value for c in at.caption]
     open_boxes(at, "w_engine_box")
     at.text_input(key="w_rt").set_value("bogus=1").run()

@@ -268,6 +268,7 @@ class TrtPool(KVPool):
     def __init__(self, costs: dict[int, tuple[int, int]], budget: int, block_size: int,
                  max_tokens: int | None, round_up: bool = False) -> None:
         self.block_size = block_size
+        self.round_up = round_up
         self.notes: list[str] = []
         self.pools: tuple[WindowPool, ...]
         if len(costs) <= 1:
@@ -317,11 +318,17 @@ class TrtPool(KVPool):
                        for b, p in zip(self._pool_blocks(L), self.pools, strict=True)], axis=0)
 
     def max_requests_for(self, L: int, budgets: np.ndarray) -> np.ndarray:
-        """``((max(min budget, 0) // bytes per token) // tokens_per_block) // blocks(L)``."""
+        """``((max(min budget, 0) // bytes per token) // tokens_per_block) // blocks(L)``, the block
+        count rounded up for one window where the release rounds up (``round_up``, ≤ 1.1) as the
+        constructor does."""
         budget = np.maximum(np.asarray(budgets, dtype=np.int64).min(axis=1), 0)
         if not self.per_token:
             return np.zeros(budget.shape, dtype=np.int64)
-        num_blocks = budget // self.per_token // self.block_size
+        tokens = budget // self.per_token
+        if self.round_up and len(self.pools) == 1:
+            num_blocks = -(-tokens // self.block_size)
+        else:
+            num_blocks = tokens // self.block_size
         return num_blocks // int(self.blocks(np.asarray([L]))[0])
 
     def pool_tokens(self, L: np.ndarray) -> np.ndarray:
