@@ -94,8 +94,7 @@ TRTLLM_MAIN = replace(
     blocks_round_up=False,
     changes="main (``resource_manager.py`` 001541ba…, ``_util.py`` 00043967…): "
             "``calculate_max_num_blocks`` floors, ``int(max_tokens // tokens_per_block)``")
-TRTLLM_NEXT = replace(TRTLLM_MAIN, key="next", name="TensorRT-LLM next (FAKE)", blocks_round_up=True)
-TRTLLM_RELEASES: tuple[TrtLlmRelease, ...] = (TRTLLM_1_1, TRTLLM_MAIN, TRTLLM_NEXT)
+TRTLLM_RELEASES: tuple[TrtLlmRelease, ...] = (TRTLLM_1_1, TRTLLM_MAIN)
 
 
 class TrtLlm(Engine):

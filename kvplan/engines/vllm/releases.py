@@ -243,9 +243,6 @@ V0_33 = replace(
             "``is_device_capability((12, 1))``) stays on the small tier whatever its memory.",
     gb10_small_tier=True)
 
-V0_34 = replace(V0_33, key="0.34", name="vLLM v0.34 (FAKE)", changes="scratch experiment",
-                default_gpu_util=0.93, capture_rule="stride8", mxfp4_trtllm_inter=256,
-                unscaled_rope_types=("su", "longrope", "llama3"))
 #: Every modelled vLLM release, oldest first; the last is "latest" (``vllm`` without ``@``).
 VLLM_RELEASES: tuple[VllmRelease, ...] = (V0_6, V0_8, V0_9, V0_11, V0_13, V0_19, V0_20_0, V0_20,
-                                          V0_24, V0_25, V0_26, V0_27, V0_29, V0_32, V0_33, V0_34)
+                                          V0_24, V0_25, V0_26, V0_27, V0_29, V0_32, V0_33)
