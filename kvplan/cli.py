@@ -122,7 +122,7 @@ def plural(count: int, noun: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from kvplan.engines import DEFAULT_ENGINE, ENGINES, release_choices
+    from kvplan.engines import DEFAULT_ENGINE, ENGINES, has_release_choice, release_choices
     from kvplan.plan import resolve_engine
 
     parser = _Parser(prog="kvplan", description="KV-cache memory planner. Every command uses the "
@@ -150,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
                             + "; ".join(f"{e}: " + ", ".join(
                                 f"{r} ({resolve_engine(engine_with_release(e, r)).release})"
                                 for r in release_choices(e))
-                                for e in ENGINES if len(release_choices(e)) > 1))
+                                for e in ENGINES if has_release_choice(e)))
         _add_settings(p)
         p.add_argument("--json", action="store_true")
 
@@ -232,6 +232,8 @@ def _recommend_args(p: argparse.ArgumentParser) -> None:
     group.add_argument("--model", help="preset id (see `models`)")
     group.add_argument("--config", help="path to a Hugging Face config.json")
     p.add_argument("--engine", default=None, choices=list(ENGINES))
+    p.add_argument("--engine-version", default=None, metavar="RELEASE",
+                   help="engine release to model (default: the newest; see `fit --help`)")
     _add_settings(p)
     p.add_argument("--reserve-gib", type=_nonneg_float)
     traffic = p.add_mutually_exclusive_group()
@@ -562,7 +564,7 @@ def _calibrated(args: argparse.Namespace, arch: ModelArch, engine: str,
 def cmd_recommend(args: argparse.Namespace) -> int:
     import json as _json
 
-    from kvplan.engines import DEFAULT_ENGINE
+    from kvplan.engines import DEFAULT_ENGINE, engine_with_release
     from kvplan.plan import FitQuery, make_plan
     from kvplan.recommend import (
         RecommendQuery,
@@ -575,7 +577,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     from kvplan.serving import LengthDist, parse_lengths_csv
 
     arch = _load_arch(args)
-    engine = args.engine or DEFAULT_ENGINE
+    engine = engine_with_release(args.engine or DEFAULT_ENGINE, args.engine_version)
     settings = settings_from_args(args)
     workload = None
     if args.lengths_csv:
@@ -612,8 +614,9 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     if args.model is None:
         model = {"model": CUSTOM_MODEL,
                  "custom_config": _json.loads(Path(args.config).read_text(encoding="utf-8"))}
-    scenario = Scenario.model_validate({**model, "engine": engine, "reserve_gib": args.reserve_gib,
-                                        "engine_settings": settings})
+    scenario = Scenario.model_validate({**model, "engine": engine.partition("@")[0],
+                                        "engine_version": args.engine_version,
+                                        "reserve_gib": args.reserve_gib, "engine_settings": settings})
     rows = ranked_rows(rec, scenario, args.top)
     lengths = rec.lengths
     if args.json:

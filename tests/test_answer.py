@@ -17,18 +17,21 @@ from kvplan.sizing import full_length_bytes_per_token
 from tests.cli_helpers import run_cli
 from tests.plans import kv_plan
 
+#: The release these numbers are derived for (an explicit key: a newer release changes none).
+V033 = "vllm@0.33"
+
 
 def test_llama2_7b_beyond_its_context_limit_does_not_fit() -> None:
     """Llama-2-7B: max_position_embeddings 4,096. At 32,768 tokens on an H200 the pool still holds
     7 requests (14,799 blocks // 2,048 per request), but vLLM refuses --max-model-len 32768:
     fits is False, the reason names VLLM_ALLOW_LONG_MAX_MODEL_LEN, the change is ≤ 4,096 tokens."""
-    result = fit(make_plan(load_model("llama-2-7b"), get_gpu("h200"), FitQuery(tokens=32768)))
+    result = fit(make_plan(load_model("llama-2-7b"), get_gpu("h200"), FitQuery(engine=V033, tokens=32768)))
     assert (result.max_requests, result.context_limit, result.fits) == (7, 4096, False)
     assert "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1" in result.reason
     assert ("context limit of 4,096 (max_position_embeddings 4,096; vLLM v0.33 "
             "_get_and_verify_max_len)") in result.reason
     assert result.suggestion == "use at most 4,096 tokens per request"
-    at_limit = fit(make_plan(load_model("llama-2-7b"), get_gpu("h200"), FitQuery(tokens=4096)))
+    at_limit = fit(make_plan(load_model("llama-2-7b"), get_gpu("h200"), FitQuery(engine=V033, tokens=4096)))
     assert (at_limit.fits, at_limit.reason, at_limit.suggestion) == (True, "", "")
 
 
@@ -55,16 +58,15 @@ def test_70b_on_8_gpus_with_tp1_suggests_tp4() -> None:
     5,235,554,223 B // 2,621,440 B per block = 1,997 blocks < 2,048 per 32,768-token request (the
     longest request is 1,996 usable blocks × 16 = 31,936 tokens). TP=4 is the smallest layout —
     and the 8 GPUs allow it (2 replicas)."""
-    two = fit(make_plan(load_model("llama-3.1-70b"), get_gpu("h100-sxm"), FitQuery(tokens=32768, num_gpus=2,
-                                                                                   tp=2)))
+    arch, h100 = load_model("llama-3.1-70b"), get_gpu("h100-sxm")
+    two = fit(make_plan(arch, h100, FitQuery(engine=V033, tokens=32768, num_gpus=2, tp=2)))
     assert two.weights_fit and two.kv_budget_bytes == 5_235_554_223
     assert (two.num_blocks, two.max_requests, two.max_tokens_per_request) == (1997, 0, 31_936)
-    result = fit(make_plan(load_model("llama-3.1-70b"), get_gpu("h100-sxm"), FitQuery(tokens=32768,
-                                                                                      num_gpus=8, tp=1)))
+    result = fit(make_plan(arch, h100, FitQuery(engine=V033, tokens=32768, num_gpus=8, tp=1)))
     assert not result.weights_fit and not result.fits
     assert "141,107,412,992 B per GPU" in result.reason
     assert result.suggestion == "set TP=4 (your 8 GPUs allow it; 2 replica(s))"
-    one = fit(make_plan(load_model("llama-3.1-70b"), get_gpu("h100-sxm"), FitQuery(tokens=32768, num_gpus=1)))
+    one = fit(make_plan(arch, h100, FitQuery(engine=V033, tokens=32768, num_gpus=1)))
     assert one.suggestion == "use 4 GPUs with TP=4"
     assert one.min_gpus_to_fit == 4
 
@@ -81,8 +83,8 @@ def test_too_many_users_names_each_smallest_change() -> None:
     test_capacity.test_llama31_8b_bf16_on_one_h100_at_32k derives: (28,753 − 1) // 2,048), the
     longest request for 100 users is 28,752 usable blocks // 100 = 287 blocks × 16 = 4,592 tokens,
     and TP=8 (8 GPUs) is the first layout for 100."""
-    result = fit(make_plan(load_model("llama-3.1-8b"), get_gpu("h100-sxm"), FitQuery(tokens=32768,
-                                                                                     users=100)))
+    asked = FitQuery(engine=V033, tokens=32768, users=100)
+    result = fit(make_plan(load_model("llama-3.1-8b"), get_gpu("h100-sxm"), asked))
     assert (result.max_requests, result.max_tokens_per_request) == (14, 4592)
     assert result.suggestion == ("at most 14 users or at most 4,592 tokens per request or 8 GPUs "
                                  "with TP=8")
@@ -112,7 +114,8 @@ def test_llama_mha_variant_keeps_its_head_dim() -> None:
 
 
 # ------------------------------------------------------------------------------------------ CLI
-FIT_70B = ["fit", "--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--tokens", "32768"]
+FIT_70B = ["fit", "--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--tokens", "32768",
+           "--engine-version", "0.33"]
 
 
 def test_cli_wording_names_gpus_replicas_and_users() -> None:

@@ -165,8 +165,11 @@ def test_bytes_per_token_card_is_exact():
 def test_budget_section_shows_release_capacity_and_reserve_terms():
     """Issue #14 item 4: Llama-2-7B fp16 on an H100 at 4,096 tokens (tests/test_cli.py
     test_fit_json_numbers derives every number): the CUDA total with its source beside nvidia-smi's
-    and the marketed figure, each reserve term with its formula, and the budget."""
-    at = make_app(m="llama-2-7b", kd="fp16", t="4096", u="1")
+    and the marketed figure, each reserve term with its formula, and the budget (pinned to v0.33:
+    ``ev=0.33``)."""
+    from kvplan.engines import get_engine
+
+    at = make_app(m="llama-2-7b", kd="fp16", t="4096", u="1", ev="0.33")
     no_errors(at)
     assert not at.table  # the lazy box builds its table only when opened
     assert any("vLLM (v1 paged blocks) · vLLM v0\\.33" in c.value for c in at.caption)  # md-escaped
@@ -194,7 +197,9 @@ def test_budget_section_shows_release_capacity_and_reserve_terms():
     at.run()
     no_errors(at)
     assert exact(at)["kv_budget"] == 63_521_834_013 + 143_129_785 - (1 << 30)
-    assert any(c.value.startswith("Engine settings changed: reserve terms non\\_torch\\=1")
+    # an explicit release other than the newest is itself a changed setting, named first
+    release = "" if get_engine("vllm@0.33") is get_engine("vllm") else "release vLLM v0\\.33, "
+    assert any(c.value.startswith(f"Engine settings changed: {release}reserve terms non\\_torch\\=1")
                for c in at.caption), [c.value for c in at.caption]
     open_boxes(at, "w_engine_box")
     at.text_input(key="w_rt").set_value("bogus=1").run()
@@ -202,15 +207,17 @@ def test_budget_section_shows_release_capacity_and_reserve_terms():
 
 
 def test_release_selector_lists_v020_to_v025_and_applies_the_linked_one():
-    """The release selector is generated from ``VLLM_RELEASES``: the link's ``ev=0.20`` selects
+    """The release selector is generated from ``VLLM_RELEASES`` (``latest``, then every record's key,
+    newest first): the link's ``ev=0.20`` selects
     vLLM v0.20.1–v0.20.2, whose sorting sampler warm-up gives the budget
     ``tests/test_cli.py`` ``test_fit_engine_version_0_20_sorts_in_the_sampler_warm_up`` derives
     (62,919,164,957 B)."""
     at = open_boxes(make_app(m="llama-2-7b", kd="fp16", t="4096", u="1", ev="0.20"), "w_engine_box")
     no_errors(at)
     select = at.selectbox(key="w_ev")
-    assert select.options[:10] == ["latest", "0.32", "0.29", "0.27", "0.26", "0.25", "0.24", "0.20",
-                                   "0.20.0", "0.19"]
+    listed = ["0.33", "0.32", "0.29", "0.27", "0.26", "0.25", "0.24", "0.20", "0.20.0", "0.19"]
+    start = select.options.index("0.33")  # after "latest" and any newer release
+    assert select.options[0] == "latest" and select.options[start:start + 10] == listed
     assert select.value == "0.20"
     assert exact(at)["kv_budget"] == 62_919_164_957
     assert any("vLLM v0\\.20\\.1–v0\\.20\\.2" in c.value for c in at.caption)

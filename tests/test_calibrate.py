@@ -22,6 +22,9 @@ from kvplan.errors import MESSAGES, KVPlanError
 from kvplan.plan import make_plan
 from kvplan.presets import get_gpu, load_model
 
+#: The release these numbers are derived for (an explicit key: a newer release changes none).
+V033 = "vllm@0.33"
+
 logging.getLogger("streamlit.runtime.scriptrunner_utils.script_run_context").setLevel(logging.ERROR)
 
 APP = Path(__file__).resolve().parent.parent / "app.py"
@@ -133,7 +136,7 @@ def test_one_mebibyte_is_accepted():
 
 
 def test_calibration_reproduces_kvplans_own_log_exactly():
-    result = calibrate(make_plan(ARCH, H100, FitQuery(tokens=L)), ten_gib())
+    result = calibrate(make_plan(ARCH, H100, FitQuery(engine=V033, tokens=L)), ten_gib())
     assert result.bytes_per_block == BLOCK_BYTES and result.blocks_per_request == 2048
     assert result.logged_blocks_low == result.logged_blocks_high == 5120
     assert result.reproduced_num_blocks == 5120
@@ -143,7 +146,7 @@ def test_calibration_reproduces_kvplans_own_log_exactly():
     assert result.block_difference == 0 and result.agreement == "exact"
     # the prediction with the default reserve is kvplan's ordinary fit: 28,753 blocks
     # (test_capacity.test_llama31_8b_bf16_on_one_h100_at_32k), 28,753 / 2,048 × 32,768 = 460,048
-    plain = fit(make_plan(ARCH, H100, FitQuery(tokens=L)))
+    plain = fit(make_plan(ARCH, H100, FitQuery(engine=V033, tokens=L)))
     assert result.predicted_num_blocks == plain.num_blocks == 28_753
     assert result.predicted_kv_cache_tokens == plain.kv_pool_tokens == 460_048
     # implied reserve: target − weights − available, narrowed to the 5,120-block interval
@@ -158,7 +161,8 @@ def test_calibration_reproduces_kvplans_own_log_exactly():
     assert result.implied_reserve == (result.implied_reserve_bytes, target - weights - high_avail,
                                       target - weights - low_avail)
     # the suggested reserve makes kvplan's own budget give the logged blocks
-    again = fit(make_plan(ARCH, H100, FitQuery(tokens=L, reserve_gib=result.suggested_reserve_gib)))
+    again = fit(make_plan(ARCH, H100, FitQuery(engine=V033, tokens=L,
+                                               reserve_gib=result.suggested_reserve_gib)))
     assert again.num_blocks == 5120 and again.kv_pool_tokens == 81_920
     for key in ("predicted", "logged_available", "logged_blocks", "implied_reserve",
                 "suggested_reserve", "reproduced", "agreement", "weights"):
@@ -172,9 +176,9 @@ def test_default_run_implies_the_default_reserve():
     the block count pins the implied reserve to [1,863,709,820, 1,865,806,971] B, which holds it;
     the split gives each term kvplan's value (the log prints none) and leaves the rest,
     −375,778 B (less than one 2,097,152-B block), unexplained."""
-    plain = fit(make_plan(ARCH, H100, FitQuery(tokens=L)))
+    plain = fit(make_plan(ARCH, H100, FitQuery(engine=V033, tokens=L)))
     assert plain.reserve_bytes == 1_865_134_174
-    result = calibrate(make_plan(ARCH, H100, FitQuery(tokens=L)), log_of(plain))
+    result = calibrate(make_plan(ARCH, H100, FitQuery(engine=V033, tokens=L)), log_of(plain))
     assert result.logged_blocks_low == result.logged_blocks_high == plain.num_blocks
     assert (result.implied_reserve_low_bytes, result.implied_reserve_high_bytes) == (
         1_863_709_820, 1_865_806_971)
@@ -191,7 +195,7 @@ def test_default_run_implies_the_default_reserve():
     shifted = log_of(plain).replace(f"{plain.kv_budget_bytes / GIB:.2f} GiB",
                                     f"{plain.kv_budget_bytes / GIB - 2:.2f} GiB")
     only_gib = "\n".join(line for line in shifted.splitlines() if "Available" in line)
-    moved = calibrate(make_plan(ARCH, H100, FitQuery(tokens=L)), only_gib)
+    moved = calibrate(make_plan(ARCH, H100, FitQuery(engine=V033, tokens=L)), only_gib)
     assert moved.agreement == "unknown" and moved.logged_blocks_low is None
     assert abs(moved.implied_reserve_bytes - (plain.reserve_bytes + 2 * GIB)) <= 0.005 * GIB + 1
 
@@ -449,7 +453,7 @@ def test_engine_parsers_name_an_absurd_number(parse, engine, line, field):
     # _report_kv_cache_config): gpt-oss-20b has a sliding and a full group, 137,221 // 2 × 16.
     ("vllm@0.19", 1_097_760, 137_220, 137_221),
     # v0.20.1+ log int(num_blocks / blocks_per_request × L): 3,081 blocks per request at 32,768.
-    ("vllm", 1_672_018, 157_211, 157_211),
+    ("vllm@0.33", 1_672_018, 157_211, 157_211),
 ])
 def test_logged_tokens_are_inverted_with_the_release_formula(engine, tokens, low, high):
     """A start-up log printed by each release for gpt-oss-20b on an H100 at 32,768 tokens: the

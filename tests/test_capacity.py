@@ -14,6 +14,9 @@ from kvplan.engines.sglang import sglang_mem_fraction_static
 from kvplan.plan import make_plan
 from kvplan.presets import get_gpu, load_model
 
+#: The release these numbers are derived for (an explicit key: a newer release changes none).
+V033 = "vllm@0.33"
+
 GIB = 1 << 30
 
 
@@ -37,7 +40,7 @@ def test_opt13b_on_a100_40gb_as_in_the_vllm_paper():
     = 13,107,200 B → 948 blocks; a 2,048-token request takes 128 blocks → (948 − 1) // 128 = 7
     requests; 948 / 128 = 7.41x; int(7.40625 × 2,048) = 15,168 tokens.
     """
-    r = run("opt-13b", "a100-40gb-sxm", tokens=2048, kv_dtype="fp16", weight_dtype="fp16")
+    r = run("opt-13b", "a100-40gb-sxm", engine=V033, tokens=2048, kv_dtype="fp16", weight_dtype="fp16")
     assert r.weights_bytes == 25_707_274_240
     assert round(r.weights_bytes / 40e9, 2) == 0.64
     assert r.gpu_capacity_bytes == 42_283_827_200 and r.memory_target_bytes == 38_901_121_024
@@ -146,7 +149,7 @@ def test_llama31_8b_bf16_on_one_h100_at_32k():
     143,129,785 + CUDA graphs 51 sizes × 8,012,999 = 408,662,949 → 1,865,134,174 B. 4 KiB per token
     per layer... 131,072 B/token → 2,048 blocks of 2,097,152 B per 32K request; 60,300,084,253 //
     2,097,152 = 28,753 blocks → (28,753 − 1) // 2,048 = 14 requests."""
-    r = run("llama-3.1-8b", "h100-sxm", tokens=32768)
+    r = run("llama-3.1-8b", "h100-sxm", engine=V033, tokens=32768)
     assert r.weights_bytes == 16_060_522_496
     assert r.reserve_bytes == 1_313_341_440 + 143_129_785 + 408_662_949
     assert r.kv_budget_bytes == 78_225_740_923 - 16_060_522_496 - 1_865_134_174
@@ -221,6 +224,7 @@ def test_capacity_sweep_agrees_with_fit_point_by_point(engine):
 def test_custom_accelerator_on_the_command_line(capsys):
     """--gpu custom:48:1:300 → a 48 GiB device (51,539,607,552 B), 1 TB/s, 300 TFLOPS."""
     assert main(["fit", "--model", "llama-3.1-8b", "--gpu", "custom:48:1:300", "--tokens", "8192",
+                 "--engine-version", "0.33",
                  "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["gpu_capacity_bytes"] == 51_539_607_552

@@ -47,6 +47,8 @@ def raises_code(code: str, func, *args, **kwargs) -> KVPlanError:
 
 KV = ["kv", "--model", "llama-2-7b", "--tokens", "4096"]
 FIT = ["fit", "--model", "llama-2-7b", "--gpu", "h100-sxm", "--tokens", "4096"]
+#: ``FIT`` pinned to the release its numbers are derived for (a newer release changes none).
+FIT_033 = FIT + ["--engine-version", "0.33"]
 
 
 @pytest.mark.parametrize("argv", [KV, FIT, ["models"], ["gpus"], KV + ["--batch", "8"],
@@ -80,7 +82,7 @@ def test_fit_json_numbers():
     408,662,949 → 1,227,075,678 B; budget 63,521,834,013 B; a block = 16 × 524,288 = 8,388,608 B →
     7,572 blocks; a request 4,096 / 16 = 256 blocks → (7,572 − 1) // 256 = 29 requests,
     concurrency 7,572 / 256 = 29.578125, "GPU KV cache size" int(29.578125 × 4,096) = 121,152."""
-    _, out, _ = run_cli(FIT + ["--json"])
+    _, out, _ = run_cli(FIT_033 + ["--json"])
     payload = json.loads(out)
     assert (payload["memory_target_bytes"], payload["weights_bytes"], payload["kv_budget_bytes"]) == (
         78_225_740_923, 13_476_831_232, 63_521_834_013)
@@ -89,7 +91,7 @@ def test_fit_json_numbers():
     assert (payload["max_requests"], payload["max_concurrency"], payload["kv_pool_tokens"]) == (
         29, 29.578125, 121_152)
     assert payload["fits"] is True and payload["engine_release"] == "vLLM v0.33"
-    assert payload["release"] == "latest"
+    assert payload["release"] == "0.33"
     cap = payload["capacity"]
     assert (cap["bytes"], cap["source"], cap["status"], cap["marketed"], cap["nvidia_smi"]) == (
         85_027_979_264, "cuda_total", "measured", 80_000_000_000, 85_520_809_984)
@@ -101,14 +103,23 @@ def test_fit_json_numbers():
     assert all(t["formula"] and t["source"] for t in reserve["terms"])
 
 
+def test_fit_without_engine_version_is_the_newest_release():
+    """No ``--engine-version``: the release key is ``latest`` and the rules are the newest record's."""
+    from kvplan.engines import get_engine
+
+    _, out, _ = run_cli(FIT + ["--json"])
+    payload = json.loads(out)
+    assert (payload["release"], payload["engine_release"]) == ("latest", get_engine("vllm").release)
+
+
 def test_fit_reserve_overrides():
     """--reserve-term replaces one term (activation 2 GiB: 2,147,483,648 + 143,129,785 +
     408,662,949 = 2,699,276,382 B); --reserve-gib replaces the total; an unknown term is refused."""
-    _, out, _ = run_cli(FIT + ["--json", "--reserve-term", "activation_peak=2"])
+    _, out, _ = run_cli(FIT_033 + ["--json", "--reserve-term", "activation_peak=2"])
     payload = json.loads(out)
     assert payload["reserve_bytes"] == 2_699_276_382
     assert payload["reserve"]["terms"][0]["basis"] == "override"
-    _, out, _ = run_cli(FIT + ["--json", "--reserve-gib", "1"])
+    _, out, _ = run_cli(FIT_033 + ["--json", "--reserve-gib", "1"])
     assert json.loads(out)["reserve"] == {**json.loads(out)["reserve"], "total": 1 << 30,
                                           "total_overridden": True}
     code, _, err = run_cli(FIT + ["--reserve-term", "cuda_graphs=1", "--engine-version", "0.19"])
@@ -238,7 +249,8 @@ def reach(code: str, tmp_path) -> str:
                           "--engine", "hf"])
     if code == "unknown.release":
         msg = cli_error(FIT + ["--engine-version", "0.1"])
-        assert "latest, 0.32, 0.29, 0.27, 0.26, 0.25, 0.24, 0.20, 0.20.0, 0.19" in msg
+        assert "choose one of: latest, " in msg  # then every release, newest first
+        assert "0.33, 0.32, 0.29, 0.27, 0.26, 0.25, 0.24, 0.20, 0.20.0, 0.19" in msg
         return msg
     if code == "engine.unserved":  # TensorRT-LLM's PyTorch backend has no Gemma 2 model class
         msg = cli_error(["fit", "--model", "gemma-2-9b", "--gpu", "h100-sxm", "--tokens", "10",

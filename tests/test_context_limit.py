@@ -27,7 +27,7 @@ from kvplan.engines import get_engine
 from kvplan.plan import make_plan
 from kvplan.presets import get_gpu, load_model, model_presets
 
-ENGINES = ("hf", "vllm", "vllm@0.19", "sglang", "trtllm")
+ENGINES = ("hf", "vllm@0.33", "vllm@0.19", "sglang", "trtllm@main")
 
 
 def _qwen(**update: object) -> dict:
@@ -86,7 +86,7 @@ def test_gemma3_linear_rope_is_never_scaled():
 def test_yarn_limit_depends_on_the_vllm_release():
     """gpt-oss: YaRN ×32 over 4,096 = 131,072 either way, but the derivation differs by release."""
     arch = load_model("gpt-oss-120b")
-    assert get_engine("vllm").context_limit(arch).rule == (
+    assert get_engine("vllm@0.33").context_limit(arch).rule == (
         "max_position_embeddings 131,072; vLLM v0.33 _get_and_verify_max_len")
     assert get_engine("vllm@0.19").context_limit(arch).rule == (
         "original_max_position_embeddings 4,096 × RoPE factor 32; vLLM v0.14–v0.19 "
@@ -98,7 +98,7 @@ def test_fit_refuses_beyond_the_release_limit():
     v0.33 derives 32,768 and refuses, naming the derivation and the override."""
     arch = parse_config(CASES["yarn x4"][0])
     old = fit(make_plan(arch, get_gpu("h100-sxm"), FitQuery(tokens=65536, engine="vllm@0.19")))
-    new = fit(make_plan(arch, get_gpu("h100-sxm"), FitQuery(tokens=65536, engine="vllm")))
+    new = fit(make_plan(arch, get_gpu("h100-sxm"), FitQuery(tokens=65536, engine="vllm@0.33")))
     assert (old.context_limit, new.context_limit, new.fits) == (131072, 32768, False)
     assert old.fits is True
     assert new.reason.startswith("65,536 tokens exceed the model's context limit of 32,768 "
@@ -127,7 +127,7 @@ def test_length_keys_and_rope_travel_in_the_link():
     assert (limit.tokens, limit.rule) == (
         131072, "original_max_position_embeddings 32,768 × RoPE factor 4; vLLM v0.14–v0.19 "
                 "_get_and_verify_max_len")
-    assert get_engine("vllm").context_limit(custom_arch(back)).tokens == 16384
+    assert get_engine("vllm@0.33").context_limit(custom_arch(back)).tokens == 16384
 
 
 TRUTH = json.loads((Path(__file__).parent / "fixtures" / "vllm_truth" / "context_limits.json").read_text())
@@ -157,7 +157,7 @@ def test_the_vllm_truth_covers_every_preset_and_case():
 def test_context_limit_equals_vllm_033(name):
     """kvplan's ``Vllm.context_limit`` equals what vLLM 0.33.0's ``_get_and_verify_max_len`` derives
     (None: no length key, any ``--max-model-len`` is taken)."""
-    limit = get_engine("vllm").context_limit(parse_config(_truth_config(name)))
+    limit = get_engine("vllm@0.33").context_limit(parse_config(_truth_config(name)))
     assert (None if limit is None else limit.tokens) == TRUTH["cases"][name]["derived_max_model_len"]
 
 

@@ -56,7 +56,8 @@ def test_pip_install_gives_a_kvplan_command(tmp_path: Path) -> None:
     assert Path(where.stdout.strip()).is_relative_to(Path(purelib)), where.stdout
     assert Path(where.stdout.strip()).name == "_presets"
 
-    base = [str(kvplan), "fit", "--model", "llama-2-7b", "--gpu", "h200", "--check"]
+    base = [str(kvplan), "fit", "--model", "llama-2-7b", "--gpu", "h200", "--check",
+            "--engine-version", "0.33"]
     ok = subprocess.run(base + ["--tokens", "4096", "--json"], cwd=work, capture_output=True,
                         text=True, timeout=120)
     assert ok.returncode == 0, ok.stderr

@@ -15,7 +15,7 @@ from kvplan.presets import get_gpu, load_model
 
 #: Llama-3.1-70B, TP 8 on H100-SXM, 8,192 tokens under vLLM v0.33 (tests/test_cli.py derives the
 #: same figures term by term): every byte of one GPU.
-LLAMA70_TP8 = FitQuery(tokens=8192, users=32, num_gpus=8, tp=8, engine="vllm")
+LLAMA70_TP8 = FitQuery(tokens=8192, users=32, num_gpus=8, tp=8, engine="vllm@0.33")
 
 
 def _ledger(result_ledger: list[dict[str, object]]) -> dict[str, int]:
@@ -47,9 +47,10 @@ def test_ledger_of_llama_70b_tp8_on_h100_adds_up_to_the_device_total() -> None:
 @pytest.mark.parametrize(("model", "gpu", "query"), [
     ("llama-3.1-8b", "l4", FitQuery(tokens=4096, engine="vllm@0.19")),
     ("gemma-3-27b", "h100-sxm", FitQuery(tokens=32768, engine="sglang")),
-    ("gpt-oss-120b", "h200", FitQuery(tokens=8192, engine="trtllm")),
-    ("deepseek-v3", "h200", FitQuery(tokens=4096, tp=8, num_gpus=8, engine="vllm")),
-    ("qwen3-30b-a3b", "a100-80gb-sxm", FitQuery(tokens=2048, tp=2, pp=2, engine="vllm", reserve_gib=3.0)),
+    ("gpt-oss-120b", "h200", FitQuery(tokens=8192, engine="trtllm@main")),
+    ("deepseek-v3", "h200", FitQuery(tokens=4096, tp=8, num_gpus=8, engine="vllm@0.33")),
+    ("qwen3-30b-a3b", "a100-80gb-sxm", FitQuery(tokens=2048, tp=2, pp=2, engine="vllm@0.33",
+                                                   reserve_gib=3.0)),
     ("llama-3.1-8b", "h100-sxm", FitQuery(tokens=4096, engine="hf")),
 ])
 def test_every_ledger_adds_up_and_names_its_sources(model: str, gpu: str, query: FitQuery) -> None:
@@ -91,6 +92,7 @@ def test_the_engine_is_looked_up_once_per_question(monkeypatch: pytest.MonkeyPat
 
 def test_fit_json_carries_the_ledger(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["fit", "--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--num-gpus", "8", "--tp", "8",
+                 "--engine-version", "0.33",
                  "--tokens", "8192", "--users", "32", "--json"]) == 0
     ledger = _ledger(json.loads(capsys.readouterr().out)["ledger"])
     assert ledger["KV cache pool"] == 58_149_437_440 and ledger["unallocated"] == 407_471

@@ -18,8 +18,11 @@ from kvplan.presets import get_gpu, gpus, load_model
 from kvplan.recommend import RecommendQuery, calibrate_efficiency, decode_time, prefill_time, recommend
 from kvplan.serving import LengthDist, parse_lengths_csv
 
+#: The release these numbers are derived for (an explicit key: a newer release changes none).
+V033 = "vllm@0.33"
+
 LLAMA8 = load_model("llama-3.1-8b")
-LLAMA8_PLAN = make_plan(LLAMA8, None, FitQuery())
+LLAMA8_PLAN = make_plan(LLAMA8, None, FitQuery(engine=V033))
 LOOSE = {"ttft_ms": 100_000.0, "tpot_ms": 1000.0, "tp": (1,), "pp": (1,), "kv_dtypes": ("bf16",)}
 
 
@@ -44,8 +47,8 @@ def test_memory_decides() -> None:
     2,097,152 B → 3,227 blocks; a 1,280-token request takes 80 blocks → (3,227 − 1 null) // 80 = 40
     requests. Both meet the loose targets.
     """
-    rec = recommend(LLAMA8_PLAN, RecommendQuery(users=1, gpus=("custom:16:1:100", "custom:24:1:100"),
-                                                **LOOSE))
+    rec = recommend(make_plan(LLAMA8, None, FitQuery(engine=V033)),
+                    RecommendQuery(users=1, gpus=("custom:16:1:100", "custom:24:1:100"), **LOOSE))
     small, large = row(rec, gpu="custom:16:1:100"), row(rec, gpu="custom:24:1:100")
     assert small["fails"] == "memory" and not small["feasible"]
     assert large["weights_per_gpu_bytes"] == 16_060_522_496
@@ -108,11 +111,12 @@ def test_expert_parallel_changes_the_answer() -> None:
     arch = load_model("deepseek-v2-lite")
     query = RecommendQuery(users=1000, gpus=("custom:40:2:400",), max_gpus=2,
                            **{**LOOSE, "tp": (2,), "expert_parallel": False})
-    tp_only = recommend(make_plan(arch, None, FitQuery()), query)
+    tp_only = recommend(make_plan(arch, None, FitQuery(engine=V033)), query)
     tp2 = row(tp_only, tp=2)
     assert (tp2["weights_per_gpu_bytes"], tp2["kv_budget_bytes"]) == (15_741_869_056, 22_387_866_216)
     assert (tp2["max_requests"], tp2["replicas"], tp2["total_gpus"]) == (562, 2, 4)
-    both = recommend(make_plan(arch, None, FitQuery()), query.model_copy(update={"expert_parallel": True}))
+    both = recommend(make_plan(arch, None, FitQuery(engine=V033)),
+                     query.model_copy(update={"expert_parallel": True}))
     ep2 = row(both, ep=2)
     assert (ep2["weights_per_gpu_bytes"], ep2["kv_budget_bytes"]) == (17_018_117_120, 21_681_645_270)
     assert (ep2["max_requests"], ep2["replicas"], ep2["total_gpus"]) == (1088, 1, 2)
@@ -174,8 +178,7 @@ def test_too_many_candidates_and_malformed_csv(monkeypatch: pytest.MonkeyPatch) 
     with pytest.raises(KVPlanError, match="row 2"):
         parse_lengths_csv("prompt,output\n12,x\n")
     with pytest.raises(KVPlanError, match="no output tokens"):
-        recommend(LLAMA8_PLAN, RecommendQuery(**LOOSE),
-                  parse_lengths_csv("5,0\n7,0\n"))
+        recommend(LLAMA8_PLAN, RecommendQuery(**LOOSE), parse_lengths_csv("5,0\n7,0\n"))
 
 
 def test_search_time_is_bounded_for_extreme_inputs() -> None:
@@ -188,13 +191,13 @@ def test_search_time_is_bounded_for_extreme_inputs() -> None:
     assert len(rec.table) > 0 and rec.message is not None
 
 
-@pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm", "hf"])
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm", "trtllm@1.1", "hf"])
 @pytest.mark.parametrize("model_id", ["llama-3.1-70b", "gemma-3-27b", "deepseek-v2-lite",
                                       "qwen3-next-80b-a3b"])
 def test_memory_figures_equal_capacity_fit(engine: str, model_id: str) -> None:
     """Every non-EP candidate's weights, KV budget, KV per request and max requests are ``fit``'s
     (TensorRT-LLM's PyTorch backend has no DeepSeek-V2 class: that pair is refused, not sized)."""
-    if (engine, model_id) == ("trtllm", "deepseek-v2-lite"):
+    if (engine.partition("@")[0], model_id) == ("trtllm", "deepseek-v2-lite"):
         with pytest.raises(KVPlanError) as err:
             fit(make_plan(load_model(model_id), gpus()["h100-sxm"], FitQuery(engine=engine)))
         assert err.value.code == "engine.unserved"
@@ -225,13 +228,13 @@ def test_memory_figures_equal_capacity_fit(engine: str, model_id: str) -> None:
 def test_cli_recommend_json_and_errors(capsys: pytest.CaptureFixture[str], tmp_path) -> None:
     code = main(["recommend", "--model", "llama-3.1-8b", "--users", "1", "--gpus",
                  "custom:16:1:100,custom:24:1:100", "--tp", "1", "--pp", "1", "--kv-dtypes", "bf16",
-                 "--ttft-ms", "100000", "--tpot-ms", "1000", "--json"])
+                 "--ttft-ms", "100000", "--tpot-ms", "1000", "--json", "--engine-version", "0.33"])
     out = json.loads(capsys.readouterr().out)
     assert code == 0 and out["kind"] == "bounds" and out["feasible"] == 1
     first = out["table"][0]
     assert (first["gpu"], first["max_requests"], first["kv_budget_bytes"]) == ("custom:24:1:100", 40,
                                                                                6_767_568_884)
-    assert first["link"] == "?v=1&kd=bf16&g=custom&gm=24.0&gb=1.0&gf=100.0&t=1280&u=1"
+    assert first["link"] == "?v=1&ev=0.33&kd=bf16&g=custom&gm=24.0&gb=1.0&gf=100.0&t=1280&u=1"
     assert out["failures"] == {"memory": 1, "TTFT": 0, "TPOT": 0, "GPU limit": 0}
     bad = tmp_path / "lengths.csv"
     bad.write_text("prompt,output\n10,ten\n")

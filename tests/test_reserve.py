@@ -67,9 +67,9 @@ def test_vllm_terms_per_release():
     activation peak — FlashInfer 1,024 × 128,256 × 10 B = 1,313,341,440 (v0.33, v0.10–v0.11.0),
     the PyTorch sort 1,024 × 128,256 × 39 B = 5,122,031,616 (v0.11.1–v0.19: FlashInfer opt-in);
     CUDA graphs 51 sizes × 8,012,999 B counted only in v0.33, 67 sizes (stride 8) in v0.10–v0.11.0."""
-    latest, v019, v011 = _terms("vllm"), _terms("vllm@0.19"), _terms("vllm@0.11")
+    v033, v019, v011 = _terms("vllm@0.33"), _terms("vllm@0.19"), _terms("vllm@0.11")
     assert _terms("vllm@0.13") == v019
-    assert latest == {"activation_peak": (1_313_341_440, True), "non_torch": (143_129_785, True),
+    assert v033 == {"activation_peak": (1_313_341_440, True), "non_torch": (143_129_785, True),
                       "cuda_graphs": (408_662_949, True)}
     assert v019["activation_peak"] == (5_122_031_616, True)
     assert v019["cuda_graphs"] == (408_662_949, False)
@@ -93,17 +93,17 @@ def test_v0_profiles_max_model_len_tokens_and_256_sequences():
 def test_enforce_eager_max_num_seqs_and_sampler_switch():
     """enforce_eager: no graphs. max_num_seqs 8: sampler 8 rows, so the forward (838,860,800 B)
     is the peak, graphs [1, 2, 4, 8, 16] = 5 sizes. --flashinfer-sampler 0 on v0.33: the sort."""
-    assert _terms("vllm", enforce_eager=True)["cuda_graphs"] == (0, True)
-    few = _terms("vllm", max_num_seqs=8)
+    assert _terms("vllm@0.33", enforce_eager=True)["cuda_graphs"] == (0, True)
+    few = _terms("vllm@0.33", max_num_seqs=8)
     assert few["activation_peak"] == (838_860_800, True)
     assert few["cuda_graphs"] == (5 * 8_012_999, True)
-    assert _terms("vllm", flashinfer_sampler=False)["activation_peak"][0] == 5_122_031_616
+    assert _terms("vllm@0.33", flashinfer_sampler=False)["activation_peak"][0] == 5_122_031_616
 
 
 def test_tp_adds_the_nccl_step_and_graph_buffers():
     """TP > 1: non-torch 143,129,785 + 447,428,218; graphs 51 × (8,012,999 + 2,403,900)."""
     arch = load_model("llama-3.1-70b")
-    terms = _terms("vllm", arch=arch, tp=4)
+    terms = _terms("vllm@0.33", arch=arch, tp=4)
     assert terms["non_torch"] == (590_558_003, True)
     assert terms["cuda_graphs"] == (51 * 10_416_899, True)
 
@@ -121,11 +121,11 @@ def test_sglang_shows_reserved_mem_terms_and_subtracts_only_what_was_held_before
 
 
 def test_trtllm_reserve_is_the_profiling_forward():
-    assert _terms("trtllm") == {"activation_peak": (838_860_800, True)}
+    assert _terms("trtllm@main") == {"activation_peak": (838_860_800, True)}
 
 
 def test_overrides_replace_a_term_or_the_total():
-    q = FitQuery(tokens=4096, reserve_terms={"non_torch": 1.0})
+    q = FitQuery(engine="vllm@0.33", tokens=4096, reserve_terms={"non_torch": 1.0})
     budget = memory_budget(make_plan(LLAMA8, H100, q))
     assert budget.reserve == 1_313_341_440 + GIB + 408_662_949
     assert memory_budget(make_plan(LLAMA8, H100,

@@ -51,7 +51,7 @@ def kvplan_fit(case: dict):
     arch = load_model(case["model"])
     memory, kvc = case["memory"], case["kv_cache_config"]
     tp, pp = case["tp"], case["pp"]
-    query = {"engine": "trtllm", "tokens": 4096, "kv_dtype": KV_DTYPES[case["kv_cache_dtype"]],
+    query = {"engine": "trtllm@main", "tokens": 4096, "kv_dtype": KV_DTYPES[case["kv_cache_dtype"]],
              "tp": tp, "pp": pp, "num_gpus": tp * pp,
              "gpu_util": kvc["free_gpu_memory_fraction"],
              "block_size": None if kvc["tokens_per_block"] == 32 else kvc["tokens_per_block"],

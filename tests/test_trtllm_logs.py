@@ -91,7 +91,7 @@ def gpu_of(doc: dict):
 def engine_of(doc: dict) -> str:
     """The modelled release the log ran: up to 1.1 (blocks rounded up) or main."""
     major, minor = (int(x) for x in re.findall(r"\d+", doc["trtllm_version"])[:2])
-    return "trtllm@1.1" if (major, minor) <= (1, 1) else "trtllm"
+    return "trtllm@1.1" if (major, minor) <= (1, 1) else "trtllm@main"
 
 
 def query(doc: dict, **extra) -> FitQuery:
@@ -204,7 +204,7 @@ def test_a2_hand_values():
     assert engine_of(DOCS["04"]) == "trtllm@1.1"
     assert _blocks(DOCS["04"], 8 * GIB, max_tokens=86711) == 2710
     asked = query(DOCS["04"], kv_cache_memory_bytes=8 * GIB, max_tokens=86711).model_copy(
-        update={"engine": "trtllm"})
+        update={"engine": "trtllm@main"})
     on_main = fit(make_plan(arch_of(DOCS["04"]), gpu_of(DOCS["04"]), asked), search_gpus=False)
     assert on_main.num_blocks == 2709
 

@@ -8,6 +8,7 @@ import pytest
 
 from kvplan.capacity import FitQuery, fit
 from kvplan.engines import EngineSettings, engine_view, get_engine, release_choices
+from kvplan.engines.vllm import VLLM_RELEASES
 from kvplan.errors import KVPlanError
 from kvplan.plan import make_plan
 from kvplan.presets import get_gpu, load_model
@@ -17,14 +18,20 @@ H100 = get_gpu("h100-sxm")  # CUDA total 81,089 MiB = 85,027,979,264 B (cuda_tot
 
 
 def test_every_release_is_named_and_reachable():
-    assert release_choices("vllm") == ["latest", "0.32", "0.29", "0.27", "0.26", "0.25", "0.24", "0.20",
-                                       "0.20.0", "0.19", "0.13", "0.11", "0.9", "0.8", "0.6"]
-    assert [get_engine(f"vllm@{r}").release for r in release_choices("vllm")[1:]] == [
-        "vLLM v0.30–v0.32", "vLLM v0.28–v0.29", "vLLM v0.27", "vLLM v0.26", "vLLM v0.25",
+    """``latest`` is an alias of the newest record (bare id ``vllm``); every release, the newest
+    included, is reachable by its key, newest first (a newer release adds its key before 0.33)."""
+    choices = release_choices("vllm")
+    modelled = ["0.33", "0.32", "0.29", "0.27", "0.26", "0.25", "0.24", "0.20", "0.20.0", "0.19",
+                "0.13", "0.11", "0.9", "0.8", "0.6"]
+    assert choices[0] == "latest" and choices[-len(modelled):] == modelled
+    assert [get_engine(f"vllm@{r}").release for r in modelled] == [
+        "vLLM v0.33", "vLLM v0.30–v0.32", "vLLM v0.28–v0.29", "vLLM v0.27", "vLLM v0.26", "vLLM v0.25",
         "vLLM v0.21–v0.24", "vLLM v0.20.1–v0.20.2", "vLLM v0.20.0",
         "vLLM v0.14–v0.19", "vLLM v0.11.1–v0.13", "vLLM v0.10–v0.11.0", "vLLM v0.9", "vLLM v0.8",
         "vLLM v0.6 (V0)"]
-    assert get_engine("vllm").release == "vLLM v0.33"
+    newest = get_engine("vllm")
+    assert newest is get_engine(f"vllm@{choices[1]}") and newest.id == "vllm"
+    assert newest.record is VLLM_RELEASES[-1]
     with pytest.raises(KVPlanError) as err:
         get_engine("vllm@0.1")
     assert err.value.code == "unknown.release"
@@ -32,7 +39,7 @@ def test_every_release_is_named_and_reachable():
 
 @pytest.mark.parametrize(("release", "target"), [
     # the budget starts from CUDA's total (81,089 MiB × 2^20 = 85,027,979,264 B), not nvidia-smi's
-    ("latest", 78_225_740_923),   # ceil(85,027,979,264 × 0.92) = ceil(78,225,740,922.88) (0.92 from
+    ("0.33", 78_225_740_923),   # ceil(85,027,979,264 × 0.92) = ceil(78,225,740,922.88) (0.92 from
                                   # v0.20.0, ceil from v0.14.1)
     ("0.32", 78_225_740_923),     # 0.32.0 config/cache.py:102 gpu_memory_utilization 0.92,
                                   # v1/worker/utils.py:724 request_memory math.ceil
@@ -49,13 +56,13 @@ def test_every_release_is_named_and_reachable():
     ("0.6", 76_525_181_337),
 ])
 def test_memory_target_per_release(release, target):
-    engine = "vllm" if release == "latest" else f"vllm@{release}"
+    engine = f"vllm@{release}"
     result = fit(make_plan(load_model("llama-3.1-8b"), H100, FitQuery(tokens=4096, engine=engine)))
     assert result.memory_target_bytes == target
 
 
 @pytest.mark.parametrize(("release", "kinds"), [
-    ("latest", {"chunked", "full"}),   # v0.14+: VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1
+    ("0.33", {"chunked", "full"}),   # v0.14+: VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1
     ("0.25", {"chunked", "full"}),     # v0.20.0–v0.25.1 envs.py: still "1"
     ("0.20.0", {"chunked", "full"}),
     ("0.19", {"chunked", "full"}),
@@ -65,7 +72,7 @@ def test_memory_target_per_release(release, target):
     ("0.8", {"full"}),
 ])
 def test_llama4_chunked_layers_per_release(release, kinds):
-    engine = "vllm" if release == "latest" else f"vllm@{release}"
+    engine = f"vllm@{release}"
     view = engine_view(load_model("llama-4-scout"), engine)
     assert {rule.kind for rule in view.rules} == kinds
 
@@ -78,7 +85,7 @@ def test_sliding_reservation_before_026_counts_max_num_batched_tokens_only():
     settings = EngineSettings(max_num_batched_tokens=8192)
     arch = load_model("gemma-3-27b")
     old = next(r for r in engine_view(arch, "vllm@0.19", settings=settings).rules if r.kind == "sliding")
-    new = next(r for r in engine_view(arch, "vllm", settings=settings).rules if r.kind == "sliding")
+    new = next(r for r in engine_view(arch, "vllm@0.33", settings=settings).rules if r.kind == "sliding")
     t = np.asarray([32768])
     assert (int(old.reserved_blocks(t)[0]), int(new.reserved_blocks(t)[0])) == (577, 1089)
 
@@ -97,7 +104,7 @@ def test_logged_kv_cache_size_per_release():
              "settings": EngineSettings(max_num_batched_tokens=8192)}
     v019 = fit(make_plan(arch, H100, FitQuery(engine="vllm@0.19", **query)))
     v08 = fit(make_plan(arch, H100, FitQuery(engine="vllm@0.8", **query)))
-    v033 = fit(make_plan(arch, H100, FitQuery(engine="vllm", **query)))
+    v033 = fit(make_plan(arch, H100, FitQuery(engine="vllm@0.33", **query)))
     assert (v019.num_blocks, v019.kv_pool_tokens) == (54_613, 436_896)
     assert (v08.num_blocks, v08.bytes_per_block, v08.kv_pool_tokens) == (27_306, 786_432, 436_896)
     assert v08.max_concurrency == 436_896 / 131_072
@@ -111,7 +118,7 @@ def test_v0_has_no_null_block_and_ignores_windows():
     Mistral-7B v0.1's sliding layers reserve the full length in V0."""
     query = {"tokens": 32768, "kv_cache_memory_bytes": 20 * GIB}
     v0 = fit(make_plan(load_model("llama-3.1-8b"), H100, FitQuery(engine="vllm@0.6", **query)))
-    v1 = fit(make_plan(load_model("llama-3.1-8b"), H100, FitQuery(engine="vllm", **query)))
+    v1 = fit(make_plan(load_model("llama-3.1-8b"), H100, FitQuery(engine="vllm@0.33", **query)))
     assert (v0.num_blocks, v0.max_concurrency, v0.max_requests) == (10_240, 5.0, 5)
     assert (v1.num_blocks, v1.max_requests) == (10_240, 4)
     (rule,) = engine_view(load_model("mistral-7b-v0.1"), "vllm@0.6").rules
@@ -121,7 +128,7 @@ def test_v0_has_no_null_block_and_ignores_windows():
     assert err.value.code == "engine.unserved"
 
 
-@pytest.mark.parametrize(("release", "mnbt"), [("latest", 16384), ("0.32", 16384), ("0.29", 16384),
+@pytest.mark.parametrize(("release", "mnbt"), [("0.33", 16384), ("0.32", 16384), ("0.29", 16384),
                                                ("0.27", 8192), ("0.26", 8192), ("0.25", 8192),
                                                ("0.20.0", 8192), ("0.19", 8192), ("0.8", 8192)])
 def test_default_max_num_batched_tokens_per_release(release, mnbt):
@@ -129,7 +136,7 @@ def test_default_max_num_batched_tokens_per_release(release, mnbt):
     ``engine/arg_utils.py:2553``, the tier at ``:2582``; 0.29.0 ``:2669``, 0.32.0 ``:2894``); 8,192 on
     v0.9–v0.27 (≥ 70 GiB, not an A100; 0.25.1, 0.26.0 ``:2431`` and 0.27.1 ``:2515`` have no 160 GiB
     tier) and on v0.8 (every ≥ 70 GiB device)."""
-    engine = "vllm" if release == "latest" else f"vllm@{release}"
+    engine = f"vllm@{release}"
     settings = make_plan(load_model("llama-3.1-8b"), get_gpu("b200"), FitQuery(engine=engine)).settings
     assert settings.max_num_batched_tokens == mnbt
 
@@ -153,12 +160,12 @@ def test_sliding_in_flight_tokens_v020_to_v025_are_max_num_batched_tokens_at_asy
     arch = load_model("gpt-oss-20b")
     t = np.asarray([131072])
     blocks = {}
-    for engine in ("vllm", "vllm@0.25", "vllm@0.24", "vllm@0.20", "vllm@0.20.0"):
+    for engine in ("vllm@0.33", "vllm@0.25", "vllm@0.24", "vllm@0.20", "vllm@0.20.0"):
         settings = get_engine(engine).resolve_settings(EngineSettings(), 131072, H100, arch)
         assert (settings.max_num_batched_tokens, settings.async_scheduling) == (8192, True)
         rule = next(r for r in engine_view(arch, engine, settings=settings).rules if r.kind == "sliding")
         blocks[engine] = int(rule.reserved_blocks(t)[0])
-    assert blocks == {"vllm": 1033, "vllm@0.25": 521, "vllm@0.24": 521, "vllm@0.20": 521,
+    assert blocks == {"vllm@0.33": 1033, "vllm@0.25": 521, "vllm@0.24": 521, "vllm@0.20": 521,
                       "vllm@0.20.0": 521}
 
 
@@ -201,7 +208,7 @@ def test_no_blackwell_capture_cap_before_v028():
     83 sizes; × ``GRAPH_BYTES_PER_SIZE`` (8,012,999 B)."""
     b200 = get_gpu("b200")
     assert _reserve("vllm@0.25", b200)["cuda_graphs"] == (51 * 8_012_999, True) == (408_662_949, True)
-    assert _reserve("vllm", b200)["cuda_graphs"] == (83 * 8_012_999, True)
+    assert _reserve("vllm@0.33", b200)["cuda_graphs"] == (83 * 8_012_999, True)
 
 
 def test_yarn_context_limit_is_scaled_before_v030():
@@ -219,7 +226,7 @@ def test_yarn_context_limit_is_scaled_before_v030():
         assert (limit.tokens, limit.rule) == (
             131072, "original_max_position_embeddings 32,768 × RoPE factor 4; "
                     f"{get_engine(f'vllm@{release}').release} _get_and_verify_max_len")
-    assert get_engine("vllm").context_limit(arch).tokens == 32768
+    assert get_engine("vllm@0.33").context_limit(arch).tokens == 32768
 
 
 def test_mxfp4_scales_of_gpt_oss_on_h100_are_freed_from_v025():
@@ -237,15 +244,15 @@ def test_mxfp4_scales_of_gpt_oss_on_h100_are_freed_from_v025():
 
     assert weights("vllm@0.24") - weights("vllm@0.25") == 36 * 128 * (5760 + 2880) * 2880 // 32
     assert weights("vllm@0.24") == weights("vllm@0.20") == weights("vllm@0.19") == 69_044_333_184
-    assert weights("vllm@0.25") == weights("vllm") == 65_461_152_384
+    assert weights("vllm@0.25") == weights("vllm@0.33") == 65_461_152_384
     b200 = get_gpu("b200")
-    assert [get_engine(e).mxfp4_moe_repack(b200).inter for e in ("vllm", "vllm@0.25", "vllm@0.20.0")] \
+    assert [get_engine(e).mxfp4_moe_repack(b200).inter for e in ("vllm@0.33", "vllm@0.25", "vllm@0.20.0")] \
         == [128, 256, 256]
 
 
 # ---------------------------------------------------------------------------- v0.26–v0.32
 
-NEW = ("vllm", "vllm@0.32", "vllm@0.29", "vllm@0.27", "vllm@0.26", "vllm@0.25")
+NEW = ("vllm@0.33", "vllm@0.32", "vllm@0.29", "vllm@0.27", "vllm@0.26", "vllm@0.25")
 
 
 def test_sliding_in_flight_tokens_from_v026_are_two_batches_at_async_scheduling():
@@ -285,7 +292,7 @@ def test_yarn_context_limit_from_v026_to_v032():
     arch = parse_config(config)
     got = {e: get_engine(e).context_limit(arch) for e in NEW}
     assert {e: limit.tokens for e, limit in got.items()} == {
-        "vllm": 32768, "vllm@0.32": 32768, "vllm@0.29": 131072, "vllm@0.27": 131072,
+        "vllm@0.33": 32768, "vllm@0.32": 32768, "vllm@0.29": 131072, "vllm@0.27": 131072,
         "vllm@0.26": 131072, "vllm@0.25": 131072}
     assert got["vllm@0.29"].rule == ("original_max_position_embeddings 32,768 × RoPE factor 4; "
                                      "vLLM v0.28–v0.29 _get_and_verify_max_len")
@@ -300,11 +307,11 @@ def test_blackwell_capture_cap_from_v028():
     (``GRAPH_BYTES_PER_SIZE``)."""
     b200 = get_gpu("b200")
     got = {e: _reserve(e, b200)["cuda_graphs"] for e in NEW}
-    assert got == {"vllm": (665_078_917, True), "vllm@0.32": (665_078_917, True),
+    assert got == {"vllm@0.33": (665_078_917, True), "vllm@0.32": (665_078_917, True),
                    "vllm@0.29": (665_078_917, True), "vllm@0.27": (408_662_949, True),
                    "vllm@0.26": (408_662_949, True), "vllm@0.25": (408_662_949, True)}
     assert 83 * 8_012_999 == 665_078_917 and 51 * 8_012_999 == 408_662_949
-    assert _reserve("vllm@0.27")["cuda_graphs"] == _reserve("vllm")["cuda_graphs"]  # H100: 512 on both
+    assert _reserve("vllm@0.27")["cuda_graphs"] == _reserve("vllm@0.33")["cuda_graphs"]  # H100: 512 on both
 
 
 def test_mxfp4_trtllm_intermediate_is_128_from_v027():
@@ -325,7 +332,7 @@ def test_mxfp4_trtllm_intermediate_is_128_from_v027():
         return rules.mxfp4_experts.inter, max(weights_per_gpu(arch, None, 1, rules=rules).stage_bytes)
 
     assert {e: weights(e) for e in NEW} == {
-        "vllm": (128, 70_839_167_616), "vllm@0.32": (128, 70_839_167_616),
+        "vllm@0.33": (128, 70_839_167_616), "vllm@0.32": (128, 70_839_167_616),
         "vllm@0.29": (128, 70_839_167_616), "vllm@0.27": (128, 70_839_167_616),
         "vllm@0.26": (256, 73_731_664_512), "vllm@0.25": (256, 73_731_664_512)}
     assert 73_731_664_512 - 70_839_167_616 == 36 * 128 * (2 * 128 * (1536 + 96 + 4) + 3072 * 128 * 17 // 32)
@@ -342,7 +349,7 @@ def test_gb10_stays_on_the_small_batch_tier_from_v033_only():
     gb10 = custom_gpu(119.70).model_copy(update={"compute_capability": "12.1", "device_name": "NVIDIA GB10"})
     sm120 = custom_gpu(95.0).model_copy(update={"compute_capability": "12.0"})
     got = {e: (get_engine(e).default_mnbt(gb10), get_engine(e).default_max_num_seqs(gb10))
-           for e in ("vllm", "vllm@0.32", "vllm@0.29", "vllm@0.27")}
-    assert got == {"vllm": (2048, 256), "vllm@0.32": (8192, 1024), "vllm@0.29": (8192, 1024),
+           for e in ("vllm@0.33", "vllm@0.32", "vllm@0.29", "vllm@0.27")}
+    assert got == {"vllm@0.33": (2048, 256), "vllm@0.32": (8192, 1024), "vllm@0.29": (8192, 1024),
                    "vllm@0.27": (8192, 1024)}
-    assert get_engine("vllm").default_mnbt(sm120) == 8192
+    assert get_engine("vllm@0.33").default_mnbt(sm120) == 8192

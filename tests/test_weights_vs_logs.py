@@ -177,18 +177,18 @@ def test_release_and_gpu_pick_the_mxfp4_backend():
     get Marlin, B200 FlashInfer; releases before gpt-oss support and AMD GPUs keep stored shapes."""
     h100, a100, b200 = get_gpu("h100-sxm"), get_gpu("a100-80gb-sxm"), get_gpu("b200")
     assert get_engine("vllm@0.19").mxfp4_moe_repack(h100).keeps_scales
-    assert not get_engine("vllm").mxfp4_moe_repack(h100).keeps_scales
+    assert not get_engine("vllm@0.33").mxfp4_moe_repack(h100).keeps_scales
     assert get_engine("vllm@0.11").mxfp4_moe_repack(h100).backend == "Marlin"
     assert get_engine("vllm@0.13").mxfp4_moe_repack(h100) == get_engine("vllm@0.19").mxfp4_moe_repack(h100)
     assert get_engine("vllm@0.13").mxfp4_moe_repack(h100).backend == "Triton"
-    assert get_engine("vllm").mxfp4_moe_repack(a100).backend == "Marlin"
-    assert get_engine("vllm").mxfp4_moe_repack(get_gpu("rtx-5090")).backend == "Marlin"
-    assert get_engine("vllm").mxfp4_moe_repack(b200).inter == 128
+    assert get_engine("vllm@0.33").mxfp4_moe_repack(a100).backend == "Marlin"
+    assert get_engine("vllm@0.33").mxfp4_moe_repack(get_gpu("rtx-5090")).backend == "Marlin"
+    assert get_engine("vllm@0.33").mxfp4_moe_repack(b200).inter == 128
     assert get_engine("vllm@0.19").mxfp4_moe_repack(b200).inter == 256
     assert get_engine("vllm@0.9").mxfp4_moe_repack(h100) is None
-    assert get_engine("vllm").mxfp4_moe_repack(get_gpu("mi300x")) is None
+    assert get_engine("vllm@0.33").mxfp4_moe_repack(get_gpu("mi300x")) is None
     assert get_engine("sglang").mxfp4_moe_repack(h100) is None
     # a bf16 checkpoint is not touched by the MXFP4 layout
     arch = load_model("llama-3.1-8b")
-    assert weights_per_gpu(arch, None, 1, rules=get_engine("vllm").loading_rules(a100)) \
+    assert weights_per_gpu(arch, None, 1, rules=get_engine("vllm@0.33").loading_rules(a100)) \
         .stage_bytes == weights_per_gpu(arch).stage_bytes

@@ -1,10 +1,12 @@
-"""Serving engines, one class per engine release, found through one registry.
+"""Serving engines, one class per engine plus a table of release records, found through one
+registry.
 
 ``get_engine(id)`` gives the engine object; every engine-specific rule (storage per cache kind,
-settings and their labels, memory target, pool, default reserve, release) lives in its class:
-``hf.py`` (transformers ``DynamicCache``/``StaticCache``), ``vllm.py``, ``sglang.py``,
-``trtllm.py``. Cache kinds are in ``kinds.py``, settings in ``settings.py``. Code outside this
-package asks the engine object and never compares engine names.
+settings and their labels, memory target, pool, default reserve) lives in its class, and what
+differs between releases in its frozen release records (``Engine.releases``, oldest first):
+``hf/`` (transformers ``DynamicCache``/``StaticCache``), ``vllm/`` (records in
+``vllm/releases.py``), ``sglang/``, ``trtllm/``. Cache kinds are in ``kinds.py``, settings in
+``settings.py``. Code outside this package asks the engine object and never compares engine names.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from kvplan.engines.base import (
     Engine,
     EngineView,
     KVPool,
+    Release,
     kv_heads_per_rank,
     layer_kind,
     pp_partition,
@@ -33,20 +36,28 @@ from kvplan.engines.kinds import (
 )
 from kvplan.engines.settings import SETTINGS, EngineSettings, Setting
 from kvplan.engines.sglang import SGLang
-from kvplan.engines.trtllm import TrtLlm, TrtLlmV11
-from kvplan.engines.vllm import VLLM_RELEASES, Vllm, default_max_num_batched_tokens
+from kvplan.engines.trtllm import TrtLlm
+from kvplan.engines.vllm import Vllm, default_max_num_batched_tokens
 from kvplan.errors import KVPlanError
 
+#: The engine classes, in the order the UI lists them; each holds its table of release records.
+ENGINE_CLASSES: tuple[type[Engine], ...] = (HFDynamic, HFLegacy, HFStatic, Vllm, SGLang, TrtLlm)
+
+
+def _release_engines(cls: type[Engine]) -> dict[str, Engine]:
+    """``latest`` (the newest record) then every record by its key, newest first: one engine
+    object per record."""
+    engines = [cls(record) for record in reversed(cls.releases)]
+    return {"latest": engines[0], **{engine.record.key: engine for engine in engines}}
+
+
+#: Every modelled release: engine id → {release key → engine object}, ``latest`` first, then newest
+#: to oldest. An engine spelled ``id@release`` (``vllm@0.19``, ``vllm@0.33``) is that release; a
+#: bare id is ``latest``, an alias of the newest record's engine (whose ``id`` is the bare id).
+RELEASES: dict[str, dict[str, Engine]] = {cls.engine_id: _release_engines(cls) for cls in ENGINE_CLASSES}
 #: The registry: engine id → the newest modelled release's engine object, in the order the UI
 #: lists them.
-REGISTRY: dict[str, Engine] = {engine.id: engine for engine in (
-    HFDynamic(), HFLegacy(), HFStatic(), Vllm(), SGLang(), TrtLlm())}
-#: Every modelled release: engine id → {release key → engine object}, newest first. An engine
-#: spelled ``id@release`` (``vllm@0.19``) is that release; a bare id is the newest.
-RELEASES: dict[str, dict[str, Engine]] = {engine_id: {"latest": engine}
-                                          for engine_id, engine in REGISTRY.items()}
-RELEASES["vllm"].update({cls.id.partition("@")[2]: cls() for cls in VLLM_RELEASES[1:]})
-RELEASES["trtllm"]["1.1"] = TrtLlmV11()
+REGISTRY: dict[str, Engine] = {engine_id: releases["latest"] for engine_id, releases in RELEASES.items()}
 #: Engine id → label (what every number says it is for).
 ENGINES: dict[str, str] = {engine_id: engine.label for engine_id, engine in REGISTRY.items()}
 #: The engine the dashboard, ``fit`` and ``kv`` use when none is given.
@@ -76,8 +87,16 @@ def get_engine(engine_id: str) -> Engine:
 
 
 def release_choices(engine_id: str) -> list[str]:
-    """The releases of ``engine_id`` kvplan models, newest first (``latest`` = the newest)."""
+    """The releases of ``engine_id`` kvplan models: ``latest`` (= the newest), then every release
+    key, newest first (the newest's own key included)."""
     return list(RELEASES.get(engine_id.partition("@")[0], {}))
+
+
+def has_release_choice(engine_id: str) -> bool:
+    """Whether kvplan models more than one release of ``engine_id`` (the CLI's ``--engine-version``
+    help and the sidebar's release picker list only those engines)."""
+    engines = RELEASES.get(engine_id.partition("@")[0], {}).values()
+    return len({id(engine) for engine in engines}) > 1
 
 
 def engine_with_release(engine_id: str, release: str | None) -> str:
@@ -122,8 +141,9 @@ __all__ = [
     "DEFAULT_ENGINE", "ENGINES", "HF_DYNAMIC", "HF_ENGINE", "HF_STATIC", "STATIC_ENGINE",
     "MLA_ONLY_DTYPES", "REGISTRY", "SETTINGS",
     "VLLM_DEFAULT_BLOCK_SIZE", "Budget", "CacheRule", "Engine", "EngineSettings", "EngineView",
-    "KVPool", "PagedRule", "QuantizedCacheModel", "Setting", "StateRule", "StaticRule", "TokenRule",
-    "RELEASES", "default_max_num_batched_tokens", "engine_with_release",
+    "KVPool", "PagedRule", "QuantizedCacheModel", "Release", "Setting", "StateRule", "StaticRule",
+    "TokenRule", "ENGINE_CLASSES", "RELEASES", "default_max_num_batched_tokens", "engine_with_release",
+    "has_release_choice",
     "release_choices", "engine_view", "get_engine", "kv_heads_per_rank",
     "layer_kind", "layer_token_bytes", "log_engine", "pp_partition", "prefix_engines",
     "quantized_cache_allowed", "recurrent_state_bytes", "resolve_dtype",

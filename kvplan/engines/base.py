@@ -1,13 +1,14 @@
 """The engine base class: what every engine (and release) declares and computes.
 
-An engine owns its label and release, the settings it honours (declared in
+An engine is one class plus a table of frozen release records (``Release``, oldest first, each the
+previous one with what changed): the class owns its label, the settings it honours (declared in
 ``kvplan.engines.settings``), its default runtime reserve, its storage (``specs``: cache kind → spec
 class of ``kvplan.engines.kinds``, and ``layout``: the parameters of the byte formulas), its memory
-target and KV budget, and its pool arithmetic (``KVPool``). ``Engine.build_view`` is the one build
-loop: each engine adds only what is its own (``view_shape``: block size, in-flight tokens, hybrid
-manager, notes; ``spec_params``: the kind it stores a cache as and that spec's parameters).
-Concrete engines live in ``kvplan.engines.hf``, ``.vllm``, ``.sglang`` and ``.trtllm`` and register in
-``kvplan.engines`` (``REGISTRY``).
+target and KV budget and its pool arithmetic (``KVPool``), and branches on its record's traits where
+releases differ. ``Engine.build_view`` is the one build loop: each engine adds only what is its own
+(``view_shape``: block size, in-flight tokens, hybrid manager, notes; ``spec_params``: the kind it
+stores a cache as and that spec's parameters). Concrete engines live in ``hf/``, ``vllm/``,
+``sglang/`` and ``trtllm/`` and register in ``kvplan.engines`` (one engine object per record).
 """
 
 from __future__ import annotations
@@ -183,20 +184,59 @@ class ViewShape:
     notes: list[str] = field(default_factory=list)
 
 
-class Engine:
-    """One engine release: its settings, storage rules, memory target and pool."""
+@dataclass(frozen=True, kw_only=True)
+class Release:
+    """One modelled release of an engine: the key ``--engine-version`` / the link's ``ev`` take
+    (``0.33``), the name shown with every number (``vLLM v0.33``) and what changed from the previous
+    record, with where it was read (file:line function). Engines subclass it with the traits that
+    vary between their releases; a table is written oldest first, each record
+    ``dataclasses.replace(previous, …)`` with only what changed."""
 
-    id: ClassVar[str]
+    key: str
+    name: str
+    changes: str = ""
+
+
+class Engine:
+    """One engine release: the engine's class (settings, storage rules, memory target, pool) with
+    one of its release records (``record``; ``releases`` is the table, oldest first)."""
+
+    #: The bare engine id (``vllm``): the newest record's id; older ones are ``id@key``.
+    engine_id: ClassVar[str]
     label: ClassVar[str]
     short: ClassVar[str]
-    #: The release whose source the rules follow (shown with every number).
-    release: ClassVar[str]
-    #: Settings this engine honours → (label in this engine's vocabulary, default shown to users).
-    setting_labels: ClassVar[dict[str, tuple[str, str]]] = {}
+    #: The modelled releases, oldest first; the last one is ``latest``.
+    releases: ClassVar[tuple[Release, ...]]
+    #: The release this engine object follows.
+    record: Release
     #: The flat reserve of engines whose reserve is not modelled term by term (``runtime_reserve``).
     default_reserve_gib: ClassVar[float] = 1.0
-    #: The runtime-reserve terms a user may replace (``runtime_reserve``'s counted terms).
-    reserve_term_names: ClassVar[tuple[str, ...]] = ("flat",)
+
+    def __init__(self, record: Release | None = None) -> None:
+        self.record = self.releases[-1] if record is None else record
+
+    @property
+    def id(self) -> str:
+        """``engine_id`` for the newest record, ``engine_id@key`` for an older one."""
+        if self.record == self.releases[-1]:
+            return self.engine_id
+        return f"{self.engine_id}@{self.record.key}"
+
+    @property
+    def release(self) -> str:
+        """The release whose source the rules follow (shown with every number)."""
+        return self.record.name
+
+    @property
+    def setting_labels(self) -> dict[str, tuple[str, str]]:
+        """Settings this engine honours → (label in this engine's vocabulary, default shown to
+        users)."""
+        return {}
+
+    @property
+    def reserve_term_names(self) -> tuple[str, ...]:
+        """The runtime-reserve terms a user may replace (``runtime_reserve``'s counted terms)."""
+        return ("flat",)
     #: Whether a request's KV is whole block ids across the engine's groups (shown as blocks × bytes).
     per_request_in_blocks: ClassVar[bool] = False
     #: The record of this engine's start-up log (``kvplan/engines/<engine>/log.py``), whose

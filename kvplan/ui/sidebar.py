@@ -18,6 +18,7 @@ from kvplan.engines import (
     EngineSettings,
     Setting,
     engine_with_release,
+    has_release_choice,
     release_choices,
 )
 from kvplan.errors import MESSAGES, KVPlanError, md
@@ -227,7 +228,7 @@ def render_sidebar() -> Scenario:
     if state.get("w_ev") not in releases:
         state["w_ev"] = releases[0]
     engine = resolve_engine(engine_with_release(state["w_engine"], state["w_ev"]))
-    changed = [f"release {engine.release}"] if state["w_ev"] != releases[0] else []
+    changed = [f"release {engine.release}"] if engine is not resolve_engine(state["w_engine"]) else []
     changed += _changed_settings(engine.setting_labels)
     if state.get("w_reserve") is not None:
         changed.append(f"runtime reserve {state['w_reserve']:g} GiB")
@@ -238,7 +239,7 @@ def render_sidebar() -> Scenario:
         sb.caption("Engine settings changed: " + md(", ".join(changed)))
     with lazy.box(sb, "w_engine_box") as box:  # its widgets run only while it is open
         if box.open:
-            if len(releases) > 1:  # rarely changed: here, not in the sidebar (issue #16, speed)
+            if has_release_choice(state["w_engine"]):  # rarely changed: here (issue #16, speed)
                 box.selectbox("Engine release", releases, key="w_ev", **lazy.KEEP,
                               help="The release whose rules kvplan applies (link key `ev`, CLI "
                                    "--engine-version): " + "; ".join(

@@ -17,7 +17,7 @@ import numpy as np
 
 from kvplan.arch import MLA, Attention, Kind, LayerSpec, ModelArch
 from kvplan.dtypes import KVDType
-from kvplan.engines.base import Engine, EngineView, KVPool, ViewShape
+from kvplan.engines.base import Engine, EngineView, KVPool, Release, ViewShape
 from kvplan.engines.hf.weights import hf_loading_rules
 from kvplan.engines.kinds import (
     STATIC_KINDS,
@@ -44,13 +44,21 @@ def quantized_cache_allowed(arch: ModelArch) -> bool:
     return not any(layer.kind.windowed or layer.kind.holds_state for layer in arch.distinct_layers())
 
 
+#: The one modelled release of each HF engine (``cache_utils.py`` of that transformers release).
+HF_5_15 = Release(key="5.15", name="transformers 5.15+",
+                  changes="5.15: ``DynamicLayer`` stores an MLA layer's latent and rope key as K and V "
+                          "(``cache.update(kv_nope, k_rot)``) instead of expanded per-head K and V")
+HF_5_14 = Release(key="5.14", name="transformers ≤ 5.14",
+                  changes="≤ 5.14 (and 4.x): MLA caches expanded per-head K and V")
+
+
 class HFDynamic(Engine):
     """transformers 5.15+ ``DynamicCache``."""
 
-    id = "hf"
+    engine_id = "hf"
     label = "HF transformers DynamicCache (5.15+)"
     short = "HF dynamic"
-    release = "transformers 5.15+"
+    releases: ClassVar[tuple[Release, ...]] = (HF_5_15,)
 
     def check_dtype(self, arch: ModelArch, dtype: KVDType) -> None:
         if dtype.bits < 16 and not quantized_cache_allowed(arch):
@@ -96,10 +104,10 @@ class HFDynamic(Engine):
 class HFLegacy(HFDynamic):
     """transformers ≤ 5.14 (and 4.x): MLA caches expanded per-head K and V."""
 
-    id = "hf-legacy"
+    engine_id = "hf-legacy"
     label = "HF transformers DynamicCache (≤5.14: MLA expanded)"
     short = "HF dynamic (≤5.14)"
-    release = "transformers ≤ 5.14"
+    releases: ClassVar[tuple[Release, ...]] = (HF_5_14,)
 
     #: ≤ 5.14: expanded ``H × (qk_nope + qk_rope)`` keys and ``H × v_head_dim`` values.
     layout: ClassVar[TokenLayout] = replace(HFDynamic.layout, mla="expanded")
@@ -108,10 +116,10 @@ class HFLegacy(HFDynamic):
 class HFStatic(HFDynamic):
     """transformers ``StaticCache``: pre-allocates ``max_cache_len`` (windows ``min(W, max_cache_len)``)."""
 
-    id = "hf-static"
+    engine_id = "hf-static"
     label = "HF transformers StaticCache"
     short = "HF static"
-    release = "transformers 5.15+"
+    releases: ClassVar[tuple[Release, ...]] = (HF_5_15,)
     setting_labels: ClassVar[dict[str, tuple[str, str]]] = {
         "max_cache_len": ("max_cache_len (tokens)", "the context length")}
 

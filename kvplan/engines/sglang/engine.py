@@ -15,7 +15,7 @@ import numpy as np
 
 from kvplan.arch import Kind, LayerSpec, ModelArch
 from kvplan.dtypes import KVDType
-from kvplan.engines.base import ContextLimit, Engine, EngineView, KVPool, ViewShape
+from kvplan.engines.base import ContextLimit, Engine, EngineView, KVPool, Release, ViewShape
 from kvplan.engines.kinds import TOKEN_KINDS, CacheRule, TokenLayout, layer_window
 from kvplan.engines.reserve import Reserve, ReserveTerm
 from kvplan.engines.settings import EngineSettings
@@ -93,16 +93,20 @@ class SGLangShape(ViewShape):
     not ``--disable-hybrid-swa-memory``)."""
 
     hybrid_swa: bool = False
+#: The one modelled SGLang release (sources cited on each rule below).
+SGLANG_0_5_23 = Release(key="0.5.23", name="SGLang 0.5.23",
+                        changes="the release kvplan follows (source read at 0.5.23)")
+SGLANG_RELEASES: tuple[Release, ...] = (SGLANG_0_5_23,)
 
 
 class SGLang(Engine):
     """SGLang token pool, release 0.5."""
 
-    id = "sglang"
+    engine_id = "sglang"
     label = "SGLang (token pool)"
     short = "SGLang"
     log_format = SglangLog
-    release = "SGLang 0.5.23"
+    releases: ClassVar[tuple[Release, ...]] = SGLANG_RELEASES
     setting_labels: ClassVar[dict[str, tuple[str, str]]] = {
         "gpu_util": ("mem_fraction_static (fraction)", "SGLang's memory-based default"),
         "block_size": ("Page size (tokens)", "the attention backend's"),
@@ -196,7 +200,7 @@ class SGLang(Engine):
                           "note": f"SWA pool: ≤ W + {interval} (eviction interval) tokens"}
         return (Kind.FULL if kind.windowed else kind), {"page": page}
 
-    reserve_term_names: ClassVar[tuple[str, ...]] = ("held_before_load",)
+    reserve_term_names = ("held_before_load",)
 
     def runtime_reserve(self, arch: ModelArch, gpu: GPU, settings: EngineSettings,
                         tokens: int) -> Reserve:

@@ -4,14 +4,15 @@ from kvplan.engines.trtllm.engine import (
     TRTLLM_DEFAULT_FREE_FRACTION,
     TRTLLM_MAX_NUM_TOKENS,
     TRTLLM_PYTORCH_ARCHITECTURES,
+    TRTLLM_RELEASES,
     TRTLLM_TOKENS_PER_BLOCK,
     TrtLlm,
-    TrtLlmV11,
+    TrtLlmRelease,
     TrtPool,
     WindowPool,
 )
 
 __all__ = [
     "TRTLLM_DEFAULT_FREE_FRACTION", "TRTLLM_MAX_NUM_TOKENS", "TRTLLM_PYTORCH_ARCHITECTURES",
-    "TRTLLM_TOKENS_PER_BLOCK", "TrtLlm", "TrtLlmV11", "TrtPool", "WindowPool",
+    "TRTLLM_RELEASES", "TRTLLM_TOKENS_PER_BLOCK", "TrtLlm", "TrtLlmRelease", "TrtPool", "WindowPool",
 ]

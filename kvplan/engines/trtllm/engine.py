@@ -17,14 +17,14 @@ latent is replicated on every TP rank (``kv_factor = 1``).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from kvplan.arch import MLA, Attention, Kind, LayerSpec, ModelArch, NoCache, Recurrent
 from kvplan.dtypes import KVDType
-from kvplan.engines.base import ContextLimit, Engine, KVPool, ViewShape
+from kvplan.engines.base import ContextLimit, Engine, KVPool, Release, ViewShape
 from kvplan.engines.kinds import CacheRule, PagedRule, StateRule, TokenLayout, cdiv, layer_window
 from kvplan.engines.reserve import Reserve, ReserveTerm
 from kvplan.engines.settings import EngineSettings
@@ -83,14 +83,40 @@ class TrtBlockRule(PagedRule):
         return "grows with every token"
 
 
-class TrtLlm(Engine):
-    """TensorRT-LLM PyTorch backend ``KVCacheManager`` (V1)."""
+@dataclass(frozen=True, kw_only=True)
+class TrtLlmRelease(Release):
+    """The traits that differ between TensorRT-LLM releases."""
 
-    id = "trtllm"
+    #: ``resource_manager.py`` ``KVCacheManager.calculate_max_num_blocks``: the primary pool's block
+    #: count ``math.ceil(max_tokens / tokens_per_block)`` (True) or ``int(max_tokens //
+    #: tokens_per_block)`` (False).
+    blocks_round_up: bool
+
+
+#: TensorRT-LLM releases, oldest first, each the previous one with what changed.
+TRTLLM_1_1 = TrtLlmRelease(
+    key="1.1", name="TensorRT-LLM ≤ 1.1 (primary-pool blocks rounded up)", blocks_round_up=True,
+    changes="up to 1.1 the primary pool rounds its block count up: ``blocks_in_primary_pool = "
+            "math.ceil(max_tokens / tokens_per_block)`` (1.1.0rc3 ``_torch/pyexecutor/resource_manager.py`` "
+            "``KVCacheManager.calculate_max_num_blocks``; the C++ runtime of 0.19 likewise, "
+            "``tc::ceilDiv`` in ``calculateMaxNumBlocks``)")
+TRTLLM_MAIN = replace(
+    TRTLLM_1_1, key="main", name="TensorRT-LLM main 2026 (PyTorch backend; blocks floored)",
+    blocks_round_up=False,
+    changes="main (``resource_manager.py`` 001541ba…, ``_util.py`` 00043967…): "
+            "``calculate_max_num_blocks`` floors, ``int(max_tokens // tokens_per_block)``")
+TRTLLM_RELEASES: tuple[TrtLlmRelease, ...] = (TRTLLM_1_1, TRTLLM_MAIN)
+
+
+class TrtLlm(Engine):
+    """TensorRT-LLM PyTorch backend ``KVCacheManager`` (V1), one of ``TRTLLM_RELEASES``."""
+
+    engine_id = "trtllm"
     label = "TensorRT-LLM (PyTorch backend, 32-token blocks)"
     short = "TensorRT-LLM"
     log_format = TrtllmLog
-    release = "TensorRT-LLM main 2026 (PyTorch backend; blocks floored)"
+    releases: ClassVar[tuple[TrtLlmRelease, ...]] = TRTLLM_RELEASES
+    record: TrtLlmRelease
     setting_labels: ClassVar[dict[str, tuple[str, str]]] = {
         "gpu_util": ("free_gpu_memory_fraction (fraction)", f"{TRTLLM_DEFAULT_FREE_FRACTION}"),
         "block_size": ("tokens_per_block", f"{TRTLLM_TOKENS_PER_BLOCK}"),
@@ -99,9 +125,6 @@ class TrtLlm(Engine):
     }
     #: ``enable_attention_dp`` with expert parallelism (``moe_expert_parallel_size``).
     expert_parallel = True
-    #: ``resource_manager.py`` ``calculate_max_num_blocks``: ``int(max_tokens // tokens_per_block)``
-    #: on main; up to 1.1 ``math.ceil(max_tokens / tokens_per_block)`` (``TrtLlmV11``).
-    blocks_round_up: ClassVar[bool] = False
     #: ``_torch/pyexecutor/model_engine.py`` ``PyTorchModelEngine._init_max_seq_len``: a larger
     #: ``max_seq_len`` is lowered to the inferred one (a warning), so longer requests are rejected.
     long_context_rule = ("lowers max_seq_len to the model's inferred maximum (a warning at start-up), "
@@ -163,7 +186,7 @@ class TrtLlm(Engine):
             kind = Kind.MLA if isinstance(layer, MLA) else Kind.FULL
         return kind, {"block_size": shape.block_size}
 
-    reserve_term_names: ClassVar[tuple[str, ...]] = ("activation_peak",)
+    reserve_term_names = ("activation_peak",)
 
     def runtime_reserve(self, arch: ModelArch, gpu: GPU, settings: EngineSettings,
                         tokens: int) -> Reserve:
@@ -218,7 +241,7 @@ class TrtLlm(Engine):
         max_seq_len = settings.max_cache_len or arch.max_position_embeddings or 1 << 62
         costs = self.window_costs(arch, view.dtype, settings, stage, max_seq_len)
         pool = TrtPool(costs, max(min(budgets), 0), view.block_size or TRTLLM_TOKENS_PER_BLOCK,
-                       settings.max_tokens, round_up=self.blocks_round_up)
+                       settings.max_tokens, round_up=self.record.blocks_round_up)
         notes.extend(pool.notes)
         return pool
 
@@ -264,6 +287,7 @@ class TrtPool(KVPool):
     def __init__(self, costs: dict[int, tuple[int, int]], budget: int, block_size: int,
                  max_tokens: int | None, round_up: bool = False) -> None:
         self.block_size = block_size
+        self.round_up = round_up
         self.notes: list[str] = []
         self.pools: tuple[WindowPool, ...]
         if len(costs) <= 1:
@@ -313,11 +337,17 @@ class TrtPool(KVPool):
                        for b, p in zip(self._pool_blocks(L), self.pools, strict=True)], axis=0)
 
     def max_requests_for(self, L: int, budgets: np.ndarray) -> np.ndarray:
-        """``((max(min budget, 0) // bytes per token) // tokens_per_block) // blocks(L)``."""
+        """``((max(min budget, 0) // bytes per token) // tokens_per_block) // blocks(L)``, the block
+        count rounded up for one window where the release rounds up (``round_up``, ≤ 1.1) as the
+        constructor does."""
         budget = np.maximum(np.asarray(budgets, dtype=np.int64).min(axis=1), 0)
         if not self.per_token:
             return np.zeros(budget.shape, dtype=np.int64)
-        num_blocks = budget // self.per_token // self.block_size
+        tokens = budget // self.per_token
+        if self.round_up and len(self.pools) == 1:
+            num_blocks = -(-tokens // self.block_size)
+        else:
+            num_blocks = tokens // self.block_size
         return num_blocks // int(self.blocks(np.asarray([L]))[0])
 
     def pool_tokens(self, L: np.ndarray) -> np.ndarray:
@@ -333,13 +363,3 @@ class TrtPool(KVPool):
         parts = ", ".join(f"window {p.window:,}: {p.blocks:,} blocks" for p in self.pools)
         return {"num_blocks": f"({self.max_tokens:,} tokens) // {self.block_size} per block → {parts}"}
 
-
-class TrtLlmV11(TrtLlm):
-    """TensorRT-LLM up to 1.1: the primary pool rounds its block count up —
-    ``blocks_in_primary_pool = math.ceil(max_tokens / tokens_per_block)`` (1.1.0rc3
-    ``_torch/pyexecutor/resource_manager.py`` ``KVCacheManager.calculate_max_num_blocks``; the C++
-    runtime of 0.19 likewise, ``tc::ceilDiv`` in ``calculateMaxNumBlocks``)."""
-
-    id = "trtllm@1.1"
-    release = "TensorRT-LLM ≤ 1.1 (primary-pool blocks rounded up)"
-    blocks_round_up = True

@@ -1,4 +1,5 @@
-"""vLLM (v1 engine, release v0.33): paged blocks, KV-cache groups, memory target and logged capacity.
+"""vLLM (v1 engine, release v0.33; older releases by the traits of ``releases.py``): paged blocks,
+KV-cache groups, memory target and logged capacity.
 
 Sources (vLLM v0.33): ``vllm/v1/kv_cache_interface.py`` (spec pages and ``max_memory_usage_bytes``),
 ``vllm/v1/core/single_type_kv_cache_manager.py`` (held blocks), ``vllm/v1/core/kv_cache_utils.py``
@@ -43,8 +44,9 @@ from kvplan.engines.kinds import PAGED_KINDS, VLLM_DEFAULT_BLOCK_SIZE, CacheRule
 from kvplan.engines.reserve import Reserve, cuda_capacity
 from kvplan.engines.settings import EngineSettings
 from kvplan.engines.vllm.log import VllmLog, log_lines
-from kvplan.engines.vllm.memory import CaptureRule, SamplerPath, vllm_reserve_terms
+from kvplan.engines.vllm.memory import vllm_reserve_terms
 from kvplan.engines.vllm.pool import VllmPagedPool, VllmPool, _pool_cached, _pool_only
+from kvplan.engines.vllm.releases import VLLM_RELEASES, VllmRelease
 from kvplan.engines.vllm.weights import mxfp4_repack, vllm_loading_rules
 
 if TYPE_CHECKING:
@@ -115,51 +117,43 @@ def vllm_mla_block_size(gpu: GPU, kv_dtype: str) -> int:
     return 16
 
 
-class Vllm(Engine):
-    """vLLM v1 paged KV cache, release v0.33 (the newest modelled; rules of older releases are
-    subclasses below, each overriding only what changed — ``docs/vllm_releases.md``)."""
+#: ``Vllm.setting_labels`` of a V1 release: knob → (label, default shown); the ``gpu_util`` default
+#: is the release's, ``async_scheduling`` is offered where it reaches the pool (v0.26+).
+VLLM_V1_SETTING_LABELS: dict[str, tuple[str, str]] = {
+    "gpu_util": ("gpu_memory_utilization (fraction)", f"{VLLM_DEFAULT_GPU_UTIL}"),
+    "block_size": ("Block size (tokens)", "engine/backend choice"),
+    "max_num_batched_tokens": ("max_num_batched_tokens (tokens)", "vLLM's per-GPU default"),
+    "max_num_seqs": ("max_num_seqs (requests)", "vLLM's per-GPU default"),
+    "enforce_eager": ("enforce_eager (no CUDA graphs)", "off"),
+    "flashinfer_sampler": ("FlashInfer sampler (VLLM_USE_FLASHINFER_SAMPLER)", "auto"),
+    "async_scheduling": ("Async scheduling (≥ 0.26)", "on"),
+    "hybrid_manager": ("Hybrid KV-cache manager", "auto"),
+    "enable_prefix_caching": ("Prefix caching", "on"),
+    "ep": ("Expert parallel size (--enable-expert-parallel: tp)", "1"),
+    "mtp": ("Load MTP layers (speculative decoding)", "off"),
+}
+#: V0 ``EngineArgs`` / ``SchedulerConfig`` defaults (``vllm@0.6``).
+VLLM_V0_SETTING_LABELS: dict[str, tuple[str, str]] = {
+    "gpu_util": ("gpu_memory_utilization (fraction)", "0.9"),
+    "block_size": ("Block size (tokens)", "16"),
+    "max_num_batched_tokens": ("max_num_batched_tokens (tokens)", "max(max_model_len, 2048)"),
+    "max_num_seqs": ("max_num_seqs (requests)", "256"),
+    "enforce_eager": ("enforce_eager (no CUDA graphs)", "off"),
+    "flashinfer_sampler": ("FlashInfer sampler (VLLM_USE_FLASHINFER_SAMPLER)", "off"),
+}
+GIB = 1 << 30
 
-    id = "vllm"
+
+class Vllm(Engine):
+    """vLLM v1 paged KV cache under one release record (``VLLM_RELEASES``, oldest first; the newest
+    is v0.33): where releases differ, the methods branch on the record's traits
+    (``VllmRelease``, ``docs/vllm_releases.md``)."""
+
+    engine_id = "vllm"
     label = "vLLM (v1 paged blocks)"
     short = "vLLM"
-    release = "vLLM v0.33"
-    #: ``config/cache.py`` ``gpu_memory_utilization`` default (0.92 from v0.20.0).
-    default_gpu_util: ClassVar[float] = VLLM_DEFAULT_GPU_UTIL
-    #: ``v1/worker/utils.py`` ``request_memory``: ``ceil(total × util)`` from v0.14.1 (float before).
-    ceil_requested: ClassVar[bool] = True
-    #: How the start-up log's "GPU KV cache size" is computed: ``concurrency`` =
-    #: ``int(max_concurrency × L)`` (v0.20.2+), ``groups`` = ``num_blocks // n_groups × min_bs``
-    #: (v0.9.2–v0.20.0), ``blocks`` = ``num_blocks × bs`` (v0.8).
-    logged_tokens: ClassVar[str] = "concurrency"
-    #: V1's ``BlockPool`` keeps one null block out of every request's reach.
-    null_block: ClassVar[bool] = True
-    #: Top-k/top-p path of the sampler warm-up: FlashInfer by default from v0.21
-    #: (``envs.py`` ``VLLM_USE_FLASHINFER_SAMPLER`` = True, ``flashinfer_sampler_supported``).
-    sampler_path: ClassVar[SamplerPath] = "flashinfer"
-    #: CUDA-graph capture sizes (``config/vllm.py`` ``_set_cudagraph_sizes``).
-    capture_rule: ClassVar[CaptureRule] = "stride16"
-    #: Whether the CUDA-graph estimate is subtracted from the KV budget
-    #: (``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`` default 1 from v0.20, ``gpu_worker.py``
-    #: ``determine_available_memory``).
-    graphs_counted: ClassVar[bool] = True
-    #: v0.33 ``_set_cudagraph_sizes``: capture sizes up to 1,024 on data-centre Blackwell (SM 10.x;
-    #: from v0.28.0, 512 on every GPU up to v0.27).
-    blackwell_capture_cap: ClassVar[bool] = True
-    #: V0's profile run (``vllm/worker/model_runner.py``) rather than V1's ``gpu_model_runner.py``.
-    v0_profile: ClassVar[bool] = False
-    setting_labels: ClassVar[dict[str, tuple[str, str]]] = {
-        "gpu_util": ("gpu_memory_utilization (fraction)", f"{VLLM_DEFAULT_GPU_UTIL}"),
-        "block_size": ("Block size (tokens)", "engine/backend choice"),
-        "max_num_batched_tokens": ("max_num_batched_tokens (tokens)", "vLLM's per-GPU default"),
-        "max_num_seqs": ("max_num_seqs (requests)", "vLLM's per-GPU default"),
-        "enforce_eager": ("enforce_eager (no CUDA graphs)", "off"),
-        "flashinfer_sampler": ("FlashInfer sampler (VLLM_USE_FLASHINFER_SAMPLER)", "auto"),
-        "async_scheduling": ("Async scheduling (≥ 0.26)", "on"),
-        "hybrid_manager": ("Hybrid KV-cache manager", "auto"),
-        "enable_prefix_caching": ("Prefix caching", "on"),
-        "ep": ("Expert parallel size (--enable-expert-parallel: tp)", "1"),
-        "mtp": ("Load MTP layers (speculative decoding)", "off"),
-    }
+    releases: ClassVar[tuple[VllmRelease, ...]] = VLLM_RELEASES
+    record: VllmRelease
     log_format = VllmLog
     per_request_in_blocks = True
     prefix_unit = VLLM_DEFAULT_BLOCK_SIZE
@@ -170,10 +164,25 @@ class Vllm(Engine):
                          "unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 is set")
     #: ``--data-parallel-size N --enable-expert-parallel`` (docs "Data Parallel Deployment").
     expert_parallel = True
-    #: RoPE types whose ``factor`` does not scale the derived maximum (``_get_and_verify_max_len``):
-    #: from v0.30 the YaRN family too (its ``max_position_embeddings`` is already scaled).
-    unscaled_rope_types: ClassVar[tuple[str, ...]] = (
-        "su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling")
+
+    @property
+    def setting_labels(self) -> dict[str, tuple[str, str]]:
+        """``VLLM_V0_SETTING_LABELS`` for V0; else ``VLLM_V1_SETTING_LABELS`` with this release's
+        ``gpu_memory_utilization`` default, without ``async_scheduling`` before v0.26 (it does not
+        reach the pool: in-flight tokens = MNBT)."""
+        if self.record.v0_settings:
+            return VLLM_V0_SETTING_LABELS
+        labels = {k: v for k, v in VLLM_V1_SETTING_LABELS.items()
+                  if k != "async_scheduling" or self.record.in_flight == "async"}
+        labels["gpu_util"] = (labels["gpu_util"][0], f"{self.record.default_gpu_util}")
+        return labels
+
+    @property
+    def reserve_term_names(self) -> tuple[str, ...]:
+        """The activation peak and non-torch memory; the CUDA-graph estimate where it is subtracted
+        (``graphs_counted``: ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`` = 1 from v0.20)."""
+        graphs = ("cuda_graphs",) if self.record.graphs_counted else ()
+        return ("activation_peak", "non_torch", *graphs)
 
     def context_limit(self, arch: ModelArch) -> ContextLimit | None:
         """``vllm/config/model.py`` ``_get_and_verify_max_len``: the smallest length key of the text
@@ -192,7 +201,7 @@ class Vllm(Engine):
         if arch.rope_scalings and "gemma3" not in arch.model_type:
             factor = 1.0
             for rope in arch.rope_scalings:
-                if rope.rope_type in self.unscaled_rope_types:
+                if rope.rope_type in self.record.unscaled_rope_types:
                     continue
                 factor = rope.factor if rope.factor is not None else factor
                 if rope.rope_type == "yarn" and rope.original_max_position_embeddings:
@@ -203,29 +212,46 @@ class Vllm(Engine):
                 rule += f" × RoPE factor {factor:g}"
         return ContextLimit(int(derived), f"{rule}; {self.release} _get_and_verify_max_len")
 
-    #: v0.33 ``engine/arg_utils.py`` ``get_batch_defaults``: a GB10 (DGX Spark,
-    #: ``is_device_capability((12, 1))``) stays on the small tier whatever its memory (not before v0.33).
-    gb10_small_tier: ClassVar[bool] = True
-
     def is_gb10(self, gpu: GPU) -> bool:
-        """Whether ``get_batch_defaults`` of this release keeps ``gpu`` on the small tier as a GB10."""
-        return self.gb10_small_tier and gpu.compute_capability == "12.1"
-
-    #: ``get_batch_defaults`` has a ≥ 160 GiB tier (16,384 batched tokens) from v0.28.
-    huge_batch_tier: ClassVar[bool] = True
+        """Whether ``get_batch_defaults`` of this release keeps ``gpu`` on the small tier as a GB10
+        (``gb10_small_tier``)."""
+        return self.record.gb10_small_tier and gpu.compute_capability == "12.1"
 
     def default_mnbt(self, gpu: GPU) -> int:
-        """``max_num_batched_tokens`` default for ``vllm serve`` on this device."""
+        """``max_num_batched_tokens`` default for ``vllm serve`` on this device, by the record's
+        ``batch_defaults``: ``tiers`` — ``get_batch_defaults`` (``default_max_num_batched_tokens``,
+        the huge tier from v0.28); ``v0.8`` — 8192 on every ≥ 70 GiB device, else 2048; ``v0`` —
+        2048 (``SchedulerConfig``; ``resolve_settings`` sets it from the request first)."""
+        rule = self.record.batch_defaults
+        if rule == "v0":
+            return 2048
+        if rule == "v0.8":
+            return 8192 if cuda_capacity(gpu).bytes >= 70 * GIB else 2048
         return default_max_num_batched_tokens(cuda_capacity(gpu).bytes, gpu.device_name,
-                                              gb10=self.is_gb10(gpu), huge_tier=self.huge_batch_tier)
+                                              gb10=self.is_gb10(gpu),
+                                              huge_tier=self.record.huge_batch_tier)
 
     def default_max_num_seqs(self, gpu: GPU) -> int:
-        """``max_num_seqs`` default for ``vllm serve`` on this device (``get_batch_defaults``)."""
+        """``max_num_seqs`` default for ``vllm serve`` on this device: ``get_batch_defaults``
+        (``tiers``; v0.9.2–v0.27's rule — 1,024 on ≥ 70 GiB non-A100 devices, else 256 — equals it
+        on every catalogue GPU); v0.8 ``_set_default_args_v1``: 1024 on every ≥ 70 GiB device, else
+        256; V0 ``SchedulerConfig``: 256 (``engine/arg_utils.py``)."""
+        rule = self.record.batch_defaults
+        if rule == "v0":
+            return 256
+        if rule == "v0.8":
+            return 1024 if cuda_capacity(gpu).bytes >= 70 * GIB else 256
         return default_max_num_seqs(cuda_capacity(gpu).bytes, gpu.device_name, gb10=self.is_gb10(gpu))
 
     def resolve_settings(self, settings: EngineSettings, tokens: int, gpu: GPU | None = None,
                          arch: ModelArch | None = None) -> EngineSettings:
-        """``max_num_batched_tokens`` and ``max_num_seqs`` default by device (``get_batch_defaults``)."""
+        """``max_num_batched_tokens`` and ``max_num_seqs`` default by device (``get_batch_defaults``).
+        V0 (``batch_defaults`` ``v0``, ``SchedulerConfig.__post_init__``): ``max_num_batched_tokens
+        = max(max_model_len, 2048)`` without chunked prefill, which is on by default only beyond 32K
+        tokens (then 2048)."""
+        if self.record.batch_defaults == "v0" and settings.max_num_batched_tokens is None:
+            mnbt = max(tokens, 2048) if tokens <= 32768 else 2048
+            settings = settings.model_copy(update={"max_num_batched_tokens": mnbt})
         update: dict[str, int] = {}
         if settings.max_num_batched_tokens is None and gpu is not None:
             update["max_num_batched_tokens"] = self.default_mnbt(gpu)
@@ -233,39 +259,44 @@ class Vllm(Engine):
             update["max_num_seqs"] = self.default_max_num_seqs(gpu)
         return settings.model_copy(update=update) if update else settings
 
-    reserve_term_names: ClassVar[tuple[str, ...]] = ("activation_peak", "non_torch", "cuda_graphs")
-
     def runtime_reserve(self, arch: ModelArch, gpu: GPU, settings: EngineSettings,
                         tokens: int) -> Reserve:
         """Activation peak of the profile run, non-torch memory and CUDA graphs
         (``kvplan.engines.vllm.memory``), as this release counts them."""
+        record = self.record
         major = int(float(gpu.compute_capability)) if gpu.compute_capability else 0
         return Reserve(vllm_reserve_terms(
-            arch, settings, self.model_dtype(arch), sampler=self.sampler_path, capture=self.capture_rule,
-            graphs_counted=self.graphs_counted, release=self.release,
+            arch, settings, self.model_dtype(arch), sampler=record.sampler_path,
+            capture=record.capture_rule, graphs_counted=record.graphs_counted, release=self.release,
             mnbt=settings.max_num_batched_tokens or self.default_mnbt(gpu),
             max_num_seqs=settings.max_num_seqs or self.default_max_num_seqs(gpu),
-            blackwell=major == 10 and self.blackwell_capture_cap, v0=self.v0_profile))
+            blackwell=major == 10 and record.blackwell_capture_cap, v0=record.v0_profile))
 
     def in_flight_tokens(self, settings: EngineSettings, mnbt: int) -> int:
-        """``vllm/config/vllm.py`` ``max_in_flight_tokens = max_concurrent_batches × MNBT``;
-        ``max_concurrent_batches`` is pp + 1 with async scheduling, else pp (v0.26+)."""
+        """By the record's ``in_flight``: ``async`` — ``vllm/config/vllm.py`` ``max_in_flight_tokens
+        = max_concurrent_batches × MNBT``, ``max_concurrent_batches`` pp + 1 with async scheduling,
+        else pp (v0.26+); ``mnbt`` — before v0.26 ``SlidingWindowSpec``/``ChunkedLocalAttentionSpec``
+        ``max_admission_blocks_per_request`` add ``max_num_batched_tokens`` in-flight tokens whatever
+        the scheduling (v0.25.1 ``v1/kv_cache_interface.py``); ``none`` — V0."""
+        rule = self.record.in_flight
+        if rule == "none":
+            return 0
+        if rule == "mnbt":
+            return mnbt
         return (settings.pp + 1 if settings.async_scheduling else settings.pp) * mnbt
-
-    #: MXFP4 MoE (gpt-oss), ``fused_moe/oracle/mxfp4.py``: FlashInfer TRT-LLM pads the intermediate to
-    #: 128 from v0.27 (``mxfp4_round_up_hidden_size_and_intermediate_size``; 256 up to v0.26) ...
-    mxfp4_trtllm_inter: ClassVar[int] = 128
-    #: ... and Triton frees the checkpoint's scales after swizzling from v0.25
-    #: (``convert_gpt_oss_weight_to_mxfp4_moe_kernel_format``: ``del layer.w13_weight_scale``).
-    mxfp4_keeps_scales: ClassVar[bool] = False
-    mxfp4_source: ClassVar[str] = "vLLM v0.33 fused_moe/oracle/mxfp4.py"
 
     def mxfp4_moe_repack(self, gpu: GPU | None) -> ExpertRepack | None:
         """``fused_moe/oracle/mxfp4.py`` ``_get_priority_backends_for_gpt_oss``: TRT-LLM on SM 10.x,
-        Triton on SM 9.0 (``_triton_kernel_moe_supports_current_device``), Marlin elsewhere; the
-        padding and scales of this release (``mxfp4_trtllm_inter``, ``mxfp4_keeps_scales``)."""
-        return mxfp4_repack(gpu, self.mxfp4_trtllm_inter, True, self.mxfp4_keeps_scales,
-                            self.mxfp4_source)
+        Triton on SM 9.0 (``_triton_kernel_moe_supports_current_device``; v0.10–v0.11.0
+        ``Mxfp4MoEMethod._should_use_marlin``: Marlin below SM 10.0, ``mxfp4_triton``), Marlin
+        elsewhere; the padding and scales of this release (``mxfp4_trtllm_inter``,
+        ``mxfp4_keeps_scales``). No MXFP4 MoE method before v0.10.1 (gpt-oss support): experts as
+        stored (None)."""
+        record = self.record
+        if not record.mxfp4_moe:
+            return None
+        return mxfp4_repack(gpu, record.mxfp4_trtllm_inter, record.mxfp4_triton,
+                            record.mxfp4_keeps_scales, record.mxfp4_source)
 
     def log_lines(self, result: PoolAnswer) -> tuple[str, ...]:
         """``kvplan.engines.vllm.log.log_lines``: "GPU KV cache size" and "Maximum concurrency"."""
@@ -277,8 +308,22 @@ class Vllm(Engine):
         return vllm_loading_rules(self, gpu)
 
     def layer_spec_kind(self, kind: str) -> str:
-        """The spec kind this release builds for a layer of ``kind`` (all kinds exist in v0.33)."""
+        """The spec kind this release builds for a layer of ``kind`` (``layer_specs``): every kind
+        (v0.10+); chunked as full attention (v0.8–v0.9: no ``ChunkedLocalAttentionSpec``, local
+        attention only in the kernel metadata); V0: full attention for all but MLA."""
+        rule = self.record.layer_specs
+        if rule == "full_or_mla":
+            return "mla" if kind == "mla" else "full"
+        if rule == "chunked_as_full":
+            return "full" if kind == "chunked" else kind
         return kind
+
+    def unserved_reason(self, arch: ModelArch) -> str | None:
+        """V0 (``serves_recurrent`` False) keeps recurrent states in a separate Mamba cache."""
+        if not self.record.serves_recurrent and any(
+                isinstance(layer, Recurrent) for layer in arch.distinct_layers()):
+            return "V0 keeps recurrent states in a separate Mamba cache that kvplan does not model"
+        return None
 
     def model_dtype(self, arch: ModelArch) -> str:
         """``vllm/config/model.py`` ``_resolve_auto_dtype``: a float32 config runs in the platform's
@@ -286,10 +331,16 @@ class Vllm(Engine):
         return "bf16" if arch.model_dtype == "fp32" else arch.model_dtype
 
     def hybrid_default(self, arch: ModelArch) -> bool:
-        """``vllm/config/vllm.py``: the hybrid manager is on by default; for models with
-        ``attention_chunk_size`` (Llama 4) it is turned off only when
+        """``vllm/config/vllm.py``: the hybrid manager is on by default (``hybrid_default`` ``on``);
+        for models with ``attention_chunk_size`` (Llama 4) it is turned off only when
         ``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE`` is 0, which v0.33 does not default to
-        (``vllm/envs.py``: 1)."""
+        (``vllm/envs.py``: 1) but v0.10–v0.13 do (``off_with_chunked``); v0.8 has no hybrid manager
+        (``off``)."""
+        rule = self.record.hybrid_default
+        if rule == "off":
+            return False
+        if rule == "off_with_chunked":
+            return not any(layer.kind == "chunked" for layer in arch.distinct_layers())
         return True
 
     #: ``kv_cache_interface.py`` spec classes per cache kind (``PAGED_KINDS``).
@@ -388,8 +439,8 @@ class Vllm(Engine):
 
     def memory_target(self, capacity: int, settings: EngineSettings, arch: ModelArch,
                       notes: list[str]) -> tuple[int, str]:
-        util = settings.gpu_util or self.default_gpu_util
-        if self.ceil_requested:
+        util = settings.gpu_util or self.record.default_gpu_util
+        if self.record.ceil_requested:
             target = math.ceil(capacity * util)
             return target, f"ceil({capacity:,} × {util}) = {target:,} B ({self.release})"
         target = int(capacity * util)
@@ -399,8 +450,8 @@ class Vllm(Engine):
                   budgets: list[int], notes: list[str]) -> KVPool:
         pool = self.pool_layout(arch, kv_dtype, settings, vllm_mla_block_size(gpu, kv_dtype))
         notes.extend(pool.notes)
-        return VllmPagedPool(pool, budgets, pp_partition(arch.n_layers, settings.pp), self.logged_tokens,
-                             null_block=self.null_block)
+        return VllmPagedPool(pool, budgets, pp_partition(arch.n_layers, settings.pp),
+                             self.record.logged_tokens, null_block=self.record.null_block)
 
     def pool_gpu_key(self, gpu: GPU, arch: ModelArch, kv_dtype: str) -> object:
         """The MLA backend's block size (``vllm_mla_block_size``) is the only GPU input of the pool."""
