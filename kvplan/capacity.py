@@ -38,7 +38,6 @@ from kvplan.plan import (
 from kvplan.presets import GPU
 
 GIB = 1 << 30
-MIB = 1 << 20
 
 __all__ = ["MAX_SEARCH_TOKENS", "FitQuery", "FitResult", "Plan", "capacity_sweep", "checkpoint_format_name",
            "fit", "max_len", "memory_budget", "smallest_layout", "stage_weight_bytes", "weight_bytes",

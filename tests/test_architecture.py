@@ -147,7 +147,7 @@ def test_every_import_goes_down_the_layers() -> None:
 
 
 #: Functions that turn an engine id into an engine object.
-LOOKUPS = frozenset({"get_engine", "engine_view", "layer_token_bytes", "recurrent_state_bytes"})
+LOOKUPS = frozenset({"get_engine", "engine_view", "recurrent_state_bytes"})
 #: The boundaries where an id becomes an engine (``kvplan.plan.resolve_engine``): the plan itself,
 #: the CLI's argument parser, the link check and the sidebar.
 BOUNDARIES = frozenset({"kvplan.plan", "kvplan.cli", "kvplan.scenario", "kvplan.ui.sidebar"})

@@ -11,7 +11,7 @@ differs between releases in its frozen release records (``Engine.releases``, old
 
 from __future__ import annotations
 
-from kvplan.arch import LayerSpec, ModelArch, Recurrent
+from kvplan.arch import ModelArch, Recurrent
 from kvplan.dtypes import KVDType
 from kvplan.engines.base import (
     MLA_ONLY_DTYPES,
@@ -127,11 +127,6 @@ def engine_view(arch: ModelArch, engine: str, kv_dtype: str = "bf16",
     return get_engine(engine).view(arch, kv_dtype, settings, stage_layers, mla_block_size)
 
 
-def layer_token_bytes(layer: LayerSpec, engine: str, dtype: KVDType, tp: int) -> int:
-    """Bytes per token per layer per rank for attention-like layers under ``engine`` (0 otherwise)."""
-    return get_engine(engine).token_bytes(layer, dtype, tp)
-
-
 def recurrent_state_bytes(layer: Recurrent, engine: str, model_dtype: KVDType, tp: int) -> int:
     """Per-sequence state of one recurrent layer under ``engine`` on one rank."""
     return get_engine(engine).state_bytes(layer, model_dtype, tp)
@@ -145,6 +140,6 @@ __all__ = [
     "TokenRule", "ENGINE_CLASSES", "RELEASES", "default_max_num_batched_tokens", "engine_with_release",
     "has_release_choice",
     "release_choices", "engine_view", "get_engine", "kv_heads_per_rank",
-    "layer_kind", "layer_token_bytes", "log_engine", "pp_partition", "prefix_engines",
+    "layer_kind", "log_engine", "pp_partition", "prefix_engines",
     "quantized_cache_allowed", "recurrent_state_bytes", "resolve_dtype",
 ]
