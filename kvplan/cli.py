@@ -282,11 +282,7 @@ def _load_arch(args: argparse.Namespace):
 
         folder = Path(args.checkpoint)
         config_path = folder / "config.json"
-        try:
-            raw = config_path.read_bytes()
-        except OSError as exc:
-            raise KVPlanError("file.missing", path=str(config_path),
-                              detail=exc.strerror or str(exc)) from None
+        raw = read_limited(config_path, MAX_CONFIG_BYTES, "config.too_large")
         arch = parse_config(raw, name=folder.resolve().name, source=str(config_path))
         args.checkpoint_summary = read_checkpoint_dir(folder, arch.n_layers)
         return arch
@@ -551,19 +547,16 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         resolve_targets,
     )
     from kvplan.scenario import CUSTOM_MODEL, Scenario
-    from kvplan.serving import LengthDist, parse_lengths_csv
+    from kvplan.config_import import MAX_CONFIG_BYTES
+    from kvplan.files import read_limited
+    from kvplan.serving import MAX_CSV_BYTES, LengthDist, parse_lengths_csv
 
     arch = _load_arch(args)
     engine = args.engine or DEFAULT_ENGINE
     settings = settings_from_args(args)
     workload = None
     if args.lengths_csv:
-        try:
-            raw = Path(args.lengths_csv).read_bytes()
-        except OSError as exc:
-            raise KVPlanError("file.missing", path=args.lengths_csv,
-                              detail=exc.strerror or str(exc)) from None
-        workload = parse_lengths_csv(raw)
+        workload = parse_lengths_csv(read_limited(args.lengths_csv, MAX_CSV_BYTES, "csv.too_large"))
 
     def dist(part: str) -> LengthDist:
         mean = getattr(args, f"{part}_mean")
@@ -590,7 +583,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     model: dict[str, object] = {"model": args.model}
     if args.model is None:
         model = {"model": CUSTOM_MODEL,
-                 "custom_config": _json.loads(Path(args.config).read_text(encoding="utf-8"))}
+                 "custom_config": _json.loads(read_limited(args.config, MAX_CONFIG_BYTES, "config.too_large"))}
     scenario = Scenario.model_validate({**model, "engine": engine, "reserve_gib": args.reserve_gib,
                                         "engine_settings": settings})
     rows = ranked_rows(rec, scenario, args.top)

@@ -27,6 +27,24 @@ MESSAGES: dict[str, str] = {
     "checkpoint.bad_file": "'{path}' is not a readable safetensors file: {detail}",
     "checkpoint.header_too_large": "'{path}': safetensors header of {size:,} bytes exceeds the "
                                    "{limit:,}-byte limit",
+    "checkpoint.headers_too_large": "the safetensors headers exceed {limit:,} bytes in all (the "
+                                    "limit of one checkpoint)",
+    "checkpoint.too_large": "'{path}': the tensors' bytes exceed {limit:,} (8 PiB), more than any "
+                            "checkpoint holds",
+    "checkpoint.bad_total": "'{path}': metadata.total_size {value} is not a whole number of bytes "
+                            "from 0 to {limit:,}",
+    "checkpoint.bad_shard": "'{path}' names the shard {name}: a shard must be a plain *.safetensors "
+                            "file name (no '/', '..', leading '.' or control character)",
+    "checkpoint.missing_shard": "'{path}' names {count:,} shard(s) not in the folder, the first "
+                                "'{name}'",
+    "checkpoint.too_many_files": "'{path}' holds more than {limit:,} *.safetensors files (the "
+                                 "limit of one checkpoint)",
+    "checkpoint.index_too_large": "model.safetensors.index.json is {size:,} bytes; the limit is "
+                                  "{limit:,} bytes",
+    "checkpoint.too_many_uploads": "{count:,} files uploaded at once; the limit is {limit:,} "
+                                   "(the index and the shards' headers)",
+    "checkpoint.uploads_too_large": "the uploaded headers are {size:,} bytes in all; the limit is "
+                                    "{limit:,} bytes per upload",
     "hub.unavailable": "the Hugging Face Hub could not be reached for '{repo}' ({detail}); the "
                        "rest of the page is unchanged",
     "hub.unauthorized": "the Hugging Face Hub refused '{repo}' ({detail}); set HF_TOKEN for gated "
@@ -34,6 +52,12 @@ MESSAGES: dict[str, str] = {
     "hub.not_installed": "reading Hub ids needs the optional package huggingface_hub "
                          "(pip install huggingface_hub)",
     "hub.bad_id": "'{repo}' is not a Hub model id (expected org/name)",
+    "hub.too_many_shards": "'{repo}': the index names {count:,} shards; kvplan reads at most "
+                           "{limit:,}",
+    "hub.header_too_large": "'{repo}': the header of {name} is {size:,} bytes; the limit is "
+                            "{limit:,} bytes per header",
+    "hub.timeout": "'{repo}': reading config.json and the headers took more than {limit:g} s "
+                   "(the limit of one fetch)",
     # names and choices
     "unknown.model": "unknown model preset '{value}' (try `python -m kvplan models`)",
     "unknown.gpu": "unknown accelerator '{value}' (try `python -m kvplan gpus`)",
@@ -57,11 +81,16 @@ MESSAGES: dict[str, str] = {
     # links and uploads
     "link.unknown_key": "link parameter {key} is not known and was ignored",
     "link.bad_value": "link parameter '{key}'={value} was not used: {why}",
+    "link.repeated": "link parameter '{key}' is given {count} times; none of its values was used",
+    "link.alias": "link parameter '{key}'={value} was read as {canonical}",
+    "link.gpus_raised": "link parameter '{key}'={value} needs tp × pp = {need} GPUs; the GPU "
+                        "count was set to {need}",
     "link.future_version": "this link was made by a newer kvplan (schema v{value}); "
                            "parameters this version does not know were ignored",
     "scenario.invalid": "scenario file is invalid: {detail}",
     "scenario.too_large": "scenario file is {size:,} bytes; the limit is {limit:,} bytes",
     "csv.invalid": "request-length CSV is invalid: {detail}",
+    "csv.too_large": "request-length CSV is {size:,} bytes; the limit is {limit:,} bytes",
     "file.missing": "cannot read '{path}': {detail}",
     "file.not_regular": "cannot read '{path}': it is {kind}, not a regular file",
     "file.not_writable": "cannot write to '{path}': {detail}",
