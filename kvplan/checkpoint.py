@@ -208,9 +208,11 @@ def read_header_file(path: Path, limit: int = MAX_READ_HEADER_BYTES) -> list[Ten
     return _read_header(path, limit)[0]
 
 
-def _read_header(path: Path, limit: int, left: int | None = None) -> tuple[list[TensorInfo], int]:
-    """``read_header_file`` and the ``8 + N`` bytes read; ``left``: the checkpoint's remaining
-    header budget (``MAX_TOTAL_HEADER_BYTES``), refused by name before the body is read."""
+def _read_header(path: Path, limit: int, left: int | None = None,
+                 parse: bool = True) -> tuple[list[TensorInfo], int]:
+    """``read_header_file`` and its ``8 + N`` bytes; ``left``: the checkpoint's remaining header
+    budget (``MAX_TOTAL_HEADER_BYTES``), refused by name before the body is read; ``parse=False``
+    checks the length only (nothing past the first 8 bytes is read)."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError as exc:
@@ -234,6 +236,8 @@ def _read_header(path: Path, limit: int, left: int | None = None) -> tuple[list[
             if size > info.st_size - 8:
                 raise KVPlanError("checkpoint.bad_file", path=clip(path),
                                   detail=f"header length {size:,} exceeds the file")
+            if not parse:
+                return [], 8 + size
             body = handle.read(size)
     except OSError as exc:
         raise KVPlanError("checkpoint.bad_file", path=clip(path),
@@ -316,13 +320,11 @@ def read_checkpoint_dir(path: str | Path, n_layers: int | None = None) -> Checkp
         missing = [name for name in shards if name not in present]
         if missing:
             raise KVPlanError("checkpoint.missing_shard", path=clip(index), name=clip(missing[0], 80),
-                              count=len(missing))
-    headers: dict[str, list[TensorInfo]] = {}
+                              count=f"{len(missing):,}")
     left = MAX_TOTAL_HEADER_BYTES
-    for p in files:
-        headers[p.name], used = _read_header(p, MAX_READ_HEADER_BYTES, left)
-        left -= used
-    return summarize(headers, n_layers, index_total)
+    for p in files:  # every length first: the budget is refused before any header is parsed
+        left -= _read_header(p, MAX_READ_HEADER_BYTES, left, parse=False)[1]
+    return summarize({p.name: read_header_file(p) for p in files}, n_layers, index_total)
 
 
 def compare(summary: CheckpointSummary, estimate: dict[str, int]) -> dict[str, Any]:

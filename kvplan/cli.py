@@ -538,7 +538,9 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     import json as _json
 
     from kvplan.capacity import FitQuery
+    from kvplan.config_import import MAX_CONFIG_BYTES
     from kvplan.engines import DEFAULT_ENGINE
+    from kvplan.files import read_limited
     from kvplan.recommend import (
         RecommendQuery,
         failure_counts,
@@ -547,8 +549,6 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         resolve_targets,
     )
     from kvplan.scenario import CUSTOM_MODEL, Scenario
-    from kvplan.config_import import MAX_CONFIG_BYTES
-    from kvplan.files import read_limited
     from kvplan.serving import MAX_CSV_BYTES, LengthDist, parse_lengths_csv
 
     arch = _load_arch(args)
@@ -582,8 +582,8 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     rec = recommend(arch, query, base, workload)
     model: dict[str, object] = {"model": args.model}
     if args.model is None:
-        model = {"model": CUSTOM_MODEL,
-                 "custom_config": _json.loads(read_limited(args.config, MAX_CONFIG_BYTES, "config.too_large"))}
+        raw = read_limited(args.config, MAX_CONFIG_BYTES, "config.too_large")
+        model = {"model": CUSTOM_MODEL, "custom_config": _json.loads(raw)}
     scenario = Scenario.model_validate({**model, "engine": engine, "reserve_gib": args.reserve_gib,
                                         "engine_settings": settings})
     rows = ranked_rows(rec, scenario, args.top)

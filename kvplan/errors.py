@@ -35,13 +35,13 @@ MESSAGES: dict[str, str] = {
                             "from 0 to {limit:,}",
     "checkpoint.bad_shard": "'{path}' names the shard {name}: a shard must be a plain *.safetensors "
                             "file name (no '/', '..', leading '.' or control character)",
-    "checkpoint.missing_shard": "'{path}' names {count:,} shard(s) not in the folder, the first "
+    "checkpoint.missing_shard": "'{path}' names {count} shard(s) not in the folder, the first "
                                 "'{name}'",
     "checkpoint.too_many_files": "'{path}' holds more than {limit:,} *.safetensors files (the "
                                  "limit of one checkpoint)",
     "checkpoint.index_too_large": "model.safetensors.index.json is {size:,} bytes; the limit is "
                                   "{limit:,} bytes",
-    "checkpoint.too_many_uploads": "{count:,} files uploaded at once; the limit is {limit:,} "
+    "checkpoint.too_many_uploads": "{count} files uploaded at once; the limit is {limit:,} "
                                    "(the index and the shards' headers)",
     "checkpoint.uploads_too_large": "the uploaded headers are {size:,} bytes in all; the limit is "
                                     "{limit:,} bytes per upload",
@@ -52,11 +52,11 @@ MESSAGES: dict[str, str] = {
     "hub.not_installed": "reading Hub ids needs the optional package huggingface_hub "
                          "(pip install huggingface_hub)",
     "hub.bad_id": "'{repo}' is not a Hub model id (expected org/name)",
-    "hub.too_many_shards": "'{repo}': the index names {count:,} shards; kvplan reads at most "
+    "hub.too_many_shards": "'{repo}': the index names {count} shards; kvplan reads at most "
                            "{limit:,}",
     "hub.header_too_large": "'{repo}': the header of {name} is {size:,} bytes; the limit is "
                             "{limit:,} bytes per header",
-    "hub.timeout": "'{repo}': reading config.json and the headers took more than {limit:g} s "
+    "hub.timeout": "'{repo}': reading config.json and the headers took more than {limit} s "
                    "(the limit of one fetch)",
     # names and choices
     "unknown.model": "unknown model preset '{value}' (try `python -m kvplan models`)",
@@ -184,6 +184,22 @@ def md(value: object) -> str:
         last = match.end()
     out.append(_escape(text[last:]))
     return "".join(out)
+
+
+def md_code(value: object) -> str:
+    """User text as one inline code span: Markdown inside a span is shown as typed; a backtick
+    (which would close it) becomes ``'`` and line breaks become spaces."""
+    text = "".join(ch if ch.isprintable() else "?" for ch in " ".join(str(value).splitlines()))
+    return f"`{text.replace('`', chr(39))}`"
+
+
+_LINK_TARGET = re.compile(r"\?[A-Za-z0-9_.~,%=&-]*")
+
+
+def md_link_target(target: str) -> str:
+    """A target for a Markdown link ``[text](target)``: only a relative ``?query`` of
+    percent-encoded characters (no parenthesis, space, quote or scheme); anything else is ``?``."""
+    return target if _LINK_TARGET.fullmatch(target) else "?"
 
 
 def _escape(text: str) -> str:

@@ -102,7 +102,7 @@ class _Fetch:
     def _left(self) -> float:
         left = self.deadline - time.monotonic()
         if left <= 0:
-            raise KVPlanError("hub.timeout", repo=clip(self.repo), limit=DEADLINE_S)
+            raise KVPlanError("hub.timeout", repo=clip(self.repo), limit=f"{DEADLINE_S:g}")
         return left
 
     def get(self, filename: str, limit: int, byte_range: tuple[int, int] | None = None,
@@ -207,7 +207,7 @@ def fetch_headers(repo_id: str, n_layers: int | None = None,
     else:
         total, files = read_index(index_raw)
         if len(files) > MAX_SHARDS:
-            raise KVPlanError("hub.too_many_shards", repo=clip(session.repo), count=len(files),
+            raise KVPlanError("hub.too_many_shards", repo=clip(session.repo), count=f"{len(files):,}",
                               limit=MAX_SHARDS)
     headers: dict[str, list[TensorInfo]] = {}
     left = MAX_TOTAL_HEADER_BYTES

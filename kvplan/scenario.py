@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import zlib
 from functools import lru_cache
 from typing import Any, Literal
@@ -144,6 +145,9 @@ class Scenario(BaseModel):
                     key="v", value=short(version), why=f"schema version is {SCHEMA_VERSION}"))
         settings: dict[str, Any] = {}
         for key, raw in query.items():
+            if isinstance(raw, list | tuple) and len(raw) > 1:  # ?t=5&t=6: neither is guessed
+                warnings.append(MESSAGES["link.repeated"].format(key=clip(key, 40), count=len(raw)))
+                continue
             if key == "v":
                 continue
             if key in SETTING_KEYS:
@@ -232,15 +236,26 @@ def _decode(name: str, text: str) -> Any:
             raise ValueError("expected a whole number of at most 18 digits")
         return int(text)
     if "float" in annotation:
-        if len(text) > 40:
-            raise ValueError("number too long")
-        value = float(text)
-        if value != value or value in (float("inf"), float("-inf")):
-            raise ValueError("expected a finite number")
-        return value
+        return plain_float(text)
     if not text.isprintable():
         raise ValueError("contains control characters")
     return text
+
+
+_FLOAT = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+
+
+def plain_float(text: str) -> float:
+    """A finite number written in ASCII (``float()`` also takes ``'٣'``, ``'1_000'``, ``' 5'``,
+    ``'inf'``: a link refuses them, as ``is_plain_int`` does for whole numbers)."""
+    if len(text) > 40:
+        raise ValueError("number too long")
+    if not text.isascii() or not _FLOAT.fullmatch(text):
+        raise ValueError("expected a number in ASCII digits (like 0.5 or 1e3)")
+    value = float(text)
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ValueError("expected a finite number")
+    return value
 
 
 def _decode_pairs(text: str) -> dict[str, str]:
@@ -350,6 +365,9 @@ def check_names(scenario: Scenario) -> tuple[Scenario, list[str]]:
             warn("kv_dtypes", name, str(KVPlanError(
                 "unknown.dtype", value=clip(name), choices=", ".join(KV_DTYPE_CHOICES))))
             continue
+        if canonical != name:
+            warnings.append(MESSAGES["link.alias"].format(key=fields["kv_dtypes"].alias, value=short(
+                name, 40), canonical=canonical))
         if canonical not in kept:
             kept.append(canonical)
     if kept != scenario.kv_dtypes:
@@ -362,6 +380,10 @@ def check_names(scenario: Scenario) -> tuple[Scenario, list[str]]:
             warn("weight_dtype", weight, str(KVPlanError(
                 "unknown.dtype", value=clip(weight), choices=", ".join(["auto", *WEIGHT_DTYPES]))))
             canonical = defaults.weight_dtype
+        else:
+            if canonical != weight:
+                warnings.append(MESSAGES["link.alias"].format(
+                    key=fields["weight_dtype"].alias, value=short(weight, 40), canonical=canonical))
         if canonical != weight:
             update["weight_dtype"] = canonical
     engine = get_engine(update.get("engine", scenario.engine))
@@ -379,9 +401,15 @@ def check_names(scenario: Scenario) -> tuple[Scenario, list[str]]:
         update.update(tp=defaults.tp, pp=defaults.pp)
         tpp = 1
     if scenario.num_gpus % tpp:
-        warn("num_gpus", str(scenario.num_gpus),
-             str(KVPlanError("parallel.gpus", gpus=scenario.num_gpus, tpp=tpp,
-                             need=-(-scenario.num_gpus // tpp) * tpp)))
+        given = scenario.model_fields_set
+        if "num_gpus" in given:
+            warn("num_gpus", str(scenario.num_gpus),
+                 str(KVPlanError("parallel.gpus", gpus=scenario.num_gpus, tpp=tpp,
+                                 need=-(-scenario.num_gpus // tpp) * tpp)))
+        else:  # the link gave tp/pp, not n: name what it gave
+            name = "pp" if "pp" in given and scenario.pp > 1 else "tp"
+            warnings.append(MESSAGES["link.gpus_raised"].format(
+                key=fields[name].alias or name, value=short(str(getattr(scenario, name)), 40), need=tpp))
         update["num_gpus"] = tpp
     return (scenario.model_copy(update=update) if update else scenario), warnings
 

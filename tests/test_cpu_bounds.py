@@ -27,7 +27,7 @@ LIMIT_S = 1.0
 ABORT_S = 2.0
 RUNS = 3
 VIEWS = ["context", "users", "memory", "requests", "designs", "serving"]
-ALL_DTYPES = "bf16,fp16,fp32,fp8,fp8_e4m3,fp8_e5m2,int8,int4,int2,nvfp4,mxfp4,avg6bit"
+ALL_DTYPES = "bf16,fp16,fp32,fp8_e4m3,fp8_e5m2,int8,int4,int2,nvfp4,mxfp4,avg6bit"
 #: The heaviest workload a link can ask of the dashboard (tokens: its 10M limit).
 HEAVY = {"t": "10000000", "u": "10000000", "n": "4096", "tp": "8", "kd": ALL_DTYPES, "sk": "1",
          "lx": "1"}
