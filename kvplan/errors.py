@@ -186,6 +186,16 @@ def md(value: object) -> str:
     return "".join(out)
 
 
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+def md_name(value: object) -> str:
+    """An identifier (``max_requests``, ``fp8_e4m3``, ``h100-sxm``) as is — letters, digits and
+    intraword ``_ . -`` form no Markdown construct — and anything else through ``md``."""
+    text = str(value)
+    return text if _NAME.fullmatch(text) else md(text)
+
+
 def md_code(value: object) -> str:
     """User text as one inline code span: Markdown inside a span is shown as typed; a backtick
     (which would close it) becomes ``'`` and line breaks become spaces."""

@@ -129,6 +129,7 @@ class _Fetch:
             except KVPlanError:
                 raise
             except Exception as exc:  # network layer: refused, DNS, TLS, timeout
+                self._left()  # a timeout at the deadline is the deadline's
                 raise KVPlanError("hub.unavailable", repo=clip(self.repo),
                                   detail=type(exc).__name__) from None
             with response:
@@ -163,6 +164,7 @@ class _Fetch:
         except KVPlanError:
             raise
         except Exception as exc:
+            self._left()
             raise KVPlanError("hub.unavailable", repo=clip(self.repo), detail=type(exc).__name__) from None
         return b"".join(chunks)
 

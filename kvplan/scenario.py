@@ -250,6 +250,7 @@ def plain_float(text: str) -> float:
     ``'inf'``: a link refuses them, as ``is_plain_int`` does for whole numbers)."""
     if len(text) > 40:
         raise ValueError("number too long")
+    text = text.strip()  # as is_plain_int's callers do
     if not text.isascii() or not _FLOAT.fullmatch(text):
         raise ValueError("expected a number in ASCII digits (like 0.5 or 1e3)")
     value = float(text)

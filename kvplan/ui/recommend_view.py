@@ -12,7 +12,7 @@ import streamlit as st
 
 from kvplan.arch import ModelArch
 from kvplan.dtypes import KV_DTYPE_CHOICES, WEIGHT_DTYPES
-from kvplan.errors import KVPlanError, md, md_code, md_link_target
+from kvplan.errors import KVPlanError, md, md_code, md_link_target, md_name
 from kvplan.presets import GPU, gpus
 from kvplan.recommend import (
     TARGET_PRESETS,
@@ -179,8 +179,8 @@ def _calibration(scenario: Scenario, arch: ModelArch) -> float | None:
         prompt = int(cols[2].number_input("Prompt tokens", 1, 10_000_000, 1024, key="rc_cal_prompt"))
         context = int(cols[3].number_input("Context tokens", 2, 10_000_000, 2048, key="rc_cal_ctx"))
         if measured <= 0:
-            st.caption(f"On {md(scenario.gpu)} with the sidebar's TP {scenario.tp:d} × PP {scenario.pp:d}; "
-                       "enter a measured value to solve for the factor.")
+            st.caption(f"On {md_name(scenario.gpu)} with the sidebar's TP {scenario.tp:d} × PP "
+                       f"{scenario.pp:d}; enter a measured value to solve for the factor.")
             return None
         try:
             factor = calibrate_efficiency(arch, scenario_gpu(scenario), scenario_fit_query(scenario),
@@ -235,13 +235,13 @@ def render(scenario: Scenario, arch: ModelArch, gpu: GPU) -> pd.DataFrame | None
         st.error(md(err))
         return None
     lengths = rec.lengths
-    st.caption(f"Lengths at {md(query.percentile)}: prompt {lengths.prompt:,} tokens, context "
+    st.caption(f"Lengths at {md_name(query.percentile)}: prompt {lengths.prompt:,} tokens, context "
                f"{lengths.context:,} tokens; mean output {lengths.output_mean:,.1f} tokens "
-               f"({lengths.requests:,} requests, {md(lengths.source)}). Engine: {md(scenario.engine)}; "
-               f"fit query as the sidebar's ({md(scenario_fit_query(scenario).engine)}).")
+               f"({lengths.requests:,} requests, {md(lengths.source)}). Engine: {md_name(scenario.engine)}; "
+               f"fit query as the sidebar's ({md_name(scenario_fit_query(scenario).engine)}).")
     counts = failure_counts(rec)
     st.markdown(f"**{len(rec.table):,} candidates, {int(rec.table['feasible'].sum()):,} feasible.** "
-                "Failing: " + " · ".join(f"{md(name)} {n:,}" for name, n in counts.items()))
+                "Failing: " + " · ".join(f"{md_name(name)} {n:,}" for name, n in counts.items()))
     if rec.message:
         st.warning(md(rec.message))
     ranked = rec.ranked
@@ -258,9 +258,9 @@ def render(scenario: Scenario, arch: ModelArch, gpu: GPU) -> pd.DataFrame | None
             "ttft_ms": st.column_config.NumberColumn("TTFT ms (bound)", format="%.1f"),
         })
         best = rows.iloc[0]
-        st.markdown(f"Cheapest: **{md(best['gpu'])}**, TP {best['tp']:d} × PP {best['pp']:d}"
+        st.markdown(f"Cheapest: **{md_name(best['gpu'])}**, TP {best['tp']:d} × PP {best['pp']:d}"
                     + (f", EP {best['ep']:d}" if best["ep"] > 1 else "")
-                    + f", KV {md(best['kv_dtype'])}, weights {md(best['weight_dtype'])}: "
+                    + f", KV {md_name(best['kv_dtype'])}, weights {md_name(best['weight_dtype'])}: "
                       f"{best['replicas']:,} replica(s), {best['total_gpus']:,} GPUs — "
                       f"[open its scenario]({md_link_target(best['link'])})")
     failed = rec.table[~rec.table["feasible"]]
@@ -271,5 +271,5 @@ def render(scenario: Scenario, arch: ModelArch, gpu: GPU) -> pd.DataFrame | None
         st.markdown("\n".join(f"- {md_code(line)}" for line in rec.formulas))
         st.markdown("\n".join(f"- {md(line)}" for line in [*rec.assumptions, *rec.notes]))
     digest = hashlib.sha256(query.model_dump_json().encode()).hexdigest()[:8]
-    st.caption(f"Search {md(digest)}: {len(rec.table):,} candidates, vectorised (kvplan.recommend).")
+    st.caption(f"Search {md_name(digest)}: {len(rec.table):,} candidates, vectorised (kvplan.recommend).")
     return rec.table

@@ -15,7 +15,7 @@ from kvplan import designs
 from kvplan.capacity import FitResult
 from kvplan.config_import import support_status
 from kvplan.engines import engine_view, get_engine
-from kvplan.errors import MESSAGES, KVPlanError, clip, md, md_code
+from kvplan.errors import MESSAGES, KVPlanError, clip, md, md_code, md_name
 from kvplan.presets import GPU
 from kvplan.report import named_scenario, named_scenarios
 from kvplan.scenario import Scenario, scenario_fit_query
@@ -243,18 +243,18 @@ def render_answer(scenario: Scenario, gpu: GPU) -> None:
             return
         if first.fits:
             st.success(f"Fits: {plural(scenario.users, 'user')} × {scenario.tokens:,} tokens in "
-                       f"{md(first.kv_dtype)}.")
+                       f"{md_name(first.kv_dtype)}.")
         else:
-            other = [f"KV {md(r.kv_dtype)} (fits {r.max_requests:,})" for r in results.values()
+            other = [f"KV {md_name(r.kv_dtype)} (fits {r.max_requests:,})" for r in results.values()
                      if not isinstance(r, str) and r.fits]
             change = " or ".join(([md(first.suggestion)] if first.suggestion else []) + other)
-            st.warning(f"Does not fit ({md(first.kv_dtype)}): {md(first.reason)}. "
+            st.warning(f"Does not fit ({md_name(first.kv_dtype)}): {md(first.reason)}. "
                        f"**Smallest change:** {change or 'none found'}.")
         gpus = first.replicas * first.tp * first.pp
         limit = (f" · model limit {first.context_limit:,} tokens ({md(first.context_limit_rule)})"
                  if first.context_limit is not None else "")
         st.caption(f"{plural(gpus, 'GPU')} × {md(gpu.name)}, {plural(first.replicas, 'replica')} of "
-                   f"TP={first.tp:d}, PP={first.pp:d} · {md(first.engine_label)} · {md(first.engine_release)}"
+                   f"TP={first.tp:d}, PP={first.pp:d} · {first.engine_label} · {md(first.engine_release)}"
                    f"{limit}")
 
 
@@ -286,7 +286,7 @@ def render_kpis(scenario: Scenario, arch, gpu: GPU) -> pd.DataFrame:
                 if row.kpi == "weights_per_gpu":
                     help_text += " — " + weights_view.breakdown_help(result.weights_breakdown)
             st.metric(row.label, value, help=help_text, width=KPI_WIDTH)
-    lines = ["Exact: " + " · ".join(f"{md(r.kpi)}={r.value:,}" for r in cards)]
+    lines = ["Exact: " + " · ".join(f"{md_name(r.kpi)}={r.value:,}" for r in cards)]
     lines += [f"How, {md(row.label)}: {md(row.how)}" for row in cards]
     if get_engine(result.engine).logs_kv_cache:
         # an inline code span, not st.code (its syntax highlighter costs ≈ 0.3 s of browser JS on
@@ -347,7 +347,7 @@ def render_kv_context(scenario: Scenario, arch) -> pd.DataFrame:
         st.warning(md(message))
     fig = figure_from_dict(_kv_context_fig(cache_key(scenario)))
     st.plotly_chart(fig, theme=None, key="chart_kv_context")
-    at_length = [f"{md(dtype)} {fmt_bytes(r.kv_bytes_per_request * scenario.users)}"
+    at_length = [f"{md_name(dtype)} {fmt_bytes(r.kv_bytes_per_request * scenario.users)}"
                  for dtype, r in answers(cache_key(scenario)).items() if not isinstance(r, str)]
     notes = [f"At the chosen {scenario.tokens:,} tokens, {plural(scenario.users, 'request')} reserve "
              + ", ".join(at_length) + " per GPU.",
@@ -392,7 +392,7 @@ def render_memory(scenario: Scenario) -> pd.DataFrame:
         st.caption(md(f"{row.gpu_name}: {row.error}"))
     st.caption(f"Every accelerator with {plural(scenario.num_gpus, 'GPU')}, TP {scenario.tp:d}, "
                f"PP {scenario.pp:d}, {plural(scenario.users, 'user')} × {scenario.tokens:,} tokens, "
-               f"KV {md(scenario.kv_dtypes[0])}. "
+               f"KV {md_name(scenario.kv_dtypes[0])}. "
                "A black tick marks each device's capacity.")
     _export("memory_per_gpu", df, fig, scenario)
     return df
@@ -432,7 +432,7 @@ def render_designs(scenario: Scenario) -> pd.DataFrame:
     fig = figure_from_dict(_designs_fig(cache_key(scenario)))
     st.plotly_chart(fig, theme=None, key="chart_designs")
     ok = df[df["error"] == ""]
-    st.caption("KV bytes per token (whole model, full length, KV " + md(scenario.kv_dtypes[0]) + "): "
+    st.caption("KV bytes per token (whole model, full length, KV " + md_name(scenario.kv_dtypes[0]) + "): "
                + " · ".join(f"{md(label)} {int(value):,} B" for label, value in
                             zip(ok["label"], ok["kv_bytes_per_token"].tolist(), strict=True)))
     st.markdown("**Assumptions**\n" + "\n".join(f"- {md(n)}" for n in notes))
