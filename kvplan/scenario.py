@@ -136,7 +136,9 @@ class Scenario(BaseModel):
         warnings: list[str] = []
         by_alias = {info.alias or name: name for name, info in cls.model_fields.items()}
         values: dict[str, Any] = {}
-        version = _first(query.get("v"))
+        raw_version = query.get("v")
+        repeated = isinstance(raw_version, list | tuple) and len(raw_version) > 1
+        version = None if repeated else _first(raw_version)
         if version is not None and version != str(SCHEMA_VERSION):
             if is_plain_int(version, 9) and int(version) > SCHEMA_VERSION:
                 warnings.append(MESSAGES["link.future_version"].format(value=version[:12]))
@@ -145,7 +147,8 @@ class Scenario(BaseModel):
                     key="v", value=short(version), why=f"schema version is {SCHEMA_VERSION}"))
         settings: dict[str, Any] = {}
         for key, raw in query.items():
-            if isinstance(raw, list | tuple) and len(raw) > 1:  # ?t=5&t=6: neither is guessed
+            known = key == "v" or key in SETTING_KEYS or by_alias.get(key) not in (None, "engine_settings")
+            if known and isinstance(raw, list | tuple) and len(raw) > 1:  # ?t=5&t=6: none is guessed
                 warnings.append(MESSAGES["link.repeated"].format(key=clip(key, 40), count=len(raw)))
                 continue
             if key == "v":
