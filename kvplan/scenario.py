@@ -372,7 +372,9 @@ def check_names(scenario: Scenario) -> tuple[Scenario, list[str]]:
         if canonical != name:
             warnings.append(MESSAGES["link.alias"].format(key=fields["kv_dtypes"].alias, value=short(
                 name, 40), canonical=canonical))
-        if canonical not in kept:
+        if canonical in kept:  # kd=bf16,bf16 or kd=fp8,fp8_e4m3: the repeat is dropped, by name
+            warn("kv_dtypes", name, f"{canonical} is already listed")
+        else:
             kept.append(canonical)
     if kept != scenario.kv_dtypes:
         update["kv_dtypes"] = kept or defaults.kv_dtypes

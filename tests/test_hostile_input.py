@@ -599,6 +599,10 @@ def test_item11_dtype_aliases_in_the_link_are_shown():
                                   ("kd", "bfloat16", "bf16")):
         assert MESSAGES["link.alias"].format(key=key, value=f"'{value}'", canonical=canonical) in warnings
     assert at.query_params["wd"] == "int4_g128"
+    _, warnings = scenario_from_query({"kd": "bf16,fp8,fp8_e4m3"}, strict=False)
+    assert warnings == [MESSAGES["link.alias"].format(key="kd", value="'fp8'", canonical="fp8_e4m3"),
+                        MESSAGES["link.bad_value"].format(key="kd", value="'fp8_e4m3'",
+                                                          why="fp8_e4m3 is already listed")]
 
 
 @pytest.mark.parametrize("text", ["٣", "1_000", "５", "inf", "0x10"])
