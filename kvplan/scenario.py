@@ -386,7 +386,7 @@ def check_names(scenario: Scenario) -> tuple[Scenario, list[str]]:
             warn("weight_dtype", weight, str(KVPlanError(
                 "unknown.dtype", value=clip(weight), choices=", ".join(["auto", *WEIGHT_DTYPES]))))
             canonical = defaults.weight_dtype
-        else:
+        else:  # a known alias (wd=int4 → int4_g128, awq, gptq) is applied, and said
             if canonical != weight:
                 warnings.append(MESSAGES["link.alias"].format(
                     key=fields["weight_dtype"].alias, value=short(weight, 40), canonical=canonical))
