@@ -166,10 +166,11 @@ _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
 #: What GitHub-flavoured Markdown turns into a link by itself (``https://…``, ``www.…``, e-mail
-#: addresses): Streamlit finds these in the text after escapes are resolved, so they are shown as
-#: code spans instead. The span stops at quotes, brackets and parentheses (a link cannot start
-#: after them), never includes a backtick, so a one-backtick fence always closes it.
-_AUTOLINK = re.compile(r"(?i)(?:https?://|www\.)[^\s'\"<>()\[\]`]*|[-.\w+]+@[-\w]+(?:\.[-\w]+)+")
+#: addresses; ``@host.tld`` without a local part too, to be safe): Streamlit finds these in the
+#: text after escapes are resolved, so they are shown as code spans instead. The span stops at
+#: quotes, brackets and parentheses (a link cannot start after them), never includes a backtick,
+#: so a one-backtick fence always closes it.
+_AUTOLINK = re.compile(r"(?i)(?:https?://|www\.)[^\s'\"<>()\[\]`]*|[-.\w+]*@[-\w]+(?:\.[-\w]+)+")
 
 
 def md(value: object) -> str:
