@@ -60,7 +60,7 @@ def test_hub_id_with_markup_renders_as_text(page: Page, app_url: str):
     sidebar = page.get_by_test_id("stSidebar")
     box = sidebar.get_by_test_id("stExpander").filter(has_text="Weights from a checkpoint")
     box.get_by_text("Weights from a checkpoint").click()
-    field = box.get_by_label("Hugging Face Hub id")
+    field = box.get_by_label("Hugging Face Hub id", exact=True)
     for payload in (f"[sign in]({EVIL})", f"![x]({EVIL}/x.png)", f'<img src="{EVIL}/i.png">'):
         field.fill(payload)
         field.press("Enter")
