@@ -437,6 +437,87 @@ def bench_recommend(reps: int) -> None:
 SECTIONS["recommend"] = bench_recommend
 
 
+def _dense_header(size: int, prefix: str = "") -> bytes:
+    """A safetensors header of about ``size`` bytes packed with one-element tensors (the most
+    tensors, so the most CPU, per byte: the worst case of a header the limits accept)."""
+    from kvplan.checkpoint import MAX_READ_HEADER_BYTES
+
+    entries, used, i = [], 2, 0
+    while True:
+        entry = f'"{prefix}{i:x}":{{"dtype":"F16","shape":[1],"data_offsets":[0,2]}}'
+        if used + len(entry) + 1 > min(size, MAX_READ_HEADER_BYTES):
+            break
+        entries.append(entry)
+        used += len(entry) + 1
+        i += 1
+    body = ("{" + ",".join(entries) + "}").encode()
+    return len(body).to_bytes(8, "little") + body
+
+
+def _upload_script(files: list[tuple[str, bytes]]) -> None:
+    """The weights box's upload callback in one rerun (what a user's upload costs the server)."""
+    import streamlit as st
+
+    from kvplan.ui import weights_view
+
+    class _Upload:
+        def __init__(self, name: str, data: bytes) -> None:
+            self.name, self.data = name, data
+
+        def getvalue(self) -> bytes:
+            return self.data
+
+    st.session_state["w_headers"] = [_Upload(name, data) for name, data in files]
+    weights_view.on_headers_upload()
+    assert "_weights_error" not in st.session_state, st.session_state["_weights_error"]
+
+
+def bench_uploads(reps: int) -> None:
+    """Checkpoint headers at the limits (issue #32 item 10): the upload callback's rerun CPU with
+    ``MAX_UPLOAD_FILES`` files holding ``MAX_UPLOAD_HEADER_BYTES`` of headers, and with the largest
+    single file Streamlit accepts (``server.maxUploadSize`` 2 MB) — target ≤ 1 s of process CPU;
+    the CLI's largest accepted header (``MAX_READ_HEADER_BYTES``, ``read_checkpoint_dir``), no
+    target (it runs once per command)."""
+    from streamlit.testing.v1 import AppTest
+
+    from kvplan.checkpoint import MAX_READ_HEADER_BYTES, read_checkpoint_dir
+    from kvplan.ui.weights_view import MAX_UPLOAD_FILES, MAX_UPLOAD_HEADER_BYTES
+
+    per_file = MAX_UPLOAD_HEADER_BYTES // MAX_UPLOAD_FILES
+    many = [(f"model-{i:05d}.safetensors", _dense_header(per_file, f"{i}.")) for i in range(MAX_UPLOAD_FILES)]
+    one = [("model.safetensors", _dense_header(2_000_000))]
+    assert sum(len(d) for _, d in many) <= MAX_UPLOAD_HEADER_BYTES
+
+    def cpu(files: list[tuple[str, bytes]]) -> float:
+        at = AppTest.from_function(_upload_script, args=(files,), default_timeout=60)
+        gc.collect()
+        start = time.process_time()
+        at.run()
+        spent = time.process_time() - start
+        assert not at.exception, [e.value for e in at.exception]
+        return spent
+
+    for label, files in ((f"{MAX_UPLOAD_FILES} files, {MAX_UPLOAD_HEADER_BYTES / 1e6:g} MB of headers", many),
+                         ("one 2 MB header (Streamlit's upload limit)", one)):
+        samples = [cpu(files) for _ in range(reps)]
+        record(f"rerun, header upload: {label} (CPU)", samples, target="≤ 1 s",
+               ok=statistics.median(samples) <= 1.0)
+    with tempfile.TemporaryDirectory() as folder:
+        (Path(folder) / "model.safetensors").write_bytes(_dense_header(MAX_READ_HEADER_BYTES))
+
+        def read() -> float:
+            gc.collect()
+            start = time.process_time()
+            read_checkpoint_dir(folder)
+            return time.process_time() - start
+
+        record(f"CLI --checkpoint, largest accepted header ({MAX_READ_HEADER_BYTES / 1e6:g} MB, CPU)",
+               [read() for _ in range(reps)], note="once per command; no rerun target")
+
+
+SECTIONS["uploads"] = bench_uploads
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench")
     parser.add_argument("--reps", type=int, default=7)

@@ -292,11 +292,7 @@ def _load_arch(args: argparse.Namespace) -> ModelArch:
 
         folder = Path(args.checkpoint)
         config_path = folder / "config.json"
-        try:
-            raw = config_path.read_bytes()
-        except OSError as exc:
-            raise KVPlanError("file.missing", path=str(config_path),
-                              detail=exc.strerror or str(exc)) from None
+        raw = read_limited(config_path, MAX_CONFIG_BYTES, "config.too_large")
         arch = parse_config(raw, name=folder.resolve().name, source=str(config_path))
         args.checkpoint_summary = read_checkpoint_dir(folder, arch.n_layers)
         return arch
@@ -564,7 +560,9 @@ def _calibrated(args: argparse.Namespace, arch: ModelArch, engine: str,
 def cmd_recommend(args: argparse.Namespace) -> int:
     import json as _json
 
+    from kvplan.config_import import MAX_CONFIG_BYTES
     from kvplan.engines import DEFAULT_ENGINE, engine_with_release
+    from kvplan.files import read_limited
     from kvplan.plan import FitQuery, make_plan
     from kvplan.recommend import (
         RecommendQuery,
@@ -574,19 +572,14 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         resolve_targets,
     )
     from kvplan.scenario import CUSTOM_MODEL, Scenario
-    from kvplan.serving import LengthDist, parse_lengths_csv
+    from kvplan.serving import MAX_CSV_BYTES, LengthDist, parse_lengths_csv
 
     arch = _load_arch(args)
     engine = engine_with_release(args.engine or DEFAULT_ENGINE, args.engine_version)
     settings = settings_from_args(args)
     workload = None
     if args.lengths_csv:
-        try:
-            raw = Path(args.lengths_csv).read_bytes()
-        except OSError as exc:
-            raise KVPlanError("file.missing", path=args.lengths_csv,
-                              detail=exc.strerror or str(exc)) from None
-        workload = parse_lengths_csv(raw)
+        workload = parse_lengths_csv(read_limited(args.lengths_csv, MAX_CSV_BYTES, "csv.too_large"))
 
     def dist(part: str) -> LengthDist:
         mean = getattr(args, f"{part}_mean")
@@ -612,8 +605,8 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     rec = recommend(plan, query, workload)
     model: dict[str, object] = {"model": args.model}
     if args.model is None:
-        model = {"model": CUSTOM_MODEL,
-                 "custom_config": _json.loads(Path(args.config).read_text(encoding="utf-8"))}
+        raw = read_limited(args.config, MAX_CONFIG_BYTES, "config.too_large")
+        model = {"model": CUSTOM_MODEL, "custom_config": _json.loads(raw)}
     scenario = Scenario.model_validate({**model, "engine": engine.partition("@")[0],
                                         "engine_version": args.engine_version,
                                         "reserve_gib": args.reserve_gib, "engine_settings": settings})

@@ -27,6 +27,24 @@ MESSAGES: dict[str, str] = {
     "checkpoint.bad_file": "'{path}' is not a readable safetensors file: {detail}",
     "checkpoint.header_too_large": "'{path}': safetensors header of {size:,} bytes exceeds the "
                                    "{limit:,}-byte limit",
+    "checkpoint.headers_too_large": "the safetensors headers exceed {limit:,} bytes in all (the "
+                                    "limit of one checkpoint)",
+    "checkpoint.too_large": "'{path}': the tensors' bytes exceed {limit:,} (8 PiB), more than any "
+                            "checkpoint holds",
+    "checkpoint.bad_total": "'{path}': metadata.total_size {value} is not a whole number of bytes "
+                            "from 0 to {limit:,}",
+    "checkpoint.bad_shard": "'{path}' names the shard {name}: a shard must be a plain *.safetensors "
+                            "file name (no '/', '..', leading '.' or control character)",
+    "checkpoint.missing_shard": "'{path}' names {count} shard(s) not in the folder, the first "
+                                "'{name}'",
+    "checkpoint.too_many_files": "'{path}' holds more than {limit:,} *.safetensors files (the "
+                                 "limit of one checkpoint)",
+    "checkpoint.index_too_large": "model.safetensors.index.json is {size:,} bytes; the limit is "
+                                  "{limit:,} bytes",
+    "checkpoint.too_many_uploads": "{count} files uploaded at once; the limit is {limit:,} "
+                                   "(the index and the shards' headers)",
+    "checkpoint.uploads_too_large": "the uploaded headers are {size:,} bytes in all; the limit is "
+                                    "{limit:,} bytes per upload",
     "hub.unavailable": "the Hugging Face Hub could not be reached for '{repo}' ({detail}); the "
                        "rest of the page is unchanged",
     "hub.unauthorized": "the Hugging Face Hub refused '{repo}' ({detail}); set HF_TOKEN for gated "
@@ -34,6 +52,12 @@ MESSAGES: dict[str, str] = {
     "hub.not_installed": "reading Hub ids needs the optional package huggingface_hub "
                          "(pip install huggingface_hub)",
     "hub.bad_id": "'{repo}' is not a Hub model id (expected org/name)",
+    "hub.too_many_shards": "'{repo}': the index names {count} shards; kvplan reads at most "
+                           "{limit:,}",
+    "hub.header_too_large": "'{repo}': the header of {name} is {size:,} bytes; the limit is "
+                            "{limit:,} bytes per header",
+    "hub.timeout": "'{repo}': reading config.json and the headers took more than {limit} s "
+                   "(the limit of one fetch)",
     # names and choices
     "unknown.model": "unknown model preset '{value}' (try `python -m kvplan models`)",
     "unknown.gpu": "unknown accelerator '{value}' (try `python -m kvplan gpus`)",
@@ -57,11 +81,16 @@ MESSAGES: dict[str, str] = {
     # links and uploads
     "link.unknown_key": "link parameter {key} is not known and was ignored",
     "link.bad_value": "link parameter '{key}'={value} was not used: {why}",
+    "link.repeated": "link parameter '{key}' is given {count} times; none of its values was used",
+    "link.alias": "link parameter '{key}'={value} was read as {canonical}",
+    "link.gpus_raised": "link parameter '{key}'={value} needs tp × pp = {need} GPUs; the GPU "
+                        "count was set to {need}",
     "link.future_version": "this link was made by a newer kvplan (schema v{value}); "
                            "parameters this version does not know were ignored",
     "scenario.invalid": "scenario file is invalid: {detail}",
     "scenario.too_large": "scenario file is {size:,} bytes; the limit is {limit:,} bytes",
     "csv.invalid": "request-length CSV is invalid: {detail}",
+    "csv.too_large": "request-length CSV is {size:,} bytes; the limit is {limit:,} bytes",
     "file.missing": "cannot read '{path}': {detail}",
     "file.not_regular": "cannot read '{path}': it is {kind}, not a regular file",
     "file.not_writable": "cannot write to '{path}': {detail}",
@@ -139,10 +168,11 @@ _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
 #: What GitHub-flavoured Markdown turns into a link by itself (``https://…``, ``www.…``, e-mail
-#: addresses): Streamlit finds these in the text after escapes are resolved, so they are shown as
-#: code spans instead. The span stops at quotes, brackets and parentheses (a link cannot start
-#: after them), never includes a backtick, so a one-backtick fence always closes it.
-_AUTOLINK = re.compile(r"(?i)(?:https?://|www\.)[^\s'\"<>()\[\]`]*|[-.\w+]+@[-\w]+(?:\.[-\w]+)+")
+#: addresses; ``@host.tld`` without a local part too, to be safe): Streamlit finds these in the
+#: text after escapes are resolved, so they are shown as code spans instead. The span stops at
+#: quotes, brackets and parentheses (a link cannot start after them), never includes a backtick,
+#: so a one-backtick fence always closes it.
+_AUTOLINK = re.compile(r"(?i)(?:https?://|www\.)[^\s'\"<>()\[\]`]*|[-.\w+]*@[-\w]+(?:\.[-\w]+)+")
 
 
 def md(value: object) -> str:
@@ -157,6 +187,32 @@ def md(value: object) -> str:
         last = match.end()
     out.append(_escape(text[last:]))
     return "".join(out)
+
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+def md_name(value: object) -> str:
+    """An identifier (``max_requests``, ``fp8_e4m3``, ``h100-sxm``) as is — letters, digits and
+    intraword ``_ . -`` form no Markdown construct — and anything else through ``md``."""
+    text = str(value)
+    return text if _NAME.fullmatch(text) else md(text)
+
+
+def md_code(value: object) -> str:
+    """User text as one inline code span: Markdown inside a span is shown as typed; a backtick
+    (which would close it) becomes ``'`` and line breaks become spaces."""
+    text = "".join(ch if ch.isprintable() else "?" for ch in " ".join(str(value).splitlines()))
+    return f"`{text.replace('`', chr(39))}`"
+
+
+_LINK_TARGET = re.compile(r"\?[A-Za-z0-9_.~,%=&-]*")
+
+
+def md_link_target(target: str) -> str:
+    """A target for a Markdown link ``[text](target)``: only a relative ``?query`` of
+    percent-encoded characters (no parenthesis, space, quote or scheme); anything else is ``?``."""
+    return target if _LINK_TARGET.fullmatch(target) else "?"
 
 
 def _escape(text: str) -> str:

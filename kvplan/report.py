@@ -188,12 +188,13 @@ def named_scenario(scenario_id: str) -> Scenario:
     return scenario_from_query({k: _query_text(v) for k, v in file.query.items()})[0]
 
 
-def parse_link(text: str) -> dict[str, str]:
-    """The query of a full URL, ``?m=..&t=..`` or ``m=..&t=..`` as a dict (last value wins)."""
+def parse_link(text: str) -> dict[str, str | list[str]]:
+    """The query of a full URL, ``?m=..&t=..`` or ``m=..&t=..`` as a dict; a repeated key keeps
+    every value (``Scenario.from_query`` refuses it by name)."""
     text = text.strip()
     query = urlsplit(text).query if "://" in text else text.split("?", 1)[-1]
     query = query.split("#", 1)[0]
-    return {k: v[-1] for k, v in parse_qs(query, keep_blank_values=True).items()}
+    return {k: v[0] if len(v) == 1 else v for k, v in parse_qs(query, keep_blank_values=True).items()}
 
 
 def _is_file(text: str) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import zlib
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Literal
@@ -140,7 +141,9 @@ class Scenario(BaseModel):
         warnings: list[str] = []
         by_alias = {info.alias or name: name for name, info in cls.model_fields.items()}
         values: dict[str, Any] = {}
-        version = _first(query.get("v"))
+        raw_version = query.get("v")
+        repeated = isinstance(raw_version, list | tuple) and len(raw_version) > 1
+        version = None if repeated else _first(raw_version)
         if version is not None and version != str(SCHEMA_VERSION):
             if is_plain_int(version, 9) and int(version) > SCHEMA_VERSION:
                 warnings.append(MESSAGES["link.future_version"].format(value=version[:12]))
@@ -149,6 +152,10 @@ class Scenario(BaseModel):
                     key="v", value=short(version), why=f"schema version is {SCHEMA_VERSION}"))
         settings: dict[str, Any] = {}
         for key, raw in query.items():
+            known = key == "v" or key in SETTING_KEYS or by_alias.get(key) not in (None, "engine_settings")
+            if known and isinstance(raw, list | tuple) and len(raw) > 1:  # ?t=5&t=6: none is guessed
+                warnings.append(MESSAGES["link.repeated"].format(key=clip(key, 40), count=len(raw)))
+                continue
             if key == "v":
                 continue
             if key in SETTING_KEYS:
@@ -237,15 +244,27 @@ def _decode(name: str, text: str) -> Any:
             raise ValueError("expected a whole number of at most 18 digits")
         return int(text)
     if "float" in annotation:
-        if len(text) > 40:
-            raise ValueError("number too long")
-        value = float(text)
-        if value != value or value in (float("inf"), float("-inf")):
-            raise ValueError("expected a finite number")
-        return value
+        return plain_float(text)
     if not text.isprintable():
         raise ValueError("contains control characters")
     return text
+
+
+_FLOAT = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+
+
+def plain_float(text: str) -> float:
+    """A finite number written in ASCII (``float()`` also takes ``'٣'``, ``'1_000'``, ``' 5'``,
+    ``'inf'``: a link refuses them, as ``is_plain_int`` does for whole numbers)."""
+    if len(text) > 40:
+        raise ValueError("number too long")
+    text = text.strip()  # as is_plain_int's callers do
+    if not text.isascii() or not _FLOAT.fullmatch(text):
+        raise ValueError("expected a number in ASCII digits (like 0.5 or 1e3)")
+    value = float(text)
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ValueError("expected a finite number")
+    return value
 
 
 def _decode_pairs(text: str) -> dict[str, str]:
@@ -356,7 +375,12 @@ def check_names(scenario: Scenario) -> tuple[Scenario, list[str]]:
             warn("kv_dtypes", name, str(KVPlanError(
                 "unknown.dtype", value=clip(name), choices=", ".join(KV_DTYPE_CHOICES))))
             continue
-        if canonical not in kept:
+        if canonical != name:
+            warnings.append(MESSAGES["link.alias"].format(key=fields["kv_dtypes"].alias, value=short(
+                name, 40), canonical=canonical))
+        if canonical in kept:  # kd=bf16,bf16 or kd=fp8,fp8_e4m3: the repeat is dropped, by name
+            warn("kv_dtypes", name, f"{canonical} is already listed")
+        else:
             kept.append(canonical)
     if kept != scenario.kv_dtypes:
         update["kv_dtypes"] = kept or defaults.kv_dtypes
@@ -368,6 +392,10 @@ def check_names(scenario: Scenario) -> tuple[Scenario, list[str]]:
             warn("weight_dtype", weight, str(KVPlanError(
                 "unknown.dtype", value=clip(weight), choices=", ".join(["auto", *WEIGHT_DTYPES]))))
             canonical = defaults.weight_dtype
+        else:  # a known alias (wd=int4 → int4_g128, awq, gptq) is applied, and said
+            if canonical != weight:
+                warnings.append(MESSAGES["link.alias"].format(
+                    key=fields["weight_dtype"].alias, value=short(weight, 40), canonical=canonical))
         if canonical != weight:
             update["weight_dtype"] = canonical
     engine = resolve_engine(update.get("engine", scenario.engine))
@@ -385,9 +413,15 @@ def check_names(scenario: Scenario) -> tuple[Scenario, list[str]]:
         update.update(tp=defaults.tp, pp=defaults.pp)
         tpp = 1
     if scenario.num_gpus % tpp:
-        warn("num_gpus", str(scenario.num_gpus),
-             str(KVPlanError("parallel.gpus", gpus=scenario.num_gpus, tpp=tpp,
-                             need=-(-scenario.num_gpus // tpp) * tpp)))
+        given = scenario.model_fields_set
+        if "num_gpus" in given:
+            warn("num_gpus", str(scenario.num_gpus),
+                 str(KVPlanError("parallel.gpus", gpus=scenario.num_gpus, tpp=tpp,
+                                 need=-(-scenario.num_gpus // tpp) * tpp)))
+        else:  # the link gave tp/pp, not n: name what it gave
+            name = "pp" if "pp" in given and scenario.pp > 1 else "tp"
+            warnings.append(MESSAGES["link.gpus_raised"].format(
+                key=fields[name].alias or name, value=short(str(getattr(scenario, name)), 40), need=tpp))
         update["num_gpus"] = tpp
     return (scenario.model_copy(update=update) if update else scenario), warnings
 

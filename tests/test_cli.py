@@ -13,6 +13,8 @@ import socket
 import string
 import sys
 import zlib
+from collections.abc import Callable
+from pathlib import Path
 from unittest import mock
 
 import pytest
@@ -191,7 +193,7 @@ def reach(code: str, tmp_path) -> str:
     from kvplan.capacity import FitQuery
     from kvplan.config_import import MAX_CONFIG_BYTES, parse_config
     from kvplan.presets import get_gpu, load_model
-    from kvplan.scenario import Scenario
+    from kvplan.scenario import Scenario, check_names
 
     cfg = lambda **kw: json.dumps({**LLAMA_MIN, **kw}).encode()  # noqa: E731
     if code == "config.not_json":
@@ -334,6 +336,22 @@ def reach(code: str, tmp_path) -> str:
         path = tmp_path / "config.json"
         path.write_text(json.dumps({**LLAMA_MIN, "quantization_config": quant}))
         return cli_error(["fit", "--config", str(path), "--gpu", "h100-sxm", "--tokens", "8"])
+    if code in CHECKPOINT_FOLDERS:  # issue #32: one hostile folder per refusal
+        (tmp_path / "config.json").write_text(json.dumps(LLAMA_MIN))
+        CHECKPOINT_FOLDERS[code](tmp_path)
+        return cli_error(["fit", "--checkpoint", str(tmp_path), "--gpu", "h100-sxm", "--tokens", "8"])
+    if code == "csv.too_large":
+        big = tmp_path / "lengths.csv"
+        big.write_bytes(b"1,1\n" * 2_000_001)
+        return cli_error(["recommend", "--model", "llama-2-7b", "--gpus", "h100-sxm", "--lengths-csv",
+                          str(big)])
+    if code in {"link.repeated", "link.alias", "link.gpus_raised"}:
+        query = {"link.repeated": {"t": ["5", "6"]}, "link.alias": {"wd": "int4"},
+                 "link.gpus_raised": {"tp": "2"}}[code]
+        scenario, warnings = Scenario.from_query(query)
+        _, more = check_names(scenario)
+        assert len(warnings + more) == 1
+        return (warnings + more)[0]
     if code.startswith("checkpoint."):
         (tmp_path / "config.json").write_text(json.dumps(LLAMA_MIN))
         if code != "checkpoint.not_found":
@@ -356,13 +374,48 @@ def reach(code: str, tmp_path) -> str:
     raise AssertionError(f"no entry point for {code}")
 
 
+def _header(entries: dict) -> bytes:
+    raw = json.dumps(entries).encode()
+    return len(raw).to_bytes(8, "little") + raw
+
+
+def _shard(folder: Path, name: str = "model.safetensors") -> None:
+    (folder / name).write_bytes(_header({"w": {"dtype": "F16", "shape": [2], "data_offsets": [0, 4]}})
+                                + b"\0" * 4)
+
+
+def _index(folder: Path, text: str) -> None:
+    (folder / "model.safetensors.index.json").write_text(text)
+
+
+CHECKPOINT_FOLDERS: dict[str, Callable[[Path], object]] = {
+    "checkpoint.bad_total": lambda d: (_shard(d), _index(
+        d, '{"metadata": {"total_size": Infinity}, "weight_map": {"w": "model.safetensors"}}')),
+    "checkpoint.bad_shard": lambda d: (_shard(d), _index(
+        d, '{"weight_map": {"w": "../model.safetensors"}}')),
+    "checkpoint.missing_shard": lambda d: (_shard(d), _index(
+        d, '{"weight_map": {"w": "model.safetensors", "v": "model-2.safetensors"}}')),
+    "checkpoint.index_too_large": lambda d: (_shard(d), _index(d, " " * 50_000_001)),
+    "checkpoint.too_large": lambda d: (d / "model.safetensors").write_bytes(_header(
+        {"w": {"dtype": "F16", "shape": [1 << 62, 1 << 62]}})),
+    "checkpoint.too_many_files": lambda d: [(d / f"{i}.safetensors").touch() for i in range(10_001)],
+    "checkpoint.headers_too_large": lambda d: [
+        (d / f"m{i}.safetensors").write_bytes((15_000_000).to_bytes(8, "little") + b" " * 15_000_000)
+        for i in range(3)],
+}
+
+
 #: Codes reached here through an entry point; the dashboard-only ones are reached in
 #: tests/test_app.py (test_empty_paste_message, test_a_failing_view_is_reported_not_raised) and
 #: tests/test_hostile.py (test_every_gpu_failing_is_a_named_message).
-DASHBOARD_ONLY = {"config.empty", "internal.view", "view.no_gpu"}
+DASHBOARD_ONLY = {"config.empty", "internal.view", "view.no_gpu",
+                  # the header upload's limits: tests/test_hostile_input.py (item 10)
+                  "checkpoint.too_many_uploads", "checkpoint.uploads_too_large"}
 #: hub.unauthorized needs a server answering 401: tests/test_checkpoint.py reaches it through the CLI
 #: (test_hub_gated_repo_needs_hf_token) with a local Hub-like server.
-SERVER_ONLY = {"hub.unauthorized"}
+SERVER_ONLY = {"hub.unauthorized",
+               # a hostile Hub: tests/test_hostile_input.py (items 8 and 9) through the CLI
+               "hub.too_many_shards", "hub.header_too_large", "hub.timeout"}
 #: The SGLang / TensorRT-LLM log parsers have no CLI command yet: tests/test_calibrate.py reaches
 #: calibrate.no_engine_lines (test_engine_parsers_name_the_engine_when_no_line_matches).
 LIBRARY_ONLY = {"calibrate.no_engine_lines"}

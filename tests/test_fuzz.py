@@ -612,3 +612,200 @@ def test_cli_config_from_special_files(path, command, tmp_path):
     argv = [command, "--config", path, "--tokens", "5"] + (["--gpu", "h100-sxm"] if command == "fit" else [])
     code, _, err = check_cli(argv)
     assert code == 2 and err.endswith(", not a regular file\n"), err
+
+
+# --------------------------------------------------------------------------- hostile classes (#32)
+#: Numbers a hostile header or index carries: huge, negative, fractional, booleans, non-finite.
+hostile_numbers = st.one_of(
+    st.integers(-5, 1 << 20), st.integers(-(1 << 70), 1 << 70), st.sampled_from([10 ** 400, 1 << 64]),
+    st.floats(allow_nan=True, allow_infinity=True), st.booleans(), st.none(), st.text(max_size=5))
+tensor_entries = st.fixed_dictionaries({}, optional={
+    "dtype": st.one_of(st.sampled_from(["F16", "BF16", "U8", "F8_E4M3", "F4", "F64", "X"]),
+                       st.lists(st.sampled_from(["F16", "BF16"]), max_size=2),
+                       st.dictionaries(st.text(max_size=3), st.integers(), max_size=2), hostile_numbers),
+    "shape": st.one_of(st.lists(hostile_numbers, max_size=6), st.lists(st.integers(0, 1 << 40), max_size=4),
+                       hostile_numbers),
+    "data_offsets": st.one_of(st.lists(hostile_numbers, max_size=3),
+                              st.tuples(st.integers(0, 1 << 20), st.integers(0, 1 << 20)).map(list),
+                              hostile_numbers)})
+hostile_headers = st.dictionaries(st.one_of(st.sampled_from(PAYLOADS), texts),
+                                  st.one_of(tensor_entries, hostile_numbers), max_size=6)
+
+
+def _as_safetensors(header: object, declared: int | None) -> bytes:
+    """A header as a file's first bytes; ``declared`` overrides the 8-byte length (a lie)."""
+    body = json.dumps(header).encode()
+    return (len(body) if declared is None else declared).to_bytes(8, "little") + body
+
+
+safetensors_bytes = st.one_of(
+    st.binary(max_size=64),
+    st.builds(_as_safetensors, hostile_headers,
+              st.one_of(st.none(), st.integers(0, 1 << 64 - 1), st.sampled_from([0, 7, 10 ** 8 + 1]))))
+
+
+def _check_checkpoint_error(err: KVPlanError) -> None:
+    assert err.code.startswith(("checkpoint.", "hub.")), err.code
+    _check_shown(str(err))
+
+
+@FUZZ
+@given(safetensors_bytes)
+@example(_as_safetensors({"w": {"dtype": ["F16"], "shape": [2]}}, None))
+@example(_as_safetensors({"w": {"dtype": "F16", "shape": [10 ** 3999]}}, None))
+@example(_as_safetensors({"w": {"dtype": "F16", "shape": [1 << 62] * 1000}}, None))
+@example(_as_safetensors({"w": {"dtype": "F16", "shape": [2], "data_offsets": [-4, 0]}}, None))
+def test_safetensors_headers_parse_or_refuse(raw):
+    """Any header bytes: tensors whose bytes are exact int64 values within the bound, or one
+    checkpoint.* message the dashboard can show."""
+    from kvplan.checkpoint import MAX_TENSOR_BYTES, parse_header, summarize
+
+    try:
+        tensors = parse_header(raw, "fuzz.safetensors")
+        summary = summarize({"fuzz.safetensors": tensors})
+    except KVPlanError as err:
+        _check_checkpoint_error(err)
+        return
+    assert all(0 <= t.nbytes <= MAX_TENSOR_BYTES and isinstance(t.dtype, str) for t in tensors)
+    assert 0 <= summary.total_bytes <= MAX_TENSOR_BYTES
+    assert pd.DataFrame([summary.bytes_by_part]).dtypes.map(lambda d: d.kind == "i").all()
+
+
+index_texts = st.one_of(
+    st.builds(lambda total, shards: json.dumps({"metadata": {"total_size": total},
+                                                "weight_map": {f"t{i}": s for i, s in enumerate(shards)}}),
+              hostile_numbers, st.lists(st.one_of(
+                  st.sampled_from(["model.safetensors", "../x.safetensors", "/abs.safetensors",
+                                   "a/b.safetensors", "..safetensors", "x.bin", "%2e%2e.safetensors"]),
+                  st.sampled_from(PAYLOADS), texts, hostile_numbers), max_size=6)),
+    st.sampled_from(['{"metadata": {"total_size": Infinity}, "weight_map": {}}',
+                     '{"metadata": {"total_size": NaN}, "weight_map": {}}',
+                     '{"metadata": {"total_size": 1e400}, "weight_map": {}}',
+                     '{"metadata": [], "weight_map": {"a": "b.safetensors"}}']),
+    texts)
+
+
+@FUZZ
+@given(index_texts)
+def test_safetensors_index_parse_or_refuse(text):
+    """Any index: a total in [0, 8 PiB] and plain shard file names, or one checkpoint.* message."""
+    from kvplan.checkpoint import MAX_TENSOR_BYTES, read_index
+
+    try:
+        total, files = read_index(text.encode("utf-8", "surrogatepass"))
+    except KVPlanError as err:
+        _check_checkpoint_error(err)
+        return
+    assert total is None or (type(total) is int and 0 <= total <= MAX_TENSOR_BYTES)
+    for name in files:
+        assert "/" not in name and "\\" not in name and ".." not in name and not name.startswith(".")
+        assert name.endswith(".safetensors") and name.isprintable()
+
+
+@FUZZ
+@given(st.lists(st.tuples(st.one_of(st.sampled_from(PAYLOADS), texts).map(lambda n: n + ".safetensors"),
+                          safetensors_bytes), max_size=4))
+def test_header_uploads_parse_or_refuse(files):
+    """The dashboard's upload callback (``weights_view.read_uploads``): parsed, or one message."""
+    from kvplan.ui.weights_view import read_uploads
+
+    class Upload:
+        def __init__(self, name: str, data: bytes) -> None:
+            self.name, self.data = name, data
+
+        def getvalue(self) -> bytes:
+            return self.data
+
+    try:
+        read_uploads([Upload(name, data) for name, data in files])
+    except KVPlanError as err:
+        _check_checkpoint_error(err)
+
+
+class _FuzzHub:
+    """A Hub-like server on 127.0.0.1 whose answers each example sets (``answers``: file name →
+    (status, headers, body)); it records whether any request after a redirect carried a token."""
+
+    def __init__(self) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        hub = self
+        self.answers: dict[str, tuple[int, dict[str, str], bytes]] = {}
+        self.leaked: list[str] = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:  # noqa: N802 (http.server API)
+                name = self.path.split("/resolve/main/", 1)[-1]
+                if self.path.startswith("/redirected/") and self.headers.get("authorization"):
+                    hub.leaked.append(self.path)
+                status, headers, body = hub.answers.get(name, (404, {}, b""))
+                rng = self.headers.get("range")
+                if status == 200 and rng and rng.startswith("bytes="):
+                    start, _, end = rng[6:].partition("-")
+                    body, status = body[int(start): int(end) + 1], 206
+                self.send_response(status)
+                for key, value in headers.items():
+                    self.send_header(key, value)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+_TINY_LLAMA = json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+                          "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+                          "num_key_value_heads": 2, "vocab_size": 100}).encode()
+hub_bodies = st.one_of(safetensors_bytes, index_texts.map(lambda t: t.encode("utf-8", "surrogatepass")),
+                       st.just(_TINY_LLAMA), st.binary(max_size=64))
+hub_answers = st.one_of(
+    st.tuples(st.sampled_from([200, 200, 200, 401, 403, 404, 500]), st.just({}), hub_bodies),
+    st.tuples(st.sampled_from([301, 302, 307]), st.sampled_from([
+        {"Location": "/redirected/org/x/resolve/main/model.safetensors"},
+        {"Location": "/org/x/resolve/main/model.safetensors"}, {"Location": "file:///etc/passwd"},
+        {"Location": "ftp://127.0.0.1/x"}, {}]), st.just(b"")))
+
+
+@settings(FUZZ, max_examples=10_000 if LONG else 40)
+@given(st.dictionaries(st.sampled_from(["config.json", "model.safetensors.index.json", "model.safetensors",
+                                        "model-1.safetensors", "x.safetensors"]), hub_answers, max_size=5),
+       st.booleans())
+@example({"config.json": (200, {}, _TINY_LLAMA), "model.safetensors.index.json": (
+    200, {}, b'{"weight_map": {"a": "../../../other/repo/resolve/main/x.safetensors"}}')}, True)
+def test_hub_responses_from_a_local_server(answers, with_token):
+    """Any answers of a hostile Hub (status, redirects, bodies): ``hub.fetch`` returns the config
+    and a summary or a reason, or raises one named message; a redirected request never carries
+    the token; the server is on 127.0.0.1 only."""
+    from unittest import mock
+
+    from kvplan import hub
+
+    server = _FUZZ_HUB.setdefault("server", _FuzzHub())
+    server.answers = dict(answers)
+    server.leaked.clear()
+    env = {"HF_ENDPOINT": server.endpoint, "HF_TOKEN": "fuzz-token" if with_token else ""}
+    with mock.patch.dict(os.environ, env), mock.patch.object(hub, "DEADLINE_S", 10.0), \
+            mock.patch.object(hub, "TIMEOUT_S", 5.0):
+        try:
+            config, summary, problem = hub.fetch("org/x")
+        except KVPlanError as err:
+            assert err.code.startswith(("hub.", "config.", "checkpoint.", "weights.")), err.code
+            _check_shown(str(err))
+        else:
+            assert isinstance(config, dict) and (summary is None) == (problem is not None)
+            if problem is not None:
+                _check_shown(problem)
+    assert server.leaked == []
+
+
+_FUZZ_HUB: dict[str, _FuzzHub] = {}

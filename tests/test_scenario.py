@@ -152,8 +152,10 @@ def test_all_kv_dtypes_unknown_falls_back_to_default() -> None:
 
 
 def test_kv_dtype_aliases_become_canonical_names() -> None:
+    """Issue #32 item 11: each alias the link applies is shown (it was applied silently)."""
     scenario, warnings = _load(kd="fp8,bfloat16")
-    assert warnings == []
+    assert warnings == ["link parameter 'kd'='fp8' was read as fp8_e4m3",
+                        "link parameter 'kd'='bfloat16' was read as bf16"]
     assert scenario.kv_dtypes == ["fp8_e4m3", "bf16"]
 
 

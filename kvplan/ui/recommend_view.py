@@ -12,7 +12,7 @@ import streamlit as st
 
 from kvplan.arch import ModelArch
 from kvplan.dtypes import KV_DTYPE_CHOICES, WEIGHT_DTYPES
-from kvplan.errors import KVPlanError
+from kvplan.errors import KVPlanError, md, md_code, md_link_target, md_name
 from kvplan.presets import GPU, gpus
 from kvplan.recommend import (
     TARGET_PRESETS,
@@ -179,15 +179,15 @@ def _calibration(scenario: Scenario, arch: ModelArch) -> float | None:
         prompt = int(cols[2].number_input("Prompt tokens", 1, 10_000_000, 1024, key="rc_cal_prompt"))
         context = int(cols[3].number_input("Context tokens", 2, 10_000_000, 2048, key="rc_cal_ctx"))
         if measured <= 0:
-            st.caption(f"On {scenario.gpu} with the sidebar's TP {scenario.tp} × PP {scenario.pp}; "
-                       "enter a measured value to solve for the factor.")
+            st.caption(f"On {md_name(scenario.gpu)} with the sidebar's TP {scenario.tp:d} × PP "
+                       f"{scenario.pp:d}; enter a measured value to solve for the factor.")
             return None
         try:
             factor = calibrate_efficiency(scenario_plan(scenario), measured,
                                           "prefill" if kind == "prefill" else "decode",
                                           batch, prompt, context)
         except KVPlanError as err:
-            st.warning(str(err))
+            st.warning(md(err))
             return None
         use = st.checkbox(f"Use e = {factor:.4f} for {scenario.gpu}", value=0 < factor <= 1,
                           key="rc_cal_use", disabled=not 0 < factor <= 1)
@@ -232,18 +232,18 @@ def render(scenario: Scenario, arch: ModelArch, gpu: GPU) -> pd.DataFrame | None
     try:
         rec = _search(key, query.model_dump_json(), csv)
     except KVPlanError as err:
-        st.error(str(err))
+        st.error(md(err))
         return None
     lengths = rec.lengths
-    st.caption(f"Lengths at {query.percentile}: prompt {lengths.prompt:,} tokens, context "
+    st.caption(f"Lengths at {md_name(query.percentile)}: prompt {lengths.prompt:,} tokens, context "
                f"{lengths.context:,} tokens; mean output {lengths.output_mean:,.1f} tokens "
-               f"({lengths.requests:,} requests, {lengths.source}). Engine: {scenario.engine}; fit query "
-               f"as the sidebar's ({scenario_fit_query(scenario).engine}).")
+               f"({lengths.requests:,} requests, {md(lengths.source)}). Engine: {md_name(scenario.engine)}; "
+               f"fit query as the sidebar's ({md_name(scenario_fit_query(scenario).engine)}).")
     counts = failure_counts(rec)
     st.markdown(f"**{len(rec.table):,} candidates, {int(rec.table['feasible'].sum()):,} feasible.** "
-                "Failing: " + " · ".join(f"{name} {n:,}" for name, n in counts.items()))
+                "Failing: " + " · ".join(f"{md_name(name)} {n:,}" for name, n in counts.items()))
     if rec.message:
-        st.warning(rec.message)
+        st.warning(md(rec.message))
     ranked = rec.ranked
     if not ranked.empty:
         fig = pareto_figure(ranked, rec.cost_unit)
@@ -258,17 +258,18 @@ def render(scenario: Scenario, arch: ModelArch, gpu: GPU) -> pd.DataFrame | None
             "ttft_ms": st.column_config.NumberColumn("TTFT ms (bound)", format="%.1f"),
         })
         best = rows.iloc[0]
-        st.markdown(f"Cheapest: **{best['gpu']}**, TP {best['tp']} × PP {best['pp']}"
-                    + (f", EP {best['ep']}" if best["ep"] > 1 else "")
-                    + f", KV {best['kv_dtype']}, weights {best['weight_dtype']}: {best['replicas']:,} "
-                      f"replica(s), {best['total_gpus']:,} GPUs — [open its scenario]({best['link']})")
+        st.markdown(f"Cheapest: **{md_name(best['gpu'])}**, TP {best['tp']:d} × PP {best['pp']:d}"
+                    + (f", EP {best['ep']:d}" if best["ep"] > 1 else "")
+                    + f", KV {md_name(best['kv_dtype'])}, weights {md_name(best['weight_dtype'])}: "
+                      f"{best['replicas']:,} replica(s), {best['total_gpus']:,} GPUs — "
+                      f"[open its scenario]({md_link_target(best['link'])})")
     failed = rec.table[~rec.table["feasible"]]
     with st.expander(f"Why the other {len(failed):,} candidates fail", expanded=False):
         st.dataframe(failed[["gpu", "tp", "pp", "ep", "kv_dtype", "weight_dtype", "fails", "max_requests",
                              "tpot_ms", "ttft_ms"]].head(500), hide_index=True, key="table_recommend_fails")
     with st.expander("Formulas and assumptions (bounds)", expanded=False):
-        st.markdown("\n".join(f"- `{line}`" for line in rec.formulas))
-        st.markdown("\n".join(f"- {line}" for line in [*rec.assumptions, *rec.notes]))
+        st.markdown("\n".join(f"- {md_code(line)}" for line in rec.formulas))
+        st.markdown("\n".join(f"- {md(line)}" for line in [*rec.assumptions, *rec.notes]))
     digest = hashlib.sha256(query.model_dump_json().encode()).hexdigest()[:8]
-    st.caption(f"Search {digest}: {len(rec.table):,} candidates, vectorised (kvplan.recommend).")
+    st.caption(f"Search {md_name(digest)}: {len(rec.table):,} candidates, vectorised (kvplan.recommend).")
     return rec.table

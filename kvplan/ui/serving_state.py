@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from kvplan.engines import DEFAULT_ENGINE, VLLM_DEFAULT_BLOCK_SIZE, Engine, prefix_engines
-from kvplan.errors import MESSAGES, clip
+from kvplan.errors import MESSAGES, clip, is_plain_int
 from kvplan.presets import gpus
 from kvplan.recommend import TARGET_PRESETS
-from kvplan.scenario import Scenario
+from kvplan.scenario import Scenario, plain_float
 from kvplan.serving import SNAPSHOTS
 
 SOURCES = {"paper": "ShareGPT-like (vLLM paper lengths)", "lognormal": "log-normal",
@@ -44,7 +44,16 @@ class Input:
     choices: tuple[Any, ...] = ()
 
     def parse(self, text: str) -> Any:
-        value = self.kind(text)
+        """The typed value of an ``sv`` entry; numbers as the top-level keys take them (ASCII digits
+        only: ``'٣'`` and ``'1_000'`` are refused, ``is_plain_int`` / ``scenario.plain_float``)."""
+        if self.kind is int:
+            if not is_plain_int(text.strip(), signed=True):
+                raise ValueError("expected a whole number of at most 18 digits")
+            value: Any = int(text)
+        elif self.kind is float:
+            value = plain_float(text)
+        else:
+            value = self.kind(text)
         if self.choices and value not in self.choices:
             raise ValueError(f"choose one of {', '.join(map(str, self.choices))}")
         if self.low is not None and not self.low <= value <= self.high:

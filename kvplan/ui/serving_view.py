@@ -19,7 +19,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from kvplan.arch import ModelArch
-from kvplan.errors import KVPlanError, md
+from kvplan.errors import KVPlanError, md, md_name
 from kvplan.nocache import compare
 from kvplan.scenario import Scenario
 from kvplan.serving import (
@@ -221,7 +221,7 @@ def _prefix(scenario: Scenario) -> None:
     fig = figure_from_dict(spec)
     st.plotly_chart(fig, theme=None, key="sv_prefix_chart")
     st.caption(f"Shared: {result.shared_tokens:,} tokens = {result.shared_blocks:,} unit(s) of "
-               f"{result.unit}; saved {result.saved_bytes / GIB:,.3f} GiB at {scenario.users:,} "
+               f"{md_name(result.unit)}; saved {result.saved_bytes / GIB:,.3f} GiB at {scenario.users:,} "
                f"requests (prompt {prompt:,}, output {scenario.output_tokens:,} tokens)")
     _captions(result.assumptions)
     _export("serving_prefix", curve, fig, scenario)

@@ -116,7 +116,10 @@ def apply_scenario(scenario: Scenario) -> None:
 
 def sync_from_url() -> list[str]:
     """Read the link when it changed behind our back (first load, Back/Forward, edited URL)."""
-    url_now = st.query_params.to_dict()
+    url_now: dict[str, str | list[str]] = {}
+    for key in st.query_params:  # a repeated key keeps every value (from_query refuses it)
+        values = st.query_params.get_all(key)
+        url_now[key] = values[0] if len(values) == 1 else values
     if url_now == st.session_state.get("_url_written"):
         return []
     scenario, warnings = Scenario.from_query(url_now)
@@ -333,7 +336,7 @@ def _setting_widget(box: Any, setting: Setting, label: str, default: str) -> Non
         try:
             setting.parse(text) if text else None
         except ValueError as exc:
-            box.error(f"{label}: {exc}; not applied until corrected.")
+            box.error(md(f"{label}: {exc}; not applied until corrected."))
     elif setting.kind == "bool":
         box.toggle(label, **keep)
     elif setting.kind == "float":

@@ -15,7 +15,7 @@ from kvplan import designs
 from kvplan.arch import Kind, ModelArch
 from kvplan.capacity import FitResult
 from kvplan.config_import import support_status
-from kvplan.errors import MESSAGES, KVPlanError, clip, md
+from kvplan.errors import MESSAGES, KVPlanError, clip, md, md_code, md_name
 from kvplan.plan import Plan
 from kvplan.presets import GPU
 from kvplan.report import named_scenario, named_scenarios
@@ -228,7 +228,7 @@ def render_answer(scenario: Scenario, gpu: GPU) -> None:
         results = answers(key)
     except KVPlanError as err:  # the layout itself is impossible (e.g. TP × PP > GPUs)
         with st.container(key="answer", border=True):
-            st.warning(f"Does not fit: {err}.")
+            st.warning(f"Does not fit: {md(err)}.")
         return
     with st.container(key="answer", border=True):
         st.markdown(f"**Requests of {scenario.tokens:,} tokens that fit, per replica** "
@@ -238,22 +238,22 @@ def render_answer(scenario: Scenario, gpu: GPU) -> None:
                 _answer_metric(dtype, answer, scenario)
         first = next((r for r in results.values() if not isinstance(r, str)), None)
         if first is None:  # every dtype refused, or the layout itself is impossible
-            st.warning(f"Does not fit: {next(iter(results.values()))}.")
+            st.warning(f"Does not fit: {md(next(iter(results.values())))}.")
             return
         if first.fits:
             st.success(f"Fits: {plural(scenario.users, 'user')} × {scenario.tokens:,} tokens in "
-                       f"{first.kv_dtype}.")
+                       f"{md_name(first.kv_dtype)}.")
         else:
-            other = [f"KV {r.kv_dtype} (fits {r.max_requests:,})" for r in results.values()
+            other = [f"KV {md_name(r.kv_dtype)} (fits {r.max_requests:,})" for r in results.values()
                      if not isinstance(r, str) and r.fits]
             change = " or ".join(([md(first.suggestion)] if first.suggestion else []) + other)
-            st.warning(f"Does not fit ({first.kv_dtype}): {md(first.reason)}. "
+            st.warning(f"Does not fit ({md_name(first.kv_dtype)}): {md(first.reason)}. "
                        f"**Smallest change:** {change or 'none found'}.")
         gpus = first.replicas * first.tp * first.pp
         limit = (f" · model limit {first.context_limit:,} tokens ({md(first.context_limit_rule)})"
                  if first.context_limit is not None else "")
         st.caption(f"{plural(gpus, 'GPU')} × {md(gpu.name)}, {plural(first.replicas, 'replica')} of "
-                   f"TP={first.tp}, PP={first.pp} · {first.engine_label} · {md(first.engine_release)}"
+                   f"TP={first.tp:d}, PP={first.pp:d} · {first.engine_label} · {md(first.engine_release)}"
                    f"{limit}")
 
 
@@ -287,13 +287,13 @@ def render_kpis(scenario: Scenario, arch: ModelArch, gpu: GPU) -> pd.DataFrame:
                 if row.kpi == "weights_per_gpu":
                     help_text += " — " + weights_view.breakdown_help(result.weights_breakdown)
             st.metric(row.label, value, help=help_text, width=KPI_WIDTH)
-    lines = ["Exact: " + " · ".join(f"{r.kpi}={r.value:,}" for r in cards)]
+    lines = ["Exact: " + " · ".join(f"{md_name(r.kpi)}={r.value:,}" for r in cards)]
     lines += [f"How, {md(row.label)}: {md(row.how)}" for row in cards]
     if log_lines := plan.engine.log_lines(result):
         # an inline code span, not st.code (its syntax highlighter costs ≈ 0.3 s of browser JS on
         # the first render, bench/README.md); the line is kvplan's own numbers, no user text
         lines.append(f"{md(plan.engine.short)}'s start-up log would read: "
-                     f"`{', '.join(log_lines)}`")
+                     f"{md_code(', '.join(log_lines))}")
     lines += [f"Note: {md(note)}" for note in result.notes]
     st.caption("  \n".join(lines), help="Exact integers (bytes, requests, tokens) of the cards "
                                          "above, then how each card is computed with your values.")
@@ -349,7 +349,7 @@ def render_kv_context(scenario: Scenario, arch: ModelArch) -> pd.DataFrame:
         st.warning(md(message))
     fig = figure_from_dict(_kv_context_fig(cache_key(scenario)))
     st.plotly_chart(fig, theme=None, key="chart_kv_context")
-    at_length = [f"{dtype} {fmt_bytes(r.kv_bytes_per_request * scenario.users)}"
+    at_length = [f"{md_name(dtype)} {fmt_bytes(r.kv_bytes_per_request * scenario.users)}"
                  for dtype, r in answers(cache_key(scenario)).items() if not isinstance(r, str)]
     notes = [f"At the chosen {scenario.tokens:,} tokens, {plural(scenario.users, 'request')} reserve "
              + ", ".join(at_length) + " per GPU.",
@@ -392,9 +392,9 @@ def render_memory(scenario: Scenario) -> pd.DataFrame:
     st.plotly_chart(fig, theme=None, key="chart_memory")
     for row in bad.itertuples():
         st.caption(md(f"{row.gpu_name}: {row.error}"))
-    st.caption(f"Every accelerator with {plural(scenario.num_gpus, 'GPU')}, TP {scenario.tp}, "
-               f"PP {scenario.pp}, {plural(scenario.users, 'user')} × {scenario.tokens:,} tokens, "
-               f"KV {scenario.kv_dtypes[0]}. "
+    st.caption(f"Every accelerator with {plural(scenario.num_gpus, 'GPU')}, TP {scenario.tp:d}, "
+               f"PP {scenario.pp:d}, {plural(scenario.users, 'user')} × {scenario.tokens:,} tokens, "
+               f"KV {md_name(scenario.kv_dtypes[0])}. "
                "A black tick marks each device's capacity.")
     _export("memory_per_gpu", df, fig, scenario)
     return df
@@ -434,12 +434,13 @@ def render_designs(scenario: Scenario) -> pd.DataFrame:
     fig = figure_from_dict(_designs_fig(cache_key(scenario)))
     st.plotly_chart(fig, theme=None, key="chart_designs")
     ok = df[df["error"] == ""]
-    st.caption("KV bytes per token (whole model, full length, KV " + scenario.kv_dtypes[0] + "): "
+    st.caption("KV bytes per token (whole model, full length, KV " + md_name(scenario.kv_dtypes[0]) + "): "
                + " · ".join(f"{md(label)} {int(value):,} B" for label, value in
                             zip(ok["label"], ok["kv_bytes_per_token"].tolist(), strict=True)))
     st.markdown("**Assumptions**\n" + "\n".join(f"- {md(n)}" for n in notes))
-    table = df[["label", "model", "kv_bytes_per_token", "kv_bytes_per_request", "max_requests",
-                "fits", "error"]]
+    # every design failing (e.g. PP above the layer count) leaves only label/model/error columns
+    table = df.reindex(columns=["label", "model", "kv_bytes_per_token", "kv_bytes_per_request",
+                                "max_requests", "fits", "error"])
     st.dataframe(table, hide_index=True, key="table_designs")
     _export("designs", df, fig, scenario)
     return df

@@ -7,6 +7,7 @@ the model it belongs to); it never goes into the link. A Hub id's config becomes
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 import pandas as pd
@@ -14,7 +15,7 @@ import streamlit as st
 
 from kvplan.arch import ModelArch
 from kvplan.checkpoint import CheckpointSummary, compare, parse_header, read_index, summarize
-from kvplan.errors import KVPlanError
+from kvplan.errors import KVPlanError, md
 from kvplan.scenario import CUSTOM_MODEL, custom_arch
 from kvplan.ui import lazy
 from kvplan.ui.theme import exact_bytes, fmt_bytes
@@ -22,31 +23,57 @@ from kvplan.weights import PARTS, weights_per_gpu
 
 #: Bytes read of each uploaded file: the header only (8 + N, bounded like ``checkpoint``).
 MAX_UPLOAD_READ = 100_000_008
+#: Files of one upload (the index and a shard header each: Llama-3.1-405B has 191 shards).
+MAX_UPLOAD_FILES = 200
+#: Header (and index) bytes parsed per upload: about 0.6 s of CPU at the worst (36,000 one-element
+#: tensors per 2 MB parse in 0.3 s), so the rerun that reads them stays within the 1 s target
+#: (bench/ "rerun, header upload at the limits").
+MAX_UPLOAD_HEADER_BYTES = 4_000_000
 
 
 def _store(summary: CheckpointSummary, source: str, model: str | None) -> None:
     st.session_state["_checkpoint"] = {"summary": summary, "source": source, "model": model}
 
 
+def _upload_size(name: str, raw: bytes) -> int:
+    """Bytes an upload costs to parse: an index all of it, a header its ``8 + N`` (what is there)."""
+    if name.endswith(".json") or len(raw) < 8:
+        return len(raw)
+    return min(len(raw), 8 + struct.unpack("<Q", raw[:8])[0])
+
+
+def read_uploads(files: list[Any]) -> tuple[dict[str, Any], int | None]:
+    """Headers and the index total of one upload; more than ``MAX_UPLOAD_FILES`` files or
+    ``MAX_UPLOAD_HEADER_BYTES`` bytes to parse are refused by name before anything is parsed."""
+    if len(files) > MAX_UPLOAD_FILES:
+        raise KVPlanError("checkpoint.too_many_uploads", count=f"{len(files):,}", limit=MAX_UPLOAD_FILES)
+    raws = [(upload.name, upload.getvalue()[:MAX_UPLOAD_READ]) for upload in files]
+    size = sum(_upload_size(name, raw) for name, raw in raws)
+    if size > MAX_UPLOAD_HEADER_BYTES:
+        raise KVPlanError("checkpoint.uploads_too_large", size=size, limit=MAX_UPLOAD_HEADER_BYTES)
+    headers: dict[str, Any] = {}
+    total = None
+    for name, raw in raws:
+        if name.endswith(".json"):
+            total, _ = read_index(raw, name)
+        else:
+            headers[name] = parse_header(raw, name)
+    return headers, total
+
+
 def on_headers_upload() -> None:
     """``model.safetensors.index.json`` and/or ``*.safetensors`` files (or their first bytes)."""
     files = st.session_state.get("w_headers") or []
-    headers: dict[str, Any] = {}
-    total = None
     try:
-        for upload in files:
-            raw = upload.getvalue()[:MAX_UPLOAD_READ]
-            if upload.name.endswith(".json"):
-                total, _ = read_index(raw, upload.name)
-            else:
-                headers[upload.name] = parse_header(raw, upload.name)
+        headers, total = read_uploads(list(files))
+        summary = summarize(headers, None, total) if headers or total is not None else None
     except KVPlanError as err:
         st.session_state["_weights_error"] = str(err)
         return
-    if not headers and total is None:
+    if summary is None:
         st.session_state.pop("_checkpoint", None)
         return
-    _store(summarize(headers, None, total), f"{len(files)} uploaded file(s)", None)
+    _store(summary, f"{len(files)} uploaded file(s)", None)
     st.session_state.pop("_weights_error", None)
 
 
@@ -92,7 +119,7 @@ def render_inputs(sb: Any) -> None:
 
 def _show_error(sb: Any) -> None:
     if st.session_state.get("_weights_error"):
-        sb.error(st.session_state.pop("_weights_error"))
+        sb.error(md(st.session_state.pop("_weights_error")))
 
 
 def format_texts(arch: ModelArch) -> tuple[str, str]:
@@ -127,7 +154,7 @@ def render_comparison(arch: ModelArch, weight_dtype: str | None) -> None:
     if frame is None:
         return
     stored = st.session_state["_checkpoint"]
-    with st.expander(f"Checkpoint headers ({stored['source']}) vs the config estimate"):
+    with st.expander(f"Checkpoint headers ({md(stored['source'])}) vs the config estimate"):
         st.dataframe(frame, hide_index=True)
         total_c, total_e = int(frame["checkpoint_bytes"].sum()), int(frame["estimate_bytes"].sum())
         st.caption(f"Checkpoint {exact_bytes(total_c)} · estimate {exact_bytes(total_e)}"

@@ -51,3 +51,22 @@ def test_config_name_renders_as_text(page: Page, app_url: str):
     expect(header).to_contain_text(name)
     assert header.locator("strong").first.inner_text() == name   # kvplan's own bold, nothing more
     _no_markup_from_user(page)
+
+
+def test_hub_id_with_markup_renders_as_text(page: Page, app_url: str):
+    """Issue #32 item 6: a Hub id of ``[sign in](…)``, an image or ``<img>`` in the weights box
+    shows as typed in the error after Fetch (the id is refused before any request)."""
+    _open(page, f"{app_url}/?v=1&t=4096")
+    sidebar = page.get_by_test_id("stSidebar")
+    box = sidebar.get_by_test_id("stExpander").filter(has_text="Weights from a checkpoint")
+    box.get_by_text("Weights from a checkpoint").click()
+    field = box.get_by_label("Hugging Face Hub id", exact=True)
+    for payload in (f"[sign in]({EVIL})", f"![x]({EVIL}/x.png)", f'<img src="{EVIL}/i.png">'):
+        field.fill(payload)
+        field.press("Enter")
+        page.wait_for_selector(IDLE, timeout=LOAD_MS)
+        box.get_by_role("button", name="Fetch from the Hub").click()
+        page.wait_for_selector(IDLE, timeout=LOAD_MS)
+        error = sidebar.get_by_test_id("stAlertContentError")
+        expect(error.first).to_contain_text(f"'{payload}' is not a Hub model id")
+        _no_markup_from_user(page)
