@@ -763,6 +763,15 @@ class _FuzzHub:
         self.server.server_close()
 
 
+@pytest.fixture(scope="module")
+def fuzz_hub():
+    """One local Hub for every example (one server thread, shut down after the module); a server
+    per example would leave a polling ``serve_forever`` thread behind each one."""
+    server = _FuzzHub()
+    yield server
+    server.close()
+
+
 _TINY_LLAMA = json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
                           "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
                           "num_key_value_heads": 2, "vocab_size": 100}).encode()
@@ -782,7 +791,7 @@ hub_answers = st.one_of(
        st.booleans())
 @example({"config.json": (200, {}, _TINY_LLAMA), "model.safetensors.index.json": (
     200, {}, b'{"weight_map": {"a": "../../../other/repo/resolve/main/x.safetensors"}}')}, True)
-def test_hub_responses_from_a_local_server(answers, with_token):
+def test_hub_responses_from_a_local_server(fuzz_hub, answers, with_token):
     """Any answers of a hostile Hub (status, redirects, bodies): ``hub.fetch`` returns the config
     and a summary or a reason, or raises one named message; a redirected request never carries
     the token; the server is on 127.0.0.1 only."""
@@ -790,7 +799,7 @@ def test_hub_responses_from_a_local_server(answers, with_token):
 
     from kvplan import hub
 
-    server = _FUZZ_HUB.setdefault("server", _FuzzHub())
+    server = fuzz_hub
     server.answers = dict(answers)
     server.leaked.clear()
     env = {"HF_ENDPOINT": server.endpoint, "HF_TOKEN": "fuzz-token" if with_token else ""}
@@ -808,4 +817,3 @@ def test_hub_responses_from_a_local_server(answers, with_token):
     assert server.leaked == []
 
 
-_FUZZ_HUB: dict[str, _FuzzHub] = {}
