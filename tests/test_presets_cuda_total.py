@@ -103,3 +103,18 @@ def test_cuda_totals_match_the_vllm_logs_in_the_fixtures():
     sxm = gpus()["h100-sxm"]
     assert round(sxm.cuda_total_bytes / 2**30, 2) == 79.19
     assert sxm.reported_mib - sxm.cuda_total_mib == 470
+
+
+def test_rtx_5090_native_linux_total_and_the_wsl2_figure():
+    """Issue #30 says an engine printed 31.84 GiB for an RTX 5090: that is a WSL2 host, where CUDA
+    reports the whole nvidia-smi 32,607 MiB (31.84 GiB ± 0.005 → 32,599–32,609 MiB; 0.95 × total
+    printed as 30.25 GiB → 32,601–32,611 MiB; together 32,601–32,609). Native Linux reports 31.37 GiB
+    (32,123 MiB), the catalogue's figure; both are named with their sources."""
+    gpu = gpus()["rtx-5090"]
+    assert (gpu.cuda_total_mib, gpu.reported_mib) == (32123, 32607)
+    low = max(round((31.84 - 0.005) * 1024), int(-(-(30.245 / 0.95 * 1024) // 1)))
+    high = min(int((31.84 + 0.005) * 1024), int(30.255 / 0.95 * 1024))
+    assert (low, high) == (32601, 32609)
+    assert low <= gpu.reported_mib <= high
+    source = gpu.sources["cuda_total"]
+    assert "(30.12/31.84 GiB)" in source and "https://github.com/Alex8791-cyber/cognithor/pull/318" in source
