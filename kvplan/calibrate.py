@@ -253,15 +253,15 @@ def _log_release(plan: Plan, log: VllmLog, notes: list[str]) -> tuple[Plan, str]
         return plan, (f"{engine.release}, as chosen; the log prints no version line" if pinned else
                       f"{engine.release}: the log prints no version line, so the newest modelled release")
     record, how = found
-    line = f"'{log.version_line}'"
+    said = f"version line '{log.version_line}'" if log.version_line else "V0-only lines"
     if pinned:
         if record.key == engine.record.key:
-            return plan, f"{engine.release}, as chosen and as the log's version line {line} says"
-        notes.append(f"the log's version line {line} places it in {record.name}, but {engine.release} "
+            return plan, f"{engine.release}, as chosen and as the log's {said} says"
+        notes.append(f"the log's {said} places it in {record.name}, but {engine.release} "
                      "was chosen; compared with the chosen release")
-        return plan, f"{engine.release}, as chosen (the log's version line says {record.name})"
+        return plan, f"{engine.release}, as chosen (the log's {said} says {record.name})"
     plan = plan.vary(engine=engine_with_release(plan.query.engine, record.key))
-    return plan, f"{record.name}, from the log's version line {line} ({how})"
+    return plan, f"{record.name}, from the log's {said} ({how})"
 
 
 def _what_the_log_says(log: VllmLog) -> str:

@@ -629,11 +629,35 @@ def test_a_v0_engine_on_a_v1_release_is_read_with_the_v0_record():
     assert log.generation == "V0"
     record, how = get_engine("vllm").release_for_log(log)
     assert record.key == "0.6"
-    assert how == ("vLLM 0.8.5 → vLLM v0.8; but the log's engine is V0 ('Initializing an LLM engine', "
-                   "VLLM_USE_V1=0) → vLLM v0.6 (V0)")
+    assert how == ("vLLM 0.8.5 → vLLM v0.8; but the log's engine is V0 ('Initializing an LLM engine' or "
+                   "V0 worker lines: VLLM_USE_V1=0) → vLLM v0.6 (V0)")
     v1 = parse_vllm_log("INFO [core.py:74] Initializing a V1 LLM engine (v0.8.5) with config: x\n"
                         "# GPU blocks: 100\n")
     assert v1.generation == "V1" and get_engine("vllm").release_for_log(v1)[0].key == "0.8"
+
+
+def test_v0_worker_lines_place_a_log_in_the_v0_record():
+    """Fixtures 07 (0.6.4's one-line "Memory profiling results: … kv_cache_size=") and 18 (0.7's
+    "the rest of the memory reserved for KV Cache") print no version; only V0's worker.py prints
+    those lines, so they are read with the V0 record. Fixture 19 (v0.8.3, V0 worker lines, version
+    from its issue title only) is V0 too; a V1 log's lines (01) are not."""
+    vllm = get_engine("vllm")
+    for case in ("07", "18", "19"):
+        (path,) = LOGS_DIR.glob(f"{case}-*.json")
+        log = parse_vllm_log(json.loads(path.read_text())["log_excerpt"])
+        assert (log.version, log.generation) == (None, "V0"), case
+        record, how = vllm.release_for_log(log)
+        assert record.key == "0.6" and how == (
+            "the log prints no version, but its lines are V0's (worker.py memory profile, "
+            "model_runner.py 'Loading model weights took') → vLLM v0.6 (V0)"), case
+    (path,) = LOGS_DIR.glob("01-*.json")
+    assert parse_vllm_log(json.loads(path.read_text())["log_excerpt"]).generation == "V1"
+    v0_log = ("Memory profiling results: total_gpu_memory=79.19GiB non_torch_memory=0.35GiB "
+              "kv_cache_size=10.00GiB gpu_memory_utilization=0.90\n# GPU blocks: 5120\n")
+    result = calibrate(make_plan(ARCH, H100, FitQuery(tokens=L)), v0_log)
+    assert result.engine_id == "vllm@0.6" and result.release_source == (
+        "vLLM v0.6 (V0), from the log's V0-only lines (the log prints no version, but its lines are "
+        "V0's (worker.py memory profile, model_runner.py 'Loading model weights took') → vLLM v0.6 (V0))")
 
 
 def test_calibrate_uses_the_release_the_log_names():
@@ -657,7 +681,8 @@ def test_calibrate_uses_the_release_the_log_names():
     # a pinned release is kept, and the log's own is named beside it
     pinned = calibrate(make_plan(ARCH, H100, FitQuery(tokens=L, engine="vllm@0.33")), API_LINE + V011_LINES)
     assert pinned.engine_id == "vllm" and pinned.implied_reserve_bytes == 3_156_604_028
-    assert pinned.release_source == "vLLM v0.33, as chosen (the log's version line says vLLM v0.10–v0.11.0)"
+    assert pinned.release_source == ("vLLM v0.33, as chosen (the log's version line 'vLLM API server "
+                                     "version 0.11.0' says vLLM v0.10–v0.11.0)")
     assert pinned.notes == ["the log's version line 'vLLM API server version 0.11.0' places it in vLLM "
                             "v0.10–v0.11.0, but vLLM v0.33 was chosen; compared with the chosen release"]
     same = calibrate(make_plan(ARCH, H100, FitQuery(tokens=L, engine="vllm@0.11")), API_LINE + V011_LINES)

@@ -93,6 +93,10 @@ _MODEL_NAME = (re.compile(r"with config: model='([^'\n]{1,300})'"), re.compile(r
 _ARCHITECTURE = re.compile(r"Resolved architecture: ([A-Za-z0-9_]{1,100})")
 #: V0's engine announces itself without "V1" (``engine/llm_engine.py``); V1's with it.
 _GENERATION = re.compile(r"Initializing an? (V1 )?LLM engine \(")
+#: Lines only V0's worker prints (``worker/worker.py`` memory profile, ``worker/model_runner.py``
+#: "Loading model weights took"): V1's ``gpu_worker.py`` prints "Available KV cache memory" instead.
+_V0_LINES = re.compile(r"\bkv_cache_size=|\bavailable_kv_cache_memory\s|the rest of the memory reserved "
+                       r"for KV Cache is|Loading model weights took|non_torch_memory takes")
 
 
 class VllmLog(StartupLog):
@@ -120,7 +124,8 @@ class VllmLog(StartupLog):
     #: vLLM resolved (None: not printed).
     model_name: str | None = None
     architecture: str | None = None
-    #: ``V0`` / ``V1`` as the engine's "Initializing … LLM engine" line says (None: not printed).
+    #: ``V0`` / ``V1`` as the engine's "Initializing … LLM engine" line says, else ``V0`` when the
+    #: log has lines only V0's worker prints (``_V0_LINES``); None: neither.
     generation: str | None = None
 
     @classmethod
@@ -240,6 +245,8 @@ def parse_vllm_log(log: str | bytes) -> VllmLog:
         found["architecture"] = m.group(1)
     if m := _GENERATION.search(text):
         found["generation"] = "V1" if m.group(1) else "V0"
+    elif _V0_LINES.search(text):
+        found["generation"] = "V0"
     return VllmLog(**found, logged_terms=terms, ranks=len(available), lines_matched=matched)
 
 
