@@ -74,7 +74,7 @@ LOGGED = {
 #: (b) tolerance, in KV bytes per GPU: ``mem_fraction_static × PRELOAD_GIB + WEIGHT_SHARE ×
 #: weights``. PRELOAD_GIB: what the process holds before loading (CUDA context, NCCL), which
 #: kvplan's SGLang budget does not subtract by default (``held_before_load`` 0): CUDA's total
-#: (kvplan's capacity) − "Load weight begin" is 0.43 GiB in 01 (L4, TP 4; 22.06 − 21.63) and
+#: (kvplan's capacity) − "Load weight begin" is 0.42 GiB in 01 (L4, TP 4; 22.05 − 21.63) and
 #: 0.60 GiB in 02 (H100, TP 1; 79.19 − 78.59), and SGLang scales it by mem_fraction_static; 1.25 GiB
 #: was set when the capacity was nvidia-smi's figure (0.86 and 1.06 GiB then) and covers 03, whose
 #: memory lines were not posted. WEIGHT_SHARE: kvplan's weights per GPU against the logged "mem
