@@ -8,6 +8,11 @@ activation peak, CUDA graphs, non-torch memory), re-runs ``fit`` with the logged
 ``kv_cache_memory_bytes`` and says whether kvplan then reproduces the logged numbers. SGLang's and
 TensorRT-LLM's logs are read by their engines (``SglangLog``, ``TrtllmLog``) but not compared yet:
 ``calibrate`` compares only records that say so (``StartupLog.compared``).
+
+The release is the one the log's own version line names (``Engine.release_for_log``) unless the
+plan pins one; a log of another model — another architecture, a ``max_model_len`` past the model's
+limit, or loaded weights more than ``WEIGHTS_TOLERANCE`` from kvplan's — is refused
+(``calibrate.other_model``) with what the log says it is.
 """
 
 from __future__ import annotations
@@ -17,11 +22,19 @@ from typing import Any
 from pydantic import BaseModel
 
 from kvplan.capacity import GIB, FitResult, fit
+from kvplan.engines import engine_with_release
 from kvplan.engines.base import Engine, KVPool
 from kvplan.engines.logs import MAX_LOG_BYTES as MAX_LOG_BYTES
 from kvplan.engines.vllm.log import VllmLog
 from kvplan.errors import KVPlanError
 from kvplan.plan import Plan
+
+#: How far the log's "Model loading took" may be from kvplan's weights per GPU before the log is
+#: refused as another model: every public log kvplan compares is within 2 %
+#: (``tests/test_weights_vs_logs.py``); 10 % leaves room for repacking and padding kvplan does not
+#: model and is far below another size of a family (8B vs 70B: ×4.4) or a TP, PP or weight-format
+#: mistake (×2).
+WEIGHTS_TOLERANCE = 0.10
 
 
 def compares(engine: Engine) -> bool:
@@ -35,6 +48,12 @@ class Calibration(BaseModel):
 
     model: str
     gpu: str
+    #: The release compared with (its name) and why it was chosen (the log's version line, the
+    #: plan's pinned release, or the newest when the log prints none).
+    release: str = ""
+    release_source: str = ""
+    #: The engine id compared with (``vllm@0.11``; ``vllm``: the newest release).
+    engine_id: str = ""
     tokens: int
     kv_dtype: str
     tp: int
@@ -112,6 +131,8 @@ def calibrate(plan: Plan, text: str | bytes) -> Calibration:
         raise KVPlanError("calibrate.engine", why=f"engine '{query.engine}' is not vLLM")
     notes: list[str] = []
     formulas: dict[str, str] = {}
+    plan, release_source = _log_release(plan, log, notes)
+    query, engine = plan.query, plan.engine
     length = query.tokens
     if log.max_model_len is not None and log.max_model_len != query.tokens:
         notes.append(f"the log's max_model_len {log.max_model_len:,} differs from the chosen "
@@ -120,6 +141,7 @@ def calibrate(plan: Plan, text: str | bytes) -> Calibration:
         plan = plan.vary(tokens=length)
         query = plan.query
     predicted = fit(plan, search_gpus=False)
+    _same_model(plan, log, predicted.weights_bytes)
     bpb = predicted.bytes_per_block or 0
     bpr = predicted.blocks_per_request or 0
     if not bpb or not bpr:
@@ -208,7 +230,9 @@ def calibrate(plan: Plan, text: str | bytes) -> Calibration:
                                   f"{', '.join(engine.log_lines(rerun))}")
         _agreement(rerun, log, block_range, interval, bpb, out, formulas)
     return Calibration(
-        model=arch.name, gpu=gpu.id, tokens=length, kv_dtype=query.kv_dtype, tp=query.tp,
+        model=arch.name, gpu=gpu.id, release=engine.release, release_source=release_source,
+        engine_id=engine.id,
+        tokens=length, kv_dtype=query.kv_dtype, tp=query.tp,
         pp=query.pp, log=log, block_size=predicted.block_size, bytes_per_block=bpb,
         blocks_per_request=bpr, memory_target_bytes=target, weights_bytes=weights,
         predicted_reserve_bytes=predicted.reserve_bytes,
@@ -216,6 +240,70 @@ def calibrate(plan: Plan, text: str | bytes) -> Calibration:
         predicted_num_blocks=predicted.num_blocks or 0,
         predicted_kv_cache_tokens=predicted.kv_pool_tokens,
         predicted_max_concurrency=predicted.max_concurrency, formulas=formulas, notes=notes, **out)
+
+
+def _log_release(plan: Plan, log: VllmLog, notes: list[str]) -> tuple[Plan, str]:
+    """The plan under the release the log's version line names (``Engine.release_for_log``),
+    unless the plan pins a release (``vllm@0.19``: kept, with a note when the log says otherwise);
+    and the sentence saying which release is used and why."""
+    engine = plan.engine
+    pinned = "@" in plan.query.engine
+    found = engine.release_for_log(log)
+    if found is None:
+        return plan, (f"{engine.release}, as chosen; the log prints no version line" if pinned else
+                      f"{engine.release}: the log prints no version line, so the newest modelled release")
+    record, how = found
+    said = f"version line '{log.version_line}'" if log.version_line else "V0-only lines"
+    if pinned:
+        if record.key == engine.record.key:
+            return plan, f"{engine.release}, as chosen and as the log's {said} says"
+        notes.append(f"the log's {said} places it in {record.name}, but {engine.release} "
+                     "was chosen; compared with the chosen release")
+        return plan, f"{engine.release}, as chosen (the log's {said} says {record.name})"
+    plan = plan.vary(engine=engine_with_release(plan.query.engine, record.key))
+    return plan, f"{record.name}, from the log's {said} ({how})"
+
+
+def _what_the_log_says(log: VllmLog) -> str:
+    """The run as the log describes itself: model, architecture, release, length, weights."""
+    said = []
+    if log.model_name:
+        said.append(f"model '{log.model_name}'")
+    if log.architecture:
+        said.append(f"architecture {log.architecture}")
+    if log.version:
+        said.append(f"vLLM {log.version}")
+    if log.max_model_len is not None:
+        said.append(f"max_model_len {log.max_model_len:,}")
+    if log.model_loading_gib is not None:
+        said.append(f"{log.model_loading_gib:g} GiB of weights per GPU ('Model loading took')")
+    return ", ".join(said) or "nothing about its model"
+
+
+def _same_model(plan: Plan, log: VllmLog, weights: int) -> None:
+    """Refuse a log of another model (``calibrate.other_model``): the architecture vLLM resolved
+    differs from the model's, its ``max_model_len`` is past the model's limit (vLLM refuses that
+    length for this model: ``config/model.py`` ``_get_and_verify_max_len``), or its loaded weights
+    differ from kvplan's (``weights``, bytes on the largest stage's GPU) by more than
+    ``WEIGHTS_TOLERANCE``."""
+    arch, query = plan.arch, plan.query
+    why: list[str] = []
+    if log.architecture and arch.architecture and log.architecture != arch.architecture:
+        why.append(f"vLLM resolved the architecture {log.architecture}, {arch.name}'s is {arch.architecture}")
+    limit = plan.engine.context_limit(arch)
+    if log.max_model_len is not None and limit is not None and log.max_model_len > limit.tokens:
+        why.append(f"its max_model_len {log.max_model_len:,} is beyond {arch.name}'s limit of "
+                   f"{limit.tokens:,} tokens ({limit.rule})")
+    if log.model_loading_gib is not None and log.model_loading_gib > 0:
+        logged = log.model_loading_gib * GIB
+        off = weights / logged - 1
+        if abs(off) > WEIGHTS_TOLERANCE:
+            why.append(f"it loaded {log.model_loading_gib:g} GiB of weights per GPU, kvplan's {arch.name} "
+                       f"at TP {query.tp} × PP {query.pp} has {weights / GIB:.2f} GiB ({off:+.0%}, beyond "
+                       f"±{WEIGHTS_TOLERANCE:.0%}: another model, TP/PP or weight format)")
+    if why:
+        raise KVPlanError("calibrate.other_model", model=arch.name, why="; ".join(why),
+                          said=_what_the_log_says(log))
 
 
 def _split_reserve(predicted: FitResult, log: VllmLog, implied: int,

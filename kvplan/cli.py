@@ -495,6 +495,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         return 0
     print(f"{result.model} on {gpu.name} (tp={result.tp}, pp={result.pp}) · vLLM · KV "
           f"{result.kv_dtype} · {result.tokens:,} tokens")
+    print(f"Release: {result.release_source}")
 
     def row(label: str, logged: object, predicted: object, reproduced: object) -> None:
         print(f"  {label:26s} {logged!s:>16s} {predicted!s:>16s} {reproduced!s:>16s}")

@@ -113,6 +113,8 @@ MESSAGES: dict[str, str] = {
     "calibrate.not_finite": "the {engine} log's {field} is {value}, which is not a finite number "
                             "(infinite, NaN or beyond a 64-bit float); kvplan accepts {low:,} to {high:,}",
     "calibrate.no_engine_lines": "no {engine} capacity line in the log (looked for {looked})",
+    "calibrate.other_model": "the log is not a run of {model} with these settings: {why}. The log "
+                             "says: {said}",
     # views
     "view.no_gpu": "no accelerator in the catalogue runs this scenario ({why})",
     # recommending a deployment

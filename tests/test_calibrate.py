@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import run_cli
+from md_text import unmd
 from test_app import open_boxes
 
 from kvplan.calibrate import MAX_LOG_BYTES, calibrate
@@ -550,3 +551,242 @@ def test_engine_parsers_refuse_overflowing_numbers_by_name():
         with pytest.raises(KVPlanError) as err:
             get_engine(engine).parse_log(line)
         assert err.value.code == "calibrate.not_finite" and f"log's {field} is " in str(err.value)
+
+
+# --------------------------------------------------------------------------------------------
+# The release the log names; a log of another model (issue #30 calibrate item, issue #33 items 3-4)
+
+#: Llama-3.1-8B on an H100 at 32K, as kvplan plans it under v0.10–v0.11.0 (``vllm@0.11``:
+#: gpu_memory_utilization 0.9, reserve 1,456,471,225 B): 54.96 GiB, 28,137 blocks.
+V011_LINES = ("Available KV cache memory: 54.96 GiB\n"
+              "GPU KV cache size: 450,192 tokens\n"
+              "Maximum concurrency for 32,768 tokens per request: 13.74x\n")
+API_LINE = "(APIServer pid=7) INFO 11-29 10:00:00 [api_server.py:1837] vLLM API server version 0.11.0\n"
+LOGS_DIR = Path(__file__).parent / "fixtures" / "vllm_logs"
+
+
+def test_the_v011_lines_are_kvplans_own_v011_plan():
+    made = fit(make_plan(ARCH, H100, FitQuery(tokens=L, engine="vllm@0.11")))
+    assert made.reserve_bytes == 1_456_471_225 and made.num_blocks == 28_137
+    assert log_of(made) == V011_LINES
+
+
+@pytest.mark.parametrize(("line", "version"), [
+    ("INFO 11-29 [api_server.py:1837] vLLM API server version 0.11.0", "0.11.0"),
+    ("INFO [core.py:74] Initializing a V1 LLM engine (v0.10.1.1) with config: model='m'", "0.10.1.1"),
+    ("INFO [llm_engine.py:232] Initializing an LLM engine (v0.6.4.post1) with config: model='m'",
+     "0.6.4.post1"),
+    ("(APIServer pid=1) INFO [utils.py:299] ▄▄ ▄█ █ █ █ ▀▄▀ █ version 0.19.0", "0.19.0"),
+    ("- vLLM version: 0.14.0rc1.dev227+gb53b89fdb", "0.14.0rc1.dev227+gb53b89fdb"),
+])
+def test_each_version_line_is_read(line, version):
+    log = parse_vllm_log(line + "\n" + V011_LINES)
+    assert log.version == version
+
+
+def test_the_fixture_logs_version_lines_place_them_where_the_end_to_end_test_does():
+    """Every public log whose excerpt prints a version: the parser reads the version the fixture
+    records, and the release it maps to is the one ``test_budget_vs_logs.CASES`` compares it with."""
+    from test_budget_vs_logs import CASES
+
+    vllm = get_engine("vllm")
+    placed = {}
+    for path in sorted(LOGS_DIR.glob("*.json")):
+        doc = json.loads(path.read_text())
+        log = parse_vllm_log(doc["log_excerpt"])
+        if log.version is None:
+            continue
+        assert log.version == doc["vllm_version"], path.name
+        record, _ = vllm.release_for_log(log)
+        placed[doc["id"]] = record.key
+    assert placed == {"01": "0.11", "02": "0.11", "03": "0.11", "04": "0.11", "05": "0.11",
+                      "06": "0.11", "14": "0.19", "20": "0.29", "22": "0.24", "25": "0.11",
+                      "26": "0.19"}
+    for case, key in placed.items():
+        if case in CASES:
+            assert CASES[case].engine == f"vllm@{key}", case
+
+
+@pytest.mark.parametrize(("version", "how"), [
+    ("0.11.0", "vLLM 0.11.0 → vLLM v0.10–v0.11.0"),
+    ("0.11.1", "vLLM 0.11.1 → vLLM v0.11.1–v0.13"),
+    ("0.20.0", "vLLM 0.20.0 → vLLM v0.20.0"),
+    ("0.20.2", "vLLM 0.20.2 → vLLM v0.20.1–v0.20.2"),
+    ("0.7.3", "vLLM 0.7.3 → vLLM v0.6 (V0)"),
+    ("0.5.4", "vLLM 0.5.4 → vLLM v0.6 (V0) (older than every modelled release; read with the oldest, "
+              "vLLM v0.6 (V0))"),
+    ("0.34.0", "vLLM 0.34.0 → vLLM v0.33 (newer than every modelled release; read with the newest)"),
+    ("0.28.1rc1.dev563+gdc919e3f5", "vLLM 0.28.1rc1.dev563+gdc919e3f5 → vLLM v0.28–v0.29; a "
+                                    "pre-release or development build, read as the release it leads to"),
+])
+def test_a_version_maps_to_the_record_covering_it(version, how):
+    assert get_engine("vllm").release_for_version(version)[1] == how
+
+
+def test_a_v0_engine_on_a_v1_release_is_read_with_the_v0_record():
+    log = parse_vllm_log("INFO [llm_engine.py:232] Initializing an LLM engine (v0.8.5) with config: "
+                         "model='m'\n# GPU blocks: 100\n")
+    assert log.generation == "V0"
+    record, how = get_engine("vllm").release_for_log(log)
+    assert record.key == "0.6"
+    assert how == ("vLLM 0.8.5 → vLLM v0.8; but the log's engine is V0 ('Initializing an LLM engine' or "
+                   "V0 worker lines: VLLM_USE_V1=0) → vLLM v0.6 (V0)")
+    v1 = parse_vllm_log("INFO [core.py:74] Initializing a V1 LLM engine (v0.8.5) with config: x\n"
+                        "# GPU blocks: 100\n")
+    assert v1.generation == "V1" and get_engine("vllm").release_for_log(v1)[0].key == "0.8"
+
+
+def test_v0_worker_lines_place_a_log_in_the_v0_record():
+    """Fixtures 07 (0.6.4's one-line "Memory profiling results: … kv_cache_size=") and 18 (0.7's
+    "the rest of the memory reserved for KV Cache") print no version; only V0's worker.py prints
+    those lines, so they are read with the V0 record. Fixture 19 (v0.8.3, V0 worker lines, version
+    from its issue title only) is V0 too; a V1 log's lines (01) are not."""
+    vllm = get_engine("vllm")
+    for case in ("07", "18", "19"):
+        (path,) = LOGS_DIR.glob(f"{case}-*.json")
+        log = parse_vllm_log(json.loads(path.read_text())["log_excerpt"])
+        assert (log.version, log.generation) == (None, "V0"), case
+        record, how = vllm.release_for_log(log)
+        assert record.key == "0.6" and how == (
+            "the log prints no version, but its lines are V0's (worker.py memory profile, "
+            "model_runner.py 'Loading model weights took') → vLLM v0.6 (V0)"), case
+    (path,) = LOGS_DIR.glob("01-*.json")
+    assert parse_vllm_log(json.loads(path.read_text())["log_excerpt"]).generation == "V1"
+    v0_log = ("Memory profiling results: total_gpu_memory=79.19GiB non_torch_memory=0.35GiB "
+              "kv_cache_size=10.00GiB gpu_memory_utilization=0.90\n# GPU blocks: 5120\n")
+    result = calibrate(make_plan(ARCH, H100, FitQuery(tokens=L)), v0_log)
+    assert result.engine_id == "vllm@0.6" and result.release_source == (
+        "vLLM v0.6 (V0), from the log's V0-only lines (the log prints no version, but its lines are "
+        "V0's (worker.py memory profile, model_runner.py 'Loading model weights took') → vLLM v0.6 (V0))")
+
+
+def test_calibrate_uses_the_release_the_log_names():
+    """Issue #33 item 3: the same lines with and without "vLLM API server version 0.11.0". With it
+    the v0.10–v0.11.0 rules are used (gpu_memory_utilization 0.9) and the implied reserve is the
+    plan's own 1,456,471,225 B within one block; read with v0.33's (0.92) it was 1.58 GiB larger."""
+    plan = make_plan(ARCH, H100, FitQuery(tokens=L))
+    named = calibrate(plan, API_LINE + V011_LINES)
+    assert (named.engine_id, named.release) == ("vllm@0.11", "vLLM v0.10–v0.11.0")
+    assert named.release_source == ("vLLM v0.10–v0.11.0, from the log's version line 'vLLM API server "
+                                    "version 0.11.0' (vLLM 0.11.0 → vLLM v0.10–v0.11.0)")
+    assert named.implied_reserve_bytes == 1_456_044_442
+    assert abs(named.implied_reserve_bytes - 1_456_471_225) < BLOCK_BYTES
+    assert named.suggested_reserve_gib == 1.356 and not named.notes
+    unnamed = calibrate(plan, V011_LINES)
+    assert (unnamed.engine_id, unnamed.release) == ("vllm", "vLLM v0.33")
+    assert unnamed.release_source == ("vLLM v0.33: the log prints no version line, so the newest "
+                                      "modelled release")
+    assert unnamed.implied_reserve_bytes == 3_156_604_028
+    assert unnamed.implied_reserve_bytes - named.implied_reserve_bytes == 1_700_559_586
+    # a pinned release is kept, and the log's own is named beside it
+    pinned = calibrate(make_plan(ARCH, H100, FitQuery(tokens=L, engine="vllm@0.33")), API_LINE + V011_LINES)
+    assert pinned.engine_id == "vllm" and pinned.implied_reserve_bytes == 3_156_604_028
+    assert pinned.release_source == ("vLLM v0.33, as chosen (the log's version line 'vLLM API server "
+                                     "version 0.11.0' says vLLM v0.10–v0.11.0)")
+    assert pinned.notes == ["the log's version line 'vLLM API server version 0.11.0' places it in vLLM "
+                            "v0.10–v0.11.0, but vLLM v0.33 was chosen; compared with the chosen release"]
+    same = calibrate(make_plan(ARCH, H100, FitQuery(tokens=L, engine="vllm@0.11")), API_LINE + V011_LINES)
+    assert same.release_source == ("vLLM v0.10–v0.11.0, as chosen and as the log's version line "
+                                   "'vLLM API server version 0.11.0' says")
+
+
+#: A Llama-3.1-8B start-up (the weights vLLM loads for it: 14.9889 GiB, as in ``REAL``).
+EIGHT_B = (API_LINE
+           + "(EngineCore_DP0 pid=9) INFO [core.py:77] Initializing a V1 LLM engine (v0.11.0) with config: "
+             "model='meta-llama/Llama-3.1-8B-Instruct', speculative_config=None, max_seq_len=32768\n"
+             "(EngineCore_DP0 pid=9) INFO [model.py:547] Resolved architecture: LlamaForCausalLM\n"
+             "(EngineCore_DP0 pid=9) INFO [gpu_model_runner.py:2653] Model loading took 14.9889 GiB "
+             "and 4.512 seconds\n" + V011_LINES)
+OTHER_MODEL_70B = (
+    "the log is not a run of Llama-3.1-70B with these settings: it loaded 14.9889 GiB of weights per "
+    "GPU, kvplan's Llama-3.1-70B at TP 1 × PP 1 has 131.42 GiB (+777%, beyond ±10%: another model, "
+    "TP/PP or weight format). The log says: model 'meta-llama/Llama-3.1-8B-Instruct', architecture "
+    "LlamaForCausalLM, vLLM 0.11.0, max_model_len 32,768, 14.9889 GiB of weights per GPU ('Model "
+    "loading took')")
+
+
+def test_a_log_of_another_model_is_refused_with_what_it_says_it_is():
+    """Issue #33 item 4: Llama-3.1-70B against a Llama-3.1-8B log gave "Implied runtime reserve:
+    −110.643 GiB"; it is refused, naming the log's model and weights."""
+    assert calibrate(make_plan(ARCH, H100, FitQuery(tokens=L)), EIGHT_B).engine_id == "vllm@0.11"
+    with pytest.raises(KVPlanError) as err:
+        calibrate(make_plan(load_model("llama-3.1-70b"), H100, FitQuery(tokens=L)), EIGHT_B)
+    assert err.value.code == "calibrate.other_model" and str(err.value) == OTHER_MODEL_70B
+
+
+def test_another_architecture_or_a_length_past_the_model_is_refused():
+    qwen = load_model("qwen2.5-7b")
+    with pytest.raises(KVPlanError) as err:
+        calibrate(make_plan(qwen, H100, FitQuery(tokens=L)),
+                  "Resolved architecture: LlamaForCausalLM\nGPU KV cache size: 81,920 tokens\n")
+    assert str(err.value) == (
+        f"the log is not a run of {qwen.name} with these settings: vLLM resolved the architecture "
+        f"LlamaForCausalLM, {qwen.name}'s is Qwen2ForCausalLM. The log says: architecture LlamaForCausalLM")
+    long = "GPU KV cache size: 81,920 tokens\nMaximum concurrency for 262,144 tokens per request: 0.31x\n"
+    with pytest.raises(KVPlanError) as err:
+        calibrate(make_plan(ARCH, H100, FitQuery(tokens=L)), long)
+    assert str(err.value) == (
+        "the log is not a run of Llama-3.1-8B with these settings: its max_model_len 262,144 is beyond "
+        "Llama-3.1-8B's limit of 131,072 tokens (max_position_embeddings 131,072; vLLM v0.33 "
+        "_get_and_verify_max_len). The log says: max_model_len 262,144")
+
+
+def test_cli_names_the_release_and_refuses_another_model(tmp_path):
+    path = tmp_path / "vllm.log"
+    path.write_text(EIGHT_B)
+    code, out, err = run_cli(cal_argv(path))
+    assert code == 0 and err == ""
+    assert out.splitlines()[1] == ("Release: vLLM v0.10–v0.11.0, from the log's version line 'vLLM API "
+                                   "server version 0.11.0' (vLLM 0.11.0 → vLLM v0.10–v0.11.0)")
+    assert json.loads(run_cli(cal_argv(path, "--json"))[1])["engine_id"] == "vllm@0.11"
+    code, out, err = run_cli(["calibrate", "--model", "llama-3.1-70b", "--gpu", "h100-sxm",
+                              "--tokens", str(L), "--log", str(path)])
+    assert (code, out, err) == (2, "", f"kvplan: error: {OTHER_MODEL_70B}\n")
+
+
+def test_expander_uses_the_logs_release_and_applies_it_with_the_reserve():
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(APP), default_timeout=60)
+    at.query_params.update({"t": str(L), "vw": "memory"})
+    open_boxes(at.run(), "box_calibrate")
+    at.text_area(key="w_vllm_log").input(EIGHT_B).run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert any(unmd(c.value) == "Release: vLLM v0.10–v0.11.0, from the log's version line 'vLLM API server "
+                          "version 0.11.0' (vLLM 0.11.0 → vLLM v0.10–v0.11.0)" for c in at.caption)
+    button = at.button(key="calibrate_use_reserve")
+    assert button.label == "Use 1.356 GiB as the runtime reserve with vLLM v0.10–v0.11.0"
+    button.click().run()
+    assert not at.exception and not at.error
+    assert at.session_state["w_reserve"] == 1.356 and at.session_state["w_ev"] == "0.11"
+    params = {k: v if isinstance(v, str) else v[0] for k, v in dict(at.query_params).items()}
+    assert params["r"] == "1.356" and params["ev"] == "0.11"
+    # the sidebar now plans with the log's release and reserve: the logged pool, exactly
+    frame = calibration_table(at)
+    predicted = dict(zip(frame["quantity"], frame["kvplan (sidebar reserve)"], strict=True))
+    assert predicted["GPU KV cache size (tokens)"] == "450,192"
+    assert at.button(key="calibrate_use_reserve").label == "Use 1.356 GiB as the runtime reserve"
+
+
+def test_expander_refuses_a_log_of_another_model():
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(APP), default_timeout=60)
+    at.query_params.update({"m": "llama-3.1-70b", "t": str(L), "vw": "memory"})
+    open_boxes(at.run(), "box_calibrate")
+    at.text_area(key="w_vllm_log").input(EIGHT_B).run()
+    assert not at.exception
+    assert [unmd(e.value) for e in at.error] == [f"Calibration: {OTHER_MODEL_70B}"]
+
+
+def test_trtllm_and_sglang_version_lines():
+    trt = parse_trtllm_log("[TensorRT-LLM] TensorRT-LLM version: 1.1.0rc3\n"
+                           "[TensorRT-LLM][INFO] Number of tokens per block: 32.\n")
+    assert (trt.version, trt.version_line) == ("1.1.0rc3", "TensorRT-LLM version: 1.1.0rc3")
+    assert get_engine("trtllm").release_for_log(trt)[0].key == "1.1"
+    assert get_engine("trtllm").release_for_version("1.2.1")[0].key == "main"
+    sgl = parse_sglang_log("sglang: 0.4.3.post2\n[x] KV Cache is allocated. #tokens: 10, KV size: 1.00 GB\n")
+    assert sgl.version == "0.4.3.post2"
+    assert get_engine("sglang").release_for_log(sgl)[1] == (
+        "SGLang 0.4.3.post2 → SGLang 0.5.23 (older than every modelled release; read with the oldest, "
+        "SGLang 0.5.23)")

@@ -319,7 +319,9 @@ def reach(code: str, tmp_path) -> str:
                          "calibrate.bad_value": b"GPU KV cache size: " + b"9" * 5000 + b" tokens\n",
                          "calibrate.not_finite": b"Available KV cache memory: 1e309 GiB\n",
                          "calibrate.too_large": b"x" * (2 << 20),
-                         "calibrate.no_lines": b"INFO nothing here\n"}.get(
+                         "calibrate.no_lines": b"INFO nothing here\n",
+                         "calibrate.other_model": b"Model loading took 131.42 GiB and 9 seconds\n"
+                                                  b"GPU KV cache size: 81,920 tokens\n"}.get(
             code, b"GPU KV cache size: 81,920 tokens\n"))
         more = ["--engine", "sglang"] if code == "calibrate.engine" else []
         return cli_error(["calibrate", "--model", "llama-2-7b", "--gpu", "h100-sxm", "--tokens",

@@ -34,6 +34,7 @@ CITED = {
     "rtx-4090": (24207, "logged"),      # 23.64 GiB, TMElyralab/MuseTalk#76
     "rtx-5090": (32123, "logged"),      # 31.37 GiB, Wan-Video/Wan2.1#465
     "mi300x": (196592, "logged"),       # 191.98 GiB, vllm-project/vllm#7951 = rocm-smi VRAM total
+    "l4": (22579, "logged"),            # 22.05 GiB, vLLM CI (L4s, vllm#2355) in vllm#39938
 }
 
 
@@ -80,7 +81,6 @@ def test_estimates_follow_their_stated_rules():
     assert g["b300"].cuda_total_mib == 275040 - 729 == 274311
     a10g_reserve = g["a10g"].reported_mib - g["a10g"].cuda_total_mib
     assert a10g_reserve == 441
-    assert g["l4"].cuda_total_mib == 23034 - 441 == 22593
     assert g["h100-pcie"].cuda_total_mib == g["h100-sxm"].cuda_total_mib == 81089
     assert g["a100-80gb-pcie"].cuda_total_mib == g["a100-80gb-sxm"].cuda_total_mib == 81224
     assert g["a100-40gb-pcie"].cuda_total_mib == g["a100-40gb-sxm"].cuda_total_mib == 40325
@@ -95,6 +95,18 @@ def test_estimates_follow_their_stated_rules():
             assert gpu.sources["cuda_total"].startswith(("No public", "No linkable", "Not a CUDA")), gpu.id
 
 
+def test_l4_total_from_both_ci_prints():
+    """vLLM's CI snapshot "total_memory=22.05GiB" → 22,575–22,584 MiB; PyTorch's vLLM CI "(0.9,
+    19.84 GiB)" requested of the same 22.05 GiB (``ceil(total × 0.9)``) → ≤ 19.845 / 0.9 GiB: together
+    22,575–22,579 MiB, which holds 22,579 = round(22.05 × 1024). The old estimate (nvidia-smi − the
+    A10G's reservation = 22,593 MiB) prints 22.06 and is refuted by both."""
+    low = max(-(-((22.05 - 0.005) * 1024) // 1), -(-((19.835 / 0.9) * 1024) // 1))
+    high = min(int((22.05 + 0.005) * 1024), int(19.845 / 0.9 * 1024))
+    assert (int(low), high) == (22575, 22579)
+    assert low <= gpus()["l4"].cuda_total_mib <= high
+    assert f"{22593 / 1024:.2f}" == "22.06" and f"{22579 / 1024:.2f}" == "22.05"
+
+
 def test_cuda_totals_match_the_vllm_logs_in_the_fixtures():
     """vLLM prints ``total_gpu_memory`` as bytes / 2**30 with 2 decimals (worker.py, memory profile)."""
     a100 = json.loads((FIXTURES / "19-qwen2.5-vl-72b-4xa100-40gb-v0.8.3.json").read_text(encoding="utf-8"))
@@ -103,3 +115,18 @@ def test_cuda_totals_match_the_vllm_logs_in_the_fixtures():
     sxm = gpus()["h100-sxm"]
     assert round(sxm.cuda_total_bytes / 2**30, 2) == 79.19
     assert sxm.reported_mib - sxm.cuda_total_mib == 470
+
+
+def test_rtx_5090_native_linux_total_and_the_wsl2_figure():
+    """Issue #30 says an engine printed 31.84 GiB for an RTX 5090: that is a WSL2 host, where CUDA
+    reports the whole nvidia-smi 32,607 MiB (31.84 GiB ± 0.005 → 32,599–32,609 MiB; 0.95 × total
+    printed as 30.25 GiB → 32,601–32,611 MiB; together 32,601–32,609). Native Linux reports 31.37 GiB
+    (32,123 MiB), the catalogue's figure; both are named with their sources."""
+    gpu = gpus()["rtx-5090"]
+    assert (gpu.cuda_total_mib, gpu.reported_mib) == (32123, 32607)
+    low = max(round((31.84 - 0.005) * 1024), int(-(-(30.245 / 0.95 * 1024) // 1)))
+    high = min(int((31.84 + 0.005) * 1024), int(30.255 / 0.95 * 1024))
+    assert (low, high) == (32601, 32609)
+    assert low <= gpu.reported_mib <= high
+    source = gpu.sources["cuda_total"]
+    assert "(30.12/31.84 GiB)" in source and "https://github.com/Alex8791-cyber/cognithor/pull/318" in source

@@ -14,6 +14,7 @@ stores a cache as and that spec's parameters). Concrete engines live in ``hf/``,
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -195,6 +196,9 @@ class Release:
     key: str
     name: str
     changes: str = ""
+    #: The first engine version this record covers (``0.10.0``; a log printing a version from here
+    #: up to the next record's ``since`` is read with it: ``Engine.release_for_version``).
+    since: str = "0"
 
 
 class Engine:
@@ -226,6 +230,30 @@ class Engine:
     def release(self) -> str:
         """The release whose source the rules follow (shown with every number)."""
         return self.record.name
+
+    @classmethod
+    def release_for_version(cls, version: str) -> tuple[Release, str]:
+        """The record covering a printed engine version (the last whose ``since`` it reaches) and
+        how it was chosen; a version before every record's, or past the newest's, is read with
+        the nearest record, and the reason says so."""
+        from kvplan.engines.logs import version_number
+
+        number = version_number(version)
+        covering = [r for r in cls.releases if version_number(r.since) <= number]
+        record = covering[-1] if covering else cls.releases[0]
+        how = f"{cls.short} {version} → {record.name}"
+        if not covering:
+            how += f" (older than every modelled release; read with the oldest, {record.name})"
+        elif number[:2] > version_number(cls.releases[-1].since)[:2] and record is cls.releases[-1]:
+            how += " (newer than every modelled release; read with the newest)"
+        if re.search(r"(rc|dev|a|b)\d|\+", version):
+            how += "; a pre-release or development build, read as the release it leads to"
+        return record, how
+
+    def release_for_log(self, log: StartupLog) -> tuple[Release, str] | None:
+        """The record the log's own version line places it in (``release_for_version``) and how;
+        None: the log prints no version."""
+        return None if log.version is None else self.release_for_version(log.version)
 
     @property
     def setting_labels(self) -> dict[str, tuple[str, str]]:

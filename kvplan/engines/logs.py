@@ -44,6 +44,11 @@ class StartupLog(BaseModel):
     #: blocks, tokens and concurrency); the others are read, not compared yet.
     compared: ClassVar[bool] = False
 
+    #: The engine version the log prints (its version line, e.g. ``0.11.0``; None: not printed).
+    version: str | None = None
+    #: The words the version was read from, as printed (shown when a release is chosen by it).
+    version_line: str | None = None
+
     @classmethod
     def parse(cls, log: str | bytes) -> StartupLog:
         """Read a start-up log (named ``calibrate.*`` errors for logs that cannot be read)."""
@@ -85,6 +90,26 @@ def number(field: str, text: str, kind: type, engine: str,
         raise KVPlanError("calibrate.bad_value", engine=engine, field=field, value=clip(text, 24),
                           low=low, high=high)
     return kind(value)
+
+
+#: A version as engines print it: ``0.10.1.1``, ``v0.28.1rc1.dev563+gdc919e3f5``, ``1.1.0rc3``.
+VERSION = r"v?(\d+\.\d+(?:\.\d+)*(?:[A-Za-z0-9.+-]*[A-Za-z0-9])?)"
+
+
+def find_version(text: str, patterns: tuple[re.Pattern[str], ...]) -> tuple[str, str] | None:
+    """The first version a log prints, by the first of ``patterns`` (each with one ``VERSION``
+    group) that matches: ``(version, the words that say it)``; None: no version line."""
+    for pattern in patterns:
+        if m := pattern.search(text):
+            return m.group(1), clip(m.group(0).strip(" \t█▀▄"), 200)
+    return None
+
+
+def version_number(version: str) -> tuple[int, ...]:
+    """The release numbers of a printed version (``0.28.1rc1.dev563+g…`` → ``(0, 28, 1)``: a
+    pre-release or development build is read as the release it leads to)."""
+    m = re.match(r"v?(\d+(?:\.\d+)*)", version)
+    return tuple(int(part) for part in m.group(1).split(".")[:4]) if m else ()
 
 
 def field_kind(model: type[BaseModel], field: str) -> type:

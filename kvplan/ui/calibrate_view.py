@@ -21,14 +21,23 @@ from kvplan.ui.theme import GIB
 
 LOG_KEY = "w_vllm_log"
 RESERVE_KEY = "w_reserve"  # the sidebar's runtime-reserve widget (kvplan.ui.sidebar.WIDGETS)
+RELEASE_KEY = "w_ev"  # the sidebar's engine release (kvplan.ui.sidebar.push_to_session)
 LABELS = {"exact": "reproduced exactly", "within_one_block": "reproduced within one block",
           "within_rounding": "within the rounding of the printed GiB", "mismatch": "NOT reproduced",
           "unknown": "no block-level line to compare"}
 
 
-def _use_reserve(value: float) -> None:
-    """Button callback: set the sidebar's reserve (runs before the rerun, so the link follows)."""
+def _use_reserve(value: float, release: str | None = None) -> None:
+    """Button callback: set the sidebar's reserve, and its release when the log's differs (runs
+    before the rerun, so the link follows)."""
     st.session_state[RESERVE_KEY] = value
+    if release is not None:
+        st.session_state[RELEASE_KEY] = release
+
+
+def _release_key(engine_id: str) -> str:
+    """The sidebar's release choice for an engine id (``vllm@0.11`` → ``0.11``; ``vllm`` → latest)."""
+    return engine_id.partition("@")[2] or "latest"
 
 
 def _fmt(value: object, spec: str = ",") -> str:
@@ -78,6 +87,7 @@ def render(scenario: Scenario, arch: ModelArch, gpu: GPU) -> pd.DataFrame | None
         except KVPlanError as err:
             st.error(md(f"Calibration: {err}"))
             return None
+        st.caption(md(f"Release: {result.release_source}"))
         frame = table(result)
         st.dataframe(frame, hide_index=True, key="table_calibration")
         message = (f"With the logged memory kvplan's block arithmetic is "
@@ -97,11 +107,17 @@ def render(scenario: Scenario, arch: ModelArch, gpu: GPU) -> pd.DataFrame | None
                 ]).set_index("term"))
         suggested = result.suggested_reserve_gib
         current = st.session_state.get(RESERVE_KEY)
-        st.button(f"Use {suggested:g} GiB as the runtime reserve" if suggested is not None
-                  else "Use the implied reserve", key="calibrate_use_reserve",
-                  on_click=_use_reserve, args=(suggested,),
-                  disabled=suggested is None or current == suggested or suggested > 100_000,
-                  help="Sets the sidebar's 'Runtime reserve per GPU', so the link carries it (r=).")
+        release = (None if plan is not chosen or result.engine_id == plan.engine.id
+                   else _release_key(result.engine_id))
+        label = (f"Use {suggested:g} GiB as the runtime reserve" if suggested is not None
+                 else "Use the implied reserve")
+        if release is not None:
+            label += f" with {result.release}"
+        st.button(label, key="calibrate_use_reserve", on_click=_use_reserve, args=(suggested, release),
+                  disabled=suggested is None or (current == suggested and release is None)
+                  or suggested > 100_000,
+                  help="Sets the sidebar's 'Runtime reserve per GPU' (and its engine release when "
+                       "the log's differs), so the link carries them (r=, ev=).")
         for key, how in result.formulas.items():
             st.caption(md(f"{key}: {how}"))
         for note in result.notes:

@@ -94,7 +94,7 @@ class SGLangShape(ViewShape):
 
     hybrid_swa: bool = False
 #: The one modelled SGLang release (sources cited on each rule below).
-SGLANG_0_5_23 = Release(key="0.5.23", name="SGLang 0.5.23",
+SGLANG_0_5_23 = Release(key="0.5.23", since="0.5.23", name="SGLang 0.5.23",
                         changes="the release kvplan follows (source read at 0.5.23)")
 SGLANG_RELEASES: tuple[Release, ...] = (SGLANG_0_5_23,)
 

@@ -7,7 +7,18 @@ import math
 import re
 from typing import Any
 
-from kvplan.engines.logs import FLOAT, GIB, GIB_UNIT, INT, StartupLog, as_text, field_kind, number
+from kvplan.engines.logs import (
+    FLOAT,
+    GIB,
+    GIB_UNIT,
+    INT,
+    VERSION,
+    StartupLog,
+    as_text,
+    field_kind,
+    find_version,
+    number,
+)
 from kvplan.errors import KVPlanError
 
 #: SGLang's memory lines print ``{x:.2f} GB`` of 2^30 bytes (``utils`` ``get_available_gpu_memory``
@@ -26,6 +37,10 @@ _SGLANG: dict[str, re.Pattern[str]] = {
     "available_gpu_mem_gib": re.compile(r"\bavailable_gpu_mem=" + FLOAT + GIB_UNIT),
     "mem_fraction_static": re.compile(r"\bmem_fraction_static=" + FLOAT),
 }
+#: SGLang's start-up log prints no version of its own; bug reports paste ``python3 -m
+#: sglang.check_env`` beside it ("sglang: 0.4.3.post2"), and some launchers print "SGLang version".
+VERSION_LINES = (re.compile(r"^\s*sglang:\s*" + VERSION, re.MULTILINE),
+                 re.compile(r"\bSGLang version:?\s*" + VERSION, re.IGNORECASE))
 #: Per-rank lines keep the value the engine acts on: the smallest free memory and pool (SGLang
 #: all-reduces MIN over ranks), the largest weight usage.
 _SGLANG_MAX = {"weight_mem_usage_gib"}
@@ -92,4 +107,6 @@ def parse_sglang_log(log: str | bytes) -> SglangLog:
     if not set(found) - {"mem_fraction_static", "context_len"}:
         raise KVPlanError("calibrate.no_engine_lines", engine="SGLang",
                           looked="'Load weight end', 'KV Cache is allocated', 'max_total_num_tokens='")
+    if (version := find_version(text, VERSION_LINES)) is not None:
+        found.update(version=version[0], version_line=version[1])
     return SglangLog(**found)

@@ -95,13 +95,13 @@ class TrtLlmRelease(Release):
 
 #: TensorRT-LLM releases, oldest first, each the previous one with what changed.
 TRTLLM_1_1 = TrtLlmRelease(
-    key="1.1", name="TensorRT-LLM ≤ 1.1 (primary-pool blocks rounded up)", blocks_round_up=True,
+    key="1.1", since="0", name="TensorRT-LLM ≤ 1.1 (primary-pool blocks rounded up)", blocks_round_up=True,
     changes="up to 1.1 the primary pool rounds its block count up: ``blocks_in_primary_pool = "
             "math.ceil(max_tokens / tokens_per_block)`` (1.1.0rc3 ``_torch/pyexecutor/resource_manager.py`` "
             "``KVCacheManager.calculate_max_num_blocks``; the C++ runtime of 0.19 likewise, "
             "``tc::ceilDiv`` in ``calculateMaxNumBlocks``)")
 TRTLLM_MAIN = replace(
-    TRTLLM_1_1, key="main", name="TensorRT-LLM main 2026 (PyTorch backend; blocks floored)",
+    TRTLLM_1_1, key="main", since="1.2.0", name="TensorRT-LLM main 2026 (PyTorch backend; blocks floored)",
     blocks_round_up=False,
     changes="main (``resource_manager.py`` 001541ba…, ``_util.py`` 00043967…): "
             "``calculate_max_num_blocks`` floors, ``int(max_tokens // tokens_per_block)``")

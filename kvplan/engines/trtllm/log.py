@@ -6,7 +6,17 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from kvplan.engines.logs import FLOAT, GIB_UNIT, INT, StartupLog, as_text, field_kind, number
+from kvplan.engines.logs import (
+    FLOAT,
+    GIB_UNIT,
+    INT,
+    VERSION,
+    StartupLog,
+    as_text,
+    field_kind,
+    find_version,
+    number,
+)
 from kvplan.errors import KVPlanError
 
 #: TensorRT-LLM: the PyTorch backend's ``_torch/pyexecutor/_util.py`` (``KvCacheCreator``) lines and
@@ -31,6 +41,9 @@ _TRTLLM: dict[str, re.Pattern[str]] = {
     "allocated_kv_tokens": re.compile(r"for max tokens in paged\s+KV cache \(" + INT + r"\)"),
     "max_seq_len": re.compile(r"\bmax_seq_len=" + INT + r", max_num_requests"),
 }
+
+#: ``tensorrt_llm/__init__.py`` logs "[TensorRT-LLM] TensorRT-LLM version: X" on import.
+VERSION_LINES = (re.compile(r"TensorRT-LLM version:?\s*" + VERSION),)
 
 
 class TrtllmLog(StartupLog):
@@ -69,4 +82,6 @@ def parse_trtllm_log(log: str | bytes) -> TrtllmLog:
         raise KVPlanError("calibrate.no_engine_lines", engine="TensorRT-LLM",
                           looked="'Allocated … GiB for max tokens in paged KV cache', "
                                  "'Peak memory during memory usage profiling', 'primary pool'")
+    if (version := find_version(text, VERSION_LINES)) is not None:
+        found.update(version=version[0], version_line=version[1])
     return TrtllmLog(**found)

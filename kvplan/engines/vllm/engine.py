@@ -35,6 +35,7 @@ from kvplan.engines.base import (
     Engine,
     EngineView,
     KVPool,
+    Release,
     ViewShape,
     layer_kind,
     pp_partition,
@@ -50,7 +51,7 @@ from kvplan.engines.vllm.releases import VLLM_RELEASES, VllmRelease
 from kvplan.engines.vllm.weights import mxfp4_repack, vllm_loading_rules
 
 if TYPE_CHECKING:
-    from kvplan.engines.logs import PoolAnswer
+    from kvplan.engines.logs import PoolAnswer, StartupLog
     from kvplan.presets import GPU
     from kvplan.weights import ExpertRepack, LoadingRules
 
@@ -183,6 +184,21 @@ class Vllm(Engine):
         (``graphs_counted``: ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`` = 1 from v0.20)."""
         graphs = ("cuda_graphs",) if self.record.graphs_counted else ()
         return ("activation_peak", "non_torch", *graphs)
+
+    def release_for_log(self, log: StartupLog) -> tuple[Release, str] | None:
+        """The log's version, except that a V0 engine — "Initializing an LLM engine" without "V1",
+        or lines only V0's worker prints — is read with the V0 record (its profile run and pool):
+        on a release that defaults to V1 (``VLLM_USE_V1=0``, v0.8–v0.10), or with no version."""
+        found = super().release_for_log(log)
+        generation = getattr(log, "generation", None)
+        v0 = next(r for r in VLLM_RELEASES if r.v0_profile)
+        if found is None and generation == "V0":
+            return v0, (f"the log prints no version, but its lines are V0's (worker.py memory profile, "
+                        f"model_runner.py 'Loading model weights took') → {v0.name}")
+        if found is None or generation != "V0" or getattr(found[0], "v0_profile", True):
+            return found
+        return v0, (f"{found[1]}; but the log's engine is V0 ('Initializing an LLM engine' or V0 "
+                    f"worker lines: VLLM_USE_V1=0) → {v0.name}")
 
     def context_limit(self, arch: ModelArch) -> ContextLimit | None:
         """``vllm/config/model.py`` ``_get_and_verify_max_len``: the smallest length key of the text

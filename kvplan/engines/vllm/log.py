@@ -19,7 +19,19 @@ import math
 import re
 from typing import Any, ClassVar
 
-from kvplan.engines.logs import FLOAT, GIB, INT, SIGNED, PoolAnswer, StartupLog, as_text, decimals, number
+from kvplan.engines.logs import (
+    FLOAT,
+    GIB,
+    INT,
+    SIGNED,
+    VERSION,
+    PoolAnswer,
+    StartupLog,
+    as_text,
+    decimals,
+    find_version,
+    number,
+)
 from kvplan.engines.settings import MAX_TOKENS
 from kvplan.errors import KVPlanError
 
@@ -64,6 +76,29 @@ _TERM_PATTERNS: dict[str, re.Pattern[str]] = {
 }
 
 
+#: The version lines, most specific first: ``entrypoints/openai/api_server.py`` "vLLM API server
+#: version X", the engine's "Initializing a V1 LLM engine (vX) with config" (``v1/engine/core.py``)
+#: or V0's "Initializing an LLM engine (vX) with config" (``engine/llm_engine.py``), the banner's
+#: "version X" (``entrypoints/utils.py``, from v0.11) and ``collect_env``'s "vLLM Version: X".
+VERSION_LINES: tuple[re.Pattern[str], ...] = (
+    re.compile(r"vLLM API server version\s+" + VERSION),
+    re.compile(r"Initializing an? (?:V1 )?LLM engine \(" + VERSION + r"\)"),
+    re.compile(r"[█▀▄]\s+version\s+" + VERSION),
+    re.compile(r"\bvLLM [Vv]ersion:?\s+" + VERSION),
+)
+#: What the log says the run is: ``model='…'`` of the config line (or ``'model': '…'`` of the
+#: non-default args, the banner's "model X"), "Resolved architecture: X" (``config/model.py``).
+_MODEL_NAME = (re.compile(r"with config: model='([^'\n]{1,300})'"), re.compile(r"'model': '([^'\n]{1,300})'"),
+               re.compile(r"[█▀▄]\s+model\s+(\S{1,300})"))
+_ARCHITECTURE = re.compile(r"Resolved architecture: ([A-Za-z0-9_]{1,100})")
+#: V0's engine announces itself without "V1" (``engine/llm_engine.py``); V1's with it.
+_GENERATION = re.compile(r"Initializing an? (V1 )?LLM engine \(")
+#: Lines only V0's worker prints (``worker/worker.py`` memory profile, ``worker/model_runner.py``
+#: "Loading model weights took"): V1's ``gpu_worker.py`` prints "Available KV cache memory" instead.
+_V0_LINES = re.compile(r"\bkv_cache_size=|\bavailable_kv_cache_memory\s|the rest of the memory reserved "
+                       r"for KV Cache is|Loading model weights took|non_torch_memory takes")
+
+
 class VllmLog(StartupLog):
     """The capacity numbers a vLLM start-up log states (``None``: not in the log)."""
 
@@ -85,6 +120,13 @@ class VllmLog(StartupLog):
     #: How many ranks logged their available memory (TP/PP workers); the minimum is kept.
     ranks: int = 0
     lines_matched: int = 0
+    #: The model the log names (config line, non-default args or banner) and the architecture
+    #: vLLM resolved (None: not printed).
+    model_name: str | None = None
+    architecture: str | None = None
+    #: ``V0`` / ``V1`` as the engine's "Initializing … LLM engine" line says, else ``V0`` when the
+    #: log has lines only V0's worker prints (``_V0_LINES``); None: neither.
+    generation: str | None = None
 
     @classmethod
     def parse(cls, log: str | bytes) -> VllmLog:
@@ -193,6 +235,18 @@ def parse_vllm_log(log: str | bytes) -> VllmLog:
             found.update(max_concurrency=rank[1], max_concurrency_decimals=rank[2])
     if loading:
         found["model_loading_gib"] = max(loading)
+    if (version := find_version(text, VERSION_LINES)) is not None:
+        found.update(version=version[0], version_line=version[1])
+    for pattern in _MODEL_NAME:
+        if m := pattern.search(text):
+            found["model_name"] = m.group(1)
+            break
+    if m := _ARCHITECTURE.search(text):
+        found["architecture"] = m.group(1)
+    if m := _GENERATION.search(text):
+        found["generation"] = "V1" if m.group(1) else "V0"
+    elif _V0_LINES.search(text):
+        found["generation"] = "V0"
     return VllmLog(**found, logged_terms=terms, ranks=len(available), lines_matched=matched)
 
 

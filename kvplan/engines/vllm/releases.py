@@ -96,7 +96,7 @@ class VllmRelease(Release):
 
 
 V0_6 = VllmRelease(
-    key="0.6", name="vLLM v0.6 (V0)",
+    key="0.6", since="0.6.0", name="vLLM v0.6 (V0)",
     changes="V0 engine: one block spans every attention layer (``worker/cache_engine.py`` "
             "``CacheEngine.get_cache_block_size``) and sliding windows do not change the pool: "
             "``num_gpu_blocks = int(available // block bytes)`` (``worker/worker.py`` "
@@ -115,7 +115,7 @@ V0_6 = VllmRelease(
     unscaled_rope_types=("su", "longrope", "llama3"), mxfp4_moe=False, mxfp4_triton=False,
     mxfp4_trtllm_inter=256, mxfp4_keeps_scales=True, mxfp4_source="", serves_recurrent=False)
 V0_8 = replace(
-    V0_6, key="0.8", name="vLLM v0.8",
+    V0_6, key="0.8", since="0.8.0", name="vLLM v0.8",
     changes="first V1 default: the V1 pool (``v1/core/kv_cache_utils.py``, a null block in "
             "``BlockPool``), but no hybrid manager — a model mixing full and windowed layers is "
             "promoted to full attention on every layer; no ``ChunkedLocalAttentionSpec`` (chunked "
@@ -125,14 +125,14 @@ V0_8 = replace(
     null_block=True, v0_profile=False, v0_settings=False, sampler_path="flashinfer", in_flight="mnbt",
     layer_specs="chunked_as_full", batch_defaults="v0.8", serves_recurrent=True)
 V0_9 = replace(
-    V0_8, key="0.9", name="vLLM v0.9",
+    V0_8, key="0.9", since="0.9.0", name="vLLM v0.9",
     changes="the hybrid manager, on by default: sliding layers keep their spec; still no "
             "``ChunkedLocalAttentionSpec`` — chunked layers are ``FullAttentionSpec`` (local "
             "attention only in the kernel metadata); from v0.9.2 \"GPU KV cache size\" = "
             "``num_blocks // n_groups × min_block_size`` and ``get_batch_defaults``' tiers.",
     logged_tokens="groups", hybrid_default="on", batch_defaults="tiers")
 V0_11 = replace(
-    V0_9, key="0.11", name="vLLM v0.10–v0.11.0",
+    V0_9, key="0.11", since="0.10.0", name="vLLM v0.10–v0.11.0",
     changes="``ChunkedLocalAttentionSpec``; chunked-local models run with the hybrid manager off "
             "(``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE`` defaults to 0), so Llama 4's "
             "chunked and full layers all reserve ``max_model_len``. As in v0.9: FlashInfer top-k/top-p when "
@@ -147,7 +147,7 @@ V0_11 = replace(
     hybrid_default="off_with_chunked", layer_specs="all", mxfp4_moe=True,
     mxfp4_source="vLLM v0.10.1.1 quantization/mxfp4.py")
 V0_13 = replace(
-    V0_11, key="0.13", name="vLLM v0.11.1–v0.13",
+    V0_11, key="0.13", since="0.11.1", name="vLLM v0.11.1–v0.13",
     changes="the sampler warm-up sorts (FlashInfer top-k/top-p is opt-in from v0.11.1, "
             "``v1/sample/ops/topk_topp_sampler.py``) and CUDA graphs are captured at ``[1, 2, 4] + "
             "8…248 step 8 + 256… step 16`` (``config/vllm.py`` ``_set_cudagraph_sizes``), as in "
@@ -159,7 +159,7 @@ V0_13 = replace(
     sampler_path="sort", capture_rule="stride16", mxfp4_triton=True,
     mxfp4_source="vLLM v0.14.1/v0.19.0 quantization/mxfp4.py")
 V0_19 = replace(
-    V0_13, key="0.19", name="vLLM v0.14–v0.19",
+    V0_13, key="0.19", since="0.14.0", name="vLLM v0.14–v0.19",
     changes="requested memory ``ceil(total × util)`` (``v1/worker/utils.py`` ``request_memory``, "
             "from v0.14.1) and the hybrid manager on for chunked-local models too "
             "(``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE`` defaults to 1 from v0.14.1); "
@@ -171,14 +171,14 @@ V0_19 = replace(
             "``PrecisionConfig``; TRT-LLM pads the intermediate to 256 — as v0.20–v0.24.",
     ceil_requested=True, hybrid_default="on")
 V0_20_0 = replace(
-    V0_19, key="0.20.0", name="vLLM v0.20.0",
+    V0_19, key="0.20.0", since="0.20.0", name="vLLM v0.20.0",
     changes="``gpu_memory_utilization`` 0.92 (``config/cache.py``) and the CUDA-graph estimate "
             "subtracted (``envs.py`` ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`` defaults to 1 from "
             "v0.20.0); the start-up log's \"GPU KV cache size\" is still ``num_blocks // n_groups × "
             "min_block_size`` (v0.20.0 ``v1/core/kv_cache_utils.py`` ``_report_kv_cache_config``).",
     default_gpu_util=0.92, graphs_counted=True, mxfp4_source="vLLM v0.20.0/v0.20.2 fused_moe/oracle/mxfp4.py")
 V0_20 = replace(
-    V0_20_0, key="0.20", name="vLLM v0.20.1–v0.20.2",
+    V0_20_0, key="0.20", since="0.20.1", name="vLLM v0.20.1–v0.20.2",
     changes="\"GPU KV cache size\" = ``int(max_concurrency × max_model_len)`` (from v0.20.1, "
             "``_report_kv_cache_config``). FlashInfer top-k/top-p is still opt-in "
             "(``VLLM_USE_FLASHINFER_SAMPLER`` unset → None → ``TopKTopPSampler.__init__`` takes "
@@ -186,7 +186,7 @@ V0_20 = replace(
             "from 8 rows, as v0.19.1 — not modelled, the fitted sort stands for it).",
     logged_tokens="concurrency")
 V0_24 = replace(
-    V0_20, key="0.24", name="vLLM v0.21–v0.24",
+    V0_20, key="0.24", since="0.21.0", name="vLLM v0.21–v0.24",
     changes="the FlashInfer top-k/top-p sampler is on by default from v0.21.0 (``envs.py`` "
             "``VLLM_USE_FLASHINFER_SAMPLER`` defaults to True; v0.24 ``TopKTopPSampler.__init__`` → "
             "``flashinfer_sampler_supported``). The OAI Triton MXFP4 backend (SM 9.0) keeps the "
@@ -198,7 +198,7 @@ V0_24 = replace(
             "(``NotImplementedError``).",
     sampler_path="flashinfer", mxfp4_source="vLLM v0.24.0 fused_moe/oracle/mxfp4.py")
 V0_25 = replace(
-    V0_24, key="0.25", name="vLLM v0.25",
+    V0_24, key="0.25", since="0.25.0", name="vLLM v0.25",
     changes="Triton frees the checkpoint's MXFP4 scales after swizzling (v0.25.1 "
             "``fused_moe/oracle/mxfp4.py`` ``convert_gpt_oss_weight_to_mxfp4_moe_kernel_format``: "
             "``del layer.w13_weight_scale``). In-flight tokens are still ``max_num_batched_tokens`` "
@@ -207,14 +207,14 @@ V0_25 = replace(
             "reach the pool.",
     mxfp4_keeps_scales=False, mxfp4_source="vLLM v0.25.1 fused_moe/oracle/mxfp4.py")
 V0_26 = replace(
-    V0_25, key="0.26", name="vLLM v0.26",
+    V0_25, key="0.26", since="0.26.0", name="vLLM v0.26",
     changes="in-flight tokens ``max_in_flight_tokens = max_concurrent_batches × MNBT`` "
             "(``vllm/config/vllm.py``; pp + 1 with async scheduling, else pp). FlashInfer TRT-LLM "
             "still pads the MXFP4 intermediate to 256 (0.26.0 ``fused_moe/oracle/mxfp4.py:635`` "
             "``mxfp4_round_up_hidden_size_and_intermediate_size``).",
     in_flight="async", mxfp4_source="vLLM v0.26.0 fused_moe/oracle/mxfp4.py")
 V0_27 = replace(
-    V0_26, key="0.27", name="vLLM v0.27",
+    V0_26, key="0.27", since="0.27.0", name="vLLM v0.27",
     changes="FlashInfer TRT-LLM pads the MXFP4 intermediate to 128 (``fused_moe/oracle/mxfp4.py`` "
             "``mxfp4_round_up_hidden_size_and_intermediate_size``, 0.27.0/0.27.1 ``:636``). Still no "
             "≥ 160 GiB tier in ``engine/arg_utils.py`` ``get_batch_defaults`` (0.27.1 ``:2515``; its "
@@ -223,7 +223,7 @@ V0_27 = replace(
             "to ``min(2 × max_num_seqs, 512)`` on every GPU (0.27.1 ``:1778``).",
     mxfp4_trtllm_inter=128, mxfp4_source="vLLM v0.33 fused_moe/oracle/mxfp4.py")
 V0_29 = replace(
-    V0_27, key="0.29", name="vLLM v0.28–v0.29",
+    V0_27, key="0.29", since="0.28.0", name="vLLM v0.28–v0.29",
     changes="``get_batch_defaults`` has a ≥ 160 GiB tier (16,384 batched tokens) and "
             "``_set_cudagraph_sizes`` captures up to 1,024 on data-centre Blackwell (from 0.28.0 "
             "``config/vllm.py:1878``). ``config/model.py`` ``_get_and_verify_max_len`` still scales a "
@@ -231,14 +231,14 @@ V0_29 = replace(
             "``original_max_position_embeddings × factor`` (0.29.0 ``:2384``).",
     huge_batch_tier=True, blackwell_capture_cap=True)
 V0_32 = replace(
-    V0_29, key="0.32", name="vLLM v0.30–v0.32",
+    V0_29, key="0.32", since="0.30.0", name="vLLM v0.30–v0.32",
     changes="the YaRN family joins the unscaled RoPE types of ``_get_and_verify_max_len`` (0.30.0 "
             "``config/model.py:2393``: its ``max_position_embeddings`` is already scaled). "
             "``get_batch_defaults`` has no GB10 exclusion yet (0.32.0 ``engine/arg_utils.py:2894``: a "
             "≥ 70 GiB device that is not an A100 takes the large tier, a DGX Spark's GB10 included).",
     unscaled_rope_types=("su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling"))
 V0_33 = replace(
-    V0_32, key="0.33", name="vLLM v0.33",
+    V0_32, key="0.33", since="0.33.0", name="vLLM v0.33",
     changes="``engine/arg_utils.py`` ``get_batch_defaults``: a GB10 (DGX Spark, "
             "``is_device_capability((12, 1))``) stays on the small tier whatever its memory.",
     gb10_small_tier=True)
