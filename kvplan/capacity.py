@@ -19,6 +19,7 @@ Weights: per part in the checkpoint's stored format (``kvplan.weights``), split 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -81,6 +82,8 @@ class FitResult(BaseModel):
     kv_pool_tokens: int
     max_concurrency: float
     max_requests: int
+    #: Requests the KV pool alone holds (``max_requests`` is this capped by ``max_num_seqs``).
+    max_requests_kv: int = 0
     max_requests_all_replicas: int
     max_tokens_per_request: int
     fits: bool
@@ -93,6 +96,20 @@ class FitResult(BaseModel):
     #: Why it does not fit ("" when it fits), and the smallest change that would make it fit.
     reason: str = ""
     suggestion: str = ""
+    #: The engine's request cap (vLLM ``max_num_seqs``, SGLang ``max_running_requests``; None: no
+    #: cap modelled) and where it comes from; every answer's ``max_requests`` is at most it.
+    max_num_seqs: int | None = None
+    max_num_seqs_source: str = ""
+    #: Recurrent-state blocks (vLLM: the pool's blocks, one per decode sequence) or slots (SGLang's
+    #: ``max_mamba_cache_size``); None without recurrent layers.
+    state_blocks: int | None = None
+    #: Whether the engine starts with these settings, what it does about the cap (``ok``,
+    #: ``refuses``, ``clamps``) and why (``Engine.startup_check``).
+    starts: bool = True
+    start_action: str = "ok"
+    start_reason: str = ""
+    #: CUDA-graph capture sizes the cap implies (vLLM ``_set_cudagraph_sizes``; after any clamp).
+    cuda_graph_sizes: list[int] = []
     #: Bytes per part on one GPU of the heaviest pipeline stage (``kvplan.weights.PARTS``).
     weights_breakdown: dict[str, int] = {}
     #: The stored formats per part and where they were read ("… — from config.json …").
@@ -135,12 +152,23 @@ def fit(plan: Plan, search_gpus: bool = True) -> FitResult:
     budget = plan.budget
     notes, formulas = [*budget.notes, *plan.pool_notes], dict(budget.formulas)
     answer = _pool_answer(plan, notes, formulas)
+    startup = plan.startup
+    if not budget.weights_fit:
+        startup = replace(startup, starts=False, action="refuses", need=None, reason=(
+            f"{plan.engine.release} will refuse to start: the weights leave no memory for the KV cache"))
+    answer["max_requests_kv"] = answer["max_requests"]
+    if startup.max_num_seqs is not None and answer["max_requests"] > startup.max_num_seqs:
+        formulas["max_requests"] = (f"{formulas.get('max_requests', answer['max_requests'])}; capped "
+                                    f"at max_num_seqs {startup.max_num_seqs:,}")
+        answer["max_requests"] = startup.max_num_seqs
+    if not startup.starts:
+        answer["max_requests"] = 0
     tp, pp = query.tp, query.pp
     replicas = plan.layout.replicas
     limit_rule = plan.engine.context_limit(arch)
     limit = limit_rule.tokens if limit_rule else None
     within = limit is None or query.tokens <= limit
-    fits = budget.weights_fit and answer["max_requests"] >= query.users and within
+    fits = budget.weights_fit and startup.starts and answer["max_requests"] >= query.users and within
     layout = plan.weights
     formulas["weights"] = (" + ".join(f"{part} {size:,}" for part, size in layout.heaviest.items())
                            + f" = {max(layout.stage_bytes):,} B per GPU")
@@ -161,6 +189,9 @@ def fit(plan: Plan, search_gpus: bool = True) -> FitResult:
         max_requests_all_replicas=answer["max_requests"] * replicas,
         fits=fits, weights_fit=budget.weights_fit, context_limit=limit, formulas=formulas,
         context_limit_rule=limit_rule.rule if limit_rule else "",
+        max_num_seqs=startup.max_num_seqs, max_num_seqs_source=startup.cap_source,
+        state_blocks=startup.state_blocks, starts=startup.starts, start_action=startup.action,
+        start_reason=startup.reason, cuda_graph_sizes=list(startup.capture_sizes),
         notes=notes, ledger=[term.as_json() for term in plan.ledger], **answer)
     smallest: tuple[int, int] | None = None
     if not budget.weights_fit and search_gpus:  # one layout search serves both answers
@@ -218,6 +249,16 @@ def why_not(plan: Plan, result: FitResult, search: bool = True,
             return reason, (f"set {_layout(tp, pp)} (your {gpus:,} GPUs allow it; "
                             f"{gpus // (tp * pp):,} replica(s))")
         return reason, f"use {tp * pp:,} GPUs with {_layout(tp, pp)}"
+    if not result.starts:
+        return result.start_reason, startup_fix(plan, result)
+    if result.max_num_seqs is not None and query.users > result.max_num_seqs \
+            and result.max_requests_kv >= query.users:
+        return (f"{query.users:,} requests exceed the engine's request cap max_num_seqs "
+                f"{result.max_num_seqs:,} ({result.max_num_seqs_source}): it runs at most "
+                f"{result.max_num_seqs:,} at once and queues the rest",
+                f"set --max-num-seqs {query.users:,} (the KV pool holds {result.max_requests_kv:,})"
+                if result.state_blocks is None or query.users <= result.state_blocks else
+                f"at most {result.max_num_seqs:,} users")
     reason = (f"{query.users:,} requests of {query.tokens:,} tokens need more KV memory than the "
               f"budget holds: at most {result.max_requests:,} per replica")
     options = []
@@ -231,6 +272,55 @@ def why_not(plan: Plan, result: FitResult, search: bool = True,
             tp, pp = layout
             options.append(f"{tp * pp:,} GPUs with {_layout(tp, pp)}")
     return reason, " or ".join(options) or "a larger accelerator"
+
+
+def cap_requests(plan: Plan, max_requests: np.ndarray) -> np.ndarray:
+    """``max_requests`` of the KV pool capped by the engine's request cap (``Plan.startup``:
+    ``max_num_seqs`` / ``max_running_requests``), 0 where the engine does not start."""
+    check = plan.startup
+    if not check.starts:
+        return np.zeros_like(max_requests)
+    if check.max_num_seqs is None:
+        return max_requests
+    return np.minimum(max_requests, check.max_num_seqs)
+
+
+def _starts(plan: Plan) -> bool:
+    try:
+        return plan.budget.weights_fit and plan.startup.starts
+    except KVPlanError:
+        return False
+
+
+def startup_fix(plan: Plan, result: FitResult) -> str:
+    """The smallest changes that make the engine start (``Plan.startup``): the request cap the
+    state blocks allow, the smallest memory fraction (in steps of 0.01) whose pool holds the cap, a
+    shorter length where the blocks depend on it, and (vLLM) ``--enforce-eager``."""
+    check, settings = plan.startup, plan.query.settings
+    options = []
+    if check.need:
+        options.append(f"--max-num-seqs ≤ {check.need:,}")
+    engine = plan.engine
+    label = engine.setting_labels.get("gpu_util", ("memory fraction",))[0].split(" (")[0]
+    current = round(plan.budget.target / plan.budget.capacity.bytes, 2) if plan.budget.capacity else 0.9
+    low, high = int(current * 100) + 1, 100
+    if low <= high and _starts(plan.vary(settings=settings.model_copy(update={"gpu_util": high / 100}))):
+        while low < high:
+            mid = (low + high) // 2
+            if _starts(plan.vary(settings=settings.model_copy(update={"gpu_util": mid / 100}))):
+                high = mid
+            else:
+                low = mid + 1
+        options.append(f"{label} ≥ {low / 100:.2f}")
+    tokens = plan.query.tokens
+    shorter = tokens // 2
+    if shorter >= 1 and _starts(plan.vary(tokens=shorter)):
+        while shorter * 2 < tokens and _starts(plan.vary(tokens=min(shorter * 2, tokens - 1))):
+            shorter = min(shorter * 2, tokens - 1)
+        options.append(f"max_model_len ≤ {shorter:,}")
+    if "enforce_eager" in engine.setting_labels and not settings.enforce_eager:
+        options.append("--enforce-eager (no CUDA graphs, slower decode)")
+    return "; or ".join(options) or "a larger accelerator"
 
 
 def _pool_answer(plan: Plan, notes: list[str], formulas: dict[str, str]) -> dict[str, Any]:
@@ -295,6 +385,7 @@ def capacity_sweep(plan: Plan, gpus_list: list[GPU], kv_dtypes: list[str],
             except KVPlanError:
                 continue
             max_requests = pool.max_requests(t) if budget.weights_fit else np.zeros_like(t)
+            max_requests = cap_requests(trial, max_requests)
             frames.append(pd.DataFrame({
                 "gpu": gpu.id, "kv_dtype": dtype,
                 "tokens": np.repeat(t, u.size), "users": np.tile(u, t.size),

@@ -21,7 +21,16 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from kvplan.arch import ModelArch
-from kvplan.engines import DEFAULT_ENGINE, Budget, Engine, EngineSettings, EngineView, KVPool, get_engine
+from kvplan.engines import (
+    DEFAULT_ENGINE,
+    Budget,
+    Engine,
+    EngineSettings,
+    EngineView,
+    KVPool,
+    StartupCheck,
+    get_engine,
+)
 from kvplan.errors import KVPlanError
 from kvplan.presets import GPU
 from kvplan.weights import LoadingRules, WeightsLayout, read_quantization, weights_per_gpu
@@ -235,6 +244,14 @@ class Plan:
         """The engine's pool for other per-stage budgets (``Engine.make_pool``; remarks to ``notes``)."""
         return self.engine.make_pool(self.arch, self.device, self.query.kv_dtype, self.settings, budgets,
                                      notes)
+
+    @cached_property
+    def startup(self) -> StartupCheck:
+        """What the engine decides at start-up about the request cap: ``max_num_seqs`` /
+        ``max_running_requests``, the recurrent-state blocks, CUDA-graph capture sizes, and whether
+        it starts (``Engine.startup_check``)."""
+        return self.engine.startup_check(self.arch, self.device, self.settings, self.pool,
+                                         self.query.tokens)
 
     @property
     def device(self) -> GPU:
