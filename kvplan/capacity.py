@@ -301,7 +301,8 @@ def startup_fix(plan: Plan, result: FitResult) -> str:
     if check.need:
         options.append(f"--max-num-seqs ≤ {check.need:,}")
     engine = plan.engine
-    label = engine.setting_labels.get("gpu_util", ("memory fraction",))[0].split(" (")[0]
+    name = engine.setting_labels.get("gpu_util", ("memory fraction",))[0].split(" (")[0]
+    label = "--" + name.replace("_", "-")
     current = round(plan.budget.target / plan.budget.capacity.bytes, 2) if plan.budget.capacity else 0.9
     low, high = int(current * 100) + 1, 100
     if low <= high and _starts(plan.vary(settings=settings.model_copy(update={"gpu_util": high / 100}))):
@@ -320,7 +321,7 @@ def startup_fix(plan: Plan, result: FitResult) -> str:
         options.append(f"max_model_len ≤ {shorter:,}")
     if "enforce_eager" in engine.setting_labels and not settings.enforce_eager:
         options.append("--enforce-eager (no CUDA graphs, slower decode)")
-    return "; or ".join(options) or "a larger accelerator"
+    return ("use " + ", or ".join(options)) if options else "a larger accelerator"
 
 
 def _pool_answer(plan: Plan, notes: list[str], formulas: dict[str, str]) -> dict[str, Any]:
