@@ -285,10 +285,10 @@ class Vllm(Engine):
 
     def _startup(self, arch: ModelArch, gpu: GPU, settings: EngineSettings, num_blocks: int) -> StartupCheck:
         major = int(float(gpu.compute_capability)) if gpu.compute_capability else 0
-        given = settings.max_num_seqs
-        seqs = given or self.default_max_num_seqs(gpu)
-        source = "set" if given else (f"the {self.release} default for {gpu.name} "
-                                      "(engine/arg_utils.py get_batch_defaults)")
+        default = self.default_max_num_seqs(gpu)
+        seqs = settings.max_num_seqs or default  # resolve_settings fills the default in
+        source = "set" if seqs != default else (f"the {self.release} default for {gpu.name} "
+                                                "(engine/arg_utils.py get_batch_defaults)")
         return vllm_startup_check(
             self.record, self.release, arch, settings, num_blocks, seqs,
             settings.max_num_batched_tokens or self.default_mnbt(gpu),
