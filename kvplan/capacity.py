@@ -61,6 +61,8 @@ class FitResult(BaseModel):
     weight_dtype: str
     tp: int
     pp: int
+    #: Data-parallel attention ranks per replica (each ``tp × pp`` GPUs, its own requests and pool).
+    dp: int = 1
     replicas: int
     gpu_capacity_bytes: int
     #: The device total the budget starts from: bytes, source, status, note, marketed, nvidia_smi.
@@ -82,8 +84,10 @@ class FitResult(BaseModel):
     kv_pool_tokens: int
     max_concurrency: float
     max_requests: int
-    #: Requests the KV pool alone holds (``max_requests`` is this capped by ``max_num_seqs``).
+    #: Requests the KV pool alone holds (``max_requests`` is this capped by ``max_num_seqs``), per
+    #: replica (× ``dp`` ranks), and what one data-parallel rank runs (``max_requests`` when dp = 1).
     max_requests_kv: int = 0
+    max_requests_per_rank: int = 0
     max_requests_all_replicas: int
     max_tokens_per_request: int
     fits: bool
@@ -163,6 +167,16 @@ def fit(plan: Plan, search_gpus: bool = True) -> FitResult:
         answer["max_requests"] = startup.max_num_seqs
     if not startup.starts:
         answer["max_requests"] = 0
+    dp = plan.layout.dp
+    answer["max_requests_per_rank"] = answer["max_requests"]
+    if dp > 1:  # each data-parallel rank holds its own requests in its own pool
+        formulas["max_requests"] = (f"{answer['max_requests']:,} per data-parallel rank × {dp} ranks = "
+                                    f"{answer['max_requests'] * dp:,} per replica")
+        answer["max_requests"] *= dp
+        answer["max_requests_kv"] *= dp
+        notes.append(f"data-parallel attention: {dp} ranks of TP={query.tp} per replica, each with its "
+                     f"own KV pool and requests (users spread evenly: ⌈{query.users:,} / {dp}⌉ = "
+                     f"{-(-query.users // dp):,} per rank); experts split over {dp * query.tp} GPUs")
     tp, pp = query.tp, query.pp
     replicas = plan.layout.replicas
     limit_rule = plan.engine.context_limit(arch)
@@ -178,7 +192,7 @@ def fit(plan: Plan, search_gpus: bool = True) -> FitResult:
         capacity=budget.capacity.as_json() if budget.capacity else {},
         reserve=budget.reserve_detail.as_json() if budget.reserve_detail else {},
         tokens=query.tokens, users=query.users, kv_dtype=plan.kv_dtype,
-        weight_dtype=query.weight_dtype or plan.weight_format, tp=tp, pp=pp,
+        weight_dtype=query.weight_dtype or plan.weight_format, tp=tp, pp=pp, dp=dp,
         replicas=replicas, weights_breakdown=layout.heaviest,
         weight_format=f"{layout.format_label} — from {layout.format_source}",
         gpu_capacity_bytes=budget.capacity.bytes if budget.capacity else gpu.capacity_bytes,
@@ -251,14 +265,16 @@ def why_not(plan: Plan, result: FitResult, search: bool = True,
         return reason, f"use {tp * pp:,} GPUs with {_layout(tp, pp)}"
     if not result.starts:
         return result.start_reason, startup_fix(plan, result)
-    if result.max_num_seqs is not None and query.users > result.max_num_seqs \
-            and result.max_requests_kv >= query.users:
+    cap = None if result.max_num_seqs is None else result.max_num_seqs * result.dp
+    if cap is not None and query.users > cap and result.max_requests_kv >= query.users:
+        ranks = f" on each of {result.dp} data-parallel ranks" if result.dp > 1 else ""
+        need = -(-query.users // result.dp)
         return (f"{query.users:,} requests exceed the engine's request cap max_num_seqs "
-                f"{result.max_num_seqs:,} ({result.max_num_seqs_source}): it runs at most "
-                f"{result.max_num_seqs:,} at once and queues the rest",
-                f"set --max-num-seqs {query.users:,} (the KV pool holds {result.max_requests_kv:,})"
-                if result.state_blocks is None or query.users <= result.state_blocks else
-                f"at most {result.max_num_seqs:,} users")
+                f"{result.max_num_seqs:,}{ranks} ({result.max_num_seqs_source}): it runs at most "
+                f"{cap:,} at once and queues the rest",
+                f"set --max-num-seqs {need:,} (the KV pool holds {result.max_requests_kv:,})"
+                if result.state_blocks is None or need <= result.state_blocks else
+                f"at most {cap:,} users")
     reason = (f"{query.users:,} requests of {query.tokens:,} tokens need more KV memory than the "
               f"budget holds: at most {result.max_requests:,} per replica")
     options = []
@@ -267,11 +283,39 @@ def why_not(plan: Plan, result: FitResult, search: bool = True,
     if result.max_tokens_per_request >= 1:
         options.append(f"at most {result.max_tokens_per_request:,} tokens per request")
     if search:
+        dp = data_parallel_option(plan)
+        if dp is not None:
+            options.append(dp)
         layout = smallest_layout(plan, query.users)
         if layout is not None:
             tp, pp = layout
             options.append(f"{tp * pp:,} GPUs with {_layout(tp, pp)}")
     return reason, " or ".join(options) or "a larger accelerator"
+
+
+def data_parallel_option(plan: Plan) -> str | None:
+    """Data-parallel attention on the plan's own GPUs for an MoE model (engines with a ``dp``
+    setting): the smallest attention TP (1, 2, 4 …) whose ``gpus / tp`` ranks, each with its own
+    pool and experts split over all GPUs, hold the users — the MLA latent is then not replicated."""
+    query = plan.query
+    gpus = plan.layout.tp * plan.layout.pp * plan.layout.dp
+    if plan.arch.moe is None or "dp" not in plan.engine.setting_labels or gpus < 2 or query.pp > 1:
+        return None
+    tp = 1
+    while tp < gpus:
+        if gpus % tp == 0 and (tp, gpus // tp) != (query.tp, plan.layout.dp):
+            settings = query.settings.model_copy(update={"dp": gpus // tp})
+            try:
+                trial = fit(plan.vary(tp=tp, pp=1, num_gpus=query.num_gpus or gpus, settings=settings),
+                            search_gpus=False)
+            except KVPlanError:
+                trial = None
+            if trial is not None and trial.fits:
+                return (f"data-parallel attention on your {gpus:,} GPUs: "
+                        f"{plan.engine.dp_flags(gpus // tp, tp)} ({trial.max_requests_per_rank:,} "
+                        f"per rank, {trial.max_requests:,} per replica)")
+        tp *= 2
+    return None
 
 
 def cap_requests(plan: Plan, max_requests: np.ndarray) -> np.ndarray:
@@ -334,8 +378,8 @@ def _pool_answer(plan: Plan, notes: list[str], formulas: dict[str, str]) -> dict
         "kv_pool_tokens": int(pool.pool_tokens(L)[0]),
         "max_concurrency": float(pool.concurrency(L)[0]),
         "max_requests": int(pool.max_requests(L)[0]),
-        "max_tokens_per_request": max_len(lambda t: pool.users_cost(t, query.users), pool.capacity,
-                                          plan.length_limit, notes),
+        "max_tokens_per_request": max_len(lambda t: pool.users_cost(t, -(-query.users // plan.layout.dp)),
+                                          pool.capacity, plan.length_limit, notes),
         "num_blocks": pool.num_blocks, "block_size": pool.block_size,
         "bytes_per_block": pool.bytes_per_block,
     }
@@ -386,7 +430,7 @@ def capacity_sweep(plan: Plan, gpus_list: list[GPU], kv_dtypes: list[str],
             except KVPlanError:
                 continue
             max_requests = pool.max_requests(t) if budget.weights_fit else np.zeros_like(t)
-            max_requests = cap_requests(trial, max_requests)
+            max_requests = cap_requests(trial, max_requests) * trial.layout.dp
             frames.append(pd.DataFrame({
                 "gpu": gpu.id, "kv_dtype": dtype,
                 "tokens": np.repeat(t, u.size), "users": np.tile(u, t.size),

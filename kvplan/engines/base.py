@@ -410,6 +410,10 @@ class Engine:
         start with no cap."""
         return StartupCheck()
 
+    def dp_flags(self, dp: int, tp: int) -> str:
+        """How this engine is launched with ``dp`` data-parallel attention ranks of ``tp`` GPUs."""
+        return f"dp {dp} × tp {tp}"
+
     def request_caps(self, arch: ModelArch, gpu: GPU, settings: EngineSettings, pool: KVPool,
                      tokens: int, budgets: np.ndarray) -> np.ndarray | None:
         """``startup_check``'s cap for each row of per-stage ``budgets`` (``(n, pp)``), 0 where the

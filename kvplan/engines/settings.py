@@ -151,6 +151,12 @@ EXPERT_PARALLEL = Setting(
     "MoE experts split over this many ranks (their intermediate size over tp / ep); must divide "
     "tp. vLLM --enable-expert-parallel uses ep = tp; SGLang --ep-size.", low=1, high=4096,
     aliases=("--ep-size",))
+DATA_PARALLEL = Setting(
+    "dp", "dp", "--data-parallel-size", "int", "Data-parallel attention ranks",
+    "Attention data parallel: this many ranks of tp GPUs per replica, each with its own requests and "
+    "KV pool (vLLM --data-parallel-size with --enable-expert-parallel; SGLang --enable-dp-attention "
+    "--dp N with --tp N × tp); MoE experts split over all dp × tp GPUs.", low=1, high=4096,
+    aliases=("--dp", "--dp-size"))
 MAX_MAMBA_CACHE_SIZE = Setting(
     "max_mamba_cache_size", "ms", "--max-mamba-cache-size", "int", "max_mamba_cache_size (slots)",
     "SGLang hybrids: Mamba state slots (instead of mamba_full_memory_ratio's share of the memory).",
@@ -184,6 +190,7 @@ class EngineSettings(BaseModel):
     disable_hybrid_swa_memory: bool = _setting(False, DISABLE_HYBRID_SWA)
     max_total_tokens: int | None = _setting(None, MAX_TOTAL_TOKENS)
     ep: int = _setting(1, EXPERT_PARALLEL)
+    dp: int = _setting(1, DATA_PARALLEL)
     max_mamba_cache_size: int | None = _setting(None, MAX_MAMBA_CACHE_SIZE)
     mtp: bool = _setting(False, MTP_LAYERS)
 

@@ -117,6 +117,7 @@ class SGLang(Engine):
         "max_num_seqs": ("--max-running-requests", "SGLang's, from the token pool"),
         "max_mamba_cache_size": ("--max-mamba-cache-size", "mamba_full_memory_ratio 0.9"),
         "ep": ("--ep-size", "1"),
+        "dp": ("--enable-dp-attention --dp (ranks of tp GPUs)", "1"),
         "mtp": ("Load MTP layers (speculative decoding)", "off"),
     }
     #: ``sglang/srt/configs/model_config.py`` ``ModelConfig.__init__``: a ``--context-length`` above
@@ -258,6 +259,11 @@ class SGLang(Engine):
         """``sglang_startup`` for this pool's token count and Mamba slots."""
         assert isinstance(pool, SGLangPool)
         return sglang_startup(self.release, pool.capacity, pool.slots, tokens, settings.max_num_seqs)
+
+    def dp_flags(self, dp: int, tp: int) -> str:
+        """``--tp`` is every GPU of the replica and ``--dp`` its attention ranks
+        (``server_args.py``: attention TP = tp / dp); experts over all of them with ``--ep``."""
+        return f"--enable-dp-attention --dp {dp} --tp {dp * tp} --ep {dp * tp}"
 
     def request_caps(self, arch: ModelArch, gpu: GPU, settings: EngineSettings, pool: KVPool,
                      tokens: int, budgets: np.ndarray) -> np.ndarray | None:

@@ -134,6 +134,7 @@ VLLM_V1_SETTING_LABELS: dict[str, tuple[str, str]] = {
     "hybrid_manager": ("Hybrid KV-cache manager", "auto"),
     "enable_prefix_caching": ("Prefix caching", "on"),
     "ep": ("Expert parallel size (--enable-expert-parallel: tp)", "1"),
+    "dp": ("--data-parallel-size (with --enable-expert-parallel)", "1"),
     "mtp": ("Load MTP layers (speculative decoding)", "off"),
 }
 #: V0 ``EngineArgs`` / ``SchedulerConfig`` defaults (``vllm@0.6``).
@@ -293,6 +294,11 @@ class Vllm(Engine):
             self.record, self.release, arch, settings, num_blocks, seqs,
             settings.max_num_batched_tokens or self.default_mnbt(gpu),
             blackwell=major == 10 and self.record.blackwell_capture_cap, cap_source=source)
+
+    def dp_flags(self, dp: int, tp: int) -> str:
+        """``vllm serve --data-parallel-size dp --tensor-parallel-size tp --enable-expert-parallel``
+        (EP size dp × tp, ``FusedMoEParallelConfig.make``)."""
+        return f"--data-parallel-size {dp} --tensor-parallel-size {tp} --enable-expert-parallel"
 
     def request_caps(self, arch: ModelArch, gpu: GPU, settings: EngineSettings, pool: KVPool,
                      tokens: int, budgets: np.ndarray) -> np.ndarray | None:
