@@ -82,3 +82,19 @@ def test_gpu_count_must_be_a_multiple_of_dp_tp_pp() -> None:
         fit(make_plan(load_model("deepseek-v3"), get_gpu("h200"),
                       FitQuery(tokens=32768, engine="vllm@0.33", tp=2, num_gpus=6, dp=2)))
     assert err.value.code == "parallel.gpus"
+
+
+def test_design_comparison_puts_tp_replicated_and_dp_attention_side_by_side() -> None:
+    """DeepSeek-V3 on TP 8: the MLA rows — TP-replicated latent 21 requests, DP attention (8 ranks of
+    TP 1, the same GPUs) 120 — with the same 70,272 B per token (61 × 1,152)."""
+    from kvplan.designs import design_table
+
+    plan = make_plan(load_model("deepseek-v3"), get_gpu("h200"),
+                     FitQuery(tokens=32768, users=64, engine="vllm@0.33", tp=8, num_gpus=8))
+    table = design_table(plan).set_index("design")
+    assert table.loc["mla", ["kv_bytes_per_token", "max_requests", "fits"]].tolist() == [70_272, 21, False]
+    assert table.loc["mla_dp", ["kv_bytes_per_token", "kv_budget_bytes", "max_requests", "fits"]].tolist() \
+        == [70_272, 34_619_906_094, 120, True]
+    hf = make_plan(load_model("deepseek-v3"), get_gpu("h200"), FitQuery(tokens=32768, engine="hf", tp=8,
+                                                                         num_gpus=8))
+    assert "mla_dp" not in set(design_table(hf)["design"])  # transformers has no DP attention
