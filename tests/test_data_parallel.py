@@ -98,3 +98,13 @@ def test_design_comparison_puts_tp_replicated_and_dp_attention_side_by_side() ->
     hf = make_plan(load_model("deepseek-v3"), get_gpu("h200"), FitQuery(tokens=32768, engine="hf", tp=8,
                                                                          num_gpus=8))
     assert "mla_dp" not in set(design_table(hf)["design"])  # transformers has no DP attention
+
+
+def test_sglang_max_running_requests_is_the_servers_split_over_dp_workers() -> None:
+    """SGLang ``resolve_max_num_reqs``: ``requested_per_worker = max(1, max_running_requests //
+    attn_dp_size)``: ``--max-running-requests 40`` over 8 workers → 5 each, 40 per replica (vLLM's
+    ``max_num_seqs`` is per rank instead: ``test_the_request_cap_is_per_rank``)."""
+    r = fit(make_plan(load_model("deepseek-v3"), get_gpu("h200"),
+                      FitQuery(tokens=32768, users=64, engine="sglang", tp=1, num_gpus=8, dp=8,
+                               max_num_seqs=40)))
+    assert (r.max_num_seqs, r.max_requests_per_rank, r.max_requests) == (5, 5, 40)

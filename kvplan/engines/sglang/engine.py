@@ -256,9 +256,12 @@ class SGLang(Engine):
 
     def startup_check(self, arch: ModelArch, gpu: GPU, settings: EngineSettings, pool: KVPool,
                       tokens: int) -> StartupCheck:
-        """``sglang_startup`` for this pool's token count and Mamba slots."""
+        """``sglang_startup`` for this pool's token count and Mamba slots; under DP attention
+        ``--max-running-requests`` is the whole server's, ``max(1, N // dp)`` per worker
+        (``resolve_max_num_reqs``: ``requested_per_worker``)."""
         assert isinstance(pool, SGLangPool)
-        return sglang_startup(self.release, pool.capacity, pool.slots, tokens, settings.max_num_seqs)
+        return sglang_startup(self.release, pool.capacity, pool.slots, tokens,
+                              _per_worker(settings))
 
     def dp_flags(self, dp: int, tp: int) -> str:
         """``--tp`` is every GPU of the replica and ``--dp`` its attention ranks
@@ -275,7 +278,7 @@ class SGLang(Engine):
         caps = []
         for i, t in enumerate(np.ravel(total)):
             check = sglang_startup(self.release, int(t), None if slots is None else int(slots[i]),
-                                   tokens, settings.max_num_seqs)
+                                   tokens, _per_worker(settings))
             caps.append(check.max_num_seqs if check.starts and check.max_num_seqs else 0)
         return np.asarray(caps, dtype=np.int64)
 
@@ -283,6 +286,12 @@ class SGLang(Engine):
         """``kvplan.engines.sglang.weights.sglang_loading_rules`` (assumed equal to vLLM
         v0.33's scale rules)."""
         return sglang_loading_rules(self, gpu)
+
+
+def _per_worker(settings: EngineSettings) -> int | None:
+    """``--max-running-requests`` per DP-attention worker: ``max(1, N // dp)``."""
+    given = settings.max_num_seqs
+    return None if given is None else max(1, given // settings.dp)
 
 
 def sglang_startup(release: str, total: int, slots: int | None, tokens: int,
