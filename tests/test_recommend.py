@@ -14,7 +14,7 @@ from kvplan.capacity import FitQuery, fit
 from kvplan.cli import main
 from kvplan.errors import KVPlanError
 from kvplan.plan import make_plan
-from kvplan.presets import get_gpu, gpus, load_model
+from kvplan.presets import custom_gpu, get_gpu, gpus, load_model
 from kvplan.recommend import RecommendQuery, calibrate_efficiency, decode_time, prefill_time, recommend
 from kvplan.serving import LengthDist, parse_lengths_csv
 
@@ -24,6 +24,10 @@ V033 = "vllm@0.33"
 LLAMA8 = load_model("llama-3.1-8b")
 LLAMA8_PLAN = make_plan(LLAMA8, None, FitQuery(engine=V033))
 LOOSE = {"ttft_ms": 100_000.0, "tpot_ms": 1000.0, "tp": (1,), "pp": (1,), "kv_dtypes": ("bf16",)}
+
+
+def rec_len(rec: rc.Recommendation) -> int:
+    return int(rec.lengths.context)
 
 
 def row(rec: rc.Recommendation, **match: object):
@@ -121,6 +125,11 @@ def test_expert_parallel_changes_the_answer() -> None:
     ep2 = row(both, ep=2)
     assert (ep2["weights_per_gpu_bytes"], ep2["kv_budget_bytes"]) == (17_018_117_120, 21_681_645_270)
     assert (ep2["max_requests"], ep2["replicas"], ep2["total_gpus"]) == (512, 2, 4)
+    # an EP candidate is fit's data-parallel-attention layout: dp = ep ranks of TP 1
+    dp = fit(make_plan(arch, custom_gpu(40, 2, 400), FitQuery(engine=V033, tokens=rec_len(both), tp=1,
+                                                              dp=2, num_gpus=2, users=1000)))
+    assert (dp.weights_bytes, dp.kv_budget_bytes, dp.max_requests) == \
+        (ep2["weights_per_gpu_bytes"], ep2["kv_budget_bytes"], ep2["max_requests"])
     assert both.ranked.iloc[0]["ep"] == 2 and tp_only.ranked.iloc[0]["tp"] == 2
 
 
