@@ -19,6 +19,7 @@ Weights: per part in the checkpoint's stored format (``kvplan.weights``), split 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -60,6 +61,8 @@ class FitResult(BaseModel):
     weight_dtype: str
     tp: int
     pp: int
+    #: Data-parallel attention ranks per replica (each ``tp × pp`` GPUs, its own requests and pool).
+    dp: int = 1
     replicas: int
     gpu_capacity_bytes: int
     #: The device total the budget starts from: bytes, source, status, note, marketed, nvidia_smi.
@@ -81,6 +84,10 @@ class FitResult(BaseModel):
     kv_pool_tokens: int
     max_concurrency: float
     max_requests: int
+    #: Requests the KV pool alone holds (``max_requests`` is this capped by ``max_num_seqs``), per
+    #: replica (× ``dp`` ranks), and what one data-parallel rank runs (``max_requests`` when dp = 1).
+    max_requests_kv: int = 0
+    max_requests_per_rank: int = 0
     max_requests_all_replicas: int
     max_tokens_per_request: int
     fits: bool
@@ -93,6 +100,20 @@ class FitResult(BaseModel):
     #: Why it does not fit ("" when it fits), and the smallest change that would make it fit.
     reason: str = ""
     suggestion: str = ""
+    #: The engine's request cap (vLLM ``max_num_seqs``, SGLang ``max_running_requests``; None: no
+    #: cap modelled) and where it comes from; every answer's ``max_requests`` is at most it.
+    max_num_seqs: int | None = None
+    max_num_seqs_source: str = ""
+    #: Recurrent-state blocks (vLLM: the pool's blocks, one per decode sequence) or slots (SGLang's
+    #: ``max_mamba_cache_size``); None without recurrent layers.
+    state_blocks: int | None = None
+    #: Whether the engine starts with these settings, what it does about the cap (``ok``,
+    #: ``refuses``, ``clamps``) and why (``Engine.startup_check``).
+    starts: bool = True
+    start_action: str = "ok"
+    start_reason: str = ""
+    #: CUDA-graph capture sizes the cap implies (vLLM ``_set_cudagraph_sizes``; after any clamp).
+    cuda_graph_sizes: list[int] = []
     #: Bytes per part on one GPU of the heaviest pipeline stage (``kvplan.weights.PARTS``).
     weights_breakdown: dict[str, int] = {}
     #: The stored formats per part and where they were read ("… — from config.json …").
@@ -135,12 +156,33 @@ def fit(plan: Plan, search_gpus: bool = True) -> FitResult:
     budget = plan.budget
     notes, formulas = [*budget.notes, *plan.pool_notes], dict(budget.formulas)
     answer = _pool_answer(plan, notes, formulas)
+    startup = plan.startup
+    if not budget.weights_fit:
+        startup = replace(startup, starts=False, action="refuses", need=None, reason=(
+            f"{plan.engine.release} will refuse to start: the weights leave no memory for the KV cache"))
+    answer["max_requests_kv"] = answer["max_requests"]
+    if startup.max_num_seqs is not None and answer["max_requests"] > startup.max_num_seqs:
+        formulas["max_requests"] = (f"{formulas.get('max_requests', answer['max_requests'])}; capped "
+                                    f"at max_num_seqs {startup.max_num_seqs:,}")
+        answer["max_requests"] = startup.max_num_seqs
+    if not startup.starts:
+        answer["max_requests"] = 0
+    dp = plan.layout.dp
+    answer["max_requests_per_rank"] = answer["max_requests"]
+    if dp > 1:  # each data-parallel rank holds its own requests in its own pool
+        formulas["max_requests"] = (f"{answer['max_requests']:,} per data-parallel rank × {dp} ranks = "
+                                    f"{answer['max_requests'] * dp:,} per replica")
+        answer["max_requests"] *= dp
+        answer["max_requests_kv"] *= dp
+        notes.append(f"data-parallel attention: {dp} ranks of TP={query.tp} per replica, each with its "
+                     f"own KV pool and requests (users spread evenly: ⌈{query.users:,} / {dp}⌉ = "
+                     f"{-(-query.users // dp):,} per rank); experts split over {dp * query.tp} GPUs")
     tp, pp = query.tp, query.pp
     replicas = plan.layout.replicas
     limit_rule = plan.engine.context_limit(arch)
     limit = limit_rule.tokens if limit_rule else None
     within = limit is None or query.tokens <= limit
-    fits = budget.weights_fit and answer["max_requests"] >= query.users and within
+    fits = budget.weights_fit and startup.starts and answer["max_requests"] >= query.users and within
     layout = plan.weights
     formulas["weights"] = (" + ".join(f"{part} {size:,}" for part, size in layout.heaviest.items())
                            + f" = {max(layout.stage_bytes):,} B per GPU")
@@ -150,7 +192,7 @@ def fit(plan: Plan, search_gpus: bool = True) -> FitResult:
         capacity=budget.capacity.as_json() if budget.capacity else {},
         reserve=budget.reserve_detail.as_json() if budget.reserve_detail else {},
         tokens=query.tokens, users=query.users, kv_dtype=plan.kv_dtype,
-        weight_dtype=query.weight_dtype or plan.weight_format, tp=tp, pp=pp,
+        weight_dtype=query.weight_dtype or plan.weight_format, tp=tp, pp=pp, dp=dp,
         replicas=replicas, weights_breakdown=layout.heaviest,
         weight_format=f"{layout.format_label} — from {layout.format_source}",
         gpu_capacity_bytes=budget.capacity.bytes if budget.capacity else gpu.capacity_bytes,
@@ -161,6 +203,9 @@ def fit(plan: Plan, search_gpus: bool = True) -> FitResult:
         max_requests_all_replicas=answer["max_requests"] * replicas,
         fits=fits, weights_fit=budget.weights_fit, context_limit=limit, formulas=formulas,
         context_limit_rule=limit_rule.rule if limit_rule else "",
+        max_num_seqs=startup.max_num_seqs, max_num_seqs_source=startup.cap_source,
+        state_blocks=startup.state_blocks, starts=startup.starts, start_action=startup.action,
+        start_reason=startup.reason, cuda_graph_sizes=list(startup.capture_sizes),
         notes=notes, ledger=[term.as_json() for term in plan.ledger], **answer)
     smallest: tuple[int, int] | None = None
     if not budget.weights_fit and search_gpus:  # one layout search serves both answers
@@ -218,6 +263,18 @@ def why_not(plan: Plan, result: FitResult, search: bool = True,
             return reason, (f"set {_layout(tp, pp)} (your {gpus:,} GPUs allow it; "
                             f"{gpus // (tp * pp):,} replica(s))")
         return reason, f"use {tp * pp:,} GPUs with {_layout(tp, pp)}"
+    if not result.starts:
+        return result.start_reason, startup_fix(plan, result)
+    cap = None if result.max_num_seqs is None else result.max_num_seqs * result.dp
+    if cap is not None and query.users > cap and result.max_requests_kv >= query.users:
+        ranks = f" on each of {result.dp} data-parallel ranks" if result.dp > 1 else ""
+        need = -(-query.users // result.dp)
+        return (f"{query.users:,} requests exceed the engine's request cap max_num_seqs "
+                f"{result.max_num_seqs:,}{ranks} ({result.max_num_seqs_source}): it runs at most "
+                f"{cap:,} at once and queues the rest",
+                f"set --max-num-seqs {need:,} (the KV pool holds {result.max_requests_kv:,})"
+                if result.state_blocks is None or need <= result.state_blocks else
+                f"at most {cap:,} users")
     reason = (f"{query.users:,} requests of {query.tokens:,} tokens need more KV memory than the "
               f"budget holds: at most {result.max_requests:,} per replica")
     options = []
@@ -226,11 +283,89 @@ def why_not(plan: Plan, result: FitResult, search: bool = True,
     if result.max_tokens_per_request >= 1:
         options.append(f"at most {result.max_tokens_per_request:,} tokens per request")
     if search:
+        dp = data_parallel_option(plan)
+        if dp is not None:
+            options.append(dp)
         layout = smallest_layout(plan, query.users)
         if layout is not None:
             tp, pp = layout
             options.append(f"{tp * pp:,} GPUs with {_layout(tp, pp)}")
     return reason, " or ".join(options) or "a larger accelerator"
+
+
+def data_parallel_option(plan: Plan) -> str | None:
+    """Data-parallel attention on the plan's own GPUs for an MoE model (engines with a ``dp``
+    setting): the smallest attention TP (1, 2, 4 …) whose ``gpus / tp`` ranks, each with its own
+    pool and experts split over all GPUs, hold the users — the MLA latent is then not replicated."""
+    query = plan.query
+    gpus = plan.layout.tp * plan.layout.pp * plan.layout.dp
+    if plan.arch.moe is None or "dp" not in plan.engine.setting_labels or gpus < 2 or query.pp > 1:
+        return None
+    tp = 1
+    while tp < gpus:
+        if gpus % tp == 0 and (tp, gpus // tp) != (query.tp, plan.layout.dp):
+            settings = query.settings.model_copy(update={"dp": gpus // tp})
+            try:
+                trial = fit(plan.vary(tp=tp, pp=1, num_gpus=query.num_gpus or gpus, settings=settings),
+                            search_gpus=False)
+            except KVPlanError:
+                trial = None
+            if trial is not None and trial.fits:
+                return (f"data-parallel attention on your {gpus:,} GPUs: "
+                        f"{plan.engine.dp_flags(gpus // tp, tp)} ({trial.max_requests_per_rank:,} "
+                        f"per rank, {trial.max_requests:,} per replica)")
+        tp *= 2
+    return None
+
+
+def cap_requests(plan: Plan, max_requests: np.ndarray) -> np.ndarray:
+    """``max_requests`` of the KV pool capped by the engine's request cap (``Plan.startup``:
+    ``max_num_seqs`` / ``max_running_requests``), 0 where the engine does not start."""
+    check = plan.startup
+    if not check.starts:
+        return np.zeros_like(max_requests)
+    if check.max_num_seqs is None:
+        return max_requests
+    return np.minimum(max_requests, check.max_num_seqs)
+
+
+def _starts(plan: Plan) -> bool:
+    try:
+        return plan.budget.weights_fit and plan.startup.starts
+    except KVPlanError:
+        return False
+
+
+def startup_fix(plan: Plan, result: FitResult) -> str:
+    """The smallest changes that make the engine start (``Plan.startup``): the request cap the
+    state blocks allow, the smallest memory fraction (in steps of 0.01) whose pool holds the cap, a
+    shorter length where the blocks depend on it, and (vLLM) ``--enforce-eager``."""
+    check, settings = plan.startup, plan.query.settings
+    options = []
+    if check.need:
+        options.append(f"--max-num-seqs ≤ {check.need:,}")
+    engine = plan.engine
+    name = engine.setting_labels.get("gpu_util", ("memory fraction",))[0].split(" (")[0]
+    label = "--" + name.replace("_", "-")
+    current = round(plan.budget.target / plan.budget.capacity.bytes, 2) if plan.budget.capacity else 0.9
+    low, high = int(current * 100) + 1, 100
+    if low <= high and _starts(plan.vary(settings=settings.model_copy(update={"gpu_util": high / 100}))):
+        while low < high:
+            mid = (low + high) // 2
+            if _starts(plan.vary(settings=settings.model_copy(update={"gpu_util": mid / 100}))):
+                high = mid
+            else:
+                low = mid + 1
+        options.append(f"{label} ≥ {low / 100:.2f}")
+    tokens = plan.query.tokens
+    shorter = tokens // 2
+    if shorter >= 1 and _starts(plan.vary(tokens=shorter)):
+        while shorter * 2 < tokens and _starts(plan.vary(tokens=min(shorter * 2, tokens - 1))):
+            shorter = min(shorter * 2, tokens - 1)
+        options.append(f"max_model_len ≤ {shorter:,}")
+    if "enforce_eager" in engine.setting_labels and not settings.enforce_eager:
+        options.append("--enforce-eager (no CUDA graphs, slower decode)")
+    return ("use " + ", or ".join(options)) if options else "a larger accelerator"
 
 
 def _pool_answer(plan: Plan, notes: list[str], formulas: dict[str, str]) -> dict[str, Any]:
@@ -243,8 +378,8 @@ def _pool_answer(plan: Plan, notes: list[str], formulas: dict[str, str]) -> dict
         "kv_pool_tokens": int(pool.pool_tokens(L)[0]),
         "max_concurrency": float(pool.concurrency(L)[0]),
         "max_requests": int(pool.max_requests(L)[0]),
-        "max_tokens_per_request": max_len(lambda t: pool.users_cost(t, query.users), pool.capacity,
-                                          plan.length_limit, notes),
+        "max_tokens_per_request": max_len(lambda t: pool.users_cost(t, -(-query.users // plan.layout.dp)),
+                                          pool.capacity, plan.length_limit, notes),
         "num_blocks": pool.num_blocks, "block_size": pool.block_size,
         "bytes_per_block": pool.bytes_per_block,
     }
@@ -295,6 +430,7 @@ def capacity_sweep(plan: Plan, gpus_list: list[GPU], kv_dtypes: list[str],
             except KVPlanError:
                 continue
             max_requests = pool.max_requests(t) if budget.weights_fit else np.zeros_like(t)
+            max_requests = cap_requests(trial, max_requests) * trial.layout.dp
             frames.append(pd.DataFrame({
                 "gpu": gpu.id, "kv_dtype": dtype,
                 "tokens": np.repeat(t, u.size), "users": np.tile(u, t.size),

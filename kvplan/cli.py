@@ -402,6 +402,15 @@ def cmd_fit(args: argparse.Namespace) -> int:
         print(f"{plan.engine.short + ' would log:':19s}{', '.join(lines)}")
     print(f"Requests of {result.tokens:,} tokens that fit: {result.max_requests:,} per replica, "
           f"{result.max_requests_all_replicas:,} in all")
+    if result.max_num_seqs is not None:
+        state = (f"; {result.state_blocks:,} recurrent-state blocks" if result.state_blocks is not None
+                 else "")
+        graphs = (f"; CUDA graphs at {len(result.cuda_graph_sizes)} sizes up to "
+                  f"{result.cuda_graph_sizes[-1]:,}" if result.cuda_graph_sizes else "")
+        print(f"Request cap:       max_num_seqs {result.max_num_seqs:,} ({result.max_num_seqs_source})"
+              f"{state}{graphs}; the pool alone holds {result.max_requests_kv:,}")
+    if result.start_reason:
+        print(f"Start-up ({'starts' if result.starts else 'does not start'}): {result.start_reason}")
     print(f"Longest request at {plural(result.users, 'user')}: {result.max_tokens_per_request:,} tokens")
     if result.context_limit is not None:
         print(f"Model context limit: {result.context_limit:,} tokens ({result.context_limit_rule})")

@@ -41,6 +41,7 @@ DESIGNS: dict[str, str] = {
     "gqa": "GQA",
     "swa": "Sliding window",
     "mla": "MLA",
+    "mla_dp": "MLA, data-parallel attention",
 }
 
 
@@ -190,9 +191,41 @@ def design_table(plan: Plan, swa_window: int = DEFAULT_SWA_WINDOW,
         except KVPlanError as err:
             row.update(error=str(err))
         rows.append(row)
+    rows.extend(_dp_row(plan, swa_window, kv_lora_rank, qk_rope_head_dim))
     frame = pd.DataFrame(rows)
     for column in ("kv_bytes_per_token", "kv_bytes_at_tokens", "kv_bytes_per_request",
                    "kv_budget_bytes", "max_requests"):
         if column not in frame:
             frame[column] = pd.NA
     return frame
+
+
+def _dp_row(plan: Plan, swa_window: int, kv_lora_rank: int, qk_rope_head_dim: int) -> list[dict[str, Any]]:
+    """The MLA design (the real model when it is MLA) on the same GPUs with data-parallel attention:
+    ``dp`` = the plan's TP ranks of TP 1, each with its own requests and pool (``FitResult.dp``),
+    beside the TP-replicated latent of the ``mla`` row; only for engines with a ``dp`` setting and
+    a plan with TP > 1."""
+    from kvplan.capacity import fit
+
+    query = plan.query
+    if query.tp < 2 or "dp" not in plan.engine.setting_labels or query.pp > 1:
+        return []
+    arch = plan.arch if plan.arch.is_mla else variants(plan.arch, swa_window, kv_lora_rank,
+                                                       qk_rope_head_dim).get("mla")
+    if arch is None:
+        return []
+    dp = query.tp * query.settings.dp
+    row: dict[str, Any] = {"design": "mla_dp", "label": DESIGNS["mla_dp"], "model": arch.name,
+                           "kv_dtype": query.kv_dtype, "engine": query.engine, "tokens": query.tokens}
+    try:
+        settings = query.settings.model_copy(update={"dp": dp})
+        result = fit(plan.vary(arch=arch, tp=1, settings=settings), search_gpus=False)
+        from kvplan.sizing import full_length_bytes_per_token, kv_cache
+
+        row.update(kv_bytes_per_token=full_length_bytes_per_token(plan.model_only(arch)),
+                   kv_bytes_at_tokens=kv_cache(plan.model_only(arch)).kv_bytes,
+                   kv_bytes_per_request=result.kv_bytes_per_request, kv_budget_bytes=result.kv_budget_bytes,
+                   max_requests=result.max_requests, fits=result.fits, error="")
+    except KVPlanError as err:
+        row.update(error=str(err))
+    return [row]

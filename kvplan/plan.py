@@ -14,14 +14,23 @@ layout or accelerator) with the same engine object, without a second lookup.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property, lru_cache
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from kvplan.arch import ModelArch
-from kvplan.engines import DEFAULT_ENGINE, Budget, Engine, EngineSettings, EngineView, KVPool, get_engine
+from kvplan.engines import (
+    DEFAULT_ENGINE,
+    Budget,
+    Engine,
+    EngineSettings,
+    EngineView,
+    KVPool,
+    StartupCheck,
+    get_engine,
+)
 from kvplan.errors import KVPlanError
 from kvplan.presets import GPU
 from kvplan.weights import LoadingRules, WeightsLayout, read_quantization, weights_per_gpu
@@ -70,15 +79,17 @@ class FitQuery(BaseModel):
 
 @dataclass(frozen=True)
 class Layout:
-    """The parallel layout of one question: ``tp × pp`` GPUs per replica, ``replicas`` of them."""
+    """The parallel layout of one question: ``dp × tp × pp`` GPUs per replica (``dp`` data-parallel
+    attention ranks of ``tp × pp``), ``replicas`` of them."""
 
     tp: int
     pp: int
     num_gpus: int
+    dp: int = 1
 
     @property
     def replicas(self) -> int:
-        return self.num_gpus // (self.tp * self.pp)
+        return self.num_gpus // (self.tp * self.pp * self.dp)
 
 
 @dataclass(frozen=True)
@@ -160,11 +171,12 @@ class Plan:
     @cached_property
     def layout(self) -> Layout:
         """``tp × pp`` must divide the GPU count (named error with the next count that works)."""
-        tp, pp = self.query.tp, self.query.pp
-        gpus = self.query.num_gpus or tp * pp
-        if gpus % (tp * pp):
-            raise KVPlanError("parallel.gpus", gpus=gpus, tpp=tp * pp, need=-(-gpus // (tp * pp)) * tp * pp)
-        return Layout(tp, pp, gpus)
+        tp, pp, dp = self.query.tp, self.query.pp, self.settings.dp
+        gpus = self.query.num_gpus or tp * pp * dp
+        per = tp * pp * dp
+        if gpus % per:
+            raise KVPlanError("parallel.gpus", gpus=gpus, tpp=per, need=-(-gpus // per) * per)
+        return Layout(tp, pp, gpus, dp)
 
     @cached_property
     def kv_dtype(self) -> str:
@@ -201,6 +213,9 @@ class Plan:
             dtype = self.weight_format
         rules = self.engine.loading_rules(self.gpu)
         settings = self.settings
+        if settings.dp > 1 and self.arch.moe is not None:
+            return _dp_weights(self.arch, dtype, self.query.tp, self.query.pp, settings.dp,
+                               settings.mtp, rules)
         return _weights_cached(self.arch, dtype, self.query.tp, self.query.pp, settings.ep,
                                settings.mtp, rules)
 
@@ -236,6 +251,14 @@ class Plan:
         return self.engine.make_pool(self.arch, self.device, self.query.kv_dtype, self.settings, budgets,
                                      notes)
 
+    @cached_property
+    def startup(self) -> StartupCheck:
+        """What the engine decides at start-up about the request cap: ``max_num_seqs`` /
+        ``max_running_requests``, the recurrent-state blocks, CUDA-graph capture sizes, and whether
+        it starts (``Engine.startup_check``)."""
+        return self.engine.startup_check(self.arch, self.device, self.settings, self.pool,
+                                         self.query.tokens)
+
     @property
     def device(self) -> GPU:
         """The accelerator (a named error for a question asked without one)."""
@@ -257,6 +280,20 @@ def _weights_cached(arch: ModelArch, dtype: str | None, tp: int, pp: int, ep: in
     """``weights_per_gpu`` once per model and layout (it walks every tensor; the dtypes and lengths
     a view sweeps do not change it)."""
     return weights_per_gpu(arch, dtype, tp, pp, ep, mtp, rules)
+
+
+@lru_cache(maxsize=64)
+def _dp_weights(arch: ModelArch, dtype: str | None, tp: int, pp: int, dp: int, mtp: bool,
+                rules: LoadingRules) -> WeightsLayout:
+    """Weights per GPU under data-parallel attention with expert parallelism: every part as a rank
+    of ``tp`` GPUs holds it (attention, embeddings, router — replicated across the ``dp`` ranks), the
+    routed experts split over all ``dp × tp`` GPUs (vLLM ``--enable-expert-parallel``: EP size =
+    ``dp × tp``, ``FusedMoEParallelConfig.make``; SGLang ``--enable-dp-attention`` with ``--ep``)."""
+    rank = _weights_cached(arch, dtype, tp, pp, 1, mtp, rules)
+    wide = _weights_cached(arch, dtype, tp * dp, pp, tp * dp, mtp, rules)
+    stages = tuple({**own, "experts": split.get("experts", 0)} if "experts" in own else own
+                   for own, split in zip(rank.stages, wide.stages, strict=True))
+    return replace(rank, stages=stages, ep=tp * dp)
 
 
 def checkpoint_format_name(arch: ModelArch) -> str:

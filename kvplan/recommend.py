@@ -392,7 +392,13 @@ def recommend(plan: Plan, query: RecommendQuery, workload: Workload | None = Non
                     notes.append(f"KV {kv_dtype}: {exc}")
                     continue
                 rows = budgets[members, y][:, :, :pp].reshape(-1, pp)
-                max_req[members, y, k, :] = _pool_requests(pool, L, rows).reshape(len(members), W) * ep
+                fitting = _pool_requests(pool, L, rows).reshape(len(members), W)
+                for i, m in enumerate(members):  # the engine's request cap (capacity.cap_requests)
+                    caps = engine.request_caps(arch, gpu_list[m], settings_of[m, y], pool, L,
+                                               budgets[m, y][:, :pp])
+                    if caps is not None:
+                        fitting[i] = np.minimum(fitting[i], caps)
+                max_req[members, y, k, :] = fitting * ep
                 if query.max_context is not None:
                     fit_max = _pool_requests(pool, query.max_context, rows).reshape(len(members), W)
                     max_ctx_ok[members, y, k, :] = fit_max >= 1

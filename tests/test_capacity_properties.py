@@ -83,10 +83,13 @@ def test_never_negative_and_fits_is_consistent(case):
 def test_vllm_max_requests_is_the_floor(case):
     result = run(*case)
     assume(result is not None)
-    bpr, blocks, n = result.blocks_per_request, result.num_blocks, result.max_requests
+    bpr, blocks, n = result.blocks_per_request, result.num_blocks, result.max_requests_kv
     assert bpr is not None and bpr >= 1 and blocks is not None
     usable = max(blocks - 1, 0)    # one null block
     assert n * bpr <= usable < (n + 1) * bpr, (n, bpr, blocks)
+    # the answer is the pool's count capped by max_num_seqs (0 when vLLM would not start)
+    assert result.max_num_seqs is not None
+    assert result.max_requests == (min(n, result.max_num_seqs) if result.starts else 0)
 
 
 @PROPS
@@ -135,16 +138,16 @@ def test_max_tokens_per_request_is_tight(case):
     longest = result.max_tokens_per_request
     if longest == 0:
         one = run(model, gpu, query.model_copy(update={"tokens": 1}))
-        assert one.max_requests < query.users
+        assert one.max_requests_kv < query.users
         return
     at = run(model, gpu, query.model_copy(update={"tokens": longest}))
-    assert at.max_requests >= query.users, (longest, at.max_requests)
+    assert at.max_requests_kv >= query.users, (longest, at.max_requests_kv)
     cap = load_model(model).max_position_embeddings
     limit = cap if isinstance(cap, int) and 0 < cap < MAX_SEARCH_TOKENS else MAX_SEARCH_TOKENS
     assert longest <= limit     # capped at the model's max_position_embeddings
     if longest < limit:
         past = run(model, gpu, query.model_copy(update={"tokens": longest + 1}))
-        assert past.max_requests < query.users, (longest, past.max_requests)
+        assert past.max_requests_kv < query.users, (longest, past.max_requests_kv)
 
 
 def test_does_not_fit_reports_zeros_not_negatives():

@@ -89,7 +89,7 @@ def test_yarn_limit_depends_on_the_vllm_release():
     assert get_engine("vllm@0.33").context_limit(arch).rule == (
         "max_position_embeddings 131,072; vLLM v0.33 _get_and_verify_max_len")
     assert get_engine("vllm@0.19").context_limit(arch).rule == (
-        "original_max_position_embeddings 4,096 × RoPE factor 32; vLLM v0.14–v0.19 "
+        "original_max_position_embeddings 4,096 × RoPE factor 32; vLLM v0.18–v0.19 "
         "_get_and_verify_max_len")
 
 
@@ -125,7 +125,7 @@ def test_length_keys_and_rope_travel_in_the_link():
     assert (back["seq_length"], back["rope_scaling"]["factor"]) == (16384, 4.0)
     limit = get_engine("vllm@0.19").context_limit(custom_arch(back))
     assert (limit.tokens, limit.rule) == (
-        131072, "original_max_position_embeddings 32,768 × RoPE factor 4; vLLM v0.14–v0.19 "
+        131072, "original_max_position_embeddings 32,768 × RoPE factor 4; vLLM v0.18–v0.19 "
                 "_get_and_verify_max_len")
     assert get_engine("vllm@0.33").context_limit(custom_arch(back)).tokens == 16384
 

@@ -83,7 +83,7 @@ def test_the_engine_is_looked_up_once_per_question(monkeypatch: pytest.MonkeyPat
     result = fit(plan)
     assert not result.fits and result.suggestion  # the search for a larger layout ran
     assert [fit(plan.vary(kv_dtype=d), search_gpus=False).engine_release for d in ("bf16", "fp8")] == \
-        ["vLLM v0.14–v0.19"] * 2
+        ["vLLM v0.18–v0.19"] * 2
     assert plan.vary(tp=2, num_gpus=2).engine is plan.engine
     assert calls == ["vllm@0.19"]
     assert plan.vary(engine="sglang").engine.id == "sglang"

@@ -14,7 +14,7 @@ from kvplan.capacity import FitQuery, fit
 from kvplan.cli import main
 from kvplan.errors import KVPlanError
 from kvplan.plan import make_plan
-from kvplan.presets import get_gpu, gpus, load_model
+from kvplan.presets import custom_gpu, get_gpu, gpus, load_model
 from kvplan.recommend import RecommendQuery, calibrate_efficiency, decode_time, prefill_time, recommend
 from kvplan.serving import LengthDist, parse_lengths_csv
 
@@ -24,6 +24,10 @@ V033 = "vllm@0.33"
 LLAMA8 = load_model("llama-3.1-8b")
 LLAMA8_PLAN = make_plan(LLAMA8, None, FitQuery(engine=V033))
 LOOSE = {"ttft_ms": 100_000.0, "tpot_ms": 1000.0, "tp": (1,), "pp": (1,), "kv_dtypes": ("bf16",)}
+
+
+def rec_len(rec: rc.Recommendation) -> int:
+    return int(rec.lengths.context)
 
 
 def row(rec: rc.Recommendation, **match: object):
@@ -102,11 +106,12 @@ def test_expert_parallel_changes_the_answer() -> None:
     TP 1: 262,144,000 + 143,129,785 + 408,662,949 = 813,936,734 B. TP 2 (vLLM replicates the latent
     on each rank): weights 15,741,869,056 B/GPU (``kvplan.weights``: replicated norms and router,
     vocab padded to 64, the rest split over 2 ranks), KV 39,513,699,124 − 15,741,869,056 −
-    1,383,963,852 = 22,387,866,216 B → 44,985 blocks → (44,985 − 1) // 80 = 562 requests per
-    replica → 2 replicas (4 GPUs). EP 2 (attention data-parallel, each rank TP 1): 2,623,265,792
+    1,383,963,852 = 22,387,866,216 B → 44,985 blocks → (44,985 − 1) // 80 = 562 requests of KV,
+    capped at max_num_seqs 256 (the v0.33 default below 70 GiB, ``get_batch_defaults``) per replica
+    → 4 replicas (8 GPUs). EP 2 (attention data-parallel, each rank TP 1): 2,623,265,792
     non-expert B + 28,789,702,656 / 2 = 17,018,117,120 B/GPU, KV 39,513,699,124 − 17,018,117,120 −
-    813,936,734 = 21,681,645,270 B → 43,567 blocks → 544 per rank, 1,088 per replica → 1 replica
-    (2 GPUs): EP halves the GPUs.
+    813,936,734 = 21,681,645,270 B → 43,567 blocks → 544 per rank of KV, 256 per rank by
+    max_num_seqs (a per-rank cap), 512 per replica → 2 replicas (4 GPUs): EP halves the GPUs.
     """
     arch = load_model("deepseek-v2-lite")
     query = RecommendQuery(users=1000, gpus=("custom:40:2:400",), max_gpus=2,
@@ -114,12 +119,17 @@ def test_expert_parallel_changes_the_answer() -> None:
     tp_only = recommend(make_plan(arch, None, FitQuery(engine=V033)), query)
     tp2 = row(tp_only, tp=2)
     assert (tp2["weights_per_gpu_bytes"], tp2["kv_budget_bytes"]) == (15_741_869_056, 22_387_866_216)
-    assert (tp2["max_requests"], tp2["replicas"], tp2["total_gpus"]) == (562, 2, 4)
+    assert (tp2["max_requests"], tp2["replicas"], tp2["total_gpus"]) == (256, 4, 8)
     both = recommend(make_plan(arch, None, FitQuery(engine=V033)),
                      query.model_copy(update={"expert_parallel": True}))
     ep2 = row(both, ep=2)
     assert (ep2["weights_per_gpu_bytes"], ep2["kv_budget_bytes"]) == (17_018_117_120, 21_681_645_270)
-    assert (ep2["max_requests"], ep2["replicas"], ep2["total_gpus"]) == (1088, 1, 2)
+    assert (ep2["max_requests"], ep2["replicas"], ep2["total_gpus"]) == (512, 2, 4)
+    # an EP candidate is fit's data-parallel-attention layout: dp = ep ranks of TP 1
+    dp = fit(make_plan(arch, custom_gpu(40, 2, 400), FitQuery(engine=V033, tokens=rec_len(both), tp=1,
+                                                              dp=2, num_gpus=2, users=1000)))
+    assert (dp.weights_bytes, dp.kv_budget_bytes, dp.max_requests) == \
+        (ep2["weights_per_gpu_bytes"], ep2["kv_budget_bytes"], ep2["max_requests"])
     assert both.ranked.iloc[0]["ep"] == 2 and tp_only.ranked.iloc[0]["tp"] == 2
 
 

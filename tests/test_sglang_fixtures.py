@@ -162,3 +162,34 @@ def test_hand_derived_cases():
     assert scout["cell_size"] == pytest.approx(167116.8)
     assert (scout["full_attention_layers"], scout["swa_attention_layers"]) == (12, 36)
     assert (scout["max_total_num_tokens"], scout["swa_max_total_num_tokens"]) == (257003, 205602)
+
+
+SIZED = [c for c in CASES if "sglang" in c]
+
+
+@pytest.mark.parametrize("case", SIZED, ids=[c["id"] for c in SIZED])
+def test_max_running_requests_and_mamba_slots_match_sglang(case: dict) -> None:
+    """kvplan's request cap (``FitResult.max_num_seqs``: ``resolve_max_num_reqs``, with SGLang's
+    ``context_len`` as the length) and Mamba slots (``state_blocks``: ``_handle_max_mamba_cache``'s
+    ``max_mamba_cache_size``) are SGLang's own, case by case."""
+    sg = case["sglang"]
+    preset = model_presets()[case["model"]]
+    arch = parse_config({**preset.config, **case.get("config_overrides", {})}, name=preset.name,
+                        params_total=preset.params_total, params_active=preset.params_active)
+    ratio, total = _flag(case, "--swa-full-tokens-ratio"), _flag(case, "--max-total-tokens")
+    running = _flag(case, "--max-running-requests")
+    query = FitQuery(engine="sglang", tokens=sg["context_len"], tp=case.get("tp", 1),
+                     kv_dtype=case.get("kv_cache_dtype", "auto"), page_size=case.get("page_size"),
+                     kv_cache_memory_bytes=case["available_bytes"] if case["mode"] == "budget" else None,
+                     reserve_gib=case.get("cuda_context_bytes", 0) / GIB,
+                     swa_full_tokens_ratio=float(ratio) if ratio else None,
+                     max_total_tokens=int(total) if total else None,
+                     max_num_seqs=int(running) if running else None,
+                     disable_hybrid_swa_memory="--disable-hybrid-swa-memory" in case.get("argv", []))
+    result = fit(make_plan(arch, stub_gpu(), query), search_gpus=False)
+    assert (result.max_num_seqs, result.state_blocks, result.kv_pool_tokens) == \
+        (sg["max_running_requests"], sg["max_mamba_cache_size"], sg["max_total_num_tokens"])
+
+
+def test_the_cap_cases_cover_mamba() -> None:
+    assert len(SIZED) == 79 and sum(c["sglang"]["max_mamba_cache_size"] is not None for c in SIZED) == 3

@@ -22,13 +22,13 @@ def test_every_release_is_named_and_reachable():
     included, is reachable by its key, newest first (a newer release adds its key before 0.33)."""
     choices = release_choices("vllm")
     modelled = ["0.33", "0.32", "0.29", "0.27", "0.26", "0.25", "0.24", "0.20", "0.20.0", "0.19",
-                "0.13", "0.11", "0.9", "0.8", "0.6"]
+                "0.17", "0.13", "0.11", "0.9", "0.8", "0.6"]
     assert choices[0] == "latest" and choices[-len(modelled):] == modelled
     assert [get_engine(f"vllm@{r}").release for r in modelled] == [
         "vLLM v0.33", "vLLM v0.30–v0.32", "vLLM v0.28–v0.29", "vLLM v0.27", "vLLM v0.26", "vLLM v0.25",
         "vLLM v0.21–v0.24", "vLLM v0.20.1–v0.20.2", "vLLM v0.20.0",
-        "vLLM v0.14–v0.19", "vLLM v0.11.1–v0.13", "vLLM v0.10–v0.11.0", "vLLM v0.9", "vLLM v0.8",
-        "vLLM v0.6 (V0)"]
+        "vLLM v0.18–v0.19", "vLLM v0.14–v0.17", "vLLM v0.11.1–v0.13", "vLLM v0.10–v0.11.0",
+        "vLLM v0.9", "vLLM v0.8", "vLLM v0.6 (V0)"]
     newest = get_engine("vllm")
     assert newest is get_engine(f"vllm@{choices[1]}") and newest.id == "vllm"
     assert newest.record is VLLM_RELEASES[-1]

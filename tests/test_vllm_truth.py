@@ -133,3 +133,25 @@ def test_matching_case_by_hand() -> None:
                        "per request: 5.92x"}
     assert vllm_answer(case) == expected
     assert kvplan_answer(case) == expected
+
+
+HYBRID = sorted(cid for cid in CASES if CASES[cid]["model"] in {"qwen3-next-80b-a3b", "jamba-1.5-mini"})
+
+
+@pytest.mark.parametrize("case_id", HYBRID)
+@pytest.mark.parametrize("over", [0, 1])
+def test_state_blocks_are_vllms_num_blocks_and_the_check_is_at_them(case_id: str, over: int) -> None:
+    """The Mamba state blocks of the start-up check are vLLM 0.33's own ``num_blocks`` for the
+    hybrid cases (``kv_cache_config.num_blocks``, from ``get_kv_cache_configs``); with
+    ``max_num_seqs`` = that count vLLM starts, one more and ``resolve_cudagraph_mode_and_sizes``
+    raises (``max_num_reqs > kv_cache_config.num_blocks``, ``config/compilation.py:1526``)."""
+    case = CASES[case_id]
+    blocks = case["num_blocks"]
+    query = FitQuery(engine="vllm@0.33", tokens=case["max_model_len"], tp=case["tp"],
+                     kv_dtype=case["kv_dtype"], kv_cache_memory_bytes=case["available_memory"],
+                     max_num_batched_tokens=case["max_num_batched_tokens"],
+                     async_scheduling=case["async_scheduling"], max_num_seqs=blocks + over)
+    result = fit(make_plan(arch_of(case["model"]), GPU, query), search_gpus=False)
+    assert (result.state_blocks, result.max_num_seqs) == (blocks, blocks + over)
+    assert result.starts is (over == 0)
+    assert len(HYBRID) == 7

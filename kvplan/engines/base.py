@@ -173,6 +173,26 @@ class Budget:
         return max(min(self.stage_budgets), 0)
 
 
+@dataclass(frozen=True)
+class StartupCheck:
+    """What the engine decides at start-up about the request cap, before any request: the cap it
+    runs with (``max_num_seqs`` — vLLM's flag, SGLang's ``max_running_requests``), the recurrent-state
+    blocks or slots its pool holds (None without recurrent layers), the CUDA-graph capture sizes,
+    what it does when the cap exceeds the state blocks (``action``: ``ok``, ``refuses``, ``clamps``,
+    ``warns``), why (``reason``, with the engine source) and the condition that makes it start
+    (``need``: the largest ``max_num_seqs`` the state blocks allow)."""
+
+    starts: bool = True
+    max_num_seqs: int | None = None
+    state_blocks: int | None = None
+    capture_sizes: tuple[int, ...] = ()
+    action: str = "ok"
+    reason: str = ""
+    need: int | None = None
+    #: Where the cap comes from (the default's rule or "set").
+    cap_source: str = ""
+
+
 @dataclass
 class ViewShape:
     """What an engine decides once per view before the build loop (``Engine.view_shape``): the
@@ -412,6 +432,22 @@ class Engine:
         return None
 
     # ------------------------------------------------------------ memory
+    def startup_check(self, arch: ModelArch, gpu: GPU, settings: EngineSettings, pool: KVPool,
+                      tokens: int) -> StartupCheck:
+        """The start-up decision about the request cap (``StartupCheck``); engines without one
+        start with no cap."""
+        return StartupCheck()
+
+    def dp_flags(self, dp: int, tp: int) -> str:
+        """How this engine is launched with ``dp`` data-parallel attention ranks of ``tp`` GPUs."""
+        return f"dp {dp} × tp {tp}"
+
+    def request_caps(self, arch: ModelArch, gpu: GPU, settings: EngineSettings, pool: KVPool,
+                     tokens: int, budgets: np.ndarray) -> np.ndarray | None:
+        """``startup_check``'s cap for each row of per-stage ``budgets`` (``(n, pp)``), 0 where the
+        engine does not start; None: no cap (the recommender's vectorised ``max_requests_for``)."""
+        return None
+
     def capacity(self, gpu: GPU) -> Capacity:
         """The device total the budget starts from: what CUDA reports (``torch.cuda.mem_get_info``
         total — every engine kvplan models allocates through PyTorch), or a labelled estimate."""

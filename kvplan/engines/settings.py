@@ -98,8 +98,10 @@ MAX_NUM_BATCHED_TOKENS = Setting(
     "Tokens scheduled per step; sliding-window reservations grow with it.", low=1, high=MAX_TOKENS)
 MAX_NUM_SEQS = Setting(
     "max_num_seqs", "ns", "--max-num-seqs", "int", "max_num_seqs (requests)",
-    "Requests scheduled per step; vLLM's profile run warms the sampler up on this many rows of "
-    "vocabulary logits and captures CUDA graphs up to 2 × it.", low=1, high=1_000_000)
+    "Requests scheduled per step (SGLang --max-running-requests); every answer is capped by it. "
+    "vLLM's profile run warms the sampler up on this many rows of vocabulary logits and captures "
+    "CUDA graphs up to 2 × it; a hybrid model needs one state block per sequence.", low=1,
+    high=1_000_000, aliases=("--max-running-requests",))
 ENFORCE_EAGER = Setting(
     "enforce_eager", "ee", "--enforce-eager", "bool", "enforce_eager",
     "No CUDA graphs: vLLM then reserves no CUDA-graph memory.")
@@ -149,6 +151,16 @@ EXPERT_PARALLEL = Setting(
     "MoE experts split over this many ranks (their intermediate size over tp / ep); must divide "
     "tp. vLLM --enable-expert-parallel uses ep = tp; SGLang --ep-size.", low=1, high=4096,
     aliases=("--ep-size",))
+DATA_PARALLEL = Setting(
+    "dp", "dp", "--data-parallel-size", "int", "Data-parallel attention ranks",
+    "Attention data parallel: this many ranks of tp GPUs per replica, each with its own requests and "
+    "KV pool (vLLM --data-parallel-size with --enable-expert-parallel; SGLang --enable-dp-attention "
+    "--dp N with --tp N × tp); MoE experts split over all dp × tp GPUs.", low=1, high=4096,
+    aliases=("--dp", "--dp-size"))
+MAX_MAMBA_CACHE_SIZE = Setting(
+    "max_mamba_cache_size", "ms", "--max-mamba-cache-size", "int", "max_mamba_cache_size (slots)",
+    "SGLang hybrids: Mamba state slots (instead of mamba_full_memory_ratio's share of the memory).",
+    low=1, high=10**9)
 MTP_LAYERS = Setting(
     "mtp", "mt", "--mtp", "bool", "Load MTP (next-n) layers",
     "Multi-token-prediction layers are loaded only when speculative decoding uses them.")
@@ -178,6 +190,8 @@ class EngineSettings(BaseModel):
     disable_hybrid_swa_memory: bool = _setting(False, DISABLE_HYBRID_SWA)
     max_total_tokens: int | None = _setting(None, MAX_TOTAL_TOKENS)
     ep: int = _setting(1, EXPERT_PARALLEL)
+    dp: int = _setting(1, DATA_PARALLEL)
+    max_mamba_cache_size: int | None = _setting(None, MAX_MAMBA_CACHE_SIZE)
     mtp: bool = _setting(False, MTP_LAYERS)
 
     @field_validator("max_attention_window")

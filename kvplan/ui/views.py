@@ -249,6 +249,14 @@ def render_answer(scenario: Scenario, gpu: GPU) -> None:
             change = " or ".join(([md(first.suggestion)] if first.suggestion else []) + other)
             st.warning(f"Does not fit ({md_name(first.kv_dtype)}): {md(first.reason)}. "
                        f"**Smallest change:** {change or 'none found'}.")
+        if first.max_num_seqs is not None:
+            state = (f" · {first.state_blocks:,} recurrent-state blocks" if first.state_blocks is not None
+                     else "")
+            graphs = (f" · CUDA graphs up to {first.cuda_graph_sizes[-1]:,}" if first.cuda_graph_sizes
+                      else "")
+            start = "starts" if first.starts and not first.start_reason else md(first.start_reason)
+            st.caption(f"Request cap: max_num_seqs {first.max_num_seqs:,} "
+                       f"({md(first.max_num_seqs_source)}){state}{graphs} · {start}")
         gpus = first.replicas * first.tp * first.pp
         limit = (f" · model limit {first.context_limit:,} tokens ({md(first.context_limit_rule)})"
                  if first.context_limit is not None else "")

@@ -291,7 +291,19 @@ def spec_summary(spec) -> dict:
     return out
 
 
+def plan_case(model: dict, case: dict):
+    """vLLM's ``VllmConfig`` stub and the largest worker's ``KVCacheConfig`` for ``case`` (also
+    read by ``startup.py``)."""
+    return _plan(model, case)[:2]
+
+
 def run_case(model: dict, case: dict) -> dict:
+    vcfg, kv_config, hybrid, mdtype, specs, layout = _plan(model, case)
+    tokens, concurrency = get_kv_cache_capacity(vcfg, kv_config)
+    return _result(case, vcfg, kv_config, hybrid, mdtype, specs, layout, tokens, concurrency)
+
+
+def _plan(model: dict, case: dict):
     cfg = load_config(model)
     text = text_config(cfg)
     hybrid = hma_default(text) if case["hybrid_manager"] is None else case["hybrid_manager"]
@@ -310,7 +322,10 @@ def run_case(model: dict, case: dict) -> dict:
     groups = get_global_kv_cache_groups(vcfg, [dict(w) for w in workers])
     configs = get_kv_cache_configs(vcfg, workers, [case["available_memory"]] * pp, groups)
     kv_config = max(configs, key=lambda c: c.kv_cache_tensors[0].size)
-    tokens, concurrency = get_kv_cache_capacity(vcfg, kv_config)
+    return vcfg, kv_config, hybrid, mdtype, specs, layout
+
+
+def _result(case, vcfg, kv_config, hybrid, mdtype, specs, layout, tokens, concurrency) -> dict:
     bytes_per_block = kv_config.kv_cache_tensors[0].size // kv_config.num_blocks \
         if kv_config.num_blocks else None
     blocks_per_request = sum(

@@ -15,7 +15,7 @@ import numpy as np
 
 from kvplan.arch import Kind, LayerSpec, ModelArch
 from kvplan.dtypes import KVDType
-from kvplan.engines.base import ContextLimit, Engine, EngineView, KVPool, Release, ViewShape
+from kvplan.engines.base import ContextLimit, Engine, EngineView, KVPool, Release, StartupCheck, ViewShape
 from kvplan.engines.kinds import TOKEN_KINDS, CacheRule, TokenLayout, layer_window
 from kvplan.engines.reserve import Reserve, ReserveTerm
 from kvplan.engines.settings import EngineSettings
@@ -114,7 +114,10 @@ class SGLang(Engine):
         "swa_full_tokens_ratio": ("--swa-full-tokens-ratio", f"{SGLANG_SWA_FULL_RATIO}"),
         "disable_hybrid_swa_memory": ("--disable-hybrid-swa-memory", "off"),
         "max_total_tokens": ("--max-total-tokens", "no cap"),
+        "max_num_seqs": ("--max-running-requests", "SGLang's, from the token pool"),
+        "max_mamba_cache_size": ("--max-mamba-cache-size", "mamba_full_memory_ratio 0.9"),
         "ep": ("--ep-size", "1"),
+        "dp": ("--enable-dp-attention --dp (ranks of tp GPUs)", "1"),
         "mtp": ("Load MTP layers (speculative decoding)", "off"),
     }
     #: ``sglang/srt/configs/model_config.py`` ``ModelConfig.__init__``: a ``--context-length`` above
@@ -251,10 +254,86 @@ class SGLang(Engine):
         view = self.stage_view(arch, kv_dtype, settings, notes)
         return SGLangPool(view, max(min(budgets), 0), settings)
 
+    def startup_check(self, arch: ModelArch, gpu: GPU, settings: EngineSettings, pool: KVPool,
+                      tokens: int) -> StartupCheck:
+        """``sglang_startup`` for this pool's token count and Mamba slots; under DP attention
+        ``--max-running-requests`` is the whole server's, ``max(1, N // dp)`` per worker
+        (``resolve_max_num_reqs``: ``requested_per_worker``)."""
+        assert isinstance(pool, SGLangPool)
+        return sglang_startup(self.release, pool.capacity, pool.slots, tokens,
+                              _per_worker(settings))
+
+    def dp_flags(self, dp: int, tp: int) -> str:
+        """``--tp`` is every GPU of the replica and ``--dp`` its attention ranks
+        (``server_args.py``: attention TP = tp / dp); experts over all of them with ``--ep``."""
+        return f"--enable-dp-attention --dp {dp} --tp {dp * tp} --ep {dp * tp}"
+
+    def request_caps(self, arch: ModelArch, gpu: GPU, settings: EngineSettings, pool: KVPool,
+                     tokens: int, budgets: np.ndarray) -> np.ndarray | None:
+        """``sglang_startup``'s ``max_running_requests`` for each row's smallest stage budget."""
+        assert isinstance(pool, SGLangPool)
+        budget = np.maximum(np.asarray(budgets, dtype=np.int64).min(axis=1), 0)
+        kv, slots = pool._split(budget)
+        total = pool._tokens_for(kv)
+        caps = []
+        for i, t in enumerate(np.ravel(total)):
+            check = sglang_startup(self.release, int(t), None if slots is None else int(slots[i]),
+                                   tokens, _per_worker(settings))
+            caps.append(check.max_num_seqs if check.starts and check.max_num_seqs else 0)
+        return np.asarray(caps, dtype=np.int64)
+
     def loading_rules(self, gpu: GPU | None) -> LoadingRules:
         """``kvplan.engines.sglang.weights.sglang_loading_rules`` (assumed equal to vLLM
         v0.33's scale rules)."""
         return sglang_loading_rules(self, gpu)
+
+
+def _per_worker(settings: EngineSettings) -> int | None:
+    """``--max-running-requests`` per DP-attention worker: ``max(1, N // dp)``."""
+    given = settings.max_num_seqs
+    return None if given is None else max(1, given // settings.dp)
+
+
+def sglang_startup(release: str, total: int, slots: int | None, tokens: int,
+                   given: int | None) -> StartupCheck:
+    """``mem_cache/kv_cache_configurator.py`` (0.5.23): ``_handle_max_mamba_cache`` refuses
+    ``max_mamba_cache_size ≤ 0`` ("Not enough GPU memory for hybrid … state cache");
+    ``resolve_max_num_reqs``: ``max_running_requests`` = the set value, else
+    ``max(min(int(max_total_num_tokens / context_len × 512), 4096), 2048)``, at most
+    ``max_total_num_tokens // 2``, then at most ``max_mamba_cache_size // ratio`` (a warning:
+    "max_running_requests is capped to N by the mamba state cache"); 0 refuses ("Hybrid …
+    state cache is too small to serve any requests"). ``total`` = ``max_total_num_tokens``,
+    ``slots`` = ``max_mamba_cache_size`` (None without recurrent layers), ``tokens`` = context_len."""
+    if given is not None:
+        reqs, source = min(given, total // 2), "set (at most max_total_num_tokens // 2)"
+    else:
+        estimated = max(min(int(total / max(tokens, 1) * 512), 4096), 2048)
+        reqs = min(estimated, total // 2)
+        source = (f"SGLang's default: min(clamp(int({total:,} / {tokens:,} × 512), 2048, 4096), "
+                  f"{total:,} // 2) (kv_cache_configurator.py resolve_max_num_reqs)")
+    if slots is None:
+        return StartupCheck(max_num_seqs=reqs, cap_source=source)
+    ratio = SGLANG_MAMBA_SLOTS_PER_REQUEST
+    if slots <= 0:
+        return StartupCheck(starts=False, max_num_seqs=0, state_blocks=slots, action="refuses",
+                            cap_source=source, need=0, reason=(
+            f"{release} will refuse to start: max_mamba_cache_size {slots:,} ≤ 0 (\"Not enough GPU "
+            "memory for hybrid (mamba/linear-attention) state cache\": kv_cache_configurator.py "
+            "_handle_max_mamba_cache)"))
+    cap = slots // ratio
+    if min(reqs, cap) <= 0:
+        return StartupCheck(starts=False, max_num_seqs=0, state_blocks=slots, action="refuses",
+                            cap_source=source, need=0, reason=(
+            f"{release} will refuse to start: {slots:,} Mamba state slots // {ratio} slots per "
+            "request = 0 running requests (\"state cache is too small to serve any requests\": "
+            "kv_cache_configurator.py resolve_max_num_reqs)"))
+    if cap < reqs:
+        return StartupCheck(max_num_seqs=cap, state_blocks=slots, action="clamps", cap_source=source,
+                            reason=(
+            f"{release} starts but clamps max_running_requests from {reqs:,} to {cap:,}: {slots:,} "
+            f"Mamba state slots // {ratio} slots per request (kv_cache_configurator.py "
+            "resolve_max_num_reqs, a warning)"))
+    return StartupCheck(max_num_seqs=reqs, state_blocks=slots, cap_source=source)
 
 
 class SGLangPool(KVPool):
@@ -265,7 +344,8 @@ class SGLangPool(KVPool):
     ``max_total_num_tokens = int(kv // cell) // page × page`` (``calculate_pool_sizes``), capped by
     ``--max-total-tokens`` and re-aligned (``_apply_token_constraints``). Recurrent states get their
     own pool (``_handle_max_mamba_cache``): ``K = int((budget × r / (1 + r) − state) // state)``
-    slots, KV gets ``budget − (K + 1) × state``, and a request needs 5 slots.
+    slots (``--max-mamba-cache-size``: ``K`` as set), KV gets ``budget − (K + 1) × state``, and a
+    request needs 5 slots.
     """
 
     def __init__(self, view: EngineView, budget: int, settings: EngineSettings | None = None) -> None:
@@ -278,6 +358,7 @@ class SGLangPool(KVPool):
         swa = sum(r.token_bytes for r in view.rules if r.kind.windowed)
         self.cell = full + self.ratio * swa
         self.per_request_state = view.state_bytes
+        self.mamba_slots = settings.max_mamba_cache_size
         kv, slots = self._split(np.asarray([budget], dtype=np.int64))
         self.kv_budget = int(kv[0])
         self.slots = None if slots is None else int(slots[0])
@@ -290,6 +371,9 @@ class SGLangPool(KVPool):
         state = self.per_request_state
         if not state:
             return budget, None
+        if self.mamba_slots is not None:  # --max-mamba-cache-size: the slots as set
+            slots = np.full(np.shape(budget), self.mamba_slots, dtype=np.int64)
+            return budget - (slots + 1) * state, slots
         r = SGLANG_MAMBA_FULL_RATIO
         slots = np.maximum((budget * r / (1 + r) - state) // state, 0).astype(np.int64)
         return budget - (slots + 1) * state, slots

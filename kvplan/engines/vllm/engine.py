@@ -28,6 +28,8 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+import numpy as np
+
 from kvplan.arch import Kind, LayerSpec, ModelArch, NoCache, Recurrent
 from kvplan.dtypes import KVDType
 from kvplan.engines.base import (
@@ -36,6 +38,7 @@ from kvplan.engines.base import (
     EngineView,
     KVPool,
     Release,
+    StartupCheck,
     ViewShape,
     layer_kind,
     pp_partition,
@@ -46,8 +49,9 @@ from kvplan.engines.reserve import Reserve, cuda_capacity
 from kvplan.engines.settings import EngineSettings
 from kvplan.engines.vllm.log import VllmLog, log_lines
 from kvplan.engines.vllm.memory import vllm_reserve_terms
-from kvplan.engines.vllm.pool import VllmPagedPool, VllmPool, _pool_cached, _pool_only
+from kvplan.engines.vllm.pool import VllmPagedPool, VllmPool, _pool_cached, _pool_only, vllm_num_blocks
 from kvplan.engines.vllm.releases import VLLM_RELEASES, VllmRelease
+from kvplan.engines.vllm.startup import vllm_startup_check
 from kvplan.engines.vllm.weights import mxfp4_repack, vllm_loading_rules
 
 if TYPE_CHECKING:
@@ -131,6 +135,7 @@ VLLM_V1_SETTING_LABELS: dict[str, tuple[str, str]] = {
     "hybrid_manager": ("Hybrid KV-cache manager", "auto"),
     "enable_prefix_caching": ("Prefix caching", "on"),
     "ep": ("Expert parallel size (--enable-expert-parallel: tp)", "1"),
+    "dp": ("--data-parallel-size (with --enable-expert-parallel)", "1"),
     "mtp": ("Load MTP layers (speculative decoding)", "off"),
 }
 #: V0 ``EngineArgs`` / ``SchedulerConfig`` defaults (``vllm@0.6``).
@@ -287,6 +292,38 @@ class Vllm(Engine):
             mnbt=settings.max_num_batched_tokens or self.default_mnbt(gpu),
             max_num_seqs=settings.max_num_seqs or self.default_max_num_seqs(gpu),
             blackwell=major == 10 and record.blackwell_capture_cap, v0=record.v0_profile))
+
+    def startup_check(self, arch: ModelArch, gpu: GPU, settings: EngineSettings, pool: KVPool,
+                      tokens: int) -> StartupCheck:
+        """``max_num_seqs`` (set, or ``default_max_num_seqs``) against the pool's Mamba state blocks
+        as this release checks it (``kvplan.engines.vllm.startup``), with the CUDA-graph capture
+        sizes it implies."""
+        return self._startup(arch, gpu, settings, pool.num_blocks or 0)
+
+    def _startup(self, arch: ModelArch, gpu: GPU, settings: EngineSettings, num_blocks: int) -> StartupCheck:
+        major = int(float(gpu.compute_capability)) if gpu.compute_capability else 0
+        default = self.default_max_num_seqs(gpu)
+        seqs = settings.max_num_seqs or default  # resolve_settings fills the default in
+        source = "set" if seqs != default else (f"the {self.release} default for {gpu.name} "
+                                                "(engine/arg_utils.py get_batch_defaults)")
+        return vllm_startup_check(
+            self.record, self.release, arch, settings, num_blocks, seqs,
+            settings.max_num_batched_tokens or self.default_mnbt(gpu),
+            blackwell=major == 10 and self.record.blackwell_capture_cap, cap_source=source)
+
+    def dp_flags(self, dp: int, tp: int) -> str:
+        """``vllm serve --data-parallel-size dp --tensor-parallel-size tp --enable-expert-parallel``
+        (EP size dp × tp, ``FusedMoEParallelConfig.make``)."""
+        return f"--data-parallel-size {dp} --tensor-parallel-size {tp} --enable-expert-parallel"
+
+    def request_caps(self, arch: ModelArch, gpu: GPU, settings: EngineSettings, pool: KVPool,
+                     tokens: int, budgets: np.ndarray) -> np.ndarray | None:
+        """``startup_check`` for each row of per-stage ``budgets`` (``vllm_num_blocks``)."""
+        assert isinstance(pool, VllmPagedPool)
+        blocks = vllm_num_blocks(budgets, pool.stage_per_block)
+        checks = [self._startup(arch, gpu, settings, int(n)) for n in np.ravel(blocks)]
+        return np.asarray([c.max_num_seqs if c.starts and c.max_num_seqs else 0 for c in checks],
+                          dtype=np.int64).reshape(np.shape(blocks))
 
     def in_flight_tokens(self, settings: EngineSettings, mnbt: int) -> int:
         """By the record's ``in_flight``: ``async`` — ``vllm/config/vllm.py`` ``max_in_flight_tokens

@@ -22,6 +22,9 @@ HybridDefault = Literal["on", "off_with_chunked", "off"]
 LayerSpecs = Literal["all", "chunked_as_full", "full_or_mla"]
 #: The ``max_num_batched_tokens`` / ``max_num_seqs`` defaults (``Vllm.default_mnbt``).
 BatchDefaults = Literal["tiers", "v0.8", "v0"]
+#: What the release does when ``max_num_seqs`` exceeds the Mamba state blocks
+#: (``kvplan.engines.vllm.startup``).
+StateBlockCheck = Literal["raise", "cap", "assert", "none"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,6 +96,15 @@ class VllmRelease(Release):
     mxfp4_source: str
     #: Whether the release serves recurrent (Mamba) hybrids in the pool kvplan models.
     serves_recurrent: bool
+    #: With FULL decode CUDA graphs and Mamba layers, ``max_num_seqs`` against the pool's blocks
+    #: (one state block per decode sequence): ``raise`` — ``config/compilation.py``
+    #: ``resolve_cudagraph_mode_and_sizes`` raises ``ValueError`` when ``max_num_seqs >
+    #: num_blocks`` (v0.20.0+, PR #38270); ``cap`` — ``adjust_cudagraph_sizes_for_mamba_cache``
+    #: drops the capture sizes above ``num_blocks`` with a warning (v0.18–v0.19, PR #34571);
+    #: ``assert`` — no check: a FULL decode capture larger than ``num_blocks`` fails
+    #: ``causal_conv1d_update``'s ``assert num_cache_lines >= batch`` (v0.11.0–v0.17, FULL_AND_PIECEWISE
+    #: the default, issue #34094); ``none`` — piecewise graphs only by default (v0.8–v0.10, V0).
+    state_block_check: StateBlockCheck = "none"
 
 
 V0_6 = VllmRelease(
@@ -145,7 +157,7 @@ V0_11 = replace(
             "v0.10.1 pins torch 2.7 (Triton needs ≥ 2.8) and neither bundles ``triton_kernels``; "
             "FlashInfer (256/256) on Blackwell.",
     hybrid_default="off_with_chunked", layer_specs="all", mxfp4_moe=True,
-    mxfp4_source="vLLM v0.10.1.1 quantization/mxfp4.py")
+    mxfp4_source="vLLM v0.10.1.1 quantization/mxfp4.py", state_block_check="assert")
 V0_13 = replace(
     V0_11, key="0.13", since="0.11.1", name="vLLM v0.11.1–v0.13",
     changes="the sampler warm-up sorts (FlashInfer top-k/top-p is opt-in from v0.11.1, "
@@ -158,8 +170,8 @@ V0_13 = replace(
             "Marlin, as ``vllm@0.11``, unless ``triton_kernels`` is installed.",
     sampler_path="sort", capture_rule="stride16", mxfp4_triton=True,
     mxfp4_source="vLLM v0.14.1/v0.19.0 quantization/mxfp4.py")
-V0_19 = replace(
-    V0_13, key="0.19", since="0.14.0", name="vLLM v0.14–v0.19",
+V0_17 = replace(
+    V0_13, key="0.17", since="0.14.0", name="vLLM v0.14–v0.17",
     changes="requested memory ``ceil(total × util)`` (``v1/worker/utils.py`` ``request_memory``, "
             "from v0.14.1) and the hybrid manager on for chunked-local models too "
             "(``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE`` defaults to 1 from v0.14.1); "
@@ -170,13 +182,25 @@ V0_19 = replace(
             "keeps the checkpoint's scales as layer parameters beside the swizzled copy in its "
             "``PrecisionConfig``; TRT-LLM pads the intermediate to 256 — as v0.20–v0.24.",
     ceil_requested=True, hybrid_default="on")
+V0_19 = replace(
+    V0_17, key="0.19", since="0.18.0", name="vLLM v0.18–v0.19",
+    changes="hybrid Mamba models with FULL decode CUDA graphs: ``config/compilation.py`` "
+            "``adjust_cudagraph_sizes_for_mamba_cache`` (from 0.18.0, PR #34571; called from "
+            "``gpu_model_runner.py`` ``_check_and_update_cudagraph_mode``) drops the capture sizes "
+            "above the pool's ``num_blocks`` with a warning (none left: no CUDA graphs) — before, a "
+            "FULL decode capture larger than ``num_blocks`` failed ``causal_conv1d_update``'s assert.",
+    state_block_check="cap")
 V0_20_0 = replace(
     V0_19, key="0.20.0", since="0.20.0", name="vLLM v0.20.0",
     changes="``gpu_memory_utilization`` 0.92 (``config/cache.py``) and the CUDA-graph estimate "
             "subtracted (``envs.py`` ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`` defaults to 1 from "
             "v0.20.0); the start-up log's \"GPU KV cache size\" is still ``num_blocks // n_groups × "
-            "min_block_size`` (v0.20.0 ``v1/core/kv_cache_utils.py`` ``_report_kv_cache_config``).",
-    default_gpu_util=0.92, graphs_counted=True, mxfp4_source="vLLM v0.20.0/v0.20.2 fused_moe/oracle/mxfp4.py")
+            "min_block_size`` (v0.20.0 ``v1/core/kv_cache_utils.py`` ``_report_kv_cache_config``). "
+            "Hybrid Mamba models: ``config/compilation.py:1436`` ``resolve_cudagraph_mode_and_sizes`` "
+            "raises \"max_num_seqs (N) exceeds available Mamba cache blocks (M)\" instead of capping "
+            "the capture sizes (PR #38270; the same check through v0.33 ``:1526``).",
+    default_gpu_util=0.92, graphs_counted=True, state_block_check="raise",
+    mxfp4_source="vLLM v0.20.0/v0.20.2 fused_moe/oracle/mxfp4.py")
 V0_20 = replace(
     V0_20_0, key="0.20", since="0.20.1", name="vLLM v0.20.1–v0.20.2",
     changes="\"GPU KV cache size\" = ``int(max_concurrency × max_model_len)`` (from v0.20.1, "
@@ -244,5 +268,5 @@ V0_33 = replace(
     gb10_small_tier=True)
 
 #: Every modelled vLLM release, oldest first; the last is "latest" (``vllm`` without ``@``).
-VLLM_RELEASES: tuple[VllmRelease, ...] = (V0_6, V0_8, V0_9, V0_11, V0_13, V0_19, V0_20_0, V0_20,
+VLLM_RELEASES: tuple[VllmRelease, ...] = (V0_6, V0_8, V0_9, V0_11, V0_13, V0_17, V0_19, V0_20_0, V0_20,
                                           V0_24, V0_25, V0_26, V0_27, V0_29, V0_32, V0_33)

@@ -1,0 +1,110 @@
+"""Data-parallel attention (issue #28): vLLM ``--data-parallel-size N --enable-expert-parallel``,
+SGLang ``--enable-dp-attention --dp N``. Each of the ``dp`` ranks (``tp`` GPUs) keeps its own
+requests in its own KV pool; attention, embeddings and the router are held per rank, the routed
+experts split over all ``dp × tp`` GPUs (vLLM ``FusedMoEParallelConfig.make``: EP size = dp × tp).
+
+DeepSeek-V3 (61 MLA layers, latent 512 + 64 → 1,152 B per token per layer in bf16, replicated on
+every TP rank) on 8 × H200 at 32,768 tokens, vLLM v0.33: a block is 61 × 16 × 1,152 = 1,124,352 B
+(FlashAttention-MLA, block 16 on Hopper bf16) and a request 32,768 / 16 = 2,048 blocks.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kvplan.capacity import fit
+from kvplan.plan import FitQuery, make_plan
+from kvplan.presets import get_gpu, load_model
+from kvplan.weights import weights_per_gpu
+
+
+def v3(tp: int, dp: int, engine: str = "vllm@0.33", users: int = 64):
+    return fit(make_plan(load_model("deepseek-v3"), get_gpu("h200"),
+                         FitQuery(tokens=32768, users=users, engine=engine, tp=tp, num_gpus=8, dp=dp)))
+
+
+def test_tp8_replicates_the_latent_dp8_holds_each_ranks_own_requests() -> None:
+    """TP 8: 85,140,071,456 B of weights per GPU, KV 50,515,431,680 B // 1,124,352 = 44,928 blocks →
+    (44,928 − 1) // 2,048 = 21 requests for the whole replica (every GPU keeps the same latents).
+    DP 8 × TP 1: 100,840,687,968 B per GPU (attention whole, experts / 8), KV 34,619,906,094 B →
+    30,790 blocks → 15 requests per rank, 8 × 15 = 120 per replica: 64 users fit."""
+    tp8 = v3(8, 1)
+    assert (tp8.weights_bytes, tp8.kv_budget_bytes, tp8.bytes_per_block) == \
+        (85_140_071_456, 50_515_431_680, 1_124_352)
+    assert (tp8.num_blocks, tp8.blocks_per_request, tp8.max_requests, tp8.dp, tp8.fits) == \
+        (44_928, 2048, 21, 1, False)
+    dp8 = v3(1, 8)
+    assert (dp8.weights_bytes, dp8.kv_budget_bytes, dp8.num_blocks) == \
+        (100_840_687_968, 34_619_906_094, 30_790)
+    assert (dp8.max_requests_per_rank, dp8.max_requests, dp8.replicas, dp8.dp, dp8.fits) == \
+        (15, 120, 1, 8, True)
+    assert tp8.suggestion == (
+        "at most 21 users or at most 11,216 tokens per request or data-parallel attention on your 8 "
+        "GPUs: --data-parallel-size 8 --tensor-parallel-size 1 --enable-expert-parallel (15 per rank, "
+        "120 per replica) or 16 GPUs with TP=8, PP=2")
+
+
+@pytest.mark.parametrize(("tp", "dp"), [(1, 8), (2, 4)])
+def test_weights_per_rank_are_the_ranks_parts_with_experts_over_every_gpu(tp: int, dp: int) -> None:
+    """Every part as a rank of ``tp`` GPUs holds it, the routed experts as ``dp × tp``-way EP."""
+    arch = load_model("deepseek-v3")
+    rank = weights_per_gpu(arch, None, tp, 1, 1).heaviest
+    wide = weights_per_gpu(arch, None, tp * dp, 1, tp * dp).heaviest
+    want = sum(rank.values()) - rank["experts"] + wide["experts"]
+    result = v3(tp, dp)
+    assert result.weights_bytes == want
+    assert result.weights_breakdown["experts"] == wide["experts"]
+
+
+def test_sglang_dp_attention_suggestion_names_its_flags() -> None:
+    """SGLang: ``--tp`` counts every GPU and ``--dp`` the attention ranks."""
+    tp8 = v3(8, 1, "sglang")
+    assert (tp8.max_requests, v3(1, 8, "sglang").max_requests) == (21, 120)
+    assert "--enable-dp-attention --dp 8 --tp 8 --ep 8 (15 per rank, 120 per replica)" in tp8.suggestion
+
+
+def test_the_request_cap_is_per_rank() -> None:
+    """vLLM's ``max_num_seqs`` applies per data-parallel rank (``config/scheduler.py``): 8 ranks
+    with ``--max-num-seqs 4`` run 32 at once, whatever their pools hold (15 each)."""
+    r = fit(make_plan(load_model("deepseek-v3"), get_gpu("h200"),
+                      FitQuery(tokens=32768, users=64, engine="vllm@0.33", tp=1, num_gpus=8, dp=8,
+                               max_num_seqs=4)))
+    assert (r.max_requests_kv, r.max_requests_per_rank, r.max_requests, r.fits) == (120, 4, 32, False)
+    assert r.reason.startswith("64 requests exceed the engine's request cap max_num_seqs 4 on each of "
+                               "8 data-parallel ranks")
+    assert r.suggestion == "set --max-num-seqs 8 (the KV pool holds 120)"
+
+
+def test_gpu_count_must_be_a_multiple_of_dp_tp_pp() -> None:
+    from kvplan.errors import KVPlanError
+
+    with pytest.raises(KVPlanError) as err:
+        fit(make_plan(load_model("deepseek-v3"), get_gpu("h200"),
+                      FitQuery(tokens=32768, engine="vllm@0.33", tp=2, num_gpus=6, dp=2)))
+    assert err.value.code == "parallel.gpus"
+
+
+def test_design_comparison_puts_tp_replicated_and_dp_attention_side_by_side() -> None:
+    """DeepSeek-V3 on TP 8: the MLA rows — TP-replicated latent 21 requests, DP attention (8 ranks of
+    TP 1, the same GPUs) 120 — with the same 70,272 B per token (61 × 1,152)."""
+    from kvplan.designs import design_table
+
+    plan = make_plan(load_model("deepseek-v3"), get_gpu("h200"),
+                     FitQuery(tokens=32768, users=64, engine="vllm@0.33", tp=8, num_gpus=8))
+    table = design_table(plan).set_index("design")
+    assert table.loc["mla", ["kv_bytes_per_token", "max_requests", "fits"]].tolist() == [70_272, 21, False]
+    assert table.loc["mla_dp", ["kv_bytes_per_token", "kv_budget_bytes", "max_requests", "fits"]].tolist() \
+        == [70_272, 34_619_906_094, 120, True]
+    hf = make_plan(load_model("deepseek-v3"), get_gpu("h200"), FitQuery(tokens=32768, engine="hf", tp=8,
+                                                                         num_gpus=8))
+    assert "mla_dp" not in set(design_table(hf)["design"])  # transformers has no DP attention
+
+
+def test_sglang_max_running_requests_is_the_servers_split_over_dp_workers() -> None:
+    """SGLang ``resolve_max_num_reqs``: ``requested_per_worker = max(1, max_running_requests //
+    attn_dp_size)``: ``--max-running-requests 40`` over 8 workers → 5 each, 40 per replica (vLLM's
+    ``max_num_seqs`` is per rank instead: ``test_the_request_cap_is_per_rank``)."""
+    r = fit(make_plan(load_model("deepseek-v3"), get_gpu("h200"),
+                      FitQuery(tokens=32768, users=64, engine="sglang", tp=1, num_gpus=8, dp=8,
+                               max_num_seqs=40)))
+    assert (r.max_num_seqs, r.max_requests_per_rank, r.max_requests) == (5, 5, 40)
