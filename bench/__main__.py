@@ -436,6 +436,30 @@ def bench_recommend(reps: int) -> None:
 
 SECTIONS["recommend"] = bench_recommend
 
+#: Issue #33's CLI example: the answer for Llama-3.1-70B on two H100s.
+CLI_FIT = ["fit", "--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--num-gpus", "2", "--tp", "2",
+           "--tokens", "8192", "--users", "32"]
+
+
+def bench_cli(reps: int) -> None:
+    """Wall time of ``python -m kvplan --help`` and of a ``fit`` (subprocesses, each with its
+    interpreter start), beside ``python -c pass`` and an import of pandas + pydantic alone."""
+    base, deps, helps, fits = [], [], [], []
+    for _ in range(reps):
+        base.append(_wall([PY, "-c", "pass"]))
+        deps.append(_wall([PY, "-c", "import pandas, pydantic"]))
+        helps.append(_wall([PY, "-m", "kvplan", "--help"]))
+        fits.append(_wall([PY, "-m", "kvplan", *CLI_FIT]))
+    record("python -c pass (baseline)", base)
+    record("python -c 'import pandas, pydantic'", deps)
+    record("kvplan --help (wall)", helps, target="≤ 0.5 s", ok=statistics.median(helps) <= 0.5,
+           baseline=deps, baseline_name="import pandas, pydantic")
+    record("kvplan fit (issue #33's 70B example, wall)", fits, target="≤ 1 s",
+           ok=statistics.median(fits) <= 1.0, baseline=deps, baseline_name="import pandas, pydantic")
+
+
+SECTIONS["cli"] = bench_cli
+
 
 def _dense_header(size: int, prefix: str = "") -> bytes:
     """A safetensors header of about ``size`` bytes packed with one-element tensors (the most

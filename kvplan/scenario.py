@@ -33,6 +33,10 @@ CUSTOM_GPU = "custom"
 CUSTOM_MODEL = "custom"
 MAX_PARAM_CHARS = 8192
 MAX_TOKENS = 100_000_000
+#: The longest context a question asks for, one bound for the dashboard's slider and exact box
+#: (a link's ``t`` above it is refused with a warning) and the CLI's ``--tokens``: the limit the
+#: views are held to in CPU (``tests/test_cpu_bounds.py``).
+MAX_CONTEXT_TOKENS = 10_000_000
 MAX_USERS = 10_000_000
 MAX_GPUS = 4096
 

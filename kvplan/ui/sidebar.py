@@ -28,6 +28,7 @@ from kvplan.scenario import (
     BOUNDS,
     CUSTOM_GPU,
     CUSTOM_MODEL,
+    MAX_CONTEXT_TOKENS,
     Scenario,
     custom_arch,
     link_config,
@@ -38,7 +39,7 @@ from kvplan.scenario import check_names as check_scenario_names
 from kvplan.ui import lazy, serving_state, weights_view
 from kvplan.ui.theme import fmt_tokens
 
-MAX_UI_TOKENS = 10_000_000
+MAX_UI_TOKENS = MAX_CONTEXT_TOKENS
 #: Log-spaced context lengths for the slider (the current value is always added).
 TOKEN_STEPS = sorted({1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, MAX_UI_TOKENS}
                      | {2**k for k in range(0, 24)})
