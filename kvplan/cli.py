@@ -131,6 +131,17 @@ def _reserve_terms(args: argparse.Namespace) -> dict[str, float] | None:
     return dict(args.reserve_term) if getattr(args, "reserve_term", None) else None
 
 
+def _http_url(text: str) -> str:
+    """``--base-url``: an http(s) address with a host."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(text.strip())
+    if parts.scheme not in {"http", "https"} or not parts.netloc or len(text) > 2048:
+        raise argparse.ArgumentTypeError(f"--base-url must be an http(s) address with a host, "
+                                         f"got {short(text)}")
+    return text.strip()
+
+
 def _nonneg_int(text: str) -> int:
     return _number("--kv-cache-memory-bytes", int, 0, 10**16)(text)
 
@@ -224,6 +235,9 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--scenario", required=True, help="scenario JSON file, preset name or link")
     report.add_argument("--out", required=True)
     report.add_argument("--no-png", action="store_true")
+    report.add_argument("--base-url", metavar="URL", type=_http_url,
+                        help="the dashboard's address the links in the files start with (default: "
+                             "$KVPLAN_BASE_URL, else http://localhost:8501/)")
     return parser
 
 
@@ -496,7 +510,7 @@ def cmd_gpus(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from kvplan.report import write_report
 
-    for path in write_report(args.scenario, Path(args.out), png=not args.no_png):
+    for path in write_report(args.scenario, Path(args.out), png=not args.no_png, base=args.base_url):
         print(path)
     return 0
 

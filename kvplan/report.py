@@ -2,9 +2,11 @@
 
 No Streamlit here: the CLI (``python -m kvplan report``) and the dashboard share these functions.
 
-* ``to_csv(df, scenario)`` — the table with a unit in every numeric column header and the scenario's
-  link query in a last column named ``scenario_link`` (``pandas.read_csv`` and Excel read it
-  without options: no comment lines).
+* ``to_csv(df, scenario, base)`` — the table with a unit in every numeric column header and the
+  scenario's absolute link (``scenario_link``: the page's own address, else ``KVPLAN_BASE_URL``,
+  else ``./dev app``'s address) in a last column named ``scenario_link`` (``pandas.read_csv`` and
+  Excel read it without options: no comment lines).
+* ``export_name(scenario, view)`` — download file names after the model, accelerator and view.
 * ``scenario_to_json`` / ``scenario_from_json`` — the scenario file format of
   ``presets/scenarios/*.json``: ``{"id", "name", "description", "source", "query": {URL keys}}``.
 * ``load_scenario(arg)`` — a scenario file path, a named scenario id, or a link / query string.
@@ -70,9 +72,54 @@ def unit_header(column: object) -> str:
     return name
 
 
-def scenario_link(scenario: Scenario) -> str:
-    """The scenario as a link query (``?v=1&m=...``), the same the dashboard puts in its URL."""
-    return "?" + urlencode(scenario.to_query(), safe=",")
+#: Where links point when neither the page's own address nor ``KVPLAN_BASE_URL`` says: the
+#: address ``./dev app`` serves the dashboard at.
+DEFAULT_BASE_URL = "http://localhost:8501/"
+BASE_URL_ENV = "KVPLAN_BASE_URL"
+
+
+def base_url(page: str | None = None) -> str:
+    """The dashboard address links start with: ``page`` (the address the browser shows, query and
+    fragment dropped) when it is an http(s) URL, else ``$KVPLAN_BASE_URL``, else
+    ``DEFAULT_BASE_URL``; always ending in ``/`` before the query."""
+    for candidate in (page, os.environ.get(BASE_URL_ENV)):
+        if not candidate:
+            continue
+        parts = urlsplit(candidate.strip())
+        if parts.scheme in {"http", "https"} and parts.netloc and len(candidate) <= 2048:
+            path = parts.path if parts.path.endswith("/") else parts.path.rsplit("/", 1)[0] + "/"
+            return f"{parts.scheme}://{parts.netloc}{path}"
+    return DEFAULT_BASE_URL
+
+
+def scenario_link(scenario: Scenario, base: str | None = None) -> str:
+    """The scenario's absolute link (``base_url(base)?v=1&m=...``), the query the dashboard puts in
+    its URL."""
+    return base_url(base) + "?" + urlencode(scenario.to_query(), safe=",")
+
+
+def absolute_link(query: str, base: str | None = None) -> str:
+    """A relative ``?v=1&…`` link made absolute like ``scenario_link``."""
+    return base_url(base) + query if query.startswith("?") else query
+
+
+def _slug(text: str) -> str:
+    """A file-name-safe part: letters, digits, ``.``, ``-`` (anything else a ``-``), ≤ 48 chars."""
+    out = "".join(c if c.isascii() and (c.isalnum() or c in ".-") else "-" for c in text.strip())
+    return out.strip(".-")[:48] or "x"
+
+
+def export_name(scenario: Scenario, view: str) -> str:
+    """``kvplan_<model>_<accelerator>_<view>`` (no extension): downloads of different scenarios
+    and views do not overwrite each other. An uploaded config goes by its name."""
+    model = scenario.model
+    if model == "custom":
+        name = (scenario.custom_config or {}).get("name")
+        model = f"custom-{name}" if isinstance(name, str) and name else "custom"
+    gpu = scenario.gpu
+    if gpu == "custom":
+        gpu = f"custom-{scenario.custom_gpu_gib:g}GiB"
+    return f"kvplan_{_slug(model)}_{_slug(gpu)}_{_slug(view)}"
 
 
 #: The last CSV column: the scenario's link query on every row (no comment line Excel would show).
@@ -86,9 +133,10 @@ def _csv_text(value: object) -> object:
     return value.replace("\r", " ") if isinstance(value, str) else value
 
 
-def to_csv(df: pd.DataFrame, scenario: Scenario) -> str:
-    """CSV text: the table with units in the headers, the link query in a last ``scenario_link``
-    column (on every row, so a filtered or sorted copy keeps it).
+def to_csv(df: pd.DataFrame, scenario: Scenario, base: str | None = None) -> str:
+    """CSV text: the table with units in the headers, the absolute link (``scenario_link``; ``base``
+    the page's own address) in a last ``scenario_link`` column (on every row, so a filtered or
+    sorted copy keeps it).
 
     Text cells that a spreadsheet would evaluate (``=HYPERLINK(…)``, ``+``, ``-``, ``@``, tab, CR)
     get a leading ``'`` (``kvplan.errors.csv_cell``); numbers stay numbers."""
@@ -96,7 +144,7 @@ def to_csv(df: pd.DataFrame, scenario: Scenario) -> str:
     for column in table.columns:
         if not pd.api.types.is_numeric_dtype(table[column]):
             table[column] = table[column].map(_csv_text)
-    table[LINK_COLUMN] = str(_csv_text(scenario_link(scenario)))
+    table[LINK_COLUMN] = str(_csv_text(scenario_link(scenario, base)))
     buffer = io.StringIO()
     table.to_csv(buffer, index=False, lineterminator="\n")
     return buffer.getvalue()
@@ -302,7 +350,8 @@ def scenario_title(scenario: Scenario) -> str:
                        f"{scenario.users:,} users")
 
 
-def report_figure(scenario: Scenario, tables: dict[str, pd.DataFrame] | None = None) -> Any:
+def report_figure(scenario: Scenario, tables: dict[str, pd.DataFrame] | None = None,
+                  link_base: str | None = None) -> Any:
     """A one-page plotly figure: summary table, KV vs tokens, memory split, requests per GPU."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
@@ -361,7 +410,7 @@ def report_figure(scenario: Scenario, tables: dict[str, pd.DataFrame] | None = N
                    f"context limit ({limit:,}): does not fit</span>")
     fig.update_layout(template=TEMPLATE, width=REPORT_WIDTH, height=REPORT_HEIGHT,
                       title={"text": f"kvplan report — {scenario_title(scenario)}<br>"
-                                     f"<sup>{plotly_text(scenario_link(scenario))}</sup>{warning}",
+                                     f"<sup>{plotly_text(scenario_link(scenario, link_base))}</sup>{warning}",
                              "x": 0.01},
                       margin={"t": 110, "l": 60, "r": 30, "b": 90}, legend={"orientation": "v"})
     return fig
@@ -390,8 +439,9 @@ def _memory_parts(ok: pd.DataFrame) -> list[tuple[str, np.ndarray, str]]:
 # -------------------------------------------------------------------------------------- report
 
 
-def write_report(scenario_arg: str, out: Path, png: bool = True) -> list[Path]:
-    """Write the tables' CSVs, ``scenario.json`` and (when possible) ``report.png`` into ``out``.
+def write_report(scenario_arg: str, out: Path, png: bool = True, base: str | None = None) -> list[Path]:
+    """Write the tables' CSVs, ``scenario.json`` and (when possible) ``report.png`` into ``out``;
+    links start with ``base_url(base)``.
 
     Returns the written paths. Without chromium/kaleido the PNG is skipped and a line saying so
     (with the install command) is printed instead of failing.
@@ -401,7 +451,7 @@ def write_report(scenario_arg: str, out: Path, png: bool = True) -> list[Path]:
     tables = scenario_tables(scenario)
     written: list[Path] = []
     for stem, df in tables.items():
-        written.append(write_file(out / f"{stem}.csv", to_csv(df, scenario)))
+        written.append(write_file(out / f"{stem}.csv", to_csv(df, scenario, base)))
     named = next((f for f in named_scenarios().values() if f.id == str(scenario_arg).strip()), None)
     written.append(write_file(out / "scenario.json", scenario_to_json(scenario, **(
         {"name": named.name, "description": named.description, "scenario_id": named.id,
@@ -412,6 +462,6 @@ def write_report(scenario_arg: str, out: Path, png: bool = True) -> list[Path]:
         if not chromium_available():
             print(f"PNG skipped: {PNG_MISSING_HELP}")
         else:
-            png_bytes = fig_to_png(report_figure(scenario, tables), REPORT_WIDTH, REPORT_HEIGHT, 1.0)
+            png_bytes = fig_to_png(report_figure(scenario, tables, base), REPORT_WIDTH, REPORT_HEIGHT, 1.0)
             written.append(write_file(out / "report.png", png_bytes))
     return written

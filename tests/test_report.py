@@ -50,8 +50,8 @@ def test_csv_has_units_and_the_link_in_a_last_column() -> None:
     assert back["kv_bytes [B]"].tolist() == [10, 20]
     assert back["kv_dtype"].tolist() == ["bf16", "fp8_e4m3"]
     links = back["scenario_link"].tolist()
-    assert links[0] == links[1] and links[0].startswith("?v=1&")
-    link = parse_qs(links[0][1:])
+    assert links[0] == links[1] and links[0].startswith("http://localhost:8501/?v=1&")
+    link = parse_qs(links[0].split("?", 1)[1])
     assert link["m"] == ["llama-3.1-70b"] and link["tp"] == ["8"]
     assert Scenario.from_query({k: v[-1] for k, v in link.items()}) == (SCENARIO, [])
 
@@ -243,3 +243,61 @@ def test_every_dashboard_table_has_a_unit_in_each_numeric_header() -> None:
             values = back[column].dropna()
             if len(values) and pd.api.types.is_numeric_dtype(values) and values.dtype != bool:
                 assert "[" in column, (name, column)
+
+
+# ------------------------------------------------------------------ issue #33 item 7: exports
+
+
+def test_links_are_absolute_from_the_page_or_the_configured_base(monkeypatch) -> None:
+    from kvplan.report import absolute_link, base_url, scenario_link
+
+    monkeypatch.delenv("KVPLAN_BASE_URL", raising=False)
+    query = "?v=1&m=llama-3.1-70b&n=8&tp=8&u=16"
+    assert scenario_link(SCENARIO) == "http://localhost:8501/" + query
+    page = "https://plan.example.org/kvplan/?v=1&m=other#x"
+    assert scenario_link(SCENARIO, page) == "https://plan.example.org/kvplan/" + query
+    assert base_url("https://plan.example.org/kvplan/app") == "https://plan.example.org/kvplan/"
+    monkeypatch.setenv("KVPLAN_BASE_URL", "https://kv.example.com")
+    assert scenario_link(SCENARIO) == "https://kv.example.com/" + query
+    for bad in ("javascript:alert(1)", "ftp://x/", "/relative", ""):
+        assert base_url(bad) == "https://kv.example.com/", bad
+    assert absolute_link("?v=1&m=x", page) == "https://plan.example.org/kvplan/?v=1&m=x"
+    text = to_csv(pd.DataFrame({"tokens": [1]}), SCENARIO, page)
+    assert text.splitlines()[1] == f"1,https://plan.example.org/kvplan/{query}"
+
+
+def test_export_names_follow_model_gpu_and_view() -> None:
+    from kvplan.report import export_name
+
+    assert export_name(SCENARIO, "context") == "kvplan_llama-3.1-70b_h100-sxm_context"
+    assert export_name(Scenario(), "memory") == "kvplan_llama-3.1-8b_h100-sxm_memory"
+    custom = Scenario(model="custom", custom_config={"name": "../My Model <x>", "num_hidden_layers": 2},
+                      gpu="custom", custom_gpu_gib=96.0)
+    assert export_name(custom, "recommend") == "kvplan_custom-..-My-Model--x_custom-96GiB_recommend"
+
+
+def test_cli_report_base_url(tmp_path: Path, capsys, monkeypatch) -> None:
+    from cli_helpers import run_cli
+
+    monkeypatch.delenv("KVPLAN_BASE_URL", raising=False)
+    code, _, _ = run_cli(["report", "--scenario", "?v=1&m=llama-3.1-8b&t=4096", "--out", str(tmp_path),
+                          "--no-png", "--base-url", "https://kv.example.com/app/"])
+    assert code == 0
+    back = pd.read_csv(tmp_path / "fit.csv")
+    assert back["scenario_link"].iloc[0] == "https://kv.example.com/app/?v=1&t=4096"
+    code, _, err = run_cli(["report", "--scenario", "x", "--out", str(tmp_path), "--base-url", "file:///etc"])
+    assert code == 2 and err == ("kvplan: error: argument --base-url: --base-url must be an http(s) "
+                                 "address with a host, got 'file:///etc'\n")
+
+
+def test_recommend_export_headers_name_the_cost_unit() -> None:
+    from kvplan.recommend import unit_headers
+
+    unpriced = unit_headers("GPU-hours")
+    assert unpriced["cost_per_hour"] == "cost_per_hour [GPU-hours per hour = GPUs]"
+    assert unpriced["cost_per_m_tokens"] == "cost_per_m_output_tokens [GPU-hours per 10^6 output tokens]"
+    assert unit_headers("$")["cost_per_hour"] == "cost_per_hour [$ per hour]"
+    df = pd.DataFrame({"cost_per_m_tokens": [1.5], "cost_per_hour": [8.0], "tpot_ms": [20.0]})
+    header = to_csv(df.rename(columns=unpriced), SCENARIO).splitlines()[0]
+    assert header == ("cost_per_m_output_tokens [GPU-hours per 10^6 output tokens],"
+                      "cost_per_hour [GPU-hours per hour = GPUs],tpot_bound [ms],scenario_link")

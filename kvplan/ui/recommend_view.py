@@ -22,11 +22,13 @@ from kvplan.recommend import (
     failure_counts,
     ranked_rows,
     recommend,
+    unit_headers,
 )
+from kvplan.report import absolute_link
 from kvplan.scenario import Scenario, scenario_fit_query, scenario_plan
 from kvplan.serving import LengthDist, parse_lengths_csv
 from kvplan.ui.cached import cache_key, scenario_from_key
-from kvplan.ui.exports_ui import download_buttons
+from kvplan.ui.exports_ui import download_buttons, page_url
 from kvplan.ui.serving_state import ensure
 from kvplan.ui.theme import new_figure
 
@@ -249,7 +251,9 @@ def render(scenario: Scenario, arch: ModelArch, gpu: GPU) -> pd.DataFrame | None
         fig = pareto_figure(ranked, rec.cost_unit)
         st.plotly_chart(fig, theme=None, key="chart_recommend")
         rows = pd.DataFrame(ranked_rows(rec, scenario, TOP))
-        download_buttons("recommend", rows, fig, scenario)
+        base = page_url()
+        export = rows.assign(link=rows["link"].map(lambda q: absolute_link(q, base)))
+        download_buttons("recommend", export.rename(columns=unit_headers(rec.cost_unit)), fig, scenario)
         st.dataframe(rows, hide_index=True, key="table_recommend", column_config={
             "link": st.column_config.LinkColumn("open", display_text="open scenario"),
             "cost_per_m_tokens": st.column_config.NumberColumn(f"{rec.cost_unit} / M tokens",
