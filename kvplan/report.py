@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from kvplan.colors import dtype_color
 from kvplan.config_import import MAX_DEPTH, json_depth
 from kvplan.errors import MESSAGES, KVPlanError, clip, csv_cell, plotly_text, short
 from kvplan.files import output_dir, read_limited, write_file
@@ -299,8 +300,10 @@ def fit_table(scenario: Scenario) -> pd.DataFrame:
 
 
 def kv_table(scenario: Scenario) -> pd.DataFrame:
-    """KV cache held by ``users`` requests over a token range, one column per KV dtype (GiB)."""
-    from kvplan.sizing import sweep, token_grid
+    """KV cache of ``users`` requests over a token range, per KV dtype (GiB): what the engine's pool
+    reserves (``<dtype>_reserved_gib``, ``sizing.pool_reserved``: the figure the budget is compared
+    with) and what the requests hold (``<dtype>_held_gib``)."""
+    from kvplan.sizing import pool_reserved, sweep, token_grid
 
     plan = scenario_plan(scenario)
     grid = token_grid(scenario.tokens, 16, max(scenario.tokens, 16), 48)
@@ -308,9 +311,11 @@ def kv_table(scenario: Scenario) -> pd.DataFrame:
     for dtype in scenario.kv_dtypes:
         try:
             swept = sweep(plan, grid, [scenario.users], [dtype])
+            reserved = pool_reserved(plan.vary(kv_dtype=dtype), grid, scenario.users)
         except KVPlanError:
             continue
-        frame[f"{dtype}_kv_gib"] = swept["kv_bytes"].to_numpy() / GIB
+        frame[f"{dtype}_reserved_gib"] = np.asarray(reserved, dtype=float) / GIB
+        frame[f"{dtype}_held_gib"] = swept["kv_bytes"].to_numpy(dtype=float) / GIB
     return frame
 
 
@@ -361,7 +366,7 @@ def report_figure(scenario: Scenario, tables: dict[str, pd.DataFrame] | None = N
     fig = make_subplots(
         rows=2, cols=2, vertical_spacing=0.14, horizontal_spacing=0.09,
         specs=[[{"type": "table"}, {"type": "xy"}], [{"type": "xy"}, {"type": "xy"}]],
-        subplot_titles=("Per GPU, per KV dtype", f"KV cache held by {scenario.users:,} request(s)",
+        subplot_titles=("Per GPU, per KV dtype", f"KV cache of {scenario.users:,} request(s): reserved, held",
                         "Memory per GPU", f"Requests of {scenario.tokens:,} tokens per replica"))
     ok = fit_df[fit_df["note"].fillna("") == ""] if "note" in fit_df else fit_df
     labels = ["KV dtype", "weights GiB", "KV budget GiB", "KV per request GiB",
@@ -373,9 +378,13 @@ def report_figure(scenario: Scenario, tables: dict[str, pd.DataFrame] | None = N
     cells.append(["yes" if v else "no" for v in ok.get("fits", [])])
     fig.add_trace(go.Table(header={"values": labels, "fill_color": "#e8eef7"},
                            cells={"values": cells, "height": 26}), row=1, col=1)
-    for col in kv_df.columns[1:]:
+    for col in kv_df.columns[1:]:  # reserved solid (the budget's comparison), held dotted
+        dtype, _, kind = col.removesuffix("_gib").rpartition("_")
+        solid = kind == "reserved"
         fig.add_trace(go.Scatter(x=kv_df["tokens"], y=kv_df[col], mode="lines",
-                                 name=f"KV {col.removesuffix('_kv_gib')}", legendgroup="kv"),
+                                 name=f"KV {dtype} {kind}", legendgroup="kv",
+                                 line={"color": dtype_color(dtype), "width": 2.5 if solid else 1.5,
+                                       "dash": "solid" if solid else "dot"}),
                       row=1, col=2)
     limit = _context_limit(fit_df)
     if limit is not None and len(kv_df):
@@ -400,8 +409,9 @@ def report_figure(scenario: Scenario, tables: dict[str, pd.DataFrame] | None = N
     fig.update_layout(barmode="group")
     fig.update_yaxes(title_text="GiB", row=2, col=1)
     for col in gpu_df.columns[3:]:
-        fig.add_trace(go.Bar(x=gpu_df["gpu"], y=gpu_df[col], name=f"fit {col.removesuffix('_max_requests')}",
-                             legendgroup="gpu"), row=2, col=2)
+        dtype = col.removesuffix("_max_requests")
+        fig.add_trace(go.Bar(x=gpu_df["gpu"], y=gpu_df[col], name=f"fit {dtype}", legendgroup="gpu",
+                             marker_color=dtype_color(dtype)), row=2, col=2)
     fig.update_xaxes(tickangle=-60, row=2, col=2)
     fig.update_yaxes(title_text="requests", row=2, col=2)
     warning = ""

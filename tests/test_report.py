@@ -14,6 +14,7 @@ import pytest
 from kvplan.errors import KVPlanError
 from kvplan.presets import model_presets, scenario_files
 from kvplan.report import (
+    kv_table,
     load_scenario,
     named_scenario,
     named_scenarios,
@@ -301,3 +302,46 @@ def test_recommend_export_headers_name_the_cost_unit() -> None:
     header = to_csv(df.rename(columns=unpriced), SCENARIO).splitlines()[0]
     assert header == ("cost_per_m_output_tokens [GPU-hours per 10^6 output tokens],"
                       "cost_per_hour [GPU-hours per hour = GPUs],tpot_bound [ms],scenario_link")
+
+
+# ------------------------------------------------------------------ issue #33 item 2: reserved vs held
+
+
+def test_context_chart_and_report_compare_the_budget_with_what_the_engine_reserves() -> None:
+    """Gemma-3-27B, 131,072 tokens, 1 request, vLLM v0.33 on an H100: the pool reserves
+    19,301,662,720 B (17.98 GiB, the card's figure) while the requests hold far less (sliding
+    layers keep a window); the chart's solid line and the report's reserved column are the former."""
+    from kvplan.capacity import fit
+    from kvplan.scenario import scenario_plan
+    from kvplan.sizing import pool_reserved
+    from kvplan.ui import charts, data
+
+    scenario = Scenario.from_query({"v": "1", "m": "gemma-3-27b", "t": "131072", "u": "1", "sk": "1",
+                                    "ev": "0.33"})[0]
+    plan = scenario_plan(scenario)
+    assert fit(plan).kv_bytes_per_request == 19_301_662_720
+    assert pool_reserved(plan, [131072], 1).tolist() == [19_301_662_720]
+    df, errors = data.kv_vs_context(plan, scenario.kv_dtypes, scenario.log_x)
+    assert errors == [] and df["tokens"].max() == 1_000_000  # the axis ends past the 131,072 limit
+    row = df[(df["kv_dtype"] == "bf16") & (df["tokens"] == 125893)].iloc[0]
+    assert (row["kv_bytes"], row["reserved_bytes"]) == (10_757_079_040, 18_878_300_160)
+    fig = charts.kv_context_figure(df, None, 10**10, 131072, 1, True)
+    assert [t.name for t in fig.data] == ["bf16 reserved", "bf16 held", "fp8_e4m3 reserved", "fp8_e4m3 held"]
+    assert fig.data[0].line.dash == "solid" and fig.data[1].line.dash == "dot"
+    table = kv_table(scenario)
+    at = table[table["tokens"] == 131072].iloc[0]
+    assert at["bf16_reserved_gib"] == 19_301_662_720 / 2**30
+    assert at["bf16_held_gib"] < at["bf16_reserved_gib"]
+
+
+def test_report_colours_each_dtype_as_the_dashboard_does() -> None:
+    from kvplan.colors import dtype_color
+
+    fig = report_figure(SCENARIO)
+    by_name = {t.name: (t.line.color if t.type == "scatter" else t.marker.color) for t in fig.data
+               if t.name and ("bf16" in t.name or "fp8_e4m3" in t.name)}
+    assert by_name == {"KV bf16 reserved": dtype_color("bf16"), "KV bf16 held": dtype_color("bf16"),
+                       "KV fp8_e4m3 reserved": dtype_color("fp8_e4m3"),
+                       "KV fp8_e4m3 held": dtype_color("fp8_e4m3"),
+                       "fit bf16": dtype_color("bf16"), "fit fp8_e4m3": dtype_color("fp8_e4m3")}
+    assert dtype_color("bf16") != dtype_color("fp8_e4m3")

@@ -86,14 +86,24 @@ def kv_context_figure(df: pd.DataFrame, by_kind: pd.DataFrame | None, budget: in
                 name=f"{kind} layers ({part['kv_dtype'].iloc[0]})",
                 stackgroup="kinds", mode="lines", line={"color": KIND_COLORS.get(Kind(str(kind)), "#999")},
                 hovertemplate="%{x:,} tokens<br>%{y:,.3f} GiB<extra>" + str(kind) + " layers</extra>"))
+    stacked = by_kind is not None and not by_kind.empty
     for dtype, part in df.groupby("kv_dtype", sort=False):
         # GiB on hover, no per-point exact-bytes strings: they were 60 % of the figure's JSON
-        # (the CSV and the key numbers carry the exact bytes)
+        # (the CSV and the key numbers carry the exact bytes). The solid line is what the engine's
+        # pool reserves — the figure the budget line is compared with; held bytes, when they
+        # differ (blocks, windows, padding), a thinner dotted line of the same colour.
+        color = dtype_color(str(dtype))
+        reserved = part["reserved_bytes"] if "reserved_bytes" in part else part["kv_bytes"]
         fig.add_trace(go.Scatter(
-            x=part["tokens"], y=part["kv_bytes"] / GIB, name=str(dtype), mode="lines",
-            line={"color": dtype_color(str(dtype)), "width": 2.5,
-                  "dash": "dot" if by_kind is not None and not by_kind.empty else "solid"},
-            hovertemplate="%{x:,} tokens<br>%{y:,.3f} GiB<extra>" + str(dtype) + "</extra>"))
+            x=part["tokens"], y=reserved / GIB, name=f"{dtype} reserved", mode="lines",
+            legendgroup=str(dtype),
+            line={"color": color, "width": 2.5, "dash": "dash" if stacked else "solid"},
+            hovertemplate="%{x:,} tokens<br>%{y:,.3f} GiB reserved<extra>" + str(dtype) + "</extra>"))
+        if not reserved.equals(part["kv_bytes"]):
+            fig.add_trace(go.Scatter(
+                x=part["tokens"], y=part["kv_bytes"] / GIB, name=f"{dtype} held", mode="lines",
+                legendgroup=str(dtype), line={"color": color, "width": 1.5, "dash": "dot"},
+                hovertemplate="%{x:,} tokens<br>%{y:,.3f} GiB held<extra>" + str(dtype) + "</extra>"))
     _budget_line(fig, budget, log=log_axes)
     if not log_axes:  # the linear grid follows the chosen length anyway; the log chart does not
         marker_line(fig, "x", tokens, "#555", "dot", f"{tokens:,} tokens", log_axes)
@@ -103,8 +113,9 @@ def kv_context_figure(df: pd.DataFrame, by_kind: pd.DataFrame | None, budget: in
     fig.update_xaxes(title="context length (tokens)", type=axis)
     fig.update_yaxes(title="KV cache per GPU (GiB, 1 GiB = 2^30 B)", type=axis)
     if log_axes:  # stacked areas fill down to 0, which would stretch a log axis to 1e-300
-        values = [v for frame in (df, by_kind) if frame is not None and not frame.empty
-                  for v in (frame["kv_bytes"] / GIB).tolist() if v > 0]
+        values = [v for frame, column in ((df, "kv_bytes"), (df, "reserved_bytes"), (by_kind, "kv_bytes"))
+                  if frame is not None and not frame.empty and column in frame
+                  for v in (frame[column] / GIB).tolist() if v > 0]
         if budget:
             values.append(budget / GIB)
         if values:

@@ -353,7 +353,10 @@ def render_kv_context(scenario: Scenario, arch: ModelArch) -> pd.DataFrame:
                  for dtype, r in answers(cache_key(scenario)).items() if not isinstance(r, str)]
     notes = [f"At the chosen {scenario.tokens:,} tokens, {plural(scenario.users, 'request')} reserve "
              + ", ".join(at_length) + " per GPU.",
-             "Per GPU rank (tensor-parallel share); the dashed red line is the KV budget of one GPU."]
+             "Per GPU rank (tensor-parallel share). Each dtype's solid line is what the engine "
+             "reserves (its pool: whole blocks, window + scheduled tokens) — the figure compared with "
+             "the dashed red KV budget of one GPU; the dotted line of the same colour is what the "
+             "requests hold."]
     if scenario.pp > 1:
         notes.append("With PP > 1 the curve counts every layer; each stage holds only its own layers.")
     if not scenario.stack_kinds and any(k.windowed for k in arch.kind_counts()):
