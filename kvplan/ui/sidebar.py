@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import Any, Literal
 
 import streamlit as st
 
@@ -21,7 +21,7 @@ from kvplan.engines import (
     has_release_choice,
     release_choices,
 )
-from kvplan.errors import MESSAGES, KVPlanError, md
+from kvplan.errors import MESSAGES, KVPlanError, md, md_link_target, md_name
 from kvplan.plan import resolve_engine
 from kvplan.presets import GPU, gpus, model_presets
 from kvplan.scenario import (
@@ -30,10 +30,12 @@ from kvplan.scenario import (
     CUSTOM_MODEL,
     MAX_CONTEXT_TOKENS,
     Scenario,
+    closest_names,
     custom_arch,
     link_config,
     scenario_arch,
     scenario_gpu,
+    unusable_names,
 )
 from kvplan.scenario import check_names as check_scenario_names
 from kvplan.ui import lazy, serving_state, weights_view
@@ -121,11 +123,75 @@ def sync_from_url() -> list[str]:
     for key in st.query_params:  # a repeated key keeps every value (from_query refuses it)
         values = st.query_params.get_all(key)
         url_now[key] = values[0] if len(values) == 1 else values
-    if url_now == st.session_state.get("_url_written"):
+    state = st.session_state
+    if url_now == state.get("_url_written"):
         return []
+    blocked = state.get("_blocked_link")
+    if blocked is not None and blocked["query"] == url_now:  # the typed link, still unanswered
+        return list(blocked["warnings"])
     scenario, warnings = Scenario.from_query(url_now)
     scenario, more = check_names(scenario)
-    return warnings + more + push_to_session(scenario)
+    warnings = warnings + more + push_to_session(scenario)
+    if missing := unusable_names(url_now, scenario):
+        # the model and accelerator problems are said by the blocked-link message instead (no CLI
+        # hint); a config's own problem stays a warning, which the message points to
+        keys = {"m" if key == "c" else key for key, _ in missing}
+        warnings = [w for w in warnings if not any(w.startswith(f"link parameter '{k}'=") for k in keys)]
+        state["_blocked_link"] = {"query": url_now, "missing": missing, "warnings": warnings,
+                                  "widgets": None}
+    else:
+        state.pop("_blocked_link", None)
+    return warnings
+
+
+def blocked_link(scenario: Scenario) -> dict[str, Any] | None:
+    """The link as typed while its model or accelerator cannot be used and the user has changed
+    nothing since (``sync_from_url``): then no answer is shown for the stand-in defaults and the
+    URL is not rewritten. The first change in the sidebar ends it."""
+    state = st.session_state
+    blocked = state.get("_blocked_link")
+    if blocked is None:
+        return None
+    query = scenario.to_query()
+    if blocked["widgets"] is None:  # the first run after the link: what the widgets then say
+        blocked["widgets"] = query
+    if blocked["widgets"] == query:
+        return dict(blocked)
+    del state["_blocked_link"]
+    return None
+
+
+def render_blocked_link(blocked: dict[str, Any]) -> None:
+    """What the link asked, what is missing, the closest presets (each a link: the typed one with
+    that value), and that nothing else is answered until the user picks one."""
+    from urllib.parse import quote
+
+    query: dict[str, Any] = blocked["query"]
+    what = {"m": "model", "g": "accelerator", "c": "model"}
+    lines = []
+    for key, value in blocked["missing"]:
+        if key == "c":
+            lines.append("The link's config.json (c=…) cannot be used (see the note below), so there "
+                         "is no model to plan for.")
+            continue
+        kind: Literal["model", "gpu"] = "model" if key == "m" else "gpu"
+        known = "a model preset" if kind == "model" else "an accelerator"
+        text = f"This link asks for the {what[key]} **{md_name(value)}**, which is not {known} here."
+        matches = closest_names(value, kind)
+        if matches:
+            links = []
+            for match in matches:
+                fixed = {**{k: v for k, v in query.items() if isinstance(v, str)}, key: match}
+                target = "?" + "&".join(f"{quote(k, safe='')}={quote(v, safe=',')}" for k, v in fixed.items())
+                links.append(f"[{md_name(match)}]({md_link_target(target)})")
+            text += " Closest: " + ", ".join(links) + "."
+        else:
+            text += (" No preset is close; choose one in the sidebar"
+                     + (" or upload its config.json (Use your own config.json)." if kind == "model" else "."))
+        lines.append(text)
+    lines.append("No answer is shown for another model or accelerator: the sidebar shows the defaults "
+                 "until you choose, and the link stays as typed until you change something.")
+    st.error("\n\n".join(lines))
 
 
 def write_url(scenario: Scenario) -> None:
