@@ -583,3 +583,29 @@ def test_tables_past_int64_are_shown_not_refused():
     assert shown["gpu"].tolist() == ["a", "b"] and shown["n"].dtype == frame["n"].dtype
     small = pd.DataFrame({"x": pd.Series([1, 2], dtype=object)})
     assert arrow_safe(small) is small
+
+
+def test_serving_max_len_follows_the_context_and_stays_out_of_the_link():
+    """Issue #33 item 5: after the exact context goes 8,192 → 65,536, opening Serving, then
+    Recommend, then KV vs context neither brings 8,192 back nor puts ``sv=`` in the link; a value
+    the user sets stays (and is carried)."""
+    at = make_app(v="1", m="llama-3.1-70b", n="2", tp="2", t="8192", u="32")
+    at.number_input(key="w_tokens_exact").set_value(65536).run()
+    for view in ("serving", "recommend", "context"):
+        at.session_state["w_view"] = VIEWS[view]
+        at.run()
+        assert not at.exception
+        assert "sv" not in at.query_params, dict(at.query_params)
+        if view == "serving":
+            assert at.number_input(key="sv_max_len").value == 65536
+            assert at.number_input(key="sv_static_len").value == 65536
+    at.session_state["w_view"] = VIEWS["serving"]
+    at.run()
+    at.number_input(key="sv_max_len").set_value(5000).run()
+    at.number_input(key="w_tokens_exact").set_value(16384).run()
+    for view in ("recommend", "context", "serving"):
+        at.session_state["w_view"] = VIEWS[view]
+        at.run()
+        assert at.query_params["sv"] == "max_len:5000", (view, dict(at.query_params))
+    assert at.number_input(key="sv_max_len").value == 5000
+    assert at.number_input(key="sv_static_len").value == 16384

@@ -17,6 +17,7 @@ from kvplan.ui.theme import (
     GIB,
     KIND_COLORS,
     MEMORY_COLORS,
+    SIDE_LEGEND,
     apply_template,
     dtype_color,
     exact_bytes,
@@ -25,11 +26,24 @@ from kvplan.ui.theme import (
 _HEIGHT = 430
 
 
+def wrap_title(title: str, width: int = 40) -> str:
+    """``title`` in lines of at most ``width`` characters joined by ``<br>`` (plotly never wraps a
+    title: on a 390 px phone a longer line is cut at the edge)."""
+    lines: list[str] = []
+    for word in title.split(" "):
+        if lines and len(lines[-1]) + 1 + len(word) <= width:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return "<br>".join(lines)
+
+
 def _layout(fig: go.Figure, title: str, **kwargs: Any) -> go.Figure:
     apply_template(fig)  # explicit plotly_white, validated once per process (not per figure)
-    fig.update_layout(title=title, height=_HEIGHT, hovermode="closest",
-                      legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0},
-                      margin={"t": 90, "l": 70, "r": 20, "b": 60}, **kwargs)
+    text = wrap_title(title)
+    fig.update_layout(title=text, height=_HEIGHT, hovermode="closest", legend=SIDE_LEGEND,
+                      margin={"t": 36 + 22 * text.count("<br>") + 22, "l": 70, "r": 20, "b": 60},
+                      **kwargs)
     return fig
 
 

@@ -144,6 +144,10 @@ def sync_from_url() -> list[str]:
     return warnings
 
 
+#: What each link key the blocked-link message can name asks for.
+LINK_NOUNS = {"m": "model", "g": "accelerator", "c": "model"}
+
+
 def blocked_link(scenario: Scenario) -> dict[str, Any] | None:
     """The link as typed while its model or accelerator cannot be used and the user has changed
     nothing since (``sync_from_url``): then no answer is shown for the stand-in defaults and the
@@ -167,7 +171,6 @@ def render_blocked_link(blocked: dict[str, Any]) -> None:
     from urllib.parse import quote
 
     query: dict[str, Any] = blocked["query"]
-    what = {"m": "model", "g": "accelerator", "c": "model"}
     lines = []
     for key, value in blocked["missing"]:
         if key == "c":
@@ -176,7 +179,7 @@ def render_blocked_link(blocked: dict[str, Any]) -> None:
             continue
         kind: Literal["model", "gpu"] = "model" if key == "m" else "gpu"
         known = "a model preset" if kind == "model" else "an accelerator"
-        text = f"This link asks for the {what[key]} **{md_name(value)}**, which is not {known} here."
+        text = f"This link asks for the {LINK_NOUNS[key]} **{md_name(value)}**, which is not {known} here."
         matches = closest_names(value, kind)
         if matches:
             links = []

@@ -11,7 +11,7 @@ from kvplan.png import TEMPLATE
 
 GIB = 1 << 30
 GB = 10**9
-__all__ = ["DTYPE_COLORS", "GPU_PALETTE", "dtype_color", "gpu_color"]
+__all__ = ["DTYPE_COLORS", "GPU_PALETTE", "SIDE_LEGEND", "dtype_color", "gpu_color"]
 
 #: One colour per accelerator (plotly's Dark24, dark enough on white), by the catalogue's sorted
 #: order: an accelerator keeps its colour on every chart whatever else is drawn beside it.
@@ -27,6 +27,12 @@ KIND_COLORS: dict[Kind, str] = {Kind.FULL: "#1f77b4", Kind.SLIDING: "#2ca02c", K
 MEMORY_COLORS: dict[str, str] = {"weights": "#6b6b6b", "kv": "#1f77b4", "kv_over": "#d62728",
                                  "reserve": "#f2b134", "held_back": "#c7c7c7", "free": "#d9f0d3"}
 BUDGET_COLOR = "#d62728"
+#: Every chart's legend: a column right of the plot. Plotly widens the right margin to fit it
+#: (``margin.autoexpand``), so at 1440 px and on a 390 px phone it never covers the title, an axis
+#: title or the data — a row above the plot overlaps the title once it wraps, one below it the
+#: x-axis title (``tests/browser/test_charts_layout.py`` checks the boxes at both widths).
+SIDE_LEGEND: dict[str, Any] = {"orientation": "v", "x": 1.02, "xanchor": "left", "y": 1.0,
+                               "yanchor": "top"}
 
 
 #: The parts of ``plotly_white`` a 2-D chart uses; 3-D, polar, geo and other trace defaults are
