@@ -26,7 +26,7 @@ BOXES_JS = """(key) => {
   return {chart: box(el), legend: box(el.querySelector('.legend')),
           title: box(el.querySelector('.gtitle')), xtitle: box(el.querySelector('.g-xtitle')),
           ytitle: box(el.querySelector('.g-ytitle')),
-          colors: el.data.filter(t => t.mode === 'markers' && t.marker && t.marker.color)
+          colors: el._fullData.filter(t => t.mode === 'markers' && t.marker && t.marker.color)
                          .map(t => [t.name, t.marker.color])};
 }"""
 
@@ -73,7 +73,7 @@ def test_context_chart_solid_line_is_what_the_engine_reserves(page: Page, app_ur
     page.wait_for_function("() => document.querySelector('.st-key-chart_kv_context .js-plotly-plot')",
                            timeout=LOAD_MS)
     traces = page.evaluate("""() => document.querySelector('.st-key-chart_kv_context .js-plotly-plot')
-        .data.map(t => ({name: t.name, dash: (t.line || {}).dash, x: Array.from(t.x || []),
+        ._fullData.map(t => ({name: t.name, dash: (t.line || {}).dash, x: Array.from(t.x || []),
                          y: Array.from(t.y || [])}))""")
     by_name = {t["name"]: t for t in traces}
     reserved, held = by_name["bf16 reserved"], by_name["bf16 held"]
