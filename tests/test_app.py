@@ -245,6 +245,18 @@ def test_pasted_config_is_used_and_carried_in_the_link():
     assert exact(again) == exact(at)
 
 
+def test_pasted_config_is_used_on_commit_without_the_button():
+    """Issue #33 item 9: Ctrl+Enter (a committed text area, what AppTest's ``input`` + run sends)
+    uses the config, and the box is emptied."""
+    config = _llama_config()
+    at = open_boxes(make_app(), "w_config_box")
+    at.text_area(key="w_paste").input(json.dumps(config)).run()
+    no_errors(at)
+    assert at.selectbox(key="w_model").value == "custom"
+    assert_matches(at, Scenario(model="custom", custom_config=config), parse_config(config, name="x"))
+    assert at.text_area(key="w_paste").value == ""  # the model keeps what it needs
+
+
 def test_unreadable_config_shows_error_and_keeps_model():
     at = open_boxes(make_app(m="qwen3-8b"), "w_config_box")
     before = exact(at)

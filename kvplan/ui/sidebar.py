@@ -230,11 +230,21 @@ def _on_upload() -> None:
 
 def _on_paste() -> None:
     text = st.session_state.get("w_paste") or ""
+    if not text.strip() and st.session_state.get("_paste_used"):
+        return  # Ctrl+Enter and the button in one rerun: the commit already used the text
     if not text.strip():
         st.session_state["_config_error"] = MESSAGES["config.empty"].format(source="pasted config.json")
         return
     if _use_config(text, "pasted config.json") or len(text) > MAX_CONFIG_BYTES:
         st.session_state["w_paste"] = ""  # the model keeps what it needs; free the text
+
+
+def _on_paste_changed() -> None:
+    """Ctrl+Enter (⌘+Enter) or leaving the box commits its text: use it as the button would; a
+    cleared box is no request."""
+    if (st.session_state.get("w_paste") or "").strip():
+        _on_paste()
+        st.session_state["_paste_used"] = True  # until this rerun's script runs (render_sidebar)
 
 
 def _on_tokens_slider() -> None:
@@ -285,9 +295,11 @@ def render_sidebar() -> Scenario:
                               on_change=_on_upload, help="A Hugging Face config.json; the link "
                                                          "will carry its architecture keys.")
             box.text_area("…or paste config.json", key="w_paste", height=120,
-                          max_chars=MAX_CONFIG_BYTES,
+                          max_chars=MAX_CONFIG_BYTES, on_change=_on_paste_changed,
+                          help="Ctrl+Enter (⌘+Enter), clicking outside the box or the button uses it.",
                           placeholder='{"model_type": "llama", "num_hidden_layers": 32, ...}')
             box.button("Use pasted config", key="w_paste_go", on_click=_on_paste)
+    state.pop("_paste_used", None)  # the callbacks of this rerun are done
     if state.get("_config_error"):
         sb.error(md(state.pop("_config_error") + " — keeping the previous model."))
     weights_view.render_inputs(sb)
