@@ -621,3 +621,16 @@ def test_serving_max_len_follows_the_context_and_stays_out_of_the_link():
         assert at.query_params["sv"] == "max_len:5000", (view, dict(at.query_params))
     assert at.number_input(key="sv_max_len").value == 5000
     assert at.number_input(key="sv_static_len").value == 16384
+
+
+def test_design_view_says_why_sliding_window_equals_gqa_per_token():
+    """Issue #33 item 9: Llama-3.1-8B — GQA and the sliding-window variant both store 131,072 B per
+    token; the caption says the window saves by holding fewer tokens, not bytes per token."""
+    at = make_app(vw="designs")
+    no_errors(at)
+    caption = next(unmd(c.value) for c in at.caption if c.value.startswith("KV bytes per token"))
+    assert "GQA 131,072 B · Sliding window 131,072 B" in caption
+    assert caption.endswith(" A sliding window stores a token in as many bytes as GQA (the same KV "
+                            "heads and head size); it saves by keeping only the window's last tokens "
+                            "per layer, so its KV per request and requests that fit differ, not its "
+                            "bytes per token.")

@@ -437,9 +437,14 @@ def render_designs(scenario: Scenario) -> pd.DataFrame:
     fig = figure_from_dict(_designs_fig(cache_key(scenario)))
     st.plotly_chart(fig, theme=None, key="chart_designs")
     ok = df[df["error"] == ""]
+    per_token = dict(zip(ok["design"], ok["kv_bytes_per_token"].tolist(), strict=True))
+    why_swa = (" A sliding window stores a token in as many bytes as GQA (the same KV heads and "
+               "head size); it saves by keeping only the window's last tokens per layer, so its KV per "
+               "request and requests that fit differ, not its bytes per token."
+               if "swa" in per_token and per_token.get("swa") == per_token.get("gqa") else "")
     st.caption("KV bytes per token (whole model, full length, KV " + md_name(scenario.kv_dtypes[0]) + "): "
                + " · ".join(f"{md(label)} {int(value):,} B" for label, value in
-                            zip(ok["label"], ok["kv_bytes_per_token"].tolist(), strict=True)))
+                            zip(ok["label"], ok["kv_bytes_per_token"].tolist(), strict=True)) + "." + why_swa)
     st.markdown("**Assumptions**\n" + "\n".join(f"- {md(n)}" for n in notes))
     # every design failing (e.g. PP above the layer count) leaves only label/model/error columns
     table = df.reindex(columns=["label", "model", "kv_bytes_per_token", "kv_bytes_per_request",
