@@ -127,3 +127,31 @@ def test_no_legend_covers_a_title(page: Page, app_url: str, size, link: str, key
     if key == "chart_recommend":
         colors = dict(boxes["colors"])
         assert len(colors) >= 2 and len(set(colors.values())) == len(colors), colors
+
+
+def test_ctrl_enter_in_the_paste_box_uses_the_config(page: Page, app_url: str) -> None:
+    """Item 9: Ctrl+Enter alone (no button) makes the pasted config the model; the page keeps
+    working after it (a context change re-answers for the pasted model)."""
+    import json
+
+    config = {"model_type": "llama", "num_hidden_layers": 4, "hidden_size": 256,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000,
+              "name": "pasted-tiny"}
+    _open(page, app_url + "/?v=1&t=4096", (1440, 900))
+    sidebar = page.get_by_test_id("stSidebar")
+    box = sidebar.get_by_test_id("stExpander").filter(has_text="Use your own config.json")
+    box.get_by_text("Use your own config.json").click()
+    area = box.get_by_role("textbox")
+    area.fill(json.dumps(config))
+    area.press("Control+Enter")
+    expect(page).to_have_url(re.compile(r"[?&]m=custom(&|$)"), timeout=LOAD_MS)
+    page.wait_for_selector(IDLE, timeout=LOAD_MS)
+    header = page.get_by_test_id("stMarkdownContainer").filter(has_text=" on 1 GPU × ").first
+    expect(header).to_contain_text("pasted-tiny")
+    tokens = page.get_by_role("spinbutton", name="Exact context length (tokens)")
+    tokens.fill("2048")
+    tokens.press("Enter")
+    expect(page).to_have_url(re.compile(r"[?&]t=2048(&|$)"), timeout=LOAD_MS)
+    page.wait_for_selector(IDLE, timeout=LOAD_MS)
+    assert "m=custom" in page.url and page.get_by_test_id("stException").count() == 0
+    expect(header).to_contain_text("pasted-tiny")
