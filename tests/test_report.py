@@ -345,3 +345,24 @@ def test_report_colours_each_dtype_as_the_dashboard_does() -> None:
                        "KV fp8_e4m3 held": dtype_color("fp8_e4m3"),
                        "fit bf16": dtype_color("bf16"), "fit fp8_e4m3": dtype_color("fp8_e4m3")}
     assert dtype_color("bf16") != dtype_color("fp8_e4m3")
+
+
+def test_pareto_colours_one_per_accelerator_and_a_log_axis_past_a_30x_spread() -> None:
+    """Issue #33 item 6: H100-SXM and A100-40GB-PCIe no longer share a blue; every accelerator of
+    the catalogue has its own colour; one 100× outlier turns the cost axis logarithmic."""
+    from kvplan.presets import gpus
+    from kvplan.ui.recommend_view import pareto_figure
+    from kvplan.ui.theme import gpu_color
+
+    assert len({gpu_color(g) for g in gpus()}) == len(gpus())
+    assert gpu_color("h100-sxm") != gpu_color("a100-40gb-pcie")
+    ranked = pd.DataFrame({"gpu": ["h100-sxm", "a100-40gb-pcie", "h200"], "tpot_ms": [10.0, 20.0, 30.0],
+                           "cost_per_m_tokens": [1.0, 2.0, 100.0], "tp": [1, 1, 1], "pp": [1, 1, 1],
+                           "ep": [1, 1, 1], "kv_dtype": ["bf16"] * 3, "weight_dtype": ["auto"] * 3,
+                           "total_gpus": [1, 1, 1]})
+    fig = pareto_figure(ranked, "$")
+    colors = {t.name: t.marker.color for t in fig.data if t.mode == "markers"}
+    assert colors == {g: gpu_color(g) for g in ("a100-40gb-pcie", "h100-sxm", "h200")}
+    assert fig.layout.yaxis.type == "log"
+    assert pareto_figure(ranked.iloc[:2], "$").layout.yaxis.type == "linear"
+    assert fig.layout.legend.orientation == "v" and fig.layout.legend.x == 1.02
