@@ -10,6 +10,8 @@ from kvplan.errors import KVPlanError, md
 from kvplan.ui import calibrate_view, recommend_view, serving_view, views
 from kvplan.ui.sidebar import (
     VIEWS,
+    blocked_link,
+    render_blocked_link,
     render_sidebar,
     resolve_arch,
     resolve_gpu,
@@ -32,13 +34,20 @@ _png_warm_up()
 
 link_warnings = sync_from_url()  # first load, Back/Forward or an edited link
 scenario = render_sidebar()
-write_url(scenario)
+blocked = blocked_link(scenario)  # a link whose model or GPU cannot be used: kept as typed, unanswered
+if blocked is None:
+    write_url(scenario)
 
 # One short title line (one line at phone width too) under little empty space (theme.paddingTop in
 # .streamlit/config.toml: no st.html style element, whose renderer the browser would load on the
 # first render), so the answer is on the first screen; then the answer, then everything else.
 st.markdown("#### kvplan · KV-cache planner", help="Plans the GPU memory of an LLM's KV cache "
             "engine by engine; every number says which engine, release and formula it comes from.")
+if blocked is not None:
+    render_blocked_link(blocked)
+    for message in link_warnings:
+        st.warning(md(message))
+    st.stop()
 try:
     arch = resolve_arch(scenario)
     gpu = resolve_gpu(scenario)

@@ -30,6 +30,25 @@ GIB = 1 << 30
 
 
 class _Parser(argparse.ArgumentParser):
+    """One-line errors; ``populate``, when set, declares the arguments on the first parse or help,
+    so ``kvplan --help`` and the other commands never import what only one command needs
+    (``recommend`` → pandas)."""
+
+    populate: Callable[[argparse.ArgumentParser], None] | None = None
+
+    def _ready(self) -> None:
+        if self.populate is not None:
+            populate, self.populate = self.populate, None
+            populate(self)
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        self._ready()
+        return super().parse_known_args(args, namespace)
+
+    def format_help(self) -> str:
+        self._ready()
+        return super().format_help()
+
     def error(self, message: str) -> NoReturn:  # one line, exit 2
         sys.stderr.write(f"kvplan: error: {clip(message, 500)}\n")
         raise SystemExit(2)
@@ -112,6 +131,17 @@ def _reserve_terms(args: argparse.Namespace) -> dict[str, float] | None:
     return dict(args.reserve_term) if getattr(args, "reserve_term", None) else None
 
 
+def _http_url(text: str) -> str:
+    """``--base-url``: an http(s) address with a host."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(text.strip())
+    if parts.scheme not in {"http", "https"} or not parts.netloc or len(text) > 2048:
+        raise argparse.ArgumentTypeError(f"--base-url must be an http(s) address with a host, "
+                                         f"got {short(text)}")
+    return text.strip()
+
+
 def _nonneg_int(text: str) -> int:
     return _number("--kv-cache-memory-bytes", int, 0, 10**16)(text)
 
@@ -124,6 +154,7 @@ def plural(count: int, noun: str) -> str:
 def build_parser() -> argparse.ArgumentParser:
     from kvplan.engines import DEFAULT_ENGINE, ENGINES, has_release_choice, release_choices
     from kvplan.plan import resolve_engine
+    from kvplan.scenario import MAX_CONTEXT_TOKENS
 
     parser = _Parser(prog="kvplan", description="KV-cache memory planner. Every command uses the "
                      f"'{DEFAULT_ENGINE}' engine ({ENGINES[DEFAULT_ENGINE]}) unless --engine says otherwise.")
@@ -139,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
         group.add_argument("--hf-id", metavar="ORG/NAME",
                            help="a Hugging Face Hub id: config.json and safetensors headers over "
                                 "HTTP range requests (needs huggingface_hub; HF_TOKEN, HF_ENDPOINT)")
-        p.add_argument("--tokens", type=_positive("--tokens", 100_000_000), required=True,
+        p.add_argument("--tokens", type=_positive("--tokens", MAX_CONTEXT_TOKENS), required=True,
                        help="tokens per sequence (vLLM: max_model_len)")
         p.add_argument("--kv-dtype", default="auto",
                        help="KV element format; auto = the model's dtype (vLLM's kv_cache_dtype=auto)")
@@ -176,6 +207,9 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--reserve-term", type=_reserve_term, action="append", metavar="NAME=GiB",
                      help="replace one runtime-reserve term (e.g. activation_peak=2.5); repeatable")
     fit.add_argument("--kv-cache-memory-bytes", type=_nonneg_int)
+    fit.add_argument("--verbose", action="store_true",
+                     help="print where each number comes from (the device total's measurements, "
+                          "each reserve term's engine source); --json always has them")
     fit.add_argument("--check", action="store_true",
                      help="exit with code 1 when the request does not fit (for scripts)")
 
@@ -191,8 +225,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="replace one runtime-reserve term of kvplan's prediction; repeatable")
     cal.add_argument("--log", required=True, help="the vLLM log file (max 1 MiB)")
 
-    _recommend_args(sub.add_parser("recommend", help="cheapest deployments that hold the traffic and "
-                                                     "meet TTFT/TPOT targets (bounds)"))
+    recommend = sub.add_parser("recommend", help="cheapest deployments that hold the traffic and "
+                                                 "meet TTFT/TPOT targets (bounds)")
+    recommend.populate = _recommend_args
 
     sub.add_parser("models", help="list model presets").add_argument("--json", action="store_true")
     sub.add_parser("gpus", help="list accelerators").add_argument("--json", action="store_true")
@@ -200,6 +235,9 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--scenario", required=True, help="scenario JSON file, preset name or link")
     report.add_argument("--out", required=True)
     report.add_argument("--no-png", action="store_true")
+    report.add_argument("--base-url", metavar="URL", type=_http_url,
+                        help="the dashboard's address the links in the files start with (default: "
+                             "$KVPLAN_BASE_URL, else http://localhost:8501/)")
     return parser
 
 
@@ -367,9 +405,31 @@ def cmd_fit(args: argparse.Namespace) -> int:
     gpus = result.replicas * result.tp * result.pp
     print(f"{result.model} on {plural(gpus, 'GPU')} × {gpu.name} ({plural(result.replicas, 'replica')}"
           f" of TP={result.tp}, PP={result.pp}) · {result.engine_label} [{result.engine_release}]")
+    # the verdict first, then the numbers behind it; provenance only with --verbose (and in --json)
+    if result.fits:
+        print("Fits.")
+    else:
+        print(f"Does NOT fit: {result.reason}.")
+        if result.suggestion:
+            print(f"Smallest change: {result.suggestion}.")
+    if result.start_reason:
+        print(f"Start-up ({'starts' if result.starts else 'does not start'}): {result.start_reason}")
+    print(f"Requests of {result.tokens:,} tokens that fit: {result.max_requests:,} per replica, "
+          f"{result.max_requests_all_replicas:,} in all")
+    if result.max_num_seqs is not None:
+        state = (f"; {result.state_blocks:,} recurrent-state blocks" if result.state_blocks is not None
+                 else "")
+        graphs = (f"; CUDA graphs at {len(result.cuda_graph_sizes)} sizes up to "
+                  f"{result.cuda_graph_sizes[-1]:,}" if result.cuda_graph_sizes else "")
+        print(f"Request cap:       max_num_seqs {result.max_num_seqs:,} ({result.max_num_seqs_source})"
+              f"{state}{graphs}; the pool alone holds {result.max_requests_kv:,}")
+    print(f"Longest request at {plural(result.users, 'user')}: {result.max_tokens_per_request:,} tokens")
+    if result.context_limit is not None:
+        print(f"Model context limit: {result.context_limit:,} tokens ({result.context_limit_rule})")
+    verbose = bool(getattr(args, "verbose", False))
     cap = result.capacity
-    print(f"GPU memory:        {human(result.gpu_capacity_bytes)} [{cap.get('note', '')}; "
-          f"status {cap.get('status', '')}]")
+    where = f"{cap.get('note', '')}; " if verbose else ""
+    print(f"GPU memory:        {human(result.gpu_capacity_bytes)} [{where}status {cap.get('status', '')}]")
     smi = f", nvidia-smi {human(cap['nvidia_smi'])}" if cap.get("nvidia_smi") else ""
     print(f"  marketed {human(cap.get('marketed', 0))}{smi}")
     print(f"Weights per GPU:   {human(result.weights_bytes)}")
@@ -388,40 +448,25 @@ def cmd_fit(args: argparse.Namespace) -> int:
     for term in result.ledger:
         if term["group"] in {"reserve", "outside"}:
             flag = "" if term["group"] == "reserve" else " (not subtracted)"
+            source = f" [{term['source']}]" if verbose else ""
             print(f"  {term['name'].removeprefix('reserve: '):24s} {human(term['bytes'])}{flag}: "
-                  f"{term['formula']} [{term['source']}]")
+                  f"{term['formula']}{source}")
     print(f"KV budget per GPU: {human(result.kv_budget_bytes)}")
     if result.num_blocks is not None:
         per_request = (f" ({result.blocks_per_request:,} per request)"
                        if result.blocks_per_request is not None else "")
         print(f"Blocks:            {result.num_blocks:,} × {result.block_size} tokens{per_request}")
+        if "max_requests" in result.formulas:
+            print(f"  requests: {result.formulas['max_requests']}")
     for term in result.ledger:
         if term["group"] in {"kv", "free"}:
             print(f"{term['name'] + ':':18s} {human(term['bytes'])} ({term['formula']})")
     if lines := plan.engine.log_lines(result):
         print(f"{plan.engine.short + ' would log:':19s}{', '.join(lines)}")
-    print(f"Requests of {result.tokens:,} tokens that fit: {result.max_requests:,} per replica, "
-          f"{result.max_requests_all_replicas:,} in all")
-    if result.max_num_seqs is not None:
-        state = (f"; {result.state_blocks:,} recurrent-state blocks" if result.state_blocks is not None
-                 else "")
-        graphs = (f"; CUDA graphs at {len(result.cuda_graph_sizes)} sizes up to "
-                  f"{result.cuda_graph_sizes[-1]:,}" if result.cuda_graph_sizes else "")
-        print(f"Request cap:       max_num_seqs {result.max_num_seqs:,} ({result.max_num_seqs_source})"
-              f"{state}{graphs}; the pool alone holds {result.max_requests_kv:,}")
-    if result.start_reason:
-        print(f"Start-up ({'starts' if result.starts else 'does not start'}): {result.start_reason}")
-    print(f"Longest request at {plural(result.users, 'user')}: {result.max_tokens_per_request:,} tokens")
-    if result.context_limit is not None:
-        print(f"Model context limit: {result.context_limit:,} tokens ({result.context_limit_rule})")
-    if result.fits:
-        print("Fits.")
-    else:
-        print(f"Does NOT fit: {result.reason}.")
-        if result.suggestion:
-            print(f"Smallest change: {result.suggestion}.")
     for note in result.notes:
         print(f"  note: {note}")
+    if not verbose:
+        print("Sources of the device total and each reserve term: --verbose (or --json).")
     return status
 
 
@@ -474,7 +519,7 @@ def cmd_gpus(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from kvplan.report import write_report
 
-    for path in write_report(args.scenario, Path(args.out), png=not args.no_png):
+    for path in write_report(args.scenario, Path(args.out), png=not args.no_png, base=args.base_url):
         print(path)
     return 0
 

@@ -664,6 +664,18 @@ TABLE_COLUMNS = ("gpu", "tp", "pp", "ep", "kv_dtype", "weight_dtype", "replicas"
                  "max_requests")
 
 
+def unit_headers(cost_unit: str) -> dict[str, str]:
+    """Export headers of the cost columns in ``cost_unit`` (``$``, or ``GPU-hours`` when no price
+    is given: then the hourly cost is a GPU count); the other columns take ``report.unit_header``."""
+    hourly = "GPU-hours per hour = GPUs" if cost_unit == "GPU-hours" else f"{cost_unit} per hour"
+    return {"cost_per_hour": f"cost_per_hour [{hourly}]",
+            "cost_per_m_tokens": f"cost_per_m_output_tokens [{cost_unit} per 10^6 output tokens]",
+            "tpot_ms": "tpot_bound [ms]", "ttft_ms": "ttft_bound [ms]",
+            "tokens_per_s_per_replica": "tokens_per_s_per_replica [output tokens/s]",
+            "batch": "batch [requests per replica]", "total_gpus": "total_gpus [GPUs]",
+            "ep": "ep [GPUs]"}
+
+
 def ranked_rows(rec: Recommendation, scenario: Any, top: int = 20) -> list[dict[str, Any]]:
     """The ``top`` cheapest feasible candidates as plain dicts, each with its dashboard link."""
     out = []

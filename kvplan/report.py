@@ -2,9 +2,11 @@
 
 No Streamlit here: the CLI (``python -m kvplan report``) and the dashboard share these functions.
 
-* ``to_csv(df, scenario)`` — the table with a unit in every numeric column header and the scenario's
-  link query in a last column named ``scenario_link`` (``pandas.read_csv`` and Excel read it
-  without options: no comment lines).
+* ``to_csv(df, scenario, base)`` — the table with a unit in every numeric column header and the
+  scenario's absolute link (``scenario_link``: the page's own address, else ``KVPLAN_BASE_URL``,
+  else ``./dev app``'s address) in a last column named ``scenario_link`` (``pandas.read_csv`` and
+  Excel read it without options: no comment lines).
+* ``export_name(scenario, view)`` — download file names after the model, accelerator and view.
 * ``scenario_to_json`` / ``scenario_from_json`` — the scenario file format of
   ``presets/scenarios/*.json``: ``{"id", "name", "description", "source", "query": {URL keys}}``.
 * ``load_scenario(arg)`` — a scenario file path, a named scenario id, or a link / query string.
@@ -26,6 +28,7 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from kvplan.colors import dtype_color
 from kvplan.config_import import MAX_DEPTH, json_depth
 from kvplan.errors import MESSAGES, KVPlanError, clip, csv_cell, plotly_text, short
 from kvplan.files import output_dir, read_limited, write_file
@@ -70,9 +73,54 @@ def unit_header(column: object) -> str:
     return name
 
 
-def scenario_link(scenario: Scenario) -> str:
-    """The scenario as a link query (``?v=1&m=...``), the same the dashboard puts in its URL."""
-    return "?" + urlencode(scenario.to_query(), safe=",")
+#: Where links point when neither the page's own address nor ``KVPLAN_BASE_URL`` says: the
+#: address ``./dev app`` serves the dashboard at.
+DEFAULT_BASE_URL = "http://localhost:8501/"
+BASE_URL_ENV = "KVPLAN_BASE_URL"
+
+
+def base_url(page: str | None = None) -> str:
+    """The dashboard address links start with: ``page`` (the address the browser shows, query and
+    fragment dropped) when it is an http(s) URL, else ``$KVPLAN_BASE_URL``, else
+    ``DEFAULT_BASE_URL``; always ending in ``/`` before the query."""
+    for candidate in (page, os.environ.get(BASE_URL_ENV)):
+        if not candidate:
+            continue
+        parts = urlsplit(candidate.strip())
+        if parts.scheme in {"http", "https"} and parts.netloc and len(candidate) <= 2048:
+            path = parts.path if parts.path.endswith("/") else parts.path.rsplit("/", 1)[0] + "/"
+            return f"{parts.scheme}://{parts.netloc}{path}"
+    return DEFAULT_BASE_URL
+
+
+def scenario_link(scenario: Scenario, base: str | None = None) -> str:
+    """The scenario's absolute link (``base_url(base)?v=1&m=...``), the query the dashboard puts in
+    its URL."""
+    return base_url(base) + "?" + urlencode(scenario.to_query(), safe=",")
+
+
+def absolute_link(query: str, base: str | None = None) -> str:
+    """A relative ``?v=1&…`` link made absolute like ``scenario_link``."""
+    return base_url(base) + query if query.startswith("?") else query
+
+
+def _slug(text: str) -> str:
+    """A file-name-safe part: letters, digits, ``.``, ``-`` (anything else a ``-``), ≤ 48 chars."""
+    out = "".join(c if c.isascii() and (c.isalnum() or c in ".-") else "-" for c in text.strip())
+    return out.strip(".-")[:48] or "x"
+
+
+def export_name(scenario: Scenario, view: str) -> str:
+    """``kvplan_<model>_<accelerator>_<view>`` (no extension): downloads of different scenarios
+    and views do not overwrite each other. An uploaded config goes by its name."""
+    model = scenario.model
+    if model == "custom":
+        name = (scenario.custom_config or {}).get("name")
+        model = f"custom-{name}" if isinstance(name, str) and name else "custom"
+    gpu = scenario.gpu
+    if gpu == "custom":
+        gpu = f"custom-{scenario.custom_gpu_gib:g}GiB"
+    return f"kvplan_{_slug(model)}_{_slug(gpu)}_{_slug(view)}"
 
 
 #: The last CSV column: the scenario's link query on every row (no comment line Excel would show).
@@ -86,9 +134,10 @@ def _csv_text(value: object) -> object:
     return value.replace("\r", " ") if isinstance(value, str) else value
 
 
-def to_csv(df: pd.DataFrame, scenario: Scenario) -> str:
-    """CSV text: the table with units in the headers, the link query in a last ``scenario_link``
-    column (on every row, so a filtered or sorted copy keeps it).
+def to_csv(df: pd.DataFrame, scenario: Scenario, base: str | None = None) -> str:
+    """CSV text: the table with units in the headers, the absolute link (``scenario_link``; ``base``
+    the page's own address) in a last ``scenario_link`` column (on every row, so a filtered or
+    sorted copy keeps it).
 
     Text cells that a spreadsheet would evaluate (``=HYPERLINK(…)``, ``+``, ``-``, ``@``, tab, CR)
     get a leading ``'`` (``kvplan.errors.csv_cell``); numbers stay numbers."""
@@ -96,7 +145,7 @@ def to_csv(df: pd.DataFrame, scenario: Scenario) -> str:
     for column in table.columns:
         if not pd.api.types.is_numeric_dtype(table[column]):
             table[column] = table[column].map(_csv_text)
-    table[LINK_COLUMN] = str(_csv_text(scenario_link(scenario)))
+    table[LINK_COLUMN] = str(_csv_text(scenario_link(scenario, base)))
     buffer = io.StringIO()
     table.to_csv(buffer, index=False, lineterminator="\n")
     return buffer.getvalue()
@@ -251,8 +300,10 @@ def fit_table(scenario: Scenario) -> pd.DataFrame:
 
 
 def kv_table(scenario: Scenario) -> pd.DataFrame:
-    """KV cache held by ``users`` requests over a token range, one column per KV dtype (GiB)."""
-    from kvplan.sizing import sweep, token_grid
+    """KV cache of ``users`` requests over a token range, per KV dtype (GiB): what the engine's pool
+    reserves (``<dtype>_reserved_gib``, ``sizing.pool_reserved``: the figure the budget is compared
+    with) and what the requests hold (``<dtype>_held_gib``)."""
+    from kvplan.sizing import pool_reserved, sweep, token_grid
 
     plan = scenario_plan(scenario)
     grid = token_grid(scenario.tokens, 16, max(scenario.tokens, 16), 48)
@@ -260,9 +311,11 @@ def kv_table(scenario: Scenario) -> pd.DataFrame:
     for dtype in scenario.kv_dtypes:
         try:
             swept = sweep(plan, grid, [scenario.users], [dtype])
+            reserved = pool_reserved(plan.vary(kv_dtype=dtype), grid, scenario.users)
         except KVPlanError:
             continue
-        frame[f"{dtype}_kv_gib"] = swept["kv_bytes"].to_numpy() / GIB
+        frame[f"{dtype}_reserved_gib"] = np.asarray(reserved, dtype=float) / GIB
+        frame[f"{dtype}_held_gib"] = swept["kv_bytes"].to_numpy(dtype=float) / GIB
     return frame
 
 
@@ -302,7 +355,8 @@ def scenario_title(scenario: Scenario) -> str:
                        f"{scenario.users:,} users")
 
 
-def report_figure(scenario: Scenario, tables: dict[str, pd.DataFrame] | None = None) -> Any:
+def report_figure(scenario: Scenario, tables: dict[str, pd.DataFrame] | None = None,
+                  link_base: str | None = None) -> Any:
     """A one-page plotly figure: summary table, KV vs tokens, memory split, requests per GPU."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
@@ -312,7 +366,7 @@ def report_figure(scenario: Scenario, tables: dict[str, pd.DataFrame] | None = N
     fig = make_subplots(
         rows=2, cols=2, vertical_spacing=0.14, horizontal_spacing=0.09,
         specs=[[{"type": "table"}, {"type": "xy"}], [{"type": "xy"}, {"type": "xy"}]],
-        subplot_titles=("Per GPU, per KV dtype", f"KV cache held by {scenario.users:,} request(s)",
+        subplot_titles=("Per GPU, per KV dtype", f"KV cache of {scenario.users:,} request(s): reserved, held",
                         "Memory per GPU", f"Requests of {scenario.tokens:,} tokens per replica"))
     ok = fit_df[fit_df["note"].fillna("") == ""] if "note" in fit_df else fit_df
     labels = ["KV dtype", "weights GiB", "KV budget GiB", "KV per request GiB",
@@ -324,9 +378,13 @@ def report_figure(scenario: Scenario, tables: dict[str, pd.DataFrame] | None = N
     cells.append(["yes" if v else "no" for v in ok.get("fits", [])])
     fig.add_trace(go.Table(header={"values": labels, "fill_color": "#e8eef7"},
                            cells={"values": cells, "height": 26}), row=1, col=1)
-    for col in kv_df.columns[1:]:
+    for col in kv_df.columns[1:]:  # reserved solid (the budget's comparison), held dotted
+        dtype, _, kind = col.removesuffix("_gib").rpartition("_")
+        solid = kind == "reserved"
         fig.add_trace(go.Scatter(x=kv_df["tokens"], y=kv_df[col], mode="lines",
-                                 name=f"KV {col.removesuffix('_kv_gib')}", legendgroup="kv"),
+                                 name=f"KV {dtype} {kind}", legendgroup="kv",
+                                 line={"color": dtype_color(dtype), "width": 2.5 if solid else 1.5,
+                                       "dash": "solid" if solid else "dot"}),
                       row=1, col=2)
     limit = _context_limit(fit_df)
     if limit is not None and len(kv_df):
@@ -351,8 +409,9 @@ def report_figure(scenario: Scenario, tables: dict[str, pd.DataFrame] | None = N
     fig.update_layout(barmode="group")
     fig.update_yaxes(title_text="GiB", row=2, col=1)
     for col in gpu_df.columns[3:]:
-        fig.add_trace(go.Bar(x=gpu_df["gpu"], y=gpu_df[col], name=f"fit {col.removesuffix('_max_requests')}",
-                             legendgroup="gpu"), row=2, col=2)
+        dtype = col.removesuffix("_max_requests")
+        fig.add_trace(go.Bar(x=gpu_df["gpu"], y=gpu_df[col], name=f"fit {dtype}", legendgroup="gpu",
+                             marker_color=dtype_color(dtype)), row=2, col=2)
     fig.update_xaxes(tickangle=-60, row=2, col=2)
     fig.update_yaxes(title_text="requests", row=2, col=2)
     warning = ""
@@ -361,7 +420,7 @@ def report_figure(scenario: Scenario, tables: dict[str, pd.DataFrame] | None = N
                    f"context limit ({limit:,}): does not fit</span>")
     fig.update_layout(template=TEMPLATE, width=REPORT_WIDTH, height=REPORT_HEIGHT,
                       title={"text": f"kvplan report — {scenario_title(scenario)}<br>"
-                                     f"<sup>{plotly_text(scenario_link(scenario))}</sup>{warning}",
+                                     f"<sup>{plotly_text(scenario_link(scenario, link_base))}</sup>{warning}",
                              "x": 0.01},
                       margin={"t": 110, "l": 60, "r": 30, "b": 90}, legend={"orientation": "v"})
     return fig
@@ -390,8 +449,9 @@ def _memory_parts(ok: pd.DataFrame) -> list[tuple[str, np.ndarray, str]]:
 # -------------------------------------------------------------------------------------- report
 
 
-def write_report(scenario_arg: str, out: Path, png: bool = True) -> list[Path]:
-    """Write the tables' CSVs, ``scenario.json`` and (when possible) ``report.png`` into ``out``.
+def write_report(scenario_arg: str, out: Path, png: bool = True, base: str | None = None) -> list[Path]:
+    """Write the tables' CSVs, ``scenario.json`` and (when possible) ``report.png`` into ``out``;
+    links start with ``base_url(base)``.
 
     Returns the written paths. Without chromium/kaleido the PNG is skipped and a line saying so
     (with the install command) is printed instead of failing.
@@ -401,7 +461,7 @@ def write_report(scenario_arg: str, out: Path, png: bool = True) -> list[Path]:
     tables = scenario_tables(scenario)
     written: list[Path] = []
     for stem, df in tables.items():
-        written.append(write_file(out / f"{stem}.csv", to_csv(df, scenario)))
+        written.append(write_file(out / f"{stem}.csv", to_csv(df, scenario, base)))
     named = next((f for f in named_scenarios().values() if f.id == str(scenario_arg).strip()), None)
     written.append(write_file(out / "scenario.json", scenario_to_json(scenario, **(
         {"name": named.name, "description": named.description, "scenario_id": named.id,
@@ -412,6 +472,6 @@ def write_report(scenario_arg: str, out: Path, png: bool = True) -> list[Path]:
         if not chromium_available():
             print(f"PNG skipped: {PNG_MISSING_HELP}")
         else:
-            png_bytes = fig_to_png(report_figure(scenario, tables), REPORT_WIDTH, REPORT_HEIGHT, 1.0)
+            png_bytes = fig_to_png(report_figure(scenario, tables, base), REPORT_WIDTH, REPORT_HEIGHT, 1.0)
             written.append(write_file(out / "report.png", png_bytes))
     return written

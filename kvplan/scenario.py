@@ -33,6 +33,10 @@ CUSTOM_GPU = "custom"
 CUSTOM_MODEL = "custom"
 MAX_PARAM_CHARS = 8192
 MAX_TOKENS = 100_000_000
+#: The longest context a question asks for, one bound for the dashboard's slider and exact box
+#: (a link's ``t`` above it is refused with a warning) and the CLI's ``--tokens``: the limit the
+#: views are held to in CPU (``tests/test_cpu_bounds.py``).
+MAX_CONTEXT_TOKENS = 10_000_000
 MAX_USERS = 10_000_000
 MAX_GPUS = 4096
 
@@ -315,6 +319,39 @@ def decode_config(text: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ValueError("packed config is not an object")
     return data
+
+
+def closest_names(value: str, kind: Literal["model", "gpu"], n: int = 3) -> list[str]:
+    """The preset ids nearest to ``value``: ids it begins, then ``difflib`` on ids and display
+    names (case-folded) — what a link with a misspelt model or accelerator most likely meant."""
+    import difflib
+
+    from kvplan.presets import gpus, model_presets
+
+    names = {key: key for key in (model_presets() if kind == "model" else gpus())}
+    names.update({str(p.name).lower(): key for key, p in
+                  (model_presets() if kind == "model" else gpus()).items()})
+    typed = str(value).strip().lower()
+    hits = [key for key in sorted(names) if typed and key.startswith(typed)]
+    hits += difflib.get_close_matches(typed, list(names), n=n * 2, cutoff=0.5)
+    return list(dict.fromkeys(names[h] for h in hits))[:n]
+
+
+def unusable_names(query: dict[str, Any], scenario: Scenario) -> list[tuple[str, str]]:
+    """``(link key, value as typed)`` for the model (``m``, or ``c``) and accelerator (``g``) a
+    link asks for that the checked ``scenario`` does not use: a question about another model or
+    GPU would be answered instead, so the dashboard answers none (``check_names`` repairs the rest)."""
+    out: list[tuple[str, str]] = []
+    config_lost = query.get("c") is not None and scenario.custom_config is None
+    for key, used in (("m", scenario.model), ("g", scenario.gpu)):
+        asked = query.get(key)
+        if isinstance(asked, list):
+            asked = ",".join(map(str, asked))
+        if key == "m" and config_lost and asked in {None, CUSTOM_MODEL}:
+            out.append(("c", "<config>"))
+        elif asked is not None and str(asked) != used:
+            out.append((key, str(asked)))
+    return out
 
 
 def check_names(scenario: Scenario) -> tuple[Scenario, list[str]]:

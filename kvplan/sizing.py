@@ -155,6 +155,15 @@ def sweep(plan: Plan, tokens: Sequence[int] | np.ndarray, batch: Sequence[int] |
     return pd.concat(frames, ignore_index=True)
 
 
+def pool_reserved(plan: Plan, tokens: Sequence[int] | np.ndarray, users: int) -> np.ndarray:
+    """Bytes the engine's pool sets aside on one GPU for ``users`` requests of each length — the
+    figure ``capacity.fit`` compares with the KV budget (``KVPool.per_request_bytes``: vLLM whole
+    block ids of the widest group, ``v1/core/kv_cache_utils.py``; SGLang/TensorRT-LLM/HF their
+    pools), exact Python ints past int64. Needs the plan's accelerator."""
+    t = np.asarray(tokens, dtype=np.int64).ravel()
+    return exact_outer(np.asarray(plan.pool.per_request_bytes(t)), np.asarray([users], dtype=np.int64))
+
+
 def sweep_by_kind(plan: Plan, tokens: Sequence[int] | np.ndarray) -> pd.DataFrame:
     """Held bytes per layer kind of ``plan.query.users`` sequences over a tokens array (for stacked
     charts): tokens × kind."""

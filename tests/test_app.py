@@ -245,6 +245,18 @@ def test_pasted_config_is_used_and_carried_in_the_link():
     assert exact(again) == exact(at)
 
 
+def test_pasted_config_is_used_on_commit_without_the_button():
+    """Issue #33 item 9: Ctrl+Enter (a committed text area, what AppTest's ``input`` + run sends)
+    uses the config, and the box is emptied."""
+    config = _llama_config()
+    at = open_boxes(make_app(), "w_config_box")
+    at.text_area(key="w_paste").input(json.dumps(config)).run()
+    no_errors(at)
+    assert at.selectbox(key="w_model").value == "custom"
+    assert_matches(at, Scenario(model="custom", custom_config=config), parse_config(config, name="x"))
+    assert at.text_area(key="w_paste").value == ""  # the model keeps what it needs
+
+
 def test_unreadable_config_shows_error_and_keeps_model():
     at = open_boxes(make_app(m="qwen3-8b"), "w_config_box")
     before = exact(at)
@@ -262,7 +274,7 @@ def test_unreadable_config_shows_error_and_keeps_model():
 
 
 @pytest.mark.parametrize(("params", "name"), [
-    ({"m": "no-such-model"}, "'m'"), ({"g": "tpu-v99"}, "'g'"), ({"e": "tgi"}, "'e'"),
+    ({"e": "tgi"}, "'e'"),
     ({"kd": "bf16,fp7"}, "'kd'"), ({"t": "lots"}, "'t'"), ({"zz": "1"}, "zz"),
 ])
 def test_bad_link_param_warns_and_falls_back(params, name):
@@ -270,6 +282,48 @@ def test_bad_link_param_warns_and_falls_back(params, name):
     assert not at.exception
     assert any(name in unmd(w.value) for w in at.warning), [unmd(w.value) for w in at.warning]
     assert exact(at)  # the rest of the app still renders
+
+
+BAD_LINK = {"v": "1", "m": "llama-3.1-70x", "t": "-5", "u": "abc", "g": "h100"}
+
+
+def test_link_with_an_unusable_model_and_gpu_answers_nothing_and_keeps_the_link():
+    """Issue #33 item 1: no "Fits" for the default model; what was asked, what is missing, the
+    closest presets as links (the typed link with that value); the URL stays as typed over reruns
+    until the user changes something, then the usual answer and link follow."""
+    at = make_app(**BAD_LINK)
+    assert not at.exception and not at.success and not at.metric
+    (error,) = [unmd(e.value) for e in at.error]
+    model, gpu, rest = error.split("\n\n")
+    assert model == (
+        "This link asks for the model **llama-3.1-70x**, which is not a model preset here. Closest: "
+        "[llama-3.1-70b](?v=1&m=llama-3.1-70b&t=-5&u=abc&g=h100), "
+        "[llama-3.1-405b](?v=1&m=llama-3.1-405b&t=-5&u=abc&g=h100), "
+        "[llama-3.1-8b](?v=1&m=llama-3.1-8b&t=-5&u=abc&g=h100).")
+    assert gpu == (
+        "This link asks for the accelerator **h100**, which is not an accelerator here. Closest: "
+        "[h100-nvl](?v=1&m=llama-3.1-70x&t=-5&u=abc&g=h100-nvl), "
+        "[h100-pcie](?v=1&m=llama-3.1-70x&t=-5&u=abc&g=h100-pcie), "
+        "[h100-sxm](?v=1&m=llama-3.1-70x&t=-5&u=abc&g=h100-sxm).")
+    assert rest.startswith("No answer is shown for another model or accelerator")
+    warnings = [unmd(w.value) for w in at.warning]
+    assert [w.split(" was not used")[0] for w in warnings] == ["link parameter 't'='-5'",
+                                                               "link parameter 'u'='abc'"]
+    assert not any("python -m kvplan" in text for text in [error, *warnings])
+    assert dict(at.query_params) == BAD_LINK
+    at.run()
+    assert dict(at.query_params) == BAD_LINK and len(at.error) == 1 and not at.metric
+    at.selectbox(key="w_model").set_value("llama-3.1-70b").run()
+    assert not at.error and at.metric
+    assert dict(at.query_params) == {"v": "1", "m": "llama-3.1-70b"}
+
+
+def test_link_with_an_unusable_config_names_it():
+    at = make_app(m="custom", c="not-base64!", t="4096")
+    (error,) = [unmd(e.value) for e in at.error]
+    assert error.startswith("The link's config.json (c=…) cannot be used (see the note below)")
+    assert any(unmd(w.value).startswith("link parameter 'c'=") for w in at.warning)
+    assert not any("'m'=" in unmd(w.value) for w in at.warning) and not at.metric
 
 
 def test_bad_param_falls_back_for_that_parameter_only():
@@ -541,3 +595,42 @@ def test_tables_past_int64_are_shown_not_refused():
     assert shown["gpu"].tolist() == ["a", "b"] and shown["n"].dtype == frame["n"].dtype
     small = pd.DataFrame({"x": pd.Series([1, 2], dtype=object)})
     assert arrow_safe(small) is small
+
+
+def test_serving_max_len_follows_the_context_and_stays_out_of_the_link():
+    """Issue #33 item 5: after the exact context goes 8,192 → 65,536, opening Serving, then
+    Recommend, then KV vs context neither brings 8,192 back nor puts ``sv=`` in the link; a value
+    the user sets stays (and is carried)."""
+    at = make_app(v="1", m="llama-3.1-70b", n="2", tp="2", t="8192", u="32")
+    at.number_input(key="w_tokens_exact").set_value(65536).run()
+    for view in ("serving", "recommend", "context"):
+        at.session_state["w_view"] = VIEWS[view]
+        at.run()
+        assert not at.exception
+        assert "sv" not in at.query_params, dict(at.query_params)
+        if view == "serving":
+            assert at.number_input(key="sv_max_len").value == 65536
+            assert at.number_input(key="sv_static_len").value == 65536
+    at.session_state["w_view"] = VIEWS["serving"]
+    at.run()
+    at.number_input(key="sv_max_len").set_value(5000).run()
+    at.number_input(key="w_tokens_exact").set_value(16384).run()
+    for view in ("recommend", "context", "serving"):
+        at.session_state["w_view"] = VIEWS[view]
+        at.run()
+        assert at.query_params["sv"] == "max_len:5000", (view, dict(at.query_params))
+    assert at.number_input(key="sv_max_len").value == 5000
+    assert at.number_input(key="sv_static_len").value == 16384
+
+
+def test_design_view_says_why_sliding_window_equals_gqa_per_token():
+    """Issue #33 item 9: Llama-3.1-8B — GQA and the sliding-window variant both store 131,072 B per
+    token; the caption says the window saves by holding fewer tokens, not bytes per token."""
+    at = make_app(vw="designs")
+    no_errors(at)
+    caption = next(unmd(c.value) for c in at.caption if c.value.startswith("KV bytes per token"))
+    assert "GQA 131,072 B · Sliding window 131,072 B" in caption
+    assert caption.endswith(" A sliding window stores a token in as many bytes as GQA (the same KV "
+                            "heads and head size); it saves by keeping only the window's last tokens "
+                            "per layer, so its KV per request and requests that fit differ, not its "
+                            "bytes per token.")

@@ -137,14 +137,18 @@ def test_config_name_in_the_link_is_shown_as_text():
 
 
 def test_model_and_gpu_links_in_warnings_are_shown_as_text():
+    """Issue #33: a link whose model or GPU cannot be used gets no answer, only the blocked-link
+    message naming both values as typed (inert) — no closest preset is near either."""
     at = make_app(m="![a](https://evil.example/a.png)", g="[click](https://evil.example)", t="2048")
     no_traceback(at)
-    warnings = [w.value for w in at.warning]
-    assert len(warnings) == 2
-    assert unmd(warnings[0]).startswith("link parameter 'm'='![a](https://evil.example/a.png)' was not used")
-    assert unmd(warnings[1]).startswith("link parameter 'g'='[click](https://evil.example)' was not used")
-    for text in warnings:
-        assert_inert(text)
+    assert [w.value for w in at.warning] == []
+    (error,) = [e.value for e in at.error]
+    paragraphs = unmd(error).split("\n\n")
+    assert paragraphs[0] == ("This link asks for the model **![a](https://evil.example/a.png)**, which is "
+                             "not a model preset here. No preset is close; choose one in the sidebar or "
+                             "upload its config.json (Use your own config.json).")
+    assert paragraphs[1].startswith("This link asks for the accelerator **[click](https://evil.example)**")
+    assert_inert(error)
     for text in all_text(at):
         assert not LIVE_MARKDOWN.search(text), text
     assert at.session_state["w_model"] == Scenario().model
@@ -231,9 +235,10 @@ def test_paste_box_is_bounded_and_freed_after_use():
     padded = {**LLAMA, "name": "padded", "notes": "x" * (MAX_CONFIG_BYTES - 3000)}
     text = json.dumps(padded)
     assert MAX_CONFIG_BYTES - 3000 < len(text) <= MAX_CONFIG_BYTES
-    at.text_area(key="w_paste").input(text).run()
-    at.button(key="w_paste_go").click().run()
+    at.text_area(key="w_paste").input(text)
+    at.button(key="w_paste_go").click().run()  # the commit (Ctrl+Enter) and the button in one rerun
     no_traceback(at)
+    assert not at.error  # the button found the box already used: no "empty" message
     assert at.session_state["w_model"] == "custom"
     assert at.session_state["w_paste"] == ""
     kept = at.session_state["custom_config"]

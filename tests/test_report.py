@@ -14,6 +14,7 @@ import pytest
 from kvplan.errors import KVPlanError
 from kvplan.presets import model_presets, scenario_files
 from kvplan.report import (
+    kv_table,
     load_scenario,
     named_scenario,
     named_scenarios,
@@ -50,8 +51,8 @@ def test_csv_has_units_and_the_link_in_a_last_column() -> None:
     assert back["kv_bytes [B]"].tolist() == [10, 20]
     assert back["kv_dtype"].tolist() == ["bf16", "fp8_e4m3"]
     links = back["scenario_link"].tolist()
-    assert links[0] == links[1] and links[0].startswith("?v=1&")
-    link = parse_qs(links[0][1:])
+    assert links[0] == links[1] and links[0].startswith("http://localhost:8501/?v=1&")
+    link = parse_qs(links[0].split("?", 1)[1])
     assert link["m"] == ["llama-3.1-70b"] and link["tp"] == ["8"]
     assert Scenario.from_query({k: v[-1] for k, v in link.items()}) == (SCENARIO, [])
 
@@ -243,3 +244,125 @@ def test_every_dashboard_table_has_a_unit_in_each_numeric_header() -> None:
             values = back[column].dropna()
             if len(values) and pd.api.types.is_numeric_dtype(values) and values.dtype != bool:
                 assert "[" in column, (name, column)
+
+
+# ------------------------------------------------------------------ issue #33 item 7: exports
+
+
+def test_links_are_absolute_from_the_page_or_the_configured_base(monkeypatch) -> None:
+    from kvplan.report import absolute_link, base_url, scenario_link
+
+    monkeypatch.delenv("KVPLAN_BASE_URL", raising=False)
+    query = "?v=1&m=llama-3.1-70b&n=8&tp=8&u=16"
+    assert scenario_link(SCENARIO) == "http://localhost:8501/" + query
+    page = "https://plan.example.org/kvplan/?v=1&m=other#x"
+    assert scenario_link(SCENARIO, page) == "https://plan.example.org/kvplan/" + query
+    assert base_url("https://plan.example.org/kvplan/app") == "https://plan.example.org/kvplan/"
+    monkeypatch.setenv("KVPLAN_BASE_URL", "https://kv.example.com")
+    assert scenario_link(SCENARIO) == "https://kv.example.com/" + query
+    for bad in ("javascript:alert(1)", "ftp://x/", "/relative", ""):
+        assert base_url(bad) == "https://kv.example.com/", bad
+    assert absolute_link("?v=1&m=x", page) == "https://plan.example.org/kvplan/?v=1&m=x"
+    text = to_csv(pd.DataFrame({"tokens": [1]}), SCENARIO, page)
+    assert text.splitlines()[1] == f"1,https://plan.example.org/kvplan/{query}"
+
+
+def test_export_names_follow_model_gpu_and_view() -> None:
+    from kvplan.report import export_name
+
+    assert export_name(SCENARIO, "context") == "kvplan_llama-3.1-70b_h100-sxm_context"
+    assert export_name(Scenario(), "memory") == "kvplan_llama-3.1-8b_h100-sxm_memory"
+    custom = Scenario(model="custom", custom_config={"name": "../My Model <x>", "num_hidden_layers": 2},
+                      gpu="custom", custom_gpu_gib=96.0)
+    assert export_name(custom, "recommend") == "kvplan_custom-..-My-Model--x_custom-96GiB_recommend"
+
+
+def test_cli_report_base_url(tmp_path: Path, capsys, monkeypatch) -> None:
+    from cli_helpers import run_cli
+
+    monkeypatch.delenv("KVPLAN_BASE_URL", raising=False)
+    code, _, _ = run_cli(["report", "--scenario", "?v=1&m=llama-3.1-8b&t=4096", "--out", str(tmp_path),
+                          "--no-png", "--base-url", "https://kv.example.com/app/"])
+    assert code == 0
+    back = pd.read_csv(tmp_path / "fit.csv")
+    assert back["scenario_link"].iloc[0] == "https://kv.example.com/app/?v=1&t=4096"
+    code, _, err = run_cli(["report", "--scenario", "x", "--out", str(tmp_path), "--base-url", "file:///etc"])
+    assert code == 2 and err == ("kvplan: error: argument --base-url: --base-url must be an http(s) "
+                                 "address with a host, got 'file:///etc'\n")
+
+
+def test_recommend_export_headers_name_the_cost_unit() -> None:
+    from kvplan.recommend import unit_headers
+
+    unpriced = unit_headers("GPU-hours")
+    assert unpriced["cost_per_hour"] == "cost_per_hour [GPU-hours per hour = GPUs]"
+    assert unpriced["cost_per_m_tokens"] == "cost_per_m_output_tokens [GPU-hours per 10^6 output tokens]"
+    assert unit_headers("$")["cost_per_hour"] == "cost_per_hour [$ per hour]"
+    df = pd.DataFrame({"cost_per_m_tokens": [1.5], "cost_per_hour": [8.0], "tpot_ms": [20.0]})
+    header = to_csv(df.rename(columns=unpriced), SCENARIO).splitlines()[0]
+    assert header == ("cost_per_m_output_tokens [GPU-hours per 10^6 output tokens],"
+                      "cost_per_hour [GPU-hours per hour = GPUs],tpot_bound [ms],scenario_link")
+
+
+# ------------------------------------------------------------------ issue #33 item 2: reserved vs held
+
+
+def test_context_chart_and_report_compare_the_budget_with_what_the_engine_reserves() -> None:
+    """Gemma-3-27B, 131,072 tokens, 1 request, vLLM v0.33 on an H100: the pool reserves
+    19,301,662,720 B (17.98 GiB, the card's figure) while the requests hold far less (sliding
+    layers keep a window); the chart's solid line and the report's reserved column are the former."""
+    from kvplan.capacity import fit
+    from kvplan.scenario import scenario_plan
+    from kvplan.sizing import pool_reserved
+    from kvplan.ui import charts, data
+
+    scenario = Scenario.from_query({"v": "1", "m": "gemma-3-27b", "t": "131072", "u": "1", "sk": "1",
+                                    "ev": "0.33"})[0]
+    plan = scenario_plan(scenario)
+    assert fit(plan).kv_bytes_per_request == 19_301_662_720
+    assert pool_reserved(plan, [131072], 1).tolist() == [19_301_662_720]
+    df, errors = data.kv_vs_context(plan, scenario.kv_dtypes, scenario.log_x)
+    assert errors == [] and df["tokens"].max() == 1_000_000  # the axis ends past the 131,072 limit
+    row = df[(df["kv_dtype"] == "bf16") & (df["tokens"] == 125893)].iloc[0]
+    assert (row["kv_bytes"], row["reserved_bytes"]) == (10_757_079_040, 18_878_300_160)
+    fig = charts.kv_context_figure(df, None, 10**10, 131072, 1, True)
+    assert [t.name for t in fig.data] == ["bf16 reserved", "bf16 held", "fp8_e4m3 reserved", "fp8_e4m3 held"]
+    assert fig.data[0].line.dash == "solid" and fig.data[1].line.dash == "dot"
+    table = kv_table(scenario)
+    at = table[table["tokens"] == 131072].iloc[0]
+    assert at["bf16_reserved_gib"] == 19_301_662_720 / 2**30
+    assert at["bf16_held_gib"] < at["bf16_reserved_gib"]
+
+
+def test_report_colours_each_dtype_as_the_dashboard_does() -> None:
+    from kvplan.colors import dtype_color
+
+    fig = report_figure(SCENARIO)
+    by_name = {t.name: (t.line.color if t.type == "scatter" else t.marker.color) for t in fig.data
+               if t.name and ("bf16" in t.name or "fp8_e4m3" in t.name)}
+    assert by_name == {"KV bf16 reserved": dtype_color("bf16"), "KV bf16 held": dtype_color("bf16"),
+                       "KV fp8_e4m3 reserved": dtype_color("fp8_e4m3"),
+                       "KV fp8_e4m3 held": dtype_color("fp8_e4m3"),
+                       "fit bf16": dtype_color("bf16"), "fit fp8_e4m3": dtype_color("fp8_e4m3")}
+    assert dtype_color("bf16") != dtype_color("fp8_e4m3")
+
+
+def test_pareto_colours_one_per_accelerator_and_a_log_axis_past_a_30x_spread() -> None:
+    """Issue #33 item 6: H100-SXM and A100-40GB-PCIe no longer share a blue; every accelerator of
+    the catalogue has its own colour; one 100× outlier turns the cost axis logarithmic."""
+    from kvplan.presets import gpus
+    from kvplan.ui.recommend_view import pareto_figure
+    from kvplan.ui.theme import gpu_color
+
+    assert len({gpu_color(g) for g in gpus()}) == len(gpus())
+    assert gpu_color("h100-sxm") != gpu_color("a100-40gb-pcie")
+    ranked = pd.DataFrame({"gpu": ["h100-sxm", "a100-40gb-pcie", "h200"], "tpot_ms": [10.0, 20.0, 30.0],
+                           "cost_per_m_tokens": [1.0, 2.0, 100.0], "tp": [1, 1, 1], "pp": [1, 1, 1],
+                           "ep": [1, 1, 1], "kv_dtype": ["bf16"] * 3, "weight_dtype": ["auto"] * 3,
+                           "total_gpus": [1, 1, 1]})
+    fig = pareto_figure(ranked, "$")
+    colors = {t.name: t.marker.color for t in fig.data if t.mode == "markers"}
+    assert colors == {g: gpu_color(g) for g in ("a100-40gb-pcie", "h100-sxm", "h200")}
+    assert fig.layout.yaxis.type == "log"
+    assert pareto_figure(ranked.iloc[:2], "$").layout.yaxis.type == "linear"
+    assert fig.layout.legend.orientation == "v" and fig.layout.legend.x == 1.02

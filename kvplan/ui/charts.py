@@ -17,6 +17,7 @@ from kvplan.ui.theme import (
     GIB,
     KIND_COLORS,
     MEMORY_COLORS,
+    SIDE_LEGEND,
     apply_template,
     dtype_color,
     exact_bytes,
@@ -25,11 +26,24 @@ from kvplan.ui.theme import (
 _HEIGHT = 430
 
 
+def wrap_title(title: str, width: int = 40) -> str:
+    """``title`` in lines of at most ``width`` characters joined by ``<br>`` (plotly never wraps a
+    title: on a 390 px phone a longer line is cut at the edge)."""
+    lines: list[str] = []
+    for word in title.split(" "):
+        if lines and len(lines[-1]) + 1 + len(word) <= width:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return "<br>".join(lines)
+
+
 def _layout(fig: go.Figure, title: str, **kwargs: Any) -> go.Figure:
     apply_template(fig)  # explicit plotly_white, validated once per process (not per figure)
-    fig.update_layout(title=title, height=_HEIGHT, hovermode="closest",
-                      legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0},
-                      margin={"t": 90, "l": 70, "r": 20, "b": 60}, **kwargs)
+    text = wrap_title(title)
+    fig.update_layout(title=text, height=_HEIGHT, hovermode="closest", legend=SIDE_LEGEND,
+                      margin={"t": 36 + 22 * text.count("<br>") + 22, "l": 70, "r": 20, "b": 60},
+                      **kwargs)
     return fig
 
 
@@ -86,14 +100,24 @@ def kv_context_figure(df: pd.DataFrame, by_kind: pd.DataFrame | None, budget: in
                 name=f"{kind} layers ({part['kv_dtype'].iloc[0]})",
                 stackgroup="kinds", mode="lines", line={"color": KIND_COLORS.get(Kind(str(kind)), "#999")},
                 hovertemplate="%{x:,} tokens<br>%{y:,.3f} GiB<extra>" + str(kind) + " layers</extra>"))
+    stacked = by_kind is not None and not by_kind.empty
     for dtype, part in df.groupby("kv_dtype", sort=False):
         # GiB on hover, no per-point exact-bytes strings: they were 60 % of the figure's JSON
-        # (the CSV and the key numbers carry the exact bytes)
+        # (the CSV and the key numbers carry the exact bytes). The solid line is what the engine's
+        # pool reserves — the figure the budget line is compared with; held bytes, when they
+        # differ (blocks, windows, padding), a thinner dotted line of the same colour.
+        color = dtype_color(str(dtype))
+        reserved = part["reserved_bytes"] if "reserved_bytes" in part else part["kv_bytes"]
         fig.add_trace(go.Scatter(
-            x=part["tokens"], y=part["kv_bytes"] / GIB, name=str(dtype), mode="lines",
-            line={"color": dtype_color(str(dtype)), "width": 2.5,
-                  "dash": "dot" if by_kind is not None and not by_kind.empty else "solid"},
-            hovertemplate="%{x:,} tokens<br>%{y:,.3f} GiB<extra>" + str(dtype) + "</extra>"))
+            x=part["tokens"], y=reserved / GIB, name=f"{dtype} reserved", mode="lines",
+            legendgroup=str(dtype),
+            line={"color": color, "width": 2.5, "dash": "dash" if stacked else "solid"},
+            hovertemplate="%{x:,} tokens<br>%{y:,.3f} GiB reserved<extra>" + str(dtype) + "</extra>"))
+        if not reserved.equals(part["kv_bytes"]):
+            fig.add_trace(go.Scatter(
+                x=part["tokens"], y=part["kv_bytes"] / GIB, name=f"{dtype} held", mode="lines",
+                legendgroup=str(dtype), line={"color": color, "width": 1.5, "dash": "dot"},
+                hovertemplate="%{x:,} tokens<br>%{y:,.3f} GiB held<extra>" + str(dtype) + "</extra>"))
     _budget_line(fig, budget, log=log_axes)
     if not log_axes:  # the linear grid follows the chosen length anyway; the log chart does not
         marker_line(fig, "x", tokens, "#555", "dot", f"{tokens:,} tokens", log_axes)
@@ -103,8 +127,9 @@ def kv_context_figure(df: pd.DataFrame, by_kind: pd.DataFrame | None, budget: in
     fig.update_xaxes(title="context length (tokens)", type=axis)
     fig.update_yaxes(title="KV cache per GPU (GiB, 1 GiB = 2^30 B)", type=axis)
     if log_axes:  # stacked areas fill down to 0, which would stretch a log axis to 1e-300
-        values = [v for frame in (df, by_kind) if frame is not None and not frame.empty
-                  for v in (frame["kv_bytes"] / GIB).tolist() if v > 0]
+        values = [v for frame, column in ((df, "kv_bytes"), (df, "reserved_bytes"), (by_kind, "kv_bytes"))
+                  if frame is not None and not frame.empty and column in frame
+                  for v in (frame[column] / GIB).tolist() if v > 0]
         if budget:
             values.append(budget / GIB)
         if values:

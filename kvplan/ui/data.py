@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -11,16 +12,26 @@ from kvplan.capacity import FitResult, capacity_sweep, fit
 from kvplan.errors import KVPlanError
 from kvplan.plan import Plan
 from kvplan.presets import gpus
-from kvplan.sizing import exact_outer, sweep, sweep_by_kind, token_grid
+from kvplan.sizing import exact_outer, pool_reserved, sweep, sweep_by_kind, token_grid
 
 CONTEXT_GRID = (512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144, 524288, 1048576)
 USERS_GRID = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
 
-def context_grid(tokens: int, log_x: bool, limit: int = 10_000_000, points: int = 161) -> np.ndarray:
-    """Context lengths to plot: 1..10M log-spaced — the same grid whatever the chosen length, so a
-    new length re-sends an identical chart (the browser skips the redraw) — or 1..2× the chosen
-    length (linear)."""
+AXIS_END = 10_000_000
+
+
+def _axis_end(plan: Plan) -> int:
+    """Where the context axis stops: the power of ten above 1.5 × the longer of the model's context
+    limit and the chosen length (at most 10M) — one grid for every length up to there, so a new
+    length re-sends an identical chart (the browser skips the redraw)."""
+    longest = max(plan.context_limit or AXIS_END, plan.query.tokens)
+    return int(min(10 ** math.ceil(math.log10(max(longest, 1) * 1.5)), AXIS_END))
+
+
+def context_grid(tokens: int, log_x: bool, limit: int = AXIS_END, points: int = 161) -> np.ndarray:
+    """Context lengths to plot: 1..``limit`` log-spaced (``_axis_end``) or 1..2× the chosen length
+    (linear)."""
     if log_x:
         return token_grid(1, 1, limit, points)
     return token_grid(tokens, 1, min(max(2 * tokens, 1024), limit), points, log=False)
@@ -28,12 +39,15 @@ def context_grid(tokens: int, log_x: bool, limit: int = 10_000_000, points: int 
 
 def kv_vs_context(plan: Plan, kv_dtypes: list[str],
                   log_x: bool) -> tuple[pd.DataFrame, list[str]]:
-    """Held KV bytes (per GPU rank) of ``users`` requests over context length, one block per dtype."""
-    t = context_grid(plan.query.tokens, log_x)
+    """KV bytes (per GPU rank) of ``users`` requests over context length, one block per dtype:
+    held (``kv_bytes``) and what the engine's pool reserves (``reserved_bytes``,
+    ``sizing.pool_reserved``: the figure the budget is compared with)."""
+    t = context_grid(plan.query.tokens, log_x, _axis_end(plan))
     frames, errors = [], []
     for dtype in kv_dtypes:
         try:
             frame = sweep(plan, t, [plan.query.users], [dtype])
+            frame["reserved_bytes"] = pool_reserved(plan.vary(kv_dtype=dtype), t, plan.query.users)
         except KVPlanError as err:
             errors.append(f"{dtype}: {err}")
             continue
@@ -47,7 +61,7 @@ def kv_vs_context(plan: Plan, kv_dtypes: list[str],
 
 def kv_by_kind(plan: Plan, log_x: bool) -> pd.DataFrame:
     """Held bytes per layer kind (long format: tokens, kind, kv_bytes) for the first dtype."""
-    t = context_grid(plan.query.tokens, log_x)
+    t = context_grid(plan.query.tokens, log_x, _axis_end(plan))
     wide = sweep_by_kind(plan, t)
     long = wide.melt(id_vars="tokens", var_name="kind", value_name="kv_bytes")
     long["kv_dtype"] = plan.query.kv_dtype

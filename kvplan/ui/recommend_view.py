@@ -22,13 +22,15 @@ from kvplan.recommend import (
     failure_counts,
     ranked_rows,
     recommend,
+    unit_headers,
 )
+from kvplan.report import absolute_link
 from kvplan.scenario import Scenario, scenario_fit_query, scenario_plan
 from kvplan.serving import LengthDist, parse_lengths_csv
 from kvplan.ui.cached import cache_key, scenario_from_key
-from kvplan.ui.exports_ui import download_buttons
+from kvplan.ui.exports_ui import download_buttons, page_url
 from kvplan.ui.serving_state import ensure
-from kvplan.ui.theme import new_figure
+from kvplan.ui.theme import SIDE_LEGEND, gpu_color, new_figure
 
 TOP = 50
 PRESET_LABELS = {"mlperf-llama2-70b-interactive": "MLPerf Llama-2-70B interactive (450 / 40 ms, p99)",
@@ -197,12 +199,14 @@ def _calibration(scenario: Scenario, arch: ModelArch) -> float | None:
 
 
 def pareto_figure(ranked: pd.DataFrame, unit: str) -> go.Figure:
-    """Feasible candidates: cost per million output tokens against TPOT, one colour per accelerator;
-    the line joins the candidates no other beats on both."""
+    """Feasible candidates: cost per million output tokens against TPOT, one colour per accelerator
+    (``theme.gpu_color``, the same on every chart); the line joins the candidates no other beats on
+    both. A log cost axis when the costs span more than 30× (one outlier would squash the rest)."""
     fig = new_figure()
     for gpu_id, part in ranked.groupby("gpu", observed=True, sort=True):
         fig.add_trace(go.Scatter(
             x=part["tpot_ms"], y=part["cost_per_m_tokens"], mode="markers", name=str(gpu_id),
+            marker={"color": gpu_color(str(gpu_id))},
             customdata=part[["tp", "pp", "ep", "kv_dtype", "weight_dtype", "total_gpus"]].to_numpy(),
             hovertemplate="TPOT %{x:.2f} ms · %{y:.4f} per M tokens<br>TP %{customdata[0]} PP "
                           "%{customdata[1]} EP %{customdata[2]} · KV %{customdata[3]} · W %{customdata[4]}"
@@ -212,9 +216,12 @@ def pareto_figure(ranked: pd.DataFrame, unit: str) -> go.Figure:
     front = front[front["cost_per_m_tokens"] < best_so_far]
     fig.add_trace(go.Scatter(x=front["tpot_ms"], y=front["cost_per_m_tokens"], mode="lines",
                              name="Pareto front", line={"color": "black", "dash": "dot"}))
-    fig.update_layout(title="Cost per million output tokens vs TPOT (bounds; feasible candidates)",
-                      xaxis_title="TPOT bound (ms)", yaxis_title=f"{unit} per million output tokens",
-                      height=460, legend={"orientation": "h", "y": -0.2})
+    costs = ranked["cost_per_m_tokens"][ranked["cost_per_m_tokens"] > 0]
+    spread = float(costs.max() / costs.min()) if len(costs) else 1.0
+    fig.update_layout(title="Cost vs TPOT<br><sup>bounds; feasible candidates</sup>",
+                      xaxis_title="TPOT bound (ms)", yaxis_title=f"{unit} / M output tokens",
+                      yaxis_type="log" if spread > 30 else "linear",
+                      height=460, legend=SIDE_LEGEND, margin={"t": 70, "l": 70, "r": 20, "b": 60})
     return fig
 
 
@@ -249,7 +256,9 @@ def render(scenario: Scenario, arch: ModelArch, gpu: GPU) -> pd.DataFrame | None
         fig = pareto_figure(ranked, rec.cost_unit)
         st.plotly_chart(fig, theme=None, key="chart_recommend")
         rows = pd.DataFrame(ranked_rows(rec, scenario, TOP))
-        download_buttons("recommend", rows, fig, scenario)
+        base = page_url()
+        export = rows.assign(link=rows["link"].map(lambda q: absolute_link(q, base)))
+        download_buttons("recommend", export.rename(columns=unit_headers(rec.cost_unit)), fig, scenario)
         st.dataframe(rows, hide_index=True, key="table_recommend", column_config={
             "link": st.column_config.LinkColumn("open", display_text="open scenario"),
             "cost_per_m_tokens": st.column_config.NumberColumn(f"{rec.cost_unit} / M tokens",

@@ -32,6 +32,7 @@ class WidgetState(Protocol):
     def __contains__(self, key: str, /) -> bool: ...
     def __getitem__(self, key: str, /) -> Any: ...
     def __setitem__(self, key: str, value: Any, /) -> None: ...
+    def __delitem__(self, key: str, /) -> None: ...
     def get(self, key: str, default: Any, /) -> Any: ...
 
 
@@ -162,7 +163,12 @@ def _values(state: WidgetState) -> dict[str, Any]:
 
 
 def push(scenario: Scenario, state: WidgetState) -> list[str]:
-    """Set every ``sv_*`` widget from the link (or its default); one warning per rejected value."""
+    """Set every ``sv_*`` input from the link (or its default); one warning per rejected value.
+
+    Only the remembered values change here; the widget keys are dropped, and ``ensure`` sets each
+    from them when its widget is next drawn. A key set here while its widget is not drawn would
+    outlive the widget: Streamlit brings that value back after the tab that drew it closes (a
+    length of 8,192 from the first link returning in ``sv=`` after the context became 65,536)."""
     warnings: list[str] = []
     for key in scenario.serving:
         if key not in INPUTS:
@@ -176,7 +182,8 @@ def push(scenario: Scenario, state: WidgetState) -> list[str]:
             except (ValueError, TypeError) as exc:
                 warnings.append(MESSAGES["link.bad_value"].format(
                     key=f"sv:{key}", value=clip(text), why=str(exc)[:80]))
-        state[f"sv_{key}"] = value
+        if f"sv_{key}" in state:
+            del state[f"sv_{key}"]
         _values(state)[key] = value
         _defaults(state)[key] = spec.default(scenario, state)
     return warnings

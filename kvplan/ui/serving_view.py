@@ -45,7 +45,7 @@ from kvplan.serving import (
 from kvplan.ui.cached import cache_key, primary_fit, scenario_from_key
 from kvplan.ui.charts import limit_line, marker_line
 from kvplan.ui.serving_state import NOCACHE_METRICS, PREFIX_ENGINES, SOURCES, bounds, ensure
-from kvplan.ui.theme import figure_from_dict, new_figure
+from kvplan.ui.theme import SIDE_LEGEND, figure_from_dict, new_figure
 
 GIB = 1 << 30
 #: At most this many points per series (the users axis is sampled, never one point per user).
@@ -90,7 +90,7 @@ def _guard(body: Callable[[], None]) -> None:
 def _fig(title: str, x: str, y: str) -> go.Figure:
     fig = new_figure()  # explicit plotly_white template (kvplan.ui.theme.apply_template)
     fig.update_layout(title=title, xaxis_title=x, yaxis_title=y, height=420,
-                      hovermode="x unified", legend={"orientation": "h", "y": -0.2})
+                      hovermode="x unified", legend=SIDE_LEGEND)
     return fig
 
 

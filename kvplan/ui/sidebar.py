@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import Any, Literal
 
 import streamlit as st
 
@@ -21,24 +21,27 @@ from kvplan.engines import (
     has_release_choice,
     release_choices,
 )
-from kvplan.errors import MESSAGES, KVPlanError, md
+from kvplan.errors import MESSAGES, KVPlanError, md, md_link_target, md_name
 from kvplan.plan import resolve_engine
 from kvplan.presets import GPU, gpus, model_presets
 from kvplan.scenario import (
     BOUNDS,
     CUSTOM_GPU,
     CUSTOM_MODEL,
+    MAX_CONTEXT_TOKENS,
     Scenario,
+    closest_names,
     custom_arch,
     link_config,
     scenario_arch,
     scenario_gpu,
+    unusable_names,
 )
 from kvplan.scenario import check_names as check_scenario_names
 from kvplan.ui import lazy, serving_state, weights_view
 from kvplan.ui.theme import fmt_tokens
 
-MAX_UI_TOKENS = 10_000_000
+MAX_UI_TOKENS = MAX_CONTEXT_TOKENS
 #: Log-spaced context lengths for the slider (the current value is always added).
 TOKEN_STEPS = sorted({1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, MAX_UI_TOKENS}
                      | {2**k for k in range(0, 24)})
@@ -120,11 +123,78 @@ def sync_from_url() -> list[str]:
     for key in st.query_params:  # a repeated key keeps every value (from_query refuses it)
         values = st.query_params.get_all(key)
         url_now[key] = values[0] if len(values) == 1 else values
-    if url_now == st.session_state.get("_url_written"):
+    state = st.session_state
+    if url_now == state.get("_url_written"):
         return []
+    blocked = state.get("_blocked_link")
+    if blocked is not None and blocked["query"] == url_now:  # the typed link, still unanswered
+        return list(blocked["warnings"])
     scenario, warnings = Scenario.from_query(url_now)
     scenario, more = check_names(scenario)
-    return warnings + more + push_to_session(scenario)
+    warnings = warnings + more + push_to_session(scenario)
+    if missing := unusable_names(url_now, scenario):
+        # the model and accelerator problems are said by the blocked-link message instead (no CLI
+        # hint); a config's own problem stays a warning, which the message points to
+        keys = {"m" if key == "c" else key for key, _ in missing}
+        warnings = [w for w in warnings if not any(w.startswith(f"link parameter '{k}'=") for k in keys)]
+        state["_blocked_link"] = {"query": url_now, "missing": missing, "warnings": warnings,
+                                  "widgets": None}
+    else:
+        state.pop("_blocked_link", None)
+    return warnings
+
+
+#: What each link key the blocked-link message can name asks for.
+LINK_NOUNS = {"m": "model", "g": "accelerator", "c": "model"}
+
+
+def blocked_link(scenario: Scenario) -> dict[str, Any] | None:
+    """The link as typed while its model or accelerator cannot be used and the user has changed
+    nothing since (``sync_from_url``): then no answer is shown for the stand-in defaults and the
+    URL is not rewritten. The first change in the sidebar ends it."""
+    state = st.session_state
+    blocked = state.get("_blocked_link")
+    if blocked is None:
+        return None
+    query = scenario.to_query()
+    if blocked["widgets"] is None:  # the first run after the link: what the widgets then say
+        blocked["widgets"] = query
+    if blocked["widgets"] == query:
+        return dict(blocked)
+    del state["_blocked_link"]
+    return None
+
+
+def render_blocked_link(blocked: dict[str, Any]) -> None:
+    """What the link asked, what is missing, the closest presets (each a link: the typed one with
+    that value), and that nothing else is answered until the user picks one."""
+    from urllib.parse import quote
+
+    query: dict[str, Any] = blocked["query"]
+    lines = []
+    for key, value in blocked["missing"]:
+        if key == "c":
+            lines.append("The link's config.json (c=…) cannot be used (see the note below), so there "
+                         "is no model to plan for.")
+            continue
+        kind: Literal["model", "gpu"] = "model" if key == "m" else "gpu"
+        known = "a model preset" if kind == "model" else "an accelerator"
+        text = f"This link asks for the {LINK_NOUNS[key]} **{md_name(value)}**, which is not {known} here."
+        matches = closest_names(value, kind)
+        if matches:
+            links = []
+            for match in matches:
+                fixed = {**{k: v for k, v in query.items() if isinstance(v, str)}, key: match}
+                target = "?" + "&".join(f"{quote(k, safe='')}={quote(v, safe=',')}" for k, v in fixed.items())
+                links.append(f"[{md_name(match)}]({md_link_target(target)})")
+            text += " Closest: " + ", ".join(links) + "."
+        else:
+            text += (" No preset is close; choose one in the sidebar"
+                     + (" or upload its config.json (Use your own config.json)." if kind == "model" else "."))
+        lines.append(text)
+    lines.append("No answer is shown for another model or accelerator: the sidebar shows the defaults "
+                 "until you choose, and the link stays as typed until you change something.")
+    st.error("\n\n".join(lines))
 
 
 def write_url(scenario: Scenario) -> None:
@@ -160,11 +230,21 @@ def _on_upload() -> None:
 
 def _on_paste() -> None:
     text = st.session_state.get("w_paste") or ""
+    if not text.strip() and st.session_state.get("_paste_used"):
+        return  # Ctrl+Enter and the button in one rerun: the commit already used the text
     if not text.strip():
         st.session_state["_config_error"] = MESSAGES["config.empty"].format(source="pasted config.json")
         return
     if _use_config(text, "pasted config.json") or len(text) > MAX_CONFIG_BYTES:
         st.session_state["w_paste"] = ""  # the model keeps what it needs; free the text
+
+
+def _on_paste_changed() -> None:
+    """Ctrl+Enter (⌘+Enter) or leaving the box commits its text: use it as the button would; a
+    cleared box is no request."""
+    if (st.session_state.get("w_paste") or "").strip():
+        _on_paste()
+        st.session_state["_paste_used"] = True  # until this rerun's script runs (render_sidebar)
 
 
 def _on_tokens_slider() -> None:
@@ -215,9 +295,11 @@ def render_sidebar() -> Scenario:
                               on_change=_on_upload, help="A Hugging Face config.json; the link "
                                                          "will carry its architecture keys.")
             box.text_area("…or paste config.json", key="w_paste", height=120,
-                          max_chars=MAX_CONFIG_BYTES,
+                          max_chars=MAX_CONFIG_BYTES, on_change=_on_paste_changed,
+                          help="Ctrl+Enter (⌘+Enter), clicking outside the box or the button uses it.",
                           placeholder='{"model_type": "llama", "num_hidden_layers": 32, ...}')
             box.button("Use pasted config", key="w_paste_go", on_click=_on_paste)
+    state.pop("_paste_used", None)  # the callbacks of this rerun are done
     if state.get("_config_error"):
         sb.error(md(state.pop("_config_error") + " — keeping the previous model."))
     weights_view.render_inputs(sb)

@@ -6,19 +6,19 @@ from functools import cache
 from typing import Any
 
 from kvplan.arch import Kind
-from kvplan.dtypes import KV_DTYPE_CHOICES
+from kvplan.colors import DTYPE_COLORS, dtype_color  # re-exported: the views' one import of colours
 from kvplan.png import TEMPLATE
 
 GIB = 1 << 30
 GB = 10**9
+__all__ = ["DTYPE_COLORS", "GPU_PALETTE", "SIDE_LEGEND", "dtype_color", "gpu_color"]
 
-#: One fixed colour per KV dtype so a dtype looks the same on every chart.
-_PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
-            "#7f7f7f", "#bcbd22", "#17becf", "#393b79", "#637939")
-DTYPE_COLORS: dict[str, str] = {
-    name: _PALETTE[i % len(_PALETTE)] for i, name in enumerate(KV_DTYPE_CHOICES)}
-DTYPE_COLORS.update({"fp16": "#4c78a8", "bf16": "#1f77b4", "fp8_e4m3": "#ff7f0e",
-                     "fp8_e5m2": "#f2b134", "fp32": "#7f7f7f"})
+#: One colour per accelerator (plotly's Dark24, dark enough on white), by the catalogue's sorted
+#: order: an accelerator keeps its colour on every chart whatever else is drawn beside it.
+GPU_PALETTE = ("#2E91E5", "#E15F99", "#1CA71C", "#FB0D0D", "#DA16FF", "#222A2A", "#B68100",
+               "#750D86", "#EB663B", "#511CFB", "#00A08B", "#FB00D1", "#FC0080", "#B2828D",
+               "#6C7C32", "#778AAE", "#862A16", "#A777F1", "#620042", "#1616A7", "#DA60CA",
+               "#6C4516", "#0D2A63", "#AF0038")
 DESIGN_COLORS: dict[str, str] = {"real": "#111111", "mha": "#d62728", "gqa": "#1f77b4",
                                  "swa": "#2ca02c", "mla": "#9467bd"}
 KIND_COLORS: dict[Kind, str] = {Kind.FULL: "#1f77b4", Kind.SLIDING: "#2ca02c", Kind.CHUNKED: "#17becf",
@@ -27,6 +27,12 @@ KIND_COLORS: dict[Kind, str] = {Kind.FULL: "#1f77b4", Kind.SLIDING: "#2ca02c", K
 MEMORY_COLORS: dict[str, str] = {"weights": "#6b6b6b", "kv": "#1f77b4", "kv_over": "#d62728",
                                  "reserve": "#f2b134", "held_back": "#c7c7c7", "free": "#d9f0d3"}
 BUDGET_COLOR = "#d62728"
+#: Every chart's legend: a column right of the plot. Plotly widens the right margin to fit it
+#: (``margin.autoexpand``), so at 1440 px and on a 390 px phone it never covers the title, an axis
+#: title or the data — a row above the plot overlaps the title once it wraps, one below it the
+#: x-axis title (``tests/browser/test_charts_layout.py`` checks the boxes at both widths).
+SIDE_LEGEND: dict[str, Any] = {"orientation": "v", "x": 1.02, "xanchor": "left", "y": 1.0,
+                               "yanchor": "top"}
 
 
 #: The parts of ``plotly_white`` a 2-D chart uses; 3-D, polar, geo and other trace defaults are
@@ -80,8 +86,18 @@ def figure_from_dict(spec: dict[str, Any]) -> Any:
     return go.Figure(spec, _validate=False)
 
 
-def dtype_color(name: str) -> str:
-    return DTYPE_COLORS.get(name, "#333333")
+@cache
+def _gpu_order() -> dict[str, int]:
+    from kvplan.presets import gpus
+
+    return {gpu_id: i for i, gpu_id in enumerate(sorted(gpus()))}
+
+
+def gpu_color(gpu_id: str) -> str:
+    """The colour of one accelerator on every chart (``GPU_PALETTE`` by catalogue order; a custom
+    accelerator is black). Distinct for the first ``len(GPU_PALETTE)`` accelerators."""
+    index = _gpu_order().get(gpu_id)
+    return "#000000" if index is None else GPU_PALETTE[index % len(GPU_PALETTE)]
 
 
 def fmt_bytes(n: float | int | None) -> str:

@@ -361,7 +361,10 @@ def render_kv_context(scenario: Scenario, arch: ModelArch) -> pd.DataFrame:
                  for dtype, r in answers(cache_key(scenario)).items() if not isinstance(r, str)]
     notes = [f"At the chosen {scenario.tokens:,} tokens, {plural(scenario.users, 'request')} reserve "
              + ", ".join(at_length) + " per GPU.",
-             "Per GPU rank (tensor-parallel share); the dashed red line is the KV budget of one GPU."]
+             "Per GPU rank (tensor-parallel share). Each dtype's solid line is what the engine "
+             "reserves (its pool: whole blocks, window + scheduled tokens) — the figure compared with "
+             "the dashed red KV budget of one GPU; the dotted line of the same colour is what the "
+             "requests hold."]
     if scenario.pp > 1:
         notes.append("With PP > 1 the curve counts every layer; each stage holds only its own layers.")
     if not scenario.stack_kinds and any(k.windowed for k in arch.kind_counts()):
@@ -442,9 +445,14 @@ def render_designs(scenario: Scenario) -> pd.DataFrame:
     fig = figure_from_dict(_designs_fig(cache_key(scenario)))
     st.plotly_chart(fig, theme=None, key="chart_designs")
     ok = df[df["error"] == ""]
+    per_token = dict(zip(ok["design"], ok["kv_bytes_per_token"].tolist(), strict=True))
+    why_swa = (" A sliding window stores a token in as many bytes as GQA (the same KV heads and "
+               "head size); it saves by keeping only the window's last tokens per layer, so its KV per "
+               "request and requests that fit differ, not its bytes per token."
+               if "swa" in per_token and per_token.get("swa") == per_token.get("gqa") else "")
     st.caption("KV bytes per token (whole model, full length, KV " + md_name(scenario.kv_dtypes[0]) + "): "
                + " · ".join(f"{md(label)} {int(value):,} B" for label, value in
-                            zip(ok["label"], ok["kv_bytes_per_token"].tolist(), strict=True)))
+                            zip(ok["label"], ok["kv_bytes_per_token"].tolist(), strict=True)) + "." + why_swa)
     st.markdown("**Assumptions**\n" + "\n".join(f"- {md(n)}" for n in notes))
     # every design failing (e.g. PP above the layer count) leaves only label/model/error columns
     table = df.reindex(columns=["label", "model", "kv_bytes_per_token", "kv_bytes_per_request",

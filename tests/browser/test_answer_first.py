@@ -80,7 +80,7 @@ def test_context_limit_is_flagged_and_drawn(page: Page, app_url: str) -> None:
     expect(answer).to_contain_text("VLLM_ALLOW_LONG_MAX_MODEL_LEN=1")
     expect(answer).to_contain_text("use at most 4,096 tokens per request")
     chart = _layouts(page)[0]
-    assert chart["title"].startswith("KV cache of 1 request(s) vs context length"), chart
+    assert chart["title"].replace("<br>", " ").startswith("KV cache of 1 request(s) vs context length"), chart
     assert "model limit 4,096" in chart["annotations"], chart
 
 

@@ -34,11 +34,15 @@ def _no_markup_from_user(page: Page) -> None:
 
 
 def test_link_values_in_warnings_render_as_text(page: Page, app_url: str):
+    """Issue #33: an unusable model and GPU get the blocked-link message (no answer), each value
+    shown as typed."""
     model, gpu = f"![a]({EVIL}/a.png)", f"[click]({EVIL})"
-    _open(page, f"{app_url}/?v=1&m={quote(model)}&g={quote(gpu)}&t=4096")
-    warnings = page.get_by_test_id("stAlertContentWarning")
-    expect(warnings.first).to_contain_text(f"link parameter 'm'='{model}' was not used")
-    expect(warnings.nth(1)).to_contain_text(f"link parameter 'g'='{gpu}' was not used")
+    page.goto(f"{app_url}/?v=1&m={quote(model)}&g={quote(gpu)}&t=4096")
+    error = page.get_by_test_id("stAlertContentError")
+    expect(error.first).to_contain_text(f"asks for the model {model}, which", timeout=LOAD_MS)
+    expect(error.first).to_contain_text(f"asks for the accelerator {gpu}, which")
+    page.wait_for_selector(IDLE, timeout=LOAD_MS)
+    assert page.get_by_test_id("stMetric").count() == 0
     _no_markup_from_user(page)
 
 

@@ -246,6 +246,7 @@ class VllmPagedPool(KVPool):
         self.bytes_per_block = int(per_block.max())
         self.block_size = pool.block_size
         self.capacity = max(self.num_blocks - (1 if null_block else 0), 0)
+        self.null_block = null_block
         self.logged_tokens = logged_tokens
 
     def blocks(self, L: np.ndarray) -> np.ndarray:
@@ -326,8 +327,10 @@ class VllmPagedPool(KVPool):
             "kv_pool_tokens": f"int({conc:.6f} × {L:,}) = {int(conc * L):,}"
             if self.logged_tokens == "concurrency" else
             f"{int(self.pool_tokens(np.asarray([L]))[0]):,} ({self.logged_tokens} formula of this release)",
-            "max_requests": f"{self.capacity:,} usable blocks // {bpr:,} = "
-                            f"{self.capacity // bpr if bpr else 0:,}",
+            "max_requests": f"{self.capacity:,} usable blocks"
+                            + (f" ({self.num_blocks:,} − 1: the null block, which no request gets; "
+                               "v1/core/block_pool.py BlockPool.__init__)" if self.null_block else "")
+                            + f" // {bpr:,} = {self.capacity // bpr if bpr else 0:,}",
         }
 
 
