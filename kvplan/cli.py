@@ -430,20 +430,20 @@ def _checkpoint_report(args: argparse.Namespace, arch: ModelArch, query: FitQuer
 
 
 def cmd_models(args: argparse.Namespace) -> int:
-    from kvplan.presets import load_model, model_presets
+    from kvplan.catalogue import model_rows
+    from kvplan.plan import resolve_engine
 
-    rows: list[dict[str, Any]] = []
-    for preset_id, preset in model_presets().items():
-        arch = load_model(preset_id)
-        rows.append({"id": preset_id, "name": preset.name, "layers": arch.n_layers,
-                     "kinds": arch.kind_counts(), "params_total": arch.params_total,
-                     "params_active": arch.params_active})
+    rows = model_rows(resolve_engine(DEFAULT_ENGINE))
     if args.json:
         print(json.dumps(rows))
-    else:
-        for row in rows:
-            kinds = ", ".join(f"{k} {v}" for k, v in row["kinds"].items())
-            print(f"{row['id']:22s} {row['name']:26s} {row['params_total'] / 1e9:8.2f}B  {kinds}")
+        return 0
+    print(f"{'Hub id':52s} {'family':14s} {'format':18s} {'params':>9s} {'weights GB':>10s} "
+          f"{'context':>9s}  alias")
+    for row in rows:
+        alias = row["alias"] if row["alias"] != row["id"] else ""
+        context = f"{row['context_length']:,}" if row["context_length"] else "?"
+        print(f"{row['id']:52s} {row['family']:14s} {row['format']:18s} "
+              f"{row['params_total'] / 1e9:8.2f}B {row['weights_bytes'] / 1e9:10.2f} {context:>9s}  {alias}")
     return 0
 
 

@@ -1,0 +1,101 @@
+"""Model presets by Hub repo id: the lookup, the refusal of unknown ids, ``kvplan models`` and
+``fit --model <hub id>`` over every preset (offline), and each preset's weights against its
+safetensors index ``metadata.total_size``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from cli_helpers import run_cli
+
+from kvplan.catalogue import model_rows
+from kvplan.cli import main
+from kvplan.engines import get_engine
+from kvplan.errors import KVPlanError
+from kvplan.presets import find_preset, load_model, model_presets
+from kvplan.weights import weights_per_gpu
+
+HUB_IDS = sorted(p.hf_repo for p in model_presets().values())
+
+
+def test_hub_ids_are_unique_and_resolve_case_insensitively():
+    table = model_presets()
+    assert len(HUB_IDS) == len(set(h.lower() for h in HUB_IDS)) == len(table)
+    assert find_preset("Qwen/Qwen3-8B") is find_preset("qwen/QWEN3-8b") is find_preset("qwen3-8b")
+    assert find_preset("OPENAI/gpt-oss-20b").id == "gpt-oss-20b"
+    assert "META-LLAMA/llama-3.1-8b" in table and "meta-llama/Llama-3.1-9B" not in table
+    assert load_model("Qwen/Qwen3-8B") is load_model("qwen3-8b")
+
+
+def test_search_finds_a_preset_by_any_part_of_its_id():
+    assert [p.hf_repo for p in model_presets().search("gpt-oss")] == ["openai/gpt-oss-120b",
+                                                                      "openai/gpt-oss-20b"]
+    assert {p.hf_repo for p in model_presets().search("MIXTRAL")} == {"mistralai/Mixtral-8x7B-v0.1"}
+
+
+def test_unknown_id_is_refused_with_the_closest_presets_and_the_ways_to_supply_a_model():
+    with pytest.raises(KVPlanError) as err:
+        find_preset("Qwen/Qwen3-8B-Instrukt")
+    text = str(err.value)
+    assert err.value.code == "unknown.model"
+    assert "did you mean Qwen/Qwen3-8B" in text
+    for way in ("paste or upload", "--config", "--checkpoint DIR", "--hf-id"):
+        assert way in text
+
+
+def test_misspelt_id_exits_2_with_did_you_mean():
+    code, out, message = run_cli(["fit", "--model", "meta-llama/Llama-3.1-8", "--gpu", "h100-sxm",
+                                  "--tokens", "1024"])
+    assert (code, out, message.count("\n")) == (2, "", 1)
+    assert message.startswith("kvplan: error: no preset is the checkpoint 'meta-llama/Llama-3.1-8'")
+    assert "did you mean meta-llama/Llama-3.1-8B" in message
+
+
+def test_models_json_rows(capsys):
+    assert main(["models", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["id"] for r in rows] == sorted(HUB_IDS, key=str.lower)
+    llama = next(r for r in rows if r["id"] == "meta-llama/Llama-3.1-8B")
+    # 8,030,261,248 bf16 parameters, as transformers counts them (test_param_counts)
+    assert (llama["alias"], llama["family"], llama["format"], llama["params_total"],
+            llama["weights_bytes"], llama["context_length"]) == (
+        "llama-3.1-8b", "llama", "bf16", 8_030_261_248, 2 * 8_030_261_248, 131_072)
+    oss = next(r for r in rows if r["id"] == "openai/gpt-oss-20b")
+    assert oss["format"] == "mxfp4"
+
+
+@pytest.mark.parametrize("hub_id", HUB_IDS)
+def test_fit_by_hub_id_works_offline_for_every_preset(hub_id, capsys):
+    """``kvplan fit --model <hub id>`` (an upper-cased id, to hold the case rule too) gives the
+    preset's weights: the JSON's whole-model weights are ``weights_per_gpu``'s at TP 1."""
+    assert main(["fit", "--model", hub_id.upper(), "--gpu", "b200", "--tokens", "1024",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["weights_total_bytes"] == weights_per_gpu(load_model(hub_id)).total_bytes
+
+
+def _index_cases() -> list[str]:
+    return sorted(p.id for p in model_presets().values() if p.index_total_size)
+
+
+@pytest.mark.parametrize("preset_id", _index_cases())
+def test_weights_as_stored_match_the_index_total_size(preset_id):
+    """Every part as the checkpoint stores it (``weights_per_gpu(...).total_by_part``, with the
+    MTP layers where the checkpoint ships them) against ``metadata.total_size``: within 0.5 %."""
+    preset = model_presets()[preset_id]
+    arch = load_model(preset_id)
+    stored = weights_per_gpu(arch, mtp=arch.mtp_layers > 0).total_bytes
+    assert preset.index_total_size is not None
+    error = abs(stored - preset.index_total_size) / preset.index_total_size
+    assert error <= 0.005, f"{preset.hf_repo}: {stored:,} vs index {preset.index_total_size:,} ({error:.3%})"
+
+
+def test_index_sources_are_named():
+    for preset in model_presets().values():
+        if preset.index_total_size:
+            assert preset.index_source.startswith("https://"), preset.hf_repo
+
+
+def test_rows_cover_every_preset():
+    assert len(model_rows(get_engine("vllm"))) == len(model_presets())
