@@ -46,6 +46,19 @@ class ModelPreset(BaseModel):
     #: stored tensor); None where the index was not retrieved (its source then says so).
     index_total_size: int | None = Field(default=None, ge=1)
     index_source: str = ""
+    #: ``hf_quant_config.json`` as published, where the checkpoint keeps its format there (ModelOpt
+    #: ≤ 0.29) and config.json has no ``quantization_config``; ``load_model`` then reads it as
+    #: the quantization_config, as vLLM does (``transformers_utils/config.py`` ``get_config``).
+    hf_quant_config: dict[str, Any] | None = None
+    hf_quant_config_source: str = ""
+
+    @property
+    def checkpoint_config(self) -> dict[str, Any]:
+        """config.json with the format as the engine reads it (``hf_quant_config.json`` merged in
+        when config.json has no ``quantization_config``)."""
+        if self.hf_quant_config is None or "quantization_config" in self.config:
+            return self.config
+        return {**self.config, "quantization_config": self.hf_quant_config}
     params_total: int
     params_active: int | None = None
     params_source: str = ""
@@ -205,7 +218,7 @@ def load_model(preset_id: str) -> ModelArch:
 @cache
 def _load_model(preset_id: str) -> ModelArch:
     preset = model_presets()[preset_id]
-    return parse_config(preset.config, name=preset.name, params_total=preset.params_total,
+    return parse_config(preset.checkpoint_config, name=preset.name, params_total=preset.params_total,
                         params_active=preset.params_active, params_source=preset.params_source,
                         source=preset.config_source)
 

@@ -31,7 +31,8 @@ def test_hub_ids_are_unique_and_resolve_case_insensitively():
 def test_search_finds_a_preset_by_any_part_of_its_id():
     assert [p.hf_repo for p in model_presets().search("gpt-oss")] == ["openai/gpt-oss-120b",
                                                                       "openai/gpt-oss-20b"]
-    assert {p.hf_repo for p in model_presets().search("MIXTRAL")} == {"mistralai/Mixtral-8x7B-v0.1"}
+    assert {p.hf_repo for p in model_presets().search("MIXTRAL")} == {"mistralai/Mixtral-8x7B-v0.1",
+                                                                     "mistralai/Mixtral-8x22B-v0.1"}
 
 
 def test_unknown_id_is_refused_with_the_closest_presets_and_the_ways_to_supply_a_model():
@@ -99,3 +100,39 @@ def test_index_sources_are_named():
 
 def test_rows_cover_every_preset():
     assert len(model_rows(get_engine("vllm"))) == len(model_presets())
+
+
+def test_presets_readme_table_is_the_catalogue():
+    """``presets/README.md``'s model table is ``markdown_table(model_rows(vLLM))`` (regenerate it
+    with that function when a preset changes)."""
+    from kvplan.catalogue import TABLE_END, TABLE_START, markdown_table
+    from kvplan.presets import PRESETS_DIR
+
+    text = (PRESETS_DIR / "README.md").read_text()
+    table = text[text.index(TABLE_START):text.index(TABLE_END) + len(TABLE_END)]
+    assert table == markdown_table(model_rows(get_engine("vllm")))
+
+
+def test_hf_quant_config_is_read_as_the_quantization_config():
+    """nvidia/Llama-3.1-70B-Instruct-FP8 keeps its format in hf_quant_config.json (ModelOpt 0.23:
+    quant_algo FP8, exclude_modules ['lm_head']); config.json has no quantization_config. vLLM's
+    ``get_config`` reads the file as the quantization_config. Stored bytes: every linear of the 80
+    layers FP8 (68,451,041,280 parameters − embeddings and head: 70,553,706,496 − 2 × 128,256 ×
+    8,192 − 161 × 8,192 norms) at 1 B, plus an fp32 weight scale and input scale per module (80 × 7
+    × 2 × 4 B = 4,480 B), bf16 embeddings + lm_head 2 × 1,050,673,152 × 2 B and norms 1,318,912 × 2
+    B: 72,656,376,192 B."""
+    preset = find_preset("nvidia/llama-3.1-70b-instruct-fp8")
+    assert "quantization_config" not in preset.config and preset.hf_quant_config is not None
+    layout = weights_per_gpu(load_model(preset.id))
+    assert layout.total_bytes == 68_451_041_280 + 4_480 + 4 * 1_050_673_152 + 2 * 1_318_912
+    assert layout.total_bytes == 72_656_376_192
+    assert layout.format_label.startswith("FP8 (e4m3, ModelOpt per-tensor scales) attention, mlp")
+
+
+def test_the_block_fp8_checkpoint_named_in_issue_25_is_sized_as_stored():
+    """Qwen/Qwen3-235B-A22B-FP8 (block 128×128 FP8, the checkpoint the issue's logs served): its
+    weights are half the bf16 release's plus one fp32 scale per block, not ×1.94 of them."""
+    fp8 = weights_per_gpu(load_model("Qwen/Qwen3-235B-A22B-FP8"))
+    bf16 = weights_per_gpu(load_model("Qwen/Qwen3-235B-A22B"))
+    assert fp8.format_label.startswith("FP8 (e4m3, 128×128 blocks) attention, experts")
+    assert (fp8.total_bytes, bf16.total_bytes) == (236_445_455_360, 470_187_269_120)
