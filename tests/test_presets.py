@@ -86,7 +86,7 @@ def test_weights_as_stored_match_the_index_total_size(preset_id):
     MTP layers where the checkpoint ships them) against ``metadata.total_size``: within 0.5 %."""
     preset = model_presets()[preset_id]
     arch = load_model(preset_id)
-    stored = weights_per_gpu(arch, mtp=arch.mtp_layers > 0).total_bytes
+    stored = weights_per_gpu(arch, mtp=arch.weights.mtp_layers > 0).total_bytes
     assert preset.index_total_size is not None
     error = abs(stored - preset.index_total_size) / preset.index_total_size
     assert error <= 0.005, f"{preset.hf_repo}: {stored:,} vs index {preset.index_total_size:,} ({error:.3%})"
@@ -136,3 +136,14 @@ def test_the_block_fp8_checkpoint_named_in_issue_25_is_sized_as_stored():
     bf16 = weights_per_gpu(load_model("Qwen/Qwen3-235B-A22B"))
     assert fp8.format_label.startswith("FP8 (e4m3, 128×128 blocks) attention, experts")
     assert (fp8.total_bytes, bf16.total_bytes) == (236_445_455_360, 470_187_269_120)
+
+
+def test_four_presets_equal_their_index_to_the_byte():
+    """The stored bytes kvplan lists part by part equal ``metadata.total_size`` exactly for the
+    presets whose index total was found: gpt-oss-20b (MXFP4 experts with one e8m0 scale per 32
+    values, everything else bf16, as stored) 13,761,264,768; gpt-oss-120b 65,248,815,744; Qwen3-8B 16,381,470,720 and
+    Llama-3.1-8B 16,060,522,496 (bf16: 2 B per parameter, 8,190,735,360 and 8,030,261,248)."""
+    totals = {p: weights_per_gpu(load_model(p)).total_bytes
+              for p in ("gpt-oss-20b", "gpt-oss-120b", "qwen3-8b", "llama-3.1-8b")}
+    assert totals == {p: model_presets()[p].index_total_size for p in totals}
+    assert totals["qwen3-8b"] == 2 * 8_190_735_360 and totals["llama-3.1-8b"] == 2 * 8_030_261_248
