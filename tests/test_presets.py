@@ -142,7 +142,8 @@ def test_four_presets_equal_their_index_to_the_byte():
     """The stored bytes kvplan lists part by part equal ``metadata.total_size`` exactly for the
     presets whose index total was found: gpt-oss-20b (MXFP4 experts with one e8m0 scale per 32
     values, everything else bf16, as stored) 13,761,264,768; gpt-oss-120b 65,248,815,744;
-    Qwen3-8B 16,381,470,720 and Llama-3.1-8B 16,060,522,496 (bf16: 2 B per parameter, 8,190,735,360 and 8,030,261,248)."""
+    Qwen3-8B 16,381,470,720 and Llama-3.1-8B 16,060,522,496 (bf16: 2 B per parameter,
+    8,190,735,360 and 8,030,261,248)."""
     totals = {p: weights_per_gpu(load_model(p)).total_bytes
               for p in ("gpt-oss-20b", "gpt-oss-120b", "qwen3-8b", "llama-3.1-8b")}
     assert totals == {p: model_presets()[p].index_total_size for p in totals}
