@@ -289,11 +289,17 @@ def _load_arch(args: argparse.Namespace) -> ModelArch:
         return load_model(args.model)
     if getattr(args, "checkpoint", None) is not None:
         from kvplan.checkpoint import read_checkpoint_dir
+        from kvplan.config_import import load_config_text, with_hf_quant_config
 
         folder = Path(args.checkpoint)
         config_path = folder / "config.json"
-        raw = read_limited(config_path, MAX_CONFIG_BYTES, "config.too_large")
-        arch = parse_config(raw, name=folder.resolve().name, source=str(config_path))
+        config = load_config_text(read_limited(config_path, MAX_CONFIG_BYTES, "config.too_large"))
+        quant_path = folder / "hf_quant_config.json"  # ModelOpt ≤ 0.29 keeps the format there
+        if isinstance(config, dict) and config.get("quantization_config") is None \
+                and quant_path.is_file():
+            hf_quant = load_config_text(read_limited(quant_path, MAX_CONFIG_BYTES, "config.too_large"))
+            config = with_hf_quant_config(config, hf_quant if isinstance(hf_quant, dict) else None)
+        arch = parse_config(config, name=folder.resolve().name, source=str(config_path))
         args.checkpoint_summary = read_checkpoint_dir(folder, arch.n_layers)
         return arch
     if getattr(args, "hf_id", None) is not None:

@@ -149,6 +149,15 @@ _RECURRENT = {"linear_attention", "mamba", "mamba2", "mamba1"}
 _NO_CACHE = {"dummy", "moe", "mlp", "none", "shared"}
 
 
+def with_hf_quant_config(config: dict[str, Any], hf_quant: dict[str, Any] | None) -> dict[str, Any]:
+    """config.json with the checkpoint's ``hf_quant_config.json`` as its ``quantization_config``
+    when config.json has none: ModelOpt ≤ 0.29 keeps the format only there, and vLLM reads it so
+    (``transformers_utils/config.py`` ``get_config``); a config that has one keeps it."""
+    if hf_quant is None or config.get("quantization_config") is not None:
+        return config
+    return {**config, "quantization_config": hf_quant}
+
+
 def load_config_text(raw: str | bytes) -> dict[str, Any]:
     """Parse config.json text; every failure is a KVPlanError naming what is wrong."""
     if isinstance(raw, bytes):

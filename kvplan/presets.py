@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from kvplan.arch import ModelArch
-from kvplan.config_import import parse_config
+from kvplan.config_import import parse_config, with_hf_quant_config
 from kvplan.errors import MESSAGES, KVPlanError, clip
 
 #: ``presets/`` of a source checkout, else the copy ``pip install .`` puts in the package
@@ -56,9 +56,7 @@ class ModelPreset(BaseModel):
     def checkpoint_config(self) -> dict[str, Any]:
         """config.json with the format as the engine reads it (``hf_quant_config.json`` merged in
         when config.json has no ``quantization_config``)."""
-        if self.hf_quant_config is None or "quantization_config" in self.config:
-            return self.config
-        return {**self.config, "quantization_config": self.hf_quant_config}
+        return with_hf_quant_config(self.config, self.hf_quant_config)
     params_total: int
     params_active: int | None = None
     params_source: str = ""
