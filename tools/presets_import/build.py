@@ -83,7 +83,57 @@ CHECKPOINTS: dict[str, str] = {
     "nvidia/Llama-3_3-Nemotron-Super-49B-v1": "Nemotron",
     "XiaomiMiMo/MiMo-7B-Base": "MiMo",
     "stepfun-ai/Step-3.7-Flash": "Step-3",
+    "Qwen/Qwen2.5-1.5B": "Qwen2.5",
+    "Qwen/Qwen3.6-35B-A3B": "Qwen3.6",
+    "nvidia/Qwen3-30B-A3B-NVFP4": "Qwen3",
+    "nvidia/Qwen3-32B-NVFP4": "Qwen3",
+    "deepseek-ai/DeepSeek-V3.1": "DeepSeek-V3.1",
+    "nvidia/DeepSeek-V3-0324-NVFP4": "DeepSeek-V3",
+    "deepseek-ai/DeepSeek-R1-Distill-Qwen-32B": "DeepSeek-R1-Distill",
+    "meta-llama/Llama-3.3-70B-Instruct": "Llama-3.3",
+    "moonshotai/Kimi-K2-Thinking": "Kimi-K2",
+    "zai-org/GLM-4.7-FP8": "GLM-4.7",
+    "zai-org/GLM-4.7-Flash": "GLM-4.7",
+    "poolside/Laguna-XS.2-FP8": "Laguna",
+    "poolside/Laguna-S-2.1-FP8": "Laguna",
 }
+
+#: Raw files not at the tip (renamed or removed later): file → (commit, path) of the version read.
+EARLIER_COPIES: dict[str, tuple[str, str]] = {
+    "Qwen--Qwen3.6-35B-A3B_config.json": ("abbac647cd87e18557a8cb398b347db2257a6a9a",
+             "src/aiconfigurator/model_configs/Qwen--Qwen3.6-35B-A3B_config.json"),
+    "deepseek-ai--DeepSeek-V3.1_config.json": ("39033e8cd1f8aa03770a7820bce974ea9238eff9",
+             "src/aiconfigurator/model_configs/deepseek-ai--DeepSeek-V3.1_config.json"),
+    "meta-llama--Llama-3.3-70B-Instruct_config.json": ("473ce5b6b44c7dd36516648be9b2fc7077aa7769",
+             "src/aiconfigurator/model_configs/meta-llama--Llama-3.3-70B-Instruct_config.json"),
+    "moonshotai--Kimi-K2-Thinking_config.json": ("d9219759f08e23642435057b0bd1e3d99e3940d5",
+             "src/aiconfigurator/model_configs/moonshotai--Kimi-K2-Thinking_config.json"),
+    "nvidia--DeepSeek-V3-0324-NVFP4_config.json": ("39033e8cd1f8aa03770a7820bce974ea9238eff9",
+             "src/aiconfigurator/model_configs/nvidia--DeepSeek-V3-0324-NVFP4_config.json"),
+    "nvidia--DeepSeek-V3-0324-NVFP4_hf_quant_config.json": ("39033e8cd1f8aa03770a7820bce974ea9238eff9",
+             "src/aiconfigurator/model_configs/nvidia--DeepSeek-V3-0324-NVFP4_hf_quant_config.json"),
+    "nvidia--Qwen3-30B-A3B-NVFP4_config.json": ("473ce5b6b44c7dd36516648be9b2fc7077aa7769",
+             "src/aiconfigurator/model_configs/nvidia--Qwen3-30B-A3B-NVFP4_config.json"),
+    "nvidia--Qwen3-30B-A3B-NVFP4_hf_quant_config.json": ("473ce5b6b44c7dd36516648be9b2fc7077aa7769",
+             "src/aiconfigurator/model_configs/nvidia--Qwen3-30B-A3B-NVFP4_hf_quant_config.json"),
+    "nvidia--Qwen3-32B-NVFP4_config.json": ("473ce5b6b44c7dd36516648be9b2fc7077aa7769",
+             "src/aiconfigurator/model_configs/nvidia--Qwen3-32B-NVFP4_config.json"),
+    "nvidia--Qwen3-32B-NVFP4_hf_quant_config.json": ("473ce5b6b44c7dd36516648be9b2fc7077aa7769",
+             "src/aiconfigurator/model_configs/nvidia--Qwen3-32B-NVFP4_hf_quant_config.json"),
+    "zai-org--GLM-4.7-FP8_config.json": ("19d098add98ab8ba2366c94795e9e886cdcc915c",
+             "src/aiconfigurator/model_configs/zai-org--GLM-4.7-FP8_config.json"),
+    "zai-org--GLM-4.7-Flash_config.json": ("19d098add98ab8ba2366c94795e9e886cdcc915c",
+             "src/aiconfigurator/model_configs/zai-org--GLM-4.7-Flash_config.json"),
+    "poolside--Laguna-XS.2-FP8_config.json": ("d063594d4745e789f0a552c44ce620abb78e5623",
+             "aic-core/src/aiconfigurator_core/model_configs/poolside--Laguna-XS.2-FP8_config.json"),
+    "poolside--Laguna-S-2.1-FP8_config.json": ("1cab08cb527eaf70c4aa270460f04de9e1a6167e",
+             "aic-core/src/aiconfigurator_core/model_configs/poolside--Laguna-S-2.1-FP8_config.json"),
+    "Qwen--Qwen2.5-1.5B_config.json": ("b5369e1fb89f7ad67b160c749227b415f4e7fe01",
+             "src/aiconfigurator/model_configs/Qwen--Qwen2.5-1.5B_config.json"),
+    "deepseek-ai--DeepSeek-R1-Distill-Qwen-32B_config.json": ("39033e8cd1f8aa03770a7820bce974ea9238eff9",
+             "src/aiconfigurator/model_configs/deepseek-ai--DeepSeek-R1-Distill-Qwen-32B_config.json"),
+}
+
 
 #: Hub repo id → (``metadata.total_size`` of model.safetensors.index.json, its source URL).
 INDEX_TOTALS: dict[str, tuple[int, str]] = {}
@@ -107,6 +157,10 @@ NOT_EXACT: dict[str, str] = {
     "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-FP8": "nemotron_h with latent MoE: kvplan counts "
                                                     "1,497B parameters for a model its name calls "
                                                     "120B",
+    "poolside/Laguna-XS.2-FP8": "laguna: kvplan counts 33,186,023,424 parameters, transformers "
+                                "5.24 33,442,617,088 (−0.77 %: per-layer extras not sized)",
+    "poolside/Laguna-S-2.1-FP8": "laguna: kvplan counts 116,872,743,936 parameters, transformers "
+                                 "5.24 117,561,977,600 (−0.59 %)",
     "nvidia/Kimi-K2.5-NVFP4": "kimi_k25 wraps a deepseek_v3 text model with the MoonViT tower, "
                               "which kvplan does not count (the text model alone is exact; "
                               "transformers needs the repo's remote code for the whole)",
@@ -121,6 +175,25 @@ def _family_type(config: dict[str, Any]) -> str:
     if isinstance(text, dict) and text.get("model_type"):
         return str(text["model_type"])
     return str(config.get("model_type") or "")
+
+
+#: Name parts of a pre-quantized release: its copy must carry the format.
+_QUANTIZED_NAMES = ("FP8", "FP4", "INT4", "INT8", "AWQ", "GPTQ", "W8A8", "W4A16", "MXFP")
+
+
+def _trimmed(repo: str, config: dict[str, Any], hf_quant: dict[str, Any] | None) -> str:
+    """Why a copy is not the file as published (some copies keep only the keys their tool reads),
+    or "": no norm epsilon in the (text) config, or a quantized release's name without a
+    quantization_config or hf_quant_config.json."""
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    assert isinstance(text, dict)
+    if not any(key.endswith("eps") or key.endswith("epsilon") for key in text):
+        return "the copy is trimmed (no norm epsilon): not the config.json as published"
+    name = repo.split("/")[1].upper()
+    if any(part in name for part in _QUANTIZED_NAMES) and hf_quant is None \
+            and config.get("quantization_config") is None:
+        return "the copy has no quantization_config for a quantized release: not as published"
+    return ""
 
 
 def build(raw: Path, commit: str, date: str) -> tuple[list[str], dict[str, str]]:
@@ -142,7 +215,14 @@ def build(raw: Path, commit: str, date: str) -> tuple[list[str], dict[str, str]]
             continue
         quant_path = raw / f"{stem}_hf_quant_config.json"
         hf_quant = json.loads(quant_path.read_text()) if quant_path.exists() else None
-        copy = f"https://github.com/ai-dynamo/aiconfigurator/blob/{commit}/{COPY}/"
+        trimmed = _trimmed(repo, config, hf_quant)
+        if trimmed:
+            skipped[repo] = trimmed
+            continue
+        def copy_of(name: str) -> str:
+            at, path = EARLIER_COPIES.get(name, (commit, f"{COPY}/{name}"))
+            return f"https://github.com/ai-dynamo/aiconfigurator/blob/{at}/{path}"
+
         merged = config if hf_quant is None or "quantization_config" in config else \
             {**config, "quantization_config": hf_quant}
         try:
@@ -159,7 +239,7 @@ def build(raw: Path, commit: str, date: str) -> tuple[list[str], dict[str, str]]
             "params_source": "computed here from the config (kvplan estimate_params); "
                              "transformers' meta-device count in tests/fixtures/param_counts.json",
             "config_source": f"https://huggingface.co/{repo}/blob/main/config.json (the Hub was not "
-                             f"reachable from here): the copy {copy}{stem}_config.json, read {date}; "
+                             f"reachable from here): the copy {copy_of(stem + '_config.json')}, read {date}; "
                              "keys and values as in that file",
             "notes": "",
         }
@@ -172,7 +252,7 @@ def build(raw: Path, commit: str, date: str) -> tuple[list[str], dict[str, str]]
             preset["hf_quant_config"] = hf_quant
             preset["hf_quant_config_source"] = (
                 f"https://huggingface.co/{repo}/blob/main/hf_quant_config.json: the copy "
-                f"{copy}{stem}_hf_quant_config.json, read {date}")
+                f"{copy_of(stem + '_hf_quant_config.json')}, read {date}")
         preset["config"] = config
         out = OUT / f"{stem}.json"
         out.write_text(json.dumps(preset, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
