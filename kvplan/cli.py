@@ -131,7 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     def model_args(p: argparse.ArgumentParser) -> None:
         group = p.add_mutually_exclusive_group(required=True)
-        group.add_argument("--model", help="preset id (see `models`)")
+        group.add_argument("--model", help="a preset by Hub repo id (Qwen/Qwen3-8B, case-insensitive) or "
+                                       "short id (see `models`); resolved offline")
         group.add_argument("--config", help="path to a Hugging Face config.json")
         group.add_argument("--checkpoint", metavar="DIR",
                            help="a local checkpoint folder: its config.json and the exact weight "
@@ -229,7 +230,8 @@ def _recommend_args(p: argparse.ArgumentParser) -> None:
     from kvplan.recommend import MAX_GPUS_PER_REPLICA, TARGET_PRESETS
 
     group = p.add_mutually_exclusive_group(required=True)
-    group.add_argument("--model", help="preset id (see `models`)")
+    group.add_argument("--model", help="a preset by Hub repo id (Qwen/Qwen3-8B, case-insensitive) or "
+                                       "short id (see `models`); resolved offline")
     group.add_argument("--config", help="path to a Hugging Face config.json")
     p.add_argument("--engine", default=None, choices=list(ENGINES))
     p.add_argument("--engine-version", default=None, metavar="RELEASE",
