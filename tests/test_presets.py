@@ -61,7 +61,7 @@ def test_models_json_rows(capsys):
     # 8,030,261,248 bf16 parameters, as transformers counts them (test_param_counts)
     assert (llama["alias"], llama["family"], llama["format"], llama["params_total"],
             llama["weights_bytes"], llama["context_length"]) == (
-        "llama-3.1-8b", "llama", "bf16", 8_030_261_248, 2 * 8_030_261_248, 131_072)
+        "llama-3.1-8b", "Llama-3.1", "bf16", 8_030_261_248, 2 * 8_030_261_248, 131_072)
     oss = next(r for r in rows if r["id"] == "openai/gpt-oss-20b")
     assert oss["format"] == "mxfp4"
 
