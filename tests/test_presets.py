@@ -148,3 +148,18 @@ def test_four_presets_equal_their_index_to_the_byte():
               for p in ("gpt-oss-20b", "gpt-oss-120b", "qwen3-8b", "llama-3.1-8b")}
     assert totals == {p: model_presets()[p].index_total_size for p in totals}
     assert totals["qwen3-8b"] == 2 * 8_190_735_360 and totals["llama-3.1-8b"] == 2 * 8_030_261_248
+
+
+def test_a_link_may_name_the_model_by_hub_id():
+    """``m=`` takes a Hub id in any case: the link check keeps the preset's link id (so links and
+    the model box agree); a misspelt id falls back to the default with a warning naming the
+    closest presets."""
+    from kvplan.scenario import Scenario, check_names
+
+    checked, warnings = check_names(Scenario(model="QWEN/qwen3-235b-a22b-FP8"))
+    assert (checked.model, warnings) == ("Qwen/Qwen3-235B-A22B-FP8", [])
+    checked, warnings = check_names(Scenario(model="meta-llama/LLAMA-3.1-8B"))
+    assert (checked.model, warnings) == ("llama-3.1-8b", [])
+    checked, warnings = check_names(Scenario(model="Qwen/Qwen3-8B-Instrukt"))
+    assert checked.model == Scenario().model and len(warnings) == 1
+    assert "did you mean Qwen/Qwen3-8B" in warnings[0]
