@@ -187,6 +187,8 @@ class WeightSpec(_Spec):
     attention_out_bias: bool = False
     mlp_bias: bool = False
     qk_norm: bool = False
+    #: q/k norms over the whole projection (``heads × head_dim``) rather than one head.
+    qk_norm_full: bool = False
     expert_bias: bool = False
     #: Multi-token-prediction (next-n) layers after the last decoder layer (DeepSeek-V3: 1).
     mtp_layers: int = Field(default=0, ge=0)

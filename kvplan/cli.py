@@ -162,7 +162,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     def model_args(p: argparse.ArgumentParser) -> None:
         group = p.add_mutually_exclusive_group(required=True)
-        group.add_argument("--model", help="preset id (see `models`)")
+        group.add_argument("--model", help="a preset by Hub repo id (Qwen/Qwen3-8B, case-insensitive) or "
+                                       "short id (see `models`); resolved offline")
         group.add_argument("--config", help="path to a Hugging Face config.json")
         group.add_argument("--checkpoint", metavar="DIR",
                            help="a local checkpoint folder: its config.json and the exact weight "
@@ -267,7 +268,8 @@ def _recommend_args(p: argparse.ArgumentParser) -> None:
     from kvplan.recommend import MAX_GPUS_PER_REPLICA, TARGET_PRESETS
 
     group = p.add_mutually_exclusive_group(required=True)
-    group.add_argument("--model", help="preset id (see `models`)")
+    group.add_argument("--model", help="a preset by Hub repo id (Qwen/Qwen3-8B, case-insensitive) or "
+                                       "short id (see `models`); resolved offline")
     group.add_argument("--config", help="path to a Hugging Face config.json")
     p.add_argument("--engine", default=None, choices=list(ENGINES))
     p.add_argument("--engine-version", default=None, metavar="RELEASE",
@@ -327,11 +329,17 @@ def _load_arch(args: argparse.Namespace) -> ModelArch:
         return load_model(args.model)
     if getattr(args, "checkpoint", None) is not None:
         from kvplan.checkpoint import read_checkpoint_dir
+        from kvplan.config_import import load_config_text, with_hf_quant_config
 
         folder = Path(args.checkpoint)
         config_path = folder / "config.json"
-        raw = read_limited(config_path, MAX_CONFIG_BYTES, "config.too_large")
-        arch = parse_config(raw, name=folder.resolve().name, source=str(config_path))
+        config = load_config_text(read_limited(config_path, MAX_CONFIG_BYTES, "config.too_large"))
+        quant_path = folder / "hf_quant_config.json"  # ModelOpt ≤ 0.29 keeps the format there
+        if isinstance(config, dict) and config.get("quantization_config") is None \
+                and quant_path.is_file():
+            hf_quant = load_config_text(read_limited(quant_path, MAX_CONFIG_BYTES, "config.too_large"))
+            config = with_hf_quant_config(config, hf_quant if isinstance(hf_quant, dict) else None)
+        arch = parse_config(config, name=folder.resolve().name, source=str(config_path))
         args.checkpoint_summary = read_checkpoint_dir(folder, arch.n_layers)
         return arch
     if getattr(args, "hf_id", None) is not None:
@@ -484,20 +492,20 @@ def _checkpoint_report(args: argparse.Namespace, arch: ModelArch, query: FitQuer
 
 
 def cmd_models(args: argparse.Namespace) -> int:
-    from kvplan.presets import load_model, model_presets
+    from kvplan.catalogue import model_rows
+    from kvplan.plan import resolve_engine
 
-    rows: list[dict[str, Any]] = []
-    for preset_id, preset in model_presets().items():
-        arch = load_model(preset_id)
-        rows.append({"id": preset_id, "name": preset.name, "layers": arch.n_layers,
-                     "kinds": arch.kind_counts(), "params_total": arch.params_total,
-                     "params_active": arch.params_active})
+    rows = model_rows(resolve_engine(DEFAULT_ENGINE))
     if args.json:
         print(json.dumps(rows))
-    else:
-        for row in rows:
-            kinds = ", ".join(f"{k} {v}" for k, v in row["kinds"].items())
-            print(f"{row['id']:22s} {row['name']:26s} {row['params_total'] / 1e9:8.2f}B  {kinds}")
+        return 0
+    print(f"{'Hub id':52s} {'family':14s} {'format':18s} {'params':>9s} {'weights GB':>10s} "
+          f"{'context':>9s}  alias")
+    for row in rows:
+        alias = row["alias"] if row["alias"] != row["id"] else ""
+        context = f"{row['context_length']:,}" if row["context_length"] else "?"
+        print(f"{row['id']:52s} {row['family']:14s} {row['format']:18s} "
+              f"{row['params_total'] / 1e9:8.2f}B {row['weights_bytes'] / 1e9:10.2f} {context:>9s}  {alias}")
     return 0
 
 

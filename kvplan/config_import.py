@@ -74,7 +74,8 @@ ARCHITECTURE_KEYS = (
     # weights (kvplan.weights): what the checkpoint stores and in which format
     "attention_bias", "audio_config", "compression_config", "decoder_sparse_step", "enable_moe_block",
     "expert_layer_offset", "hidden_size_per_layer_input", "mlp_bias", "num_nextn_predict_layers",
-    "quantization_config", "vision_config", "vocab_size_per_layer_input",
+    "qk_norm_type", "quantization_config", "use_qk_norm", "vision_config",
+    "vocab_size_per_layer_input",
     # context length (the engines' context-limit rules)
     "max_sequence_length", "max_seq_length", "max_target_positions", "model_max_length",
     "rope_parameters", "rope_scaling", "seq_len", "seq_length",
@@ -146,6 +147,15 @@ _SLIDING = {"sliding_attention", "sliding_window", "local", "local_attention", "
 _CHUNKED = {"chunked_attention", "chunked"}
 _RECURRENT = {"linear_attention", "mamba", "mamba2", "mamba1"}
 _NO_CACHE = {"dummy", "moe", "mlp", "none", "shared"}
+
+
+def with_hf_quant_config(config: dict[str, Any], hf_quant: dict[str, Any] | None) -> dict[str, Any]:
+    """config.json with the checkpoint's ``hf_quant_config.json`` as its ``quantization_config``
+    when config.json has none: ModelOpt ≤ 0.29 keeps the format only there, and vLLM reads it so
+    (``transformers_utils/config.py`` ``get_config``); a config that has one keeps it."""
+    if hf_quant is None or config.get("quantization_config") is not None:
+        return config
+    return {**config, "quantization_config": hf_quant}
 
 
 def load_config_text(raw: str | bytes) -> dict[str, Any]:
@@ -878,8 +888,6 @@ def estimate_params(arch: ModelArch) -> tuple[int, int | None, str]:
 
 
 _GEMMA4_TYPES = {"gemma4", "gemma4_text", "gemma4_unified", "gemma4_unified_text"}
-_QK_NORM_TYPES = {"qwen3", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen3_5_text",
-                  "qwen3_5_moe_text", "gemma3", "gemma3_text", *_GEMMA4_TYPES}
 _QKV_BIAS_TYPES = {"qwen2", "qwen2_moe"}
 _GATED_ATTENTION_TYPES = {"qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text"}
 _SHARED_EXPERT_GATE_TYPES = {"qwen2_moe", "qwen3_next", "qwen3_5_moe", "qwen3_5_moe_text"}
@@ -964,7 +972,9 @@ def _family_layer_params(arch: ModelArch, layer: LayerSpec, moe_layer: bool) -> 
         extra += h
     if isinstance(layer, Attention):
         q, kv = arch.n_heads * layer.head_dim_k, layer.n_kv_heads * (layer.head_dim_k + layer.head_dim_v)
-        if kind in _QK_NORM_TYPES:
+        if arch.weights.qk_norm_full:
+            extra += (arch.n_heads + layer.n_kv_heads) * layer.head_dim_k
+        elif kind in _QK_NORM_TYPES:
             extra += 2 * layer.head_dim_k
         if kind in _QKV_BIAS_TYPES:
             extra += q + kv
@@ -1009,9 +1019,15 @@ def mixer_params(layer: LayerSpec, arch: ModelArch) -> int:
 _QKV_BIAS_TYPES = {"qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl"}
 #: Families with biases on every linear layer (OPT, GPT-NeoX).
 _ALL_BIAS_TYPES = {"opt", "gpt_neox"}
-#: Families with RMSNorm on each head's q and k (Qwen3 ``q_norm``/``k_norm``, Gemma 3).
-_QK_NORM_TYPES = {"qwen3", "qwen3_moe", "qwen3_next", "gemma3", "gemma3_text", "gemma4",
-                  "gemma4_text", "olmo2"}
+#: Families with RMSNorm on each head's q and k (Qwen3 ``q_norm``/``k_norm``, Gemma 3; Qwen3.5's
+#: full-attention layers, transformers modeling_qwen3_5.py ``Qwen3_5Attention``). (One set: an
+#: earlier second definition with the Qwen3.5 types was shadowed by this one.)
+_QK_NORM_TYPES = {"qwen3", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen3_5_text",
+                  "qwen3_5_moe_text", "gemma3", "gemma3_text", "gemma4", "gemma4_text", "olmo2"}
+#: Families whose q/k RMSNorm spans the whole projection when ``qk_norm_type`` is "per_layer"
+#: (transformers modeling_minimax_m2.py ``MiniMaxM2Attention``: ``q_norm`` of ``heads × head_dim``,
+#: ``k_norm`` of ``kv_heads × head_dim``; vLLM minimax_m2.py the same).
+_QK_NORM_FULL_TYPES = {"minimax_m2"}
 
 
 def moe_layer_indices(cfg: _Cfg, n_layers: int, moe: MoE) -> tuple[int, ...]:
@@ -1102,12 +1118,15 @@ def _weight_spec(cfg: _Cfg, outer: _Cfg, model_type: str, n_layers: int, moe: Mo
     names = {"mixtral": ("block_sparse_moe", "gate"), "gpt_oss": ("mlp", "router"),
              "llama4": ("feed_forward", "router"), "llama4_text": ("feed_forward", "router")}
     mlp_name, router_name = names.get(model_type, ("mlp", "gate"))
+    qk_full = model_type in _QK_NORM_FULL_TYPES and cfg.get("use_qk_norm") is True \
+        and cfg.get("qk_norm_type") == "per_layer"
     return WeightSpec(
         moe_layers=moe_layer_indices(cfg, n_layers, moe) if moe is not None else None,
         attention_bias=all_bias or model_type in _QKV_BIAS_TYPES or bias is True,
         attention_out_bias=all_bias or bias is True,
         mlp_bias=all_bias or cfg.get("mlp_bias") is True,
-        qk_norm=model_type in _QK_NORM_TYPES,
+        qk_norm=model_type in _QK_NORM_TYPES or qk_full,
+        qk_norm_full=qk_full,
         expert_bias=model_type == "gpt_oss",
         mtp_layers=cfg.int("num_nextn_predict_layers", why="MTP layers", default=0, low=0,
                            high=MAX_LAYERS),

@@ -59,7 +59,10 @@ MESSAGES: dict[str, str] = {
     "hub.timeout": "'{repo}': reading config.json and the headers took more than {limit} s "
                    "(the limit of one fetch)",
     # names and choices
-    "unknown.model": "unknown model preset '{value}' (try `python -m kvplan models`)",
+    "unknown.model": "no preset is the checkpoint '{value}'{hint} (`python -m kvplan models` lists "
+                     "them). To plan another model, supply its config.json: paste or upload it "
+                     "in the dashboard, `--config config.json`, `--checkpoint DIR` (a local "
+                     "checkpoint) or `--hf-id org/name` (online)",
     "unknown.gpu": "unknown accelerator '{value}' (try `python -m kvplan gpus`)",
     "unknown.dtype": "unknown dtype '{value}'; choose one of: {choices}",
     "unknown.engine": "unknown engine '{value}'; choose one of: {choices}",

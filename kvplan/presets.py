@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
 import json
+from collections.abc import Iterator, Mapping
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -10,7 +12,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from kvplan.arch import ModelArch
-from kvplan.config_import import parse_config
+from kvplan.config_import import parse_config, with_hf_quant_config
 from kvplan.errors import MESSAGES, KVPlanError, clip
 
 #: ``presets/`` of a source checkout, else the copy ``pip install .`` puts in the package
@@ -25,11 +27,36 @@ CUSTOM_GPU_LIMITS: dict[str, tuple[float, float]] = {
 
 
 class ModelPreset(BaseModel):
+    """One checkpoint as published: its config.json (``config``, with its ``quantization_config``
+    or the ``hf_quant_config.json`` it ships), the safetensors index's ``metadata.total_size``
+    (``index_total_size``, a cross-check of the weights) and the sources of both.
+
+    ``hf_repo`` (the Hub repo id) is the preset's key; ``id`` is the name links and scenarios use
+    (the short id of the presets that predate Hub ids, else the Hub id); ``aliases`` are further
+    names that resolve to it."""
+
     model_config = ConfigDict(frozen=True)
 
     id: str
     name: str
-    hf_repo: str = ""
+    hf_repo: str = Field(min_length=3)
+    aliases: tuple[str, ...] = ()
+    family: str = ""
+    #: ``metadata.total_size`` of the checkpoint's ``model.safetensors.index.json`` (bytes of every
+    #: stored tensor); None where the index was not retrieved (its source then says so).
+    index_total_size: int | None = Field(default=None, ge=1)
+    index_source: str = ""
+    #: ``hf_quant_config.json`` as published, where the checkpoint keeps its format there (ModelOpt
+    #: ≤ 0.29) and config.json has no ``quantization_config``; ``load_model`` then reads it as
+    #: the quantization_config, as vLLM does (``transformers_utils/config.py`` ``get_config``).
+    hf_quant_config: dict[str, Any] | None = None
+    hf_quant_config_source: str = ""
+
+    @property
+    def checkpoint_config(self) -> dict[str, Any]:
+        """config.json with the format as the engine reads it (``hf_quant_config.json`` merged in
+        when config.json has no ``quantization_config``)."""
+        return with_hf_quant_config(self.config, self.hf_quant_config)
     params_total: int
     params_active: int | None = None
     params_source: str = ""
@@ -94,19 +121,102 @@ def _read_json(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-@cache
-def model_presets() -> dict[str, ModelPreset]:
-    presets = [ModelPreset(**_read_json(p)) for p in sorted((PRESETS_DIR / "models").glob("*.json"))]
-    return {p.id: p for p in presets}
+class PresetTable(Mapping[str, ModelPreset]):
+    """The model presets: a lookup takes a preset's Hub repo id, its link ``id`` or an alias, all
+    case-insensitive (the Hub resolves repo ids without regard to case), so ``"Qwen/Qwen3-8B"``,
+    ``"qwen/qwen3-8b"`` and ``"qwen3-8b"`` find the same checkpoint. Iteration yields the link
+    ids (what scenarios, links and fixtures name; a preset added with its Hub id has it as its
+    link id), in the order of their Hub ids, case-insensitively."""
+
+    def __init__(self, presets: list[ModelPreset]) -> None:
+        self._by_id = {p.id: p for p in sorted(presets, key=lambda p: p.hf_repo.lower())}
+        self._names: dict[str, ModelPreset] = {}
+        for preset in presets:
+            for name in (preset.hf_repo, preset.id, *preset.aliases):
+                other = self._names.setdefault(name.lower(), preset)
+                if other is not preset:
+                    raise ValueError(f"preset name '{name}' is used by {other.hf_repo} and {preset.hf_repo}")
+        if len(self._by_id) != len(presets):
+            raise ValueError("two presets have the same id")
+
+    def __getitem__(self, name: str) -> ModelPreset:
+        found = self._names.get(name.lower()) if isinstance(name, str) else None
+        if found is None:
+            raise KeyError(name)
+        return found
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._by_id)
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name.lower() in self._names
+
+    def names(self) -> list[str]:
+        """Every name a lookup accepts (Hub ids, link ids and aliases), as the files spell them."""
+        return sorted({n for p in self._by_id.values() for n in (p.hf_repo, p.id, *p.aliases)},
+                      key=str.lower)
+
+    def search(self, text: str) -> list[ModelPreset]:
+        """Presets any of whose names contains ``text`` (case-insensitive), in table order."""
+        needle = text.strip().lower()
+        return [p for p in self._by_id.values()
+                if any(needle in n.lower() for n in (p.hf_repo, p.id, p.name, *p.aliases))]
+
+    def closest(self, name: str, n: int = 5) -> list[str]:
+        """The Hub ids of up to ``n`` presets nearest to ``name``: those whose names contain it,
+        then those whose name it starts with, then ``difflib`` matches of the whole name and of
+        its part after the ``/``."""
+        query = name.strip().lower()
+        out: list[str] = [p.hf_repo for p in self.search(name)] if query else []
+        # a name the query starts with (a suffix added or mistyped after it), longest first
+        prefixes = sorted((n for n in self._names if query.startswith(n) and len(n) >= 4), key=len,
+                          reverse=True)
+        out += [self._names[n].hf_repo for n in prefixes]
+        lowered = {n.lower(): n for n in self._names}
+        for query in (name.lower(), name.lower().rsplit("/", 1)[-1]):
+            for hit in difflib.get_close_matches(query, list(lowered), n=n, cutoff=0.5):
+                out.append(self._names[hit].hf_repo)
+            tails = {k.rsplit("/", 1)[-1]: k for k in lowered}
+            for hit in difflib.get_close_matches(query, list(tails), n=n, cutoff=0.5):
+                out.append(self._names[tails[hit]].hf_repo)
+        return list(dict.fromkeys(out))[:n]
 
 
 @cache
+def model_presets() -> PresetTable:
+    return PresetTable([ModelPreset(**_read_json(p))
+                        for p in sorted((PRESETS_DIR / "models").glob("*.json"))])
+
+
+def find_preset(name: str) -> ModelPreset:
+    """The preset of exactly the checkpoint ``name`` names (its Hub repo id, link id or an alias,
+    case-insensitive), offline; anything else is refused with the closest presets and the ways to
+    supply a model — never another model in its place."""
+    table = model_presets()
+    if name in table:
+        return table[name]
+    closest = table.closest(name)
+    raise KVPlanError("unknown.model", value=clip(name, 80), hint=did_you_mean(closest))
+
+
+def did_you_mean(names: list[str]) -> str:
+    """``"; did you mean A, B?"`` (empty when nothing is close), for ``unknown.model``."""
+    return ("; did you mean " + ", ".join(names) + "?") if names else ""
+
+
 def load_model(preset_id: str) -> ModelArch:
-    """The ModelArch of a preset (its config.json through the same importer as uploads)."""
-    preset = model_presets().get(preset_id)
-    if preset is None:
-        raise KVPlanError("unknown.model", value=preset_id)
-    return parse_config(preset.config, name=preset.name, params_total=preset.params_total,
+    """The ModelArch of a preset named by Hub id, link id or alias (its config.json through the
+    same importer as uploads; one object per preset)."""
+    return _load_model(find_preset(preset_id).id)
+
+
+@cache
+def _load_model(preset_id: str) -> ModelArch:
+    preset = model_presets()[preset_id]
+    return parse_config(preset.checkpoint_config, name=preset.name, params_total=preset.params_total,
                         params_active=preset.params_active, params_source=preset.params_source,
                         source=preset.config_source)
 
@@ -160,3 +270,12 @@ def custom_gpu(capacity_gib: float, bandwidth_tbps: float = 1.0, bf16_tflops: fl
 
 def scenario_files() -> list[Path]:
     return sorted((PRESETS_DIR / "scenarios").glob("*.json"))
+
+
+def preset_family(preset: ModelPreset) -> str:
+    """The preset's family: as the file names it, else its config's (text) ``model_type``."""
+    if preset.family:
+        return preset.family
+    text = preset.config.get("text_config")
+    inner = text if isinstance(text, dict) and text.get("model_type") else preset.config
+    return str(inner.get("model_type") or "")

@@ -70,7 +70,7 @@ class Scenario(BaseModel):
 
     model_config = ConfigDict(populate_by_name=True, extra="forbid", validate_assignment=True)
 
-    model: str = Field(default="llama-3.1-8b", alias="m", max_length=64)
+    model: str = Field(default="llama-3.1-8b", alias="m", max_length=128)
     custom_config: dict[str, Any] | None = Field(default=None, alias="c")
     engine: str = Field(default=DEFAULT_ENGINE, alias="e")
     #: The engine release modelled (``kvplan.engines.release_choices``); None = the newest.
@@ -366,7 +366,7 @@ def check_names(scenario: Scenario) -> tuple[Scenario, list[str]]:
     from kvplan.engines import REGISTRY, release_choices
     from kvplan.errors import KVPlanError
     from kvplan.plan import resolve_engine
-    from kvplan.presets import gpus, model_presets
+    from kvplan.presets import did_you_mean, gpus, model_presets
 
     defaults = Scenario()
     fields = Scenario.model_fields
@@ -387,9 +387,13 @@ def check_names(scenario: Scenario) -> tuple[Scenario, list[str]]:
         except (ValueError, TypeError, KeyError) as exc:  # defensive: malformed numbers
             warn("custom_config", "<config>", f"config.json could not be read ({type(exc).__name__})")
             update["custom_config"] = config = None
-    if config is None and scenario.model not in model_presets():
-        warn("model", scenario.model, str(KVPlanError("unknown.model", value=clip(scenario.model))))
+    table = model_presets()
+    if config is None and scenario.model not in table:
+        warn("model", scenario.model, str(KVPlanError("unknown.model", value=clip(scenario.model),
+                                                      hint=did_you_mean(table.closest(scenario.model)))))
         update["model"] = defaults.model
+    elif scenario.model in table and table[scenario.model].id != scenario.model:
+        update["model"] = table[scenario.model].id  # a Hub id or alias: the preset's link id
     if scenario.gpu != CUSTOM_GPU and scenario.gpu not in gpus():
         warn("gpu", scenario.gpu, str(KVPlanError("unknown.gpu", value=clip(scenario.gpu))))
         update["gpu"] = defaults.gpu
@@ -485,7 +489,7 @@ def scenario_arch(scenario: Scenario) -> ModelArch:
 
     if scenario.model == CUSTOM_MODEL:
         if not scenario.custom_config:
-            raise KVPlanError("unknown.model", value=CUSTOM_MODEL)
+            raise KVPlanError("unknown.model", value=CUSTOM_MODEL, hint="")
         return custom_arch(scenario.custom_config)
     return load_model(scenario.model)
 

@@ -452,7 +452,8 @@ def read_quantization(text: str | None, model_dtype: str) -> QuantScheme:
     if text is None:
         return QuantScheme("none", base)
     qc = json.loads(text)
-    method = qc.get("quant_method") or ("compressed-tensors" if "config_groups" in qc else None)
+    method = qc.get("quant_method") or ("compressed-tensors" if "config_groups" in qc else None) \
+        or _modelopt_producer(qc)
     if not isinstance(method, str):
         raise _bad("quant_method", "a method name", method)
     method = method.lower().replace("_", "-") if method.lower() in {
@@ -463,6 +464,18 @@ def read_quantization(text: str | None, model_dtype: str) -> QuantScheme:
         raise KVPlanError("weights.unknown_method", method=short(method, 40),
                           known=", ".join(sorted(_METHODS)))
     return replace(builder(qc, base, src), method=method, source=src)
+
+
+def _modelopt_producer(qc: dict[str, Any]) -> str | None:
+    """``modelopt`` for a ModelOpt ``hf_quant_config.json`` (no ``quant_method``; ``producer.name``
+    "modelopt" and a ``quantization`` block): vLLM ``modelopt.py``
+    ``ModelOptFp8Config``/``ModelOptNvFp4Config.override_quantization_method`` pick the method from
+    the producer and ``quant_algo``."""
+    producer = qc.get("producer")
+    if isinstance(producer, dict) and producer.get("name") == "modelopt" \
+            and isinstance(qc.get("quantization"), dict):
+        return "modelopt"
+    return None
 
 
 def _scheme_fp8(qc: dict[str, Any], base: Format, src: str) -> QuantScheme:
@@ -745,7 +758,12 @@ def _attention(arch: ModelArch, spec: Attention | MLA, p: str, layers: tuple[int
     if w.attention_out_bias:
         out.append(Tensor(f"{a}.o_proj.bias", "attention", h, 1, "replicated", quantizable=False,
                           layers=layers, kind="other"))
-    if w.qk_norm:
+    if w.qk_norm and w.qk_norm_full:  # MiniMax-M2 per_layer: split with the heads (vLLM minimax_m2.py)
+        out += [Tensor(f"{a}.q_norm", "norms", nq * spec.head_dim_k, 1, "column",
+                       quantizable=False, layers=layers, kind="other"),
+                Tensor(f"{a}.k_norm", "norms", nkv * spec.head_dim_k, 1, "heads", heads=nkv,
+                       quantizable=False, layers=layers, kind="other")]
+    elif w.qk_norm:
         out += [Tensor(f"{a}.q_norm", "norms", spec.head_dim_k, 1, "replicated",
                        quantizable=False, layers=layers, kind="other"),
                 Tensor(f"{a}.k_norm", "norms", spec.head_dim_k, 1, "replicated",

@@ -90,6 +90,19 @@ def test_every_preset_runs(model_id):
     assert exact(at)["max_requests"] == expected(Scenario(model=model_id)).max_requests
 
 
+def test_a_hub_id_link_selects_its_preset_labelled_by_hub_id():
+    """``?m=<hub id>`` in any case opens that checkpoint; the model box labels every preset by its
+    Hub id (and short id), which is what typing in the box filters on."""
+    at = make_app(m="meta-llama/LLAMA-3.1-8B")
+    assert not at.exception, [e.value for e in at.exception]
+    box = at.selectbox(key="w_model")
+    assert box.value == "llama-3.1-8b"
+    labels = box.options
+    assert "meta-llama/Llama-3.1-8B (llama-3.1-8b)" in labels
+    assert "Qwen/Qwen3-235B-A22B-FP8" in labels
+    assert len(labels) == len(model_presets())
+
+
 VIEW_CHARTS = {"context": 1, "users": 1, "memory": 1, "requests": 2, "designs": 1, "serving": 7,
                "recommend": 1}
 

@@ -202,6 +202,30 @@ def test_cli_checkpoint_json(tmp_path):
     assert set(payload["weights_breakdown"]) >= {"embeddings", "attention", "experts", "router"}
 
 
+def test_cli_checkpoint_reads_hf_quant_config_json(tmp_path):
+    """A ModelOpt ≤ 0.29 export keeps its format in hf_quant_config.json and config.json has no
+    quantization_config (nvidia/Llama-3.1-70B-Instruct-FP8): ``--checkpoint DIR`` reads it as vLLM's
+    ``get_config`` does. FP8 per tensor: uint8 weights, a 0-d fp32 ``weight_scale`` and
+    ``input_scale`` per linear, lm_head excluded (bf16); the estimate equals the headers' bytes."""
+    tensors = llama_tensors()
+    for name in [n for n in tensors if ".layers." in n and n.endswith("_proj.weight")]:
+        tensors[name] = tensors[name].astype(np.uint8)
+        stem = name.removesuffix(".weight")
+        tensors[stem + ".weight_scale"] = np.zeros((), dtype=np.float32)
+        tensors[stem + ".input_scale"] = np.zeros((), dtype=np.float32)
+    folder = write_checkpoint(tmp_path / "fp8", LLAMA, tensors)
+    (folder / "hf_quant_config.json").write_text(json.dumps({
+        "producer": {"name": "modelopt", "version": "0.23.0"},
+        "quantization": {"quant_algo": "FP8", "kv_cache_quant_algo": "FP8", "exclude_modules": ["lm_head"]}}))
+    code, out, err = run_cli(["fit", "--checkpoint", str(folder), "--gpu", "h100-sxm", "--tokens",
+                              "1024", "--json"])
+    assert code == 0, err
+    payload = json.loads(out)
+    assert payload["checkpoint"]["total_bytes"] == sum(t.nbytes for t in tensors.values())
+    assert payload["checkpoint"]["estimate_total"] == payload["checkpoint"]["total_bytes"]
+    assert payload["weight_format"].startswith("FP8 (e4m3, ModelOpt per-tensor scales)")
+
+
 def test_cli_checkpoint_without_safetensors(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(LLAMA))
     code, _, err = run_cli(["fit", "--checkpoint", str(tmp_path), "--gpu", "h100-sxm", "--tokens", "8"])

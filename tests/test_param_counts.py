@@ -28,6 +28,11 @@ GAPS: dict[str, tuple[float, str]] = {
                                  "q_a/q_b projections, kvplan reads no q LoRA as the checkpoint's "
                                  "config.json (q_lora_rank null) says; kvplan matches the published "
                                  "15,706,484,224"),
+    "google--gemma-4-26B-A4B": (0.022, "Gemma4ForConditionalGeneration holds the vision tower "
+                                       "(≈ 0.56B); kvplan counts the text model"),
+    "nvidia--Gemma-4-26B-A4B-NVFP4": (0.022, "as google--gemma-4-26B-A4B"),
+    "nvidia--Gemma-4-31B-IT-NVFP4": (0.015, "Gemma4ForConditionalGeneration holds the vision "
+                                            "tower (≈ 0.47B); kvplan counts the text model"),
     "gemma-3-12b": (0.035, "Gemma3ForConditionalGeneration holds the SigLIP vision tower and "
                            "projector (≈ 0.42B); kvplan counts the text model"),
     "gemma-3-27b": (0.016, "Gemma3ForConditionalGeneration holds the SigLIP vision tower and "

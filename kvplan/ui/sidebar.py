@@ -268,7 +268,9 @@ def _model_label(model_id: str) -> str:
         name = config.get("name") if isinstance(config.get("name"), str) else None
         return f"Custom: {name or config.get('model_type', 'config.json')}"
     preset = model_presets().get(model_id)
-    return preset.name if preset else model_id
+    # the box filters on this label as typed: any part of the Hub id, the short id or the name
+    return f"{preset.hf_repo} ({preset.id})" if preset and preset.id != preset.hf_repo \
+        else preset.hf_repo if preset else model_id
 
 
 def _engine_title(engine: Engine) -> str:
@@ -288,7 +290,9 @@ def render_sidebar() -> Scenario:
     if state.get("w_model") not in options:
         state["w_model"] = Scenario().model
     sb.selectbox("Model preset", options, key="w_model", format_func=_model_label,
-                 help="Published config.json of each model (see the preset's sources).")
+                 help="Each checkpoint as published, by its Hub repo id: its config.json and "
+                      "quantization_config (see the preset's sources). Type any part of the id "
+                      "to find it.")
     with lazy.box(sb, "w_config_box") as box:
         if box.open:
             box.file_uploader("Upload config.json (max 2 MB)", type=["json"], key="w_upload",

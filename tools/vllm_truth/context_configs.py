@@ -15,7 +15,8 @@ def configs() -> dict[str, dict]:
     of ``tests/test_context_limit.py`` (its ``CASES`` written out by that test's module)."""
     out = {}
     for path in sorted((ROOT / "presets" / "models").glob("*.json")):
-        out[f"preset:{path.stem}"] = json.loads(path.read_text())["config"]
+        preset = json.loads(path.read_text())
+        out[f"preset:{preset['id']}"] = preset["config"]  # the link id (file stem or Hub id)
     for path in sorted((ROOT / "tests" / "fixtures" / "configs").glob("*.json")):
         out[f"config:{path.stem}"] = json.loads(path.read_text())
     sys.path.insert(0, str(ROOT / "tests"))

@@ -1,0 +1,277 @@
+"""Turn published config.json (+ hf_quant_config.json, index metadata) files into model presets.
+
+Dev-time only. Reads raw checkpoint files from ``--raw DIR`` named as the aiconfigurator copies
+name them (``<org>--<name>_config.json``, ``<org>--<name>_hf_quant_config.json``; the Hub was not
+reachable from here, so the files are the copies vendored in GitHub ai-dynamo/aiconfigurator,
+``aic-core/src/aiconfigurator_core/model_configs/``, at the commit given with ``--commit``) and
+writes ``presets/models/<org>--<name>.json`` for each checkpoint of ``CHECKPOINTS``: the config as
+published (keys and values as in the file), its hf_quant_config.json where config.json has no
+quantization_config, the index ``total_size`` where ``INDEX_TOTALS`` has it, each with its source.
+
+A checkpoint is written only when kvplan sizes its architecture exactly: the (text) model_type
+is in ``config_import.VERIFIED_MODEL_TYPES`` (the conformance table's exact types) and
+``parse_config`` reads config and format without error; every other one is reported with the
+reason and left out (never guessed). Run:
+
+    .venv/bin/python tools/presets_import/build.py --raw /tmp/presets_raw --commit <sha> --date 2026-12-01
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from kvplan.config_import import VERIFIED_MODEL_TYPES, parse_config  # noqa: E402
+from kvplan.errors import KVPlanError  # noqa: E402
+
+OUT = ROOT / "presets" / "models"
+COPY = "aic-core/src/aiconfigurator_core/model_configs"
+
+#: Hub repo id → family. The official quantized releases of the 2026 recipe families found as
+#: public copies; checkpoints already in presets/ under the same repo id are not repeated.
+CHECKPOINTS: dict[str, str] = {
+    "Qwen/Qwen3-0.6B": "Qwen3",
+    "Qwen/Qwen3-1.7B": "Qwen3",
+    "Qwen/Qwen3-32B-FP8": "Qwen3",
+    "Qwen/Qwen3-30B-A3B-FP8": "Qwen3",
+    "Qwen/Qwen3-235B-A22B-FP8": "Qwen3",
+    "Qwen/Qwen3-Coder-480B-A35B-Instruct": "Qwen3",
+    "Qwen/Qwen3-VL-2B-Instruct": "Qwen3-VL",
+    "Qwen/Qwen3-VL-4B-Instruct": "Qwen3-VL",
+    "Qwen/Qwen3-VL-8B-Instruct": "Qwen3-VL",
+    "Qwen/Qwen3-VL-32B-Instruct": "Qwen3-VL",
+    "Qwen/Qwen3-VL-32B-Thinking": "Qwen3-VL",
+    "Qwen/Qwen3-VL-30B-A3B-Instruct": "Qwen3-VL",
+    "Qwen/Qwen3-VL-235B-A22B-Instruct": "Qwen3-VL",
+    "Qwen/Qwen3.5-27B": "Qwen3.5",
+    "Qwen/Qwen3.5-35B-A3B": "Qwen3.5",
+    "Qwen/Qwen3.5-122B-A10B": "Qwen3.5",
+    "Qwen/Qwen3.5-397B-A17B": "Qwen3.5",
+    "nvidia/Qwen3-235B-A22B-NVFP4": "Qwen3",
+    "nvidia/Qwen3.5-122B-A10B-NVFP4": "Qwen3.5",
+    "nvidia/Qwen3.5-397B-A17B-NVFP4": "Qwen3.5",
+    "nvidia/Qwen3.6-27B-NVFP4": "Qwen3.6",
+    "nvidia/Qwen3.6-35B-A3B-NVFP4": "Qwen3.6",
+    "MiniMaxAI/MiniMax-M2.5": "MiniMax-M2",
+    "MiniMaxAI/MiniMax-M2.7": "MiniMax-M2",
+    "nvidia/MiniMax-M2.5-NVFP4": "MiniMax-M2",
+    "nvidia/MiniMax-M2.7-NVFP4": "MiniMax-M2",
+    "deepseek-ai/DeepSeek-R1": "DeepSeek-V3",
+    "deepseek-ai/DeepSeek-V3.2": "DeepSeek-V3.2",
+    "nvidia/DeepSeek-V3.1-NVFP4": "DeepSeek-V3.1",
+    "nvidia/DeepSeek-V3.2-NVFP4": "DeepSeek-V3.2",
+    "deepseek-ai/DeepSeek-V4-Flash": "DeepSeek-V4",
+    "zai-org/GLM-5": "GLM-5",
+    "zai-org/GLM-5-FP8": "GLM-5",
+    "nvidia/GLM-5-NVFP4": "GLM-5",
+    "moonshotai/Kimi-K2.5": "Kimi-K2.5",
+    "nvidia/Kimi-K2.5-NVFP4": "Kimi-K2.5",
+    "google/gemma-4-26B-A4B": "Gemma-4",
+    "nvidia/Gemma-4-26B-A4B-NVFP4": "Gemma-4",
+    "nvidia/Gemma-4-31B-IT-NVFP4": "Gemma-4",
+    "nvidia/Llama-3.1-70B-Instruct-FP8": "Llama-3.1",
+    "mistralai/Mixtral-8x22B-v0.1": "Mixtral",
+    "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16": "Nemotron-3",
+    "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-NVFP4": "Nemotron-3",
+    "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-FP8": "Nemotron-3",
+    "nvidia/Llama-3_3-Nemotron-Super-49B-v1": "Nemotron",
+    "XiaomiMiMo/MiMo-7B-Base": "MiMo",
+    "stepfun-ai/Step-3.7-Flash": "Step-3",
+    "Qwen/Qwen2.5-1.5B": "Qwen2.5",
+    "Qwen/Qwen3.6-35B-A3B": "Qwen3.6",
+    "nvidia/Qwen3-30B-A3B-NVFP4": "Qwen3",
+    "nvidia/Qwen3-32B-NVFP4": "Qwen3",
+    "deepseek-ai/DeepSeek-V3.1": "DeepSeek-V3.1",
+    "nvidia/DeepSeek-V3-0324-NVFP4": "DeepSeek-V3",
+    "deepseek-ai/DeepSeek-R1-Distill-Qwen-32B": "DeepSeek-R1-Distill",
+    "meta-llama/Llama-3.3-70B-Instruct": "Llama-3.3",
+    "moonshotai/Kimi-K2-Thinking": "Kimi-K2",
+    "zai-org/GLM-4.7-FP8": "GLM-4.7",
+    "zai-org/GLM-4.7-Flash": "GLM-4.7",
+    "poolside/Laguna-XS.2-FP8": "Laguna",
+    "poolside/Laguna-S-2.1-FP8": "Laguna",
+}
+
+#: Raw files not at the tip (renamed or removed later): file → (commit, path) of the version read.
+EARLIER_COPIES: dict[str, tuple[str, str]] = {
+    "Qwen--Qwen3.6-35B-A3B_config.json": ("abbac647cd87e18557a8cb398b347db2257a6a9a",
+             "src/aiconfigurator/model_configs/Qwen--Qwen3.6-35B-A3B_config.json"),
+    "deepseek-ai--DeepSeek-V3.1_config.json": ("39033e8cd1f8aa03770a7820bce974ea9238eff9",
+             "src/aiconfigurator/model_configs/deepseek-ai--DeepSeek-V3.1_config.json"),
+    "meta-llama--Llama-3.3-70B-Instruct_config.json": ("473ce5b6b44c7dd36516648be9b2fc7077aa7769",
+             "src/aiconfigurator/model_configs/meta-llama--Llama-3.3-70B-Instruct_config.json"),
+    "moonshotai--Kimi-K2-Thinking_config.json": ("d9219759f08e23642435057b0bd1e3d99e3940d5",
+             "src/aiconfigurator/model_configs/moonshotai--Kimi-K2-Thinking_config.json"),
+    "nvidia--DeepSeek-V3-0324-NVFP4_config.json": ("39033e8cd1f8aa03770a7820bce974ea9238eff9",
+             "src/aiconfigurator/model_configs/nvidia--DeepSeek-V3-0324-NVFP4_config.json"),
+    "nvidia--DeepSeek-V3-0324-NVFP4_hf_quant_config.json": ("39033e8cd1f8aa03770a7820bce974ea9238eff9",
+             "src/aiconfigurator/model_configs/nvidia--DeepSeek-V3-0324-NVFP4_hf_quant_config.json"),
+    "nvidia--Qwen3-30B-A3B-NVFP4_config.json": ("473ce5b6b44c7dd36516648be9b2fc7077aa7769",
+             "src/aiconfigurator/model_configs/nvidia--Qwen3-30B-A3B-NVFP4_config.json"),
+    "nvidia--Qwen3-30B-A3B-NVFP4_hf_quant_config.json": ("473ce5b6b44c7dd36516648be9b2fc7077aa7769",
+             "src/aiconfigurator/model_configs/nvidia--Qwen3-30B-A3B-NVFP4_hf_quant_config.json"),
+    "nvidia--Qwen3-32B-NVFP4_config.json": ("473ce5b6b44c7dd36516648be9b2fc7077aa7769",
+             "src/aiconfigurator/model_configs/nvidia--Qwen3-32B-NVFP4_config.json"),
+    "nvidia--Qwen3-32B-NVFP4_hf_quant_config.json": ("473ce5b6b44c7dd36516648be9b2fc7077aa7769",
+             "src/aiconfigurator/model_configs/nvidia--Qwen3-32B-NVFP4_hf_quant_config.json"),
+    "zai-org--GLM-4.7-FP8_config.json": ("19d098add98ab8ba2366c94795e9e886cdcc915c",
+             "src/aiconfigurator/model_configs/zai-org--GLM-4.7-FP8_config.json"),
+    "zai-org--GLM-4.7-Flash_config.json": ("19d098add98ab8ba2366c94795e9e886cdcc915c",
+             "src/aiconfigurator/model_configs/zai-org--GLM-4.7-Flash_config.json"),
+    "poolside--Laguna-XS.2-FP8_config.json": ("d063594d4745e789f0a552c44ce620abb78e5623",
+             "aic-core/src/aiconfigurator_core/model_configs/poolside--Laguna-XS.2-FP8_config.json"),
+    "poolside--Laguna-S-2.1-FP8_config.json": ("1cab08cb527eaf70c4aa270460f04de9e1a6167e",
+             "aic-core/src/aiconfigurator_core/model_configs/poolside--Laguna-S-2.1-FP8_config.json"),
+    "Qwen--Qwen2.5-1.5B_config.json": ("b5369e1fb89f7ad67b160c749227b415f4e7fe01",
+             "src/aiconfigurator/model_configs/Qwen--Qwen2.5-1.5B_config.json"),
+    "deepseek-ai--DeepSeek-R1-Distill-Qwen-32B_config.json": ("39033e8cd1f8aa03770a7820bce974ea9238eff9",
+             "src/aiconfigurator/model_configs/deepseek-ai--DeepSeek-R1-Distill-Qwen-32B_config.json"),
+}
+
+
+#: Hub repo id → (``metadata.total_size`` of model.safetensors.index.json, its source URL).
+INDEX_TOTALS: dict[str, tuple[int, str]] = {}
+
+#: Hub repo id → why kvplan cannot size it exactly although its model_type parses (left out).
+NOT_EXACT: dict[str, str] = {
+    "deepseek-ai/DeepSeek-V3.2": "DSA: the lightning indexer's weights (wq_b, wk, k_norm, "
+                                 "weights_proj per layer) are not counted; the conformance table "
+                                 "refuses deepseek_v32 ('indexed_attention')",
+    "nvidia/DeepSeek-V3.2-NVFP4": "as deepseek-ai/DeepSeek-V3.2",
+    "zai-org/GLM-5": "glm_moe_dsa (DSA indexer weights not counted; refused in the conformance "
+                     "table)",
+    "zai-org/GLM-5-FP8": "as zai-org/GLM-5",
+    "nvidia/GLM-5-NVFP4": "as zai-org/GLM-5",
+    "deepseek-ai/DeepSeek-V4-Flash": "deepseek_v4 compressed attention: refused in the "
+                                     "conformance table ('heavily_compressed_attention')",
+    "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16": "nemotron_h with MoE layers ('E' in the "
+                                                  "hybrid pattern): kvplan counts 102B parameters "
+                                                  "for a model its name calls 30B",
+    "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-NVFP4": "as the BF16 release",
+    "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-FP8": "nemotron_h with latent MoE: kvplan counts "
+                                                    "1,497B parameters for a model its name calls "
+                                                    "120B",
+    "poolside/Laguna-XS.2-FP8": "laguna: kvplan counts 33,186,023,424 parameters, transformers "
+                                "5.24 33,442,617,088 (−0.77 %: per-layer extras not sized)",
+    "poolside/Laguna-S-2.1-FP8": "laguna: kvplan counts 116,872,743,936 parameters, transformers "
+                                 "5.24 117,561,977,600 (−0.59 %)",
+    "nvidia/Kimi-K2.5-NVFP4": "kimi_k25 wraps a deepseek_v3 text model with the MoonViT tower, "
+                              "which kvplan does not count (the text model alone is exact; "
+                              "transformers needs the repo's remote code for the whole)",
+    "nvidia/Llama-3_3-Nemotron-Super-49B-v1": "nemotron-nas (per-layer block_configs): kvplan "
+                                              "counts 88B parameters for a model its name "
+                                              "calls 49B",
+}
+
+
+def _family_type(config: dict[str, Any]) -> str:
+    text = config.get("text_config")
+    if isinstance(text, dict) and text.get("model_type"):
+        return str(text["model_type"])
+    return str(config.get("model_type") or "")
+
+
+#: Name parts of a pre-quantized release: its copy must carry the format.
+_QUANTIZED_NAMES = ("FP8", "FP4", "INT4", "INT8", "AWQ", "GPTQ", "W8A8", "W4A16", "MXFP")
+
+
+def _trimmed(repo: str, config: dict[str, Any], hf_quant: dict[str, Any] | None) -> str:
+    """Why a copy is not the file as published (some copies keep only the keys their tool reads),
+    or "": no norm epsilon in the (text) config, or a quantized release's name without a
+    quantization_config or hf_quant_config.json."""
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    assert isinstance(text, dict)
+    if not any(key.endswith("eps") or key.endswith("epsilon") for key in text):
+        return "the copy is trimmed (no norm epsilon): not the config.json as published"
+    name = repo.split("/")[1].upper()
+    if any(part in name for part in _QUANTIZED_NAMES) and hf_quant is None \
+            and config.get("quantization_config") is None:
+        return "the copy has no quantization_config for a quantized release: not as published"
+    return ""
+
+
+def build(raw: Path, commit: str, date: str) -> tuple[list[str], dict[str, str]]:
+    written: list[str] = []
+    skipped: dict[str, str] = {}
+    for repo, family in CHECKPOINTS.items():
+        stem = repo.replace("/", "--")
+        path = raw / f"{stem}_config.json"
+        if not path.exists():
+            skipped[repo] = "config.json copy not found"
+            continue
+        if repo in NOT_EXACT:
+            skipped[repo] = NOT_EXACT[repo]
+            continue
+        config = json.loads(path.read_text())
+        model_type = _family_type(config)
+        if model_type not in VERIFIED_MODEL_TYPES:
+            skipped[repo] = f"model_type {model_type!r} is not exact in the conformance table"
+            continue
+        quant_path = raw / f"{stem}_hf_quant_config.json"
+        hf_quant = json.loads(quant_path.read_text()) if quant_path.exists() else None
+        trimmed = _trimmed(repo, config, hf_quant)
+        if trimmed:
+            skipped[repo] = trimmed
+            continue
+        def copy_of(name: str) -> str:
+            at, path = EARLIER_COPIES.get(name, (commit, f"{COPY}/{name}"))
+            return f"https://github.com/ai-dynamo/aiconfigurator/blob/{at}/{path}"
+
+        merged = config if hf_quant is None or "quantization_config" in config else \
+            {**config, "quantization_config": hf_quant}
+        try:
+            arch = parse_config(merged, name=repo.split("/")[1])
+            from kvplan.weights import weights_per_gpu
+
+            weights_per_gpu(arch)
+        except KVPlanError as exc:
+            skipped[repo] = f"refused by kvplan: {exc}"
+            continue
+        preset: dict[str, Any] = {
+            "id": repo, "name": repo.split("/")[1], "hf_repo": repo, "family": family,
+            "params_total": arch.params_total, "params_active": arch.params_active,
+            "params_source": "computed here from the config (kvplan estimate_params); "
+                             "transformers' meta-device count in tests/fixtures/param_counts.json",
+            "config_source": f"https://huggingface.co/{repo}/blob/main/config.json (the Hub was not "
+                             f"reachable from here): the copy {copy_of(stem + '_config.json')}, read {date}; "
+                             "keys and values as in that file",
+            "notes": "",
+        }
+        if repo in INDEX_TOTALS:
+            preset["index_total_size"], preset["index_source"] = INDEX_TOTALS[repo]
+        else:
+            preset["index_source"] = ("model.safetensors.index.json not retrieved (no public copy "
+                                      "found with the search tools)")
+        if hf_quant is not None and "quantization_config" not in config:
+            preset["hf_quant_config"] = hf_quant
+            preset["hf_quant_config_source"] = (
+                f"https://huggingface.co/{repo}/blob/main/hf_quant_config.json: the copy "
+                f"{copy_of(stem + '_hf_quant_config.json')}, read {date}")
+        preset["config"] = config
+        out = OUT / f"{stem}.json"
+        out.write_text(json.dumps(preset, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        written.append(repo)
+    return written, skipped
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--raw", type=Path, required=True)
+    parser.add_argument("--commit", required=True)
+    parser.add_argument("--date", required=True)
+    args = parser.parse_args()
+    written, skipped = build(args.raw, args.commit, args.date)
+    for repo in written:
+        print("wrote  ", repo)
+    for repo, why in skipped.items():
+        print("skipped", repo, "—", why)
+
+
+if __name__ == "__main__":
+    main()
