@@ -322,15 +322,18 @@ def decode_config(text: str) -> dict[str, Any]:
 
 
 def closest_names(value: str, kind: Literal["model", "gpu"], n: int = 3) -> list[str]:
-    """The preset ids nearest to ``value``: ids it begins, then ``difflib`` on ids and display
-    names (case-folded) — what a link with a misspelt model or accelerator most likely meant."""
+    """The preset ids nearest to ``value`` — what a link with a misspelt model or accelerator most
+    likely meant: for models the preset table's own ranking (``PresetTable.closest``, by Hub id,
+    link id and alias), for accelerators ids ``value`` begins, then ``difflib`` on ids and names."""
     import difflib
 
     from kvplan.presets import gpus, model_presets
 
-    names = {key: key for key in (model_presets() if kind == "model" else gpus())}
-    names.update({str(p.name).lower(): key for key, p in
-                  (model_presets() if kind == "model" else gpus()).items()})
+    if kind == "model":
+        table = model_presets()
+        return list(dict.fromkeys(table[hub_id].id for hub_id in table.closest(str(value), n)))[:n]
+    names = {key: key for key in gpus()}
+    names.update({str(p.name).lower(): key for key, p in gpus().items()})
     typed = str(value).strip().lower()
     hits = [key for key in sorted(names) if typed and key.startswith(typed)]
     hits += difflib.get_close_matches(typed, list(names), n=n * 2, cutoff=0.5)
@@ -349,9 +352,18 @@ def unusable_names(query: dict[str, Any], scenario: Scenario) -> list[tuple[str,
             asked = ",".join(map(str, asked))
         if key == "m" and config_lost and asked in {None, CUSTOM_MODEL}:
             out.append(("c", "<config>"))
-        elif asked is not None and str(asked) != used:
+        elif asked is not None and str(asked) != used and not _names_preset(key, str(asked), used):
             out.append((key, str(asked)))
     return out
+
+
+def _names_preset(key: str, asked: str, used: str) -> bool:
+    """Whether ``asked`` is another name of the model preset ``used`` (its Hub id or an alias, any
+    case): ``check_names`` answers with the link id, which is the same question."""
+    from kvplan.presets import model_presets
+
+    table = model_presets()
+    return key == "m" and asked in table and table[asked].id == used
 
 
 def check_names(scenario: Scenario) -> tuple[Scenario, list[str]]:

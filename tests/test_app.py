@@ -95,6 +95,9 @@ def test_a_hub_id_link_selects_its_preset_labelled_by_hub_id():
     Hub id (and short id), which is what typing in the box filters on."""
     at = make_app(m="meta-llama/LLAMA-3.1-8B")
     assert not at.exception, [e.value for e in at.exception]
+    # another name of the same preset is the same question: answered, not held as an unusable link
+    assert not any("This link asks for" in m.value for m in at.markdown), [m.value for m in at.markdown]
+    assert any("Fits" in m.value or "fit" in m.value for m in at.markdown)
     box = at.selectbox(key="w_model")
     assert box.value == "llama-3.1-8b"
     labels = box.options
