@@ -153,6 +153,22 @@ MTP_LAYERS = Setting(
     "mtp", "mt", "--mtp", "bool", "Load MTP (next-n) layers",
     "Multi-token-prediction layers are loaded only when speculative decoding uses them.")
 
+ENABLE_LORA = Setting(
+    "enable_lora", "lo", "--enable-lora", "bool", "enable_lora",
+    "vLLM --enable-lora: every LoRA-capable module gets max_loras GPU slots at max_lora_rank, "
+    "allocated with the weights (vllm/lora/model_manager.py).")
+MAX_LORAS = Setting(
+    "max_loras", "ml", "--max-loras", "int", "max_loras (adapters per batch)",
+    "vLLM --max-loras: adapter slots on the GPU (default 1).", low=1, high=4096)
+MAX_LORA_RANK = Setting(
+    "max_lora_rank", "lr", "--max-lora-rank", "int", "max_lora_rank",
+    "vLLM --max-lora-rank: every slot is allocated at this rank (v0.33: 1, 8, 16, 32, 64, 128, 256, "
+    "320, 512; default 16).", low=1, high=512)
+MAX_CPU_LORAS = Setting(
+    "max_cpu_loras", "lc", "--max-cpu-loras", "int", "max_cpu_loras (adapters in host memory)",
+    "vLLM --max-cpu-loras: adapters cached in CPU memory (≥ max_loras; empty = max_loras).",
+    low=1, high=1_000_000)
+
 
 class EngineSettings(BaseModel):
     """Every engine knob; ``None`` means the engine's own default. ``tp``/``pp`` come from the query."""
@@ -179,6 +195,10 @@ class EngineSettings(BaseModel):
     max_total_tokens: int | None = _setting(None, MAX_TOTAL_TOKENS)
     ep: int = _setting(1, EXPERT_PARALLEL)
     mtp: bool = _setting(False, MTP_LAYERS)
+    enable_lora: bool = _setting(False, ENABLE_LORA)
+    max_loras: int = _setting(1, MAX_LORAS)
+    max_lora_rank: int = _setting(16, MAX_LORA_RANK)
+    max_cpu_loras: int | None = _setting(None, MAX_CPU_LORAS)
 
     @field_validator("max_attention_window")
     @classmethod

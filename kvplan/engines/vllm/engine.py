@@ -41,9 +41,10 @@ from kvplan.engines.base import (
     raised_block,
 )
 from kvplan.engines.kinds import PAGED_KINDS, VLLM_DEFAULT_BLOCK_SIZE, CacheRule, layer_window
-from kvplan.engines.reserve import Reserve, cuda_capacity
+from kvplan.engines.reserve import Reserve, ReserveTerm, cuda_capacity
 from kvplan.engines.settings import EngineSettings
 from kvplan.engines.vllm.log import VllmLog, log_lines
+from kvplan.engines.vllm.lora import lora_reserve_term
 from kvplan.engines.vllm.memory import vllm_reserve_terms
 from kvplan.engines.vllm.pool import VllmPagedPool, VllmPool, _pool_cached, _pool_only
 from kvplan.engines.vllm.releases import VLLM_RELEASES, VllmRelease
@@ -131,6 +132,10 @@ VLLM_V1_SETTING_LABELS: dict[str, tuple[str, str]] = {
     "enable_prefix_caching": ("Prefix caching", "on"),
     "ep": ("Expert parallel size (--enable-expert-parallel: tp)", "1"),
     "mtp": ("Load MTP layers (speculative decoding)", "off"),
+    "enable_lora": ("enable_lora (LoRA adapter slots, v0.33)", "off"),
+    "max_loras": ("max_loras (GPU adapter slots)", "1"),
+    "max_lora_rank": ("max_lora_rank", "16"),
+    "max_cpu_loras": ("max_cpu_loras (host cache)", "max_loras"),
 }
 #: V0 ``EngineArgs`` / ``SchedulerConfig`` defaults (``vllm@0.6``).
 VLLM_V0_SETTING_LABELS: dict[str, tuple[str, str]] = {
@@ -270,7 +275,17 @@ class Vllm(Engine):
             capture=record.capture_rule, graphs_counted=record.graphs_counted, release=self.release,
             mnbt=settings.max_num_batched_tokens or self.default_mnbt(gpu),
             max_num_seqs=settings.max_num_seqs or self.default_max_num_seqs(gpu),
-            blackwell=major == 10 and record.blackwell_capture_cap, v0=record.v0_profile))
+            blackwell=major == 10 and record.blackwell_capture_cap, v0=record.v0_profile)
+            + self.lora_terms(arch, gpu, settings))
+
+    def lora_terms(self, arch: ModelArch, gpu: GPU, settings: EngineSettings) -> tuple[ReserveTerm, ...]:
+        """With ``--enable-lora``, the GPU adapter slots (``engines/vllm/lora.py``); else none."""
+        if not settings.enable_lora:
+            return ()
+        return (lora_reserve_term(
+            arch, settings, ranks=self.record.lora_ranks, release=self.release,
+            dtype=self.model_dtype(arch), mnbt=settings.max_num_batched_tokens or self.default_mnbt(gpu),
+            max_num_seqs=settings.max_num_seqs or self.default_max_num_seqs(gpu)),)
 
     def in_flight_tokens(self, settings: EngineSettings, mnbt: int) -> int:
         """By the record's ``in_flight``: ``async`` — ``vllm/config/vllm.py`` ``max_in_flight_tokens

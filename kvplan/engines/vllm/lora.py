@@ -1,0 +1,170 @@
+"""vLLM LoRA: the GPU adapter slots ``--enable-lora`` allocates at start-up, per GPU.
+
+vLLM v0.33 wraps every LoRA-capable module of the model at load time (``vllm/lora/model_manager.py``
+``LoRAModelManager._create_lora_modules``: the model's ``LinearBase`` modules and its
+``embedding_modules``; ``--lora-target-modules`` restricts the suffixes) and gives each wrapper
+``max_loras`` zero-filled slots at ``max_lora_rank`` in ``lora_dtype`` (the model dtype by default;
+``vllm/config/lora.py`` ``LoRAConfig.verify_with_model_config``). The wrapping runs inside
+``gpu_model_runner.py`` ``load_model``'s ``DeviceMemoryProfiler``, so the slots are counted with the
+weights before the KV budget is taken. Per wrapper (TP size ``t``, rank ``r``, ``S`` = ``max_loras``):
+
+* column-parallel (``qkv_proj``: 3 slices, ``gate_up_proj``: 2, ``fc1``: 1;
+  ``column_parallel_linear.py`` ``MergedColumnParallelLinearWithLoRA.create_lora_weights``,
+  ``MergedQKVParallelLinearWithLoRA``): A ``S × r × input`` per slice (not split), B
+  ``S × output_slice / t × r`` per slice — the q slice ``heads/t × head_size``, k and v
+  ``max(1, kv_heads/t) × head_size`` (``QKVParallelLinear.num_kv_heads``, replicated heads);
+* row-parallel (``o_proj``, ``down_proj``; ``base_linear.py`` ``create_lora_weights``): A
+  ``S × r × input / t``, B ``S × output × r`` (not split);
+* ``embed_tokens`` (``vocab_parallel_embedding.py`` ``VocabParallelEmbeddingWithLoRA``): A
+  ``S × vocab × r``, B ``S × hidden × r`` — the whole vocabulary on every rank;
+* ``lm_head`` (``logits_processor.py`` ``LogitsProcessorWithLoRA.create_lora_weights``, tied
+  embeddings too): A ``S × r × hidden``, B ``S × vocab × r``, and with ``t ≥ 2`` an int64
+  ``sharded_to_full_mapping`` of the padded vocabulary (``get_sharded_to_full_mapping``);
+* the punica workspace (``punica_wrapper/punica_base.py`` ``PunicaWrapperBase.__init__``: four int64
+  index vectors of ``max_num_batched_tokens`` and three of ``max_num_seqs``; ``punica_gpu.py``
+  ``PunicaWrapperGPU``: two ``LoRAKernelMeta.make`` — two int32 vectors of
+  ``max_num_batched_tokens``, two of ``S + 1``, one of ``S + 2`` each).
+
+The dummy LoRAs of the profile run are built on the CPU and copied into these slots
+(``model_manager.py`` ``create_dummy_lora``), so they add no GPU memory. ``max_cpu_loras`` adapters
+stay in host memory (``LRUCacheLoRAModelManager``), listed but not on the GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvplan.arch import Attention, ModelArch
+from kvplan.dtypes import get_dtype
+from kvplan.engines.reserve import ReserveTerm
+from kvplan.engines.settings import EngineSettings
+from kvplan.errors import KVPlanError
+from kvplan.parallel import pp_partition
+
+#: ``logits_processor.py`` ``LogitsProcessorWithLoRA.create_lora_weights``: larger vocabularies raise.
+LORA_MAX_VOCAB = 258048
+#: ``vocab_parallel_embedding.py`` ``DEFAULT_VOCAB_PADDING_SIZE``.
+VOCAB_PADDING = 64
+#: The reserve term's name (``Reserve``, the ledger's ``reserve: lora_slots``).
+LORA_TERM = "lora_slots"
+#: The module suffixes vLLM wraps in a dense decoder (``--lora-target-modules`` choices).
+LORA_MODULES = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "embed_tokens", "lm_head")
+
+
+@dataclass(frozen=True)
+class LoraSlots:
+    """The LoRA buffers on one GPU of the heaviest pipeline stage: bytes per module suffix (all
+    ``max_loras`` slots), the punica workspace, and the bytes of one slot."""
+
+    max_loras: int
+    max_lora_rank: int
+    dtype: str
+    modules: dict[str, int]
+    workspace: int
+    cpu_bytes: int
+    formula: str
+
+    @property
+    def slot_bytes(self) -> int:
+        """Bytes of one adapter slot (every wrapped module, one of ``max_loras``)."""
+        return sum(self.modules.values()) // self.max_loras
+
+    @property
+    def total(self) -> int:
+        return sum(self.modules.values()) + self.workspace
+
+    def workspace_for(self, max_loras: int) -> int:
+        """The workspace with another ``max_loras`` (only its ``S + 1`` / ``S + 2`` vectors change)."""
+        return self.workspace + 2 * 4 * 3 * (max_loras - self.max_loras)
+
+    def total_for(self, max_loras: int) -> int:
+        """The LoRA bytes with ``max_loras`` slots instead (same rank and modules)."""
+        return self.slot_bytes * max_loras + self.workspace_for(max_loras)
+
+
+def _pad(n: int, to: int) -> int:
+    return -(-n // to) * to
+
+
+def check_lora(arch: ModelArch, ranks: tuple[int, ...], release: str, max_loras: int,
+               max_lora_rank: int, max_cpu_loras: int | None) -> None:
+    """The checks of ``vllm/config/lora.py`` (``MaxLoRARanks``, ``max_cpu_loras >= max_loras``) and
+    of ``LogitsProcessorWithLoRA`` (vocabulary ≤ 258,048), and the models kvplan sizes: dense
+    attention decoders (every layer ``Attention``, no MoE)."""
+    if not ranks:
+        raise KVPlanError("lora.release", release=release)
+    if max_lora_rank not in ranks:
+        raise KVPlanError("lora.rank", value=max_lora_rank, release=release,
+                          choices=", ".join(str(r) for r in ranks))
+    if max_cpu_loras is not None and max_cpu_loras < max_loras:
+        raise KVPlanError("lora.cpu", cpu=max_cpu_loras, gpu=max_loras)
+    if arch.vocab_size > LORA_MAX_VOCAB:
+        raise KVPlanError("lora.vocab", vocab=arch.vocab_size, limit=LORA_MAX_VOCAB)
+    odd = [layer for layer in arch.distinct_layers() if not isinstance(layer, Attention)]
+    if arch.moe is not None or odd:
+        what = "MoE experts" if arch.moe is not None else f"{type(odd[0]).__name__} layers"
+        raise KVPlanError("lora.model", model=arch.name, what=what)
+
+
+def lora_slots(arch: ModelArch, *, tp: int, pp: int, max_loras: int, max_lora_rank: int,
+               dtype: str, mnbt: int, max_num_seqs: int, max_cpu_loras: int | None,
+               target_modules: tuple[str, ...] | None = None) -> LoraSlots:
+    """The LoRA buffers of the heaviest pipeline stage on one GPU (``get_pp_indices`` layers; the
+    embedding on the first stage, the LM head on the last), as vLLM v0.33 allocates them (see the
+    module docstring for each shape)."""
+    s, r, t = max_loras, max_lora_rank, tp
+    d = get_dtype(dtype).bits // 8
+    h, v, inter = arch.hidden_size, arch.vocab_size, arch.intermediate_size
+    mlp, slices = ("gate_up_proj", 2) if arch.gated_mlp else ("fc1", 1)
+    targets = set(target_modules or (*LORA_MODULES, "fc1"))
+
+    def layer_modules(layer: Attention) -> dict[str, int]:
+        q = arch.n_heads // t * layer.head_dim_k
+        kv = max(1, layer.n_kv_heads // t) * layer.head_dim_k
+        return {"qkv_proj": s * r * (3 * h + q + 2 * kv) * d,
+                "o_proj": s * r * (arch.n_heads * layer.head_dim_v // t + h) * d,
+                mlp: s * r * slices * (h + inter // t) * d if inter else 0,
+                "down_proj": s * r * (inter // t + h) * d if inter else 0}
+
+    best: dict[str, int] = {}
+    counts = pp_partition(arch.n_layers, pp)
+    start = 0
+    for stage, n in enumerate(counts):
+        here: dict[str, int] = {}
+        for layer, count in arch.layer_counts(start, start + n).items():
+            assert isinstance(layer, Attention)
+            for module, size in layer_modules(layer).items():
+                here[module] = here.get(module, 0) + size * count
+        start += n
+        first, last = stage == 0, stage == len(counts) - 1
+        if first or (last and arch.tie_word_embeddings):
+            here["embed_tokens"] = s * r * (v + h) * d
+        if last:
+            mapping = _pad(v, VOCAB_PADDING) * 8 if t >= 2 else 0
+            here["lm_head"] = s * r * (h + v) * d + mapping
+        here = {m: b for m, b in here.items() if m in targets}
+        if sum(here.values()) >= sum(best.values()):
+            best = here
+    layer_bytes = {m: b for m, b in best.items() if b}
+    workspace = (4 * mnbt + 3 * max_num_seqs) * 8 + 2 * (2 * mnbt * 4 + 2 * (s + 1) * 4 + (s + 2) * 4)
+    one = sum(layer_bytes.values()) // s
+    cpu = (max_cpu_loras or s) * one
+    formula = (f"{s} slots × {one:,} B per slot at rank {r} in {dtype} ("
+               + ", ".join(f"{m} {b // s:,}" for m, b in layer_bytes.items())
+               + f") + punica workspace {workspace:,} B (max_num_batched_tokens {mnbt:,}, "
+               f"max_num_seqs {max_num_seqs:,}); host: max_cpu_loras {max_cpu_loras or s} × "
+               f"≤ {one:,} B = ≤ {cpu:,} B (CPU memory, not on the GPU)")
+    return LoraSlots(s, r, dtype, layer_bytes, workspace, cpu, formula)
+
+
+def lora_reserve_term(arch: ModelArch, settings: EngineSettings, *, ranks: tuple[int, ...],
+                      release: str, dtype: str, mnbt: int, max_num_seqs: int) -> ReserveTerm:
+    """The ``lora_slots`` term of the KV budget: ``lora_slots`` with the settings' values, after
+    ``check_lora``; counted (vLLM holds it before ``determine_available_memory`` measures)."""
+    check_lora(arch, ranks, release, settings.max_loras, settings.max_lora_rank, settings.max_cpu_loras)
+    slots = lora_slots(arch, tp=settings.tp, pp=settings.pp, max_loras=settings.max_loras,
+                       max_lora_rank=settings.max_lora_rank, dtype=dtype, mnbt=mnbt,
+                       max_num_seqs=max_num_seqs, max_cpu_loras=settings.max_cpu_loras)
+    return ReserveTerm(LORA_TERM, slots.total, f"{slots.formula} = {slots.total:,} B",
+                       f"{release} vllm/lora/model_manager.py _create_lora_modules → "
+                       "create_lora_weights; punica_wrapper/punica_gpu.py PunicaWrapperGPU")
