@@ -79,8 +79,8 @@ MESSAGES: dict[str, str] = {
     "lora.rank": "--max-lora-rank {value} is not a rank {release} allows (vllm/config/lora.py "
                  "MaxLoRARanks: {choices})",
     "lora.cpu": "--max-cpu-loras {cpu} must be at least --max-loras {gpu} (vllm/config/lora.py)",
-    "lora.vocab": "--enable-lora: the vocabulary of {vocab:,} tokens exceeds vLLM's LoRA limit of "
-                  "{limit:,} (LogitsProcessorWithLoRA)",
+    "lora.vocab": "--enable-lora: the vocabulary of {vocab} tokens exceeds vLLM's LoRA limit of "
+                  "{limit} (LogitsProcessorWithLoRA)",
     "lora.model": "--enable-lora: kvplan sizes LoRA slots for dense attention decoders; {model} has "
                   "{what}, whose LoRA wrappers it does not model",
     "parallel.ep": "expert parallel size {ep} must divide the tensor parallel size {tp} (experts "

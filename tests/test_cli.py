@@ -330,6 +330,14 @@ def reach(code: str, tmp_path) -> str:
     if code == "parallel.ep":
         return cli_error(["fit", "--model", "qwen3-30b-a3b", "--gpu", "h100-sxm", "--tokens", "8",
                           "--tp", "4", "--num-gpus", "4", "--ep", "3"])
+    if code.startswith("lora."):  # vLLM --enable-lora (tests/test_vllm_lora.py has the bytes)
+        model, more = {"lora.release": ("llama-3.1-8b", ["--engine-version", "0.19"]),
+                       "lora.rank": ("llama-3.1-8b", ["--max-lora-rank", "24"]),
+                       "lora.cpu": ("llama-3.1-8b", ["--max-loras", "4", "--max-cpu-loras", "2"]),
+                       "lora.vocab": ("gemma-3-12b", []),
+                       "lora.model": ("mixtral-8x7b", [])}[code]
+        return cli_error(["fit", "--model", model, "--gpu", "h100-sxm", "--tokens", "8",
+                          "--enable-lora", *more])
     if code in {"weights.unknown_method", "weights.bad_quantization"}:
         quant = {"quant_method": "hqq_magic"} if code == "weights.unknown_method" else {
             "quant_method": "fp8", "weight_block_size": [128]}

@@ -99,7 +99,7 @@ def check_lora(arch: ModelArch, ranks: tuple[int, ...], release: str, max_loras:
     if max_cpu_loras is not None and max_cpu_loras < max_loras:
         raise KVPlanError("lora.cpu", cpu=max_cpu_loras, gpu=max_loras)
     if arch.vocab_size > LORA_MAX_VOCAB:
-        raise KVPlanError("lora.vocab", vocab=arch.vocab_size, limit=LORA_MAX_VOCAB)
+        raise KVPlanError("lora.vocab", vocab=f"{arch.vocab_size:,}", limit=f"{LORA_MAX_VOCAB:,}")
     odd = [layer for layer in arch.distinct_layers() if not isinstance(layer, Attention)]
     if arch.moe is not None or odd:
         what = "MoE experts" if arch.moe is not None else f"{type(odd[0]).__name__} layers"
@@ -149,7 +149,7 @@ def lora_slots(arch: ModelArch, *, tp: int, pp: int, max_loras: int, max_lora_ra
     workspace = (4 * mnbt + 3 * max_num_seqs) * 8 + 2 * (2 * mnbt * 4 + 2 * (s + 1) * 4 + (s + 2) * 4)
     one = sum(layer_bytes.values()) // s
     cpu = (max_cpu_loras or s) * one
-    formula = (f"{s} slots × {one:,} B per slot at rank {r} in {dtype} ("
+    formula = (f"{s} slot{'s' if s != 1 else ''} × {one:,} B per slot at rank {r} in {dtype} ("
                + ", ".join(f"{m} {b // s:,}" for m, b in layer_bytes.items())
                + f") + punica workspace {workspace:,} B (max_num_batched_tokens {mnbt:,}, "
                f"max_num_seqs {max_num_seqs:,}); host: max_cpu_loras {max_cpu_loras or s} × "
