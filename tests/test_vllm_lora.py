@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -136,3 +137,23 @@ def test_cli_fit_prints_the_slots_and_the_adapters_that_fit(capsys: pytest.Captu
     assert {t["name"]: t["bytes"] for t in payload["ledger"]}["reserve: lora_slots"] == 369_844_280
     assert main([*args[:-2], "--max-lora-rank", "7"]) == 2
     assert "--max-lora-rank 7 is not a rank" in capsys.readouterr().err
+
+
+TRUTH = json.loads((Path(__file__).parent / "fixtures" / "vllm_truth" / "lora_slots.json").read_text())
+
+
+@pytest.mark.parametrize("case", TRUTH["cases"],
+                         ids=lambda c: f"{c['model']}-tp{c['tp']}-r{c['max_lora_rank']}")
+def test_slots_equal_vllms_own_wrappers(case: dict) -> None:
+    """``tools/vllm_truth/lora_slots.py``: vLLM 0.33.0's ``from_layer`` / ``create_lora_weights`` and
+    ``PunicaWrapperGPU`` on the meta device under a gloo TP group — every module's bytes exact."""
+    assert TRUTH["vllm"] == "0.33.0"
+    arch = load_model(case["model"])
+    slots = lora_slots(arch, tp=case["tp"], pp=1, max_loras=case["max_loras"],
+                       max_lora_rank=case["max_lora_rank"], dtype=case["dtype"],
+                       mnbt=case["max_num_batched_tokens"], max_num_seqs=case["max_num_seqs"],
+                       max_cpu_loras=None)
+    expected = {m: b * arch.n_layers for m, b in case["per_layer"].items()}
+    expected |= {"embed_tokens": case["embed_tokens"], "lm_head": case["lm_head"]}
+    assert slots.modules == expected
+    assert slots.workspace == case["workspace"]
