@@ -541,3 +541,14 @@ def test_tables_past_int64_are_shown_not_refused():
     assert shown["gpu"].tolist() == ["a", "b"] and shown["n"].dtype == frame["n"].dtype
     small = pd.DataFrame({"x": pd.Series([1, 2], dtype=object)})
     assert arrow_safe(small) is small
+
+
+def test_lora_slots_are_a_row_of_the_budget_box():
+    """Issue #26: ``lo=1&ml=4&lr=64`` (vLLM --enable-lora --max-loras 4 --max-lora-rank 64) puts the
+    adapter slots in the KV-budget box, bytes as ``tests/test_vllm_lora.py`` derives them."""
+    at = make_app(m="llama-3.1-8b", t="8192", u="1", ev="0.33", lo="1", ml="4", lr="64")
+    no_errors(at)
+    at = open_boxes(at, "box_budget")
+    table = next(t for t in at.table if "reserve: lora_slots" in t.value.index)
+    assert table.value.loc["reserve: lora_slots", "bytes"] == "-1,478,123,648"
+    assert "rank 64" in table.value.loc["reserve: lora_slots", "formula"]
