@@ -44,7 +44,7 @@ from kvplan.engines.kinds import PAGED_KINDS, VLLM_DEFAULT_BLOCK_SIZE, CacheRule
 from kvplan.engines.reserve import Reserve, ReserveTerm, cuda_capacity
 from kvplan.engines.settings import EngineSettings
 from kvplan.engines.vllm.log import VllmLog, log_lines
-from kvplan.engines.vllm.lora import lora_reserve_term
+from kvplan.engines.vllm.lora import lora_graphs_term, lora_reserve_term
 from kvplan.engines.vllm.memory import vllm_reserve_terms
 from kvplan.engines.vllm.pool import VllmPagedPool, VllmPool, _pool_cached, _pool_only
 from kvplan.engines.vllm.releases import VLLM_RELEASES, VllmRelease
@@ -270,22 +270,27 @@ class Vllm(Engine):
         (``kvplan.engines.vllm.memory``), as this release counts them."""
         record = self.record
         major = int(float(gpu.compute_capability)) if gpu.compute_capability else 0
-        return Reserve(vllm_reserve_terms(
+        terms = vllm_reserve_terms(
             arch, settings, self.model_dtype(arch), sampler=record.sampler_path,
             capture=record.capture_rule, graphs_counted=record.graphs_counted, release=self.release,
             mnbt=settings.max_num_batched_tokens or self.default_mnbt(gpu),
             max_num_seqs=settings.max_num_seqs or self.default_max_num_seqs(gpu),
             blackwell=major == 10 and record.blackwell_capture_cap, v0=record.v0_profile)
-            + self.lora_terms(arch, gpu, settings))
+        return Reserve(terms + self.lora_terms(arch, gpu, settings, terms))
 
-    def lora_terms(self, arch: ModelArch, gpu: GPU, settings: EngineSettings) -> tuple[ReserveTerm, ...]:
-        """With ``--enable-lora``, the GPU adapter slots (``engines/vllm/lora.py``); else none."""
+    def lora_terms(self, arch: ModelArch, gpu: GPU, settings: EngineSettings,
+                   terms: tuple[ReserveTerm, ...] = ()) -> tuple[ReserveTerm, ...]:
+        """With ``--enable-lora``, the GPU adapter slots and the second set of CUDA graphs
+        (``engines/vllm/lora.py``); else none."""
         if not settings.enable_lora:
             return ()
-        return (lora_reserve_term(
+        slots = lora_reserve_term(
             arch, settings, ranks=self.record.lora_ranks, release=self.release,
             dtype=self.model_dtype(arch), mnbt=settings.max_num_batched_tokens or self.default_mnbt(gpu),
-            max_num_seqs=settings.max_num_seqs or self.default_max_num_seqs(gpu)),)
+            max_num_seqs=settings.max_num_seqs or self.default_max_num_seqs(gpu))
+        graphs = next((t for t in terms if t.name == "cuda_graphs"), None)
+        extra = lora_graphs_term(graphs, settings.max_loras, self.release) if graphs else None
+        return (slots,) if extra is None else (slots, extra)
 
     def in_flight_tokens(self, settings: EngineSettings, mnbt: int) -> int:
         """By the record's ``in_flight``: ``async`` — ``vllm/config/vllm.py`` ``max_in_flight_tokens

@@ -47,6 +47,8 @@ LORA_MAX_VOCAB = 258048
 VOCAB_PADDING = 64
 #: The reserve term's name (``Reserve``, the ledger's ``reserve: lora_slots``).
 LORA_TERM = "lora_slots"
+#: The CUDA graphs captured a second time with LoRA active.
+LORA_GRAPHS_TERM = "lora_cuda_graphs"
 #: The module suffixes vLLM wraps in a dense decoder (``--lora-target-modules`` choices).
 LORA_MODULES = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "embed_tokens", "lm_head")
 
@@ -168,3 +170,19 @@ def lora_reserve_term(arch: ModelArch, settings: EngineSettings, *, ranks: tuple
     return ReserveTerm(LORA_TERM, slots.total, f"{slots.formula} = {slots.total:,} B",
                        f"{release} vllm/lora/model_manager.py _create_lora_modules → "
                        "create_lora_weights; punica_wrapper/punica_gpu.py PunicaWrapperGPU")
+
+
+def lora_graphs_term(graphs: ReserveTerm, max_loras: int, release: str) -> ReserveTerm | None:
+    """``vllm/v1/cudagraph_dispatcher.py`` ``_get_lora_cases``: with LoRA and
+    ``cudagraph_specialize_lora`` (on by default, ``config/compilation.py``) every capture size is
+    captured for ``[0, max_loras + 1]`` active adapters — twice the graphs of a run without LoRA, and
+    ``gpu_model_runner.py`` ``profile_cudagraph_memory`` counts them all (``per_graph × (len(descs) −
+    1)``) — so one more copy of the release's CUDA-graph term (its per-graph cost is fitted on runs
+    without LoRA: basis ``fit``). None when no graphs are captured."""
+    if graphs.bytes <= 0:
+        return None
+    return ReserveTerm(LORA_GRAPHS_TERM, graphs.bytes,
+                       f"cuda_graphs {graphs.bytes:,} B × 1 more LoRA capture case (cases [0, "
+                       f"max_loras + 1 = {max_loras + 1}])",
+                       f"{release} vllm/v1/cudagraph_dispatcher.py _get_lora_cases "
+                       "(cudagraph_specialize_lora)", basis="fit", counted=graphs.counted)
