@@ -78,6 +78,8 @@ MESSAGES: dict[str, str] = {
                     "{release} is not modelled (choose --engine-version 0.33)",
     "lora.rank": "--max-lora-rank {value} is not a rank {release} allows (vllm/config/lora.py "
                  "MaxLoRARanks: {choices})",
+    "lora.sharded": "--fully-sharded-loras splits the LoRA rank {rank} and the hidden size {hidden} over "
+                    "tp {tp}, which must divide both (vllm/distributed/utils.py divide)",
     "lora.cpu": "--max-cpu-loras {cpu} must be at least --max-loras {gpu} (vllm/config/lora.py)",
     "lora.vocab": "--enable-lora: the vocabulary of {vocab} tokens exceeds vLLM's LoRA limit of "
                   "{limit} (LogitsProcessorWithLoRA)",

@@ -335,6 +335,8 @@ def reach(code: str, tmp_path) -> str:
                        "lora.rank": ("llama-3.1-8b", ["--max-lora-rank", "24"]),
                        "lora.cpu": ("llama-3.1-8b", ["--max-loras", "4", "--max-cpu-loras", "2"]),
                        "lora.vocab": ("gemma-3-12b", []),
+                       "lora.sharded": ("llama-3.1-8b", ["--fully-sharded-loras", "--tp", "2",
+                                                         "--max-lora-rank", "1"]),
                        "lora.model": ("mixtral-8x7b", [])}[code]
         return cli_error(["fit", "--model", model, "--gpu", "h100-sxm", "--tokens", "8",
                           "--enable-lora", *more])

@@ -65,6 +65,18 @@ def test_tp2_splits_b_of_column_and_a_of_row_and_adds_the_vocab_mapping() -> Non
                              "lm_head": 4_235_264 + 1_026_048}
 
 
+def test_fully_sharded_splits_column_a_by_rank_and_row_b_by_output() -> None:
+    """``--fully-sharded-loras`` at TP 2, rank 16, one slot: qkv 3 × 8 × 4,096 + 16 × (2,048 +
+    2·512); o 16 × (2,048 + 2,048); gate_up 2 × (8 × 4,096 + 16 × 7,168); down 16 × (7,168 +
+    2,048); each × 2 B × 32 layers; embed and lm_head as without it."""
+    slots = lora_slots(LLAMA8, tp=2, pp=1, max_loras=1, max_lora_rank=16, dtype="bf16", mnbt=2048,
+                       max_num_seqs=256, max_cpu_loras=None, fully_sharded=True)
+    assert slots.modules == {"qkv_proj": (3 * 8 * 4096 + 16 * 3072) * 64,
+                             "o_proj": 16 * 4096 * 64, "gate_up_proj": 2 * (8 * 4096 + 16 * 7168) * 64,
+                             "down_proj": 16 * (7168 + 2048) * 64, "embed_tokens": 4_235_264,
+                             "lm_head": 4_235_264 + 1_026_048}
+
+
 def test_kv_heads_are_replicated_when_tp_exceeds_them() -> None:
     """TP 16 on 8 KV heads: ``max(1, 8 // 16)`` = 1 head per rank (``QKVParallelLinear``); q 2 heads:
     qkv per slot rank 8 = 8 × (3·4,096 + 256 + 2·128) × 2 × 32."""
@@ -150,7 +162,8 @@ TRUTH = json.loads((Path(__file__).parent / "fixtures" / "vllm_truth" / "lora_sl
 
 
 @pytest.mark.parametrize("case", TRUTH["cases"],
-                         ids=lambda c: f"{c['model']}-tp{c['tp']}-r{c['max_lora_rank']}")
+                         ids=lambda c: f"{c['model']}-tp{c['tp']}-r{c['max_lora_rank']}"
+                         + ("-sharded" if c["fully_sharded_loras"] else ""))
 def test_slots_equal_vllms_own_wrappers(case: dict) -> None:
     """``tools/vllm_truth/lora_slots.py``: vLLM 0.33.0's ``from_layer`` / ``create_lora_weights`` and
     ``PunicaWrapperGPU`` on the meta device under a gloo TP group — every module's bytes exact."""
@@ -159,7 +172,7 @@ def test_slots_equal_vllms_own_wrappers(case: dict) -> None:
     slots = lora_slots(arch, tp=case["tp"], pp=1, max_loras=case["max_loras"],
                        max_lora_rank=case["max_lora_rank"], dtype=case["dtype"],
                        mnbt=case["max_num_batched_tokens"], max_num_seqs=case["max_num_seqs"],
-                       max_cpu_loras=None)
+                       max_cpu_loras=None, fully_sharded=case["fully_sharded_loras"])
     expected = {m: b * arch.n_layers for m, b in case["per_layer"].items()}
     expected |= {"embed_tokens": case["embed_tokens"], "lm_head": case["lm_head"]}
     assert slots.modules == expected

@@ -164,6 +164,10 @@ MAX_LORA_RANK = Setting(
     "max_lora_rank", "lr", "--max-lora-rank", "int", "max_lora_rank",
     "vLLM --max-lora-rank: every slot is allocated at this rank (v0.33: 1, 8, 16, 32, 64, 128, 256, "
     "320, 512; default 16).", low=1, high=512)
+FULLY_SHARDED_LORAS = Setting(
+    "fully_sharded_loras", "lf", "--fully-sharded-loras", "bool", "fully_sharded_loras",
+    "vLLM --fully-sharded-loras: column-parallel LoRA A split by rank and row-parallel B by output "
+    "over TP (the *WithShardedLoRA layers).")
 MAX_CPU_LORAS = Setting(
     "max_cpu_loras", "lc", "--max-cpu-loras", "int", "max_cpu_loras (adapters in host memory)",
     "vLLM --max-cpu-loras: adapters cached in CPU memory (≥ max_loras; empty = max_loras).",
@@ -199,6 +203,7 @@ class EngineSettings(BaseModel):
     max_loras: int = _setting(1, MAX_LORAS)
     max_lora_rank: int = _setting(16, MAX_LORA_RANK)
     max_cpu_loras: int | None = _setting(None, MAX_CPU_LORAS)
+    fully_sharded_loras: bool = _setting(False, FULLY_SHARDED_LORAS)
 
     @field_validator("max_attention_window")
     @classmethod

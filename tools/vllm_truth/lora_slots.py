@@ -35,13 +35,15 @@ MODELS = {
     "llama-3.2-1b": {"hidden": 2048, "heads": 32, "kv_heads": 8, "head_dim": 64,
                      "intermediate": 8192, "vocab": 128256},
 }
-#: (model, tp, max_loras, max_lora_rank, max_num_batched_tokens, max_num_seqs)
+#: (model, tp, max_loras, max_lora_rank, max_num_batched_tokens, max_num_seqs, fully_sharded_loras)
 CASES = [
-    ("llama-3.1-8b", 1, 4, 64, 8192, 1024),
-    ("llama-3.1-8b", 2, 1, 16, 2048, 256),
-    ("qwen2.5-7b", 2, 8, 32, 8192, 1024),
-    ("qwen2.5-7b", 4, 2, 320, 16384, 1024),
-    ("llama-3.2-1b", 4, 3, 8, 2048, 256),
+    ("llama-3.1-8b", 1, 4, 64, 8192, 1024, False),
+    ("llama-3.1-8b", 2, 1, 16, 2048, 256, False),
+    ("qwen2.5-7b", 2, 8, 32, 8192, 1024, False),
+    ("qwen2.5-7b", 4, 2, 320, 16384, 1024, False),
+    ("llama-3.2-1b", 4, 3, 8, 2048, 256, False),
+    ("llama-3.1-8b", 2, 2, 64, 8192, 1024, True),
+    ("qwen2.5-7b", 4, 1, 16, 2048, 256, True),
 ]
 OUT = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "vllm_truth" / "lora_slots.json"
 
@@ -60,7 +62,8 @@ def _bytes(obj: object) -> int:
     return total
 
 
-def _slots(model: dict[str, int], max_loras: int, rank: int, mnbt: int, seqs: int) -> dict[str, int]:
+def _slots(model: dict[str, int], max_loras: int, rank: int, mnbt: int, seqs: int,
+           sharded: bool) -> dict[str, int]:
     import vllm.lora.punica_wrapper.punica_gpu as punica_gpu
     from vllm.config.lora import LoRAConfig
     from vllm.lora.ops.triton_ops.lora_kernel_metadata import LoRAKernelMeta
@@ -73,7 +76,8 @@ def _slots(model: dict[str, int], max_loras: int, rank: int, mnbt: int, seqs: in
     from vllm.model_executor.layers.logits_processor import LogitsProcessor
     from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
 
-    config = LoRAConfig(max_lora_rank=rank, max_loras=max_loras, lora_dtype=torch.bfloat16)
+    config = LoRAConfig(max_lora_rank=rank, max_loras=max_loras, lora_dtype=torch.bfloat16,
+                        fully_sharded_loras=sharded)
     h, dtype = model["hidden"], torch.bfloat16
     out: dict[str, int] = {}
     with torch.device("meta"):
@@ -113,8 +117,8 @@ def _worker(rank: int, tp: int, port: int, cases: list[tuple], queue: mp.Queue) 
                                  distributed_init_method=f"tcp://127.0.0.1:{port}", backend="gloo")
     initialize_model_parallel(tensor_model_parallel_size=tp, backend="gloo")
     for case in cases:
-        model, _, loras, r, mnbt, seqs = case
-        slots = _slots(MODELS[model], loras, r, mnbt, seqs)
+        model, _, loras, r, mnbt, seqs, sharded = case
+        slots = _slots(MODELS[model], loras, r, mnbt, seqs, sharded)
         if rank == 0:  # the other ranks hold the group (their shapes are rank 0's)
             queue.put((case, slots))
     torch.distributed.barrier()
@@ -140,8 +144,9 @@ def main() -> None:
                 except Exception:  # queue.Empty: fail fast when a worker died
                     if any(p.exitcode for p in procs):
                         sys.exit(f"worker failed (tp {tp})")
-            model, tp_, loras, r, mnbt, seqs = case
+            model, tp_, loras, r, mnbt, seqs, sharded = case
             results.append({"model": model, "tp": tp_, "max_loras": loras, "max_lora_rank": r,
+                            "fully_sharded_loras": sharded,
                             "max_num_batched_tokens": mnbt, "max_num_seqs": seqs, "dtype": "bf16",
                             "per_layer": {k: slots[k] for k in ("qkv_proj", "o_proj", "gate_up_proj",
                                                                 "down_proj")},

@@ -136,6 +136,7 @@ VLLM_V1_SETTING_LABELS: dict[str, tuple[str, str]] = {
     "max_loras": ("max_loras (GPU adapter slots)", "1"),
     "max_lora_rank": ("max_lora_rank", "16"),
     "max_cpu_loras": ("max_cpu_loras (host cache)", "max_loras"),
+    "fully_sharded_loras": ("fully_sharded_loras", "off"),
 }
 #: V0 ``EngineArgs`` / ``SchedulerConfig`` defaults (``vllm@0.6``).
 VLLM_V0_SETTING_LABELS: dict[str, tuple[str, str]] = {

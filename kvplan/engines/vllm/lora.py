@@ -89,7 +89,8 @@ def _pad(n: int, to: int) -> int:
 
 
 def check_lora(arch: ModelArch, ranks: tuple[int, ...], release: str, max_loras: int,
-               max_lora_rank: int, max_cpu_loras: int | None) -> None:
+               max_lora_rank: int, max_cpu_loras: int | None, fully_sharded: bool = False,
+               tp: int = 1) -> None:
     """The checks of ``vllm/config/lora.py`` (``MaxLoRARanks``, ``max_cpu_loras >= max_loras``) and
     of ``LogitsProcessorWithLoRA`` (vocabulary ≤ 258,048), and the models kvplan sizes: dense
     attention decoders (every layer ``Attention``, no MoE)."""
@@ -98,6 +99,8 @@ def check_lora(arch: ModelArch, ranks: tuple[int, ...], release: str, max_loras:
     if max_lora_rank not in ranks:
         raise KVPlanError("lora.rank", value=max_lora_rank, release=release,
                           choices=", ".join(str(r) for r in ranks))
+    if fully_sharded and (max_lora_rank % tp or arch.hidden_size % tp):
+        raise KVPlanError("lora.sharded", rank=max_lora_rank, hidden=arch.hidden_size, tp=tp)
     if max_cpu_loras is not None and max_cpu_loras < max_loras:
         raise KVPlanError("lora.cpu", cpu=max_cpu_loras, gpu=max_loras)
     if arch.vocab_size > LORA_MAX_VOCAB:
@@ -110,23 +113,29 @@ def check_lora(arch: ModelArch, ranks: tuple[int, ...], release: str, max_loras:
 
 def lora_slots(arch: ModelArch, *, tp: int, pp: int, max_loras: int, max_lora_rank: int,
                dtype: str, mnbt: int, max_num_seqs: int, max_cpu_loras: int | None,
-               target_modules: tuple[str, ...] | None = None) -> LoraSlots:
+               target_modules: tuple[str, ...] | None = None, fully_sharded: bool = False) -> LoraSlots:
     """The LoRA buffers of the heaviest pipeline stage on one GPU (``get_pp_indices`` layers; the
     embedding on the first stage, the LM head on the last), as vLLM v0.33 allocates them (see the
-    module docstring for each shape)."""
+    module docstring for each shape). ``fully_sharded`` (``--fully-sharded-loras``, the
+    ``*WithShardedLoRA`` classes): column-parallel A at ``rank / t`` rows and row-parallel B at
+    ``output / t`` (``divide`` in ``base_linear.py`` and ``column_parallel_linear.py``
+    ``create_lora_weights``); the vocabulary modules as without it."""
     s, r, t = max_loras, max_lora_rank, tp
     d = get_dtype(dtype).bits // 8
     h, v, inter = arch.hidden_size, arch.vocab_size, arch.intermediate_size
     mlp, slices = ("gate_up_proj", 2) if arch.gated_mlp else ("fc1", 1)
     targets = set(target_modules or (*LORA_MODULES, "fc1"))
 
+    # --fully-sharded-loras: column-parallel A at rank / t, row-parallel B at output / t.
+    ra, ho = (r // t, h // t) if fully_sharded else (r, h)
+
     def layer_modules(layer: Attention) -> dict[str, int]:
         q = arch.n_heads // t * layer.head_dim_k
         kv = max(1, layer.n_kv_heads // t) * layer.head_dim_k
-        return {"qkv_proj": s * r * (3 * h + q + 2 * kv) * d,
-                "o_proj": s * r * (arch.n_heads * layer.head_dim_v // t + h) * d,
-                mlp: s * r * slices * (h + inter // t) * d if inter else 0,
-                "down_proj": s * r * (inter // t + h) * d if inter else 0}
+        return {"qkv_proj": s * (3 * ra * h + r * (q + 2 * kv)) * d,
+                "o_proj": s * r * (arch.n_heads * layer.head_dim_v // t + ho) * d,
+                mlp: s * slices * (ra * h + r * (inter // t)) * d if inter else 0,
+                "down_proj": s * r * (inter // t + ho) * d if inter else 0}
 
     best: dict[str, int] = {}
     counts = pp_partition(arch.n_layers, pp)
@@ -163,10 +172,12 @@ def lora_reserve_term(arch: ModelArch, settings: EngineSettings, *, ranks: tuple
                       release: str, dtype: str, mnbt: int, max_num_seqs: int) -> ReserveTerm:
     """The ``lora_slots`` term of the KV budget: ``lora_slots`` with the settings' values, after
     ``check_lora``; counted (vLLM holds it before ``determine_available_memory`` measures)."""
-    check_lora(arch, ranks, release, settings.max_loras, settings.max_lora_rank, settings.max_cpu_loras)
+    check_lora(arch, ranks, release, settings.max_loras, settings.max_lora_rank, settings.max_cpu_loras,
+               settings.fully_sharded_loras, settings.tp)
     slots = lora_slots(arch, tp=settings.tp, pp=settings.pp, max_loras=settings.max_loras,
                        max_lora_rank=settings.max_lora_rank, dtype=dtype, mnbt=mnbt,
-                       max_num_seqs=max_num_seqs, max_cpu_loras=settings.max_cpu_loras)
+                       max_num_seqs=max_num_seqs, max_cpu_loras=settings.max_cpu_loras,
+                       fully_sharded=settings.fully_sharded_loras)
     return ReserveTerm(LORA_TERM, slots.total, f"{slots.formula} = {slots.total:,} B",
                        f"{release} vllm/lora/model_manager.py _create_lora_modules → "
                        "create_lora_weights; punica_wrapper/punica_gpu.py PunicaWrapperGPU")
