@@ -80,6 +80,8 @@ MESSAGES: dict[str, str] = {
                  "MaxLoRARanks: {choices})",
     "lora.sharded": "--fully-sharded-loras splits the LoRA rank {rank} and the hidden size {hidden} over "
                     "tp {tp}, which must divide both (vllm/distributed/utils.py divide)",
+    "lora.architecture": "--enable-lora: kvplan knows which vocabulary modules vLLM 0.33 wraps for "
+                         "{choices}; not for {value}",
     "lora.cpu": "--max-cpu-loras {cpu} must be at least --max-loras {gpu} (vllm/config/lora.py)",
     "lora.vocab": "--enable-lora: the vocabulary of {vocab} tokens exceeds vLLM's LoRA limit of "
                   "{limit} (LogitsProcessorWithLoRA)",

@@ -96,6 +96,20 @@ def test_pp_keeps_the_heaviest_stage() -> None:
     assert "embed_tokens" not in half.modules
 
 
+def test_vocab_modules_only_where_the_model_class_declares_them() -> None:
+    """``Qwen2ForCausalLM`` (``models/qwen2.py``) and ``Gemma3ForConditionalGeneration`` declare no
+    ``embedding_modules``: only the linear layers get slots, and Gemma 3's 262,208-token vocabulary
+    is no obstacle (the 258,048 limit is ``LogitsProcessorWithLoRA``'s, not built here)."""
+    qwen = lora_slots(load_model("qwen2.5-7b"), tp=1, pp=1, max_loras=1, max_lora_rank=8, dtype="bf16",
+                      mnbt=2048, max_num_seqs=256, max_cpu_loras=None)
+    assert set(qwen.modules) == {"qkv_proj", "o_proj", "gate_up_proj", "down_proj"}
+    gemma = _plan(load_model("gemma-3-12b"), enable_lora=True)
+    assert "reserve: lora_slots" in _ledger(gemma)
+    cohere = lora_slots(load_model("command-r"), tp=1, pp=1, max_loras=1, max_lora_rank=8,
+                        dtype="bf16", mnbt=2048, max_num_seqs=256, max_cpu_loras=None)
+    assert "embed_tokens" in cohere.modules and "lm_head" not in cohere.modules
+
+
 def test_target_modules_restrict_the_wrapped_suffixes() -> None:
     slots = lora_slots(LLAMA8, tp=1, pp=1, max_loras=2, max_lora_rank=8, dtype="bf16", mnbt=2048,
                        max_num_seqs=256, max_cpu_loras=None, target_modules=("o_proj",))
@@ -174,6 +188,6 @@ def test_slots_equal_vllms_own_wrappers(case: dict) -> None:
                        mnbt=case["max_num_batched_tokens"], max_num_seqs=case["max_num_seqs"],
                        max_cpu_loras=None, fully_sharded=case["fully_sharded_loras"])
     expected = {m: b * arch.n_layers for m, b in case["per_layer"].items()}
-    expected |= {"embed_tokens": case["embed_tokens"], "lm_head": case["lm_head"]}
+    expected |= {m: case[m] for m in ("embed_tokens", "lm_head") if case[m] is not None}
     assert slots.modules == expected
     assert slots.workspace == case["workspace"]

@@ -28,11 +28,14 @@ import torch
 
 #: The dims of three presets (``presets/models/*.json``, each from the model's config.json).
 MODELS = {
-    "llama-3.1-8b": {"hidden": 4096, "heads": 32, "kv_heads": 8, "head_dim": 128,
+    "llama-3.1-8b": {"architecture": "LlamaForCausalLM",
+                     "hidden": 4096, "heads": 32, "kv_heads": 8, "head_dim": 128,
                      "intermediate": 14336, "vocab": 128256},
-    "qwen2.5-7b": {"hidden": 3584, "heads": 28, "kv_heads": 4, "head_dim": 128,
+    "qwen2.5-7b": {"architecture": "Qwen2ForCausalLM",
+                   "hidden": 3584, "heads": 28, "kv_heads": 4, "head_dim": 128,
                    "intermediate": 18944, "vocab": 152064},
-    "llama-3.2-1b": {"hidden": 2048, "heads": 32, "kv_heads": 8, "head_dim": 64,
+    "llama-3.2-1b": {"architecture": "LlamaForCausalLM",
+                     "hidden": 2048, "heads": 32, "kv_heads": 8, "head_dim": 64,
                      "intermediate": 8192, "vocab": 128256},
 }
 #: (model, tp, max_loras, max_lora_rank, max_num_batched_tokens, max_num_seqs, fully_sharded_loras)
@@ -62,7 +65,16 @@ def _bytes(obj: object) -> int:
     return total
 
 
-def _slots(model: dict[str, int], max_loras: int, rank: int, mnbt: int, seqs: int,
+def _embedding_modules(architecture: str) -> dict[str, str]:
+    """The model class's ``embedding_modules`` (vLLM's registry, as ``LoRAModelManager`` sees them)."""
+    from vllm.model_executor.models.registry import ModelRegistry
+
+    cls = ModelRegistry._try_load_model_cls(architecture)
+    assert cls is not None, architecture
+    return dict(cls.embedding_modules)
+
+
+def _slots(model: dict, max_loras: int, rank: int, mnbt: int, seqs: int,
            sharded: bool) -> dict[str, int]:
     import vllm.lora.punica_wrapper.punica_gpu as punica_gpu
     from vllm.config.lora import LoRAConfig
@@ -91,14 +103,19 @@ def _slots(model: dict[str, int], max_loras: int, rank: int, mnbt: int, seqs: in
             "down_proj": (RowParallelLinear(model["intermediate"], h, bias=False, params_dtype=dtype), []),
             "embed_tokens": (VocabParallelEmbedding(model["vocab"], h, params_dtype=dtype), []),
         }
+        # get_supported_lora_modules: the LinearBase layers and the class's embedding_modules.
+        vocab = _embedding_modules(model["architecture"])
         for name, (layer, packed) in layers.items():
+            if name == "embed_tokens" and name not in vocab:
+                continue
             wrapped = from_layer(layer, max_loras, config, packed)
             assert wrapped is not layer, name
             out[name] = _bytes(wrapped)
             out[name + ":class"] = type(wrapped).__name__  # type: ignore[assignment]
-        head = ParallelLMHead(model["vocab"], h, params_dtype=dtype)
-        logits = from_layer_logits_processor(LogitsProcessor(model["vocab"]), head, max_loras, config)
-        out["lm_head"] = _bytes(logits)
+        if "lm_head" in vocab:
+            head = ParallelLMHead(model["vocab"], h, params_dtype=dtype)
+            logits = from_layer_logits_processor(LogitsProcessor(model["vocab"]), head, max_loras, config)
+            out["lm_head"] = _bytes(logits)
         # punica_gpu.py imports LoRAKernelMeta only when Triton is installed (absent on this CPU box).
         punica_gpu.LoRAKernelMeta = LoRAKernelMeta  # type: ignore[attr-defined]
         punica = punica_gpu.PunicaWrapperGPU(mnbt, seqs, "meta", lora_config=config)
@@ -150,7 +167,8 @@ def main() -> None:
                             "max_num_batched_tokens": mnbt, "max_num_seqs": seqs, "dtype": "bf16",
                             "per_layer": {k: slots[k] for k in ("qkv_proj", "o_proj", "gate_up_proj",
                                                                 "down_proj")},
-                            "embed_tokens": slots["embed_tokens"], "lm_head": slots["lm_head"],
+                            "architecture": MODELS[model]["architecture"],
+                            "embed_tokens": slots.get("embed_tokens"), "lm_head": slots.get("lm_head"),
                             "workspace": slots["workspace"],
                             "classes": {k.split(":")[0]: v for k, v in slots.items()
                                         if k.endswith(":class")}})

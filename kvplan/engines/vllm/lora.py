@@ -15,7 +15,8 @@ weights before the KV budget is taken. Per wrapper (TP size ``t``, rank ``r``, `
   ``max(1, kv_heads/t) × head_size`` (``QKVParallelLinear.num_kv_heads``, replicated heads);
 * row-parallel (``o_proj``, ``down_proj``; ``base_linear.py`` ``create_lora_weights``): A
   ``S × r × input / t``, B ``S × output × r`` (not split);
-* ``embed_tokens`` (``vocab_parallel_embedding.py`` ``VocabParallelEmbeddingWithLoRA``): A
+* where the model class lists them in ``embedding_modules`` (``VOCAB_LORA_MODULES``):
+  ``embed_tokens`` (``vocab_parallel_embedding.py`` ``VocabParallelEmbeddingWithLoRA``): A
   ``S × vocab × r``, B ``S × hidden × r`` — the whole vocabulary on every rank;
 * ``lm_head`` (``logits_processor.py`` ``LogitsProcessorWithLoRA.create_lora_weights``, tied
   embeddings too): A ``S × r × hidden``, B ``S × vocab × r``, and with ``t ≥ 2`` an int64
@@ -49,6 +50,25 @@ VOCAB_PADDING = 64
 LORA_TERM = "lora_slots"
 #: The CUDA graphs captured a second time with LoRA active.
 LORA_GRAPHS_TERM = "lora_cuda_graphs"
+#: The vocabulary modules a model class declares in ``embedding_modules`` (``SupportsLoRA``: none by
+#: default; ``vllm/lora/utils.py`` ``get_supported_lora_modules`` wraps only those and the
+#: ``LinearBase`` layers), by the config's ``architectures[0]``, read from vLLM 0.33.0's classes
+#: (``ModelRegistry._try_load_model_cls(arch).embedding_modules``; ``models/llama.py``, ``phi3.py``,
+#: ``qwen3.py``: both; ``commandr.py``: the input embedding only; ``mistral.py``, ``qwen2.py``,
+#: ``gemma2.py``, ``gemma3.py``, ``gemma3_mm.py``, ``falcon.py``, ``opt.py``: none).
+VOCAB_LORA_MODULES: dict[str, tuple[str, ...]] = {
+    "LlamaForCausalLM": ("embed_tokens", "lm_head"),
+    "Phi3ForCausalLM": ("embed_tokens", "lm_head"),
+    "Qwen3ForCausalLM": ("embed_tokens", "lm_head"),
+    "CohereForCausalLM": ("embed_tokens",),
+    "MistralForCausalLM": (),
+    "Qwen2ForCausalLM": (),
+    "Gemma2ForCausalLM": (),
+    "Gemma3ForCausalLM": (),
+    "Gemma3ForConditionalGeneration": (),
+    "FalconForCausalLM": (),
+    "OPTForCausalLM": (),
+}
 #: The module suffixes vLLM wraps in a dense decoder (``--lora-target-modules`` choices).
 LORA_MODULES = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "embed_tokens", "lm_head")
 
@@ -92,8 +112,9 @@ def check_lora(arch: ModelArch, ranks: tuple[int, ...], release: str, max_loras:
                max_lora_rank: int, max_cpu_loras: int | None, fully_sharded: bool = False,
                tp: int = 1) -> None:
     """The checks of ``vllm/config/lora.py`` (``MaxLoRARanks``, ``max_cpu_loras >= max_loras``) and
-    of ``LogitsProcessorWithLoRA`` (vocabulary ≤ 258,048), and the models kvplan sizes: dense
-    attention decoders (every layer ``Attention``, no MoE)."""
+    of ``LogitsProcessorWithLoRA`` (vocabulary ≤ 258,048 where the LM head is wrapped), and the
+    models kvplan sizes: dense attention decoders (every layer ``Attention``, no MoE) of an
+    architecture in ``VOCAB_LORA_MODULES``."""
     if not ranks:
         raise KVPlanError("lora.release", release=release)
     if max_lora_rank not in ranks:
@@ -103,12 +124,15 @@ def check_lora(arch: ModelArch, ranks: tuple[int, ...], release: str, max_loras:
         raise KVPlanError("lora.sharded", rank=max_lora_rank, hidden=arch.hidden_size, tp=tp)
     if max_cpu_loras is not None and max_cpu_loras < max_loras:
         raise KVPlanError("lora.cpu", cpu=max_cpu_loras, gpu=max_loras)
-    if arch.vocab_size > LORA_MAX_VOCAB:
-        raise KVPlanError("lora.vocab", vocab=f"{arch.vocab_size:,}", limit=f"{LORA_MAX_VOCAB:,}")
     odd = [layer for layer in arch.distinct_layers() if not isinstance(layer, Attention)]
     if arch.moe is not None or odd:
         what = "MoE experts" if arch.moe is not None else f"{type(odd[0]).__name__} layers"
         raise KVPlanError("lora.model", model=arch.name, what=what)
+    if (arch.architecture or "") not in VOCAB_LORA_MODULES:
+        raise KVPlanError("lora.architecture", value=arch.architecture or "(none in config.json)",
+                          choices=", ".join(VOCAB_LORA_MODULES))
+    if "lm_head" in VOCAB_LORA_MODULES[arch.architecture or ""] and arch.vocab_size > LORA_MAX_VOCAB:
+        raise KVPlanError("lora.vocab", vocab=f"{arch.vocab_size:,}", limit=f"{LORA_MAX_VOCAB:,}")
 
 
 def lora_slots(arch: ModelArch, *, tp: int, pp: int, max_loras: int, max_lora_rank: int,
@@ -124,7 +148,9 @@ def lora_slots(arch: ModelArch, *, tp: int, pp: int, max_loras: int, max_lora_ra
     d = get_dtype(dtype).bits // 8
     h, v, inter = arch.hidden_size, arch.vocab_size, arch.intermediate_size
     mlp, slices = ("gate_up_proj", 2) if arch.gated_mlp else ("fc1", 1)
-    targets = set(target_modules or (*LORA_MODULES, "fc1"))
+    vocab = VOCAB_LORA_MODULES.get(arch.architecture or "", ("embed_tokens", "lm_head"))
+    linear = ("qkv_proj", "o_proj", "gate_up_proj", "fc1", "down_proj")
+    targets = set(target_modules or (*linear, *vocab))
 
     # --fully-sharded-loras: column-parallel A at rank / t, row-parallel B at output / t.
     ra, ho = (r // t, h // t) if fully_sharded else (r, h)
