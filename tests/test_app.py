@@ -552,3 +552,9 @@ def test_lora_slots_are_a_row_of_the_budget_box():
     table = next(t for t in at.table if "reserve: lora_slots" in t.value.index)
     assert table.value.loc["reserve: lora_slots", "bytes"] == "-1,478,123,648"
     assert "rank 64" in table.value.loc["reserve: lora_slots", "formula"]
+
+
+def test_lora_on_a_model_it_cannot_size_is_a_named_message():
+    at = make_app(m="mixtral-8x7b", t="4096", ev="0.33", lo="1")
+    assert not at.exception
+    assert any("has MoE experts" in unmd(e.value) for e in at.error)
