@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
     from kvplan.arch import ModelArch
     from kvplan.engines import EngineSettings, Setting
-    from kvplan.plan import FitQuery
+    from kvplan.plan import FitQuery, Plan
 
 GIB = 1 << 30
 
@@ -386,6 +386,13 @@ def cmd_kv(args: argparse.Namespace) -> int:
     return 0
 
 
+def _adapters(plan: Plan) -> dict[str, object] | None:
+    """With ``--enable-lora``: the most adapter slots beside the workload (``kvplan.adapters``)."""
+    from kvplan.adapters import adapters_that_fit
+
+    return adapters_that_fit(plan).as_json() if plan.settings.enable_lora else None
+
+
 def cmd_fit(args: argparse.Namespace) -> int:
     from kvplan.capacity import fit
     from kvplan.plan import FitQuery, make_plan
@@ -404,10 +411,13 @@ def cmd_fit(args: argparse.Namespace) -> int:
     result = fit(plan)
     status = 1 if args.check and not result.fits else 0
     checkpoint = _checkpoint_report(args, arch, query)
+    adapters = _adapters(plan)
     if args.json:
         payload = result.model_dump(mode="json")
         if checkpoint is not None:
             payload["checkpoint"] = checkpoint
+        if adapters is not None:
+            payload["lora_adapters_that_fit"] = adapters
         print(json.dumps(payload))
         return status
     gpus = result.replicas * result.tp * result.pp
@@ -471,6 +481,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
             print(f"{term['name'] + ':':18s} {human(term['bytes'])} ({term['formula']})")
     if lines := plan.engine.log_lines(result):
         print(f"{plan.engine.short + ' would log:':19s}{', '.join(lines)}")
+    if adapters is not None:
+        print(f"LoRA adapters that fit: {adapters['max_loras']:,} GPU slots — {adapters['formula']}")
     for note in result.notes:
         print(f"  note: {note}")
     if not verbose:

@@ -77,6 +77,19 @@ MESSAGES: dict[str, str] = {
     "parallel.pp_layers": "pipeline parallel size {pp} exceeds the {layers} layers of the model",
     "parallel.gpus": "the GPU count {gpus} is not a multiple of tp × pp = {tpp}: use {need} GPUs, "
                      "or a TP × PP that divides {gpus}",
+    "lora.release": "--enable-lora: kvplan sizes vLLM's LoRA slots from vLLM 0.33's vllm/lora; "
+                    "{release} is not modelled (choose --engine-version 0.33)",
+    "lora.rank": "--max-lora-rank {value} is not a rank {release} allows (vllm/config/lora.py "
+                 "MaxLoRARanks: {choices})",
+    "lora.sharded": "--fully-sharded-loras splits the LoRA rank {rank} and the hidden size {hidden} over "
+                    "tp {tp}, which must divide both (vllm/distributed/utils.py divide)",
+    "lora.architecture": "--enable-lora: kvplan knows which vocabulary modules vLLM 0.33 wraps for "
+                         "{choices}; not for {value}",
+    "lora.cpu": "--max-cpu-loras {cpu} must be at least --max-loras {gpu} (vllm/config/lora.py)",
+    "lora.vocab": "--enable-lora: the vocabulary of {vocab} tokens exceeds vLLM's LoRA limit of "
+                  "{limit} (LogitsProcessorWithLoRA)",
+    "lora.model": "--enable-lora: kvplan sizes LoRA slots for dense attention decoders; {model} has "
+                  "{what}, whose LoRA wrappers it does not model",
     "parallel.ep": "expert parallel size {ep} must divide the tensor parallel size {tp} (experts "
                    "are split over ep ranks, their intermediate size over tp / ep)",
     "engine.dtype": "engine '{engine}' cannot store the KV cache as {dtype}: {why}",

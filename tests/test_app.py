@@ -650,3 +650,18 @@ def test_design_view_says_why_sliding_window_equals_gqa_per_token():
                             "heads and head size); it saves by keeping only the window's last tokens "
                             "per layer, so its KV per request and requests that fit differ, not its "
                             "bytes per token.")
+def test_lora_slots_are_a_row_of_the_budget_box():
+    """Issue #26: ``lo=1&ml=4&lr=64`` (vLLM --enable-lora --max-loras 4 --max-lora-rank 64) puts the
+    adapter slots in the KV-budget box, bytes as ``tests/test_vllm_lora.py`` derives them."""
+    at = make_app(m="llama-3.1-8b", t="8192", u="1", ev="0.33", lo="1", ml="4", lr="64")
+    no_errors(at)
+    at = open_boxes(at, "box_budget")
+    table = next(t for t in at.table if "reserve: lora_slots" in t.value.index)
+    assert table.value.loc["reserve: lora_slots", "bytes"] == "-1,478,123,648"
+    assert "rank 64" in table.value.loc["reserve: lora_slots", "formula"]
+
+
+def test_lora_on_a_model_it_cannot_size_is_a_named_message():
+    at = make_app(m="mixtral-8x7b", t="4096", ev="0.33", lo="1")
+    assert not at.exception
+    assert any("has MoE experts" in unmd(e.value) for e in at.error)

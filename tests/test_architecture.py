@@ -116,7 +116,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"kvplan.serving", "kvplan.nocache", "kvplan.designs", "kvplan.recommend",
                "kvplan.calibrate", "kvplan.report", "kvplan.catalogue"}),
     frozenset({"kvplan.scenario"}),
-    frozenset({"kvplan.capacity", "kvplan.sizing", "kvplan.flops"}),
+    frozenset({"kvplan.capacity", "kvplan.sizing", "kvplan.flops", "kvplan.adapters"}),
     frozenset({"kvplan.plan"}),
     frozenset({"kvplan.engines"}),
     frozenset({"kvplan.weights", "kvplan.checkpoint", "kvplan.hub"}),

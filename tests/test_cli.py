@@ -332,6 +332,23 @@ def reach(code: str, tmp_path) -> str:
     if code == "parallel.ep":
         return cli_error(["fit", "--model", "qwen3-30b-a3b", "--gpu", "h100-sxm", "--tokens", "8",
                           "--tp", "4", "--num-gpus", "4", "--ep", "3"])
+    if code.startswith("lora."):  # vLLM --enable-lora (tests/test_vllm_lora.py has the bytes)
+        if code in {"lora.vocab", "lora.architecture"}:
+            path = tmp_path / "config.json"
+            config = {**LLAMA_MIN, "vocab_size": 300_000, "architectures": ["LlamaForCausalLM"]} \
+                if code == "lora.vocab" else \
+                {**LLAMA_MIN, "architectures": ["InternLM3ForCausalLM"]}
+            path.write_text(json.dumps(config))
+            return cli_error(["fit", "--config", str(path), "--gpu", "h100-sxm", "--tokens", "8",
+                              "--enable-lora"])
+        model, more = {"lora.release": ("llama-3.1-8b", ["--engine-version", "0.19"]),
+                       "lora.rank": ("llama-3.1-8b", ["--max-lora-rank", "24"]),
+                       "lora.cpu": ("llama-3.1-8b", ["--max-loras", "4", "--max-cpu-loras", "2"]),
+                       "lora.sharded": ("llama-3.1-8b", ["--fully-sharded-loras", "--tp", "2",
+                                                         "--max-lora-rank", "1"]),
+                       "lora.model": ("mixtral-8x7b", [])}[code]
+        return cli_error(["fit", "--model", model, "--gpu", "h100-sxm", "--tokens", "8",
+                          "--enable-lora", *more])
     if code in {"weights.unknown_method", "weights.bad_quantization"}:
         quant = {"quant_method": "hqq_magic"} if code == "weights.unknown_method" else {
             "quant_method": "fp8", "weight_block_size": [128]}

@@ -165,6 +165,26 @@ MTP_LAYERS = Setting(
     "mtp", "mt", "--mtp", "bool", "Load MTP (next-n) layers",
     "Multi-token-prediction layers are loaded only when speculative decoding uses them.")
 
+ENABLE_LORA = Setting(
+    "enable_lora", "lo", "--enable-lora", "bool", "enable_lora",
+    "vLLM --enable-lora: every LoRA-capable module gets max_loras GPU slots at max_lora_rank, "
+    "allocated with the weights (vllm/lora/model_manager.py).")
+MAX_LORAS = Setting(
+    "max_loras", "ml", "--max-loras", "int", "max_loras (adapters per batch)",
+    "vLLM --max-loras: adapter slots on the GPU (default 1).", low=1, high=4096)
+MAX_LORA_RANK = Setting(
+    "max_lora_rank", "lr", "--max-lora-rank", "int", "max_lora_rank",
+    "vLLM --max-lora-rank: every slot is allocated at this rank (v0.33: 1, 8, 16, 32, 64, 128, 256, "
+    "320, 512; default 16).", low=1, high=512)
+FULLY_SHARDED_LORAS = Setting(
+    "fully_sharded_loras", "lf", "--fully-sharded-loras", "bool", "fully_sharded_loras",
+    "vLLM --fully-sharded-loras: column-parallel LoRA A split by rank and row-parallel B by output "
+    "over TP (the *WithShardedLoRA layers).")
+MAX_CPU_LORAS = Setting(
+    "max_cpu_loras", "lc", "--max-cpu-loras", "int", "max_cpu_loras (adapters in host memory)",
+    "vLLM --max-cpu-loras: adapters cached in CPU memory (≥ max_loras; empty = max_loras).",
+    low=1, high=1_000_000)
+
 
 class EngineSettings(BaseModel):
     """Every engine knob; ``None`` means the engine's own default. ``tp``/``pp`` come from the query."""
@@ -193,6 +213,11 @@ class EngineSettings(BaseModel):
     dp: int = _setting(1, DATA_PARALLEL)
     max_mamba_cache_size: int | None = _setting(None, MAX_MAMBA_CACHE_SIZE)
     mtp: bool = _setting(False, MTP_LAYERS)
+    enable_lora: bool = _setting(False, ENABLE_LORA)
+    max_loras: int = _setting(1, MAX_LORAS)
+    max_lora_rank: int = _setting(16, MAX_LORA_RANK)
+    max_cpu_loras: int | None = _setting(None, MAX_CPU_LORAS)
+    fully_sharded_loras: bool = _setting(False, FULLY_SHARDED_LORAS)
 
     @field_validator("max_attention_window")
     @classmethod

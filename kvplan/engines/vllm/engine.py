@@ -45,9 +45,10 @@ from kvplan.engines.base import (
     raised_block,
 )
 from kvplan.engines.kinds import PAGED_KINDS, VLLM_DEFAULT_BLOCK_SIZE, CacheRule, layer_window
-from kvplan.engines.reserve import Reserve, cuda_capacity
+from kvplan.engines.reserve import Reserve, ReserveTerm, cuda_capacity
 from kvplan.engines.settings import EngineSettings
 from kvplan.engines.vllm.log import VllmLog, log_lines
+from kvplan.engines.vllm.lora import lora_graphs_term, lora_reserve_term
 from kvplan.engines.vllm.memory import vllm_reserve_terms
 from kvplan.engines.vllm.pool import VllmPagedPool, VllmPool, _pool_cached, _pool_only, vllm_num_blocks
 from kvplan.engines.vllm.releases import VLLM_RELEASES, VllmRelease
@@ -137,6 +138,11 @@ VLLM_V1_SETTING_LABELS: dict[str, tuple[str, str]] = {
     "ep": ("Expert parallel size (--enable-expert-parallel: tp)", "1"),
     "dp": ("--data-parallel-size (with --enable-expert-parallel)", "1"),
     "mtp": ("Load MTP layers (speculative decoding)", "off"),
+    "enable_lora": ("enable_lora (LoRA adapter slots, v0.33)", "off"),
+    "max_loras": ("max_loras (GPU adapter slots)", "1"),
+    "max_lora_rank": ("max_lora_rank", "16"),
+    "max_cpu_loras": ("max_cpu_loras (host cache)", "max_loras"),
+    "fully_sharded_loras": ("fully_sharded_loras", "off"),
 }
 #: V0 ``EngineArgs`` / ``SchedulerConfig`` defaults (``vllm@0.6``).
 VLLM_V0_SETTING_LABELS: dict[str, tuple[str, str]] = {
@@ -286,12 +292,27 @@ class Vllm(Engine):
         (``kvplan.engines.vllm.memory``), as this release counts them."""
         record = self.record
         major = int(float(gpu.compute_capability)) if gpu.compute_capability else 0
-        return Reserve(vllm_reserve_terms(
+        terms = vllm_reserve_terms(
             arch, settings, self.model_dtype(arch), sampler=record.sampler_path,
             capture=record.capture_rule, graphs_counted=record.graphs_counted, release=self.release,
             mnbt=settings.max_num_batched_tokens or self.default_mnbt(gpu),
             max_num_seqs=settings.max_num_seqs or self.default_max_num_seqs(gpu),
-            blackwell=major == 10 and record.blackwell_capture_cap, v0=record.v0_profile))
+            blackwell=major == 10 and record.blackwell_capture_cap, v0=record.v0_profile)
+        return Reserve(terms + self.lora_terms(arch, gpu, settings, terms))
+
+    def lora_terms(self, arch: ModelArch, gpu: GPU, settings: EngineSettings,
+                   terms: tuple[ReserveTerm, ...] = ()) -> tuple[ReserveTerm, ...]:
+        """With ``--enable-lora``, the GPU adapter slots and the second set of CUDA graphs
+        (``engines/vllm/lora.py``); else none."""
+        if not settings.enable_lora:
+            return ()
+        slots = lora_reserve_term(
+            arch, settings, ranks=self.record.lora_ranks, release=self.release,
+            dtype=self.model_dtype(arch), mnbt=settings.max_num_batched_tokens or self.default_mnbt(gpu),
+            max_num_seqs=settings.max_num_seqs or self.default_max_num_seqs(gpu))
+        graphs = next((t for t in terms if t.name == "cuda_graphs"), None)
+        extra = lora_graphs_term(graphs, settings.max_loras, self.release) if graphs else None
+        return (slots,) if extra is None else (slots, extra)
 
     def startup_check(self, arch: ModelArch, gpu: GPU, settings: EngineSettings, pool: KVPool,
                       tokens: int) -> StartupCheck:

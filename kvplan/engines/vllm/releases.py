@@ -41,6 +41,9 @@ class VllmRelease(Release):
     logged_tokens: LoggedTokens
     #: V1's ``BlockPool`` keeps one null block out of every request's reach.
     null_block: bool
+    #: ``vllm/config/lora.py`` ``MaxLoRARanks``: the ranks ``--max-lora-rank`` takes; empty where
+    #: kvplan has not read the release's ``vllm/lora`` slot shapes (``--enable-lora`` refused).
+    lora_ranks: tuple[int, ...] = ()
     #: Top-k/top-p path of the sampler warm-up: FlashInfer by default from v0.21
     #: (``envs.py`` ``VLLM_USE_FLASHINFER_SAMPLER`` = True, ``flashinfer_sampler_supported``).
     sampler_path: SamplerPath
@@ -264,8 +267,9 @@ V0_32 = replace(
 V0_33 = replace(
     V0_32, key="0.33", since="0.33.0", name="vLLM v0.33",
     changes="``engine/arg_utils.py`` ``get_batch_defaults``: a GB10 (DGX Spark, "
-            "``is_device_capability((12, 1))``) stays on the small tier whatever its memory.",
-    gb10_small_tier=True)
+            "``is_device_capability((12, 1))``) stays on the small tier whatever its memory. LoRA "
+            "slots read from 0.33.0 ``vllm/lora`` (``lora_ranks``: ``config/lora.py`` MaxLoRARanks).",
+    gb10_small_tier=True, lora_ranks=(1, 8, 16, 32, 64, 128, 256, 320, 512))
 
 #: Every modelled vLLM release, oldest first; the last is "latest" (``vllm`` without ``@``).
 VLLM_RELEASES: tuple[VllmRelease, ...] = (V0_6, V0_8, V0_9, V0_11, V0_13, V0_17, V0_19, V0_20_0, V0_20,
