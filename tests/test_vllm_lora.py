@@ -148,7 +148,7 @@ def test_adapters_that_fit_is_the_largest_max_loras_with_the_workload_fitting() 
 @pytest.mark.parametrize(("model", "settings", "engine", "needle"), [
     ("llama-3.1-8b", {"max_lora_rank": 24}, "vllm@0.33", "--max-lora-rank 24 is not a rank vLLM v0.33"),
     ("llama-3.1-8b", {"max_loras": 4, "max_cpu_loras": 2}, "vllm@0.33", "--max-cpu-loras 2 must be"),
-    ("llama-3.1-8b", {}, "vllm@0.19", "vLLM v0.14–v0.19 is not modelled"),
+    ("llama-3.1-8b", {}, "vllm@0.19", "vLLM v0.18–v0.19 is not modelled"),
     ("mixtral-8x7b", {}, "vllm@0.33", "has MoE experts"),
     ("deepseek-v2-lite", {}, "vllm@0.33", "has MoE experts"),
     ("jamba-1.5-mini", {}, "vllm@0.33", "has MoE experts"),
