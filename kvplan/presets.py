@@ -59,6 +59,9 @@ class GPU(BaseModel):
     bandwidth_tbps: float = Field(gt=0)
     bf16_tflops: float = Field(gt=0)
     fp8_tflops: float | None = None
+    #: Dense FP4 and INT8 tensor-core rates (``sources["low_precision_tflops"]``); None = none listed.
+    fp4_tflops: float | None = Field(default=None, gt=0)
+    int8_tops: float | None = Field(default=None, gt=0)
     interconnect: str = ""
     #: Scale-up link per GPU per direction (GB/s) for TP/EP communication; PCIe-only cards: their bus.
     interconnect_gbps: float | None = Field(default=None, gt=0)
@@ -77,6 +80,19 @@ class GPU(BaseModel):
     @property
     def capacity_bytes(self) -> int:
         return self.reported_bytes or self.marketed_bytes
+
+    def peak_tflops(self, weight_format: str) -> float:
+        """Dense tensor-core rate for matmuls in a weight format: FP4 formats (nvfp4, mxfp4) at
+        ``fp4_tflops``, fp8 at ``fp8_tflops``, int8 at ``int8_tops``, each falling back to the next
+        wider rate the accelerator lists (FP4 → FP8 → BF16); anything else at ``bf16_tflops``."""
+        fp8 = self.fp8_tflops or self.bf16_tflops
+        if weight_format in {"nvfp4", "mxfp4"}:
+            return self.fp4_tflops or fp8
+        if weight_format == "fp8":
+            return fp8
+        if weight_format == "int8":
+            return self.int8_tops or self.bf16_tflops
+        return self.bf16_tflops
 
     @property
     def cuda_total_bytes(self) -> int | None:

@@ -39,10 +39,11 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
-from kvplan.arch import ModelArch
+from kvplan.arch import MLA, Attention, Kind, ModelArch
+from kvplan.dtypes import get_dtype, get_weight_dtype
 from kvplan.engines import EngineSettings, KVPool
 from kvplan.errors import KVPlanError
-from kvplan.flops import prefill_decode_flops
+from kvplan.flops import prefill_decode_flops, request_flops
 from kvplan.plan import FitQuery, Plan, memory_budget
 from kvplan.presets import GPU, get_gpu, gpus
 from kvplan.serving import MLPERF_BOUNDS, LengthDist, Workload, sample_workload
@@ -567,6 +568,91 @@ def _assumptions(arch: ModelArch, query: RecommendQuery) -> list[str]:
                    "attention data-parallel (each GPU its own requests and KV) with experts split over "
                    "the EP GPUs; their dashboard link shows one DP rank without EP.")
     return out
+
+
+# ------------------------------------------------------------------------------- run upper bound
+@dataclass(frozen=True)
+class ThroughputBound:
+    """Output tokens/s no run of ``n`` requests of ``P`` + ``O`` tokens can beat on ``gpus`` GPUs
+    (``throughput_bound``): the smaller of the compute and the memory-traffic limits."""
+
+    tokens_per_s: float
+    compute_tokens_per_s: float
+    memory_tokens_per_s: float
+    limit: Literal["compute", "memory traffic"]
+    flops_per_request: float
+    peak_flops: float
+    weight_bytes_per_gpu: float
+    kv_read_bytes_per_request_per_gpu: float
+    capacity_bytes: int
+    bandwidth: float
+    replicas: int
+    formula: str
+
+
+BOUND_FORMULA = (
+    "compute: tokens/s ≤ GPUs · FLOPS_fmt · O / F_req, F_req = FLOPs of prefill P + O−1 decode steps "
+    "(flops.request_flops); memory traffic: every decode step of a GPU reads its weight shard W_g = "
+    "W/(tp·pp) once and the KV of the tokens it attends, and holds at most C − W_g of KV, so steps ≥ "
+    "n·s/(C − W_g) and time ≥ n·s·C / ((C − W_g)·BW), s = Σ_{j=1}^{O−1} Σ_layers kv_layer·ctx(P+j) / "
+    "(tp·pp) (the KV a request's decode reads on one GPU, = its KV occupancy summed over its steps): "
+    "tokens/s ≤ replicas · O · (C − W_g) · BW / (s · C)")
+
+
+def kv_read_bytes(arch: ModelArch, kv_dtype: str, prompt: int, output: int) -> float:
+    """KV bytes a request's ``O − 1`` decode steps read over all layers (bits only, no scales:
+    a lower bound): ``Σ_layers elements · bits/8 · (Σ_{p≤P+O−1} ctx(p) − Σ_{p≤P} ctx(p))`` with each
+    layer's window rule (``Kind.context_sum``). Recurrent and KV-sharing layers count 0."""
+    bits = get_dtype(kv_dtype).bits
+    hi, lo = np.asarray([prompt + output - 1]), np.asarray([prompt])
+    total = 0.0
+    for layer in arch.layers:
+        kind: Kind
+        if isinstance(layer, Attention):
+            kind = layer.kind
+        elif isinstance(layer, MLA):
+            kind = layer.cache_kind
+        else:
+            continue
+        steps = int(kind.context_sum(layer.window, hi)[0] - kind.context_sum(layer.window, lo)[0])
+        total += layer.elements_per_token * bits / 8 * steps
+    return total
+
+
+def throughput_bound(arch: ModelArch, gpu: GPU, gpus: int, tp: int, pp: int, weight_dtype: str,
+                     kv_dtype: str, prompt: int, output: int) -> ThroughputBound:
+    """The upper bound of a run at a fixed shape (``BOUND_FORMULA``), for ``gpus / (tp·pp)`` replicas.
+
+    Every quantity errs towards a higher bound: weights are ``params · bits/8`` of the format with its
+    group scales (``dtypes.get_weight_dtype``; embeddings in the format too), split evenly over the
+    ``tp·pp`` GPUs; KV without scales, split evenly (no head replication); the whole device memory
+    (``GPU.capacity_bytes``) holds weights and KV (no reserve); prefill reads and writes nothing;
+    FLOPs at the format's dense tensor-core rate (``GPU.peak_tflops``) for attention too; no
+    communication. Pipelined PP and chunked prefill mixing are allowed (a stage's step reads its
+    weights once for any number of tokens). Not covered: speculative decoding (several tokens per
+    KV read) and shared prefixes (prefix caching), which real runs of these shapes do not use.
+    """
+    if gpus < 1 or tp < 1 or pp < 1 or gpus % (tp * pp) or prompt < 1 or output < 2:
+        raise KVPlanError("recommend.calibrate", detail=f"a run needs GPUs a multiple of TP·PP and "
+                                                        f"at least 2 output tokens (got {gpus} GPUs, "
+                                                        f"TP {tp}, PP {pp}, {prompt}+{output} tokens)")
+    wfmt = arch.model_dtype if weight_dtype == "auto" else weight_dtype
+    share = tp * pp
+    w_gpu = get_weight_dtype(wfmt).bytes_for(arch.params_total) / share
+    s = kv_read_bytes(arch, kv_dtype, prompt, output) / share
+    cap = gpu.capacity_bytes
+    if w_gpu >= cap:
+        raise KVPlanError("recommend.calibrate", detail=f"the weights ({w_gpu:,.0f} B per GPU) do not "
+                                                        f"fit in {cap:,} B")
+    bw = gpu.bandwidth_tbps * 1e12
+    peak = gpu.peak_tflops(wfmt) * 1e12
+    f_req = request_flops(arch, prompt, output)
+    compute = gpus * peak * output / f_req
+    replicas = gpus // share
+    memory = replicas * output * (cap - w_gpu) * bw / (s * cap) if s > 0 else math.inf
+    return ThroughputBound(min(compute, memory), compute, memory,
+                           "compute" if compute <= memory else "memory traffic", f_req, peak, w_gpu, s,
+                           cap, bw, replicas, BOUND_FORMULA)
 
 
 # ------------------------------------------------------------------------------- calibration

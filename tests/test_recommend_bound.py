@@ -1,0 +1,145 @@
+"""The run upper bound (``recommend.throughput_bound``): hand-derived terms, and the bound holding
+against every published result of ``tests/fixtures/published``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kvplan.arch import Attention, Kind, ModelArch
+from kvplan.errors import KVPlanError
+from kvplan.flops import generation_flops, request_flops
+from kvplan.presets import custom_gpu, get_gpu, load_model
+from kvplan.recommend import kv_read_bytes, throughput_bound
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "published"
+PUBLISHED = json.loads((FIXTURES / "trtllm_perf_overview.json").read_text())["rows"]
+LLAMA8 = load_model("llama-3.1-8b")
+TINY = ModelArch(
+    name="tiny", model_type="llama",
+    layers=(Attention(n_kv_heads=4, head_dim_k=16, head_dim_v=16),) * 2,
+    hidden_size=64, n_heads=4, head_dim=16, intermediate_size=128, vocab_size=100,
+    params_total=100_000,
+)
+
+
+def test_request_flops_tiny_by_hand() -> None:
+    """P = 3, N = 2: positions 1…4 once → dense 4·81,920·2 = 655,360, attention 256·(1+2+3+4)·2 =
+    5,120, head 2·12,800 = 25,600: 686,080 (``flops`` docstring), the sum of the cached steps."""
+    assert request_flops(TINY, 3, 2) == 686_080 == generation_flops(TINY, 3, 2)["cached"]
+
+
+@pytest.mark.parametrize(("p", "n"), [(128, 128), (1000, 2000), (5, 1), (20000, 2000)])
+def test_request_flops_is_the_sum_of_the_steps(p: int, n: int) -> None:
+    assert request_flops(LLAMA8, p, n) == generation_flops(LLAMA8, p, n)["cached"]
+
+
+def test_request_flops_llama8_by_hand() -> None:
+    """Llama-3.1-8B, 128 + 128: per layer per token dense 2·4096·128·40 + 2·4096·128·8 +
+    2·32·128·4096 + 6·4096·14336 = 436,207,616, attention 2·32·256 = 16,384 per context token;
+    positions 1…255 (Σ ctx = 32,640); head 2·4096·128,256 = 1,050,673,152 per step:
+    32·(436,207,616·255 + 16,384·32,640) + 128·1,050,673,152 = 3,711,053,070,336."""
+    assert request_flops(LLAMA8, 128, 128) == 3_711_053_070_336
+
+
+def test_kv_read_bytes_by_hand() -> None:
+    """Llama-3.1-8B, fp8 KV, 128 + 128: 32 layers × 8 heads × (128 + 128) × 1 B = 65,536 B per token;
+    decode steps attend 129…255 tokens: Σ = 255·256/2 − 128·129/2 = 24,384 → 1,598,029,824 B."""
+    assert kv_read_bytes(LLAMA8, "fp8_e4m3", 128, 128) == 65_536 * 24_384 == 1_598_029_824
+    assert kv_read_bytes(LLAMA8, "bf16", 128, 128) == 2 * 1_598_029_824
+
+
+def test_kv_read_bytes_sliding_window() -> None:
+    """A 4-token window: steps at positions 4 and 5 read min(p, 4) = 4 each → 2 layers × 128
+    elements × 2 B × 8 = 4,096 B (a full layer would read 4 + 5 = 9 tokens)."""
+    sliding = TINY.model_copy(update={"layers": (Attention(kind=Kind.SLIDING, window=4, n_kv_heads=4,
+                                                           head_dim_k=16, head_dim_v=16),) * 2})
+    assert kv_read_bytes(sliding, "bf16", 3, 3) == 2 * 128 * 2 * 8 == 4_096
+    assert kv_read_bytes(TINY, "bf16", 3, 3) == 2 * 128 * 2 * 9
+
+
+def test_bound_llama8_h100_by_hand() -> None:
+    """Llama-3.1-8B fp8 on one H100 SXM (85,520,809,984 B, 3.35 TB/s, FP8 1,979 TFLOPS), 128 + 128.
+    Compute: 1,979e12 · 128 / 3,711,053,070,336 = 68,258.8 tokens/s. Memory traffic: weights
+    8,030,261,248 B, s = 1,598,029,824 B → 128 · (85,520,809,984 − 8,030,261,248) · 3.35e12 /
+    (1,598,029,824 · 85,520,809,984) = 243,134.6 tokens/s. The bound is the compute one."""
+    b = throughput_bound(LLAMA8, get_gpu("h100-sxm"), 1, 1, 1, "fp8", "fp8_e4m3", 128, 128)
+    assert b.weight_bytes_per_gpu == 8_030_261_248
+    assert b.kv_read_bytes_per_request_per_gpu == 1_598_029_824
+    assert b.compute_tokens_per_s == pytest.approx(1979e12 * 128 / 3_711_053_070_336, rel=1e-12)
+    assert b.memory_tokens_per_s == pytest.approx(
+        128 * (85_520_809_984 - 8_030_261_248) * 3.35e12 / (1_598_029_824 * 85_520_809_984), rel=1e-12)
+    assert round(b.compute_tokens_per_s, 1) == 68_258.8 and round(b.memory_tokens_per_s, 1) == 243_134.6
+    assert b.tokens_per_s == b.compute_tokens_per_s and b.limit == "compute"
+
+
+def test_bound_format_rates() -> None:
+    """FP4 weights use the FP4 rate where listed (B200 9,000), else the FP8 one (H100 1,979); INT8
+    the INT8 rate; BF16 the BF16 rate; nvfp4 weights are 4.5 bits (g16 fp8 scales)."""
+    b200, h100 = get_gpu("b200"), get_gpu("h100-sxm")
+    assert (b200.peak_tflops("nvfp4"), b200.peak_tflops("fp8"), b200.peak_tflops("bf16")) == (9000, 4500, 2250)
+    assert (h100.peak_tflops("nvfp4"), h100.peak_tflops("int8"), h100.peak_tflops("int4_g128")) == (1979, 1979, 989)
+    assert custom_gpu(10, 1, 50).peak_tflops("fp8") == 50
+    b = throughput_bound(LLAMA8, b200, 1, 1, 1, "nvfp4", "fp8_e4m3", 128, 128)
+    assert b.peak_flops == 9000e12
+    assert b.weight_bytes_per_gpu == -(-(8_030_261_248 * 4 + 8_030_261_248 // 16 * 8) // 8)
+
+
+def test_pipeline_stages_overlap() -> None:
+    """Pipelined PP: TP1×PP2 has the same bound as TP2×PP1 (each GPU reads half the weights and half
+    the KV per step), and twice one GPU's compute bound (two GPUs)."""
+    gpu = get_gpu("h100-sxm")
+    pp2 = throughput_bound(LLAMA8, gpu, 2, 1, 2, "fp8", "fp8_e4m3", 1000, 1000)
+    tp2 = throughput_bound(LLAMA8, gpu, 2, 2, 1, "fp8", "fp8_e4m3", 1000, 1000)
+    one = throughput_bound(LLAMA8, gpu, 1, 1, 1, "fp8", "fp8_e4m3", 1000, 1000)
+    assert pp2 == tp2
+    assert pp2.compute_tokens_per_s == pytest.approx(2 * one.compute_tokens_per_s, rel=1e-12)
+
+
+def test_bound_replicas() -> None:
+    """8 GPUs at TP 2 are 4 replicas: 4 × one replica's memory-traffic bound."""
+    gpu = get_gpu("h100-sxm")
+    eight = throughput_bound(LLAMA8, gpu, 8, 2, 1, "fp8", "fp8_e4m3", 128, 2048)
+    two = throughput_bound(LLAMA8, gpu, 2, 2, 1, "fp8", "fp8_e4m3", 128, 2048)
+    assert eight.replicas == 4
+    assert eight.memory_tokens_per_s == pytest.approx(4 * two.memory_tokens_per_s, rel=1e-12)
+
+
+@pytest.mark.parametrize(("gpus", "tp", "pp", "output"), [(3, 2, 1, 128), (1, 1, 1, 1), (0, 1, 1, 128)])
+def test_bound_refuses_bad_runs(gpus: int, tp: int, pp: int, output: int) -> None:
+    with pytest.raises(KVPlanError, match="multiple of TP·PP"):
+        throughput_bound(LLAMA8, get_gpu("h100-sxm"), gpus, tp, pp, "fp8", "fp8_e4m3", 128, output)
+
+
+def test_bound_refuses_weights_that_do_not_fit() -> None:
+    with pytest.raises(KVPlanError, match="do not fit"):
+        throughput_bound(load_model("llama-3.1-405b"), get_gpu("h100-sxm"), 1, 1, 1, "fp8", "fp8_e4m3",
+                         128, 128)
+
+
+def test_published_fixture_rows() -> None:
+    """100 rows: Llama 8B (20), 70B (40), 405B (40) on H100/H200/B200/GB200, each with its source."""
+    assert len(PUBLISHED) == 100
+    assert {r["model"]: sum(x["model"] == r["model"] for x in PUBLISHED) for r in PUBLISHED} == {
+        "llama-3.1-8b": 20, "llama-3.1-70b": 40, "llama-3.1-405b": 40}
+    assert all(r["url"].startswith("https://github.com/NVIDIA/TensorRT-LLM/blob/") for r in PUBLISHED)
+    first = PUBLISHED[0]
+    assert (first["gpu"], first["tp"], first["weight_dtype"], first["isl"], first["osl"], first["value"]) \
+        == ("b200", 1, "nvfp4", 128, 128, 11_147.0)
+
+
+def _bound(row: dict[str, object]) -> float:
+    return throughput_bound(load_model(str(row["model"])), get_gpu(str(row["gpu"])), int(str(row["gpus"])),
+                            int(str(row["tp"])), int(str(row["pp"])), str(row["weight_dtype"]),
+                            str(row["kv_dtype"]), int(str(row["isl"])), int(str(row["osl"]))).tokens_per_s
+
+
+def test_bound_holds_on_every_published_result() -> None:
+    """The bound ≥ the published figure on 100 % of the fixture; the closest run reaches 67.3 % of
+    it (Llama-3.1-8B fp8, H100, 128/4096: 14,325 of 21,291 tokens/s), so the bound is not vacuous."""
+    ratios = [float(str(r["value"])) / _bound(r) for r in PUBLISHED]
+    assert sum(x <= 1 for x in ratios) == len(PUBLISHED) == 100
+    assert round(max(ratios), 3) == 0.673
+    assert round(min(ratios), 3) == 0.158
