@@ -79,8 +79,8 @@ def test_bound_format_rates() -> None:
     """FP4 weights use the FP4 rate where listed (B200 9,000), else the FP8 one (H100 1,979); INT8
     the INT8 rate; BF16 the BF16 rate; nvfp4 weights are 4.5 bits (g16 fp8 scales)."""
     b200, h100 = get_gpu("b200"), get_gpu("h100-sxm")
-    assert (b200.peak_tflops("nvfp4"), b200.peak_tflops("fp8"), b200.peak_tflops("bf16")) == (9000, 4500, 2250)
-    assert (h100.peak_tflops("nvfp4"), h100.peak_tflops("int8"), h100.peak_tflops("int4_g128")) == (1979, 1979, 989)
+    assert [b200.peak_tflops(f) for f in ("nvfp4", "fp8", "bf16")] == [9000, 4500, 2250]
+    assert [h100.peak_tflops(f) for f in ("nvfp4", "int8", "int4_g128")] == [1979, 1979, 989]
     assert custom_gpu(10, 1, 50).peak_tflops("fp8") == 50
     b = throughput_bound(LLAMA8, b200, 1, 1, 1, "nvfp4", "fp8_e4m3", 128, 128)
     assert b.peak_flops == 9000e12
