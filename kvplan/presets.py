@@ -127,6 +127,31 @@ def load_model(preset_id: str) -> ModelArch:
                         source=preset.config_source)
 
 
+class PhaseEfficiency(BaseModel):
+    """Efficiencies of one accelerator against the run bound's two limits (``presets/efficiency.json``):
+    ``compute`` scales the compute limit, ``memory`` the memory-traffic one; ``source`` says where
+    they came from (a fit on published results, or a calibration)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    compute: float = Field(gt=0)
+    memory: float = Field(gt=0)
+    source: str = ""
+    fit_rows: int = 0
+
+
+@cache
+def efficiencies() -> dict[str, PhaseEfficiency]:
+    """Per-accelerator default efficiencies, ``"default"`` for accelerators without a fit."""
+    data = _read_json(PRESETS_DIR / "efficiency.json")
+    return {key: PhaseEfficiency(**value) for key, value in data["efficiency"].items()}
+
+
+def efficiency_for(gpu_id: str) -> PhaseEfficiency:
+    table = efficiencies()
+    return table.get(gpu_id) or table["default"]
+
+
 @cache
 def gpus() -> dict[str, GPU]:
     items = [GPU(**_read_json(p)) for p in sorted((PRESETS_DIR / "gpus").glob("*.json"))]

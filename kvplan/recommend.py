@@ -45,7 +45,7 @@ from kvplan.engines import EngineSettings, KVPool
 from kvplan.errors import KVPlanError
 from kvplan.flops import prefill_decode_flops, request_flops
 from kvplan.plan import FitQuery, Plan, memory_budget
-from kvplan.presets import GPU, get_gpu, gpus
+from kvplan.presets import GPU, PhaseEfficiency, get_gpu, gpus
 from kvplan.serving import MLPERF_BOUNDS, LengthDist, Workload, sample_workload
 
 #: Target presets: (TTFT ms, TPOT ms, percentile) from MLPerf ``loadgen/mlperf.conf`` (Server, p99).
@@ -653,6 +653,31 @@ def throughput_bound(arch: ModelArch, gpu: GPU, gpus: int, tp: int, pp: int, wei
     return ThroughputBound(min(compute, memory), compute, memory,
                            "compute" if compute <= memory else "memory traffic", f_req, peak, w_gpu, s,
                            cap, bw, replicas, BOUND_FORMULA)
+
+
+def estimate_throughput(bound: ThroughputBound, eff: PhaseEfficiency) -> float:
+    """The estimate: the two limits' times added, each at its efficiency,
+    ``1 / (1 / (e_c · compute) + 1 / (e_m · memory))``, never above the bound."""
+    inv = 1.0 / (eff.compute * bound.compute_tokens_per_s) + 1.0 / (eff.memory * bound.memory_tokens_per_s)
+    return min(1.0 / inv, bound.tokens_per_s)
+
+
+def calibrate_run(bound: ThroughputBound, measured_tokens_per_s: float, eff: PhaseEfficiency,
+                  source: str = "") -> PhaseEfficiency:
+    """Efficiencies that make ``estimate_throughput`` return a measured run's output tokens/s exactly:
+    both phases scaled by ``k = measured · (1/(e_c·compute) + 1/(e_m·memory))`` (their ratio kept)."""
+    if not (measured_tokens_per_s > 0 and math.isfinite(measured_tokens_per_s)):
+        raise KVPlanError("recommend.calibrate", detail="the measured tokens/s must be a positive number")
+    if measured_tokens_per_s > bound.tokens_per_s:
+        raise KVPlanError("recommend.calibrate", detail=(
+            f"the measured {measured_tokens_per_s:,.1f} tokens/s is above the upper bound "
+            f"{bound.tokens_per_s:,.1f} ({bound.limit}): check the run's GPUs, TP/PP, formats and "
+            "lengths (speculative decoding and shared prefixes are outside the bound)"))
+    inv = 1.0 / (eff.compute * bound.compute_tokens_per_s) + 1.0 / (eff.memory * bound.memory_tokens_per_s)
+    k = measured_tokens_per_s * inv
+    return PhaseEfficiency(compute=eff.compute * k, memory=eff.memory * k,
+                           source=source or f"calibrated on a measured {measured_tokens_per_s:,.1f} tokens/s",
+                           fit_rows=1)
 
 
 # ------------------------------------------------------------------------------- calibration

@@ -11,8 +11,8 @@ import pytest
 from kvplan.arch import Attention, Kind, ModelArch
 from kvplan.errors import KVPlanError
 from kvplan.flops import generation_flops, request_flops
-from kvplan.presets import custom_gpu, get_gpu, load_model
-from kvplan.recommend import kv_read_bytes, throughput_bound
+from kvplan.presets import PhaseEfficiency, custom_gpu, efficiencies, efficiency_for, get_gpu, load_model
+from kvplan.recommend import calibrate_run, estimate_throughput, kv_read_bytes, throughput_bound
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "published"
 PUBLISHED = json.loads((FIXTURES / "trtllm_perf_overview.json").read_text())["rows"]
@@ -130,10 +130,14 @@ def test_published_fixture_rows() -> None:
         == ("b200", 1, "nvfp4", 128, 128, 11_147.0)
 
 
-def _bound(row: dict[str, object]) -> float:
+def _run(row: dict[str, object]):  # type: ignore[no-untyped-def]
     return throughput_bound(load_model(str(row["model"])), get_gpu(str(row["gpu"])), int(str(row["gpus"])),
                             int(str(row["tp"])), int(str(row["pp"])), str(row["weight_dtype"]),
-                            str(row["kv_dtype"]), int(str(row["isl"])), int(str(row["osl"]))).tokens_per_s
+                            str(row["kv_dtype"]), int(str(row["isl"])), int(str(row["osl"])))
+
+
+def _bound(row: dict[str, object]) -> float:
+    return float(_run(row).tokens_per_s)
 
 
 def test_bound_holds_on_every_published_result() -> None:
@@ -143,3 +147,63 @@ def test_bound_holds_on_every_published_result() -> None:
     assert sum(x <= 1 for x in ratios) == len(PUBLISHED) == 100
     assert round(max(ratios), 3) == 0.673
     assert round(min(ratios), 3) == 0.158
+
+
+def test_estimate_by_hand() -> None:
+    """Llama-3.1-8B fp8, one H100, 128 + 128 (limits 68,258.79 and 243,134.63 tokens/s above) at
+    e_c = 0.5, e_m = 0.8: 1 / (1/34,129.40 + 1/194,507.71) = 29,034.8 tokens/s, below the bound."""
+    b = throughput_bound(LLAMA8, get_gpu("h100-sxm"), 1, 1, 1, "fp8", "fp8_e4m3", 128, 128)
+    est = estimate_throughput(b, PhaseEfficiency(compute=0.5, memory=0.8))
+    assert est == pytest.approx(1 / (1 / (0.5 * b.compute_tokens_per_s) + 1 / (0.8 * b.memory_tokens_per_s)),
+                                rel=1e-12)
+    assert round(est, 1) == 29_034.8
+    # efficiencies above 1 (a calibration) never lift the estimate past the bound
+    assert estimate_throughput(b, PhaseEfficiency(compute=50, memory=50)) == b.tokens_per_s
+
+
+def test_calibration_reproduces_every_published_point() -> None:
+    """Calibrated on any one published run, the estimate returns that run's figure (to float
+    rounding, 1e-12 relative), whatever its layout and formats; the phase ratio is kept."""
+    for row in PUBLISHED:
+        b, base = _run(row), efficiency_for(str(row["gpu"]))
+        cal = calibrate_run(b, float(str(row["value"])), base)
+        assert estimate_throughput(b, cal) == pytest.approx(float(str(row["value"])), rel=1e-12)
+        assert cal.compute / cal.memory == pytest.approx(base.compute / base.memory, rel=1e-12)
+
+
+def test_calibration_accepts_a_run_above_the_efficiency_one_estimate() -> None:
+    """A run faster than the estimate at e = 1 (but under the bound) calibrates to e > 1, not an
+    error: 60,000 tokens/s against 1/(1/68,258.79 + 1/243,134.63) = 53,296.2 at e = 1 (e = 1.1258)."""
+    b = throughput_bound(LLAMA8, get_gpu("h100-sxm"), 1, 1, 1, "fp8", "fp8_e4m3", 128, 128)
+    one = PhaseEfficiency(compute=1, memory=1)
+    assert round(estimate_throughput(b, one), 1) == 53_296.2
+    cal = calibrate_run(b, 60_000.0, one)
+    assert cal.compute == cal.memory == pytest.approx(60_000 / 53_296.16825643898, rel=1e-12)
+    assert estimate_throughput(b, cal) == pytest.approx(60_000.0, rel=1e-12)
+
+
+@pytest.mark.parametrize("measured", [70_000.0, 0.0, float("nan")])
+def test_calibration_refuses_impossible_runs(measured: float) -> None:
+    b = throughput_bound(LLAMA8, get_gpu("h100-sxm"), 1, 1, 1, "fp8", "fp8_e4m3", 128, 128)
+    with pytest.raises(KVPlanError, match="above the upper bound 68,258.8|positive number"):
+        calibrate_run(b, measured, efficiency_for("h100-sxm"))
+
+
+def test_default_efficiencies_come_from_the_fit() -> None:
+    """presets/efficiency.json: a fit per accelerator of the fixture and a default over all rows,
+    each naming its rows and source (tools/published/fit_efficiency.py)."""
+    table = efficiencies()
+    assert set(table) == {"default", "b200", "gb200", "h200", "h100-sxm"}
+    assert {k: v.fit_rows for k, v in table.items()} == {"default": 100, "b200": 20, "gb200": 20,
+                                                        "h200": 30, "h100-sxm": 30}
+    assert all("trtllm_perf_overview.json" in v.source for v in table.values())
+    assert efficiency_for("a100-80gb-sxm") == table["default"]
+    assert (table["h100-sxm"].compute, table["h100-sxm"].memory) == (0.4011, 0.9138)
+
+
+def test_default_estimate_within_25_percent_on_82_of_100() -> None:
+    """In-sample: the per-accelerator defaults put 82 of the 100 published results within ±25 %
+    (docs/efficiency.md lists every residual)."""
+    errors = [estimate_throughput(_run(r), efficiency_for(str(r["gpu"]))) / float(str(r["value"])) - 1
+              for r in PUBLISHED]
+    assert sum(abs(e) <= 0.25 for e in errors) == 82
