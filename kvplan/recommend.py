@@ -592,11 +592,12 @@ class ThroughputBound:
 
 BOUND_FORMULA = (
     "compute: tokens/s ≤ GPUs · FLOPS_fmt · O / F_req, F_req = FLOPs of prefill P + O−1 decode steps "
-    "(flops.request_flops); memory traffic: every decode step of a GPU reads its weight shard W_g = "
-    "W/(tp·pp) once and the KV of the tokens it attends, and holds at most C − W_g of KV, so steps ≥ "
-    "n·s/(C − W_g) and time ≥ n·s·C / ((C − W_g)·BW), s = Σ_{j=1}^{O−1} Σ_layers kv_layer·ctx(P+j) / "
-    "(tp·pp) (the KV a request's decode reads on one GPU, = its KV occupancy summed over its steps): "
-    "tokens/s ≤ replicas · O · (C − W_g) · BW / (s · C)")
+    "(flops.request_flops); memory traffic: every decode step of a GPU reads its non-expert weight "
+    "shard R_g once (dense models: all of W_g = W/(tp·pp)) and the KV of the tokens it attends, and "
+    "holds at most C − W_g of KV, so steps ≥ n·s/(C − W_g) and time ≥ n·s·(C − W_g + R_g) / ((C − W_g)"
+    "·BW), s = Σ_{j=1}^{O−1} Σ_layers kv_layer·ctx(P+j) / (tp·pp) (the KV a request's decode reads on "
+    "one GPU, = its KV occupancy summed over its steps): tokens/s ≤ replicas · O · (C − W_g) · BW / "
+    "(s · (C − W_g + R_g))")
 
 
 def kv_read_bytes(arch: ModelArch, kv_dtype: str, prompt: int, output: int) -> float:
@@ -638,7 +639,10 @@ def throughput_bound(arch: ModelArch, gpu: GPU, gpus: int, tp: int, pp: int, wei
                                                         f"TP {tp}, PP {pp}, {prompt}+{output} tokens)")
     wfmt = arch.model_dtype if weight_dtype == "auto" else weight_dtype
     share = tp * pp
-    w_gpu = get_weight_dtype(wfmt).bytes_for(arch.params_total) / share
+    wdt = get_weight_dtype(wfmt)
+    w_gpu = wdt.bytes_for(arch.params_total) / share
+    experts, _ = expert_share(arch)
+    w_read = wdt.bytes_for(arch.params_total - experts) / share  # MoE: a step may touch no expert
     s = kv_read_bytes(arch, kv_dtype, prompt, output) / share
     cap = gpu.capacity_bytes
     if w_gpu >= cap:
@@ -649,7 +653,8 @@ def throughput_bound(arch: ModelArch, gpu: GPU, gpus: int, tp: int, pp: int, wei
     f_req = request_flops(arch, prompt, output)
     compute = gpus * peak * output / f_req
     replicas = gpus // share
-    memory = replicas * output * (cap - w_gpu) * bw / (s * cap) if s > 0 else math.inf
+    free = cap - w_gpu
+    memory = replicas * output * free * bw / (s * (free + w_read)) if s > 0 else math.inf
     return ThroughputBound(min(compute, memory), compute, memory,
                            "compute" if compute <= memory else "memory traffic", f_req, peak, w_gpu, s,
                            cap, bw, replicas, BOUND_FORMULA)

@@ -207,3 +207,16 @@ def test_default_estimate_within_25_percent_on_82_of_100() -> None:
     errors = [estimate_throughput(_run(r), efficiency_for(str(r["gpu"]))) / float(str(r["value"])) - 1
               for r in PUBLISHED]
     assert sum(abs(e) <= 0.25 for e in errors) == 82
+
+
+def test_moe_steps_need_not_read_the_experts() -> None:
+    """Mixtral-8x7B fp8 on one H200, 1000 + 1000: 46,702,792,704 params of which experts 32 × 8 ×
+    3·4096·14336 = 45,097,156,608, so a step reads at least the 1,605,636,096 B of non-expert
+    weights; KV 65,536 B per token × (1999·2000/2 − 1000·1001/2 = 1,498,500) = 98,205,696,000 B;
+    free 150,754,820,096 − 46,702,792,704 = 104,052,027,392 B → 1000 · 104,052,027,392 · 4.8e12 /
+    (98,205,696,000 · (104,052,027,392 + 1,605,636,096)) = 48,134.2 tokens/s."""
+    b = throughput_bound(load_model("mixtral-8x7b"), get_gpu("h200"), 1, 1, 1, "fp8", "fp8_e4m3", 1000, 1000)
+    assert b.kv_read_bytes_per_request_per_gpu == 98_205_696_000
+    assert b.memory_tokens_per_s == pytest.approx(
+        1000 * 104_052_027_392 * 4.8e12 / (98_205_696_000 * (104_052_027_392 + 1_605_636_096)), rel=1e-12)
+    assert round(b.memory_tokens_per_s, 1) == 48_134.2
