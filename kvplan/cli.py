@@ -194,6 +194,31 @@ def build_parser() -> argparse.ArgumentParser:
     _recommend_args(sub.add_parser("recommend", help="cheapest deployments that hold the traffic and "
                                                      "meet TTFT/TPOT targets (bounds)"))
 
+    run = sub.add_parser("throughput", help="a run's output tokens/s: the upper bound no run can beat "
+                                            "and the estimate (bound × efficiencies), optionally "
+                                            "calibrated on a measured run")
+    group = run.add_mutually_exclusive_group(required=True)
+    group.add_argument("--model", help="preset id (see `models`)")
+    group.add_argument("--config", help="path to a Hugging Face config.json")
+    run.add_argument("--gpu", required=True,
+                     help="accelerator id (see `gpus`) or custom:<GiB>[:<TB/s>[:<TFLOPS>]]")
+    run.add_argument("--gpus", type=_positive("--gpus", 1_000_000), default=None,
+                     help="GPUs of the whole run (default TP × PP: one replica)")
+    run.add_argument("--tp", type=_positive("--tp", 4096), default=1)
+    run.add_argument("--pp", type=_positive("--pp", 4096), default=1)
+    run.add_argument("--weight-dtype", default="auto", help="weight format (auto = the model's dtype; "
+                                                            "fp8, nvfp4, mxfp4, int8, int4_g128, bf16)")
+    run.add_argument("--kv-dtype", default="bf16", help="KV format (bf16, fp8_e4m3, …)")
+    run.add_argument("--isl", type=_positive("--isl", 100_000_000), required=True,
+                     help="input tokens per request")
+    run.add_argument("--osl", type=_positive("--osl", 100_000_000), required=True,
+                     help="output tokens per request")
+    run.add_argument("--measured-tokens-per-s",
+                     type=_number("--measured-tokens-per-s", float, 1e-9, 1e12),
+                     help="output tokens/s a real run of this shape reached: calibrate the efficiencies "
+                          "so the estimate returns it exactly")
+    run.add_argument("--json", action="store_true")
+
     sub.add_parser("models", help="list model presets").add_argument("--json", action="store_true")
     sub.add_parser("gpus", help="list accelerators").add_argument("--json", action="store_true")
     report = sub.add_parser("report", help="write CSV/PNG/JSON reports for a scenario")
@@ -643,7 +668,51 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"recommend": cmd_recommend, "kv": cmd_kv, "fit": cmd_fit, "models": cmd_models, "gpus": cmd_gpus,
+def cmd_throughput(args: argparse.Namespace) -> int:
+    """Bound, estimate and (with ``--measured-tokens-per-s``) calibration of one run, each labelled."""
+    from kvplan.presets import efficiency_for, get_gpu
+    from kvplan.recommend import calibrate_run, estimate_throughput, throughput_bound
+
+    arch = _load_arch(args)
+    gpu = get_gpu(args.gpu)
+    n = args.gpus or args.tp * args.pp
+    bound = throughput_bound(arch, gpu, n, args.tp, args.pp, args.weight_dtype, args.kv_dtype,
+                             args.isl, args.osl)
+    eff = efficiency_for(gpu.id)
+    calibrated = None
+    if args.measured_tokens_per_s is not None:
+        calibrated = calibrate_run(bound, args.measured_tokens_per_s, eff, source=(
+            f"calibrated on a measured {args.measured_tokens_per_s:,.1f} output tokens/s of this run "
+            f"(phase ratio from {eff.source})"))
+    used = calibrated or eff
+    estimate = estimate_throughput(bound, used)
+    if args.json:
+        print(json.dumps({
+            "model": arch.name, "gpu": gpu.id, "gpus": n, "tp": args.tp, "pp": args.pp,
+            "weight_dtype": args.weight_dtype, "kv_dtype": args.kv_dtype, "isl": args.isl,
+            "osl": args.osl,
+            "bound": {"kind": "upper bound", "tokens_per_s": bound.tokens_per_s, "limit": bound.limit,
+                      "compute_tokens_per_s": bound.compute_tokens_per_s,
+                      "memory_tokens_per_s": bound.memory_tokens_per_s, "formula": bound.formula},
+            "estimate": {"kind": "estimate", "tokens_per_s": estimate,
+                         "efficiency": used.model_dump(), "calibrated": calibrated is not None}}))
+        return 0
+    print(f"{arch.name} on {n} × {gpu.id} (TP {args.tp} × PP {args.pp}, {bound.replicas} replica"
+          f"{'' if bound.replicas == 1 else 's'}), weights {args.weight_dtype}, KV {args.kv_dtype}, "
+          f"{args.isl:,} in / {args.osl:,} out")
+    print(f"  upper bound (no run can beat it): {bound.tokens_per_s:,.1f} output tokens/s, set by "
+          f"{bound.limit} (compute {bound.compute_tokens_per_s:,.1f}, memory traffic "
+          f"{bound.memory_tokens_per_s:,.1f})")
+    what = "calibrated" if calibrated is not None else "default"
+    print(f"  estimate (bound × {what} efficiencies: compute {used.compute:.4g}, memory "
+          f"{used.memory:.4g}): {estimate:,.1f} output tokens/s")
+    print(f"  efficiencies from: {used.source}")
+    print(f"  bound: {bound.formula}")
+    return 0
+
+
+COMMANDS = {"recommend": cmd_recommend, "throughput": cmd_throughput,
+            "kv": cmd_kv, "fit": cmd_fit, "models": cmd_models, "gpus": cmd_gpus,
             "report": cmd_report, "calibrate": cmd_calibrate}
 
 

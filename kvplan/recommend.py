@@ -40,7 +40,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
 from kvplan.arch import MLA, Attention, Kind, ModelArch
-from kvplan.dtypes import get_dtype, get_weight_dtype
+from kvplan.dtypes import KV_DTYPE_CHOICES, WEIGHT_DTYPES, get_dtype, get_weight_dtype
 from kvplan.engines import EngineSettings, KVPool
 from kvplan.errors import KVPlanError
 from kvplan.flops import prefill_decode_flops, request_flops
@@ -634,20 +634,26 @@ def throughput_bound(arch: ModelArch, gpu: GPU, gpus: int, tp: int, pp: int, wei
     KV read) and shared prefixes (prefix caching), which real runs of these shapes do not use.
     """
     if gpus < 1 or tp < 1 or pp < 1 or gpus % (tp * pp) or prompt < 1 or output < 2:
-        raise KVPlanError("recommend.calibrate", detail=f"a run needs GPUs a multiple of TP·PP and "
-                                                        f"at least 2 output tokens (got {gpus} GPUs, "
-                                                        f"TP {tp}, PP {pp}, {prompt}+{output} tokens)")
+        raise KVPlanError("recommend.run", detail=f"a run needs GPUs a multiple of TP·PP and at least "
+                                                  f"2 output tokens (got {gpus} GPUs, TP {tp}, PP {pp}, "
+                                                  f"{prompt}+{output} tokens)")
     wfmt = arch.model_dtype if weight_dtype == "auto" else weight_dtype
     share = tp * pp
-    wdt = get_weight_dtype(wfmt)
+    try:
+        wdt = get_weight_dtype(wfmt)
+        get_dtype(kv_dtype)
+    except KeyError as exc:
+        kv_bad = exc.args[0] == kv_dtype
+        raise KVPlanError("unknown.dtype", value=str(exc.args[0])[:80], choices=", ".join(
+            KV_DTYPE_CHOICES if kv_bad else WEIGHT_DTYPES)) from None
     w_gpu = wdt.bytes_for(arch.params_total) / share
     experts, _ = expert_share(arch)
     w_read = wdt.bytes_for(arch.params_total - experts) / share  # MoE: a step may touch no expert
     s = kv_read_bytes(arch, kv_dtype, prompt, output) / share
     cap = gpu.capacity_bytes
     if w_gpu >= cap:
-        raise KVPlanError("recommend.calibrate", detail=f"the weights ({w_gpu:,.0f} B per GPU) do not "
-                                                        f"fit in {cap:,} B")
+        raise KVPlanError("recommend.run", detail=f"the weights ({w_gpu:,.0f} B per GPU) do not fit "
+                                                  f"in {cap:,} B")
     bw = gpu.bandwidth_tbps * 1e12
     peak = gpu.peak_tflops(wfmt) * 1e12
     f_req = request_flops(arch, prompt, output)

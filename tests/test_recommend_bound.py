@@ -220,3 +220,40 @@ def test_moe_steps_need_not_read_the_experts() -> None:
     assert b.memory_tokens_per_s == pytest.approx(
         1000 * 104_052_027_392 * 4.8e12 / (98_205_696_000 * (104_052_027_392 + 1_605_636_096)), rel=1e-12)
     assert round(b.memory_tokens_per_s, 1) == 48_134.2
+
+
+def test_cli_labels_the_bound_and_the_estimate(capsys: pytest.CaptureFixture[str]) -> None:
+    """``kvplan throughput``: the words say which figure is a bound and which an estimate, and where
+    the efficiencies came from; with a measured run the estimate is that run (TensorRT-LLM's
+    Llama-3.3-70B fp8 on 2 × H100, 128/128: 6,378 tokens/s)."""
+    from kvplan.cli import main
+
+    base = ["throughput", "--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--tp", "2",
+            "--weight-dtype", "fp8", "--kv-dtype", "fp8_e4m3", "--isl", "128", "--osl", "128"]
+    assert main(base) == 0
+    out = capsys.readouterr().out
+    assert "upper bound (no run can beat it): 14,366.4 output tokens/s, set by compute" in out
+    assert "estimate (bound × default efficiencies: compute 0.4011, memory 0.9138)" in out
+    assert "least-squares fit on 30 published results (h100-sxm)" in out
+    assert main([*base, "--measured-tokens-per-s", "6378", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["bound"]["kind"] == "upper bound" and data["estimate"]["kind"] == "estimate"
+    assert data["estimate"]["tokens_per_s"] == pytest.approx(6378.0, rel=1e-12)
+    assert data["estimate"]["calibrated"] is True
+    assert "calibrated on a measured 6,378.0 output tokens/s" in data["estimate"]["efficiency"]["source"]
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--tp", "3", "--gpus", "4"], "cannot bound this run: a run needs GPUs a multiple of TP·PP"),
+    (["--kv-dtype", "zz"], "unknown dtype 'zz'"),
+    (["--weight-dtype", "int3"], "unknown dtype 'int3'"),
+    (["--measured-tokens-per-s", "1e9"], "above the upper bound"),
+])
+def test_cli_bad_runs_get_a_message(extra: list[str], message: str,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    from kvplan.cli import main
+
+    assert main(["throughput", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--isl", "128",
+                 "--osl", "128", *extra]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
