@@ -32,6 +32,7 @@ Time (bounds, with ``e`` the accelerator's efficiency factor, 1 = peak):
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -43,9 +44,9 @@ from kvplan.arch import MLA, Attention, Kind, ModelArch
 from kvplan.dtypes import KV_DTYPE_CHOICES, WEIGHT_DTYPES, get_dtype, get_weight_dtype
 from kvplan.engines import EngineSettings, KVPool
 from kvplan.errors import KVPlanError
-from kvplan.flops import prefill_decode_flops, request_flops
+from kvplan.flops import layer_flops, prefill_decode_flops, request_flops
 from kvplan.plan import FitQuery, Plan, memory_budget
-from kvplan.presets import GPU, PhaseEfficiency, get_gpu, gpus
+from kvplan.presets import GPU, PhaseEfficiency, efficiency_for, get_gpu, gpus
 from kvplan.serving import MLPERF_BOUNDS, LengthDist, Workload, sample_workload
 
 #: Target presets: (TTFT ms, TPOT ms, percentile) from MLPerf ``loadgen/mlperf.conf`` (Server, p99).
@@ -152,9 +153,9 @@ def resolve_targets(preset: str | None, ttft_ms: float | None, tpot_ms: float | 
             percentile or base[2])
 
 
-def workload_lengths(query: RecommendQuery, workload: Workload | None = None) -> Lengths:
-    """Prompt and final lengths at the target percentile (``numpy.percentile``, method "higher"),
-    clipped to ``max_context``; the mean output and prompt drive throughput."""
+def _clipped(query: RecommendQuery, workload: Workload | None) -> tuple[Workload, np.ndarray, np.ndarray]:
+    """The workload (sampled from the query if none) and its prompt and output lengths clipped to
+    ``max_context``."""
     if workload is None:
         workload = sample_workload(query.samples, query.prompt, query.output, query.seed,
                                    query.max_context)
@@ -162,6 +163,13 @@ def workload_lengths(query: RecommendQuery, workload: Workload | None = None) ->
     if query.max_context is not None:
         prompt = np.minimum(prompt, query.max_context - 1)
         output = np.minimum(output, query.max_context - prompt)
+    return workload, prompt, output
+
+
+def workload_lengths(query: RecommendQuery, workload: Workload | None = None) -> Lengths:
+    """Prompt and final lengths at the target percentile (``numpy.percentile``, method "higher"),
+    clipped to ``max_context``; the mean output and prompt drive throughput."""
+    workload, prompt, output = _clipped(query, workload)
     q = 50 if query.percentile == "p50" else 99
     p_q = max(int(np.percentile(prompt, q, method="higher")), 1)
     final_q = max(int(np.percentile(prompt + output, q, method="higher")), 2)
@@ -296,6 +304,7 @@ def _price(gpu: GPU, query: RecommendQuery) -> float | None:
 def recommend(plan: Plan, query: RecommendQuery, workload: Workload | None = None) -> Recommendation:
     """Every candidate's memory, bounds, replicas and cost; see the module docstring."""
     _check(query)
+    workload, prompt_arr, output_arr = _clipped(query, workload)
     lengths = workload_lengths(query, workload)
     gpu_list = _gpu_list(query)
     arch, base = plan.arch, plan.query
@@ -321,12 +330,14 @@ def recommend(plan: Plan, query: RecommendQuery, workload: Workload | None = Non
     stage_w = np.zeros((Y, W, stages_max), dtype=np.int64)
     w_dense = np.zeros((Y, W))
     w_expert = np.zeros((Y, W))
+    w_total = np.zeros((Y, W))
     layout_queries: list[FitQuery] = []
     for y, (tp, pp, ep) in enumerate(layouts):
         layout_plan = plan.vary(gpu=ref, tp=tp, pp=pp, num_gpus=tp * pp, users=1, tokens=L)
         layout_queries.append(layout_plan.query)
         for w, wd in enumerate(wds):
             budget = memory_budget(layout_plan.vary(weight_dtype=None if wd == "auto" else wd))
+            w_total[y, w] = budget.weights_total
             stages = list(budget.stage_weights)
             if ep > 1:
                 experts = budget.weights_total * expert_params // all_params
@@ -452,6 +463,8 @@ def recommend(plan: Plan, query: RecommendQuery, workload: Workload | None = Non
         batch = safe
         served = np.full(safe.shape, query.rps * out_mean)
     tpot = decode_time(terms, batch, f_tok)[0]
+    run_bound, run_estimate = _run_columns(arch, gpu_list, layouts, kv_dtypes, wds, w_total,
+                                           prompt_arr, output_arr, grid)
     gpr = (terms.tp * terms.pp * terms.ep).astype(np.int64)
     total = replicas * gpr
     cost_h = total * grid(price, (0,))
@@ -484,6 +497,8 @@ def recommend(plan: Plan, query: RecommendQuery, workload: Workload | None = Non
         "tpot_ms": np.where(batch_max >= 1, tpot, tpot1) * 1e3,
         "ttft_ms": ttft * 1e3,
         "tokens_per_s_per_replica": np.where(batch_max >= 1, tokens_per_s(safe), 0.0),
+        "bound_tokens_per_s_per_replica": np.where(memory_ok, run_bound, 0.0),
+        "estimate_tokens_per_s_per_replica": np.where(memory_ok, run_estimate, 0.0),
         "replicas": np.where(feasible, replicas, 0),
         "total_gpus": np.where(feasible, total, 0),
         "cost_per_hour": np.where(feasible, cost_h, np.nan),
@@ -497,6 +512,62 @@ def recommend(plan: Plan, query: RecommendQuery, workload: Workload | None = Non
     if not feasible.any():
         rec.message = no_feasible_message(table, query)
     return rec
+
+
+def workload_request_sums(arch: ModelArch, prompt: np.ndarray, output: np.ndarray) -> tuple[float, float]:
+    """(mean FLOPs per request, mean KV element-tokens a request's decode reads) over the workload:
+    ``flops.request_flops`` and ``kv_read_bytes`` (per element, before the format's bits) summed in
+    closed form over every request (requests of 0 output tokens count as one prefill)."""
+    p = np.asarray(prompt, dtype=np.int64)
+    o = np.maximum(np.asarray(output, dtype=np.int64), 1)
+    last = p + o - 1
+    flops = 2.0 * arch.hidden_size * arch.vocab_size * o.astype(np.float64)
+    for lf, count in Counter(layer_flops(arch)).items():
+        flops = flops + count * (lf.dense * last.astype(np.float64) + lf.attn_coeff
+                                 * lf.ctx_sum(last).astype(np.float64))
+    elems = np.zeros(p.shape)
+    for layer in arch.layers:
+        if isinstance(layer, Attention | MLA):
+            kind = layer.kind if isinstance(layer, Attention) else layer.cache_kind
+            elems = elems + layer.elements_per_token * (kind.context_sum(layer.window, last)
+                                                        - kind.context_sum(layer.window, p))
+    return float(flops.mean()), float(elems.mean())
+
+
+def _run_columns(arch: ModelArch, gpu_list: list[GPU], layouts: list[tuple[int, int, int]],
+                 kv_dtypes: list[str], wds: list[str], w_total: np.ndarray, prompt: np.ndarray,
+                 output: np.ndarray, grid: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Per-replica run upper bound and estimate (``throughput_bound``'s two limits over the
+    workload's requests, the weights as the engine loads them; ``estimate_throughput`` with
+    ``presets.efficiency_for`` each accelerator). ``auto`` weights of a quantized checkpoint take the
+    accelerator's highest listed rate (the bound stays a bound)."""
+    f_mean, elems_mean = workload_request_sums(arch, prompt, output)
+    o_mean = float(np.asarray(output, dtype=np.float64).mean())
+    gpr = np.array([tp * pp * ep for tp, pp, ep in layouts], dtype=np.float64)
+    experts, params = expert_share(arch)
+
+    def fmt(wd: str) -> str:
+        if wd != "auto":
+            return wd
+        return arch.model_dtype if arch.weights.quantization is None else "nvfp4"
+
+    peak = np.array([[g.peak_tflops(fmt(wd)) * 1e12 for wd in wds] for g in gpu_list])
+    cap = np.array([float(g.capacity_bytes) for g in gpu_list])
+    bw = np.array([g.bandwidth_tbps * 1e12 for g in gpu_list])
+    bits = np.array([get_dtype(k).bits for k in kv_dtypes], dtype=np.float64)
+    eff = [efficiency_for(g.id) for g in gpu_list]
+    w_g = grid(w_total / gpr[:, None], (1, 3))
+    r_g = w_g * (1 - experts / params)
+    free = np.maximum(grid(cap, (0,)) - w_g, 0.0)
+    s_g = grid(bits / 8, (2,)) * elems_mean / grid(gpr, (1,))
+    compute = grid(gpr, (1,)) * grid(peak, (0, 3)) * o_mean / f_mean
+    e_c = grid(np.array([e.compute for e in eff]), (0,))
+    e_m = grid(np.array([e.memory for e in eff]), (0,))
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        memory = np.where(s_g > 0, o_mean * free * grid(bw, (0,)) / (s_g * (free + r_g)), np.inf)
+        bound = np.minimum(compute, memory)
+        estimate = np.minimum(1.0 / (1.0 / (e_c * compute) + 1.0 / (e_m * memory)), bound)
+    return bound, estimate
 
 
 def _min_budget(budgets: np.ndarray) -> np.ndarray:
@@ -775,7 +846,8 @@ def candidate_link(row: Any, scenario: Any, lengths: Lengths) -> str:
 
 #: Columns of the ranked table, in the order the CLI and the dashboard show them.
 TABLE_COLUMNS = ("gpu", "tp", "pp", "ep", "kv_dtype", "weight_dtype", "replicas", "total_gpus",
-                 "batch", "tpot_ms", "ttft_ms", "tokens_per_s_per_replica", "cost_per_hour",
+                 "batch", "tpot_ms", "ttft_ms", "tokens_per_s_per_replica", "bound_tokens_per_s_per_replica",
+                 "estimate_tokens_per_s_per_replica", "cost_per_hour",
                  "cost_per_m_tokens", "weights_per_gpu_bytes", "kv_budget_bytes", "kv_bytes_per_request",
                  "max_requests")
 

@@ -257,3 +257,38 @@ def test_cli_bad_runs_get_a_message(extra: list[str], message: str,
                  "--osl", "128", *extra]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_recommend_table_carries_the_run_bound_and_estimate() -> None:
+    """Every candidate of ``recommend`` has the run bound and the estimate per replica; for fixed
+    lengths and bf16 weights (as loaded = 2 B × params) they are ``throughput_bound`` and
+    ``estimate_throughput`` of that layout (Llama-3.1-8B, 1,024 + 256, one H100 and TP 2 × PP 1)."""
+    from kvplan.capacity import FitQuery
+    from kvplan.plan import make_plan
+    from kvplan.recommend import RecommendQuery, recommend
+
+    rec = recommend(make_plan(LLAMA8, None, FitQuery(engine="vllm@0.33")),
+                    RecommendQuery(users=1, gpus=("h100-sxm",), tp=(1, 2), pp=(1,), kv_dtypes=("bf16",),
+                                   ttft_ms=100_000.0, tpot_ms=1000.0))
+    gpu = get_gpu("h100-sxm")
+    for tp in (1, 2):
+        row = rec.table[rec.table["tp"] == tp].iloc[0]
+        b = throughput_bound(LLAMA8, gpu, tp, tp, 1, "bf16", "bf16", 1024, 256)
+        assert row["bound_tokens_per_s_per_replica"] == pytest.approx(b.tokens_per_s, rel=1e-12)
+        assert row["estimate_tokens_per_s_per_replica"] == pytest.approx(
+            estimate_throughput(b, efficiency_for("h100-sxm")), rel=1e-12)
+    table = rec.table
+    assert table["bound_tokens_per_s_per_replica"].gt(table["estimate_tokens_per_s_per_replica"]).all()
+
+
+def test_workload_sums_are_the_per_request_means() -> None:
+    """Over requests (3 + 2) and (10 + 5): mean FLOPs = (686,080 + request_flops(10, 5)) / 2, and mean
+    KV element-tokens = (2 layers × 128 × (Σ_{p≤4} p − Σ_{p≤3} p = 4) + 2 × 128 × (Σ_{p≤14} − Σ_{p≤10}
+    = 105 − 55 = 50)) / 2 = (1,024 + 12,800) / 2 = 6,912."""
+    import numpy as np
+
+    from kvplan.recommend import workload_request_sums
+
+    f, e = workload_request_sums(TINY, np.array([3, 10]), np.array([2, 5]))
+    assert f == (686_080 + request_flops(TINY, 10, 5)) / 2
+    assert e == 6_912 == (kv_read_bytes(TINY, "fp8_e4m3", 3, 2) + kv_read_bytes(TINY, "fp8_e4m3", 10, 5)) / 2
