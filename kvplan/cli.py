@@ -640,6 +640,10 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     if args.json:
         print(_json.dumps({
             "model": arch.name, "engine": engine, "kind": "bounds",
+            "figures": {"bound_tokens_per_s_per_replica": "upper bound (no run can beat it)",
+                        "estimate_tokens_per_s_per_replica": "estimate: the bound at the accelerator's "
+                                                             "default efficiencies (presets/efficiency.json)",
+                        "tpot_ms, ttft_ms, tokens_per_s_per_replica": "bounds at the efficiency factor"},
             "targets": {"ttft_ms": ttft, "tpot_ms": tpot, "percentile": percentile},
             "traffic": {"users": query.users} if query.traffic == "users" else {"rps": query.rps},
             "lengths": {"prompt": lengths.prompt, "context": lengths.context,
@@ -661,8 +665,12 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         print(f"{i:3d}. {row['gpu']:15s} {split:12s} KV {row['kv_dtype']:9s} W {row['weight_dtype']:9s} "
               f"{row['replicas']:,} × {row['total_gpus'] // max(row['replicas'], 1)} GPUs  "
               f"TPOT {row['tpot_ms']:.2f} ms  TTFT {row['ttft_ms']:.1f} ms  "
-              f"{row['cost_per_m_tokens']:.4f} {rec.cost_unit}/M tokens")
-    print("All times are bounds (formulas below), not measurements.")
+              f"{row['cost_per_m_tokens']:.4f} {rec.cost_unit}/M tokens  "
+              f"tokens/s per replica: bound {row['bound_tokens_per_s_per_replica']:,.0f}, "
+              f"estimate {row['estimate_tokens_per_s_per_replica']:,.0f}")
+    print("All times are bounds (formulas below), not measurements. Tokens/s 'bound' is the run upper "
+          "bound no run can beat (`kvplan throughput`); 'estimate' = that bound at the accelerator's "
+          "default efficiencies (presets/efficiency.json, fitted on published results; docs/efficiency.md).")
     for line in rec.formulas:
         print(f"  {line}")
     return 0

@@ -292,3 +292,22 @@ def test_workload_sums_are_the_per_request_means() -> None:
     f, e = workload_request_sums(TINY, np.array([3, 10]), np.array([2, 5]))
     assert f == (686_080 + request_flops(TINY, 10, 5)) / 2
     assert e == 6_912 == (kv_read_bytes(TINY, "fp8_e4m3", 3, 2) + kv_read_bytes(TINY, "fp8_e4m3", 10, 5)) / 2
+
+
+def test_dashboard_labels_the_bound_and_the_estimate() -> None:
+    """vw=recommend: the ranked table carries both tokens/s columns, and a caption says in words
+    which is the upper bound and which the estimate, with each accelerator's efficiencies and source."""
+    from test_app import make_app, no_errors
+
+    at = make_app(m="llama-3.1-8b", vw="recommend")
+    no_errors(at)
+    table = next(d.value for d in at.dataframe if "link" in d.value.columns)
+    assert {"bound_tokens_per_s_per_replica", "estimate_tokens_per_s_per_replica"} <= set(table.columns)
+    assert (table["bound_tokens_per_s_per_replica"] >= table["estimate_tokens_per_s_per_replica"]).all()
+    words = " ".join(c.value for c in at.caption)
+    assert "Tokens/s **upper bound**: no run can beat it" in words
+    assert "**Estimate**: that bound at these efficiencies" in words
+    for gpu_id in table["gpu"].astype(str).unique():
+        eff = efficiency_for(gpu_id)
+        assert f"{gpu_id}: compute {eff.compute:.3g}, memory {eff.memory:.3g} (least\\-squares fit on " \
+            f"{eff.fit_rows} published results" in words

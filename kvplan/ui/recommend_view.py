@@ -13,7 +13,7 @@ import streamlit as st
 from kvplan.arch import ModelArch
 from kvplan.dtypes import KV_DTYPE_CHOICES, WEIGHT_DTYPES
 from kvplan.errors import KVPlanError, md, md_code, md_link_target, md_name
-from kvplan.presets import GPU, gpus
+from kvplan.presets import GPU, efficiency_for, gpus
 from kvplan.recommend import (
     TARGET_PRESETS,
     Recommendation,
@@ -218,6 +218,19 @@ def pareto_figure(ranked: pd.DataFrame, unit: str) -> go.Figure:
     return fig
 
 
+def _efficiency_caption(gpu_ids: list[str]) -> str:
+    """Words for the two tokens/s columns: which is a bound, which an estimate, and the efficiencies
+    each accelerator's estimate used with their source."""
+    parts = []
+    for gpu_id in gpu_ids:
+        eff = efficiency_for(gpu_id)
+        parts.append(f"{md_name(gpu_id)}: compute {eff.compute:.3g}, memory {eff.memory:.3g} "
+                     f"({md(eff.source)})")
+    return ("Tokens/s **upper bound**: no run can beat it (compute at the format's tensor-core peak, "
+            "memory traffic at the average context over each request's life). **Estimate**: that bound "
+            "at these efficiencies — " + "; ".join(parts) + ".")
+
+
 def render(scenario: Scenario, arch: ModelArch, gpu: GPU) -> pd.DataFrame | None:
     """Draw the recommendation for the scenario's model, engine and settings."""
     st.subheader("Recommend a deployment")
@@ -256,7 +269,14 @@ def render(scenario: Scenario, arch: ModelArch, gpu: GPU) -> pd.DataFrame | None
                                                                format="%.4f"),
             "tpot_ms": st.column_config.NumberColumn("TPOT ms (bound)", format="%.2f"),
             "ttft_ms": st.column_config.NumberColumn("TTFT ms (bound)", format="%.1f"),
+            "bound_tokens_per_s_per_replica": st.column_config.NumberColumn(
+                "tokens/s per replica (upper bound)", format="%.0f",
+                help="The run upper bound: no run of this workload can beat it (kvplan throughput)"),
+            "estimate_tokens_per_s_per_replica": st.column_config.NumberColumn(
+                "tokens/s per replica (estimate)", format="%.0f",
+                help="The upper bound at the accelerator's default efficiencies (presets/efficiency.json)"),
         })
+        st.caption(_efficiency_caption(rows["gpu"].astype(str).unique().tolist()))
         best = rows.iloc[0]
         st.markdown(f"Cheapest: **{md_name(best['gpu'])}**, TP {best['tp']:d} × PP {best['pp']:d}"
                     + (f", EP {best['ep']:d}" if best["ep"] > 1 else "")
