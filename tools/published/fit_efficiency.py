@@ -89,14 +89,26 @@ def main() -> None:
     pairs: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in data:
         pairs.setdefault((r["model"], r["gpu"]), []).append(r)
-    hits = total = 0
-    for sub in pairs.values():
-        cal = calibrate_run(sub[0]["bound"], sub[0]["value"], table[sub[0]["gpu"]])
-        for r in sub[1:]:
-            total += 1
-            hits += abs(error(r, cal)) <= 0.15
-    lines += [f"Calibrated on one point per (model, accelerator) (its first row, reproduced exactly), "
-              f"the others: **{hits} of {total}** ({hits / total:.0%}) within ±15 %.", "",
+    def calibrated(pick: int) -> tuple[int, int]:
+        hits = total = 0
+        for sub in pairs.values():
+            cal = calibrate_run(sub[pick]["bound"], sub[pick]["value"], table[sub[pick]["gpu"]])
+            for i, r in enumerate(sub):
+                if i != pick:
+                    total += 1
+                    hits += abs(error(r, cal)) <= 0.15
+        return hits, total
+
+    shapes = [f"{r['isl']}/{r['osl']}" for r in next(iter(pairs.values()))]
+    scores = [calibrated(i) for i in range(len(shapes))]
+    hits, total = scores[0]
+    lines += ["Calibrated on one point per (model, accelerator) (reproduced exactly; both efficiencies "
+              "scaled by one factor), the other points within ±15 %, by the shape calibrated on: "
+              + ", ".join(f"{shape} **{h} of {t}** ({h / t:.0%})" for shape, (h, t) in zip(shapes, scores,
+                                                                                          strict=True))
+              + ". The ±15 % on ≥ 80 % target of issue #31 is met calibrating on: "
+              + (", ".join(shape for shape, (h, t) in zip(shapes, scores, strict=True) if h >= 0.8 * t)
+                 or "none") + ".", "",
               "| model | accelerator | TP×PP | weights | ISL/OSL | published | bound | limit | estimate "
               "| error |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in data:
