@@ -16,6 +16,7 @@ from kvplan.recommend import calibrate_run, estimate_throughput, kv_read_bytes, 
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "published"
 PUBLISHED = json.loads((FIXTURES / "trtllm_perf_overview.json").read_text())["rows"]
+MLPERF = json.loads((FIXTURES / "mlperf_v5_0.json").read_text())["rows"]
 LLAMA8 = load_model("llama-3.1-8b")
 TINY = ModelArch(
     name="tiny", model_type="llama",
@@ -311,3 +312,26 @@ def test_dashboard_labels_the_bound_and_the_estimate() -> None:
         eff = efficiency_for(gpu_id)
         assert f"{gpu_id}: compute {eff.compute:.3g}, memory {eff.memory:.3g} (least\\-squares fit on " \
             f"{eff.fit_rows} published results" in words
+
+
+def test_mlperf_fixture_rows() -> None:
+    """12 MLPerf Inference v5.0 closed NVIDIA 8-GPU results; the output per request is the run's
+    tokens/s over samples/s rounded down (H100 Llama-2-70B Offline: 31,306.8 / (107.256 + 0.0005)
+    = 291.89 → 291; H200 405B Server: 291.37 / (0.45 + 0.005) = 640.4 → 640)."""
+    assert len(MLPERF) == 12
+    assert {(r["gpu"], r["model"]) for r in MLPERF} == {
+        ("h100-sxm", "llama-2-70b"), ("h200", "llama-2-70b"), ("h200", "llama-3.1-405b"),
+        ("b200", "llama-2-70b"), ("b200", "llama-3.1-405b")}
+    first = MLPERF[0]
+    assert (first["value"], first["samples_per_s"], first["osl"], first["isl"]) == (31_306.8, 107.256, 291, 1)
+    assert next(r for r in MLPERF if r["value"] == 291.37)["osl"] == 640
+    assert all(r["url"].startswith("https://github.com/mlcommons/inference_results_v5.0/blob/main/closed/NVIDIA/")
+               and r["read_from"].endswith("mlperf_log_summary.txt") and not r["exact_shape"] for r in MLPERF)
+
+
+def test_bound_holds_on_every_mlperf_result() -> None:
+    """The bound ≥ every MLPerf figure (12 of 12); the closest is H200 Llama-2-70B Offline at 30.5 %
+    (34,988.2 of 114,884 tokens/s: compute-limited at 1 prompt token, so a loose bound)."""
+    ratios = [float(str(r["value"])) / _bound(r) for r in MLPERF]
+    assert sum(x <= 1 for x in ratios) == len(MLPERF) == 12
+    assert round(max(ratios), 3) == 0.305
