@@ -678,14 +678,17 @@ def cmd_recommend(args: argparse.Namespace) -> int:
 
 def cmd_throughput(args: argparse.Namespace) -> int:
     """Bound, estimate and (with ``--measured-tokens-per-s``) calibration of one run, each labelled."""
+    from kvplan.plan import FitQuery, make_plan
     from kvplan.presets import efficiency_for, get_gpu
-    from kvplan.recommend import calibrate_run, estimate_throughput, throughput_bound
+    from kvplan.recommend import calibrate_run, estimate_throughput, plan_throughput_bound
 
     arch = _load_arch(args)
     gpu = get_gpu(args.gpu)
     n = args.gpus or args.tp * args.pp
-    bound = throughput_bound(arch, gpu, n, args.tp, args.pp, args.weight_dtype, args.kv_dtype,
-                             args.isl, args.osl)
+    plan = make_plan(arch, gpu, FitQuery(tp=args.tp, pp=args.pp, kv_dtype=args.kv_dtype,
+                                         weight_dtype=None if args.weight_dtype == "auto"
+                                         else args.weight_dtype))
+    bound = plan_throughput_bound(plan, args.isl, args.osl, n)
     eff = efficiency_for(gpu.id)
     calibrated = None
     if args.measured_tokens_per_s is not None:

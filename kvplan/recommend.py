@@ -737,6 +737,16 @@ def throughput_bound(arch: ModelArch, gpu: GPU, gpus: int, tp: int, pp: int, wei
                            cap, bw, replicas, BOUND_FORMULA)
 
 
+def plan_throughput_bound(plan: Plan, prompt: int, output: int, gpus: int | None = None) -> ThroughputBound:
+    """``throughput_bound`` of a plan's model, accelerator, TP × PP and formats (weights ``auto``
+    when the plan keeps the checkpoint's own) on ``gpus`` GPUs (default: the plan's, else one
+    replica)."""
+    q = plan.query
+    n = gpus or q.num_gpus or q.tp * q.pp
+    return throughput_bound(plan.arch, plan.device, n, q.tp, q.pp, q.weight_dtype or "auto", q.kv_dtype,
+                            prompt, output)
+
+
 def estimate_throughput(bound: ThroughputBound, eff: PhaseEfficiency) -> float:
     """The estimate: the two limits' times added, each at its efficiency,
     ``1 / (1 / (e_c · compute) + 1 / (e_m · memory))``, never above the bound."""

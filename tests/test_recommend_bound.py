@@ -335,3 +335,19 @@ def test_bound_holds_on_every_mlperf_result() -> None:
     ratios = [float(str(r["value"])) / _bound(r) for r in MLPERF]
     assert sum(x <= 1 for x in ratios) == len(MLPERF) == 12
     assert round(max(ratios), 3) == 0.305
+
+
+def test_plan_bound_reads_the_plan() -> None:
+    """The Plan form: model, accelerator, TP × PP and formats from the plan; GPUs default to one
+    replica, else the plan's num_gpus."""
+    from kvplan.plan import FitQuery, make_plan
+    from kvplan.recommend import plan_throughput_bound
+
+    gpu = get_gpu("h200")
+    plan = make_plan(LLAMA8, gpu, FitQuery(tp=2, kv_dtype="fp8_e4m3", weight_dtype="fp8"))
+    assert plan_throughput_bound(plan, 500, 2000) == throughput_bound(LLAMA8, gpu, 2, 2, 1, "fp8", "fp8_e4m3",
+                                                                      500, 2000)
+    eight = plan.vary(num_gpus=8)
+    assert plan_throughput_bound(eight, 500, 2000).replicas == 4
+    assert plan_throughput_bound(make_plan(LLAMA8, gpu, FitQuery()), 500, 2000) == throughput_bound(
+        LLAMA8, gpu, 1, 1, 1, "auto", "bf16", 500, 2000)
