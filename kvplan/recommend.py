@@ -633,6 +633,11 @@ def _assumptions(arch: ModelArch, query: RecommendQuery) -> list[str]:
         "PP stages run one after another for a token (no micro-batch overlap); communication is "
         "bandwidth only (no latency term) and not overlapped with compute.",
         "Peak FLOPS: BF16, or FP8 for FP8 weights where the accelerator has it.",
+        "Tokens/s columns: 'bound' is the run upper bound no run of this workload can beat "
+        "(throughput_bound: compute at the format's dense tensor-core rate, memory traffic at each "
+        "request's average context, pipelined PP, no efficiency factor); 'estimate' is that bound at "
+        "the accelerator's default efficiencies (presets/efficiency.json, fitted on published results, "
+        "docs/efficiency.md).",
     ]
     if arch.moe is not None:
         out.append("MoE: uniform routing; a step reads the experts its tokens touch. EP candidates run "
