@@ -592,6 +592,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     from kvplan.recommend import (
         RecommendQuery,
         failure_counts,
+        price_sources,
         ranked_rows,
         recommend,
         resolve_targets,
@@ -637,6 +638,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
                                         "reserve_gib": args.reserve_gib, "engine_settings": settings})
     rows = ranked_rows(rec, scenario, args.top)
     lengths = rec.lengths
+    priced, unpriced = price_sources(rec, query)
     if args.json:
         print(_json.dumps({
             "model": arch.name, "engine": engine, "kind": "bounds",
@@ -652,7 +654,8 @@ def cmd_recommend(args: argparse.Namespace) -> int:
             "cost_unit": rec.cost_unit, "candidates": len(rec.table),
             "feasible": int(rec.table["feasible"].sum()), "failures": failure_counts(rec),
             "message": rec.message, "table": rows, "formulas": rec.formulas, "efficiency": efficiency,
-            "assumptions": rec.assumptions, "notes": rec.notes}))
+            "assumptions": rec.assumptions, "notes": rec.notes,
+            "prices": priced, "unpriced": unpriced}))
         return 0
     print(f"{arch.name} · {plan.engine.label} · targets TTFT ≤ {ttft:g} ms, TPOT ≤ {tpot:g} ms "
           f"({percentile}) · lengths: prompt {lengths.prompt:,}, context {lengths.context:,} tokens")
@@ -673,6 +676,11 @@ def cmd_recommend(args: argparse.Namespace) -> int:
           "default efficiencies (presets/efficiency.json, fitted on published results; docs/efficiency.md).")
     for line in rec.formulas:
         print(f"  {line}")
+    for gpu_id, price in priced.items():
+        print(f"Price {gpu_id}: ${price['per_hour']:g} per GPU-hour — {price['source']}")
+    if unpriced:
+        print(f"No price for {', '.join(unpriced)}: costs are in GPU-hours unless every accelerator "
+              "searched has one (--price gpu=$/h)")
     return 0
 
 

@@ -877,6 +877,24 @@ def ranked_rows(rec: Recommendation, scenario: Any, top: int = 20) -> list[dict[
     return out
 
 
+def price_sources(rec: Recommendation, query: RecommendQuery) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """({accelerator: {"per_hour", "source"}} for the searched accelerators with a price, [the
+    others]): a ``--price`` given by the user, else the preset's ``price_per_hour`` with its
+    ``sources["price"]`` (provider, rate card and date)."""
+    priced: dict[str, dict[str, Any]] = {}
+    unpriced: list[str] = []
+    for gpu_id in [str(g) for g in rec.table["gpu"].cat.categories]:
+        gpu = get_gpu(gpu_id)
+        if gpu_id in query.prices:
+            priced[gpu_id] = {"per_hour": query.prices[gpu_id], "source": "given (--price)"}
+        elif gpu.price_per_hour is not None:
+            priced[gpu_id] = {"per_hour": gpu.price_per_hour,
+                              "source": gpu.sources.get("price", "preset (no source recorded)")}
+        else:
+            unpriced.append(gpu_id)
+    return priced, unpriced
+
+
 def failure_counts(rec: Recommendation) -> dict[str, int]:
     """Candidates failing each constraint (a candidate may fail several)."""
     fails = rec.table["fails"].astype(str)

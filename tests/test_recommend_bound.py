@@ -351,3 +351,25 @@ def test_plan_bound_reads_the_plan() -> None:
     assert plan_throughput_bound(eight, 500, 2000).replicas == 4
     assert plan_throughput_bound(make_plan(LLAMA8, gpu, FitQuery()), 500, 2000) == throughput_bound(
         LLAMA8, gpu, 1, 1, 1, "auto", "bf16", 500, 2000)
+
+
+def test_recommend_names_each_price_source_and_the_unpriced(capsys: pytest.CaptureFixture[str]) -> None:
+    """The CLI shows the price each accelerator was costed at with its source (the preset's rate card
+    and date, or --price), and lists the accelerators without one apart."""
+    from kvplan.cli import main
+
+    base = ["recommend", "--model", "llama-3.1-8b", "--gpus", "h100-sxm,b200,mi300x", "--top", "1",
+            "--price", "b200=6.5"]
+    assert main(base) == 0
+    out = capsys.readouterr().out
+    assert "Price h100-sxm: $4.916 per GPU-hour — AWS EC2 Capacity Blocks for ML pricing" in out
+    assert "reservation rates in force until the update scheduled for 2025-01-01" in out
+    assert "Price b200: $6.5 per GPU-hour — given (--price)" in out
+    assert "No price for mi300x: costs are in GPU-hours" in out
+    assert main([*base, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["unpriced"] == ["mi300x"]
+    assert data["prices"]["b200"] == {"per_hour": 6.5, "source": "given (--price)"}
+    assert data["prices"]["h100-sxm"]["per_hour"] == 4.916
+    top = data["table"][0]
+    assert top["bound_tokens_per_s_per_replica"] >= top["estimate_tokens_per_s_per_replica"]
