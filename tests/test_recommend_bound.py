@@ -305,6 +305,10 @@ def test_dashboard_labels_the_bound_and_the_estimate() -> None:
     table = next(d.value for d in at.dataframe if "link" in d.value.columns)
     assert {"bound_tokens_per_s_per_replica", "estimate_tokens_per_s_per_replica"} <= set(table.columns)
     assert (table["bound_tokens_per_s_per_replica"] >= table["estimate_tokens_per_s_per_replica"]).all()
+    prices = next(d.value for d in at.dataframe if "price_source" in d.value.columns).set_index("gpu")
+    assert prices.loc["h100-sxm", "price_per_hour"] == 4.916
+    assert prices.loc["h100-sxm", "price_source"].startswith("AWS EC2 Capacity Blocks for ML pricing")
+    assert prices.loc["b200", "price_source"] == "unpriced: no public price in the catalogue"
     words = " ".join(c.value for c in at.caption)
     assert "Tokens/s **upper bound**: no run can beat it" in words
     assert "**Estimate**: that bound at these efficiencies" in words

@@ -139,14 +139,21 @@ def _prices_and_efficiency(chosen: list[str], efficiency: float) -> tuple[dict[s
         frame = pd.DataFrame({
             "gpu": chosen,
             "price_per_hour": [catalogue[g].price_per_hour if g in catalogue else None for g in chosen],
-            "efficiency": [efficiency] * len(chosen)}).astype({"price_per_hour": "float64"})
-        edited = st.data_editor(frame, hide_index=True, key="rc_prices", disabled=["gpu"], column_config={
+            "efficiency": [efficiency] * len(chosen),
+            "price_source": [catalogue[g].sources.get("price", "unpriced: no public price in the catalogue")
+                             if g in catalogue and catalogue[g].price_per_hour is not None
+                             else "unpriced: no public price in the catalogue" for g in chosen],
+        }).astype({"price_per_hour": "float64"})
+        edited = st.data_editor(frame, hide_index=True, key="rc_prices", disabled=["gpu", "price_source"],
+                                column_config={
+            "price_source": st.column_config.TextColumn("price source and date"),
             "price_per_hour": st.column_config.NumberColumn("price per GPU-hour", min_value=0.0001,
                                                             format="%.4f"),
             "efficiency": st.column_config.NumberColumn("efficiency (0–1]", min_value=0.01,
                                                         max_value=1.0, format="%.2f")})
-        st.caption("No public list price is in the catalogue yet: enter yours (all of them) to get "
-                   "cost in money; otherwise cost is in GPU-hours.")
+        st.caption("Catalogue prices carry their source and date (one provider's rate card; edit them "
+                   "for yours); accelerators marked unpriced have none. With a price for every "
+                   "accelerator searched, cost is in money; otherwise in GPU-hours.")
     prices: dict[str, float] = {}
     factors: dict[str, float] = {}
     for record in edited.to_dict("records"):
