@@ -249,6 +249,30 @@ def _pairs(name: str) -> Callable[[str], tuple[str, float]]:
     return convert
 
 
+RUN_KEYS = {"gpu": str, "tp": int, "pp": int, "gpus": int, "weight": str, "kv": str, "isl": int, "osl": int,
+            "tokens_per_s": float}
+
+
+def _run_spec(text: str) -> dict[str, Any]:
+    """``--measured-run`` ``key=value,…`` → a dict of RUN_KEYS (gpu, isl, osl, tokens_per_s needed)."""
+    out: dict[str, Any] = {"tp": 1, "pp": 1, "weight": "auto", "kv": "bf16"}
+    for item in _csv_list(text):
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or key not in RUN_KEYS:
+            raise argparse.ArgumentTypeError(f"{short(item)} is not one of "
+                                             + ", ".join(f"{k}=…" for k in RUN_KEYS))
+        kind = RUN_KEYS[key]
+        if kind is str:
+            out[key] = value.strip()
+        else:
+            out[key] = _number(f"--measured-run {key}", kind, 1e-9 if kind is float else 1, 1e12)(value)
+    missing = [k for k in ("gpu", "isl", "osl", "tokens_per_s") if k not in out]
+    if missing:
+        raise argparse.ArgumentTypeError(f"a measured run needs {', '.join(missing)}")
+    return out
+
+
 def _recommend_args(p: argparse.ArgumentParser) -> None:
     from kvplan.engines import ENGINES
     from kvplan.recommend import MAX_GPUS_PER_REPLICA, TARGET_PRESETS
@@ -301,6 +325,10 @@ def _recommend_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--measured-batch", type=_positive("--measured-batch", 10_000_000), default=1)
     p.add_argument("--measured-prompt", type=_positive("--measured-prompt", 100_000_000), default=1024)
     p.add_argument("--measured-context", type=_positive("--measured-context", 100_000_000), default=2048)
+    p.add_argument("--measured-run", type=_run_spec, action="append", default=[], metavar="KEY=VALUE,…",
+                   help="calibrate the tokens/s estimate of one accelerator on a measured run, e.g. "
+                        "gpu=h100-sxm,tp=2,pp=1,gpus=2,weight=fp8,kv=fp8_e4m3,isl=128,osl=128,"
+                        "tokens_per_s=6378 (output tokens/s of the whole run); repeatable")
     p.add_argument("--top", type=_positive("--top", 10_000), default=20)
     p.add_argument("--json", action="store_true")
 
@@ -582,6 +610,26 @@ def _calibrated(args: argparse.Namespace, arch: ModelArch, engine: str,
     return args.measured_gpu, factor
 
 
+def _calibrated_run(arch: ModelArch, engine: str, run: dict[str, Any]) -> tuple[tuple[float, float], str]:
+    """(compute, memory) efficiencies that make the estimate return a ``--measured-run`` exactly."""
+    from kvplan.plan import FitQuery, make_plan
+    from kvplan.presets import efficiency_for, get_gpu
+    from kvplan.recommend import calibrate_run, estimate_throughput, plan_throughput_bound
+
+    gpu = get_gpu(run["gpu"])
+    plan = make_plan(arch, gpu, FitQuery(engine=engine, tp=run["tp"], pp=run["pp"], kv_dtype=run["kv"],
+                                         weight_dtype=None if run["weight"] == "auto" else run["weight"]))
+    bound = plan_throughput_bound(plan, run["isl"], run["osl"], run.get("gpus"))
+    eff = calibrate_run(bound, run["tokens_per_s"], efficiency_for(gpu.id))
+    again = estimate_throughput(bound, eff)
+    return (eff.compute, eff.memory), (
+        f"Estimate for {gpu.id} calibrated on a measured run ({run['isl']:,}/{run['osl']:,} tokens, "
+        f"TP {run['tp']} × PP {run['pp']}, {bound.replicas * run['tp'] * run['pp']} GPUs, weights "
+        f"{run['weight']}, KV {run['kv']}): efficiencies compute {eff.compute:.4g}, memory "
+        f"{eff.memory:.4g}; the estimate returns {again:,.1f} tokens/s (measured "
+        f"{run['tokens_per_s']:,.1f}; upper bound {bound.tokens_per_s:,.1f})")
+
+
 def cmd_recommend(args: argparse.Namespace) -> int:
     import json as _json
 
@@ -618,7 +666,13 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     calibrated = _calibrated(args, arch, engine, settings)
     if calibrated is not None:
         efficiency[calibrated[0]] = calibrated[1]
+    phase: dict[str, tuple[float, float]] = {}
+    run_notes: list[str] = []
+    for run in args.measured_run:
+        phase[run["gpu"]], note = _calibrated_run(arch, engine, run)
+        run_notes.append(note)
     query = RecommendQuery(
+        phase_efficiency=phase,
         traffic="rps" if args.rps is not None else "users",
         users=args.users if args.users is not None else 64, rps=args.rps if args.rps is not None else 1.0,
         prompt=dist("prompt"), output=dist("output"), percentile="p50" if percentile == "p50" else "p99",
@@ -655,7 +709,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
             "feasible": int(rec.table["feasible"].sum()), "failures": failure_counts(rec),
             "message": rec.message, "table": rows, "formulas": rec.formulas, "efficiency": efficiency,
             "assumptions": rec.assumptions, "notes": rec.notes,
-            "prices": priced, "unpriced": unpriced}))
+            "prices": priced, "unpriced": unpriced, "calibrated_runs": run_notes}))
         return 0
     print(f"{arch.name} · {plan.engine.label} · targets TTFT ≤ {ttft:g} ms, TPOT ≤ {tpot:g} ms "
           f"({percentile}) · lengths: prompt {lengths.prompt:,}, context {lengths.context:,} tokens")
@@ -676,6 +730,8 @@ def cmd_recommend(args: argparse.Namespace) -> int:
           "default efficiencies (presets/efficiency.json, fitted on published results; docs/efficiency.md).")
     for line in rec.formulas:
         print(f"  {line}")
+    for note in run_notes:
+        print(note)
     for gpu_id, price in priced.items():
         print(f"Price {gpu_id}: ${price['per_hour']:g} per GPU-hour — {price['source']}")
     if unpriced:

@@ -88,6 +88,9 @@ class RecommendQuery(BaseModel):
     prices: dict[str, float] = {}
     efficiency: dict[str, float] = {}
     default_efficiency: float = Field(default=1.0, gt=0, le=1)
+    #: Calibrated (compute, memory) efficiencies of the estimate per accelerator (``calibrate_run``);
+    #: the others use ``presets/efficiency.json``.
+    phase_efficiency: dict[str, tuple[float, float]] = {}
 
 
 @dataclass(frozen=True)
@@ -464,7 +467,7 @@ def recommend(plan: Plan, query: RecommendQuery, workload: Workload | None = Non
         served = np.full(safe.shape, query.rps * out_mean)
     tpot = decode_time(terms, batch, f_tok)[0]
     run_bound, run_estimate = _run_columns(arch, gpu_list, layouts, kv_dtypes, wds, w_total,
-                                           prompt_arr, output_arr, grid)
+                                           prompt_arr, output_arr, grid, query.phase_efficiency)
     gpr = (terms.tp * terms.pp * terms.ep).astype(np.int64)
     total = replicas * gpr
     cost_h = total * grid(price, (0,))
@@ -536,9 +539,10 @@ def workload_request_sums(arch: ModelArch, prompt: np.ndarray, output: np.ndarra
 
 def _run_columns(arch: ModelArch, gpu_list: list[GPU], layouts: list[tuple[int, int, int]],
                  kv_dtypes: list[str], wds: list[str], w_total: np.ndarray, prompt: np.ndarray,
-                 output: np.ndarray, grid: Any) -> tuple[np.ndarray, np.ndarray]:
+                 output: np.ndarray, grid: Any,
+                 calibrated: dict[str, tuple[float, float]] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Per-replica run upper bound and estimate (``throughput_bound``'s two limits over the
-    workload's requests, the weights as the engine loads them; ``estimate_throughput`` with
+    workload's requests, weights counted as ``throughput_bound`` counts them; ``estimate_throughput`` with
     ``presets.efficiency_for`` each accelerator). ``auto`` weights of a quantized checkpoint take the
     accelerator's highest listed rate (the bound stays a bound)."""
     f_mean, elems_mean = workload_request_sums(arch, prompt, output)
@@ -555,9 +559,19 @@ def _run_columns(arch: ModelArch, gpu_list: list[GPU], layouts: list[tuple[int, 
     cap = np.array([float(g.capacity_bytes) for g in gpu_list])
     bw = np.array([g.bandwidth_tbps * 1e12 for g in gpu_list])
     bits = np.array([get_dtype(k).bits for k in kv_dtypes], dtype=np.float64)
-    eff = [efficiency_for(g.id) for g in gpu_list]
-    w_g = grid(w_total / gpr[:, None], (1, 3))
-    r_g = w_g * (1 - experts / params)
+    own = calibrated or {}
+    eff = [PhaseEfficiency(compute=own[g.id][0], memory=own[g.id][1]) if g.id in own
+           else efficiency_for(g.id) for g in gpu_list]
+    # weights: params at the format's bits as throughput_bound counts them (a quantized checkpoint's
+    # "auto": the bytes as loaded)
+    quantized_auto = arch.weights.quantization is not None
+    w_fmt = np.array([np.nan if wd == "auto" and quantized_auto
+                      else float(get_weight_dtype(fmt(wd)).bytes_for(params)) for wd in wds])
+    w_bytes = np.where(np.isnan(w_fmt)[None, :], w_total, w_fmt[None, :])
+    w_g = grid(w_bytes / gpr[:, None], (1, 3))
+    r_g = grid((w_bytes - np.where(np.isnan(w_fmt), w_total * experts / params,
+                                   [float(get_weight_dtype(fmt(wd)).bytes_for(experts)) for wd in wds]))
+               / gpr[:, None], (1, 3))
     free = np.maximum(grid(cap, (0,)) - w_g, 0.0)
     s_g = grid(bits / 8, (2,)) * elems_mean / grid(gpr, (1,))
     compute = grid(gpr, (1,)) * grid(peak, (0, 3)) * o_mean / f_mean

@@ -377,3 +377,38 @@ def test_recommend_names_each_price_source_and_the_unpriced(capsys: pytest.Captu
     assert data["prices"]["h100-sxm"]["per_hour"] == 4.916
     top = data["table"][0]
     assert top["bound_tokens_per_s_per_replica"] >= top["estimate_tokens_per_s_per_replica"]
+
+
+def test_recommend_estimate_calibrated_on_a_measured_run(capsys: pytest.CaptureFixture[str]) -> None:
+    """``recommend --measured-run``: the candidate with the run's layout, formats and lengths
+    estimates exactly the measured tokens/s (TensorRT-LLM Llama-3.3-70B fp8 on 2 × H100, 128/128:
+    6,378), and the CLI says so; the bound column is unchanged by calibration."""
+    from kvplan.cli import main
+
+    base = ["recommend", "--model", "llama-3.1-70b", "--gpus", "h100-sxm", "--tp", "2", "--pp", "1",
+            "--kv-dtypes", "fp8_e4m3", "--weight-dtypes", "fp8", "--prompt-tokens", "128",
+            "--output-tokens", "128", "--users", "64", "--ttft-ms", "100000", "--tpot-ms", "1000", "--json"]
+    assert main(base) == 0
+    plain = json.loads(capsys.readouterr().out)["table"][0]
+    run = "gpu=h100-sxm,tp=2,pp=1,gpus=2,weight=fp8,kv=fp8_e4m3,isl=128,osl=128,tokens_per_s=6378"
+    assert main([*base, "--measured-run", run]) == 0
+    data = json.loads(capsys.readouterr().out)
+    top = data["table"][0]
+    assert top["estimate_tokens_per_s_per_replica"] == pytest.approx(6378.0, rel=1e-9)
+    assert top["bound_tokens_per_s_per_replica"] == plain["bound_tokens_per_s_per_replica"]
+    assert plain["estimate_tokens_per_s_per_replica"] == pytest.approx(5488.0, abs=0.1)
+    (note,) = data["calibrated_runs"]
+    assert note.startswith("Estimate for h100-sxm calibrated on a measured run (128/128 tokens, TP 2 × PP 1, "
+                           "2 GPUs, weights fp8, KV fp8_e4m3)")
+    assert "the estimate returns 6,378.0 tokens/s (measured 6,378.0; upper bound 14,366.4)" in note
+
+
+def test_measured_run_needs_its_keys(capsys: pytest.CaptureFixture[str]) -> None:
+    from kvplan.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["recommend", "--model", "llama-3.1-8b", "--measured-run", "gpu=h100-sxm,isl=128"])
+    assert "argument --measured-run: a measured run needs osl, tokens_per_s" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["recommend", "--model", "llama-3.1-8b", "--measured-run", "gpu=h100-sxm,speed=3"])
+    assert "argument --measured-run: 'speed=3' is not one of gpu=…" in capsys.readouterr().err
