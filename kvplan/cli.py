@@ -699,7 +699,10 @@ def cmd_recommend(args: argparse.Namespace) -> int:
             "figures": {"bound_tokens_per_s_per_replica": "upper bound (no run can beat it)",
                         "estimate_tokens_per_s_per_replica": "estimate: the bound at the accelerator's "
                                                              "default efficiencies (presets/efficiency.json)",
-                        "tpot_ms, ttft_ms, tokens_per_s_per_replica": "bounds at the efficiency factor"},
+                        "tpot_ms, ttft_ms, tokens_per_s_per_replica": (
+                            "the step-time model at the efficiency factor and the target percentile's "
+                            "lengths (for throughput not a bound: runs can beat it; "
+                            "bound_tokens_per_s_per_replica is the one that holds)")},
             "targets": {"ttft_ms": ttft, "tpot_ms": tpot, "percentile": percentile},
             "traffic": {"users": query.users} if query.traffic == "users" else {"rps": query.rps},
             "lengths": {"prompt": lengths.prompt, "context": lengths.context,

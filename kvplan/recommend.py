@@ -721,7 +721,8 @@ def throughput_bound(arch: ModelArch, gpu: GPU, gpus: int, tp: int, pp: int, wei
     FLOPs at the format's dense tensor-core rate (``GPU.peak_tflops``) for attention too; no
     communication. Pipelined PP and chunked prefill mixing are allowed (a stage's step reads its
     weights once for any number of tokens). Not covered: speculative decoding (several tokens per
-    KV read) and shared prefixes (prefix caching), which real runs of these shapes do not use.
+    KV read), shared prefixes (prefix caching) and KV kept in host memory, which the published
+    runs of ``tests/fixtures/published`` do not use.
     """
     if gpus < 1 or tp < 1 or pp < 1 or gpus % (tp * pp) or prompt < 1 or output < 2:
         raise KVPlanError("recommend.run", detail=f"a run needs GPUs a multiple of TP·PP and at least "
