@@ -230,6 +230,31 @@ def build_parser() -> argparse.ArgumentParser:
                                                  "meet TTFT/TPOT targets (bounds)")
     recommend.populate = _recommend_args
 
+    run = sub.add_parser("throughput", help="a run's output tokens/s: the upper bound no run can beat "
+                                            "and the estimate (bound × efficiencies), optionally "
+                                            "calibrated on a measured run")
+    group = run.add_mutually_exclusive_group(required=True)
+    group.add_argument("--model", help="preset id (see `models`)")
+    group.add_argument("--config", help="path to a Hugging Face config.json")
+    run.add_argument("--gpu", required=True,
+                     help="accelerator id (see `gpus`) or custom:<GiB>[:<TB/s>[:<TFLOPS>]]")
+    run.add_argument("--gpus", type=_positive("--gpus", 1_000_000), default=None,
+                     help="GPUs of the whole run (default TP × PP: one replica)")
+    run.add_argument("--tp", type=_positive("--tp", 4096), default=1)
+    run.add_argument("--pp", type=_positive("--pp", 4096), default=1)
+    run.add_argument("--weight-dtype", default="auto", help="weight format (auto = the model's dtype; "
+                                                            "fp8, nvfp4, mxfp4, int8, int4_g128, bf16)")
+    run.add_argument("--kv-dtype", default="bf16", help="KV format (bf16, fp8_e4m3, …)")
+    run.add_argument("--isl", type=_positive("--isl", 100_000_000), required=True,
+                     help="input tokens per request")
+    run.add_argument("--osl", type=_positive("--osl", 100_000_000), required=True,
+                     help="output tokens per request")
+    run.add_argument("--measured-tokens-per-s",
+                     type=_number("--measured-tokens-per-s", float, 1e-9, 1e12),
+                     help="output tokens/s a real run of this shape reached: calibrate the efficiencies "
+                          "so the estimate returns it exactly")
+    run.add_argument("--json", action="store_true")
+
     sub.add_parser("models", help="list model presets").add_argument("--json", action="store_true")
     sub.add_parser("gpus", help="list accelerators").add_argument("--json", action="store_true")
     report = sub.add_parser("report", help="write CSV/PNG/JSON reports for a scenario")
@@ -261,6 +286,30 @@ def _pairs(name: str) -> Callable[[str], tuple[str, float]]:
                 field=name, value=short(text)))
         return key.strip(), _number(name, float, 1e-9, 1e6)(value)
     return convert
+
+
+RUN_KEYS = {"gpu": str, "tp": int, "pp": int, "gpus": int, "weight": str, "kv": str, "isl": int, "osl": int,
+            "tokens_per_s": float}
+
+
+def _run_spec(text: str) -> dict[str, Any]:
+    """``--measured-run`` ``key=value,…`` → a dict of RUN_KEYS (gpu, isl, osl, tokens_per_s needed)."""
+    out: dict[str, Any] = {"tp": 1, "pp": 1, "weight": "auto", "kv": "bf16"}
+    for item in _csv_list(text):
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or key not in RUN_KEYS:
+            raise argparse.ArgumentTypeError(f"{short(item)} is not one of "
+                                             + ", ".join(f"{k}=…" for k in RUN_KEYS))
+        kind = RUN_KEYS[key]
+        if kind is str:
+            out[key] = value.strip()
+        else:
+            out[key] = _number(f"--measured-run {key}", kind, 1e-9 if kind is float else 1, 1e12)(value)
+    missing = [k for k in ("gpu", "isl", "osl", "tokens_per_s") if k not in out]
+    if missing:
+        raise argparse.ArgumentTypeError(f"a measured run needs {', '.join(missing)}")
+    return out
 
 
 def _recommend_args(p: argparse.ArgumentParser) -> None:
@@ -316,6 +365,10 @@ def _recommend_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--measured-batch", type=_positive("--measured-batch", 10_000_000), default=1)
     p.add_argument("--measured-prompt", type=_positive("--measured-prompt", 100_000_000), default=1024)
     p.add_argument("--measured-context", type=_positive("--measured-context", 100_000_000), default=2048)
+    p.add_argument("--measured-run", type=_run_spec, action="append", default=[], metavar="KEY=VALUE,…",
+                   help="calibrate the tokens/s estimate of one accelerator on a measured run, e.g. "
+                        "gpu=h100-sxm,tp=2,pp=1,gpus=2,weight=fp8,kv=fp8_e4m3,isl=128,osl=128,"
+                        "tokens_per_s=6378 (output tokens/s of the whole run); repeatable")
     p.add_argument("--top", type=_positive("--top", 10_000), default=20)
     p.add_argument("--json", action="store_true")
 
@@ -632,6 +685,26 @@ def _calibrated(args: argparse.Namespace, arch: ModelArch, engine: str,
     return args.measured_gpu, factor
 
 
+def _calibrated_run(arch: ModelArch, engine: str, run: dict[str, Any]) -> tuple[tuple[float, float], str]:
+    """(compute, memory) efficiencies that make the estimate return a ``--measured-run`` exactly."""
+    from kvplan.plan import FitQuery, make_plan
+    from kvplan.presets import efficiency_for, get_gpu
+    from kvplan.recommend import calibrate_run, estimate_throughput, plan_throughput_bound
+
+    gpu = get_gpu(run["gpu"])
+    plan = make_plan(arch, gpu, FitQuery(engine=engine, tp=run["tp"], pp=run["pp"], kv_dtype=run["kv"],
+                                         weight_dtype=None if run["weight"] == "auto" else run["weight"]))
+    bound = plan_throughput_bound(plan, run["isl"], run["osl"], run.get("gpus"))
+    eff = calibrate_run(bound, run["tokens_per_s"], efficiency_for(gpu.id))
+    again = estimate_throughput(bound, eff)
+    return (eff.compute, eff.memory), (
+        f"Estimate for {gpu.id} calibrated on a measured run ({run['isl']:,}/{run['osl']:,} tokens, "
+        f"TP {run['tp']} × PP {run['pp']}, {bound.replicas * run['tp'] * run['pp']} GPUs, weights "
+        f"{run['weight']}, KV {run['kv']}): efficiencies compute {eff.compute:.4g}, memory "
+        f"{eff.memory:.4g}; the estimate returns {again:,.1f} tokens/s (measured "
+        f"{run['tokens_per_s']:,.1f}; upper bound {bound.tokens_per_s:,.1f})")
+
+
 def cmd_recommend(args: argparse.Namespace) -> int:
     import json as _json
 
@@ -642,6 +715,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     from kvplan.recommend import (
         RecommendQuery,
         failure_counts,
+        price_sources,
         ranked_rows,
         recommend,
         resolve_targets,
@@ -667,7 +741,13 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     calibrated = _calibrated(args, arch, engine, settings)
     if calibrated is not None:
         efficiency[calibrated[0]] = calibrated[1]
+    phase: dict[str, tuple[float, float]] = {}
+    run_notes: list[str] = []
+    for run in args.measured_run:
+        phase[run["gpu"]], note = _calibrated_run(arch, engine, run)
+        run_notes.append(note)
     query = RecommendQuery(
+        phase_efficiency=phase,
         traffic="rps" if args.rps is not None else "users",
         users=args.users if args.users is not None else 64, rps=args.rps if args.rps is not None else 1.0,
         prompt=dist("prompt"), output=dist("output"), percentile="p50" if percentile == "p50" else "p99",
@@ -687,9 +767,17 @@ def cmd_recommend(args: argparse.Namespace) -> int:
                                         "reserve_gib": args.reserve_gib, "engine_settings": settings})
     rows = ranked_rows(rec, scenario, args.top)
     lengths = rec.lengths
+    priced, unpriced = price_sources(rec, query)
     if args.json:
         print(_json.dumps({
             "model": arch.name, "engine": engine, "kind": "bounds",
+            "figures": {"bound_tokens_per_s_per_replica": "upper bound (no run can beat it)",
+                        "estimate_tokens_per_s_per_replica": "estimate: the bound at the accelerator's "
+                                                             "default efficiencies (presets/efficiency.json)",
+                        "tpot_ms, ttft_ms, tokens_per_s_per_replica": (
+                            "the step-time model at the efficiency factor and the target percentile's "
+                            "lengths (for throughput not a bound: runs can beat it; "
+                            "bound_tokens_per_s_per_replica is the one that holds)")},
             "targets": {"ttft_ms": ttft, "tpot_ms": tpot, "percentile": percentile},
             "traffic": {"users": query.users} if query.traffic == "users" else {"rps": query.rps},
             "lengths": {"prompt": lengths.prompt, "context": lengths.context,
@@ -698,7 +786,8 @@ def cmd_recommend(args: argparse.Namespace) -> int:
             "cost_unit": rec.cost_unit, "candidates": len(rec.table),
             "feasible": int(rec.table["feasible"].sum()), "failures": failure_counts(rec),
             "message": rec.message, "table": rows, "formulas": rec.formulas, "efficiency": efficiency,
-            "assumptions": rec.assumptions, "notes": rec.notes}))
+            "assumptions": rec.assumptions, "notes": rec.notes,
+            "prices": priced, "unpriced": unpriced, "calibrated_runs": run_notes}))
         return 0
     print(f"{arch.name} · {plan.engine.label} · targets TTFT ≤ {ttft:g} ms, TPOT ≤ {tpot:g} ms "
           f"({percentile}) · lengths: prompt {lengths.prompt:,}, context {lengths.context:,} tokens")
@@ -711,14 +800,72 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         print(f"{i:3d}. {row['gpu']:15s} {split:12s} KV {row['kv_dtype']:9s} W {row['weight_dtype']:9s} "
               f"{row['replicas']:,} × {row['total_gpus'] // max(row['replicas'], 1)} GPUs  "
               f"TPOT {row['tpot_ms']:.2f} ms  TTFT {row['ttft_ms']:.1f} ms  "
-              f"{row['cost_per_m_tokens']:.4f} {rec.cost_unit}/M tokens")
-    print("All times are bounds (formulas below), not measurements.")
+              f"{row['cost_per_m_tokens']:.4f} {rec.cost_unit}/M tokens  "
+              f"tokens/s per replica: bound {row['bound_tokens_per_s_per_replica']:,.0f}, "
+              f"estimate {row['estimate_tokens_per_s_per_replica']:,.0f}")
+    print("All times are bounds (formulas below), not measurements. Tokens/s 'bound' is the run upper "
+          "bound no run can beat (`kvplan throughput`); 'estimate' = that bound at the accelerator's "
+          "default efficiencies (presets/efficiency.json, fitted on published results; docs/efficiency.md).")
     for line in rec.formulas:
         print(f"  {line}")
+    for note in run_notes:
+        print(note)
+    for gpu_id, price in priced.items():
+        print(f"Price {gpu_id}: ${price['per_hour']:g} per GPU-hour — {price['source']}")
+    if unpriced:
+        print(f"No price for {', '.join(unpriced)}: costs are in GPU-hours unless every accelerator "
+              "searched has one (--price gpu=$/h)")
     return 0
 
 
-COMMANDS = {"recommend": cmd_recommend, "kv": cmd_kv, "fit": cmd_fit, "models": cmd_models, "gpus": cmd_gpus,
+def cmd_throughput(args: argparse.Namespace) -> int:
+    """Bound, estimate and (with ``--measured-tokens-per-s``) calibration of one run, each labelled."""
+    from kvplan.plan import FitQuery, make_plan
+    from kvplan.presets import efficiency_for, get_gpu
+    from kvplan.recommend import calibrate_run, estimate_throughput, plan_throughput_bound
+
+    arch = _load_arch(args)
+    gpu = get_gpu(args.gpu)
+    n = args.gpus or args.tp * args.pp
+    plan = make_plan(arch, gpu, FitQuery(tp=args.tp, pp=args.pp, kv_dtype=args.kv_dtype,
+                                         weight_dtype=None if args.weight_dtype == "auto"
+                                         else args.weight_dtype))
+    bound = plan_throughput_bound(plan, args.isl, args.osl, n)
+    eff = efficiency_for(gpu.id)
+    calibrated = None
+    if args.measured_tokens_per_s is not None:
+        calibrated = calibrate_run(bound, args.measured_tokens_per_s, eff, source=(
+            f"calibrated on a measured {args.measured_tokens_per_s:,.1f} output tokens/s of this run "
+            f"(phase ratio from {eff.source})"))
+    used = calibrated or eff
+    estimate = estimate_throughput(bound, used)
+    if args.json:
+        print(json.dumps({
+            "model": arch.name, "gpu": gpu.id, "gpus": n, "tp": args.tp, "pp": args.pp,
+            "weight_dtype": args.weight_dtype, "kv_dtype": args.kv_dtype, "isl": args.isl,
+            "osl": args.osl,
+            "bound": {"kind": "upper bound", "tokens_per_s": bound.tokens_per_s, "limit": bound.limit,
+                      "compute_tokens_per_s": bound.compute_tokens_per_s,
+                      "memory_tokens_per_s": bound.memory_tokens_per_s, "formula": bound.formula},
+            "estimate": {"kind": "estimate", "tokens_per_s": estimate,
+                         "efficiency": used.model_dump(), "calibrated": calibrated is not None}}))
+        return 0
+    print(f"{arch.name} on {n} × {gpu.id} (TP {args.tp} × PP {args.pp}, {bound.replicas} replica"
+          f"{'' if bound.replicas == 1 else 's'}), weights {args.weight_dtype}, KV {args.kv_dtype}, "
+          f"{args.isl:,} in / {args.osl:,} out")
+    print(f"  upper bound (no run can beat it): {bound.tokens_per_s:,.1f} output tokens/s, set by "
+          f"{bound.limit} (compute {bound.compute_tokens_per_s:,.1f}, memory traffic "
+          f"{bound.memory_tokens_per_s:,.1f})")
+    what = "calibrated" if calibrated is not None else "default"
+    print(f"  estimate (bound × {what} efficiencies: compute {used.compute:.4g}, memory "
+          f"{used.memory:.4g}): {estimate:,.1f} output tokens/s")
+    print(f"  efficiencies from: {used.source}")
+    print(f"  bound: {bound.formula}")
+    return 0
+
+
+COMMANDS = {"recommend": cmd_recommend, "throughput": cmd_throughput,
+            "kv": cmd_kv, "fit": cmd_fit, "models": cmd_models, "gpus": cmd_gpus,
             "report": cmd_report, "calibrate": cmd_calibrate}
 
 

@@ -136,6 +136,24 @@ def prefill_decode_flops(arch: ModelArch, prompt_tokens: int, position: int) -> 
     return prefill, decode
 
 
+def request_flops(arch: ModelArch, prompt_tokens: int, new_tokens: int) -> float:
+    """FLOPs of one whole request (prefill of ``P`` plus ``N − 1`` decode steps), closed form.
+
+    The prefill's positions ``1…P`` and the decode positions ``P+1…P+N−1`` together process every
+    position ``1…P+N−1`` once, so per layer ``dense · (P+N−1) + attn_coeff · Σ_{p≤P+N−1} ctx(p)``,
+    plus the LM head ``2·h·V`` per step (``N`` steps): the sum of ``step_flops``' cached steps.
+    """
+    if prompt_tokens < 1 or not 1 <= new_tokens <= MAX_NEW_TOKENS:
+        raise KVPlanError("value.range", field="new tokens", low=1, high=MAX_NEW_TOKENS,
+                          value=new_tokens)
+    last = prompt_tokens + new_tokens - 1
+    total = 2 * arch.hidden_size * arch.vocab_size * new_tokens
+    t = np.asarray([last])
+    for lf, count in Counter(layer_flops(arch)).items():
+        total += count * (lf.dense * last + lf.attn_coeff * int(lf.ctx_sum(t)[0]))
+    return float(total)
+
+
 def generation_flops(arch: ModelArch, prompt_tokens: int, new_tokens: int) -> dict[str, object]:
     """Exact total FLOPs with and without the cache, and the formula (module docstring)."""
     cached, nocache = step_flops(arch, prompt_tokens, new_tokens, exact=True)

@@ -86,6 +86,9 @@ class GPU(BaseModel):
     bandwidth_tbps: float = Field(gt=0)
     bf16_tflops: float = Field(gt=0)
     fp8_tflops: float | None = None
+    #: Dense FP4 and INT8 tensor-core rates (``sources["low_precision_tflops"]``); None = none listed.
+    fp4_tflops: float | None = Field(default=None, gt=0)
+    int8_tops: float | None = Field(default=None, gt=0)
     interconnect: str = ""
     #: Scale-up link per GPU per direction (GB/s) for TP/EP communication; PCIe-only cards: their bus.
     interconnect_gbps: float | None = Field(default=None, gt=0)
@@ -104,6 +107,19 @@ class GPU(BaseModel):
     @property
     def capacity_bytes(self) -> int:
         return self.reported_bytes or self.marketed_bytes
+
+    def peak_tflops(self, weight_format: str) -> float:
+        """Dense tensor-core rate for matmuls in a weight format: FP4 formats (nvfp4, mxfp4) at
+        ``fp4_tflops``, fp8 at ``fp8_tflops``, int8 at ``int8_tops``, each falling back to the next
+        wider rate the accelerator lists (FP4 → FP8 → BF16); anything else at ``bf16_tflops``."""
+        fp8 = self.fp8_tflops or self.bf16_tflops
+        if weight_format in {"nvfp4", "mxfp4"}:
+            return self.fp4_tflops or fp8
+        if weight_format == "fp8":
+            return fp8
+        if weight_format == "int8":
+            return self.int8_tops or self.bf16_tflops
+        return self.bf16_tflops
 
     @property
     def cuda_total_bytes(self) -> int | None:
@@ -219,6 +235,31 @@ def _load_model(preset_id: str) -> ModelArch:
     return parse_config(preset.checkpoint_config, name=preset.name, params_total=preset.params_total,
                         params_active=preset.params_active, params_source=preset.params_source,
                         source=preset.config_source)
+
+
+class PhaseEfficiency(BaseModel):
+    """Efficiencies of one accelerator against the run bound's two limits (``presets/efficiency.json``):
+    ``compute`` scales the compute limit, ``memory`` the memory-traffic one; ``source`` says where
+    they came from (a fit on published results, or a calibration)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    compute: float = Field(gt=0)
+    memory: float = Field(gt=0)
+    source: str = ""
+    fit_rows: int = 0
+
+
+@cache
+def efficiencies() -> dict[str, PhaseEfficiency]:
+    """Per-accelerator default efficiencies, ``"default"`` for accelerators without a fit."""
+    data = _read_json(PRESETS_DIR / "efficiency.json")
+    return {key: PhaseEfficiency(**value) for key, value in data["efficiency"].items()}
+
+
+def efficiency_for(gpu_id: str) -> PhaseEfficiency:
+    table = efficiencies()
+    return table.get(gpu_id) or table["default"]
 
 
 @cache

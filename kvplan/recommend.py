@@ -32,6 +32,7 @@ Time (bounds, with ``e`` the accelerator's efficiency factor, 1 = peak):
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -39,12 +40,13 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
-from kvplan.arch import ModelArch
+from kvplan.arch import MLA, Attention, Kind, ModelArch
+from kvplan.dtypes import KV_DTYPE_CHOICES, WEIGHT_DTYPES, get_dtype, get_weight_dtype
 from kvplan.engines import EngineSettings, KVPool
 from kvplan.errors import KVPlanError
-from kvplan.flops import prefill_decode_flops
+from kvplan.flops import layer_flops, prefill_decode_flops, request_flops
 from kvplan.plan import FitQuery, Plan, memory_budget
-from kvplan.presets import GPU, get_gpu, gpus
+from kvplan.presets import GPU, PhaseEfficiency, efficiency_for, get_gpu, gpus
 from kvplan.serving import MLPERF_BOUNDS, LengthDist, Workload, sample_workload
 
 #: Target presets: (TTFT ms, TPOT ms, percentile) from MLPerf ``loadgen/mlperf.conf`` (Server, p99).
@@ -86,6 +88,9 @@ class RecommendQuery(BaseModel):
     prices: dict[str, float] = {}
     efficiency: dict[str, float] = {}
     default_efficiency: float = Field(default=1.0, gt=0, le=1)
+    #: Calibrated (compute, memory) efficiencies of the estimate per accelerator (``calibrate_run``);
+    #: the others use ``presets/efficiency.json``.
+    phase_efficiency: dict[str, tuple[float, float]] = {}
 
 
 @dataclass(frozen=True)
@@ -151,9 +156,9 @@ def resolve_targets(preset: str | None, ttft_ms: float | None, tpot_ms: float | 
             percentile or base[2])
 
 
-def workload_lengths(query: RecommendQuery, workload: Workload | None = None) -> Lengths:
-    """Prompt and final lengths at the target percentile (``numpy.percentile``, method "higher"),
-    clipped to ``max_context``; the mean output and prompt drive throughput."""
+def _clipped(query: RecommendQuery, workload: Workload | None) -> tuple[Workload, np.ndarray, np.ndarray]:
+    """The workload (sampled from the query if none) and its prompt and output lengths clipped to
+    ``max_context``."""
     if workload is None:
         workload = sample_workload(query.samples, query.prompt, query.output, query.seed,
                                    query.max_context)
@@ -161,6 +166,13 @@ def workload_lengths(query: RecommendQuery, workload: Workload | None = None) ->
     if query.max_context is not None:
         prompt = np.minimum(prompt, query.max_context - 1)
         output = np.minimum(output, query.max_context - prompt)
+    return workload, prompt, output
+
+
+def workload_lengths(query: RecommendQuery, workload: Workload | None = None) -> Lengths:
+    """Prompt and final lengths at the target percentile (``numpy.percentile``, method "higher"),
+    clipped to ``max_context``; the mean output and prompt drive throughput."""
+    workload, prompt, output = _clipped(query, workload)
     q = 50 if query.percentile == "p50" else 99
     p_q = max(int(np.percentile(prompt, q, method="higher")), 1)
     final_q = max(int(np.percentile(prompt + output, q, method="higher")), 2)
@@ -295,6 +307,7 @@ def _price(gpu: GPU, query: RecommendQuery) -> float | None:
 def recommend(plan: Plan, query: RecommendQuery, workload: Workload | None = None) -> Recommendation:
     """Every candidate's memory, bounds, replicas and cost; see the module docstring."""
     _check(query)
+    workload, prompt_arr, output_arr = _clipped(query, workload)
     lengths = workload_lengths(query, workload)
     gpu_list = _gpu_list(query)
     arch, base = plan.arch, plan.query
@@ -320,12 +333,14 @@ def recommend(plan: Plan, query: RecommendQuery, workload: Workload | None = Non
     stage_w = np.zeros((Y, W, stages_max), dtype=np.int64)
     w_dense = np.zeros((Y, W))
     w_expert = np.zeros((Y, W))
+    w_total = np.zeros((Y, W))
     layout_queries: list[FitQuery] = []
     for y, (tp, pp, ep) in enumerate(layouts):
         layout_plan = plan.vary(gpu=ref, tp=tp, pp=pp, num_gpus=tp * pp, users=1, tokens=L)
         layout_queries.append(layout_plan.query)
         for w, wd in enumerate(wds):
             budget = memory_budget(layout_plan.vary(weight_dtype=None if wd == "auto" else wd))
+            w_total[y, w] = budget.weights_total
             stages = list(budget.stage_weights)
             if ep > 1:
                 experts = budget.weights_total * expert_params // all_params
@@ -457,6 +472,8 @@ def recommend(plan: Plan, query: RecommendQuery, workload: Workload | None = Non
         batch = safe
         served = np.full(safe.shape, query.rps * out_mean)
     tpot = decode_time(terms, batch, f_tok)[0]
+    run_bound, run_estimate = _run_columns(arch, gpu_list, layouts, kv_dtypes, wds, w_total,
+                                           prompt_arr, output_arr, grid, query.phase_efficiency)
     gpr = (terms.tp * terms.pp * terms.ep).astype(np.int64)
     total = replicas * gpr
     cost_h = total * grid(price, (0,))
@@ -489,6 +506,8 @@ def recommend(plan: Plan, query: RecommendQuery, workload: Workload | None = Non
         "tpot_ms": np.where(batch_max >= 1, tpot, tpot1) * 1e3,
         "ttft_ms": ttft * 1e3,
         "tokens_per_s_per_replica": np.where(batch_max >= 1, tokens_per_s(safe), 0.0),
+        "bound_tokens_per_s_per_replica": np.where(memory_ok, run_bound, 0.0),
+        "estimate_tokens_per_s_per_replica": np.where(memory_ok, run_estimate, 0.0),
         "replicas": np.where(feasible, replicas, 0),
         "total_gpus": np.where(feasible, total, 0),
         "cost_per_hour": np.where(feasible, cost_h, np.nan),
@@ -502,6 +521,73 @@ def recommend(plan: Plan, query: RecommendQuery, workload: Workload | None = Non
     if not feasible.any():
         rec.message = no_feasible_message(table, query)
     return rec
+
+
+def workload_request_sums(arch: ModelArch, prompt: np.ndarray, output: np.ndarray) -> tuple[float, float]:
+    """(mean FLOPs per request, mean KV element-tokens a request's decode reads) over the workload:
+    ``flops.request_flops`` and ``kv_read_bytes`` (per element, before the format's bits) summed in
+    closed form over every request (requests of 0 output tokens count as one prefill)."""
+    p = np.asarray(prompt, dtype=np.int64)
+    o = np.maximum(np.asarray(output, dtype=np.int64), 1)
+    last = p + o - 1
+    flops = 2.0 * arch.hidden_size * arch.vocab_size * o.astype(np.float64)
+    for lf, count in Counter(layer_flops(arch)).items():
+        flops = flops + count * (lf.dense * last.astype(np.float64) + lf.attn_coeff
+                                 * lf.ctx_sum(last).astype(np.float64))
+    elems = np.zeros(p.shape)
+    for layer in arch.layers:
+        if isinstance(layer, Attention | MLA):
+            kind = layer.kind if isinstance(layer, Attention) else layer.cache_kind
+            elems = elems + layer.elements_per_token * (kind.context_sum(layer.window, last)
+                                                        - kind.context_sum(layer.window, p))
+    return float(flops.mean()), float(elems.mean())
+
+
+def _run_columns(arch: ModelArch, gpu_list: list[GPU], layouts: list[tuple[int, int, int]],
+                 kv_dtypes: list[str], wds: list[str], w_total: np.ndarray, prompt: np.ndarray,
+                 output: np.ndarray, grid: Any,
+                 calibrated: dict[str, tuple[float, float]] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Per-replica run upper bound and estimate (``throughput_bound``'s two limits over the
+    workload's requests, weights counted as ``throughput_bound`` counts them; ``estimate_throughput`` with
+    ``presets.efficiency_for`` each accelerator). ``auto`` weights of a quantized checkpoint take the
+    accelerator's highest listed rate (the bound stays a bound)."""
+    f_mean, elems_mean = workload_request_sums(arch, prompt, output)
+    o_mean = float(np.asarray(output, dtype=np.float64).mean())
+    gpr = np.array([tp * pp * ep for tp, pp, ep in layouts], dtype=np.float64)
+    experts, params = expert_share(arch)
+
+    def fmt(wd: str) -> str:
+        if wd != "auto":
+            return wd
+        return arch.model_dtype if arch.weights.quantization is None else "nvfp4"
+
+    peak = np.array([[g.peak_tflops(fmt(wd)) * 1e12 for wd in wds] for g in gpu_list])
+    cap = np.array([float(g.capacity_bytes) for g in gpu_list])
+    bw = np.array([g.bandwidth_tbps * 1e12 for g in gpu_list])
+    bits = np.array([get_dtype(k).bits for k in kv_dtypes], dtype=np.float64)
+    own = calibrated or {}
+    eff = [PhaseEfficiency(compute=own[g.id][0], memory=own[g.id][1]) if g.id in own
+           else efficiency_for(g.id) for g in gpu_list]
+    # weights: params at the format's bits as throughput_bound counts them (a quantized checkpoint's
+    # "auto": the bytes as loaded)
+    quantized_auto = arch.weights.quantization is not None
+    w_fmt = np.array([np.nan if wd == "auto" and quantized_auto
+                      else float(get_weight_dtype(fmt(wd)).bytes_for(params)) for wd in wds])
+    w_bytes = np.where(np.isnan(w_fmt)[None, :], w_total, w_fmt[None, :])
+    w_g = grid(w_bytes / gpr[:, None], (1, 3))
+    r_g = grid((w_bytes - np.where(np.isnan(w_fmt), w_total * experts / params,
+                                   [float(get_weight_dtype(fmt(wd)).bytes_for(experts)) for wd in wds]))
+               / gpr[:, None], (1, 3))
+    free = np.maximum(grid(cap, (0,)) - w_g, 0.0)
+    s_g = grid(bits / 8, (2,)) * elems_mean / grid(gpr, (1,))
+    compute = grid(gpr, (1,)) * grid(peak, (0, 3)) * o_mean / f_mean
+    e_c = grid(np.array([e.compute for e in eff]), (0,))
+    e_m = grid(np.array([e.memory for e in eff]), (0,))
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        memory = np.where(s_g > 0, o_mean * free * grid(bw, (0,)) / (s_g * (free + r_g)), np.inf)
+        bound = np.minimum(compute, memory)
+        estimate = np.minimum(1.0 / (1.0 / (e_c * compute) + 1.0 / (e_m * memory)), bound)
+    return bound, estimate
 
 
 def _min_budget(budgets: np.ndarray) -> np.ndarray:
@@ -567,12 +653,149 @@ def _assumptions(arch: ModelArch, query: RecommendQuery) -> list[str]:
         "PP stages run one after another for a token (no micro-batch overlap); communication is "
         "bandwidth only (no latency term) and not overlapped with compute.",
         "Peak FLOPS: BF16, or FP8 for FP8 weights where the accelerator has it.",
+        "Tokens/s columns: 'bound' is the run upper bound no run of this workload can beat "
+        "(throughput_bound: compute at the format's dense tensor-core rate, memory traffic at each "
+        "request's average context, pipelined PP, no efficiency factor); 'estimate' is that bound at "
+        "the accelerator's default efficiencies (presets/efficiency.json, fitted on published results, "
+        "docs/efficiency.md).",
     ]
     if arch.moe is not None:
         out.append("MoE: uniform routing; a step reads the experts its tokens touch. EP candidates run "
                    "attention data-parallel (each GPU its own requests and KV) with experts split over "
                    "the EP GPUs; their dashboard link shows one DP rank without EP.")
     return out
+
+
+# ------------------------------------------------------------------------------- run upper bound
+@dataclass(frozen=True)
+class ThroughputBound:
+    """Output tokens/s no run of ``n`` requests of ``P`` + ``O`` tokens can beat on ``gpus`` GPUs
+    (``throughput_bound``): the smaller of the compute and the memory-traffic limits."""
+
+    tokens_per_s: float
+    compute_tokens_per_s: float
+    memory_tokens_per_s: float
+    limit: Literal["compute", "memory traffic"]
+    flops_per_request: float
+    peak_flops: float
+    weight_bytes_per_gpu: float
+    kv_read_bytes_per_request_per_gpu: float
+    capacity_bytes: int
+    bandwidth: float
+    replicas: int
+    formula: str
+
+
+BOUND_FORMULA = (
+    "compute: tokens/s ≤ GPUs · FLOPS_fmt · O / F_req, F_req = FLOPs of prefill P + O−1 decode steps "
+    "(flops.request_flops); memory traffic: every decode step of a GPU reads its non-expert weight "
+    "shard R_g once (dense models: all of W_g = W/(tp·pp)) and the KV of the tokens it attends, and "
+    "holds at most C − W_g of KV, so steps ≥ n·s/(C − W_g) and time ≥ n·s·(C − W_g + R_g) / ((C − W_g)"
+    "·BW), s = Σ_{j=1}^{O−1} Σ_layers kv_layer·ctx(P+j) / (tp·pp) (the KV a request's decode reads on "
+    "one GPU, = its KV occupancy summed over its steps): tokens/s ≤ replicas · O · (C − W_g) · BW / "
+    "(s · (C − W_g + R_g))")
+
+
+def kv_read_bytes(arch: ModelArch, kv_dtype: str, prompt: int, output: int) -> float:
+    """KV bytes a request's ``O − 1`` decode steps read over all layers (bits only, no scales:
+    a lower bound): ``Σ_layers elements · bits/8 · (Σ_{p≤P+O−1} ctx(p) − Σ_{p≤P} ctx(p))`` with each
+    layer's window rule (``Kind.context_sum``). Recurrent and KV-sharing layers count 0."""
+    bits = get_dtype(kv_dtype).bits
+    hi, lo = np.asarray([prompt + output - 1]), np.asarray([prompt])
+    total = 0.0
+    for layer in arch.layers:
+        kind: Kind
+        if isinstance(layer, Attention):
+            kind = layer.kind
+        elif isinstance(layer, MLA):
+            kind = layer.cache_kind
+        else:
+            continue
+        steps = int(kind.context_sum(layer.window, hi)[0] - kind.context_sum(layer.window, lo)[0])
+        total += layer.elements_per_token * bits / 8 * steps
+    return total
+
+
+def throughput_bound(arch: ModelArch, gpu: GPU, gpus: int, tp: int, pp: int, weight_dtype: str,
+                     kv_dtype: str, prompt: int, output: int) -> ThroughputBound:
+    """The upper bound of a run at a fixed shape (``BOUND_FORMULA``), for ``gpus / (tp·pp)`` replicas.
+
+    Every quantity errs towards a higher bound: weights are ``params · bits/8`` of the format with its
+    group scales (``dtypes.get_weight_dtype``; embeddings in the format too), split evenly over the
+    ``tp·pp`` GPUs; KV without scales, split evenly (no head replication); the whole device memory
+    (``GPU.capacity_bytes``) holds weights and KV (no reserve); prefill reads and writes nothing;
+    FLOPs at the format's dense tensor-core rate (``GPU.peak_tflops``) for attention too; no
+    communication. Pipelined PP and chunked prefill mixing are allowed (a stage's step reads its
+    weights once for any number of tokens). Not covered: speculative decoding (several tokens per
+    KV read), shared prefixes (prefix caching) and KV kept in host memory, which the published
+    runs of ``tests/fixtures/published`` do not use.
+    """
+    if gpus < 1 or tp < 1 or pp < 1 or gpus % (tp * pp) or prompt < 1 or output < 2:
+        raise KVPlanError("recommend.run", detail=f"a run needs GPUs a multiple of TP·PP and at least "
+                                                  f"2 output tokens (got {gpus} GPUs, TP {tp}, PP {pp}, "
+                                                  f"{prompt}+{output} tokens)")
+    wfmt = arch.model_dtype if weight_dtype == "auto" else weight_dtype
+    share = tp * pp
+    try:
+        wdt = get_weight_dtype(wfmt)
+        get_dtype(kv_dtype)
+    except KeyError as exc:
+        kv_bad = exc.args[0] == kv_dtype
+        raise KVPlanError("unknown.dtype", value=str(exc.args[0])[:80], choices=", ".join(
+            KV_DTYPE_CHOICES if kv_bad else WEIGHT_DTYPES)) from None
+    w_gpu = wdt.bytes_for(arch.params_total) / share
+    experts, _ = expert_share(arch)
+    w_read = wdt.bytes_for(arch.params_total - experts) / share  # MoE: a step may touch no expert
+    s = kv_read_bytes(arch, kv_dtype, prompt, output) / share
+    cap = gpu.capacity_bytes
+    if w_gpu >= cap:
+        raise KVPlanError("recommend.run", detail=f"the weights ({w_gpu:,.0f} B per GPU) do not fit "
+                                                  f"in {cap:,} B")
+    bw = gpu.bandwidth_tbps * 1e12
+    peak = gpu.peak_tflops(wfmt) * 1e12
+    f_req = request_flops(arch, prompt, output)
+    compute = gpus * peak * output / f_req
+    replicas = gpus // share
+    free = cap - w_gpu
+    memory = replicas * output * free * bw / (s * (free + w_read)) if s > 0 else math.inf
+    return ThroughputBound(min(compute, memory), compute, memory,
+                           "compute" if compute <= memory else "memory traffic", f_req, peak, w_gpu, s,
+                           cap, bw, replicas, BOUND_FORMULA)
+
+
+def plan_throughput_bound(plan: Plan, prompt: int, output: int, gpus: int | None = None) -> ThroughputBound:
+    """``throughput_bound`` of a plan's model, accelerator, TP × PP and formats (weights ``auto``
+    when the plan keeps the checkpoint's own) on ``gpus`` GPUs (default: the plan's, else one
+    replica)."""
+    q = plan.query
+    n = gpus or q.num_gpus or q.tp * q.pp
+    return throughput_bound(plan.arch, plan.device, n, q.tp, q.pp, q.weight_dtype or "auto", q.kv_dtype,
+                            prompt, output)
+
+
+def estimate_throughput(bound: ThroughputBound, eff: PhaseEfficiency) -> float:
+    """The estimate: the two limits' times added, each at its efficiency,
+    ``1 / (1 / (e_c · compute) + 1 / (e_m · memory))``, never above the bound."""
+    inv = 1.0 / (eff.compute * bound.compute_tokens_per_s) + 1.0 / (eff.memory * bound.memory_tokens_per_s)
+    return min(1.0 / inv, bound.tokens_per_s)
+
+
+def calibrate_run(bound: ThroughputBound, measured_tokens_per_s: float, eff: PhaseEfficiency,
+                  source: str = "") -> PhaseEfficiency:
+    """Efficiencies that make ``estimate_throughput`` return a measured run's output tokens/s exactly:
+    both phases scaled by ``k = measured · (1/(e_c·compute) + 1/(e_m·memory))`` (their ratio kept)."""
+    if not (measured_tokens_per_s > 0 and math.isfinite(measured_tokens_per_s)):
+        raise KVPlanError("recommend.calibrate", detail="the measured tokens/s must be a positive number")
+    if measured_tokens_per_s > bound.tokens_per_s:
+        raise KVPlanError("recommend.calibrate", detail=(
+            f"the measured {measured_tokens_per_s:,.1f} tokens/s is above the upper bound "
+            f"{bound.tokens_per_s:,.1f} ({bound.limit}): check the run's GPUs, TP/PP, formats and "
+            "lengths (speculative decoding and shared prefixes are outside the bound)"))
+    inv = 1.0 / (eff.compute * bound.compute_tokens_per_s) + 1.0 / (eff.memory * bound.memory_tokens_per_s)
+    k = measured_tokens_per_s * inv
+    return PhaseEfficiency(compute=eff.compute * k, memory=eff.memory * k,
+                           source=source or f"calibrated on a measured {measured_tokens_per_s:,.1f} tokens/s",
+                           fit_rows=1)
 
 
 # ------------------------------------------------------------------------------- calibration
@@ -659,7 +882,8 @@ def candidate_link(row: Any, scenario: Any, lengths: Lengths) -> str:
 
 #: Columns of the ranked table, in the order the CLI and the dashboard show them.
 TABLE_COLUMNS = ("gpu", "tp", "pp", "ep", "kv_dtype", "weight_dtype", "replicas", "total_gpus",
-                 "batch", "tpot_ms", "ttft_ms", "tokens_per_s_per_replica", "cost_per_hour",
+                 "batch", "tpot_ms", "ttft_ms", "tokens_per_s_per_replica", "bound_tokens_per_s_per_replica",
+                 "estimate_tokens_per_s_per_replica", "cost_per_hour",
                  "cost_per_m_tokens", "weights_per_gpu_bytes", "kv_budget_bytes", "kv_bytes_per_request",
                  "max_requests")
 
@@ -684,6 +908,24 @@ def ranked_rows(rec: Recommendation, scenario: Any, top: int = 20) -> list[dict[
         item["link"] = candidate_link(row, scenario, rec.lengths)
         out.append(item)
     return out
+
+
+def price_sources(rec: Recommendation, query: RecommendQuery) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """({accelerator: {"per_hour", "source"}} for the searched accelerators with a price, [the
+    others]): a ``--price`` given by the user, else the preset's ``price_per_hour`` with its
+    ``sources["price"]`` (provider, rate card and date)."""
+    priced: dict[str, dict[str, Any]] = {}
+    unpriced: list[str] = []
+    for gpu_id in [str(g) for g in rec.table["gpu"].cat.categories]:
+        gpu = get_gpu(gpu_id)
+        if gpu_id in query.prices:
+            priced[gpu_id] = {"per_hour": query.prices[gpu_id], "source": "given (--price)"}
+        elif gpu.price_per_hour is not None:
+            priced[gpu_id] = {"per_hour": gpu.price_per_hour,
+                              "source": gpu.sources.get("price", "preset (no source recorded)")}
+        else:
+            unpriced.append(gpu_id)
+    return priced, unpriced
 
 
 def failure_counts(rec: Recommendation) -> dict[str, int]:

@@ -300,6 +300,9 @@ def reach(code: str, tmp_path) -> str:
         path = tmp_path / "big.json"
         path.write_bytes(b" " * 1_000_001)
         return cli_error(["report", "--scenario", str(path), "--out", str(tmp_path), "--no-png"])
+    if code == "recommend.run":
+        return cli_error(["throughput", "--model", "llama-2-7b", "--gpu", "h100-sxm", "--tp", "2",
+                          "--gpus", "3", "--isl", "128", "--osl", "128"])
     if code.startswith("recommend."):
         base = ["recommend", "--model", "llama-2-7b", "--gpus", "h100-sxm"]
         more = {"recommend.empty": ["--kv-dtypes", ""], "recommend.traffic": ["--users", "0"],

@@ -13,7 +13,7 @@ import streamlit as st
 from kvplan.arch import ModelArch
 from kvplan.dtypes import KV_DTYPE_CHOICES, WEIGHT_DTYPES
 from kvplan.errors import KVPlanError, md, md_code, md_link_target, md_name
-from kvplan.presets import GPU, gpus
+from kvplan.presets import GPU, efficiency_for, gpus
 from kvplan.recommend import (
     TARGET_PRESETS,
     Recommendation,
@@ -141,14 +141,21 @@ def _prices_and_efficiency(chosen: list[str], efficiency: float) -> tuple[dict[s
         frame = pd.DataFrame({
             "gpu": chosen,
             "price_per_hour": [catalogue[g].price_per_hour if g in catalogue else None for g in chosen],
-            "efficiency": [efficiency] * len(chosen)}).astype({"price_per_hour": "float64"})
-        edited = st.data_editor(frame, hide_index=True, key="rc_prices", disabled=["gpu"], column_config={
+            "efficiency": [efficiency] * len(chosen),
+            "price_source": [catalogue[g].sources.get("price", "unpriced: no public price in the catalogue")
+                             if g in catalogue and catalogue[g].price_per_hour is not None
+                             else "unpriced: no public price in the catalogue" for g in chosen],
+        }).astype({"price_per_hour": "float64"})
+        edited = st.data_editor(frame, hide_index=True, key="rc_prices", disabled=["gpu", "price_source"],
+                                column_config={
+            "price_source": st.column_config.TextColumn("price source and date"),
             "price_per_hour": st.column_config.NumberColumn("price per GPU-hour", min_value=0.0001,
                                                             format="%.4f"),
             "efficiency": st.column_config.NumberColumn("efficiency (0–1]", min_value=0.01,
                                                         max_value=1.0, format="%.2f")})
-        st.caption("No public list price is in the catalogue yet: enter yours (all of them) to get "
-                   "cost in money; otherwise cost is in GPU-hours.")
+        st.caption("Catalogue prices carry their source and date (one provider's rate card; edit them "
+                   "for yours); accelerators marked unpriced have none. With a price for every "
+                   "accelerator searched, cost is in money; otherwise in GPU-hours.")
     prices: dict[str, float] = {}
     factors: dict[str, float] = {}
     for record in edited.to_dict("records"):
@@ -225,6 +232,19 @@ def pareto_figure(ranked: pd.DataFrame, unit: str) -> go.Figure:
     return fig
 
 
+def _efficiency_caption(gpu_ids: list[str]) -> str:
+    """Words for the two tokens/s columns: which is a bound, which an estimate, and the efficiencies
+    each accelerator's estimate used with their source."""
+    parts = []
+    for gpu_id in gpu_ids:
+        eff = efficiency_for(gpu_id)
+        parts.append(f"{md_name(gpu_id)}: compute {eff.compute:.3g}, memory {eff.memory:.3g} "
+                     f"({md(eff.source)})")
+    return ("Tokens/s **upper bound**: no run can beat it (compute at the format's tensor-core peak, "
+            "memory traffic at the average context over each request's life). **Estimate**: that bound "
+            "at these efficiencies — " + "; ".join(parts) + ".")
+
+
 def render(scenario: Scenario, arch: ModelArch, gpu: GPU) -> pd.DataFrame | None:
     """Draw the recommendation for the scenario's model, engine and settings."""
     st.subheader("Recommend a deployment")
@@ -265,7 +285,14 @@ def render(scenario: Scenario, arch: ModelArch, gpu: GPU) -> pd.DataFrame | None
                                                                format="%.4f"),
             "tpot_ms": st.column_config.NumberColumn("TPOT ms (bound)", format="%.2f"),
             "ttft_ms": st.column_config.NumberColumn("TTFT ms (bound)", format="%.1f"),
+            "bound_tokens_per_s_per_replica": st.column_config.NumberColumn(
+                "tokens/s per replica (upper bound)", format="%.0f",
+                help="The run upper bound: no run of this workload can beat it (kvplan throughput)"),
+            "estimate_tokens_per_s_per_replica": st.column_config.NumberColumn(
+                "tokens/s per replica (estimate)", format="%.0f",
+                help="The upper bound at the accelerator's default efficiencies (presets/efficiency.json)"),
         })
+        st.caption(_efficiency_caption(rows["gpu"].astype(str).unique().tolist()))
         best = rows.iloc[0]
         st.markdown(f"Cheapest: **{md_name(best['gpu'])}**, TP {best['tp']:d} × PP {best['pp']:d}"
                     + (f", EP {best['ep']:d}" if best["ep"] > 1 else "")
