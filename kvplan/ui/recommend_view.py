@@ -232,17 +232,10 @@ def pareto_figure(ranked: pd.DataFrame, unit: str) -> go.Figure:
     return fig
 
 
-def _efficiency_caption(gpu_ids: list[str]) -> str:
-    """Words for the two tokens/s columns: which is a bound, which an estimate, and the efficiencies
-    each accelerator's estimate used with their source."""
-    parts = []
-    for gpu_id in gpu_ids:
-        eff = efficiency_for(gpu_id)
-        parts.append(f"{md_name(gpu_id)}: compute {eff.compute:.3g}, memory {eff.memory:.3g} "
-                     f"({md(eff.source)})")
-    return ("Tokens/s **upper bound**: no run can beat it (compute at the format's tensor-core peak, "
-            "memory traffic at the average context over each request's life). **Estimate**: that bound "
-            "at these efficiencies — " + "; ".join(parts) + ".")
+#: The words before the efficiencies in the two tokens/s columns' caption.
+EFFICIENCY_WORDS = ("Tokens/s **upper bound**: no run can beat it (compute at the format's tensor-core peak, "
+                    "memory traffic at the average context over each request's life). **Estimate**: that "
+                    "bound at these efficiencies — ")
 
 
 def render(scenario: Scenario, arch: ModelArch, gpu: GPU) -> pd.DataFrame | None:
@@ -292,7 +285,12 @@ def render(scenario: Scenario, arch: ModelArch, gpu: GPU) -> pd.DataFrame | None
                 "tokens/s per replica (estimate)", format="%.0f",
                 help="The upper bound at the accelerator's default efficiencies (presets/efficiency.json)"),
         })
-        st.caption(_efficiency_caption(rows["gpu"].astype(str).unique().tolist()))
+        efficiencies = []  # which figure is a bound, which an estimate, and each estimate's source
+        for gpu_id in rows["gpu"].astype(str).unique().tolist():
+            eff = efficiency_for(gpu_id)
+            efficiencies.append(f"{md_name(gpu_id)}: compute {eff.compute:.3g}, memory {eff.memory:.3g} "
+                                f"({md(eff.source)})")
+        st.caption(EFFICIENCY_WORDS + "; ".join(efficiencies) + ".")
         best = rows.iloc[0]
         st.markdown(f"Cheapest: **{md_name(best['gpu'])}**, TP {best['tp']:d} × PP {best['pp']:d}"
                     + (f", EP {best['ep']:d}" if best["ep"] > 1 else "")
