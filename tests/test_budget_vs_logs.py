@@ -85,6 +85,12 @@ CASES: dict[str, Case] = {
                quantization=_FP8_DYNAMIC),
     "29": Case("llama-3.1-70b", "h100-sxm", "vllm@0.19", _LLMD + "; as 28", quantization=_FP8_DYNAMIC),
     "30": Case("llama-3.1-8b", "h100-sxm", "vllm@0.19", _LLMD),
+    "31": Case("Qwen/Qwen3-0.6B", "h100-sxm", "vllm@0.19", _LLMD + " (the same document's revision "
+               "that adds Qwen3-0.6B and Qwen3-32B; the same summary format)"),
+    "32": Case("Qwen/Qwen3-0.6B", "h100-sxm", "vllm@0.19", "as 31, at max-model-len 32,000"),
+    "33": Case("Qwen/Qwen3-32B", "h100-sxm", "vllm@0.19", "as 31; the summary table's row, its "
+               "gpu-memory-utilization (0.9) inferred from the document"),
+    "34": Case("Qwen/Qwen3-32B", "h100-sxm", "vllm@0.19", "as 33, TP 2"),
 }
 
 #: V1 logs whose start-up failed before a KV cache was sized: no "GPU KV cache size" line, the
@@ -122,6 +128,11 @@ NOT_COMPARED: dict[str, str] = {
     "25": "logs the weights only",
     "26": "Qwen3-Coder-30B-A3B 'AWQ' stored as compressed-tensors pack-quantized: its config_groups "
           "and ignore list were not retrieved; GPU not stated",
+    "35": "Qwen3-32B at max-model-len 32,000: the start-up failed and the row logs no KV number; "
+          "compared on the verdict (test_log_35_finds_no_room_for_one_request)",
+    "36": "Mistral-Small-3.2-24B-Instruct-2506 (v0.11.0): its config was not found (the document "
+          "states the attention shapes, which reproduce the pool exactly, but not the MLP width or "
+          "the vision tower: test_log_36_pool_is_its_kv_memory_over_the_stated_shapes)",
 }
 
 
@@ -173,7 +184,7 @@ def test_every_v1_log_is_compared_or_explained():
     assert v1 == set(CASES) | set(NOT_COMPARED)
     assert not set(CASES) & set(NOT_COMPARED)
     assert set(FAILED_START_UP) <= set(CASES)
-    assert len(set(CASES) - set(FAILED_START_UP)) == 13
+    assert len(set(CASES) - set(FAILED_START_UP)) == 17
 
 
 @pytest.mark.parametrize("log_id", sorted(set(CASES) - set(FAILED_START_UP)))
@@ -306,3 +317,32 @@ def test_a_vendored_config_reproduces_the_logged_pool(log_id: str, engine: str):
         (2_621_440, 2_666, 2_666)
     assert result.reproduced_kv_cache_tokens == data["logged"]["gpu_kv_cache_size_tokens"] == 42_656
     assert result.agreement == "exact"
+
+
+def test_log_35_finds_no_room_for_one_request():
+    """Log 35: Qwen3-32B on one H100 at max-model-len 32,000 failed to start; at 16,000 (log 33) the
+    same weights and activation peak left 4.45 GiB. kvplan's budget at 32,000 is the same 4.46 GiB
+    (max_model_len does not enter vLLM's profile), and one 32,000-token request needs 2,000 blocks
+    of 16 × 64 layers × 8 KV heads × 128 × 2 × 2 B = 7.81 GiB: no request fits, as in the log."""
+    case = Case("Qwen/Qwen3-32B", "h100-sxm", "vllm@0.19", _LLMD)
+    arch = _arch(case.model)
+    plan = make_plan(arch, get_gpu(case.gpu), _query(case, _log("35")["settings"], arch))
+    assert round(min(memory_budget(plan).stage_budgets) / GIB, 2) == 4.46
+    assert 32_000 * 64 * 8 * 128 * 2 * 2 / GIB == 7.8125
+    result = fit(plan)
+    assert result.max_requests == 0 and not result.fits
+    assert _log("35")["logged"]["model_loading_gib"] == _log("33")["logged"]["model_loading_gib"] == 61.03
+
+
+def test_log_36_pool_is_its_kv_memory_over_the_stated_shapes():
+    """Log 36 (not compared: no config) is consistent with vLLM's pool rule
+    (kv_cache_utils.py ``get_num_blocks``: available // (block bytes × layers)): 40 layers × 8 KV
+    heads × 128 × 2 (K, V) × 2 B = 163,840 B per token, 128-token blocks of 20,971,520 B; 28.20 GiB
+    (± 0.005) allows 1,443–1,444 blocks, the log's 1,444 among them → 184,832 tokens, and
+    184,832 / 16,000 = 11.55x."""
+    logged = _log("36")["logged"]
+    block = 128 * 40 * 8 * 128 * 2 * 2
+    low, high = ((logged["available_kv_cache_memory_gib"] + d) * GIB // block for d in (-0.005, 0.005))
+    assert (block, int(low), int(high)) == (20_971_520, 1_443, 1_444)
+    assert logged["num_gpu_blocks"] == 1_444 and logged["gpu_kv_cache_size_tokens"] == 1_444 * 128
+    assert round(1_444 * 128 / 16_000, 2) == logged["max_concurrency"] == 11.55

@@ -81,6 +81,16 @@ CASES: dict[str, tuple[str, int, str, str | None, str]] = {
            "3.3 file was not found; configs/*.source): 33.849 GiB vs 33.88 (−0.1 %)"),
     "29": ("llama-3.1-70b", 1, "vllm", "h100-sxm", "as 28, TP 1: 67.692 GiB vs 67.72 (−0.04 %)"),
     "30": ("llama-3.1-8b", 1, "vllm", "h100-sxm", "as 07"),
+    "31": ("Qwen/Qwen3-0.6B", 1, "vllm", "h100-sxm",
+           "bf16, tied embeddings (one 151,936 × 1,024 matrix): 1.1102 GiB vs 1.12 (−0.9 %: the "
+           "rotary cos/sin cache and the log's 2 decimals weigh more on a 0.6 B model)"),
+    "32": ("Qwen/Qwen3-0.6B", 1, "vllm", "h100-sxm", "as 31 (the same run at max-model-len 32,000)"),
+    "33": ("Qwen/Qwen3-32B", 1, "vllm", "h100-sxm",
+           "bf16 exact parameters, untied: 61.0242 GiB vs the summary table's 61.03 (−0.01 %)"),
+    "34": ("Qwen/Qwen3-32B", 2, "vllm", "h100-sxm",
+           "as 33, per rank at TP 2 (the vocabulary and every projection split in two): 30.5127 GiB vs "
+           "30.59 (−0.25 %)"),
+    "35": ("Qwen/Qwen3-32B", 1, "vllm", "h100-sxm", "as 33 (the failed 32,000-token start-up)"),
 }
 
 #: Logs that print the weights but whose checkpoint format could not be read (no config.json with
@@ -97,6 +107,9 @@ NOT_COMPARED: dict[str, str] = {
     "26": "Qwen3-Coder-30B-A3B 'AWQ-4bit': stored as compressed-tensors pack-quantized (loaded by "
           "CompressedTensorsWNA16, not awq.py, per public notes in the fixture); its config_groups "
           "(group size, symmetry) and ignore list were not retrieved, and the scheme is not assumed",
+    "36": "Mistral-Small-3.2-24B-Instruct-2506 (Mistral3ForConditionalGeneration, mistral load "
+          "format): its config.json / params.json was not found; the document states the text "
+          "shapes but neither the MLP width nor the vision tower",
 }
 
 #: id → reason, for compared cases more than 2 % off (empty: every compared case is within 2 %).
