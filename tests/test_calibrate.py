@@ -586,14 +586,19 @@ def test_each_version_line_is_read(line, version):
 
 def test_the_fixture_logs_version_lines_place_them_where_the_end_to_end_test_does():
     """Every public log whose excerpt prints a version: the parser reads the version the fixture
-    records, and the release it maps to is the one ``test_budget_vs_logs.CASES`` compares it with."""
+    records, and the release it maps to is the one ``test_budget_vs_logs.CASES`` compares it with.
+    (Logs 33–35 are rows of a summary table, with no log line to read.)"""
     from test_budget_vs_logs import CASES
 
     vllm = get_engine("vllm")
     placed = {}
     for path in sorted(LOGS_DIR.glob("*.json")):
         doc = json.loads(path.read_text())
-        log = parse_vllm_log(doc["log_excerpt"])
+        try:
+            log = parse_vllm_log(doc["log_excerpt"])
+        except KVPlanError as exc:
+            assert exc.code == "calibrate.no_lines" and doc["id"] in {"33", "34", "35"}, path.name
+            continue
         if log.version is None:
             continue
         assert log.version == doc["vllm_version"], path.name
@@ -601,7 +606,7 @@ def test_the_fixture_logs_version_lines_place_them_where_the_end_to_end_test_doe
         placed[doc["id"]] = record.key
     assert placed == {"01": "0.11", "02": "0.11", "03": "0.11", "04": "0.11", "05": "0.11",
                       "06": "0.11", "14": "0.19", "20": "0.29", "22": "0.24", "25": "0.11",
-                      "26": "0.17"}
+                      "26": "0.17", "37": "0.11"}
     for case, key in placed.items():
         if case in CASES:
             assert CASES[case].engine == f"vllm@{key}", case

@@ -91,6 +91,7 @@ CASES: dict[str, tuple[str, int, str, str | None, str]] = {
            "as 33, per rank at TP 2 (the vocabulary and every projection split in two): 30.5127 GiB vs "
            "30.59 (−0.25 %)"),
     "35": ("Qwen/Qwen3-32B", 1, "vllm", "h100-sxm", "as 33 (the failed 32,000-token start-up)"),
+    "37": ("llama-3.1-8b", 1, "vllm@0.11", "l4", "as 07: 14.9575 GiB vs 14.9889 (−0.21 %)"),
 }
 
 #: Logs that print the weights but whose checkpoint format could not be read (no config.json with
