@@ -136,6 +136,11 @@ NOT_COMPARED: dict[str, str] = {
     "36": "Mistral-Small-3.2-24B-Instruct-2506 (v0.11.0): its config was not found (the document "
           "states the attention shapes, which reproduce the pool exactly, but not the MLP width or "
           "the vision tower: test_log_36_pool_is_its_kv_memory_over_the_stated_shapes)",
+    "38": "Llama-3.2-1B-Instruct on v0.9.0.1 (vllm@0.9), enforce-eager: the GPU is not stated and "
+          "v0.9.0.1 prints no available-memory line, so the capacity the budget starts from is "
+          "unknown",
+    "39": "Llama-3-8B AWQ W4A16 on a v0.15 development build (vllm@0.17): the GPU is not stated; "
+          "its pool is the logged memory exactly (530,288 tokens × 128 KiB = 64.73 GiB)",
 }
 
 
@@ -349,3 +354,25 @@ def test_log_36_pool_is_its_kv_memory_over_the_stated_shapes():
     assert (block, int(low), int(high)) == (20_971_520, 1_443, 1_444)
     assert logged["num_gpu_blocks"] == 1_444 and logged["gpu_kv_cache_size_tokens"] == 1_444 * 128
     assert round(1_444 * 128 / 16_000, 2) == logged["max_concurrency"] == 11.55
+
+
+@pytest.mark.parametrize(("log_id", "model", "quantization", "engine", "gpu", "blocks"), [
+    ("37", "llama-3.1-8b", None, "vllm@0.11", "l4", 2_434),
+    ("39", "llama-3.1-8b", "llm-compressor__Meta-Llama-3-8B-Instruct-W4A16_awq_sym.quantization_config",
+     "vllm@0.17", "h100-sxm", 33_143),
+])
+def test_the_logged_memory_allows_exactly_the_logged_pool(log_id, model, quantization, engine, gpu, blocks):
+    """Logs 37 (bf16) and 39 (AWQ W4A16): 128 KiB per token (32 layers × 8 KV heads × 128 × 2 × 2 B),
+    16-token blocks of 2,097,152 B; the logged "Available KV cache memory" (± 0.005 GiB) allows one
+    block count only, the logged pool's (37: 4.75 GiB → 2,434 blocks = 38,944 tokens; 39: 64.73 GiB →
+    33,143 = 530,288 tokens). Its midpoint gives two blocks fewer, so the agreement is within the
+    log's rounding, not exact. The weights check inside calibrate needs 39's W4A16 scheme."""
+    data = _log(log_id)
+    log = parse_vllm_log(data["log_excerpt"])
+    query = FitQuery(tokens=log.max_model_len or 0, engine=engine)
+    plan = make_plan(_arch(model, quantization), get_gpu(gpu), query)
+    result = calibrate(plan, data["log_excerpt"])
+    assert (result.bytes_per_block, result.logged_blocks_low, result.logged_blocks_high) == \
+        (2_097_152, blocks, blocks)
+    assert blocks * 16 == data["logged"]["gpu_kv_cache_size_tokens"]
+    assert result.reproduced_kv_cache_tokens == (blocks - 2) * 16 and result.agreement == "within_rounding"

@@ -92,6 +92,14 @@ CASES: dict[str, tuple[str, int, str, str | None, str]] = {
            "30.59 (−0.25 %)"),
     "35": ("Qwen/Qwen3-32B", 1, "vllm", "h100-sxm", "as 33 (the failed 32,000-token start-up)"),
     "37": ("llama-3.1-8b", 1, "vllm@0.11", "l4", "as 07: 14.9575 GiB vs 14.9889 (−0.21 %)"),
+    "38": ("llama-3.2-1b", 1, "vllm@0.9", None,
+           "bf16, tied embeddings (one 128,256 × 2,048 matrix): 2.3019 GiB vs 2.3185 (−0.72 %: the "
+           "rotary cache of 131,072 positions and the log's 4 decimals)"),
+    "39": ("llama-3.1-8b", 1, "vllm@0.17", None,
+           "Meta-Llama-3-8B-Instruct has llama-3.1-8b's shapes; compressed-tensors W4A16 (AWQ, "
+           "symmetric, group 128: packed int32 weights, a bf16 scale per 128 inputs and the int64 "
+           "weight_shape pair per module, no zero points), bf16 embeddings, norms and lm_head; the "
+           "scheme written from llm-compressor's recipe (configs/*.source): 5.3091 GiB vs 5.32 (−0.21 %)"),
 }
 
 #: Logs that print the weights but whose checkpoint format could not be read (no config.json with
@@ -125,6 +133,7 @@ QUANTIZE_CONFIGS: dict[str, tuple[str, str | None]] = {
     "25": ("TheBloke__Mixtral-8x7B-v0.1-GPTQ.quantize_config", "gptq"),
     "28": ("neuralmagic__Meta-Llama-3.1-70B-Instruct-FP8-dynamic.quantization_config", None),
     "29": ("neuralmagic__Meta-Llama-3.1-70B-Instruct-FP8-dynamic.quantization_config", None),
+    "39": ("llm-compressor__Meta-Llama-3-8B-Instruct-W4A16_awq_sym.quantization_config", None),
 }
 
 
