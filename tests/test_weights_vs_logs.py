@@ -95,6 +95,8 @@ CASES: dict[str, tuple[str, int, str, str | None, str]] = {
     "38": ("llama-3.2-1b", 1, "vllm@0.9", None,
            "bf16, tied embeddings (one 128,256 × 2,048 matrix): 2.3019 GiB vs 2.3185 (−0.72 %: the "
            "rotary cache of 131,072 positions and the log's 4 decimals)"),
+    "40": ("llama-3.1-8b", 1, "vllm@0.13", "h200",
+           "Meta-Llama-3-8B-Instruct has llama-3.1-8b's shapes; bf16: 14.9575 GiB vs 14.9596 (−0.01 %)"),
     "39": ("llama-3.1-8b", 1, "vllm@0.17", None,
            "Meta-Llama-3-8B-Instruct has llama-3.1-8b's shapes; compressed-tensors W4A16 (AWQ, "
            "symmetric, group 128: packed int32 weights, a bf16 scale per 128 inputs and the int64 "
