@@ -144,6 +144,9 @@ NOT_COMPARED: dict[str, str] = {
           "unknown",
     "39": "Llama-3-8B AWQ W4A16 on a v0.15 development build (vllm@0.17): the GPU is not stated; "
           "its pool is the logged memory exactly (530,288 tokens × 128 KiB = 64.73 GiB)",
+    "41": "Qwen2.5-1.5B-Instruct under TRL's vllm-serve (v0.9.2): the GPU and the "
+          "gpu_memory_utilization TRL passed are not printed",
+    "42": "Qwen3-14B at TP 4 on four PCIe GPUs (v0.9.2): the GPU is not stated",
 }
 
 

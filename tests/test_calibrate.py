@@ -607,7 +607,8 @@ def test_the_fixture_logs_version_lines_place_them_where_the_end_to_end_test_doe
     assert placed == {"01": "0.11", "02": "0.11", "03": "0.11", "04": "0.11", "05": "0.11",
                       "06": "0.11", "14": "0.19", "20": "0.29", "22": "0.24", "25": "0.11",
                       "26": "0.17", "37": "0.11", "38": "0.9",
-                      "39": "0.17", "40": "0.13"}
+                      "39": "0.17", "40": "0.13", "41": "0.9",
+                      "42": "0.9"}
     for case, key in placed.items():
         if case in CASES:
             assert CASES[case].engine == f"vllm@{key}", case

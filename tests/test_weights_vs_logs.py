@@ -97,6 +97,12 @@ CASES: dict[str, tuple[str, int, str, str | None, str]] = {
            "rotary cache of 131,072 positions and the log's 4 decimals)"),
     "40": ("llama-3.1-8b", 1, "vllm@0.13", "h200",
            "Meta-Llama-3-8B-Instruct has llama-3.1-8b's shapes; bf16: 14.9575 GiB vs 14.9596 (−0.01 %)"),
+    "41": ("Qwen/Qwen2.5-1.5B", 1, "vllm@0.9", None,
+           "Qwen2.5-1.5B-Instruct has the Qwen2.5-1.5B preset's architecture; tied embeddings, run "
+           "in float16 (2 B like bf16): 2.8754 GiB vs 2.8833 (−0.27 %)"),
+    "42": ("Qwen__Qwen3-14B", 4, "vllm@0.9", None,
+           "bf16 at TP 4 (vendored config): 6.8776 GiB vs 6.9456 per rank (−0.98 %; per-rank "
+           "buffers the parameters do not count, not broken down here)"),
     "39": ("llama-3.1-8b", 1, "vllm@0.17", None,
            "Meta-Llama-3-8B-Instruct has llama-3.1-8b's shapes; compressed-tensors W4A16 (AWQ, "
            "symmetric, group 128: packed int32 weights, a bf16 scale per 128 inputs and the int64 "
