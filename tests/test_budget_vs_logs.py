@@ -147,6 +147,8 @@ NOT_COMPARED: dict[str, str] = {
     "41": "Qwen2.5-1.5B-Instruct under TRL's vllm-serve (v0.9.2): the GPU and the "
           "gpu_memory_utilization TRL passed are not printed",
     "42": "Qwen3-14B at TP 4 on four PCIe GPUs (v0.9.2): the GPU is not stated",
+    "43": "Qwen3-30B-A3B AWQ (compressed-tensors) on an RTX 3090 (v0.10.0): kvplan has no RTX 3090 "
+          "preset, and the checkpoint's quantization scheme was not retrieved",
 }
 
 

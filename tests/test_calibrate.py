@@ -608,7 +608,7 @@ def test_the_fixture_logs_version_lines_place_them_where_the_end_to_end_test_doe
                       "06": "0.11", "14": "0.19", "20": "0.29", "22": "0.24", "25": "0.11",
                       "26": "0.17", "37": "0.11", "38": "0.9",
                       "39": "0.17", "40": "0.13", "41": "0.9",
-                      "42": "0.9"}
+                      "42": "0.9", "43": "0.11"}
     for case, key in placed.items():
         if case in CASES:
             assert CASES[case].engine == f"vllm@{key}", case

@@ -127,6 +127,9 @@ NOT_COMPARED: dict[str, str] = {
     "36": "Mistral-Small-3.2-24B-Instruct-2506 (Mistral3ForConditionalGeneration, mistral load "
           "format): its config.json / params.json was not found; the document states the text "
           "shapes but neither the MLP width nor the vision tower",
+    "43": "cpatonn/Qwen3-30B-A3B-Thinking-2507-AWQ-4bit: stored as compressed-tensors WNA16 (the log's "
+          "kernels); its config_groups (group size, symmetry) and ignore list were not retrieved, "
+          "and the scheme is not assumed",
 }
 
 #: id → reason, for compared cases more than 2 % off (empty: every compared case is within 2 %).
