@@ -192,4 +192,7 @@ def test_max_running_requests_and_mamba_slots_match_sglang(case: dict) -> None:
 
 
 def test_the_cap_cases_cover_mamba() -> None:
-    assert len(SIZED) == 79 and sum(c["sglang"]["max_mamba_cache_size"] is not None for c in SIZED) == 3
+    """Qwen3-Next and the 12 Qwen3.5 / Qwen3.6 cases (multimodal wrappers: SGLang's 100 MiB
+    embedding cache leaves the budget before the Mamba split) size Mamba slots."""
+    assert len(SIZED) == 91 and sum(c["sglang"]["max_mamba_cache_size"] is not None for c in SIZED) == 15
+    assert sum("qwen3.5" in c["id"] or "qwen3.6" in c["id"] for c in SIZED) == 12

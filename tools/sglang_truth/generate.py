@@ -351,6 +351,13 @@ def grid() -> list[dict]:
     add("falcon-7b-budget40g-auto-p1", "falcon-7b")
     add("falcon-40b-budget40g-auto-p1", "falcon-40b")
     add("jamba-1.5-mini-budget40g-auto-p1", "jamba-1.5-mini")
+    # Qwen3.5 / Qwen3.6 hybrids (GDN + full attention): the Mamba slots and request cap.
+    for model, tp in (("Qwen/Qwen3.5-27B", 1), ("Qwen/Qwen3.5-27B", 2), ("Qwen/Qwen3.5-35B-A3B", 1),
+                      ("Qwen/Qwen3.5-122B-A10B", 4), ("Qwen/Qwen3.5-397B-A17B", 8),
+                      ("Qwen/Qwen3.6-35B-A3B", 2)):
+        tag = model.split("/")[1].lower()
+        add(f"{tag}{'' if tp == 1 else f'-tp{tp}'}-budget40g-auto-p1", model, tp=tp)
+        add(f"{tag}-tp{tp}-budget8g-auto-p1", model, tp=tp, available_bytes=8 * GIB)
     return cases
 
 
