@@ -358,6 +358,11 @@ def grid() -> list[dict]:
         tag = model.split("/")[1].lower()
         add(f"{tag}{'' if tp == 1 else f'-tp{tp}'}-budget40g-auto-p1", model, tp=tp)
         add(f"{tag}-tp{tp}-budget8g-auto-p1", model, tp=tp, available_bytes=8 * GIB)
+    # MLA MoE with DP attention (--enable-dp-attention --dp-size D): one rank's pool and cap.
+    for model in ("deepseek-v3", "kimi-k2"):
+        for dp in (8, 4):
+            add(f"{model}-tp8-dp{dp}-dpattn-budget20g-auto-p1", model, tp=8, available_bytes=20 * GIB,
+                args=["--enable-dp-attention", "--dp-size", str(dp)])
     return cases
 
 
