@@ -479,7 +479,7 @@ def main() -> None:
         "env": {"VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE":
                 os.environ.get("VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE", "(default)")},
         "backend": "FLASH_ATTN (non-MLA; MLA specs use the given block size)",
-        "models": MODELS,
+        "models": {k: v for k, v in MODELS.items() if k in {c["model"] for c in grid()}},
         "cases": results,
         "refused": skipped,
     }
