@@ -20,10 +20,10 @@ import pytest
 
 from kvplan.capacity import FitQuery, fit
 from kvplan.config_import import parse_config
-from kvplan.engines import EngineSettings, engine_view
+from kvplan.engines import EngineSettings, engine_view, get_engine
 from kvplan.errors import KVPlanError
 from kvplan.plan import make_plan
-from kvplan.presets import get_gpu, model_presets
+from kvplan.presets import get_gpu, load_model, model_presets
 
 FIXTURE = Path(__file__).parent / "fixtures" / "sglang" / "cases.json"
 DATA = json.loads(FIXTURE.read_text(encoding="utf-8"))
@@ -192,4 +192,30 @@ def test_max_running_requests_and_mamba_slots_match_sglang(case: dict) -> None:
 
 
 def test_the_cap_cases_cover_mamba() -> None:
-    assert len(SIZED) == 79 and sum(c["sglang"]["max_mamba_cache_size"] is not None for c in SIZED) == 3
+    """Qwen3-Next and the 12 Qwen3.5 / Qwen3.6 cases (multimodal wrappers: SGLang's 100 MiB
+    embedding cache leaves the budget before the Mamba split) size Mamba slots."""
+    assert len(SIZED) == 95 and sum(c["sglang"]["max_mamba_cache_size"] is not None for c in SIZED) == 15
+    assert sum("qwen3.5" in c["id"] or "qwen3.6" in c["id"] for c in SIZED) == 12
+
+
+DP_ATTENTION = [c for c in SIZED if "--enable-dp-attention" in c.get("args", [])]
+
+
+@pytest.mark.parametrize("case", DP_ATTENTION, ids=[c["id"] for c in DP_ATTENTION])
+def test_dp_attention_rank_matches_sglang(case: dict) -> None:
+    """DeepSeek-V3 / Kimi-K2 under ``--tp 8 --enable-dp-attention --dp D`` (kvplan: ``dp = D``,
+    ``tp = 8 / D`` per attention rank, ``dp_flags``): one rank's MLA pool and the server's
+    ``max_running_requests`` (``resolve_max_num_reqs``), SGLang's own."""
+    sg, dp = case["sglang"], int(_flag(case, "--dp-size") or 0)
+    query = FitQuery(engine="sglang", tokens=sg["context_len"], tp=case["tp"] // dp, dp=dp,
+                     num_gpus=case["tp"], kv_cache_memory_bytes=case["available_bytes"])
+    result = fit(make_plan(load_model(case["model"]), stub_gpu(), query), search_gpus=False)
+    assert (result.kv_pool_tokens, result.max_num_seqs, result.dp) == \
+        (sg["max_total_num_tokens"], sg["max_running_requests"], dp)
+    assert get_engine("sglang").dp_flags(dp, case["tp"] // dp).startswith(
+        f"--enable-dp-attention --dp {dp} --tp {case['tp']}")
+
+
+def test_dp_attention_cases_present() -> None:
+    assert sorted(c["id"] for c in DP_ATTENTION) == sorted(
+        f"{m}-tp8-dp{d}-dpattn-budget20g-auto-p1" for m in ("deepseek-v3", "kimi-k2") for d in (8, 4))

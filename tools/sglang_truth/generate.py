@@ -351,6 +351,18 @@ def grid() -> list[dict]:
     add("falcon-7b-budget40g-auto-p1", "falcon-7b")
     add("falcon-40b-budget40g-auto-p1", "falcon-40b")
     add("jamba-1.5-mini-budget40g-auto-p1", "jamba-1.5-mini")
+    # Qwen3.5 / Qwen3.6 hybrids (GDN + full attention): the Mamba slots and request cap.
+    for model, tp in (("Qwen/Qwen3.5-27B", 1), ("Qwen/Qwen3.5-27B", 2), ("Qwen/Qwen3.5-35B-A3B", 1),
+                      ("Qwen/Qwen3.5-122B-A10B", 4), ("Qwen/Qwen3.5-397B-A17B", 8),
+                      ("Qwen/Qwen3.6-35B-A3B", 2)):
+        tag = model.split("/")[1].lower()
+        add(f"{tag}{'' if tp == 1 else f'-tp{tp}'}-budget40g-auto-p1", model, tp=tp)
+        add(f"{tag}-tp{tp}-budget8g-auto-p1", model, tp=tp, available_bytes=8 * GIB)
+    # MLA MoE with DP attention (--enable-dp-attention --dp-size D): one rank's pool and cap.
+    for model in ("deepseek-v3", "kimi-k2"):
+        for dp in (8, 4):
+            add(f"{model}-tp8-dp{dp}-dpattn-budget20g-auto-p1", model, tp=8, available_bytes=20 * GIB,
+                args=["--enable-dp-attention", "--dp-size", str(dp)])
     return cases
 
 

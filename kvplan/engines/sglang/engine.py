@@ -46,6 +46,25 @@ SGLANG_MAMBA_FULL_RATIO = 0.9
 #: Mamba slots per running request: 3 + 2 tracking slots with the default extra buffer and overlap
 #: schedule (``_calculate_mamba_ratio``, ``get_mamba_tracking_slots``).
 SGLANG_MAMBA_SLOTS_PER_REQUEST = 5
+#: Architectures whose multimodal path is off by default (``configs/model_config.py``
+#: ``ModelConfig.__init__``, ``mm_disabled_models``; ``--enable-multimodal`` turns it on).
+SGLANG_MM_DISABLED_ARCHS = frozenset({
+    "Gemma3ForConditionalGeneration", "Llama4ForConditionalGeneration",
+    "Step3VLForConditionalGeneration", "InklingForConditionalGeneration"})
+#: ``SGLANG_VLM_CACHE_SIZE_MB`` default (``environ.py``): the multimodal embedding cache reserved
+#: out of the KV budget (``kv_cache_configurator.py`` ``mm_runtime_reservation_gb``).
+SGLANG_VLM_CACHE_BYTES = 100 * MIB
+
+
+def sglang_mm_reservation(arch: ModelArch) -> int:
+    """Bytes ``_resolve_memory_pool_config`` takes out of the KV budget before the Mamba split
+    (``kv_cache_configurator.py`` ``mm_runtime_reservation_gb``, 0.5.23): the embedding cache
+    (``SGLANG_VLM_CACHE_SIZE_MB``, 100 MiB) when ``ModelConfig.is_multimodal`` — read here as a
+    checkpoint with a vision or audio tower whose architecture is not in ``mm_disabled_models``
+    (CPU feature transport, the default: no ``SGLANG_MM_FEATURE_CACHE_MB`` pool)."""
+    if not arch.weights.towers or arch.architecture in SGLANG_MM_DISABLED_ARCHS:
+        return 0
+    return SGLANG_VLM_CACHE_BYTES
 
 
 def sglang_reserved_mem(capacity_bytes: int, tp: int, pp: int) -> list[tuple[str, float, str]]:
@@ -252,7 +271,7 @@ class SGLang(Engine):
     def make_pool(self, arch: ModelArch, gpu: GPU, kv_dtype: str, settings: EngineSettings,
                   budgets: list[int], notes: list[str]) -> KVPool:
         view = self.stage_view(arch, kv_dtype, settings, notes)
-        return SGLangPool(view, max(min(budgets), 0), settings)
+        return SGLangPool(view, max(min(budgets), 0), settings, sglang_mm_reservation(arch))
 
     def startup_check(self, arch: ModelArch, gpu: GPU, settings: EngineSettings, pool: KVPool,
                       tokens: int) -> StartupCheck:
@@ -345,12 +364,14 @@ class SGLangPool(KVPool):
     ``--max-total-tokens`` and re-aligned (``_apply_token_constraints``). Recurrent states get their
     own pool (``_handle_max_mamba_cache``): ``K = int((budget × r / (1 + r) − state) // state)``
     slots (``--max-mamba-cache-size``: ``K`` as set), KV gets ``budget − (K + 1) × state``, and a
-    request needs 5 slots.
+    request needs 5 slots. ``mm_reserve`` (``sglang_mm_reservation``) leaves the budget first.
     """
 
-    def __init__(self, view: EngineView, budget: int, settings: EngineSettings | None = None) -> None:
+    def __init__(self, view: EngineView, budget: int, settings: EngineSettings | None = None,
+                 mm_reserve: int = 0) -> None:
         settings = settings or EngineSettings()
         self.view = view
+        self.mm_reserve = mm_reserve
         self.page = view.block_size or 1
         self.ratio = settings.swa_full_tokens_ratio or SGLANG_SWA_FULL_RATIO
         self.max_total = settings.max_total_tokens
@@ -367,7 +388,9 @@ class SGLangPool(KVPool):
         self.num_blocks = self.capacity // self.page if self.page > 1 else None
 
     def _split(self, budget: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-        """KV bytes and Mamba slots for each budget (no recurrent layers: all of it is KV)."""
+        """KV bytes and Mamba slots for each budget less ``mm_reserve`` (no recurrent layers: all
+        of it is KV)."""
+        budget = budget - self.mm_reserve
         state = self.per_request_state
         if not state:
             return budget, None
@@ -416,5 +439,9 @@ class SGLangPool(KVPool):
         return self._tokens(L) * users
 
     def formulas(self, L: int) -> dict[str, str]:
-        return {"kv_pool_tokens": f"({self.kv_budget:,} // {self.cell:,.0f} B per token) // "
-                                  f"{self.page} × {self.page} = {self.capacity:,}"}
+        out = {"kv_pool_tokens": f"({self.kv_budget:,} // {self.cell:,.0f} B per token) // "
+                                 f"{self.page} × {self.page} = {self.capacity:,}"}
+        if self.mm_reserve:
+            out["kv_pool_tokens"] += (f"; {self.mm_reserve:,} B multimodal embedding cache taken "
+                                      "first (SGLANG_VLM_CACHE_SIZE_MB, mm_runtime_reservation_gb)")
+        return out
