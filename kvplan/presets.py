@@ -186,7 +186,8 @@ class PresetTable(Mapping[str, ModelPreset]):
         then those whose name it starts with, then ``difflib`` matches of the whole name and of
         its part after the ``/``."""
         query = name.strip().lower()
-        out: list[str] = [p.hf_repo for p in self.search(name)] if query else []
+        # a name containing the query only when the query is a word (≥ 3 characters), not "0" or "a"
+        out: list[str] = [p.hf_repo for p in self.search(name)] if len(query) >= 3 else []
         # a name the query starts with (a suffix added or mistyped after it), longest first
         prefixes = sorted((n for n in self._names if query.startswith(n) and len(n) >= 4), key=len,
                           reverse=True)

@@ -401,8 +401,10 @@ def check_names(scenario: Scenario) -> tuple[Scenario, list[str]]:
             update["custom_config"] = config = None
     table = model_presets()
     if config is None and scenario.model not in table:
-        warn("model", scenario.model, str(KVPlanError("unknown.model", value=clip(scenario.model),
-                                                      hint=did_you_mean(table.closest(scenario.model)))))
+        # the dashboard's words (no CLI flags), at most three names: a warning stays one short line
+        hint = did_you_mean(table.closest(scenario.model, 3)) or "."
+        warn("model", scenario.model, f"no preset is the checkpoint '{clip(scenario.model)}'{hint} "
+                                      "Choose a model in the sidebar, or use your own config.json there.")
         update["model"] = defaults.model
     elif scenario.model in table and table[scenario.model].id != scenario.model:
         update["model"] = table[scenario.model].id  # a Hub id or alias: the preset's link id

@@ -219,3 +219,19 @@ def test_architecture_keys_cover_every_key_the_importer_reads():
         read |= set(re.findall(r'"([a-z_0-9]+)"', call.group(1)))
     read |= set(re.findall(r'data\.get\("([a-z_0-9]+)"', source)) - {"_name_or_path"}
     assert read <= set(ci.ARCHITECTURE_KEYS), sorted(read - set(ci.ARCHITECTURE_KEYS))
+
+
+def test_an_unknown_model_in_a_link_is_one_short_warning_with_at_most_three_names():
+    """A misspelt link model names three close presets in the dashboard's words; a one-character
+    name is contained in almost every Hub id, so it gets no list (the fuzz found '0': 448 chars)."""
+    from kvplan.scenario import Scenario, check_names
+
+    fixed, warnings = check_names(Scenario(model="llama-3.1-70x"))
+    assert fixed.model == Scenario().model
+    assert warnings == ["link parameter 'm'='llama-3.1-70x' was not used: no preset is the checkpoint "
+                        "'llama-3.1-70x'; did you mean meta-llama/Llama-3.1-70B, meta-llama/Llama-3.1-405B, "
+                        "meta-llama/Llama-3.1-8B? Choose a model in the sidebar, or use your own config.json "
+                        "there."]
+    assert check_names(Scenario(model="0"))[1] == [
+        "link parameter 'm'='0' was not used: no preset is the checkpoint '0'. Choose a model in the "
+        "sidebar, or use your own config.json there."]
