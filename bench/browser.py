@@ -25,6 +25,8 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                  "--no-first-run"]
 IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"]'
 CHART_DRAWN = '[data-testid="stPlotlyChart"] .main-svg'
+#: True once no element waits for its renderer's JS chunk (Streamlit draws a skeleton meanwhile).
+NO_SKELETON_JS = """() => !document.querySelector('[data-testid="stSkeleton"]')"""
 SLIDER_LABEL = "Context length"
 #: Text of the first caption that starts with "Exact:" (kvplan/ui/views.py render_kpis), or null.
 EXACT_JS = """() => {
@@ -175,19 +177,22 @@ def open_idle(page, url: str) -> float:
     return open_idle_and_chart(page, url, chart=False)[0]
 
 
-def open_idle_and_chart(page, url: str, chart: bool = True) -> tuple[float, float]:
+def open_idle_and_chart(page, url: str, chart: bool = True) -> tuple[float, float, float]:
     """Seconds from loading ``url`` to idle (the "Exact:" caption shown and the script state
-    ``notRunning``) and, with ``chart``, to the first Plotly chart drawn (its SVG in the page —
-    the browser may still be loading Plotly's renderer when the script is done)."""
+    ``notRunning``) and, with ``chart``, to every element drawn (no skeleton left: each element
+    type's renderer chunk loaded, checked from idle on) and to the first Plotly chart drawn (its SVG
+    in the page — the browser may still be loading Plotly's renderer when the script is done)."""
     start = time.perf_counter()
     page.goto(url, timeout=FIRST_RENDER_TIMEOUT, wait_until="commit")
     page.wait_for_function(EXACT_JS, timeout=FIRST_RENDER_TIMEOUT)
     page.wait_for_selector(IDLE, timeout=FIRST_RENDER_TIMEOUT)
     idle = time.perf_counter() - start
     if not chart:
-        return idle, idle
+        return idle, idle, idle
+    page.wait_for_function(NO_SKELETON_JS, timeout=FIRST_RENDER_TIMEOUT, polling="raf")
+    drawn = time.perf_counter() - start
     page.wait_for_selector(CHART_DRAWN, timeout=FIRST_RENDER_TIMEOUT)
-    return idle, time.perf_counter() - start
+    return idle, drawn, time.perf_counter() - start
 
 
 def keypress_latencies(url: str, presses: int, warmup: int = 2) -> tuple[float, list[float]]:
@@ -271,13 +276,14 @@ def app_session(url: str, presses: int, switches: int, warmup: int = 2) -> dict[
                                       accept_downloads=True)
         try:
             page = context.new_page()
-            first, chart = open_idle_and_chart(page, url)
+            first, drawn, chart = open_idle_and_chart(page, url)
             png = _first_png(page)
             keys = _press_keys(page, presses, warmup)
             tabs = _switch_tabs(page, switches)
             if page.locator('[data-testid="stException"]').count():
                 raise RuntimeError("the app shows an exception")
-            return {"first": first, "chart": chart, "png": png, "keys": keys, "tabs": tabs}
+            return {"first": first, "drawn": drawn, "chart": chart, "png": png, "keys": keys,
+                    "tabs": tabs}
         finally:
             context.close()
 

@@ -665,3 +665,23 @@ def test_lora_on_a_model_it_cannot_size_is_a_named_message():
     at = make_app(m="mixtral-8x7b", t="4096", ev="0.33", lo="1")
     assert not at.exception
     assert any("has MoE experts" in unmd(e.value) for e in at.error)
+
+
+@pytest.mark.parametrize("view", ["context", "users", "memory", "requests", "designs", "recommend"])
+def test_charts_are_sent_without_the_mode_bar(view):
+    """Plotly's mode bar is rebuilt on every draw (bench/README.md, issue #33): each chart of each
+    view goes out with ``config={"displayModeBar": false}`` and nothing else."""
+    at = make_app(vw=view)
+    no_errors(at)
+    charts = at.get("plotly_chart")
+    assert charts
+    assert [json.loads(c.proto.config) for c in charts] == [{"displayModeBar": False}] * len(charts)
+
+
+def test_every_plotly_chart_call_passes_the_chart_config():
+    """Every ``st.plotly_chart`` call of the dashboard (those behind inputs included) passes
+    ``config=chart_config()``."""
+    calls = [line for path in sorted((Path(__file__).parents[1] / "kvplan" / "ui").glob("*.py"))
+             for line in path.read_text().splitlines() if line.lstrip().startswith("st.plotly_chart(")]
+    assert len(calls) == 14
+    assert all("config=chart_config()" in line for line in calls)

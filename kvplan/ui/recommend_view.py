@@ -30,7 +30,7 @@ from kvplan.serving import LengthDist, parse_lengths_csv
 from kvplan.ui.cached import cache_key, scenario_from_key
 from kvplan.ui.exports_ui import download_buttons, page_url
 from kvplan.ui.serving_state import ensure
-from kvplan.ui.theme import SIDE_LEGEND, gpu_color, new_figure
+from kvplan.ui.theme import SIDE_LEGEND, chart_config, gpu_color, new_figure
 
 TOP = 50
 PRESET_LABELS = {"mlperf-llama2-70b-interactive": "MLPerf Llama-2-70B interactive (450 / 40 ms, p99)",
@@ -267,7 +267,7 @@ def render(scenario: Scenario, arch: ModelArch, gpu: GPU) -> pd.DataFrame | None
     ranked = rec.ranked
     if not ranked.empty:
         fig = pareto_figure(ranked, rec.cost_unit)
-        st.plotly_chart(fig, theme=None, key="chart_recommend")
+        st.plotly_chart(fig, theme=None, config=chart_config(), key="chart_recommend")
         rows = pd.DataFrame(ranked_rows(rec, scenario, TOP))
         base = page_url()
         export = rows.assign(link=rows["link"].map(lambda q: absolute_link(q, base)))

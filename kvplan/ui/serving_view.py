@@ -45,7 +45,7 @@ from kvplan.serving import (
 from kvplan.ui.cached import cache_key, primary_fit, scenario_from_key
 from kvplan.ui.charts import limit_line, marker_line
 from kvplan.ui.serving_state import NOCACHE_METRICS, PREFIX_ENGINES, SOURCES, bounds, ensure
-from kvplan.ui.theme import SIDE_LEGEND, figure_from_dict, new_figure
+from kvplan.ui.theme import SIDE_LEGEND, chart_config, figure_from_dict, new_figure
 
 GIB = 1 << 30
 #: At most this many points per series (the users axis is sampled, never one point per user).
@@ -184,7 +184,7 @@ def _allocation(scenario: Scenario, arch: ModelArch, holder: dict[str, Workload]
                                   _budget(scenario), snapshot, 0)
     holder["workload"] = workload
     fig = _allocation_figure(result.table, arch.name, max_len, int(block))
-    st.plotly_chart(fig, theme=None, key="sv_alloc_chart")
+    st.plotly_chart(fig, theme=None, config=chart_config(), key="sv_alloc_chart")
     st.dataframe(_shown(result.table), hide_index=True)
     notes = [f"{arch.name}, KV {_kv_dtype(scenario)}, maximum length {max_len:,} tokens, block "
              f"{int(block):,} tokens, {workload.source}"]
@@ -219,7 +219,7 @@ def _prefix(scenario: Scenario) -> None:
     result, spec = _prefix_data(cache_key(scenario), engine, int(unit))
     curve = result.curve
     fig = figure_from_dict(spec)
-    st.plotly_chart(fig, theme=None, key="sv_prefix_chart")
+    st.plotly_chart(fig, theme=None, config=chart_config(), key="sv_prefix_chart")
     st.caption(f"Shared: {result.shared_tokens:,} tokens = {result.shared_blocks:,} unit(s) of "
                f"{md_name(result.unit)}; saved {result.saved_bytes / GIB:,.3f} GiB at {scenario.users:,} "
                f"requests (prompt {prompt:,}, output {scenario.output_tokens:,} tokens)")
@@ -252,7 +252,7 @@ def _offload(scenario: Scenario) -> None:
                            key=ensure("link", scenario, st.session_state))
     df, r, spec = _offload_data(cache_key(scenario), float(ram), float(link))
     fig = figure_from_dict(spec)
-    st.plotly_chart(fig, theme=None, key="sv_offload_chart")
+    st.plotly_chart(fig, theme=None, config=chart_config(), key="sv_offload_chart")
     if not df["fits_cpu"].iloc[-1]:
         st.warning(f"At {int(df['tokens'].iloc[-1]):,} tokens the offloaded KV exceeds {ram:g} GiB "
                    "of CPU RAM.")
@@ -294,7 +294,7 @@ def _quantized(scenario: Scenario) -> None:
     resid = c3.number_input("residual_length", *bounds("q_resid"), key=ensure("q_resid", scenario, state))
     result, spec = _quantized_data(cache_key(scenario), int(nbits), int(group), int(resid))
     fig = figure_from_dict(spec)
-    st.plotly_chart(fig, theme=None, key="sv_quant_chart")
+    st.plotly_chart(fig, theme=None, config=chart_config(), key="sv_quant_chart")
     _captions([result.formula, *result.assumptions])
     _export("serving_quantized", result.curve, fig, scenario)
 
@@ -331,7 +331,7 @@ def _static(scenario: Scenario, arch: ModelArch, holder: dict[str, Workload]) ->
         fig = figure_from_dict(spec)
     else:
         r, df, fig = _static_build(scenario, arch, workload, int(max_len))
-    st.plotly_chart(fig, theme=None, key="sv_static_chart")
+    st.plotly_chart(fig, theme=None, config=chart_config(), key="sv_static_chart")
     st.caption(f"Utilization {r.utilization_pct:.1f}%; {r.overflow_requests:,} request(s) longer "
                f"than max_cache_len cannot run.")
     _captions(r.assumptions)
@@ -364,7 +364,7 @@ def _static_build(scenario: Scenario, arch: ModelArch, workload: Workload,
 def _roofline(scenario: Scenario) -> None:
     df, notes, prompt, spec = _roofline_data(cache_key(scenario))
     fig = figure_from_dict(spec)
-    st.plotly_chart(fig, theme=None, key="sv_roofline_chart")
+    st.plotly_chart(fig, theme=None, config=chart_config(), key="sv_roofline_chart")
     st.caption(f"TTFT lower bound for one {prompt:,}-token prompt: {df['ttft_ms'].iloc[0]:,.1f} ms")
     st.dataframe(df, hide_index=True)
     _captions(notes)
@@ -409,7 +409,7 @@ def _nocache(scenario: Scenario) -> None:
                       key=ensure("nc_metric", scenario, st.session_state))
     df, notes, spec = _nocache_data(cache_key(scenario), int(new), metric)
     fig = figure_from_dict(spec)
-    st.plotly_chart(fig, theme=None, key="sv_nocache_chart")
+    st.plotly_chart(fig, theme=None, config=chart_config(), key="sv_nocache_chart")
     _captions(notes)
     _export("serving_nocache", df, fig, scenario)
 

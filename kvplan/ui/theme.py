@@ -87,6 +87,15 @@ def figure_from_dict(spec: dict[str, Any]) -> Any:
 
 
 @cache
+def chart_config() -> dict[str, Any]:
+    """Plotly's ``config`` for every chart on screen (``st.plotly_chart(config=...)``): no mode bar.
+    Plotly.js builds the bar's buttons and icons on every ``newPlot`` (each tab switch) and redraw;
+    without them a tab switch took 282–316 ms instead of 435–448 ms and a keypress 185–207 ms
+    instead of 267–280 ms (bench/README.md, issue #33). Hover, drag to zoom and double-click to
+    reset stay (Plotly's defaults); each chart's "Download PNG" button exports it."""
+    return {"displayModeBar": False}
+
+
 def _gpu_order() -> dict[str, int]:
     from kvplan.presets import gpus
 

@@ -24,7 +24,7 @@ from kvplan.sizing import full_length_bytes_per_token
 from kvplan.ui import charts, data, lazy, weights_view
 from kvplan.ui.cached import answers, cache_key, primary_fit, scenario_from_key
 from kvplan.ui.sidebar import apply_scenario
-from kvplan.ui.theme import GB, GIB, exact_bytes, figure_from_dict, fmt_bytes
+from kvplan.ui.theme import GB, GIB, chart_config, exact_bytes, figure_from_dict, fmt_bytes
 
 
 def _export(name: str, df: pd.DataFrame, fig: Any, scenario: Scenario) -> None:
@@ -356,7 +356,7 @@ def render_kv_context(scenario: Scenario, arch: ModelArch) -> pd.DataFrame:
     for message in errors:
         st.warning(md(message))
     fig = figure_from_dict(_kv_context_fig(cache_key(scenario)))
-    st.plotly_chart(fig, theme=None, key="chart_kv_context")
+    st.plotly_chart(fig, theme=None, config=chart_config(), key="chart_kv_context")
     at_length = [f"{md_name(dtype)} {fmt_bytes(r.kv_bytes_per_request * scenario.users)}"
                  for dtype, r in answers(cache_key(scenario)).items() if not isinstance(r, str)]
     notes = [f"At the chosen {scenario.tokens:,} tokens, {plural(scenario.users, 'request')} reserve "
@@ -383,7 +383,7 @@ def render_kv_users(scenario: Scenario) -> pd.DataFrame:
     for message in errors:
         st.warning(md(message))
     fig = figure_from_dict(_kv_users_fig(cache_key(scenario)))
-    st.plotly_chart(fig, theme=None, key="chart_kv_users")
+    st.plotly_chart(fig, theme=None, config=chart_config(), key="chart_kv_users")
     st.caption("KV per request is what the engine reserves for one request of the chosen length "
                "(vLLM: whole blocks), times the number of requests.")
     _export("kv_vs_users", df, fig, scenario)
@@ -400,7 +400,7 @@ def render_memory(scenario: Scenario) -> pd.DataFrame:
         _export("memory_per_gpu", df, None, scenario)
         return df
     fig = figure_from_dict(_memory_fig(cache_key(scenario)))
-    st.plotly_chart(fig, theme=None, key="chart_memory")
+    st.plotly_chart(fig, theme=None, config=chart_config(), key="chart_memory")
     for row in bad.itertuples():
         st.caption(md(f"{row.gpu_name}: {row.error}"))
     st.caption(f"Every accelerator with {plural(scenario.num_gpus, 'GPU')}, TP {scenario.tp:d}, "
@@ -424,7 +424,7 @@ def render_requests(scenario: Scenario) -> tuple[pd.DataFrame, pd.DataFrame]:
     grid, cu = _requests_data(cache_key(scenario))
     spec, spec2 = _requests_figs(cache_key(scenario))
     fig = figure_from_dict(spec)
-    st.plotly_chart(fig, theme=None, key="chart_requests")
+    st.plotly_chart(fig, theme=None, config=chart_config(), key="chart_requests")
     _export("requests_fit", grid, fig, scenario)
     shown = grid.assign(
         weights=grid.get("weights_bytes", pd.Series(dtype=float)).map(fmt_bytes, na_action="ignore"),
@@ -434,7 +434,7 @@ def render_requests(scenario: Scenario) -> tuple[pd.DataFrame, pd.DataFrame]:
         "max_tokens_per_request": st.column_config.NumberColumn("max tokens at chosen users", format="%d"),
     })
     fig2 = figure_from_dict(spec2)
-    st.plotly_chart(fig2, theme=None, key="chart_context_users")
+    st.plotly_chart(fig2, theme=None, config=chart_config(), key="chart_context_users")
     _export("context_users", cu, fig2, scenario)
     return grid, cu
 
@@ -443,7 +443,7 @@ def render_requests(scenario: Scenario) -> tuple[pd.DataFrame, pd.DataFrame]:
 def render_designs(scenario: Scenario) -> pd.DataFrame:
     df, notes = _design_data(cache_key(scenario))
     fig = figure_from_dict(_designs_fig(cache_key(scenario)))
-    st.plotly_chart(fig, theme=None, key="chart_designs")
+    st.plotly_chart(fig, theme=None, config=chart_config(), key="chart_designs")
     ok = df[df["error"] == ""]
     per_token = dict(zip(ok["design"], ok["kv_bytes_per_token"].tolist(), strict=True))
     why_swa = (" A sliding window stores a token in as many bytes as GQA (the same KV heads and "
