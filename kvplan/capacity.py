@@ -160,13 +160,12 @@ def fit(plan: Plan, search_gpus: bool = True) -> FitResult:
     if not budget.weights_fit:
         startup = replace(startup, starts=False, action="refuses", need=None, reason=(
             f"{plan.engine.release} will refuse to start: the weights leave no memory for the KV cache"))
-    answer["max_requests_kv"] = answer["max_requests"]
-    if startup.max_num_seqs is not None and answer["max_requests"] > startup.max_num_seqs:
-        formulas["max_requests"] = (f"{formulas.get('max_requests', answer['max_requests'])}; capped "
+    kv_requests = answer["max_requests_kv"] = answer["max_requests"]
+    capped = int(cap_requests(plan, np.array([kv_requests]))[0]) if startup.starts else 0
+    if startup.starts and capped < kv_requests:
+        formulas["max_requests"] = (f"{formulas.get('max_requests', kv_requests)}; capped "
                                     f"at max_num_seqs {startup.max_num_seqs:,}")
-        answer["max_requests"] = startup.max_num_seqs
-    if not startup.starts:
-        answer["max_requests"] = 0
+    answer["max_requests"] = capped
     dp = plan.layout.dp
     answer["max_requests_per_rank"] = answer["max_requests"]
     if dp > 1:  # each data-parallel rank holds its own requests in its own pool
