@@ -34,6 +34,7 @@ from kvplan.engines.vllm.memory import (
     NON_TORCH_TP,
     SAMPLER_SORT_BYTES,
     capture_sizes,
+    forward_peak,
 )
 from kvplan.plan import make_plan
 from kvplan.presets import get_gpu, load_model, model_presets
@@ -261,8 +262,8 @@ def test_calibrate_splits_the_implied_reserve_into_the_terms():
     assert split["activation_peak"]["implied_bytes"] == split["activation_peak"]["logged_bytes"] \
         == round(1.26 * GIB)
     assert split["non_torch"]["implied_bytes"] == round(1.79 * GIB)
-    # kvplan's own activation term for this run: max(forward 8,192 × (8,192 + 43,008) × 2 B,
-    # sampler 256 × 128,256 × 39.0 B) = max(838,860,800, 1,280,507,904) B
+    # kvplan's own activation term for this run: max(forward 8,192 × (12,288 + 43,008) × 2 B,
+    # sampler 256 × 128,256 × 39.0 B) = max(905,969,664, 1,280,507,904) B
     assert split["activation_peak"]["model_bytes"] == 1_280_507_904
     assert sum(row["implied_bytes"] for row in result.implied_terms) == result.implied_reserve_bytes
 
@@ -384,3 +385,23 @@ def test_the_logged_memory_allows_exactly_the_logged_pool(log_id, model, quantiz
         (2_097_152, blocks, blocks)
     assert blocks * 16 == data["logged"]["gpu_kv_cache_size_tokens"]
     assert result.reproduced_kv_cache_tokens == (blocks - 2) * 16 and result.agreement == "within_rounding"
+
+
+@pytest.mark.parametrize(("log_id", "tokens"), [("07", 29_000), ("08", 20_000)])
+def test_v0_forward_peak_is_what_the_logs_leave(log_id: str, tokens: int):
+    """V0 logs 07 and 08 (Llama-3.1-8B on an RTX 3090, util 0.9, no chunked prefill: the profile
+    forward is max_model_len tokens) print the total (23.58 GiB), the weights (14.9888), the
+    non-torch memory (0.35) and the KV memory (2.89 / 3.81); the activation peak they leave is
+    23.58 × 0.9 − 14.9888 − 0.35 − KV = 2.993 / 2.073 GiB, each within the printed rounding
+    (± 0.005 × (0.9 + 1 + 1) GiB). kvplan's forward: tokens × (3 × 4,096 + 3 × 14,336) × 2 B =
+    3,207,168,000 B (2.987 GiB) / 2,211,840,000 B (2.060 GiB) — residual, the normed input and the
+    MLP's output beside gate_up and the activation (``forward_peak``); 2 × hidden would give 2.77
+    / 1.91, outside."""
+    logged = _log(log_id)["logged"]
+    implied = (logged["total_gpu_memory_gib"] * 0.9 - logged["model_loading_gib"]
+               - logged["non_torch_memory_gib"] - logged["available_kv_cache_memory_gib"])
+    slack = 0.005 * 2.9 + 0.00005
+    peak, _how = forward_peak(load_model("llama-3.1-8b"), tokens, 1, "bf16")
+    assert peak == tokens * (3 * 4096 + 3 * 14_336) * 2
+    assert abs(peak / GIB - implied) <= slack, (peak / GIB, implied)
+    assert abs(tokens * (2 * 4096 + 3 * 14_336) * 2 / GIB - implied) > slack

@@ -105,16 +105,16 @@ def test_each_release_as_its_code_does_it(release: str, blocks: int, starts: boo
 
 
 def test_a_dense_model_is_capped_by_max_num_seqs_but_has_no_state_blocks() -> None:
-    """Llama-3.1-8B on one H100 at 1,024 tokens, ``--max-num-seqs 256``: 60,774,564,893 B // (32
-    layers × 16 tokens × 4,096 B = 2,097,152 B) = 28,979 blocks hold (28,979 − 1) // 64 = 452
+    """Llama-3.1-8B on one H100 at 1,024 tokens, ``--max-num-seqs 256``: 60,707,456,029 B // (32
+    layers × 16 tokens × 4,096 B = 2,097,152 B) = 28,947 blocks hold (28,947 − 1) // 64 = 452
     requests; vLLM runs at most 256 and the rest wait. Capture sizes ``[1, 2, 4] + 8…248 step 8 +
     256…512 step 16`` (``_set_cudagraph_sizes``, top min(2 × 256, 512)) = 3 + 31 + 17 = 51."""
     arch = load_model("llama-3.1-8b")
     plan = make_plan(arch, get_gpu(H100), FitQuery(tokens=1024, users=300, engine="vllm@0.33",
                                                    max_num_seqs=256))
     r = fit(plan)
-    assert (r.kv_budget_bytes, r.bytes_per_block) == (60_774_564_893, 2_097_152)
-    assert (r.num_blocks, r.state_blocks, r.starts) == (28_979, None, True)
+    assert (r.kv_budget_bytes, r.bytes_per_block) == (60_707_456_029, 2_097_152)
+    assert (r.num_blocks, r.state_blocks, r.starts) == (28_947, None, True)
     assert (r.max_requests_kv, r.max_requests, r.max_num_seqs) == (452, 256, 256)
     assert not r.fits
     assert r.reason == ("300 requests exceed the engine's request cap max_num_seqs 256 (set): it runs "

@@ -9,12 +9,14 @@ besides the weights:
 
 * **activation peak** — ``profile_run`` (``v1/worker/gpu_model_runner.py``) runs
   ``_dummy_run(max_num_batched_tokens)`` and then ``_dummy_sampler_run`` on
-  ``min(max_num_batched_tokens, max_num_seqs)`` rows of logits. The forward's peak is the residual
-  stream (``hidden_states`` + ``residual``) plus the widest per-layer intermediate (QKV + attention
-  output, the MLP's gate+up + activation, or fused MoE's ``intermediate_cache1/2/3`` + router
-  logits) over every token; the sampler's is ``rows × vocab × bytes per element`` of the sampler
-  path the release takes (``v1/sample/sampler.py`` ``Sampler.forward``: model-dtype logits, an fp32
-  copy, then ``v1/sample/ops/topk_topp_sampler.py``). The term is the larger of the two.
+  ``min(max_num_batched_tokens, max_num_seqs)`` rows of logits. The forward's peak is three
+  hidden-size tensors (the ``residual``, the normed ``hidden_states`` the decoder layer still holds
+  while its MLP or attention runs, and that block's output) plus the widest per-layer intermediate
+  (QKV + attention output, the MLP's gate+up + activation, or fused MoE's
+  ``intermediate_cache1/2/3`` + router logits) over every token; the sampler's is ``rows × vocab ×
+  bytes per element`` of the sampler path the release takes (``v1/sample/sampler.py``
+  ``Sampler.forward``: model-dtype logits, an fp32 copy, then
+  ``v1/sample/ops/topk_topp_sampler.py``). The term is the larger of the two.
 * **non-torch memory** — cuBLAS/NCCL/custom all-reduce buffers allocated outside PyTorch's
   allocator during profiling; an empirical rule (below).
 * **CUDA graphs** — ``capture_model`` / ``profile_cudagraph_memory``: one graph per capture size
@@ -66,13 +68,20 @@ CaptureRule = Literal["stride8", "stride16", "none"]
 
 
 def forward_peak(arch: ModelArch, tokens: int, tp: int, dtype: str) -> tuple[int, str]:
-    """Peak of one dummy forward of ``tokens`` tokens on one rank: ``tokens × (2 × hidden + the
-    widest layer intermediate) × dtype bytes`` (``gpu_model_runner.py`` ``_dummy_run``; the
-    intermediates of ``model_executor/layers/linear.py`` QKV/MergedColumnParallelLinear outputs and
-    ``fused_moe`` ``intermediate_cache1`` (2 × I), ``cache2`` (I), ``cache3`` (hidden) per routed
-    token plus fp32 router logits)."""
+    """Peak of one dummy forward of ``tokens`` tokens on one rank: ``tokens × (3 × hidden + the
+    widest layer intermediate) × dtype bytes`` (``gpu_model_runner.py`` ``_dummy_run``, V0
+    ``model_runner.py`` ``profile_run``). At the MLP's ``down_proj`` (e.g.
+    ``models/llama.py`` ``LlamaMLP.forward``) the live tensors are the ``residual``, the normed
+    ``hidden_states`` the decoder layer passed in (still referenced by its frame), ``gate_up`` (2 × I,
+    still bound), the activation (I) and the output (hidden): 3 × hidden + 3 × I; attention likewise
+    holds QKV + its output beside the three hidden-size tensors. The intermediates are
+    ``model_executor/layers/linear.py`` QKV/MergedColumnParallelLinear outputs and ``fused_moe``
+    ``intermediate_cache1`` (2 × I), ``cache2`` (I), ``cache3`` (hidden) per routed token plus fp32
+    router logits. Checked on the V0 logs 07 and 08 (Llama-3.1-8B, 29,000 / 20,000 profiled tokens:
+    the peak their printed total, utilization, weights, non-torch and KV memory leave is 2.99 / 2.07
+    GiB; 3 × hidden gives 2.99 / 2.06, 2 × hidden 2.77 / 1.91)."""
     size = get_dtype(dtype).bits // 8
-    resid = 2 * arch.hidden_size
+    resid = 3 * arch.hidden_size
     q_heads = max(arch.n_heads // tp, 1)
     widest: dict[str, int] = {}
     for layer in arch.distinct_layers():
@@ -96,7 +105,7 @@ def forward_peak(arch: ModelArch, tokens: int, tp: int, dtype: str) -> tuple[int
         widest["moe"] = routed + shared + moe.n_experts * 4 // size
     part, per = max(widest.items(), key=lambda kv: kv[1]) if widest else ("none", 0)
     value = tokens * (resid + per) * size
-    return value, (f"{tokens:,} tokens × (2 × hidden {arch.hidden_size:,} + {part} {per:,}) × "
+    return value, (f"{tokens:,} tokens × (3 × hidden {arch.hidden_size:,} + {part} {per:,}) × "
                    f"{size} B = {value:,} B")
 
 
