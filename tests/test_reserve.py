@@ -111,12 +111,17 @@ def test_tp_adds_the_nccl_step_and_graph_buffers():
 
 def test_sglang_shows_reserved_mem_terms_and_subtracts_only_what_was_held_before_loading():
     """H100 (79.19 GiB CUDA): chunked_prefill 8,192 → 8,192 × 1.5 = 12,288 MiB; 512 + 12,288 + 128 +
-    256 × 2 = 13,440 MiB ≥ the 10 GiB floor; none counted (they set mem_fraction_static)."""
+    256 × 2 = 13,440 MiB ≥ the 10 GiB floor; none counted (they set mem_fraction_static). Held
+    before loading on an NVIDIA part: 0.509 GiB (``SGLANG_HELD_BEFORE_LOAD``, fitted on sglang_logs
+    01, 02), 0 on a custom accelerator."""
     terms = _terms("sglang")
     assert terms["reserved_mem.chunked_prefill"] == (12_288 * MIB, False)
     assert sum(b for name, (b, _) in terms.items() if name.startswith("reserved_mem")) == 13_440 * MIB
     assert "reserved_mem.floor" not in terms
-    assert terms["held_before_load"] == (0, True)
+    assert terms["held_before_load"] == (546_534_588, True) == (round(0.509 * GIB), True)
+    custom = memory_budget(make_plan(LLAMA8, custom_gpu(80.0), FitQuery(engine="sglang", tokens=4096)))
+    assert custom.reserve_detail is not None
+    assert [t.bytes for t in custom.reserve_detail.terms if t.name == "held_before_load"] == [0]
     explicit = _terms("sglang", gpu_util=0.8)
     assert list(explicit) == ["held_before_load"]
 
