@@ -32,6 +32,7 @@ from kvplan.engines.vllm.memory import (
     GRAPH_BYTES_PER_SIZE_TP,
     NON_TORCH_BASE,
     NON_TORCH_TP,
+    NON_TORCH_V0,
     SAMPLER_SORT_BYTES,
     capture_sizes,
     forward_peak,
@@ -228,7 +229,8 @@ def test_the_fitted_constants_refit_from_the_fixtures():
     """``SAMPLER_SORT_BYTES``: least squares of the logged activation peak over rows × vocab
     (1,024 rows: the H100 default ``max_num_seqs``; vocab 201,088 for gpt-oss-20b, 128,256 for
     Llama 3.x) on logs 27–30 = 38.96 B, kept as 39.0. ``NON_TORCH_BASE``: mean of the TP 1 logs 27,
-    29, 30 (0.13, 0.14, 0.13 GiB); ``NON_TORCH_TP``: log 28 (TP 2, 0.55 GiB) minus that mean.
+    29, 30 (0.13, 0.14, 0.13 GiB); ``NON_TORCH_TP``: log 28 (TP 2, 0.55 GiB) minus that mean;
+    ``NON_TORCH_V0``: V0 logs 07 and 08 (0.35 GiB).
     ``GRAPH_BYTES_PER_SIZE``: 0.50 GiB over 67 capture sizes (logs 01, 02: ``[1, 2, 4] + range(8,
     513, 8)``, v0.10 with 256 seqs); ``GRAPH_BYTES_PER_SIZE_TP``: (0.65 − 0.50) GiB / 67 (03, 04)."""
     points = [(_log(i)["logged"]["activation_peak_gib"] * GIB,
@@ -238,6 +240,8 @@ def test_the_fitted_constants_refit_from_the_fixtures():
     tp1 = [_log(i)["logged"]["non_torch_memory_gib"] for i in ("27", "29", "30")]
     assert round(round(sum(tp1) / 3, 4) * GIB) == NON_TORCH_BASE
     assert round(round(_log("28")["logged"]["non_torch_memory_gib"] - sum(tp1) / 3, 4) * GIB) == NON_TORCH_TP
+    v0 = {_log(i)["logged"]["non_torch_memory_gib"] for i in ("07", "08")}
+    assert v0 == {0.35} and round(0.35 * GIB) == NON_TORCH_V0
     sizes = len(capture_sizes("stride8", 256, 2048))
     assert sizes == 67
     one, two = _log("01")["logged"]["cuda_graph_memory_gib"], _log("03")["logged"]["cuda_graph_memory_gib"][0]

@@ -37,6 +37,11 @@ checks these constants):
 * ``NON_TORCH_BASE`` (+ ``NON_TORCH_TP`` when tp > 1) — logs 27, 29, 30 (TP 1: 0.13, 0.14, 0.13
   GiB) and 28 (TP 2: 0.55 GiB). A step, not a slope: the V0 TP 4 run (19) prints 0.34–0.43 GiB,
   so the NCCL / custom all-reduce buffers do not grow with the rank count.
+* ``NON_TORCH_V0`` — the V0 engine's profile (``worker/worker.py`` ``determine_num_available_blocks``,
+  whose baseline is taken after ``init_device``): V0 logs 07 and 08 (Llama-3.1-8B on an RTX 3090,
+  TP 1: "non-torch memory 0.35GiB"), with no TP step — the V0 TP 4 run (19, A100 40GB) prints
+  0.34–0.43 GiB. Logs 09 (1.79 GiB, 80 GB-class card) and 18 (0.04 GiB, WSL) are not in the fit
+  and stay outside it (``tests/test_end_to_end_report.py``).
 * ``GRAPH_BYTES_PER_SIZE`` (+ ``GRAPH_BYTES_PER_SIZE_TP`` when tp > 1) per capture size — logs 01,
   02 (TP 1: "Graph capturing finished … took 0.50 GiB", 67 sizes) and 03, 04 (TP 2: 0.65 GiB);
   the multi-node runs (05, 06) are not in the fit (they take 1.5–2× more).
@@ -57,6 +62,7 @@ if TYPE_CHECKING:
 SAMPLER_SORT_BYTES = 39.0
 NON_TORCH_BASE = round(0.1333 * GIB)
 NON_TORCH_TP = round(0.4167 * GIB)
+NON_TORCH_V0 = round(0.35 * GIB)
 GRAPH_BYTES_PER_SIZE = round(0.5 / 67 * GIB)
 GRAPH_BYTES_PER_SIZE_TP = round(0.15 / 67 * GIB)
 #: FlashInfer path (``forward_cuda`` → ``flashinfer_sample``): model-dtype logits (2 B), the fp32
@@ -155,10 +161,14 @@ def vllm_reserve_terms(arch: ModelArch, settings: EngineSettings, model_dtype: s
     multi = tp > 1
     profiler = ("vllm/utils.py" if v0 else
                 "vllm/utils/mem_utils.py (from v0.11.2; vllm/utils/__init__.py in v0.11.0 and before)")
-    nt = NON_TORCH_BASE + NON_TORCH_TP * multi
+    if v0:
+        nt = NON_TORCH_V0
+        nt_how = f"{NON_TORCH_V0:,} B whatever the TP (V0; fitted on logs 07–08)"
+    else:
+        nt = NON_TORCH_BASE + NON_TORCH_TP * multi
+        nt_how = f"{NON_TORCH_BASE:,} + {NON_TORCH_TP:,} × [tp {tp} > 1] = {nt:,} B (fitted on logs 27–30)"
     terms.append(ReserveTerm(
-        "non_torch", nt,
-        f"{NON_TORCH_BASE:,} + {NON_TORCH_TP:,} × [tp {tp} > 1] = {nt:,} B (fitted on logs 27–30)",
+        "non_torch", nt, nt_how,
         f"{release}: {profiler} memory_profiling: non_torch_increase (cuBLAS, NCCL / custom "
         "all-reduce buffers)",
         basis="fit"))
@@ -182,5 +192,5 @@ def vllm_reserve_terms(arch: ModelArch, settings: EngineSettings, model_dtype: s
 
 
 __all__ = ["GRAPH_BYTES_PER_SIZE", "GRAPH_BYTES_PER_SIZE_TP", "NON_TORCH_BASE", "NON_TORCH_TP",
-           "SAMPLER_FLASHINFER_BYTES", "SAMPLER_SORT_BYTES", "capture_sizes", "forward_peak",
+           "NON_TORCH_V0", "SAMPLER_FLASHINFER_BYTES", "SAMPLER_SORT_BYTES", "capture_sizes", "forward_peak",
            "sampler_peak", "vllm_reserve_terms"]
