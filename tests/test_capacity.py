@@ -32,26 +32,26 @@ def test_opt13b_on_a100_40gb_as_in_the_vllm_paper():
     (32 × 5,120) = 12,853,637,120 × 2 B = 25,707,274,240 B = 64 % of 40 GB.
     Budget from CUDA's total, 40,325 MiB = 42,283,827,200 B: ceil(× 0.92) = 38,901,121,024 B.
     Reserve (v0.33, A100-40GB defaults max_num_batched_tokens 2,048, max_num_seqs 256):
-    activation = max(forward 2,048 × (2 × 5,120 + ungated MLP 2 × 20,480) × 2 B = 209,715,200,
-    FlashInfer sampler 256 × 50,272 × 10 B = 128,696,320) = 209,715,200; non-torch 143,129,785;
+    activation = max(forward 2,048 × (3 × 5,120 + ungated MLP 2 × 20,480) × 2 B = 230,686,720,
+    FlashInfer sampler 256 × 50,272 × 10 B = 128,696,320) = 230,686,720; non-torch 143,129,785;
     CUDA graphs 51 capture sizes ([1, 2, 4] + 8…248 step 8 + 256…512 step 16) × 8,012,999 B =
-    408,662,949 → 761,507,934 B. Budget 38,901,121,024 − 25,707,274,240 − 761,507,934 =
-    12,432,338,850 B = 29.4 % of the device; one block = 40 layers × 16 × 40 heads × 128 × 2 × 2 B
-    = 13,107,200 B → 948 blocks; a 2,048-token request takes 128 blocks → (948 − 1) // 128 = 7
-    requests; 948 / 128 = 7.41x; int(7.40625 × 2,048) = 15,168 tokens.
+    408,662,949 → 782,479,454 B. Budget 38,901,121,024 − 25,707,274,240 − 782,479,454 =
+    12,411,367,330 B = 29.4 % of the device; one block = 40 layers × 16 × 40 heads × 128 × 2 × 2 B
+    = 13,107,200 B → 946 blocks; a 2,048-token request takes 128 blocks → (946 − 1) // 128 = 7
+    requests; 946 / 128 = 7.39x; int(7.390625 × 2,048) = 15,136 tokens.
     """
     r = run("opt-13b", "a100-40gb-sxm", engine=V033, tokens=2048, kv_dtype="fp16", weight_dtype="fp16")
     assert r.weights_bytes == 25_707_274_240
     assert round(r.weights_bytes / 40e9, 2) == 0.64
     assert r.gpu_capacity_bytes == 42_283_827_200 and r.memory_target_bytes == 38_901_121_024
-    assert r.reserve_bytes == 209_715_200 + 143_129_785 + 408_662_949
-    assert r.kv_budget_bytes == 12_432_338_850
+    assert r.reserve_bytes == 230_686_720 + 143_129_785 + 408_662_949
+    assert r.kv_budget_bytes == 12_411_367_330
     assert round(r.kv_budget_bytes / r.gpu_capacity_bytes, 2) == 0.29
-    assert (r.bytes_per_block, r.num_blocks, r.blocks_per_request) == (13_107_200, 948, 128)
+    assert (r.bytes_per_block, r.num_blocks, r.blocks_per_request) == (13_107_200, 946, 128)
     assert r.max_requests == 7
-    assert r.kv_pool_tokens == 15_168
+    assert r.kv_pool_tokens == 15_136
     assert ", ".join(get_engine(r.engine).log_lines(r)) == (
-        "GPU KV cache size: 15,168 tokens, Maximum concurrency for 2,048 tokens per request: 7.41x")
+        "GPU KV cache size: 15,136 tokens, Maximum concurrency for 2,048 tokens per request: 7.39x")
 
 
 def test_dense_block_arithmetic_llama31_8b():
@@ -144,8 +144,8 @@ def test_deepseek_v3_fp8_weights_on_8xh200():
 def test_llama31_8b_bf16_on_one_h100_at_32k():
     """Weights 8,030,261,248 × 2 B; budget ceil(85,027,979,264 (CUDA total, 81,089 MiB) × 0.92) =
     78,225,740,923 − weights − reserve. Reserve (v0.33, H100 defaults max_num_batched_tokens 8,192,
-    max_num_seqs 1,024): activation max(forward 8,192 × (2 × 4,096 + gate/up/act 3 × 14,336) × 2 B
-    = 838,860,800, FlashInfer sampler 1,024 × 128,256 × 10 B = 1,313,341,440) + non-torch
+    max_num_seqs 1,024): activation max(forward 8,192 × (3 × 4,096 + gate/up/act 3 × 14,336) × 2 B
+    = 905,969,664, FlashInfer sampler 1,024 × 128,256 × 10 B = 1,313,341,440) + non-torch
     143,129,785 + CUDA graphs 51 sizes × 8,012,999 = 408,662,949 → 1,865,134,174 B. 4 KiB per token
     per layer... 131,072 B/token → 2,048 blocks of 2,097,152 B per 32K request; 60,300,084,253 //
     2,097,152 = 28,753 blocks → (28,753 − 1) // 2,048 = 14 requests."""
@@ -248,9 +248,9 @@ def test_tensorrt_llm_pool_arithmetic():
     assert (r.num_blocks, r.block_size, r.kv_pool_tokens, r.max_requests) == (2560, 32, 81_920, 2)
     assert r.max_concurrency == 2.5
     default = run("llama-3.1-8b", "h100-sxm", tokens=32768, engine="trtllm")
-    # reserve = the profiling forward of max_num_tokens 8,192: 8,192 × (2 × 4,096 + 3 × 14,336) × 2 B
-    assert default.reserve_bytes == 838_860_800
-    assert default.kv_budget_bytes == int((85_027_979_264 - 16_060_522_496 - 838_860_800) * 0.9)
+    # reserve = the profiling forward of max_num_tokens 8,192: 8,192 × (3 × 4,096 + 3 × 14,336) × 2 B
+    assert default.reserve_bytes == 905_969_664
+    assert default.kv_budget_bytes == int((85_027_979_264 - 16_060_522_496 - 905_969_664) * 0.9)
 
 
 def test_tensorrt_llm_keeps_whole_heads_when_tp_exceeds_kv_heads():

@@ -79,19 +79,19 @@ def test_fit_json_numbers():
     """Llama-2-7B fp16 on an H100 SXM, vLLM v0.33 defaults, 4,096 tokens. Capacity: CUDA's total
     81,089 MiB = 85,027,979,264 B (nvidia-smi's 85,520,809,984 B and the marketed 80 GB beside it);
     target ceil(85,027,979,264 × 0.92) = 78,225,740,923; weights 6,738,415,616 × 2 = 13,476,831,232;
-    reserve: activation max(forward 8,192 × (2 × 4,096 + 3 × 11,008) × 2 B = 675,282,944, sampler
+    reserve: activation max(forward 8,192 × (3 × 4,096 + 3 × 11,008) × 2 B = 742,391,808, sampler
     1,024 × 32,000 × 10 B = 327,680,000) + non-torch 143,129,785 + CUDA graphs 51 × 8,012,999 =
-    408,662,949 → 1,227,075,678 B; budget 63,521,834,013 B; a block = 16 × 524,288 = 8,388,608 B →
-    7,572 blocks; a request 4,096 / 16 = 256 blocks → (7,572 − 1) // 256 = 29 requests,
-    concurrency 7,572 / 256 = 29.578125, "GPU KV cache size" int(29.578125 × 4,096) = 121,152."""
+    408,662,949 → 1,294,184,542 B; budget 63,454,725,149 B; a block = 16 × 524,288 = 8,388,608 B →
+    7,564 blocks; a request 4,096 / 16 = 256 blocks → (7,564 − 1) // 256 = 29 requests,
+    concurrency 7,564 / 256 = 29.546875, "GPU KV cache size" int(29.546875 × 4,096) = 121,024."""
     _, out, _ = run_cli(FIT_033 + ["--json"])
     payload = json.loads(out)
     assert (payload["memory_target_bytes"], payload["weights_bytes"], payload["kv_budget_bytes"]) == (
-        78_225_740_923, 13_476_831_232, 63_521_834_013)
+        78_225_740_923, 13_476_831_232, 63_454_725_149)
     assert (payload["num_blocks"], payload["bytes_per_block"], payload["blocks_per_request"]) == (
-        7_572, 8_388_608, 256)
+        7_564, 8_388_608, 256)
     assert (payload["max_requests"], payload["max_concurrency"], payload["kv_pool_tokens"]) == (
-        29, 29.578125, 121_152)
+        29, 29.546875, 121_024)
     assert payload["fits"] is True and payload["engine_release"] == "vLLM v0.33"
     assert payload["release"] == "0.33"
     cap = payload["capacity"]
@@ -99,9 +99,9 @@ def test_fit_json_numbers():
         85_027_979_264, "cuda_total", "measured", 80_000_000_000, 85_520_809_984)
     reserve = payload["reserve"]
     assert [(t["name"], t["bytes"], t["counted"]) for t in reserve["terms"]] == [
-        ("activation_peak", 675_282_944, True), ("non_torch", 143_129_785, True),
+        ("activation_peak", 742_391_808, True), ("non_torch", 143_129_785, True),
         ("cuda_graphs", 408_662_949, True)]
-    assert reserve["total"] == payload["reserve_bytes"] == 1_227_075_678
+    assert reserve["total"] == payload["reserve_bytes"] == 1_294_184_542
     assert all(t["formula"] and t["source"] for t in reserve["terms"])
 
 
@@ -132,7 +132,7 @@ def test_fit_engine_version_0_20_sorts_in_the_sampler_warm_up():
     """``--engine-version 0.20`` (v0.20.1–v0.20.2): the same target and CUDA-graph term as v0.33
     (0.92, ceil, estimate subtracted from v0.20.0), but the sampler warm-up sorts (FlashInfer is
     opt-in until v0.21.0, ``envs.py`` ``VLLM_USE_FLASHINFER_SAMPLER``): 1,024 × 32,000 × 39 B =
-    1,277,952,000 B > the forward 675,282,944 → reserve 1,277,952,000 + 143,129,785 + 408,662,949 =
+    1,277,952,000 B > the forward 742,391,808 → reserve 1,277,952,000 + 143,129,785 + 408,662,949 =
     1,829,744,734; budget 78,225,740,923 − 13,476,831,232 − 1,829,744,734 = 62,919,164,957 B →
     7,500 blocks of 8,388,608 B, (7,500 − 1) // 256 = 29 requests, int(7,500 / 256 × 4,096) = 120,000
     tokens logged."""

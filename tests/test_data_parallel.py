@@ -24,24 +24,24 @@ def v3(tp: int, dp: int, engine: str = "vllm@0.33", users: int = 64):
 
 
 def test_tp8_replicates_the_latent_dp8_holds_each_ranks_own_requests() -> None:
-    """TP 8: 85,140,071,456 B of weights per GPU, KV 50,515,431,680 B // 1,124,352 = 44,928 blocks →
-    (44,928 − 1) // 2,048 = 21 requests for the whole replica (every GPU keeps the same latents).
-    DP 8 × TP 1: 100,840,687,968 B per GPU (attention whole, experts / 8), KV 34,619,906,094 B →
-    30,790 blocks → 15 requests per rank, 8 × 15 = 120 per replica: 64 users fit."""
+    """TP 8: 85,140,071,456 B of weights per GPU, KV 50,425,778,432 B // 1,124,352 = 44,848 blocks →
+    (44,848 − 1) // 2,048 = 21 requests for the whole replica (every GPU keeps the same latents).
+    DP 8 × TP 1: 100,840,687,968 B per GPU (attention whole, experts / 8), KV 34,502,465,582 B →
+    30,686 blocks → 14 requests per rank, 8 × 14 = 112 per replica: 64 users fit."""
     tp8 = v3(8, 1)
     assert (tp8.weights_bytes, tp8.kv_budget_bytes, tp8.bytes_per_block) == \
-        (85_140_071_456, 50_515_431_680, 1_124_352)
+        (85_140_071_456, 50_425_778_432, 1_124_352)
     assert (tp8.num_blocks, tp8.blocks_per_request, tp8.max_requests, tp8.dp, tp8.fits) == \
-        (44_928, 2048, 21, 1, False)
+        (44_848, 2048, 21, 1, False)
     dp8 = v3(1, 8)
     assert (dp8.weights_bytes, dp8.kv_budget_bytes, dp8.num_blocks) == \
-        (100_840_687_968, 34_619_906_094, 30_790)
+        (100_840_687_968, 34_502_465_582, 30_686)
     assert (dp8.max_requests_per_rank, dp8.max_requests, dp8.replicas, dp8.dp, dp8.fits) == \
-        (15, 120, 1, 8, True)
+        (14, 112, 1, 8, True)
     assert tp8.suggestion == (
-        "at most 21 users or at most 11,216 tokens per request or data-parallel attention on your 8 "
-        "GPUs: --data-parallel-size 8 --tensor-parallel-size 1 --enable-expert-parallel (15 per rank, "
-        "120 per replica) or 16 GPUs with TP=8, PP=2")
+        "at most 21 users or at most 11,200 tokens per request or data-parallel attention on your 8 "
+        "GPUs: --data-parallel-size 8 --tensor-parallel-size 1 --enable-expert-parallel (14 per rank, "
+        "112 per replica) or 16 GPUs with TP=8, PP=2")
 
 
 @pytest.mark.parametrize(("tp", "dp"), [(1, 8), (2, 4)])
@@ -86,7 +86,7 @@ def test_gpu_count_must_be_a_multiple_of_dp_tp_pp() -> None:
 
 def test_design_comparison_puts_tp_replicated_and_dp_attention_side_by_side() -> None:
     """DeepSeek-V3 on TP 8: the MLA rows — TP-replicated latent 21 requests, DP attention (8 ranks of
-    TP 1, the same GPUs) 120 — with the same 70,272 B per token (61 × 1,152)."""
+    TP 1, the same GPUs) 112 — with the same 70,272 B per token (61 × 1,152)."""
     from kvplan.designs import design_table
 
     plan = make_plan(load_model("deepseek-v3"), get_gpu("h200"),
@@ -94,7 +94,7 @@ def test_design_comparison_puts_tp_replicated_and_dp_attention_side_by_side() ->
     table = design_table(plan).set_index("design")
     assert table.loc["mla", ["kv_bytes_per_token", "max_requests", "fits"]].tolist() == [70_272, 21, False]
     assert table.loc["mla_dp", ["kv_bytes_per_token", "kv_budget_bytes", "max_requests", "fits"]].tolist() \
-        == [70_272, 34_619_906_094, 120, True]
+        == [70_272, 34_502_465_582, 112, True]
     hf = make_plan(load_model("deepseek-v3"), get_gpu("h200"), FitQuery(tokens=32768, engine="hf", tp=8,
                                                                          num_gpus=8))
     assert "mla_dp" not in set(design_table(hf)["design"])  # transformers has no DP attention

@@ -57,9 +57,10 @@ def test_capture_sizes_per_release_rule():
 
 def test_forward_peak_picks_the_widest_intermediate():
     """Llama-3.1-8B, 8,192 tokens, TP 1: MLP 3 × 14,336 = 43,008 beats attention 32 × 128 + 8 × 256 +
-    32 × 128 = 10,240 → 8,192 × (8,192 + 43,008) × 2 B. TP 2 halves heads and MLP: 21,504."""
-    assert forward_peak(LLAMA8, 8192, 1, "bf16")[0] == 8192 * (8192 + 43_008) * 2 == 838_860_800
-    assert forward_peak(LLAMA8, 8192, 2, "bf16")[0] == 8192 * (8192 + 21_504) * 2
+    32 × 128 = 10,240 → 8,192 × (3 × 4,096 + 43,008) × 2 B (residual, the normed input the layer
+    holds, the block's output). TP 2 halves heads and MLP: 21,504; the hidden-size tensors stay whole."""
+    assert forward_peak(LLAMA8, 8192, 1, "bf16")[0] == 8192 * (12_288 + 43_008) * 2 == 905_969_664
+    assert forward_peak(LLAMA8, 8192, 2, "bf16")[0] == 8192 * (12_288 + 21_504) * 2
 
 
 def test_vllm_terms_per_release():
@@ -79,23 +80,23 @@ def test_vllm_terms_per_release():
 
 def test_v0_profiles_max_model_len_tokens_and_256_sequences():
     """V0 (0.6): max_num_batched_tokens = max(max_model_len, 2,048) = 16,000 at 16K (no chunked
-    prefill up to 32K): forward 16,000 × 51,200 × 2 = 1,638,400,000 beats the sort sampler 256 ×
+    prefill up to 32K): forward 16,000 × 55,296 × 2 = 1,769,472,000 beats the sort sampler 256 ×
     128,256 × 39 = 1,280,507,904."""
     eng = get_engine("vllm@0.6")
     settings = eng.resolve_settings(eng.own_settings(EngineSettings()), 16_000, H100, LLAMA8)
     assert (settings.max_num_batched_tokens, settings.max_num_seqs) == (16_000, 256)
     terms = {t.name: t.bytes for t in eng.runtime_reserve(LLAMA8, H100, settings, 16_000).terms}
-    assert terms["activation_peak"] == 1_638_400_000
+    assert terms["activation_peak"] == 1_769_472_000
     long = eng.resolve_settings(eng.own_settings(EngineSettings()), 65_536, H100, LLAMA8)
     assert long.max_num_batched_tokens == 2048  # chunked prefill on beyond 32K
 
 
 def test_enforce_eager_max_num_seqs_and_sampler_switch():
-    """enforce_eager: no graphs. max_num_seqs 8: sampler 8 rows, so the forward (838,860,800 B)
+    """enforce_eager: no graphs. max_num_seqs 8: sampler 8 rows, so the forward (905,969,664 B)
     is the peak, graphs [1, 2, 4, 8, 16] = 5 sizes. --flashinfer-sampler 0 on v0.33: the sort."""
     assert _terms("vllm@0.33", enforce_eager=True)["cuda_graphs"] == (0, True)
     few = _terms("vllm@0.33", max_num_seqs=8)
-    assert few["activation_peak"] == (838_860_800, True)
+    assert few["activation_peak"] == (905_969_664, True)
     assert few["cuda_graphs"] == (5 * 8_012_999, True)
     assert _terms("vllm@0.33", flashinfer_sampler=False)["activation_peak"][0] == 5_122_031_616
 
@@ -110,18 +111,23 @@ def test_tp_adds_the_nccl_step_and_graph_buffers():
 
 def test_sglang_shows_reserved_mem_terms_and_subtracts_only_what_was_held_before_loading():
     """H100 (79.19 GiB CUDA): chunked_prefill 8,192 → 8,192 × 1.5 = 12,288 MiB; 512 + 12,288 + 128 +
-    256 × 2 = 13,440 MiB ≥ the 10 GiB floor; none counted (they set mem_fraction_static)."""
+    256 × 2 = 13,440 MiB ≥ the 10 GiB floor; none counted (they set mem_fraction_static). Held
+    before loading on an NVIDIA part: 0.509 GiB (``SGLANG_HELD_BEFORE_LOAD``, fitted on sglang_logs
+    01, 02), 0 on a custom accelerator."""
     terms = _terms("sglang")
     assert terms["reserved_mem.chunked_prefill"] == (12_288 * MIB, False)
     assert sum(b for name, (b, _) in terms.items() if name.startswith("reserved_mem")) == 13_440 * MIB
     assert "reserved_mem.floor" not in terms
-    assert terms["held_before_load"] == (0, True)
+    assert terms["held_before_load"] == (546_534_588, True) == (round(0.509 * GIB), True)
+    custom = memory_budget(make_plan(LLAMA8, custom_gpu(80.0), FitQuery(engine="sglang", tokens=4096)))
+    assert custom.reserve_detail is not None
+    assert [t.bytes for t in custom.reserve_detail.terms if t.name == "held_before_load"] == [0]
     explicit = _terms("sglang", gpu_util=0.8)
     assert list(explicit) == ["held_before_load"]
 
 
 def test_trtllm_reserve_is_the_profiling_forward():
-    assert _terms("trtllm@main") == {"activation_peak": (838_860_800, True)}
+    assert _terms("trtllm@main") == {"activation_peak": (905_969_664, True)}
 
 
 def test_overrides_replace_a_term_or_the_total():

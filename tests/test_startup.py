@@ -105,16 +105,16 @@ def test_each_release_as_its_code_does_it(release: str, blocks: int, starts: boo
 
 
 def test_a_dense_model_is_capped_by_max_num_seqs_but_has_no_state_blocks() -> None:
-    """Llama-3.1-8B on one H100 at 1,024 tokens, ``--max-num-seqs 256``: 60,774,564,893 B // (32
-    layers × 16 tokens × 4,096 B = 2,097,152 B) = 28,979 blocks hold (28,979 − 1) // 64 = 452
+    """Llama-3.1-8B on one H100 at 1,024 tokens, ``--max-num-seqs 256``: 60,707,456,029 B // (32
+    layers × 16 tokens × 4,096 B = 2,097,152 B) = 28,947 blocks hold (28,947 − 1) // 64 = 452
     requests; vLLM runs at most 256 and the rest wait. Capture sizes ``[1, 2, 4] + 8…248 step 8 +
     256…512 step 16`` (``_set_cudagraph_sizes``, top min(2 × 256, 512)) = 3 + 31 + 17 = 51."""
     arch = load_model("llama-3.1-8b")
     plan = make_plan(arch, get_gpu(H100), FitQuery(tokens=1024, users=300, engine="vllm@0.33",
                                                    max_num_seqs=256))
     r = fit(plan)
-    assert (r.kv_budget_bytes, r.bytes_per_block) == (60_774_564_893, 2_097_152)
-    assert (r.num_blocks, r.state_blocks, r.starts) == (28_979, None, True)
+    assert (r.kv_budget_bytes, r.bytes_per_block) == (60_707_456_029, 2_097_152)
+    assert (r.num_blocks, r.state_blocks, r.starts) == (28_947, None, True)
     assert (r.max_requests_kv, r.max_requests, r.max_num_seqs) == (452, 256, 256)
     assert not r.fits
     assert r.reason == ("300 requests exceed the engine's request cap max_num_seqs 256 (set): it runs "
@@ -124,28 +124,29 @@ def test_a_dense_model_is_capped_by_max_num_seqs_but_has_no_state_blocks() -> No
 
 
 def test_sglang_mamba_pool_clamps_max_running_requests() -> None:
-    """SGLang 0.5.23, same model and GPUs: KV budget 30,102,814,134 B; per-request state 19,316,736 B
-    (ssm fp32); ``max_mamba_cache_size = int((30,102,814,134 × 0.9 / 1.9 − 19,316,736) //
-    19,316,736) = 737``; KV gets 30,102,814,134 − 738 × 19,316,736 = 15,847,062,966 B → // 12,288 B
-    per token = 1,289,637 tokens. ``max_running_requests``: min(clamp(int(1,289,637 / 32,768 × 512)
-    = 20,150, 2,048, 4,096), 644,818) = 4,096, capped to 737 // 5 = 147 (a warning); the KV pool
-    holds 1,289,637 // 32,768 = 39."""
+    """SGLang 0.5.23, same model and GPUs: KV budget 29,653,016,168 B (the NVIDIA memory held before
+    loading, ``SGLANG_HELD_BEFORE_LOAD``, out first); per-request state 19,316,736 B (ssm fp32);
+    ``max_mamba_cache_size = int((29,653,016,168 × 0.9 / 1.9 − 19,316,736) // 19,316,736) = 726``;
+    KV gets 29,653,016,168 − 727 × 19,316,736 = 15,609,749,096 B → // 12,288 B per token =
+    1,270,324 tokens. ``max_running_requests``: min(clamp(int(1,270,324 / 32,768 × 512) = 19,848,
+    2,048, 4,096), 635,162) = 4,096, capped to 726 // 5 = 145 (a warning); the KV pool holds
+    1,270,324 // 32,768 = 38."""
     r = qwen3_next("sglang")
-    assert (r.kv_budget_bytes, r.kv_pool_tokens, r.state_blocks) == (30_102_814_134, 1_289_637, 737)
-    assert (r.max_num_seqs, r.starts, r.start_action) == (147, True, "clamps")
-    assert (r.max_requests_kv, r.max_requests) == (39, 39)
-    assert r.start_reason == ("SGLang 0.5.23 starts but clamps max_running_requests from 4,096 to 147: "
-                              "737 Mamba state slots // 5 slots per request (kv_cache_configurator.py "
+    assert (r.kv_budget_bytes, r.kv_pool_tokens, r.state_blocks) == (29_653_016_168, 1_270_324, 726)
+    assert (r.max_num_seqs, r.starts, r.start_action) == (145, True, "clamps")
+    assert (r.max_requests_kv, r.max_requests) == (38, 38)
+    assert r.start_reason == ("SGLang 0.5.23 starts but clamps max_running_requests from 4,096 to 145: "
+                              "726 Mamba state slots // 5 slots per request (kv_cache_configurator.py "
                               "resolve_max_num_reqs, a warning)")
 
 
 def test_sglang_max_mamba_cache_size_sets_the_slots() -> None:
-    """``--max-mamba-cache-size 50``: 50 slots (``_handle_max_mamba_cache``), KV 30,102,814,134 −
-    51 × 19,316,736 = 29,117,660,598 B → 2,369,601 tokens (72 requests of 32,768); the slots allow
+    """``--max-mamba-cache-size 50``: 50 slots (``_handle_max_mamba_cache``), KV 29,653,016,168 −
+    51 × 19,316,736 = 28,667,862,632 B → 2,332,996 tokens (71 requests of 32,768); the slots allow
     50 // 5 = 10 running (the pool itself counts them, ``SGLangPool.max_requests``)."""
     r = qwen3_next("sglang", max_mamba_cache_size=50)
     assert (r.state_blocks, r.kv_pool_tokens, r.max_num_seqs, r.max_requests_kv, r.max_requests) == \
-        (50, 2_369_601, 10, 10, 10)
+        (50, 2_332_996, 10, 10, 10)
 
 
 def test_fit_json_carries_the_start_up_fields(tmp_path: object) -> None:

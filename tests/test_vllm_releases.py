@@ -191,7 +191,7 @@ def test_sampler_warm_up_sorts_until_v021():
     128,256. v0.21.0+ (``envs.py`` ``VLLM_USE_FLASHINFER_SAMPLER`` defaults to True;
     ``TopKTopPSampler.__init__``): FlashInfer, 10 B per element = 1,313,341,440 B. v0.20.0–v0.20.2
     (default None → ``forward_native``): the sort, 39 B = 5,122,031,616 B. Both beat the forward
-    (8,192 × (8,192 + 43,008) × 2 = 838,860,800 B). The CUDA-graph estimate is subtracted from
+    (8,192 × (12,288 + 43,008) × 2 = 905,969,664 B). The CUDA-graph estimate is subtracted from
     v0.20.0 (``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`` default "1"), not in v0.19."""
     rows_vocab = 1024 * 128_256
     for engine in ("vllm@0.25", "vllm@0.24"):

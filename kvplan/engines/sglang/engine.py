@@ -90,6 +90,27 @@ def sglang_reserved_mem(capacity_bytes: int, tp: int, pp: int) -> list[tuple[str
     return terms
 
 
+#: What an SGLang process holds before its weights load (CUDA context, torch.distributed / NCCL
+#: init), per vendor: CUDA's total minus the smallest rank's "Load weight begin. avail mem"
+#: (``tests/fixtures/sglang_logs``). NVIDIA: the mean of log 01 (L4, TP 4, 0.4.3: 22.05 − 21.63 =
+#: 0.42 GiB) and log 02 (H100, TP 1: 79.19 − (63.48 + 15.11) = 0.60 GiB), 0.51 GiB; AMD: logs 04/05
+#: (MI355X, TP 8, ROCm 0.5.8: 287.98 − 283.53 = 4.45 GiB). Fitted on those logs only; no other
+#: public log with a named GPU prints the line, so it is not yet checked on others.
+SGLANG_HELD_BEFORE_LOAD: dict[str, int] = {"NVIDIA": round(0.509 * (1 << 30)),
+                                           "AMD": round(4.45 * (1 << 30))}
+
+
+def sglang_held_before_load(gpu: GPU) -> tuple[int, str]:
+    """The memory held before loading for this GPU's vendor (``SGLANG_HELD_BEFORE_LOAD``, fitted);
+    0 for a custom accelerator or another vendor (no log to fit on)."""
+    held = 0 if gpu.custom else SGLANG_HELD_BEFORE_LOAD.get(gpu.vendor, 0)
+    if not held:
+        return 0, ("0 B (CUDA context and buffers allocated before the weights: no public SGLang "
+                   "log of this accelerator's vendor to fit on — override it)")
+    return held, (f"{held:,} B ({gpu.vendor}: CUDA total − the 'Load weight begin' free memory of "
+                  "the public logs; fitted on sglang_logs 01, 02 (NVIDIA) / 04, 05 (AMD))")
+
+
 def sglang_mem_fraction_static(capacity_bytes: int, tp: int, pp: int, is_mla: bool) -> float:
     """SGLang's default ``mem_fraction_static`` (``arg_groups/memory_hook.py``):
     ``round((mem − reserved_mem) / mem, 3)`` with ``reserved_mem`` of ``sglang_reserved_mem``."""
@@ -238,10 +259,12 @@ class SGLang(Engine):
                     f"reserved_mem.{name}", int(mib * MIB), f"{how} = {int(mib * MIB):,} B",
                     f"{self.release}: arg_groups/memory_hook.py (mem_fraction_static default)",
                     counted=False))
+        held, how = sglang_held_before_load(gpu)
         terms.append(ReserveTerm(
-            "held_before_load", 0, "0 B (CUDA context and buffers allocated before the weights; "
-            "unknown without a GPU — override it)",
-            f"{self.release}: mem_cache/kv_cache_configurator.py _profile_available_bytes", basis="flat"))
+            "held_before_load", held, how,
+            f"{self.release}: mem_cache/kv_cache_configurator.py _profile_available_bytes "
+            "(pre_model_load_memory: free memory after the CUDA context and torch.distributed / NCCL "
+            "init, before 'Load weight begin')", basis="fit"))
         return Reserve(tuple(terms))
 
     def mem_fraction_static(self, capacity: int, settings: EngineSettings) -> float:

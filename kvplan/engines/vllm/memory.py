@@ -9,12 +9,14 @@ besides the weights:
 
 * **activation peak** — ``profile_run`` (``v1/worker/gpu_model_runner.py``) runs
   ``_dummy_run(max_num_batched_tokens)`` and then ``_dummy_sampler_run`` on
-  ``min(max_num_batched_tokens, max_num_seqs)`` rows of logits. The forward's peak is the residual
-  stream (``hidden_states`` + ``residual``) plus the widest per-layer intermediate (QKV + attention
-  output, the MLP's gate+up + activation, or fused MoE's ``intermediate_cache1/2/3`` + router
-  logits) over every token; the sampler's is ``rows × vocab × bytes per element`` of the sampler
-  path the release takes (``v1/sample/sampler.py`` ``Sampler.forward``: model-dtype logits, an fp32
-  copy, then ``v1/sample/ops/topk_topp_sampler.py``). The term is the larger of the two.
+  ``min(max_num_batched_tokens, max_num_seqs)`` rows of logits. The forward's peak is three
+  hidden-size tensors (the ``residual``, the normed ``hidden_states`` the decoder layer still holds
+  while its MLP or attention runs, and that block's output) plus the widest per-layer intermediate
+  (QKV + attention output, the MLP's gate+up + activation, or fused MoE's
+  ``intermediate_cache1/2/3`` + router logits) over every token; the sampler's is ``rows × vocab ×
+  bytes per element`` of the sampler path the release takes (``v1/sample/sampler.py``
+  ``Sampler.forward``: model-dtype logits, an fp32 copy, then
+  ``v1/sample/ops/topk_topp_sampler.py``). The term is the larger of the two.
 * **non-torch memory** — cuBLAS/NCCL/custom all-reduce buffers allocated outside PyTorch's
   allocator during profiling; an empirical rule (below).
 * **CUDA graphs** — ``capture_model`` / ``profile_cudagraph_memory``: one graph per capture size
@@ -35,6 +37,11 @@ checks these constants):
 * ``NON_TORCH_BASE`` (+ ``NON_TORCH_TP`` when tp > 1) — logs 27, 29, 30 (TP 1: 0.13, 0.14, 0.13
   GiB) and 28 (TP 2: 0.55 GiB). A step, not a slope: the V0 TP 4 run (19) prints 0.34–0.43 GiB,
   so the NCCL / custom all-reduce buffers do not grow with the rank count.
+* ``NON_TORCH_V0`` — the V0 engine's profile (``worker/worker.py`` ``determine_num_available_blocks``,
+  whose baseline is taken after ``init_device``): V0 logs 07 and 08 (Llama-3.1-8B on an RTX 3090,
+  TP 1: "non-torch memory 0.35GiB"), with no TP step — the V0 TP 4 run (19, A100 40GB) prints
+  0.34–0.43 GiB. Logs 09 (1.79 GiB, 80 GB-class card) and 18 (0.04 GiB, WSL) are not in the fit
+  and stay outside it (``tests/test_end_to_end_report.py``).
 * ``GRAPH_BYTES_PER_SIZE`` (+ ``GRAPH_BYTES_PER_SIZE_TP`` when tp > 1) per capture size — logs 01,
   02 (TP 1: "Graph capturing finished … took 0.50 GiB", 67 sizes) and 03, 04 (TP 2: 0.65 GiB);
   the multi-node runs (05, 06) are not in the fit (they take 1.5–2× more).
@@ -55,6 +62,7 @@ if TYPE_CHECKING:
 SAMPLER_SORT_BYTES = 39.0
 NON_TORCH_BASE = round(0.1333 * GIB)
 NON_TORCH_TP = round(0.4167 * GIB)
+NON_TORCH_V0 = round(0.35 * GIB)
 GRAPH_BYTES_PER_SIZE = round(0.5 / 67 * GIB)
 GRAPH_BYTES_PER_SIZE_TP = round(0.15 / 67 * GIB)
 #: FlashInfer path (``forward_cuda`` → ``flashinfer_sample``): model-dtype logits (2 B), the fp32
@@ -66,13 +74,20 @@ CaptureRule = Literal["stride8", "stride16", "none"]
 
 
 def forward_peak(arch: ModelArch, tokens: int, tp: int, dtype: str) -> tuple[int, str]:
-    """Peak of one dummy forward of ``tokens`` tokens on one rank: ``tokens × (2 × hidden + the
-    widest layer intermediate) × dtype bytes`` (``gpu_model_runner.py`` ``_dummy_run``; the
-    intermediates of ``model_executor/layers/linear.py`` QKV/MergedColumnParallelLinear outputs and
-    ``fused_moe`` ``intermediate_cache1`` (2 × I), ``cache2`` (I), ``cache3`` (hidden) per routed
-    token plus fp32 router logits)."""
+    """Peak of one dummy forward of ``tokens`` tokens on one rank: ``tokens × (3 × hidden + the
+    widest layer intermediate) × dtype bytes`` (``gpu_model_runner.py`` ``_dummy_run``, V0
+    ``model_runner.py`` ``profile_run``). At the MLP's ``down_proj`` (e.g.
+    ``models/llama.py`` ``LlamaMLP.forward``) the live tensors are the ``residual``, the normed
+    ``hidden_states`` the decoder layer passed in (still referenced by its frame), ``gate_up`` (2 × I,
+    still bound), the activation (I) and the output (hidden): 3 × hidden + 3 × I; attention likewise
+    holds QKV + its output beside the three hidden-size tensors. The intermediates are
+    ``model_executor/layers/linear.py`` QKV/MergedColumnParallelLinear outputs and ``fused_moe``
+    ``intermediate_cache1`` (2 × I), ``cache2`` (I), ``cache3`` (hidden) per routed token plus fp32
+    router logits. Checked on the V0 logs 07 and 08 (Llama-3.1-8B, 29,000 / 20,000 profiled tokens:
+    the peak their printed total, utilization, weights, non-torch and KV memory leave is 2.99 / 2.07
+    GiB; 3 × hidden gives 2.99 / 2.06, 2 × hidden 2.77 / 1.91)."""
     size = get_dtype(dtype).bits // 8
-    resid = 2 * arch.hidden_size
+    resid = 3 * arch.hidden_size
     q_heads = max(arch.n_heads // tp, 1)
     widest: dict[str, int] = {}
     for layer in arch.distinct_layers():
@@ -96,7 +111,7 @@ def forward_peak(arch: ModelArch, tokens: int, tp: int, dtype: str) -> tuple[int
         widest["moe"] = routed + shared + moe.n_experts * 4 // size
     part, per = max(widest.items(), key=lambda kv: kv[1]) if widest else ("none", 0)
     value = tokens * (resid + per) * size
-    return value, (f"{tokens:,} tokens × (2 × hidden {arch.hidden_size:,} + {part} {per:,}) × "
+    return value, (f"{tokens:,} tokens × (3 × hidden {arch.hidden_size:,} + {part} {per:,}) × "
                    f"{size} B = {value:,} B")
 
 
@@ -146,10 +161,14 @@ def vllm_reserve_terms(arch: ModelArch, settings: EngineSettings, model_dtype: s
     multi = tp > 1
     profiler = ("vllm/utils.py" if v0 else
                 "vllm/utils/mem_utils.py (from v0.11.2; vllm/utils/__init__.py in v0.11.0 and before)")
-    nt = NON_TORCH_BASE + NON_TORCH_TP * multi
+    if v0:
+        nt = NON_TORCH_V0
+        nt_how = f"{NON_TORCH_V0:,} B whatever the TP (V0; fitted on logs 07–08)"
+    else:
+        nt = NON_TORCH_BASE + NON_TORCH_TP * multi
+        nt_how = f"{NON_TORCH_BASE:,} + {NON_TORCH_TP:,} × [tp {tp} > 1] = {nt:,} B (fitted on logs 27–30)"
     terms.append(ReserveTerm(
-        "non_torch", nt,
-        f"{NON_TORCH_BASE:,} + {NON_TORCH_TP:,} × [tp {tp} > 1] = {nt:,} B (fitted on logs 27–30)",
+        "non_torch", nt, nt_how,
         f"{release}: {profiler} memory_profiling: non_torch_increase (cuBLAS, NCCL / custom "
         "all-reduce buffers)",
         basis="fit"))
@@ -173,5 +192,5 @@ def vllm_reserve_terms(arch: ModelArch, settings: EngineSettings, model_dtype: s
 
 
 __all__ = ["GRAPH_BYTES_PER_SIZE", "GRAPH_BYTES_PER_SIZE_TP", "NON_TORCH_BASE", "NON_TORCH_TP",
-           "SAMPLER_FLASHINFER_BYTES", "SAMPLER_SORT_BYTES", "capture_sizes", "forward_peak",
+           "NON_TORCH_V0", "SAMPLER_FLASHINFER_BYTES", "SAMPLER_SORT_BYTES", "capture_sizes", "forward_peak",
            "sampler_peak", "vllm_reserve_terms"]
