@@ -116,6 +116,9 @@ CASES: dict[str, tuple[str, int, str, str | None, str]] = {
            "MiniMax-M2 with the MiniMax-M2.5 preset's architecture (MiniMax's guide: one deployment for "
            "M2, M2.1, M2.5), native block-FP8, per rank at TP 4 (256 experts split 4 ways, vocab split): "
            "53.6253 GiB vs 53.75 (−0.23 %: the log's 2 decimals, FLASHINFER_CUTLASS layout)"),
+    "46": ("MiniMaxAI/MiniMax-M2.5", 4, "vllm@0.13", "h100-sxm",
+           "as 45 on v0.11.2 (Triton FP8 MoE backend): 53.6253 GiB vs 53.7529 (−0.24 %: buffers the "
+           "parameters do not count — rotary cache, MoE block-scale padding —, not broken down)"),
 }
 
 #: Logs that print the weights but whose checkpoint format could not be read (no config.json with
