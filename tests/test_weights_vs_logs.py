@@ -119,6 +119,9 @@ CASES: dict[str, tuple[str, int, str, str | None, str]] = {
     "46": ("MiniMaxAI/MiniMax-M2.5", 4, "vllm@0.13", "h100-sxm",
            "as 45 on v0.11.2 (Triton FP8 MoE backend): 53.6253 GiB vs 53.7529 (−0.24 %: buffers the "
            "parameters do not count — rotary cache, MoE block-scale padding —, not broken down)"),
+    "47": ("gpt-oss-120b", 1, "vllm@0.19", "h100-sxm",
+           _TRITON + " — release not stated (llm-d's summary row, as 27): 64.3025 GiB vs 64.38, the "
+           "same as log 11 (v0.14.1)"),
 }
 
 #: Logs that print the weights but whose checkpoint format could not be read (no config.json with
