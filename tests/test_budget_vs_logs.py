@@ -99,6 +99,24 @@ CASES: dict[str, Case] = {
     "40": Case("llama-3.1-8b", "h200", "vllm@0.13",
                "v0.11.2 (banner) → the v0.11.1–v0.13 class; the H200 from the repository's README; "
                "Meta-Llama-3-8B has llama-3.1-8b's shapes: 868,016 tokens vs 868,080 (−0.01 %)"),
+    "45": Case("MiniMaxAI/MiniMax-M2.5", "h100-sxm", "vllm@0.17",
+               "v0.16.0rc2.dev305 (banner) → the v0.14–v0.17 class; MiniMax-M2 with the M2.5 preset's "
+               "architecture; the H100 SXM inferred from the repository's CAPACITY_MODEL.md (fixture)"),
+    "46": Case("MiniMaxAI/MiniMax-M2.5", "h100-sxm", "vllm@0.13",
+               "v0.11.2 (banner) → the v0.11.1–v0.13 class; the same service as 45 with the Triton FP8 "
+               "MoE backend; the H100 SXM from the fused-MoE file name the log prints: 344,832 tokens "
+               "vs 338,272 (+1.9 %)"),
+}
+
+#: Compared V1 logs more than 5 % off, each with kvplan's number and what the log leaves unexplained
+#: (``test_known_misses_stay_as_pinned``: a fix that brings one within 5 % must remove it here).
+KNOWN_MISS: dict[str, str] = {
+    "45": "MiniMax-M2 FP8 at TP 4 on H100 (v0.16 dev): 344,832 tokens vs 300,880 (×1.146). The log "
+          "leaves 0.95 × 79.19 − 53.75 − 17.79 = 3.69 GiB for the reserve per rank; kvplan's is 1.28 GiB "
+          "(activation 0.66, non-torch 0.55, graphs 0.07). The run uses the FLASHINFER_CUTLASS FP8 MoE "
+          "backend and FlashInfer's all-reduce fusion (its lamport / SymmDeviceMemory workspaces are "
+          "allocated after loading, before the profile); neither workspace is modelled, and the log "
+          "prints no split of the reserve to attribute the 2.4 GiB",
 }
 
 #: V1 logs whose start-up failed before a KV cache was sized: no "GPU KV cache size" line, the
@@ -151,6 +169,14 @@ NOT_COMPARED: dict[str, str] = {
     "42": "Qwen3-14B at TP 4 on four PCIe GPUs (v0.9.2): the GPU is not stated",
     "43": "Qwen3-30B-A3B AWQ (compressed-tensors) on an RTX 3090 (v0.10.0): kvplan has no RTX 3090 "
           "preset, and the checkpoint's quantization scheme was not retrieved",
+    "44": "Qwen3-30B-A3B-FP8 on an NVIDIA GB10 (v0.13.0, NVIDIA's 26.01 build): no catalogue "
+          "accelerator, and the log prints no CUDA total (the GB10's memory is the CPU's, shared), so "
+          "the capacity the budget starts from is unknown; its weights are compared "
+          "(test_weights_vs_logs.py: −0.03 %)",
+    "47": "gpt-oss-120b on one H100 (llm-d's summary row): the row's numbers contradict its own Util "
+          "0.9 — 0.9 × 79.18 − 64.38 − 7.38 − 0.13 = −0.63 GiB, where 0.95 gives the logged 3.33 "
+          "GiB — so the setting the run used is not established (kvplan at the stated 0.9: −0.65 "
+          "GiB, no room); its weights are compared (test_weights_vs_logs.py: −0.12 %)",
 }
 
 
@@ -202,14 +228,26 @@ def test_every_v1_log_is_compared_or_explained():
     assert v1 == set(CASES) | set(NOT_COMPARED)
     assert not set(CASES) & set(NOT_COMPARED)
     assert set(FAILED_START_UP) <= set(CASES)
-    assert len(set(CASES) - set(FAILED_START_UP)) == 19
+    assert set(KNOWN_MISS) <= set(CASES) and not set(KNOWN_MISS) & set(FAILED_START_UP)
+    assert len(set(CASES) - set(FAILED_START_UP)) == 21
 
 
-@pytest.mark.parametrize("log_id", sorted(set(CASES) - set(FAILED_START_UP)))
+@pytest.mark.parametrize("log_id", sorted(set(CASES) - set(FAILED_START_UP) - set(KNOWN_MISS)))
 def test_end_to_end_within_five_percent(log_id: str):
     predicted, logged, unit = _predicted_and_logged(log_id)
     assert abs(predicted - logged) <= TOLERANCE * abs(logged), \
         f"{log_id}: {predicted:.2f} vs logged {logged:.2f} {unit}"
+
+
+#: Known misses: id → (kvplan's value, the log's) as ``_predicted_and_logged`` gives them.
+KNOWN_MISS_VALUES: dict[str, tuple[float, float]] = {"45": (344_832, 300_880)}
+
+
+@pytest.mark.parametrize("log_id", sorted(KNOWN_MISS))
+def test_known_misses_stay_as_pinned(log_id: str):
+    predicted, logged, _unit = _predicted_and_logged(log_id)
+    assert (predicted, logged) == KNOWN_MISS_VALUES[log_id]
+    assert abs(predicted - logged) > TOLERANCE * abs(logged), f"{log_id} now within 5 %: remove it"
 
 
 @pytest.mark.parametrize("log_id", sorted(FAILED_START_UP))

@@ -88,23 +88,25 @@ def expected(field: str, value: object) -> float | int:
 
 
 def test_the_set_is_as_large_and_as_broad_as_issue_13_and_14_ask():
-    """≥ 43 logs, ≥ 4 vLLM releases, ≥ 4 GPU types, TP 1 to 8, ≥ 12 weight logs of real checkpoints
+    """≥ 47 logs, ≥ 4 vLLM releases, ≥ 4 GPU types, TP 1 to 8, ≥ 12 weight logs of real checkpoints
     (MXFP4, FP8, NVFP4, GPTQ, AWQ, multimodal)."""
     docs = [load(p) for p in FIXTURES]
-    assert len(docs) == 43
-    assert [d["id"] for d in docs] == [f"{i:02d}" for i in range(1, 44)]
+    assert len(docs) == 47
+    assert [d["id"] for d in docs] == [f"{i:02d}" for i in range(1, 48)]
     versions = {d["vllm_version"] for d in docs} - {None}
     assert versions == {"0.8.3", "0.9.0.1", "0.9.2", "0.10.0", "0.10.1.dev680+g79899b63f.d20250817",
                         "0.10.1.1", "0.11.0", "0.11.2", "0.15.0rc2.dev46+gc4e744dbd",
                         "0.14.0rc1.dev227+gb53b89fdb", "0.14.1", "0.19.0", "0.20.1rc1.dev16+g7a1eb8ac2",
-                        "0.24.0", "0.28.1rc1.dev563+gdc919e3f5"}
+                        "0.24.0", "0.28.1rc1.dev563+gdc919e3f5",
+                        "0.13.0+faa43dbf.nv26.01", "0.16.0rc2.dev305+g23210a911"}
     assert {d["engine"] for d in docs} == {"V0", "V1"}
     assert {d["settings"]["tensor_parallel_size"] for d in docs} >= {1, 2, 4, 8}
     gpus = {d["gpu"] for d in docs}
     assert {"NVIDIA A100 80GB", "NVIDIA A100 40GB", "H100", "RTX 3090", "AMD Radeon R9700 (gfx1201)",
-            "RTX 5090", "NVIDIA GeForce RTX 4090", "RTX A6000", "H100 (79.18 GiB total memory)", "L4"} <= gpus
+            "RTX 5090", "NVIDIA GeForce RTX 4090", "RTX A6000", "H100 (79.18 GiB total memory)", "L4",
+            "NVIDIA GB10"} <= gpus
     weights = [d for d in docs if "model_loading_gib" in d["logged"] or "model_weights_gib" in d["logged"]]
-    assert len(weights) == 37
+    assert len(weights) == 41
     formats = " ".join(d["checkpoint_format"] for d in weights)
     for kind in ("mxfp4", "fp8", "nvfp4", "gptq", "awq", "vision tower"):
         assert kind in formats, kind
@@ -172,7 +174,7 @@ def test_the_parser_reads_the_logged_numbers_or_the_gap_is_named(path: Path):
 
 
 def test_parser_gaps_across_the_set():
-    """The gaps the set exposes, by fixture: only the llm-d summaries (27–36), which are prose or
+    """The gaps the set exposes, by fixture: only the llm-d summaries (27–36, 47), which are prose or
     a summary table's rows, not log lines. (The V0 formats — kv_cache_size=,
     available_kv_cache_memory, "the rest of the memory reserved for KV Cache", "# CUDA blocks", a
     '#'-less "GPU blocks" — and a negative budget were gaps until calibrate read every release's
@@ -190,6 +192,7 @@ def test_parser_gaps_across_the_set():
         "35": ["model_loading_gib"],
         "36": ["available_kv_cache_memory_gib", "gpu_kv_cache_size_tokens", "max_concurrency",
                "num_gpu_blocks", "tokens_per_request"],
+        "47": ["available_kv_cache_memory_gib", "model_loading_gib"],
     }
     logged = set().union(*(load(p)["logged"] for p in FIXTURES))
     assert logged & NOT_PARSED == {"model_loading_seconds", "model_weights_gib",

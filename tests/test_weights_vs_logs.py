@@ -108,6 +108,20 @@ CASES: dict[str, tuple[str, int, str, str | None, str]] = {
            "symmetric, group 128: packed int32 weights, a bf16 scale per 128 inputs and the int64 "
            "weight_shape pair per module, no zero points), bf16 embeddings, norms and lm_head; the "
            "scheme written from llm-compressor's recipe (configs/*.source): 5.3091 GiB vs 5.32 (−0.21 %)"),
+    "44": ("Qwen/Qwen3-30B-A3B-FP8", 1, "vllm@0.13", None,
+           "the checkpoint by its Hub id, no format flag: block-FP8 (128×128) experts and attention "
+           "with an fp32 scale per block (the Triton FP8 MoE backend keeps them), bf16 embeddings, "
+           "router, norms and lm_head; NVIDIA's v0.13.0 build on a GB10: 29.0336 GiB vs 29.0435 (−0.03 %)"),
+    "45": ("MiniMaxAI/MiniMax-M2.5", 4, "vllm@0.17", "h100-sxm",
+           "MiniMax-M2 with the MiniMax-M2.5 preset's architecture (MiniMax's guide: one deployment for "
+           "M2, M2.1, M2.5), native block-FP8, per rank at TP 4 (256 experts split 4 ways, vocab split): "
+           "53.6253 GiB vs 53.75 (−0.23 %: the log's 2 decimals, FLASHINFER_CUTLASS layout)"),
+    "46": ("MiniMaxAI/MiniMax-M2.5", 4, "vllm@0.13", "h100-sxm",
+           "as 45 on v0.11.2 (Triton FP8 MoE backend): 53.6253 GiB vs 53.7529 (−0.24 %: buffers the "
+           "parameters do not count — rotary cache, MoE block-scale padding —, not broken down)"),
+    "47": ("gpt-oss-120b", 1, "vllm@0.19", "h100-sxm",
+           _TRITON + " — release not stated (llm-d's summary row, as 27): 64.3025 GiB vs 64.38, the "
+           "same as log 11 (v0.14.1)"),
 }
 
 #: Logs that print the weights but whose checkpoint format could not be read (no config.json with
