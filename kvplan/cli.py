@@ -686,7 +686,7 @@ def _calibrated(args: argparse.Namespace, arch: ModelArch, engine: str,
 
 
 def _calibrated_run(arch: ModelArch, engine: str, run: dict[str, Any]) -> tuple[tuple[float, float], str]:
-    """(compute, memory) efficiencies that make the estimate return a ``--measured-run`` exactly."""
+    """(prefill, decode) efficiencies that make the estimate return a ``--measured-run`` exactly."""
     from kvplan.plan import FitQuery, make_plan
     from kvplan.presets import efficiency_for, get_gpu
     from kvplan.recommend import calibrate_run, estimate_throughput, plan_throughput_bound
@@ -697,11 +697,11 @@ def _calibrated_run(arch: ModelArch, engine: str, run: dict[str, Any]) -> tuple[
     bound = plan_throughput_bound(plan, run["isl"], run["osl"], run.get("gpus"))
     eff = calibrate_run(bound, run["tokens_per_s"], efficiency_for(gpu.id))
     again = estimate_throughput(bound, eff)
-    return (eff.compute, eff.memory), (
+    return (eff.prefill, eff.decode), (
         f"Estimate for {gpu.id} calibrated on a measured run ({run['isl']:,}/{run['osl']:,} tokens, "
         f"TP {run['tp']} × PP {run['pp']}, {bound.replicas * run['tp'] * run['pp']} GPUs, weights "
-        f"{run['weight']}, KV {run['kv']}): efficiencies compute {eff.compute:.4g}, memory "
-        f"{eff.memory:.4g}; the estimate returns {again:,.1f} tokens/s (measured "
+        f"{run['weight']}, KV {run['kv']}): efficiencies prefill {eff.prefill:.4g}, decode "
+        f"{eff.decode:.4g}; the estimate returns {again:,.1f} tokens/s (measured "
         f"{run['tokens_per_s']:,.1f}; upper bound {bound.tokens_per_s:,.1f})")
 
 
@@ -821,8 +821,8 @@ def cmd_recommend(args: argparse.Namespace) -> int:
 def cmd_throughput(args: argparse.Namespace) -> int:
     """Bound, estimate and (with ``--measured-tokens-per-s``) calibration of one run, each labelled."""
     from kvplan.plan import FitQuery, make_plan
-    from kvplan.presets import efficiency_for, get_gpu
-    from kvplan.recommend import calibrate_run, estimate_throughput, plan_throughput_bound
+    from kvplan.presets import efficiency_for, estimate_batch_cap, get_gpu
+    from kvplan.recommend import ESTIMATE_FORMULA, calibrate_run, estimate_throughput, plan_throughput_bound
 
     arch = _load_arch(args)
     gpu = get_gpu(args.gpu)
@@ -857,10 +857,12 @@ def cmd_throughput(args: argparse.Namespace) -> int:
           f"{bound.limit} (compute {bound.compute_tokens_per_s:,.1f}, memory traffic "
           f"{bound.memory_tokens_per_s:,.1f})")
     what = "calibrated" if calibrated is not None else "default"
-    print(f"  estimate (bound × {what} efficiencies: compute {used.compute:.4g}, memory "
-          f"{used.memory:.4g}): {estimate:,.1f} output tokens/s")
+    print(f"  estimate (an estimate, not a bound: each phase's time at peak over its {what} "
+          f"efficiency, prefill {used.prefill:.4g}, decode {used.decode:.4g}; decode batch at most "
+          f"{estimate_batch_cap()[0]}): {estimate:,.1f} output tokens/s")
     print(f"  efficiencies from: {used.source}")
     print(f"  bound: {bound.formula}")
+    print(f"  estimate: {ESTIMATE_FORMULA}")
     return 0
 
 

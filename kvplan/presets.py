@@ -239,14 +239,15 @@ def _load_model(preset_id: str) -> ModelArch:
 
 
 class PhaseEfficiency(BaseModel):
-    """Efficiencies of one accelerator against the run bound's two limits (``presets/efficiency.json``):
-    ``compute`` scales the compute limit, ``memory`` the memory-traffic one; ``source`` says where
-    they came from (a fit on published results, or a calibration)."""
+    """Phase efficiencies of one accelerator in the estimate (``presets/efficiency.json``;
+    ``recommend.estimate_throughput``): ``prefill`` divides the prefill time at peak, ``decode`` the
+    decode time at peak; ``source`` says where they came from (a fit on published results, or a
+    calibration on measured runs, ``recommend.calibrate_phases``)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    compute: float = Field(gt=0)
-    memory: float = Field(gt=0)
+    prefill: float = Field(gt=0)
+    decode: float = Field(gt=0)
     source: str = ""
     fit_rows: int = 0
 
@@ -256,6 +257,14 @@ def efficiencies() -> dict[str, PhaseEfficiency]:
     """Per-accelerator default efficiencies, ``"default"`` for accelerators without a fit."""
     data = _read_json(PRESETS_DIR / "efficiency.json")
     return {key: PhaseEfficiency(**value) for key, value in data["efficiency"].items()}
+
+
+@cache
+def estimate_batch_cap() -> tuple[int, str]:
+    """(the decode batch the estimate assumes at most, its source): fitted with the efficiencies
+    (``presets/efficiency.json`` ``batch_cap``)."""
+    data = _read_json(PRESETS_DIR / "efficiency.json")
+    return int(data["batch_cap"]["value"]), str(data["batch_cap"]["source"])
 
 
 def efficiency_for(gpu_id: str) -> PhaseEfficiency:

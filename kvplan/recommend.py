@@ -46,7 +46,7 @@ from kvplan.engines import EngineSettings, KVPool
 from kvplan.errors import KVPlanError
 from kvplan.flops import layer_flops, prefill_decode_flops, request_flops
 from kvplan.plan import FitQuery, Plan, memory_budget
-from kvplan.presets import GPU, PhaseEfficiency, efficiency_for, get_gpu, gpus
+from kvplan.presets import GPU, PhaseEfficiency, efficiency_for, estimate_batch_cap, get_gpu, gpus
 from kvplan.serving import MLPERF_BOUNDS, LengthDist, Workload, sample_workload
 
 #: Target presets: (TTFT ms, TPOT ms, percentile) from MLPerf ``loadgen/mlperf.conf`` (Server, p99).
@@ -88,7 +88,7 @@ class RecommendQuery(BaseModel):
     prices: dict[str, float] = {}
     efficiency: dict[str, float] = {}
     default_efficiency: float = Field(default=1.0, gt=0, le=1)
-    #: Calibrated (compute, memory) efficiencies of the estimate per accelerator (``calibrate_run``);
+    #: Calibrated (prefill, decode) efficiencies of the estimate per accelerator (``calibrate_phases``);
     #: the others use ``presets/efficiency.json``.
     phase_efficiency: dict[str, tuple[float, float]] = {}
 
@@ -543,6 +543,23 @@ def workload_request_sums(arch: ModelArch, prompt: np.ndarray, output: np.ndarra
     return float(flops.mean()), float(elems.mean())
 
 
+def workload_phase_sums(arch: ModelArch, prompt: np.ndarray, output: np.ndarray) -> tuple[float, float]:
+    """(mean prefill FLOPs, mean KV elements a request holds at its final length ``P + O``) over the
+    workload: ``flops.prefill_decode_flops``' prefill and ``Kind.context_at`` of each layer."""
+    p = np.asarray(prompt, dtype=np.int64)
+    final = p + np.maximum(np.asarray(output, dtype=np.int64), 1)
+    flops = np.full(p.shape, 2.0 * arch.hidden_size * arch.vocab_size)
+    for lf, count in Counter(layer_flops(arch)).items():
+        flops = flops + count * (lf.dense * p.astype(np.float64) + lf.attn_coeff
+                                 * lf.ctx_sum(p).astype(np.float64))
+    elems = np.zeros(p.shape)
+    for layer in arch.layers:
+        if isinstance(layer, Attention | MLA):
+            kind = layer.kind if isinstance(layer, Attention) else layer.cache_kind
+            elems = elems + layer.elements_per_token * kind.context_at(layer.window, final)
+    return float(flops.mean()), float(elems.mean())
+
+
 def _run_columns(arch: ModelArch, gpu_list: list[GPU], layouts: list[tuple[int, int, int]],
                  kv_dtypes: list[str], wds: list[str], w_total: np.ndarray, prompt: np.ndarray,
                  output: np.ndarray, grid: Any,
@@ -566,7 +583,7 @@ def _run_columns(arch: ModelArch, gpu_list: list[GPU], layouts: list[tuple[int, 
     bw = np.array([g.bandwidth_tbps * 1e12 for g in gpu_list])
     bits = np.array([get_dtype(k).bits for k in kv_dtypes], dtype=np.float64)
     own = calibrated or {}
-    eff = [PhaseEfficiency(compute=own[g.id][0], memory=own[g.id][1]) if g.id in own
+    eff = [PhaseEfficiency(prefill=own[g.id][0], decode=own[g.id][1]) if g.id in own
            else efficiency_for(g.id) for g in gpu_list]
     # weights: params at the format's bits as throughput_bound counts them (a quantized checkpoint's
     # "auto": the bytes as loaded)
@@ -581,12 +598,22 @@ def _run_columns(arch: ModelArch, gpu_list: list[GPU], layouts: list[tuple[int, 
     free = np.maximum(grid(cap, (0,)) - w_g, 0.0)
     s_g = grid(bits / 8, (2,)) * elems_mean / grid(gpr, (1,))
     compute = grid(gpr, (1,)) * grid(peak, (0, 3)) * o_mean / f_mean
-    e_c = grid(np.array([e.compute for e in eff]), (0,))
-    e_m = grid(np.array([e.memory for e in eff]), (0,))
+    pf_mean, final_mean = workload_phase_sums(arch, prompt, output)
+    p_mean = float(np.asarray(prompt, dtype=np.float64).mean())
+    link = np.array([(g.interconnect_gbps or g.host_link_gbps or 32.0) * 1e9 for g in gpu_list])
+    comm = np.array([[comm_seconds_per_token(arch, tp, pp, float(li)) for tp, pp, _ in layouts]
+                     for li in link])
+    e_p = grid(np.array([e.prefill for e in eff]), (0,))
+    e_d = grid(np.array([e.decode for e in eff]), (0,))
+    share = grid(gpr, (1,))
+    t_pf, t_dec, _ = estimate_seconds(
+        pf_mean, f_mean - pf_mean, p_mean, o_mean, share, grid(peak, (0, 3)), grid(bw, (0,)),
+        grid(comm, (0, 1)), r_g, w_g - r_g, (arch.moe.n_active / arch.moe.n_experts) if arch.moe else 0.0,
+        s_g, grid(bits / 8, (2,)) * final_mean / share, free, float(estimate_batch_cap()[0]))
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
         memory = np.where(s_g > 0, o_mean * free * grid(bw, (0,)) / (s_g * (free + r_g)), np.inf)
         bound = np.minimum(compute, memory)
-        estimate = np.minimum(1.0 / (1.0 / (e_c * compute) + 1.0 / (e_m * memory)), bound)
+        estimate = np.minimum(o_mean / (t_pf / e_p + t_dec / e_d), bound)
     return bound, estimate
 
 
@@ -655,9 +682,11 @@ def _assumptions(arch: ModelArch, query: RecommendQuery) -> list[str]:
         "Peak FLOPS: BF16, or FP8 for FP8 weights where the accelerator has it.",
         "Tokens/s columns: 'bound' is the run upper bound no run of this workload can beat "
         "(throughput_bound: compute at the format's dense tensor-core rate, memory traffic at each "
-        "request's average context, pipelined PP, no efficiency factor); 'estimate' is that bound at "
-        "the accelerator's default efficiencies (presets/efficiency.json, fitted on published results, "
-        "docs/efficiency.md).",
+        "request's average context, pipelined PP, no efficiency factor); 'estimate' is an estimate, "
+        "not a bound: each phase's time at peak (prefill FLOPs; decode weight and KV reads, FLOPs and "
+        "TP all-reduce at the engine's batch, at most the fitted batch cap) over the accelerator's "
+        "prefill and decode efficiencies (presets/efficiency.json, fitted on published results, "
+        "docs/efficiency.md), never above the bound.",
     ]
     if arch.moe is not None:
         out.append("MoE: uniform routing; a step reads the experts its tokens touch. EP candidates run "
@@ -684,6 +713,15 @@ class ThroughputBound:
     bandwidth: float
     replicas: int
     formula: str
+    prompt: int = 1
+    output: int = 2
+    tp: int = 1
+    pp: int = 1
+    prefill_flops: float = 0.0
+    kv_final_bytes_per_gpu: float = 0.0
+    weight_read_bytes_per_gpu: float = 0.0
+    route: float = 0.0
+    comm_s_per_token: float = 0.0
 
 
 BOUND_FORMULA = (
@@ -758,9 +796,16 @@ def throughput_bound(arch: ModelArch, gpu: GPU, gpus: int, tp: int, pp: int, wei
     replicas = gpus // share
     free = cap - w_gpu
     memory = replicas * output * free * bw / (s * (free + w_read)) if s > 0 else math.inf
+    link = (gpu.interconnect_gbps or gpu.host_link_gbps or 32.0) * 1e9
     return ThroughputBound(min(compute, memory), compute, memory,
                            "compute" if compute <= memory else "memory traffic", f_req, peak, w_gpu, s,
-                           cap, bw, replicas, BOUND_FORMULA)
+                           cap, bw, replicas, BOUND_FORMULA, prompt=prompt, output=output, tp=tp, pp=pp,
+                           prefill_flops=prefill_flops(arch, prompt),
+                           kv_final_bytes_per_gpu=kv_read_bytes(arch, kv_dtype, prompt + output - 1,
+                                                                2) / share,
+                           weight_read_bytes_per_gpu=w_read,
+                           route=(arch.moe.n_active / arch.moe.n_experts) if arch.moe else 0.0,
+                           comm_s_per_token=comm_seconds_per_token(arch, tp, pp, link))
 
 
 def plan_throughput_bound(plan: Plan, prompt: int, output: int, gpus: int | None = None) -> ThroughputBound:
@@ -773,29 +818,133 @@ def plan_throughput_bound(plan: Plan, prompt: int, output: int, gpus: int | None
                             prompt, output)
 
 
-def estimate_throughput(bound: ThroughputBound, eff: PhaseEfficiency) -> float:
-    """The estimate: the two limits' times added, each at its efficiency,
-    ``1 / (1 / (e_c · compute) + 1 / (e_m · memory))``, never above the bound."""
-    inv = 1.0 / (eff.compute * bound.compute_tokens_per_s) + 1.0 / (eff.memory * bound.memory_tokens_per_s)
-    return min(1.0 / inv, bound.tokens_per_s)
+#: KV share of the memory the weights leave that the estimate's batch may fill: trtllm-bench's
+#: ``kv_cache_gpu_mem_fraction`` default (tensorrt_llm/bench/build/tuning.py, ``calc_engine_setting``),
+#: which sizes its batch as that memory over the KV of ``ISL + OSL`` tokens (the capacity scheduler's
+#: GUARANTEED_NO_EVICT holds a request's final length from admission).
+ESTIMATE_KV_FRACTION = 0.95
+
+ESTIMATE_FORMULA = (
+    "estimate = replicas · O / (t_prefill / e_prefill + t_decode / e_decode), at most the bound; per "
+    "request on one replica at peak: t_prefill = F_pf / (tp·pp·FLOPS_fmt) + P·c (batched prefill: no "
+    "weight read), t_decode = (O−1)·(R(B) / (B·BW) + c) + s / BW + (F_req − F_pf) / (tp·pp·FLOPS_fmt), "
+    "R(B) = non-expert weights + experts touched by B tokens, B = min(0.95·(C − W_g) / KV(P+O), "
+    "batch cap), c = TP all-reduce + PP hand-off seconds per token (comm_seconds_per_token)")
+
+
+def comm_seconds_per_token(arch: ModelArch, tp: int, pp: int, link: float) -> float:
+    """Seconds of interconnect per token per GPU: TP ring all-reduce (two per layer) of the hidden
+    state ``2·layers·2(tp−1)/tp·h·2 B`` plus the PP hand-off ``(pp−1)·h·2 B``, over ``link`` B/s
+    (the recommender's ``comm``, module docstring)."""
+    per = 2 * arch.n_layers * 2 * (tp - 1) / tp * arch.hidden_size * ACT_BYTES \
+        + (pp - 1) * arch.hidden_size * ACT_BYTES
+    return per / link
+
+
+def estimate_seconds(prefill_flops: Any, decode_flops: Any, prompt: Any, output: Any, share: Any,
+                     peak: Any, bw: Any, comm: Any, w_read: Any, w_expert: Any, route: float,
+                     kv_read: Any, kv_final: Any, free: Any, batch_cap: float) -> tuple[Any, Any, Any]:
+    """(t_prefill, t_decode, B): one request's replica seconds at peak per phase and the decode batch
+    (``ESTIMATE_FORMULA``); numpy-broadcasting, so the recommender and ``estimate_throughput`` share it."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        fit = np.where(np.asarray(kv_final) > 0, ESTIMATE_KV_FRACTION * np.asarray(free)
+                       / np.asarray(kv_final), batch_cap)
+    batch = np.clip(np.floor(fit), 1.0, batch_cap)
+    t_prefill = prefill_flops / (share * peak) + prompt * comm
+    weights = w_read + w_expert * _touched(route, batch)
+    t_decode = (output - 1) * (weights / (batch * bw) + comm) + kv_read / bw \
+        + decode_flops / (share * peak)
+    return t_prefill, t_decode, batch
+
+
+def _bound_seconds(bound: ThroughputBound, batch: float | None = None) -> tuple[float, float, float]:
+    cap = float(batch) if batch is not None else float(estimate_batch_cap()[0])
+    t_pf, t_dec, b = estimate_seconds(
+        bound.prefill_flops, bound.flops_per_request - bound.prefill_flops, bound.prompt, bound.output,
+        bound.tp * bound.pp, bound.peak_flops, bound.bandwidth, bound.comm_s_per_token,
+        bound.weight_read_bytes_per_gpu, bound.weight_bytes_per_gpu - bound.weight_read_bytes_per_gpu,
+        bound.route, bound.kv_read_bytes_per_request_per_gpu, bound.kv_final_bytes_per_gpu,
+        bound.capacity_bytes - bound.weight_bytes_per_gpu, cap)
+    return float(t_pf), float(t_dec), float(b)
+
+
+def estimate_throughput(bound: ThroughputBound, eff: PhaseEfficiency, batch: int | None = None) -> float:
+    """The estimate (``ESTIMATE_FORMULA``) of a run, output tokens/s of all its replicas, never above
+    the bound; ``batch`` fixes the decode batch (a run at a known concurrency), else the batch cap
+    (``presets.estimate_batch_cap``) and the memory decide."""
+    t_pf, t_dec, _ = _bound_seconds(bound, batch)
+    return min(bound.replicas * bound.output / (t_pf / eff.prefill + t_dec / eff.decode), bound.tokens_per_s)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One measured figure of a run with ``bound``'s model, layout, formats and lengths: output
+    ``tokens/s`` of the whole run (``concurrency`` its decode batch per replica when known), or
+    ``ttft`` / ``tpot`` in ms of a request at ``concurrency`` requests decoding together."""
+
+    kind: Literal["tokens/s", "ttft", "tpot"]
+    value: float
+    bound: ThroughputBound
+    concurrency: int | None = None
+
+
+def phase_row(m: Measured) -> tuple[float, float, float]:
+    """``(a, b, y)`` with the estimate of ``m`` reading ``a / e_prefill + b / e_decode = y``:
+    tokens/s ``(t_prefill, t_decode, replicas·O / tokens/s)``; TTFT ``(F_pf/(tp·FLOPS) + P·c, 0,
+    s)`` (one prompt crosses the PP stages in turn); TPOT at batch ``B``
+    ``(0, pp·(R(B)/BW + B·(s/(O−1)/BW + F_dec/(O−1)/(tp·pp·FLOPS) + c)), s)``."""
+    b = m.bound
+    if m.kind == "tokens/s":
+        t_pf, t_dec, _ = _bound_seconds(b, m.concurrency)
+        return t_pf, t_dec, b.replicas * b.output / m.value
+    if m.kind == "ttft":
+        return b.prefill_flops / (b.tp * b.peak_flops) + b.prompt * b.comm_s_per_token, 0.0, m.value / 1e3
+    batch = float(m.concurrency or 1)
+    steps = b.output - 1
+    w_expert = b.weight_bytes_per_gpu - b.weight_read_bytes_per_gpu
+    weights = b.weight_read_bytes_per_gpu + w_expert * float(_touched(b.route, np.asarray([batch]))[0])
+    per_token = (b.kv_read_bytes_per_request_per_gpu / steps / b.bandwidth
+                 + (b.flops_per_request - b.prefill_flops) / steps / (b.tp * b.pp * b.peak_flops)
+                 + b.comm_s_per_token)
+    return 0.0, b.pp * (weights / b.bandwidth + batch * per_token), m.value / 1e3
+
+
+def calibrate_phases(measured: list[Measured], eff: PhaseEfficiency, source: str = "") -> PhaseEfficiency:
+    """Phase efficiencies from measured runs (any layout, formats, lengths): one figure scales both
+    of ``eff`` by the factor that makes the estimate return it exactly (their ratio kept); two or
+    more solve ``a / e_prefill + b / e_decode = y`` (``phase_row``) by least squares on the relative
+    error, exact for two independent figures."""
+    if not measured:
+        raise KVPlanError("recommend.calibrate", detail="no measured figure given")
+    for m in measured:
+        if not (m.value > 0 and math.isfinite(m.value)):
+            raise KVPlanError("recommend.calibrate", detail=f"the measured {m.kind} must be a positive "
+                                                            f"number, got {m.value}")
+        if m.kind == "tokens/s" and m.value > m.bound.tokens_per_s * (1 + 1e-12):
+            raise KVPlanError("recommend.calibrate", detail=(
+                f"the measured {m.value:,.1f} tokens/s is above the upper bound "
+                f"{m.bound.tokens_per_s:,.1f} ({m.bound.limit}): check the run's GPUs, TP/PP, formats "
+                "and lengths (speculative decoding and shared prefixes are outside the bound)"))
+    rows = np.array([phase_row(m) for m in measured])
+    note = source or ("calibrated on " + ", ".join(f"a measured {m.kind} of {m.value:,.4g}"
+                                                   for m in measured))
+    if len(measured) == 1:
+        a, b, y = rows[0]
+        k = y / (a / eff.prefill + b / eff.decode)
+        return PhaseEfficiency(prefill=eff.prefill / k, decode=eff.decode / k, source=note, fit_rows=1)
+    x, *_ = np.linalg.lstsq(rows[:, :2] / rows[:, 2:], np.ones(len(rows)), rcond=None)
+    if not (x[0] > 0 and x[1] > 0):
+        raise KVPlanError("recommend.calibrate", detail=(
+            "the measured figures do not determine both phases (give a prefill-heavy and a "
+            "decode-heavy figure, e.g. a TTFT and a TPOT)"))
+    return PhaseEfficiency(prefill=1 / float(x[0]), decode=1 / float(x[1]), source=note,
+                           fit_rows=len(measured))
 
 
 def calibrate_run(bound: ThroughputBound, measured_tokens_per_s: float, eff: PhaseEfficiency,
                   source: str = "") -> PhaseEfficiency:
-    """Efficiencies that make ``estimate_throughput`` return a measured run's output tokens/s exactly:
-    both phases scaled by ``k = measured · (1/(e_c·compute) + 1/(e_m·memory))`` (their ratio kept)."""
-    if not (measured_tokens_per_s > 0 and math.isfinite(measured_tokens_per_s)):
-        raise KVPlanError("recommend.calibrate", detail="the measured tokens/s must be a positive number")
-    if measured_tokens_per_s > bound.tokens_per_s:
-        raise KVPlanError("recommend.calibrate", detail=(
-            f"the measured {measured_tokens_per_s:,.1f} tokens/s is above the upper bound "
-            f"{bound.tokens_per_s:,.1f} ({bound.limit}): check the run's GPUs, TP/PP, formats and "
-            "lengths (speculative decoding and shared prefixes are outside the bound)"))
-    inv = 1.0 / (eff.compute * bound.compute_tokens_per_s) + 1.0 / (eff.memory * bound.memory_tokens_per_s)
-    k = measured_tokens_per_s * inv
-    return PhaseEfficiency(compute=eff.compute * k, memory=eff.memory * k,
-                           source=source or f"calibrated on a measured {measured_tokens_per_s:,.1f} tokens/s",
-                           fit_rows=1)
+    """``calibrate_phases`` on one measured output tokens/s of the run ``bound`` describes."""
+    return calibrate_phases([Measured("tokens/s", measured_tokens_per_s, bound)], eff, source=source)
 
 
 # ------------------------------------------------------------------------------- calibration

@@ -234,8 +234,9 @@ def pareto_figure(ranked: pd.DataFrame, unit: str) -> go.Figure:
 
 #: The words before the efficiencies in the two tokens/s columns' caption.
 EFFICIENCY_WORDS = ("Tokens/s **upper bound**: no run can beat it (compute at the format's tensor-core peak, "
-                    "memory traffic at the average context over each request's life). **Estimate**: that "
-                    "bound at these efficiencies — ")
+                    "memory traffic at the average context over each request's life). **Estimate**: each "
+                    "phase's time at peak (prefill FLOPs; decode weight and KV reads, FLOPs and "
+                    "all-reduce at the engine's batch) over its efficiency, never above the bound — ")
 
 
 def render(scenario: Scenario, arch: ModelArch, gpu: GPU) -> pd.DataFrame | None:
@@ -283,12 +284,13 @@ def render(scenario: Scenario, arch: ModelArch, gpu: GPU) -> pd.DataFrame | None
                 help="The run upper bound: no run of this workload can beat it (kvplan throughput)"),
             "estimate_tokens_per_s_per_replica": st.column_config.NumberColumn(
                 "tokens/s per replica (estimate)", format="%.0f",
-                help="The upper bound at the accelerator's default efficiencies (presets/efficiency.json)"),
+                help="An estimate: each phase's time at peak over the accelerator's default phase "
+                     "efficiencies (presets/efficiency.json, fitted on published results)"),
         })
         efficiencies = []  # which figure is a bound, which an estimate, and each estimate's source
         for gpu_id in rows["gpu"].astype(str).unique().tolist():
             eff = efficiency_for(gpu_id)
-            efficiencies.append(f"{md_name(gpu_id)}: compute {eff.compute:.3g}, memory {eff.memory:.3g} "
+            efficiencies.append(f"{md_name(gpu_id)}: prefill {eff.prefill:.3g}, decode {eff.decode:.3g} "
                                 f"({md(eff.source)})")
         st.caption(EFFICIENCY_WORDS + "; ".join(efficiencies) + ".")
         best = rows.iloc[0]
