@@ -253,6 +253,13 @@ def build_parser() -> argparse.ArgumentParser:
                      type=_number("--measured-tokens-per-s", float, 1e-9, 1e12),
                      help="output tokens/s a real run of this shape reached: calibrate the efficiencies "
                           "so the estimate returns it exactly")
+    run.add_argument("--measured-ttft-ms", type=_number("--measured-ttft-ms", float, 1e-9, 1e9),
+                     help="measured TTFT of this run's prompt (ms): calibrates the prefill efficiency")
+    run.add_argument("--measured-tpot-ms", type=_number("--measured-tpot-ms", float, 1e-9, 1e9),
+                     help="measured TPOT (ms) at --concurrency requests decoding together: calibrates "
+                          "the decode efficiency")
+    run.add_argument("--concurrency", type=_positive("--concurrency", 1_000_000), default=1,
+                     help="requests decoding together per replica for --measured-tpot-ms (default 1)")
     run.add_argument("--json", action="store_true")
 
     sub.add_parser("models", help="list model presets").add_argument("--json", action="store_true")
@@ -822,7 +829,13 @@ def cmd_throughput(args: argparse.Namespace) -> int:
     """Bound, estimate and (with ``--measured-tokens-per-s``) calibration of one run, each labelled."""
     from kvplan.plan import FitQuery, make_plan
     from kvplan.presets import efficiency_for, estimate_batch_cap, get_gpu
-    from kvplan.recommend import ESTIMATE_FORMULA, calibrate_run, estimate_throughput, plan_throughput_bound
+    from kvplan.recommend import (
+        ESTIMATE_FORMULA,
+        Measured,
+        calibrate_phases,
+        estimate_throughput,
+        plan_throughput_bound,
+    )
 
     arch = _load_arch(args)
     gpu = get_gpu(args.gpu)
@@ -833,10 +846,18 @@ def cmd_throughput(args: argparse.Namespace) -> int:
     bound = plan_throughput_bound(plan, args.isl, args.osl, n)
     eff = efficiency_for(gpu.id)
     calibrated = None
-    if args.measured_tokens_per_s is not None:
-        calibrated = calibrate_run(bound, args.measured_tokens_per_s, eff, source=(
-            f"calibrated on a measured {args.measured_tokens_per_s:,.1f} output tokens/s of this run "
-            f"(phase ratio from {eff.source})"))
+    given: list[tuple[Literal["tokens/s", "ttft", "tpot"], float | None]] = [
+        ("tokens/s", args.measured_tokens_per_s), ("ttft", args.measured_ttft_ms),
+        ("tpot", args.measured_tpot_ms)]
+    figures = [Measured(kind, value, bound, args.concurrency if kind == "tpot" else None)
+               for kind, value in given if value is not None]
+    if figures:
+        unit = {"tokens/s": "output tokens/s", "ttft": "ms TTFT", "tpot": "ms TPOT"}
+        words = ", ".join(f"{m.value:,.1f} {unit[m.kind]}"
+                          + (f" at {m.concurrency} requests" if m.kind == "tpot" else "") for m in figures)
+        calibrated = calibrate_phases(figures, eff, source=(
+            f"calibrated on a measured {words} of this run"
+            + (f" (phase ratio from {eff.source})" if len(figures) == 1 else "")))
     used = calibrated or eff
     estimate = estimate_throughput(bound, used)
     if args.json:

@@ -127,3 +127,18 @@ def test_estimate_never_passes_the_bound() -> None:
     for b, r in BOUNDS:
         assert estimate_throughput(b, efficiency_for(r["gpu"])) <= b.tokens_per_s
         assert estimate_throughput(b, PhaseEfficiency(prefill=1, decode=1)) <= b.tokens_per_s
+
+
+def test_cli_calibrates_both_phases_from_ttft_and_tpot(capsys: pytest.CaptureFixture[str]) -> None:
+    """``kvplan throughput --measured-ttft-ms 1.5 --measured-tpot-ms 4 --concurrency 32``: the
+    efficiencies of ``test_two_figures_calibrate_both_phases_exactly``, labelled as calibrated."""
+    from kvplan.cli import main
+
+    assert main(["throughput", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--weight-dtype", "fp8",
+                 "--kv-dtype", "fp8_e4m3", "--isl", "128", "--osl", "128", "--measured-ttft-ms", "1.5",
+                 "--measured-tpot-ms", "4", "--concurrency", "32", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)["estimate"]
+    assert data["calibrated"] is True
+    eff = data["efficiency"]
+    assert (round(eff["prefill"], 4), round(eff["decode"], 4)) == (0.6037, 0.6904)
+    assert eff["source"] == "calibrated on a measured 1.5 ms TTFT, 4.0 ms TPOT at 32 requests of this run"
