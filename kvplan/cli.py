@@ -260,6 +260,12 @@ def build_parser() -> argparse.ArgumentParser:
                           "the decode efficiency")
     run.add_argument("--concurrency", type=_positive("--concurrency", 1_000_000), default=1,
                      help="requests decoding together per replica for --measured-tpot-ms (default 1)")
+    run.add_argument("--rate", type=_number("--rate", float, 1e-6, 1e7), default=None,
+                     help="requests/s arriving at the whole run: estimate TTFT and TPOT p50/p99 there "
+                          "(a seeded simulation of continuous batching with chunked prefill)")
+    run.add_argument("--chunk", type=_positive("--chunk", 10_000_000), default=8192,
+                     help="prompt + decode tokens one step may process (max_num_batched_tokens; "
+                          "default 8192) for --rate")
     run.add_argument("--json", action="store_true")
 
     sub.add_parser("models", help="list model presets").add_argument("--json", action="store_true")
@@ -834,6 +840,7 @@ def cmd_throughput(args: argparse.Namespace) -> int:
         Measured,
         calibrate_phases,
         estimate_throughput,
+        latency_at_rate,
         plan_throughput_bound,
     )
 
@@ -860,6 +867,8 @@ def cmd_throughput(args: argparse.Namespace) -> int:
             + (f" (phase ratio from {eff.source})" if len(figures) == 1 else "")))
     used = calibrated or eff
     estimate = estimate_throughput(bound, used)
+    at_rate = None if args.rate is None else latency_at_rate(bound, used, args.rate / bound.replicas,
+                                                               chunk=args.chunk)
     if args.json:
         print(json.dumps({
             "model": arch.name, "gpu": gpu.id, "gpus": n, "tp": args.tp, "pp": args.pp,
@@ -869,7 +878,13 @@ def cmd_throughput(args: argparse.Namespace) -> int:
                       "compute_tokens_per_s": bound.compute_tokens_per_s,
                       "memory_tokens_per_s": bound.memory_tokens_per_s, "formula": bound.formula},
             "estimate": {"kind": "estimate", "tokens_per_s": estimate,
-                         "efficiency": used.model_dump(), "calibrated": calibrated is not None}}))
+                         "efficiency": used.model_dump(), "calibrated": calibrated is not None},
+            **({} if at_rate is None else {"at_rate": {
+                "kind": "estimate", "requests_per_s": args.rate, "per_replica": at_rate.rate,
+                "ttft_ms": {"p50": at_rate.ttft_p50_ms, "p99": at_rate.ttft_p99_ms},
+                "tpot_ms": {"p50": at_rate.tpot_p50_ms, "p99": at_rate.tpot_p99_ms},
+                "concurrency_per_replica": at_rate.concurrency, "saturated": at_rate.saturated,
+                "max_batch": at_rate.max_batch, "chunk": at_rate.chunk, "formula": at_rate.formula}})}))
         return 0
     print(f"{arch.name} on {n} × {gpu.id} (TP {args.tp} × PP {args.pp}, {bound.replicas} replica"
           f"{'' if bound.replicas == 1 else 's'}), weights {args.weight_dtype}, KV {args.kv_dtype}, "
@@ -884,6 +899,14 @@ def cmd_throughput(args: argparse.Namespace) -> int:
     print(f"  efficiencies from: {used.source}")
     print(f"  bound: {bound.formula}")
     print(f"  estimate: {ESTIMATE_FORMULA}")
+    if at_rate is not None:
+        print(f"  at {args.rate:,.4g} requests/s ({at_rate.rate:,.4g} per replica; estimates from a seeded "
+              f"simulation at the efficiencies above, not bounds): TTFT p50 {at_rate.ttft_p50_ms:,.1f} ms, "
+              f"p99 {at_rate.ttft_p99_ms:,.1f} ms; TPOT p50 {at_rate.tpot_p50_ms:,.2f} ms, p99 "
+              f"{at_rate.tpot_p99_ms:,.2f} ms; {at_rate.concurrency:,.1f} requests in flight per replica"
+              + (" — saturated: the rate exceeds what the replica serves, latency grows with the run"
+                 if at_rate.saturated else ""))
+        print(f"  at a rate: {at_rate.formula}")
     return 0
 
 

@@ -1089,3 +1089,126 @@ def _plain(value: Any) -> Any:
     if isinstance(value, np.floating):
         return round(float(value), 6)
     return value
+
+
+# ------------------------------------------------------------------------------- latency at a rate
+@dataclass(frozen=True)
+class RateLatency:
+    """TTFT and TPOT percentiles (ms) of ``latency_at_rate``'s simulation at ``rate`` requests/s per
+    replica: estimates, at the efficiencies given (not bounds)."""
+
+    rate: float
+    ttft_p50_ms: float
+    ttft_p99_ms: float
+    tpot_p50_ms: float
+    tpot_p99_ms: float
+    concurrency: float
+    offered_tokens_per_s: float
+    capacity_tokens_per_s: float
+    requests: int
+    chunk: int
+    max_batch: int
+    formula: str
+
+    @property
+    def saturated(self) -> bool:
+        """The offered output tokens/s exceed what the replica serves at its largest batch."""
+        return self.offered_tokens_per_s > self.capacity_tokens_per_s
+
+
+RATE_FORMULA = (
+    "continuous batching, one replica: Poisson arrivals at the rate (seeded), FCFS; each step decodes "
+    "one token of every running request (B) and prefills up to chunk − B prompt tokens (chunked "
+    "prefill, the chunk = max_num_batched_tokens); step = (pp·R(B)/BW + B·pp·(s/(O−1)/BW + "
+    "F_dec/(O−1)/(tp·pp·FLOPS) + c)) / e_decode + n_prefill·(F_pf/P/(tp·FLOPS) + c) / e_prefill; "
+    "TTFT = arrival → end of the step finishing its prompt, TPOT = (last − first token) / (O − 1); "
+    "at most max_batch requests admitted")
+
+
+def latency_at_rate(bound: ThroughputBound, eff: PhaseEfficiency, rate: float, requests: int = 1000,
+                    seed: int = 0, chunk: int = 8192, max_batch: int | None = None) -> RateLatency:
+    """Simulate ``requests`` requests of ``bound``'s shape arriving at ``rate`` per second on one
+    replica of its layout (``RATE_FORMULA``): prefill chunks share steps with decode and slow
+    them, and requests queue when the replica is busy. Steps that repeat unchanged (no prompt
+    waiting) run in one jump to the next arrival or finish."""
+    import heapq
+    from collections import deque
+
+    if not (rate > 0 and math.isfinite(rate)) or requests < 1 or chunk < 1:
+        raise KVPlanError("recommend.rate", detail=f"the request rate must be a positive number and the "
+                                                   f"chunk at least 1 token (got {rate}, {chunk})")
+    p_len, steps_dec = bound.prompt, bound.output - 1
+    _, _, fit_batch = _bound_seconds(bound, max_batch if max_batch is not None else 1 << 30)
+    cap = int(max_batch if max_batch is not None else fit_batch)
+    w_expert = bound.weight_bytes_per_gpu - bound.weight_read_bytes_per_gpu
+    per_dec = bound.pp * (bound.kv_read_bytes_per_request_per_gpu / steps_dec / bound.bandwidth
+                          + (bound.flops_per_request - bound.prefill_flops) / steps_dec
+                          / (bound.tp * bound.pp * bound.peak_flops) + bound.comm_s_per_token) / eff.decode
+    per_pf = (bound.prefill_flops / p_len / (bound.tp * bound.peak_flops)
+              + bound.comm_s_per_token) / eff.prefill
+
+    def step_s(batch: int, prefill_tokens: int) -> float:
+        touched = float(_touched(bound.route, np.asarray([batch]))[0])
+        weights = bound.weight_read_bytes_per_gpu + w_expert * touched
+        return bound.pp * weights / bound.bandwidth / eff.decode + batch * per_dec + prefill_tokens * per_pf
+
+    rng = np.random.default_rng(seed)
+    arrival = np.cumsum(rng.exponential(1.0 / rate, requests))
+    first = np.zeros(requests)
+    last = np.zeros(requests)
+    waiting: deque[list[int]] = deque()  # [request, prompt tokens left]
+    running: list[tuple[int, int]] = []  # heap of (step of its last token, request)
+    t, k, nxt, done = 0.0, 0, 0, 0
+    while done < requests:
+        while nxt < requests and arrival[nxt] <= t:
+            waiting.append([nxt, p_len])
+            nxt += 1
+        b = len(running)
+        if b == 0 and not waiting:
+            t = float(arrival[nxt])
+            continue
+        if not waiting or b >= cap:
+            dt = step_s(b, 0)
+            until_finish = running[0][0] - k
+            until_arrival = math.ceil((arrival[nxt] - t) / dt) if nxt < requests and b < cap else 1 << 62
+            m = max(1, min(until_finish, until_arrival))
+            t += m * dt
+            k += m
+            prefilled: list[int] = []
+        else:
+            budget = max(chunk - b, 0)
+            prefilled = []
+            used = 0
+            admitted = b
+            for item in waiting:
+                if budget <= 0 or admitted >= cap:
+                    break
+                take = min(item[1], budget)
+                item[1] -= take
+                budget -= take
+                used += take
+                admitted += 1
+                if item[1] == 0:
+                    prefilled.append(item[0])
+            for _ in prefilled:
+                waiting.popleft()
+            t += step_s(b, used)
+            k += 1
+        while running and running[0][0] <= k:
+            _, r = heapq.heappop(running)
+            last[r] = t
+            done += 1
+        for r in prefilled:
+            first[r] = t
+            if steps_dec == 0:
+                last[r] = t
+                done += 1
+            else:
+                heapq.heappush(running, (k + steps_dec, r))
+    ttft = (first - arrival) * 1e3
+    tpot = (last - first) / max(steps_dec, 1) * 1e3
+    concurrency = float(np.sum(last - arrival) / (last.max() - arrival[0]))
+    capacity = estimate_throughput(bound, eff, batch=cap) / bound.replicas
+    return RateLatency(rate, float(np.percentile(ttft, 50)), float(np.percentile(ttft, 99)),
+                       float(np.percentile(tpot, 50)), float(np.percentile(tpot, 99)), concurrency,
+                       rate * bound.output, capacity, requests, chunk, cap, RATE_FORMULA)

@@ -142,3 +142,71 @@ def test_cli_calibrates_both_phases_from_ttft_and_tpot(capsys: pytest.CaptureFix
     eff = data["efficiency"]
     assert (round(eff["prefill"], 4), round(eff["decode"], 4)) == (0.6037, 0.6904)
     assert eff["source"] == "calibrated on a measured 1.5 ms TTFT, 4.0 ms TPOT at 32 requests of this run"
+
+
+def test_one_request_alone_by_hand() -> None:
+    """One request, nothing else running (Llama-3.1-8B fp8, one H100, 128 + 128, e_prefill 0.5,
+    e_decode 0.8): TTFT = one step reading the weights and prefilling 128 tokens =
+    8,030,261,248 / 3.35e12 / 0.8 + 1,792,085,590,016 / 1,979e12 / 0.5 = 2.99636 + 1.81111 ms;
+    TPOT = the batch-1 step (2.39709 + 0.0037561 + 0.0076353) / 0.8 = 3.01061 ms."""
+    from kvplan.recommend import latency_at_rate
+
+    b = throughput_bound(LLAMA8, get_gpu("h100-sxm"), 1, 1, 1, "fp8", "fp8_e4m3", 128, 128)
+    r = latency_at_rate(b, PhaseEfficiency(prefill=0.5, decode=0.8), 1.0, requests=1)
+    ttft = (8_030_261_248 / 3.35e12 / 0.8 + 1_792_085_590_016 / 1979e12 / 0.5) * 1e3
+    tpot = (8_030_261_248 / 3.35e12 + 1_598_029_824 / 127 / 3.35e12
+            + (3_711_053_070_336 - 1_792_085_590_016) / 127 / 1979e12) / 0.8 * 1e3
+    assert r.ttft_p50_ms == pytest.approx(ttft, rel=1e-12) and r.ttft_p99_ms == pytest.approx(ttft, rel=1e-12)
+    assert r.tpot_p50_ms == pytest.approx(tpot, rel=1e-9)
+    assert (round(ttft, 5), round(tpot, 5)) == (4.80747, 3.01061)
+    assert not r.saturated
+
+
+def test_latency_grows_with_the_rate() -> None:
+    """Queueing and prefill chunks in decode steps: p99 TTFT and TPOT rise with the rate, and past
+    what the replica serves the simulation says so (saturated)."""
+    from kvplan.recommend import latency_at_rate
+
+    b = throughput_bound(load_model("llama-2-70b"), get_gpu("h200"), 1, 1, 1, "fp8", "fp8_e4m3", 300, 292)
+    runs = [latency_at_rate(b, efficiency_for("h200"), rate) for rate in (1.0, 4.0, 8.3125, 16.0)]
+    assert [r.ttft_p99_ms for r in runs] == sorted(r.ttft_p99_ms for r in runs)
+    assert [r.tpot_p99_ms for r in runs] == sorted(r.tpot_p99_ms for r in runs)
+    assert [r.saturated for r in runs] == [False, False, False, True]
+    with pytest.raises(KVPlanError, match="request rate must be a positive number"):
+        latency_at_rate(b, efficiency_for("h200"), 0.0)
+
+
+def test_mlperf_interactive_h200_operating_point() -> None:
+    """MLPerf Inference v5.0 H200 Llama-2-70B interactive (fixture mlperf_v5_0.json): 66.50
+    samples/s on 8 GPUs = 8.3125 requests/s per GPU, 19,424.25 / 66.50 = 292 output tokens each,
+    and the run met p99 TPOT ≤ 40 ms and TTFT ≤ 450 ms. The summary gives no prompt lengths or
+    layout; at an assumed 300-token prompt, TP 1, fp8 weights and KV, the simulation estimates 91
+    requests in flight per GPU (the old per-GPU bound claimed 570 fit), TTFT p99 194 ms and TPOT
+    p99 45.9 ms: the TPOT estimate 15 % above what the run met."""
+    from kvplan.recommend import latency_at_rate
+
+    row = next(r for r in json.loads((Path(__file__).resolve().parent / "fixtures" / "published"
+                                      / "mlperf_v5_0.json").read_text())["rows"]
+               if r["gpu"] == "h200" and r["scenario"] == "Server interactive")
+    per_gpu = row["samples_per_s"] / row["gpus"]
+    assert (per_gpu, row["osl"]) == (8.3125, 292)
+    b = throughput_bound(load_model("llama-2-70b"), get_gpu("h200"), 1, 1, 1, "fp8", "fp8_e4m3", 300,
+                         row["osl"])
+    r = latency_at_rate(b, efficiency_for("h200"), per_gpu)
+    assert (round(r.concurrency), round(r.ttft_p99_ms), round(r.tpot_p99_ms, 1)) == (91, 194, 45.9)
+    assert r.tpot_p99_ms / 40.0 - 1 == pytest.approx(0.148, abs=0.001)
+    assert not r.saturated
+
+
+def test_cli_rate_is_labelled_an_estimate(capsys: pytest.CaptureFixture[str]) -> None:
+    from kvplan.cli import main
+
+    base = ["throughput", "--model", "llama-2-70b", "--gpu", "h200", "--gpus", "8", "--weight-dtype",
+            "fp8", "--kv-dtype", "fp8_e4m3", "--isl", "300", "--osl", "292", "--rate", "66.5"]
+    assert main(base) == 0
+    out = capsys.readouterr().out
+    assert "at 66.5 requests/s (8.312 per replica; estimates from a seeded simulation at the efficiencies " \
+        "above, not bounds): TTFT p50 90.2 ms, p99 194.1 ms; TPOT p50 42.04 ms, p99 45.92 ms" in out
+    assert main([*base, "--json"]) == 0
+    at = json.loads(capsys.readouterr().out)["at_rate"]
+    assert at["kind"] == "estimate" and at["per_replica"] == 8.3125 and at["saturated"] is False
