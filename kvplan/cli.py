@@ -365,7 +365,12 @@ def _recommend_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kv-dtypes", type=_csv_list, default=("bf16", "fp8_e4m3"))
     p.add_argument("--weight-dtypes", type=_csv_list, default=("auto",))
     p.add_argument("--price", type=_pairs("--price"), action="append", default=[],
-                   help="gpu=price per GPU-hour (repeatable)")
+                   help="gpu=price per GPU-hour (repeatable; overrides the price table)")
+    p.add_argument("--price-kind", choices=["on-demand", "reserved", "spot", "any"], default="on-demand",
+                   help="which quotes of the price table cost an accelerator: the lowest of this kind "
+                        "(default on-demand)")
+    p.add_argument("--prices-csv", help="a price table replacing presets/prices.json: CSV with columns "
+                                        "gpu, provider, kind, usd_per_gpu_hour, as_of, source[, note]")
     p.add_argument("--efficiency", type=_pairs("--efficiency"), action="append", default=[],
                    help="gpu=efficiency factor in (0, 1] (repeatable)")
     p.add_argument("--default-efficiency", type=_number("--default-efficiency", float, 1e-6, 1), default=1.0)
@@ -725,6 +730,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     from kvplan.engines import DEFAULT_ENGINE, engine_with_release
     from kvplan.files import read_limited
     from kvplan.plan import FitQuery, make_plan
+    from kvplan.presets import read_price_csv
     from kvplan.recommend import (
         RecommendQuery,
         failure_counts,
@@ -768,6 +774,8 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         max_context=args.max_context, gpus=args.gpus, max_gpus=args.max_gpus,
         max_total_gpus=args.max_total_gpus, tp=args.tp, pp=args.pp, expert_parallel=not args.no_ep,
         kv_dtypes=args.kv_dtypes, weight_dtypes=args.weight_dtypes, prices=dict(args.price),
+        price_kind=args.price_kind, price_table=None if args.prices_csv is None else read_price_csv(
+            read_limited(args.prices_csv, MAX_CONFIG_BYTES, "config.too_large").decode("utf-8", "replace")),
         efficiency=efficiency, default_efficiency=args.default_efficiency)
     plan = make_plan(arch, None, FitQuery(engine=engine, reserve_gib=args.reserve_gib, settings=settings))
     rec = recommend(plan, query, workload)
@@ -779,6 +787,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
                                         "engine_version": args.engine_version,
                                         "reserve_gib": args.reserve_gib, "engine_settings": settings})
     rows = ranked_rows(rec, scenario, args.top)
+    apart = ranked_rows(rec, scenario, args.top, unpriced=True)
     lengths = rec.lengths
     priced, unpriced = price_sources(rec, query)
     if args.json:
@@ -800,7 +809,8 @@ def cmd_recommend(args: argparse.Namespace) -> int:
             "feasible": int(rec.table["feasible"].sum()), "failures": failure_counts(rec),
             "message": rec.message, "table": rows, "formulas": rec.formulas, "efficiency": efficiency,
             "assumptions": rec.assumptions, "notes": rec.notes,
-            "prices": priced, "unpriced": unpriced, "calibrated_runs": run_notes}))
+            "prices": priced, "unpriced": unpriced, "unpriced_table": apart,
+            "calibrated_runs": run_notes}))
         return 0
     print(f"{arch.name} · {plan.engine.label} · targets TTFT ≤ {ttft:g} ms, TPOT ≤ {tpot:g} ms "
           f"({percentile}) · lengths: prompt {lengths.prompt:,}, context {lengths.context:,} tokens")
@@ -808,14 +818,21 @@ def cmd_recommend(args: argparse.Namespace) -> int:
           + ", ".join(f"{k} {v:,}" for k, v in failure_counts(rec).items()))
     if rec.message:
         print(rec.message)
-    for i, row in enumerate(rows, 1):
-        split = f"EP {row['ep']}" if row["ep"] > 1 else f"TP {row['tp']} × PP {row['pp']}"
-        print(f"{i:3d}. {row['gpu']:15s} {split:12s} KV {row['kv_dtype']:9s} W {row['weight_dtype']:9s} "
-              f"{row['replicas']:,} × {row['total_gpus'] // max(row['replicas'], 1)} GPUs  "
-              f"TPOT {row['tpot_ms']:.2f} ms  TTFT {row['ttft_ms']:.1f} ms  "
-              f"{row['cost_per_m_tokens']:.4f} {rec.cost_unit}/M tokens  "
-              f"tokens/s per replica: bound {row['bound_tokens_per_s_per_replica']:,.0f}, "
-              f"estimate {row['estimate_tokens_per_s_per_replica']:,.0f}")
+    def show(items: list[dict[str, Any]], unit: str, key: str) -> None:
+        for i, row in enumerate(items, 1):
+            split = f"EP {row['ep']}" if row["ep"] > 1 else f"TP {row['tp']} × PP {row['pp']}"
+            print(f"{i:3d}. {row['gpu']:15s} {split:12s} KV {row['kv_dtype']:9s} W {row['weight_dtype']:9s} "
+                  f"{row['replicas']:,} × {row['total_gpus'] // max(row['replicas'], 1)} GPUs  "
+                  f"TPOT {row['tpot_ms']:.2f} ms  TTFT {row['ttft_ms']:.1f} ms  "
+                  f"{row[key]:.4f} {unit}/M tokens  "
+                  f"tokens/s per replica: bound {row['bound_tokens_per_s_per_replica']:,.0f}, "
+                  f"estimate {row['estimate_tokens_per_s_per_replica']:,.0f}")
+
+    show(rows, rec.cost_unit, "cost_per_m_tokens")
+    if apart:
+        print(f"Unpriced accelerators, listed apart (no price in the table; GPU-hours per M output "
+              f"tokens, not money): {', '.join(unpriced)}")
+        show(apart, "GPU-hours", "gpu_hours_per_m_tokens")
     print("All times are bounds (formulas below), not measurements. Tokens/s 'bound' is the run upper "
           "bound no run can beat (`kvplan throughput`); 'estimate' = that bound at the accelerator's "
           "default efficiencies (presets/efficiency.json, fitted on published results; docs/efficiency.md).")
@@ -826,8 +843,8 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     for gpu_id, price in priced.items():
         print(f"Price {gpu_id}: ${price['per_hour']:g} per GPU-hour — {price['source']}")
     if unpriced:
-        print(f"No price for {', '.join(unpriced)}: costs are in GPU-hours unless every accelerator "
-              "searched has one (--price gpu=$/h)")
+        print(f"No price for {', '.join(unpriced)}: listed apart in GPU-hours (--price gpu=$/h or "
+              "--prices-csv to price them)")
     return 0
 
 

@@ -46,7 +46,17 @@ from kvplan.engines import EngineSettings, KVPool
 from kvplan.errors import KVPlanError
 from kvplan.flops import layer_flops, prefill_decode_flops, request_flops
 from kvplan.plan import FitQuery, Plan, memory_budget
-from kvplan.presets import GPU, PhaseEfficiency, efficiency_for, estimate_batch_cap, get_gpu, gpus
+from kvplan.presets import (
+    GPU,
+    PhaseEfficiency,
+    PriceQuote,
+    efficiency_for,
+    estimate_batch_cap,
+    get_gpu,
+    gpus,
+    pick_price,
+    price_quotes,
+)
 from kvplan.serving import MLPERF_BOUNDS, LengthDist, Workload, sample_workload
 
 #: Target presets: (TTFT ms, TPOT ms, percentile) from MLPerf ``loadgen/mlperf.conf`` (Server, p99).
@@ -86,6 +96,10 @@ class RecommendQuery(BaseModel):
     kv_dtypes: tuple[str, ...] = ("bf16", "fp8_e4m3")
     weight_dtypes: tuple[str, ...] = ("auto",)
     prices: dict[str, float] = {}
+    #: Which public quotes cost an accelerator (the lowest of this kind, ``presets.pick_price``), and
+    #: the table they come from (None: ``presets/prices.json``; a ``--prices-csv`` replaces it).
+    price_kind: Literal["on-demand", "reserved", "spot", "any"] = "on-demand"
+    price_table: tuple[PriceQuote, ...] | None = None
     efficiency: dict[str, float] = {}
     default_efficiency: float = Field(default=1.0, gt=0, le=1)
     #: Calibrated (prefill, decode) efficiencies of the estimate per accelerator (``calibrate_phases``);
@@ -119,9 +133,21 @@ class Recommendation:
 
     @property
     def ranked(self) -> pd.DataFrame:
-        feasible = self.table[self.table["feasible"]]
+        """Feasible candidates by cost per million output tokens: in money those with a price (the
+        unpriced ones are ``unpriced_ranked``); in GPU-hours when no accelerator has one."""
+        feasible = self.table[self.table["feasible"] & (self.table["priced"] | (self.cost_unit != "$"))]
         return feasible.sort_values(["cost_per_m_tokens", "tpot_ms", "total_gpus"],
                                     kind="stable").reset_index(drop=True)
+
+    @property
+    def unpriced_ranked(self) -> pd.DataFrame:
+        """Feasible candidates on accelerators without a price, listed apart by GPU-hours per million
+        output tokens (empty when the costs are all in GPU-hours)."""
+        if self.cost_unit != "$":
+            return self.table.iloc[:0]
+        rows = self.table[self.table["feasible"] & ~self.table["priced"]]
+        return rows.sort_values(["gpu_hours_per_m_tokens", "tpot_ms", "total_gpus"],
+                                kind="stable").reset_index(drop=True)
 
 
 @dataclass
@@ -300,8 +326,14 @@ def _gpu_list(query: RecommendQuery) -> list[GPU]:
     return chosen
 
 
-def _price(gpu: GPU, query: RecommendQuery) -> float | None:
-    return query.prices.get(gpu.id, gpu.price_per_hour)
+def _price(gpu: GPU, query: RecommendQuery) -> tuple[float | None, str]:
+    """(US$ per GPU-hour, where it came from): ``--price`` for this accelerator, else the lowest
+    quote of ``query.price_kind`` in the price table (``presets.pick_price``), else (None, "")."""
+    if gpu.id in query.prices:
+        return query.prices[gpu.id], "given (--price)"
+    quote = pick_price(query.price_table if query.price_table is not None else price_quotes(), gpu.id,
+                       query.price_kind)
+    return (quote.usd_per_gpu_hour, quote.label) if quote else (None, "")
 
 
 def recommend(plan: Plan, query: RecommendQuery, workload: Workload | None = None) -> Recommendation:
@@ -433,9 +465,9 @@ def recommend(plan: Plan, query: RecommendQuery, workload: Workload | None = Non
     flops_gw = np.where(fp8_w[None, :], fp8[:, None], bf16[:, None])
     link = np.array([(g.interconnect_gbps or g.host_link_gbps or 32.0) * 1e9 for g in gpu_list])
     eff = np.array([query.efficiency.get(g.id, query.default_efficiency) for g in gpu_list])
-    price_list = [_price(g, query) for g in gpu_list]
-    priced = all(p is not None for p in price_list)
-    price = np.array([p if priced and p is not None else 1.0 for p in price_list])
+    price_list = [_price(g, query)[0] for g in gpu_list]
+    priced = any(p is not None for p in price_list)  # money for those priced, the rest listed apart
+    price = np.array([p if p is not None else (np.nan if priced else 1.0) for p in price_list])
     moe = arch.moe
     terms = _Terms(
         bw=grid(np.array([g.bandwidth_tbps * 1e12 for g in gpu_list]), (0,)),
@@ -512,6 +544,8 @@ def recommend(plan: Plan, query: RecommendQuery, workload: Workload | None = Non
         "total_gpus": np.where(feasible, total, 0),
         "cost_per_hour": np.where(feasible, cost_h, np.nan),
         "cost_per_m_tokens": np.where(feasible, cost_h / (served * 3600) * 1e6, np.nan),
+        "gpu_hours_per_m_tokens": np.where(feasible, total / (served * 3600) * 1e6, np.nan),
+        "priced": grid(np.array([p is not None for p in price_list]), (0,)),
         "feasible": feasible,
         "fails": pd.Categorical.from_codes(code, categories=pd.Index(labels, dtype=object)),
     })
@@ -663,7 +697,7 @@ def _formulas(query: RecommendQuery, lengths: Lengths, unit: str) -> list[str]:
         else "replicas = ceil(requests/s · O / tokens/s(B_max))",
         "cost per M output tokens = GPUs × price per GPU-hour / (served tokens/s · 3600) · 10⁶"
         if unit == "$" else "GPU-hours per M output tokens = GPUs / (served tokens/s · 3600) · 10⁶ "
-                            "(no price for every accelerator)",
+                            "(no accelerator searched has a price)",
     ]
 
 
@@ -1033,8 +1067,8 @@ def candidate_link(row: Any, scenario: Any, lengths: Lengths) -> str:
 TABLE_COLUMNS = ("gpu", "tp", "pp", "ep", "kv_dtype", "weight_dtype", "replicas", "total_gpus",
                  "batch", "tpot_ms", "ttft_ms", "tokens_per_s_per_replica", "bound_tokens_per_s_per_replica",
                  "estimate_tokens_per_s_per_replica", "cost_per_hour",
-                 "cost_per_m_tokens", "weights_per_gpu_bytes", "kv_budget_bytes", "kv_bytes_per_request",
-                 "max_requests")
+                 "cost_per_m_tokens", "gpu_hours_per_m_tokens", "weights_per_gpu_bytes", "kv_budget_bytes",
+                 "kv_bytes_per_request", "max_requests")
 
 
 def unit_headers(cost_unit: str) -> dict[str, str]:
@@ -1049,10 +1083,12 @@ def unit_headers(cost_unit: str) -> dict[str, str]:
             "ep": "ep [GPUs]"}
 
 
-def ranked_rows(rec: Recommendation, scenario: Any, top: int = 20) -> list[dict[str, Any]]:
-    """The ``top`` cheapest feasible candidates as plain dicts, each with its dashboard link."""
+def ranked_rows(rec: Recommendation, scenario: Any, top: int = 20,
+                unpriced: bool = False) -> list[dict[str, Any]]:
+    """The ``top`` cheapest feasible candidates as plain dicts, each with its dashboard link
+    (``unpriced``: those on accelerators without a price, ``Recommendation.unpriced_ranked``)."""
     out = []
-    for row in rec.ranked.head(top).itertuples(index=False):
+    for row in (rec.unpriced_ranked if unpriced else rec.ranked).head(top).itertuples(index=False):
         item = {name: _plain(getattr(row, name)) for name in TABLE_COLUMNS}
         item["link"] = candidate_link(row, scenario, rec.lengths)
         out.append(item)
@@ -1061,19 +1097,16 @@ def ranked_rows(rec: Recommendation, scenario: Any, top: int = 20) -> list[dict[
 
 def price_sources(rec: Recommendation, query: RecommendQuery) -> tuple[dict[str, dict[str, Any]], list[str]]:
     """({accelerator: {"per_hour", "source"}} for the searched accelerators with a price, [the
-    others]): a ``--price`` given by the user, else the preset's ``price_per_hour`` with its
-    ``sources["price"]`` (provider, rate card and date)."""
+    others]): a ``--price`` given by the user, else the lowest quote of the kind asked in the price
+    table (provider, kind, date and source, ``_price``)."""
     priced: dict[str, dict[str, Any]] = {}
     unpriced: list[str] = []
     for gpu_id in [str(g) for g in rec.table["gpu"].cat.categories]:
-        gpu = get_gpu(gpu_id)
-        if gpu_id in query.prices:
-            priced[gpu_id] = {"per_hour": query.prices[gpu_id], "source": "given (--price)"}
-        elif gpu.price_per_hour is not None:
-            priced[gpu_id] = {"per_hour": gpu.price_per_hour,
-                              "source": gpu.sources.get("price", "preset (no source recorded)")}
-        else:
+        value, source = _price(get_gpu(gpu_id).model_copy(update={"id": gpu_id}), query)
+        if value is None:
             unpriced.append(gpu_id)
+        else:
+            priced[gpu_id] = {"per_hour": value, "source": source}
     return priced, unpriced
 
 

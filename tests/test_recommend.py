@@ -4,6 +4,7 @@ and the exact-memory guarantee (every candidate's memory figures equal ``capacit
 from __future__ import annotations
 
 import json
+import math
 import time
 
 import numpy as np
@@ -255,19 +256,31 @@ def test_cli_recommend_json_and_errors(capsys: pytest.CaptureFixture[str], tmp_p
 
 
 def test_prices_turn_gpu_hours_into_money() -> None:
-    """Preset prices (AWS Capacity Blocks: H100 4.916, H200 5.408 per GPU-hour) when every chosen
-    accelerator has one; otherwise GPU-hours (price 1), unless the user prices the rest."""
+    """Prices from the table (presets/prices.json): the lowest on-demand quote (H100 Lambda 2.99,
+    H200 packet.ai 2.25 per GPU-hour), or of the kind asked (reserved: AWS Capacity Blocks 4.916);
+    accelerators without one (L4) are listed apart in GPU-hours, unless the user prices them; with no
+    price at all the costs are GPU-hours (price 1)."""
     query = RecommendQuery(users=64, gpus=("h100-sxm", "h200"), **LOOSE)
     rec = recommend(LLAMA8_PLAN, query)
     assert rec.cost_unit == "$"
     h100 = row(rec, gpu="h100-sxm")
-    assert h100["cost_per_hour"] == pytest.approx(h100["total_gpus"] * 4.916)
+    assert h100["cost_per_hour"] == pytest.approx(h100["total_gpus"] * 2.99)
+    assert row(rec, gpu="h200")["cost_per_hour"] == pytest.approx(row(rec, gpu="h200")["total_gpus"] * 2.25)
+    reserved = recommend(LLAMA8_PLAN, query.model_copy(update={"price_kind": "reserved"}))
+    assert row(reserved, gpu="h100-sxm")["cost_per_hour"] == pytest.approx(h100["total_gpus"] * 4.916)
     mixed = recommend(LLAMA8_PLAN, query.model_copy(update={"gpus": ("h100-sxm", "l4")}))
-    assert mixed.cost_unit == "GPU-hours" and row(mixed, gpu="h100-sxm")["cost_per_hour"] == 1.0
+    assert mixed.cost_unit == "$" and math.isnan(row(mixed, gpu="l4")["cost_per_hour"])
+    assert set(mixed.ranked["gpu"].astype(str)) == {"h100-sxm"}
+    assert set(mixed.unpriced_ranked["gpu"].astype(str)) == {"l4"}
+    l4 = mixed.unpriced_ranked.iloc[0]
+    assert l4["gpu_hours_per_m_tokens"] > 0 and not l4["priced"]
     priced = recommend(LLAMA8_PLAN, query.model_copy(update={"gpus": ("h100-sxm", "l4"),
                                                              "prices": {"l4": 0.5}}))
     assert priced.cost_unit == "$" and row(priced, gpu="l4")["cost_per_hour"] == pytest.approx(
         row(priced, gpu="l4")["total_gpus"] * 0.5)
+    none = recommend(LLAMA8_PLAN, query.model_copy(update={"gpus": ("l4",)}))
+    assert none.cost_unit == "GPU-hours" and row(none, gpu="l4")["cost_per_hour"] == row(none, gpu="l4")[
+        "total_gpus"]
 
 
 def test_cli_calibrates_the_efficiency_from_a_measured_ttft(capsys: pytest.CaptureFixture[str]) -> None:

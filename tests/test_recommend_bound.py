@@ -333,12 +333,14 @@ def test_dashboard_labels_the_bound_and_the_estimate() -> None:
     assert {"bound_tokens_per_s_per_replica", "estimate_tokens_per_s_per_replica"} <= set(table.columns)
     assert (table["bound_tokens_per_s_per_replica"] >= table["estimate_tokens_per_s_per_replica"]).all()
     prices = next(d.value for d in at.dataframe if "price_source" in d.value.columns).set_index("gpu")
-    assert prices.loc["h100-sxm", "price_per_hour"] == 4.916
-    assert prices.loc["h100-sxm", "price_source"].startswith("AWS EC2 Capacity Blocks for ML pricing")
-    assert prices.loc["b200", "price_source"] == "unpriced: no public price in the catalogue"
+    assert prices.loc["h100-sxm", "price_per_hour"] == 2.99
+    assert prices.loc["h100-sxm", "price_source"] == (
+        "Lambda on-demand as of 2026-05-18 — https://www.cliffcenter.com/research/amd-inference-economics")
+    assert prices.loc["l4", "price_source"] == "unpriced: no public price in the catalogue"
     words = " ".join(c.value for c in at.caption)
     assert "Tokens/s **upper bound**: no run can beat it" in words
     assert "**Estimate**: each phase's time at peak" in words
+    assert "Unpriced accelerators, listed apart (no price in the table; cost in GPU-hours" in words
     for gpu_id in table["gpu"].astype(str).unique():
         eff = efficiency_for(gpu_id)
         assert f"{gpu_id}: prefill {eff.prefill:.3g}, decode {eff.decode:.3g} (least\\-squares fit on " \
@@ -389,21 +391,48 @@ def test_recommend_names_each_price_source_and_the_unpriced(capsys: pytest.Captu
     and date, or --price), and lists the accelerators without one apart."""
     from kvplan.cli import main
 
-    base = ["recommend", "--model", "llama-3.1-8b", "--gpus", "h100-sxm,b200,mi300x", "--top", "1",
+    base = ["recommend", "--model", "llama-3.1-8b", "--gpus", "h100-sxm,b200,l4", "--top", "1",
             "--price", "b200=6.5"]
     assert main(base) == 0
     out = capsys.readouterr().out
-    assert "Price h100-sxm: $4.916 per GPU-hour — AWS EC2 Capacity Blocks for ML pricing" in out
-    assert "reservation rates in force until the update scheduled for 2025-01-01" in out
+    assert "Price h100-sxm: $2.99 per GPU-hour — Lambda on-demand as of 2026-05-18 — " \
+        "https://www.cliffcenter.com/research/amd-inference-economics" in out
     assert "Price b200: $6.5 per GPU-hour — given (--price)" in out
-    assert "No price for mi300x: costs are in GPU-hours" in out
+    assert "Unpriced accelerators, listed apart (no price in the table; GPU-hours per M output tokens, " \
+        "not money): l4" in out
+    assert "No price for l4: listed apart in GPU-hours" in out
     assert main([*base, "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["unpriced"] == ["mi300x"]
+    assert data["unpriced"] == ["l4"] and data["unpriced_table"][0]["gpu"] == "l4"
     assert data["prices"]["b200"] == {"per_hour": 6.5, "source": "given (--price)"}
-    assert data["prices"]["h100-sxm"]["per_hour"] == 4.916
+    assert data["prices"]["h100-sxm"]["per_hour"] == 2.99
     top = data["table"][0]
     assert top["bound_tokens_per_s_per_replica"] >= top["estimate_tokens_per_s_per_replica"]
+    assert main([*base, "--price-kind", "reserved", "--json"]) == 0
+    reserved = json.loads(capsys.readouterr().out)["prices"]["h100-sxm"]
+    assert reserved["per_hour"] == 4.916 and reserved["source"].startswith("AWS EC2 Capacity Blocks reserved "
+                                                                           "as of 2024-12 — AWS EC2")
+
+
+def test_prices_csv_replaces_the_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--prices-csv: the user's table (one quote here), every row checked; a bad row gets a message
+    naming its line and field."""
+    from kvplan.cli import main
+
+    good = tmp_path / "p.csv"
+    good.write_text("gpu,provider,kind,usd_per_gpu_hour,as_of,source\n"
+                    "l4,Acme,on-demand,0.4,2026-11-01,https://example.com/prices\n")
+    base = ["recommend", "--model", "llama-3.1-8b", "--gpus", "l4,h100-sxm", "--top", "1", "--json"]
+    assert main([*base, "--prices-csv", str(good)]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["prices"] == {"l4": {"per_hour": 0.4, "source": "Acme on-demand as of 2026-11-01 — "
+                                                               "https://example.com/prices"}}
+    assert data["unpriced"] == ["h100-sxm"]
+    bad = tmp_path / "bad.csv"
+    bad.write_text("gpu,provider,kind,usd_per_gpu_hour,as_of,source\nl4,Acme,monthly,-1,2026,x\n")
+    assert main([*base, "--prices-csv", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "cannot read the price table: line 2, kind" in err and "Traceback" not in err
 
 
 def test_recommend_estimate_calibrated_on_a_measured_run(capsys: pytest.CaptureFixture[str]) -> None:

@@ -13,7 +13,7 @@ import streamlit as st
 from kvplan.arch import ModelArch
 from kvplan.dtypes import KV_DTYPE_CHOICES, WEIGHT_DTYPES
 from kvplan.errors import KVPlanError, md, md_code, md_link_target, md_name
-from kvplan.presets import GPU, efficiency_for, gpus
+from kvplan.presets import GPU, efficiency_for, gpus, pick_price, price_quotes
 from kvplan.recommend import (
     TARGET_PRESETS,
     Recommendation,
@@ -133,18 +133,17 @@ def _inputs(scenario: Scenario, arch: ModelArch) -> tuple[RecommendQuery, bytes 
 
 def _prices_and_efficiency(chosen: list[str], efficiency: float) -> tuple[dict[str, float],
                                                                           dict[str, float]]:
-    """An editable table: price per GPU-hour (default: the preset's, else empty) and efficiency
-    factor per accelerator (default: the slider). Without a price for every accelerator the costs
-    are counted in GPU-hours."""
-    catalogue = gpus()
+    """An editable table: price per GPU-hour (default: the lowest on-demand quote of
+    ``presets/prices.json``, with its provider, date and source; else empty) and efficiency factor per
+    accelerator (default: the slider). Only prices edited here override the table; accelerators
+    without one are costed in GPU-hours and listed apart."""
+    quotes = [pick_price(price_quotes(), g) for g in chosen]
     with st.expander("Prices per GPU-hour and efficiency per accelerator", expanded=False):
         frame = pd.DataFrame({
             "gpu": chosen,
-            "price_per_hour": [catalogue[g].price_per_hour if g in catalogue else None for g in chosen],
+            "price_per_hour": [q.usd_per_gpu_hour if q else None for q in quotes],
             "efficiency": [efficiency] * len(chosen),
-            "price_source": [catalogue[g].sources.get("price", "unpriced: no public price in the catalogue")
-                             if g in catalogue and catalogue[g].price_per_hour is not None
-                             else "unpriced: no public price in the catalogue" for g in chosen],
+            "price_source": [q.label if q else "unpriced: no public price in the catalogue" for q in quotes],
         }).astype({"price_per_hour": "float64"})
         edited = st.data_editor(frame, hide_index=True, key="rc_prices", disabled=["gpu", "price_source"],
                                 column_config={
@@ -153,14 +152,15 @@ def _prices_and_efficiency(chosen: list[str], efficiency: float) -> tuple[dict[s
                                                             format="%.4f"),
             "efficiency": st.column_config.NumberColumn("efficiency (0–1]", min_value=0.01,
                                                         max_value=1.0, format="%.2f")})
-        st.caption("Catalogue prices carry their source and date (one provider's rate card; edit them "
-                   "for yours); accelerators marked unpriced have none. With a price for every "
-                   "accelerator searched, cost is in money; otherwise in GPU-hours.")
+        st.caption("Prices are the lowest on-demand quote of the catalogue's price table "
+                   "(presets/prices.json: several providers, each with its date and source; edit them "
+                   "for yours). Accelerators marked unpriced have none: their candidates are listed "
+                   "apart, costed in GPU-hours.")
     prices: dict[str, float] = {}
     factors: dict[str, float] = {}
-    for record in edited.to_dict("records"):
+    for record, quote in zip(edited.to_dict("records"), quotes, strict=True):
         price, factor = _number(record.get("price_per_hour")), _number(record.get("efficiency"))
-        if price is not None and price > 0:
+        if price is not None and price > 0 and (quote is None or price != quote.usd_per_gpu_hour):
             prices[str(record["gpu"])] = price
         if factor is not None and 0 < factor <= 1:
             factors[str(record["gpu"])] = factor
@@ -293,6 +293,18 @@ def render(scenario: Scenario, arch: ModelArch, gpu: GPU) -> pd.DataFrame | None
             efficiencies.append(f"{md_name(gpu_id)}: prefill {eff.prefill:.3g}, decode {eff.decode:.3g} "
                                 f"({md(eff.source)})")
         st.caption(EFFICIENCY_WORDS + "; ".join(efficiencies) + ".")
+        apart = rec.unpriced_ranked
+        if not apart.empty:
+            st.caption("Unpriced accelerators, listed apart (no price in the table; cost in GPU-hours "
+                       "per million output tokens, not money): "
+                       + ", ".join(md_name(g) for g in apart["gpu"].astype(str).unique().tolist()) + ".")
+            st.dataframe(pd.DataFrame(ranked_rows(rec, scenario, TOP, unpriced=True)), hide_index=True,
+                         key="table_recommend_unpriced", column_config={
+                "link": st.column_config.LinkColumn("open", display_text="open scenario"),
+                "cost_per_m_tokens": None,
+                "cost_per_hour": None,
+                "gpu_hours_per_m_tokens": st.column_config.NumberColumn("GPU-hours / M tokens",
+                                                                        format="%.4f")})
         best = rows.iloc[0]
         st.markdown(f"Cheapest: **{md_name(best['gpu'])}**, TP {best['tp']:d} × PP {best['pp']:d}"
                     + (f", EP {best['ep']:d}" if best["ep"] > 1 else "")
