@@ -363,7 +363,9 @@ def _recommend_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pp", type=_int_list("--pp"), default=(1, 2, 4))
     p.add_argument("--no-ep", action="store_true", help="no expert-parallel candidates for MoE models")
     p.add_argument("--kv-dtypes", type=_csv_list, default=("bf16", "fp8_e4m3"))
-    p.add_argument("--weight-dtypes", type=_csv_list, default=("auto",))
+    p.add_argument("--weight-dtypes", type=_csv_list, default=None,
+                   help="weight formats (default: auto, plus fp8, nvfp4 and mxfp4 where the "
+                        "accelerator has their tensor cores and the checkpoint is unquantized)")
     p.add_argument("--price", type=_pairs("--price"), action="append", default=[],
                    help="gpu=price per GPU-hour (repeatable; overrides the price table)")
     p.add_argument("--price-kind", choices=["on-demand", "reserved", "spot", "any"], default="on-demand",
@@ -690,7 +692,7 @@ def _calibrated(args: argparse.Namespace, arch: ModelArch, engine: str,
         return None
     if args.measured_gpu is None:
         raise KVPlanError("recommend.calibrate", detail="--measured-gpu names the accelerator of the run")
-    wd = next(iter(args.weight_dtypes), "auto")
+    wd = next(iter(args.weight_dtypes or ("auto",)), "auto")
     base = FitQuery(engine=engine, tp=args.measured_tp, kv_dtype=next(iter(args.kv_dtypes), "bf16"),
                     weight_dtype=None if wd == "auto" else wd, reserve_gib=args.reserve_gib,
                     settings=settings.model_copy(update={"tp": args.measured_tp}))

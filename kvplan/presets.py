@@ -118,6 +118,18 @@ class GPU(BaseModel):
             return self.int8_tops or self.bf16_tflops
         return self.bf16_tflops
 
+    def supports_weight_format(self, weight_format: str) -> bool:
+        """Whether the accelerator has tensor cores for a low-precision weight format the recommender
+        searches by default: fp8 where ``fp8_tflops`` is listed, the FP4 formats where ``fp4_tflops``
+        is (nvfp4 on NVIDIA only, its block-scaled format); any other format runs everywhere."""
+        if weight_format == "fp8":
+            return self.fp8_tflops is not None
+        if weight_format == "nvfp4":
+            return self.fp4_tflops is not None and self.vendor == "NVIDIA"
+        if weight_format == "mxfp4":
+            return self.fp4_tflops is not None
+        return True
+
     @property
     def cuda_total_bytes(self) -> int | None:
         """Total device memory as CUDA reports it, bytes (None when the catalogue lacks it)."""

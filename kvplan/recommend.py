@@ -67,7 +67,12 @@ TARGET_PRESETS: dict[str, tuple[float, float, str]] = {
 MAX_CANDIDATES = 100_000
 MAX_GPUS_PER_REPLICA = 1024
 ACT_BYTES = 2  # bf16 activations exchanged between ranks
-FAILS = ("memory", "TTFT", "TPOT", "GPU limit")
+FAILS = ("memory", "TTFT", "TPOT", "GPU limit", "format")
+#: Weight formats searched when none are given: the checkpoint's own, plus fp8 and the FP4 formats
+#: for an unquantized checkpoint, each only where the accelerator has its tensor cores
+#: (``GPU.supports_weight_format``; elsewhere the candidate fails "format"). Formats given
+#: explicitly are searched on every accelerator.
+DEFAULT_WEIGHT_SEARCH = ("auto", "fp8", "nvfp4", "mxfp4")
 
 
 class RecommendQuery(BaseModel):
@@ -94,7 +99,8 @@ class RecommendQuery(BaseModel):
     pp: tuple[int, ...] = (1, 2, 4)
     expert_parallel: bool = True
     kv_dtypes: tuple[str, ...] = ("bf16", "fp8_e4m3")
-    weight_dtypes: tuple[str, ...] = ("auto",)
+    #: None: ``DEFAULT_WEIGHT_SEARCH`` (only ``auto`` for an already quantized checkpoint).
+    weight_dtypes: tuple[str, ...] | None = None
     prices: dict[str, float] = {}
     #: Which public quotes cost an accelerator (the lowest of this kind, ``presets.pick_price``), and
     #: the table they come from (None: ``presets/prices.json``; a ``--prices-csv`` replaces it).
@@ -345,7 +351,9 @@ def recommend(plan: Plan, query: RecommendQuery, workload: Workload | None = Non
     arch, base = plan.arch, plan.query
     layouts, notes = _layouts(plan, query)
     kv_dtypes = list(dict.fromkeys(query.kv_dtypes))
-    wds = list(dict.fromkeys(query.weight_dtypes))
+    wds = list(dict.fromkeys(query.weight_dtypes if query.weight_dtypes is not None
+                             else ("auto",) if plan.arch.weights.quantization is not None
+                             else DEFAULT_WEIGHT_SEARCH))
     n_total = len(gpu_list) * len(layouts) * len(kv_dtypes) * len(wds)
     if n_total == 0:
         raise KVPlanError("recommend.empty", detail=_empty_detail(gpu_list, layouts, kv_dtypes, wds, notes))
@@ -459,10 +467,17 @@ def recommend(plan: Plan, query: RecommendQuery, workload: Workload | None = Non
         full = np.expand_dims(a, [i for i in range(4) if i not in axes])
         return np.broadcast_to(full, shape).ravel()
 
-    fp8_w = np.array([wd in {"fp8"} for wd in wds])
-    bf16 = np.array([g.bf16_tflops for g in gpu_list]) * 1e12
-    fp8 = np.array([g.fp8_tflops or g.bf16_tflops for g in gpu_list]) * 1e12
-    flops_gw = np.where(fp8_w[None, :], fp8[:, None], bf16[:, None])
+    # the format's tensor-core rate (GPU.peak_tflops); a quantized checkpoint's "auto" at the fastest
+    # rate listed, so the times stay bounds
+    quantized = arch.weights.quantization is not None
+    flops_gw = np.array([[g.peak_tflops("nvfp4" if wd == "auto" and quantized
+                                        else arch.model_dtype if wd == "auto" else wd) for wd in wds]
+                         for g in gpu_list]) * 1e12
+    # formats the default search added run only where their tensor cores are; asked-for ones anywhere
+    # (e.g. vLLM runs FP4 checkpoints weight-only on Hopper)
+    searched = query.weight_dtypes is None
+    format_ok = grid(np.array([[not searched or g.supports_weight_format(wd) for wd in wds]
+                               for g in gpu_list]), (0, 3))
     link = np.array([(g.interconnect_gbps or g.host_link_gbps or 32.0) * 1e9 for g in gpu_list])
     eff = np.array([query.efficiency.get(g.id, query.default_efficiency) for g in gpu_list])
     price_list = [_price(g, query)[0] for g in gpu_list]
@@ -512,11 +527,11 @@ def recommend(plan: Plan, query: RecommendQuery, workload: Workload | None = Non
     ttft_ok = ttft * 1e3 <= query.ttft_ms
     tpot_ok = batch_max >= 1
     gpu_ok = total <= query.max_total_gpus
-    feasible = memory_ok & ttft_ok & tpot_ok & gpu_ok
+    feasible = memory_ok & ttft_ok & tpot_ok & gpu_ok & format_ok
     code = np.zeros(mreq.shape, dtype=np.int64)
-    for bit, ok in enumerate((memory_ok, ttft_ok, tpot_ok | ~memory_ok, gpu_ok | ~tpot_ok)):
+    for bit, ok in enumerate((memory_ok, ttft_ok, tpot_ok | ~memory_ok, gpu_ok | ~tpot_ok, format_ok)):
         code |= (~ok).astype(np.int64) << bit
-    labels = [", ".join(name for bit, name in enumerate(FAILS) if c >> bit & 1) for c in range(16)]
+    labels = [", ".join(name for bit, name in enumerate(FAILS) if c >> bit & 1) for c in range(32)]
 
     def category(values: list[str], axis: int) -> pd.Categorical:
         codes = grid(np.arange(len(values)), (axis,))
@@ -680,6 +695,8 @@ def no_feasible_message(table: pd.DataFrame, query: RecommendQuery) -> str:
     elif tightest == "memory":
         best = (f"no layout holds the weights and one request; the largest KV budget left is "
                 f"{max(int(table['kv_budget_bytes'].max()), 0):,} B per GPU")
+    elif tightest == "format":
+        best = "no accelerator searched has tensor cores for the weight formats chosen"
     else:
         best = f"every candidate needs more than {query.max_total_gpus:,} GPUs"
     return str(KVPlanError("recommend.none", constraint=tightest, passing=f"{passing[tightest]:,}",

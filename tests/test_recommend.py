@@ -24,7 +24,8 @@ V033 = "vllm@0.33"
 
 LLAMA8 = load_model("llama-3.1-8b")
 LLAMA8_PLAN = make_plan(LLAMA8, None, FitQuery(engine=V033))
-LOOSE = {"ttft_ms": 100_000.0, "tpot_ms": 1000.0, "tp": (1,), "pp": (1,), "kv_dtypes": ("bf16",)}
+LOOSE = {"ttft_ms": 100_000.0, "tpot_ms": 1000.0, "tp": (1,), "pp": (1,), "kv_dtypes": ("bf16",),
+         "weight_dtypes": ("auto",)}
 
 
 def rec_len(rec: rc.Recommendation) -> int:
@@ -216,7 +217,8 @@ def test_memory_figures_equal_capacity_fit(engine: str, model_id: str) -> None:
     arch = load_model(model_id)
     query = RecommendQuery(tp=(1, 2), pp=(1, 2), kv_dtypes=("bf16", "fp8_e4m3"),
                            weight_dtypes=("auto", "fp8"), expert_parallel=False, **{
-                               k: v for k, v in LOOSE.items() if k not in {"tp", "pp", "kv_dtypes"}})
+                               k: v for k, v in LOOSE.items()
+                               if k not in {"tp", "pp", "kv_dtypes", "weight_dtypes"}})
     rec = recommend(make_plan(arch, None, FitQuery(engine=engine)), query)
     catalogue = gpus()
     L = rec.lengths.context
@@ -239,14 +241,15 @@ def test_memory_figures_equal_capacity_fit(engine: str, model_id: str) -> None:
 def test_cli_recommend_json_and_errors(capsys: pytest.CaptureFixture[str], tmp_path) -> None:
     code = main(["recommend", "--model", "llama-3.1-8b", "--users", "1", "--gpus",
                  "custom:16:1:100,custom:24:1:100", "--tp", "1", "--pp", "1", "--kv-dtypes", "bf16",
-                 "--ttft-ms", "100000", "--tpot-ms", "1000", "--json", "--engine-version", "0.33"])
+                 "--ttft-ms", "100000", "--tpot-ms", "1000", "--json", "--engine-version", "0.33",
+                 "--weight-dtypes", "auto"])
     out = json.loads(capsys.readouterr().out)
     assert code == 0 and out["kind"] == "bounds" and out["feasible"] == 1
     first = out["table"][0]
     assert (first["gpu"], first["max_requests"], first["kv_budget_bytes"]) == ("custom:24:1:100", 40,
                                                                                6_767_568_884)
     assert first["link"] == "?v=1&ev=0.33&kd=bf16&g=custom&gm=24.0&gb=1.0&gf=100.0&t=1280&u=1"
-    assert out["failures"] == {"memory": 1, "TTFT": 0, "TPOT": 0, "GPU limit": 0}
+    assert out["failures"] == {"memory": 1, "TTFT": 0, "TPOT": 0, "GPU limit": 0, "format": 0}
     bad = tmp_path / "lengths.csv"
     bad.write_text("prompt,output\n10,ten\n")
     assert main(["recommend", "--model", "llama-3.1-8b", "--lengths-csv", str(bad)]) == 2
@@ -319,3 +322,28 @@ def test_expert_parallel_only_where_the_engine_has_it() -> None:
     assert sorted(set(recommend(make_plan(arch, None, FitQuery(engine="vllm")), query).table["ep"])) == [1, 2,
                                                                                                          4, 8]
     assert set(recommend(make_plan(arch, None, FitQuery(engine="hf")), query).table["ep"]) == {1}
+
+
+def test_fp8_and_fp4_searched_by_default_where_supported() -> None:
+    """No weight formats given: auto, fp8, nvfp4, mxfp4 for an unquantized checkpoint, each only on
+    accelerators with its tensor cores (H100: fp8, not FP4; B200: all; A100: neither), the others
+    failing "format"; formats asked for run everywhere. The time bounds take the format's rate:
+    nvfp4 on a B200 prefills at 9,000 TFLOPS, so its TTFT bound is at most the bf16 one / 4."""
+    base = {k: v for k, v in LOOSE.items() if k != "weight_dtypes"}
+    rec = recommend(LLAMA8_PLAN, RecommendQuery(users=1, gpus=("h100-sxm", "b200", "a100-80gb-sxm"),
+                                                **base))
+    fails = {(str(r.gpu), str(r.weight_dtype)): str(r.fails) for r in rec.table.itertuples()}
+    formats = ("auto", "fp8", "nvfp4", "mxfp4")
+    assert {str(w) for w in rec.table["weight_dtype"].cat.categories} == set(formats)
+    assert [w for w in formats if "format" in fails["h100-sxm", w]] == ["nvfp4", "mxfp4"]
+    assert [w for w in formats if "format" in fails["b200", w]] == []
+    assert [w for w in formats if "format" in fails["a100-80gb-sxm", w]] == ["fp8", "nvfp4", "mxfp4"]
+    b200 = rec.table[rec.table["gpu"] == "b200"].set_index("weight_dtype")
+    assert b200.loc["nvfp4", "ttft_ms"] < b200.loc["auto", "ttft_ms"] / 3
+    asked = recommend(LLAMA8_PLAN, RecommendQuery(users=1, gpus=("h100-sxm",), **{**base,
+                                                  "weight_dtypes": ("nvfp4",)}))
+    assert "format" not in str(asked.table["fails"].iloc[0])
+    quantized = make_plan(load_model("Qwen/Qwen3-32B-FP8"), None, FitQuery(engine=V033))
+    assert quantized.arch.weights.quantization is not None
+    q = recommend(quantized, RecommendQuery(users=1, gpus=("h100-sxm",), **base))
+    assert list(q.table["weight_dtype"].cat.categories) == ["auto"]

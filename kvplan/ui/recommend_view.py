@@ -15,6 +15,7 @@ from kvplan.dtypes import KV_DTYPE_CHOICES, WEIGHT_DTYPES
 from kvplan.errors import KVPlanError, md, md_code, md_link_target, md_name
 from kvplan.presets import GPU, efficiency_for, gpus, pick_price, price_quotes
 from kvplan.recommend import (
+    DEFAULT_WEIGHT_SEARCH,
     TARGET_PRESETS,
     Recommendation,
     RecommendQuery,
@@ -114,8 +115,12 @@ def _inputs(scenario: Scenario, arch: ModelArch) -> tuple[RecommendQuery, bytes 
                                     key=ensure("rc_maxgpus", scenario, state)))
         kv = st.multiselect("KV formats", list(KV_DTYPE_CHOICES), default=scenario.kv_dtypes,
                             key="rc_kv")
-        wd = st.multiselect("Weight formats", ["auto", *WEIGHT_DTYPES], default=[scenario.weight_dtype],
-                            key="rc_wd")
+        searched = [*DEFAULT_WEIGHT_SEARCH] if scenario.weight_dtype == "auto" \
+            and arch.weights.quantization is None else [scenario.weight_dtype]
+        wd = st.multiselect("Weight formats", ["auto", *WEIGHT_DTYPES], default=searched, key="rc_wd",
+                            help="By default the checkpoint's own plus fp8, nvfp4 and mxfp4, each only on "
+                                 "accelerators with its tensor cores (others fail 'format'); a changed "
+                                 "list is searched on every accelerator")
         ep = st.checkbox("Expert parallel (MoE)", value=arch.moe is not None, key="rc_ep",
                          disabled=arch.moe is None)
     prices, factors = _prices_and_efficiency(chosen, efficiency)
@@ -126,7 +131,8 @@ def _inputs(scenario: Scenario, arch: ModelArch) -> tuple[RecommendQuery, bytes 
         traffic="rps" if traffic == "rps" else "users", users=users, rps=rps, prompt=prompt, output=output,
         percentile="p50" if percentile == "p50" else "p99", ttft_ms=ttft, tpot_ms=tpot,
         max_context=max_context or None, gpus=tuple(chosen), max_gpus=max_gpus, kv_dtypes=tuple(kv),
-        weight_dtypes=tuple(wd), expert_parallel=ep, default_efficiency=efficiency, prices=prices,
+        weight_dtypes=None if list(wd) == [*DEFAULT_WEIGHT_SEARCH] else tuple(wd), expert_parallel=ep,
+        default_efficiency=efficiency, prices=prices,
         efficiency=factors)
     return query, csv
 
