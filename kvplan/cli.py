@@ -732,7 +732,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     from kvplan.engines import DEFAULT_ENGINE, engine_with_release
     from kvplan.files import read_limited
     from kvplan.plan import FitQuery, make_plan
-    from kvplan.presets import read_price_csv
+    from kvplan.presets import efficiency_for, read_price_csv
     from kvplan.recommend import (
         RecommendQuery,
         failure_counts,
@@ -835,9 +835,15 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         print(f"Unpriced accelerators, listed apart (no price in the table; GPU-hours per M output "
               f"tokens, not money): {', '.join(unpriced)}")
         show(apart, "GPU-hours", "gpu_hours_per_m_tokens")
-    print("All times are bounds (formulas below), not measurements. Tokens/s 'bound' is the run upper "
-          "bound no run can beat (`kvplan throughput`); 'estimate' = that bound at the accelerator's "
-          "default efficiencies (presets/efficiency.json, fitted on published results; docs/efficiency.md).")
+    print("TPOT and TTFT are bounds (formulas below), not measurements, and the GPU counts they give "
+          "lower bounds. Tokens/s 'bound' is the run upper bound no run can beat (`kvplan throughput`); "
+          "'estimate' is an estimate: each phase's time at peak over the accelerator's prefill and decode "
+          "efficiencies (presets/efficiency.json, fitted on published results; docs/efficiency.md).")
+    used = sorted({str(row["gpu"]) for row in [*rows, *apart]})
+    if used:
+        print("Efficiencies: " + "; ".join(
+            f"{g}: prefill {efficiency_for(g).prefill:.4g}, decode {efficiency_for(g).decode:.4g} "
+            f"({efficiency_for(g).source})" for g in used))
     for line in rec.formulas:
         print(f"  {line}")
     for note in run_notes:

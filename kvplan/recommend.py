@@ -730,7 +730,8 @@ def _assumptions(arch: ModelArch, query: RecommendQuery) -> list[str]:
         "little more than the tokens attention reads).",
         "PP stages run one after another for a token (no micro-batch overlap); communication is "
         "bandwidth only (no latency term) and not overlapped with compute.",
-        "Peak FLOPS: BF16, or FP8 for FP8 weights where the accelerator has it.",
+        "Peak FLOPS: the weight format's dense tensor-core rate (GPU.peak_tflops: FP4, FP8, INT8 "
+        "where listed, else the next wider; a quantized checkpoint's own format at the fastest listed).",
         "Tokens/s columns: 'bound' is the run upper bound no run of this workload can beat "
         "(throughput_bound: compute at the format's dense tensor-core rate, memory traffic at each "
         "request's average context, pipelined PP, no efficiency factor); 'estimate' is an estimate, "
