@@ -828,7 +828,9 @@ def cmd_recommend(args: argparse.Namespace) -> int:
                   f"TPOT {row['tpot_ms']:.2f} ms  TTFT {row['ttft_ms']:.1f} ms  "
                   f"{row[key]:.4f} {unit}/M tokens  "
                   f"tokens/s per replica: bound {row['bound_tokens_per_s_per_replica']:,.0f}, "
-                  f"estimate {row['estimate_tokens_per_s_per_replica']:,.0f}")
+                  f"estimate {row['estimate_tokens_per_s_per_replica']:,.0f}; estimate "
+                  + (f"{row['estimate_total_gpus']:,} GPUs (TPOT {row['estimate_tpot_ms']:.2f} ms)"
+                     if row["estimate_total_gpus"] else "misses the targets"))
 
     show(rows, rec.cost_unit, "cost_per_m_tokens")
     if apart:

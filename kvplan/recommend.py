@@ -519,6 +519,9 @@ def recommend(plan: Plan, query: RecommendQuery, workload: Workload | None = Non
         batch = safe
         served = np.full(safe.shape, query.rps * out_mean)
     tpot = decode_time(terms, batch, f_tok)[0]
+    est_total, est_tpot, est_ttft = _estimated_gpus(
+        query, gpu_list, terms, grid, np.where(memory_ok & format_ok, mreq, 0), f_tok,
+        prefill_flops(arch, lengths.prompt), prefill_flops(arch, mean_prompt), lengths)
     run_bound, run_estimate = _run_columns(arch, gpu_list, layouts, kv_dtypes, wds, w_total,
                                            prompt_arr, output_arr, grid, query.phase_efficiency)
     gpr = (terms.tp * terms.pp * terms.ep).astype(np.int64)
@@ -556,6 +559,8 @@ def recommend(plan: Plan, query: RecommendQuery, workload: Workload | None = Non
         "bound_tokens_per_s_per_replica": np.where(memory_ok, run_bound, 0.0),
         "estimate_tokens_per_s_per_replica": np.where(memory_ok, run_estimate, 0.0),
         "replicas": np.where(feasible, replicas, 0),
+        "estimate_total_gpus": est_total, "estimate_tpot_ms": est_tpot * 1e3,
+        "estimate_ttft_ms": est_ttft * 1e3,
         "total_gpus": np.where(feasible, total, 0),
         "cost_per_hour": np.where(feasible, cost_h, np.nan),
         "cost_per_m_tokens": np.where(feasible, cost_h / (served * 3600) * 1e6, np.nan),
@@ -570,6 +575,38 @@ def recommend(plan: Plan, query: RecommendQuery, workload: Workload | None = Non
     if not feasible.any():
         rec.message = no_feasible_message(table, query)
     return rec
+
+
+def _estimated_gpus(query: RecommendQuery, gpu_list: list[GPU], terms: _Terms, grid: Any,
+                    limit: np.ndarray, f_tok: float, f_prompt: float, f_mean_prompt: float,
+                    lengths: Lengths) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(GPUs, TPOT s, TTFT s) the estimate gives: the bounds' step model with the roofline over the
+    accelerator's phase efficiencies instead of ``e`` (decode steps over ``e_decode``, prefill over
+    ``e_prefill``; ``presets/efficiency.json`` or a calibration), the same replica rule; 0 GPUs where
+    the estimate meets a target nowhere within ``limit`` requests."""
+    from dataclasses import replace
+
+    own = query.phase_efficiency
+    effs = [PhaseEfficiency(prefill=own[g.id][0], decode=own[g.id][1]) if g.id in own
+            else efficiency_for(g.id) for g in gpu_list]
+    dec = replace(terms, eff=grid(np.array([e.decode for e in effs]), (0,)))
+    pre = replace(terms, eff=grid(np.array([e.prefill for e in effs]), (0,)))
+    ttft, _ = prefill_time(pre, lengths.prompt, f_prompt)
+    t_pf, _ = prefill_time(pre, lengths.prompt_mean, f_mean_prompt)
+    batch_max = _largest_batch(dec, limit, query.tpot_ms / 1e3, f_tok)
+    safe = np.maximum(batch_max, 1)
+    out_mean = lengths.output_mean
+    if query.traffic == "users":
+        replicas = -(-query.users // safe)
+        batch = -(-query.users // replicas)
+    else:
+        step = decode_time(dec, safe, f_tok)[0]
+        capacity = out_mean * safe / (out_mean * step + safe * t_pf / dec.ep)
+        replicas = np.ceil(query.rps * out_mean / capacity).astype(np.int64)
+        batch = safe
+    ok = (batch_max >= 1) & (ttft * 1e3 <= query.ttft_ms)
+    total = replicas * (dec.tp * dec.pp * dec.ep).astype(np.int64)
+    return np.where(ok, total, 0), decode_time(dec, np.where(ok, batch, 1), f_tok)[0], ttft
 
 
 def workload_request_sums(arch: ModelArch, prompt: np.ndarray, output: np.ndarray) -> tuple[float, float]:
@@ -1084,7 +1121,8 @@ def candidate_link(row: Any, scenario: Any, lengths: Lengths) -> str:
 #: Columns of the ranked table, in the order the CLI and the dashboard show them.
 TABLE_COLUMNS = ("gpu", "tp", "pp", "ep", "kv_dtype", "weight_dtype", "replicas", "total_gpus",
                  "batch", "tpot_ms", "ttft_ms", "tokens_per_s_per_replica", "bound_tokens_per_s_per_replica",
-                 "estimate_tokens_per_s_per_replica", "cost_per_hour",
+                 "estimate_tokens_per_s_per_replica", "estimate_total_gpus", "estimate_tpot_ms",
+                 "estimate_ttft_ms", "cost_per_hour",
                  "cost_per_m_tokens", "gpu_hours_per_m_tokens", "weights_per_gpu_bytes", "kv_budget_bytes",
                  "kv_bytes_per_request", "max_requests")
 
@@ -1098,7 +1136,9 @@ def unit_headers(cost_unit: str) -> dict[str, str]:
             "tpot_ms": "tpot_bound [ms]", "ttft_ms": "ttft_bound [ms]",
             "tokens_per_s_per_replica": "tokens_per_s_per_replica [output tokens/s]",
             "batch": "batch [requests per replica]", "total_gpus": "total_gpus [GPUs]",
-            "ep": "ep [GPUs]"}
+            "ep": "ep [GPUs]", "estimate_total_gpus": "estimate_total_gpus [GPUs, estimate]",
+            "estimate_tpot_ms": "estimate_tpot [ms, estimate]",
+            "estimate_ttft_ms": "estimate_ttft [ms, estimate]"}
 
 
 def ranked_rows(rec: Recommendation, scenario: Any, top: int = 20,

@@ -347,3 +347,29 @@ def test_fp8_and_fp4_searched_by_default_where_supported() -> None:
     assert quantized.arch.weights.quantization is not None
     q = recommend(quantized, RecommendQuery(users=1, gpus=("h100-sxm",), **base))
     assert list(q.table["weight_dtype"].cat.categories) == ["auto"]
+
+
+def test_estimated_gpus_beside_the_lower_bound() -> None:
+    """Each candidate also carries the estimate's GPUs, TPOT and TTFT: the bounds' step model over
+    the accelerator's phase efficiencies (H100: e_decode 0.7571, e_prefill 0.5864). One user: TPOT =
+    the batch-1 decode step at e_decode (rc.single_terms at that efficiency); the estimate never
+    needs fewer GPUs than the lower bound."""
+    from kvplan.presets import efficiency_for
+
+    gpu = get_gpu("h100-sxm")
+    rec = recommend(LLAMA8_PLAN, RecommendQuery(users=1, gpus=("h100-sxm",), **LOOSE))
+    cand = rec.table.iloc[0]
+    eff = efficiency_for("h100-sxm")
+    L = rec.lengths.context
+    terms = rc.single_terms(make_plan(LLAMA8, gpu, FitQuery(engine=V033)), L, efficiency=eff.decode)
+    want = float(decode_time(terms, np.ones(1), rc.decode_token_flops(LLAMA8, L))[0][0]) * 1e3
+    assert cand["estimate_tpot_ms"] == pytest.approx(want, rel=1e-12)
+    pre = rc.single_terms(make_plan(LLAMA8, gpu, FitQuery(engine=V033)), L, efficiency=eff.prefill)
+    prompt = rec.lengths.prompt
+    ttft = float(prefill_time(pre, prompt, rc.prefill_flops(LLAMA8, prompt))[0][0]) * 1e3
+    assert cand["estimate_ttft_ms"] == pytest.approx(ttft, rel=1e-12)
+    many = recommend(LLAMA8_PLAN, RecommendQuery(users=5000, gpus=("h100-sxm", "h200"),
+                                                 **{**LOOSE, "tpot_ms": 30.0}))
+    ok = many.table[many.table["feasible"] & (many.table["estimate_total_gpus"] > 0)]
+    assert len(ok) > 0 and (ok["estimate_total_gpus"] >= ok["total_gpus"]).all()
+    assert (ok["estimate_total_gpus"] > ok["total_gpus"]).any()

@@ -284,6 +284,13 @@ def render(scenario: Scenario, arch: ModelArch, gpu: GPU) -> pd.DataFrame | None
             "cost_per_m_tokens": st.column_config.NumberColumn(f"{rec.cost_unit} / M tokens",
                                                                format="%.4f"),
             "tpot_ms": st.column_config.NumberColumn("TPOT ms (bound)", format="%.2f"),
+            "total_gpus": st.column_config.NumberColumn("GPUs (lower bound)", format="%d"),
+            "estimate_total_gpus": st.column_config.NumberColumn(
+                "GPUs (estimate)", format="%d",
+                help="The same replica rule with decode and prefill times over the accelerator's "
+                     "phase efficiencies (0: the estimate meets no target)"),
+            "estimate_tpot_ms": st.column_config.NumberColumn("TPOT ms (estimate)", format="%.2f"),
+            "estimate_ttft_ms": st.column_config.NumberColumn("TTFT ms (estimate)", format="%.1f"),
             "ttft_ms": st.column_config.NumberColumn("TTFT ms (bound)", format="%.1f"),
             "bound_tokens_per_s_per_replica": st.column_config.NumberColumn(
                 "tokens/s per replica (upper bound)", format="%.0f",
