@@ -377,14 +377,18 @@ def recommend(plan: Plan, query: RecommendQuery, workload: Workload | None = Non
     layout_queries: list[FitQuery] = []
     for y, (tp, pp, ep) in enumerate(layouts):
         layout_plan = plan.vary(gpu=ref, tp=tp, pp=pp, num_gpus=tp * pp, users=1, tokens=L)
-        layout_queries.append(layout_plan.query)
+        # EP candidates: attention data-parallel over ep ranks (the engines' dp setting), experts
+        # split over them; one GPU's weights are the Plan's own (plan._dp_weights), its pool a rank's
+        dp_plan = layout_plan.vary(num_gpus=tp * pp * ep, settings=layout_plan.query.settings.model_copy(
+            update={"dp": ep})) if ep > 1 else None
+        layout_queries.append(dp_plan.query if dp_plan is not None else layout_plan.query)
         for w, wd in enumerate(wds):
-            budget = memory_budget(layout_plan.vary(weight_dtype=None if wd == "auto" else wd))
+            fmt = None if wd == "auto" else wd
+            budget = memory_budget(layout_plan.vary(weight_dtype=fmt))
             w_total[y, w] = budget.weights_total
             stages = list(budget.stage_weights)
-            if ep > 1:
-                experts = budget.weights_total * expert_params // all_params
-                stages = [budget.weights_total - experts + -(-experts // ep)]
+            if dp_plan is not None:
+                stages = list(memory_budget(dp_plan.vary(weight_dtype=fmt)).stage_weights)
             stage_w[y, w, :len(stages)] = stages
             top = max(stages)
             share = 0 if ep > 1 else top * expert_params // all_params

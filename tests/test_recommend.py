@@ -373,3 +373,25 @@ def test_estimated_gpus_beside_the_lower_bound() -> None:
     ok = many.table[many.table["feasible"] & (many.table["estimate_total_gpus"] > 0)]
     assert len(ok) > 0 and (ok["estimate_total_gpus"] >= ok["total_gpus"]).all()
     assert (ok["estimate_total_gpus"] > ok["total_gpus"]).any()
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_expert_parallel_memory_is_the_plans_dp_layout(engine: str) -> None:
+    """EP candidates are attention data-parallel over ep ranks (the engines' dp setting): weights per
+    GPU, KV budget, KV per request and requests equal capacity.fit of the Plan with dp = ep, byte for
+    byte (Qwen3-30B-A3B on H100, EP 2/4/8; before, a params-proportional expert share was 11–20 kB
+    off the Plan's weights)."""
+    from kvplan.capacity import fit
+
+    arch = load_model("qwen3-30b-a3b")
+    plan = make_plan(arch, None, FitQuery(engine=engine))
+    rec = recommend(plan, RecommendQuery(users=64, gpus=("h100-sxm",), **LOOSE))
+    gpu = get_gpu("h100-sxm")
+    for ep in (2, 4, 8):
+        cand = rec.table[rec.table["ep"] == ep].iloc[0]
+        dp = plan.vary(gpu=gpu, tp=1, pp=1, num_gpus=ep, tokens=rec.lengths.context,
+                       settings=plan.query.settings.model_copy(update={"dp": ep}))
+        want = fit(dp, search_gpus=False)
+        assert (cand["weights_per_gpu_bytes"], cand["kv_budget_bytes"], cand["kv_bytes_per_request"],
+                cand["max_requests"]) == (want.weights_bytes, want.kv_budget_bytes, want.kv_bytes_per_request,
+                                          want.max_requests), ep
