@@ -822,7 +822,8 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         print(rec.message)
     def show(items: list[dict[str, Any]], unit: str, key: str) -> None:
         for i, row in enumerate(items, 1):
-            split = f"EP {row['ep']}" if row["ep"] > 1 else f"TP {row['tp']} × PP {row['pp']}"
+            split = (f"DP {row['dp']}×TP {row['tp']}" if row["tp"] > 1 else f"EP {row['ep']}") \
+                if row["ep"] > 1 else f"TP {row['tp']} × PP {row['pp']}"
             print(f"{i:3d}. {row['gpu']:15s} {split:12s} KV {row['kv_dtype']:9s} W {row['weight_dtype']:9s} "
                   f"{row['replicas']:,} × {row['total_gpus'] // max(row['replicas'], 1)} GPUs  "
                   f"TPOT {row['tpot_ms']:.2f} ms  TTFT {row['ttft_ms']:.1f} ms  "

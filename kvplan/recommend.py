@@ -4,8 +4,9 @@ meet the latency targets. Memory is exact (the engine's own budget and pool); ti
 A candidate is one replica layout — accelerator × (TP, PP) or expert-parallel size EP (MoE models on
 engines with ``Engine.expert_parallel``: attention data-parallel over EP GPUs, each with its own
 requests and KV, experts split over them — vLLM docs "Data Parallel Deployment" and "Expert Parallel
-Deployment", ``--data-parallel-size N --enable-expert-parallel``) × KV format × weight format — plus
-as many replicas (DP) as the traffic needs.
+Deployment", ``--data-parallel-size N --enable-expert-parallel``; also ``dp`` ranks of TP > 1, experts
+over ``ep = tp·dp``, SGLang ``--enable-dp-attention``; memory from the Plan with the ``dp`` setting)
+× KV format × weight format — plus as many replicas as the traffic needs.
 
 Memory (exact, per GPU of the largest pipeline stage):
   weights per stage from ``capacity.memory_budget`` (EP: its non-expert share whole on every GPU plus
@@ -245,7 +246,10 @@ def _layouts(plan: Plan, query: RecommendQuery) -> tuple[list[tuple[int, int, in
         out.extend((tp, pp, 1) for pp in sorted(set(query.pp))
                    if 1 <= pp <= arch.n_layers and tp * pp <= query.max_gpus)
     if arch.moe is not None and query.expert_parallel and engine.expert_parallel:
-        out.extend((1, 1, ep) for ep in powers if ep >= 2)
+        # attention data-parallel over dp ranks of tp GPUs each, experts over all tp·dp (#28's dp)
+        ranked_tps = [1] + [t for t in tps if t > 1 and t * 2 <= query.max_gpus
+                            and not any(n.startswith(f"TP {t} ") for n in notes)]
+        out.extend((tp, 1, dp) for tp in ranked_tps for dp in powers if dp >= 2 and tp * dp <= query.max_gpus)
     return out, notes
 
 
@@ -392,8 +396,8 @@ def recommend(plan: Plan, query: RecommendQuery, workload: Workload | None = Non
             stage_w[y, w, :len(stages)] = stages
             top = max(stages)
             share = 0 if ep > 1 else top * expert_params // all_params
-            w_expert[y, w] = -(-(budget.weights_total * expert_params // all_params) // ep) if ep > 1 \
-                else share
+            w_expert[y, w] = -(-(budget.weights_total * expert_params // all_params) // (ep * tp)) \
+                if ep > 1 else share
             w_dense[y, w] = top - w_expert[y, w]
 
     # memory target and KV budget per (GPU, layout, weight format): the engine's own arithmetic,
@@ -547,7 +551,8 @@ def recommend(plan: Plan, query: RecommendQuery, workload: Workload | None = Non
     table = pd.DataFrame({
         "gpu": category([g.id for g in gpu_list], 0),
         "gpu_name": category([g.name for g in gpu_list], 0),
-        "tp": grid(tp_arr, (1,)), "pp": grid(pp_arr, (1,)), "ep": grid(ep_arr, (1,)),
+        "tp": grid(tp_arr, (1,)), "pp": grid(pp_arr, (1,)),
+        "ep": grid(np.where(ep_arr > 1, ep_arr * tp_arr, 1), (1,)), "dp": grid(ep_arr, (1,)),
         "kv_dtype": category(kv_dtypes, 2),
         "weight_dtype": category(wds, 3),
         "gpus_per_replica": gpr,
@@ -1096,11 +1101,12 @@ def single_terms(plan: Plan, context_tokens: int, efficiency: float = 1.0) -> _T
 def candidate_scenario(row: Any, scenario: Any, lengths: Lengths) -> Any:
     """The dashboard scenario of one candidate (``kvplan.scenario.Scenario``): its accelerator,
     split, formats, the request length the memory used and its batch per replica as users.
-    EP candidates open as one DP rank (TP 1) on ``ep`` GPUs."""
+    EP candidates open as their data-parallel layout (the dp setting: dp ranks of TP tp, experts
+    over ``ep = tp·dp`` GPUs)."""
     from kvplan.scenario import MAX_GPUS
 
-    tp, pp, ep = int(row.tp), int(row.pp), int(row.ep)
-    gpr = tp * pp * ep
+    tp, pp, dp = int(row.tp), int(row.pp), int(getattr(row, "dp", row.ep))
+    gpr = tp * pp * dp
     total = int(row.total_gpus) if int(row.total_gpus) else gpr
     n = total if total <= MAX_GPUS else gpr
     gpu: dict[str, Any] = {"gpu": row.gpu}
@@ -1108,10 +1114,11 @@ def candidate_scenario(row: Any, scenario: Any, lengths: Lengths) -> Any:
         spec = get_gpu(str(row.gpu))
         gpu = {"gpu": "custom", "custom_gpu_gib": spec.capacity_bytes / 2**30,
                "custom_gpu_tbps": spec.bandwidth_tbps, "custom_gpu_tflops": spec.bf16_tflops}
+    settings = {"engine_settings": scenario.engine_settings.model_copy(update={"dp": dp})} if dp > 1 else {}
     return scenario.model_copy(update={
-        **gpu, "tp": tp, "pp": pp, "num_gpus": n, "kv_dtypes": [row.kv_dtype],
+        **gpu, **settings, "tp": tp, "pp": pp, "num_gpus": n, "kv_dtypes": [row.kv_dtype],
         "weight_dtype": row.weight_dtype, "tokens": lengths.context,
-        "users": max(int(row.batch) // ep, 1), "view": "context"})
+        "users": max(int(row.batch) // dp, 1), "view": "context"})
 
 
 def candidate_link(row: Any, scenario: Any, lengths: Lengths) -> str:
@@ -1123,7 +1130,7 @@ def candidate_link(row: Any, scenario: Any, lengths: Lengths) -> str:
 
 
 #: Columns of the ranked table, in the order the CLI and the dashboard show them.
-TABLE_COLUMNS = ("gpu", "tp", "pp", "ep", "kv_dtype", "weight_dtype", "replicas", "total_gpus",
+TABLE_COLUMNS = ("gpu", "tp", "pp", "ep", "dp", "kv_dtype", "weight_dtype", "replicas", "total_gpus",
                  "batch", "tpot_ms", "ttft_ms", "tokens_per_s_per_replica", "bound_tokens_per_s_per_replica",
                  "estimate_tokens_per_s_per_replica", "estimate_total_gpus", "estimate_tpot_ms",
                  "estimate_ttft_ms", "cost_per_hour",

@@ -395,3 +395,29 @@ def test_expert_parallel_memory_is_the_plans_dp_layout(engine: str) -> None:
         assert (cand["weights_per_gpu_bytes"], cand["kv_budget_bytes"], cand["kv_bytes_per_request"],
                 cand["max_requests"]) == (want.weights_bytes, want.kv_budget_bytes, want.kv_bytes_per_request,
                                           want.max_requests), ep
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_dp_attention_candidates_with_tp_ranks(engine: str) -> None:
+    """MoE candidates also run dp attention ranks of TP > 1 (experts over ep = tp·dp GPUs): their
+    memory equals capacity.fit of the Plan with that tp and dp, and their link opens that layout
+    (the dp setting; Qwen3-30B-A3B on H100, TP 2 × DP 2/4, TP 4 × DP 2)."""
+    from kvplan.capacity import fit
+    from kvplan.scenario import Scenario
+
+    arch = load_model("qwen3-30b-a3b")
+    plan = make_plan(arch, None, FitQuery(engine=engine))
+    rec = recommend(plan, RecommendQuery(users=64, gpus=("h100-sxm",), **{**LOOSE, "tp": None}))
+    table = rec.table
+    assert {(2, 2, 4), (2, 4, 8), (4, 2, 8)} <= set(zip(table.tp, table.dp, table.ep, strict=True))
+    gpu = get_gpu("h100-sxm")
+    for tp, dp in ((2, 2), (2, 4), (4, 2)):
+        cand = table[(table.tp == tp) & (table.dp == dp)].iloc[0]
+        layout = plan.vary(gpu=gpu, tp=tp, pp=1, num_gpus=tp * dp, tokens=rec.lengths.context,
+                           settings=plan.query.settings.model_copy(update={"dp": dp}))
+        want = fit(layout, search_gpus=False)
+        assert (cand["weights_per_gpu_bytes"], cand["kv_budget_bytes"], cand["max_requests"]) == (
+            want.weights_bytes, want.kv_budget_bytes, want.max_requests)
+        opened = rc.candidate_scenario(next(table[(table.tp == tp) & (table.dp == dp)].head(1).itertuples()),
+                                       Scenario(model="qwen3-30b-a3b", engine=engine), rec.lengths)
+        assert (opened.tp, opened.engine_settings.dp) == (tp, dp) and opened.num_gpus % (tp * dp) == 0

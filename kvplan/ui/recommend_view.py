@@ -320,7 +320,7 @@ def render(scenario: Scenario, arch: ModelArch, gpu: GPU) -> pd.DataFrame | None
                                                                         format="%.4f")})
         best = rows.iloc[0]
         st.markdown(f"Cheapest: **{md_name(best['gpu'])}**, TP {best['tp']:d} × PP {best['pp']:d}"
-                    + (f", EP {best['ep']:d}" if best["ep"] > 1 else "")
+                    + (f", EP {best['ep']:d} (DP {best['dp']:d})" if best["ep"] > 1 else "")
                     + f", KV {md_name(best['kv_dtype'])}, weights {md_name(best['weight_dtype'])}: "
                       f"{best['replicas']:,} replica(s), {best['total_gpus']:,} GPUs — "
                       f"[open its scenario]({md_link_target(best['link'])})")
