@@ -253,6 +253,19 @@ def build_parser() -> argparse.ArgumentParser:
                      type=_number("--measured-tokens-per-s", float, 1e-9, 1e12),
                      help="output tokens/s a real run of this shape reached: calibrate the efficiencies "
                           "so the estimate returns it exactly")
+    run.add_argument("--measured-ttft-ms", type=_number("--measured-ttft-ms", float, 1e-9, 1e9),
+                     help="measured TTFT of this run's prompt (ms): calibrates the prefill efficiency")
+    run.add_argument("--measured-tpot-ms", type=_number("--measured-tpot-ms", float, 1e-9, 1e9),
+                     help="measured TPOT (ms) at --concurrency requests decoding together: calibrates "
+                          "the decode efficiency")
+    run.add_argument("--concurrency", type=_positive("--concurrency", 1_000_000), default=1,
+                     help="requests decoding together per replica for --measured-tpot-ms (default 1)")
+    run.add_argument("--rate", type=_number("--rate", float, 1e-6, 1e7), default=None,
+                     help="requests/s arriving at the whole run: estimate TTFT and TPOT p50/p99 there "
+                          "(a seeded simulation of continuous batching with chunked prefill)")
+    run.add_argument("--chunk", type=_positive("--chunk", 10_000_000), default=8192,
+                     help="prompt + decode tokens one step may process (max_num_batched_tokens; "
+                          "default 8192) for --rate")
     run.add_argument("--json", action="store_true")
 
     sub.add_parser("models", help="list model presets").add_argument("--json", action="store_true")
@@ -350,9 +363,16 @@ def _recommend_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pp", type=_int_list("--pp"), default=(1, 2, 4))
     p.add_argument("--no-ep", action="store_true", help="no expert-parallel candidates for MoE models")
     p.add_argument("--kv-dtypes", type=_csv_list, default=("bf16", "fp8_e4m3"))
-    p.add_argument("--weight-dtypes", type=_csv_list, default=("auto",))
+    p.add_argument("--weight-dtypes", type=_csv_list, default=None,
+                   help="weight formats (default: auto, plus fp8, nvfp4 and mxfp4 where the "
+                        "accelerator has their tensor cores and the checkpoint is unquantized)")
     p.add_argument("--price", type=_pairs("--price"), action="append", default=[],
-                   help="gpu=price per GPU-hour (repeatable)")
+                   help="gpu=price per GPU-hour (repeatable; overrides the price table)")
+    p.add_argument("--price-kind", choices=["on-demand", "reserved", "spot", "any"], default="on-demand",
+                   help="which quotes of the price table cost an accelerator: the lowest of this kind "
+                        "(default on-demand)")
+    p.add_argument("--prices-csv", help="a price table replacing presets/prices.json: CSV with columns "
+                                        "gpu, provider, kind, usd_per_gpu_hour, as_of, source[, note]")
     p.add_argument("--efficiency", type=_pairs("--efficiency"), action="append", default=[],
                    help="gpu=efficiency factor in (0, 1] (repeatable)")
     p.add_argument("--default-efficiency", type=_number("--default-efficiency", float, 1e-6, 1), default=1.0)
@@ -672,7 +692,7 @@ def _calibrated(args: argparse.Namespace, arch: ModelArch, engine: str,
         return None
     if args.measured_gpu is None:
         raise KVPlanError("recommend.calibrate", detail="--measured-gpu names the accelerator of the run")
-    wd = next(iter(args.weight_dtypes), "auto")
+    wd = next(iter(args.weight_dtypes or ("auto",)), "auto")
     base = FitQuery(engine=engine, tp=args.measured_tp, kv_dtype=next(iter(args.kv_dtypes), "bf16"),
                     weight_dtype=None if wd == "auto" else wd, reserve_gib=args.reserve_gib,
                     settings=settings.model_copy(update={"tp": args.measured_tp}))
@@ -686,7 +706,7 @@ def _calibrated(args: argparse.Namespace, arch: ModelArch, engine: str,
 
 
 def _calibrated_run(arch: ModelArch, engine: str, run: dict[str, Any]) -> tuple[tuple[float, float], str]:
-    """(compute, memory) efficiencies that make the estimate return a ``--measured-run`` exactly."""
+    """(prefill, decode) efficiencies that make the estimate return a ``--measured-run`` exactly."""
     from kvplan.plan import FitQuery, make_plan
     from kvplan.presets import efficiency_for, get_gpu
     from kvplan.recommend import calibrate_run, estimate_throughput, plan_throughput_bound
@@ -697,11 +717,11 @@ def _calibrated_run(arch: ModelArch, engine: str, run: dict[str, Any]) -> tuple[
     bound = plan_throughput_bound(plan, run["isl"], run["osl"], run.get("gpus"))
     eff = calibrate_run(bound, run["tokens_per_s"], efficiency_for(gpu.id))
     again = estimate_throughput(bound, eff)
-    return (eff.compute, eff.memory), (
+    return (eff.prefill, eff.decode), (
         f"Estimate for {gpu.id} calibrated on a measured run ({run['isl']:,}/{run['osl']:,} tokens, "
         f"TP {run['tp']} × PP {run['pp']}, {bound.replicas * run['tp'] * run['pp']} GPUs, weights "
-        f"{run['weight']}, KV {run['kv']}): efficiencies compute {eff.compute:.4g}, memory "
-        f"{eff.memory:.4g}; the estimate returns {again:,.1f} tokens/s (measured "
+        f"{run['weight']}, KV {run['kv']}): efficiencies prefill {eff.prefill:.4g}, decode "
+        f"{eff.decode:.4g}; the estimate returns {again:,.1f} tokens/s (measured "
         f"{run['tokens_per_s']:,.1f}; upper bound {bound.tokens_per_s:,.1f})")
 
 
@@ -712,6 +732,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     from kvplan.engines import DEFAULT_ENGINE, engine_with_release
     from kvplan.files import read_limited
     from kvplan.plan import FitQuery, make_plan
+    from kvplan.presets import efficiency_for, read_price_csv
     from kvplan.recommend import (
         RecommendQuery,
         failure_counts,
@@ -755,6 +776,8 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         max_context=args.max_context, gpus=args.gpus, max_gpus=args.max_gpus,
         max_total_gpus=args.max_total_gpus, tp=args.tp, pp=args.pp, expert_parallel=not args.no_ep,
         kv_dtypes=args.kv_dtypes, weight_dtypes=args.weight_dtypes, prices=dict(args.price),
+        price_kind=args.price_kind, price_table=None if args.prices_csv is None else read_price_csv(
+            read_limited(args.prices_csv, MAX_CONFIG_BYTES, "config.too_large").decode("utf-8", "replace")),
         efficiency=efficiency, default_efficiency=args.default_efficiency)
     plan = make_plan(arch, None, FitQuery(engine=engine, reserve_gib=args.reserve_gib, settings=settings))
     rec = recommend(plan, query, workload)
@@ -766,6 +789,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
                                         "engine_version": args.engine_version,
                                         "reserve_gib": args.reserve_gib, "engine_settings": settings})
     rows = ranked_rows(rec, scenario, args.top)
+    apart = ranked_rows(rec, scenario, args.top, unpriced=True)
     lengths = rec.lengths
     priced, unpriced = price_sources(rec, query)
     if args.json:
@@ -787,7 +811,8 @@ def cmd_recommend(args: argparse.Namespace) -> int:
             "feasible": int(rec.table["feasible"].sum()), "failures": failure_counts(rec),
             "message": rec.message, "table": rows, "formulas": rec.formulas, "efficiency": efficiency,
             "assumptions": rec.assumptions, "notes": rec.notes,
-            "prices": priced, "unpriced": unpriced, "calibrated_runs": run_notes}))
+            "prices": priced, "unpriced": unpriced, "unpriced_table": apart,
+            "calibrated_runs": run_notes}))
         return 0
     print(f"{arch.name} · {plan.engine.label} · targets TTFT ≤ {ttft:g} ms, TPOT ≤ {tpot:g} ms "
           f"({percentile}) · lengths: prompt {lengths.prompt:,}, context {lengths.context:,} tokens")
@@ -795,17 +820,33 @@ def cmd_recommend(args: argparse.Namespace) -> int:
           + ", ".join(f"{k} {v:,}" for k, v in failure_counts(rec).items()))
     if rec.message:
         print(rec.message)
-    for i, row in enumerate(rows, 1):
-        split = f"EP {row['ep']}" if row["ep"] > 1 else f"TP {row['tp']} × PP {row['pp']}"
-        print(f"{i:3d}. {row['gpu']:15s} {split:12s} KV {row['kv_dtype']:9s} W {row['weight_dtype']:9s} "
-              f"{row['replicas']:,} × {row['total_gpus'] // max(row['replicas'], 1)} GPUs  "
-              f"TPOT {row['tpot_ms']:.2f} ms  TTFT {row['ttft_ms']:.1f} ms  "
-              f"{row['cost_per_m_tokens']:.4f} {rec.cost_unit}/M tokens  "
-              f"tokens/s per replica: bound {row['bound_tokens_per_s_per_replica']:,.0f}, "
-              f"estimate {row['estimate_tokens_per_s_per_replica']:,.0f}")
-    print("All times are bounds (formulas below), not measurements. Tokens/s 'bound' is the run upper "
-          "bound no run can beat (`kvplan throughput`); 'estimate' = that bound at the accelerator's "
-          "default efficiencies (presets/efficiency.json, fitted on published results; docs/efficiency.md).")
+    def show(items: list[dict[str, Any]], unit: str, key: str) -> None:
+        for i, row in enumerate(items, 1):
+            split = (f"DP {row['dp']}×TP {row['tp']}" if row["tp"] > 1 else f"EP {row['ep']}") \
+                if row["ep"] > 1 else f"TP {row['tp']} × PP {row['pp']}"
+            print(f"{i:3d}. {row['gpu']:15s} {split:12s} KV {row['kv_dtype']:9s} W {row['weight_dtype']:9s} "
+                  f"{row['replicas']:,} × {row['total_gpus'] // max(row['replicas'], 1)} GPUs  "
+                  f"TPOT {row['tpot_ms']:.2f} ms  TTFT {row['ttft_ms']:.1f} ms  "
+                  f"{row[key]:.4f} {unit}/M tokens  "
+                  f"tokens/s per replica: bound {row['bound_tokens_per_s_per_replica']:,.0f}, "
+                  f"estimate {row['estimate_tokens_per_s_per_replica']:,.0f}; estimate "
+                  + (f"{row['estimate_total_gpus']:,} GPUs (TPOT {row['estimate_tpot_ms']:.2f} ms)"
+                     if row["estimate_total_gpus"] else "misses the targets"))
+
+    show(rows, rec.cost_unit, "cost_per_m_tokens")
+    if apart:
+        print(f"Unpriced accelerators, listed apart (no price in the table; GPU-hours per M output "
+              f"tokens, not money): {', '.join(unpriced)}")
+        show(apart, "GPU-hours", "gpu_hours_per_m_tokens")
+    print("TPOT and TTFT are bounds (formulas below), not measurements, and the GPU counts they give "
+          "lower bounds. Tokens/s 'bound' is the run upper bound no run can beat (`kvplan throughput`); "
+          "'estimate' is an estimate: each phase's time at peak over the accelerator's prefill and decode "
+          "efficiencies (presets/efficiency.json, fitted on published results; docs/efficiency.md).")
+    used = sorted({str(row["gpu"]) for row in [*rows, *apart]})
+    if used:
+        print("Efficiencies: " + "; ".join(
+            f"{g}: prefill {efficiency_for(g).prefill:.4g}, decode {efficiency_for(g).decode:.4g} "
+            f"({efficiency_for(g).source})" for g in used))
     for line in rec.formulas:
         print(f"  {line}")
     for note in run_notes:
@@ -813,16 +854,23 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     for gpu_id, price in priced.items():
         print(f"Price {gpu_id}: ${price['per_hour']:g} per GPU-hour — {price['source']}")
     if unpriced:
-        print(f"No price for {', '.join(unpriced)}: costs are in GPU-hours unless every accelerator "
-              "searched has one (--price gpu=$/h)")
+        print(f"No price for {', '.join(unpriced)}: listed apart in GPU-hours (--price gpu=$/h or "
+              "--prices-csv to price them)")
     return 0
 
 
 def cmd_throughput(args: argparse.Namespace) -> int:
     """Bound, estimate and (with ``--measured-tokens-per-s``) calibration of one run, each labelled."""
     from kvplan.plan import FitQuery, make_plan
-    from kvplan.presets import efficiency_for, get_gpu
-    from kvplan.recommend import calibrate_run, estimate_throughput, plan_throughput_bound
+    from kvplan.presets import efficiency_for, estimate_batch_cap, get_gpu
+    from kvplan.recommend import (
+        ESTIMATE_FORMULA,
+        Measured,
+        calibrate_phases,
+        estimate_throughput,
+        latency_at_rate,
+        plan_throughput_bound,
+    )
 
     arch = _load_arch(args)
     gpu = get_gpu(args.gpu)
@@ -833,12 +881,22 @@ def cmd_throughput(args: argparse.Namespace) -> int:
     bound = plan_throughput_bound(plan, args.isl, args.osl, n)
     eff = efficiency_for(gpu.id)
     calibrated = None
-    if args.measured_tokens_per_s is not None:
-        calibrated = calibrate_run(bound, args.measured_tokens_per_s, eff, source=(
-            f"calibrated on a measured {args.measured_tokens_per_s:,.1f} output tokens/s of this run "
-            f"(phase ratio from {eff.source})"))
+    given: list[tuple[Literal["tokens/s", "ttft", "tpot"], float | None]] = [
+        ("tokens/s", args.measured_tokens_per_s), ("ttft", args.measured_ttft_ms),
+        ("tpot", args.measured_tpot_ms)]
+    figures = [Measured(kind, value, bound, args.concurrency if kind == "tpot" else None)
+               for kind, value in given if value is not None]
+    if figures:
+        unit = {"tokens/s": "output tokens/s", "ttft": "ms TTFT", "tpot": "ms TPOT"}
+        words = ", ".join(f"{m.value:,.1f} {unit[m.kind]}"
+                          + (f" at {m.concurrency} requests" if m.kind == "tpot" else "") for m in figures)
+        calibrated = calibrate_phases(figures, eff, source=(
+            f"calibrated on a measured {words} of this run"
+            + (f" (phase ratio from {eff.source})" if len(figures) == 1 else "")))
     used = calibrated or eff
     estimate = estimate_throughput(bound, used)
+    at_rate = None if args.rate is None else latency_at_rate(bound, used, args.rate / bound.replicas,
+                                                               chunk=args.chunk)
     if args.json:
         print(json.dumps({
             "model": arch.name, "gpu": gpu.id, "gpus": n, "tp": args.tp, "pp": args.pp,
@@ -848,7 +906,13 @@ def cmd_throughput(args: argparse.Namespace) -> int:
                       "compute_tokens_per_s": bound.compute_tokens_per_s,
                       "memory_tokens_per_s": bound.memory_tokens_per_s, "formula": bound.formula},
             "estimate": {"kind": "estimate", "tokens_per_s": estimate,
-                         "efficiency": used.model_dump(), "calibrated": calibrated is not None}}))
+                         "efficiency": used.model_dump(), "calibrated": calibrated is not None},
+            **({} if at_rate is None else {"at_rate": {
+                "kind": "estimate", "requests_per_s": args.rate, "per_replica": at_rate.rate,
+                "ttft_ms": {"p50": at_rate.ttft_p50_ms, "p99": at_rate.ttft_p99_ms},
+                "tpot_ms": {"p50": at_rate.tpot_p50_ms, "p99": at_rate.tpot_p99_ms},
+                "concurrency_per_replica": at_rate.concurrency, "saturated": at_rate.saturated,
+                "max_batch": at_rate.max_batch, "chunk": at_rate.chunk, "formula": at_rate.formula}})}))
         return 0
     print(f"{arch.name} on {n} × {gpu.id} (TP {args.tp} × PP {args.pp}, {bound.replicas} replica"
           f"{'' if bound.replicas == 1 else 's'}), weights {args.weight_dtype}, KV {args.kv_dtype}, "
@@ -857,10 +921,20 @@ def cmd_throughput(args: argparse.Namespace) -> int:
           f"{bound.limit} (compute {bound.compute_tokens_per_s:,.1f}, memory traffic "
           f"{bound.memory_tokens_per_s:,.1f})")
     what = "calibrated" if calibrated is not None else "default"
-    print(f"  estimate (bound × {what} efficiencies: compute {used.compute:.4g}, memory "
-          f"{used.memory:.4g}): {estimate:,.1f} output tokens/s")
+    print(f"  estimate (an estimate, not a bound: each phase's time at peak over its {what} "
+          f"efficiency, prefill {used.prefill:.4g}, decode {used.decode:.4g}; decode batch at most "
+          f"{estimate_batch_cap()[0]}): {estimate:,.1f} output tokens/s")
     print(f"  efficiencies from: {used.source}")
     print(f"  bound: {bound.formula}")
+    print(f"  estimate: {ESTIMATE_FORMULA}")
+    if at_rate is not None:
+        print(f"  at {args.rate:,.4g} requests/s ({at_rate.rate:,.4g} per replica; estimates from a seeded "
+              f"simulation at the efficiencies above, not bounds): TTFT p50 {at_rate.ttft_p50_ms:,.1f} ms, "
+              f"p99 {at_rate.ttft_p99_ms:,.1f} ms; TPOT p50 {at_rate.tpot_p50_ms:,.2f} ms, p99 "
+              f"{at_rate.tpot_p99_ms:,.2f} ms; {at_rate.concurrency:,.1f} requests in flight per replica"
+              + (" — saturated: the rate exceeds what the replica serves, latency grows with the run"
+                 if at_rate.saturated else ""))
+        print(f"  at a rate: {at_rate.formula}")
     return 0
 
 

@@ -142,6 +142,8 @@ MESSAGES: dict[str, str] = {
     "recommend.preset": "unknown target preset '{value}'; choose one of: {choices}",
     "recommend.calibrate": "cannot calibrate the efficiency factor: {detail}",
     "recommend.run": "cannot bound this run: {detail}",
+    "prices.csv": "cannot read the price table: {detail}",
+    "recommend.rate": "cannot simulate this request rate: {detail}",
     "recommend.none": "no candidate meets every constraint; the tightest is {constraint} ({passing} of "
                       "{count} candidates meet it): {best}",
     # the dashboard's last line of defence (a bug, reported without a traceback)

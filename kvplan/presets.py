@@ -7,7 +7,7 @@ import json
 from collections.abc import Iterator, Mapping
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -92,9 +92,6 @@ class GPU(BaseModel):
     interconnect: str = ""
     #: Scale-up link per GPU per direction (GB/s) for TP/EP communication; PCIe-only cards: their bus.
     interconnect_gbps: float | None = Field(default=None, gt=0)
-    #: On-demand price per GPU-hour where a public list price is known (its source and date in
-    #: ``sources["price"]``); None = unknown (costs are then counted in GPU-hours).
-    price_per_hour: float | None = Field(default=None, gt=0)
     host_link_gbps: float | None = None
     host_link: str = ""
     device_name: str = ""
@@ -120,6 +117,18 @@ class GPU(BaseModel):
         if weight_format == "int8":
             return self.int8_tops or self.bf16_tflops
         return self.bf16_tflops
+
+    def supports_weight_format(self, weight_format: str) -> bool:
+        """Whether the accelerator has tensor cores for a low-precision weight format the recommender
+        searches by default: fp8 where ``fp8_tflops`` is listed, the FP4 formats where ``fp4_tflops``
+        is (nvfp4 on NVIDIA only, its block-scaled format); any other format runs everywhere."""
+        if weight_format == "fp8":
+            return self.fp8_tflops is not None
+        if weight_format == "nvfp4":
+            return self.fp4_tflops is not None and self.vendor == "NVIDIA"
+        if weight_format == "mxfp4":
+            return self.fp4_tflops is not None
+        return True
 
     @property
     def cuda_total_bytes(self) -> int | None:
@@ -239,14 +248,15 @@ def _load_model(preset_id: str) -> ModelArch:
 
 
 class PhaseEfficiency(BaseModel):
-    """Efficiencies of one accelerator against the run bound's two limits (``presets/efficiency.json``):
-    ``compute`` scales the compute limit, ``memory`` the memory-traffic one; ``source`` says where
-    they came from (a fit on published results, or a calibration)."""
+    """Phase efficiencies of one accelerator in the estimate (``presets/efficiency.json``;
+    ``recommend.estimate_throughput``): ``prefill`` divides the prefill time at peak, ``decode`` the
+    decode time at peak; ``source`` says where they came from (a fit on published results, or a
+    calibration on measured runs, ``recommend.calibrate_phases``)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    compute: float = Field(gt=0)
-    memory: float = Field(gt=0)
+    prefill: float = Field(gt=0)
+    decode: float = Field(gt=0)
     source: str = ""
     fit_rows: int = 0
 
@@ -256,6 +266,75 @@ def efficiencies() -> dict[str, PhaseEfficiency]:
     """Per-accelerator default efficiencies, ``"default"`` for accelerators without a fit."""
     data = _read_json(PRESETS_DIR / "efficiency.json")
     return {key: PhaseEfficiency(**value) for key, value in data["efficiency"].items()}
+
+
+PriceKind = Literal["on-demand", "reserved", "spot"]
+PRICE_KINDS: tuple[str, ...] = ("on-demand", "reserved", "spot", "any")
+PRICE_COLUMNS = ("gpu", "provider", "kind", "usd_per_gpu_hour", "as_of", "source")
+
+
+class PriceQuote(BaseModel):
+    """One public price of one accelerator (``presets/prices.json``, or a row of ``--prices-csv``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    gpu: str
+    provider: str
+    kind: PriceKind
+    usd_per_gpu_hour: float = Field(gt=0, le=1e6)
+    as_of: str
+    source: str
+    note: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"{self.provider} {self.kind} as of {self.as_of} — {self.source}"
+
+
+@cache
+def price_quotes() -> tuple[PriceQuote, ...]:
+    """The catalogue's price table (``presets/prices.json``), every quote with its source and date."""
+    return tuple(PriceQuote(**q) for q in _read_json(PRESETS_DIR / "prices.json")["quotes"])
+
+
+def read_price_csv(text: str) -> tuple[PriceQuote, ...]:
+    """A price table from CSV text with the header ``PRICE_COLUMNS`` (``note`` optional); a bad row
+    gets a message naming its line and field."""
+    import csv
+    import io
+
+    from pydantic import ValidationError
+
+    rows = list(csv.DictReader(io.StringIO(text)))
+    header = set(rows[0]) if rows else set()
+    missing = [c for c in PRICE_COLUMNS if c not in header]
+    if missing:
+        raise KVPlanError("prices.csv", detail=f"the header lacks {', '.join(missing)} (columns: "
+                                               f"{', '.join(PRICE_COLUMNS)}, note)")
+    out = []
+    for line, row in enumerate(rows, start=2):
+        try:
+            fields: dict[str, Any] = {k: (row.get(k) or "").strip() for k in (*PRICE_COLUMNS, "note")}
+            out.append(PriceQuote.model_validate(fields))
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            raise KVPlanError("prices.csv", detail=f"line {line}, {'.'.join(map(str, err['loc']))}: "
+                                                   f"{clip(str(err['msg']))}") from None
+    return tuple(out)
+
+
+def pick_price(quotes: tuple[PriceQuote, ...], gpu_id: str, kind: str = "on-demand") -> PriceQuote | None:
+    """The lowest quote of ``kind`` (``any``: of every kind) for an accelerator, None if it has none."""
+    mine = [q for q in quotes if q.gpu == gpu_id and (kind == "any" or q.kind == kind)]
+    return min(mine, key=lambda q: (q.usd_per_gpu_hour, q.provider)) if mine else None
+
+
+@cache
+def estimate_batch_cap() -> tuple[int, str]:
+    """(the decode batch the estimate assumes at most, its source): fitted with the efficiencies
+    (``presets/efficiency.json`` ``batch_cap``)."""
+    data = _read_json(PRESETS_DIR / "efficiency.json")
+    return int(data["batch_cap"]["value"]), str(data["batch_cap"]["source"])
 
 
 def efficiency_for(gpu_id: str) -> PhaseEfficiency:

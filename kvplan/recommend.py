@@ -4,8 +4,9 @@ meet the latency targets. Memory is exact (the engine's own budget and pool); ti
 A candidate is one replica layout — accelerator × (TP, PP) or expert-parallel size EP (MoE models on
 engines with ``Engine.expert_parallel``: attention data-parallel over EP GPUs, each with its own
 requests and KV, experts split over them — vLLM docs "Data Parallel Deployment" and "Expert Parallel
-Deployment", ``--data-parallel-size N --enable-expert-parallel``) × KV format × weight format — plus
-as many replicas (DP) as the traffic needs.
+Deployment", ``--data-parallel-size N --enable-expert-parallel``; also ``dp`` ranks of TP > 1, experts
+over ``ep = tp·dp``, SGLang ``--enable-dp-attention``; memory from the Plan with the ``dp`` setting)
+× KV format × weight format — plus as many replicas as the traffic needs.
 
 Memory (exact, per GPU of the largest pipeline stage):
   weights per stage from ``capacity.memory_budget`` (EP: its non-expert share whole on every GPU plus
@@ -46,7 +47,17 @@ from kvplan.engines import EngineSettings, KVPool
 from kvplan.errors import KVPlanError
 from kvplan.flops import layer_flops, prefill_decode_flops, request_flops
 from kvplan.plan import FitQuery, Plan, memory_budget
-from kvplan.presets import GPU, PhaseEfficiency, efficiency_for, get_gpu, gpus
+from kvplan.presets import (
+    GPU,
+    PhaseEfficiency,
+    PriceQuote,
+    efficiency_for,
+    estimate_batch_cap,
+    get_gpu,
+    gpus,
+    pick_price,
+    price_quotes,
+)
 from kvplan.serving import MLPERF_BOUNDS, LengthDist, Workload, sample_workload
 
 #: Target presets: (TTFT ms, TPOT ms, percentile) from MLPerf ``loadgen/mlperf.conf`` (Server, p99).
@@ -57,7 +68,12 @@ TARGET_PRESETS: dict[str, tuple[float, float, str]] = {
 MAX_CANDIDATES = 100_000
 MAX_GPUS_PER_REPLICA = 1024
 ACT_BYTES = 2  # bf16 activations exchanged between ranks
-FAILS = ("memory", "TTFT", "TPOT", "GPU limit")
+FAILS = ("memory", "TTFT", "TPOT", "GPU limit", "format")
+#: Weight formats searched when none are given: the checkpoint's own, plus fp8 and the FP4 formats
+#: for an unquantized checkpoint, each only where the accelerator has its tensor cores
+#: (``GPU.supports_weight_format``; elsewhere the candidate fails "format"). Formats given
+#: explicitly are searched on every accelerator.
+DEFAULT_WEIGHT_SEARCH = ("auto", "fp8", "nvfp4", "mxfp4")
 
 
 class RecommendQuery(BaseModel):
@@ -84,11 +100,16 @@ class RecommendQuery(BaseModel):
     pp: tuple[int, ...] = (1, 2, 4)
     expert_parallel: bool = True
     kv_dtypes: tuple[str, ...] = ("bf16", "fp8_e4m3")
-    weight_dtypes: tuple[str, ...] = ("auto",)
+    #: None: ``DEFAULT_WEIGHT_SEARCH`` (only ``auto`` for an already quantized checkpoint).
+    weight_dtypes: tuple[str, ...] | None = None
     prices: dict[str, float] = {}
+    #: Which public quotes cost an accelerator (the lowest of this kind, ``presets.pick_price``), and
+    #: the table they come from (None: ``presets/prices.json``; a ``--prices-csv`` replaces it).
+    price_kind: Literal["on-demand", "reserved", "spot", "any"] = "on-demand"
+    price_table: tuple[PriceQuote, ...] | None = None
     efficiency: dict[str, float] = {}
     default_efficiency: float = Field(default=1.0, gt=0, le=1)
-    #: Calibrated (compute, memory) efficiencies of the estimate per accelerator (``calibrate_run``);
+    #: Calibrated (prefill, decode) efficiencies of the estimate per accelerator (``calibrate_phases``);
     #: the others use ``presets/efficiency.json``.
     phase_efficiency: dict[str, tuple[float, float]] = {}
 
@@ -119,9 +140,21 @@ class Recommendation:
 
     @property
     def ranked(self) -> pd.DataFrame:
-        feasible = self.table[self.table["feasible"]]
+        """Feasible candidates by cost per million output tokens: in money those with a price (the
+        unpriced ones are ``unpriced_ranked``); in GPU-hours when no accelerator has one."""
+        feasible = self.table[self.table["feasible"] & (self.table["priced"] | (self.cost_unit != "$"))]
         return feasible.sort_values(["cost_per_m_tokens", "tpot_ms", "total_gpus"],
                                     kind="stable").reset_index(drop=True)
+
+    @property
+    def unpriced_ranked(self) -> pd.DataFrame:
+        """Feasible candidates on accelerators without a price, listed apart by GPU-hours per million
+        output tokens (empty when the costs are all in GPU-hours)."""
+        if self.cost_unit != "$":
+            return self.table.iloc[:0]
+        rows = self.table[self.table["feasible"] & ~self.table["priced"]]
+        return rows.sort_values(["gpu_hours_per_m_tokens", "tpot_ms", "total_gpus"],
+                                kind="stable").reset_index(drop=True)
 
 
 @dataclass
@@ -213,7 +246,10 @@ def _layouts(plan: Plan, query: RecommendQuery) -> tuple[list[tuple[int, int, in
         out.extend((tp, pp, 1) for pp in sorted(set(query.pp))
                    if 1 <= pp <= arch.n_layers and tp * pp <= query.max_gpus)
     if arch.moe is not None and query.expert_parallel and engine.expert_parallel:
-        out.extend((1, 1, ep) for ep in powers if ep >= 2)
+        # attention data-parallel over dp ranks of tp GPUs each, experts over all tp·dp (#28's dp)
+        ranked_tps = [1] + [t for t in tps if t > 1 and t * 2 <= query.max_gpus
+                            and not any(n.startswith(f"TP {t} ") for n in notes)]
+        out.extend((tp, 1, dp) for tp in ranked_tps for dp in powers if dp >= 2 and tp * dp <= query.max_gpus)
     return out, notes
 
 
@@ -300,8 +336,14 @@ def _gpu_list(query: RecommendQuery) -> list[GPU]:
     return chosen
 
 
-def _price(gpu: GPU, query: RecommendQuery) -> float | None:
-    return query.prices.get(gpu.id, gpu.price_per_hour)
+def _price(gpu: GPU, query: RecommendQuery) -> tuple[float | None, str]:
+    """(US$ per GPU-hour, where it came from): ``--price`` for this accelerator, else the lowest
+    quote of ``query.price_kind`` in the price table (``presets.pick_price``), else (None, "")."""
+    if gpu.id in query.prices:
+        return query.prices[gpu.id], "given (--price)"
+    quote = pick_price(query.price_table if query.price_table is not None else price_quotes(), gpu.id,
+                       query.price_kind)
+    return (quote.usd_per_gpu_hour, quote.label) if quote else (None, "")
 
 
 def recommend(plan: Plan, query: RecommendQuery, workload: Workload | None = None) -> Recommendation:
@@ -313,7 +355,9 @@ def recommend(plan: Plan, query: RecommendQuery, workload: Workload | None = Non
     arch, base = plan.arch, plan.query
     layouts, notes = _layouts(plan, query)
     kv_dtypes = list(dict.fromkeys(query.kv_dtypes))
-    wds = list(dict.fromkeys(query.weight_dtypes))
+    wds = list(dict.fromkeys(query.weight_dtypes if query.weight_dtypes is not None
+                             else ("auto",) if plan.arch.weights.quantization is not None
+                             else DEFAULT_WEIGHT_SEARCH))
     n_total = len(gpu_list) * len(layouts) * len(kv_dtypes) * len(wds)
     if n_total == 0:
         raise KVPlanError("recommend.empty", detail=_empty_detail(gpu_list, layouts, kv_dtypes, wds, notes))
@@ -337,19 +381,23 @@ def recommend(plan: Plan, query: RecommendQuery, workload: Workload | None = Non
     layout_queries: list[FitQuery] = []
     for y, (tp, pp, ep) in enumerate(layouts):
         layout_plan = plan.vary(gpu=ref, tp=tp, pp=pp, num_gpus=tp * pp, users=1, tokens=L)
-        layout_queries.append(layout_plan.query)
+        # EP candidates: attention data-parallel over ep ranks (the engines' dp setting), experts
+        # split over them; one GPU's weights are the Plan's own (plan._dp_weights), its pool a rank's
+        dp_plan = layout_plan.vary(num_gpus=tp * pp * ep, settings=layout_plan.query.settings.model_copy(
+            update={"dp": ep})) if ep > 1 else None
+        layout_queries.append(dp_plan.query if dp_plan is not None else layout_plan.query)
         for w, wd in enumerate(wds):
-            budget = memory_budget(layout_plan.vary(weight_dtype=None if wd == "auto" else wd))
+            fmt = None if wd == "auto" else wd
+            budget = memory_budget(layout_plan.vary(weight_dtype=fmt))
             w_total[y, w] = budget.weights_total
             stages = list(budget.stage_weights)
-            if ep > 1:
-                experts = budget.weights_total * expert_params // all_params
-                stages = [budget.weights_total - experts + -(-experts // ep)]
+            if dp_plan is not None:
+                stages = list(memory_budget(dp_plan.vary(weight_dtype=fmt)).stage_weights)
             stage_w[y, w, :len(stages)] = stages
             top = max(stages)
             share = 0 if ep > 1 else top * expert_params // all_params
-            w_expert[y, w] = -(-(budget.weights_total * expert_params // all_params) // ep) if ep > 1 \
-                else share
+            w_expert[y, w] = -(-(budget.weights_total * expert_params // all_params) // (ep * tp)) \
+                if ep > 1 else share
             w_dense[y, w] = top - w_expert[y, w]
 
     # memory target and KV budget per (GPU, layout, weight format): the engine's own arithmetic,
@@ -427,15 +475,22 @@ def recommend(plan: Plan, query: RecommendQuery, workload: Workload | None = Non
         full = np.expand_dims(a, [i for i in range(4) if i not in axes])
         return np.broadcast_to(full, shape).ravel()
 
-    fp8_w = np.array([wd in {"fp8"} for wd in wds])
-    bf16 = np.array([g.bf16_tflops for g in gpu_list]) * 1e12
-    fp8 = np.array([g.fp8_tflops or g.bf16_tflops for g in gpu_list]) * 1e12
-    flops_gw = np.where(fp8_w[None, :], fp8[:, None], bf16[:, None])
+    # the format's tensor-core rate (GPU.peak_tflops); a quantized checkpoint's "auto" at the fastest
+    # rate listed, so the times stay bounds
+    quantized = arch.weights.quantization is not None
+    flops_gw = np.array([[g.peak_tflops("nvfp4" if wd == "auto" and quantized
+                                        else arch.model_dtype if wd == "auto" else wd) for wd in wds]
+                         for g in gpu_list]) * 1e12
+    # formats the default search added run only where their tensor cores are; asked-for ones anywhere
+    # (e.g. vLLM runs FP4 checkpoints weight-only on Hopper)
+    searched = query.weight_dtypes is None
+    format_ok = grid(np.array([[not searched or g.supports_weight_format(wd) for wd in wds]
+                               for g in gpu_list]), (0, 3))
     link = np.array([(g.interconnect_gbps or g.host_link_gbps or 32.0) * 1e9 for g in gpu_list])
     eff = np.array([query.efficiency.get(g.id, query.default_efficiency) for g in gpu_list])
-    price_list = [_price(g, query) for g in gpu_list]
-    priced = all(p is not None for p in price_list)
-    price = np.array([p if priced and p is not None else 1.0 for p in price_list])
+    price_list = [_price(g, query)[0] for g in gpu_list]
+    priced = any(p is not None for p in price_list)  # money for those priced, the rest listed apart
+    price = np.array([p if p is not None else (np.nan if priced else 1.0) for p in price_list])
     moe = arch.moe
     terms = _Terms(
         bw=grid(np.array([g.bandwidth_tbps * 1e12 for g in gpu_list]), (0,)),
@@ -472,6 +527,9 @@ def recommend(plan: Plan, query: RecommendQuery, workload: Workload | None = Non
         batch = safe
         served = np.full(safe.shape, query.rps * out_mean)
     tpot = decode_time(terms, batch, f_tok)[0]
+    est_total, est_tpot, est_ttft = _estimated_gpus(
+        query, gpu_list, terms, grid, np.where(memory_ok & format_ok, mreq, 0), f_tok,
+        prefill_flops(arch, lengths.prompt), prefill_flops(arch, mean_prompt), lengths)
     run_bound, run_estimate = _run_columns(arch, gpu_list, layouts, kv_dtypes, wds, w_total,
                                            prompt_arr, output_arr, grid, query.phase_efficiency)
     gpr = (terms.tp * terms.pp * terms.ep).astype(np.int64)
@@ -480,11 +538,11 @@ def recommend(plan: Plan, query: RecommendQuery, workload: Workload | None = Non
     ttft_ok = ttft * 1e3 <= query.ttft_ms
     tpot_ok = batch_max >= 1
     gpu_ok = total <= query.max_total_gpus
-    feasible = memory_ok & ttft_ok & tpot_ok & gpu_ok
+    feasible = memory_ok & ttft_ok & tpot_ok & gpu_ok & format_ok
     code = np.zeros(mreq.shape, dtype=np.int64)
-    for bit, ok in enumerate((memory_ok, ttft_ok, tpot_ok | ~memory_ok, gpu_ok | ~tpot_ok)):
+    for bit, ok in enumerate((memory_ok, ttft_ok, tpot_ok | ~memory_ok, gpu_ok | ~tpot_ok, format_ok)):
         code |= (~ok).astype(np.int64) << bit
-    labels = [", ".join(name for bit, name in enumerate(FAILS) if c >> bit & 1) for c in range(16)]
+    labels = [", ".join(name for bit, name in enumerate(FAILS) if c >> bit & 1) for c in range(32)]
 
     def category(values: list[str], axis: int) -> pd.Categorical:
         codes = grid(np.arange(len(values)), (axis,))
@@ -493,7 +551,8 @@ def recommend(plan: Plan, query: RecommendQuery, workload: Workload | None = Non
     table = pd.DataFrame({
         "gpu": category([g.id for g in gpu_list], 0),
         "gpu_name": category([g.name for g in gpu_list], 0),
-        "tp": grid(tp_arr, (1,)), "pp": grid(pp_arr, (1,)), "ep": grid(ep_arr, (1,)),
+        "tp": grid(tp_arr, (1,)), "pp": grid(pp_arr, (1,)),
+        "ep": grid(np.where(ep_arr > 1, ep_arr * tp_arr, 1), (1,)), "dp": grid(ep_arr, (1,)),
         "kv_dtype": category(kv_dtypes, 2),
         "weight_dtype": category(wds, 3),
         "gpus_per_replica": gpr,
@@ -509,9 +568,13 @@ def recommend(plan: Plan, query: RecommendQuery, workload: Workload | None = Non
         "bound_tokens_per_s_per_replica": np.where(memory_ok, run_bound, 0.0),
         "estimate_tokens_per_s_per_replica": np.where(memory_ok, run_estimate, 0.0),
         "replicas": np.where(feasible, replicas, 0),
+        "estimate_total_gpus": est_total, "estimate_tpot_ms": est_tpot * 1e3,
+        "estimate_ttft_ms": est_ttft * 1e3,
         "total_gpus": np.where(feasible, total, 0),
         "cost_per_hour": np.where(feasible, cost_h, np.nan),
         "cost_per_m_tokens": np.where(feasible, cost_h / (served * 3600) * 1e6, np.nan),
+        "gpu_hours_per_m_tokens": np.where(feasible, total / (served * 3600) * 1e6, np.nan),
+        "priced": grid(np.array([p is not None for p in price_list]), (0,)),
         "feasible": feasible,
         "fails": pd.Categorical.from_codes(code, categories=pd.Index(labels, dtype=object)),
     })
@@ -521,6 +584,38 @@ def recommend(plan: Plan, query: RecommendQuery, workload: Workload | None = Non
     if not feasible.any():
         rec.message = no_feasible_message(table, query)
     return rec
+
+
+def _estimated_gpus(query: RecommendQuery, gpu_list: list[GPU], terms: _Terms, grid: Any,
+                    limit: np.ndarray, f_tok: float, f_prompt: float, f_mean_prompt: float,
+                    lengths: Lengths) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(GPUs, TPOT s, TTFT s) the estimate gives: the bounds' step model with the roofline over the
+    accelerator's phase efficiencies instead of ``e`` (decode steps over ``e_decode``, prefill over
+    ``e_prefill``; ``presets/efficiency.json`` or a calibration), the same replica rule; 0 GPUs where
+    the estimate meets a target nowhere within ``limit`` requests."""
+    from dataclasses import replace
+
+    own = query.phase_efficiency
+    effs = [PhaseEfficiency(prefill=own[g.id][0], decode=own[g.id][1]) if g.id in own
+            else efficiency_for(g.id) for g in gpu_list]
+    dec = replace(terms, eff=grid(np.array([e.decode for e in effs]), (0,)))
+    pre = replace(terms, eff=grid(np.array([e.prefill for e in effs]), (0,)))
+    ttft, _ = prefill_time(pre, lengths.prompt, f_prompt)
+    t_pf, _ = prefill_time(pre, lengths.prompt_mean, f_mean_prompt)
+    batch_max = _largest_batch(dec, limit, query.tpot_ms / 1e3, f_tok)
+    safe = np.maximum(batch_max, 1)
+    out_mean = lengths.output_mean
+    if query.traffic == "users":
+        replicas = -(-query.users // safe)
+        batch = -(-query.users // replicas)
+    else:
+        step = decode_time(dec, safe, f_tok)[0]
+        capacity = out_mean * safe / (out_mean * step + safe * t_pf / dec.ep)
+        replicas = np.ceil(query.rps * out_mean / capacity).astype(np.int64)
+        batch = safe
+    ok = (batch_max >= 1) & (ttft * 1e3 <= query.ttft_ms)
+    total = replicas * (dec.tp * dec.pp * dec.ep).astype(np.int64)
+    return np.where(ok, total, 0), decode_time(dec, np.where(ok, batch, 1), f_tok)[0], ttft
 
 
 def workload_request_sums(arch: ModelArch, prompt: np.ndarray, output: np.ndarray) -> tuple[float, float]:
@@ -540,6 +635,23 @@ def workload_request_sums(arch: ModelArch, prompt: np.ndarray, output: np.ndarra
             kind = layer.kind if isinstance(layer, Attention) else layer.cache_kind
             elems = elems + layer.elements_per_token * (kind.context_sum(layer.window, last)
                                                         - kind.context_sum(layer.window, p))
+    return float(flops.mean()), float(elems.mean())
+
+
+def workload_phase_sums(arch: ModelArch, prompt: np.ndarray, output: np.ndarray) -> tuple[float, float]:
+    """(mean prefill FLOPs, mean KV elements a request holds at its final length ``P + O``) over the
+    workload: ``flops.prefill_decode_flops``' prefill and ``Kind.context_at`` of each layer."""
+    p = np.asarray(prompt, dtype=np.int64)
+    final = p + np.maximum(np.asarray(output, dtype=np.int64), 1)
+    flops = np.full(p.shape, 2.0 * arch.hidden_size * arch.vocab_size)
+    for lf, count in Counter(layer_flops(arch)).items():
+        flops = flops + count * (lf.dense * p.astype(np.float64) + lf.attn_coeff
+                                 * lf.ctx_sum(p).astype(np.float64))
+    elems = np.zeros(p.shape)
+    for layer in arch.layers:
+        if isinstance(layer, Attention | MLA):
+            kind = layer.kind if isinstance(layer, Attention) else layer.cache_kind
+            elems = elems + layer.elements_per_token * kind.context_at(layer.window, final)
     return float(flops.mean()), float(elems.mean())
 
 
@@ -566,7 +678,7 @@ def _run_columns(arch: ModelArch, gpu_list: list[GPU], layouts: list[tuple[int, 
     bw = np.array([g.bandwidth_tbps * 1e12 for g in gpu_list])
     bits = np.array([get_dtype(k).bits for k in kv_dtypes], dtype=np.float64)
     own = calibrated or {}
-    eff = [PhaseEfficiency(compute=own[g.id][0], memory=own[g.id][1]) if g.id in own
+    eff = [PhaseEfficiency(prefill=own[g.id][0], decode=own[g.id][1]) if g.id in own
            else efficiency_for(g.id) for g in gpu_list]
     # weights: params at the format's bits as throughput_bound counts them (a quantized checkpoint's
     # "auto": the bytes as loaded)
@@ -581,12 +693,22 @@ def _run_columns(arch: ModelArch, gpu_list: list[GPU], layouts: list[tuple[int, 
     free = np.maximum(grid(cap, (0,)) - w_g, 0.0)
     s_g = grid(bits / 8, (2,)) * elems_mean / grid(gpr, (1,))
     compute = grid(gpr, (1,)) * grid(peak, (0, 3)) * o_mean / f_mean
-    e_c = grid(np.array([e.compute for e in eff]), (0,))
-    e_m = grid(np.array([e.memory for e in eff]), (0,))
+    pf_mean, final_mean = workload_phase_sums(arch, prompt, output)
+    p_mean = float(np.asarray(prompt, dtype=np.float64).mean())
+    link = np.array([(g.interconnect_gbps or g.host_link_gbps or 32.0) * 1e9 for g in gpu_list])
+    comm = np.array([[comm_seconds_per_token(arch, tp, pp, float(li)) for tp, pp, _ in layouts]
+                     for li in link])
+    e_p = grid(np.array([e.prefill for e in eff]), (0,))
+    e_d = grid(np.array([e.decode for e in eff]), (0,))
+    share = grid(gpr, (1,))
+    t_pf, t_dec, _ = estimate_seconds(
+        pf_mean, f_mean - pf_mean, p_mean, o_mean, share, grid(peak, (0, 3)), grid(bw, (0,)),
+        grid(comm, (0, 1)), r_g, w_g - r_g, (arch.moe.n_active / arch.moe.n_experts) if arch.moe else 0.0,
+        s_g, grid(bits / 8, (2,)) * final_mean / share, free, float(estimate_batch_cap()[0]))
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
         memory = np.where(s_g > 0, o_mean * free * grid(bw, (0,)) / (s_g * (free + r_g)), np.inf)
         bound = np.minimum(compute, memory)
-        estimate = np.minimum(1.0 / (1.0 / (e_c * compute) + 1.0 / (e_m * memory)), bound)
+        estimate = np.minimum(o_mean / (t_pf / e_p + t_dec / e_d), bound)
     return bound, estimate
 
 
@@ -619,6 +741,8 @@ def no_feasible_message(table: pd.DataFrame, query: RecommendQuery) -> str:
     elif tightest == "memory":
         best = (f"no layout holds the weights and one request; the largest KV budget left is "
                 f"{max(int(table['kv_budget_bytes'].max()), 0):,} B per GPU")
+    elif tightest == "format":
+        best = "no accelerator searched has tensor cores for the weight formats chosen"
     else:
         best = f"every candidate needs more than {query.max_total_gpus:,} GPUs"
     return str(KVPlanError("recommend.none", constraint=tightest, passing=f"{passing[tightest]:,}",
@@ -636,7 +760,7 @@ def _formulas(query: RecommendQuery, lengths: Lengths, unit: str) -> list[str]:
         else "replicas = ceil(requests/s · O / tokens/s(B_max))",
         "cost per M output tokens = GPUs × price per GPU-hour / (served tokens/s · 3600) · 10⁶"
         if unit == "$" else "GPU-hours per M output tokens = GPUs / (served tokens/s · 3600) · 10⁶ "
-                            "(no price for every accelerator)",
+                            "(no accelerator searched has a price)",
     ]
 
 
@@ -652,12 +776,15 @@ def _assumptions(arch: ModelArch, query: RecommendQuery) -> list[str]:
         "little more than the tokens attention reads).",
         "PP stages run one after another for a token (no micro-batch overlap); communication is "
         "bandwidth only (no latency term) and not overlapped with compute.",
-        "Peak FLOPS: BF16, or FP8 for FP8 weights where the accelerator has it.",
+        "Peak FLOPS: the weight format's dense tensor-core rate (GPU.peak_tflops: FP4, FP8, INT8 "
+        "where listed, else the next wider; a quantized checkpoint's own format at the fastest listed).",
         "Tokens/s columns: 'bound' is the run upper bound no run of this workload can beat "
         "(throughput_bound: compute at the format's dense tensor-core rate, memory traffic at each "
-        "request's average context, pipelined PP, no efficiency factor); 'estimate' is that bound at "
-        "the accelerator's default efficiencies (presets/efficiency.json, fitted on published results, "
-        "docs/efficiency.md).",
+        "request's average context, pipelined PP, no efficiency factor); 'estimate' is an estimate, "
+        "not a bound: each phase's time at peak (prefill FLOPs; decode weight and KV reads, FLOPs and "
+        "TP all-reduce at the engine's batch, at most the fitted batch cap) over the accelerator's "
+        "prefill and decode efficiencies (presets/efficiency.json, fitted on published results, "
+        "docs/efficiency.md), never above the bound.",
     ]
     if arch.moe is not None:
         out.append("MoE: uniform routing; a step reads the experts its tokens touch. EP candidates run "
@@ -684,6 +811,15 @@ class ThroughputBound:
     bandwidth: float
     replicas: int
     formula: str
+    prompt: int = 1
+    output: int = 2
+    tp: int = 1
+    pp: int = 1
+    prefill_flops: float = 0.0
+    kv_final_bytes_per_gpu: float = 0.0
+    weight_read_bytes_per_gpu: float = 0.0
+    route: float = 0.0
+    comm_s_per_token: float = 0.0
 
 
 BOUND_FORMULA = (
@@ -758,9 +894,16 @@ def throughput_bound(arch: ModelArch, gpu: GPU, gpus: int, tp: int, pp: int, wei
     replicas = gpus // share
     free = cap - w_gpu
     memory = replicas * output * free * bw / (s * (free + w_read)) if s > 0 else math.inf
+    link = (gpu.interconnect_gbps or gpu.host_link_gbps or 32.0) * 1e9
     return ThroughputBound(min(compute, memory), compute, memory,
                            "compute" if compute <= memory else "memory traffic", f_req, peak, w_gpu, s,
-                           cap, bw, replicas, BOUND_FORMULA)
+                           cap, bw, replicas, BOUND_FORMULA, prompt=prompt, output=output, tp=tp, pp=pp,
+                           prefill_flops=prefill_flops(arch, prompt),
+                           kv_final_bytes_per_gpu=kv_read_bytes(arch, kv_dtype, prompt + output - 1,
+                                                                2) / share,
+                           weight_read_bytes_per_gpu=w_read,
+                           route=(arch.moe.n_active / arch.moe.n_experts) if arch.moe else 0.0,
+                           comm_s_per_token=comm_seconds_per_token(arch, tp, pp, link))
 
 
 def plan_throughput_bound(plan: Plan, prompt: int, output: int, gpus: int | None = None) -> ThroughputBound:
@@ -773,29 +916,133 @@ def plan_throughput_bound(plan: Plan, prompt: int, output: int, gpus: int | None
                             prompt, output)
 
 
-def estimate_throughput(bound: ThroughputBound, eff: PhaseEfficiency) -> float:
-    """The estimate: the two limits' times added, each at its efficiency,
-    ``1 / (1 / (e_c · compute) + 1 / (e_m · memory))``, never above the bound."""
-    inv = 1.0 / (eff.compute * bound.compute_tokens_per_s) + 1.0 / (eff.memory * bound.memory_tokens_per_s)
-    return min(1.0 / inv, bound.tokens_per_s)
+#: KV share of the memory the weights leave that the estimate's batch may fill: trtllm-bench's
+#: ``kv_cache_gpu_mem_fraction`` default (tensorrt_llm/bench/build/tuning.py, ``calc_engine_setting``),
+#: which sizes its batch as that memory over the KV of ``ISL + OSL`` tokens (the capacity scheduler's
+#: GUARANTEED_NO_EVICT holds a request's final length from admission).
+ESTIMATE_KV_FRACTION = 0.95
+
+ESTIMATE_FORMULA = (
+    "estimate = replicas · O / (t_prefill / e_prefill + t_decode / e_decode), at most the bound; per "
+    "request on one replica at peak: t_prefill = F_pf / (tp·pp·FLOPS_fmt) + P·c (batched prefill: no "
+    "weight read), t_decode = (O−1)·(R(B) / (B·BW) + c) + s / BW + (F_req − F_pf) / (tp·pp·FLOPS_fmt), "
+    "R(B) = non-expert weights + experts touched by B tokens, B = min(0.95·(C − W_g) / KV(P+O), "
+    "batch cap), c = TP all-reduce + PP hand-off seconds per token (comm_seconds_per_token)")
+
+
+def comm_seconds_per_token(arch: ModelArch, tp: int, pp: int, link: float) -> float:
+    """Seconds of interconnect per token per GPU: TP ring all-reduce (two per layer) of the hidden
+    state ``2·layers·2(tp−1)/tp·h·2 B`` plus the PP hand-off ``(pp−1)·h·2 B``, over ``link`` B/s
+    (the recommender's ``comm``, module docstring)."""
+    per = 2 * arch.n_layers * 2 * (tp - 1) / tp * arch.hidden_size * ACT_BYTES \
+        + (pp - 1) * arch.hidden_size * ACT_BYTES
+    return per / link
+
+
+def estimate_seconds(prefill_flops: Any, decode_flops: Any, prompt: Any, output: Any, share: Any,
+                     peak: Any, bw: Any, comm: Any, w_read: Any, w_expert: Any, route: float,
+                     kv_read: Any, kv_final: Any, free: Any, batch_cap: float) -> tuple[Any, Any, Any]:
+    """(t_prefill, t_decode, B): one request's replica seconds at peak per phase and the decode batch
+    (``ESTIMATE_FORMULA``); numpy-broadcasting, so the recommender and ``estimate_throughput`` share it."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        fit = np.where(np.asarray(kv_final) > 0, ESTIMATE_KV_FRACTION * np.asarray(free)
+                       / np.asarray(kv_final), batch_cap)
+    batch = np.clip(np.floor(fit), 1.0, batch_cap)
+    t_prefill = prefill_flops / (share * peak) + prompt * comm
+    weights = w_read + w_expert * _touched(route, batch)
+    t_decode = (output - 1) * (weights / (batch * bw) + comm) + kv_read / bw \
+        + decode_flops / (share * peak)
+    return t_prefill, t_decode, batch
+
+
+def _bound_seconds(bound: ThroughputBound, batch: float | None = None) -> tuple[float, float, float]:
+    cap = float(batch) if batch is not None else float(estimate_batch_cap()[0])
+    t_pf, t_dec, b = estimate_seconds(
+        bound.prefill_flops, bound.flops_per_request - bound.prefill_flops, bound.prompt, bound.output,
+        bound.tp * bound.pp, bound.peak_flops, bound.bandwidth, bound.comm_s_per_token,
+        bound.weight_read_bytes_per_gpu, bound.weight_bytes_per_gpu - bound.weight_read_bytes_per_gpu,
+        bound.route, bound.kv_read_bytes_per_request_per_gpu, bound.kv_final_bytes_per_gpu,
+        bound.capacity_bytes - bound.weight_bytes_per_gpu, cap)
+    return float(t_pf), float(t_dec), float(b)
+
+
+def estimate_throughput(bound: ThroughputBound, eff: PhaseEfficiency, batch: int | None = None) -> float:
+    """The estimate (``ESTIMATE_FORMULA``) of a run, output tokens/s of all its replicas, never above
+    the bound; ``batch`` fixes the decode batch (a run at a known concurrency), else the batch cap
+    (``presets.estimate_batch_cap``) and the memory decide."""
+    t_pf, t_dec, _ = _bound_seconds(bound, batch)
+    return min(bound.replicas * bound.output / (t_pf / eff.prefill + t_dec / eff.decode), bound.tokens_per_s)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One measured figure of a run with ``bound``'s model, layout, formats and lengths: output
+    ``tokens/s`` of the whole run (``concurrency`` its decode batch per replica when known), or
+    ``ttft`` / ``tpot`` in ms of a request at ``concurrency`` requests decoding together."""
+
+    kind: Literal["tokens/s", "ttft", "tpot"]
+    value: float
+    bound: ThroughputBound
+    concurrency: int | None = None
+
+
+def phase_row(m: Measured) -> tuple[float, float, float]:
+    """``(a, b, y)`` with the estimate of ``m`` reading ``a / e_prefill + b / e_decode = y``:
+    tokens/s ``(t_prefill, t_decode, replicas·O / tokens/s)``; TTFT ``(F_pf/(tp·FLOPS) + P·c, 0,
+    s)`` (one prompt crosses the PP stages in turn); TPOT at batch ``B``
+    ``(0, pp·(R(B)/BW + B·(s/(O−1)/BW + F_dec/(O−1)/(tp·pp·FLOPS) + c)), s)``."""
+    b = m.bound
+    if m.kind == "tokens/s":
+        t_pf, t_dec, _ = _bound_seconds(b, m.concurrency)
+        return t_pf, t_dec, b.replicas * b.output / m.value
+    if m.kind == "ttft":
+        return b.prefill_flops / (b.tp * b.peak_flops) + b.prompt * b.comm_s_per_token, 0.0, m.value / 1e3
+    batch = float(m.concurrency or 1)
+    steps = b.output - 1
+    w_expert = b.weight_bytes_per_gpu - b.weight_read_bytes_per_gpu
+    weights = b.weight_read_bytes_per_gpu + w_expert * float(_touched(b.route, np.asarray([batch]))[0])
+    per_token = (b.kv_read_bytes_per_request_per_gpu / steps / b.bandwidth
+                 + (b.flops_per_request - b.prefill_flops) / steps / (b.tp * b.pp * b.peak_flops)
+                 + b.comm_s_per_token)
+    return 0.0, b.pp * (weights / b.bandwidth + batch * per_token), m.value / 1e3
+
+
+def calibrate_phases(measured: list[Measured], eff: PhaseEfficiency, source: str = "") -> PhaseEfficiency:
+    """Phase efficiencies from measured runs (any layout, formats, lengths): one figure scales both
+    of ``eff`` by the factor that makes the estimate return it exactly (their ratio kept); two or
+    more solve ``a / e_prefill + b / e_decode = y`` (``phase_row``) by least squares on the relative
+    error, exact for two independent figures."""
+    if not measured:
+        raise KVPlanError("recommend.calibrate", detail="no measured figure given")
+    for m in measured:
+        if not (m.value > 0 and math.isfinite(m.value)):
+            raise KVPlanError("recommend.calibrate", detail=f"the measured {m.kind} must be a positive "
+                                                            f"number, got {m.value}")
+        if m.kind == "tokens/s" and m.value > m.bound.tokens_per_s * (1 + 1e-12):
+            raise KVPlanError("recommend.calibrate", detail=(
+                f"the measured {m.value:,.1f} tokens/s is above the upper bound "
+                f"{m.bound.tokens_per_s:,.1f} ({m.bound.limit}): check the run's GPUs, TP/PP, formats "
+                "and lengths (speculative decoding and shared prefixes are outside the bound)"))
+    rows = np.array([phase_row(m) for m in measured])
+    note = source or ("calibrated on " + ", ".join(f"a measured {m.kind} of {m.value:,.4g}"
+                                                   for m in measured))
+    if len(measured) == 1:
+        a, b, y = rows[0]
+        k = y / (a / eff.prefill + b / eff.decode)
+        return PhaseEfficiency(prefill=eff.prefill / k, decode=eff.decode / k, source=note, fit_rows=1)
+    x, *_ = np.linalg.lstsq(rows[:, :2] / rows[:, 2:], np.ones(len(rows)), rcond=None)
+    if not (x[0] > 0 and x[1] > 0):
+        raise KVPlanError("recommend.calibrate", detail=(
+            "the measured figures do not determine both phases (give a prefill-heavy and a "
+            "decode-heavy figure, e.g. a TTFT and a TPOT)"))
+    return PhaseEfficiency(prefill=1 / float(x[0]), decode=1 / float(x[1]), source=note,
+                           fit_rows=len(measured))
 
 
 def calibrate_run(bound: ThroughputBound, measured_tokens_per_s: float, eff: PhaseEfficiency,
                   source: str = "") -> PhaseEfficiency:
-    """Efficiencies that make ``estimate_throughput`` return a measured run's output tokens/s exactly:
-    both phases scaled by ``k = measured · (1/(e_c·compute) + 1/(e_m·memory))`` (their ratio kept)."""
-    if not (measured_tokens_per_s > 0 and math.isfinite(measured_tokens_per_s)):
-        raise KVPlanError("recommend.calibrate", detail="the measured tokens/s must be a positive number")
-    if measured_tokens_per_s > bound.tokens_per_s:
-        raise KVPlanError("recommend.calibrate", detail=(
-            f"the measured {measured_tokens_per_s:,.1f} tokens/s is above the upper bound "
-            f"{bound.tokens_per_s:,.1f} ({bound.limit}): check the run's GPUs, TP/PP, formats and "
-            "lengths (speculative decoding and shared prefixes are outside the bound)"))
-    inv = 1.0 / (eff.compute * bound.compute_tokens_per_s) + 1.0 / (eff.memory * bound.memory_tokens_per_s)
-    k = measured_tokens_per_s * inv
-    return PhaseEfficiency(compute=eff.compute * k, memory=eff.memory * k,
-                           source=source or f"calibrated on a measured {measured_tokens_per_s:,.1f} tokens/s",
-                           fit_rows=1)
+    """``calibrate_phases`` on one measured output tokens/s of the run ``bound`` describes."""
+    return calibrate_phases([Measured("tokens/s", measured_tokens_per_s, bound)], eff, source=source)
 
 
 # ------------------------------------------------------------------------------- calibration
@@ -854,11 +1101,12 @@ def single_terms(plan: Plan, context_tokens: int, efficiency: float = 1.0) -> _T
 def candidate_scenario(row: Any, scenario: Any, lengths: Lengths) -> Any:
     """The dashboard scenario of one candidate (``kvplan.scenario.Scenario``): its accelerator,
     split, formats, the request length the memory used and its batch per replica as users.
-    EP candidates open as one DP rank (TP 1) on ``ep`` GPUs."""
+    EP candidates open as their data-parallel layout (the dp setting: dp ranks of TP tp, experts
+    over ``ep = tp·dp`` GPUs)."""
     from kvplan.scenario import MAX_GPUS
 
-    tp, pp, ep = int(row.tp), int(row.pp), int(row.ep)
-    gpr = tp * pp * ep
+    tp, pp, dp = int(row.tp), int(row.pp), int(getattr(row, "dp", row.ep))
+    gpr = tp * pp * dp
     total = int(row.total_gpus) if int(row.total_gpus) else gpr
     n = total if total <= MAX_GPUS else gpr
     gpu: dict[str, Any] = {"gpu": row.gpu}
@@ -866,10 +1114,11 @@ def candidate_scenario(row: Any, scenario: Any, lengths: Lengths) -> Any:
         spec = get_gpu(str(row.gpu))
         gpu = {"gpu": "custom", "custom_gpu_gib": spec.capacity_bytes / 2**30,
                "custom_gpu_tbps": spec.bandwidth_tbps, "custom_gpu_tflops": spec.bf16_tflops}
+    settings = {"engine_settings": scenario.engine_settings.model_copy(update={"dp": dp})} if dp > 1 else {}
     return scenario.model_copy(update={
-        **gpu, "tp": tp, "pp": pp, "num_gpus": n, "kv_dtypes": [row.kv_dtype],
+        **gpu, **settings, "tp": tp, "pp": pp, "num_gpus": n, "kv_dtypes": [row.kv_dtype],
         "weight_dtype": row.weight_dtype, "tokens": lengths.context,
-        "users": max(int(row.batch) // ep, 1), "view": "context"})
+        "users": max(int(row.batch) // dp, 1), "view": "context"})
 
 
 def candidate_link(row: Any, scenario: Any, lengths: Lengths) -> str:
@@ -881,11 +1130,12 @@ def candidate_link(row: Any, scenario: Any, lengths: Lengths) -> str:
 
 
 #: Columns of the ranked table, in the order the CLI and the dashboard show them.
-TABLE_COLUMNS = ("gpu", "tp", "pp", "ep", "kv_dtype", "weight_dtype", "replicas", "total_gpus",
+TABLE_COLUMNS = ("gpu", "tp", "pp", "ep", "dp", "kv_dtype", "weight_dtype", "replicas", "total_gpus",
                  "batch", "tpot_ms", "ttft_ms", "tokens_per_s_per_replica", "bound_tokens_per_s_per_replica",
-                 "estimate_tokens_per_s_per_replica", "cost_per_hour",
-                 "cost_per_m_tokens", "weights_per_gpu_bytes", "kv_budget_bytes", "kv_bytes_per_request",
-                 "max_requests")
+                 "estimate_tokens_per_s_per_replica", "estimate_total_gpus", "estimate_tpot_ms",
+                 "estimate_ttft_ms", "cost_per_hour",
+                 "cost_per_m_tokens", "gpu_hours_per_m_tokens", "weights_per_gpu_bytes", "kv_budget_bytes",
+                 "kv_bytes_per_request", "max_requests")
 
 
 def unit_headers(cost_unit: str) -> dict[str, str]:
@@ -897,13 +1147,17 @@ def unit_headers(cost_unit: str) -> dict[str, str]:
             "tpot_ms": "tpot_bound [ms]", "ttft_ms": "ttft_bound [ms]",
             "tokens_per_s_per_replica": "tokens_per_s_per_replica [output tokens/s]",
             "batch": "batch [requests per replica]", "total_gpus": "total_gpus [GPUs]",
-            "ep": "ep [GPUs]"}
+            "ep": "ep [GPUs]", "estimate_total_gpus": "estimate_total_gpus [GPUs, estimate]",
+            "estimate_tpot_ms": "estimate_tpot [ms, estimate]",
+            "estimate_ttft_ms": "estimate_ttft [ms, estimate]"}
 
 
-def ranked_rows(rec: Recommendation, scenario: Any, top: int = 20) -> list[dict[str, Any]]:
-    """The ``top`` cheapest feasible candidates as plain dicts, each with its dashboard link."""
+def ranked_rows(rec: Recommendation, scenario: Any, top: int = 20,
+                unpriced: bool = False) -> list[dict[str, Any]]:
+    """The ``top`` cheapest feasible candidates as plain dicts, each with its dashboard link
+    (``unpriced``: those on accelerators without a price, ``Recommendation.unpriced_ranked``)."""
     out = []
-    for row in rec.ranked.head(top).itertuples(index=False):
+    for row in (rec.unpriced_ranked if unpriced else rec.ranked).head(top).itertuples(index=False):
         item = {name: _plain(getattr(row, name)) for name in TABLE_COLUMNS}
         item["link"] = candidate_link(row, scenario, rec.lengths)
         out.append(item)
@@ -912,19 +1166,16 @@ def ranked_rows(rec: Recommendation, scenario: Any, top: int = 20) -> list[dict[
 
 def price_sources(rec: Recommendation, query: RecommendQuery) -> tuple[dict[str, dict[str, Any]], list[str]]:
     """({accelerator: {"per_hour", "source"}} for the searched accelerators with a price, [the
-    others]): a ``--price`` given by the user, else the preset's ``price_per_hour`` with its
-    ``sources["price"]`` (provider, rate card and date)."""
+    others]): a ``--price`` given by the user, else the lowest quote of the kind asked in the price
+    table (provider, kind, date and source, ``_price``)."""
     priced: dict[str, dict[str, Any]] = {}
     unpriced: list[str] = []
     for gpu_id in [str(g) for g in rec.table["gpu"].cat.categories]:
-        gpu = get_gpu(gpu_id)
-        if gpu_id in query.prices:
-            priced[gpu_id] = {"per_hour": query.prices[gpu_id], "source": "given (--price)"}
-        elif gpu.price_per_hour is not None:
-            priced[gpu_id] = {"per_hour": gpu.price_per_hour,
-                              "source": gpu.sources.get("price", "preset (no source recorded)")}
-        else:
+        value, source = _price(get_gpu(gpu_id).model_copy(update={"id": gpu_id}), query)
+        if value is None:
             unpriced.append(gpu_id)
+        else:
+            priced[gpu_id] = {"per_hour": value, "source": source}
     return priced, unpriced
 
 
@@ -940,3 +1191,126 @@ def _plain(value: Any) -> Any:
     if isinstance(value, np.floating):
         return round(float(value), 6)
     return value
+
+
+# ------------------------------------------------------------------------------- latency at a rate
+@dataclass(frozen=True)
+class RateLatency:
+    """TTFT and TPOT percentiles (ms) of ``latency_at_rate``'s simulation at ``rate`` requests/s per
+    replica: estimates, at the efficiencies given (not bounds)."""
+
+    rate: float
+    ttft_p50_ms: float
+    ttft_p99_ms: float
+    tpot_p50_ms: float
+    tpot_p99_ms: float
+    concurrency: float
+    offered_tokens_per_s: float
+    capacity_tokens_per_s: float
+    requests: int
+    chunk: int
+    max_batch: int
+    formula: str
+
+    @property
+    def saturated(self) -> bool:
+        """The offered output tokens/s exceed what the replica serves at its largest batch."""
+        return self.offered_tokens_per_s > self.capacity_tokens_per_s
+
+
+RATE_FORMULA = (
+    "continuous batching, one replica: Poisson arrivals at the rate (seeded), FCFS; each step decodes "
+    "one token of every running request (B) and prefills up to chunk − B prompt tokens (chunked "
+    "prefill, the chunk = max_num_batched_tokens); step = (pp·R(B)/BW + B·pp·(s/(O−1)/BW + "
+    "F_dec/(O−1)/(tp·pp·FLOPS) + c)) / e_decode + n_prefill·(F_pf/P/(tp·FLOPS) + c) / e_prefill; "
+    "TTFT = arrival → end of the step finishing its prompt, TPOT = (last − first token) / (O − 1); "
+    "at most max_batch requests admitted")
+
+
+def latency_at_rate(bound: ThroughputBound, eff: PhaseEfficiency, rate: float, requests: int = 1000,
+                    seed: int = 0, chunk: int = 8192, max_batch: int | None = None) -> RateLatency:
+    """Simulate ``requests`` requests of ``bound``'s shape arriving at ``rate`` per second on one
+    replica of its layout (``RATE_FORMULA``): prefill chunks share steps with decode and slow
+    them, and requests queue when the replica is busy. Steps that repeat unchanged (no prompt
+    waiting) run in one jump to the next arrival or finish."""
+    import heapq
+    from collections import deque
+
+    if not (rate > 0 and math.isfinite(rate)) or requests < 1 or chunk < 1:
+        raise KVPlanError("recommend.rate", detail=f"the request rate must be a positive number and the "
+                                                   f"chunk at least 1 token (got {rate}, {chunk})")
+    p_len, steps_dec = bound.prompt, bound.output - 1
+    _, _, fit_batch = _bound_seconds(bound, max_batch if max_batch is not None else 1 << 30)
+    cap = int(max_batch if max_batch is not None else fit_batch)
+    w_expert = bound.weight_bytes_per_gpu - bound.weight_read_bytes_per_gpu
+    per_dec = bound.pp * (bound.kv_read_bytes_per_request_per_gpu / steps_dec / bound.bandwidth
+                          + (bound.flops_per_request - bound.prefill_flops) / steps_dec
+                          / (bound.tp * bound.pp * bound.peak_flops) + bound.comm_s_per_token) / eff.decode
+    per_pf = (bound.prefill_flops / p_len / (bound.tp * bound.peak_flops)
+              + bound.comm_s_per_token) / eff.prefill
+
+    def step_s(batch: int, prefill_tokens: int) -> float:
+        touched = float(_touched(bound.route, np.asarray([batch]))[0])
+        weights = bound.weight_read_bytes_per_gpu + w_expert * touched
+        return bound.pp * weights / bound.bandwidth / eff.decode + batch * per_dec + prefill_tokens * per_pf
+
+    rng = np.random.default_rng(seed)
+    arrival = np.cumsum(rng.exponential(1.0 / rate, requests))
+    first = np.zeros(requests)
+    last = np.zeros(requests)
+    waiting: deque[list[int]] = deque()  # [request, prompt tokens left]
+    running: list[tuple[int, int]] = []  # heap of (step of its last token, request)
+    t, k, nxt, done = 0.0, 0, 0, 0
+    while done < requests:
+        while nxt < requests and arrival[nxt] <= t:
+            waiting.append([nxt, p_len])
+            nxt += 1
+        b = len(running)
+        if b == 0 and not waiting:
+            t = float(arrival[nxt])
+            continue
+        if not waiting or b >= cap:
+            dt = step_s(b, 0)
+            until_finish = running[0][0] - k
+            until_arrival = math.ceil((arrival[nxt] - t) / dt) if nxt < requests and b < cap else 1 << 62
+            m = max(1, min(until_finish, until_arrival))
+            t += m * dt
+            k += m
+            prefilled: list[int] = []
+        else:
+            budget = max(chunk - b, 0)
+            prefilled = []
+            used = 0
+            admitted = b
+            for item in waiting:
+                if budget <= 0 or admitted >= cap:
+                    break
+                take = min(item[1], budget)
+                item[1] -= take
+                budget -= take
+                used += take
+                admitted += 1
+                if item[1] == 0:
+                    prefilled.append(item[0])
+            for _ in prefilled:
+                waiting.popleft()
+            t += step_s(b, used)
+            k += 1
+        while running and running[0][0] <= k:
+            _, r = heapq.heappop(running)
+            last[r] = t
+            done += 1
+        for r in prefilled:
+            first[r] = t
+            if steps_dec == 0:
+                last[r] = t
+                done += 1
+            else:
+                heapq.heappush(running, (k + steps_dec, r))
+    ttft = (first - arrival) * 1e3
+    tpot = (last - first) / max(steps_dec, 1) * 1e3
+    concurrency = float(np.sum(last - arrival) / (last.max() - arrival[0]))
+    capacity = estimate_throughput(bound, eff, batch=cap) / bound.replicas
+    return RateLatency(rate, float(np.percentile(ttft, 50)), float(np.percentile(ttft, 99)),
+                       float(np.percentile(tpot, 50)), float(np.percentile(tpot, 99)), concurrency,
+                       rate * bound.output, capacity, requests, chunk, cap, RATE_FORMULA)

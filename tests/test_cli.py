@@ -300,6 +300,10 @@ def reach(code: str, tmp_path) -> str:
         path = tmp_path / "big.json"
         path.write_bytes(b" " * 1_000_001)
         return cli_error(["report", "--scenario", str(path), "--out", str(tmp_path), "--no-png"])
+    if code == "prices.csv":
+        path = tmp_path / "prices.csv"
+        path.write_text("gpu,provider\nl4,Acme\n")
+        return cli_error(["recommend", "--model", "llama-2-7b", "--gpus", "l4", "--prices-csv", str(path)])
     if code == "recommend.run":
         return cli_error(["throughput", "--model", "llama-2-7b", "--gpu", "h100-sxm", "--tp", "2",
                           "--gpus", "3", "--isl", "128", "--osl", "128"])
@@ -440,7 +444,8 @@ SERVER_ONLY = {"hub.unauthorized",
                "hub.too_many_shards", "hub.header_too_large", "hub.timeout"}
 #: The SGLang / TensorRT-LLM log parsers have no CLI command yet: tests/test_calibrate.py reaches
 #: calibrate.no_engine_lines (test_engine_parsers_name_the_engine_when_no_line_matches).
-LIBRARY_ONLY = {"calibrate.no_engine_lines"}
+LIBRARY_ONLY = {"calibrate.no_engine_lines",
+                "recommend.rate"}  # the CLI's --rate and --chunk parsers refuse what it would
 REACHED = sorted(set(MESSAGES) - DASHBOARD_ONLY - SERVER_ONLY - LIBRARY_ONLY)
 
 

@@ -4,6 +4,7 @@ and the exact-memory guarantee (every candidate's memory figures equal ``capacit
 from __future__ import annotations
 
 import json
+import math
 import time
 
 import numpy as np
@@ -23,7 +24,8 @@ V033 = "vllm@0.33"
 
 LLAMA8 = load_model("llama-3.1-8b")
 LLAMA8_PLAN = make_plan(LLAMA8, None, FitQuery(engine=V033))
-LOOSE = {"ttft_ms": 100_000.0, "tpot_ms": 1000.0, "tp": (1,), "pp": (1,), "kv_dtypes": ("bf16",)}
+LOOSE = {"ttft_ms": 100_000.0, "tpot_ms": 1000.0, "tp": (1,), "pp": (1,), "kv_dtypes": ("bf16",),
+         "weight_dtypes": ("auto",)}
 
 
 def rec_len(rec: rc.Recommendation) -> int:
@@ -215,7 +217,8 @@ def test_memory_figures_equal_capacity_fit(engine: str, model_id: str) -> None:
     arch = load_model(model_id)
     query = RecommendQuery(tp=(1, 2), pp=(1, 2), kv_dtypes=("bf16", "fp8_e4m3"),
                            weight_dtypes=("auto", "fp8"), expert_parallel=False, **{
-                               k: v for k, v in LOOSE.items() if k not in {"tp", "pp", "kv_dtypes"}})
+                               k: v for k, v in LOOSE.items()
+                               if k not in {"tp", "pp", "kv_dtypes", "weight_dtypes"}})
     rec = recommend(make_plan(arch, None, FitQuery(engine=engine)), query)
     catalogue = gpus()
     L = rec.lengths.context
@@ -238,14 +241,15 @@ def test_memory_figures_equal_capacity_fit(engine: str, model_id: str) -> None:
 def test_cli_recommend_json_and_errors(capsys: pytest.CaptureFixture[str], tmp_path) -> None:
     code = main(["recommend", "--model", "llama-3.1-8b", "--users", "1", "--gpus",
                  "custom:16:1:100,custom:24:1:100", "--tp", "1", "--pp", "1", "--kv-dtypes", "bf16",
-                 "--ttft-ms", "100000", "--tpot-ms", "1000", "--json", "--engine-version", "0.33"])
+                 "--ttft-ms", "100000", "--tpot-ms", "1000", "--json", "--engine-version", "0.33",
+                 "--weight-dtypes", "auto"])
     out = json.loads(capsys.readouterr().out)
     assert code == 0 and out["kind"] == "bounds" and out["feasible"] == 1
     first = out["table"][0]
     assert (first["gpu"], first["max_requests"], first["kv_budget_bytes"]) == ("custom:24:1:100", 40,
                                                                                6_767_568_884)
     assert first["link"] == "?v=1&ev=0.33&kd=bf16&g=custom&gm=24.0&gb=1.0&gf=100.0&t=1280&u=1"
-    assert out["failures"] == {"memory": 1, "TTFT": 0, "TPOT": 0, "GPU limit": 0}
+    assert out["failures"] == {"memory": 1, "TTFT": 0, "TPOT": 0, "GPU limit": 0, "format": 0}
     bad = tmp_path / "lengths.csv"
     bad.write_text("prompt,output\n10,ten\n")
     assert main(["recommend", "--model", "llama-3.1-8b", "--lengths-csv", str(bad)]) == 2
@@ -255,19 +259,31 @@ def test_cli_recommend_json_and_errors(capsys: pytest.CaptureFixture[str], tmp_p
 
 
 def test_prices_turn_gpu_hours_into_money() -> None:
-    """Preset prices (AWS Capacity Blocks: H100 4.916, H200 5.408 per GPU-hour) when every chosen
-    accelerator has one; otherwise GPU-hours (price 1), unless the user prices the rest."""
+    """Prices from the table (presets/prices.json): the lowest on-demand quote (H100 Lambda 2.99,
+    H200 packet.ai 2.25 per GPU-hour), or of the kind asked (reserved: AWS Capacity Blocks 4.916);
+    accelerators without one (L4) are listed apart in GPU-hours, unless the user prices them; with no
+    price at all the costs are GPU-hours (price 1)."""
     query = RecommendQuery(users=64, gpus=("h100-sxm", "h200"), **LOOSE)
     rec = recommend(LLAMA8_PLAN, query)
     assert rec.cost_unit == "$"
     h100 = row(rec, gpu="h100-sxm")
-    assert h100["cost_per_hour"] == pytest.approx(h100["total_gpus"] * 4.916)
+    assert h100["cost_per_hour"] == pytest.approx(h100["total_gpus"] * 2.99)
+    assert row(rec, gpu="h200")["cost_per_hour"] == pytest.approx(row(rec, gpu="h200")["total_gpus"] * 2.25)
+    reserved = recommend(LLAMA8_PLAN, query.model_copy(update={"price_kind": "reserved"}))
+    assert row(reserved, gpu="h100-sxm")["cost_per_hour"] == pytest.approx(h100["total_gpus"] * 4.916)
     mixed = recommend(LLAMA8_PLAN, query.model_copy(update={"gpus": ("h100-sxm", "l4")}))
-    assert mixed.cost_unit == "GPU-hours" and row(mixed, gpu="h100-sxm")["cost_per_hour"] == 1.0
+    assert mixed.cost_unit == "$" and math.isnan(row(mixed, gpu="l4")["cost_per_hour"])
+    assert set(mixed.ranked["gpu"].astype(str)) == {"h100-sxm"}
+    assert set(mixed.unpriced_ranked["gpu"].astype(str)) == {"l4"}
+    l4 = mixed.unpriced_ranked.iloc[0]
+    assert l4["gpu_hours_per_m_tokens"] > 0 and not l4["priced"]
     priced = recommend(LLAMA8_PLAN, query.model_copy(update={"gpus": ("h100-sxm", "l4"),
                                                              "prices": {"l4": 0.5}}))
     assert priced.cost_unit == "$" and row(priced, gpu="l4")["cost_per_hour"] == pytest.approx(
         row(priced, gpu="l4")["total_gpus"] * 0.5)
+    none = recommend(LLAMA8_PLAN, query.model_copy(update={"gpus": ("l4",)}))
+    assert none.cost_unit == "GPU-hours" and row(none, gpu="l4")["cost_per_hour"] == row(none, gpu="l4")[
+        "total_gpus"]
 
 
 def test_cli_calibrates_the_efficiency_from_a_measured_ttft(capsys: pytest.CaptureFixture[str]) -> None:
@@ -306,3 +322,102 @@ def test_expert_parallel_only_where_the_engine_has_it() -> None:
     assert sorted(set(recommend(make_plan(arch, None, FitQuery(engine="vllm")), query).table["ep"])) == [1, 2,
                                                                                                          4, 8]
     assert set(recommend(make_plan(arch, None, FitQuery(engine="hf")), query).table["ep"]) == {1}
+
+
+def test_fp8_and_fp4_searched_by_default_where_supported() -> None:
+    """No weight formats given: auto, fp8, nvfp4, mxfp4 for an unquantized checkpoint, each only on
+    accelerators with its tensor cores (H100: fp8, not FP4; B200: all; A100: neither), the others
+    failing "format"; formats asked for run everywhere. The time bounds take the format's rate:
+    nvfp4 on a B200 prefills at 9,000 TFLOPS, so its TTFT bound is at most the bf16 one / 4."""
+    base = {k: v for k, v in LOOSE.items() if k != "weight_dtypes"}
+    rec = recommend(LLAMA8_PLAN, RecommendQuery(users=1, gpus=("h100-sxm", "b200", "a100-80gb-sxm"),
+                                                **base))
+    fails = {(str(r.gpu), str(r.weight_dtype)): str(r.fails) for r in rec.table.itertuples()}
+    formats = ("auto", "fp8", "nvfp4", "mxfp4")
+    assert {str(w) for w in rec.table["weight_dtype"].cat.categories} == set(formats)
+    assert [w for w in formats if "format" in fails["h100-sxm", w]] == ["nvfp4", "mxfp4"]
+    assert [w for w in formats if "format" in fails["b200", w]] == []
+    assert [w for w in formats if "format" in fails["a100-80gb-sxm", w]] == ["fp8", "nvfp4", "mxfp4"]
+    b200 = rec.table[rec.table["gpu"] == "b200"].set_index("weight_dtype")
+    assert b200.loc["nvfp4", "ttft_ms"] < b200.loc["auto", "ttft_ms"] / 3
+    asked = recommend(LLAMA8_PLAN, RecommendQuery(users=1, gpus=("h100-sxm",), **{**base,
+                                                  "weight_dtypes": ("nvfp4",)}))
+    assert "format" not in str(asked.table["fails"].iloc[0])
+    quantized = make_plan(load_model("Qwen/Qwen3-32B-FP8"), None, FitQuery(engine=V033))
+    assert quantized.arch.weights.quantization is not None
+    q = recommend(quantized, RecommendQuery(users=1, gpus=("h100-sxm",), **base))
+    assert list(q.table["weight_dtype"].cat.categories) == ["auto"]
+
+
+def test_estimated_gpus_beside_the_lower_bound() -> None:
+    """Each candidate also carries the estimate's GPUs, TPOT and TTFT: the bounds' step model over
+    the accelerator's phase efficiencies (H100: e_decode 0.7571, e_prefill 0.5864). One user: TPOT =
+    the batch-1 decode step at e_decode (rc.single_terms at that efficiency); the estimate never
+    needs fewer GPUs than the lower bound."""
+    from kvplan.presets import efficiency_for
+
+    gpu = get_gpu("h100-sxm")
+    rec = recommend(LLAMA8_PLAN, RecommendQuery(users=1, gpus=("h100-sxm",), **LOOSE))
+    cand = rec.table.iloc[0]
+    eff = efficiency_for("h100-sxm")
+    L = rec.lengths.context
+    terms = rc.single_terms(make_plan(LLAMA8, gpu, FitQuery(engine=V033)), L, efficiency=eff.decode)
+    want = float(decode_time(terms, np.ones(1), rc.decode_token_flops(LLAMA8, L))[0][0]) * 1e3
+    assert cand["estimate_tpot_ms"] == pytest.approx(want, rel=1e-12)
+    pre = rc.single_terms(make_plan(LLAMA8, gpu, FitQuery(engine=V033)), L, efficiency=eff.prefill)
+    prompt = rec.lengths.prompt
+    ttft = float(prefill_time(pre, prompt, rc.prefill_flops(LLAMA8, prompt))[0][0]) * 1e3
+    assert cand["estimate_ttft_ms"] == pytest.approx(ttft, rel=1e-12)
+    many = recommend(LLAMA8_PLAN, RecommendQuery(users=5000, gpus=("h100-sxm", "h200"),
+                                                 **{**LOOSE, "tpot_ms": 30.0}))
+    ok = many.table[many.table["feasible"] & (many.table["estimate_total_gpus"] > 0)]
+    assert len(ok) > 0 and (ok["estimate_total_gpus"] >= ok["total_gpus"]).all()
+    assert (ok["estimate_total_gpus"] > ok["total_gpus"]).any()
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_expert_parallel_memory_is_the_plans_dp_layout(engine: str) -> None:
+    """EP candidates are attention data-parallel over ep ranks (the engines' dp setting): weights per
+    GPU, KV budget, KV per request and requests equal capacity.fit of the Plan with dp = ep, byte for
+    byte (Qwen3-30B-A3B on H100, EP 2/4/8; before, a params-proportional expert share was 11–20 kB
+    off the Plan's weights)."""
+    from kvplan.capacity import fit
+
+    arch = load_model("qwen3-30b-a3b")
+    plan = make_plan(arch, None, FitQuery(engine=engine))
+    rec = recommend(plan, RecommendQuery(users=64, gpus=("h100-sxm",), **LOOSE))
+    gpu = get_gpu("h100-sxm")
+    for ep in (2, 4, 8):
+        cand = rec.table[rec.table["ep"] == ep].iloc[0]
+        dp = plan.vary(gpu=gpu, tp=1, pp=1, num_gpus=ep, tokens=rec.lengths.context,
+                       settings=plan.query.settings.model_copy(update={"dp": ep}))
+        want = fit(dp, search_gpus=False)
+        assert (cand["weights_per_gpu_bytes"], cand["kv_budget_bytes"], cand["kv_bytes_per_request"],
+                cand["max_requests"]) == (want.weights_bytes, want.kv_budget_bytes, want.kv_bytes_per_request,
+                                          want.max_requests), ep
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_dp_attention_candidates_with_tp_ranks(engine: str) -> None:
+    """MoE candidates also run dp attention ranks of TP > 1 (experts over ep = tp·dp GPUs): their
+    memory equals capacity.fit of the Plan with that tp and dp, and their link opens that layout
+    (the dp setting; Qwen3-30B-A3B on H100, TP 2 × DP 2/4, TP 4 × DP 2)."""
+    from kvplan.capacity import fit
+    from kvplan.scenario import Scenario
+
+    arch = load_model("qwen3-30b-a3b")
+    plan = make_plan(arch, None, FitQuery(engine=engine))
+    rec = recommend(plan, RecommendQuery(users=64, gpus=("h100-sxm",), **{**LOOSE, "tp": None}))
+    table = rec.table
+    assert {(2, 2, 4), (2, 4, 8), (4, 2, 8)} <= set(zip(table.tp, table.dp, table.ep, strict=True))
+    gpu = get_gpu("h100-sxm")
+    for tp, dp in ((2, 2), (2, 4), (4, 2)):
+        cand = table[(table.tp == tp) & (table.dp == dp)].iloc[0]
+        layout = plan.vary(gpu=gpu, tp=tp, pp=1, num_gpus=tp * dp, tokens=rec.lengths.context,
+                           settings=plan.query.settings.model_copy(update={"dp": dp}))
+        want = fit(layout, search_gpus=False)
+        assert (cand["weights_per_gpu_bytes"], cand["kv_budget_bytes"], cand["max_requests"]) == (
+            want.weights_bytes, want.kv_budget_bytes, want.max_requests)
+        opened = rc.candidate_scenario(next(table[(table.tp == tp) & (table.dp == dp)].head(1).itertuples()),
+                                       Scenario(model="qwen3-30b-a3b", engine=engine), rec.lengths)
+        assert (opened.tp, opened.engine_settings.dp) == (tp, dp) and opened.num_gpus % (tp * dp) == 0

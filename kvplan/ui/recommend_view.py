@@ -13,8 +13,9 @@ import streamlit as st
 from kvplan.arch import ModelArch
 from kvplan.dtypes import KV_DTYPE_CHOICES, WEIGHT_DTYPES
 from kvplan.errors import KVPlanError, md, md_code, md_link_target, md_name
-from kvplan.presets import GPU, efficiency_for, gpus
+from kvplan.presets import GPU, efficiency_for, gpus, pick_price, price_quotes
 from kvplan.recommend import (
+    DEFAULT_WEIGHT_SEARCH,
     TARGET_PRESETS,
     Recommendation,
     RecommendQuery,
@@ -114,8 +115,12 @@ def _inputs(scenario: Scenario, arch: ModelArch) -> tuple[RecommendQuery, bytes 
                                     key=ensure("rc_maxgpus", scenario, state)))
         kv = st.multiselect("KV formats", list(KV_DTYPE_CHOICES), default=scenario.kv_dtypes,
                             key="rc_kv")
-        wd = st.multiselect("Weight formats", ["auto", *WEIGHT_DTYPES], default=[scenario.weight_dtype],
-                            key="rc_wd")
+        searched = [*DEFAULT_WEIGHT_SEARCH] if scenario.weight_dtype == "auto" \
+            and arch.weights.quantization is None else [scenario.weight_dtype]
+        wd = st.multiselect("Weight formats", ["auto", *WEIGHT_DTYPES], default=searched, key="rc_wd",
+                            help="By default the checkpoint's own plus fp8, nvfp4 and mxfp4, each only on "
+                                 "accelerators with its tensor cores (others fail 'format'); a changed "
+                                 "list is searched on every accelerator")
         ep = st.checkbox("Expert parallel (MoE)", value=arch.moe is not None, key="rc_ep",
                          disabled=arch.moe is None)
     prices, factors = _prices_and_efficiency(chosen, efficiency)
@@ -126,25 +131,25 @@ def _inputs(scenario: Scenario, arch: ModelArch) -> tuple[RecommendQuery, bytes 
         traffic="rps" if traffic == "rps" else "users", users=users, rps=rps, prompt=prompt, output=output,
         percentile="p50" if percentile == "p50" else "p99", ttft_ms=ttft, tpot_ms=tpot,
         max_context=max_context or None, gpus=tuple(chosen), max_gpus=max_gpus, kv_dtypes=tuple(kv),
-        weight_dtypes=tuple(wd), expert_parallel=ep, default_efficiency=efficiency, prices=prices,
+        weight_dtypes=None if list(wd) == [*DEFAULT_WEIGHT_SEARCH] else tuple(wd), expert_parallel=ep,
+        default_efficiency=efficiency, prices=prices,
         efficiency=factors)
     return query, csv
 
 
 def _prices_and_efficiency(chosen: list[str], efficiency: float) -> tuple[dict[str, float],
                                                                           dict[str, float]]:
-    """An editable table: price per GPU-hour (default: the preset's, else empty) and efficiency
-    factor per accelerator (default: the slider). Without a price for every accelerator the costs
-    are counted in GPU-hours."""
-    catalogue = gpus()
+    """An editable table: price per GPU-hour (default: the lowest on-demand quote of
+    ``presets/prices.json``, with its provider, date and source; else empty) and efficiency factor per
+    accelerator (default: the slider). Only prices edited here override the table; accelerators
+    without one are costed in GPU-hours and listed apart."""
+    quotes = [pick_price(price_quotes(), g) for g in chosen]
     with st.expander("Prices per GPU-hour and efficiency per accelerator", expanded=False):
         frame = pd.DataFrame({
             "gpu": chosen,
-            "price_per_hour": [catalogue[g].price_per_hour if g in catalogue else None for g in chosen],
+            "price_per_hour": [q.usd_per_gpu_hour if q else None for q in quotes],
             "efficiency": [efficiency] * len(chosen),
-            "price_source": [catalogue[g].sources.get("price", "unpriced: no public price in the catalogue")
-                             if g in catalogue and catalogue[g].price_per_hour is not None
-                             else "unpriced: no public price in the catalogue" for g in chosen],
+            "price_source": [q.label if q else "unpriced: no public price in the catalogue" for q in quotes],
         }).astype({"price_per_hour": "float64"})
         edited = st.data_editor(frame, hide_index=True, key="rc_prices", disabled=["gpu", "price_source"],
                                 column_config={
@@ -153,14 +158,15 @@ def _prices_and_efficiency(chosen: list[str], efficiency: float) -> tuple[dict[s
                                                             format="%.4f"),
             "efficiency": st.column_config.NumberColumn("efficiency (0–1]", min_value=0.01,
                                                         max_value=1.0, format="%.2f")})
-        st.caption("Catalogue prices carry their source and date (one provider's rate card; edit them "
-                   "for yours); accelerators marked unpriced have none. With a price for every "
-                   "accelerator searched, cost is in money; otherwise in GPU-hours.")
+        st.caption("Prices are the lowest on-demand quote of the catalogue's price table "
+                   "(presets/prices.json: several providers, each with its date and source; edit them "
+                   "for yours). Accelerators marked unpriced have none: their candidates are listed "
+                   "apart, costed in GPU-hours.")
     prices: dict[str, float] = {}
     factors: dict[str, float] = {}
-    for record in edited.to_dict("records"):
+    for record, quote in zip(edited.to_dict("records"), quotes, strict=True):
         price, factor = _number(record.get("price_per_hour")), _number(record.get("efficiency"))
-        if price is not None and price > 0:
+        if price is not None and price > 0 and (quote is None or price != quote.usd_per_gpu_hour):
             prices[str(record["gpu"])] = price
         if factor is not None and 0 < factor <= 1:
             factors[str(record["gpu"])] = factor
@@ -234,8 +240,9 @@ def pareto_figure(ranked: pd.DataFrame, unit: str) -> go.Figure:
 
 #: The words before the efficiencies in the two tokens/s columns' caption.
 EFFICIENCY_WORDS = ("Tokens/s **upper bound**: no run can beat it (compute at the format's tensor-core peak, "
-                    "memory traffic at the average context over each request's life). **Estimate**: that "
-                    "bound at these efficiencies — ")
+                    "memory traffic at the average context over each request's life). **Estimate**: each "
+                    "phase's time at peak (prefill FLOPs; decode weight and KV reads, FLOPs and "
+                    "all-reduce at the engine's batch) over its efficiency, never above the bound — ")
 
 
 def render(scenario: Scenario, arch: ModelArch, gpu: GPU) -> pd.DataFrame | None:
@@ -277,23 +284,43 @@ def render(scenario: Scenario, arch: ModelArch, gpu: GPU) -> pd.DataFrame | None
             "cost_per_m_tokens": st.column_config.NumberColumn(f"{rec.cost_unit} / M tokens",
                                                                format="%.4f"),
             "tpot_ms": st.column_config.NumberColumn("TPOT ms (bound)", format="%.2f"),
+            "total_gpus": st.column_config.NumberColumn("GPUs (lower bound)", format="%d"),
+            "estimate_total_gpus": st.column_config.NumberColumn(
+                "GPUs (estimate)", format="%d",
+                help="The same replica rule with decode and prefill times over the accelerator's "
+                     "phase efficiencies (0: the estimate meets no target)"),
+            "estimate_tpot_ms": st.column_config.NumberColumn("TPOT ms (estimate)", format="%.2f"),
+            "estimate_ttft_ms": st.column_config.NumberColumn("TTFT ms (estimate)", format="%.1f"),
             "ttft_ms": st.column_config.NumberColumn("TTFT ms (bound)", format="%.1f"),
             "bound_tokens_per_s_per_replica": st.column_config.NumberColumn(
                 "tokens/s per replica (upper bound)", format="%.0f",
                 help="The run upper bound: no run of this workload can beat it (kvplan throughput)"),
             "estimate_tokens_per_s_per_replica": st.column_config.NumberColumn(
                 "tokens/s per replica (estimate)", format="%.0f",
-                help="The upper bound at the accelerator's default efficiencies (presets/efficiency.json)"),
+                help="An estimate: each phase's time at peak over the accelerator's default phase "
+                     "efficiencies (presets/efficiency.json, fitted on published results)"),
         })
         efficiencies = []  # which figure is a bound, which an estimate, and each estimate's source
         for gpu_id in rows["gpu"].astype(str).unique().tolist():
             eff = efficiency_for(gpu_id)
-            efficiencies.append(f"{md_name(gpu_id)}: compute {eff.compute:.3g}, memory {eff.memory:.3g} "
+            efficiencies.append(f"{md_name(gpu_id)}: prefill {eff.prefill:.3g}, decode {eff.decode:.3g} "
                                 f"({md(eff.source)})")
         st.caption(EFFICIENCY_WORDS + "; ".join(efficiencies) + ".")
+        apart = rec.unpriced_ranked
+        if not apart.empty:
+            st.caption("Unpriced accelerators, listed apart (no price in the table; cost in GPU-hours "
+                       "per million output tokens, not money): "
+                       + ", ".join(md_name(g) for g in apart["gpu"].astype(str).unique().tolist()) + ".")
+            st.dataframe(pd.DataFrame(ranked_rows(rec, scenario, TOP, unpriced=True)), hide_index=True,
+                         key="table_recommend_unpriced", column_config={
+                "link": st.column_config.LinkColumn("open", display_text="open scenario"),
+                "cost_per_m_tokens": None,
+                "cost_per_hour": None,
+                "gpu_hours_per_m_tokens": st.column_config.NumberColumn("GPU-hours / M tokens",
+                                                                        format="%.4f")})
         best = rows.iloc[0]
         st.markdown(f"Cheapest: **{md_name(best['gpu'])}**, TP {best['tp']:d} × PP {best['pp']:d}"
-                    + (f", EP {best['ep']:d}" if best["ep"] > 1 else "")
+                    + (f", EP {best['ep']:d} (DP {best['dp']:d})" if best["ep"] > 1 else "")
                     + f", KV {md_name(best['kv_dtype'])}, weights {md_name(best['weight_dtype'])}: "
                       f"{best['replicas']:,} replica(s), {best['total_gpus']:,} GPUs — "
                       f"[open its scenario]({md_link_target(best['link'])})")
