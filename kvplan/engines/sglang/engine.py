@@ -8,6 +8,7 @@ size), ``python/sglang/srt/configs/model_config.py`` (``is_hybrid_swa_model``).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -15,7 +16,17 @@ import numpy as np
 
 from kvplan.arch import Kind, LayerSpec, ModelArch
 from kvplan.dtypes import KVDType
-from kvplan.engines.base import ContextLimit, Engine, EngineView, KVPool, Release, StartupCheck, ViewShape
+from kvplan.engines.base import (
+    GIB,
+    ContextLimit,
+    Engine,
+    EngineView,
+    KVPool,
+    Release,
+    StartupCheck,
+    ViewShape,
+    weights_oom,
+)
 from kvplan.engines.kinds import TOKEN_KINDS, CacheRule, TokenLayout, layer_window
 from kvplan.engines.reserve import Reserve, ReserveTerm
 from kvplan.engines.settings import EngineSettings
@@ -267,6 +278,37 @@ class SGLang(Engine):
         formulas["memory_target"] += (f"; the {reserve:,} B held before loading scale with it: "
                                       f"({capacity:,} − {reserve:,}) × {util}")
         return [int((capacity - reserve) * util) - w for w in stage_weights]
+
+    def memory_fraction(self, capacity: int, settings: EngineSettings) -> float | None:
+        """``--mem-fraction-static`` in force (``mem_fraction_static``)."""
+        return self.mem_fraction_static(capacity, settings)
+
+    def beside_others(self, others: int, capacity: int, target: int, stage_weights: list[int],
+                      reserve: int, settings: EngineSettings, budgets: list[int],
+                      formulas: dict[str, str]) -> tuple[list[int], str | None]:
+        """``distributed/bootstrap.py`` ``measure_pre_model_load_memory``: ``pre_model_load_memory``
+        is the *free* memory before the weights load, so what other processes hold scales with
+        ``mem_fraction_static`` like the CUDA context (``kv_cache_configurator.py``
+        ``_profile_available_bytes``: ``rest = free after loading − pre × (1 − mfs)``): KV =
+        ``(capacity − held before load − others) × mfs − weights``; ``rest ≤ 0`` raises the
+        ``ValueError`` below (v0.5.23; the default ``mfs`` is still from the device total,
+        ``arg_groups/memory_hook.py``)."""
+        util = self.mem_fraction_static(capacity, settings)
+        pre = capacity - reserve - others
+        out = [int(pre * util) - w for w in stage_weights]
+        formulas["others"] = (f"free before loading {pre:,} B ({capacity:,} − held before load "
+                              f"{reserve:,} − others {others:,}) × mem_fraction_static {util} − weights")
+        oom = weights_oom(others + reserve, capacity, stage_weights)
+        if oom is None and min(out) <= 0:
+            # GiB floats as get_available_gpu_memory returns them
+            pre_gb, avail_gb = pre / GIB, (pre - max(stage_weights)) / GIB
+            minimum = 1 - avail_gb / pre_gb
+            suggested = math.ceil(minimum * 1000) / 1000
+            oom = (f"Loaded weights leave no GPU memory for the KV cache under "
+                   f"--mem-fraction-static={util}. Raise --mem-fraction-static above "
+                   f"{suggested:.3f} (minimum viable = 1 - available/pre = {minimum:.4f}). If using "
+                   "speculative decoding, draft weights are now counted.")
+        return out, oom
 
     def make_pool(self, arch: ModelArch, gpu: GPU, kv_dtype: str, settings: EngineSettings,
                   budgets: list[int], notes: list[str]) -> KVPool:
