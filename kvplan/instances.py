@@ -150,7 +150,7 @@ def _with_fraction(plan: Plan, value: float) -> Plan:
 
 
 def smallest_fix(plan: Plan, others: int) -> str:
-    """The smallest memory setting (steps of 0.01; SGLang's 0.001, as its default rounds) with which
+    """The smallest memory setting (in the engine's ``fraction_steps``: 0.01; SGLang 0.001) with which
     the instance starts beside ``others`` bytes and its ``users`` requests of ``tokens`` fit —
     budgets grow with the setting, so the smallest is found by bisection; where vLLM's free-memory
     check refuses it, or no setting works, what to change in the order or the others instead."""
@@ -160,7 +160,7 @@ def smallest_fix(plan: Plan, others: int) -> str:
     if current is None:
         return ("none by a memory setting: the engine takes what is free; start it first or give "
                 "the instances before it less memory")
-    steps = 1000 if plan.engine.id == "sglang" else 100
+    steps = plan.engine.fraction_steps
 
     def fits(k: int) -> bool:
         return _answer(_with_fraction(plan, k / steps), others)[6]

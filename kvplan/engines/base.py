@@ -484,6 +484,9 @@ class Engine:
         raise NotImplementedError
 
     # ------------------------------------------------------------ several engines on one GPU
+    #: The memory setting's grid when kvplan searches it (1 / steps: 0.01).
+    fraction_steps: ClassVar[int] = 100
+
     def memory_fraction(self, capacity: int, settings: EngineSettings) -> float | None:
         """The memory setting in force (``gpu_util``: the flag or the release's default); None for an
         engine without one (HF transformers takes what is free)."""

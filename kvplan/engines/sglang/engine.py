@@ -279,6 +279,9 @@ class SGLang(Engine):
                                       f"({capacity:,} − {reserve:,}) × {util}")
         return [int((capacity - reserve) * util) - w for w in stage_weights]
 
+    #: ``memory_hook.py`` rounds the default to 3 decimals: kvplan searches in steps of 0.001.
+    fraction_steps: ClassVar[int] = 1000
+
     def memory_fraction(self, capacity: int, settings: EngineSettings) -> float | None:
         """``--mem-fraction-static`` in force (``mem_fraction_static``)."""
         return self.mem_fraction_static(capacity, settings)
