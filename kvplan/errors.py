@@ -100,7 +100,7 @@ MESSAGES: dict[str, str] = {
                         "share one layout",
     "instances.shares": "the instances' shares of the whole device sum to {total}, more than the "
                         "device ({shares}: vLLM's gpu_memory_utilization is a share of the total)",
-    "instances.bad": "--instance '{text}': {why} (KEY=VALUE,…: name, model, engine, gu, tokens, "
+    "instances.bad": "--instance {text}: {why} (KEY=VALUE,…: name, model, engine, gu, tokens, "
                      "users, kd)",
     "parallel.ep": "expert parallel size {ep} must divide the tensor parallel size {tp} (experts "
                    "are split over ep ranks, their intermediate size over tp / ep)",

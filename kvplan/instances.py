@@ -26,13 +26,19 @@ every engine's budget) is not modelled.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from kvplan.capacity import fit
-from kvplan.errors import KVPlanError
-from kvplan.plan import LedgerTerm, Plan
+from kvplan.engines import DEFAULT_ENGINE, SETTINGS, EngineSettings
+from kvplan.errors import KVPlanError, short
+from kvplan.plan import FitQuery, LedgerTerm, Plan, make_plan
+from kvplan.presets import GPU, load_model
 
 #: The most instances one question takes (one accelerator).
 MAX_INSTANCES = 16
+#: The keys of one instance besides the engine settings' link keys (``gu``, ``bs``, … declared in
+#: ``kvplan.engines.settings``): name, model, engine (``id`` or ``id@release``), length, users, KV dtype.
+INSTANCE_KEYS = ("name", "model", "engine", "tokens", "users", "kd")
 #: Ledger groups an instance holds on the GPU once started.
 HELD_GROUPS = frozenset({"weights", "reserve", "outside", "kv"})
 
@@ -211,3 +217,47 @@ def share(named: list[tuple[str, Plan]]) -> ShareAnswer:
             plan.query.tokens, fits, fix, ledger))
         others += sum(t.bytes for t in holds)
     return ShareAnswer(first.device.id, capacity, tuple(answers))
+
+
+def parse_instance(text: str, gpu: GPU, *, index: int = 1, tp: int = 1, pp: int = 1,
+                   num_gpus: int | None = None) -> tuple[str, Plan]:
+    """One instance from ``KEY=VALUE,…`` (``INSTANCE_KEYS`` and the settings' link keys, e.g.
+    ``name=chat,model=llama-3.1-8b,engine=vllm@0.33,gu=0.45,tokens=8192,users=8``): its name (default
+    ``instance N``) and plan on ``gpu``; a named error for a bad key or value."""
+    fields: dict[str, str] = {}
+    by_key = {setting.key: (name, setting) for name, setting in SETTINGS.items()}
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        key, sep, value = part.partition("=")
+        key = key.strip()
+        if not sep or not value.strip():
+            raise KVPlanError("instances.bad", text=short(text), why=f"{short(part)} is not KEY=VALUE")
+        if key not in INSTANCE_KEYS and key not in by_key:
+            raise KVPlanError("instances.bad", text=short(text), why=f"unknown key {short(key)}")
+        if key in fields:
+            raise KVPlanError("instances.bad", text=short(text), why=f"{short(key)} given twice")
+        fields[key] = value.strip()
+    if "model" not in fields:
+        raise KVPlanError("instances.bad", text=short(text), why="no model=")
+    settings: dict[str, Any] = {}
+    for key, value in fields.items():
+        if key in by_key:
+            name, setting = by_key[key]
+            try:
+                settings[name] = setting.parse(value)
+            except ValueError as exc:
+                raise KVPlanError("instances.bad", text=short(text),
+                                  why=f"{key} ({setting.flag}) {short(value)}: {exc}") from None
+    numbers: dict[str, int] = {}
+    for key, default in (("tokens", 4096), ("users", 1)):
+        raw = fields.get(key, str(default))
+        if not raw.isdigit() or int(raw) < 1:
+            raise KVPlanError("instances.bad", text=short(text),
+                              why=f"{key} must be a positive whole number, got {short(raw)}")
+        numbers[key] = int(raw)
+    arch = load_model(fields["model"])
+    query = FitQuery(tokens=numbers["tokens"], users=numbers["users"], kv_dtype=fields.get("kd", "auto"),
+                     engine=fields.get("engine", DEFAULT_ENGINE), tp=tp, pp=pp, num_gpus=num_gpus,
+                     settings=EngineSettings(tp=tp, pp=pp, **settings))
+    return fields.get("name", f"instance {index}"), make_plan(arch, gpu, query)
