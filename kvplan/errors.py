@@ -102,6 +102,8 @@ MESSAGES: dict[str, str] = {
                         "device ({shares}: vLLM's gpu_memory_utilization is a share of the total)",
     "instances.bad": "--instance {text}: {why} (KEY=VALUE,…: name, model, engine, gu, tokens, "
                      "users, kd)",
+    "lora.sglang_module": "--lora-target-modules {value} is not a module SGLang normalizes to for a "
+                          "dense decoder (lora/utils.py get_normalized_target_modules: {choices})",
     "parallel.ep": "expert parallel size {ep} must divide the tensor parallel size {tp} (experts "
                    "are split over ep ranks, their intermediate size over tp / ep)",
     "engine.dtype": "engine '{engine}' cannot store the KV cache as {dtype}: {why}",

@@ -325,11 +325,11 @@ def memory_budget(plan: Plan) -> Budget:
     formulas["capacity"] = f"{capacity.bytes:,} B ({capacity.note})"
     formulas["reserve"] = detail.formula()
     target, formulas["memory_target"] = engine.memory_target(capacity.bytes, settings, plan.arch, notes)
-    budgets = engine.kv_budgets(target, stages, reserve, settings, formulas, capacity.bytes)
+    budgets = engine.kv_budgets(target, stages, reserve, settings, formulas, capacity.bytes, detail=detail)
     refusal = None
     if query.held_by_others:
         budgets, refusal = engine.beside_others(query.held_by_others, capacity.bytes, target, stages,
-                                                reserve, settings, budgets, formulas)
+                                                reserve, settings, budgets, formulas, detail=detail)
     given = query.kv_cache_memory_bytes is not None
     if query.kv_cache_memory_bytes is not None:
         budgets = [query.kv_cache_memory_bytes] * pp

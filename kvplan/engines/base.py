@@ -475,8 +475,10 @@ class Engine:
         return capacity, f"all device memory = {capacity:,} B"
 
     def kv_budgets(self, target: int, stage_weights: list[int], reserve: int,
-                   settings: EngineSettings, formulas: dict[str, str], capacity: int = 0) -> list[int]:
-        """KV bytes per pipeline stage: ``target − weights − reserve``."""
+                   settings: EngineSettings, formulas: dict[str, str], capacity: int = 0,
+                   detail: Reserve | None = None) -> list[int]:
+        """KV bytes per pipeline stage: ``target − weights − reserve`` (``detail``: the reserve's terms,
+        for an engine that treats them differently)."""
         return [target - w - reserve for w in stage_weights]
 
     def make_pool(self, arch: ModelArch, gpu: GPU, kv_dtype: str, settings: EngineSettings,
@@ -500,7 +502,8 @@ class Engine:
 
     def beside_others(self, others: int, capacity: int, target: int, stage_weights: list[int],
                       reserve: int, settings: EngineSettings, budgets: list[int],
-                      formulas: dict[str, str]) -> tuple[list[int], str | None]:
+                      formulas: dict[str, str], detail: Reserve | None = None,
+                      ) -> tuple[list[int], str | None]:
         """The KV budgets when other processes already hold ``others`` bytes of the GPU at start-up,
         and the engine's message when it does not start (None: it starts). Default (an engine that
         grows into free memory, HF transformers): what others hold comes off every budget."""

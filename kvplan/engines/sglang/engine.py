@@ -31,6 +31,7 @@ from kvplan.engines.kinds import TOKEN_KINDS, CacheRule, TokenLayout, layer_wind
 from kvplan.engines.reserve import Reserve, ReserveTerm
 from kvplan.engines.settings import EngineSettings
 from kvplan.engines.sglang.log import SglangLog
+from kvplan.engines.sglang.lora import LORA_POOL_TERM, sglang_lora_term
 from kvplan.engines.sglang.weights import sglang_loading_rules
 
 if TYPE_CHECKING:
@@ -148,6 +149,9 @@ class SGLang(Engine):
         "max_mamba_cache_size": ("--max-mamba-cache-size", "mamba_full_memory_ratio 0.9"),
         "ep": ("--ep-size", "1"),
         "dp": ("--enable-dp-attention --dp (ranks of tp GPUs)", "1"),
+        "enable_lora": ("--enable-lora (LoRA memory pool; --lora-target-modules all)", "off"),
+        "max_loras": ("--max-loras-per-batch (LoRA buffer slots)", "1 here; SGLang's own default is 8"),
+        "max_lora_rank": ("--max-lora-rank", "16"),
         "mtp": ("Load MTP layers (speculative decoding)", "off"),
     }
     #: ``sglang/srt/configs/model_config.py`` ``ModelConfig.__init__``: a ``--context-length`` above
@@ -253,6 +257,10 @@ class SGLang(Engine):
             "held_before_load", 0, "0 B (CUDA context and buffers allocated before the weights; "
             "unknown without a GPU — override it)",
             f"{self.release}: mem_cache/kv_cache_configurator.py _profile_available_bytes", basis="flat"))
+        if settings.enable_lora:
+            terms.append(sglang_lora_term(arch, tp=settings.tp, max_loras_per_batch=settings.max_loras,
+                                          max_lora_rank=settings.max_lora_rank,
+                                          dtype=self.model_dtype(arch), release=self.release))
         return Reserve(tuple(terms))
 
     def mem_fraction_static(self, capacity: int, settings: EngineSettings) -> float:
@@ -268,16 +276,19 @@ class SGLang(Engine):
         return target, f"{capacity:,} × mem_fraction_static {util} = {target:,} B"
 
     def kv_budgets(self, target: int, stage_weights: list[int], reserve: int,
-                   settings: EngineSettings, formulas: dict[str, str], capacity: int = 0) -> list[int]:
+                   settings: EngineSettings, formulas: dict[str, str], capacity: int = 0,
+                   detail: Reserve | None = None) -> list[int]:
         """``kv_cache_configurator.py`` ``_profile_available_bytes``: free after the weights minus
-        free before them × (1 − mfs), i.e. ``(capacity − reserve) × mfs − weights`` where the reserve
-        is what the process held before loading (CUDA context)."""
-        if not reserve or not capacity:
-            return [target - w for w in stage_weights]
+        free before them × (1 − mfs), i.e. ``(capacity − held) × mfs − weights − after`` where
+        ``held`` is what the process held before loading (CUDA context) and ``after`` what it
+        allocates between loading and the KV pool (the LoRA pool, ``_split_reserve``)."""
+        held, after = _split_reserve(reserve, detail)
+        if not held or not capacity:
+            return [target - w - after for w in stage_weights]
         util = self.mem_fraction_static(capacity, settings)
-        formulas["memory_target"] += (f"; the {reserve:,} B held before loading scale with it: "
-                                      f"({capacity:,} − {reserve:,}) × {util}")
-        return [int((capacity - reserve) * util) - w for w in stage_weights]
+        formulas["memory_target"] += (f"; the {held:,} B held before loading scale with it: "
+                                      f"({capacity:,} − {held:,}) × {util}")
+        return [int((capacity - held) * util) - w - after for w in stage_weights]
 
     #: ``memory_hook.py`` rounds the default to 3 decimals: kvplan searches in steps of 0.001.
     fraction_steps: ClassVar[int] = 1000
@@ -288,7 +299,8 @@ class SGLang(Engine):
 
     def beside_others(self, others: int, capacity: int, target: int, stage_weights: list[int],
                       reserve: int, settings: EngineSettings, budgets: list[int],
-                      formulas: dict[str, str]) -> tuple[list[int], str | None]:
+                      formulas: dict[str, str], detail: Reserve | None = None,
+                      ) -> tuple[list[int], str | None]:
         """``distributed/bootstrap.py`` ``measure_pre_model_load_memory``: ``pre_model_load_memory``
         is the *free* memory before the weights load, so what other processes hold scales with
         ``mem_fraction_static`` like the CUDA context (``kv_cache_configurator.py``
@@ -297,14 +309,16 @@ class SGLang(Engine):
         ``ValueError`` below (v0.5.23; the default ``mfs`` is still from the device total,
         ``arg_groups/memory_hook.py``)."""
         util = self.mem_fraction_static(capacity, settings)
-        pre = capacity - reserve - others
-        out = [int(pre * util) - w for w in stage_weights]
+        held, after = _split_reserve(reserve, detail)
+        pre = capacity - held - others
+        out = [int(pre * util) - w - after for w in stage_weights]
         formulas["others"] = (f"free before loading {pre:,} B ({capacity:,} − held before load "
-                              f"{reserve:,} − others {others:,}) × mem_fraction_static {util} − weights")
-        oom = weights_oom(others + reserve, capacity, stage_weights)
+                              f"{held:,} − others {others:,}) × mem_fraction_static {util} − weights"
+                              + (f" − LoRA pool {after:,}" if after else ""))
+        oom = weights_oom(others + held, capacity, stage_weights)
         if oom is None and min(out) <= 0:
             # GiB floats as get_available_gpu_memory returns them
-            pre_gb, avail_gb = pre / GIB, (pre - max(stage_weights)) / GIB
+            pre_gb, avail_gb = pre / GIB, (pre - max(stage_weights) - after) / GIB
             minimum = 1 - avail_gb / pre_gb
             suggested = math.ceil(minimum * 1000) / 1000
             oom = (f"Loaded weights leave no GPU memory for the KV cache under "
@@ -490,3 +504,13 @@ class SGLangPool(KVPool):
             out["kv_pool_tokens"] += (f"; {self.mm_reserve:,} B multimodal embedding cache taken "
                                       "first (SGLANG_VLM_CACHE_SIZE_MB, mm_runtime_reservation_gb)")
         return out
+
+
+def _split_reserve(reserve: int, detail: Reserve | None) -> tuple[int, int]:
+    """(held before loading, allocated after loading): the LoRA pool (``lora_pool``) is built after
+    ``load_model`` and before the KV pool (``model_runner.py`` ``initialize``), so it is not scaled
+    by ``mem_fraction_static``; every other counted term (or a given total) is held before."""
+    if detail is None or detail.total_override is not None:
+        return reserve, 0
+    after = sum(t.bytes for t in detail.terms if t.counted and t.name == LORA_POOL_TERM)
+    return reserve - after, after

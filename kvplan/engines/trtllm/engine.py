@@ -203,7 +203,8 @@ class TrtLlm(Engine):
             "_cal_max_memory)", basis="derived"),))
 
     def kv_budgets(self, target: int, stage_weights: list[int], reserve: int,
-                   settings: EngineSettings, formulas: dict[str, str], capacity: int = 0) -> list[int]:
+                   settings: EngineSettings, formulas: dict[str, str], capacity: int = 0,
+                   detail: Reserve | None = None) -> list[int]:
         """``_util.py`` ``_cal_max_memory``: fraction × (total − peak after profiling)."""
         fraction = settings.gpu_util or TRTLLM_DEFAULT_FREE_FRACTION
         formulas["memory_target"] += f"; KV gets free_gpu_memory_fraction {fraction} of what is left"
@@ -215,7 +216,8 @@ class TrtLlm(Engine):
 
     def beside_others(self, others: int, capacity: int, target: int, stage_weights: list[int],
                       reserve: int, settings: EngineSettings, budgets: list[int],
-                      formulas: dict[str, str]) -> tuple[list[int], str | None]:
+                      formulas: dict[str, str], detail: Reserve | None = None,
+                      ) -> tuple[list[int], str | None]:
         """``_util.py`` ``KvCacheCreator``: ``total_used_bytes = total − free`` (``mem_get_info``, the
         whole device) minus torch's own bytes is ``extra_cost``, added to the peak — so what other
         processes hold comes off before the fraction: ``(total − others − weights − activation) ×

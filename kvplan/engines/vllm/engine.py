@@ -532,7 +532,8 @@ class Vllm(Engine):
 
     def beside_others(self, others: int, capacity: int, target: int, stage_weights: list[int],
                       reserve: int, settings: EngineSettings, budgets: list[int],
-                      formulas: dict[str, str]) -> tuple[list[int], str | None]:
+                      formulas: dict[str, str], detail: Reserve | None = None,
+                      ) -> tuple[list[int], str | None]:
         """What the release's ``others_rule`` does with ``others`` bytes already in use (free memory
         at start = ``capacity − others``; the CUDA context this process creates before its snapshot
         is not modelled):
