@@ -12,6 +12,7 @@ layers, bf16 (2 B)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -91,3 +92,18 @@ def test_cli_fit_sglang_with_lora(capsys: pytest.CaptureFixture[str]) -> None:
     assert out["kv_budget_bytes"] == 51_223_008_051
     assert {t["name"]: t["bytes"] for t in out["ledger"]}["reserve: lora_pool"] == 738_852_864
     assert out["lora_adapters_that_fit"]["lora_bytes"] > 0
+
+
+FIXTURE = Path(__file__).parent / "fixtures" / "sglang" / "lora_pool.json"
+CASES = json.loads(FIXTURE.read_text())["cases"]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c['model']}-tp{c['tp']}-s{c['max_loras_per_batch']}"
+                                                     f"-r{c['max_lora_rank']}")
+def test_exact_on_sglangs_own_buffer_shapes(case: dict) -> None:
+    """``tools/sglang_truth/lora_pool.py``: SGLang 0.5.23's ``get_lora_A_shape`` / ``get_lora_B_shape`` /
+    ``get_embedding_lora_*_shape`` run on the CPU; kvplan's bytes per module = elements × 2 (bf16)."""
+    pool = sglang_lora_pool(load_model(case["model"]), tp=case["tp"],
+                            max_loras_per_batch=case["max_loras_per_batch"],
+                            max_lora_rank=case["max_lora_rank"], dtype="bf16")
+    assert pool.modules == {m: n * 2 for m, n in case["elements"].items()}
