@@ -26,13 +26,14 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
 from kvplan.cli import main
 from kvplan.engines import EngineSettings
 from kvplan.errors import KVPlanError
-from kvplan.instances import share
+from kvplan.instances import parse_instance, share
 from kvplan.plan import FitQuery, make_plan
 from kvplan.presets import get_gpu, load_model
 
@@ -221,3 +222,26 @@ def test_cli_share_shares_past_the_device_are_refused(capsys: pytest.CaptureFixt
     assert main(["share", "--gpu", "h100-sxm", "--instance", CHAT,
                  "--instance", CHAT.replace("chat", "chat2").replace("0.45", "0.6")]) == 2
     assert "sum to 1.05, more than the device (chat 0.45, chat2 0.6" in capsys.readouterr().err
+
+
+TRUTH = json.loads((Path(__file__).parent / "fixtures" / "vllm_truth" / "request_memory.json").read_text())
+
+
+@pytest.mark.parametrize("case", TRUTH["cases"], ids=lambda c: c["case"])
+def test_vllm_start_up_check_is_vllms_own(case: dict) -> None:
+    """``tools/vllm_truth/request_memory.py``: vLLM 0.33.0's ``v1/worker/utils.py`` ``request_memory``
+    run on the free memory the instances before it leave: its ``ValueError`` text, or the requested
+    bytes (kvplan's memory target) when it starts — the 0.2 case sits exactly on the edge
+    (ceil(85,027,979,264 × 0.2) = 17,005,595,853 = the free memory: the check passes, and then the
+    weights leave no KV memory — kvplan's other refusal)."""
+    gpu = get_gpu(case["gpu"])
+    named = [parse_instance(text, gpu, index=i)
+             for i, text in enumerate([*case["before"], case["instance"]], 1)]
+    last = share(named).instances[-1]
+    assert last.others == case["total_memory"] - case["free_memory"]
+    if case["error"] is None:
+        assert not last.message.startswith("Free memory on device")
+        assert last.starts == (case["case"] != "after-sglang-0.8-fits")
+        assert named[-1][1].vary(held_by_others=last.others).budget.target == case["requested_memory"]
+    else:
+        assert last.message == case["error"] and not last.starts
