@@ -245,3 +245,13 @@ def test_vllm_start_up_check_is_vllms_own(case: dict) -> None:
         assert named[-1][1].vary(held_by_others=last.others).budget.target == case["requested_memory"]
     else:
         assert last.message == case["error"] and not last.starts
+
+
+def test_hf_transformers_takes_what_the_others_leave() -> None:
+    """HF transformers has no memory setting: its budget (device total − weights − its 1 GiB flat
+    reserve = 67,893,714,944 B) loses the 38,261,739,614 B vLLM v0.33 holds → 29,631,975,330 B."""
+    hf = make_plan(LLAMA8, H100, FitQuery(tokens=8192, users=8, engine="hf"))
+    assert hf.budget.kv_budget == TOTAL - WEIGHTS - (1 << 30) == 67_893_714_944
+    b = share([("a", _plan("vllm@0.33", 0.45)), ("b", hf)]).instances[1]
+    assert b.setting_value is None and b.kv_budget == 67_893_714_944 - V33_HOLDS == 29_631_975_330
+    assert b.starts and b.fits
