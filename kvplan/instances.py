@@ -189,7 +189,12 @@ def smallest_fix(plan: Plan, others: int) -> str:
             low = mid + 1
     value = low / steps
     if fits(low):
-        return f"{label} {value:g} (the smallest in steps of {1 / steps:g} with which it starts and fits)"
+        default = plan.engine.memory_fraction(
+            capacity, plan.settings.model_copy(update={"gpu_util": None})) or 0.0
+        caveat = (f"; above the engine's default {default:g}, so less than it plans stays free for "
+                  "activations and CUDA graphs" if value > default > 0 else "")
+        return (f"{label} {value:g} (the smallest in steps of {1 / steps:g} with which it starts and "
+                f"fits{caveat})")
     return (f"none by {label}: {value:g} is the smallest that holds the requests, but the engine then "
             f"refuses to start beside the {others:,} B held by the instances started before — give "
             "those a smaller share or start this one first")
