@@ -7,7 +7,7 @@ from collections.abc import Callable
 import streamlit as st
 
 from kvplan.errors import KVPlanError, md
-from kvplan.ui import calibrate_view, recommend_view, serving_view, views
+from kvplan.ui import calibrate_view, instances_view, recommend_view, serving_view, views
 from kvplan.ui.sidebar import (
     VIEWS,
     blocked_link,
@@ -63,6 +63,7 @@ views.guarded("Key numbers", lambda: views.render_kpis(scenario, arch, gpu))
 views.render_seeds()
 views.render_share(scenario)
 views.guarded("Calibration", lambda: calibrate_view.render(scenario, arch, gpu))
+views.guarded("Several engines on one GPU", lambda: instances_view.render(scenario, gpu))
 
 # Each view takes only what it uses.
 sections: dict[str, Callable[[], object]] = {

@@ -41,8 +41,12 @@ def _with_loras(plan: Plan, n: int) -> Plan:
     return plan.vary(settings=settings)
 
 
+#: The ledger terms of the adapter buffers: vLLM's slots, SGLang's pool (``--max-loras-per-batch``).
+LORA_BUFFER_TERMS = frozenset({"reserve: lora_slots", "reserve: lora_pool"})
+
+
 def _lora_bytes(plan: Plan) -> int:
-    return sum(t.bytes for t in plan.ledger if t.name == "reserve: lora_slots")
+    return sum(t.bytes for t in plan.ledger if t.name in LORA_BUFFER_TERMS)
 
 
 def adapters_that_fit(plan: Plan, limit: int | None = None) -> AdapterFit:

@@ -268,6 +268,18 @@ def build_parser() -> argparse.ArgumentParser:
                           "default 8192) for --rate")
     run.add_argument("--json", action="store_true")
 
+    shared = sub.add_parser("share", help="several engines on one GPU, started in order: what each "
+                                          "holds, its KV pool, whether it starts")
+    shared.add_argument("--gpu", required=True, help="accelerator id (see `gpus`) the instances share")
+    shared.add_argument("--instance", action="append", required=True, metavar="KEY=VALUE,…",
+                        help="one instance, in start order (repeat): name, model, engine (vllm@0.33, "
+                             "sglang, trtllm), tokens, users, kd (KV dtype) and any engine setting by "
+                             "its link key (gu = the memory fraction), e.g. "
+                             "name=chat,model=llama-3.1-8b,engine=vllm@0.33,gu=0.45,tokens=8192,users=8")
+    shared.add_argument("--tp", type=_positive("--tp", 4096), default=1)
+    shared.add_argument("--pp", type=_positive("--pp", 4096), default=1)
+    shared.add_argument("--num-gpus", type=_positive("--num-gpus", 4096))
+    shared.add_argument("--json", action="store_true")
     sub.add_parser("models", help="list model presets").add_argument("--json", action="store_true")
     sub.add_parser("gpus", help="list accelerators").add_argument("--json", action="store_true")
     report = sub.add_parser("report", help="write CSV/PNG/JSON reports for a scenario")
@@ -938,9 +950,41 @@ def cmd_throughput(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_share(args: argparse.Namespace) -> int:
+    """``kvplan share``: ``kvplan.instances.share`` over the ``--instance`` list, in start order."""
+    from kvplan.instances import parse_instance, share
+    from kvplan.presets import get_gpu
+
+    gpu = get_gpu(args.gpu)
+    named = [parse_instance(text, gpu, index=i, tp=args.tp, pp=args.pp, num_gpus=args.num_gpus)
+             for i, text in enumerate(args.instance, 1)]
+    answer = share(named)
+    if args.json:
+        print(json.dumps(answer.as_json()))
+        return 0
+    print(f"{len(answer.instances)} instance(s) on one {gpu.name} ({human(answer.capacity)}), started in "
+          f"this order: {' → '.join(answer.order)}")
+    for n, item in enumerate(answer.instances, 1):
+        value = "" if item.setting_value is None else f" {item.setting_value:g}"
+        print(f"{n}. {item.name}: {item.engine_label} [{item.release}] {item.setting}{value}; "
+              f"{human(item.others)} held by the instances before it")
+        if not item.starts:
+            print(f"   Does NOT start: {item.message}")
+        else:
+            print(f"   Starts; holds {human(item.held_bytes)}; KV pool {item.kv_pool_tokens:,} tokens; "
+                  f"{item.max_requests:,} requests of {item.tokens:,} tokens fit "
+                  f"({'fits' if item.fits else 'does NOT fit'} {plural(item.users, 'user')})")
+            for term in item.holds:
+                print(f"     {term.name:28s} {human(term.bytes)}")
+        if item.fix:
+            print(f"   Smallest change: {item.fix}")
+    print(f"Free after the last: {human(answer.free_after)}")
+    return 0
+
+
 COMMANDS = {"recommend": cmd_recommend, "throughput": cmd_throughput,
             "kv": cmd_kv, "fit": cmd_fit, "models": cmd_models, "gpus": cmd_gpus,
-            "report": cmd_report, "calibrate": cmd_calibrate}
+            "report": cmd_report, "calibrate": cmd_calibrate, "share": cmd_share}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

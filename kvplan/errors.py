@@ -90,6 +90,20 @@ MESSAGES: dict[str, str] = {
                   "{limit} (LogitsProcessorWithLoRA)",
     "lora.model": "--enable-lora: kvplan sizes LoRA slots for dense attention decoders; {model} has "
                   "{what}, whose LoRA wrappers it does not model",
+    # several engines on one GPU (kvplan.instances, `kvplan share`)
+    "instances.none": "kvplan share: give at least one --instance",
+    "instances.too_many": "kvplan share: {count} instances; at most {limit} share one GPU",
+    "instances.duplicate": "kvplan share: the instance name '{name}' is given twice",
+    "instances.gpu": "instance '{name}' is on {gpu} but '{first}' is on {first_gpu}: instances share "
+                     "one accelerator",
+    "instances.layout": "instance '{name}' has another TP × PP or GPU count than '{first}': instances "
+                        "share one layout",
+    "instances.shares": "the instances' shares of the whole device sum to {total}, more than the "
+                        "device ({shares}: vLLM's gpu_memory_utilization is a share of the total)",
+    "instances.bad": "--instance {text}: {why} (KEY=VALUE,…: name, model, engine, gu, tokens, "
+                     "users, kd)",
+    "lora.sglang_module": "--lora-target-modules {value} is not a module SGLang normalizes to for a "
+                          "dense decoder (lora/utils.py get_normalized_target_modules: {choices})",
     "parallel.ep": "expert parallel size {ep} must divide the tensor parallel size {tp} (experts "
                    "are split over ep ranks, their intermediate size over tp / ep)",
     "engine.dtype": "engine '{engine}' cannot store the KV cache as {dtype}: {why}",

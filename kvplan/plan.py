@@ -60,6 +60,9 @@ class FitQuery(BaseModel):
     #: Runtime-reserve terms replaced by the user: term name → GiB (``Engine.runtime_reserve``).
     reserve_terms: dict[str, float] | None = None
     kv_cache_memory_bytes: int | None = Field(default=None, ge=0)
+    #: Bytes other processes (the instances started before this one, ``kvplan.instances``) hold on
+    #: each GPU when this engine starts (``Engine.beside_others``).
+    held_by_others: int = Field(default=0, ge=0, le=1 << 50)
     settings: EngineSettings = Field(default_factory=EngineSettings)
 
     @model_validator(mode="before")
@@ -322,7 +325,12 @@ def memory_budget(plan: Plan) -> Budget:
     formulas["capacity"] = f"{capacity.bytes:,} B ({capacity.note})"
     formulas["reserve"] = detail.formula()
     target, formulas["memory_target"] = engine.memory_target(capacity.bytes, settings, plan.arch, notes)
-    budgets = engine.kv_budgets(target, stages, reserve, settings, formulas, capacity.bytes)
+    target = engine.target_after_reserve(target, capacity.bytes, settings, detail, formulas)
+    budgets = engine.kv_budgets(target, stages, reserve, settings, formulas, capacity.bytes, detail=detail)
+    refusal = None
+    if query.held_by_others:
+        budgets, refusal = engine.beside_others(query.held_by_others, capacity.bytes, target, stages,
+                                                reserve, settings, budgets, formulas, detail=detail)
     given = query.kv_cache_memory_bytes is not None
     if query.kv_cache_memory_bytes is not None:
         budgets = [query.kv_cache_memory_bytes] * pp
@@ -331,12 +339,14 @@ def memory_budget(plan: Plan) -> Budget:
     formulas["kv_budget"] = (f"{target:,} − weights {max(stages):,} − reserve {reserve:,} = "
                              f"{min(budgets):,} B" if not given else f"{max(min(budgets), 0):,} B (given)")
     return Budget(target, weights_total, stages, reserve, budgets, weights_fit, formulas, notes,
-                  capacity, detail)
+                  capacity, detail, query.held_by_others, refusal)
 
 
 #: Ledger groups: what a term is. ``outside`` terms are memory the engine uses that its budget does not
-#: subtract (a release that profiles CUDA graphs but does not count them): listed, not summed.
-LEDGER_GROUPS = ("capacity", "held back", "weights", "reserve", "outside", "kv", "free")
+#: subtract (a release that profiles CUDA graphs but does not count them): listed, not summed;
+#: ``others`` is what other processes held at start-up (``kvplan.instances``), also not summed: it
+#: lies in what the memory target holds back or in the unallocated remainder.
+LEDGER_GROUPS = ("capacity", "held back", "weights", "reserve", "outside", "kv", "free", "others")
 
 
 def memory_ledger(plan: Plan) -> tuple[LedgerTerm, ...]:
@@ -381,4 +391,9 @@ def memory_ledger(plan: Plan) -> tuple[LedgerTerm, ...]:
     terms.append(LedgerTerm("unallocated", "free", capacity.bytes - counted,
                             f"{capacity.bytes:,} − {counted:,} (the terms above but the device total)",
                             "remainder"))
+    if budget.others:
+        terms.append(LedgerTerm("held by other processes", "others", budget.others,
+                                f"{budget.formulas.get('others', '')} — not summed: inside the memory "
+                                "held back or the unallocated remainder",
+                                f"{release} start-up beside other processes (Engine.beside_others)"))
     return tuple(terms)

@@ -414,16 +414,19 @@ def recommend(plan: Plan, query: RecommendQuery, workload: Workload | None = Non
             settings = engine.resolve_settings(own[y], L, gpu, arch)  # = Plan.settings
             settings_of[g, y] = settings
             total = engine.capacity(gpu).bytes  # = plan.memory_budget
-            reserve = engine.runtime_reserve(arch, gpu, settings, L).with_overrides(
-                base.reserve_terms, base.reserve_gib).total
+            detail = engine.runtime_reserve(arch, gpu, settings, L).with_overrides(
+                base.reserve_terms, base.reserve_gib)
+            reserve = detail.total
             reserves[g, y] = reserve
             target, _ = engine.memory_target(total, settings, arch, [])
+            target = engine.target_after_reserve(target, total, settings, detail, {"memory_target": ""})
             targets[g, y] = target
             if given is not None:
                 budgets[g, y, :, :pp] = given
                 continue
             flat = [int(v) for v in stage_w[y, :, :pp].ravel()]
-            kv = engine.kv_budgets(target, flat, reserve, settings, {"memory_target": ""}, total)
+            kv = engine.kv_budgets(target, flat, reserve, settings, {"memory_target": ""}, total,
+                                   detail=detail)
             budgets[g, y, :, :pp] = np.asarray(kv, dtype=np.int64).reshape(W, pp)
     weights_fit = (stage_w.max(axis=2)[None] + reserves[:, :, None] <= targets[:, :, None]) \
         | (given is not None)

@@ -15,7 +15,7 @@ import zlib
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from kvplan.config_import import ARCHITECTURE_KEYS, MAX_CONFIG_BYTES, MAX_DEPTH, json_depth
 from kvplan.engines import DEFAULT_ENGINE
@@ -104,6 +104,17 @@ class Scenario(BaseModel):
     output_tokens: int = _bounded("output_tokens", 512, "o")
     #: The serving section's own inputs (``sv=key:value;…``; typed and checked by the dashboard).
     serving: dict[str, str] = Field(default_factory=dict, alias="sv", max_length=64)
+    #: Several engines on one GPU (``kvplan.instances``): one instance per line, in start order, each
+    #: ``KEY=VALUE,…`` as ``kvplan share --instance`` takes it (checked when the section draws it).
+    instances: str = Field(default="", alias="in", max_length=4000)
+
+    @field_validator("instances", mode="before")
+    @classmethod
+    def _instance_lines(cls, value: Any) -> Any:
+        """The dashboard's lines joined by ``;`` (a link carries no control character)."""
+        if isinstance(value, str) and "\n" in value:
+            return ";".join(line.strip() for line in value.splitlines() if line.strip())
+        return value
 
     @model_validator(mode="before")
     @classmethod

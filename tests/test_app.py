@@ -683,5 +683,5 @@ def test_every_plotly_chart_call_passes_the_chart_config():
     ``config=chart_config()``."""
     calls = [line for path in sorted((Path(__file__).parents[1] / "kvplan" / "ui").glob("*.py"))
              for line in path.read_text().splitlines() if line.lstrip().startswith("st.plotly_chart(")]
-    assert len(calls) == 14
+    assert len(calls) == 15  # 14 + the instances chart (ui/instances_view.py)
     assert all("config=chart_config()" in line for line in calls)

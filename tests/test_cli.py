@@ -320,6 +320,13 @@ def reach(code: str, tmp_path) -> str:
             assert status == 0
             return json.loads(out)["message"]
         return cli_error([*base, *more[code]])
+    if code.startswith("instances."):
+        one = "model=llama-3.1-8b,gu=0.3"
+        specs = {"instances.too_many": [f"{one},name=i{i}" for i in range(17)],
+                 "instances.duplicate": [f"{one},name=a", f"{one},name=a"],
+                 "instances.shares": [f"{one},name=a", "model=llama-3.1-8b,gu=0.8,name=b"],
+                 "instances.bad": [f"{one},zz=1"]}[code]
+        return cli_error(["share", "--gpu", "h100-sxm", *[a for s in specs for a in ("--instance", s)]])
     if code.startswith("calibrate."):
         log = tmp_path / "vllm.log"
         log.write_bytes({"calibrate.empty": b"", "calibrate.not_text": b"\xff\x00" * 64,
@@ -445,7 +452,11 @@ SERVER_ONLY = {"hub.unauthorized",
 #: The SGLang / TensorRT-LLM log parsers have no CLI command yet: tests/test_calibrate.py reaches
 #: calibrate.no_engine_lines (test_engine_parsers_name_the_engine_when_no_line_matches).
 LIBRARY_ONLY = {"calibrate.no_engine_lines",
-                "recommend.rate"}  # the CLI's --rate and --chunk parsers refuse what it would
+                "recommend.rate",  # the CLI's --rate and --chunk parsers refuse what it would
+                # kvplan share takes one --gpu and one layout, and argparse requires an --instance
+                "instances.none", "instances.gpu", "instances.layout",
+                # SGLang's LoRA pool is sized for --lora-target-modules all (no flag for a subset yet)
+                "lora.sglang_module"}
 REACHED = sorted(set(MESSAGES) - DASHBOARD_ONLY - SERVER_ONLY - LIBRARY_ONLY)
 
 

@@ -167,6 +167,10 @@ class Budget:
     #: The device total the target started from, and the reserve's terms.
     capacity: Capacity | None = None
     reserve_detail: Reserve | None = None
+    #: Memory other processes held on the GPU when this engine started (``FitQuery.held_by_others``),
+    #: and what the engine then does (``Engine.beside_others``): its message when it does not start.
+    others: int = 0
+    refusal: str | None = None
 
     @property
     def kv_budget(self) -> int:
@@ -470,14 +474,48 @@ class Engine:
         """Bytes per GPU the engine may use, and the formula with its values."""
         return capacity, f"all device memory = {capacity:,} B"
 
+    def target_after_reserve(self, target: int, capacity: int, settings: EngineSettings,
+                             detail: Reserve, formulas: dict[str, str]) -> int:
+        """The memory target once the reserve's terms are known (default: unchanged; SGLang's
+        fraction applies to what is free before loading)."""
+        return target
+
     def kv_budgets(self, target: int, stage_weights: list[int], reserve: int,
-                   settings: EngineSettings, formulas: dict[str, str], capacity: int = 0) -> list[int]:
-        """KV bytes per pipeline stage: ``target − weights − reserve``."""
+                   settings: EngineSettings, formulas: dict[str, str], capacity: int = 0,
+                   detail: Reserve | None = None) -> list[int]:
+        """KV bytes per pipeline stage: ``target − weights − reserve`` (``detail``: the reserve's terms,
+        for an engine that treats them differently)."""
         return [target - w - reserve for w in stage_weights]
 
     def make_pool(self, arch: ModelArch, gpu: GPU, kv_dtype: str, settings: EngineSettings,
                   budgets: list[int], notes: list[str]) -> KVPool:
         raise NotImplementedError
+
+    # ------------------------------------------------------------ several engines on one GPU
+    #: The memory setting's grid when kvplan searches it (1 / steps: 0.01).
+    fraction_steps: ClassVar[int] = 100
+
+    def memory_fraction(self, capacity: int, settings: EngineSettings) -> float | None:
+        """The memory setting in force (``gpu_util``: the flag or the release's default); None for an
+        engine without one (HF transformers takes what is free)."""
+        return None
+
+    def device_share(self, capacity: int, settings: EngineSettings) -> float | None:
+        """The share of the whole device this instance claims whatever else runs there (vLLM's
+        ``gpu_memory_utilization`` where the release sizes its own memory only), else None: such
+        shares of the instances on one GPU may not sum past 1."""
+        return None
+
+    def beside_others(self, others: int, capacity: int, target: int, stage_weights: list[int],
+                      reserve: int, settings: EngineSettings, budgets: list[int],
+                      formulas: dict[str, str], detail: Reserve | None = None,
+                      ) -> tuple[list[int], str | None]:
+        """The KV budgets when other processes already hold ``others`` bytes of the GPU at start-up,
+        and the engine's message when it does not start (None: it starts). Default (an engine that
+        grows into free memory, HF transformers): what others hold comes off every budget."""
+        formulas["others"] = (f"{others:,} B held by other processes come off the budget: "
+                              f"{min(budgets):,} − {others:,}")
+        return [b - others for b in budgets], weights_oom(others, capacity, stage_weights)
 
     def pool_gpu_key(self, gpu: GPU, arch: ModelArch, kv_dtype: str) -> object:
         """What ``make_pool`` reads from the GPU besides the resolved settings: GPUs with equal keys
@@ -536,6 +574,16 @@ class Engine:
         from kvplan.weights import DEFAULT_RULES
 
         return replace(DEFAULT_RULES, mxfp4_experts=self.mxfp4_moe_repack(gpu))
+
+
+def weights_oom(others: int, capacity: int, stage_weights: list[int]) -> str | None:
+    """Weights larger than what the other processes leave free cannot load: PyTorch's caching
+    allocator raises ``torch.OutOfMemoryError`` ("CUDA out of memory") in every engine kvplan models."""
+    free, heaviest = capacity - others, max(stage_weights)
+    if heaviest > free:
+        return (f"CUDA out of memory while loading the weights: {heaviest:,} B per GPU, {free:,} B "
+                f"free ({capacity:,} − {others:,} held by the instances started before)")
+    return None
 
 
 def raised_block(state: int, per_token: int, align: int, chunk: int | None) -> int:

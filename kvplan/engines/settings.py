@@ -168,10 +168,12 @@ MTP_LAYERS = Setting(
 ENABLE_LORA = Setting(
     "enable_lora", "lo", "--enable-lora", "bool", "enable_lora",
     "vLLM --enable-lora: every LoRA-capable module gets max_loras GPU slots at max_lora_rank, "
-    "allocated with the weights (vllm/lora/model_manager.py).")
+    "allocated with the weights (vllm/lora/model_manager.py); SGLang --enable-lora: the LoRA memory "
+    "pool (lora/mem_pool.py), allocated after the weights, before the KV pool.")
 MAX_LORAS = Setting(
     "max_loras", "ml", "--max-loras", "int", "max_loras (adapters per batch)",
-    "vLLM --max-loras: adapter slots on the GPU (default 1).", low=1, high=4096)
+    "vLLM --max-loras: adapter slots on the GPU (default 1); SGLang --max-loras-per-batch: the LoRA "
+    "memory pool's slots (SGLang's default 8).", low=1, high=4096, aliases=("--max-loras-per-batch",))
 MAX_LORA_RANK = Setting(
     "max_lora_rank", "lr", "--max-lora-rank", "int", "max_lora_rank",
     "vLLM --max-lora-rank: every slot is allocated at this rank (v0.33: 1, 8, 16, 32, 64, 128, 256, "

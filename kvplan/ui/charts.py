@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import math
 from typing import Any
 
@@ -251,4 +252,31 @@ def designs_figure(df: pd.DataFrame) -> go.Figure:
     _layout(fig, "Attention designs compared (same layers and weights)")
     fig.update_yaxes(title_text="KiB per token (1 KiB = 1,024 B)", row=1, col=1)
     fig.update_yaxes(title_text="concurrent requests", row=1, col=2)
+    return fig
+
+
+def instances_figure(df: pd.DataFrame, capacity: int) -> go.Figure:
+    """Several engines on one GPU (``kvplan.instances``): one stacked bar per instance in start order —
+    what the instances before it held when it started (light), then its weights, runtime reserve and
+    KV pool — climbing to the device capacity (black line). Names are escaped (Plotly renders HTML)."""
+    names = [f"{i}. {html.escape(str(n))}" for i, n in enumerate(df["instance"], 1)]
+    parts = [("held_by_others_bytes", "held by the instances before it", MEMORY_COLORS["held_back"]),
+             ("weights_bytes", "weights", MEMORY_COLORS["weights"]),
+             ("reserve_bytes", "runtime reserve", MEMORY_COLORS["reserve"]),
+             ("kv_pool_bytes", "KV cache pool", MEMORY_COLORS["kv"])]
+    fig = go.Figure()
+    for column, label, color in parts:
+        values = df[column].fillna(0)
+        fig.add_trace(go.Bar(
+            x=names, y=values / GIB, name=label, marker_color=color,
+            customdata=[exact_bytes(int(v)) for v in values],
+            hovertemplate="%{x}<br>" + label + ": %{customdata}<extra></extra>"))
+    marker_line(fig, "y", capacity / GIB, "#000", "solid", f"device capacity {capacity / GIB:,.2f} GiB")
+    for name, starts in zip(names, df["starts"], strict=True):
+        if not starts:
+            fig.add_annotation(x=name, y=0, text="does not start", showarrow=False, yshift=10,
+                               font={"color": MEMORY_COLORS["kv_over"], "size": 12})
+    _layout(fig, "Several engines on one GPU, in start order (per GPU)", barmode="stack")
+    fig.update_xaxes(title="instance (start order)")
+    fig.update_yaxes(title="memory per GPU (GiB, 1 GiB = 2^30 B)")
     return fig

@@ -23,6 +23,7 @@ BOXES: dict[str, str] = {
     "box_seeds": "Named scenarios: the seed figures and planning classics",
     "box_share": "Share: link and scenario JSON",
     "box_calibrate": "Calibrate against a vLLM log",
+    "box_instances": "Several engines on one GPU",
     # st.table's first use loads its renderer in the browser (≈ 0.3–0.8 s of the first render)
     "box_budget": "KV budget, term by term",
 }

@@ -52,7 +52,7 @@ WIDGETS: dict[str, str] = {
     "gpu": "w_gpu", "num_gpus": "w_n", "tp": "w_tp", "pp": "w_pp", "tokens": "w_tokens",
     "users": "w_users", "reserve_gib": "w_reserve", "log_x": "w_lx", "stack_kinds": "w_sk",
     "prefix_tokens": "w_pf", "output_tokens": "w_o", "custom_gpu_gib": "w_gm",
-    "custom_gpu_tbps": "w_gb", "custom_gpu_tflops": "w_gf", "view": "w_view",
+    "custom_gpu_tbps": "w_gb", "custom_gpu_tflops": "w_gf", "view": "w_view", "instances": "w_in",
 }
 #: View id (link ``vw``) → tab label; the tabs widget keeps the label in ``w_view``.
 VIEWS: dict[str, str] = {"context": "KV vs context", "users": "KV vs users",

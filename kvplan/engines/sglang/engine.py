@@ -8,6 +8,7 @@ size), ``python/sglang/srt/configs/model_config.py`` (``is_hybrid_swa_model``).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -15,11 +16,22 @@ import numpy as np
 
 from kvplan.arch import Kind, LayerSpec, ModelArch
 from kvplan.dtypes import KVDType
-from kvplan.engines.base import ContextLimit, Engine, EngineView, KVPool, Release, StartupCheck, ViewShape
+from kvplan.engines.base import (
+    GIB,
+    ContextLimit,
+    Engine,
+    EngineView,
+    KVPool,
+    Release,
+    StartupCheck,
+    ViewShape,
+    weights_oom,
+)
 from kvplan.engines.kinds import TOKEN_KINDS, CacheRule, TokenLayout, layer_window
 from kvplan.engines.reserve import Reserve, ReserveTerm
 from kvplan.engines.settings import EngineSettings
 from kvplan.engines.sglang.log import SglangLog
+from kvplan.engines.sglang.lora import LORA_POOL_TERM, sglang_lora_term
 from kvplan.engines.sglang.weights import sglang_loading_rules
 
 if TYPE_CHECKING:
@@ -158,6 +170,9 @@ class SGLang(Engine):
         "max_mamba_cache_size": ("--max-mamba-cache-size", "mamba_full_memory_ratio 0.9"),
         "ep": ("--ep-size", "1"),
         "dp": ("--enable-dp-attention --dp (ranks of tp GPUs)", "1"),
+        "enable_lora": ("--enable-lora (LoRA memory pool; --lora-target-modules all)", "off"),
+        "max_loras": ("--max-loras-per-batch (LoRA buffer slots)", "1 here; SGLang's own default is 8"),
+        "max_lora_rank": ("--max-lora-rank", "16"),
         "mtp": ("Load MTP layers (speculative decoding)", "off"),
     }
     #: ``sglang/srt/configs/model_config.py`` ``ModelConfig.__init__``: a ``--context-length`` above
@@ -250,7 +265,8 @@ class SGLang(Engine):
         """SGLang's reserve is inside ``mem_fraction_static``: the terms of its default
         ``reserved_mem`` are shown (not subtracted again; none with an explicit fraction), and the
         memory held before the weights load (``kv_cache_configurator.py``
-        ``_profile_available_bytes``), 0 unless overridden, is what the budget subtracts."""
+        ``_profile_available_bytes``; ``sglang_held_before_load``'s per-vendor default unless
+        overridden) is what the budget subtracts, and with ``--enable-lora`` the LoRA memory pool."""
         terms: list[ReserveTerm] = []
         if settings.gpu_util is None:
             capacity = self.capacity(gpu).bytes
@@ -265,6 +281,10 @@ class SGLang(Engine):
             f"{self.release}: mem_cache/kv_cache_configurator.py _profile_available_bytes "
             "(pre_model_load_memory: free memory after the CUDA context and torch.distributed / NCCL "
             "init, before 'Load weight begin')", basis="fit"))
+        if settings.enable_lora:
+            terms.append(sglang_lora_term(arch, tp=settings.tp, max_loras_per_batch=settings.max_loras,
+                                          max_lora_rank=settings.max_lora_rank,
+                                          dtype=self.model_dtype(arch), release=self.release))
         return Reserve(tuple(terms))
 
     def mem_fraction_static(self, capacity: int, settings: EngineSettings) -> float:
@@ -280,16 +300,69 @@ class SGLang(Engine):
         return target, f"{capacity:,} × mem_fraction_static {util} = {target:,} B"
 
     def kv_budgets(self, target: int, stage_weights: list[int], reserve: int,
-                   settings: EngineSettings, formulas: dict[str, str], capacity: int = 0) -> list[int]:
+                   settings: EngineSettings, formulas: dict[str, str], capacity: int = 0,
+                   detail: Reserve | None = None) -> list[int]:
         """``kv_cache_configurator.py`` ``_profile_available_bytes``: free after the weights minus
-        free before them × (1 − mfs), i.e. ``(capacity − reserve) × mfs − weights`` where the reserve
-        is what the process held before loading (CUDA context)."""
-        if not reserve or not capacity:
-            return [target - w for w in stage_weights]
+        free before them × (1 − mfs), i.e. ``(capacity − held) × mfs − weights − after`` where
+        ``held`` is what the process held before loading (CUDA context) and ``after`` what it
+        allocates between loading and the KV pool (the LoRA pool, ``_split_reserve``)."""
+        held, after = _split_reserve(reserve, detail)
+        if not held or not capacity:
+            return [target - w - after for w in stage_weights]
         util = self.mem_fraction_static(capacity, settings)
-        formulas["memory_target"] += (f"; the {reserve:,} B held before loading scale with it: "
-                                      f"({capacity:,} − {reserve:,}) × {util}")
-        return [int((capacity - reserve) * util) - w for w in stage_weights]
+        return [int((capacity - held) * util) - w - after for w in stage_weights]
+
+    def target_after_reserve(self, target: int, capacity: int, settings: EngineSettings,
+                             detail: Reserve, formulas: dict[str, str]) -> int:
+        """What the process may hold: the memory held before loading plus ``mem_fraction_static``
+        of what was free then (``_profile_available_bytes``: ``pre × mfs`` after ``pre`` was
+        measured), so the ledger's terms add up to the device total."""
+        held, _ = _split_reserve(detail.total, detail)
+        if not held or not capacity:
+            return target
+        util = self.mem_fraction_static(capacity, settings)
+        adjusted = held + int((capacity - held) * util)
+        formulas["memory_target"] += (f"; the fraction applies to the memory free before loading: "
+                                      f"{held:,} held + ({capacity:,} − {held:,}) × {util} "
+                                      f"= {adjusted:,} B")
+        return adjusted
+
+    #: ``memory_hook.py`` rounds the default to 3 decimals: kvplan searches in steps of 0.001.
+    fraction_steps: ClassVar[int] = 1000
+
+    def memory_fraction(self, capacity: int, settings: EngineSettings) -> float | None:
+        """``--mem-fraction-static`` in force (``mem_fraction_static``)."""
+        return self.mem_fraction_static(capacity, settings)
+
+    def beside_others(self, others: int, capacity: int, target: int, stage_weights: list[int],
+                      reserve: int, settings: EngineSettings, budgets: list[int],
+                      formulas: dict[str, str], detail: Reserve | None = None,
+                      ) -> tuple[list[int], str | None]:
+        """``distributed/bootstrap.py`` ``measure_pre_model_load_memory``: ``pre_model_load_memory``
+        is the *free* memory before the weights load, so what other processes hold scales with
+        ``mem_fraction_static`` like the CUDA context (``kv_cache_configurator.py``
+        ``_profile_available_bytes``: ``rest = free after loading − pre × (1 − mfs)``): KV =
+        ``(capacity − held before load − others) × mfs − weights``; ``rest ≤ 0`` raises the
+        ``ValueError`` below (v0.5.23; the default ``mfs`` is still from the device total,
+        ``arg_groups/memory_hook.py``)."""
+        util = self.mem_fraction_static(capacity, settings)
+        held, after = _split_reserve(reserve, detail)
+        pre = capacity - held - others
+        out = [int(pre * util) - w - after for w in stage_weights]
+        formulas["others"] = (f"free before loading {pre:,} B ({capacity:,} − held before load "
+                              f"{held:,} − others {others:,}) × mem_fraction_static {util} − weights"
+                              + (f" − LoRA pool {after:,}" if after else ""))
+        oom = weights_oom(others + held, capacity, stage_weights)
+        if oom is None and min(out) <= 0:
+            # GiB floats as get_available_gpu_memory returns them
+            pre_gb, avail_gb = pre / GIB, (pre - max(stage_weights) - after) / GIB
+            minimum = 1 - avail_gb / pre_gb
+            suggested = math.ceil(minimum * 1000) / 1000
+            oom = (f"Loaded weights leave no GPU memory for the KV cache under "
+                   f"--mem-fraction-static={util}. Raise --mem-fraction-static above "
+                   f"{suggested:.3f} (minimum viable = 1 - available/pre = {minimum:.4f}). If using "
+                   "speculative decoding, draft weights are now counted.")
+        return out, oom
 
     def make_pool(self, arch: ModelArch, gpu: GPU, kv_dtype: str, settings: EngineSettings,
                   budgets: list[int], notes: list[str]) -> KVPool:
@@ -468,3 +541,13 @@ class SGLangPool(KVPool):
             out["kv_pool_tokens"] += (f"; {self.mm_reserve:,} B multimodal embedding cache taken "
                                       "first (SGLANG_VLM_CACHE_SIZE_MB, mm_runtime_reservation_gb)")
         return out
+
+
+def _split_reserve(reserve: int, detail: Reserve | None) -> tuple[int, int]:
+    """(held before loading, allocated after loading): the LoRA pool (``lora_pool``) is built after
+    ``load_model`` and before the KV pool (``model_runner.py`` ``initialize``), so it is not scaled
+    by ``mem_fraction_static``; every other counted term (or a given total) is held before."""
+    if detail is None or detail.total_override is not None:
+        return reserve, 0
+    after = sum(t.bytes for t in detail.terms if t.counted and t.name == LORA_POOL_TERM)
+    return reserve - after, after

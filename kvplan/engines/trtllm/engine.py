@@ -24,7 +24,7 @@ import numpy as np
 
 from kvplan.arch import MLA, Attention, Kind, LayerSpec, ModelArch, NoCache, Recurrent
 from kvplan.dtypes import KVDType
-from kvplan.engines.base import ContextLimit, Engine, KVPool, Release, ViewShape
+from kvplan.engines.base import ContextLimit, Engine, KVPool, Release, ViewShape, weights_oom
 from kvplan.engines.kinds import CacheRule, PagedRule, StateRule, TokenLayout, cdiv, layer_window
 from kvplan.engines.reserve import Reserve, ReserveTerm
 from kvplan.engines.settings import EngineSettings
@@ -203,11 +203,35 @@ class TrtLlm(Engine):
             "_cal_max_memory)", basis="derived"),))
 
     def kv_budgets(self, target: int, stage_weights: list[int], reserve: int,
-                   settings: EngineSettings, formulas: dict[str, str], capacity: int = 0) -> list[int]:
+                   settings: EngineSettings, formulas: dict[str, str], capacity: int = 0,
+                   detail: Reserve | None = None) -> list[int]:
         """``_util.py`` ``_cal_max_memory``: fraction × (total − peak after profiling)."""
         fraction = settings.gpu_util or TRTLLM_DEFAULT_FREE_FRACTION
         formulas["memory_target"] += f"; KV gets free_gpu_memory_fraction {fraction} of what is left"
         return [int(max(target - w - reserve, 0) * fraction) for w in stage_weights]
+
+    def memory_fraction(self, capacity: int, settings: EngineSettings) -> float | None:
+        """``KvCacheConfig.free_gpu_memory_fraction`` (default 0.9)."""
+        return settings.gpu_util or TRTLLM_DEFAULT_FREE_FRACTION
+
+    def beside_others(self, others: int, capacity: int, target: int, stage_weights: list[int],
+                      reserve: int, settings: EngineSettings, budgets: list[int],
+                      formulas: dict[str, str], detail: Reserve | None = None,
+                      ) -> tuple[list[int], str | None]:
+        """``_util.py`` ``KvCacheCreator``: ``total_used_bytes = total − free`` (``mem_get_info``, the
+        whole device) minus torch's own bytes is ``extra_cost``, added to the peak — so what other
+        processes hold comes off before the fraction: ``(total − others − weights − activation) ×
+        free_gpu_memory_fraction``. No pool when nothing is left (kvplan's statement: the message
+        TensorRT-LLM prints then was not read)."""
+        fraction = self.memory_fraction(target, settings) or TRTLLM_DEFAULT_FREE_FRACTION
+        out = [int(max(target - others - w - reserve, 0) * fraction) for w in stage_weights]
+        formulas["others"] = (f"(total {target:,} − others {others:,} − weights − reserve {reserve:,}) × "
+                              f"free_gpu_memory_fraction {fraction}")
+        oom = weights_oom(others, capacity, stage_weights)
+        if oom is None and min(out) <= 0:
+            oom = ("no memory left for the KV cache after profiling: total − peak (torch + non-torch, "
+                   "the other processes' memory included) ≤ 0 (_util.py _cal_max_memory)")
+        return out, oom
 
     def window_costs(self, arch: ModelArch, dtype: KVDType, settings: EngineSettings,
                      stage: tuple[int, int], max_seq_len: int) -> dict[int, tuple[int, int]]:

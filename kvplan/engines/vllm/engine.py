@@ -43,6 +43,7 @@ from kvplan.engines.base import (
     layer_kind,
     pp_partition,
     raised_block,
+    weights_oom,
 )
 from kvplan.engines.kinds import PAGED_KINDS, VLLM_DEFAULT_BLOCK_SIZE, CacheRule, layer_window
 from kvplan.engines.reserve import Reserve, ReserveTerm, cuda_capacity
@@ -520,6 +521,64 @@ class Vllm(Engine):
         target = int(capacity * util)
         return target, f"{capacity:,} × {util} = {target:,} B ({self.release}: total × util)"
 
+    def memory_fraction(self, capacity: int, settings: EngineSettings) -> float | None:
+        """``--gpu-memory-utilization``, or the release's default (``config/cache.py``)."""
+        return settings.gpu_util or self.record.default_gpu_util
+
+    def device_share(self, capacity: int, settings: EngineSettings) -> float | None:
+        """Releases that size only their own memory (``others_rule`` ``own``, ``free_check``) claim
+        ``gpu_memory_utilization`` of the whole device; v0.8–v0.9.0 count the others inside it."""
+        return None if self.record.others_rule == "subtract" else self.memory_fraction(capacity, settings)
+
+    def beside_others(self, others: int, capacity: int, target: int, stage_weights: list[int],
+                      reserve: int, settings: EngineSettings, budgets: list[int],
+                      formulas: dict[str, str], detail: Reserve | None = None,
+                      ) -> tuple[list[int], str | None]:
+        """What the release's ``others_rule`` does with ``others`` bytes already in use (free memory
+        at start = ``capacity − others``; the CUDA context this process creates before its snapshot
+        is not modelled):
+
+        * ``free_check`` (v0.9.1+ ``v1/worker/gpu_worker.py`` ``init_device``; v0.14.1+
+          ``v1/worker/utils.py`` ``request_memory``): the budget is unchanged, and the engine raises
+          ``ValueError`` when ``free < total × util`` (``ceil`` from v0.14.1);
+        * ``subtract`` (v0.8.0 / v0.9.0 ``gpu_worker.py`` ``determine_available_memory``: every
+          non-torch byte on the device counts, the others' included): the budget loses ``others``,
+          and ``v1/core/kv_cache_utils.py`` ``check_enough_kv_cache_memory`` raises when none is left;
+        * ``own`` (v0.6.0 ``worker/worker.py`` ``determine_num_available_blocks``): the budget is
+          unchanged and nothing checks free memory, so allocating ``total × util`` beyond what is
+          free runs out of CUDA memory."""
+        util = self.memory_fraction(capacity, settings) or 0.0
+        free = capacity - others
+        oom = weights_oom(others, capacity, stage_weights)
+        rule = self.record.others_rule
+        if rule == "subtract":
+            formulas["others"] = (f"{self.release} counts every process's memory: budget − {others:,} "
+                                  f"held by others = {min(budgets) - others:,} B")
+            out = [b - others for b in budgets]
+            if oom is None and min(out) <= 0:
+                oom = ("No available memory for the cache blocks. Try increasing "
+                       "`gpu_memory_utilization` when initializing the engine.")
+            return out, oom
+        if rule == "own":
+            formulas["others"] = (f"{self.release} sizes its own use only ({others:,} B held by others "
+                                  f"do not change the budget); {target:,} B to allocate, {free:,} B free")
+            if oom is None and target > free:
+                oom = (f"CUDA out of memory allocating the KV cache: total × gpu_memory_utilization = "
+                       f"{target:,} B, {free:,} B free ({self.release} does not check free memory at "
+                       "start)")
+            return budgets, oom
+        requested: float = math.ceil(capacity * util) if self.record.ceil_requested else capacity * util
+        formulas["others"] = (f"{self.release} checks free memory at start: {free:,} B free "
+                              f"({capacity:,} − {others:,}) ≥ requested {requested:,.0f} B; the budget "
+                              "counts its own use only")
+        if free < requested:
+            device = " cuda:0" if self.record.ceil_requested else ""
+            return budgets, (
+                f"Free memory on device{device} ({_gib(free)}/{_gib(capacity)} GiB) on startup is less "
+                f"than desired GPU memory utilization ({util}, {_gib(requested)} GiB). Decrease GPU "
+                "memory utilization or reduce GPU memory used by other processes.")
+        return budgets, oom
+
     def make_pool(self, arch: ModelArch, gpu: GPU, kv_dtype: str, settings: EngineSettings,
                   budgets: list[int], notes: list[str]) -> KVPool:
         pool = self.pool_layout(arch, kv_dtype, settings, vllm_mla_block_size(gpu, kv_dtype))
@@ -538,3 +597,9 @@ class Vllm(Engine):
         if any(getattr(layer, "window", None) for layer in arch.distinct_layers()):
             return settings
         return settings.model_copy(update={"max_num_batched_tokens": None})
+
+
+def _gib(b: float) -> str:
+    """``vllm/utils/mem_utils.py`` ``format_gib`` (and the ``GiB`` lambda before it):
+    ``round(b / GiB, 2)``."""
+    return f"{round(b / GIB, 2)}"

@@ -25,6 +25,9 @@ BatchDefaults = Literal["tiers", "v0.8", "v0"]
 #: What the release does when ``max_num_seqs`` exceeds the Mamba state blocks
 #: (``kvplan.engines.vllm.startup``).
 StateBlockCheck = Literal["raise", "cap", "assert", "none"]
+#: What the release does with memory other processes already hold when it starts
+#: (``kvplan.instances``; ``Vllm.beside_others``).
+OthersRule = Literal["own", "subtract", "free_check"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -108,6 +111,16 @@ class VllmRelease(Release):
     #: ``causal_conv1d_update``'s ``assert num_cache_lines >= batch`` (v0.11.0–v0.17, FULL_AND_PIECEWISE
     #: the default, issue #34094); ``none`` — piecewise graphs only by default (v0.8–v0.10, V0).
     state_block_check: StateBlockCheck = "none"
+    #: Memory held by other processes at start-up: ``own`` — V0 (v0.6.0 ``worker/worker.py``
+    #: ``determine_num_available_blocks``: ``peak = init_gpu_memory − free``, this process's use only;
+    #: KV ``total × util − peak``; no check of free memory); ``subtract`` — v0.8.0 and v0.9.0
+    #: (``v1/worker/gpu_worker.py`` ``determine_available_memory``: ``non_torch_allocations =
+    #: (total − free) − torch allocated`` counts every process's bytes, so KV = ``total × util −
+    #: torch peak − all else in use``); ``free_check`` — v0.9.1+ (``init_device``: ``requested =
+    #: total × util``, ``ceil`` from v0.14.1 ``v1/worker/utils.py`` ``request_memory``, raises
+    #: ``ValueError`` when ``free < requested``; KV = ``requested − this process's use``,
+    #: ``memory_profiling`` against the start-up snapshot).
+    others_rule: OthersRule = "free_check"
 
 
 V0_6 = VllmRelease(
@@ -128,7 +141,8 @@ V0_6 = VllmRelease(
     v0_profile=True, v0_settings=True, in_flight="none", hybrid_default="off",
     layer_specs="full_or_mla", batch_defaults="v0", huge_batch_tier=False, gb10_small_tier=False,
     unscaled_rope_types=("su", "longrope", "llama3"), mxfp4_moe=False, mxfp4_triton=False,
-    mxfp4_trtllm_inter=256, mxfp4_keeps_scales=True, mxfp4_source="", serves_recurrent=False)
+    mxfp4_trtllm_inter=256, mxfp4_keeps_scales=True, mxfp4_source="", serves_recurrent=False,
+    others_rule="own")
 V0_8 = replace(
     V0_6, key="0.8", since="0.8.0", name="vLLM v0.8",
     changes="first V1 default: the V1 pool (``v1/core/kv_cache_utils.py``, a null block in "
@@ -138,13 +152,16 @@ V0_8 = replace(
             "and the concurrency ``tokens / L``; ``_set_default_args_v1``: ``max_num_batched_tokens`` "
             "8192 and ``max_num_seqs`` 1024 on every ≥ 70 GiB device (else 2048 / 256).",
     null_block=True, v0_profile=False, v0_settings=False, sampler_path="flashinfer", in_flight="mnbt",
-    layer_specs="chunked_as_full", batch_defaults="v0.8", serves_recurrent=True)
+    layer_specs="chunked_as_full", batch_defaults="v0.8", serves_recurrent=True, others_rule="subtract")
 V0_9 = replace(
     V0_8, key="0.9", since="0.9.0", name="vLLM v0.9",
     changes="the hybrid manager, on by default: sliding layers keep their spec; still no "
             "``ChunkedLocalAttentionSpec`` — chunked layers are ``FullAttentionSpec`` (local "
             "attention only in the kernel metadata); from v0.9.2 \"GPU KV cache size\" = "
-            "``num_blocks // n_groups × min_block_size`` and ``get_batch_defaults``' tiers.",
+            "``num_blocks // n_groups × min_block_size`` and ``get_batch_defaults``' tiers. Beside "
+            "other processes: v0.9.0 subtracts what they hold (``gpu_worker.py`` "
+            "``determine_available_memory``, as v0.8); v0.9.1–v0.9.2 check free memory at start "
+            "(``init_device``, as v0.10) — this record follows v0.9.0.",
     logged_tokens="groups", hybrid_default="on", batch_defaults="tiers")
 V0_11 = replace(
     V0_9, key="0.11", since="0.10.0", name="vLLM v0.10–v0.11.0",
@@ -159,7 +176,7 @@ V0_11 = replace(
             "``quantization/mxfp4.py`` ``Mxfp4MoEMethod._should_use_marlin``): Marlin below SM 10.0 — "
             "v0.10.1 pins torch 2.7 (Triton needs ≥ 2.8) and neither bundles ``triton_kernels``; "
             "FlashInfer (256/256) on Blackwell.",
-    hybrid_default="off_with_chunked", layer_specs="all", mxfp4_moe=True,
+    hybrid_default="off_with_chunked", layer_specs="all", mxfp4_moe=True, others_rule="free_check",
     mxfp4_source="vLLM v0.10.1.1 quantization/mxfp4.py", state_block_check="assert")
 V0_13 = replace(
     V0_11, key="0.13", since="0.11.1", name="vLLM v0.11.1–v0.13",
