@@ -93,7 +93,8 @@ def test_cli_fit_sglang_with_lora(capsys: pytest.CaptureFixture[str]) -> None:
     out = json.loads(capsys.readouterr().out)
     # SGLang's default held before loading on NVIDIA, 546,534,588 B (SGLANG_HELD_BEFORE_LOAD):
     # int((85,027,979,264 − 546,534,588) × 0.8) − 16,060,522,496 − 738,852,864
-    assert out["kv_budget_bytes"] == int((TOTAL - 546_534_588) * 0.8) - WEIGHTS - 738_852_864 == 50_785_780_380
+    assert out["kv_budget_bytes"] == int((TOTAL - 546_534_588) * 0.8) - WEIGHTS - 738_852_864 \
+        == 50_785_780_380
     assert {t["name"]: t["bytes"] for t in out["ledger"]}["reserve: lora_pool"] == 738_852_864
     assert out["lora_adapters_that_fit"]["lora_bytes"] > 0
 
