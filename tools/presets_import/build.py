@@ -30,6 +30,9 @@ sys.path.insert(0, str(ROOT))
 from kvplan.config_import import VERIFIED_MODEL_TYPES, parse_config  # noqa: E402
 from kvplan.errors import KVPlanError  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from index_totals import index_totals  # noqa: E402
+
 OUT = ROOT / "presets" / "models"
 COPY = "aic-core/src/aiconfigurator_core/model_configs"
 
@@ -135,8 +138,9 @@ EARLIER_COPIES: dict[str, tuple[str, str]] = {
 }
 
 
-#: Hub repo id → (``metadata.total_size`` of model.safetensors.index.json, its source URL).
-INDEX_TOTALS: dict[str, tuple[int, str]] = {}
+#: lower-cased Hub repo id → (``metadata.total_size`` of model.safetensors.index.json, its
+#: source): the one record, tests/fixtures/checkpoint_index/totals.json (``index_totals.py``).
+INDEX_TOTALS: dict[str, tuple[int, str]] = index_totals()
 
 #: Hub repo id → why kvplan cannot size it exactly although its model_type parses (left out).
 NOT_EXACT: dict[str, str] = {
@@ -243,8 +247,8 @@ def build(raw: Path, commit: str, date: str) -> tuple[list[str], dict[str, str]]
                              "keys and values as in that file",
             "notes": "",
         }
-        if repo in INDEX_TOTALS:
-            preset["index_total_size"], preset["index_source"] = INDEX_TOTALS[repo]
+        if repo.lower() in INDEX_TOTALS:
+            preset["index_total_size"], preset["index_source"] = INDEX_TOTALS[repo.lower()]
         else:
             preset["index_source"] = ("model.safetensors.index.json not retrieved (no public copy "
                                       "found with the search tools)")
