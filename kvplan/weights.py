@@ -433,6 +433,36 @@ def _check_patterns(key: str, patterns: tuple[str, ...]) -> tuple[str, ...]:
     return patterns
 
 
+#: Checkpoint module names → the names ``model_tensors`` gives the same modules, applied to a
+#: quantization config's skip and module lists before matching, as vLLM maps them through the
+#: model's ``hf_to_vllm_mapper`` (``QuantizationConfig.apply_vllm_mapper``; vLLM 0.33
+#: ``modelopt.py`` ``ModelOptQuantConfigBase.apply_vllm_mapper``). Every model: multimodal
+#: wrappers keep the text model under ``model.language_model.`` (``qwen3_5.py``, ``gemma4_mm.py``
+#: ``hf_to_vllm_mapper``), and the gated-delta mixer is the checkpoint's ``linear_attn``
+#: (``qwen3_5.py`` ``self.linear_attn``), kvplan's ``mixer``. Per naming (``module_naming``):
+#: Gemma-4's MoE layers hold the dense ``mlp``, the ``router`` and the ``experts`` side by side
+#: (``gemma4.py`` ``Gemma4DecoderLayer``), kvplan's ``mlp.shared_experts``, ``mlp.gate`` and
+#: ``mlp.experts``. Each rule is a regex substitution on the pattern.
+CHECKPOINT_NAMES: dict[str, tuple[tuple[str, str], ...]] = {
+    "": ((r"^model\.language_model\.", "model."), (r"linear_attn", "mixer")),
+    "gemma4_moe": ((r"(layers\.[^.]+)\.mlp(?=$|[.*])", r"\1.mlp.shared_experts"),
+                   (r"(layers\.[^.]+)\.router(?=$|[.*])", r"\1.mlp.gate"),
+                   (r"(layers\.[^.]+)\.experts(?=$|[.*])", r"\1.mlp.experts")),
+}
+
+
+def module_naming(arch: ModelArch) -> str:
+    """Which ``CHECKPOINT_NAMES`` rules beyond the common ones name this model's modules."""
+    return "gemma4_moe" if arch.model_type.startswith("gemma4") and arch.moe is not None else ""
+
+
+def checkpoint_to_model_name(pattern: str, naming: str = "") -> str:
+    """A module name or pattern of the checkpoint in ``model_tensors``' naming."""
+    for old, new in CHECKPOINT_NAMES[""] + (CHECKPOINT_NAMES[naming] if naming else ()):
+        pattern = re.sub(old, new, pattern)
+    return pattern
+
+
 def _list(qc: dict[str, Any], *keys: str) -> tuple[str, ...]:
     for key in keys:
         value = qc.get(key)
@@ -445,9 +475,11 @@ def _list(qc: dict[str, Any], *keys: str) -> tuple[str, ...]:
 
 
 @lru_cache(maxsize=256)
-def read_quantization(text: str | None, model_dtype: str) -> QuantScheme:
+def read_quantization(text: str | None, model_dtype: str, naming: str = "") -> QuantScheme:
     """The ``QuantScheme`` of a ``quantization_config`` (JSON text); unknown methods and malformed
-    configs raise a named ``KVPlanError``, nothing is guessed."""
+    configs raise a named ``KVPlanError``, nothing is guessed. Skip and module lists are read in
+    ``model_tensors``' names (``checkpoint_to_model_name`` with ``naming``, see
+    ``module_naming``)."""
     base = plain_format(model_dtype if model_dtype in {"fp32", "fp16", "bf16"} else "bf16")
     if text is None:
         return QuantScheme("none", base)
@@ -463,7 +495,10 @@ def read_quantization(text: str | None, model_dtype: str) -> QuantScheme:
     if builder is None:
         raise KVPlanError("weights.unknown_method", method=short(method, 40),
                           known=", ".join(sorted(_METHODS)))
-    return replace(builder(qc, base, src), method=method, source=src)
+    scheme = builder(qc, base, src)
+    return replace(scheme, method=method, source=src,
+                   skip=tuple(checkpoint_to_model_name(p, naming) for p in scheme.skip),
+                   only=tuple(checkpoint_to_model_name(p, naming) for p in scheme.only))
 
 
 def _modelopt_producer(qc: dict[str, Any]) -> str | None:
@@ -1082,7 +1117,7 @@ def weights_per_gpu(arch: ModelArch, weight_dtype: str | None = None, tp: int = 
         ep = 1
     if tp % ep:
         raise KVPlanError("parallel.ep", ep=ep, tp=tp)
-    scheme = read_quantization(arch.weights.quantization, arch.model_dtype)
+    scheme = read_quantization(arch.weights.quantization, arch.model_dtype, module_naming(arch))
     if weight_dtype and weight_dtype not in {"auto", "checkpoint"}:
         fmt = format_from_dtype(weight_dtype, arch.model_dtype)
         if fmt.name in {"fp32", "fp16", "bf16"}:
