@@ -623,6 +623,9 @@ _DECODER_FLAG_TYPES = {
 }
 #: Attention-free Mamba models: every layer recurrent, no attention heads needed.
 _PURE_RECURRENT_TYPES = {"mamba", "falcon_mamba", "mamba2"}
+#: Models whose every decoder layer is one block — a norm and one mixer (transformers
+#: ``modeling_nemotron_h.py`` ``NemotronHBlock``: Mamba2 "M", attention "*", MLP "-", MoE "E").
+ONE_BLOCK_TYPES = {"nemotron_h"}
 _PATTERN_CHARS = {"M": "mamba", "*": "full_attention", "-": "mlp", "E": "moe"}
 #: Config keys that describe a recurrent (Mamba / linear-attention) state.
 _RECURRENT_KEYS = ("linear_num_value_heads", "linear_num_heads", "mamba_n_heads", "mamba_num_heads",
@@ -866,10 +869,16 @@ def estimate_params(arch: ModelArch) -> tuple[int, int | None, str]:
     mlp_mult = 3 if arch.gated_mlp else 2
     total = active = embed + h + _family_global_params(arch)
     moe = arch.moe
+    moe_ids = set(arch.weights.moe_layers or ()) if moe is not None else set()
     for index, layer in enumerate(arch.layers):
         attn = mixer_params(layer, arch) + _family_layer_params(
             arch, layer, moe is not None and index >= moe.n_dense_layers)
-        if moe is not None and index >= moe.n_dense_layers:
+        if arch.model_type in ONE_BLOCK_TYPES and index not in moe_ids:
+            # NemotronHBlock: a norm and one mixer (Mamba2 / attention, or the MLP of a "-")
+            block = attn if layer.kind.caches else mlp_mult * h * arch.intermediate_size
+            total += block + h
+            active += block + h
+        elif moe is not None and index >= moe.n_dense_layers:
             router = h * moe.n_experts
             shared = moe.n_shared * 3 * h * moe.shared_intermediate
             per_expert = 3 * h * moe.expert_intermediate

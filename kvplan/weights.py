@@ -35,6 +35,7 @@ from functools import cached_property, lru_cache
 from typing import Any, Literal
 
 from kvplan.arch import MLA, Attention, ModelArch, Recurrent, VisionSpec
+from kvplan.config_import import ONE_BLOCK_TYPES
 from kvplan.errors import KVPlanError, short
 from kvplan.parallel import pp_partition
 
@@ -942,7 +943,11 @@ def decoder_layer_tensors(arch: ModelArch, layer_ids: tuple[int, ...], moe_ids: 
         spec = layer if isinstance(layer, (Attention, MLA, Recurrent)) else fallback
         for a, b, is_moe in _moe_segments(start, stop, moe_ids):
             by_spec.setdefault((spec, is_moe), []).extend(range(a, b))
-    n_norms = 4 if arch.model_type in _FOUR_NORMS else 2
+    # NemotronH: each layer is one block, a norm and one mixer — Mamba2 ("M"), attention ("*"),
+    # MLP ("-") or MoE ("E") — not attention + MLP (transformers ``modeling_nemotron_h.py``
+    # ``NemotronHBlock``; vLLM ``nemotron_h.py`` ``ALL_DECODER_LAYER_TYPES``).
+    one_block = arch.model_type in ONE_BLOCK_TYPES
+    n_norms = 1 if one_block else 4 if arch.model_type in _FOUR_NORMS else 2
     for (spec, is_moe), ids in by_spec.items():
         layers = tuple(ids)
         if isinstance(spec, (Attention, MLA)):
@@ -958,7 +963,9 @@ def decoder_layer_tensors(arch: ModelArch, layer_ids: tuple[int, ...], moe_ids: 
             if params % h:
                 out.append(Tensor(f"{prefix}.mixer.rest", "attention", params % h, 1,
                                   "replicated", quantizable=False, layers=layers, kind="other"))
-        if is_moe:
+        if one_block and spec is not None:
+            pass  # a Mamba2 or attention block: no MLP
+        elif is_moe:
             out += _moe(arch, prefix, layers)
         else:
             out += _mlp(arch, f"{prefix}.{arch.weights.mlp_name}", arch.intermediate_size, "mlp",

@@ -67,8 +67,10 @@ WEIGHTS_GAP: dict[str, tuple[float | None, str]] = {
     "bamba": (None, _NO_LAYOUT),
     "granitemoehybrid": (0.011, "Mamba-2 hybrid parameters (mixer projections, shared MLP) under-"
                                 "counted by ≈1% (measured while its KV row was wrong)"),
-    "nemotron_h": (1.36, "kvplan's count for the class-default full-size config is 2.35× "
-                         "transformers' (not investigated yet; KV exact on the measured config)"),
+    "nemotron_h": (1.36, "kvplan's count for the class-default full-size config (one layer each "
+                         "of Mamba2, MoE, attention, MLP) is 2.35× transformers': its MoE block "
+                         "('E') is not sized yet; the dense blocks are exact (Nemotron-H-56B, "
+                         "test_weights.py)"),
     "nemotron_h_omni": (1.36, "as nemotron_h (the same text model)"),
     "afmoe": (0.008, _MOE),
     "beam": (0.004, _MOE),

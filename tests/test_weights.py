@@ -543,3 +543,19 @@ def test_nvfp4_releases_keep_what_their_ignore_list_names_in_bf16():
     dense = weights_per_gpu(load_model("nvidia/Gemma-4-31B-IT-NVFP4"))
     assert dense.format_label.startswith("NVFP4 (e2m1, fp8 scale per 16 + fp32 globals) mlp + bf16")
     assert dense.total_bytes == 32_562_657_664
+
+
+def test_nemotron_h_layers_are_one_block_each():
+    """NemotronH's every layer is a norm and one mixer (transformers ``NemotronHBlock``): 54
+    Mamba2 ("M"), 10 attention ("*") and 54 MLP ("-") layers for nvidia/Nemotron-H-56B-Base-8K —
+    the MLP only on its 54 layers (relu2, up/down: 2 × 8,192 × 32,768 each), one norm per layer.
+    56,324,350,464 parameters, transformers 5.24's count on the meta device
+    (tests/fixtures/param_counts.json); both kvplan counts agree (it counted an MLP and two
+    norms on every layer before: 90,685,055,488)."""
+    from kvplan.weights import params_from_tensors
+
+    arch = load_model("nvidia/Nemotron-H-56B-Base-8K")
+    mlp = [t for t in model_tensors(arch) if t.part == "mlp"]
+    assert {len(t.layers) for t in mlp} == {54} and sum(t.params for t in mlp) == \
+        54 * 2 * 8_192 * 32_768
+    assert arch.params_total == params_from_tensors(arch) == 56_324_350_464

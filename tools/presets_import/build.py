@@ -99,6 +99,14 @@ CHECKPOINTS: dict[str, str] = {
     "zai-org/GLM-4.7-Flash": "GLM-4.7",
     "poolside/Laguna-XS.2-FP8": "Laguna",
     "poolside/Laguna-S-2.1-FP8": "Laguna",
+    # added 2026-12-02 (at the same tip): NemotronH dense hybrid; the rest are left out, NOT_EXACT
+    "nvidia/Nemotron-H-56B-Base-8K": "Nemotron-H",
+    "nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16": "Nemotron-3",
+    "nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-FP8": "Nemotron-3",
+    "nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-NVFP4": "Nemotron-3",
+    "nvidia/Kimi-K2.6-NVFP4": "Kimi-K2.6",
+    "nvidia/Kimi-K2.7-Code-NVFP4": "Kimi-K2.7",
+    "XiaomiMiMo/MiMo-V2-Flash": "MiMo-V2",
 }
 
 #: Raw files not at the tip (renamed or removed later): file → (commit, path) of the version read.
@@ -155,8 +163,9 @@ NOT_EXACT: dict[str, str] = {
     "deepseek-ai/DeepSeek-V4-Flash": "deepseek_v4 compressed attention: refused in the "
                                      "conformance table ('heavily_compressed_attention')",
     "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16": "nemotron_h with MoE layers ('E' in the "
-                                                  "hybrid pattern): kvplan counts 102B parameters "
-                                                  "for a model its name calls 30B",
+                                                  "hybrid pattern): kvplan's estimate counts 102B "
+                                                  "parameters, its tensors 31,348,446,656, "
+                                                  "transformers 5.24 31,577,937,344 (−0.73 %)",
     "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-NVFP4": "as the BF16 release",
     "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-FP8": "nemotron_h with latent MoE: kvplan counts "
                                                     "1,497B parameters for a model its name calls "
@@ -168,6 +177,16 @@ NOT_EXACT: dict[str, str] = {
     "nvidia/Kimi-K2.5-NVFP4": "kimi_k25 wraps a deepseek_v3 text model with the MoonViT tower, "
                               "which kvplan does not count (the text model alone is exact; "
                               "transformers needs the repo's remote code for the whole)",
+    "nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16": "nemotron_h with MoE layers ('E'): kvplan "
+                                                     "counts 2,090B parameters for a model its "
+                                                     "name calls 550B (the dense NemotronH "
+                                                     "blocks are exact; its MoE is not)",
+    "nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-FP8": "as the BF16 release",
+    "nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-NVFP4": "as the BF16 release",
+    "nvidia/Kimi-K2.6-NVFP4": "as nvidia/Kimi-K2.5-NVFP4 (kimi_k25 with the MoonViT tower)",
+    "nvidia/Kimi-K2.7-Code-NVFP4": "as nvidia/Kimi-K2.5-NVFP4 (kimi_k25 with the MoonViT tower)",
+    "XiaomiMiMo/MiMo-V2-Flash": "mimo_v2_flash: kvplan counts 315,020,939,264 parameters, "
+                                "transformers 5.24 308,778,768,832 (+2.0 %)",
     "nvidia/Llama-3_3-Nemotron-Super-49B-v1": "nemotron-nas (per-layer block_configs): kvplan "
                                               "counts 88B parameters for a model its name "
                                               "calls 49B",
