@@ -443,17 +443,25 @@ def _check_patterns(key: str, patterns: tuple[str, ...]) -> tuple[str, ...]:
 #: (``qwen3_5.py`` ``self.linear_attn``), kvplan's ``mixer``. Per naming (``module_naming``):
 #: Gemma-4's MoE layers hold the dense ``mlp``, the ``router`` and the ``experts`` side by side
 #: (``gemma4.py`` ``Gemma4DecoderLayer``), kvplan's ``mlp.shared_experts``, ``mlp.gate`` and
-#: ``mlp.experts``. Each rule is a regex substitution on the pattern.
+#: ``mlp.experts``. NemotronH keeps its layers under ``backbone.`` and names every block's mixer
+#: ``mixer`` — attention too (vLLM ``nemotron_h.py`` ``hf_to_vllm_mapper`` ``backbone`` →
+#: ``model``, ``NemotronHAttentionDecoderLayer.mixer``): kvplan's ``self_attn.{q,k,v,o}_proj``,
+#: and a Mamba2 mixer's ``in_proj``/``out_proj`` are kvplan's one ``mixer.in_proj``. Each rule is
+#: a regex substitution on the pattern.
 CHECKPOINT_NAMES: dict[str, tuple[tuple[str, str], ...]] = {
     "": ((r"^model\.language_model\.", "model."), (r"linear_attn", "mixer")),
     "gemma4_moe": ((r"(layers\.[^.]+)\.mlp(?=$|[.*])", r"\1.mlp.shared_experts"),
                    (r"(layers\.[^.]+)\.router(?=$|[.*])", r"\1.mlp.gate"),
                    (r"(layers\.[^.]+)\.experts(?=$|[.*])", r"\1.mlp.experts")),
+    "nemotron_h": ((r"^backbone\.", "model."), (r"\.mixer\.([qkvo])_proj", r".self_attn.\1_proj"),
+                   (r"\.mixer\.out_proj", ".mixer.in_proj")),
 }
 
 
 def module_naming(arch: ModelArch) -> str:
     """Which ``CHECKPOINT_NAMES`` rules beyond the common ones name this model's modules."""
+    if arch.model_type == "nemotron_h":
+        return "nemotron_h"
     return "gemma4_moe" if arch.model_type.startswith("gemma4") and arch.moe is not None else ""
 
 

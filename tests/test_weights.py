@@ -559,3 +559,26 @@ def test_nemotron_h_layers_are_one_block_each():
     assert {len(t.layers) for t in mlp} == {54} and sum(t.params for t in mlp) == \
         54 * 2 * 8_192 * 32_768
     assert arch.params_total == params_from_tensors(arch) == 56_324_350_464
+
+
+def test_nemotron_h_moe_blocks_and_the_nvfp4_skip_list():
+    """nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16: 23 Mamba2, 23 MoE and 6 attention blocks; an
+    "E" block is a router, 128 routed experts and one shared expert of relu2 up/down MLPs (the
+    shared one ``moe_shared_expert_intermediate_size`` 3,712 wide): 31,577,937,344 parameters
+    (3,580,073,408 active), transformers 5.24's count. Its NVFP4 release's
+    ``exclude_modules`` name ``backbone.layers.N.mixer.*`` — every attention block's q/k/v/o and
+    the in/out projections of the 6 Mamba2 blocks before them stay bf16 (vLLM maps
+    ``backbone`` → ``model``; attention is the block's ``mixer`` there): attention
+    1,116,145,352 B, was 580,204,088 with those names unmatched."""
+    bf16 = load_model("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16")
+    assert (bf16.params_total, bf16.params_active) == (31_577_937_344, 3_580_073_408)
+    assert params_from_tensors(bf16) == 31_577_937_344
+    shared = [t for t in model_tensors(bf16) if t.part == "shared_experts"]
+    assert {(t.rows, t.cols) for t in shared} == {(3_712, 2_688), (2_688, 3_712)}
+    nvfp4 = weights_per_gpu(load_model("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-NVFP4"))
+    base = weights_per_gpu(bf16)
+    attention = [t for t in model_tensors(bf16) if t.part == "attention" and "self_attn" in t.name]
+    assert nvfp4.total_by_part["attention"] == 1_116_145_352
+    assert sum(t.params for t in attention) * 2 < nvfp4.total_by_part["attention"] < \
+        base.total_by_part["attention"]
+    assert nvfp4.total_bytes == 19_323_097_400

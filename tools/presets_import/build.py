@@ -162,14 +162,10 @@ NOT_EXACT: dict[str, str] = {
     "nvidia/GLM-5-NVFP4": "as zai-org/GLM-5",
     "deepseek-ai/DeepSeek-V4-Flash": "deepseek_v4 compressed attention: refused in the "
                                      "conformance table ('heavily_compressed_attention')",
-    "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16": "nemotron_h with MoE layers ('E' in the "
-                                                  "hybrid pattern): kvplan's estimate counts 102B "
-                                                  "parameters, its tensors 31,348,446,656, "
-                                                  "transformers 5.24 31,577,937,344 (−0.73 %)",
-    "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-NVFP4": "as the BF16 release",
-    "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-FP8": "nemotron_h with latent MoE: kvplan counts "
-                                                    "1,497B parameters for a model its name calls "
-                                                    "120B",
+    "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-FP8": "nemotron_h with latent MoE "
+                                                    "(moe_latent_size) not sized: kvplan counts "
+                                                    "458,561,817,600 parameters, transformers 5.24 "
+                                                    "120,668,687,360",
     "poolside/Laguna-XS.2-FP8": "laguna: kvplan counts 33,186,023,424 parameters, transformers "
                                 "5.24 33,442,617,088 (−0.77 %: per-layer extras not sized)",
     "poolside/Laguna-S-2.1-FP8": "laguna: kvplan counts 116,872,743,936 parameters, transformers "
@@ -177,10 +173,9 @@ NOT_EXACT: dict[str, str] = {
     "nvidia/Kimi-K2.5-NVFP4": "kimi_k25 wraps a deepseek_v3 text model with the MoonViT tower, "
                               "which kvplan does not count (the text model alone is exact; "
                               "transformers needs the repo's remote code for the whole)",
-    "nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16": "nemotron_h with MoE layers ('E'): kvplan "
-                                                     "counts 2,090B parameters for a model its "
-                                                     "name calls 550B (the dense NemotronH "
-                                                     "blocks are exact; its MoE is not)",
+    "nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16": "as Nemotron-3-Super (latent MoE): kvplan "
+                                                     "counts 2,093,886,582,784 parameters, "
+                                                     "transformers 5.24 549,308,968,960",
     "nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-FP8": "as the BF16 release",
     "nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-NVFP4": "as the BF16 release",
     "nvidia/Kimi-K2.6-NVFP4": "as nvidia/Kimi-K2.5-NVFP4 (kimi_k25 with the MoonViT tower)",
