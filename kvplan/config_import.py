@@ -67,6 +67,7 @@ ARCHITECTURE_KEYS = (
     "num_hidden_layers", "num_key_value_heads", "num_kv_heads", "num_kv_shared_layers", "num_layers",
     "num_local_experts", "num_shared_experts", "padded_vocab_size", "per_layer_config", "q_lora_rank",
     "qk_nope_head_dim", "qk_rope_head_dim", "shared_expert_intermediate_size",
+    "moe_shared_expert_intermediate_size",
     "short_conv_kernel_size", "sliding_window", "sliding_window_pattern", "sliding_window_size",
     "ssm_state_size", "state_size", "swa_head_dim", "swa_num_key_value_heads", "swa_v_head_dim",
     "text_config", "tie_word_embeddings", "time_step_rank", "torch_dtype", "type_vocab_size",
@@ -623,6 +624,9 @@ _DECODER_FLAG_TYPES = {
 }
 #: Attention-free Mamba models: every layer recurrent, no attention heads needed.
 _PURE_RECURRENT_TYPES = {"mamba", "falcon_mamba", "mamba2"}
+#: Models whose every decoder layer is one block — a norm and one mixer (transformers
+#: ``modeling_nemotron_h.py`` ``NemotronHBlock``: Mamba2 "M", attention "*", MLP "-", MoE "E").
+ONE_BLOCK_TYPES = {"nemotron_h"}
 _PATTERN_CHARS = {"M": "mamba", "*": "full_attention", "-": "mlp", "E": "moe"}
 #: Config keys that describe a recurrent (Mamba / linear-attention) state.
 _RECURRENT_KEYS = ("linear_num_value_heads", "linear_num_heads", "mamba_n_heads", "mamba_num_heads",
@@ -815,8 +819,9 @@ def _moe(cfg: _Cfg, model_type: str, n_layers: int) -> MoE | None:
                            why="expert size")
     shared = cfg.int("n_shared_experts", "num_shared_experts", "moe_num_shared_experts",
                      why="shared experts", default=0, low=0)
-    shared_inter = cfg.int("shared_expert_intermediate_size", why="shared expert size", default=0,
-                           low=0)
+    shared_inter = cfg.int("shared_expert_intermediate_size",
+                           "moe_shared_expert_intermediate_size",  # NemotronH
+                           why="shared expert size", default=0, low=0)
     if model_type in {"llama4", "llama4_text"}:
         shared, shared_inter = 1, expert_inter
     if cfg.get("enable_moe_block") is True:  # Gemma 4: a dense MLP beside the experts in each layer
@@ -866,10 +871,24 @@ def estimate_params(arch: ModelArch) -> tuple[int, int | None, str]:
     mlp_mult = 3 if arch.gated_mlp else 2
     total = active = embed + h + _family_global_params(arch)
     moe = arch.moe
+    moe_ids = set(arch.weights.moe_layers or ()) if moe is not None else set()
     for index, layer in enumerate(arch.layers):
         attn = mixer_params(layer, arch) + _family_layer_params(
             arch, layer, moe is not None and index >= moe.n_dense_layers)
-        if moe is not None and index >= moe.n_dense_layers:
+        if arch.model_type in ONE_BLOCK_TYPES:
+            # NemotronHBlock: a norm and one mixer (Mamba2 / attention, the MLP of a "-", or the
+            # MoE of an "E": router, routed and shared experts, MLPs of up/down projections)
+            if moe is not None and index in moe_ids and not layer.kind.caches:
+                router = h * moe.n_experts
+                shared = moe.n_shared * mlp_mult * h * moe.shared_intermediate
+                per_expert = mlp_mult * h * moe.expert_intermediate
+                total += router + shared + moe.n_experts * per_expert + h
+                active += router + shared + moe.n_active * per_expert + h
+                continue
+            block = attn if layer.kind.caches else mlp_mult * h * arch.intermediate_size
+            total += block + h
+            active += block + h
+        elif moe is not None and index >= moe.n_dense_layers:
             router = h * moe.n_experts
             shared = moe.n_shared * 3 * h * moe.shared_intermediate
             per_expert = 3 * h * moe.expert_intermediate

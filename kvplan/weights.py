@@ -35,6 +35,7 @@ from functools import cached_property, lru_cache
 from typing import Any, Literal
 
 from kvplan.arch import MLA, Attention, ModelArch, Recurrent, VisionSpec
+from kvplan.config_import import ONE_BLOCK_TYPES
 from kvplan.errors import KVPlanError, short
 from kvplan.parallel import pp_partition
 
@@ -433,6 +434,44 @@ def _check_patterns(key: str, patterns: tuple[str, ...]) -> tuple[str, ...]:
     return patterns
 
 
+#: Checkpoint module names → the names ``model_tensors`` gives the same modules, applied to a
+#: quantization config's skip and module lists before matching, as vLLM maps them through the
+#: model's ``hf_to_vllm_mapper`` (``QuantizationConfig.apply_vllm_mapper``; vLLM 0.33
+#: ``modelopt.py`` ``ModelOptQuantConfigBase.apply_vllm_mapper``). Every model: multimodal
+#: wrappers keep the text model under ``model.language_model.`` (``qwen3_5.py``, ``gemma4_mm.py``
+#: ``hf_to_vllm_mapper``), and the gated-delta mixer is the checkpoint's ``linear_attn``
+#: (``qwen3_5.py`` ``self.linear_attn``), kvplan's ``mixer``. Per naming (``module_naming``):
+#: Gemma-4's MoE layers hold the dense ``mlp``, the ``router`` and the ``experts`` side by side
+#: (``gemma4.py`` ``Gemma4DecoderLayer``), kvplan's ``mlp.shared_experts``, ``mlp.gate`` and
+#: ``mlp.experts``. NemotronH keeps its layers under ``backbone.`` and names every block's mixer
+#: ``mixer`` — attention too (vLLM ``nemotron_h.py`` ``hf_to_vllm_mapper`` ``backbone`` →
+#: ``model``, ``NemotronHAttentionDecoderLayer.mixer``): kvplan's ``self_attn.{q,k,v,o}_proj``,
+#: and a Mamba2 mixer's ``in_proj``/``out_proj`` are kvplan's one ``mixer.in_proj``. Each rule is
+#: a regex substitution on the pattern.
+CHECKPOINT_NAMES: dict[str, tuple[tuple[str, str], ...]] = {
+    "": ((r"^model\.language_model\.", "model."), (r"linear_attn", "mixer")),
+    "gemma4_moe": ((r"(layers\.[^.]+)\.mlp(?=$|[.*])", r"\1.mlp.shared_experts"),
+                   (r"(layers\.[^.]+)\.router(?=$|[.*])", r"\1.mlp.gate"),
+                   (r"(layers\.[^.]+)\.experts(?=$|[.*])", r"\1.mlp.experts")),
+    "nemotron_h": ((r"^backbone\.", "model."), (r"\.mixer\.([qkvo])_proj", r".self_attn.\1_proj"),
+                   (r"\.mixer\.out_proj", ".mixer.in_proj")),
+}
+
+
+def module_naming(arch: ModelArch) -> str:
+    """Which ``CHECKPOINT_NAMES`` rules beyond the common ones name this model's modules."""
+    if arch.model_type == "nemotron_h":
+        return "nemotron_h"
+    return "gemma4_moe" if arch.model_type.startswith("gemma4") and arch.moe is not None else ""
+
+
+def checkpoint_to_model_name(pattern: str, naming: str = "") -> str:
+    """A module name or pattern of the checkpoint in ``model_tensors``' naming."""
+    for old, new in CHECKPOINT_NAMES[""] + (CHECKPOINT_NAMES[naming] if naming else ()):
+        pattern = re.sub(old, new, pattern)
+    return pattern
+
+
 def _list(qc: dict[str, Any], *keys: str) -> tuple[str, ...]:
     for key in keys:
         value = qc.get(key)
@@ -445,9 +484,11 @@ def _list(qc: dict[str, Any], *keys: str) -> tuple[str, ...]:
 
 
 @lru_cache(maxsize=256)
-def read_quantization(text: str | None, model_dtype: str) -> QuantScheme:
+def read_quantization(text: str | None, model_dtype: str, naming: str = "") -> QuantScheme:
     """The ``QuantScheme`` of a ``quantization_config`` (JSON text); unknown methods and malformed
-    configs raise a named ``KVPlanError``, nothing is guessed."""
+    configs raise a named ``KVPlanError``, nothing is guessed. Skip and module lists are read in
+    ``model_tensors``' names (``checkpoint_to_model_name`` with ``naming``, see
+    ``module_naming``)."""
     base = plain_format(model_dtype if model_dtype in {"fp32", "fp16", "bf16"} else "bf16")
     if text is None:
         return QuantScheme("none", base)
@@ -463,7 +504,10 @@ def read_quantization(text: str | None, model_dtype: str) -> QuantScheme:
     if builder is None:
         raise KVPlanError("weights.unknown_method", method=short(method, 40),
                           known=", ".join(sorted(_METHODS)))
-    return replace(builder(qc, base, src), method=method, source=src)
+    scheme = builder(qc, base, src)
+    return replace(scheme, method=method, source=src,
+                   skip=tuple(checkpoint_to_model_name(p, naming) for p in scheme.skip),
+                   only=tuple(checkpoint_to_model_name(p, naming) for p in scheme.only))
 
 
 def _modelopt_producer(qc: dict[str, Any]) -> str | None:
@@ -907,7 +951,11 @@ def decoder_layer_tensors(arch: ModelArch, layer_ids: tuple[int, ...], moe_ids: 
         spec = layer if isinstance(layer, (Attention, MLA, Recurrent)) else fallback
         for a, b, is_moe in _moe_segments(start, stop, moe_ids):
             by_spec.setdefault((spec, is_moe), []).extend(range(a, b))
-    n_norms = 4 if arch.model_type in _FOUR_NORMS else 2
+    # NemotronH: each layer is one block, a norm and one mixer — Mamba2 ("M"), attention ("*"),
+    # MLP ("-") or MoE ("E") — not attention + MLP (transformers ``modeling_nemotron_h.py``
+    # ``NemotronHBlock``; vLLM ``nemotron_h.py`` ``ALL_DECODER_LAYER_TYPES``).
+    one_block = arch.model_type in ONE_BLOCK_TYPES
+    n_norms = 1 if one_block else 4 if arch.model_type in _FOUR_NORMS else 2
     for (spec, is_moe), ids in by_spec.items():
         layers = tuple(ids)
         if isinstance(spec, (Attention, MLA)):
@@ -923,7 +971,9 @@ def decoder_layer_tensors(arch: ModelArch, layer_ids: tuple[int, ...], moe_ids: 
             if params % h:
                 out.append(Tensor(f"{prefix}.mixer.rest", "attention", params % h, 1,
                                   "replicated", quantizable=False, layers=layers, kind="other"))
-        if is_moe:
+        if one_block and spec is not None:
+            pass  # a Mamba2 or attention block: no MLP
+        elif is_moe:
             out += _moe(arch, prefix, layers)
         else:
             out += _mlp(arch, f"{prefix}.{arch.weights.mlp_name}", arch.intermediate_size, "mlp",
@@ -1082,7 +1132,7 @@ def weights_per_gpu(arch: ModelArch, weight_dtype: str | None = None, tp: int = 
         ep = 1
     if tp % ep:
         raise KVPlanError("parallel.ep", ep=ep, tp=tp)
-    scheme = read_quantization(arch.weights.quantization, arch.model_dtype)
+    scheme = read_quantization(arch.weights.quantization, arch.model_dtype, module_naming(arch))
     if weight_dtype and weight_dtype not in {"auto", "checkpoint"}:
         fmt = format_from_dtype(weight_dtype, arch.model_dtype)
         if fmt.name in {"fp32", "fp16", "bf16"}:

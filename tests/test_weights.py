@@ -497,3 +497,88 @@ def test_each_engine_gives_its_loading_rules(engine, gpu):
     assert rules == replace(DEFAULT_RULES, mxfp4_experts=e.mxfp4_moe_repack(device))
     assert (rules.mxfp4_experts is not None) == (engine.startswith("vllm") and engine != "vllm@0.9"
                                                  and gpu != "mi300x")
+
+
+def test_skip_lists_are_read_in_the_checkpoints_module_names():
+    """A quantization config names modules as the checkpoint does; vLLM maps the names through
+    the model's ``hf_to_vllm_mapper`` before matching (``apply_vllm_mapper``). Qwen3.5's and
+    Gemma-4's NVFP4 releases keep the text model under ``model.language_model.``; Qwen3.5's
+    gated-delta mixer is ``linear_attn``; Gemma-4's MoE layer holds ``mlp`` (dense), ``router``
+    and ``experts`` side by side."""
+    from kvplan.weights import checkpoint_to_model_name
+
+    assert checkpoint_to_model_name("model.language_model.layers.0.linear_attn*") == \
+        "model.layers.0.mixer*"
+    assert checkpoint_to_model_name("model.language_model.layers.3.self_attn*") == \
+        "model.layers.3.self_attn*"
+    assert checkpoint_to_model_name("model.visual*") == "model.visual*"
+    gemma = [checkpoint_to_model_name(p, "gemma4_moe") for p in (
+        "model.language_model.layers.0.mlp*", "model.language_model.layers.0.router*",
+        "model.language_model.layers.0.experts", "model.language_model.layers.10.mlp.down_proj")]
+    assert gemma == ["model.layers.0.mlp.shared_experts*", "model.layers.0.mlp.gate*",
+                     "model.layers.0.mlp.experts", "model.layers.10.mlp.shared_experts.down_proj"]
+
+
+def test_nvfp4_releases_keep_what_their_ignore_list_names_in_bf16():
+    """nvidia/Qwen3.5-122B-A10B-NVFP4 ignores every layer's linear_attn / self_attn and shared
+    expert (148 entries): only the routed experts are NVFP4 — attention 7,657,113,600 B and
+    shared experts 905,969,664 B stay the bf16 release's (they were NVFP4 before the names were
+    mapped: 77,821,461,984 B in all, was 71,666,760,960). nvidia/Gemma-4-26B-A4B-NVFP4 ignores
+    self_attn, mlp and router: experts NVFP4, the rest bf16 as google/gemma-4-26B-A4B
+    (18,519,714,784 B, was 16,133,663,344). nvidia/Gemma-4-31B-IT-NVFP4 ignores self_attn: the
+    MLP alone is NVFP4 (32,562,657,664 B, was 20,217,643,264)."""
+    qwen = weights_per_gpu(load_model("nvidia/Qwen3.5-122B-A10B-NVFP4"))
+    base = weights_per_gpu(load_model("Qwen/Qwen3.5-122B-A10B"))
+    for part in ("attention", "shared_experts", "embeddings", "lm_head", "router", "vision"):
+        assert qwen.total_by_part[part] == base.total_by_part[part], part
+    assert (qwen.total_by_part["attention"], qwen.total_by_part["shared_experts"]) == (
+        7_657_113_600, 905_969_664)
+    assert qwen.total_bytes == 77_821_461_984
+    gemma = weights_per_gpu(load_model("nvidia/Gemma-4-26B-A4B-NVFP4"))
+    gbase = weights_per_gpu(load_model("google/gemma-4-26B-A4B"))
+    assert {p: gemma.total_by_part[p] == gbase.total_by_part[p] for p in gemma.total_by_part} == {
+        "embeddings": True, "attention": True, "norms": True, "router": True, "experts": False,
+        "shared_experts": True, "vision": True}
+    assert gemma.total_bytes == 18_519_714_784
+    dense = weights_per_gpu(load_model("nvidia/Gemma-4-31B-IT-NVFP4"))
+    assert dense.format_label.startswith("NVFP4 (e2m1, fp8 scale per 16 + fp32 globals) mlp + bf16")
+    assert dense.total_bytes == 32_562_657_664
+
+
+def test_nemotron_h_layers_are_one_block_each():
+    """NemotronH's every layer is a norm and one mixer (transformers ``NemotronHBlock``): 54
+    Mamba2 ("M"), 10 attention ("*") and 54 MLP ("-") layers for nvidia/Nemotron-H-56B-Base-8K —
+    the MLP only on its 54 layers (relu2, up/down: 2 × 8,192 × 32,768 each), one norm per layer.
+    56,324,350,464 parameters, transformers 5.24's count on the meta device
+    (tests/fixtures/param_counts.json); both kvplan counts agree (it counted an MLP and two
+    norms on every layer before: 90,685,055,488)."""
+    from kvplan.weights import params_from_tensors
+
+    arch = load_model("nvidia/Nemotron-H-56B-Base-8K")
+    mlp = [t for t in model_tensors(arch) if t.part == "mlp"]
+    assert {len(t.layers) for t in mlp} == {54} and sum(t.params for t in mlp) == \
+        54 * 2 * 8_192 * 32_768
+    assert arch.params_total == params_from_tensors(arch) == 56_324_350_464
+
+
+def test_nemotron_h_moe_blocks_and_the_nvfp4_skip_list():
+    """nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16: 23 Mamba2, 23 MoE and 6 attention blocks; an
+    "E" block is a router, 128 routed experts and one shared expert of relu2 up/down MLPs (the
+    shared one ``moe_shared_expert_intermediate_size`` 3,712 wide): 31,577,937,344 parameters
+    (3,580,073,408 active), transformers 5.24's count. Its NVFP4 release's
+    ``exclude_modules`` name ``backbone.layers.N.mixer.*`` — every attention block's q/k/v/o and
+    the in/out projections of the 6 Mamba2 blocks before them stay bf16 (vLLM maps
+    ``backbone`` → ``model``; attention is the block's ``mixer`` there): attention
+    1,116,145,352 B, was 580,204,088 with those names unmatched."""
+    bf16 = load_model("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16")
+    assert (bf16.params_total, bf16.params_active) == (31_577_937_344, 3_580_073_408)
+    assert params_from_tensors(bf16) == 31_577_937_344
+    shared = [t for t in model_tensors(bf16) if t.part == "shared_experts"]
+    assert {(t.rows, t.cols) for t in shared} == {(3_712, 2_688), (2_688, 3_712)}
+    nvfp4 = weights_per_gpu(load_model("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-NVFP4"))
+    base = weights_per_gpu(bf16)
+    attention = [t for t in model_tensors(bf16) if t.part == "attention" and "self_attn" in t.name]
+    assert nvfp4.total_by_part["attention"] == 1_116_145_352
+    assert sum(t.params for t in attention) * 2 < nvfp4.total_by_part["attention"] < \
+        base.total_by_part["attention"]
+    assert nvfp4.total_bytes == 19_323_097_400

@@ -30,6 +30,9 @@ sys.path.insert(0, str(ROOT))
 from kvplan.config_import import VERIFIED_MODEL_TYPES, parse_config  # noqa: E402
 from kvplan.errors import KVPlanError  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from index_totals import index_totals  # noqa: E402
+
 OUT = ROOT / "presets" / "models"
 COPY = "aic-core/src/aiconfigurator_core/model_configs"
 
@@ -96,6 +99,16 @@ CHECKPOINTS: dict[str, str] = {
     "zai-org/GLM-4.7-Flash": "GLM-4.7",
     "poolside/Laguna-XS.2-FP8": "Laguna",
     "poolside/Laguna-S-2.1-FP8": "Laguna",
+    # added 2026-12-02 (at the same tip): NemotronH dense hybrid; the rest are left out, NOT_EXACT
+    "nvidia/Nemotron-H-56B-Base-8K": "Nemotron-H",
+    "Qwen/Qwen2.5-7B": "Qwen2.5",
+    "Qwen/Qwen2.5-72B": "Qwen2.5",
+    "nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16": "Nemotron-3",
+    "nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-FP8": "Nemotron-3",
+    "nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-NVFP4": "Nemotron-3",
+    "nvidia/Kimi-K2.6-NVFP4": "Kimi-K2.6",
+    "nvidia/Kimi-K2.7-Code-NVFP4": "Kimi-K2.7",
+    "XiaomiMiMo/MiMo-V2-Flash": "MiMo-V2",
 }
 
 #: Raw files not at the tip (renamed or removed later): file → (commit, path) of the version read.
@@ -128,6 +141,10 @@ EARLIER_COPIES: dict[str, tuple[str, str]] = {
              "aic-core/src/aiconfigurator_core/model_configs/poolside--Laguna-XS.2-FP8_config.json"),
     "poolside--Laguna-S-2.1-FP8_config.json": ("1cab08cb527eaf70c4aa270460f04de9e1a6167e",
              "aic-core/src/aiconfigurator_core/model_configs/poolside--Laguna-S-2.1-FP8_config.json"),
+    "Qwen--Qwen2.5-7B_config.json": ("b5369e1fb89f7ad67b160c749227b415f4e7fe01",
+             "src/aiconfigurator/model_configs/Qwen--Qwen2.5-7B_config.json"),
+    "Qwen--Qwen2.5-72B_config.json": ("b5369e1fb89f7ad67b160c749227b415f4e7fe01",
+             "src/aiconfigurator/model_configs/Qwen--Qwen2.5-72B_config.json"),
     "Qwen--Qwen2.5-1.5B_config.json": ("b5369e1fb89f7ad67b160c749227b415f4e7fe01",
              "src/aiconfigurator/model_configs/Qwen--Qwen2.5-1.5B_config.json"),
     "deepseek-ai--DeepSeek-R1-Distill-Qwen-32B_config.json": ("39033e8cd1f8aa03770a7820bce974ea9238eff9",
@@ -135,8 +152,9 @@ EARLIER_COPIES: dict[str, tuple[str, str]] = {
 }
 
 
-#: Hub repo id → (``metadata.total_size`` of model.safetensors.index.json, its source URL).
-INDEX_TOTALS: dict[str, tuple[int, str]] = {}
+#: lower-cased Hub repo id → (``metadata.total_size`` of model.safetensors.index.json, its
+#: source): the one record, tests/fixtures/checkpoint_index/totals.json (``index_totals.py``).
+INDEX_TOTALS: dict[str, tuple[int, str]] = index_totals()
 
 #: Hub repo id → why kvplan cannot size it exactly although its model_type parses (left out).
 NOT_EXACT: dict[str, str] = {
@@ -150,13 +168,10 @@ NOT_EXACT: dict[str, str] = {
     "nvidia/GLM-5-NVFP4": "as zai-org/GLM-5",
     "deepseek-ai/DeepSeek-V4-Flash": "deepseek_v4 compressed attention: refused in the "
                                      "conformance table ('heavily_compressed_attention')",
-    "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16": "nemotron_h with MoE layers ('E' in the "
-                                                  "hybrid pattern): kvplan counts 102B parameters "
-                                                  "for a model its name calls 30B",
-    "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-NVFP4": "as the BF16 release",
-    "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-FP8": "nemotron_h with latent MoE: kvplan counts "
-                                                    "1,497B parameters for a model its name calls "
-                                                    "120B",
+    "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-FP8": "nemotron_h with latent MoE "
+                                                    "(moe_latent_size) not sized: kvplan counts "
+                                                    "458,561,817,600 parameters, transformers 5.24 "
+                                                    "120,668,687,360",
     "poolside/Laguna-XS.2-FP8": "laguna: kvplan counts 33,186,023,424 parameters, transformers "
                                 "5.24 33,442,617,088 (−0.77 %: per-layer extras not sized)",
     "poolside/Laguna-S-2.1-FP8": "laguna: kvplan counts 116,872,743,936 parameters, transformers "
@@ -164,6 +179,15 @@ NOT_EXACT: dict[str, str] = {
     "nvidia/Kimi-K2.5-NVFP4": "kimi_k25 wraps a deepseek_v3 text model with the MoonViT tower, "
                               "which kvplan does not count (the text model alone is exact; "
                               "transformers needs the repo's remote code for the whole)",
+    "nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16": "as Nemotron-3-Super (latent MoE): kvplan "
+                                                     "counts 2,093,886,582,784 parameters, "
+                                                     "transformers 5.24 549,308,968,960",
+    "nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-FP8": "as the BF16 release",
+    "nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-NVFP4": "as the BF16 release",
+    "nvidia/Kimi-K2.6-NVFP4": "as nvidia/Kimi-K2.5-NVFP4 (kimi_k25 with the MoonViT tower)",
+    "nvidia/Kimi-K2.7-Code-NVFP4": "as nvidia/Kimi-K2.5-NVFP4 (kimi_k25 with the MoonViT tower)",
+    "XiaomiMiMo/MiMo-V2-Flash": "mimo_v2_flash: kvplan counts 315,020,939,264 parameters, "
+                                "transformers 5.24 308,778,768,832 (+2.0 %)",
     "nvidia/Llama-3_3-Nemotron-Super-49B-v1": "nemotron-nas (per-layer block_configs): kvplan "
                                               "counts 88B parameters for a model its name "
                                               "calls 49B",
@@ -243,8 +267,8 @@ def build(raw: Path, commit: str, date: str) -> tuple[list[str], dict[str, str]]
                              "keys and values as in that file",
             "notes": "",
         }
-        if repo in INDEX_TOTALS:
-            preset["index_total_size"], preset["index_source"] = INDEX_TOTALS[repo]
+        if repo.lower() in INDEX_TOTALS:
+            preset["index_total_size"], preset["index_source"] = INDEX_TOTALS[repo.lower()]
         else:
             preset["index_source"] = ("model.safetensors.index.json not retrieved (no public copy "
                                       "found with the search tools)")
