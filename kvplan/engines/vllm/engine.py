@@ -43,10 +43,12 @@ from kvplan.engines.base import (
     layer_kind,
     pp_partition,
     raised_block,
+    resolve_dtype,
 )
 from kvplan.engines.kinds import PAGED_KINDS, VLLM_DEFAULT_BLOCK_SIZE, CacheRule, layer_window
 from kvplan.engines.reserve import Reserve, ReserveTerm, cuda_capacity
 from kvplan.engines.settings import EngineSettings
+from kvplan.engines.vllm.kv_dtype import resolve_auto_kv_dtype
 from kvplan.engines.vllm.log import VllmLog, log_lines
 from kvplan.engines.vllm.lora import lora_graphs_term, lora_reserve_term
 from kvplan.engines.vllm.memory import vllm_reserve_terms
@@ -403,6 +405,17 @@ class Vllm(Engine):
         """``vllm/config/model.py`` ``_resolve_auto_dtype``: a float32 config runs in the platform's
         preferred dtype, bf16 on CUDA GPUs from SM 8.0 (fp16 before); others as configured."""
         return "bf16" if arch.model_dtype == "fp32" else arch.model_dtype
+
+    def kv_dtype(self, arch: ModelArch, name: str) -> KVDType:
+        """``auto`` is what ``engine/arg_utils.py`` ``create_engine_config`` passes to
+        ``CacheConfig``: ``utils/torch_utils.py`` ``resolve_kv_cache_dtype_string`` takes a ModelOpt
+        checkpoint's KV format (``kv_cache_quant_algo`` / ``kv_cache_scheme``) from v0.14.0
+        (``kvplan.engines.vllm.kv_dtype``), else the dtype the model runs in."""
+        if name == "auto":
+            resolved = resolve_auto_kv_dtype(arch.weights.quantization, self.record.kv_quant_auto)
+            if resolved is not None:
+                return resolve_dtype(resolved)
+        return super().kv_dtype(arch, name)
 
     def hybrid_default(self, arch: ModelArch) -> bool:
         """``vllm/config/vllm.py``: the hybrid manager is on by default (``hybrid_default`` ``on``);

@@ -108,6 +108,11 @@ class VllmRelease(Release):
     #: ``causal_conv1d_update``'s ``assert num_cache_lines >= batch`` (v0.11.0–v0.17, FULL_AND_PIECEWISE
     #: the default, issue #34094); ``none`` — piecewise graphs only by default (v0.8–v0.10, V0).
     state_block_check: StateBlockCheck = "none"
+    #: The ModelOpt KV formats ``--kv-cache-dtype auto`` takes from the checkpoint's quantization
+    #: config (``engine/arg_utils.py`` ``create_engine_config`` → ``utils/torch_utils.py``
+    #: ``resolve_kv_cache_dtype_string``; ``kvplan.engines.vllm.kv_dtype``): none up to v0.13,
+    #: ``fp8`` from v0.14.0, ``nvfp4`` too from v0.20.0 (``MODELOPT_TO_VLLM_KV_CACHE_DTYPE_MAP``).
+    kv_quant_auto: tuple[str, ...] = ()
 
 
 V0_6 = VllmRelease(
@@ -183,8 +188,11 @@ V0_17 = replace(
             "v0.19.1 ``envs.py``). v0.14–v0.19 (``quantization/mxfp4.py`` ``get_mxfp4_backend``, "
             "v0.19 ``oracle/mxfp4.py``): Triton on SM 9.0 (bundled ``vllm.third_party.triton_kernels``) "
             "keeps the checkpoint's scales as layer parameters beside the swizzled copy in its "
-            "``PrecisionConfig``; TRT-LLM pads the intermediate to 256 — as v0.20–v0.24.",
-    ceil_requested=True, hybrid_default="on")
+            "``PrecisionConfig``; TRT-LLM pads the intermediate to 256 — as v0.20–v0.24. From v0.14.0 "
+            "``--kv-cache-dtype auto`` is ``fp8_e4m3`` for a ModelOpt checkpoint declaring FP8 KV "
+            "(``engine/arg_utils.py`` ``create_engine_config`` → ``utils/torch_utils.py`` "
+            "``resolve_kv_cache_dtype_string``; absent in v0.13.0).",
+    ceil_requested=True, hybrid_default="on", kv_quant_auto=("fp8",))
 V0_19 = replace(
     V0_17, key="0.19", since="0.18.0", name="vLLM v0.18–v0.19",
     changes="hybrid Mamba models with FULL decode CUDA graphs: ``config/compilation.py`` "
@@ -201,8 +209,11 @@ V0_20_0 = replace(
             "min_block_size`` (v0.20.0 ``v1/core/kv_cache_utils.py`` ``_report_kv_cache_config``). "
             "Hybrid Mamba models: ``config/compilation.py:1436`` ``resolve_cudagraph_mode_and_sizes`` "
             "raises \"max_num_seqs (N) exceeds available Mamba cache blocks (M)\" instead of capping "
-            "the capture sizes (PR #38270; the same check through v0.33 ``:1526``).",
-    default_gpu_util=0.92, graphs_counted=True, state_block_check="raise",
+            "the capture sizes (PR #38270; the same check through v0.33 ``:1526``). "
+            "``--kv-cache-dtype auto`` takes a 4-bit float ModelOpt ``kv_cache_scheme`` / "
+            "``kv_cache_quant_algo`` NVFP4 as ``nvfp4`` (``utils/torch_utils.py`` "
+            "``MODELOPT_TO_VLLM_KV_CACHE_DTYPE_MAP``; \"auto\", the model dtype, in v0.14–v0.19.1).",
+    kv_quant_auto=("fp8", "nvfp4"), default_gpu_util=0.92, graphs_counted=True, state_block_check="raise",
     mxfp4_source="vLLM v0.20.0/v0.20.2 fused_moe/oracle/mxfp4.py")
 V0_20 = replace(
     V0_20_0, key="0.20", since="0.20.1", name="vLLM v0.20.1–v0.20.2",
