@@ -15,10 +15,20 @@ import numpy as np
 
 from kvplan.arch import Kind, LayerSpec, ModelArch
 from kvplan.dtypes import KVDType
-from kvplan.engines.base import ContextLimit, Engine, EngineView, KVPool, Release, StartupCheck, ViewShape
+from kvplan.engines.base import (
+    ContextLimit,
+    Engine,
+    EngineView,
+    KVPool,
+    Release,
+    StartupCheck,
+    ViewShape,
+    resolve_dtype,
+)
 from kvplan.engines.kinds import TOKEN_KINDS, CacheRule, TokenLayout, layer_window
 from kvplan.engines.reserve import Reserve, ReserveTerm
 from kvplan.engines.settings import EngineSettings
+from kvplan.engines.sglang.kv_dtype import resolve_auto_kv_dtype
 from kvplan.engines.sglang.log import SglangLog
 from kvplan.engines.sglang.weights import sglang_loading_rules
 
@@ -190,6 +200,16 @@ class SGLang(Engine):
         if arch.model_dtype != "fp32":
             return arch.model_dtype
         return "bf16" if arch.model_type.startswith("gemma") else "fp16"
+
+    def kv_dtype(self, arch: ModelArch, name: str) -> KVDType:
+        """``auto``: ``mem_cache/kv_cache_dtype.py`` ``configure_kv_cache_dtype`` — fp8_e4m3 when the
+        checkpoint's quantization class declares FP8 KV (``kv_cache_quant_algo``;
+        ``kvplan.engines.sglang.kv_dtype``), else the dtype the model runs in."""
+        if name == "auto":
+            resolved = resolve_auto_kv_dtype(arch.weights.quantization)
+            if resolved is not None:
+                return resolve_dtype(resolved)
+        return super().kv_dtype(arch, name)
 
     #: A token pool of ``page_size`` pages for every attention kind; Mamba states in their own pool.
     specs: ClassVar[dict[Kind, type[CacheRule]]] = TOKEN_KINDS
