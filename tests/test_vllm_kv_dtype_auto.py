@@ -90,3 +90,17 @@ def test_auto_pool_is_vllms_fp8_pool(case: dict[str, object]) -> None:
         return
     assert (result.num_blocks, result.state_blocks, result.starts) == \
         (case["num_blocks"], case["num_blocks"], case["starts"])
+
+
+def test_answer_names_where_auto_came_from() -> None:
+    """``fit`` says why "auto" is fp8_e4m3 (and says nothing for a model-dtype "auto")."""
+    query = FitQuery(engine="vllm@0.33", tokens=32768, kv_dtype="auto")
+    nvfp4 = fit(make_plan(load_model("nvidia/Qwen3.5-122B-A10B-NVFP4"), custom_gpu(141), query),
+                search_gpus=False)
+    assert nvfp4.kv_dtype == "fp8_e4m3"
+    assert "KV dtype auto = fp8_e4m3: the checkpoint's quantization config declares its KV format " \
+           "(vLLM ≥ 0.14 engine/arg_utils.py create_engine_config → utils/torch_utils.py " \
+           "resolve_kv_cache_dtype_string)" in nvfp4.notes
+    old = fit(make_plan(load_model("nvidia/Qwen3.5-122B-A10B-NVFP4"), custom_gpu(141),
+                        query.model_copy(update={"engine": "vllm@0.13"})), search_gpus=False)
+    assert old.kv_dtype == "bf16" and not any(n.startswith("KV dtype auto") for n in old.notes)

@@ -288,8 +288,12 @@ class SGLang(Engine):
                                       f"({capacity:,} − {reserve:,}) × {util}")
         return [int((capacity - reserve) * util) - w for w in stage_weights]
 
+    auto_kv_source: ClassVar[str] = ("SGLang mem_cache/kv_cache_dtype.py configure_kv_cache_dtype: "
+                                     "quant_config.kv_cache_quant_algo FP8")
+
     def make_pool(self, arch: ModelArch, gpu: GPU, kv_dtype: str, settings: EngineSettings,
                   budgets: list[int], notes: list[str]) -> KVPool:
+        notes.extend(self.auto_kv_note(arch, kv_dtype))
         view = self.stage_view(arch, kv_dtype, settings, notes)
         return SGLangPool(view, max(min(budgets), 0), settings, sglang_mm_reservation(arch))
 

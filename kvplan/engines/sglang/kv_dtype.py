@@ -8,6 +8,7 @@ checkpoint (``--kv-cache-dtype nvfp4`` must be given).
 from __future__ import annotations
 
 import json
+from functools import lru_cache
 from typing import Any
 
 
@@ -71,6 +72,7 @@ def kv_cache_quant_algo(quant: dict[str, Any]) -> object:
     return None
 
 
+@lru_cache(maxsize=256)
 def resolve_auto_kv_dtype(quantization: str | None) -> str | None:
     """``configure_kv_cache_dtype`` with ``--kv-cache-dtype auto``: "fp8_e4m3" when the model's
     ``kv_cache_quant_algo`` is "FP8", else None (the model dtype)."""

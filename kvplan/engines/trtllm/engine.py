@@ -255,8 +255,12 @@ class TrtLlm(Engine):
             position += n
         return dict(sorted(out.items()))
 
+    auto_kv_source: ClassVar[str] = ("TensorRT-LLM _torch/model_config.py quant_config.kv_cache_quant_algo, "
+                                     "sized by resource_manager.py get_cache_size_per_token")
+
     def make_pool(self, arch: ModelArch, gpu: GPU, kv_dtype: str, settings: EngineSettings,
                   budgets: list[int], notes: list[str]) -> KVPool:
+        notes.extend(self.auto_kv_note(arch, kv_dtype))
         stage = self.largest_stage(arch, settings.pp)
         view = self.stage_view(arch, kv_dtype, settings, notes)
         max_seq_len = settings.max_cache_len or arch.max_position_embeddings or 1 << 62

@@ -10,6 +10,7 @@ its assert "Quantized kv cache is not expected" (INT8).
 from __future__ import annotations
 
 import json
+from functools import lru_cache
 from typing import Any
 
 from kvplan.errors import KVPlanError
@@ -70,6 +71,7 @@ def kv_cache_quant_algo(quant: dict[str, Any], flat: bool) -> object:
     return quant.get("kv_cache_quant_algo")
 
 
+@lru_cache(maxsize=256)
 def resolve_auto_kv_dtype(quantization: str | None, flat: bool) -> str | None:
     """The cache dtype "auto" stands for, or None (the model dtype). A declared algo the PyTorch
     backend cannot size (INT8 and others) is a named error."""

@@ -533,8 +533,12 @@ class Vllm(Engine):
         target = int(capacity * util)
         return target, f"{capacity:,} × {util} = {target:,} B ({self.release}: total × util)"
 
+    auto_kv_source: ClassVar[str] = ("vLLM ≥ 0.14 engine/arg_utils.py create_engine_config → "
+                                     "utils/torch_utils.py resolve_kv_cache_dtype_string")
+
     def make_pool(self, arch: ModelArch, gpu: GPU, kv_dtype: str, settings: EngineSettings,
                   budgets: list[int], notes: list[str]) -> KVPool:
+        notes.extend(self.auto_kv_note(arch, kv_dtype))
         pool = self.pool_layout(arch, kv_dtype, settings, vllm_mla_block_size(gpu, kv_dtype))
         notes.extend(pool.notes)
         return VllmPagedPool(pool, budgets, pp_partition(arch.n_layers, settings.pp),

@@ -10,6 +10,7 @@ pool is sized at one byte per element, not the model dtype (v0.13 keeps "auto").
 from __future__ import annotations
 
 import json
+from functools import lru_cache
 from typing import Any
 
 #: ``get_kv_cache_quant_algo_string``'s result when the config's KV format is one the release does
@@ -65,6 +66,7 @@ def kv_quant_algo_string(quant: dict[str, Any], mapped: tuple[str, ...]) -> str 
     return None
 
 
+@lru_cache(maxsize=256)
 def resolve_auto_kv_dtype(quantization: str | None, mapped: tuple[str, ...]) -> str | None:
     """``utils/torch_utils.py`` ``resolve_kv_cache_dtype_string("auto", model_config)`` on the
     model's ``quantization_config`` (``WeightSpec.quantization``, canonical JSON): the cache dtype
