@@ -62,6 +62,10 @@ if TYPE_CHECKING:
     from kvplan.presets import GPU
     from kvplan.weights import ExpertRepack, LoadingRules
 
+#: ``model_executor/models/config.py`` ``MODELS_CONFIG_MAP`` entries of ``NemotronHForCausalLMConfig``
+#: / ``NemotronHNanoVLV2Config`` (the SSM cache dtype hook).
+NEMOTRON_H_ARCHITECTURES = frozenset({"NemotronHForCausalLM", "NemotronHPuzzleForCausalLM",
+                                      "NemotronH_Nano_VL_V2"})
 #: vLLM ``SupportsMambaPrefixCaching`` families: mamba cache mode "all" instead of "align".
 VLLM_MAMBA_ALL_MODE_VARIANTS = frozenset({"mamba2"})
 VLLM_DEFAULT_GPU_UTIL = 0.92  # vllm/config/cache.py (0.9 before v0.20.0)
@@ -416,6 +420,26 @@ class Vllm(Engine):
             if resolved is not None:
                 return resolve_dtype(resolved)
         return super().kv_dtype(arch, name)
+
+    def build_view(self, arch: ModelArch, dtype: KVDType, model_dtype: KVDType,
+                   settings: EngineSettings, counts: dict[LayerSpec, int],
+                   mla_block_size: int | None) -> EngineView:
+        """The generic loop, on the SSM state dtype vLLM's config hook gives NemotronH
+        (``nemotron_ssm_dtype``)."""
+        if arch.architecture in NEMOTRON_H_ARCHITECTURES:
+            counts = {self.nemotron_ssm_dtype(layer): n for layer, n in counts.items()}
+        return super().build_view(arch, dtype, model_dtype, settings, counts, mla_block_size)
+
+    def nemotron_ssm_dtype(self, layer: LayerSpec) -> LayerSpec:
+        """``model_executor/models/config.py`` ``NemotronHForCausalLMConfig.update_mamba_ssm_cache_dtype``:
+        with ``--mamba-ssm-cache-dtype auto``, config.json's ``mamba_ssm_cache_dtype``, else the
+        release's default (``VllmRelease.nemotron_h_ssm_default``: fp16 in v0.13–v0.19.1, fp32 from
+        v0.20.0); a release without the hook keeps the model dtype."""
+        if not isinstance(layer, Recurrent):
+            return layer
+        default = self.record.nemotron_h_ssm_default
+        ssm = None if default is None else (layer.ssm_dtype or default)
+        return layer if ssm == layer.ssm_dtype else layer.model_copy(update={"ssm_dtype": ssm})
 
     def hybrid_default(self, arch: ModelArch) -> bool:
         """``vllm/config/vllm.py``: the hybrid manager is on by default (``hybrid_default`` ``on``);
