@@ -393,19 +393,24 @@ def test_vllm_mamba2_all_mode_block_and_state_pages():
     """NemotronH-style hybrid (``hybrid_override_pattern`` M = Mamba-2, * = attention, - = MLP).
 
     MambaStateShapeCalculator: conv (d_inner + 2·groups·state) × (kernel − 1) = 3,072 × 3 × 2 B =
-    18,432; SSM 16 heads × 64 × 128 × 2 B = 262,144 → 280,576 B per layer. Prefix caching on and a
-    Mamba-2 model → mamba_cache_mode "all": the attention block is a multiple of
-    lcm(chunk 256, 16) = 256 covering cdiv(280,576, 1,024 B per token) = 274 tokens → 512 tokens;
-    page 512 × 1,024 = 524,288 B (the Mamba page is padded to it). "all" reserves cdiv(L, 512)
-    state pages: at L = 1,000, 2 per Mamba layer (platforms/interface.py, kv_cache_interface.py).
+    18,432; SSM 16 heads × 64 × 128 × 4 B = 524,288 (float32: ``models/config.py``
+    ``NemotronHForCausalLMConfig`` default for a config without ``mamba_ssm_cache_dtype``, v0.20+;
+    tests/test_vllm_state_pages.py) → 542,720 B per layer. Prefix caching on and a Mamba-2 model →
+    mamba_cache_mode "all": the attention block is a multiple of lcm(chunk 256, 16) = 256 covering
+    cdiv(542,720, 1,024 B per token) = 530 tokens → 768 tokens; page 768 × 1,024 = 786,432 B (the
+    Mamba page is padded to it). "all" reserves cdiv(L, 768) state pages: at L = 1,000, 2 per Mamba
+    layer (platforms/interface.py, kv_cache_interface.py). A bf16 SSM (vLLM ≤ 0.11.0, no hook)
+    gives 280,576 B → 512-token blocks.
     """
     arch = parse_config(NEMOTRON_H_TINY)
     assert arch.kind_counts() == {"recurrent": 4, "none": 2, "full": 2}
     result = kv_cache(kv_plan(arch, 1000, engine="vllm"))
-    assert result.block_size == 512
-    assert result.layers["recurrent"].bytes == 4 * 524_288
-    assert result.layers["recurrent"].reserved_bytes == 4 * 2 * 524_288
-    assert result.layers["full"].bytes == 2 * 2 * 512 * 1024
+    assert result.block_size == 768
+    assert result.layers["recurrent"].bytes == 4 * 786_432
+    assert result.layers["recurrent"].reserved_bytes == 4 * 2 * 786_432
+    assert result.layers["full"].bytes == 2 * 2 * 768 * 1024
+    old = kv_cache(kv_plan(arch, 1000, engine="vllm@0.11"))
+    assert (old.block_size, old.layers["recurrent"].bytes) == (512, 4 * 524_288)
     fp32 = parse_config({**NEMOTRON_H_TINY, "mamba_ssm_cache_dtype": "float32"})
     view = engine_view(fp32, "sglang")
     state = next(r for r in view.rules if r.kind == "recurrent")

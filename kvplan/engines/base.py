@@ -347,6 +347,20 @@ class Engine:
         """The KV element format for ``name``; ``auto`` = the dtype the engine runs the model in."""
         return resolve_dtype(self.model_dtype(arch) if name == "auto" else name)
 
+    #: Where the engine reads a checkpoint's KV format for ``auto`` (named in the pool's notes).
+    auto_kv_source: ClassVar[str] = ""
+
+    def auto_kv_note(self, arch: ModelArch, name: str) -> list[str]:
+        """A note when ``auto`` is not the model dtype: the checkpoint's quantization config declares
+        the KV format and the engine takes it (``kv_dtype``; ``auto_kv_source``)."""
+        if name != "auto":
+            return []
+        resolved = self.kv_dtype(arch, "auto").name
+        if resolved == resolve_dtype(self.model_dtype(arch)).name:
+            return []
+        return [f"KV dtype auto = {resolved}: the checkpoint's quantization config declares its KV "
+                f"format ({self.auto_kv_source})"]
+
     def check_dtype(self, arch: ModelArch, dtype: KVDType) -> None:
         """Refuse formats this engine cannot store for ``arch`` (named error)."""
 

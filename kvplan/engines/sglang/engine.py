@@ -25,11 +25,13 @@ from kvplan.engines.base import (
     Release,
     StartupCheck,
     ViewShape,
+    resolve_dtype,
     weights_oom,
 )
 from kvplan.engines.kinds import TOKEN_KINDS, CacheRule, TokenLayout, layer_window
 from kvplan.engines.reserve import Reserve, ReserveTerm
 from kvplan.engines.settings import EngineSettings
+from kvplan.engines.sglang.kv_dtype import resolve_auto_kv_dtype
 from kvplan.engines.sglang.log import SglangLog
 from kvplan.engines.sglang.lora import LORA_POOL_TERM, sglang_lora_term
 from kvplan.engines.sglang.weights import sglang_loading_rules
@@ -227,6 +229,16 @@ class SGLang(Engine):
             return arch.model_dtype
         return "bf16" if arch.model_type.startswith("gemma") else "fp16"
 
+    def kv_dtype(self, arch: ModelArch, name: str) -> KVDType:
+        """``auto``: ``mem_cache/kv_cache_dtype.py`` ``configure_kv_cache_dtype`` — fp8_e4m3 when the
+        checkpoint's quantization class declares FP8 KV (``kv_cache_quant_algo``;
+        ``kvplan.engines.sglang.kv_dtype``), else the dtype the model runs in."""
+        if name == "auto":
+            resolved = resolve_auto_kv_dtype(arch.weights.quantization)
+            if resolved is not None:
+                return resolve_dtype(resolved)
+        return super().kv_dtype(arch, name)
+
     #: A token pool of ``page_size`` pages for every attention kind; Mamba states in their own pool.
     specs: ClassVar[dict[Kind, type[CacheRule]]] = TOKEN_KINDS
     #: SGLang keeps the SSM state in fp32 unless the config says otherwise.
@@ -364,8 +376,12 @@ class SGLang(Engine):
                    "speculative decoding, draft weights are now counted.")
         return out, oom
 
+    auto_kv_source: ClassVar[str] = ("SGLang mem_cache/kv_cache_dtype.py configure_kv_cache_dtype: "
+                                     "quant_config.kv_cache_quant_algo FP8")
+
     def make_pool(self, arch: ModelArch, gpu: GPU, kv_dtype: str, settings: EngineSettings,
                   budgets: list[int], notes: list[str]) -> KVPool:
+        notes.extend(self.auto_kv_note(arch, kv_dtype))
         view = self.stage_view(arch, kv_dtype, settings, notes)
         return SGLangPool(view, max(min(budgets), 0), settings, sglang_mm_reservation(arch))
 

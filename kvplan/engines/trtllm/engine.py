@@ -24,10 +24,11 @@ import numpy as np
 
 from kvplan.arch import MLA, Attention, Kind, LayerSpec, ModelArch, NoCache, Recurrent
 from kvplan.dtypes import KVDType
-from kvplan.engines.base import ContextLimit, Engine, KVPool, Release, ViewShape, weights_oom
+from kvplan.engines.base import ContextLimit, Engine, KVPool, Release, ViewShape, resolve_dtype, weights_oom
 from kvplan.engines.kinds import CacheRule, PagedRule, StateRule, TokenLayout, cdiv, layer_window
 from kvplan.engines.reserve import Reserve, ReserveTerm
 from kvplan.engines.settings import EngineSettings
+from kvplan.engines.trtllm.kv_dtype import resolve_auto_kv_dtype
 from kvplan.engines.trtllm.log import TrtllmLog
 from kvplan.engines.trtllm.weights import trtllm_loading_rules
 
@@ -91,6 +92,11 @@ class TrtLlmRelease(Release):
     #: count ``math.ceil(max_tokens / tokens_per_block)`` (True) or ``int(max_tokens //
     #: tokens_per_block)`` (False).
     blocks_round_up: bool
+    #: ``_torch/model_config.py`` ``load_hf_quant_config`` reads a flat ModelOpt
+    #: ``quantization_config`` (config.json, ModelOpt ≥ 0.31) with its ``kv_cache_scheme`` (main,
+    #: ``quantization/modelopt_config.py`` ``read_modelopt_quant_config``); up to 1.1 only
+    #: ``hf_quant_config.json`` declares the KV format (``kvplan.engines.trtllm.kv_dtype``).
+    kv_quant_flat: bool = False
 
 
 #: TensorRT-LLM releases, oldest first, each the previous one with what changed.
@@ -99,12 +105,16 @@ TRTLLM_1_1 = TrtLlmRelease(
     changes="up to 1.1 the primary pool rounds its block count up: ``blocks_in_primary_pool = "
             "math.ceil(max_tokens / tokens_per_block)`` (1.1.0rc3 ``_torch/pyexecutor/resource_manager.py`` "
             "``KVCacheManager.calculate_max_num_blocks``; the C++ runtime of 0.19 likewise, "
-            "``tc::ceilDiv`` in ``calculateMaxNumBlocks``)")
+            "``tc::ceilDiv`` in ``calculateMaxNumBlocks``); KV dtype \"auto\" follows "
+            "``hf_quant_config.json``'s ``kv_cache_quant_algo`` only (``_torch/model_config.py`` "
+            "``load_modelopt_quant_config``; ``load_hf_quant_config`` reads no ModelOpt config.json)")
 TRTLLM_MAIN = replace(
     TRTLLM_1_1, key="main", since="1.2.0", name="TensorRT-LLM main 2026 (PyTorch backend; blocks floored)",
-    blocks_round_up=False,
+    blocks_round_up=False, kv_quant_flat=True,
     changes="main (``resource_manager.py`` 001541ba…, ``_util.py`` 00043967…): "
-            "``calculate_max_num_blocks`` floors, ``int(max_tokens // tokens_per_block)``")
+            "``calculate_max_num_blocks`` floors, ``int(max_tokens // tokens_per_block)``; a flat "
+            "ModelOpt config.json ``kv_cache_scheme`` sets the KV dtype \"auto\" takes "
+            "(``quantization/modelopt_config.py`` 2edf354d ``read_modelopt_quant_config``)")
 TRTLLM_RELEASES: tuple[TrtLlmRelease, ...] = (TRTLLM_1_1, TRTLLM_MAIN)
 
 
@@ -167,6 +177,17 @@ class TrtLlm(Engine):
             return (dtype.vector_bytes(layer.head_dim_k * layer.n_kv_heads // tp)
                     + dtype.vector_bytes(layer.head_dim_v * layer.n_kv_heads // tp))
         return self.token_bytes(layer, dtype, tp)
+
+    def kv_dtype(self, arch: ModelArch, name: str) -> KVDType:
+        """``auto`` keeps the checkpoint's ``kv_cache_quant_algo`` (``llm_args.py``
+        ``sync_quant_config_with_kv_cache_config_dtype``), which ``resource_manager.py``
+        ``get_cache_size_per_token`` sizes: FP8 / NVFP4 (``kvplan.engines.trtllm.kv_dtype``), else the
+        model dtype."""
+        if name == "auto":
+            resolved = resolve_auto_kv_dtype(arch.weights.quantization, self.record.kv_quant_flat)
+            if resolved is not None:
+                return resolve_dtype(resolved)
+        return super().kv_dtype(arch, name)
 
     def view_shape(self, arch: ModelArch, dtype: KVDType, model_dtype: KVDType,
                    settings: EngineSettings, counts: dict[LayerSpec, int],
@@ -258,8 +279,12 @@ class TrtLlm(Engine):
             position += n
         return dict(sorted(out.items()))
 
+    auto_kv_source: ClassVar[str] = ("TensorRT-LLM _torch/model_config.py quant_config.kv_cache_quant_algo, "
+                                     "sized by resource_manager.py get_cache_size_per_token")
+
     def make_pool(self, arch: ModelArch, gpu: GPU, kv_dtype: str, settings: EngineSettings,
                   budgets: list[int], notes: list[str]) -> KVPool:
+        notes.extend(self.auto_kv_note(arch, kv_dtype))
         stage = self.largest_stage(arch, settings.pp)
         view = self.stage_view(arch, kv_dtype, settings, notes)
         max_seq_len = settings.max_cache_len or arch.max_position_embeddings or 1 << 62

@@ -43,11 +43,13 @@ from kvplan.engines.base import (
     layer_kind,
     pp_partition,
     raised_block,
+    resolve_dtype,
     weights_oom,
 )
 from kvplan.engines.kinds import PAGED_KINDS, VLLM_DEFAULT_BLOCK_SIZE, CacheRule, layer_window
 from kvplan.engines.reserve import Reserve, ReserveTerm, cuda_capacity
 from kvplan.engines.settings import EngineSettings
+from kvplan.engines.vllm.kv_dtype import resolve_auto_kv_dtype
 from kvplan.engines.vllm.log import VllmLog, log_lines
 from kvplan.engines.vllm.lora import lora_graphs_term, lora_reserve_term
 from kvplan.engines.vllm.memory import vllm_reserve_terms
@@ -61,6 +63,10 @@ if TYPE_CHECKING:
     from kvplan.presets import GPU
     from kvplan.weights import ExpertRepack, LoadingRules
 
+#: ``model_executor/models/config.py`` ``MODELS_CONFIG_MAP`` entries of ``NemotronHForCausalLMConfig``
+#: / ``NemotronHNanoVLV2Config`` (the SSM cache dtype hook).
+NEMOTRON_H_ARCHITECTURES = frozenset({"NemotronHForCausalLM", "NemotronHPuzzleForCausalLM",
+                                      "NemotronH_Nano_VL_V2"})
 #: vLLM ``SupportsMambaPrefixCaching`` families: mamba cache mode "all" instead of "align".
 VLLM_MAMBA_ALL_MODE_VARIANTS = frozenset({"mamba2"})
 VLLM_DEFAULT_GPU_UTIL = 0.92  # vllm/config/cache.py (0.9 before v0.20.0)
@@ -405,6 +411,37 @@ class Vllm(Engine):
         preferred dtype, bf16 on CUDA GPUs from SM 8.0 (fp16 before); others as configured."""
         return "bf16" if arch.model_dtype == "fp32" else arch.model_dtype
 
+    def kv_dtype(self, arch: ModelArch, name: str) -> KVDType:
+        """``auto`` is what ``engine/arg_utils.py`` ``create_engine_config`` passes to
+        ``CacheConfig``: ``utils/torch_utils.py`` ``resolve_kv_cache_dtype_string`` takes a ModelOpt
+        checkpoint's KV format (``kv_cache_quant_algo`` / ``kv_cache_scheme``) from v0.14.0
+        (``kvplan.engines.vllm.kv_dtype``), else the dtype the model runs in."""
+        if name == "auto":
+            resolved = resolve_auto_kv_dtype(arch.weights.quantization, self.record.kv_quant_auto)
+            if resolved is not None:
+                return resolve_dtype(resolved)
+        return super().kv_dtype(arch, name)
+
+    def build_view(self, arch: ModelArch, dtype: KVDType, model_dtype: KVDType,
+                   settings: EngineSettings, counts: dict[LayerSpec, int],
+                   mla_block_size: int | None) -> EngineView:
+        """The generic loop, on the SSM state dtype vLLM's config hook gives NemotronH
+        (``nemotron_ssm_dtype``)."""
+        if arch.architecture in NEMOTRON_H_ARCHITECTURES:
+            counts = {self.nemotron_ssm_dtype(layer): n for layer, n in counts.items()}
+        return super().build_view(arch, dtype, model_dtype, settings, counts, mla_block_size)
+
+    def nemotron_ssm_dtype(self, layer: LayerSpec) -> LayerSpec:
+        """``model_executor/models/config.py`` ``NemotronHForCausalLMConfig.update_mamba_ssm_cache_dtype``:
+        with ``--mamba-ssm-cache-dtype auto``, config.json's ``mamba_ssm_cache_dtype``, else the
+        release's default (``VllmRelease.nemotron_h_ssm_default``: fp16 in v0.13–v0.19.1, fp32 from
+        v0.20.0); a release without the hook keeps the model dtype."""
+        if not isinstance(layer, Recurrent):
+            return layer
+        default = self.record.nemotron_h_ssm_default
+        ssm = None if default is None else (layer.ssm_dtype or default)
+        return layer if ssm == layer.ssm_dtype else layer.model_copy(update={"ssm_dtype": ssm})
+
     def hybrid_default(self, arch: ModelArch) -> bool:
         """``vllm/config/vllm.py``: the hybrid manager is on by default (``hybrid_default`` ``on``);
         for models with ``attention_chunk_size`` (Llama 4) it is turned off only when
@@ -578,9 +615,12 @@ class Vllm(Engine):
                 f"than desired GPU memory utilization ({util}, {_gib(requested)} GiB). Decrease GPU "
                 "memory utilization or reduce GPU memory used by other processes.")
         return budgets, oom
+    auto_kv_source: ClassVar[str] = ("vLLM ≥ 0.14 engine/arg_utils.py create_engine_config → "
+                                     "utils/torch_utils.py resolve_kv_cache_dtype_string")
 
     def make_pool(self, arch: ModelArch, gpu: GPU, kv_dtype: str, settings: EngineSettings,
                   budgets: list[int], notes: list[str]) -> KVPool:
+        notes.extend(self.auto_kv_note(arch, kv_dtype))
         pool = self.pool_layout(arch, kv_dtype, settings, vllm_mla_block_size(gpu, kv_dtype))
         notes.extend(pool.notes)
         return VllmPagedPool(pool, budgets, pp_partition(arch.n_layers, settings.pp),

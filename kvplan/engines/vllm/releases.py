@@ -121,6 +121,17 @@ class VllmRelease(Release):
     #: ``ValueError`` when ``free < requested``; KV = ``requested − this process's use``,
     #: ``memory_profiling`` against the start-up snapshot).
     others_rule: OthersRule = "free_check"
+    #: The ModelOpt KV formats ``--kv-cache-dtype auto`` takes from the checkpoint's quantization
+    #: config (``engine/arg_utils.py`` ``create_engine_config`` → ``utils/torch_utils.py``
+    #: ``resolve_kv_cache_dtype_string``; ``kvplan.engines.vllm.kv_dtype``): none up to v0.13,
+    #: ``fp8`` from v0.14.0, ``nvfp4`` too from v0.20.0 (``MODELOPT_TO_VLLM_KV_CACHE_DTYPE_MAP``).
+    kv_quant_auto: tuple[str, ...] = ()
+    #: ``model_executor/models/config.py`` ``NemotronHForCausalLMConfig`` (``MODELS_CONFIG_MAP``):
+    #: with ``mamba_ssm_cache_dtype`` "auto", NemotronH's SSM state takes config.json's
+    #: ``mamba_ssm_cache_dtype``, else this default — ``fp16`` in v0.13–v0.19.1, ``fp32`` from
+    #: v0.20.0 (``DEFAULT_MAMBA_SSM_CACHE_DTYPE``); None: no hook (v0.11.0 and older), the model
+    #: dtype whatever the config says.
+    nemotron_h_ssm_default: str | None = None
 
 
 V0_6 = VllmRelease(
@@ -187,8 +198,10 @@ V0_13 = replace(
             "``init_device``). MXFP4 experts: v0.12–v0.13 bundle ``vllm.third_party.triton_kernels`` "
             "and take Triton on SM 9.0 as v0.14 (``quantization/mxfp4.py`` ``get_mxfp4_backend``); "
             "v0.11.1–v0.11.2 bundle none (``utils/import_utils.py`` ``has_triton_kernels``) and take "
-            "Marlin, as ``vllm@0.11``, unless ``triton_kernels`` is installed.",
-    sampler_path="sort", capture_rule="stride16", mxfp4_triton=True,
+            "Marlin, as ``vllm@0.11``, unless ``triton_kernels`` is installed. NemotronH's SSM "
+            "state: ``models/config.py`` ``NemotronHForCausalLMConfig`` takes config.json's "
+            "``mamba_ssm_cache_dtype``, else float16 (read in 0.13.0; absent in 0.11.0).",
+    sampler_path="sort", capture_rule="stride16", mxfp4_triton=True, nemotron_h_ssm_default="fp16",
     mxfp4_source="vLLM v0.14.1/v0.19.0 quantization/mxfp4.py")
 V0_17 = replace(
     V0_13, key="0.17", since="0.14.0", name="vLLM v0.14–v0.17",
@@ -200,8 +213,11 @@ V0_17 = replace(
             "v0.19.1 ``envs.py``). v0.14–v0.19 (``quantization/mxfp4.py`` ``get_mxfp4_backend``, "
             "v0.19 ``oracle/mxfp4.py``): Triton on SM 9.0 (bundled ``vllm.third_party.triton_kernels``) "
             "keeps the checkpoint's scales as layer parameters beside the swizzled copy in its "
-            "``PrecisionConfig``; TRT-LLM pads the intermediate to 256 — as v0.20–v0.24.",
-    ceil_requested=True, hybrid_default="on")
+            "``PrecisionConfig``; TRT-LLM pads the intermediate to 256 — as v0.20–v0.24. From v0.14.0 "
+            "``--kv-cache-dtype auto`` is ``fp8_e4m3`` for a ModelOpt checkpoint declaring FP8 KV "
+            "(``engine/arg_utils.py`` ``create_engine_config`` → ``utils/torch_utils.py`` "
+            "``resolve_kv_cache_dtype_string``; absent in v0.13.0).",
+    ceil_requested=True, hybrid_default="on", kv_quant_auto=("fp8",))
 V0_19 = replace(
     V0_17, key="0.19", since="0.18.0", name="vLLM v0.18–v0.19",
     changes="hybrid Mamba models with FULL decode CUDA graphs: ``config/compilation.py`` "
@@ -218,8 +234,14 @@ V0_20_0 = replace(
             "min_block_size`` (v0.20.0 ``v1/core/kv_cache_utils.py`` ``_report_kv_cache_config``). "
             "Hybrid Mamba models: ``config/compilation.py:1436`` ``resolve_cudagraph_mode_and_sizes`` "
             "raises \"max_num_seqs (N) exceeds available Mamba cache blocks (M)\" instead of capping "
-            "the capture sizes (PR #38270; the same check through v0.33 ``:1526``).",
-    default_gpu_util=0.92, graphs_counted=True, state_block_check="raise",
+            "the capture sizes (PR #38270; the same check through v0.33 ``:1526``). "
+            "``--kv-cache-dtype auto`` takes a 4-bit float ModelOpt ``kv_cache_scheme`` / "
+            "``kv_cache_quant_algo`` NVFP4 as ``nvfp4`` (``utils/torch_utils.py`` "
+            "``MODELOPT_TO_VLLM_KV_CACHE_DTYPE_MAP``; \"auto\", the model dtype, in v0.14–v0.19.1). "
+            "NemotronH's SSM state defaults to float32 (``NemotronHForCausalLMConfig."
+            "DEFAULT_MAMBA_SSM_CACHE_DTYPE``; float16 up to v0.19.1).",
+    kv_quant_auto=("fp8", "nvfp4"), nemotron_h_ssm_default="fp32", default_gpu_util=0.92,
+    graphs_counted=True, state_block_check="raise",
     mxfp4_source="vLLM v0.20.0/v0.20.2 fused_moe/oracle/mxfp4.py")
 V0_20 = replace(
     V0_20_0, key="0.20", since="0.20.1", name="vLLM v0.20.1–v0.20.2",

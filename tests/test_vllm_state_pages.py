@@ -1,0 +1,99 @@
+"""The recurrent-state page of Nemotron-H (Mamba-2) and Jamba (Mamba-1) against vLLM 0.33's own
+model classes (``tests/fixtures/vllm_truth/state_pages.json``, ``tools/vllm_truth/state_pages.py``:
+``NemotronHForCausalLMConfig`` hook, ``get_mamba_state_shape_from_config`` /
+``get_mamba_state_dtype_from_config``, ``MambaSpec.page_size_bytes``), and the SSM dtype hook of
+older releases read from their source. Falcon-H1 is refused by name."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kvplan.arch import ModelArch, Recurrent
+from kvplan.config_import import parse_config
+from kvplan.engines import engine_view, get_engine
+from kvplan.engines.base import resolve_dtype
+from kvplan.engines.kinds import TokenLayout, layer_state_bytes
+from kvplan.engines.settings import EngineSettings
+from kvplan.errors import KVPlanError
+
+ROOT = Path(__file__).resolve().parent.parent
+TRUTH = json.loads((ROOT / "tests/fixtures/vllm_truth/state_pages.json").read_text(encoding="utf-8"))
+CASES = {c["id"]: c for c in TRUTH["cases"]}
+NEMOTRON = json.loads((ROOT / "tests/fixtures/vllm_truth/configs/nemotron-3-nano-30b-a3b.json")
+                      .read_text(encoding="utf-8"))
+JAMBA = json.loads((ROOT / "presets/models/jamba-1.5-mini.json").read_text(encoding="utf-8"))["config"]
+TORCH = {"bfloat16": "bf16", "float32": "fp32", "float16": "fp16"}
+
+
+def _config(model: str) -> dict[str, object]:
+    base = NEMOTRON if model.startswith("nemotron") else JAMBA
+    config = {k: v for k, v in base.items() if not k.startswith("_")}
+    if model.endswith("|no-ssm-key"):
+        config.pop("mamba_ssm_cache_dtype")
+    return config
+
+
+def _state_layer(arch: ModelArch) -> Recurrent:
+    return next(layer for layer in arch.distinct_layers() if isinstance(layer, Recurrent))
+
+
+def test_fixture_scope() -> None:
+    assert TRUTH["vllm_version"] == "0.33.0" and len(CASES) == 36
+    assert {c["model_class"] for c in CASES.values()} == {"NemotronHForCausalLM", "JambaForCausalLM"}
+    assert CASES["nemotron-3-nano-30b-a3b|no-ssm-key|tp1|ssm-auto"]["resolved_ssm_cache_dtype"] == "float32"
+
+
+@pytest.mark.parametrize("key", sorted(k for k in CASES if k.endswith("ssm-auto")))
+def test_state_page_matches_vllm(key: str) -> None:
+    """``--mamba-ssm-cache-dtype auto`` (the default): kvplan's per-layer state on one rank, with
+    vLLM's NemotronH hook (``Vllm.nemotron_ssm_dtype``), equals ``MambaSpec.page_size_bytes``."""
+    case = CASES[key]
+    arch = parse_config(_config(case["model"]))
+    engine = get_engine("vllm@0.33")
+    layer = _state_layer(arch)
+    if arch.architecture == "NemotronHForCausalLM":
+        layer = engine.nemotron_ssm_dtype(layer)  # type: ignore[attr-defined]
+    assert engine.state_bytes(layer, resolve_dtype("bf16"), case["tp"]) == case["page_size_bytes"]
+
+
+@pytest.mark.parametrize("key", sorted(k for k in CASES if not k.endswith("ssm-auto")))
+def test_state_formula_with_an_explicit_ssm_dtype(key: str) -> None:
+    """An explicit ``--mamba-ssm-cache-dtype`` (not a kvplan setting): the byte formula
+    (``kinds.layer_state_bytes``) with that SSM dtype equals vLLM's page."""
+    case = CASES[key]
+    layer = _state_layer(parse_config(_config(case["model"])))
+    layer = layer.model_copy(update={"ssm_dtype": TORCH[case["mamba_ssm_cache_dtype"]]})
+    assert layer_state_bytes(layer, resolve_dtype("bf16"), case["tp"], TokenLayout()) == \
+        case["page_size_bytes"]
+
+
+@pytest.mark.parametrize(("release", "page"), [
+    # 0.33 hook default float32: state 2,134,016 B → block 17 × 128 = 2,176 tokens × 1,024 B
+    ("vllm@0.33", 2_228_224),
+    # 0.13–0.19.1 hook default float16: state 1,085,440 B → 9 × 128 = 1,152 tokens × 1,024 B
+    ("vllm@0.19", 1_179_648),
+    # 0.11.0: no hook, the model dtype (bf16, the same bytes as float16)
+    ("vllm@0.11", 1_179_648),
+])
+def test_nemotron_without_ssm_key_per_release(release: str, page: int) -> None:
+    """A Nemotron-H config.json without ``mamba_ssm_cache_dtype``: the padded state page of the view
+    (Mamba-2 with prefix caching: mamba cache mode "all", block a multiple of lcm(16, chunk 128)
+    covering the state at 2 KV heads × 128 × 2 × 2 B = 1,024 B per token)."""
+    arch = parse_config(_config("nemotron-3-nano-30b-a3b|no-ssm-key"))
+    view = engine_view(arch, release, "auto", EngineSettings(tp=1))
+    rule = next(r for r in view.rules if r.kind.holds_state)
+    assert rule.state_bytes == page  # type: ignore[attr-defined]
+
+
+def test_falcon_h1_is_refused_by_name() -> None:
+    """Falcon-H1 runs attention and a Mamba-2 mixer in parallel in every layer: refused by name
+    (``config_import._UNSUPPORTED_TYPES``), not planned as something else."""
+    config = {"model_type": "falcon_h1", "architectures": ["FalconH1ForCausalLM"], "num_hidden_layers": 24,
+              "hidden_size": 2048, "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 128,
+              "vocab_size": 65537, "intermediate_size": 4608, "mamba_d_state": 256, "mamba_d_conv": 4,
+              "mamba_n_groups": 1, "mamba_n_heads": 48, "mamba_d_head": 64, "mamba_d_ssm": 3072}
+    with pytest.raises(KVPlanError, match="attention and a Mamba-2 mixer in parallel"):
+        parse_config(config)
