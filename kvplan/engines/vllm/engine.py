@@ -50,13 +50,15 @@ from kvplan.engines.reserve import Reserve, ReserveTerm, cuda_capacity
 from kvplan.engines.settings import EngineSettings
 from kvplan.engines.vllm.log import VllmLog, log_lines
 from kvplan.engines.vllm.lora import lora_graphs_term, lora_reserve_term
-from kvplan.engines.vllm.memory import vllm_reserve_terms
+from kvplan.engines.vllm.memory import capture_sizes, vllm_reserve_terms
 from kvplan.engines.vllm.pool import VllmPagedPool, VllmPool, _pool_cached, _pool_only, vllm_num_blocks
 from kvplan.engines.vllm.releases import VLLM_RELEASES, VllmRelease
 from kvplan.engines.vllm.spec_decode import (
     EAGLE_FAMILY,
     SpecDecode,
     resolve_speculative,
+    spec_graphs_term,
+    spec_summary,
     spec_weights_term,
 )
 from kvplan.engines.vllm.startup import vllm_startup_check
@@ -344,10 +346,41 @@ class Vllm(Engine):
             mnbt=settings.max_num_batched_tokens or self.default_mnbt(gpu),
             max_num_seqs=settings.max_num_seqs or self.default_max_num_seqs(gpu),
             blackwell=major == 10 and record.blackwell_capture_cap, v0=record.v0_profile)
-        spec = self.speculative(arch, settings, gpu)
-        draft = spec_weights_term(spec, self.release) if spec is not None else None
         return Reserve(terms + self.lora_terms(arch, gpu, settings, terms)
-                       + ((draft,) if draft is not None else ()))
+                       + self.spec_terms(arch, gpu, settings, terms))
+
+    def spec_terms(self, arch: ModelArch, gpu: GPU, settings: EngineSettings,
+                   terms: tuple[ReserveTerm, ...] = ()) -> tuple[ReserveTerm, ...]:
+        """With ``--speculative-config``: the draft's weights and the capture sizes it adds
+        (``engines/vllm/spec_decode.py``); else none."""
+        spec = self.speculative(arch, settings, gpu)
+        if spec is None:
+            return ()
+        record = self.record
+        major = int(float(gpu.compute_capability)) if gpu.compute_capability else 0
+        seqs = settings.max_num_seqs or self.default_max_num_seqs(gpu)
+        mnbt = settings.max_num_batched_tokens or self.default_mnbt(gpu)
+        blackwell = major == 10 and record.blackwell_capture_cap
+        graphs = next((t for t in terms if t.name == "cuda_graphs"), None)
+        base = 0 if settings.enforce_eager else len(capture_sizes(record.capture_rule, seqs, mnbt,
+                                                                  blackwell))
+        out = (spec_weights_term(spec, self.release),
+               spec_graphs_term(graphs, base, spec, seqs, mnbt, blackwell, self.release))
+        return tuple(t for t in out if t is not None)
+
+    def speculative_summary(self, arch: ModelArch, gpu: GPU, settings: EngineSettings,
+                            kv_dtype: str) -> dict[str, object] | None:
+        """``fit --json``'s ``speculative`` (``spec_decode.spec_summary``): the drafter's KV bytes
+        per token on one GPU are its layers' as this view sizes them."""
+        spec = self.speculative(arch, settings, gpu)
+        if spec is None:
+            return None
+        dtype = self.kv_dtype(arch, kv_dtype)
+        per_token = sum(self.token_bytes(layer, dtype, settings.tp) for layer in spec.draft_layers)
+        major = int(float(gpu.compute_capability)) if gpu.compute_capability else 0
+        return spec_summary(spec, per_token, settings.max_num_seqs or self.default_max_num_seqs(gpu),
+                            settings.max_num_batched_tokens or self.default_mnbt(gpu),
+                            major == 10 and self.record.blackwell_capture_cap)
 
     def lora_terms(self, arch: ModelArch, gpu: GPU, settings: EngineSettings,
                    terms: tuple[ReserveTerm, ...] = ()) -> tuple[ReserveTerm, ...]:

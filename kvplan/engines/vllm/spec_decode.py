@@ -304,3 +304,85 @@ def spec_weights_term(spec: SpecDecode, release: str) -> ReserveTerm | None:
                        f"{release} vllm/v1/worker/gpu_model_runner.py load_model → drafter.load_model "
                        "(v1/spec_decode/draft_model.py, llm_base_proposer.py)",
                        basis="derived" if head else "source")
+
+
+#: The CUDA-graph term of speculative decoding's extra capture sizes.
+SPEC_GRAPHS_TERM = "spec_cuda_graphs"
+
+
+def capture_sizes_033(num_speculative_tokens: int, max_num_seqs: int, mnbt: int,
+                      blackwell: bool = False) -> list[int]:
+    """v0.33 ``VllmConfig._set_cudagraph_sizes`` (balanced mode, no sizes given): with query length
+    ``q = 1 + num_speculative_tokens`` (``uniform_decode_query_len``) the ceiling is
+    ``min(max_num_seqs × q × 2, 512 | 1024 on SM 10.x)``, then at most ``max_num_batched_tokens``;
+    ``[1, 2, 4] + range(8, 256, 8) + range(256, ceiling + 1, 16)``, ``max_num_batched_tokens`` when
+    it fits, and the uniform decode sizes: ``n × q`` for the request counts ``[1, 2, 4] + range(8,
+    256, 8) + range(256, max_num_seqs + 1, 16) + [max_num_seqs]`` (``q > 1``), or ``max_num_seqs``
+    itself (``q = 1``), each within the ceiling."""
+    default = 1024 if blackwell else 512
+    q = 1 + num_speculative_tokens
+    ceiling = min(max_num_seqs * q * 2, default)
+    uniform: list[int] = []
+    if q > 1:
+        reqs = min(max_num_seqs, default)
+        counts = [n for n in (1, 2, 4) if n <= reqs] + list(range(8, min(reqs + 1, 256), 8))
+        counts = sorted({*counts, *range(256, reqs + 1, 16), reqs})
+        uniform = sorted({n * q for n in counts if n * q <= ceiling})
+    elif max_num_seqs <= ceiling:
+        uniform = [max_num_seqs]
+    ceiling = min(mnbt, ceiling)
+    sizes = [n for n in (1, 2, 4) if n <= ceiling]
+    if ceiling >= 8:
+        sizes += list(range(8, min(ceiling + 1, 256), 8))
+    if ceiling >= 256:
+        sizes += list(range(256, ceiling + 1, 16))
+    if mnbt <= ceiling and mnbt not in sizes:
+        sizes.append(mnbt)
+    sizes += [s for s in uniform if s <= mnbt]
+    return sorted(set(sizes))
+
+
+def spec_graphs_term(graphs: ReserveTerm | None, base_sizes: int, spec: SpecDecode,
+                     max_num_seqs: int, mnbt: int, blackwell: bool, release: str) -> ReserveTerm | None:
+    """The capture sizes speculative decoding adds (``capture_sizes_033`` with the draft tokens
+    against without), each at the per-size cost of the release's CUDA-graph term (fitted on runs
+    without speculation: basis ``fit``); the drafter's own graphs are not counted. None when no
+    graphs are captured or no size is added."""
+    if graphs is None or graphs.bytes <= 0 or base_sizes <= 0:
+        return None
+    with_spec = capture_sizes_033(spec.num_speculative_tokens, max_num_seqs, mnbt, blackwell)
+    without = capture_sizes_033(0, max_num_seqs, mnbt, blackwell)
+    extra = len(with_spec) - len(without)
+    if extra <= 0:
+        return None
+    per = graphs.bytes // base_sizes
+    return ReserveTerm(
+        SPEC_GRAPHS_TERM, extra * per,
+        f"{len(with_spec)} capture sizes with query length 1 + {spec.num_speculative_tokens} (up to "
+        f"{with_spec[-1]:,}) − {len(without)} without = {extra} more × {per:,} B per size "
+        f"= {extra * per:,} B", f"{release} vllm/config/vllm.py _set_cudagraph_sizes "
+        "(uniform_decode_query_len)", basis="fit", counted=graphs.counted)
+
+
+def spec_summary(spec: SpecDecode, token_bytes: int, max_num_seqs: int, mnbt: int,
+                 blackwell: bool) -> dict[str, object]:
+    """``fit --json``'s ``speculative``: the resolved config and what it adds on one GPU."""
+    sizes = capture_sizes_033(spec.num_speculative_tokens, max_num_seqs, mnbt, blackwell)
+    return {
+        "method": spec.method, "model": spec.model, "draft": spec.draft_name,
+        "num_speculative_tokens": spec.num_speculative_tokens,
+        "draft_tensor_parallel_size": spec.draft_tp,
+        "draft_kv_layers": len(spec.draft_layers),
+        "draft_kv_bytes_per_token": token_bytes,
+        "draft_weights_bytes": spec.weights_bytes,
+        "draft_weights_formula": spec.weights_formula,
+        "lookahead_tokens": spec.lookahead_tokens,
+        "lookahead_rule": (f"{spec.lookahead_tokens} KV slots past the scheduled tokens per running "
+                           "request (VllmConfig.num_lookahead_tokens), capped at max_model_len "
+                           "(kv_cache_manager.py allocate_slots): no extra block at the full length"),
+        "max_num_new_slots_for_drafting": spec.new_slots,
+        "uniform_decode_query_len": 1 + spec.num_speculative_tokens,
+        "cudagraph_capture_sizes": len(sizes),
+        "max_cudagraph_capture_size": sizes[-1] if sizes else 0,
+        "notes": list(spec.notes),
+    }
