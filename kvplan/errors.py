@@ -126,9 +126,6 @@ MESSAGES: dict[str, str] = {
                       "modelled by kvplan (omit 'model' to use the target's own next-n layers)",
     "spec.pp": "--speculative-config: kvplan places the drafter ({method}) with pipeline parallel "
                "size 1 only; pp {pp} is not modelled",
-    "spec.windows": "--speculative-config: {k} tokens with multi-layer MTP make vLLM keep "
-                    "extra tokens in sliding windows (kv_cache_planning.py extra_retained_tokens), "
-                    "which kvplan does not model",
     "parallel.ep": "expert parallel size {ep} must divide the tensor parallel size {tp} (experts "
                    "are split over ep ranks, their intermediate size over tp / ep)",
     "engine.dtype": "engine '{engine}' cannot store the KV cache as {dtype}: {why}",

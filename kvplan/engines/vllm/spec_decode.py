@@ -58,8 +58,10 @@ MTP_METHODS = frozenset({
 UNMODELLED_METHODS = ("ngram_gpu", "dflash", "dspark", "custom_class", "extract_hidden_states")
 #: Target ``model_type`` → the MTP draft ``hf_config_override`` makes of it, for the targets whose
 #: next-n layer count kvplan reads (``num_nextn_predict_layers``, ``WeightSpec.mtp_layers``).
+#: (Qwen3-Next is not listed: its config has no ``num_nextn_predict_layers`` and
+#: ``qwen3_next_mtp.py`` builds one layer by default, which kvplan's weights do not model yet.)
 MTP_TARGETS = {"deepseek_v3": "deepseek_mtp", "deepseek_v32": "deepseek_mtp",
-               "glm_moe_dsa": "deepseek_mtp", "qwen3_next": "qwen3_next_mtp"}
+               "glm_moe_dsa": "deepseek_mtp"}
 #: ``SpeculativeConfig.suffix_decoding_max_tree_depth`` default (suffix's default token count).
 SUFFIX_MAX_TREE_DEPTH = 24
 #: The keys kvplan reads from the JSON (``SpeculativeConfig`` fields).
@@ -176,7 +178,7 @@ def _mtp_layers(arch: ModelArch) -> tuple[LayerSpec, ...]:
     """The next-n layers' KV: ``num_nextn_predict_layers`` decoder layers, each with the target's
     full attention (``deepseek_mtp.py`` ``DeepSeekMultiTokenPredictor``: ``num_mtp_layers`` layers of
     ``DeepseekV2DecoderLayer``; ``qwen3_next_mtp.py``: full-attention ``Qwen3NextDecoderLayer``s) —
-    the spec of the target's last full-attention or MLA layer."""
+    the spec of the target's last full-attention or MLA layer (Qwen3-Next is not in ``MTP_TARGETS``)."""
     full = [layer for layer in arch.layers
             if isinstance(layer, MLA) or (isinstance(layer, Attention) and layer.kind is Kind.FULL)]
     return (full[-1],) * arch.weights.mtp_layers
@@ -226,8 +228,6 @@ def resolve_speculative(arch: ModelArch, text: str, *, tp: int, pp: int, methods
             k = n_predict
         elif k > n_predict and k % n_predict:
             raise KVPlanError("spec.mtp_divisible", k=k, n=n_predict)
-        if min(n_predict, k) > 1 and any(layer.kind.windowed for layer in arch.distinct_layers()):
-            raise KVPlanError("spec.windows", k=k)  # use_multi_module_mtp: extra_retained_tokens
     elif method == "mtp":
         raise KVPlanError("spec.mtp_draft", model=str(model)[:80])
     if k is None and method == "suffix":
