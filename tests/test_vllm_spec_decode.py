@@ -42,7 +42,10 @@ def test_case_matches_vllm(case_id: str) -> None:
     """Blocks, bytes per block, blocks per request, "GPU KV cache size", concurrency, the resolved
     method, draft TP, lookahead slots, drafting slots, drafter layers and every capture size."""
     case = CASES[case_id]
-    plan, result = _fit(case["model"], json.dumps(case["speculative_config"]), gpu=GPU,
+    spec_config = dict(case["speculative_config"])
+    if str(spec_config.get("model", "")).endswith(".json"):  # a draft's config.json, by path
+        spec_config["model"] = str(ROOT / spec_config["model"])
+    plan, result = _fit(case["model"], json.dumps(spec_config), gpu=GPU,
                         tokens=case["max_model_len"], tp=case["tp"], num_gpus=case["tp"],
                         kv_cache_memory_bytes=case["available_memory"],
                         max_num_batched_tokens=case["max_num_batched_tokens"],
@@ -129,6 +132,28 @@ def test_draft_tp_one_keeps_every_kv_head_on_each_rank() -> None:
                     num_gpus=2)
     # draft TP 2: embeddings 262,668,288 + attention 167,772,160 + MLP 805,306,368 + norms 135,168
     assert {t["name"]: t["bytes"] for t in split.ledger}["reserve: spec_draft_weights"] == 1_235_881_984
+
+
+def test_eagle3_head_from_its_config_file() -> None:
+    """An EAGLE3 head given as a path (``tests/fixtures/configs/llama3-8B-eagle3.json``: SpecForge's
+    ``configs/llama3-8B-eagle3.json`` at yubofredwang/SpecForge@79694c7a, one Llama decoder layer) on
+    Llama-3.1-8B, TP 1: its full-attention layer has the target's page (16 × 8 × 128 × 4 = 65,536 B),
+    so the one group has 33 layers → 2,162,688 B per block; weights (``derived``: the decoder layer
+    and ``fc``, the model dtype bf16 — the head's float16 config is run in the target's dtype):
+    attention 4,096 × (4,096 + 1,024 + 1,024 + 4,096) × 2 = 83,886,080, MLP 3 × 4,096 × 14,336 × 2
+    = 352,321,536, norms (2 + 1) × 4,096 × 2 = 24,576, fc 3 × 4,096 × 4,096 × 2 = 100,663,296 →
+    536,895,488 B."""
+    head = ROOT / "tests/fixtures/configs/llama3-8B-eagle3.json"
+    spec = json.dumps({"method": "eagle3", "model": str(head), "num_speculative_tokens": 3})
+    _, result = _fit("llama-3.1-8b", spec)
+    assert result.bytes_per_block == 33 * 65_536
+    term = next(t for t in result.ledger if t["name"] == "reserve: spec_draft_weights")
+    assert term["bytes"] == 536_895_488 and term["formula"].endswith("[derived]")
+    assert result.speculative is not None and result.speculative["draft"] == "llama3-8B-eagle3"
+    assert result.speculative["lookahead_tokens"] == 3
+    # the name alone makes it EAGLE3 (SpeculativeConfig.__post_init__: "eagle3" in the model path)
+    _, again = _fit("llama-3.1-8b", json.dumps({"model": str(head), "num_speculative_tokens": 3}))
+    assert again.speculative is not None and again.speculative["method"] == "eagle3"
 
 
 def test_mtp_loads_and_caches_the_next_n_layer() -> None:

@@ -58,6 +58,9 @@ from vllm.v1.kv_cache_interface import (  # noqa: E402
 )
 
 OUT = g.ROOT / "tests" / "fixtures" / "vllm_truth" / "spec_decode.json"
+#: An EAGLE3 head for Llama-3.1-8B (one Llama decoder layer; SpecForge ``configs/llama3-8B-eagle3.json``,
+#: yubofredwang/SpecForge@79694c7a08cb33a62179fa886706cd5b0108be78), as a directory path would be given.
+EAGLE3_HEAD = "tests/fixtures/configs/llama3-8B-eagle3.json"
 GIB = 1 << 30
 #: (id, target preset, tp, speculative_config, max_model_len, max_num_batched_tokens, max_num_seqs)
 CASES = [
@@ -75,6 +78,8 @@ CASES = [
      16384, 8192, 1024),
     ("deepseek-v3-mtp3-tp8", "deepseek-v3", 8, {"method": "mtp", "num_speculative_tokens": 3},
      8192, 16384, 512),
+    ("llama8b-eagle3-tp2", "llama-3.1-8b", 2,
+     {"method": "eagle3", "model": EAGLE3_HEAD, "num_speculative_tokens": 3}, 8192, 8192, 1024),
     ("llama8b-ngram", "llama-3.1-8b", 1,
      {"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 4}, 8192, 8192, 1024),
 ]
@@ -83,6 +88,8 @@ MTP_NAMES = {"deepseek_mtp", "qwen3_next_mtp", "mtp"}
 
 
 def _preset(name: str) -> dict:
+    if name.endswith(".json"):
+        return g.load_config({"config_path": name})
     return g.load_config({"config_path": f"presets/models/{name.replace('/', '--')}.json"})
 
 
@@ -136,7 +143,10 @@ def draft_specs(target_cfg: dict, target_specs: dict, method: str, spec: dict, t
     elif method in ("ngram", "suffix"):
         return {}
     else:
-        specs, _ = g.layer_specs(_preset(spec["model"]), draft_tp, kv_dtype, 16)
+        # ModelConfig(dtype=target_model_config.dtype): the draft runs in the target's dtype.
+        draft_cfg = {k: v for k, v in _preset(spec["model"]).items() if k != "dtype"}
+        draft_cfg["torch_dtype"] = g.DTYPE_NAMES[g.model_dtype(target_cfg)]
+        specs, _ = g.layer_specs(draft_cfg, draft_tp, kv_dtype, 16)
         layers = list(specs.values())
     return {f"model.layers.{n + i}.attn": replace(s, is_draft=True) for i, s in enumerate(layers)}
 

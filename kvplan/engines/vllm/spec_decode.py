@@ -135,12 +135,12 @@ def draft_arch(model: str) -> ModelArch:
         return load_model(model)
     except KVPlanError as exc:
         path = Path(model)
+        name = path.name if path.is_dir() else path.stem
         if path.is_dir():
             path = path / "config.json"
         if not path.is_file():
             raise KVPlanError("spec.draft", model=model[:80], why=str(exc)) from None
-    return parse_config(load_config_text(path.read_bytes()), name=path.parent.name or model,
-                        source=str(path))
+    return parse_config(load_config_text(path.read_bytes()), name=name or model, source=str(path))
 
 
 def _method(data: dict[str, object], methods: tuple[str, ...], release: str) -> str:
@@ -275,6 +275,8 @@ def _draft_weights(draft: ModelArch, method: str, draft_tp: int, model_dtype: st
     over the draft TP (``weights_per_gpu``, one stage); an EAGLE head without its embeddings and
     LM head (shared)."""
     own = draft.weights.quantization is not None
+    if method != "draft_model":  # llama_eagle.py / llama_eagle3.py: dense LlamaDecoderLayer(s)
+        draft = draft.model_copy(update={"moe": None})
     layout = weights_per_gpu(draft, None if own else model_dtype, draft_tp, 1, 1, False, rules)
     parts = dict(layout.stages[0])
     if method != "draft_model":
