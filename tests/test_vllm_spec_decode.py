@@ -233,3 +233,13 @@ def test_cli_fit_json_and_messages() -> None:
                               "8192", "--speculative-config",
                               '{"model":"Qwen/Qwen3-0.6B","num_speculative_tokens":3}'])
     assert code != 0 and "vocabulary of 151,936 tokens" in err + out and "Traceback" not in err
+
+
+def test_kv_bytes_per_token_count_the_drafter() -> None:
+    """``kvplan kv``: the view holds the drafter's layers too (``Vllm.view`` → ``pool_arch``):
+    32 × 4,096 + 16 × 2,048 = 163,840 B per token, each size on its own line."""
+    code, out, _ = run_cli(["kv", "--model", "llama-3.1-8b", "--tokens", "8192",
+                            "--speculative-config", DRAFT_1B])
+    assert code == 0
+    assert "Per token (avg):   163,840 B" in out
+    assert "32 layers × 8,192 tokens × 4,096 B" in out and "16 layers × 8,192 tokens × 2,048 B" in out

@@ -173,12 +173,16 @@ def _speculative_cached(arch: ModelArch, text: str, tp: int, pp: int, methods: t
                                model_dtype=model_dtype, rules=rules)
 
 
+#: The note that marks a model whose drafter layers are appended (``Vllm.pool_arch`` is idempotent).
+DRAFTER_NOTE = "speculative decoding: the drafter's attention layers follow the model's"
+
+
 @lru_cache(maxsize=32)
 def _with_draft_layers(arch: ModelArch, draft: tuple[LayerSpec, ...], name: str) -> ModelArch:
     """``arch`` with the drafter's attention layers after its own (one object per pair, so the
     pool cache keys on it)."""
     return arch.model_copy(update={"layers": (*arch.layers, *draft),
-                                   "name": f"{arch.name} + drafter {name}"})
+                                   "notes": (*arch.notes, f"{DRAFTER_NOTE}: {name}")})
 
 
 class Vllm(Engine):
@@ -329,10 +333,21 @@ class Vllm(Engine):
     def pool_arch(self, arch: ModelArch, settings: EngineSettings) -> ModelArch:
         """The layers whose specs ``get_kv_cache_spec`` reports: the model's, then the drafter's
         (``gpu_model_runner.py``: every attention layer of the forward context)."""
+        if any(note.startswith(DRAFTER_NOTE) for note in arch.notes):
+            return arch
         spec = self.speculative(arch, settings)
         if spec is None or not spec.draft_layers:
             return arch
         return _with_draft_layers(arch, spec.draft_layers, spec.draft_name)
+
+    def view(self, arch: ModelArch, kv_dtype: str = "bf16", settings: EngineSettings | None = None,
+             stage_layers: tuple[int, int] | None = None,
+             mla_block_size: int | None = None) -> EngineView:
+        """``Engine.view`` of the layers vLLM gives a spec (``pool_arch``: with the drafter's), so
+        the bytes per token and per request of every view count the drafter's KV too."""
+        if settings is not None and stage_layers is None:
+            arch = self.pool_arch(arch, settings)
+        return super().view(arch, kv_dtype, settings, stage_layers, mla_block_size)
 
     def runtime_reserve(self, arch: ModelArch, gpu: GPU, settings: EngineSettings,
                         tokens: int) -> Reserve:
