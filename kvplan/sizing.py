@@ -81,7 +81,7 @@ def result_from_view(engine: Engine, view: EngineView, model: str, tokens: int, 
         held = int(rule.held_bytes(t)[0]) * batch
         reserved = int(rule.reserved_bytes(t)[0]) * batch
         tokens_held = int(rule.held_tokens(t)[0])
-        key = rule.kind
+        key: str = rule.kind
         if key in kinds and kinds[key].bytes_per_token_per_layer != rule.bytes_per_token:
             key = f"{rule.kind} ({rule.bytes_per_token:,} B per token)"  # e.g. a drafter's layers
         previous = kinds.get(key)
