@@ -124,6 +124,8 @@ MESSAGES: dict[str, str] = {
                           "{n} next-n layers (speculative.py: 'must be divisible by n_predict')",
     "spec.mtp_draft": "--speculative-config: method 'mtp' with a separate model '{model}' is not "
                       "modelled by kvplan (omit 'model' to use the target's own next-n layers)",
+    "spec.lookup": "--speculative-config: prompt_lookup_min={low} must be <= prompt_lookup_max={high} "
+                   "(vllm/config/speculative.py, ngram)",
     "spec.pp": "--speculative-config: kvplan places the drafter ({method}) with pipeline parallel "
                "size 1 only; pp {pp} is not modelled",
     "parallel.ep": "expert parallel size {ep} must divide the tensor parallel size {tp} (experts "

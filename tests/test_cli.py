@@ -380,6 +380,8 @@ def reach(code: str, tmp_path) -> str:
             "spec.mtp_model": ('{"method":"mtp","num_speculative_tokens":1}', []),
             "spec.mtp_draft": ('{"method":"mtp","model":"llama-3.2-1b","num_speculative_tokens":1}', []),
             "spec.pp": (spec, ["--pp", "2", "--num-gpus", "2"]),
+            "spec.lookup": ('{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_min":5,'
+                            '"prompt_lookup_max":2}', []),
         }[code]
         return cli_error(["fit", "--model", model, "--gpu", "h100-sxm", "--tokens", "8",
                           "--speculative-config", spec, *more])

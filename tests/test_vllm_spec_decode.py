@@ -175,6 +175,10 @@ def test_ngram_adds_no_memory_but_capture_sizes() -> None:
     sizes of query length 1 + 5."""
     _, result = _fit("llama-3.1-8b", '{"method":"ngram","num_speculative_tokens":5}')
     _, plain = _fit("llama-3.1-8b", None)
+    # no drafter model: vLLM checks no draft TP (the target's parallel config is the draft's)
+    _, anyway = _fit("llama-3.1-8b", '{"method":"ngram","num_speculative_tokens":5,'
+                     '"draft_tensor_parallel_size":3}', tp=2, num_gpus=2)
+    assert anyway.speculative is not None and anyway.speculative["draft_tensor_parallel_size"] == 2
     assert result.bytes_per_block == plain.bytes_per_block
     names = {t["name"] for t in result.ledger}
     assert "reserve: spec_draft_weights" not in names and "reserve: spec_cuda_graphs" in names

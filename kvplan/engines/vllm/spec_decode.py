@@ -234,9 +234,12 @@ def resolve_speculative(arch: ModelArch, text: str, *, tp: int, pp: int, methods
         k = SUFFIX_MAX_TREE_DEPTH
     if k is None:
         raise KVPlanError("spec.no_tokens", method=method)
-    draft_tp = tp if draft_tp_set is None else draft_tp_set
-    if draft_tp not in (1, tp):
+    draft_tp = tp if draft_tp_set is None or method in ("ngram", "suffix") else draft_tp_set
+    if draft_tp not in (1, tp):  # _verify_and_get_draft_tp runs for model-based drafters only
         raise KVPlanError("spec.draft_tp", value=draft_tp, tp=tp)
+    low, high = data.get("prompt_lookup_min"), data.get("prompt_lookup_max")
+    if method == "ngram" and isinstance(low, int) and isinstance(high, int) and low > high:
+        raise KVPlanError("spec.lookup", low=low, high=high)
     if draft is not None and draft is not arch:
         if method == "draft_model" and draft.vocab_size != arch.vocab_size:
             raise KVPlanError("spec.vocab", draft=draft.name, vocab=f"{draft.vocab_size:,}",
