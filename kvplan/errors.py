@@ -126,6 +126,9 @@ MESSAGES: dict[str, str] = {
                       "modelled by kvplan (omit 'model' to use the target's own next-n layers)",
     "spec.lookup": "--speculative-config: prompt_lookup_min={low} must be <= prompt_lookup_max={high} "
                    "(vllm/config/speculative.py, ngram)",
+    "spec.mamba_all": "--speculative-config with {model}: its Mamba states are cached per block "
+                       "(mamba_cache_mode 'all', prefix caching on), where kvplan does not model the "
+                       "draft tokens' state pages; turn prefix caching off (--no-prefix-caching)",
     "spec.pp": "--speculative-config: kvplan places the drafter ({method}) with pipeline parallel "
                "size 1 only; pp {pp} is not modelled",
     "parallel.ep": "expert parallel size {ep} must divide the tensor parallel size {tp} (experts "

@@ -53,6 +53,7 @@ from vllm.v1.core.kv_cache_planning import (  # noqa: E402
 from vllm.v1.core.kv_cache_utils import get_kv_cache_capacity  # noqa: E402
 from vllm.v1.kv_cache_interface import (  # noqa: E402
     FullAttentionSpec,
+    MambaSpec,
     MLAAttentionSpec,
     UniformTypeKVCacheSpecs,
 )
@@ -80,6 +81,9 @@ CASES = [
      8192, 16384, 512),
     ("llama8b-eagle3-tp2", "llama-3.1-8b", 2,
      {"method": "eagle3", "model": EAGLE3_HEAD, "num_speculative_tokens": 3}, 8192, 8192, 1024),
+    ("jamba-ngram-tp2", "jamba-1.5-mini", 2, {"method": "ngram", "num_speculative_tokens": 3},
+     32768, 8192, 256),
+    ("qwen3-next-suffix-tp4", "qwen3-next-80b-a3b", 4, {"method": "suffix"}, 65536, 8192, 512),
     ("llama8b-ngram", "llama-3.1-8b", 1,
      {"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 4}, 8192, 8192, 1024),
 ]
@@ -162,7 +166,12 @@ def run_case(case_id: str, model: str, tp: int, spec: dict, max_model_len: int, 
     text = g.text_config(cfg)
     n_mtp = text.get("num_nextn_predict_layers", 0) if method == "mtp" else 0
     k = spec.get("num_speculative_tokens") or n_mtp
+    if method == "suffix" and not k:  # _validate_suffix_decoding: the tree depth's default
+        k = SpeculativeConfig.__dataclass_fields__["suffix_decoding_max_tree_depth"].default
     drafts = draft_specs(cfg, specs, method, spec, tp, draft_tp, kv_dtype)
+    # layers/mamba/abstract.py get_kv_cache_spec: num_speculative_blocks = num_speculative_tokens
+    specs = {n: replace(s, num_speculative_blocks=k) if isinstance(s, MambaSpec) else s
+             for n, s in specs.items()}
     all_specs = {**specs, **drafts}
     hybrid = g.hma_default(text)
     vcfg = g.stub_config(max_model_len, tp, mnbt, hybrid, True)

@@ -63,6 +63,7 @@ from kvplan.engines.vllm.spec_decode import (
 )
 from kvplan.engines.vllm.startup import vllm_startup_check
 from kvplan.engines.vllm.weights import mxfp4_repack, vllm_loading_rules
+from kvplan.errors import KVPlanError
 
 if TYPE_CHECKING:
     from kvplan.engines.logs import PoolAnswer, StartupLog
@@ -567,6 +568,15 @@ class Vllm(Engine):
                 state_pages = 0  # "all": one state page per block of tokens
             else:
                 state_pages = 2  # "align"
+            spec = self.speculative(arch, settings)
+            if spec is not None:
+                # layers/mamba/abstract.py: MambaSpec(num_speculative_blocks=num_speculative_tokens);
+                # kv_cache_interface.py MambaSpec.max_memory_usage_bytes: (2 | 1) + that many pages
+                if state_pages == 0:
+                    raise KVPlanError("spec.mamba_all", model=arch.name)
+                state_pages += spec.num_speculative_tokens
+                notes.append(f"each request holds {spec.num_speculative_tokens} more state pages "
+                             "for the draft tokens (MambaSpec.num_speculative_blocks)")
         return VllmShape(settings, block_size=block, in_flight_tokens=ift, hybrid_manager=hybrid,
                          notes=notes, state_pages=state_pages,
                          state_page_bytes=block * max(attn_1tok) if attn_1tok else None,

@@ -23,7 +23,9 @@ Read from vLLM 0.33.0:
   at ``max_model_len``, so a request at the full length holds no extra block); ``ngram`` and
   ``suffix`` reserve none. ``SpeculativeConfig.max_num_new_slots_for_drafting``: 1 for a draft
   model, 0 otherwise (parallel drafting is not modelled). The hybrid KV-cache manager is turned off
-  for chunked-local models with an EAGLE-family method (``VllmConfig.__post_init__``).
+  for chunked-local models with an EAGLE-family method (``VllmConfig.__post_init__``). Mamba
+  layers keep ``num_speculative_tokens`` more state pages per request
+  (``layers/mamba/abstract.py`` ``MambaSpec(num_speculative_blocks=…)``, ``Vllm.view_shape``).
 * ``vllm/config/speculative.py`` ``ModelConfig(dtype=target dtype)``: the draft runs in the
   target's dtype; ``v1/spec_decode/draft_model.py`` ``DraftModelProposer``: a draft model shares
   neither embeddings nor LM head with the target; ``create_draft_parallel_config``: the draft has
@@ -351,8 +353,10 @@ def spec_graphs_term(graphs: ReserveTerm | None, base_sizes: int, spec: SpecDeco
                      max_num_seqs: int, mnbt: int, blackwell: bool, release: str) -> ReserveTerm | None:
     """The capture sizes speculative decoding adds (``capture_sizes_033`` with the draft tokens
     against without), each at the per-size cost of the release's CUDA-graph term (fitted on runs
-    without speculation: basis ``fit``); the drafter's own graphs are not counted. None when no
-    graphs are captured or no size is added."""
+    without speculation: basis ``fit``). Not recounted: the FULL decode graphs, which the V2 runner
+    captures at each size rounded up to a multiple of ``1 + k`` and deduplicated
+    (``v1/worker/gpu/cudagraph_utils.py`` ``_init_candidates``), and the drafter's own graphs.
+    None when no graphs are captured or no size is added."""
     if graphs is None or graphs.bytes <= 0 or base_sizes <= 0:
         return None
     with_spec = capture_sizes_033(spec.num_speculative_tokens, max_num_seqs, mnbt, blackwell)
@@ -365,7 +369,8 @@ def spec_graphs_term(graphs: ReserveTerm | None, base_sizes: int, spec: SpecDeco
         SPEC_GRAPHS_TERM, extra * per,
         f"{len(with_spec)} capture sizes with query length 1 + {spec.num_speculative_tokens} (up to "
         f"{with_spec[-1]:,}) − {len(without)} without = {extra} more × {per:,} B per size "
-        f"= {extra * per:,} B", f"{release} vllm/config/vllm.py _set_cudagraph_sizes "
+        f"= {extra * per:,} B (decode graphs at multiples of {1 + spec.num_speculative_tokens} and the "
+        "drafter's graphs not recounted)", f"{release} vllm/config/vllm.py _set_cudagraph_sizes "
         "(uniform_decode_query_len)", basis="fit", counted=graphs.counted)
 
 
