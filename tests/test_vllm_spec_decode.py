@@ -271,3 +271,25 @@ def test_mamba_states_hold_a_page_per_draft_token() -> None:
     with pytest.raises(KVPlanError) as err:
         fit(make_plan(mamba2, get_gpu("h100-sxm"), query), search_gpus=False)
     assert err.value.code == "spec.mamba_all"
+
+
+def test_eagle_on_chunked_local_attention_turns_the_hybrid_manager_off(tmp_path: Path) -> None:
+    """``VllmConfig.__post_init__``: a model with ``attention_chunk_size`` and an EAGLE-family method
+    runs without the hybrid KV-cache manager — Llama-4-Scout's chunked layers then reserve the full
+    length, as with ``hybrid_manager`` off; an explicit on is kept. The head: one Llama layer of
+    the target's hidden size 5,120 (a config written here for the rule)."""
+    head = tmp_path / "eagle3-head"
+    head.mkdir()
+    (head / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": 5120,
+        "intermediate_size": 16384, "num_attention_heads": 40, "num_key_value_heads": 8,
+        "head_dim": 128, "num_hidden_layers": 1, "vocab_size": 202048, "rms_norm_eps": 1e-05,
+        "max_position_embeddings": 131072, "torch_dtype": "bfloat16"}))
+    spec = json.dumps({"method": "eagle3", "model": str(head), "num_speculative_tokens": 2})
+    common = {"tp": 4, "num_gpus": 4, "tokens": 65536, "kv_cache_memory_bytes": 20 * 2**30}
+    _, auto = _fit("llama-4-scout", spec, **common)
+    _, off = _fit("llama-4-scout", spec, hybrid_manager=False, **common)
+    _, on = _fit("llama-4-scout", spec, hybrid_manager=True, **common)
+    assert (auto.num_blocks, auto.blocks_per_request) == (off.num_blocks, off.blocks_per_request)
+    assert on.blocks_per_request != off.blocks_per_request
+    assert auto.blocks_per_request == 65536 // 16  # every layer at the full length, blocks of 16
