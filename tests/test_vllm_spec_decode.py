@@ -159,9 +159,9 @@ def test_eagle3_head_from_its_config_file() -> None:
 def test_mtp_loads_and_caches_the_next_n_layer() -> None:
     """DeepSeek-V3, method deepseek_mtp (→ mtp), TP 8: ``num_nextn_predict_layers`` 1 MLA layer
     joins the 61 (62 × 16 × 576 × 2 B = 1,142,784 B per block) and its weights are the target's
-    part ``mtp`` (no separate drafter term); the tokens default to n_predict = 1."""
-    plan, result = _fit("deepseek-v3", '{"method":"deepseek_mtp"}', tp=8, num_gpus=8,
-                        gpu=get_gpu("h200"))
+    part ``mtp`` (no separate drafter term)."""
+    plan, result = _fit("deepseek-v3", '{"method":"deepseek_mtp","num_speculative_tokens":1}', tp=8,
+                        num_gpus=8, gpu=get_gpu("h200"))
     _, plain = _fit("deepseek-v3", None, tp=8, num_gpus=8, gpu=get_gpu("h200"))
     assert plan.settings.mtp and result.bytes_per_block == 62 * 16 * 576 * 2
     assert plain.bytes_per_block == 61 * 16 * 576 * 2
@@ -293,3 +293,40 @@ def test_eagle_on_chunked_local_attention_turns_the_hybrid_manager_off(tmp_path:
     assert (auto.num_blocks, auto.blocks_per_request) == (off.num_blocks, off.blocks_per_request)
     assert on.blocks_per_request != off.blocks_per_request
     assert auto.blocks_per_request == 65536 // 16  # every layer at the full length, blocks of 16
+
+
+RESOLUTIONS = {case["id"]: case for case in TRUTH["resolutions"]}
+#: vLLM's refusals in the fixture (its own ``SpeculativeConfig``) → the kvplan message for each.
+ERRORS = {"vocab": "spec.vocab", "draft-tp": "spec.draft_tp", "tp-key": "spec.tp_key",
+          "no-tokens": "spec.no_tokens", "mtp-no-tokens": "spec.no_tokens",
+          "ngram-lookup": "spec.lookup"}
+
+
+def _spec_text(case: dict) -> str:
+    spec = dict(case["speculative_config"])
+    if str(spec.get("model", "")).endswith(".json"):
+        spec["model"] = str(ROOT / spec["model"])
+    return json.dumps(spec)
+
+
+@pytest.mark.parametrize("case_id", sorted(RESOLUTIONS))
+def test_resolution_matches_vllm(case_id: str) -> None:
+    """vLLM 0.33's own ``SpeculativeConfig`` (local config directories): method, tokens, draft TP."""
+    case = RESOLUTIONS[case_id]
+    gpu = get_gpu("h200") if case["tp"] == 8 else GPU
+    _, result = _fit(case["model"], _spec_text(case), tp=case["tp"], num_gpus=case["tp"], gpu=gpu,
+                     kv_cache_memory_bytes=20 * 2**30)
+    assert result.speculative is not None
+    assert (result.speculative["method"], result.speculative["num_speculative_tokens"],
+            result.speculative["draft_tensor_parallel_size"]) == (
+        case["method"], case["num_speculative_tokens"], case["draft_tensor_parallel_size"])
+
+
+def test_every_vllm_refusal_is_a_named_kvplan_refusal() -> None:
+    assert set(ERRORS) == {case["id"] for case in TRUTH["errors"]}
+    for case in TRUTH["errors"]:
+        assert case["exception"] == "ValidationError" and "Value error" in case["message"]
+        with pytest.raises(KVPlanError) as err:
+            _fit(case["model"], _spec_text(case), tp=case["tp"], num_gpus=case["tp"],
+                 gpu=get_gpu("h200") if case["tp"] == 8 else GPU, kv_cache_memory_bytes=20 * 2**30)
+        assert err.value.code == ERRORS[case["id"]], case["id"]

@@ -17,18 +17,26 @@ What is vLLM's code (called as is, 0.33.0):
   drafter's specs marked ``is_draft`` as ``gpu_model_runner.py`` ``get_kv_cache_spec`` marks them,
   and ``speculative_config`` set so the EAGLE-group tagging runs) and ``get_kv_cache_capacity``.
 
+* ``SpeculativeConfig`` itself (``__post_init__``, ``_verify_args``) on ``ModelConfig``s of local
+  directories holding the target's and the draft's config.json — the resolved method, tokens and
+  draft TP of every case (suffix excepted: it needs arctic-inference), ``RESOLVE_CASES``, and what
+  it raises for ``ERROR_CASES``.
+
 Written here (vLLM builds them from a loaded drafter on a GPU): the drafter's layer specs — a draft
 model's or EAGLE head's layers through ``generate.py`` ``layer_specs`` of its config at the draft
 TP (its ``Attention.get_kv_cache_spec``), MTP's ``num_nextn_predict_layers`` layers as the spec of
 the target's last full-attention / MLA layer (``deepseek_mtp.py`` ``DeepSeekMultiTokenPredictor``,
 ``qwen3_next_mtp.py``: the next-n decoder layers are full attention) — and the method resolution
-of ``SpeculativeConfig.__post_init__`` (``*_mtp`` → ``mtp``; ModelConfig needs the checkpoint).
+of ``SpeculativeConfig.__post_init__`` for the planning stub (``*_mtp`` → ``mtp``), checked against
+the real ``SpeculativeConfig`` above.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
+import tempfile
 import types
 from dataclasses import replace
 from pathlib import Path
@@ -38,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import generate as g  # noqa: E402  (tools/vllm_truth/generate.py: the target's specs and stub)
 import vllm  # noqa: E402
+from vllm.config import ModelConfig, ParallelConfig  # noqa: E402
 from vllm.config.speculative import SpeculativeConfig  # noqa: E402
 from vllm.config.vllm import VllmConfig  # noqa: E402
 from vllm.distributed.utils import get_pp_indices  # noqa: E402
@@ -105,6 +114,71 @@ def resolved_method(spec: dict) -> str:
     return "mtp" if method in MTP_NAMES else method
 
 
+def _config_dir(root: Path, name: str, cfg: dict) -> str:
+    """A directory holding ``config.json``, named as the model is (vLLM infers EAGLE from it)."""
+    path = root / name.replace("/", "--").removesuffix(".json").split("/")[-1]
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text(json.dumps(cfg))
+    return str(path)
+
+
+def vllm_speculative_config(model: str, spec: dict, tp: int) -> SpeculativeConfig:
+    """vLLM's own ``SpeculativeConfig`` for ``spec`` (``__post_init__``, ``_verify_args``): the target
+    and the draft as local directories with their config.json (``ModelConfig``, offline, no
+    tokenizer); raises what vLLM raises."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    root = Path(tempfile.mkdtemp(prefix="kvplan-spec-"))
+    target = _config_dir(root, model, _preset(model))
+    target_config = ModelConfig(model=target, tokenizer=target, skip_tokenizer_init=True)
+    args = dict(spec)
+    if args.get("model") not in (None, "ngram"):
+        name = Path(args["model"]).stem if args["model"].endswith(".json") else args["model"]
+        args["model"] = _config_dir(root / "draft", name, _preset(args["model"]))
+    return SpeculativeConfig(**args, target_model_config=target_config,
+                             target_parallel_config=ParallelConfig(tensor_parallel_size=tp))
+
+
+#: Configs vLLM refuses, each with the kvplan refusal ``tests/test_vllm_spec_decode.py`` expects.
+ERROR_CASES = [
+    ("vocab", "llama-3.1-8b", 1, {"model": "Qwen/Qwen3-0.6B", "num_speculative_tokens": 3}),
+    ("draft-tp", "llama-3.1-8b", 4,
+     {"model": "llama-3.2-1b", "num_speculative_tokens": 3, "draft_tensor_parallel_size": 2}),
+    ("tp-key", "llama-3.1-8b", 1,
+     {"model": "llama-3.2-1b", "num_speculative_tokens": 2, "tensor_parallel_size": 2}),
+    ("no-tokens", "llama-3.1-8b", 1, {"model": "llama-3.2-1b"}),
+    # mtp without tokens: __post_init__ sets model = target only when num_speculative_tokens is given
+    ("mtp-no-tokens", "deepseek-v3", 8, {"method": "mtp"}),
+    ("ngram-lookup", "llama-3.1-8b", 1,
+     {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 5, "prompt_lookup_max": 2}),
+]
+
+
+#: Configs resolved by vLLM alone (no planning): the method inferred from the name, a deprecated
+#: MTP method name, a draft model without a method.
+RESOLVE_CASES = [
+    ("eagle3-by-name", "llama-3.1-8b", 1, {"model": EAGLE3_HEAD, "num_speculative_tokens": 2}),
+    ("mtp-deprecated-name", "deepseek-v3", 8, {"method": "deepseek_mtp", "num_speculative_tokens": 2}),
+    ("draft-default-method", "llama-3.1-8b", 2, {"model": "llama-3.2-1b", "num_speculative_tokens": 2,
+                                                  "draft_tensor_parallel_size": 1}),
+]
+
+
+def resolve_case(case_id: str, model: str, tp: int, spec: dict) -> dict:
+    real = vllm_speculative_config(model, spec, tp)
+    return {"id": case_id, "model": model, "tp": tp, "speculative_config": spec,
+            "method": real.method, "num_speculative_tokens": real.num_speculative_tokens,
+            "draft_tensor_parallel_size": real.draft_tensor_parallel_size}
+
+
+def error_case(case_id: str, model: str, tp: int, spec: dict) -> dict:
+    try:
+        vllm_speculative_config(model, spec, tp)
+    except Exception as exc:  # noqa: BLE001 — the fixture records whatever vLLM raises
+        return {"id": case_id, "model": model, "tp": tp, "speculative_config": spec,
+                "exception": type(exc).__name__, "message": " ".join(str(exc).split())[:400]}
+    raise AssertionError(f"vLLM accepted {case_id}")
+
+
 def spec_stub(method: str, k: int, n_mtp: int) -> SimpleNamespace:
     """A ``SpeculativeConfig`` carrying what its properties read, with vLLM's own methods bound."""
     stub = SimpleNamespace(method=method, num_speculative_tokens=k, parallel_drafting=False,
@@ -168,6 +242,13 @@ def run_case(case_id: str, model: str, tp: int, spec: dict, max_model_len: int, 
     k = spec.get("num_speculative_tokens") or n_mtp
     if method == "suffix" and not k:  # _validate_suffix_decoding: the tree depth's default
         k = SpeculativeConfig.__dataclass_fields__["suffix_decoding_max_tree_depth"].default
+    resolved = None
+    if method != "suffix":  # suffix needs arctic-inference installed
+        real = vllm_speculative_config(model, spec, tp)
+        resolved = {"method": real.method, "num_speculative_tokens": real.num_speculative_tokens,
+                    "draft_tensor_parallel_size": real.draft_tensor_parallel_size
+                    if real.method not in ("ngram",) else None}
+        assert (real.method, real.num_speculative_tokens) == (method, k), (case_id, resolved)
     drafts = draft_specs(cfg, specs, method, spec, tp, draft_tp, kv_dtype)
     # layers/mamba/abstract.py get_kv_cache_spec: num_speculative_blocks = num_speculative_tokens
     specs = {n: replace(s, num_speculative_blocks=k) if isinstance(s, MambaSpec) else s
@@ -198,6 +279,7 @@ def run_case(case_id: str, model: str, tp: int, spec: dict, max_model_len: int, 
         "max_model_len": max_model_len, "max_num_batched_tokens": mnbt,
         "max_num_seqs": max_num_seqs, "available_memory": available,
         "method": method, "num_speculative_tokens": k, "draft_tensor_parallel_size": draft_tp,
+        "speculative_config_resolved": resolved,
         "num_lookahead_tokens": vcfg.num_lookahead_tokens,
         "num_prefill_lookahead_tokens": vcfg.num_prefill_lookahead_tokens,
         "max_num_new_slots_for_drafting": vcfg.speculative_config.max_num_new_slots_for_drafting,
@@ -220,10 +302,12 @@ def run_case(case_id: str, model: str, tp: int, spec: dict, max_model_len: int, 
 
 def main() -> None:
     cases = [run_case(*case, available) for case in CASES for available in (20 * GIB,)]
+    errors = [error_case(*case) for case in ERROR_CASES]
+    resolutions = [resolve_case(*case) for case in RESOLVE_CASES]
     OUT.write_text(json.dumps({
         "generator": "tools/vllm_truth/spec_decode.py", "vllm": vllm.__version__,
         "source": "vLLM 0.33.0 wheel from PyPI (pip download vllm==0.33.0 --no-deps), run on CPU",
-        "cases": cases}, indent=1) + "\n", encoding="utf-8")
+        "cases": cases, "resolutions": resolutions, "errors": errors}, indent=1) + "\n", encoding="utf-8")
     print(f"{len(cases)} cases → {OUT.relative_to(g.ROOT)}")
 
 

@@ -6,8 +6,9 @@ Read from vLLM 0.33.0:
   when ``model`` is ``ngram``, else ``draft_model``; a deprecated ``*_mtp`` method is ``mtp``; a
   ``draft_model`` whose name holds ``eagle-`` / ``eagle3`` is EAGLE / EAGLE3, one whose config's
   ``model_type`` is an MTP type is ``mtp``; ``mtp`` without ``model`` drafts with the target's own
-  next-n layers (``hf_config_override``: ``n_predict = num_nextn_predict_layers``, the default
-  ``num_speculative_tokens``; a larger count must be a multiple of it); ``suffix`` defaults to
+  next-n layers (``hf_config_override``: ``n_predict = num_nextn_predict_layers``; a larger
+  ``num_speculative_tokens`` must be a multiple of it — and it must be given: the target becomes
+  the draft only when it is, else ``_verify_args`` refuses the missing count); ``suffix`` defaults to
   ``suffix_decoding_max_tree_depth`` = 24 tokens; ``_verify_and_get_draft_tp``: the draft's TP is
   the target's or 1; ``verify_equal_vocab_size_if_draft_model``: a draft model's vocabulary must
   equal the target's; ``_verify_args``: ``tensor_parallel_size`` is refused, ``num_speculative_tokens``
@@ -226,9 +227,9 @@ def resolve_speculative(arch: ModelArch, text: str, *, tp: int, pp: int, methods
         n_predict = arch.weights.mtp_layers
         if n_predict < 1:
             raise KVPlanError("spec.mtp_layers", model=arch.name)
-        if k is None:
-            k = n_predict
-        elif k > n_predict and k % n_predict:
+        if k is None:  # __post_init__ sets model = target only when the tokens are given
+            raise KVPlanError("spec.no_tokens", method=method)
+        if k > n_predict and k % n_predict:
             raise KVPlanError("spec.mtp_divisible", k=k, n=n_predict)
     elif method == "mtp":
         raise KVPlanError("spec.mtp_draft", model=str(model)[:80])
