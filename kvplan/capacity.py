@@ -104,6 +104,9 @@ class FitResult(BaseModel):
     #: cap modelled) and where it comes from; every answer's ``max_requests`` is at most it.
     max_num_seqs: int | None = None
     max_num_seqs_source: str = ""
+    #: vLLM ``--speculative-config`` as resolved (method, tokens, draft TP, the drafter's KV layers and
+    #: bytes per token per GPU, its weights, lookahead slots, capture sizes); None without it.
+    speculative: dict[str, Any] | None = None
     #: Recurrent-state blocks (vLLM: the pool's blocks, one per decode sequence) or slots (SGLang's
     #: ``max_mamba_cache_size``); None without recurrent layers.
     state_blocks: int | None = None
@@ -205,7 +208,9 @@ def fit(plan: Plan, search_gpus: bool = True) -> FitResult:
         max_num_seqs=startup.max_num_seqs, max_num_seqs_source=startup.cap_source,
         state_blocks=startup.state_blocks, starts=startup.starts, start_action=startup.action,
         start_reason=startup.reason, cuda_graph_sizes=list(startup.capture_sizes),
-        notes=notes, ledger=[term.as_json() for term in plan.ledger], **answer)
+        notes=notes, ledger=[term.as_json() for term in plan.ledger],
+        speculative=plan.engine.speculative_summary(arch, gpu, plan.settings, query.kv_dtype),
+        **answer)
     smallest: tuple[int, int] | None = None
     if not budget.weights_fit and search_gpus:  # one layout search serves both answers
         smallest = smallest_layout(plan)

@@ -568,6 +568,13 @@ def cmd_fit(args: argparse.Namespace) -> int:
         print(f"{plan.engine.short + ' would log:':19s}{', '.join(lines)}")
     if adapters is not None:
         print(f"LoRA adapters that fit: {adapters['max_loras']:,} GPU slots — {adapters['formula']}")
+    if (spec := result.speculative) is not None:
+        print(f"Speculative decoding: {spec['method']} ({spec['draft']}), "
+              f"{spec['num_speculative_tokens']} tokens, draft TP {spec['draft_tensor_parallel_size']}: "
+              f"{spec['draft_kv_layers']} drafter KV layer(s) in the target's groups "
+              f"({int(spec['draft_kv_bytes_per_token']):,} B per token per GPU), "
+              f"{spec['lookahead_tokens']} lookahead slots, {spec['cudagraph_capture_sizes']} "
+              f"CUDA-graph sizes up to {spec['max_cudagraph_capture_size']:,}")
     for note in result.notes:
         print(f"  note: {note}")
     if not verbose:

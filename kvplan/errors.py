@@ -104,6 +104,47 @@ MESSAGES: dict[str, str] = {
                      "users, kd)",
     "lora.sglang_module": "--lora-target-modules {value} is not a module SGLang normalizes to for a "
                           "dense decoder (lora/utils.py get_normalized_target_modules: {choices})",
+    "spec.json": "--speculative-config is not a JSON object: {detail}",
+    "spec.key": "--speculative-config: key '{key}' is not one kvplan reads ({keys})",
+    "spec.tp_key": "--speculative-config: 'tensor_parallel_size' is not a valid key; pass "
+                   "'draft_tensor_parallel_size' (vllm/config/speculative.py _verify_args)",
+    "spec.type": "--speculative-config: '{key}' must be {expected}, got {value}",
+    "spec.release": "--speculative-config: kvplan sizes speculative decoding from vLLM 0.33's "
+                    "vllm/config/speculative.py and v1/spec_decode; {release} is not modelled (choose "
+                    "--engine-version 0.33)",
+    "spec.method": "--speculative-config: method '{method}' is not one {release} supports as kvplan "
+                   "models it ({choices})",
+    "spec.unmodelled": "--speculative-config: method '{method}' exists in vLLM 0.33 but kvplan does "
+                       "not size it (it sizes {choices})",
+    "spec.no_model": "--speculative-config: method '{method}' needs 'model' (the draft model or EAGLE "
+                     "head)",
+    "spec.no_tokens": "--speculative-config: method '{method}' needs 'num_speculative_tokens' "
+                      "(vllm/config/speculative.py _verify_args)",
+    "spec.draft": "--speculative-config: model '{model}' is neither a kvplan preset nor a directory "
+                  "or file with its config.json ({why})",
+    "spec.draft_tp": "--speculative-config: draft_tensor_parallel_size {value} must be 1 or the "
+                     "target's tensor parallel size {tp} (speculative.py _verify_and_get_draft_tp)",
+    "spec.vocab": "--speculative-config: the draft model {draft} has a vocabulary of {vocab} tokens, "
+                  "the target {target} {target_vocab}; vLLM requires them equal "
+                  "(verify_equal_vocab_size_if_draft_model)",
+    "spec.hidden": "--speculative-config: the EAGLE head {draft} has hidden size {hidden}, the target "
+                   "{target} {target_hidden}; the head reads the target's hidden states, which must "
+                   "match",
+    "spec.mtp_model": "--speculative-config: method 'mtp' drafts with the target's next-n layers; "
+                      "kvplan reads them for model_type {choices}, not {model_type} ({model})",
+    "spec.mtp_layers": "--speculative-config: method 'mtp': {model} has no next-n layers "
+                       "(num_nextn_predict_layers is 0 or absent)",
+    "spec.mtp_divisible": "--speculative-config: num_speculative_tokens {k} must be a multiple of the "
+                          "{n} next-n layers (speculative.py: 'must be divisible by n_predict')",
+    "spec.mtp_draft": "--speculative-config: method 'mtp' with a separate model '{model}' is not "
+                      "modelled by kvplan (omit 'model' to use the target's own next-n layers)",
+    "spec.lookup": "--speculative-config: prompt_lookup_min={low} must be <= prompt_lookup_max={high} "
+                   "(vllm/config/speculative.py, ngram)",
+    "spec.mamba_all": "--speculative-config with {model}: its Mamba states are cached per block "
+                       "(mamba_cache_mode 'all', prefix caching on), where kvplan does not model the "
+                       "draft tokens' state pages; turn prefix caching off (--no-prefix-caching)",
+    "spec.pp": "--speculative-config: kvplan places the drafter ({method}) with pipeline parallel "
+               "size 1 only; pp {pp} is not modelled",
     "parallel.ep": "expert parallel size {ep} must divide the tensor parallel size {tp} (experts "
                    "are split over ep ranks, their intermediate size over tp / ep)",
     "engine.dtype": "engine '{engine}' cannot store the KV cache as {dtype}: {why}",

@@ -81,14 +81,17 @@ def result_from_view(engine: Engine, view: EngineView, model: str, tokens: int, 
         held = int(rule.held_bytes(t)[0]) * batch
         reserved = int(rule.reserved_bytes(t)[0]) * batch
         tokens_held = int(rule.held_tokens(t)[0])
-        previous = kinds.get(rule.kind)
+        key: str = rule.kind
+        if key in kinds and kinds[key].bytes_per_token_per_layer != rule.bytes_per_token:
+            key = f"{rule.kind} ({rule.bytes_per_token:,} B per token)"  # e.g. a drafter's layers
+        previous = kinds.get(key)
         if previous is None:
-            kinds[rule.kind] = KindBreakdown(
+            kinds[key] = KindBreakdown(
                 kind=rule.kind, layers=rule.layers, bytes_per_token_per_layer=rule.bytes_per_token,
                 tokens_held_per_layer=tokens_held, bytes=held, reserved_bytes=reserved,
                 note=rule.note)
         else:
-            kinds[rule.kind] = previous.model_copy(update={
+            kinds[key] = previous.model_copy(update={
                 "layers": previous.layers + rule.layers, "bytes": previous.bytes + held,
                 "reserved_bytes": previous.reserved_bytes + reserved})
     total = sum(k.bytes for k in kinds.values())

@@ -661,6 +661,26 @@ def test_lora_slots_are_a_row_of_the_budget_box():
     assert "rank 64" in table.value.loc["reserve: lora_slots", "formula"]
 
 
+def test_speculative_decoding_is_a_row_of_the_budget_box():
+    """Issue #26: ``sd=`` (vLLM --speculative-config, a draft model) puts the draft's weights and its
+    capture sizes in the KV-budget box, bytes as ``tests/test_vllm_spec_decode.py`` derives them."""
+    spec = '{"method":"draft_model","model":"llama-3.2-1b","num_speculative_tokens":4}'
+    at = make_app(m="llama-3.1-8b", g="h100-sxm", t="8192", u="1", ev="0.33", sd=spec)
+    no_errors(at)
+    assert at.session_state["w_sd"] == spec
+    at = open_boxes(at, "box_budget")
+    table = next(t for t in at.table if "reserve: spec_draft_weights" in t.value.index)
+    assert table.value.loc["reserve: spec_draft_weights", "bytes"] == "-2,471,628,800"
+    assert table.value.loc["reserve: spec_cuda_graphs", "bytes"] == "-48,077,994"
+
+
+def test_speculative_config_of_the_wrong_draft_is_a_named_message():
+    at = make_app(m="llama-3.1-8b", t="4096", ev="0.33",
+                  sd='{"model":"Qwen/Qwen3-0.6B","num_speculative_tokens":3}')
+    assert not at.exception
+    assert any("vocabulary of 151,936 tokens" in unmd(e.value) for e in at.error)
+
+
 def test_lora_on_a_model_it_cannot_size_is_a_named_message():
     at = make_app(m="mixtral-8x7b", t="4096", ev="0.33", lo="1")
     assert not at.exception

@@ -363,6 +363,39 @@ def reach(code: str, tmp_path) -> str:
                        "lora.model": ("mixtral-8x7b", [])}[code]
         return cli_error(["fit", "--model", model, "--gpu", "h100-sxm", "--tokens", "8",
                           "--enable-lora", *more])
+    if code.startswith("spec."):  # vLLM --speculative-config (tests/test_vllm_spec_decode.py: bytes)
+        model, spec, more = "llama-3.1-8b", '{"model":"llama-3.2-1b","num_speculative_tokens":3}', []
+        if code in {"spec.mtp_layers", "spec.mtp_divisible"}:
+            preset = Path(__file__).resolve().parent.parent / "presets/models/deepseek-v3.json"
+            config = json.loads(preset.read_text())["config"]
+            path = tmp_path / "config.json"
+            path.write_text(json.dumps({**config, "num_nextn_predict_layers":
+                                        0 if code == "spec.mtp_layers" else 2}))
+            return cli_error(["fit", "--config", str(path), "--gpu", "h200", "--tokens", "8",
+                              "--tp", "8", "--num-gpus", "8", "--speculative-config",
+                              '{"method":"mtp","num_speculative_tokens":3}'])
+        spec, more = {
+            "spec.key": ('{"model":"llama-3.2-1b","draft":1}', []),
+            "spec.tp_key": ('{"tensor_parallel_size":2}', []),
+            "spec.type": ('{"num_speculative_tokens":"4"}', []),
+            "spec.release": (spec, ["--engine-version", "0.19"]),
+            "spec.method": ('{"method":"medusa","num_speculative_tokens":3}', []),
+            "spec.unmodelled": ('{"method":"dflash","model":"x","num_speculative_tokens":3}', []),
+            "spec.no_model": ('{"method":"eagle3","num_speculative_tokens":3}', []),
+            "spec.no_tokens": ('{"model":"llama-3.2-1b"}', []),
+            "spec.draft": ('{"model":"no/such-draft","num_speculative_tokens":3}', []),
+            "spec.draft_tp": ('{"model":"llama-3.2-1b","num_speculative_tokens":3,'
+                              '"draft_tensor_parallel_size":2}', ["--tp", "4", "--num-gpus", "4"]),
+            "spec.vocab": ('{"model":"Qwen/Qwen3-0.6B","num_speculative_tokens":3}', []),
+            "spec.hidden": ('{"method":"eagle","model":"llama-3.2-1b","num_speculative_tokens":3}', []),
+            "spec.mtp_model": ('{"method":"mtp","num_speculative_tokens":1}', []),
+            "spec.mtp_draft": ('{"method":"mtp","model":"llama-3.2-1b","num_speculative_tokens":1}', []),
+            "spec.pp": (spec, ["--pp", "2", "--num-gpus", "2"]),
+            "spec.lookup": ('{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_min":5,'
+                            '"prompt_lookup_max":2}', []),
+        }[code]
+        return cli_error(["fit", "--model", model, "--gpu", "h100-sxm", "--tokens", "8",
+                          "--speculative-config", spec, *more])
     if code in {"weights.unknown_method", "weights.bad_quantization"}:
         quant = {"quant_method": "hqq_magic"} if code == "weights.unknown_method" else {
             "quant_method": "fp8", "weight_block_size": [128]}
@@ -456,7 +489,9 @@ LIBRARY_ONLY = {"calibrate.no_engine_lines",
                 # kvplan share takes one --gpu and one layout, and argparse requires an --instance
                 "instances.none", "instances.gpu", "instances.layout",
                 # SGLang's LoRA pool is sized for --lora-target-modules all (no flag for a subset yet)
-                "lora.sglang_module"}
+                "lora.sglang_module",
+                "spec.json",  # the setting's own JSON check (Setting.parse) answers first
+                "spec.mamba_all"}  # no importable config is a Mamba2 hybrid (test_vllm_spec_decode)
 REACHED = sorted(set(MESSAGES) - DASHBOARD_ONLY - SERVER_ONLY - LIBRARY_ONLY)
 
 

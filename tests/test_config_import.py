@@ -37,6 +37,7 @@ EXPECTED: dict[str, dict[str, int]] = {
     "llama4": {"chunked": 36, "full": 12},
     "llama4_text": {"chunked": 36, "full": 12},
     "mistral": {"sliding": 32},
+    "llama3-8B-eagle3": {"full": 1},  # an EAGLE3 head: one Llama decoder layer (test_vllm_spec_decode)
     "mixtral": {"full": 32},
     "opt": {"full": 40},
     "phi3": {"sliding": 32},

@@ -370,6 +370,12 @@ class Engine:
             raise KVPlanError("engine.dtype", engine=self.id, dtype=dtype.name,
                               why="this layout exists only for MLA layers")
 
+    def speculative_summary(self, arch: ModelArch, gpu: GPU, settings: EngineSettings,
+                            kv_dtype: str) -> dict[str, object] | None:
+        """Speculative decoding as the engine resolves it (``FitResult.speculative``); None for an
+        engine or run without it."""
+        return None
+
     def token_bytes(self, layer: LayerSpec, dtype: KVDType, tp: int) -> int:
         """Bytes per token per layer per rank across the layer's caches (``kinds.layer_token_bytes``
         with this engine's ``layout``; 0 for states and layers without a cache)."""

@@ -8,12 +8,15 @@ settings it honours and may relabel them (``Engine.setting_labels``).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 MAX_TOKENS = 100_000_000
+#: Longest JSON text a ``json`` setting takes (``--speculative-config``).
+MAX_JSON_CHARS = 600
 
 
 @dataclass(frozen=True)
@@ -23,7 +26,7 @@ class Setting:
     name: str
     key: str
     flag: str
-    kind: Literal["int", "float", "bool", "tristate", "int_list"]
+    kind: Literal["int", "float", "bool", "tristate", "int_list", "json"]
     label: str
     help: str
     low: float | None = None
@@ -39,6 +42,8 @@ class Setting:
         """The value of ``text`` as the link and the CLI write it; ``ValueError`` says why not
         (``check_bounds=False``: syntax only, the caller validates the range)."""
         text = text.strip()
+        if self.kind == "json":
+            return self._json(text)
         if len(text) > 40 + 12 * self.max_items:
             raise ValueError("too long")
         if self.kind in {"bool", "tristate"}:
@@ -51,6 +56,19 @@ class Setting:
                 raise ValueError(f"expected 1 to {self.max_items} comma-separated whole numbers")
             return tuple(self._number(item, int) for item in items)
         return self._number(text, int if self.kind == "int" else float, check_bounds)
+
+    def _json(self, text: str) -> str:
+        """A JSON object of at most ``MAX_JSON_CHARS`` characters, as canonical text (sorted keys,
+        no spaces), so equal settings have one spelling in the link and one cache key."""
+        if len(text) > MAX_JSON_CHARS:
+            raise ValueError(f"longer than {MAX_JSON_CHARS} characters")
+        try:
+            value = json.loads(text)
+        except (ValueError, RecursionError) as exc:
+            raise ValueError(f"not valid JSON ({str(exc)[:80]})") from None
+        if not isinstance(value, dict):
+            raise ValueError(f"expected a JSON object {{...}}, got {type(value).__name__}")
+        return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
     def _number(self, text: str, kind: type, check_bounds: bool = True) -> Any:
         if kind is int and not (text.lstrip("-").isdigit() and len(text) <= 19):
@@ -186,6 +204,13 @@ MAX_CPU_LORAS = Setting(
     "max_cpu_loras", "lc", "--max-cpu-loras", "int", "max_cpu_loras (adapters in host memory)",
     "vLLM --max-cpu-loras: adapters cached in CPU memory (≥ max_loras; empty = max_loras).",
     low=1, high=1_000_000)
+SPECULATIVE_CONFIG = Setting(
+    "speculative_config", "sd", "--speculative-config", "json", "speculative_config (JSON)",
+    "vLLM --speculative-config, a JSON object: method (draft_model, eagle, eagle3, mtp or a "
+    "deprecated *_mtp name, ngram, suffix), model (a draft or EAGLE head: a kvplan preset or a "
+    "directory with its config.json), num_speculative_tokens, draft_tensor_parallel_size (1 or tp). "
+    "The drafter's attention layers join the target's KV-cache groups; its weights are loaded "
+    "beside the target's (v0.33).")
 
 
 class EngineSettings(BaseModel):
@@ -220,6 +245,7 @@ class EngineSettings(BaseModel):
     max_lora_rank: int = _setting(16, MAX_LORA_RANK)
     max_cpu_loras: int | None = _setting(None, MAX_CPU_LORAS)
     fully_sharded_loras: bool = _setting(False, FULLY_SHARDED_LORAS)
+    speculative_config: str | None = _setting(None, SPECULATIVE_CONFIG)
 
     @field_validator("max_attention_window")
     @classmethod
@@ -227,6 +253,12 @@ class EngineSettings(BaseModel):
         if value is not None:
             MAX_ATTENTION_WINDOW.parse(MAX_ATTENTION_WINDOW.format(tuple(value)))
         return value
+
+    @field_validator("speculative_config")
+    @classmethod
+    def _speculative_json(cls, value: str | None) -> str | None:
+        """Canonical JSON (``Setting.parse``); a ``ValueError`` names what is wrong."""
+        return None if value is None else SPECULATIVE_CONFIG.parse(value)
 
     @model_validator(mode="before")
     @classmethod

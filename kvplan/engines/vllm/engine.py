@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -52,11 +53,20 @@ from kvplan.engines.settings import EngineSettings
 from kvplan.engines.vllm.kv_dtype import resolve_auto_kv_dtype
 from kvplan.engines.vllm.log import VllmLog, log_lines
 from kvplan.engines.vllm.lora import lora_graphs_term, lora_reserve_term
-from kvplan.engines.vllm.memory import vllm_reserve_terms
+from kvplan.engines.vllm.memory import capture_sizes, vllm_reserve_terms
 from kvplan.engines.vllm.pool import VllmPagedPool, VllmPool, _pool_cached, _pool_only, vllm_num_blocks
 from kvplan.engines.vllm.releases import VLLM_RELEASES, VllmRelease
+from kvplan.engines.vllm.spec_decode import (
+    EAGLE_FAMILY,
+    SpecDecode,
+    resolve_speculative,
+    spec_graphs_term,
+    spec_summary,
+    spec_weights_term,
+)
 from kvplan.engines.vllm.startup import vllm_startup_check
 from kvplan.engines.vllm.weights import mxfp4_repack, vllm_loading_rules
+from kvplan.errors import KVPlanError
 
 if TYPE_CHECKING:
     from kvplan.engines.logs import PoolAnswer, StartupLog
@@ -150,6 +160,7 @@ VLLM_V1_SETTING_LABELS: dict[str, tuple[str, str]] = {
     "max_lora_rank": ("max_lora_rank", "16"),
     "max_cpu_loras": ("max_cpu_loras (host cache)", "max_loras"),
     "fully_sharded_loras": ("fully_sharded_loras", "off"),
+    "speculative_config": ("--speculative-config (JSON, v0.33)", "none"),
 }
 #: V0 ``EngineArgs`` / ``SchedulerConfig`` defaults (``vllm@0.6``).
 VLLM_V0_SETTING_LABELS: dict[str, tuple[str, str]] = {
@@ -161,6 +172,25 @@ VLLM_V0_SETTING_LABELS: dict[str, tuple[str, str]] = {
     "flashinfer_sampler": ("FlashInfer sampler (VLLM_USE_FLASHINFER_SAMPLER)", "off"),
 }
 GIB = 1 << 30
+
+
+@lru_cache(maxsize=64)
+def _speculative_cached(arch: ModelArch, text: str, tp: int, pp: int, methods: tuple[str, ...],
+                        release: str, model_dtype: str, rules: LoadingRules) -> SpecDecode:
+    return resolve_speculative(arch, text, tp=tp, pp=pp, methods=methods, release=release,
+                               model_dtype=model_dtype, rules=rules)
+
+
+#: The note that marks a model whose drafter layers are appended (``Vllm.pool_arch`` is idempotent).
+DRAFTER_NOTE = "speculative decoding: the drafter's attention layers follow the model's"
+
+
+@lru_cache(maxsize=32)
+def _with_draft_layers(arch: ModelArch, draft: tuple[LayerSpec, ...], name: str) -> ModelArch:
+    """``arch`` with the drafter's attention layers after its own (one object per pair, so the
+    pool cache keys on it)."""
+    return arch.model_copy(update={"layers": (*arch.layers, *draft),
+                                   "notes": (*arch.notes, f"{DRAFTER_NOTE}: {name}")})
 
 
 class Vllm(Engine):
@@ -291,7 +321,41 @@ class Vllm(Engine):
             update["max_num_batched_tokens"] = self.default_mnbt(gpu)
         if settings.max_num_seqs is None and gpu is not None:
             update["max_num_seqs"] = self.default_max_num_seqs(gpu)
+        if arch is not None and not settings.mtp:
+            spec = self.speculative(arch, settings)
+            if spec is not None and spec.method == "mtp":
+                update["mtp"] = True  # the next-n layers are loaded (SpeculativeConfig: model = target)
         return settings.model_copy(update=update) if update else settings
+
+    def speculative(self, arch: ModelArch, settings: EngineSettings,
+                    gpu: GPU | None = None) -> SpecDecode | None:
+        """``--speculative-config`` as this release resolves it for ``arch``
+        (``engines/vllm/spec_decode.py``; ``gpu`` only changes the draft's loading rules); None
+        without it."""
+        if settings.speculative_config is None:
+            return None
+        return _speculative_cached(arch, settings.speculative_config, settings.tp, settings.pp,
+                                   self.record.spec_methods, self.release, self.model_dtype(arch),
+                                   self.loading_rules(gpu))
+
+    def pool_arch(self, arch: ModelArch, settings: EngineSettings) -> ModelArch:
+        """The layers whose specs ``get_kv_cache_spec`` reports: the model's, then the drafter's
+        (``gpu_model_runner.py``: every attention layer of the forward context)."""
+        if any(note.startswith(DRAFTER_NOTE) for note in arch.notes):
+            return arch
+        spec = self.speculative(arch, settings)
+        if spec is None or not spec.draft_layers:
+            return arch
+        return _with_draft_layers(arch, spec.draft_layers, spec.draft_name)
+
+    def view(self, arch: ModelArch, kv_dtype: str = "bf16", settings: EngineSettings | None = None,
+             stage_layers: tuple[int, int] | None = None,
+             mla_block_size: int | None = None) -> EngineView:
+        """``Engine.view`` of the layers vLLM gives a spec (``pool_arch``: with the drafter's), so
+        the bytes per token and per request of every view count the drafter's KV too."""
+        if settings is not None and stage_layers is None:
+            arch = self.pool_arch(arch, settings)
+        return super().view(arch, kv_dtype, settings, stage_layers, mla_block_size)
 
     def runtime_reserve(self, arch: ModelArch, gpu: GPU, settings: EngineSettings,
                         tokens: int) -> Reserve:
@@ -305,7 +369,41 @@ class Vllm(Engine):
             mnbt=settings.max_num_batched_tokens or self.default_mnbt(gpu),
             max_num_seqs=settings.max_num_seqs or self.default_max_num_seqs(gpu),
             blackwell=major == 10 and record.blackwell_capture_cap, v0=record.v0_profile)
-        return Reserve(terms + self.lora_terms(arch, gpu, settings, terms))
+        return Reserve(terms + self.lora_terms(arch, gpu, settings, terms)
+                       + self.spec_terms(arch, gpu, settings, terms))
+
+    def spec_terms(self, arch: ModelArch, gpu: GPU, settings: EngineSettings,
+                   terms: tuple[ReserveTerm, ...] = ()) -> tuple[ReserveTerm, ...]:
+        """With ``--speculative-config``: the draft's weights and the capture sizes it adds
+        (``engines/vllm/spec_decode.py``); else none."""
+        spec = self.speculative(arch, settings, gpu)
+        if spec is None:
+            return ()
+        record = self.record
+        major = int(float(gpu.compute_capability)) if gpu.compute_capability else 0
+        seqs = settings.max_num_seqs or self.default_max_num_seqs(gpu)
+        mnbt = settings.max_num_batched_tokens or self.default_mnbt(gpu)
+        blackwell = major == 10 and record.blackwell_capture_cap
+        graphs = next((t for t in terms if t.name == "cuda_graphs"), None)
+        base = 0 if settings.enforce_eager else len(capture_sizes(record.capture_rule, seqs, mnbt,
+                                                                  blackwell))
+        out = (spec_weights_term(spec, self.release),
+               spec_graphs_term(graphs, base, spec, seqs, mnbt, blackwell, self.release))
+        return tuple(t for t in out if t is not None)
+
+    def speculative_summary(self, arch: ModelArch, gpu: GPU, settings: EngineSettings,
+                            kv_dtype: str) -> dict[str, object] | None:
+        """``fit --json``'s ``speculative`` (``spec_decode.spec_summary``): the drafter's KV bytes
+        per token on one GPU are its layers' as this view sizes them."""
+        spec = self.speculative(arch, settings, gpu)
+        if spec is None:
+            return None
+        dtype = self.kv_dtype(arch, kv_dtype)
+        per_token = sum(self.token_bytes(layer, dtype, settings.tp) for layer in spec.draft_layers)
+        major = int(float(gpu.compute_capability)) if gpu.compute_capability else 0
+        return spec_summary(spec, per_token, settings.max_num_seqs or self.default_max_num_seqs(gpu),
+                            settings.max_num_batched_tokens or self.default_mnbt(gpu),
+                            major == 10 and self.record.blackwell_capture_cap)
 
     def lora_terms(self, arch: ModelArch, gpu: GPU, settings: EngineSettings,
                    terms: tuple[ReserveTerm, ...] = ()) -> tuple[ReserveTerm, ...]:
@@ -477,6 +575,10 @@ class Vllm(Engine):
         hybrid = settings.hybrid_manager
         if hybrid is None:
             hybrid = self.hybrid_default(arch)
+            spec = self.speculative(arch, settings)
+            if spec is not None and spec.method in EAGLE_FAMILY and any(
+                    layer.kind is Kind.CHUNKED for layer in arch.distinct_layers()):
+                hybrid = False  # VllmConfig.__post_init__: chunked local attention + EAGLE
         mnbt = settings.max_num_batched_tokens or default_max_num_batched_tokens(None)
         ift = self.in_flight_tokens(settings, mnbt)
         block = settings.block_size
@@ -504,6 +606,15 @@ class Vllm(Engine):
                 state_pages = 0  # "all": one state page per block of tokens
             else:
                 state_pages = 2  # "align"
+            spec = self.speculative(arch, settings)
+            if spec is not None:
+                # layers/mamba/abstract.py: MambaSpec(num_speculative_blocks=num_speculative_tokens);
+                # kv_cache_interface.py MambaSpec.max_memory_usage_bytes: (2 | 1) + that many pages
+                if state_pages == 0:
+                    raise KVPlanError("spec.mamba_all", model=arch.name)
+                state_pages += spec.num_speculative_tokens
+                notes.append(f"each request holds {spec.num_speculative_tokens} more state pages "
+                             "for the draft tokens (MambaSpec.num_speculative_blocks)")
         return VllmShape(settings, block_size=block, in_flight_tokens=ift, hybrid_manager=hybrid,
                          notes=notes, state_pages=state_pages,
                          state_page_bytes=block * max(attn_1tok) if attn_1tok else None,
@@ -534,14 +645,15 @@ class Vllm(Engine):
                     mla_block_size: int | None = None) -> VllmPool:
         """The model's KV-cache groups on one TP rank (cached per model and the settings that shape
         the pool: the reserve-only ones are left out of the key)."""
-        return _pool_cached(self, arch, kv_dtype, _pool_only(settings), mla_block_size)
+        return _pool_cached(self, self.pool_arch(arch, settings), kv_dtype, _pool_only(settings),
+                            mla_block_size)
 
     def per_request_reserved_bytes(self, arch: ModelArch, view: EngineView, kv_dtype: str,
                                    settings: EngineSettings, tokens: int,
                                    mla_block_size: int | None) -> tuple[int, list[str]] | None:
         """A request reserves whole block ids across every group: ``blocks × bytes per block``."""
         pool = self.pool_layout(arch, kv_dtype, settings, mla_block_size)
-        per_block = int(pool.stages_bytes_per_block([arch.n_layers])[0])
+        per_block = int(pool.stages_bytes_per_block([self.pool_arch(arch, settings).n_layers])[0])
         blocks = int(pool.blocks_per_request(tokens))
         notes = []
         if pool.padding_layers:
@@ -623,7 +735,8 @@ class Vllm(Engine):
         notes.extend(self.auto_kv_note(arch, kv_dtype))
         pool = self.pool_layout(arch, kv_dtype, settings, vllm_mla_block_size(gpu, kv_dtype))
         notes.extend(pool.notes)
-        return VllmPagedPool(pool, budgets, pp_partition(arch.n_layers, settings.pp),
+        layers = self.pool_arch(arch, settings).n_layers
+        return VllmPagedPool(pool, budgets, pp_partition(layers, settings.pp),
                              self.record.logged_tokens, null_block=self.record.null_block)
 
     def pool_gpu_key(self, gpu: GPU, arch: ModelArch, kv_dtype: str) -> object:

@@ -47,6 +47,10 @@ class VllmRelease(Release):
     #: ``vllm/config/lora.py`` ``MaxLoRARanks``: the ranks ``--max-lora-rank`` takes; empty where
     #: kvplan has not read the release's ``vllm/lora`` slot shapes (``--enable-lora`` refused).
     lora_ranks: tuple[int, ...] = ()
+    #: ``--speculative-config`` methods kvplan sizes for the release (``vllm/config/speculative.py``
+    #: ``SpeculativeMethod``, ``engines/vllm/spec_decode.py``); empty where it has not read the
+    #: release's ``v1/spec_decode`` (refused by name).
+    spec_methods: tuple[str, ...] = ()
     #: Top-k/top-p path of the sampler warm-up: FlashInfer by default from v0.21
     #: (``envs.py`` ``VLLM_USE_FLASHINFER_SAMPLER`` = True, ``flashinfer_sampler_supported``).
     sampler_path: SamplerPath
@@ -307,8 +311,11 @@ V0_33 = replace(
     V0_32, key="0.33", since="0.33.0", name="vLLM v0.33",
     changes="``engine/arg_utils.py`` ``get_batch_defaults``: a GB10 (DGX Spark, "
             "``is_device_capability((12, 1))``) stays on the small tier whatever its memory. LoRA "
-            "slots read from 0.33.0 ``vllm/lora`` (``lora_ranks``: ``config/lora.py`` MaxLoRARanks).",
-    gb10_small_tier=True, lora_ranks=(1, 8, 16, 32, 64, 128, 256, 320, 512))
+            "slots read from 0.33.0 ``vllm/lora`` (``lora_ranks``: ``config/lora.py`` MaxLoRARanks). "
+            "``--speculative-config`` read from 0.33.0 ``config/speculative.py`` and "
+            "``v1/spec_decode`` (``spec_methods``).",
+    gb10_small_tier=True, lora_ranks=(1, 8, 16, 32, 64, 128, 256, 320, 512),
+    spec_methods=("draft_model", "eagle", "eagle3", "mtp", "ngram", "suffix"))
 
 #: Every modelled vLLM release, oldest first; the last is "latest" (``vllm`` without ``@``).
 VLLM_RELEASES: tuple[VllmRelease, ...] = (V0_6, V0_8, V0_9, V0_11, V0_13, V0_17, V0_19, V0_20_0, V0_20,
