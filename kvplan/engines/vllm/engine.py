@@ -50,6 +50,7 @@ from kvplan.engines.settings import EngineSettings
 from kvplan.engines.vllm.log import VllmLog, log_lines
 from kvplan.engines.vllm.lora import lora_graphs_term, lora_reserve_term
 from kvplan.engines.vllm.memory import vllm_reserve_terms
+from kvplan.engines.vllm.multimodal import EncoderBudget, encoder_budget, encoder_cache_term
 from kvplan.engines.vllm.pool import VllmPagedPool, VllmPool, _pool_cached, _pool_only, vllm_num_blocks
 from kvplan.engines.vllm.releases import VLLM_RELEASES, VllmRelease
 from kvplan.engines.vllm.startup import vllm_startup_check
@@ -143,6 +144,8 @@ VLLM_V1_SETTING_LABELS: dict[str, tuple[str, str]] = {
     "max_lora_rank": ("max_lora_rank", "16"),
     "max_cpu_loras": ("max_cpu_loras (host cache)", "max_loras"),
     "fully_sharded_loras": ("fully_sharded_loras", "off"),
+    "limit_mm_per_prompt": ("limit_mm_per_prompt (images/videos per prompt; 0 = text only)", "999"),
+    "mm_max_pixels": ("max_pixels (--mm-processor-kwargs)", "the checkpoint's"),
 }
 #: V0 ``EngineArgs`` / ``SchedulerConfig`` defaults (``vllm@0.6``).
 VLLM_V0_SETTING_LABELS: dict[str, tuple[str, str]] = {
@@ -298,7 +301,28 @@ class Vllm(Engine):
             mnbt=settings.max_num_batched_tokens or self.default_mnbt(gpu),
             max_num_seqs=settings.max_num_seqs or self.default_max_num_seqs(gpu),
             blackwell=major == 10 and record.blackwell_capture_cap, v0=record.v0_profile)
-        return Reserve(terms + self.lora_terms(arch, gpu, settings, terms))
+        return Reserve(terms + self.lora_terms(arch, gpu, settings, terms)
+                       + self.mm_terms(arch, gpu, settings, tokens))
+
+    def mm_budget(self, arch: ModelArch, gpu: GPU, settings: EngineSettings,
+                  tokens: int) -> EncoderBudget | None:
+        """The multimodal encoder budget at start-up (``engines/vllm/multimodal.py``), with
+        ``max_model_len`` = ``tokens``; None for V0, a model without a known processor, or
+        ``--limit-mm-per-prompt`` 0."""
+        if self.record.v0_profile:
+            return None
+        return encoder_budget(arch, mnbt=settings.max_num_batched_tokens or self.default_mnbt(gpu),
+                              max_num_seqs=settings.max_num_seqs or self.default_max_num_seqs(gpu),
+                              max_model_len=tokens, image_limit=settings.limit_mm_per_prompt,
+                              max_pixels=settings.mm_max_pixels)
+
+    def mm_terms(self, arch: ModelArch, gpu: GPU, settings: EngineSettings,
+                 tokens: int) -> tuple[ReserveTerm, ...]:
+        """The profile run's encoder outputs (``mm_encoder_cache``) where there is a budget."""
+        budget = self.mm_budget(arch, gpu, settings, tokens)
+        if budget is None or not budget.profiled_tokens:
+            return ()
+        return (encoder_cache_term(arch, budget, self.model_dtype(arch), self.release),)
 
     def lora_terms(self, arch: ModelArch, gpu: GPU, settings: EngineSettings,
                    terms: tuple[ReserveTerm, ...] = ()) -> tuple[ReserveTerm, ...]:
