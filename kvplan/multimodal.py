@@ -159,8 +159,10 @@ class QwenVLProcessor(_Processor):
         per_video = max(min(frames // max(videos, 1), self.max_frames_per_video), 1)
         return self.video_tokens(w, h, per_video, max_pixels)
 
-    def max_tokens_per_item(self, seq_len: int, max_pixels: int | None = None) -> dict[str, int]:
-        """vLLM's ``get_mm_max_tokens_per_item`` (one item of each modality): image and video."""
+    def max_tokens_per_item(self, seq_len: int, max_pixels: int | None = None,
+                            placeholder: bool = False) -> dict[str, int]:
+        """vLLM's ``get_mm_max_tokens_per_item`` (one item of each modality): image and video (the
+        placeholder is the expanded ``<|image_pad|>`` / ``<|video_pad|>`` run: no other tokens)."""
         return {"image": self.max_image_tokens(max_pixels),
                 "video": self.max_video_tokens(seq_len, 1, max_pixels)}
 
@@ -194,10 +196,13 @@ class FixedProcessor(_Processor):
                 "with the boi/eoi and newline tokens (pan-and-scan off; transformers "
                 "processing_gemma3.py full_image_sequence; vLLM gemma3_mm.py get_num_image_tokens)")
 
-    def max_tokens_per_item(self, seq_len: int, max_pixels: int | None = None) -> dict[str, int]:
+    def max_tokens_per_item(self, seq_len: int, max_pixels: int | None = None,
+                            placeholder: bool = False) -> dict[str, int]:
         """Images only; vLLM counts the dummy image's embeddings (``encoder_budget.py``
-        ``get_mm_max_toks_per_item`` through ``get_dummy_mm_inputs``): ``tokens_per_image``."""
-        return {"image": self.tokens_per_image}
+        ``get_mm_max_toks_per_item`` through ``get_dummy_mm_inputs``): ``tokens_per_image`` — or,
+        where the release counts the whole placeholder (``placeholder``; v0.10.1–v0.12), the
+        ``prompt_tokens_per_image`` of the replacement."""
+        return {"image": self.prompt_tokens_per_image if placeholder else self.tokens_per_image}
 
 
 Processor = Annotated[QwenVLProcessor | FixedProcessor, Field(discriminator="kind")]

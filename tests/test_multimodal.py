@@ -197,3 +197,28 @@ def test_fit_refuses_bad_images_by_name(capsys, extra, message):
     err = capsys.readouterr().err
     assert "Traceback" not in err
     assert re.search(message, err), err
+
+
+def test_releases_before_v0_13_count_gemma3s_whole_placeholder_as_a_public_log_shows():
+    """A public vLLM 0.11.0rc2 start-up of google/gemma-3-27b-it (``max_model_len`` 4096,
+    ``limit_mm_per_prompt`` {image: 2}, MNBT 8192; a README's startup log, find_string id
+    9297248278) logs "Encoder cache will be initialized with a budget of 8192 tokens, and profiled
+    with 31 image items": 8192 // 260 placeholder tokens = 31 (v0.10.1–v0.12 count
+    ``PlaceholderRange.length``, PR #21798); from v0.13 the 256 embeddings: 8192 // 256 = 32."""
+    gemma = load_model("gemma-3-27b")
+    old = encoder_budget(gemma, mnbt=8192, max_num_seqs=1024, max_model_len=4096, image_limit=2,
+                         placeholder=True)
+    assert old is not None
+    assert old.log_line() == ("Encoder cache will be initialized with a budget of 8192 tokens, and "
+                              "profiled with 31 image items of the maximum feature size.")
+    # the encoder writes 256 embeddings per image whichever way the budget counts
+    assert old.profiled_tokens == 31 * 256
+    new = encoder_budget(gemma, mnbt=8192, max_num_seqs=1024, max_model_len=4096, image_limit=2)
+    assert new is not None and new.items_per_batch == 32
+    gpu = get_gpu("h100-sxm")
+    query = FitQuery(tokens=4096, engine="vllm@0.11", settings={"limit_mm_per_prompt": 2,
+                                                                 "max_num_batched_tokens": 8192})
+    term = _reserve(make_plan(gemma, gpu, query))["mm_encoder_cache"]
+    assert term.bytes == 31 * 256 * 5376 * 2 == 85_327_872
+    later = make_plan(gemma, gpu, query.model_copy(update={"engine": "vllm@0.17"}))
+    assert _reserve(later)["mm_encoder_cache"].bytes == 32 * 256 * 5376 * 2

@@ -314,7 +314,8 @@ class Vllm(Engine):
         return encoder_budget(arch, mnbt=settings.max_num_batched_tokens or self.default_mnbt(gpu),
                               max_num_seqs=settings.max_num_seqs or self.default_max_num_seqs(gpu),
                               max_model_len=tokens, image_limit=settings.limit_mm_per_prompt,
-                              max_pixels=settings.mm_max_pixels)
+                              max_pixels=settings.mm_max_pixels,
+                              placeholder=self.record.mm_item_tokens == "placeholder")
 
     def mm_terms(self, arch: ModelArch, gpu: GPU, settings: EngineSettings,
                  tokens: int) -> tuple[ReserveTerm, ...]:

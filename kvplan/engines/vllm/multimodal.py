@@ -14,7 +14,9 @@ profile run (``gpu_model_runner.py`` ``profile_run``) encodes ``max_items_per_ba
 of the modality with the most tokens and keeps their outputs in ``encoder_cache`` while the
 language model's dummy forward runs, so the profiled peak — and the reserve the KV budget loses —
 holds ``items × tokens per item × hidden_size × dtype bytes`` of encoder outputs. With every
-limit at 0 (text only) there is no budget and no encoder profile.
+limit at 0 (text only) there is no budget and no encoder profile. What counts per item is the
+release's (``VllmRelease.mm_item_tokens``): the item's embeddings (v0.10.0, v0.13.0+) or its whole
+placeholder with the text tokens inside (v0.10.1–v0.12: Gemma-3's 260 tokens per image).
 
 The tower's own transient activations during ``embed_multimodal`` are not modelled (they are
 freed before the language model's dummy forward; where they exceed that forward's peak the
@@ -41,6 +43,9 @@ class EncoderBudget:
     and the cache size (tokens), and the profile's dummy batch (modality, items)."""
 
     max_tokens_per_item: dict[str, int]
+    #: Embeddings of the largest item per modality (what the encoder writes; the tokens above are
+    #: the placeholder's where the release counts those).
+    embeds_per_item: dict[str, int]
     compute_budget: int
     cache_size: int
     modality: str
@@ -53,8 +58,8 @@ class EncoderBudget:
 
     @property
     def profiled_tokens(self) -> int:
-        """Encoder output tokens the profile run holds: items × the modality's largest item."""
-        return self.items_per_batch * self.max_tokens_per_item[self.modality]
+        """Encoder outputs the profile run holds: items × the modality's largest item's embeddings."""
+        return self.items_per_batch * self.embeds_per_item[self.modality]
 
     def log_line(self) -> str:
         """What vLLM logs for it (``profile_run``)."""
@@ -71,18 +76,20 @@ def mm_limits(image_limit: int | None, modalities: tuple[str, ...]) -> dict[str,
 
 def encoder_budget(arch: ModelArch, *, mnbt: int, max_num_seqs: int, max_model_len: int,
                    image_limit: int | None = None, max_pixels: int | None = None,
-                   chunked_prefill: bool = True) -> EncoderBudget | None:
+                   chunked_prefill: bool = True, placeholder: bool = False) -> EncoderBudget | None:
     """The budget of ``arch``'s processor (None: no processor, or every limit 0 — text only).
 
     ``compute_mm_encoder_budget``: both budgets ``max(mnbt, largest item)``; the profile's modality
     is the one with the most tokens per item (``get_modality_with_max_tokens``), and
     ``_get_max_items``: ``max(1, min(budget // tokens, max_num_seqs × max(1, min(limit,
     max_model_len // tokens))))`` items (``max_num_seqs`` capped at ``mnbt // tokens`` without
-    chunked prefill)."""
+    chunked prefill). ``placeholder``: the release counts each item's placeholder tokens
+    (``VllmRelease.mm_item_tokens``)."""
     processor = arch.processor
     if processor is None:
         return None
-    every = processor.max_tokens_per_item(max_model_len, max_pixels)
+    every = processor.max_tokens_per_item(max_model_len, max_pixels, placeholder)
+    embeds = processor.max_tokens_per_item(max_model_len, max_pixels)
     limits = mm_limits(image_limit, tuple(every))
     tokens = {m: t for m, t in every.items() if limits[m] > 0}
     if not tokens:
@@ -92,11 +99,11 @@ def encoder_budget(arch: ModelArch, *, mnbt: int, max_num_seqs: int, max_model_l
     modality = max(tokens.items(), key=lambda item: (item[1], item[0]))[0]
     per_item = tokens[modality]
     if per_item == 0:
-        return EncoderBudget(tokens, compute, cache, modality, 0)
+        return EncoderBudget(tokens, embeds, compute, cache, modality, 0)
     per_prompt = max(1, min(limits[modality], max_model_len // per_item))
     seqs = max_num_seqs if chunked_prefill else min(max_num_seqs, mnbt // per_item)
     items = max(1, min(min(compute, cache) // per_item, seqs * per_prompt))
-    return EncoderBudget(tokens, compute, cache, modality, items)
+    return EncoderBudget(tokens, embeds, compute, cache, modality, items)
 
 
 def encoder_cache_term(arch: ModelArch, budget: EncoderBudget, model_dtype: str,
@@ -106,7 +113,7 @@ def encoder_cache_term(arch: ModelArch, budget: EncoderBudget, model_dtype: str,
     model's hidden size; every TP rank holds the whole output)."""
     width = get_dtype(model_dtype).bits // 8
     total = budget.profiled_tokens * arch.hidden_size * width
-    per_item = budget.max_tokens_per_item[budget.modality]
+    per_item = budget.embeds_per_item[budget.modality]
     formula = (f"{budget.items_per_batch} {budget.modality} item(s) × {per_item:,} "
                f"tokens × hidden {arch.hidden_size:,} × {width} B = {total:,} B (encoder budget "
                f"{budget.budget:,} tokens = max(max_num_batched_tokens, largest item))")

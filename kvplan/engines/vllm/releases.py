@@ -108,6 +108,11 @@ class VllmRelease(Release):
     #: ``causal_conv1d_update``'s ``assert num_cache_lines >= batch`` (v0.11.0–v0.17, FULL_AND_PIECEWISE
     #: the default, issue #34094); ``none`` — piecewise graphs only by default (v0.8–v0.10, V0).
     state_block_check: StateBlockCheck = "none"
+    #: What the multimodal encoder budget counts per item (``MultiModalBudget``): ``embeds`` — the
+    #: item's embeddings (``PlaceholderRange.get_num_embeds``; v0.13.0+, PR #30475, and v0.10.0);
+    #: ``placeholder`` — the whole placeholder's tokens (``PlaceholderRange.length``, with the
+    #: text tokens inside it: Gemma-3's 260 per image; v0.10.1–v0.12, PR #21798).
+    mm_item_tokens: Literal["embeds", "placeholder"] = "embeds"
 
 
 V0_6 = VllmRelease(
@@ -160,7 +165,8 @@ V0_11 = replace(
             "v0.10.1 pins torch 2.7 (Triton needs ≥ 2.8) and neither bundles ``triton_kernels``; "
             "FlashInfer (256/256) on Blackwell.",
     hybrid_default="off_with_chunked", layer_specs="all", mxfp4_moe=True,
-    mxfp4_source="vLLM v0.10.1.1 quantization/mxfp4.py", state_block_check="assert")
+    mxfp4_source="vLLM v0.10.1.1 quantization/mxfp4.py", state_block_check="assert",
+    mm_item_tokens="placeholder")
 V0_13 = replace(
     V0_11, key="0.13", since="0.11.1", name="vLLM v0.11.1–v0.13",
     changes="the sampler warm-up sorts (FlashInfer top-k/top-p is opt-in from v0.11.1, "
@@ -170,7 +176,9 @@ V0_13 = replace(
             "``init_device``). MXFP4 experts: v0.12–v0.13 bundle ``vllm.third_party.triton_kernels`` "
             "and take Triton on SM 9.0 as v0.14 (``quantization/mxfp4.py`` ``get_mxfp4_backend``); "
             "v0.11.1–v0.11.2 bundle none (``utils/import_utils.py`` ``has_triton_kernels``) and take "
-            "Marlin, as ``vllm@0.11``, unless ``triton_kernels`` is installed.",
+            "Marlin, as ``vllm@0.11``, unless ``triton_kernels`` is installed. The multimodal "
+            "encoder budget counts each item's placeholder tokens as in v0.10.1–v0.11.0; v0.13.0 "
+            "already counts embeddings (PR #30475, as ``vllm@0.17``).",
     sampler_path="sort", capture_rule="stride16", mxfp4_triton=True,
     mxfp4_source="vLLM v0.14.1/v0.19.0 quantization/mxfp4.py")
 V0_17 = replace(
@@ -183,8 +191,10 @@ V0_17 = replace(
             "v0.19.1 ``envs.py``). v0.14–v0.19 (``quantization/mxfp4.py`` ``get_mxfp4_backend``, "
             "v0.19 ``oracle/mxfp4.py``): Triton on SM 9.0 (bundled ``vllm.third_party.triton_kernels``) "
             "keeps the checkpoint's scales as layer parameters beside the swizzled copy in its "
-            "``PrecisionConfig``; TRT-LLM pads the intermediate to 256 — as v0.20–v0.24.",
-    ceil_requested=True, hybrid_default="on")
+            "``PrecisionConfig``; TRT-LLM pads the intermediate to 256 — as v0.20–v0.24. The "
+            "multimodal encoder budget counts embeddings per item (``v1/core/encoder_cache_manager.py``, "
+            "PR #30475).",
+    ceil_requested=True, hybrid_default="on", mm_item_tokens="embeds")
 V0_19 = replace(
     V0_17, key="0.19", since="0.18.0", name="vLLM v0.18–v0.19",
     changes="hybrid Mamba models with FULL decode CUDA graphs: ``config/compilation.py`` "
