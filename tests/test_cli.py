@@ -393,6 +393,12 @@ def reach(code: str, tmp_path) -> str:
         sock.close()
         with mock.patch.dict(os.environ, {"HF_ENDPOINT": f"http://127.0.0.1:{port}"}):
             return cli_error(["fit", "--hf-id", "org/name", "--gpu", "h100-sxm", "--tokens", "8"])
+    if code == "mm.image_size":
+        return cli_error(["fit", "--model", "gemma-3-27b", "--gpu", "h100-sxm", "--tokens", "8",
+                          "--images", "1", "--image-size", "0x0"])
+    if code == "mm.images":
+        return cli_error(["fit", "--model", "gemma-3-27b", "--gpu", "h100-sxm", "--tokens", "8",
+                          "--images", "3", "--image-size", "8x8", "--limit-mm-per-prompt", "2"])
     raise AssertionError(f"no entry point for {code}")
 
 
@@ -440,7 +446,9 @@ SERVER_ONLY = {"hub.unauthorized",
                "hub.too_many_shards", "hub.header_too_large", "hub.timeout"}
 #: The SGLang / TensorRT-LLM log parsers have no CLI command yet: tests/test_calibrate.py reaches
 #: calibrate.no_engine_lines (test_engine_parsers_name_the_engine_when_no_line_matches).
-LIBRARY_ONLY = {"calibrate.no_engine_lines"}
+LIBRARY_ONLY = {"calibrate.no_engine_lines",
+                # no video flags yet: tests/test_multimodal.py (test_a_video_of_no_frames_is_refused)
+                "mm.frames"}
 REACHED = sorted(set(MESSAGES) - DASHBOARD_ONLY - SERVER_ONLY - LIBRARY_ONLY)
 
 

@@ -163,7 +163,8 @@ def test_the_profiled_encoder_outputs_are_a_ledger_term_and_limit_zero_drops_the
     assert any(t.name == "reserve: mm_encoder_cache" and t.bytes == 822_083_584 for t in plan.ledger)
     text_only = plan.vary(settings=plan.query.settings.model_copy(update={"limit_mm_per_prompt": 0}))
     assert "mm_encoder_cache" not in _reserve(text_only)
-    assert text_only.budget.stage_budgets[0] - plan.budget.stage_budgets[0] == 822_083_584
+    # the budget gains the profiled video and, on v0.33, the tower's weights (below)
+    assert text_only.budget.stage_budgets[0] - plan.budget.stage_budgets[0] == 822_083_584 + 1_351_756_800
     # --mm-processor-kwargs max_pixels 1,003,520: largest image 1,280 tokens, a video of 14 frames
     # (the cap) 7 × 1,280 = 8,960 tokens, above mnbt 8,192 → budget 8,960, 1 video: 8,960 × 3,584 × 2
     capped = plan.vary(settings=plan.query.settings.model_copy(update={"mm_max_pixels": 1_003_520}))
@@ -222,3 +223,40 @@ def test_releases_before_v0_13_count_gemma3s_whole_placeholder_as_a_public_log_s
     assert term.bytes == 31 * 256 * 5376 * 2 == 85_327_872
     later = make_plan(gemma, gpu, query.model_copy(update={"engine": "vllm@0.17"}))
     assert _reserve(later)["mm_encoder_cache"].bytes == 32 * 256 * 5376 * 2
+
+
+def test_a_public_qwen25_vl_start_up_log_has_the_budget_kvplan_derives():
+    """A public vLLM 0.23.0 start-up of Qwen2.5-VL-7B-Instruct (defaults, ``max_model_len`` 128,000;
+    a GitHub README's docker log, find_string id 55021192520) logs "Encoder cache will be
+    initialized with a budget of 114688 tokens, and profiled with 1 video items": the 14-frame
+    dummy video of 3584×3584 frames, 7 × 16,384 tokens (vLLM ``get_max_video_tokens``)."""
+    plan = make_plan(load_model(QWEN), get_gpu("h100-sxm"), FitQuery(tokens=128_000, engine="vllm@0.24"))
+    budget = plan.engine.mm_budget(plan.arch, plan.gpu, plan.settings, 128_000)
+    assert budget is not None
+    assert budget.log_line() == ("Encoder cache will be initialized with a budget of 114688 tokens, "
+                                 "and profiled with 1 video items of the maximum feature size.")
+
+
+def test_text_only_v0_33_loads_no_vision_tower():
+    """``--limit-mm-per-prompt`` 0 on v0.33: the tower is a ``StageMissingLayer`` (interfaces.py
+    ``_mark_tower_model``), so its 1,351,756,800 B of weights leave the GPU with the encoder profile;
+    v0.32 (not read) keeps counting them."""
+    qwen, gpu = load_model(QWEN), get_gpu("h100-sxm")
+    full = make_plan(qwen, gpu, FitQuery(tokens=32_768, engine="vllm@0.33"))
+    assert full.weights.total_by_part["vision"] == 1_351_756_800
+    text = full.vary(settings=full.query.settings.model_copy(update={"limit_mm_per_prompt": 0}))
+    assert "vision" not in text.weights.total_by_part
+    assert full.weights.total_bytes - text.weights.total_bytes == 1_351_756_800
+    # the budget gains the tower and the profiled video (2 × 16,384 tokens × 3,584 × 2 B)
+    gained = text.budget.stage_budgets[0] - full.budget.stage_budgets[0]
+    assert gained == 1_351_756_800 + 32_768 * 3584 * 2
+    older = make_plan(qwen, gpu, FitQuery(tokens=32_768, engine="vllm@0.32",
+                                          settings={"limit_mm_per_prompt": 0}))
+    assert older.weights.total_by_part["vision"] == 1_351_756_800
+
+
+def test_a_video_of_no_frames_is_refused(qwen):
+    with pytest.raises(KVPlanError, match="video of 0 frames: at least 1 frame"):
+        qwen.video_tokens(1280, 720, 0)
+    # 3 frames pad to 4 (temporal_patch_size 2): 2 × 1,196
+    assert qwen.video_tokens(1280, 720, 3) == 2392

@@ -304,6 +304,11 @@ class Vllm(Engine):
         return Reserve(terms + self.lora_terms(arch, gpu, settings, terms)
                        + self.mm_terms(arch, gpu, settings, tokens))
 
+    def drops_towers(self, settings: EngineSettings) -> bool:
+        """``--limit-mm-per-prompt`` 0 where the release then skips the towers' weights
+        (``VllmRelease.mm_skip_towers_at_zero``)."""
+        return self.record.mm_skip_towers_at_zero and settings.limit_mm_per_prompt == 0
+
     def mm_budget(self, arch: ModelArch, gpu: GPU, settings: EngineSettings,
                   tokens: int) -> EncoderBudget | None:
         """The multimodal encoder budget at start-up (``engines/vllm/multimodal.py``), with

@@ -113,6 +113,10 @@ class VllmRelease(Release):
     #: ``placeholder`` — the whole placeholder's tokens (``PlaceholderRange.length``, with the
     #: text tokens inside it: Gemma-3's 260 per image; v0.10.1–v0.12, PR #21798).
     mm_item_tokens: Literal["embeds", "placeholder"] = "embeds"
+    #: With ``--limit-mm-per-prompt`` 0 for all its modalities a tower is not built and its weights
+    #: are not loaded (``model_executor/models/interfaces.py`` ``_mark_tower_model`` →
+    #: ``StageMissingLayer``; read in v0.33's source; older releases' per-model rules not modelled).
+    mm_skip_towers_at_zero: bool = False
 
 
 V0_6 = VllmRelease(
@@ -278,8 +282,11 @@ V0_33 = replace(
     V0_32, key="0.33", since="0.33.0", name="vLLM v0.33",
     changes="``engine/arg_utils.py`` ``get_batch_defaults``: a GB10 (DGX Spark, "
             "``is_device_capability((12, 1))``) stays on the small tier whatever its memory. LoRA "
-            "slots read from 0.33.0 ``vllm/lora`` (``lora_ranks``: ``config/lora.py`` MaxLoRARanks).",
-    gb10_small_tier=True, lora_ranks=(1, 8, 16, 32, 64, 128, 256, 320, 512))
+            "slots read from 0.33.0 ``vllm/lora`` (``lora_ranks``: ``config/lora.py`` MaxLoRARanks). "
+            "``--limit-mm-per-prompt`` 0 leaves the towers unloaded (``_mark_tower_model``, read in "
+            "0.33.0).",
+    gb10_small_tier=True, lora_ranks=(1, 8, 16, 32, 64, 128, 256, 320, 512),
+    mm_skip_towers_at_zero=True)
 
 #: Every modelled vLLM release, oldest first; the last is "latest" (``vllm`` without ``@``).
 VLLM_RELEASES: tuple[VllmRelease, ...] = (V0_6, V0_8, V0_9, V0_11, V0_13, V0_17, V0_19, V0_20_0, V0_20,
