@@ -487,11 +487,17 @@ def check_names(scenario: Scenario) -> tuple[Scenario, list[str]]:
                 key=fields[name].alias or name, value=short(str(getattr(scenario, name)), 40), need=tpp))
         update["num_gpus"] = tpp
     if scenario.images:
+        asked = f"{scenario.images}×{scenario.image_width}x{scenario.image_height}"
         try:  # images the model cannot take (no processor, above the limit, refused sizes) go
-            scenario_image_tokens(scenario.model_copy(update=update))
+            added = scenario_image_tokens(scenario.model_copy(update=update))
         except KVPlanError as exc:
-            warn("images", f"{scenario.images}×{scenario.image_width}x{scenario.image_height}", str(exc))
+            warn("images", asked, str(exc))
             update["images"] = 0
+        else:
+            if scenario.tokens + added > MAX_TOKENS:
+                warn("images", asked, f"{scenario.tokens:,} text + {added:,} image tokens is above "
+                                      f"{MAX_TOKENS:,} tokens per request")
+                update["images"] = 0
     return (scenario.model_copy(update=update) if update else scenario), warnings
 
 

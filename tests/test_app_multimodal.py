@@ -56,3 +56,15 @@ def test_images_a_model_cannot_take_are_refused_by_name(params, why):
     assert why in warnings, warnings
     headers = [m.value for m in at.markdown if "that fit, per replica" in m.value]
     assert headers  # the answer is still shown, for the text alone
+
+
+def test_a_request_too_long_with_its_images_is_refused_by_name():
+    from kvplan.scenario import check_names
+
+    scenario = Scenario(model="Qwen/Qwen2.5-VL-7B-Instruct", tokens=99_000_000, images=999,
+                        image_width=3584, image_height=3584)
+    fixed, warnings = check_names(scenario)
+    assert fixed.images == 0
+    # 999 × (16,384 + 2) = 16,369,614 image tokens
+    assert any("999×3584x3584" in w and "16,369,614 image tokens is above 100,000,000" in w
+               for w in warnings), warnings
