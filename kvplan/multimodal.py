@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from typing import Annotated, Literal
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from kvplan.errors import KVPlanError, short
@@ -205,7 +206,78 @@ class FixedProcessor(_Processor):
         return {"image": self.prompt_tokens_per_image if placeholder else self.tokens_per_image}
 
 
-Processor = Annotated[QwenVLProcessor | FixedProcessor, Field(discriminator="kind")]
+class TiledProcessor(_Processor):
+    """Llama-4's tiles: the image is fitted without distortion into the best canvas of at most
+    ``max_tiles`` square tiles of ``tile_size`` (transformers ``models/llama4/image_processing_llama4.py``
+    ``find_supported_resolutions``, ``get_best_fit`` with ``resize_to_max_canvas`` off), each tile
+    ``tokens_per_tile`` embeddings (``(tile_size / patch_size)² / downsample_ratio``: 576 / 4 = 144),
+    plus one global tile when there is more than one. The prompt (``processing_llama4.py``
+    ``_prompt_split_image``): ``<|image_start|>``, for several tiles each row's tiles with
+    ``<|tile_x_separator|>`` between them and a ``<|tile_y_separator|>`` after the row, then
+    ``<|image|>``, the global tile's tokens and ``<|image_end|>``."""
+
+    kind: Literal["tiles"] = "tiles"
+    tile_size: int = Field(ge=1)
+    max_tiles: int = Field(ge=1)
+    tokens_per_tile: int = Field(ge=1)
+
+    def canvas(self, width: int, height: int) -> tuple[int, int]:
+        """``(columns, rows)`` of tiles of ``get_best_fit``: per canvas the limiting scale
+        ``min(H_c/H, W_c/W)`` (float32, as the torch tensors), the smallest scale ≥ 1 if any, else the
+        largest below 1; among canvases with that scale the smallest area (first in
+        ``find_supported_resolutions``' order on a tie)."""
+        self.check_size(width, height)
+        options: list[tuple[int, int]] = []
+        by_ratio: dict[float, list[tuple[int, int]]] = {}
+        for chunks in range(self.max_tiles, 0, -1):
+            for factor in sorted({d for i in range(1, math.isqrt(chunks) + 1) if chunks % i == 0
+                                  for d in (i, chunks // i)}):
+                by_ratio.setdefault(factor / (chunks // factor), []).append((factor, chunks // factor))
+        for pairs in by_ratio.values():
+            options.extend(pairs)
+        size = self.tile_size
+        h32, w32 = np.float32(height), np.float32(width)
+        scales = [min(np.float32(rows * size) / h32, np.float32(cols * size) / w32)
+                  for rows, cols in options]
+        up = [v for v in scales if v >= 1]
+        chosen = min(up) if up else max(scales)
+        picked = [(rows * cols, i) for i, ((rows, cols), v) in enumerate(zip(options, scales, strict=True))
+                  if v == chosen]
+        rows, cols = options[min(picked)[1]]
+        return cols, rows
+
+    def image_tokens(self, width: int, height: int, max_pixels: int | None = None) -> int:
+        """Embeddings: ``(tiles + 1 if tiles > 1) × tokens_per_tile``."""
+        cols, rows = self.canvas(width, height)
+        tiles = cols * rows
+        return (tiles + (1 if tiles > 1 else 0)) * self.tokens_per_tile
+
+    def prompt_tokens(self, width: int, height: int, max_pixels: int | None = None) -> int:
+        """Prompt tokens of ``_prompt_split_image``: the embeddings, the separators
+        (``rows × (cols − 1)`` x, ``rows`` y, with several tiles) and start, ``<|image|>``, end."""
+        cols, rows = self.canvas(width, height)
+        separators = rows * (cols - 1) + rows if cols * rows > 1 else 0
+        return self.image_tokens(width, height) + separators + 3
+
+    def describe(self, width: int, height: int, max_pixels: int | None = None) -> str:
+        """The prompt tokens of one image as a formula with its values."""
+        cols, rows = self.canvas(width, height)
+        return (f"{width}×{height} on a {cols}×{rows} canvas of {self.tile_size}-px tiles (get_best_fit, "
+                f"≤ {self.max_tiles} tiles): {self.image_tokens(width, height):,} image tokens "
+                f"({self.tokens_per_tile} per tile{', + the global tile' if cols * rows > 1 else ''}), "
+                f"{self.prompt_tokens(width, height):,} prompt tokens with the separators "
+                "(transformers image_processing_llama4.py get_best_fit, processing_llama4.py "
+                "_prompt_split_image)")
+
+    def max_tokens_per_item(self, seq_len: int, max_pixels: int | None = None,
+                            placeholder: bool = False) -> dict[str, int]:
+        """vLLM's dummy image (``mllama4.py`` ``get_image_size_with_most_features``): ``max_tiles ×
+        tile_size`` high, ``tile_size`` wide — its embeddings, or its whole placeholder."""
+        w, h = self.tile_size, self.max_tiles * self.tile_size
+        return {"image": self.prompt_tokens(w, h) if placeholder else self.image_tokens(w, h)}
+
+
+Processor = Annotated[QwenVLProcessor | FixedProcessor | TiledProcessor, Field(discriminator="kind")]
 
 
 class ImageRequest(BaseModel):
@@ -229,7 +301,7 @@ class ImageRequest(BaseModel):
         return cls(count=count, width=int(parts[0]), height=int(parts[1]))
 
 
-def image_prompt_tokens(model: str, processor: QwenVLProcessor | FixedProcessor | None,
+def image_prompt_tokens(model: str, processor: QwenVLProcessor | FixedProcessor | TiledProcessor | None,
                         images: ImageRequest, limit: int | None = None,
                         max_pixels: int | None = None) -> int:
     """Prompt tokens of a request's images: ``count × processor.prompt_tokens(W, H)``; refused by

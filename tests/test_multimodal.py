@@ -12,7 +12,13 @@ from kvplan.capacity import fit
 from kvplan.cli import main
 from kvplan.engines.vllm.multimodal import encoder_budget
 from kvplan.errors import KVPlanError
-from kvplan.multimodal import FixedProcessor, ImageRequest, QwenVLProcessor, image_prompt_tokens
+from kvplan.multimodal import (
+    FixedProcessor,
+    ImageRequest,
+    QwenVLProcessor,
+    TiledProcessor,
+    image_prompt_tokens,
+)
 from kvplan.plan import FitQuery, make_plan
 from kvplan.presets import get_gpu, load_model
 
@@ -260,3 +266,19 @@ def test_a_video_of_no_frames_is_refused(qwen):
         qwen.video_tokens(1280, 720, 0)
     # 3 frames pad to 4 (temporal_patch_size 2): 2 × 1,196
     assert qwen.video_tokens(1280, 720, 3) == 2392
+
+
+def test_llama4_tiles_a_1280x720_image_into_12_plus_a_global_tile():
+    """transformers ``get_best_fit`` (image_processing_llama4.py), 336-px tiles, ≤ 16: for 720×1280
+    (h × w) the 3 × 4 canvas scales by min(1008/720, 1344/1280) = 1.05, the smallest ≥ 1 (4 × 4
+    ties at 1.05 with more area); 12 tiles + the global tile = 13 × 144 = 1,872 embeddings; the
+    prompt adds 3 rows × 3 x-separators, 3 y-separators, <|image_start|>, <|image|>, <|image_end|>."""
+    processor = load_model("llama-4-scout").processor
+    assert isinstance(processor, TiledProcessor)
+    assert processor.canvas(1280, 720) == (4, 3)
+    assert processor.image_tokens(1280, 720) == 1872
+    assert processor.prompt_tokens(1280, 720) == 1872 + 9 + 3 + 3 == 1887
+    assert processor.image_tokens(300, 300) == 144 and processor.prompt_tokens(300, 300) == 147
+    # vLLM's dummy image 336 × 5376: 16 tiles + global = 2,448; MNBT 8,192 // 2,448 = 3 items
+    budget = encoder_budget(load_model("llama-4-scout"), mnbt=8192, max_num_seqs=1024, max_model_len=65_536)
+    assert budget is not None and (budget.budget, budget.items_per_batch) == (8192, 3)

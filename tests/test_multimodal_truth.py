@@ -15,7 +15,7 @@ import pytest
 
 from kvplan.engines.vllm.multimodal import encoder_budget
 from kvplan.errors import KVPlanError
-from kvplan.multimodal import QwenVLProcessor
+from kvplan.multimodal import QwenVLProcessor, TiledProcessor
 from kvplan.presets import load_model
 
 FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "multimodal_truth" / "cases.json").read_text())
@@ -71,3 +71,21 @@ def test_encoder_budget_equals_vllms(repo):
         assert (got.compute_budget, got.cache_size, got.budget, got.modality, got.items_per_batch) == (
             case["compute_budget"], case["cache_size"], case["budget"], case["modality"],
             case["items_per_batch"]), case
+
+
+@pytest.mark.parametrize("case", FIXTURE["tiled"], ids=lambda c: c["hf_repo"])
+def test_llama4_tiles_equal_transformers_and_vllm(case):
+    """transformers' ``get_best_fit`` canvas and ``_prompt_split_image`` prompt, vLLM's
+    ``get_patch_per_chunk`` (144) and dummy image (336 × 5376), for every size of the grid."""
+    processor = load_model(case["hf_repo"]).processor
+    assert isinstance(processor, TiledProcessor)
+    assert processor.tokens_per_tile == case["tokens_per_tile"]
+    assert [processor.tile_size, processor.max_tiles * processor.tile_size] == case["dummy_image"]
+    assert len(case["images"]) == 18
+    for image in case["images"]:
+        w, h = image["width"], image["height"]
+        assert list(processor.canvas(w, h)) == image["canvas"], image
+        assert processor.image_tokens(w, h) == image["tokens"], image
+        assert processor.prompt_tokens(w, h) == image["prompt_tokens"], image
+    dummy_w, dummy_h = case["dummy_image"]
+    assert processor.max_tokens_per_item(4096) == {"image": processor.image_tokens(dummy_w, dummy_h)}

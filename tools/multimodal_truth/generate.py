@@ -154,10 +154,49 @@ def qwen_cases(hf_repo: str) -> dict[str, Any]:
             "budgets": budgets}
 
 
+LLAMA4_SIZES = [(1280, 720), (1920, 1080), (336, 336), (100, 100), (336, 5376), (5376, 336),
+                (4000, 3000), (3840, 2160), (720, 1280), (1000, 1000), (673, 337), (12345, 678),
+                (1, 1), (2000, 500), (640, 480), (1344, 1344), (1345, 1344), (30000, 20)]
+
+
+def llama4_cases(hf_repo: str) -> dict[str, Any]:
+    """transformers' ``find_supported_resolutions`` / ``get_best_fit`` (the canvas), its
+    ``Llama4Processor._prompt_split_image`` (the prompt: counted as its special tokens) and vLLM's
+    ``Mllama4ProcessingInfo.get_patch_per_chunk`` (tokens per tile) and dummy image size."""
+    import re
+
+    import torch
+    from transformers.image_utils import SizeDict
+    from transformers.models.llama4.configuration_llama4 import Llama4VisionConfig
+    from transformers.models.llama4.image_processing_llama4 import find_supported_resolutions, get_best_fit
+    from transformers.models.llama4.processing_llama4 import Llama4Processor
+    from vllm.model_executor.models.mllama4 import Mllama4ProcessingInfo
+
+    name = hf_repo.replace("/", "--")
+    preset = next(d for p in sorted((ROOT / "presets" / "models").glob("*.json"))
+                  if (d := json.loads(p.read_text()))["hf_repo"] == hf_repo)
+    proc = json.loads((ROOT / "presets" / "processors" / f"{name}.json").read_text())["processor"]
+    vision = Llama4VisionConfig(**preset["config"]["vision_config"])
+    per_tile = Mllama4ProcessingInfo.get_patch_per_chunk(vision)
+    tile = proc["tile_size"]
+    options = torch.tensor(find_supported_resolutions(proc["max_tiles"], SizeDict(height=tile, width=tile)))
+    images = []
+    for w, h in LLAMA4_SIZES:
+        canvas = get_best_fit((h, w), options, resize_to_max_canvas=False)
+        rows, cols = int(canvas[0]) // tile, int(canvas[1]) // tile
+        text = Llama4Processor._prompt_split_image(None, (rows, cols), per_tile)
+        specials = len(re.findall(r"<\|[a-z_]+\|>", text))
+        images.append({"width": w, "height": h, "canvas": [cols, rows],
+                       "tokens": text.count("<|patch|>"), "prompt_tokens": specials})
+    dummy = [tile, proc["max_tiles"] * tile]  # get_image_size_with_most_features: (width, height)
+    return {"hf_repo": hf_repo, "tokens_per_tile": per_tile, "dummy_image": dummy, "images": images}
+
+
 def main() -> None:
     cases = {"vllm": vllm.__version__, "transformers": transformers.__version__,
              "source": "tools/multimodal_truth/generate.py (vLLM's and transformers' code on CPU)",
-             "models": [qwen_cases("Qwen/Qwen2.5-VL-7B-Instruct")]}
+             "models": [qwen_cases("Qwen/Qwen2.5-VL-7B-Instruct")],
+             "tiled": [llama4_cases("meta-llama/Llama-4-Scout-17B-16E-Instruct")]}
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(cases, indent=1) + "\n")
     count = sum(len(m["images"]) + len(m["videos"]) + len(m["budgets"]) for m in cases["models"])
