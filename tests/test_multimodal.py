@@ -166,6 +166,8 @@ def test_the_profiled_encoder_outputs_are_a_ledger_term_and_limit_zero_drops_the
     # 1 video × 114,688 tokens × hidden 3,584 × 2 B (bf16)
     assert term.bytes == 114_688 * 3584 * 2 == 822_083_584
     assert "compute_mm_encoder_budget" in term.source
+    assert term.formula.endswith('vLLM logs "Encoder cache will be initialized with a budget of 114688 '
+                                 'tokens, and profiled with 1 video items of the maximum feature size."')
     assert any(t.name == "reserve: mm_encoder_cache" and t.bytes == 822_083_584 for t in plan.ledger)
     text_only = plan.vary(settings=plan.query.settings.model_copy(update={"limit_mm_per_prompt": 0}))
     assert "mm_encoder_cache" not in _reserve(text_only)

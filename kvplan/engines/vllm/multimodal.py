@@ -116,6 +116,7 @@ def encoder_cache_term(arch: ModelArch, budget: EncoderBudget, model_dtype: str,
     per_item = budget.embeds_per_item[budget.modality]
     formula = (f"{budget.items_per_batch} {budget.modality} item(s) × {per_item:,} "
                f"tokens × hidden {arch.hidden_size:,} × {width} B = {total:,} B (encoder budget "
-               f"{budget.budget:,} tokens = max(max_num_batched_tokens, largest item))")
+               f"{budget.budget:,} tokens = max(max_num_batched_tokens, largest item)); vLLM logs "
+               f"\"{budget.log_line()}\"")
     return ReserveTerm("mm_encoder_cache", total, formula, f"{release} {_SOURCE}", "derived")
 
