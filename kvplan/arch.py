@@ -23,6 +23,8 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
+from kvplan.multimodal import Processor
+
 
 class Kind(StrEnum):
     """What one layer's cache keeps per sequence (the values are the serialised names).
@@ -243,6 +245,9 @@ class ModelArch(_Spec):
     params_method: str = ""
     source: str = ""
     notes: tuple[str, ...] = ()
+    #: The checkpoint's image processor (``presets/processors/``; ``kvplan.multimodal``), or None:
+    #: text only, or a multimodal checkpoint whose processor values are not known.
+    processor: Processor | None = None
 
     #: Caches keyed by the ``layers`` tuple they were computed from (``model_copy`` copies them).
     _runs: tuple[tuple[LayerSpec, ...], tuple[tuple[LayerSpec, int], ...]] | None = PrivateAttr(

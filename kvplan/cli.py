@@ -213,6 +213,11 @@ def build_parser() -> argparse.ArgumentParser:
                           "each reserve term's engine source); --json always has them")
     fit.add_argument("--check", action="store_true",
                      help="exit with code 1 when the request does not fit (for scripts)")
+    fit.add_argument("--images", type=_nonneg_int, default=0, metavar="N",
+                     help="images per request: each adds its tokens (the checkpoint's processor, "
+                          "presets/processors/) to --tokens, which then counts the text alone")
+    fit.add_argument("--image-size", default="", metavar="WxH",
+                     help="pixels of each image, e.g. 1280x720 (needed with --images)")
 
     cal = sub.add_parser("calibrate", help="compare kvplan with a real vLLM run's start-up log")
     model_args(cal)
@@ -478,6 +483,40 @@ def _adapters(plan: Plan) -> dict[str, object] | None:
     return adapters_that_fit(plan).as_json() if plan.settings.enable_lora else None
 
 
+def _image_request(args: argparse.Namespace, arch: ModelArch,
+                   settings: EngineSettings) -> dict[str, Any] | None:
+    """``--images N --image-size WxH``: the request's tokens, ``--tokens`` of text plus each image's
+    prompt tokens by the checkpoint's processor (``kvplan.multimodal.image_prompt_tokens``); None
+    without images."""
+    from kvplan.multimodal import ImageRequest, image_prompt_tokens
+    from kvplan.scenario import MAX_CONTEXT_TOKENS
+
+    if not args.images and not args.image_size:
+        return None
+    if not args.image_size:
+        raise KVPlanError("mm.images", count=args.images, key="images",
+                          detail="give each image's size with --image-size WxH")
+    images = ImageRequest.parse(args.images, args.image_size)
+    added = image_prompt_tokens(arch.name, arch.processor, images, settings.limit_mm_per_prompt,
+                                settings.mm_max_pixels)
+    total = args.tokens + added
+    if total > MAX_CONTEXT_TOKENS:
+        raise KVPlanError("mm.images", count=images.count, key="images",
+                          detail=f"--tokens {args.tokens:,} + {added:,} image tokens is above "
+                                 f"{MAX_CONTEXT_TOKENS:,}")
+    per_image = added // images.count if images.count else 0
+    processor = arch.processor
+    shown = processor is not None and images.count > 0
+    rule = processor.describe(images.width, images.height, settings.mm_max_pixels) \
+        if processor is not None and shown else ""
+    embeds = processor.image_tokens(images.width, images.height, settings.mm_max_pixels) \
+        if processor is not None and shown else 0
+    return {"text_tokens": args.tokens, "images": images.count,
+            "image_size": f"{images.width}x{images.height}", "image_tokens_per_image": embeds,
+            "prompt_tokens_per_image": per_image, "image_tokens": added, "tokens": total,
+            "rule": rule, "source": processor.source if processor is not None else ""}
+
+
 def cmd_fit(args: argparse.Namespace) -> int:
     from kvplan.capacity import fit
     from kvplan.plan import FitQuery, make_plan
@@ -485,13 +524,15 @@ def cmd_fit(args: argparse.Namespace) -> int:
 
     arch = _load_arch(args)
     gpu = get_gpu(args.gpu)
-    query = FitQuery(tokens=args.tokens, users=args.users, kv_dtype=args.kv_dtype,
+    settings = settings_from_args(args, tp=args.tp, pp=args.pp)
+    request = _image_request(args, arch, settings)
+    query = FitQuery(tokens=request["tokens"] if request else args.tokens, users=args.users,
+                     kv_dtype=args.kv_dtype,
                      weight_dtype=args.weight_dtype,
                      engine=engine_with_release(args.engine, args.engine_version),
                      num_gpus=args.num_gpus, tp=args.tp, pp=args.pp, reserve_gib=args.reserve_gib,
                      reserve_terms=_reserve_terms(args),
-                     kv_cache_memory_bytes=args.kv_cache_memory_bytes,
-                     settings=settings_from_args(args, tp=args.tp, pp=args.pp))
+                     kv_cache_memory_bytes=args.kv_cache_memory_bytes, settings=settings)
     plan = make_plan(arch, gpu, query)
     result = fit(plan)
     status = 1 if args.check and not result.fits else 0
@@ -503,6 +544,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
             payload["checkpoint"] = checkpoint
         if adapters is not None:
             payload["lora_adapters_that_fit"] = adapters
+        if request is not None:
+            payload["request"] = request
         print(json.dumps(payload))
         return status
     gpus = result.replicas * result.tp * result.pp
@@ -517,6 +560,11 @@ def cmd_fit(args: argparse.Namespace) -> int:
             print(f"Smallest change: {result.suggestion}.")
     if result.start_reason:
         print(f"Start-up ({'starts' if result.starts else 'does not start'}): {result.start_reason}")
+    if request is not None:
+        print(f"Request shape:     {request['text_tokens']:,} text tokens + {request['images']} × "
+              f"{request['image_size']} image(s) of {request['prompt_tokens_per_image']:,} tokens "
+              f"= {request['tokens']:,} tokens")
+        print(f"  per image: {request['rule']}")
     print(f"Requests of {result.tokens:,} tokens that fit: {result.max_requests:,} per replica, "
           f"{result.max_requests_all_replicas:,} in all")
     if result.max_num_seqs is not None:

@@ -201,6 +201,10 @@ MESSAGES: dict[str, str] = {
     "recommend.rate": "cannot simulate this request rate: {detail}",
     "recommend.none": "no candidate meets every constraint; the tightest is {constraint} ({passing} of "
                       "{count} candidates meet it): {best}",
+    # a request's images (kvplan.multimodal)
+    "mm.image_size": "image size {size}: {detail}",
+    "mm.images": "{count} image(s) per request: {detail}",
+    "mm.frames": "video of {count} frames: {detail}",
     # the dashboard's last line of defence (a bug, reported without a traceback)
     "internal.view": "{title} could not be drawn ({kind}: {detail}); the other views are unaffected",
 }

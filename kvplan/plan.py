@@ -216,10 +216,13 @@ class Plan:
             dtype = self.weight_format
         rules = self.engine.loading_rules(self.gpu)
         settings = self.settings
-        if settings.dp > 1 and self.arch.moe is not None:
-            return _dp_weights(self.arch, dtype, self.query.tp, self.query.pp, settings.dp,
+        arch = self.arch
+        if arch.weights.towers and self.engine.drops_towers(settings):  # text only: no towers
+            arch = arch.model_copy(update={"weights": arch.weights.model_copy(update={"towers": ()})})
+        if settings.dp > 1 and arch.moe is not None:
+            return _dp_weights(arch, dtype, self.query.tp, self.query.pp, settings.dp,
                                settings.mtp, rules)
-        return _weights_cached(self.arch, dtype, self.query.tp, self.query.pp, settings.ep,
+        return _weights_cached(arch, dtype, self.query.tp, self.query.pp, settings.ep,
                                settings.mtp, rules)
 
     # ------------------------------------------------------------ cache specs, budget, pool

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from kvplan.arch import ModelArch
 from kvplan.config_import import parse_config, with_hf_quant_config
 from kvplan.errors import MESSAGES, KVPlanError, clip
+from kvplan.multimodal import Processor
 
 #: ``presets/`` of a source checkout, else the copy ``pip install .`` puts in the package
 #: (``kvplan/_presets``, declared in pyproject.toml's ``[tool.setuptools.package-dir]``).
@@ -242,9 +243,29 @@ def load_model(preset_id: str) -> ModelArch:
 @cache
 def _load_model(preset_id: str) -> ModelArch:
     preset = model_presets()[preset_id]
-    return parse_config(preset.checkpoint_config, name=preset.name, params_total=preset.params_total,
+    arch = parse_config(preset.checkpoint_config, name=preset.name, params_total=preset.params_total,
                         params_active=preset.params_active, params_source=preset.params_source,
                         source=preset.config_source)
+    processor = processor_presets().get(preset.hf_repo.lower())
+    return arch if processor is None else arch.model_copy(update={"processor": processor})
+
+
+class ProcessorPreset(BaseModel):
+    """The image processor of one checkpoint (``presets/processors/<org>--<name>.json``): the
+    values of its ``preprocessor_config.json`` / config.json that decide the tokens per image,
+    with their source (``kvplan.multimodal``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    hf_repo: str = Field(min_length=3)
+    processor: Processor
+
+
+@cache
+def processor_presets() -> dict[str, Processor]:
+    """Processor of each checkpoint that has one in ``presets/processors/``, by lower-cased Hub id."""
+    items = [ProcessorPreset(**_read_json(p)) for p in sorted((PRESETS_DIR / "processors").glob("*.json"))]
+    return {item.hf_repo.lower(): item.processor for item in items}
 
 
 class PhaseEfficiency(BaseModel):

@@ -21,10 +21,12 @@ from kvplan.config_import import ARCHITECTURE_KEYS, MAX_CONFIG_BYTES, MAX_DEPTH,
 from kvplan.engines import DEFAULT_ENGINE
 from kvplan.engines.settings import SETTINGS, EngineSettings, Setting
 from kvplan.errors import MESSAGES, clip, is_plain_int, short
+from kvplan.multimodal import MAX_IMAGE_SIDE, MAX_IMAGES
 from kvplan.presets import CUSTOM_GPU_LIMITS
 
 if TYPE_CHECKING:
     from kvplan.arch import ModelArch
+    from kvplan.multimodal import ImageRequest
     from kvplan.plan import FitQuery, Plan
     from kvplan.presets import GPU
 
@@ -50,6 +52,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "users": (1, MAX_USERS), "reserve_gib": (0.0, 100_000.0),
     "prefix_tokens": (0, MAX_TOKENS),
     "output_tokens": (1, MAX_TOKENS),
+    "images": (0, MAX_IMAGES), "image_width": (1, MAX_IMAGE_SIDE), "image_height": (1, MAX_IMAGE_SIDE),
 }
 
 
@@ -102,6 +105,11 @@ class Scenario(BaseModel):
     stack_kinds: bool = Field(default=False, alias="sk")
     prefix_tokens: int = _bounded("prefix_tokens", 1024, "pf")
     output_tokens: int = _bounded("output_tokens", 512, "o")
+    #: Images each request brings beside its ``tokens`` of text, and their size in pixels; their
+    #: tokens (the checkpoint's processor, ``kvplan.multimodal``) are added to the request length.
+    images: int = _bounded("images", 0, "im")
+    image_width: int = _bounded("image_width", 1280, "iw")
+    image_height: int = _bounded("image_height", 720, "ih")
     #: The serving section's own inputs (``sv=key:value;…``; typed and checked by the dashboard).
     serving: dict[str, str] = Field(default_factory=dict, alias="sv", max_length=64)
     #: Several engines on one GPU (``kvplan.instances``): one instance per line, in start order, each
@@ -489,6 +497,18 @@ def check_names(scenario: Scenario) -> tuple[Scenario, list[str]]:
             warnings.append(MESSAGES["link.gpus_raised"].format(
                 key=fields[name].alias or name, value=short(str(getattr(scenario, name)), 40), need=tpp))
         update["num_gpus"] = tpp
+    if scenario.images:
+        asked = f"{scenario.images}×{scenario.image_width}x{scenario.image_height}"
+        try:  # images the model cannot take (no processor, above the limit, refused sizes) go
+            added = scenario_image_tokens(scenario.model_copy(update=update))
+        except KVPlanError as exc:
+            warn("images", asked, str(exc))
+            update["images"] = 0
+        else:
+            if scenario.tokens + added > MAX_TOKENS:
+                warn("images", asked, f"{scenario.tokens:,} text + {added:,} image tokens is above "
+                                      f"{MAX_TOKENS:,} tokens per request")
+                update["images"] = 0
     return (scenario.model_copy(update=update) if update else scenario), warnings
 
 
@@ -536,13 +556,54 @@ def scenario_fit_query(scenario: Scenario, kv_dtype: str | None = None) -> FitQu
     from kvplan.plan import FitQuery
 
     return FitQuery(
-        tokens=scenario.tokens, users=scenario.users, kv_dtype=kv_dtype or scenario.kv_dtypes[0],
+        tokens=scenario_request_tokens(scenario), users=scenario.users,
+        kv_dtype=kv_dtype or scenario.kv_dtypes[0],
         weight_dtype=None if scenario.weight_dtype == "auto" else scenario.weight_dtype,
         engine=engine_with_release(scenario.engine, scenario.engine_version),
         num_gpus=scenario.num_gpus, tp=scenario.tp, pp=scenario.pp,
         reserve_gib=scenario.reserve_gib, settings=scenario.engine_settings,
         reserve_terms=scenario.reserve_terms or None,
     )
+
+
+def scenario_images(scenario: Scenario) -> ImageRequest:
+    """The images each request of the scenario brings (``im`` × ``iw``×``ih``)."""
+    from kvplan.multimodal import ImageRequest
+
+    return ImageRequest(count=scenario.images, width=scenario.image_width, height=scenario.image_height)
+
+
+def scenario_image_tokens(scenario: Scenario) -> int:
+    """Prompt tokens of the scenario's images per request (``kvplan.multimodal.image_prompt_tokens``;
+    0 without images). ``check_names`` has already dropped images the model cannot take."""
+    if not scenario.images:
+        return 0
+    from kvplan.multimodal import image_prompt_tokens
+
+    arch = scenario_arch(scenario)
+    settings = scenario.engine_settings
+    return image_prompt_tokens(arch.name, arch.processor, scenario_images(scenario),
+                               settings.limit_mm_per_prompt, settings.mm_max_pixels)
+
+
+def scenario_request_tokens(scenario: Scenario) -> int:
+    """Tokens of one request: its ``tokens`` of text plus its images' (``scenario_image_tokens``)."""
+    return scenario.tokens + scenario_image_tokens(scenario)
+
+
+def scenario_request_shape(scenario: Scenario) -> str | None:
+    """The request's shape as plain text, with each image's rule (None without images)."""
+    if not scenario.images:
+        return None
+    arch = scenario_arch(scenario)
+    if arch.processor is None:
+        return None
+    added = scenario_image_tokens(scenario)
+    rule = arch.processor.describe(scenario.image_width, scenario.image_height,
+                                   scenario.engine_settings.mm_max_pixels)
+    return (f"{scenario.tokens:,} text tokens + {scenario.images} image(s) at "
+            f"{scenario.image_width}×{scenario.image_height} × {added // scenario.images:,} tokens = "
+            f"{scenario.tokens + added:,} tokens per request; per image: {rule}")
 
 
 def scenario_plan(scenario: Scenario, kv_dtype: str | None = None) -> Plan:

@@ -123,7 +123,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"kvplan.weights", "kvplan.checkpoint", "kvplan.hub"}),
     frozenset({"kvplan.config_import", "kvplan.presets"}),
     frozenset({"kvplan.arch", "kvplan.dtypes", "kvplan.errors", "kvplan.files", "kvplan.parallel",
-               "kvplan.png", "kvplan.colors", "kvplan"}),
+               "kvplan.png", "kvplan.colors", "kvplan.multimodal", "kvplan"}),
 )
 
 

@@ -437,6 +437,12 @@ def reach(code: str, tmp_path) -> str:
         sock.close()
         with mock.patch.dict(os.environ, {"HF_ENDPOINT": f"http://127.0.0.1:{port}"}):
             return cli_error(["fit", "--hf-id", "org/name", "--gpu", "h100-sxm", "--tokens", "8"])
+    if code == "mm.image_size":
+        return cli_error(["fit", "--model", "gemma-3-27b", "--gpu", "h100-sxm", "--tokens", "8",
+                          "--images", "1", "--image-size", "0x0"])
+    if code == "mm.images":
+        return cli_error(["fit", "--model", "gemma-3-27b", "--gpu", "h100-sxm", "--tokens", "8",
+                          "--images", "3", "--image-size", "8x8", "--limit-mm-per-prompt", "2"])
     raise AssertionError(f"no entry point for {code}")
 
 
@@ -491,7 +497,9 @@ LIBRARY_ONLY = {"calibrate.no_engine_lines",
                 # SGLang's LoRA pool is sized for --lora-target-modules all (no flag for a subset yet)
                 "lora.sglang_module",
                 "spec.json",  # the setting's own JSON check (Setting.parse) answers first
-                "spec.mamba_all"}  # no importable config is a Mamba2 hybrid (test_vllm_spec_decode)
+                "spec.mamba_all",  # no importable config is a Mamba2 hybrid (test_vllm_spec_decode)
+                # no video flags yet: tests/test_multimodal.py (test_a_video_of_no_frames_is_refused)
+                "mm.frames"}
 REACHED = sorted(set(MESSAGES) - DASHBOARD_ONLY - SERVER_ONLY - LIBRARY_ONLY)
 
 

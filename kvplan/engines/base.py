@@ -584,6 +584,11 @@ class Engine:
         the checkpoint stores them)."""
         return None
 
+    def drops_towers(self, settings: EngineSettings) -> bool:
+        """Whether this release, with ``settings``, loads no vision/audio tower (a text-only
+        deployment of a multimodal checkpoint); default: the towers are loaded."""
+        return False
+
     def loading_rules(self, gpu: GPU | None) -> LoadingRules:
         """What this release holds of the stored weights after loading on ``gpu`` (which scales
         survive, how MXFP4 experts are re-laid out), applied by ``kvplan.weights.weights_per_gpu``;

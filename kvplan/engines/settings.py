@@ -213,6 +213,17 @@ SPECULATIVE_CONFIG = Setting(
     "beside the target's (v0.33).")
 
 
+LIMIT_MM_PER_PROMPT = Setting(
+    "limit_mm_per_prompt", "mi", "--limit-mm-per-prompt", "int", "limit_mm_per_prompt (images/videos)",
+    "vLLM --limit-mm-per-prompt '{\"image\": N, \"video\": N}': items per prompt for each modality "
+    "(empty = 999, config/multimodal.py); 0 = text only: no encoder budget, the towers are not "
+    "profiled (multimodal/encoder_budget.py).", low=0, high=10_000)
+MM_MAX_PIXELS = Setting(
+    "mm_max_pixels", "mp", "--mm-processor-max-pixels", "int", "max_pixels (--mm-processor-kwargs)",
+    "vLLM --mm-processor-kwargs '{\"max_pixels\": N}': the Qwen-VL processor's largest resized "
+    "image area (empty = the checkpoint's preprocessor_config.json).", low=1, high=1_000_000_000)
+
+
 class EngineSettings(BaseModel):
     """Every engine knob; ``None`` means the engine's own default. ``tp``/``pp`` come from the query."""
 
@@ -246,6 +257,8 @@ class EngineSettings(BaseModel):
     max_cpu_loras: int | None = _setting(None, MAX_CPU_LORAS)
     fully_sharded_loras: bool = _setting(False, FULLY_SHARDED_LORAS)
     speculative_config: str | None = _setting(None, SPECULATIVE_CONFIG)
+    limit_mm_per_prompt: int | None = _setting(None, LIMIT_MM_PER_PROMPT)
+    mm_max_pixels: int | None = _setting(None, MM_MAX_PIXELS)
 
     @field_validator("max_attention_window")
     @classmethod

@@ -18,7 +18,7 @@ BOXES: dict[str, str] = {
     "w_config_box": "Use your own config.json",
     "w_weights_box": "Weights from a checkpoint (exact bytes)",
     "w_engine_box": "Engine settings",
-    "w_serving_box": "Serving workload (prefix / output tokens)",
+    "w_serving_box": "Serving workload (prefix / output tokens, images)",
     "w_charts_box": "Chart options (log axes, stack by layer kind)",
     "box_seeds": "Named scenarios: the seed figures and planning classics",
     "box_share": "Share: link and scenario JSON",

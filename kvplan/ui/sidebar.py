@@ -54,6 +54,7 @@ WIDGETS: dict[str, str] = {
     "users": "w_users", "reserve_gib": "w_reserve", "log_x": "w_lx", "stack_kinds": "w_sk",
     "prefix_tokens": "w_pf", "output_tokens": "w_o", "custom_gpu_gib": "w_gm",
     "custom_gpu_tbps": "w_gb", "custom_gpu_tflops": "w_gf", "view": "w_view", "instances": "w_in",
+    "images": "w_im", "image_width": "w_iw", "image_height": "w_ih",
 }
 #: View id (link ``vw``) → tab label; the tabs widget keeps the label in ``w_view``.
 VIEWS: dict[str, str] = {"context": "KV vs context", "users": "KV vs users",
@@ -400,6 +401,15 @@ def render_sidebar() -> Scenario:
                              key="w_pf", **lazy.KEEP)
             box.number_input("Output tokens per request", *_int_bounds("output_tokens"), step=1,
                              key="w_o", **lazy.KEEP)
+            box.number_input("Images per request", *_int_bounds("images"), step=1, key="w_im",
+                             help="Images each request brings beside its context length of text; "
+                                  "their tokens (the checkpoint's processor) are added to it.",
+                             **lazy.KEEP)
+            row = box.columns(2)
+            row[0].number_input("Image width (px)", *_int_bounds("image_width"), step=1, key="w_iw",
+                                **lazy.KEEP)
+            row[1].number_input("Image height (px)", *_int_bounds("image_height"), step=1, key="w_ih",
+                                **lazy.KEEP)
     with lazy.box(sb, "w_charts_box") as box:
         if box.open:
             box.toggle("Log axes", key="w_lx", help="Logarithmic x and y on the KV-vs-context chart.",
@@ -519,7 +529,8 @@ def scenario_from_widgets() -> Scenario:
                                                       engine.reserve_term_names)
     except (ValueError, KVPlanError):  # shown under the widget until corrected
         values["reserve_terms"] = {}
-    for field in ("num_gpus", "tp", "pp", "tokens", "users", "prefix_tokens", "output_tokens"):
+    for field in ("num_gpus", "tp", "pp", "tokens", "users", "prefix_tokens", "output_tokens",
+                  "images", "image_width", "image_height"):
         if values[field] is not None:
             values[field] = int(values[field])
     defaults = Scenario()

@@ -19,7 +19,7 @@ from kvplan.errors import MESSAGES, KVPlanError, clip, md, md_code, md_name
 from kvplan.plan import Plan
 from kvplan.presets import GPU
 from kvplan.report import named_scenario, named_scenarios
-from kvplan.scenario import Scenario
+from kvplan.scenario import Scenario, scenario_request_shape, scenario_request_tokens
 from kvplan.sizing import full_length_bytes_per_token
 from kvplan.ui import charts, data, lazy, weights_view
 from kvplan.ui.cached import answers, cache_key, primary_fit, scenario_from_key
@@ -178,7 +178,7 @@ def kpi_cards(scenario: Scenario, plan: Plan, result: FitResult) -> list[Kpi]:
         ("kv_per_token", "KV bytes per token (whole model)", per_token,
          f"{per_token_how} = {per_token:,} B ({dtype}, whole model, "
          "before any window caps a layer)"),
-        ("kv_per_request", f"KV per request at {scenario.tokens:,} tokens (per GPU)",
+        ("kv_per_request", f"KV per request at {result.tokens:,} tokens (per GPU)",
          result.kv_bytes_per_request, per_request_how + per_gpu_note),
         ("weights_per_gpu", "Weights per GPU", result.weights_bytes,
          f"{result.weight_format}; {result.weights_total_bytes:,} B in all, per GPU over TP "
@@ -214,7 +214,7 @@ def _answer_metric(dtype: str, answer: FitResult | str, scenario: Scenario) -> N
               else f"short for {plural(scenario.users, 'user')}",
               delta_color="normal" if answer.fits else "inverse", delta_arrow="off", width="content",
               help=f"{answer.kv_dtype}: exactly {answer.max_requests:,} requests of "
-                   f"{scenario.tokens:,} tokens per replica, {answer.max_requests_all_replicas:,} over "
+                   f"{answer.tokens:,} tokens per replica, {answer.max_requests_all_replicas:,} over "
                    f"{plural(answer.replicas, 'replica')}; KV per request "
                    f"{exact_bytes(answer.kv_bytes_per_request)} per GPU"
                    + ("" if answer.fits else f". Does not fit: {md(answer.reason)}"))
@@ -230,9 +230,12 @@ def render_answer(scenario: Scenario, gpu: GPU) -> None:
         with st.container(key="answer", border=True):
             st.warning(f"Does not fit: {md(err)}.")
         return
+    tokens = scenario_request_tokens(scenario)
     with st.container(key="answer", border=True):
-        st.markdown(f"**Requests of {scenario.tokens:,} tokens that fit, per replica** "
+        st.markdown(f"**Requests of {tokens:,} tokens that fit, per replica** "
                     f"(you asked for {plural(scenario.users, 'user')})")
+        if shape := scenario_request_shape(scenario):
+            st.caption(md(shape))
         with st.container(horizontal=True, key="answer_dtypes", gap="medium"):
             for dtype, answer in results.items():
                 _answer_metric(dtype, answer, scenario)
@@ -241,7 +244,7 @@ def render_answer(scenario: Scenario, gpu: GPU) -> None:
             st.warning(f"Does not fit: {md(next(iter(results.values())))}.")
             return
         if first.fits:
-            st.success(f"Fits: {plural(scenario.users, 'user')} × {scenario.tokens:,} tokens in "
+            st.success(f"Fits: {plural(scenario.users, 'user')} × {tokens:,} tokens in "
                        f"{md_name(first.kv_dtype)}.")
         else:
             other = [f"KV {md_name(r.kv_dtype)} (fits {r.max_requests:,})" for r in results.values()

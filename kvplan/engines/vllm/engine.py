@@ -54,6 +54,7 @@ from kvplan.engines.vllm.kv_dtype import resolve_auto_kv_dtype
 from kvplan.engines.vllm.log import VllmLog, log_lines
 from kvplan.engines.vllm.lora import lora_graphs_term, lora_reserve_term
 from kvplan.engines.vllm.memory import capture_sizes, vllm_reserve_terms
+from kvplan.engines.vllm.multimodal import EncoderBudget, encoder_budget, encoder_cache_term
 from kvplan.engines.vllm.pool import VllmPagedPool, VllmPool, _pool_cached, _pool_only, vllm_num_blocks
 from kvplan.engines.vllm.releases import VLLM_RELEASES, VllmRelease
 from kvplan.engines.vllm.spec_decode import (
@@ -161,6 +162,8 @@ VLLM_V1_SETTING_LABELS: dict[str, tuple[str, str]] = {
     "max_cpu_loras": ("max_cpu_loras (host cache)", "max_loras"),
     "fully_sharded_loras": ("fully_sharded_loras", "off"),
     "speculative_config": ("--speculative-config (JSON, v0.33)", "none"),
+    "limit_mm_per_prompt": ("limit_mm_per_prompt (images/videos per prompt; 0 = text only)", "999"),
+    "mm_max_pixels": ("max_pixels (--mm-processor-kwargs)", "the checkpoint's"),
 }
 #: V0 ``EngineArgs`` / ``SchedulerConfig`` defaults (``vllm@0.6``).
 VLLM_V0_SETTING_LABELS: dict[str, tuple[str, str]] = {
@@ -370,7 +373,8 @@ class Vllm(Engine):
             max_num_seqs=settings.max_num_seqs or self.default_max_num_seqs(gpu),
             blackwell=major == 10 and record.blackwell_capture_cap, v0=record.v0_profile)
         return Reserve(terms + self.lora_terms(arch, gpu, settings, terms)
-                       + self.spec_terms(arch, gpu, settings, terms))
+                       + self.spec_terms(arch, gpu, settings, terms)
+                       + self.mm_terms(arch, gpu, settings, tokens))
 
     def spec_terms(self, arch: ModelArch, gpu: GPU, settings: EngineSettings,
                    terms: tuple[ReserveTerm, ...] = ()) -> tuple[ReserveTerm, ...]:
@@ -404,6 +408,32 @@ class Vllm(Engine):
         return spec_summary(spec, per_token, settings.max_num_seqs or self.default_max_num_seqs(gpu),
                             settings.max_num_batched_tokens or self.default_mnbt(gpu),
                             major == 10 and self.record.blackwell_capture_cap)
+
+    def drops_towers(self, settings: EngineSettings) -> bool:
+        """``--limit-mm-per-prompt`` 0 where the release then skips the towers' weights
+        (``VllmRelease.mm_skip_towers_at_zero``)."""
+        return self.record.mm_skip_towers_at_zero and settings.limit_mm_per_prompt == 0
+
+    def mm_budget(self, arch: ModelArch, gpu: GPU, settings: EngineSettings,
+                  tokens: int) -> EncoderBudget | None:
+        """The multimodal encoder budget at start-up (``engines/vllm/multimodal.py``), with
+        ``max_model_len`` = ``tokens``; None for V0, a model without a known processor, or
+        ``--limit-mm-per-prompt`` 0."""
+        if self.record.v0_profile:
+            return None
+        return encoder_budget(arch, mnbt=settings.max_num_batched_tokens or self.default_mnbt(gpu),
+                              max_num_seqs=settings.max_num_seqs or self.default_max_num_seqs(gpu),
+                              max_model_len=tokens, image_limit=settings.limit_mm_per_prompt,
+                              max_pixels=settings.mm_max_pixels,
+                              placeholder=self.record.mm_item_tokens == "placeholder")
+
+    def mm_terms(self, arch: ModelArch, gpu: GPU, settings: EngineSettings,
+                 tokens: int) -> tuple[ReserveTerm, ...]:
+        """The profile run's encoder outputs (``mm_encoder_cache``) where there is a budget."""
+        budget = self.mm_budget(arch, gpu, settings, tokens)
+        if budget is None or not budget.profiled_tokens:
+            return ()
+        return (encoder_cache_term(arch, budget, self.model_dtype(arch), self.release),)
 
     def lora_terms(self, arch: ModelArch, gpu: GPU, settings: EngineSettings,
                    terms: tuple[ReserveTerm, ...] = ()) -> tuple[ReserveTerm, ...]:

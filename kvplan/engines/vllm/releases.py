@@ -136,6 +136,15 @@ class VllmRelease(Release):
     #: v0.20.0 (``DEFAULT_MAMBA_SSM_CACHE_DTYPE``); None: no hook (v0.11.0 and older), the model
     #: dtype whatever the config says.
     nemotron_h_ssm_default: str | None = None
+    #: What the multimodal encoder budget counts per item (``MultiModalBudget``): ``embeds`` — the
+    #: item's embeddings (``PlaceholderRange.get_num_embeds``; v0.13.0+, PR #30475, and v0.10.0);
+    #: ``placeholder`` — the whole placeholder's tokens (``PlaceholderRange.length``, with the
+    #: text tokens inside it: Gemma-3's 260 per image; v0.10.1–v0.12, PR #21798).
+    mm_item_tokens: Literal["embeds", "placeholder"] = "embeds"
+    #: With ``--limit-mm-per-prompt`` 0 for all its modalities a tower is not built and its weights
+    #: are not loaded (``model_executor/models/interfaces.py`` ``_mark_tower_model`` →
+    #: ``StageMissingLayer``; read in v0.33's source; older releases' per-model rules not modelled).
+    mm_skip_towers_at_zero: bool = False
 
 
 V0_6 = VllmRelease(
@@ -192,7 +201,8 @@ V0_11 = replace(
             "v0.10.1 pins torch 2.7 (Triton needs ≥ 2.8) and neither bundles ``triton_kernels``; "
             "FlashInfer (256/256) on Blackwell.",
     hybrid_default="off_with_chunked", layer_specs="all", mxfp4_moe=True, others_rule="free_check",
-    mxfp4_source="vLLM v0.10.1.1 quantization/mxfp4.py", state_block_check="assert")
+    mxfp4_source="vLLM v0.10.1.1 quantization/mxfp4.py", state_block_check="assert",
+    mm_item_tokens="placeholder")
 V0_13 = replace(
     V0_11, key="0.13", since="0.11.1", name="vLLM v0.11.1–v0.13",
     changes="the sampler warm-up sorts (FlashInfer top-k/top-p is opt-in from v0.11.1, "
@@ -204,7 +214,9 @@ V0_13 = replace(
             "v0.11.1–v0.11.2 bundle none (``utils/import_utils.py`` ``has_triton_kernels``) and take "
             "Marlin, as ``vllm@0.11``, unless ``triton_kernels`` is installed. NemotronH's SSM "
             "state: ``models/config.py`` ``NemotronHForCausalLMConfig`` takes config.json's "
-            "``mamba_ssm_cache_dtype``, else float16 (read in 0.13.0; absent in 0.11.0).",
+            "``mamba_ssm_cache_dtype``, else float16 (read in 0.13.0; absent in 0.11.0). The multimodal "
+            "encoder budget counts each item's placeholder tokens as in v0.10.1–v0.11.0; v0.13.0 "
+            "already counts embeddings (PR #30475, as ``vllm@0.17``).",
     sampler_path="sort", capture_rule="stride16", mxfp4_triton=True, nemotron_h_ssm_default="fp16",
     mxfp4_source="vLLM v0.14.1/v0.19.0 quantization/mxfp4.py")
 V0_17 = replace(
@@ -220,8 +232,9 @@ V0_17 = replace(
             "``PrecisionConfig``; TRT-LLM pads the intermediate to 256 — as v0.20–v0.24. From v0.14.0 "
             "``--kv-cache-dtype auto`` is ``fp8_e4m3`` for a ModelOpt checkpoint declaring FP8 KV "
             "(``engine/arg_utils.py`` ``create_engine_config`` → ``utils/torch_utils.py`` "
-            "``resolve_kv_cache_dtype_string``; absent in v0.13.0).",
-    ceil_requested=True, hybrid_default="on", kv_quant_auto=("fp8",))
+            "``resolve_kv_cache_dtype_string``; absent in v0.13.0). The multimodal encoder budget "
+            "counts embeddings per item (``v1/core/encoder_cache_manager.py``, PR #30475).",
+    ceil_requested=True, hybrid_default="on", kv_quant_auto=("fp8",), mm_item_tokens="embeds")
 V0_19 = replace(
     V0_17, key="0.19", since="0.18.0", name="vLLM v0.18–v0.19",
     changes="hybrid Mamba models with FULL decode CUDA graphs: ``config/compilation.py`` "
@@ -313,9 +326,11 @@ V0_33 = replace(
             "``is_device_capability((12, 1))``) stays on the small tier whatever its memory. LoRA "
             "slots read from 0.33.0 ``vllm/lora`` (``lora_ranks``: ``config/lora.py`` MaxLoRARanks). "
             "``--speculative-config`` read from 0.33.0 ``config/speculative.py`` and "
-            "``v1/spec_decode`` (``spec_methods``).",
+            "``v1/spec_decode`` (``spec_methods``). ``--limit-mm-per-prompt`` 0 leaves the towers "
+            "unloaded (``_mark_tower_model``, read in 0.33.0).",
     gb10_small_tier=True, lora_ranks=(1, 8, 16, 32, 64, 128, 256, 320, 512),
-    spec_methods=("draft_model", "eagle", "eagle3", "mtp", "ngram", "suffix"))
+    spec_methods=("draft_model", "eagle", "eagle3", "mtp", "ngram", "suffix"),
+    mm_skip_towers_at_zero=True)
 
 #: Every modelled vLLM release, oldest first; the last is "latest" (``vllm`` without ``@``).
 VLLM_RELEASES: tuple[VllmRelease, ...] = (V0_6, V0_8, V0_9, V0_11, V0_13, V0_17, V0_19, V0_20_0, V0_20,

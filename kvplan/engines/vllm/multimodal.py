@@ -1,0 +1,122 @@
+"""vLLM's multimodal encoder budget and what its profile run holds for it (V1, v0.10 – v0.33).
+
+At start-up a multimodal model's worker builds a ``MultiModalBudget``
+(``vllm/multimodal/encoder_budget.py``; ``v1/worker/utils.py`` before): for each modality whose
+``--limit-mm-per-prompt`` is above 0 it asks the processor for the most tokens one item can have
+(``get_mm_max_toks_per_item``: the model's ``get_mm_max_tokens_per_item``, else the dummy inputs'
+embeddings), then ``compute_mm_encoder_budget`` (``v1/core/encoder_cache_manager.py``) takes
+
+* ``encoder_compute_budget = max(max_num_encoder_input_tokens, largest item)`` and
+* ``encoder_cache_size = max(encoder_cache_size, largest item)``,
+
+both ``max_num_batched_tokens`` by default (``config/scheduler.py`` ``SchedulerConfig``). The
+profile run (``gpu_model_runner.py`` ``profile_run``) encodes ``max_items_per_batch`` dummy items
+of the modality with the most tokens and keeps their outputs in ``encoder_cache`` while the
+language model's dummy forward runs, so the profiled peak — and the reserve the KV budget loses —
+holds ``items × tokens per item × hidden_size × dtype bytes`` of encoder outputs. With every
+limit at 0 (text only) there is no budget and no encoder profile. What counts per item is the
+release's (``VllmRelease.mm_item_tokens``): the item's embeddings (v0.10.0, v0.13.0+) or its whole
+placeholder with the text tokens inside (v0.10.1–v0.12: Gemma-3's 260 tokens per image).
+
+The tower's own transient activations during ``embed_multimodal`` are not modelled (they are
+freed before the language model's dummy forward; where they exceed that forward's peak the
+profile measures more than this term).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvplan.arch import ModelArch
+from kvplan.dtypes import get_dtype
+from kvplan.engines.reserve import ReserveTerm
+from kvplan.multimodal import DEFAULT_MM_LIMIT
+
+_SOURCE = ("vllm/v1/core/encoder_cache_manager.py compute_mm_encoder_budget; "
+           "vllm/multimodal/encoder_budget.py MultiModalBudget._get_max_items; "
+           "vllm/v1/worker/gpu_model_runner.py profile_run (encoder_cache['tmp_i'])")
+
+
+@dataclass(frozen=True)
+class EncoderBudget:
+    """One start-up's multimodal budget: the largest item per modality (tokens), the compute budget
+    and the cache size (tokens), and the profile's dummy batch (modality, items)."""
+
+    max_tokens_per_item: dict[str, int]
+    #: Embeddings of the largest item per modality (what the encoder writes; the tokens above are
+    #: the placeholder's where the release counts those).
+    embeds_per_item: dict[str, int]
+    compute_budget: int
+    cache_size: int
+    modality: str
+    items_per_batch: int
+
+    @property
+    def budget(self) -> int:
+        """``MultiModalBudget.get_encoder_budget``: ``min(compute budget, cache size)``."""
+        return min(self.compute_budget, self.cache_size)
+
+    @property
+    def profiled_tokens(self) -> int:
+        """Encoder outputs the profile run holds: items × the modality's largest item's embeddings."""
+        return self.items_per_batch * self.embeds_per_item[self.modality]
+
+    def log_line(self) -> str:
+        """What vLLM logs for it (``profile_run``)."""
+        return (f"Encoder cache will be initialized with a budget of {self.budget} tokens, and "
+                f"profiled with {self.items_per_batch} {self.modality} items of the maximum feature size.")
+
+
+def mm_limits(image_limit: int | None, modalities: tuple[str, ...]) -> dict[str, int]:
+    """``--limit-mm-per-prompt`` per modality: ``image_limit`` for images and videos when set (0 =
+    text only: the towers are not profiled), else vLLM's default 999."""
+    limit = DEFAULT_MM_LIMIT if image_limit is None else image_limit
+    return dict.fromkeys(modalities, limit)
+
+
+def encoder_budget(arch: ModelArch, *, mnbt: int, max_num_seqs: int, max_model_len: int,
+                   image_limit: int | None = None, max_pixels: int | None = None,
+                   chunked_prefill: bool = True, placeholder: bool = False) -> EncoderBudget | None:
+    """The budget of ``arch``'s processor (None: no processor, or every limit 0 — text only).
+
+    ``compute_mm_encoder_budget``: both budgets ``max(mnbt, largest item)``; the profile's modality
+    is the one with the most tokens per item (``get_modality_with_max_tokens``), and
+    ``_get_max_items``: ``max(1, min(budget // tokens, max_num_seqs × max(1, min(limit,
+    max_model_len // tokens))))`` items (``max_num_seqs`` capped at ``mnbt // tokens`` without
+    chunked prefill). ``placeholder``: the release counts each item's placeholder tokens
+    (``VllmRelease.mm_item_tokens``)."""
+    processor = arch.processor
+    if processor is None:
+        return None
+    every = processor.max_tokens_per_item(max_model_len, max_pixels, placeholder)
+    embeds = processor.max_tokens_per_item(max_model_len, max_pixels)
+    limits = mm_limits(image_limit, tuple(every))
+    tokens = {m: t for m, t in every.items() if limits[m] > 0}
+    if not tokens:
+        return None
+    largest = max(tokens.values())
+    compute, cache = max(mnbt, largest), max(mnbt, largest)
+    modality = max(tokens.items(), key=lambda item: (item[1], item[0]))[0]
+    per_item = tokens[modality]
+    if per_item == 0:
+        return EncoderBudget(tokens, embeds, compute, cache, modality, 0)
+    per_prompt = max(1, min(limits[modality], max_model_len // per_item))
+    seqs = max_num_seqs if chunked_prefill else min(max_num_seqs, mnbt // per_item)
+    items = max(1, min(min(compute, cache) // per_item, seqs * per_prompt))
+    return EncoderBudget(tokens, embeds, compute, cache, modality, items)
+
+
+def encoder_cache_term(arch: ModelArch, budget: EncoderBudget, model_dtype: str,
+                       release: str) -> ReserveTerm:
+    """The profile run's encoder outputs held beside the language model's dummy forward:
+    ``items × tokens × hidden_size × dtype bytes`` (the tower's projector writes the language
+    model's hidden size; every TP rank holds the whole output)."""
+    width = get_dtype(model_dtype).bits // 8
+    total = budget.profiled_tokens * arch.hidden_size * width
+    per_item = budget.embeds_per_item[budget.modality]
+    formula = (f"{budget.items_per_batch} {budget.modality} item(s) × {per_item:,} "
+               f"tokens × hidden {arch.hidden_size:,} × {width} B = {total:,} B (encoder budget "
+               f"{budget.budget:,} tokens = max(max_num_batched_tokens, largest item)); vLLM logs "
+               f"\"{budget.log_line()}\"")
+    return ReserveTerm("mm_encoder_cache", total, formula, f"{release} {_SOURCE}", "derived")
+

@@ -1,0 +1,322 @@
+"""Tokens an image brings into a request, as the checkpoint's processor counts them.
+
+A multimodal checkpoint's processor (``preprocessor_config.json``, the vision values of config.json)
+turns an image of ``W×H`` pixels into a number of placeholder tokens the language model attends to
+— tokens that take KV cache like text — and the engine sizes its encoder cache from the largest
+item the processor can make. One frozen class per processor family; each preset's values live in
+``presets/processors/`` with their source (``kvplan.presets.processor_presets``).
+
+* ``QwenVLProcessor`` (Qwen2-VL, Qwen2.5-VL, Qwen3-VL): ``smart_resize`` to a multiple of
+  ``patch_size × merge_size`` within ``[min_pixels, max_pixels]``, then
+  ``(H/patch)·(W/patch)/merge²`` tokens (transformers ``models/qwen2_vl/image_processing_qwen2_vl.py``
+  ``smart_resize``; vLLM ``model_executor/models/qwen2_vl.py`` ``Qwen2VLProcessingInfo._get_vision_info``).
+* ``FixedProcessor`` (Gemma-3 with pan-and-scan off, its default): every image is resized to the
+  tower's ``image_size`` and becomes ``mm_tokens_per_image`` tokens (transformers
+  ``models/gemma3/processing_gemma3.py`` ``full_image_sequence``; vLLM ``gemma3_mm.py``
+  ``Gemma3ProcessingInfo.get_num_image_tokens`` with ``num_crops`` 0).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from kvplan.errors import KVPlanError, short
+
+#: Largest side accepted for a stated image (pixels): larger is refused by name (a 16K frame is
+#: 15,360 px; nothing a processor resizes from needs more).
+MAX_IMAGE_SIDE = 65_536
+#: Most images one request may state (vLLM's default ``--limit-mm-per-prompt`` is 999 per
+#: modality, ``config/multimodal.py``; a request beyond this is not a planning question).
+MAX_IMAGES = 10_000
+#: vLLM's limit per modality when ``--limit-mm-per-prompt`` does not name it
+#: (``config/multimodal.py`` ``MultiModalConfig.get_limit_per_prompt``).
+DEFAULT_MM_LIMIT = 999
+
+
+class _Processor(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    #: Where the values were read (the checkpoint's files, their public copy).
+    source: str = ""
+
+    def check_size(self, width: int, height: int) -> None:
+        """Refuse an image this processor cannot take, naming it (0×0, negative, absurd sides)."""
+        if width < 1 or height < 1:
+            raise KVPlanError("mm.image_size", size=f"{width}×{height}", key="image_size",
+                              detail="both sides must be at least 1 pixel")
+        if max(width, height) > MAX_IMAGE_SIDE:
+            raise KVPlanError("mm.image_size", size=f"{width}×{height}", key="image_size",
+                              detail=f"a side above {MAX_IMAGE_SIDE:,} pixels is not an image a "
+                                     "processor takes")
+
+
+class QwenVLProcessor(_Processor):
+    """Qwen-VL's dynamic resolution: ``smart_resize`` then one token per ``merge × merge`` patches.
+
+    ``patch_size``, ``merge_size`` (config.json ``vision_config.spatial_merge_size``) and
+    ``temporal_patch_size`` give the grid; ``min_pixels`` / ``max_pixels`` (``size.shortest_edge``
+    / ``size.longest_edge``) bound the resized area; ``wrapper_tokens`` are the
+    ``<|vision_start|>``/``<|vision_end|>`` tokens the chat template writes around each image's
+    ``<|image_pad|>`` (which the processor expands to the image tokens)."""
+
+    kind: Literal["qwen_vl"] = "qwen_vl"
+    patch_size: int = Field(ge=1)
+    merge_size: int = Field(ge=1)
+    temporal_patch_size: int = Field(default=2, ge=1)
+    min_pixels: int = Field(ge=1)
+    max_pixels: int = Field(ge=1)
+    wrapper_tokens: int = Field(default=2, ge=0)
+    #: vLLM's ``_MAX_FRAMES_PER_VIDEO`` for the profile's dummy video (qwen2_vl.py: 14).
+    max_frames_per_video: int = Field(default=14, ge=1)
+
+    @property
+    def factor(self) -> int:
+        return self.patch_size * self.merge_size
+
+    def resize(self, width: int, height: int, max_pixels: int | None = None) -> tuple[int, int]:
+        """``(width, height)`` after transformers' ``smart_resize(height, width, factor, min_pixels,
+        max_pixels)``: both sides rounded to ``factor`` (Python's ``round``), scaled down by
+        ``sqrt(H·W/max_pixels)`` (floor) when above ``max_pixels``, up by
+        ``sqrt(min_pixels/(H·W))`` (ceil) when below ``min_pixels``; aspect ratios above 200 are
+        refused, as transformers raises."""
+        self.check_size(width, height)
+        if max(height, width) / min(height, width) > 200:
+            raise KVPlanError("mm.image_size", size=f"{width}×{height}", key="image_size",
+                              detail="aspect ratio above 200, which the Qwen-VL processor "
+                                     "refuses (smart_resize)")
+        top = self.max_pixels if max_pixels is None else max_pixels
+        factor = self.factor
+        h_bar = round(height / factor) * factor
+        w_bar = round(width / factor) * factor
+        if h_bar * w_bar > top:
+            beta = math.sqrt((height * width) / top)
+            h_bar = max(factor, math.floor(height / beta / factor) * factor)
+            w_bar = max(factor, math.floor(width / beta / factor) * factor)
+        elif h_bar * w_bar < self.min_pixels:
+            beta = math.sqrt(self.min_pixels / (height * width))
+            h_bar = math.ceil(height * beta / factor) * factor
+            w_bar = math.ceil(width * beta / factor) * factor
+        return w_bar, h_bar
+
+    def image_tokens(self, width: int, height: int, max_pixels: int | None = None) -> int:
+        """Image tokens of one ``width × height`` image: ``(H'/patch)·(W'/patch) / merge²`` after
+        ``resize`` (vLLM ``Qwen2VLProcessingInfo._get_vision_info``, one frame: ``grid_t`` 1)."""
+        return self.video_tokens(width, height, 1, max_pixels)
+
+    def video_tokens(self, width: int, height: int, frames: int, max_pixels: int | None = None) -> int:
+        """Tokens of ``frames`` frames of ``width × height``: frames padded to a multiple of
+        ``temporal_patch_size``, ``grid_t = frames' / temporal_patch_size`` (at least 1), times the
+        frame's grid over ``merge²`` (vLLM ``_get_vision_info``)."""
+        if frames < 1:
+            raise KVPlanError("mm.frames", count=frames, detail="at least 1 frame")
+        w, h = self.resize(width, height, max_pixels)
+        padded = frames + (-frames % self.temporal_patch_size)
+        grid_t = max(padded // self.temporal_patch_size, 1)
+        return grid_t * (h // self.patch_size) * (w // self.patch_size) // self.merge_size ** 2
+
+    def prompt_tokens(self, width: int, height: int, max_pixels: int | None = None) -> int:
+        """Tokens one image adds to the prompt: its image tokens plus the template's wrapper."""
+        return self.image_tokens(width, height, max_pixels) + self.wrapper_tokens
+
+    def describe(self, width: int, height: int, max_pixels: int | None = None) -> str:
+        """The prompt tokens of one image as a formula with its values."""
+        w, h = self.resize(width, height, max_pixels)
+        top = self.max_pixels if max_pixels is None else max_pixels
+        return (f"smart_resize {width}×{height} → {w}×{h} (multiple of {self.factor}, pixels "
+                f"{self.min_pixels:,}–{top:,}); ({h}/{self.patch_size})·({w}/{self.patch_size})/"
+                f"{self.merge_size}² = {self.image_tokens(width, height, max_pixels):,} image tokens "
+                f"+ {self.wrapper_tokens} template tokens (transformers image_processing_qwen2_vl.py "
+                "smart_resize; vLLM qwen2_vl.py _get_vision_info)")
+
+    def largest_image(self, max_pixels: int | None = None) -> tuple[int, int]:
+        """``(width, height)`` of vLLM's profile image (``get_image_size_with_most_features``): the
+        ``max_pixels // factor²`` merged patches factored into the closest pair ``h ≤ w`` with
+        ``w / h ≤ 200``, fewer patches until one exists; sides ``factor ×`` the pair."""
+        unit = self.factor
+        most = (self.max_pixels if max_pixels is None else max_pixels) // (unit * unit)
+        hf, wf = 1, most
+        for n in range(most, 0, -1):
+            hf, wf = next(((d, n // d) for d in range(math.isqrt(n), 0, -1) if n % d == 0), (1, n))
+            if wf / hf <= 200:
+                break
+        return unit * wf, unit * hf
+
+    def max_image_tokens(self, max_pixels: int | None = None) -> int:
+        """vLLM's ``get_max_image_tokens``: the tokens of ``largest_image``."""
+        return self.image_tokens(*self.largest_image(max_pixels), max_pixels)
+
+    def max_video_tokens(self, seq_len: int, videos: int = 1, max_pixels: int | None = None) -> int:
+        """vLLM's ``get_max_video_tokens``: frames of ``largest_image`` added one at a time while
+        their tokens stay within ``seq_len`` (``_get_max_video_frames``), shared by ``videos`` and
+        capped at ``max_frames_per_video`` (``get_num_frames_with_most_features``)."""
+        w, h = self.largest_image(max_pixels)
+        frames = 1
+        while self.video_tokens(w, h, frames + 1, max_pixels) <= seq_len:
+            frames += 1
+        per_video = max(min(frames // max(videos, 1), self.max_frames_per_video), 1)
+        return self.video_tokens(w, h, per_video, max_pixels)
+
+    def max_tokens_per_item(self, seq_len: int, max_pixels: int | None = None,
+                            placeholder: bool = False) -> dict[str, int]:
+        """vLLM's ``get_mm_max_tokens_per_item`` (one item of each modality): image and video (the
+        placeholder is the expanded ``<|image_pad|>`` / ``<|video_pad|>`` run: no other tokens)."""
+        return {"image": self.max_image_tokens(max_pixels),
+                "video": self.max_video_tokens(seq_len, 1, max_pixels)}
+
+
+class FixedProcessor(_Processor):
+    """A processor that resizes every image to the tower's square ``image_size``: each image is
+    ``tokens_per_image`` embeddings (Gemma-3 ``mm_tokens_per_image`` / ``image_seq_length``, 256,
+    with ``do_pan_and_scan`` off, its default) and ``prompt_tokens_per_image`` prompt tokens
+    (Gemma-3's ``full_image_sequence``: ``\\n\\n``, ``<start_of_image>``, 256 ``<image_soft_token>``,
+    ``<end_of_image>``, ``\\n\\n`` = 260 tokens)."""
+
+    kind: Literal["fixed"] = "fixed"
+    tokens_per_image: int = Field(ge=1)
+    prompt_tokens_per_image: int = Field(ge=1)
+    image_size: int = Field(ge=1)
+
+    def image_tokens(self, width: int, height: int, max_pixels: int | None = None) -> int:
+        """``tokens_per_image`` for any size (the image is resized to ``image_size`` square)."""
+        self.check_size(width, height)
+        return self.tokens_per_image
+
+    def prompt_tokens(self, width: int, height: int, max_pixels: int | None = None) -> int:
+        self.check_size(width, height)
+        return self.prompt_tokens_per_image
+
+    def describe(self, width: int, height: int, max_pixels: int | None = None) -> str:
+        """The prompt tokens of one image as a formula with its values."""
+        self.check_size(width, height)
+        return (f"{width}×{height} resized to {self.image_size}×{self.image_size}: "
+                f"{self.tokens_per_image} image tokens, {self.prompt_tokens_per_image} prompt tokens "
+                "with the boi/eoi and newline tokens (pan-and-scan off; transformers "
+                "processing_gemma3.py full_image_sequence; vLLM gemma3_mm.py get_num_image_tokens)")
+
+    def max_tokens_per_item(self, seq_len: int, max_pixels: int | None = None,
+                            placeholder: bool = False) -> dict[str, int]:
+        """Images only; vLLM counts the dummy image's embeddings (``encoder_budget.py``
+        ``get_mm_max_toks_per_item`` through ``get_dummy_mm_inputs``): ``tokens_per_image`` — or,
+        where the release counts the whole placeholder (``placeholder``; v0.10.1–v0.12), the
+        ``prompt_tokens_per_image`` of the replacement."""
+        return {"image": self.prompt_tokens_per_image if placeholder else self.tokens_per_image}
+
+
+class TiledProcessor(_Processor):
+    """Llama-4's tiles: the image is fitted without distortion into the best canvas of at most
+    ``max_tiles`` square tiles of ``tile_size`` (transformers ``models/llama4/image_processing_llama4.py``
+    ``find_supported_resolutions``, ``get_best_fit`` with ``resize_to_max_canvas`` off), each tile
+    ``tokens_per_tile`` embeddings (``(tile_size / patch_size)² / downsample_ratio``: 576 / 4 = 144),
+    plus one global tile when there is more than one. The prompt (``processing_llama4.py``
+    ``_prompt_split_image``): ``<|image_start|>``, for several tiles each row's tiles with
+    ``<|tile_x_separator|>`` between them and a ``<|tile_y_separator|>`` after the row, then
+    ``<|image|>``, the global tile's tokens and ``<|image_end|>``."""
+
+    kind: Literal["tiles"] = "tiles"
+    tile_size: int = Field(ge=1)
+    max_tiles: int = Field(ge=1)
+    tokens_per_tile: int = Field(ge=1)
+
+    def canvas(self, width: int, height: int) -> tuple[int, int]:
+        """``(columns, rows)`` of tiles of ``get_best_fit``: per canvas the limiting scale
+        ``min(H_c/H, W_c/W)`` (float32, as the torch tensors), the smallest scale ≥ 1 if any, else the
+        largest below 1; among canvases with that scale the smallest area (first in
+        ``find_supported_resolutions``' order on a tie)."""
+        self.check_size(width, height)
+        options: list[tuple[int, int]] = []
+        by_ratio: dict[float, list[tuple[int, int]]] = {}
+        for chunks in range(self.max_tiles, 0, -1):
+            for factor in sorted({d for i in range(1, math.isqrt(chunks) + 1) if chunks % i == 0
+                                  for d in (i, chunks // i)}):
+                by_ratio.setdefault(factor / (chunks // factor), []).append((factor, chunks // factor))
+        for pairs in by_ratio.values():
+            options.extend(pairs)
+        size = self.tile_size
+        h32, w32 = np.float32(height), np.float32(width)
+        scales = [min(np.float32(rows * size) / h32, np.float32(cols * size) / w32)
+                  for rows, cols in options]
+        up = [v for v in scales if v >= 1]
+        chosen = min(up) if up else max(scales)
+        picked = [(rows * cols, i) for i, ((rows, cols), v) in enumerate(zip(options, scales, strict=True))
+                  if v == chosen]
+        rows, cols = options[min(picked)[1]]
+        return cols, rows
+
+    def image_tokens(self, width: int, height: int, max_pixels: int | None = None) -> int:
+        """Embeddings: ``(tiles + 1 if tiles > 1) × tokens_per_tile``."""
+        cols, rows = self.canvas(width, height)
+        tiles = cols * rows
+        return (tiles + (1 if tiles > 1 else 0)) * self.tokens_per_tile
+
+    def prompt_tokens(self, width: int, height: int, max_pixels: int | None = None) -> int:
+        """Prompt tokens of ``_prompt_split_image``: the embeddings, the separators
+        (``rows × (cols − 1)`` x, ``rows`` y, with several tiles) and start, ``<|image|>``, end."""
+        cols, rows = self.canvas(width, height)
+        separators = rows * (cols - 1) + rows if cols * rows > 1 else 0
+        return self.image_tokens(width, height) + separators + 3
+
+    def describe(self, width: int, height: int, max_pixels: int | None = None) -> str:
+        """The prompt tokens of one image as a formula with its values."""
+        cols, rows = self.canvas(width, height)
+        return (f"{width}×{height} on a {cols}×{rows} canvas of {self.tile_size}-px tiles (get_best_fit, "
+                f"≤ {self.max_tiles} tiles): {self.image_tokens(width, height):,} image tokens "
+                f"({self.tokens_per_tile} per tile{', + the global tile' if cols * rows > 1 else ''}), "
+                f"{self.prompt_tokens(width, height):,} prompt tokens with the separators "
+                "(transformers image_processing_llama4.py get_best_fit, processing_llama4.py "
+                "_prompt_split_image)")
+
+    def max_tokens_per_item(self, seq_len: int, max_pixels: int | None = None,
+                            placeholder: bool = False) -> dict[str, int]:
+        """vLLM's dummy image (``mllama4.py`` ``get_image_size_with_most_features``): ``max_tiles ×
+        tile_size`` high, ``tile_size`` wide — its embeddings, or its whole placeholder."""
+        w, h = self.tile_size, self.max_tiles * self.tile_size
+        return {"image": self.prompt_tokens(w, h) if placeholder else self.image_tokens(w, h)}
+
+
+Processor = Annotated[QwenVLProcessor | FixedProcessor | TiledProcessor, Field(discriminator="kind")]
+
+
+class ImageRequest(BaseModel):
+    """The images one request brings: ``count`` images of ``width × height`` pixels."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    count: int = Field(default=0, ge=0, le=MAX_IMAGES)
+    width: int = 0
+    height: int = 0
+
+    @classmethod
+    def parse(cls, count: int, size: str) -> ImageRequest:
+        """``count`` images of ``size`` written ``WxH`` (``1280x720``); a named error if not."""
+        parts = size.lower().replace("×", "x").split("x")
+        if len(parts) != 2 or not all(p.strip().isdigit() and len(p.strip()) <= 9 for p in parts):
+            raise KVPlanError("mm.image_size", size=short(size, 40), key="image_size",
+                              detail="expected WIDTHxHEIGHT in pixels, e.g. 1280x720")
+        if count < 0 or count > MAX_IMAGES:
+            raise KVPlanError("mm.images", count=count, key="images", detail=f"expected 0 to {MAX_IMAGES:,}")
+        return cls(count=count, width=int(parts[0]), height=int(parts[1]))
+
+
+def image_prompt_tokens(model: str, processor: QwenVLProcessor | FixedProcessor | TiledProcessor | None,
+                        images: ImageRequest, limit: int | None = None,
+                        max_pixels: int | None = None) -> int:
+    """Prompt tokens of a request's images: ``count × processor.prompt_tokens(W, H)``; refused by
+    name for a model without a known processor, more images than ``limit`` (vLLM
+    ``--limit-mm-per-prompt``, default 999: "At most N image(s) may be provided",
+    ``multimodal/processing`` ``_validate_mm_counts``) or a size the processor refuses."""
+    if not images.count:
+        return 0
+    if processor is None:
+        raise KVPlanError("mm.images", count=images.count, key="images",
+                          detail=f"no image processor is known for {model} (presets/processors/ "
+                                 "lists the checkpoints that have one)")
+    top = DEFAULT_MM_LIMIT if limit is None else limit
+    if images.count > top:
+        raise KVPlanError("mm.images", count=images.count, key="images",
+                          detail=f"above --limit-mm-per-prompt's {top} per prompt (vLLM refuses "
+                                 "the request)")
+    return images.count * processor.prompt_tokens(images.width, images.height, max_pixels)

@@ -1,0 +1,286 @@
+"""Tokens per image (``kvplan.multimodal``) and vLLM's encoder budget (``engines/vllm/multimodal.py``),
+derived by hand from the processor and engine code each test names."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from kvplan.capacity import fit
+from kvplan.cli import main
+from kvplan.engines.vllm.multimodal import encoder_budget
+from kvplan.errors import KVPlanError
+from kvplan.multimodal import (
+    FixedProcessor,
+    ImageRequest,
+    QwenVLProcessor,
+    TiledProcessor,
+    image_prompt_tokens,
+)
+from kvplan.plan import FitQuery, make_plan
+from kvplan.presets import get_gpu, load_model
+
+QWEN = "Qwen/Qwen2.5-VL-7B-Instruct"
+
+
+@pytest.fixture(scope="module")
+def qwen() -> QwenVLProcessor:
+    processor = load_model(QWEN).processor
+    assert isinstance(processor, QwenVLProcessor)
+    return processor
+
+
+@pytest.fixture(scope="module")
+def gemma() -> FixedProcessor:
+    processor = load_model("gemma-3-27b").processor
+    assert isinstance(processor, FixedProcessor)
+    return processor
+
+
+def test_the_presets_keep_the_processor_values_with_their_source(qwen, gemma):
+    # preprocessor_config.json of Qwen2.5-VL-7B-Instruct; config.json / processor of gemma-3-27b-it
+    assert (qwen.patch_size, qwen.merge_size, qwen.temporal_patch_size) == (14, 2, 2)
+    assert (qwen.min_pixels, qwen.max_pixels) == (3136, 12_845_056)
+    assert (gemma.tokens_per_image, gemma.prompt_tokens_per_image, gemma.image_size) == (256, 260, 896)
+    assert "preprocessor_config.json" in qwen.source and "mm_tokens_per_image 256" in gemma.source
+    assert load_model("gemma-3-12b").processor == gemma.model_copy(update={"source": load_model(
+        "gemma-3-12b").processor.source})
+    assert load_model("llama-3.1-8b").processor is None
+
+
+@pytest.mark.parametrize(("size", "resized", "tokens"), [
+    # smart_resize (transformers image_processing_qwen2_vl.py), factor 14 × 2 = 28:
+    # 720/28 = 25.71 → 26 → 728; 1280/28 = 45.71 → 46 → 1288; 937,664 px within [3,136, 12,845,056];
+    # (728/14)·(1288/14)/4 = 52·92/4 = 1,196
+    ((1280, 720), (1288, 728), 1196),
+    # 1080/28 = 38.57 → 39 → 1092; 1920/28 = 68.57 → 69 → 1932; 78·138/4 = 2,691
+    ((1920, 1080), (1932, 1092), 2691),
+    # 3000/28 = 107.1 → 2996; 4000/28 = 142.9 → 4004; 11,995,984 px ≤ max: 214·286/4 = 15,301
+    ((4000, 3000), (4004, 2996), 15301),
+    # 224 = 8·28 exactly: 16·16/4 = 64
+    ((224, 224), (224, 224), 64),
+    # 10/28 rounds to 0 → below min_pixels: β = sqrt(3136/100) = 5.6, ceil(10·5.6/28) = 2 → 56; 4·4/4 = 4
+    ((10, 10), (56, 56), 4),
+])
+def test_qwen_vl_tokens_per_image_follow_smart_resize(qwen, size, resized, tokens):
+    assert qwen.resize(*size) == resized
+    assert qwen.image_tokens(*size) == tokens
+    # the chat template's <|vision_start|> … <|vision_end|> around the expanded <|image_pad|>
+    assert qwen.prompt_tokens(*size) == tokens + 2
+
+
+def test_max_pixels_from_mm_processor_kwargs_scales_the_image_down(qwen):
+    # 4000×3000 above max_pixels 1,003,520 (1280·28·28): β = sqrt(12e6 / 1,003,520) = 3.458;
+    # floor(3000/3.458/28) = 30 → 840, floor(4000/3.458/28) = 41 → 1148; 60·82/4 = 1,230
+    assert qwen.resize(4000, 3000, max_pixels=1_003_520) == (1148, 840)
+    assert qwen.image_tokens(4000, 3000, max_pixels=1_003_520) == 1230
+
+
+def test_vllm_profiles_the_largest_qwen_image_and_video(qwen):
+    # get_image_size_with_most_features: 12,845,056 // 28² = 16,384 = 128 × 128 → 3584×3584,
+    # 16,384 tokens per image (the "16,384 tokens reserved per image" of vllm#20123)
+    assert qwen.largest_image() == (3584, 3584)
+    assert qwen.max_image_tokens() == 16384
+    # max_pixels 1,003,520: 1,280 merged patches = 32 × 40 → 1120×896, 1,280 tokens
+    assert qwen.largest_image(1_003_520) == (1120, 896)
+    assert qwen.max_image_tokens(1_003_520) == 1280
+    # _get_max_video_frames(128,000): 14 frames = 7 temporal groups × 16,384 = 114,688 ≤ 128,000,
+    # 15 frames pad to 16 = 131,072 >; capped at _MAX_FRAMES_PER_VIDEO 14 → 114,688
+    assert qwen.max_video_tokens(128_000) == 114_688
+    # seq 32,768: 4 frames = 2 × 16,384 fit, 5 → 6 frames = 49,152 do not
+    assert qwen.max_video_tokens(32_768) == 32_768
+
+
+def test_gemma3_images_are_256_tokens_at_any_size(gemma):
+    assert gemma.image_tokens(1280, 720) == gemma.image_tokens(4000, 100) == 256
+    assert gemma.max_tokens_per_item(131_072) == {"image": 256}
+
+
+@pytest.mark.parametrize(("size", "message"), [
+    ((0, 0), "image size 0×0: both sides must be at least 1 pixel"),
+    ((-5, 10), "image size -5×10: both sides must be at least 1 pixel"),
+    ((100_000, 10), "image size 100000×10: a side above 65,536 pixels"),
+])
+def test_bad_image_sizes_are_refused_by_name(qwen, gemma, size, message):
+    for processor in (qwen, gemma):
+        with pytest.raises(KVPlanError, match=message):
+            processor.image_tokens(*size)
+
+
+def test_qwen_refuses_aspect_ratios_above_200_as_transformers_does(qwen):
+    with pytest.raises(KVPlanError, match="aspect ratio above 200"):
+        qwen.image_tokens(5000, 10)
+    assert qwen.image_tokens(2000, 10) > 0  # 200 exactly is accepted
+
+
+def test_a_request_of_images_counts_prompt_tokens_and_checks_the_limit(qwen, gemma):
+    two = ImageRequest.parse(2, "1280x720")
+    assert (two.count, two.width, two.height) == (2, 1280, 720)
+    assert image_prompt_tokens("Qwen2.5-VL", qwen, two) == 2 * 1198
+    assert image_prompt_tokens("Gemma-3", gemma, two) == 2 * 260
+    assert image_prompt_tokens("Gemma-3", gemma, ImageRequest()) == 0
+    with pytest.raises(KVPlanError, match="2 image.s. per request: above --limit-mm-per-prompt's 1"):
+        image_prompt_tokens("Gemma-3", gemma, two, limit=1)
+    with pytest.raises(KVPlanError, match="no image processor is known for Llama"):
+        image_prompt_tokens("Llama-3.1-8B", None, two)
+    for bad in ("1280", "axb", "1280x720x3", "99999999999x1"):
+        with pytest.raises(KVPlanError, match="expected WIDTHxHEIGHT"):
+            ImageRequest.parse(1, bad)
+
+
+def test_encoder_budget_is_max_of_mnbt_and_the_largest_item():
+    """``compute_mm_encoder_budget`` (v1/core/encoder_cache_manager.py) and
+    ``MultiModalBudget._get_max_items`` (multimodal/encoder_budget.py), vLLM 0.10 – 0.33."""
+    qwen = load_model(QWEN)
+    budget = encoder_budget(qwen, mnbt=8192, max_num_seqs=1024, max_model_len=128_000)
+    assert budget is not None
+    assert budget.max_tokens_per_item == {"image": 16384, "video": 114_688}
+    assert (budget.compute_budget, budget.cache_size, budget.modality) == (114_688, 114_688, "video")
+    # 114,688 // 114,688 = 1 item; per prompt max(1, min(999, 128,000 // 114,688)) = 1
+    assert budget.items_per_batch == 1
+    assert budget.log_line() == ("Encoder cache will be initialized with a budget of 114688 tokens, "
+                                 "and profiled with 1 video items of the maximum feature size.")
+    gemma = load_model("gemma-3-27b")
+    budget = encoder_budget(gemma, mnbt=2048, max_num_seqs=1024, max_model_len=32_768)
+    assert budget is not None
+    # max(2048, 256) = 2048 tokens: 2048 // 256 = 8 images (1024 seqs × min(999, 128) is more)
+    assert (budget.budget, budget.modality, budget.items_per_batch) == (2048, "image", 8)
+    # without chunked prefill max_num_seqs is capped at 2048 // 256 = 8 too; with 4 seqs: 4 × 128
+    small = encoder_budget(gemma, mnbt=2048, max_num_seqs=4, max_model_len=512, chunked_prefill=False)
+    assert small is not None and small.items_per_batch == 8  # min(8, 4 × min(999, 512 // 256 = 2))
+    # --limit-mm-per-prompt 0: text only, no budget, no encoder profile
+    assert encoder_budget(gemma, mnbt=2048, max_num_seqs=4, max_model_len=512, image_limit=0) is None
+    assert encoder_budget(load_model("llama-3.1-8b"), mnbt=2048, max_num_seqs=4, max_model_len=512) is None
+
+
+def _reserve(plan):
+    return {t.name: t for t in plan.budget.reserve_detail.terms}
+
+
+def test_the_profiled_encoder_outputs_are_a_ledger_term_and_limit_zero_drops_them():
+    qwen, gpu = load_model(QWEN), get_gpu("h100-sxm")
+    plan = make_plan(qwen, gpu, FitQuery(tokens=128_000, engine="vllm@0.33"))
+    term = _reserve(plan)["mm_encoder_cache"]
+    # 1 video × 114,688 tokens × hidden 3,584 × 2 B (bf16)
+    assert term.bytes == 114_688 * 3584 * 2 == 822_083_584
+    assert "compute_mm_encoder_budget" in term.source
+    assert term.formula.endswith('vLLM logs "Encoder cache will be initialized with a budget of 114688 '
+                                 'tokens, and profiled with 1 video items of the maximum feature size."')
+    assert any(t.name == "reserve: mm_encoder_cache" and t.bytes == 822_083_584 for t in plan.ledger)
+    text_only = plan.vary(settings=plan.query.settings.model_copy(update={"limit_mm_per_prompt": 0}))
+    assert "mm_encoder_cache" not in _reserve(text_only)
+    # the budget gains the profiled video and, on v0.33, the tower's weights (below)
+    assert text_only.budget.stage_budgets[0] - plan.budget.stage_budgets[0] == 822_083_584 + 1_351_756_800
+    # --mm-processor-kwargs max_pixels 1,003,520: largest image 1,280 tokens, a video of 14 frames
+    # (the cap) 7 × 1,280 = 8,960 tokens, above mnbt 8,192 → budget 8,960, 1 video: 8,960 × 3,584 × 2
+    capped = plan.vary(settings=plan.query.settings.model_copy(update={"mm_max_pixels": 1_003_520}))
+    assert _reserve(capped)["mm_encoder_cache"].bytes == 8960 * 3584 * 2
+    gemma = make_plan(load_model("gemma-3-27b"), gpu, FitQuery(tokens=32_768, engine="vllm@0.33"))
+    # mnbt 8,192 on an H100 (get_batch_defaults): 32 images × 256 × hidden 5,376 × 2 B
+    assert _reserve(gemma)["mm_encoder_cache"].bytes == 32 * 256 * 5376 * 2 == 88_080_384
+
+
+def test_fit_answers_two_images_at_1280x720_plus_1000_text_tokens(capsys):
+    for model, per_image in ((QWEN, 1198), ("gemma-3-27b", 260)):
+        assert main(["fit", "--model", model, "--gpu", "h100-sxm", "--tokens", "1000", "--images", "2",
+                     "--image-size", "1280x720", "--engine-version", "0.33", "--json"]) == 0
+        payload = json.loads(capsys.readouterr().out)
+        assert payload["request"]["prompt_tokens_per_image"] == per_image
+        assert payload["request"]["tokens"] == payload["tokens"] == 1000 + 2 * per_image
+        plain = make_plan(load_model(model), get_gpu("h100-sxm"),
+                          FitQuery(tokens=1000 + 2 * per_image, engine="vllm@0.33"))
+        assert payload["max_requests"] == fit(plain).max_requests
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--images", "2", "--image-size", "0x0"], "image size 0×0: both sides must be at least 1 pixel"),
+    (["--images", "2", "--image-size", "70000x70000"], "a side above 65,536 pixels"),
+    (["--images", "3", "--image-size", "640x480", "--limit-mm-per-prompt", "2"],
+     "3 image.s. per request: above --limit-mm-per-prompt's 2"),
+    (["--images", "2"], "give each image's size with --image-size"),
+])
+def test_fit_refuses_bad_images_by_name(capsys, extra, message):
+    assert main(["fit", "--model", "gemma-3-27b", "--gpu", "h100-sxm", "--tokens", "1000", *extra]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert re.search(message, err), err
+
+
+def test_releases_before_v0_13_count_gemma3s_whole_placeholder_as_a_public_log_shows():
+    """A public vLLM 0.11.0rc2 start-up of google/gemma-3-27b-it (``max_model_len`` 4096,
+    ``limit_mm_per_prompt`` {image: 2}, MNBT 8192; a README's startup log, find_string id
+    9297248278) logs "Encoder cache will be initialized with a budget of 8192 tokens, and profiled
+    with 31 image items": 8192 // 260 placeholder tokens = 31 (v0.10.1–v0.12 count
+    ``PlaceholderRange.length``, PR #21798); from v0.13 the 256 embeddings: 8192 // 256 = 32."""
+    gemma = load_model("gemma-3-27b")
+    old = encoder_budget(gemma, mnbt=8192, max_num_seqs=1024, max_model_len=4096, image_limit=2,
+                         placeholder=True)
+    assert old is not None
+    assert old.log_line() == ("Encoder cache will be initialized with a budget of 8192 tokens, and "
+                              "profiled with 31 image items of the maximum feature size.")
+    # the encoder writes 256 embeddings per image whichever way the budget counts
+    assert old.profiled_tokens == 31 * 256
+    new = encoder_budget(gemma, mnbt=8192, max_num_seqs=1024, max_model_len=4096, image_limit=2)
+    assert new is not None and new.items_per_batch == 32
+    gpu = get_gpu("h100-sxm")
+    query = FitQuery(tokens=4096, engine="vllm@0.11", settings={"limit_mm_per_prompt": 2,
+                                                                 "max_num_batched_tokens": 8192})
+    term = _reserve(make_plan(gemma, gpu, query))["mm_encoder_cache"]
+    assert term.bytes == 31 * 256 * 5376 * 2 == 85_327_872
+    later = make_plan(gemma, gpu, query.model_copy(update={"engine": "vllm@0.17"}))
+    assert _reserve(later)["mm_encoder_cache"].bytes == 32 * 256 * 5376 * 2
+
+
+def test_a_public_qwen25_vl_start_up_log_has_the_budget_kvplan_derives():
+    """A public vLLM 0.23.0 start-up of Qwen2.5-VL-7B-Instruct (defaults, ``max_model_len`` 128,000;
+    a GitHub README's docker log, find_string id 55021192520) logs "Encoder cache will be
+    initialized with a budget of 114688 tokens, and profiled with 1 video items": the 14-frame
+    dummy video of 3584×3584 frames, 7 × 16,384 tokens (vLLM ``get_max_video_tokens``)."""
+    plan = make_plan(load_model(QWEN), get_gpu("h100-sxm"), FitQuery(tokens=128_000, engine="vllm@0.24"))
+    budget = plan.engine.mm_budget(plan.arch, plan.gpu, plan.settings, 128_000)
+    assert budget is not None
+    assert budget.log_line() == ("Encoder cache will be initialized with a budget of 114688 tokens, "
+                                 "and profiled with 1 video items of the maximum feature size.")
+
+
+def test_text_only_v0_33_loads_no_vision_tower():
+    """``--limit-mm-per-prompt`` 0 on v0.33: the tower is a ``StageMissingLayer`` (interfaces.py
+    ``_mark_tower_model``), so its 1,351,756,800 B of weights leave the GPU with the encoder profile;
+    v0.32 (not read) keeps counting them."""
+    qwen, gpu = load_model(QWEN), get_gpu("h100-sxm")
+    full = make_plan(qwen, gpu, FitQuery(tokens=32_768, engine="vllm@0.33"))
+    assert full.weights.total_by_part["vision"] == 1_351_756_800
+    text = full.vary(settings=full.query.settings.model_copy(update={"limit_mm_per_prompt": 0}))
+    assert "vision" not in text.weights.total_by_part
+    assert full.weights.total_bytes - text.weights.total_bytes == 1_351_756_800
+    # the budget gains the tower and the profiled video (2 × 16,384 tokens × 3,584 × 2 B)
+    gained = text.budget.stage_budgets[0] - full.budget.stage_budgets[0]
+    assert gained == 1_351_756_800 + 32_768 * 3584 * 2
+    older = make_plan(qwen, gpu, FitQuery(tokens=32_768, engine="vllm@0.32",
+                                          settings={"limit_mm_per_prompt": 0}))
+    assert older.weights.total_by_part["vision"] == 1_351_756_800
+
+
+def test_a_video_of_no_frames_is_refused(qwen):
+    with pytest.raises(KVPlanError, match="video of 0 frames: at least 1 frame"):
+        qwen.video_tokens(1280, 720, 0)
+    # 3 frames pad to 4 (temporal_patch_size 2): 2 × 1,196
+    assert qwen.video_tokens(1280, 720, 3) == 2392
+
+
+def test_llama4_tiles_a_1280x720_image_into_12_plus_a_global_tile():
+    """transformers ``get_best_fit`` (image_processing_llama4.py), 336-px tiles, ≤ 16: for 720×1280
+    (h × w) the 3 × 4 canvas scales by min(1008/720, 1344/1280) = 1.05, the smallest ≥ 1 (4 × 4
+    ties at 1.05 with more area); 12 tiles + the global tile = 13 × 144 = 1,872 embeddings; the
+    prompt adds 3 rows × 3 x-separators, 3 y-separators, <|image_start|>, <|image|>, <|image_end|>."""
+    processor = load_model("llama-4-scout").processor
+    assert isinstance(processor, TiledProcessor)
+    assert processor.canvas(1280, 720) == (4, 3)
+    assert processor.image_tokens(1280, 720) == 1872
+    assert processor.prompt_tokens(1280, 720) == 1872 + 9 + 3 + 3 == 1887
+    assert processor.image_tokens(300, 300) == 144 and processor.prompt_tokens(300, 300) == 147
+    # vLLM's dummy image 336 × 5376: 16 tiles + global = 2,448; MNBT 8,192 // 2,448 = 3 items
+    budget = encoder_budget(load_model("llama-4-scout"), mnbt=8192, max_num_seqs=1024, max_model_len=65_536)
+    assert budget is not None and (budget.budget, budget.items_per_batch) == (8192, 3)

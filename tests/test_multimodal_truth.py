@@ -1,0 +1,91 @@
+"""kvplan's tokens per image and vLLM encoder budget against the libraries' own code.
+
+``tests/fixtures/multimodal_truth/cases.json`` is written by the dev-time generator
+``tools/multimodal_truth/generate.py`` (vLLM 0.33.0's ``Qwen2VLProcessingInfo`` and
+``compute_mm_encoder_budget`` / ``MultiModalBudget._get_max_items``, transformers 5.20.2's
+``smart_resize``, run on CPU); every case must match exactly.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kvplan.engines.vllm.multimodal import encoder_budget
+from kvplan.errors import KVPlanError
+from kvplan.multimodal import QwenVLProcessor, TiledProcessor
+from kvplan.presets import load_model
+
+FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "multimodal_truth" / "cases.json").read_text())
+MODELS = {m["hf_repo"]: m for m in FIXTURE["models"]}
+
+
+def _processor(repo: str) -> QwenVLProcessor:
+    processor = load_model(repo).processor
+    assert isinstance(processor, QwenVLProcessor)
+    return processor
+
+
+def test_the_fixture_names_its_versions_and_holds_cases():
+    assert (FIXTURE["vllm"], FIXTURE["transformers"]) == ("0.33.0", "5.20.2")
+    model = MODELS["Qwen/Qwen2.5-VL-7B-Instruct"]
+    assert len(model["images"]) == 64 and len(model["budgets"]) == 24 and len(model["videos"]) == 24
+
+
+@pytest.mark.parametrize("repo", sorted(MODELS))
+def test_tokens_per_image_equal_vllms_and_transformers(repo):
+    processor = _processor(repo)
+    for case in MODELS[repo]["images"]:
+        w, h, top = case["width"], case["height"], case["max_pixels"]
+        if "error" in case:  # transformers raises: kvplan refuses by name
+            with pytest.raises(KVPlanError, match="aspect ratio above 200"):
+                processor.image_tokens(w, h, top)
+            continue
+        assert list(processor.resize(w, h, top)) == case["resized"], case
+        assert processor.image_tokens(w, h, top) == case["tokens"], case
+    for case in MODELS[repo]["videos"]:
+        got = processor.video_tokens(case["width"], case["height"], case["frames"], case["max_pixels"])
+        assert got == case["tokens"], case
+
+
+@pytest.mark.parametrize("repo", sorted(MODELS))
+def test_largest_item_equals_vllms_profile_dummy(repo):
+    processor = _processor(repo)
+    for case in MODELS[repo]["largest"]:
+        top = case["max_pixels"]
+        assert list(processor.largest_image(top)) == case["largest_image"], case
+        assert processor.max_image_tokens(top) == case["max_image_tokens"], case
+        assert processor.max_tokens_per_item(case["seq_len"], top) == case["max_tokens_per_item"], case
+
+
+@pytest.mark.parametrize("repo", sorted(MODELS))
+def test_encoder_budget_equals_vllms(repo):
+    arch = load_model(repo)
+    for case in MODELS[repo]["budgets"]:
+        got = encoder_budget(arch, mnbt=case["mnbt"], max_num_seqs=case["max_num_seqs"],
+                             max_model_len=case["max_model_len"], image_limit=case["limit"],
+                             max_pixels=case["max_pixels"], chunked_prefill=case["chunked_prefill"])
+        assert got is not None
+        assert (got.compute_budget, got.cache_size, got.budget, got.modality, got.items_per_batch) == (
+            case["compute_budget"], case["cache_size"], case["budget"], case["modality"],
+            case["items_per_batch"]), case
+
+
+@pytest.mark.parametrize("case", FIXTURE["tiled"], ids=lambda c: c["hf_repo"])
+def test_llama4_tiles_equal_transformers_and_vllm(case):
+    """transformers' ``get_best_fit`` canvas and ``_prompt_split_image`` prompt, vLLM's
+    ``get_patch_per_chunk`` (144) and dummy image (336 × 5376), for every size of the grid."""
+    processor = load_model(case["hf_repo"]).processor
+    assert isinstance(processor, TiledProcessor)
+    assert processor.tokens_per_tile == case["tokens_per_tile"]
+    assert [processor.tile_size, processor.max_tiles * processor.tile_size] == case["dummy_image"]
+    assert len(case["images"]) == 18
+    for image in case["images"]:
+        w, h = image["width"], image["height"]
+        assert list(processor.canvas(w, h)) == image["canvas"], image
+        assert processor.image_tokens(w, h) == image["tokens"], image
+        assert processor.prompt_tokens(w, h) == image["prompt_tokens"], image
+    dummy_w, dummy_h = case["dummy_image"]
+    assert processor.max_tokens_per_item(4096) == {"image": processor.image_tokens(dummy_w, dummy_h)}
