@@ -86,10 +86,11 @@ MESSAGES: dict[str, str] = {
     "offload.dtype": "{tier}: KV dtype {dtype} has no whole-byte element, which the tier stores",
     "offload.host_ram": "{tier} pins {need:,} B of host memory, more than {what} ({ram:,} B entered): "
                         "a smaller tier, or more host RAM",
-    "disagg.prompt": "the decode instance's KV pool holds {fits:,} request(s) of the {prompt:,}-token prompt "
-                     "beside max_num_seqs {seqs:,}: none can wait for its KV (a larger decode pool, "
-                     "or a shorter prompt)",
-    "disagg.link": "the interconnect between prefill and decode must be a positive GB/s, got {value}",
+    "disagg.prompt": "the decode instance's KV pool ({blocks:,} blocks) cannot hold one {prompt:,}-token "
+                     "prompt ({need:,} blocks): a larger decode pool (more GPUs, TP) or a shorter prompt",
+    "disagg.connector": "unknown KV connector '{value}' (known: {known})",
+    "disagg.engine": "disaggregated prefill/decode is modelled for vLLM's connectors; the {side} instance "
+                     "runs {engine}",
     "parallel.gpus": "the GPU count {gpus} is not a multiple of tp × pp = {tpp}: use {need} GPUs, "
                      "or a TP × PP that divides {gpus}",
     "lora.release": "--enable-lora: kvplan sizes vLLM's LoRA slots from vLLM 0.33's vllm/lora; "

@@ -174,3 +174,15 @@ def test_a_backend_of_another_engine_is_refused_by_name() -> None:
         offload(plan, OffloadQuery(backend="native", size_gib=10))
     with pytest.raises(KVPlanError, match="--kv-offloading-size must be a positive size"):
         offload(plan.for_engine("vllm"), OffloadQuery(backend="native"))
+
+
+def test_lmcache_refuses_a_sub_byte_kv_dtype_by_name() -> None:
+    from kvplan.dtypes import KVDType
+    from kvplan.engines.vllm.offload import lmcache_token_bytes
+
+    arch = load_model("llama-3.1-8b")
+    with pytest.raises(KVPlanError, match="KV dtype int4 has no whole-byte element"):
+        lmcache_token_bytes(arch, KVDType("int4", 4), 1, 32)
+    no_kv = arch.model_copy(update={"layers": ()})
+    with pytest.raises(KVPlanError, match="no attention layer"):
+        lmcache_token_bytes(no_kv, KVDType("bf16", 16), 1, 32)
