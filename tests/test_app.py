@@ -107,7 +107,7 @@ def test_a_hub_id_link_selects_its_preset_labelled_by_hub_id():
 
 
 VIEW_CHARTS = {"context": 1, "users": 1, "memory": 1, "requests": 2, "designs": 1, "serving": 7,
-               "recommend": 1}
+               "recommend": 1, "offload": 1}
 
 
 @pytest.mark.parametrize("view", list(VIEW_CHARTS))
@@ -683,5 +683,5 @@ def test_every_plotly_chart_call_passes_the_chart_config():
     ``config=chart_config()``."""
     calls = [line for path in sorted((Path(__file__).parents[1] / "kvplan" / "ui").glob("*.py"))
              for line in path.read_text().splitlines() if line.lstrip().startswith("st.plotly_chart(")]
-    assert len(calls) == 14
+    assert len(calls) == 15  # offload_view.py: sessions resident per tier
     assert all("config=chart_config()" in line for line in calls)

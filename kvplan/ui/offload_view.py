@@ -1,0 +1,77 @@
+"""The offload-tiers view: sessions resident per tier against the context length, beside the GPU pool,
+and each tier's bytes per token, host memory and restore bound (``kvplan.offload``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from kvplan.engines.tiers import BACKEND_ENGINE
+from kvplan.errors import KVPlanError, md
+from kvplan.offload import OffloadQuery, offload, tiers_of
+from kvplan.scenario import Scenario, scenario_plan
+from kvplan.ui.theme import chart_config, fmt_bytes
+
+_LABELS = {"native": "vLLM native CPU (--kv-offloading-size)", "lmcache": "LMCache (max_local_cpu_size)",
+           "hicache": "SGLang HiCache (--hicache-ratio / --hicache-size)"}
+
+
+def _lengths(limit: int) -> np.ndarray:
+    top = max(min(limit, 10_000_000), 1024)
+    return np.unique(np.geomspace(1024, top, 40).astype(np.int64))
+
+
+def render(scenario: Scenario) -> pd.DataFrame | None:
+    plan = scenario_plan(scenario)
+    # LMCache first: it stores any model with attention layers; vLLM's native tier only one-group pools
+    backends = sorted((b for b, engine in BACKEND_ENGINE.items() if engine == plan.engine.engine_id),
+                      key=lambda b: b != "lmcache")
+    if not backends:
+        st.info(md(f"Offload tiers are modelled for vLLM (native, LMCache) and SGLang (HiCache); "
+                   f"this scenario runs {plan.engine.label}."))
+        return None
+    cols = st.columns(4)
+    backend = cols[0].selectbox("Tier", backends, format_func=lambda b: _LABELS[b], key="w_of_backend")
+    default = 5.0 if backend == "lmcache" else (0.0 if backend == "hicache" else 100.0)
+    size = cols[1].number_input("Size (GiB; HiCache: GB, 0 = ratio)", 0.0, 1_000_000.0, default,
+                                key=f"w_of_size_{backend}")
+    ram = cols[2].number_input("Host RAM per node (GiB, 0 = not checked)", 0.0, 1_000_000.0, 0.0,
+                               key="w_of_ram")
+    sessions = cols[3].number_input("Conversations sharing the tier", 0, 1_000_000_000, 0,
+                                    key="w_of_sessions")
+    given = float(int(size)) if backend == "hicache" else float(size)
+    query = OffloadQuery.model_validate({"backend": backend, "size_gib": given or None,
+                                         "host_ram_gib": ram or None, "sessions": int(sessions) or None})
+    try:
+        answer = offload(plan, query)
+        tiers = tiers_of(plan, query)
+    except KVPlanError as err:
+        st.warning(md(str(err)))
+        return None
+    lengths = _lengths(plan.length_limit)
+    gpu = plan.pool.max_requests(lengths)
+    frame = pd.DataFrame({"context (tokens)": lengths, "GPU pool (sessions)": gpu})
+    fig: Any = go.Figure()
+    fig.add_trace(go.Scatter(x=lengths, y=gpu, name="GPU pool", mode="lines"))
+    for tier in tiers:
+        counts = [tier.sessions(int(n)) for n in lengths]
+        frame[f"{tier.tier} (sessions)"] = counts
+        fig.add_trace(go.Scatter(x=lengths, y=counts, name=tier.tier, mode="lines"))
+    fig.update_layout(title="Sessions resident per tier vs context", xaxis_type="log", yaxis_type="log",
+                      xaxis_title="context (tokens)", yaxis_title="sessions per instance")
+    st.plotly_chart(fig, theme=None, config=chart_config(), key="chart_offload")
+    from kvplan.ui import exports_ui
+
+    exports_ui.download_buttons("offload", frame, fig, scenario)
+    for row in answer.tiers:
+        restore = "–" if row.restore_seconds is None else f"{row.restore_seconds:.4f} s"
+        st.markdown(md(f"{row.tier}: {row.sessions_per_instance:,} sessions of {row.tokens:,} tokens per "
+                       f"instance ({row.sessions_per_node:,} per node); {row.rank_token_bytes:,} B per "
+                       f"token per rank in the tier against {row.gpu_rank_token_bytes:,} B on the GPU; "
+                       f"pins {fmt_bytes(row.host_bytes_per_node)} per node; restore ≥ {restore}"))
+        st.caption(md(" · ".join(row.formulas) + f" — {row.source}"))
+    return frame
