@@ -108,12 +108,15 @@ def disagg(prefill: Plan, decode: Plan, query: DisaggQuery) -> DisaggAnswer:
     gpu_stage, host_stage, stage_formula = staging_bytes(query.connector, query.kv_buffer_device,
                                                          kv_pool_bytes)
     held = int(prefill.pool.max_requests(np.asarray([prompt]))[0])
+    dp = decode.settings.dp  # each data-parallel rank runs its own scheduler, pool and max_num_seqs
     formulas = [
         f"decode pool: {capacity:,} blocks of {block} tokens (num_blocks less the null block)",
         f"prompt: ceil({prompt:,} / {block}) = {need:,} blocks; at full length ({prompt + output:,} tokens) "
         f"{full:,} blocks",
         f"running = min(max_num_seqs {seqs:,}, {capacity:,} // {full:,}) = {running:,}",
-        f"in flight ≤ ({capacity:,} − {running:,} × {full:,}) // {need:,} = {waiting:,} per decode instance",
+        f"in flight ≤ ({capacity:,} − {running:,} × {full:,}) // {need:,} = {waiting:,} per decode "
+        f"scheduler; × {dp} DP rank(s) × {query.decode_instances} instance(s) = "
+        f"{waiting * dp * query.decode_instances:,}",
         f"PR#1380 form: floor({pool_tokens:,} / {prompt + output:,}) − {seqs:,} = {pr1380:,}",
         f"KV moved per request: {need:,} blocks × {per_block:,} B per block per rank = {rank_bytes:,} B per "
         f"rank × {ranks} rank(s) = {rank_bytes * ranks:,} B",
@@ -128,7 +131,7 @@ def disagg(prefill: Plan, decode: Plan, query: DisaggQuery) -> DisaggAnswer:
         decode_instances=query.decode_instances, decode_capacity_blocks=capacity, decode_block_size=block,
         prompt_blocks=need, request_blocks=full, max_num_seqs=seqs, running_at_full_length=running,
         in_flight_bound=waiting, in_flight_bound_pr1380=pr1380,
-        in_flight_total=waiting * query.decode_instances, prefill_prompts_held=held,
+        in_flight_total=waiting * query.decode_instances * dp, prefill_prompts_held=held,
         kv_bytes_per_request_per_rank=rank_bytes, kv_bytes_per_request=rank_bytes * ranks,
         transfer_seconds=seconds, link_gbps=link, staging_gpu_bytes_per_rank=gpu_stage,
         staging_host_bytes_per_rank=host_stage, formulas=formulas,

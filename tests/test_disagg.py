@@ -92,3 +92,25 @@ def test_unmodelled_engine_and_connector_are_refused_by_name() -> None:
         disagg(prefill, sglang, DisaggQuery(prompt_tokens=1000))
     with pytest.raises(KVPlanError, match="unknown KV connector 'p2p'"):
         disagg(prefill, prefill, DisaggQuery(prompt_tokens=1000, connector="p2p"))
+
+
+def test_kv_per_handoff_matches_the_pr1380_measurement() -> None:
+    """ai-dynamo/aiconfigurator PR#1380 (tests/fixtures/disagg/aiconfigurator_1380.json): Kimi-K2.5,
+    fp8 KV, ISL 8,150 + OSL 1,024 → "≈ 0.30 GiB KV per sequence, 286 MB per handoff". kvplan: one
+    token of MLA latent = 61 layers × (512 + 64) × 1 B = 35,136 B (every decode rank holds it whole,
+    TP 1); 8,150 tokens = 286,358,400 B = 286 MB; 9,174 tokens = 322,337,664 B = 0.300 GiB. Moved in
+    whole blocks of 32 (the plan's MLA block on B200): ceil(8,150 / 32) = 255 blocks = 286,709,760 B."""
+    import json
+    from pathlib import Path
+
+    fixture = json.loads((Path(__file__).parent / "fixtures" / "disagg" / "aiconfigurator_1380.json")
+                         .read_text())
+    decode = make_plan(load_model("kimi-k2"), get_gpu("b200"),
+                       FitQuery(tokens=9216, tp=1, num_gpus=4, dp=4, kv_dtype=fixture["kv_dtype"],
+                                weight_dtype="nvfp4", max_num_seqs=16))
+    assert decode.specs.token_bytes == 35_136
+    assert round(8150 * 35_136 / 1e6) == fixture["handoff_mb"]
+    assert round(9174 * 35_136 / 2**30, 2) == fixture["sequence_gib"]
+    answer = disagg(decode, decode, DisaggQuery(prompt_tokens=8150, output_tokens=1024))
+    assert answer.prompt_blocks == 255 and answer.kv_bytes_per_request_per_rank == 286_709_760
+    assert answer.in_flight_bound > 0 and answer.in_flight_total == 4 * answer.in_flight_bound  # 4 DP ranks
