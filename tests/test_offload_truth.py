@@ -38,3 +38,31 @@ def test_kvplan_matches_the_connectors_own_sizing(case: dict) -> None:
         assert tier.rank_token_bytes * tier.tokens_per_unit == case["chunk_raw_bytes"]
         assert tier.unit_bytes == case["chunk_aligned_bytes"]
     assert tier.units == case["num_chunks"]
+
+
+HICACHE = json.loads((Path(__file__).parent / "fixtures" / "offload" / "hicache_truth.json").read_text())
+
+
+def test_the_hicache_fixture_names_its_version() -> None:
+    assert HICACHE["versions"]["sglang"] == "0.5.23" and len(HICACHE["cases"]) == 7
+
+
+@pytest.mark.parametrize("case", HICACHE["cases"], ids=lambda c: f"{c['layers']}x{c['heads']}x"
+                         f"{c['head_dim']}-p{c['page_size']}-r{c['hicache_ratio']}-s{c['hicache_size']}-ram{c['host_ram_gib']}")
+def test_kvplan_matches_sglangs_host_pool(case: dict) -> None:
+    """SGLang's ``HostKVCache.__init__`` (is_dummy) and ``host_memory_budget_bytes`` on CPU
+    (``tools/offload_truth/hicache.py``) against ``hicache_tier`` / ``host_allowance``."""
+    from kvplan.engines.sglang.hicache import hicache_tier, host_allowance
+
+    per_token = 2 * case["layers"] * case["heads"] * case["head_dim"] * case["dtype_bytes"]
+    assert per_token == case["size_per_token"]
+    tier = hicache_tier(device_tokens=case["device_tokens"], token_bytes=per_token,
+                        page_size=case["page_size"], world_size=1, ratio=case["hicache_ratio"],
+                        size_gb=case["hicache_size"])
+    assert tier.units == case["page_num"]
+    assert tier.units * tier.tokens_per_unit == case["host_tokens"]
+    assert tier.allocation_bytes == case["host_bytes"]
+    if case["host_ram_gib"] is not None:
+        allowance = host_allowance(case["host_ram_gib"] * 1024**3, 1)
+        assert allowance == case["allowance"]
+        assert (tier.allocation_bytes > allowance) == case["refused"]
