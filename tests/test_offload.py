@@ -186,3 +186,37 @@ def test_lmcache_refuses_a_sub_byte_kv_dtype_by_name() -> None:
     no_kv = arch.model_copy(update={"layers": ()})
     with pytest.raises(KVPlanError, match="no attention layer"):
         lmcache_token_bytes(no_kv, KVDType("bf16", 16), 1, 32)
+
+
+def test_cli_offload_json_carries_the_exact_numbers() -> None:
+    """``kvplan offload --json``: the LMCache case above through the CLI (flags as LMCache names its
+    settings), and the text report names the tier and its formulas."""
+    from cli_helpers import run_cli
+
+    argv = ["offload", "--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--tp", "8", "--tokens", "131072",
+            "--backend", "lmcache", "--max-local-cpu-size", "50", "--sessions", "40"]
+    code, out, err = run_cli([*argv, "--json"])
+    assert code == 0, err
+    payload = json.loads(out)
+    (tier,) = payload["tiers"]
+    assert payload["engine"] == "vllm" and payload["gpu_sessions"] == 10
+    assert tier["units"] == 5_120 and tier["sessions_per_instance"] == 10 and tier["share_resident"] == 0.25
+    assert tier["host_bytes_per_node"] == 8 * 53_687_091_200
+    code, out, _ = run_cli(argv)
+    assert code == 0 and "LMCache CPU: 10 sessions per instance" in out and "5,120 chunks" in out
+
+
+def test_cli_disagg_json_carries_the_exact_numbers() -> None:
+    from cli_helpers import run_cli
+
+    code, out, err = run_cli(["disagg", "--model", "llama-3.1-70b", "--tokens", "8150",
+                              "--output-tokens", "1024", "--prefill-gpu", "h100-sxm", "--prefill-tp", "8",
+                              "--decode-gpu", "h200", "--decode-tp", "4", "--max-num-seqs", "64",
+                              "--link-gbps", "50", "--json"])
+    assert code == 0, err
+    payload = json.loads(out)
+    assert payload["prompt_blocks"] == 510 and payload["request_blocks"] == 574
+    assert payload["kv_bytes_per_request"] == 2_673_868_800
+    capacity = payload["decode_capacity_blocks"]
+    assert payload["in_flight_bound"] == (capacity - 64 * 574) // 510
+    assert payload["decode"]["gpu"] == "h200" and payload["prefill"]["tp"] == 8
