@@ -23,6 +23,7 @@ from kvplan.engines.vllm.offload import (
     lmcache_tier,
     lmcache_token_bytes,
     native_cpu_tier,
+    pure_mla,
     replicated_mla,
 )
 from kvplan.errors import KVPlanError
@@ -128,11 +129,12 @@ def tiers_of(plan: Plan, query: OffloadQuery) -> list[TierSize]:
         token, formula = lmcache_token_bytes(plan.arch, dtype, plan.query.tp, stop - start)
         chunk = query.chunk_tokens or LMCACHE_CHUNK_SIZE
         size = LMCACHE_CPU_GIB if query.size_gib is None else query.size_gib
+        mla = pure_mla(plan.arch)
         tiers = [lmcache_tier(size_gib=size, token_bytes=token, token_formula=formula, chunk_size=chunk,
-                              world_size=world)] if size > 0 else []
+                              world_size=world, mla=mla)] if size > 0 else []
         if query.disk_gib > 0:
             tiers.append(lmcache_tier(size_gib=query.disk_gib, token_bytes=token, token_formula=formula,
-                                      chunk_size=chunk, world_size=world, medium="disk"))
+                                      chunk_size=chunk, world_size=world, medium="disk", mla=mla))
         if not tiers:
             raise KVPlanError("offload.size", flag="max_local_cpu_size", backend="lmcache")
         return tiers
@@ -186,6 +188,8 @@ def offload(plan: Plan, query: OffloadQuery) -> OffloadAnswer:
             notes.append("restore bound counts the host link only; the disk's own read rate is lower")
         if plan.engine.record != plan.engine.releases[-1]:
             notes.append(f"sized by the newest release's rule ({plan.engine.releases[-1].name})")
+        if plan.query.pp > 1 and tier.allocations == 1:  # the native tier: one region per instance
+            notes.append("PP > 1: one chunk size for every stage, from the heaviest stage's block")
         if world > query.gpus_per_node:
             notes.append(f"the instance spans {-(-world // query.gpus_per_node)} nodes; "
                          "per node is its share")

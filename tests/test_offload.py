@@ -96,7 +96,7 @@ def test_lmcache_llama_70b_50_gib_per_rank() -> None:
     cpu, disk = answer.tiers
     assert cpu.units == 5_120 and cpu.sessions_per_instance == 10 and cpu.rank_token_bytes == 40_960
     assert cpu.allocations == 8 and cpu.host_bytes_per_node == 8 * 53_687_091_200
-    assert cpu.share_resident == 0.25
+    assert cpu.share_resident == 0.25 and not any("MLA" in note for note in cpu.notes)
     assert disk.medium == "disk" and disk.units == 51_200 and disk.sessions_per_instance == 100
     assert disk.share_resident == 1.0
 
@@ -220,3 +220,14 @@ def test_cli_disagg_json_carries_the_exact_numbers() -> None:
     capacity = payload["decode_capacity_blocks"]
     assert payload["in_flight_bound"] == (capacity - 64 * 574) // 510
     assert payload["decode"]["gpu"] == "h200" and payload["prefill"]["tp"] == 8
+
+
+def test_lmcache_mla_stores_on_the_first_rank_only() -> None:
+    """DeepSeek-V3 TP 8: LMCache's chunk is 1 × 61 layers × 256 × 576 × 2 B = 17,989,632 B per rank
+    (a 4096 multiple); 20 GiB // that = 1,193 chunks on the first rank, which alone stores
+    (save_only_first_rank); all 8 ranks still allocate 20 GiB."""
+    plan = _plan("deepseek-v3", "h200", "vllm", 8, 32768)
+    tier = offload(plan, OffloadQuery(backend="lmcache", size_gib=20)).tiers[0]
+    assert tier.units == 1_193 and tier.units_per_session == 128 and tier.sessions_per_instance == 9
+    assert tier.host_bytes_per_instance == 8 * 20 * 2**30
+    assert any("only the first rank stores" in note for note in tier.notes)

@@ -46,13 +46,17 @@ def _round_up(value: int, align: int) -> int:
     return -(-value // align) * align
 
 
+def pure_mla(arch: ModelArch) -> bool:
+    """Every KV layer is MLA (vLLM ``model_config.use_mla``; LMCache ``mla_enabled``)."""
+    kv_layers = [layer for layer in arch.layers if isinstance(layer, (Attention, MLA))]
+    return bool(kv_layers) and all(isinstance(layer, MLA) for layer in kv_layers)
+
+
 def replicated_mla(arch: ModelArch, tp: int, pp: int, vendor: str) -> bool:
     """One copy per chunk instead of one per rank: a pure-MLA model at TP > 1, PP 1, on the shared
     mmap region (CUDA, not ROCm), one node (``build_offloading_config`` ``replicated_layout`` and
     ``CPUOffloadingSpec._uses_shared_region``)."""
-    kv_layers = [layer for layer in arch.layers if isinstance(layer, (Attention, MLA))]
-    pure_mla = bool(kv_layers) and all(isinstance(layer, MLA) for layer in kv_layers)
-    return pure_mla and tp > 1 and pp == 1 and vendor.upper() != "AMD"
+    return pure_mla(arch) and tp > 1 and pp == 1 and vendor.upper() != "AMD"
 
 
 def native_cpu_tier(*, size_gib: float, worker_bytes_per_block: int, gpu_block_size: int, world_size: int,
@@ -120,7 +124,7 @@ def lmcache_token_bytes(arch: ModelArch, dtype: KVDType, tp: int, stage_layers: 
 
 
 def lmcache_tier(*, size_gib: float, token_bytes: int, token_formula: str, chunk_size: int, world_size: int,
-                 medium: str = "host") -> TierSize:
+                 medium: str = "host", mla: bool = False) -> TierSize:
     """LMCache 0.5.6 ``LocalCPUBackend`` (``max_local_cpu_size``) or ``LocalDiskBackend``
     (``max_local_disk_size``) of one rank: ``int(size × 1024**3) // round_up(chunk bytes, 4096)``."""
     total = int(size_gib * 1024**3)
@@ -143,4 +147,7 @@ def lmcache_tier(*, size_gib: float, token_bytes: int, token_formula: str, chunk
         formulas=formulas,
         source=f"LMCache 0.5.6 lmcache/integration/vllm/utils.py create_lmcache_metadata; "
                f"v1/storage_backend/{backend}; v1/memory_management.py AddressManager",
-        notes=("whole chunks only (save_unfull_chunk defaults to False)",))
+        notes=("whole chunks only (save_unfull_chunk defaults to False)",) + ((
+            "MLA: only the first rank stores (save_only_first_rank defaults to use_mla, cache_engine.py); "
+            "every rank still allocates its buffer, and a restore is broadcast from rank 0",)
+            if mla and world_size > 1 else ()))
