@@ -18,6 +18,13 @@ from kvplan.errors import KVPlanError
 BACKEND_ENGINE: dict[str, str] = {"native": "vllm", "lmcache": "vllm", "hicache": "sglang"}
 
 
+def backends_for(engine_id: str) -> tuple[str, ...]:
+    """The offload backends of an engine (``vllm@0.19`` counts as ``vllm``), LMCache first: it stores
+    any model with attention layers, vLLM's native tier only one-group pools."""
+    base = engine_id.partition("@")[0]
+    return tuple(sorted((b for b, e in BACKEND_ENGINE.items() if e == base), key=lambda b: b != "lmcache"))
+
+
 def check_backend(backend: str, engine_id: str) -> None:
     """A named error for an offload backend asked of another engine."""
     need = BACKEND_ENGINE[backend]

@@ -10,10 +10,11 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from kvplan.engines.tiers import BACKEND_ENGINE
+from kvplan.engines.tiers import backends_for
 from kvplan.errors import KVPlanError, md
 from kvplan.offload import OffloadQuery, offload, tiers_of
 from kvplan.scenario import Scenario, scenario_plan
+from kvplan.ui.serving_state import bounds, ensure
 from kvplan.ui.theme import chart_config, fmt_bytes
 
 _LABELS = {"native": "vLLM native CPU (--kv-offloading-size)", "lmcache": "LMCache (max_local_cpu_size)",
@@ -26,23 +27,25 @@ def _lengths(limit: int) -> np.ndarray:
 
 
 def render(scenario: Scenario) -> pd.DataFrame | None:
+    """The tab; its inputs live in the link's ``sv`` entries (``of_*``, ``serving_state.INPUTS``)."""
     plan = scenario_plan(scenario)
-    # LMCache first: it stores any model with attention layers; vLLM's native tier only one-group pools
-    backends = sorted((b for b, engine in BACKEND_ENGINE.items() if engine == plan.engine.engine_id),
-                      key=lambda b: b != "lmcache")
+    backends = list(backends_for(plan.engine.id))
     if not backends:
         st.info(md(f"Offload tiers are modelled for vLLM (native, LMCache) and SGLang (HiCache); "
                    f"this scenario runs {plan.engine.label}."))
         return None
+    state = st.session_state
     cols = st.columns(4)
-    backend = cols[0].selectbox("Tier", backends, format_func=lambda b: _LABELS[b], key="w_of_backend")
-    default = 5.0 if backend == "lmcache" else (0.0 if backend == "hicache" else 100.0)
-    size = cols[1].number_input("Size (GiB; HiCache: GB, 0 = ratio)", 0.0, 1_000_000.0, default,
-                                key=f"w_of_size_{backend}")
-    ram = cols[2].number_input("Host RAM per node (GiB, 0 = not checked)", 0.0, 1_000_000.0, 0.0,
-                               key="w_of_ram")
-    sessions = cols[3].number_input("Conversations sharing the tier", 0, 1_000_000_000, 0,
-                                    key="w_of_sessions")
+    key = ensure("of_backend", scenario, state)
+    if state[key] not in backends:  # a link's backend of another engine: this engine's first
+        state[key] = backends[0]
+    backend = cols[0].selectbox("Tier", backends, format_func=lambda b: _LABELS[b], key=key)
+    size = cols[1].number_input("Size (GiB; HiCache: GB, 0 = ratio)", *bounds("of_size"),
+                                key=ensure("of_size", scenario, state))
+    ram = cols[2].number_input("Host RAM per node (GiB, 0 = not checked)", *bounds("of_ram"),
+                               key=ensure("of_ram", scenario, state))
+    sessions = cols[3].number_input("Conversations sharing the tier", *bounds("of_sessions"),
+                                    key=ensure("of_sessions", scenario, state))
     given = float(int(size)) if backend == "hicache" else float(size)
     query = OffloadQuery.model_validate({"backend": backend, "size_gib": given or None,
                                          "host_ram_gib": ram or None, "sessions": int(sessions) or None})
