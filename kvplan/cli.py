@@ -298,6 +298,9 @@ def build_parser() -> argparse.ArgumentParser:
     dis.add_argument("--link-gbps", type=_number("--link-gbps", float, 0.001, 100_000),
                      help="prefill↔decode GB/s per rank per direction (default: the decode "
                           "accelerator's scale-up link; across nodes give the NIC's rate)")
+    dis.add_argument("--rps", type=_number("--rps", float, 0.001, 10_000_000), action="append",
+                     help="a traffic rate (requests/s) for the prefill:decode instances it needs "
+                          "(time lower bounds); repeatable")
 
     sub.add_parser("models", help="list model presets").add_argument("--json", action="store_true")
     sub.add_parser("gpus", help="list accelerators").add_argument("--json", action="store_true")
@@ -942,7 +945,7 @@ def cmd_offload(args: argparse.Namespace) -> int:
 
 
 def cmd_disagg(args: argparse.Namespace) -> int:
-    from kvplan.disagg import DisaggQuery, disagg
+    from kvplan.disagg import DisaggQuery, disagg, pd_ratio
     from kvplan.plan import FitQuery, make_plan
     from kvplan.presets import get_gpu
 
@@ -955,13 +958,18 @@ def cmd_disagg(args: argparse.Namespace) -> int:
                          settings=settings_from_args(args, tp=tp))
         return make_plan(arch, get_gpu(gpu), query)
 
-    answer = disagg(side(args.prefill_gpu, args.prefill_tp), side(args.decode_gpu, args.decode_tp),
-                    DisaggQuery(prompt_tokens=args.tokens, output_tokens=args.output_tokens,
-                                prefill_instances=args.prefill_instances,
-                                decode_instances=args.decode_instances, connector=args.kv_connector,
-                                kv_buffer_device=args.kv_buffer_device, link_gbps=args.link_gbps))
+    prefill, decode = side(args.prefill_gpu, args.prefill_tp), side(args.decode_gpu, args.decode_tp)
+    dq = DisaggQuery(prompt_tokens=args.tokens, output_tokens=args.output_tokens,
+                     prefill_instances=args.prefill_instances, decode_instances=args.decode_instances,
+                     connector=args.kv_connector, kv_buffer_device=args.kv_buffer_device,
+                     link_gbps=args.link_gbps)
+    answer = disagg(prefill, decode, dq)
+    ratio = pd_ratio(prefill, decode, dq, args.rps) if args.rps else None
     if args.json:
-        print(json.dumps(answer.as_json()))
+        payload = answer.as_json()
+        if ratio is not None:
+            payload["ratio"] = ratio.as_json()
+        print(json.dumps(payload))
         return 0
     print(f"{answer.model} · {answer.prefill_instances}P{answer.decode_instances}D · prompt "
           f"{answer.prompt_tokens:,} + output {answer.output_tokens:,} tokens")
@@ -970,6 +978,12 @@ def cmd_disagg(args: argparse.Namespace) -> int:
     print(f"KV moved per request: {human(answer.kv_bytes_per_request)}")
     for line in answer.formulas:
         print(f"  {line}")
+    if ratio is not None:
+        for row in ratio.rows:
+            print(f"{row.rps:g} requests/s: ≥ {row.prefill_instances} prefill and ≥ {row.decode_instances} "
+                  f"decode instances (P:D {row.ratio:.2f})")
+        for line in ratio.formulas:
+            print(f"  {line}")
     return 0
 
 

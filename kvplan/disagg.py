@@ -148,3 +148,74 @@ def pd_candidates(prefill: Plan, decode: Plan, query: DisaggQuery,
     return [disagg(prefill, decode, query.model_copy(update={"prefill_instances": x,
                                                              "decode_instances": y}))
             for x, y in splits]
+
+
+class RatioRow(BaseModel):
+    """Instances an xPyD split needs at ``rps`` requests/s: time lower bounds, memory exact."""
+
+    model_config = ConfigDict(frozen=True)
+
+    rps: float
+    prefill_instances: int
+    decode_instances: int
+    ratio: float
+
+
+class RatioAnswer(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    prefill_seconds: float
+    decode_batch: int
+    decode_step_seconds: float
+    decode_tokens_per_s: float
+    rows: list[RatioRow]
+    formulas: list[str]
+
+    def as_json(self) -> dict[str, object]:
+        return self.model_dump(mode="json")
+
+
+def pd_ratio(prefill: Plan, decode: Plan, query: DisaggQuery, rates: list[float]) -> RatioAnswer:
+    """Prefill and decode instances needed at each traffic rate, as lower bounds: a prefill instance
+    takes at least the roofline time of one prompt (``recommend.prefill_time``, efficiency 1); a
+    decode instance runs at most ``B`` requests — the decode pool's requests of ``prompt + output``
+    tokens, capped by ``max_num_seqs`` — at the roofline step time of that batch
+    (``recommend.decode_time``). ``x = ceil(rps × TTFT)``, ``y = ceil(rps × output / (B / TPOT))``."""
+    from kvplan.recommend import (
+        decode_time,
+        decode_token_flops,
+        prefill_flops,
+        prefill_time,
+        single_terms,
+    )
+
+    prompt, output = query.prompt_tokens, max(query.output_tokens, 1)
+    length = prompt + output
+    terms = single_terms(prefill, prompt)
+    ttft = float(prefill_time(terms, prompt, prefill_flops(prefill.arch, prompt))[0][0])
+    fits = int(decode.pool.max_requests(np.asarray([length]))[0])
+    if fits < 1:
+        need = _blocks(decode, length)
+        raise KVPlanError("disagg.prompt", blocks=int(getattr(decode.pool, "capacity", 0)), prompt=length,
+                          need=need)
+    seqs = int(decode.startup.max_num_seqs or decode.settings.max_num_seqs or fits)
+    batch = min(fits, seqs) * decode.settings.dp
+    position = prompt + output // 2
+    step = float(decode_time(single_terms(decode, length), np.asarray([batch]),
+                             decode_token_flops(decode.arch, position))[0][0])
+    rate = batch / step
+    rows = []
+    for rps in rates:
+        x = max(int(np.ceil(rps * ttft)), 1)
+        y = max(int(np.ceil(rps * output / rate)), 1)
+        rows.append(RatioRow(rps=rps, prefill_instances=x, decode_instances=y, ratio=x / y))
+    formulas = [
+        f"TTFT ≥ {ttft:.4f} s per {prompt:,}-token prompt (roofline, efficiency 1, recommend.prefill_time)",
+        f"decode batch B = min(pool {fits:,} requests of {length:,} tokens, max_num_seqs {seqs:,}) × "
+        f"{decode.settings.dp} DP = {batch:,}; step ≥ {step:.5f} s (recommend.decode_time at position "
+        f"{position:,}) → ≤ {rate:,.0f} tokens/s per decode instance",
+        "x = ceil(rps × TTFT), y = ceil(rps × output / decode tokens/s): the fewest instances; real "
+        "runs need more (efficiency < 1, queueing)",
+    ]
+    return RatioAnswer(prefill_seconds=ttft, decode_batch=batch, decode_step_seconds=step,
+                       decode_tokens_per_s=rate, rows=rows, formulas=formulas)

@@ -9,6 +9,8 @@ ai-dynamo/aiconfigurator PR#1380.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from kvplan.disagg import DisaggQuery, disagg, pd_candidates
@@ -114,3 +116,22 @@ def test_kv_per_handoff_matches_the_pr1380_measurement() -> None:
     answer = disagg(decode, decode, DisaggQuery(prompt_tokens=8150, output_tokens=1024))
     assert answer.prompt_blocks == 255 and answer.kv_bytes_per_request_per_rank == 286_709_760
     assert answer.in_flight_bound > 0 and answer.in_flight_total == 4 * answer.in_flight_bound  # 4 DP ranks
+
+
+def test_prefill_decode_ratio_vs_traffic() -> None:
+    """The fewest instances per traffic rate (time lower bounds): the decode batch is the decode
+    pool's requests of prompt + output tokens — C // 574 blocks, under vLLM's max_num_seqs 1,024 —
+    and x = ceil(rps × TTFT) with TTFT from ``recommend.prefill_time`` of the prefill plan."""
+    from kvplan.disagg import pd_ratio
+    from kvplan.recommend import prefill_flops, prefill_time, single_terms
+
+    prefill = _side("llama-3.1-70b", "h100-sxm", 8, 9174)
+    decode = _side("llama-3.1-70b", "h200", 4, 9174)
+    answer = pd_ratio(prefill, decode, DisaggQuery(prompt_tokens=8150, output_tokens=1024), [1, 10, 50])
+    assert answer.decode_batch == decode.pool.capacity // 574
+    ttft = float(prefill_time(single_terms(prefill, 8150), 8150, prefill_flops(prefill.arch, 8150))[0][0])
+    assert answer.prefill_seconds == ttft
+    expected = [max(1, math.ceil(rate * ttft)) for rate in (1, 10, 50)]
+    assert [row.prefill_instances for row in answer.rows] == expected
+    assert all(row.decode_instances >= 1 for row in answer.rows)
+    assert answer.rows[-1].decode_instances == math.ceil(50 * 1024 / answer.decode_tokens_per_s)
