@@ -683,7 +683,7 @@ def test_every_plotly_chart_call_passes_the_chart_config():
     ``config=chart_config()``."""
     calls = [line for path in sorted((Path(__file__).parents[1] / "kvplan" / "ui").glob("*.py"))
              for line in path.read_text().splitlines() if line.lstrip().startswith("st.plotly_chart(")]
-    assert len(calls) == 15  # offload_view.py: sessions resident per tier
+    assert len(calls) == 16  # offload_view.py: sessions resident per tier, P:D vs traffic
     assert all("config=chart_config()" in line for line in calls)
 
 
@@ -695,6 +695,7 @@ def test_offload_tab_inputs_live_in_the_link():
     no_errors(at)
     assert at.session_state["sv_of_backend"] == "lmcache" and at.session_state["sv_of_size"] == 50.0
     assert any("10 sessions of 131,072 tokens" in m.value for m in at.markdown)
+    assert len(at.get("plotly_chart")) == 2  # sessions per tier; prefill:decode vs traffic
     at.session_state["sv_of_size"] = 100.0
     at.run()
     assert "of_size:100.0" in at.query_params["sv"]

@@ -10,9 +10,11 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
+from kvplan.disagg import DisaggQuery, pd_ratio
 from kvplan.engines.tiers import backends_for
 from kvplan.errors import KVPlanError, md
 from kvplan.offload import OffloadQuery, offload, tiers_of
+from kvplan.plan import Plan
 from kvplan.scenario import Scenario, scenario_plan
 from kvplan.ui.serving_state import bounds, ensure
 from kvplan.ui.theme import chart_config, fmt_bytes
@@ -77,4 +79,34 @@ def render(scenario: Scenario) -> pd.DataFrame | None:
                        f"token per rank in the tier against {row.gpu_rank_token_bytes:,} B on the GPU; "
                        f"pins {fmt_bytes(row.host_bytes_per_node)} per node; restore ≥ {restore}"))
         st.caption(md(" · ".join(row.formulas) + f" — {row.source}"))
+    _render_split(scenario, plan)
     return frame
+
+
+def _render_split(scenario: Scenario, plan: Plan) -> None:
+    """Prefill:decode instances vs traffic for this model, accelerator and TP on both sides (the CLI's
+    ``disagg`` sizes each side on its own accelerator and TP)."""
+    prompt, output = scenario.tokens, max(scenario.output_tokens, 1)
+    rates = [float(r) for r in np.geomspace(0.1, 1000, 25)]
+    side = plan.vary(tokens=prompt + output)
+    try:
+        ratio = pd_ratio(side, side, DisaggQuery(prompt_tokens=prompt, output_tokens=output), rates)
+    except KVPlanError as err:
+        st.info(md(f"Prefill/decode split: {err}"))
+        return
+    rows = pd.DataFrame([r.model_dump() for r in ratio.rows]).rename(columns={
+        "rps": "traffic (requests/s)", "prefill_instances": "prefill instances (≥)",
+        "decode_instances": "decode instances (≥)", "ratio": "P:D ratio"})
+    fig: Any = go.Figure()
+    fig.add_trace(go.Scatter(x=rows.iloc[:, 0], y=rows.iloc[:, 1], name="prefill instances", mode="lines"))
+    fig.add_trace(go.Scatter(x=rows.iloc[:, 0], y=rows.iloc[:, 2], name="decode instances", mode="lines"))
+    fig.add_trace(go.Scatter(x=rows.iloc[:, 0], y=rows.iloc[:, 3], name="P:D ratio", mode="lines",
+                             yaxis="y2"))
+    fig.update_layout(title=f"Prefill:decode instances vs traffic ({prompt:,} + {output:,} tokens)",
+                      xaxis_type="log", xaxis_title="traffic (requests/s)", yaxis_title="instances (≥)",
+                      yaxis_type="log", yaxis2={"overlaying": "y", "side": "right", "title": "P:D"})
+    st.plotly_chart(fig, theme=None, config=chart_config(), key="chart_pd_ratio")
+    st.caption(md(" · ".join(ratio.formulas)))
+    from kvplan.ui import exports_ui
+
+    exports_ui.download_buttons("pd_ratio", rows, fig, scenario)
