@@ -147,7 +147,10 @@ def lmcache_tier(*, size_gib: float, token_bytes: int, token_formula: str, chunk
         formulas=formulas,
         source=f"LMCache 0.5.6 lmcache/integration/vllm/utils.py create_lmcache_metadata; "
                f"v1/storage_backend/{backend}; v1/memory_management.py AddressManager",
-        notes=("whole chunks only (save_unfull_chunk defaults to False)",) + ((
+        notes=("whole chunks only (save_unfull_chunk defaults to False)",
+               "the in-process connector (--kv-transfer-config kv_connector=LMCacheConnectorV1); vLLM "
+               "0.33's --kv-offloading-backend lmcache starts LMCacheMPConnector instead, whose server "
+               "sizes itself (its size is not --kv-offloading-size) and is not modelled here") + ((
             "MLA: only the first rank stores (save_only_first_rank defaults to use_mla, cache_engine.py); "
             "every rank still allocates its buffer, and a restore is broadcast from rank 0",)
             if mla and world_size > 1 else ()))
