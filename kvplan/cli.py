@@ -262,8 +262,8 @@ def build_parser() -> argparse.ArgumentParser:
     off.add_argument("--tp", type=_positive("--tp", 4096), default=1)
     off.add_argument("--pp", type=_positive("--pp", 4096), default=1)
     off.add_argument("--backend", choices=["native", "lmcache", "hicache"], default="native",
-                     help="vLLM --kv-offloading-backend native | lmcache; SGLang hicache "
-                          "(--enable-hierarchical-cache)")
+                     help="native: vLLM --kv-offloading-backend native (OffloadingConnector); lmcache: "
+                          "the in-process LMCacheConnectorV1; hicache: SGLang --enable-hierarchical-cache")
     off.add_argument("--kv-offloading-size", "--max-local-cpu-size", "--hicache-size", dest="size_gib",
                      type=_number("--kv-offloading-size", float, 0, 1_000_000),
                      help="vLLM --kv-offloading-size GiB (total over the ranks); LMCache "

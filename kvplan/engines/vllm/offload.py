@@ -88,7 +88,9 @@ def native_cpu_tier(*, size_gib: float, worker_bytes_per_block: int, gpu_block_s
         f"num_chunks = {cpu_bytes:,} // {aligned:,} = {chunks:,}",
     )
     notes: tuple[str, ...] = ("only whole chunks of the prompt are stored (offload_prompt_only "
-                              "defaults to True)",)
+                              "defaults to True)",
+                              "the OffloadingConnector; VLLM_USE_SIMPLE_KV_OFFLOAD=1 selects "
+                              "SimpleCPUOffloadConnector instead, not modelled")
     if replicated:
         notes += ("replicated MLA layout: one copy of the latent for all TP ranks",)
     return TierSize(
