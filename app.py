@@ -7,7 +7,7 @@ from collections.abc import Callable
 import streamlit as st
 
 from kvplan.errors import KVPlanError, md
-from kvplan.ui import calibrate_view, instances_view, recommend_view, serving_view, views
+from kvplan.ui import calibrate_view, instances_view, offload_view, recommend_view, serving_view, views
 from kvplan.ui.sidebar import (
     VIEWS,
     blocked_link,
@@ -74,6 +74,7 @@ sections: dict[str, Callable[[], object]] = {
     "designs": lambda: views.render_designs(scenario),
     "serving": lambda: serving_view.render(scenario, arch),
     "recommend": lambda: recommend_view.render(scenario, arch, gpu),
+    "offload": lambda: offload_view.render(scenario),
 }
 # Only the open tab runs (lazy tabs); the open tab is part of the link (vw=).
 tabs = st.tabs(list(VIEWS.values()), key="w_view", on_change="rerun")

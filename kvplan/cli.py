@@ -285,6 +285,54 @@ def build_parser() -> argparse.ArgumentParser:
     shared.add_argument("--pp", type=_positive("--pp", 4096), default=1)
     shared.add_argument("--num-gpus", type=_positive("--num-gpus", 4096))
     shared.add_argument("--json", action="store_true")
+
+    off = sub.add_parser("offload", help="KV offload tiers: sessions resident per tier, host memory, "
+                         "restore time (vLLM native / LMCache, SGLang HiCache)")
+    model_args(off)
+    off.add_argument("--gpu", required=True, help="accelerator id (see `gpus`)")
+    off.add_argument("--tp", type=_positive("--tp", 4096), default=1)
+    off.add_argument("--pp", type=_positive("--pp", 4096), default=1)
+    off.add_argument("--backend", choices=["native", "lmcache", "hicache"], default="native",
+                     help="native: vLLM --kv-offloading-backend native (OffloadingConnector); lmcache: "
+                          "the in-process LMCacheConnectorV1; hicache: SGLang --enable-hierarchical-cache")
+    off.add_argument("--kv-offloading-size", "--max-local-cpu-size", "--hicache-size", dest="size_gib",
+                     type=_number("--kv-offloading-size", float, 0, 1_000_000),
+                     help="vLLM --kv-offloading-size GiB (total over the ranks); LMCache "
+                          "max_local_cpu_size GiB per rank (default 5); SGLang --hicache-size GB per rank")
+    off.add_argument("--chunk-tokens", type=_positive("--chunk-tokens", 10_000_000),
+                     help="tokens per offloaded chunk: the native connector's block_size (a multiple "
+                          "of the GPU block) or LMCache's chunk_size (default 256)")
+    off.add_argument("--hicache-ratio", type=_number("--hicache-ratio", float, 0.001, 1000))
+    off.add_argument("--max-local-disk-size", dest="disk_gib",
+                     type=_number("--max-local-disk-size", float, 0, 100_000_000), default=0.0,
+                     help="LMCache disk tier, GiB per rank")
+    off.add_argument("--host-ram-gib", type=_number("--host-ram-gib", float, 0.001, 1_000_000),
+                     help="the node's RAM (checked against what the tiers pin)")
+    off.add_argument("--gpus-per-node", type=_positive("--gpus-per-node", 4096), default=8)
+    off.add_argument("--link-gbps", type=_number("--link-gbps", float, 0.001, 100_000),
+                     help="GPU↔host GB/s per direction (default: the accelerator's host link)")
+    off.add_argument("--sessions", type=_positive("--sessions", 1_000_000_000),
+                     help="distinct conversations competing for the tier (share resident)")
+
+    dis = sub.add_parser("disagg", help="disaggregated prefill/decode: the decode pool's in-flight "
+                         "bound, KV moved per request, transfer time, staging buffers (vLLM)")
+    model_args(dis)
+    dis.add_argument("--output-tokens", type=_positive("--output-tokens", MAX_CONTEXT_TOKENS), default=1)
+    dis.add_argument("--prefill-gpu", required=True)
+    dis.add_argument("--prefill-tp", type=_positive("--prefill-tp", 4096), default=1)
+    dis.add_argument("--decode-gpu", required=True)
+    dis.add_argument("--decode-tp", type=_positive("--decode-tp", 4096), default=1)
+    dis.add_argument("--prefill-instances", type=_positive("--prefill-instances", 4096), default=1)
+    dis.add_argument("--decode-instances", type=_positive("--decode-instances", 4096), default=1)
+    dis.add_argument("--kv-connector", choices=["nixl", "mooncake"], default="nixl")
+    dis.add_argument("--kv-buffer-device", choices=["cuda", "cpu"], default="cuda")
+    dis.add_argument("--link-gbps", type=_number("--link-gbps", float, 0.001, 100_000),
+                     help="prefill↔decode GB/s per rank per direction (default: the decode "
+                          "accelerator's scale-up link; across nodes give the NIC's rate)")
+    dis.add_argument("--rps", type=_number("--rps", float, 0.001, 10_000_000), action="append",
+                     help="a traffic rate (requests/s) for the prefill:decode instances it needs "
+                          "(time lower bounds); repeatable")
+
     sub.add_parser("models", help="list model presets").add_argument("--json", action="store_true")
     sub.add_parser("gpus", help="list accelerators").add_argument("--json", action="store_true")
     report = sub.add_parser("report", help="write CSV/PNG/JSON reports for a scenario")
@@ -1037,9 +1085,86 @@ def cmd_share(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_offload(args: argparse.Namespace) -> int:
+    from kvplan.offload import OffloadQuery, offload
+    from kvplan.plan import FitQuery, make_plan
+    from kvplan.presets import get_gpu
+
+    arch = _load_arch(args)
+    query = FitQuery(tokens=args.tokens, kv_dtype=args.kv_dtype,
+                     engine=engine_with_release(args.engine, args.engine_version),
+                     num_gpus=args.tp * args.pp, tp=args.tp, pp=args.pp,
+                     settings=settings_from_args(args, tp=args.tp, pp=args.pp))
+    answer = offload(make_plan(arch, get_gpu(args.gpu), query), OffloadQuery(
+        backend=args.backend, size_gib=args.size_gib, chunk_tokens=args.chunk_tokens,
+        hicache_ratio=args.hicache_ratio, disk_gib=args.disk_gib, host_ram_gib=args.host_ram_gib,
+        gpus_per_node=args.gpus_per_node, link_gbps=args.link_gbps, sessions=args.sessions))
+    if args.json:
+        print(json.dumps(answer.as_json()))
+        return 0
+    print(f"{answer.model} · {answer.engine_release} · {answer.gpu} TP {answer.tp} PP {answer.pp} · "
+          f"sessions of {answer.tokens:,} tokens")
+    print(f"GPU pool:          {answer.gpu_sessions:,} sessions")
+    for tier in answer.tiers:
+        print(f"{tier.tier}: {tier.sessions_per_instance:,} sessions per instance, "
+              f"{tier.sessions_per_node:,} per node; {tier.rank_token_bytes:,} B/token per rank "
+              f"(GPU {tier.gpu_rank_token_bytes:,}); pins {human(tier.host_bytes_per_node)} per node")
+        if tier.restore_seconds is not None:
+            print(f"  restore ≥ {tier.restore_seconds:.4f} s over {tier.link_gbps:g} GB/s")
+        for line in tier.formulas:
+            print(f"  {line}")
+        for note in tier.notes:
+            print(f"  note: {note}")
+    return 0
+
+
+def cmd_disagg(args: argparse.Namespace) -> int:
+    from kvplan.disagg import DisaggQuery, disagg, pd_ratio
+    from kvplan.plan import FitQuery, make_plan
+    from kvplan.presets import get_gpu
+
+    arch = _load_arch(args)
+    engine = engine_with_release(args.engine, args.engine_version)
+    length = args.tokens + args.output_tokens
+
+    def side(gpu: str, tp: int) -> Plan:
+        query = FitQuery(tokens=length, kv_dtype=args.kv_dtype, engine=engine, num_gpus=tp, tp=tp,
+                         settings=settings_from_args(args, tp=tp))
+        return make_plan(arch, get_gpu(gpu), query)
+
+    prefill, decode = side(args.prefill_gpu, args.prefill_tp), side(args.decode_gpu, args.decode_tp)
+    dq = DisaggQuery(prompt_tokens=args.tokens, output_tokens=args.output_tokens,
+                     prefill_instances=args.prefill_instances, decode_instances=args.decode_instances,
+                     connector=args.kv_connector, kv_buffer_device=args.kv_buffer_device,
+                     link_gbps=args.link_gbps)
+    answer = disagg(prefill, decode, dq)
+    ratio = pd_ratio(prefill, decode, dq, args.rps) if args.rps else None
+    if args.json:
+        payload = answer.as_json()
+        if ratio is not None:
+            payload["ratio"] = ratio.as_json()
+        print(json.dumps(payload))
+        return 0
+    print(f"{answer.model} · {answer.prefill_instances}P{answer.decode_instances}D · prompt "
+          f"{answer.prompt_tokens:,} + output {answer.output_tokens:,} tokens")
+    print(f"transfers in flight per decode instance ≤ {answer.in_flight_bound:,} "
+          f"(all decode instances: {answer.in_flight_total:,})")
+    print(f"KV moved per request: {human(answer.kv_bytes_per_request)}")
+    for line in answer.formulas:
+        print(f"  {line}")
+    if ratio is not None:
+        for row in ratio.rows:
+            print(f"{row.rps:g} requests/s: ≥ {row.prefill_instances} prefill and ≥ {row.decode_instances} "
+                  f"decode instances (P:D {row.ratio:.2f})")
+        for line in ratio.formulas:
+            print(f"  {line}")
+    return 0
+
+
 COMMANDS = {"recommend": cmd_recommend, "throughput": cmd_throughput,
             "kv": cmd_kv, "fit": cmd_fit, "models": cmd_models, "gpus": cmd_gpus,
-            "report": cmd_report, "calibrate": cmd_calibrate, "share": cmd_share}
+            "report": cmd_report, "calibrate": cmd_calibrate, "share": cmd_share, "offload": cmd_offload,
+            "disagg": cmd_disagg}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

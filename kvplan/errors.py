@@ -75,6 +75,22 @@ MESSAGES: dict[str, str] = {
     "parallel.tp_heads": "tensor parallel size {tp} does not split {heads} KV heads (the engine "
                          "needs kv_heads % tp == 0, or tp % kv_heads == 0 when tp > kv_heads)",
     "parallel.pp_layers": "pipeline parallel size {pp} exceeds the {layers} layers of the model",
+    "offload.engine": "offload backend '{backend}' runs under {need}, not {engine}: choose --engine {need}",
+    "offload.size": "offload backend '{backend}': {flag} must be a positive size",
+    "offload.whole_gb": "--hicache-size is a whole number of GB in SGLang, got {value}",
+    "offload.chunk": "the offload chunk of {value} tokens is not a multiple of the GPU block of {block} "
+                     "tokens (vLLM build_offloading_config): use {use}",
+    "offload.hybrid": "{tier}: kvplan sizes this tier for models with one KV-cache group of full or "
+                      "MLA attention; this model has {groups} groups",
+    "offload.no_kv": "{tier}: the model has no attention layer whose KV could be stored",
+    "offload.dtype": "{tier}: KV dtype {dtype} has no whole-byte element, which the tier stores",
+    "offload.host_ram": "{tier} pins {need:,} B of host memory, more than {what} ({ram:,} B entered): "
+                        "a smaller tier, or more host RAM",
+    "disagg.prompt": "the decode instance's KV pool ({blocks:,} blocks) cannot hold one {prompt:,}-token "
+                     "prompt ({need:,} blocks): a larger decode pool (more GPUs, TP) or a shorter prompt",
+    "disagg.connector": "unknown KV connector '{value}' (known: {known})",
+    "disagg.engine": "disaggregated prefill/decode is modelled for vLLM's connectors; the {side} instance "
+                     "runs {engine}",
     "parallel.gpus": "the GPU count {gpus} is not a multiple of tp × pp = {tpp}: use {need} GPUs, "
                      "or a TP × PP that divides {gpus}",
     "lora.release": "--enable-lora: kvplan sizes vLLM's LoRA slots from vLLM 0.33's vllm/lora; "

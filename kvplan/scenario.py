@@ -99,7 +99,8 @@ class Scenario(BaseModel):
     #: one declaration (``kvplan.engines.settings``), which the sidebar widgets use too.
     engine_settings: EngineSettings = Field(default_factory=EngineSettings)
     #: The dashboard view (tab) the link opens.
-    view: Literal["context", "users", "memory", "requests", "designs", "serving", "recommend"] = Field(
+    view: Literal["context", "users", "memory", "requests", "designs", "serving", "recommend",
+                  "offload"] = Field(
         default="context", alias="vw")
     log_x: bool = Field(default=True, alias="lx")
     stack_kinds: bool = Field(default=False, alias="sk")

@@ -107,7 +107,7 @@ def test_a_hub_id_link_selects_its_preset_labelled_by_hub_id():
 
 
 VIEW_CHARTS = {"context": 1, "users": 1, "memory": 1, "requests": 2, "designs": 1, "serving": 7,
-               "recommend": 1}
+               "recommend": 1, "offload": 1}
 
 
 @pytest.mark.parametrize("view", list(VIEW_CHARTS))
@@ -703,5 +703,22 @@ def test_every_plotly_chart_call_passes_the_chart_config():
     ``config=chart_config()``."""
     calls = [line for path in sorted((Path(__file__).parents[1] / "kvplan" / "ui").glob("*.py"))
              for line in path.read_text().splitlines() if line.lstrip().startswith("st.plotly_chart(")]
-    assert len(calls) == 15  # 14 + the instances chart (ui/instances_view.py)
+    assert len(calls) == 17  # 14 + the instances chart (ui/instances_view.py) + offload_view.py's two
     assert all("config=chart_config()" in line for line in calls)
+
+
+def test_offload_tab_inputs_live_in_the_link():
+    """The offload tab's inputs are ``sv`` entries (``of_*``): a link opens them, a changed one goes
+    back into the link, and a backend of another engine falls back to this engine's first."""
+    at = make_app(m="llama-3.1-70b", g="h100-sxm", n="8", tp="8", t="131072", vw="offload",
+                  sv="of_backend:lmcache;of_size:50.0;of_sessions:40")
+    no_errors(at)
+    assert at.session_state["sv_of_backend"] == "lmcache" and at.session_state["sv_of_size"] == 50.0
+    assert any("10 sessions of 131,072 tokens" in m.value for m in at.markdown)
+    assert len(at.get("plotly_chart")) == 2  # sessions per tier; prefill:decode vs traffic
+    at.session_state["sv_of_size"] = 100.0
+    at.run()
+    assert "of_size:100.0" in at.query_params["sv"]
+    other = make_app(m="llama-3.1-8b", e="sglang", vw="offload", sv="of_backend:native")
+    no_errors(other)
+    assert other.session_state["sv_of_backend"] == "hicache"

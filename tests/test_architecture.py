@@ -115,7 +115,8 @@ def test_every_engine_labels_only_declared_settings() -> None:
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"kvplan.ui", "kvplan.cli", "kvplan.__main__"}),
     frozenset({"kvplan.serving", "kvplan.nocache", "kvplan.designs", "kvplan.recommend",
-               "kvplan.calibrate", "kvplan.report", "kvplan.catalogue", "kvplan.instances"}),
+               "kvplan.calibrate", "kvplan.report", "kvplan.catalogue", "kvplan.instances",
+               "kvplan.offload", "kvplan.disagg"}),
     frozenset({"kvplan.scenario"}),
     frozenset({"kvplan.capacity", "kvplan.sizing", "kvplan.flops", "kvplan.adapters"}),
     frozenset({"kvplan.plan"}),

@@ -159,7 +159,8 @@ def test_usage_errors_are_one_line():
 
 def _dummy(name: str) -> object:
     return {"size": 3_000_000, "limit": 2_000_000, "low": 1, "high": 4096, "tp": 3, "heads": 8,
-            "pp": 99, "layers": 32, "gpus": 3, "tpp": 2}.get(name, f"<{name}>")
+            "pp": 99, "layers": 32, "gpus": 3, "tpp": 2, "need": 5_000, "ram": 6_000, "blocks": 7_000,
+            "prompt": 8_000}.get(name, f"<{name}>")
 
 
 @pytest.mark.parametrize("code", sorted(MESSAGES))
@@ -443,6 +444,25 @@ def reach(code: str, tmp_path) -> str:
     if code == "mm.images":
         return cli_error(["fit", "--model", "gemma-3-27b", "--gpu", "h100-sxm", "--tokens", "8",
                           "--images", "3", "--image-size", "8x8", "--limit-mm-per-prompt", "2"])
+    offload = ["offload", "--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--tp", "8", "--tokens", "8192"]
+    if code == "offload.engine":
+        return cli_error([*offload, "--engine", "sglang", "--kv-offloading-size", "10"])
+    if code == "offload.size":
+        return cli_error(offload)
+    if code == "offload.whole_gb":
+        return cli_error([*offload, "--engine", "sglang", "--backend", "hicache", "--hicache-size", "2.5"])
+    if code == "offload.chunk":
+        return cli_error([*offload, "--kv-offloading-size", "10", "--chunk-tokens", "250"])
+    if code == "offload.hybrid":
+        return cli_error(["offload", "--model", "Qwen/Qwen3.5-27B", "--gpu", "h100-sxm", "--tp", "2",
+                          "--tokens", "8192", "--kv-offloading-size", "10"])
+    if code == "offload.host_ram":
+        return cli_error([*offload, "--kv-offloading-size", "4000", "--host-ram-gib", "2048"])
+    disagg = ["disagg", "--model", "llama-3.1-8b", "--prefill-gpu", "h100-sxm", "--decode-gpu", "l4"]
+    if code == "disagg.prompt":
+        return cli_error([*disagg, "--tokens", "100000"])
+    if code == "disagg.engine":
+        return cli_error([*disagg, "--tokens", "1000", "--engine", "sglang"])
     raise AssertionError(f"no entry point for {code}")
 
 
@@ -499,7 +519,10 @@ LIBRARY_ONLY = {"calibrate.no_engine_lines",
                 "spec.json",  # the setting's own JSON check (Setting.parse) answers first
                 "spec.mamba_all",  # no importable config is a Mamba2 hybrid (test_vllm_spec_decode)
                 # no video flags yet: tests/test_multimodal.py (test_a_video_of_no_frames_is_refused)
-                "mm.frames"}
+                "mm.frames",
+                # the CLI's choices and presets leave no way to them; tests/test_offload.py reaches
+                # them through kvplan.offload / kvplan.disagg
+                "offload.no_kv", "offload.dtype", "disagg.connector"}
 REACHED = sorted(set(MESSAGES) - DASHBOARD_ONLY - SERVER_ONLY - LIBRARY_ONLY)
 
 

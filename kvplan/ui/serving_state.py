@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from kvplan.engines import DEFAULT_ENGINE, VLLM_DEFAULT_BLOCK_SIZE, Engine, prefix_engines
+from kvplan.engines.tiers import BACKEND_ENGINE, backends_for
 from kvplan.errors import MESSAGES, clip, is_plain_int
 from kvplan.presets import gpus
 from kvplan.recommend import TARGET_PRESETS
@@ -86,6 +87,18 @@ def _prefix_engine(s: Scenario, state: WidgetState) -> Engine:
     return PREFIX_ENGINES.get(state.get("sv_pf_engine", ""), PREFIX_ENGINES[_pf_engine(s)])
 
 
+def _of_backend(s: Scenario, state: WidgetState) -> str:
+    """The offload tab's backend: the widget's when the scenario's engine has it, else its first."""
+    own = backends_for(s.engine) or ("lmcache",)
+    chosen = state.get("sv_of_backend", "")
+    return chosen if chosen in own else own[0]
+
+
+#: The offload tab's default size per backend: vLLM has none (an unset --kv-offloading-size turns the
+#: tier off), so 100 GiB to start from; LMCache's max_local_cpu_size default 5.0; HiCache 0 = ratio.
+_OF_SIZE = {"native": 100.0, "lmcache": 5.0, "hicache": 0.0}
+
+
 INPUTS: dict[str, Input] = {
     "source": Input(str, _const("paper"), choices=tuple(SOURCES)),
     "max_len": Input(int, lambda s, _: min(max(s.tokens, 2), 10_000_000), 2, 10_000_000),
@@ -135,6 +148,11 @@ INPUTS: dict[str, Input] = {
     "rc_maxctx": Input(int, _const(0), 0, 100_000_000),
     "rc_eff": Input(float, _const(1.0), 0.05, 1.0),
     "rc_maxgpus": Input(int, _const(8), choices=(1, 2, 4, 8, 16, 32, 64)),
+    # the offload tab (vw=offload): the tier, its size, the node's RAM, the conversations sharing it
+    "of_backend": Input(str, _of_backend, choices=tuple(BACKEND_ENGINE)),
+    "of_size": Input(float, lambda s, state: _OF_SIZE[_of_backend(s, state)], 0.0, 1e6),
+    "of_ram": Input(float, _const(0.0), 0.0, 1e6),
+    "of_sessions": Input(int, _const(0), 0, 1_000_000_000),
 }
 
 

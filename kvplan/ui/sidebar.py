@@ -60,7 +60,7 @@ WIDGETS: dict[str, str] = {
 VIEWS: dict[str, str] = {"context": "KV vs context", "users": "KV vs users",
                          "memory": "Memory per accelerator", "requests": "Requests that fit",
                          "designs": "Design comparison", "serving": "Serving trade-offs",
-                         "recommend": "Recommend a deployment"}
+                         "recommend": "Recommend a deployment", "offload": "Offload tiers"}
 #: Engine setting → widget key (``w_`` + its link key), from the one declaration of each setting.
 SETTING_WIDGETS: dict[str, str] = {name: f"w_{setting.key}" for name, setting in SETTINGS.items()}
 _TRISTATE = {"auto": None, "on": True, "off": False}
