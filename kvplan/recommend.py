@@ -628,16 +628,10 @@ def workload_request_sums(arch: ModelArch, prompt: np.ndarray, output: np.ndarra
     p = np.asarray(prompt, dtype=np.int64)
     o = np.maximum(np.asarray(output, dtype=np.int64), 1)
     last = p + o - 1
-    flops = 2.0 * arch.hidden_size * arch.vocab_size * o.astype(np.float64)
-    for lf, count in Counter(layer_flops(arch)).items():
-        flops = flops + count * (lf.dense * last.astype(np.float64) + lf.attn_coeff
-                                 * lf.ctx_sum(last).astype(np.float64))
+    flops = 2.0 * arch.hidden_size * arch.vocab_size * o.astype(np.float64) + _layers_flops(arch, last)
     elems = np.zeros(p.shape)
-    for layer in arch.layers:
-        if isinstance(layer, Attention | MLA):
-            kind = layer.kind if isinstance(layer, Attention) else layer.cache_kind
-            elems = elems + layer.elements_per_token * (kind.context_sum(layer.window, last)
-                                                        - kind.context_sum(layer.window, p))
+    for per_token, kind, window in _cache_layers(arch):
+        elems = elems + per_token * (kind.context_sum(window, last) - kind.context_sum(window, p))
     return float(flops.mean()), float(elems.mean())
 
 
@@ -646,16 +640,30 @@ def workload_phase_sums(arch: ModelArch, prompt: np.ndarray, output: np.ndarray)
     workload: ``flops.prefill_decode_flops``' prefill and ``Kind.context_at`` of each layer."""
     p = np.asarray(prompt, dtype=np.int64)
     final = p + np.maximum(np.asarray(output, dtype=np.int64), 1)
-    flops = np.full(p.shape, 2.0 * arch.hidden_size * arch.vocab_size)
-    for lf, count in Counter(layer_flops(arch)).items():
-        flops = flops + count * (lf.dense * p.astype(np.float64) + lf.attn_coeff
-                                 * lf.ctx_sum(p).astype(np.float64))
+    flops = 2.0 * arch.hidden_size * arch.vocab_size + _layers_flops(arch, p)
     elems = np.zeros(p.shape)
-    for layer in arch.layers:
-        if isinstance(layer, Attention | MLA):
-            kind = layer.kind if isinstance(layer, Attention) else layer.cache_kind
-            elems = elems + layer.elements_per_token * kind.context_at(layer.window, final)
+    for per_token, kind, window in _cache_layers(arch):
+        elems = elems + per_token * kind.context_at(window, final)
     return float(flops.mean()), float(elems.mean())
+
+
+def _layers_flops(arch: ModelArch, tokens: np.ndarray) -> np.ndarray:
+    """Every layer's FLOPs summed over positions ``1 … tokens`` (``flops.layer_flops``: dense part
+    × tokens + attention × its context sum), one term per distinct layer shape."""
+    total = np.zeros(tokens.shape)
+    for lf, count in Counter(layer_flops(arch)).items():
+        total = total + count * (lf.dense * tokens.astype(np.float64) + lf.attn_coeff
+                                 * lf.ctx_sum(tokens).astype(np.float64))
+    return total
+
+
+def _cache_layers(arch: ModelArch) -> list[tuple[int, Kind, int | None]]:
+    """(KV elements per token × layers of that shape, cache kind, window): one entry per distinct
+    attention / MLA layer shape, so the sums grow with layer kinds, not layers."""
+    shapes = Counter((layer.elements_per_token,
+                      layer.kind if isinstance(layer, Attention) else layer.cache_kind, layer.window)
+                     for layer in arch.layers if isinstance(layer, Attention | MLA))
+    return [(per_token * count, kind, window) for (per_token, kind, window), count in shapes.items()]
 
 
 def _run_columns(arch: ModelArch, gpu_list: list[GPU], layouts: list[tuple[int, int, int]],
