@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -112,6 +112,10 @@ class RecommendQuery(BaseModel):
     #: Calibrated (prefill, decode) efficiencies of the estimate per accelerator (``calibrate_phases``);
     #: the others use ``presets/efficiency.json``.
     phase_efficiency: dict[str, tuple[float, float]] = {}
+    #: Disaggregated prefill/decode (xPyD) candidates beside the aggregated ones (``pd_rows``): off by
+    #: default (each needs two Plans, ~10 ms); ``pd_layouts`` cheapest feasible layouts are split.
+    disagg: bool = False
+    pd_layouts: int = Field(default=4, ge=1, le=64)
 
 
 @dataclass(frozen=True)
@@ -582,11 +586,175 @@ def recommend(plan: Plan, query: RecommendQuery, workload: Workload | None = Non
         "fails": pd.Categorical.from_codes(code, categories=pd.Index(labels, dtype=object)),
     })
     unit = "$" if priced else "GPU-hours"
-    rec = Recommendation(table, lengths, unit, _formulas(query, lengths, unit), _assumptions(arch, query),
+    table.insert(0, "mode", "aggregated")
+    for name in PD_COLUMNS:
+        table[name] = 0.0 if name == "transfer_ms" else 0
+    formulas = _formulas(query, lengths, unit)
+    if query.disagg:
+        pd_table, pd_notes = pd_rows(plan, query, lengths, table, terms, gpu_list, wds, f_tok)
+        notes.extend(pd_notes)
+        if pd_table is not None:
+            table = pd.concat([table, pd_table], ignore_index=True)
+            feasible = table["feasible"].to_numpy()
+        formulas.extend(PD_FORMULAS)
+    table["mode"] = pd.Categorical(table["mode"])
+    rec = Recommendation(table, lengths, unit, formulas, _assumptions(arch, query),
                          notes=list(dict.fromkeys(notes)))
     if not feasible.any():
         rec.message = no_feasible_message(table, query)
     return rec
+
+
+#: Columns only xPyD candidates fill (0 on aggregated rows).
+PD_COLUMNS = ("prefill_instances", "decode_instances", "transfer_ms", "in_flight_bound")
+
+PD_FORMULAS = [
+    "xPyD (disaggregated prefill/decode, vLLM NIXL): prefill and decode instances of the candidate's "
+    "layout and formats, each its own Plan (prefill at the prompt, decode at the context); the decode "
+    "batch B ≤ min(requests that fit, max_num_seqs, (C − blocks(P)) // blocks(P+O)) so one prompt can "
+    "always be pulled (kvplan.disagg: the pull allocates the whole prompt first); B_max the largest such "
+    "batch meeting TPOT(B) (no prefill interleaved)",
+    "xPyD: TTFT = TTFT(P) + KV transfer (prompt blocks × bytes per block per rank / link, "
+    "disagg.transfer_seconds); y = ceil(rps · O / (B_max / TPOT(B_max))) or ceil(users / B_max); "
+    "x = ceil(λ · t_pf) prefill instances, λ = rps or users / (t_pf + transfer + O · TPOT(B)); "
+    "GPUs = (x + y) · tp · pp; cost per M output tokens as the aggregated ones",
+]
+
+
+def _subset(t: _Terms, idx: np.ndarray) -> _Terms:
+    """The terms of candidates ``idx`` only."""
+    return replace(t, **{name: getattr(t, name)[idx] for name in
+                         ("bw", "flops", "link", "eff", "tp", "pp", "ep", "w_dense", "w_expert",
+                          "kv_request")})
+
+
+def _pd_split(query: RecommendQuery, lengths: Lengths, terms: _Terms, pre: _Terms, limit: np.ndarray,
+              transfer: np.ndarray, f_tok: float, f_prompt: float,
+              f_mean: float) -> tuple[np.ndarray, ...]:
+    """(x, y, decode batch, TPOT s, TTFT s, served output tokens/s) of xPyD splits, decode at
+    ``terms``' efficiencies and prefill at ``pre``'s (``PD_FORMULAS``), vectorised over the rows;
+    y = 0 where no batch within ``limit`` meets TPOT."""
+    target_s = query.tpot_ms / 1e3
+    b_max = _largest_batch(terms, limit, target_s, f_tok)
+    safe = np.maximum(b_max, 1)
+    ttft = prefill_time(pre, lengths.prompt, f_prompt)[0] + transfer
+    t_pf = prefill_time(pre, lengths.prompt_mean, f_mean)[0]
+    out = lengths.output_mean
+    if query.traffic == "users":
+        y = -(-query.users // safe)
+        batch = -(-query.users // y)
+        tpot = decode_time(terms, batch, f_tok)[0]
+        rate = query.users / (t_pf + transfer + out * tpot)
+    else:
+        tpot_max = decode_time(terms, safe, f_tok)[0]
+        y = np.ceil(query.rps * out / (safe / tpot_max)).astype(np.int64)
+        batch = safe
+        tpot = tpot_max
+        rate = np.full(safe.shape, query.rps)
+    x = np.maximum(np.ceil(rate * t_pf), 1).astype(np.int64)
+    return x, np.where(b_max >= 1, y, 0), batch, tpot, ttft, rate * out
+
+
+def pd_rows(plan: Plan, query: RecommendQuery, lengths: Lengths, table: pd.DataFrame, terms: _Terms,
+            gpu_list: list[GPU], wds: list[str], f_tok: float) -> tuple[pd.DataFrame | None, list[str]]:
+    """xPyD candidates of the ``query.pd_layouts`` cheapest feasible aggregated candidates without
+    attention data-parallelism (``PD_FORMULAS``): each gets a prefill Plan (the prompt) and a decode
+    Plan (the context) and ``disagg.disagg``'s decode pool, in-flight bound and transfer time; the
+    bound and estimate tokens/s per instance are the layout's (the run bound holds for any schedule).
+    A decode pool that cannot hold one prompt next to one running request fails "memory" with the
+    reason in the notes. Only the chosen rows are computed, so the search's work grows by a constant."""
+    from kvplan.disagg import DisaggQuery, disagg
+
+    if plan.engine.engine_id != "vllm":
+        return None, [f"xPyD candidates left out: disaggregated prefill/decode is modelled for vLLM's "
+                      f"connectors, not {plan.engine.engine_id}"]
+    ok = table["feasible"].to_numpy() & (table["dp"].to_numpy() == 1)
+    if not ok.any():
+        return None, ["xPyD candidates left out: no feasible aggregated layout without data parallelism "
+                      "to split"]
+    order = table[ok].sort_values(["cost_per_m_tokens", "gpu_hours_per_m_tokens", "tpot_ms"],
+                                  kind="stable")
+    idx = order.index.to_numpy()[:query.pd_layouts]
+    gpu_of = {g.id: g for g in gpu_list}
+    notes: list[str] = []
+    prompt, context = lengths.prompt, lengths.context
+    dq = DisaggQuery(prompt_tokens=prompt, output_tokens=max(context - prompt, 0))
+    limit = np.zeros(idx.size, dtype=np.int64)
+    transfer = np.zeros(idx.size)
+    need = np.zeros(idx.size, dtype=np.int64)
+    full = np.ones(idx.size, dtype=np.int64)
+    capacity = np.zeros(idx.size, dtype=np.int64)
+    refused = np.zeros(idx.size, dtype=bool)
+    for i, j in enumerate(idx):
+        row = table.loc[j]
+        wd = str(row["weight_dtype"])
+        decode = plan.vary(gpu=gpu_of[str(row["gpu"])], tp=int(row["tp"]), pp=int(row["pp"]),
+                           num_gpus=int(row["tp"]) * int(row["pp"]), users=1, tokens=context,
+                           kv_dtype=str(row["kv_dtype"]), weight_dtype=None if wd == "auto" else wd)
+        prefill = decode.vary(tokens=prompt)
+        label = f"xPyD {row['gpu']} TP {row['tp']} × PP {row['pp']} KV {row['kv_dtype']} W {wd}"
+        try:
+            answer = disagg(prefill, decode, dq)
+        except KVPlanError as exc:
+            refused[i] = True
+            notes.append(f"{label}: {exc}")
+            continue
+        capacity[i], need[i], full[i] = (answer.decode_capacity_blocks, answer.prompt_blocks,
+                                         answer.request_blocks)
+        room = (capacity[i] - need[i]) // full[i]  # running requests that leave one prompt's blocks
+        limit[i] = min(int(row["max_requests"]), answer.max_num_seqs, room)
+        if limit[i] < 1:
+            refused[i] = True
+            notes.append(f"{label}: the decode pool ({capacity[i]:,} blocks) cannot hold one "
+                         f"{context:,}-token request and pull one {prompt:,}-token prompt "
+                         f"({full[i]:,} + {need[i]:,} blocks)")
+        transfer[i] = answer.transfer_seconds or 0.0
+    sub = _subset(terms, idx)
+    mean_prompt = max(round(lengths.prompt_mean), 1)
+    f_prompt, f_mean = prefill_flops(plan.arch, prompt), prefill_flops(plan.arch, mean_prompt)
+    usable = np.where(refused, 0, limit)
+    x, y, batch, tpot, ttft, served = _pd_split(query, lengths, sub, sub, usable, transfer, f_tok,
+                                                f_prompt, f_mean)
+    own = query.phase_efficiency
+    effs = [PhaseEfficiency(prefill=own[str(g)][0], decode=own[str(g)][1]) if str(g) in own
+            else efficiency_for(str(g)) for g in table.loc[idx, "gpu"]]
+    dec = replace(sub, eff=np.array([e.decode for e in effs]))
+    pre = replace(sub, eff=np.array([e.prefill for e in effs]))
+    ex, ey, _, e_tpot, e_ttft, _ = _pd_split(query, lengths, dec, pre, usable, transfer, f_tok,
+                                             f_prompt, f_mean)
+    gpr = (sub.tp * sub.pp).astype(np.int64)
+    total = (x + y) * gpr
+    e_ok = (ey >= 1) & (e_ttft * 1e3 <= query.ttft_ms)
+    memory_ok = ~refused
+    ttft_ok = ttft * 1e3 <= query.ttft_ms
+    tpot_ok = y >= 1
+    gpu_ok = total <= query.max_total_gpus
+    feasible = memory_ok & ttft_ok & tpot_ok & gpu_ok
+    out = table.loc[idx].copy().reset_index(drop=True)
+    price = out["cost_per_hour"].to_numpy() / out["total_gpus"].to_numpy()
+    cost_h = total * price
+    code = np.zeros(idx.size, dtype=np.int64)
+    for bit, good in enumerate((memory_ok, ttft_ok, tpot_ok | ~memory_ok, gpu_ok | ~tpot_ok)):
+        code |= (~good).astype(np.int64) << bit
+    cats = out["fails"].cat.categories
+    waiting = np.where(memory_ok, (capacity - batch * full) // np.maximum(need, 1), 0)
+    out = out.assign(
+        mode=[f"{a}P{b}D" for a, b in zip(x, y, strict=True)],
+        prefill_instances=np.where(memory_ok, x, 0), decode_instances=np.where(memory_ok, y, 0),
+        transfer_ms=transfer * 1e3, in_flight_bound=waiting,
+        max_requests=np.where(memory_ok, limit, 0),
+        batch=np.where(feasible, batch, 0), max_batch_tpot=np.where(tpot_ok, batch, 0),
+        tpot_ms=tpot * 1e3, ttft_ms=ttft * 1e3,
+        tokens_per_s_per_replica=np.where(tpot_ok, served / np.maximum(x + y, 1), 0.0),
+        replicas=np.where(feasible, x + y, 0), total_gpus=np.where(feasible, total, 0),
+        estimate_total_gpus=np.where(e_ok, (ex + ey) * gpr, 0), estimate_tpot_ms=e_tpot * 1e3,
+        estimate_ttft_ms=e_ttft * 1e3,
+        cost_per_hour=np.where(feasible, cost_h, np.nan),
+        cost_per_m_tokens=np.where(feasible, cost_h / (served * 3600) * 1e6, np.nan),
+        gpu_hours_per_m_tokens=np.where(feasible, total / (served * 3600) * 1e6, np.nan),
+        feasible=feasible,
+        fails=pd.Categorical.from_codes(code, categories=cats))
+    return out, notes
 
 
 def _estimated_gpus(query: RecommendQuery, gpu_list: list[GPU], terms: _Terms, grid: Any,
@@ -1133,12 +1301,12 @@ def candidate_link(row: Any, scenario: Any, lengths: Lengths) -> str:
 
 
 #: Columns of the ranked table, in the order the CLI and the dashboard show them.
-TABLE_COLUMNS = ("gpu", "tp", "pp", "ep", "dp", "kv_dtype", "weight_dtype", "replicas", "total_gpus",
+TABLE_COLUMNS = ("mode", "gpu", "tp", "pp", "ep", "dp", "kv_dtype", "weight_dtype", "replicas", "total_gpus",
                  "batch", "tpot_ms", "ttft_ms", "tokens_per_s_per_replica", "bound_tokens_per_s_per_replica",
                  "estimate_tokens_per_s_per_replica", "estimate_total_gpus", "estimate_tpot_ms",
                  "estimate_ttft_ms", "cost_per_hour",
                  "cost_per_m_tokens", "gpu_hours_per_m_tokens", "weights_per_gpu_bytes", "kv_budget_bytes",
-                 "kv_bytes_per_request", "max_requests")
+                 "kv_bytes_per_request", "max_requests", *PD_COLUMNS)
 
 
 def unit_headers(cost_unit: str) -> dict[str, str]:
