@@ -42,8 +42,10 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
 from kvplan.arch import MLA, Attention, Kind, ModelArch
+from kvplan.disagg import DisaggQuery, disagg
 from kvplan.dtypes import KV_DTYPE_CHOICES, WEIGHT_DTYPES, get_dtype, get_weight_dtype
 from kvplan.engines import EngineSettings, KVPool
+from kvplan.engines.vllm.transfer import check_engine
 from kvplan.errors import KVPlanError
 from kvplan.flops import layer_flops, prefill_decode_flops, request_flops
 from kvplan.plan import FitQuery, Plan, memory_budget
@@ -614,8 +616,9 @@ PD_FORMULAS = [
     "batch B ≤ min(requests that fit, max_num_seqs, (C − blocks(P)) // blocks(P+O)) so one prompt can "
     "always be pulled (kvplan.disagg: the pull allocates the whole prompt first); B_max the largest such "
     "batch meeting TPOT(B) (no prefill interleaved)",
-    "xPyD: TTFT = TTFT(P) + KV transfer (prompt blocks × bytes per block per rank / link, "
-    "disagg.transfer_seconds); y = ceil(rps · O / (B_max / TPOT(B_max))) or ceil(users / B_max); "
+    "xPyD: TTFT = TTFT(P) + KV transfer (prompt blocks × bytes per block per rank / link, the link "
+    "as comm's: interconnect, else host link, else 32 GB/s; disagg.transfer_seconds); "
+    "y = ceil(rps · O / (B_max / TPOT(B_max))) or ceil(users / B_max); "
     "x = ceil(λ · t_pf) prefill instances, λ = rps or users / (t_pf + transfer + O · TPOT(B)); "
     "GPUs = (x + y) · tp · pp; cost per M output tokens as the aggregated ones",
 ]
@@ -663,11 +666,10 @@ def pd_rows(plan: Plan, query: RecommendQuery, lengths: Lengths, table: pd.DataF
     bound and estimate tokens/s per instance are the layout's (the run bound holds for any schedule).
     A decode pool that cannot hold one prompt next to one running request fails "memory" with the
     reason in the notes. Only the chosen rows are computed, so the search's work grows by a constant."""
-    from kvplan.disagg import DisaggQuery, disagg
-
-    if plan.engine.engine_id != "vllm":
-        return None, [f"xPyD candidates left out: disaggregated prefill/decode is modelled for vLLM's "
-                      f"connectors, not {plan.engine.engine_id}"]
+    try:
+        check_engine("decode", plan.engine.engine_id)
+    except KVPlanError as exc:
+        return None, [f"xPyD candidates left out: {exc}"]
     ok = table["feasible"].to_numpy() & (table["dp"].to_numpy() == 1)
     if not ok.any():
         return None, ["xPyD candidates left out: no feasible aggregated layout without data parallelism "
@@ -679,6 +681,7 @@ def pd_rows(plan: Plan, query: RecommendQuery, lengths: Lengths, table: pd.DataF
     notes: list[str] = []
     prompt, context = lengths.prompt, lengths.context
     dq = DisaggQuery(prompt_tokens=prompt, output_tokens=max(context - prompt, 0))
+    link = terms.link[idx] / 1e9  # the recommender's link: interconnect, else host link, else 32 GB/s
     limit = np.zeros(idx.size, dtype=np.int64)
     transfer = np.zeros(idx.size)
     need = np.zeros(idx.size, dtype=np.int64)
@@ -694,7 +697,7 @@ def pd_rows(plan: Plan, query: RecommendQuery, lengths: Lengths, table: pd.DataF
         prefill = decode.vary(tokens=prompt)
         label = f"xPyD {row['gpu']} TP {row['tp']} × PP {row['pp']} KV {row['kv_dtype']} W {wd}"
         try:
-            answer = disagg(prefill, decode, dq)
+            answer = disagg(prefill, decode, dq.model_copy(update={"link_gbps": float(link[i])}))
         except KVPlanError as exc:
             refused[i] = True
             notes.append(f"{label}: {exc}")
@@ -1485,3 +1488,68 @@ def latency_at_rate(bound: ThroughputBound, eff: PhaseEfficiency, rate: float, r
     return RateLatency(rate, float(np.percentile(ttft, 50)), float(np.percentile(ttft, 99)),
                        float(np.percentile(tpot, 50)), float(np.percentile(tpot, 99)), concurrency,
                        rate * bound.output, capacity, requests, chunk, cap, RATE_FORMULA)
+
+
+# ------------------------------------------------------------------------------- P/D ratio
+class RatioRow(BaseModel):
+    """Instances an xPyD split needs at ``rps`` requests/s: time lower bounds, memory exact."""
+
+    model_config = ConfigDict(frozen=True)
+
+    rps: float
+    prefill_instances: int
+    decode_instances: int
+    ratio: float
+
+
+class RatioAnswer(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    prefill_seconds: float
+    decode_batch: int
+    decode_step_seconds: float
+    decode_tokens_per_s: float
+    rows: list[RatioRow]
+    formulas: list[str]
+
+    def as_json(self) -> dict[str, object]:
+        return self.model_dump(mode="json")
+
+
+def pd_ratio(prefill: Plan, decode: Plan, query: DisaggQuery, rates: list[float]) -> RatioAnswer:
+    """Prefill and decode instances needed at each traffic rate, as lower bounds: a prefill instance
+    takes at least the roofline time of one prompt (``recommend.prefill_time``, efficiency 1); a
+    decode instance runs at most ``B`` requests — the decode pool's requests of ``prompt + output``
+    tokens, capped by ``max_num_seqs`` — at the roofline step time of that batch
+    (``decode_time``). ``x = ceil(rps × TTFT)``, ``y = ceil(rps × output / (B / TPOT))``. It lives
+    beside the time bounds it uses (``kvplan.disagg`` sizes the memory and imports nothing of this)."""
+    prompt, output = query.prompt_tokens, max(query.output_tokens, 1)
+    length = prompt + output
+    terms = single_terms(prefill, prompt)
+    ttft = float(prefill_time(terms, prompt, prefill_flops(prefill.arch, prompt))[0][0])
+    fits = int(decode.pool.max_requests(np.asarray([length]))[0])
+    if fits < 1:
+        need = int(decode.pool.blocks(np.asarray([length]))[0])
+        raise KVPlanError("disagg.prompt", blocks=int(getattr(decode.pool, "capacity", 0)), prompt=length,
+                          need=need)
+    seqs = int(decode.startup.max_num_seqs or decode.settings.max_num_seqs or fits)
+    batch = min(fits, seqs) * decode.settings.dp
+    position = prompt + output // 2
+    step = float(decode_time(single_terms(decode, length), np.asarray([batch]),
+                             decode_token_flops(decode.arch, position))[0][0])
+    rate = batch / step
+    rows = []
+    for rps in rates:
+        x = max(int(np.ceil(rps * ttft)), 1)
+        y = max(int(np.ceil(rps * output / rate)), 1)
+        rows.append(RatioRow(rps=rps, prefill_instances=x, decode_instances=y, ratio=x / y))
+    formulas = [
+        f"TTFT ≥ {ttft:.4f} s per {prompt:,}-token prompt (roofline, efficiency 1, recommend.prefill_time)",
+        f"decode batch B = min(pool {fits:,} requests of {length:,} tokens, max_num_seqs {seqs:,}) × "
+        f"{decode.settings.dp} DP = {batch:,}; step ≥ {step:.5f} s (recommend.decode_time at position "
+        f"{position:,}) → ≤ {rate:,.0f} tokens/s per decode instance",
+        "x = ceil(rps × TTFT), y = ceil(rps × output / decode tokens/s): the fewest instances; real "
+        "runs need more (efficiency < 1, queueing)",
+    ]
+    return RatioAnswer(prefill_seconds=ttft, decode_batch=batch, decode_step_seconds=step,
+                       decode_tokens_per_s=rate, rows=rows, formulas=formulas)
