@@ -912,6 +912,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
                                         "reserve_gib": args.reserve_gib, "engine_settings": settings})
     rows = ranked_rows(rec, scenario, args.top)
     apart = ranked_rows(rec, scenario, args.top, unpriced=True)
+    split = ranked_rows(rec, scenario, args.top, xpyd=True) if args.disagg else []
     lengths = rec.lengths
     priced, unpriced = price_sources(rec, query)
     if args.json:
@@ -936,7 +937,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
             "message": rec.message, "table": rows, "formulas": rec.formulas, "efficiency": efficiency,
             "assumptions": rec.assumptions, "notes": rec.notes,
             "prices": priced, "unpriced": unpriced, "unpriced_table": apart,
-            "calibrated_runs": run_notes}))
+            "calibrated_runs": run_notes, "xpyd_table": split}))
         return 0
     print(f"{arch.name} · {plan.engine.label} · targets TTFT ≤ {ttft:g} ms, TPOT ≤ {tpot:g} ms "
           f"({percentile}) · lengths: prompt {lengths.prompt:,}, context {lengths.context:,} tokens")
@@ -962,6 +963,13 @@ def cmd_recommend(args: argparse.Namespace) -> int:
                      if row["estimate_total_gpus"] else "misses the targets"))
 
     show(rows, rec.cost_unit, "cost_per_m_tokens")
+    if args.disagg:
+        print("xPyD candidates (disaggregated prefill/decode, the cheapest first): "
+              + ("" if split else "none feasible"))
+        show(split, rec.cost_unit, "cost_per_m_tokens")
+        for note in rec.notes:
+            if note.startswith("xPyD"):
+                print(f"  {note}")
     if apart:
         print(f"Unpriced accelerators, listed apart (no price in the table; GPU-hours per M output "
               f"tokens, not money): {', '.join(unpriced)}")

@@ -1326,12 +1326,16 @@ def unit_headers(cost_unit: str) -> dict[str, str]:
             "estimate_ttft_ms": "estimate_ttft [ms, estimate]"}
 
 
-def ranked_rows(rec: Recommendation, scenario: Any, top: int = 20,
-                unpriced: bool = False) -> list[dict[str, Any]]:
+def ranked_rows(rec: Recommendation, scenario: Any, top: int = 20, unpriced: bool = False,
+                xpyd: bool = False) -> list[dict[str, Any]]:
     """The ``top`` cheapest feasible candidates as plain dicts, each with its dashboard link
-    (``unpriced``: those on accelerators without a price, ``Recommendation.unpriced_ranked``)."""
+    (``unpriced``: those on accelerators without a price, ``Recommendation.unpriced_ranked``;
+    ``xpyd``: only the disaggregated ones)."""
     out = []
-    for row in (rec.unpriced_ranked if unpriced else rec.ranked).head(top).itertuples(index=False):
+    ranked = rec.unpriced_ranked if unpriced else rec.ranked
+    if xpyd:
+        ranked = ranked[ranked["mode"] != "aggregated"]
+    for row in ranked.head(top).itertuples(index=False):
         item = {name: _plain(getattr(row, name)) for name in TABLE_COLUMNS}
         item["link"] = candidate_link(row, scenario, rec.lengths)
         out.append(item)

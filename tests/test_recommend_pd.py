@@ -146,7 +146,12 @@ def test_cli_disagg_json_and_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert (pd_row["decode_instances"], pd_row["in_flight_bound"], pd_row["max_requests"]) == (3, 1, 39)
     assert pd_row["transfer_ms"] == pytest.approx(4.194304)
     assert any(f.startswith("xPyD") for f in out["formulas"])
+    assert [row["mode"] for row in out["xpyd_table"]] == ["3P3D"]
     assert main(args) == 0
     text = capsys.readouterr().out
     assert f"{pd_row['mode']} (transfer 4.194 ms, ≤ 1 prompts in flight per decode instance)" in text
     assert get_gpu(GPU).interconnect_gbps is None  # so the 32 GB/s fallback link is the one used
+    assert main([*args, "--prompt-tokens", "30000", "--output-tokens", "1000"]) == 0
+    text = capsys.readouterr().out
+    assert "xPyD candidates (disaggregated prefill/decode, the cheapest first): none feasible" in text
+    assert "cannot hold one 31,000-token request and pull one 30,000-token prompt" in text

@@ -320,6 +320,15 @@ def render(scenario: Scenario, arch: ModelArch, gpu: GPU) -> pd.DataFrame | None
             efficiencies.append(f"{md_name(gpu_id)}: prefill {eff.prefill:.3g}, decode {eff.decode:.3g} "
                                 f"({md(eff.source)})")
         st.caption(EFFICIENCY_WORDS + "; ".join(efficiencies) + ".")
+        if query.disagg:
+            split = pd.DataFrame(ranked_rows(rec, scenario, TOP, xpyd=True))
+            st.caption("xPyD candidates (x prefill + y decode instances of the layout; the decode pool "
+                       "keeps room for one pulled prompt, TTFT adds the KV transfer): "
+                       + (f"{len(split):,} shown." if not split.empty else "none feasible (see the notes "
+                                                                              "under Formulas)."))
+            if not split.empty:
+                st.dataframe(split, hide_index=True, key="table_recommend_xpyd", column_config={
+                    "link": st.column_config.LinkColumn("open", display_text="open decode instance")})
         apart = rec.unpriced_ranked
         if not apart.empty:
             st.caption("Unpriced accelerators, listed apart (no price in the table; cost in GPU-hours "
