@@ -28,6 +28,12 @@ Time (bounds, with ``e`` the accelerator's efficiency factor, 1 = peak):
   users ``ceil(U / B_max)``; requests/s ``ceil(rps · O / tokens/s(B_max))``, ``B_max`` the largest
   batch that fits and meets TPOT.
   Cost per million output tokens = GPUs × price per GPU-hour / (served tokens/s × 3600) × 10⁶.
+
+Disaggregated prefill/decode (``RecommendQuery.disagg``, CLI ``--disagg``; ``pd_rows``,
+``PD_FORMULAS``): the ``pd_layouts`` cheapest feasible aggregated layouts (no attention DP) are also
+split into x prefill + y decode instances of that layout, each side its own Plan, the decode pool's
+in-flight bound and the KV transfer from ``kvplan.disagg.disagg``; same bounds, estimate and cost
+columns, ``mode`` = ``aggregated`` or ``xPyD``. Only those rows are computed (a constant per search).
 """
 
 from __future__ import annotations
@@ -588,18 +594,23 @@ def recommend(plan: Plan, query: RecommendQuery, workload: Workload | None = Non
         "fails": pd.Categorical.from_codes(code, categories=pd.Index(labels, dtype=object)),
     })
     unit = "$" if priced else "GPU-hours"
-    table.insert(0, "mode", "aggregated")
+    n_rows = len(table)
+    table.insert(0, "mode", pd.Series(pd.Categorical.from_codes(
+        np.zeros(n_rows, dtype=np.int8), categories=pd.Index(["aggregated"], dtype=object))))
     for name in PD_COLUMNS:
-        table[name] = 0.0 if name == "transfer_ms" else 0
+        table[name] = np.zeros(n_rows) if name == "transfer_ms" else np.zeros(n_rows, dtype=np.int64)
     formulas = _formulas(query, lengths, unit)
     if query.disagg:
         pd_table, pd_notes = pd_rows(plan, query, lengths, table, terms, gpu_list, wds, f_tok)
         notes.extend(pd_notes)
         if pd_table is not None:
-            table = pd.concat([table, pd_table], ignore_index=True)
+            table = pd.concat([table, pd_table.assign(mode="aggregated")], ignore_index=True)
+            modes = ["aggregated", *dict.fromkeys(pd_table["mode"].astype(str))]
+            codes = np.zeros(len(table), dtype=np.int64)
+            codes[n_rows:] = [modes.index(m) for m in pd_table["mode"].astype(str)]
+            table["mode"] = pd.Categorical.from_codes(codes, categories=pd.Index(modes, dtype=object))
             feasible = table["feasible"].to_numpy()
         formulas.extend(PD_FORMULAS)
-    table["mode"] = pd.Categorical(table["mode"])
     rec = Recommendation(table, lengths, unit, formulas, _assumptions(arch, query),
                          notes=list(dict.fromkeys(notes)))
     if not feasible.any():
