@@ -645,7 +645,7 @@ def _subset(t: _Terms, idx: np.ndarray) -> _Terms:
 def _pd_split(query: RecommendQuery, lengths: Lengths, terms: _Terms, pre: _Terms, limit: np.ndarray,
               transfer: np.ndarray, f_tok: float, f_prompt: float,
               f_mean: float) -> tuple[np.ndarray, ...]:
-    """(x, y, decode batch, TPOT s, TTFT s, served output tokens/s) of xPyD splits, decode at
+    """(x, y, decode batch, TPOT s, TTFT s, served output tokens/s, B_max) of xPyD splits, decode at
     ``terms``' efficiencies and prefill at ``pre``'s (``PD_FORMULAS``), vectorised over the rows;
     y = 0 where no batch within ``limit`` meets TPOT."""
     target_s = query.tpot_ms / 1e3
@@ -666,7 +666,7 @@ def _pd_split(query: RecommendQuery, lengths: Lengths, terms: _Terms, pre: _Term
         tpot = tpot_max
         rate = np.full(safe.shape, query.rps)
     x = np.maximum(np.ceil(rate * t_pf), 1).astype(np.int64)
-    return x, np.where(b_max >= 1, y, 0), batch, tpot, ttft, rate * out
+    return x, np.where(b_max >= 1, y, 0), batch, tpot, ttft, rate * out, b_max
 
 
 def pd_rows(plan: Plan, query: RecommendQuery, lengths: Lengths, table: pd.DataFrame, terms: _Terms,
@@ -727,14 +727,14 @@ def pd_rows(plan: Plan, query: RecommendQuery, lengths: Lengths, table: pd.DataF
     mean_prompt = max(round(lengths.prompt_mean), 1)
     f_prompt, f_mean = prefill_flops(plan.arch, prompt), prefill_flops(plan.arch, mean_prompt)
     usable = np.where(refused, 0, limit)
-    x, y, batch, tpot, ttft, served = _pd_split(query, lengths, sub, sub, usable, transfer, f_tok,
+    x, y, batch, tpot, ttft, served, b_max = _pd_split(query, lengths, sub, sub, usable, transfer, f_tok,
                                                 f_prompt, f_mean)
     own = query.phase_efficiency
     effs = [PhaseEfficiency(prefill=own[str(g)][0], decode=own[str(g)][1]) if str(g) in own
             else efficiency_for(str(g)) for g in table.loc[idx, "gpu"]]
     dec = replace(sub, eff=np.array([e.decode for e in effs]))
     pre = replace(sub, eff=np.array([e.prefill for e in effs]))
-    ex, ey, _, e_tpot, e_ttft, _ = _pd_split(query, lengths, dec, pre, usable, transfer, f_tok,
+    ex, ey, _, e_tpot, e_ttft, _, _ = _pd_split(query, lengths, dec, pre, usable, transfer, f_tok,
                                              f_prompt, f_mean)
     gpr = (sub.tp * sub.pp).astype(np.int64)
     total = (x + y) * gpr
@@ -757,7 +757,7 @@ def pd_rows(plan: Plan, query: RecommendQuery, lengths: Lengths, table: pd.DataF
         prefill_instances=np.where(memory_ok, x, 0), decode_instances=np.where(memory_ok, y, 0),
         transfer_ms=transfer * 1e3, in_flight_bound=waiting,
         max_requests=np.where(memory_ok, limit, 0),
-        batch=np.where(feasible, batch, 0), max_batch_tpot=np.where(tpot_ok, batch, 0),
+        batch=np.where(feasible, batch, 0), max_batch_tpot=b_max,
         tpot_ms=tpot * 1e3, ttft_ms=ttft * 1e3,
         tokens_per_s_per_replica=np.where(tpot_ok, served / np.maximum(x + y, 1), 0.0),
         replicas=np.where(feasible, x + y, 0), total_gpus=np.where(feasible, total, 0),
@@ -1287,12 +1287,14 @@ def candidate_scenario(row: Any, scenario: Any, lengths: Lengths) -> Any:
     """The dashboard scenario of one candidate (``kvplan.scenario.Scenario``): its accelerator,
     split, formats, the request length the memory used and its batch per replica as users.
     EP candidates open as their data-parallel layout (the dp setting: dp ranks of TP tp, experts
-    over ``ep = tp·dp`` GPUs)."""
+    over ``ep = tp·dp`` GPUs); xPyD candidates as their y decode instances."""
     from kvplan.scenario import MAX_GPUS
 
     tp, pp, dp = int(row.tp), int(row.pp), int(getattr(row, "dp", row.ep))
     gpr = tp * pp * dp
     total = int(row.total_gpus) if int(row.total_gpus) else gpr
+    if int(getattr(row, "decode_instances", 0)):
+        total = int(row.decode_instances) * gpr
     n = total if total <= MAX_GPUS else gpr
     gpu: dict[str, Any] = {"gpu": row.gpu}
     if str(row.gpu).startswith("custom:"):

@@ -85,7 +85,7 @@ def test_users_traffic_sizes_decode_by_the_batch() -> None:
     """100 users: y = ceil(100 / 39) = 3 decode instances of ceil(100 / 3) = 34 requests."""
     rec = _rec(users=100)
     pd_row = _mode(rec, False)
-    assert pd_row["decode_instances"] == 3 and pd_row["batch"] == 34
+    assert pd_row["decode_instances"] == 3 and pd_row["batch"] == 34 and pd_row["max_batch_tpot"] == 39
     tpot = (WEIGHTS + 34 * 80 * BLOCK) / 1e12
     assert pd_row["tpot_ms"] == pytest.approx(tpot * 1e3, rel=1e-12)
     t_pf = rc.prefill_flops(LLAMA8, 1024) / 1e14
@@ -145,6 +145,7 @@ def test_cli_disagg_json_and_table(capsys: pytest.CaptureFixture[str]) -> None:
     pd_row = modes["3P3D"]
     assert (pd_row["decode_instances"], pd_row["in_flight_bound"], pd_row["max_requests"]) == (3, 1, 39)
     assert pd_row["transfer_ms"] == pytest.approx(4.194304)
+    assert "&n=3&" in pd_row["link"] and "&u=39" in pd_row["link"]  # opens its 3 decode instances
     assert any(f.startswith("xPyD") for f in out["formulas"])
     assert [row["mode"] for row in out["xpyd_table"]] == ["3P3D"]
     assert main(args) == 0
