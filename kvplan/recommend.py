@@ -1336,7 +1336,11 @@ def unit_headers(cost_unit: str) -> dict[str, str]:
             "batch": "batch [requests per replica]", "total_gpus": "total_gpus [GPUs]",
             "ep": "ep [GPUs]", "estimate_total_gpus": "estimate_total_gpus [GPUs, estimate]",
             "estimate_tpot_ms": "estimate_tpot [ms, estimate]",
-            "estimate_ttft_ms": "estimate_ttft [ms, estimate]"}
+            "estimate_ttft_ms": "estimate_ttft [ms, estimate]",
+            "mode": "mode [aggregated | xPyD]", "transfer_ms": "kv_transfer_bound [ms]",
+            "prefill_instances": "prefill_instances [xPyD x]",
+            "decode_instances": "decode_instances [xPyD y]",
+            "in_flight_bound": "in_flight_bound [prompts per decode instance]"}
 
 
 def ranked_rows(rec: Recommendation, scenario: Any, top: int = 20, unpriced: bool = False,

@@ -156,3 +156,10 @@ def test_cli_disagg_json_and_table(capsys: pytest.CaptureFixture[str]) -> None:
     text = capsys.readouterr().out
     assert "xPyD candidates (disaggregated prefill/decode, the cheapest first): none feasible" in text
     assert "cannot hold one 31,000-token request and pull one 30,000-token prompt" in text
+
+
+def test_export_headers_name_the_xpyd_columns() -> None:
+    headers = rc.unit_headers("$")
+    assert headers["mode"] == "mode [aggregated | xPyD]"
+    assert headers["transfer_ms"] == "kv_transfer_bound [ms]"
+    assert headers["in_flight_bound"] == "in_flight_bound [prompts per decode instance]"
