@@ -965,7 +965,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     show(rows, rec.cost_unit, "cost_per_m_tokens")
     if args.disagg:
         print("xPyD candidates (disaggregated prefill/decode, the cheapest first): "
-              + ("" if split else "none feasible"))
+              + ("" if split else "none (the notes say why)"))
         show(split, rec.cost_unit, "cost_per_m_tokens")
         for note in rec.notes:
             if note.startswith("xPyD"):

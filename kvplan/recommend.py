@@ -610,7 +610,7 @@ def recommend(plan: Plan, query: RecommendQuery, workload: Workload | None = Non
             codes[n_rows:] = [modes.index(m) for m in pd_table["mode"].astype(str)]
             table["mode"] = pd.Categorical.from_codes(codes, categories=pd.Index(modes, dtype=object))
             feasible = table["feasible"].to_numpy()
-        formulas.extend(PD_FORMULAS)
+            formulas.extend(PD_FORMULAS)
     rec = Recommendation(table, lengths, unit, formulas, _assumptions(arch, query),
                          notes=list(dict.fromkeys(notes)))
     if not feasible.any():

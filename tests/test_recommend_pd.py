@@ -118,6 +118,7 @@ def test_off_by_default_and_only_for_vllm() -> None:
                        RecommendQuery(**{**ONE, "disagg": True}))  # type: ignore[arg-type]
     assert sglang.table["mode"].astype(str).tolist() == ["aggregated"]
     assert any("modelled for vLLM's connectors; the decode instance runs sglang" in n for n in sglang.notes)
+    assert not any(f.startswith("xPyD") for f in sglang.formulas)
 
 
 def test_pd_candidates_are_limited_to_the_cheapest_layouts() -> None:
@@ -154,7 +155,7 @@ def test_cli_disagg_json_and_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert get_gpu(GPU).interconnect_gbps is None  # so the 32 GB/s fallback link is the one used
     assert main([*args, "--prompt-tokens", "30000", "--output-tokens", "1000"]) == 0
     text = capsys.readouterr().out
-    assert "xPyD candidates (disaggregated prefill/decode, the cheapest first): none feasible" in text
+    assert "xPyD candidates (disaggregated prefill/decode, the cheapest first): none (the notes" in text
     assert "cannot hold one 31,000-token request and pull one 30,000-token prompt" in text
 
 
