@@ -427,6 +427,12 @@ def _recommend_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tp", type=_int_list("--tp"), help="TP sizes (default: powers of two)")
     p.add_argument("--pp", type=_int_list("--pp"), default=(1, 2, 4))
     p.add_argument("--no-ep", action="store_true", help="no expert-parallel candidates for MoE models")
+    p.add_argument("--disagg", action="store_true",
+                   help="also propose disaggregated prefill/decode (xPyD, vLLM NIXL) candidates: the "
+                        "cheapest feasible layouts split into x prefill + y decode instances (column "
+                        "'mode': aggregated or xPyD)")
+    p.add_argument("--pd-layouts", type=_positive("--pd-layouts", 64), default=4,
+                   help="with --disagg: how many of the cheapest layouts are split (default 4)")
     p.add_argument("--kv-dtypes", type=_csv_list, default=("bf16", "fp8_e4m3"))
     p.add_argument("--weight-dtypes", type=_csv_list, default=None,
                    help="weight formats (default: auto, plus fp8, nvfp4 and mxfp4 where the "
@@ -890,7 +896,8 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         ttft_ms=ttft, tpot_ms=tpot,
         max_context=args.max_context, gpus=args.gpus, max_gpus=args.max_gpus,
         max_total_gpus=args.max_total_gpus, tp=args.tp, pp=args.pp, expert_parallel=not args.no_ep,
-        kv_dtypes=args.kv_dtypes, weight_dtypes=args.weight_dtypes, prices=dict(args.price),
+        disagg=args.disagg, pd_layouts=args.pd_layouts, kv_dtypes=args.kv_dtypes,
+        weight_dtypes=args.weight_dtypes, prices=dict(args.price),
         price_kind=args.price_kind, price_table=None if args.prices_csv is None else read_price_csv(
             read_limited(args.prices_csv, MAX_CONFIG_BYTES, "config.too_large").decode("utf-8", "replace")),
         efficiency=efficiency, default_efficiency=args.default_efficiency)
@@ -905,12 +912,15 @@ def cmd_recommend(args: argparse.Namespace) -> int:
                                         "reserve_gib": args.reserve_gib, "engine_settings": settings})
     rows = ranked_rows(rec, scenario, args.top)
     apart = ranked_rows(rec, scenario, args.top, unpriced=True)
+    split = ranked_rows(rec, scenario, args.top, xpyd=True) if args.disagg else []
     lengths = rec.lengths
     priced, unpriced = price_sources(rec, query)
     if args.json:
         print(_json.dumps({
             "model": arch.name, "engine": engine, "kind": "bounds",
-            "figures": {"bound_tokens_per_s_per_replica": "upper bound (no run can beat it)",
+            "figures": {"mode": "aggregated, or xPyD: x prefill + y decode instances of the layout "
+                                "(--disagg); replicas = x + y instances",
+                        "bound_tokens_per_s_per_replica": "upper bound (no run can beat it)",
                         "estimate_tokens_per_s_per_replica": "estimate: the bound at the accelerator's "
                                                              "default efficiencies (presets/efficiency.json)",
                         "tpot_ms, ttft_ms, tokens_per_s_per_replica": (
@@ -927,7 +937,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
             "message": rec.message, "table": rows, "formulas": rec.formulas, "efficiency": efficiency,
             "assumptions": rec.assumptions, "notes": rec.notes,
             "prices": priced, "unpriced": unpriced, "unpriced_table": apart,
-            "calibrated_runs": run_notes}))
+            "calibrated_runs": run_notes, "xpyd_table": split}))
         return 0
     print(f"{arch.name} · {plan.engine.label} · targets TTFT ≤ {ttft:g} ms, TPOT ≤ {tpot:g} ms "
           f"({percentile}) · lengths: prompt {lengths.prompt:,}, context {lengths.context:,} tokens")
@@ -939,7 +949,11 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         for i, row in enumerate(items, 1):
             split = (f"DP {row['dp']}×TP {row['tp']}" if row["tp"] > 1 else f"EP {row['ep']}") \
                 if row["ep"] > 1 else f"TP {row['tp']} × PP {row['pp']}"
-            print(f"{i:3d}. {row['gpu']:15s} {split:12s} KV {row['kv_dtype']:9s} W {row['weight_dtype']:9s} "
+            mode = "" if row["mode"] == "aggregated" else (
+                f"{row['mode']} (transfer {row['transfer_ms']:.3f} ms, ≤ {row['in_flight_bound']:,} "
+                "prompts in flight per decode instance)  ")
+            print(f"{i:3d}. {mode}{row['gpu']:15s} {split:12s} KV {row['kv_dtype']:9s} "
+                  f"W {row['weight_dtype']:9s} "
                   f"{row['replicas']:,} × {row['total_gpus'] // max(row['replicas'], 1)} GPUs  "
                   f"TPOT {row['tpot_ms']:.2f} ms  TTFT {row['ttft_ms']:.1f} ms  "
                   f"{row[key]:.4f} {unit}/M tokens  "
@@ -949,6 +963,13 @@ def cmd_recommend(args: argparse.Namespace) -> int:
                      if row["estimate_total_gpus"] else "misses the targets"))
 
     show(rows, rec.cost_unit, "cost_per_m_tokens")
+    if args.disagg:
+        print("xPyD candidates (disaggregated prefill/decode, the cheapest first): "
+              + ("" if split else "none (the notes say why)"))
+        show(split, rec.cost_unit, "cost_per_m_tokens")
+        for note in rec.notes:
+            if note.startswith("xPyD"):
+                print(f"  {note}")
     if apart:
         print(f"Unpriced accelerators, listed apart (no price in the table; GPU-hours per M output "
               f"tokens, not money): {', '.join(unpriced)}")
@@ -1119,9 +1140,10 @@ def cmd_offload(args: argparse.Namespace) -> int:
 
 
 def cmd_disagg(args: argparse.Namespace) -> int:
-    from kvplan.disagg import DisaggQuery, disagg, pd_ratio
+    from kvplan.disagg import DisaggQuery, disagg
     from kvplan.plan import FitQuery, make_plan
     from kvplan.presets import get_gpu
+    from kvplan.recommend import pd_ratio
 
     arch = _load_arch(args)
     engine = engine_with_release(args.engine, args.engine_version)

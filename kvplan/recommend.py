@@ -28,13 +28,19 @@ Time (bounds, with ``e`` the accelerator's efficiency factor, 1 = peak):
   users ``ceil(U / B_max)``; requests/s ``ceil(rps · O / tokens/s(B_max))``, ``B_max`` the largest
   batch that fits and meets TPOT.
   Cost per million output tokens = GPUs × price per GPU-hour / (served tokens/s × 3600) × 10⁶.
+
+Disaggregated prefill/decode (``RecommendQuery.disagg``, CLI ``--disagg``; ``pd_rows``,
+``PD_FORMULAS``): the ``pd_layouts`` cheapest feasible aggregated layouts (no attention DP) are also
+split into x prefill + y decode instances of that layout, each side its own Plan, the decode pool's
+in-flight bound and the KV transfer from ``kvplan.disagg.disagg``; same bounds, estimate and cost
+columns, ``mode`` = ``aggregated`` or ``xPyD``. Only those rows are computed (a constant per search).
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -42,8 +48,10 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
 from kvplan.arch import MLA, Attention, Kind, ModelArch
+from kvplan.disagg import DisaggQuery, disagg
 from kvplan.dtypes import KV_DTYPE_CHOICES, WEIGHT_DTYPES, get_dtype, get_weight_dtype
 from kvplan.engines import EngineSettings, KVPool
+from kvplan.engines.vllm.transfer import check_engine
 from kvplan.errors import KVPlanError
 from kvplan.flops import layer_flops, prefill_decode_flops, request_flops
 from kvplan.plan import FitQuery, Plan, memory_budget
@@ -112,6 +120,10 @@ class RecommendQuery(BaseModel):
     #: Calibrated (prefill, decode) efficiencies of the estimate per accelerator (``calibrate_phases``);
     #: the others use ``presets/efficiency.json``.
     phase_efficiency: dict[str, tuple[float, float]] = {}
+    #: Disaggregated prefill/decode (xPyD) candidates beside the aggregated ones (``pd_rows``): off by
+    #: default (each needs two Plans, ~10 ms); ``pd_layouts`` cheapest feasible layouts are split.
+    disagg: bool = False
+    pd_layouts: int = Field(default=4, ge=1, le=64)
 
 
 @dataclass(frozen=True)
@@ -582,11 +594,181 @@ def recommend(plan: Plan, query: RecommendQuery, workload: Workload | None = Non
         "fails": pd.Categorical.from_codes(code, categories=pd.Index(labels, dtype=object)),
     })
     unit = "$" if priced else "GPU-hours"
-    rec = Recommendation(table, lengths, unit, _formulas(query, lengths, unit), _assumptions(arch, query),
+    n_rows = len(table)
+    table.insert(0, "mode", pd.Series(pd.Categorical.from_codes(
+        np.zeros(n_rows, dtype=np.int8), categories=pd.Index(["aggregated"], dtype=object))))
+    for name in PD_COLUMNS:
+        table[name] = np.zeros(n_rows) if name == "transfer_ms" else np.zeros(n_rows, dtype=np.int64)
+    formulas = _formulas(query, lengths, unit)
+    if query.disagg:
+        pd_table, pd_notes = pd_rows(plan, query, lengths, table, terms, gpu_list, wds, f_tok)
+        notes.extend(pd_notes)
+        if pd_table is not None:
+            table = pd.concat([table, pd_table.assign(mode="aggregated")], ignore_index=True)
+            modes = ["aggregated", *dict.fromkeys(pd_table["mode"].astype(str))]
+            codes = np.zeros(len(table), dtype=np.int64)
+            codes[n_rows:] = [modes.index(m) for m in pd_table["mode"].astype(str)]
+            table["mode"] = pd.Categorical.from_codes(codes, categories=pd.Index(modes, dtype=object))
+            feasible = table["feasible"].to_numpy()
+            formulas.extend(PD_FORMULAS)
+    rec = Recommendation(table, lengths, unit, formulas, _assumptions(arch, query),
                          notes=list(dict.fromkeys(notes)))
     if not feasible.any():
         rec.message = no_feasible_message(table, query)
     return rec
+
+
+#: Columns only xPyD candidates fill (0 on aggregated rows).
+PD_COLUMNS = ("prefill_instances", "decode_instances", "transfer_ms", "in_flight_bound")
+
+PD_FORMULAS = [
+    "xPyD (disaggregated prefill/decode, vLLM NIXL): prefill and decode instances of the candidate's "
+    "layout and formats, each its own Plan (prefill at the prompt, decode at the context); the decode "
+    "batch B ≤ min(requests that fit, max_num_seqs, (C − blocks(P)) // blocks(P+O)) so one prompt can "
+    "always be pulled (kvplan.disagg: the pull allocates the whole prompt first); B_max the largest such "
+    "batch meeting TPOT(B) (no prefill interleaved)",
+    "xPyD: TTFT = TTFT(P) + KV transfer (prompt blocks × bytes per block per rank / link, the link "
+    "as comm's: interconnect, else host link, else 32 GB/s; disagg.transfer_seconds); "
+    "y = ceil(rps · O / (B_max / TPOT(B_max))) or ceil(users / B_max); "
+    "x = ceil(λ · t_pf) prefill instances, λ = rps or users / (t_pf + transfer + O · TPOT(B)); "
+    "GPUs = (x + y) · tp · pp; cost per M output tokens as the aggregated ones",
+]
+
+
+def _subset(t: _Terms, idx: np.ndarray) -> _Terms:
+    """The terms of candidates ``idx`` only."""
+    return replace(t, **{name: getattr(t, name)[idx] for name in
+                         ("bw", "flops", "link", "eff", "tp", "pp", "ep", "w_dense", "w_expert",
+                          "kv_request")})
+
+
+def _pd_split(query: RecommendQuery, lengths: Lengths, terms: _Terms, pre: _Terms, limit: np.ndarray,
+              transfer: np.ndarray, f_tok: float, f_prompt: float,
+              f_mean: float) -> tuple[np.ndarray, ...]:
+    """(x, y, decode batch, TPOT s, TTFT s, served output tokens/s, B_max) of xPyD splits, decode at
+    ``terms``' efficiencies and prefill at ``pre``'s (``PD_FORMULAS``), vectorised over the rows;
+    y = 0 where no batch within ``limit`` meets TPOT."""
+    target_s = query.tpot_ms / 1e3
+    b_max = _largest_batch(terms, limit, target_s, f_tok)
+    safe = np.maximum(b_max, 1)
+    ttft = prefill_time(pre, lengths.prompt, f_prompt)[0] + transfer
+    t_pf = prefill_time(pre, lengths.prompt_mean, f_mean)[0]
+    out = lengths.output_mean
+    if query.traffic == "users":
+        y = -(-query.users // safe)
+        batch = -(-query.users // y)
+        tpot = decode_time(terms, batch, f_tok)[0]
+        rate = query.users / (t_pf + transfer + out * tpot)
+    else:
+        tpot_max = decode_time(terms, safe, f_tok)[0]
+        y = np.ceil(query.rps * out / (safe / tpot_max)).astype(np.int64)
+        batch = safe
+        tpot = tpot_max
+        rate = np.full(safe.shape, query.rps)
+    x = np.maximum(np.ceil(rate * t_pf), 1).astype(np.int64)
+    return x, np.where(b_max >= 1, y, 0), batch, tpot, ttft, rate * out, b_max
+
+
+def pd_rows(plan: Plan, query: RecommendQuery, lengths: Lengths, table: pd.DataFrame, terms: _Terms,
+            gpu_list: list[GPU], wds: list[str], f_tok: float) -> tuple[pd.DataFrame | None, list[str]]:
+    """xPyD candidates of the ``query.pd_layouts`` cheapest feasible aggregated candidates without
+    attention data-parallelism (``PD_FORMULAS``): each gets a prefill Plan (the prompt) and a decode
+    Plan (the context) and ``disagg.disagg``'s decode pool, in-flight bound and transfer time; the
+    bound and estimate tokens/s per instance are the layout's (the run bound holds for any schedule).
+    A decode pool that cannot hold one prompt next to one running request fails "memory" with the
+    reason in the notes. Only the chosen rows are computed, so the search's work grows by a constant."""
+    try:
+        check_engine("decode", plan.engine.engine_id)
+    except KVPlanError as exc:
+        return None, [f"xPyD candidates left out: {exc}"]
+    ok = table["feasible"].to_numpy() & (table["dp"].to_numpy() == 1)
+    if not ok.any():
+        return None, ["xPyD candidates left out: no feasible aggregated layout without data parallelism "
+                      "to split"]
+    order = table[ok].sort_values(["cost_per_m_tokens", "gpu_hours_per_m_tokens", "tpot_ms"],
+                                  kind="stable")
+    idx = order.index.to_numpy()[:query.pd_layouts]
+    gpu_of = {g.id: g for g in gpu_list}
+    notes: list[str] = []
+    prompt, context = lengths.prompt, lengths.context
+    dq = DisaggQuery(prompt_tokens=prompt, output_tokens=max(context - prompt, 0))
+    link = terms.link[idx] / 1e9  # the recommender's link: interconnect, else host link, else 32 GB/s
+    limit = np.zeros(idx.size, dtype=np.int64)
+    transfer = np.zeros(idx.size)
+    need = np.zeros(idx.size, dtype=np.int64)
+    full = np.ones(idx.size, dtype=np.int64)
+    capacity = np.zeros(idx.size, dtype=np.int64)
+    refused = np.zeros(idx.size, dtype=bool)
+    for i, j in enumerate(idx):
+        row = table.loc[j]
+        wd = str(row["weight_dtype"])
+        decode = plan.vary(gpu=gpu_of[str(row["gpu"])], tp=int(row["tp"]), pp=int(row["pp"]),
+                           num_gpus=int(row["tp"]) * int(row["pp"]), users=1, tokens=context,
+                           kv_dtype=str(row["kv_dtype"]), weight_dtype=None if wd == "auto" else wd)
+        prefill = decode.vary(tokens=prompt)
+        label = f"xPyD {row['gpu']} TP {row['tp']} × PP {row['pp']} KV {row['kv_dtype']} W {wd}"
+        try:
+            answer = disagg(prefill, decode, dq.model_copy(update={"link_gbps": float(link[i])}))
+        except KVPlanError as exc:
+            refused[i] = True
+            notes.append(f"{label}: {exc}")
+            continue
+        capacity[i], need[i], full[i] = (answer.decode_capacity_blocks, answer.prompt_blocks,
+                                         answer.request_blocks)
+        room = (capacity[i] - need[i]) // full[i]  # running requests that leave one prompt's blocks
+        limit[i] = min(int(row["max_requests"]), answer.max_num_seqs, room)
+        if limit[i] < 1:
+            refused[i] = True
+            notes.append(f"{label}: the decode pool ({capacity[i]:,} blocks) cannot hold one "
+                         f"{context:,}-token request and pull one {prompt:,}-token prompt "
+                         f"({full[i]:,} + {need[i]:,} blocks)")
+        transfer[i] = answer.transfer_seconds or 0.0
+    sub = _subset(terms, idx)
+    mean_prompt = max(round(lengths.prompt_mean), 1)
+    f_prompt, f_mean = prefill_flops(plan.arch, prompt), prefill_flops(plan.arch, mean_prompt)
+    usable = np.where(refused, 0, limit)
+    x, y, batch, tpot, ttft, served, b_max = _pd_split(query, lengths, sub, sub, usable, transfer, f_tok,
+                                                f_prompt, f_mean)
+    own = query.phase_efficiency
+    effs = [PhaseEfficiency(prefill=own[str(g)][0], decode=own[str(g)][1]) if str(g) in own
+            else efficiency_for(str(g)) for g in table.loc[idx, "gpu"]]
+    dec = replace(sub, eff=np.array([e.decode for e in effs]))
+    pre = replace(sub, eff=np.array([e.prefill for e in effs]))
+    ex, ey, _, e_tpot, e_ttft, _, _ = _pd_split(query, lengths, dec, pre, usable, transfer, f_tok,
+                                             f_prompt, f_mean)
+    gpr = (sub.tp * sub.pp).astype(np.int64)
+    total = (x + y) * gpr
+    e_ok = (ey >= 1) & (e_ttft * 1e3 <= query.ttft_ms)
+    memory_ok = ~refused
+    ttft_ok = ttft * 1e3 <= query.ttft_ms
+    tpot_ok = y >= 1
+    gpu_ok = total <= query.max_total_gpus
+    feasible = memory_ok & ttft_ok & tpot_ok & gpu_ok
+    out = table.loc[idx].copy().reset_index(drop=True)
+    price = out["cost_per_hour"].to_numpy() / out["total_gpus"].to_numpy()
+    cost_h = total * price
+    code = np.zeros(idx.size, dtype=np.int64)
+    for bit, good in enumerate((memory_ok, ttft_ok, tpot_ok | ~memory_ok, gpu_ok | ~tpot_ok)):
+        code |= (~good).astype(np.int64) << bit
+    cats = out["fails"].cat.categories
+    waiting = np.where(memory_ok, (capacity - batch * full) // np.maximum(need, 1), 0)
+    out = out.assign(
+        mode=[f"{a}P{b}D" for a, b in zip(x, y, strict=True)],
+        prefill_instances=np.where(memory_ok, x, 0), decode_instances=np.where(memory_ok, y, 0),
+        transfer_ms=transfer * 1e3, in_flight_bound=waiting,
+        max_requests=np.where(memory_ok, limit, 0),
+        batch=np.where(feasible, batch, 0), max_batch_tpot=b_max,
+        tpot_ms=tpot * 1e3, ttft_ms=ttft * 1e3,
+        tokens_per_s_per_replica=np.where(tpot_ok, served / np.maximum(x + y, 1), 0.0),
+        replicas=np.where(feasible, x + y, 0), total_gpus=np.where(feasible, total, 0),
+        estimate_total_gpus=np.where(e_ok, (ex + ey) * gpr, 0), estimate_tpot_ms=e_tpot * 1e3,
+        estimate_ttft_ms=e_ttft * 1e3,
+        cost_per_hour=np.where(feasible, cost_h, np.nan),
+        cost_per_m_tokens=np.where(feasible, cost_h / (served * 3600) * 1e6, np.nan),
+        gpu_hours_per_m_tokens=np.where(feasible, total / (served * 3600) * 1e6, np.nan),
+        feasible=feasible,
+        fails=pd.Categorical.from_codes(code, categories=cats))
+    return out, notes
 
 
 def _estimated_gpus(query: RecommendQuery, gpu_list: list[GPU], terms: _Terms, grid: Any,
@@ -1113,12 +1295,14 @@ def candidate_scenario(row: Any, scenario: Any, lengths: Lengths) -> Any:
     """The dashboard scenario of one candidate (``kvplan.scenario.Scenario``): its accelerator,
     split, formats, the request length the memory used and its batch per replica as users.
     EP candidates open as their data-parallel layout (the dp setting: dp ranks of TP tp, experts
-    over ``ep = tp·dp`` GPUs)."""
+    over ``ep = tp·dp`` GPUs); xPyD candidates as their y decode instances."""
     from kvplan.scenario import MAX_GPUS
 
     tp, pp, dp = int(row.tp), int(row.pp), int(getattr(row, "dp", row.ep))
     gpr = tp * pp * dp
     total = int(row.total_gpus) if int(row.total_gpus) else gpr
+    if int(getattr(row, "decode_instances", 0)):
+        total = int(row.decode_instances) * gpr
     n = total if total <= MAX_GPUS else gpr
     gpu: dict[str, Any] = {"gpu": row.gpu}
     if str(row.gpu).startswith("custom:"):
@@ -1141,12 +1325,12 @@ def candidate_link(row: Any, scenario: Any, lengths: Lengths) -> str:
 
 
 #: Columns of the ranked table, in the order the CLI and the dashboard show them.
-TABLE_COLUMNS = ("gpu", "tp", "pp", "ep", "dp", "kv_dtype", "weight_dtype", "replicas", "total_gpus",
+TABLE_COLUMNS = ("mode", "gpu", "tp", "pp", "ep", "dp", "kv_dtype", "weight_dtype", "replicas", "total_gpus",
                  "batch", "tpot_ms", "ttft_ms", "tokens_per_s_per_replica", "bound_tokens_per_s_per_replica",
                  "estimate_tokens_per_s_per_replica", "estimate_total_gpus", "estimate_tpot_ms",
                  "estimate_ttft_ms", "cost_per_hour",
                  "cost_per_m_tokens", "gpu_hours_per_m_tokens", "weights_per_gpu_bytes", "kv_budget_bytes",
-                 "kv_bytes_per_request", "max_requests")
+                 "kv_bytes_per_request", "max_requests", *PD_COLUMNS)
 
 
 def unit_headers(cost_unit: str) -> dict[str, str]:
@@ -1160,15 +1344,23 @@ def unit_headers(cost_unit: str) -> dict[str, str]:
             "batch": "batch [requests per replica]", "total_gpus": "total_gpus [GPUs]",
             "ep": "ep [GPUs]", "estimate_total_gpus": "estimate_total_gpus [GPUs, estimate]",
             "estimate_tpot_ms": "estimate_tpot [ms, estimate]",
-            "estimate_ttft_ms": "estimate_ttft [ms, estimate]"}
+            "estimate_ttft_ms": "estimate_ttft [ms, estimate]",
+            "mode": "mode [aggregated | xPyD]", "transfer_ms": "kv_transfer_bound [ms]",
+            "prefill_instances": "prefill_instances [xPyD x]",
+            "decode_instances": "decode_instances [xPyD y]",
+            "in_flight_bound": "in_flight_bound [prompts per decode instance]"}
 
 
-def ranked_rows(rec: Recommendation, scenario: Any, top: int = 20,
-                unpriced: bool = False) -> list[dict[str, Any]]:
+def ranked_rows(rec: Recommendation, scenario: Any, top: int = 20, unpriced: bool = False,
+                xpyd: bool = False) -> list[dict[str, Any]]:
     """The ``top`` cheapest feasible candidates as plain dicts, each with its dashboard link
-    (``unpriced``: those on accelerators without a price, ``Recommendation.unpriced_ranked``)."""
+    (``unpriced``: those on accelerators without a price, ``Recommendation.unpriced_ranked``;
+    ``xpyd``: only the disaggregated ones)."""
     out = []
-    for row in (rec.unpriced_ranked if unpriced else rec.ranked).head(top).itertuples(index=False):
+    ranked = rec.unpriced_ranked if unpriced else rec.ranked
+    if xpyd:
+        ranked = ranked[ranked["mode"] != "aggregated"]
+    for row in ranked.head(top).itertuples(index=False):
         item = {name: _plain(getattr(row, name)) for name in TABLE_COLUMNS}
         item["link"] = candidate_link(row, scenario, rec.lengths)
         out.append(item)
@@ -1325,3 +1517,68 @@ def latency_at_rate(bound: ThroughputBound, eff: PhaseEfficiency, rate: float, r
     return RateLatency(rate, float(np.percentile(ttft, 50)), float(np.percentile(ttft, 99)),
                        float(np.percentile(tpot, 50)), float(np.percentile(tpot, 99)), concurrency,
                        rate * bound.output, capacity, requests, chunk, cap, RATE_FORMULA)
+
+
+# ------------------------------------------------------------------------------- P/D ratio
+class RatioRow(BaseModel):
+    """Instances an xPyD split needs at ``rps`` requests/s: time lower bounds, memory exact."""
+
+    model_config = ConfigDict(frozen=True)
+
+    rps: float
+    prefill_instances: int
+    decode_instances: int
+    ratio: float
+
+
+class RatioAnswer(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    prefill_seconds: float
+    decode_batch: int
+    decode_step_seconds: float
+    decode_tokens_per_s: float
+    rows: list[RatioRow]
+    formulas: list[str]
+
+    def as_json(self) -> dict[str, object]:
+        return self.model_dump(mode="json")
+
+
+def pd_ratio(prefill: Plan, decode: Plan, query: DisaggQuery, rates: list[float]) -> RatioAnswer:
+    """Prefill and decode instances needed at each traffic rate, as lower bounds: a prefill instance
+    takes at least the roofline time of one prompt (``recommend.prefill_time``, efficiency 1); a
+    decode instance runs at most ``B`` requests — the decode pool's requests of ``prompt + output``
+    tokens, capped by ``max_num_seqs`` — at the roofline step time of that batch
+    (``decode_time``). ``x = ceil(rps × TTFT)``, ``y = ceil(rps × output / (B / TPOT))``. It lives
+    beside the time bounds it uses (``kvplan.disagg`` sizes the memory and imports nothing of this)."""
+    prompt, output = query.prompt_tokens, max(query.output_tokens, 1)
+    length = prompt + output
+    terms = single_terms(prefill, prompt)
+    ttft = float(prefill_time(terms, prompt, prefill_flops(prefill.arch, prompt))[0][0])
+    fits = int(decode.pool.max_requests(np.asarray([length]))[0])
+    if fits < 1:
+        need = int(decode.pool.blocks(np.asarray([length]))[0])
+        raise KVPlanError("disagg.prompt", blocks=int(getattr(decode.pool, "capacity", 0)), prompt=length,
+                          need=need)
+    seqs = int(decode.startup.max_num_seqs or decode.settings.max_num_seqs or fits)
+    batch = min(fits, seqs) * decode.settings.dp
+    position = prompt + output // 2
+    step = float(decode_time(single_terms(decode, length), np.asarray([batch]),
+                             decode_token_flops(decode.arch, position))[0][0])
+    rate = batch / step
+    rows = []
+    for rps in rates:
+        x = max(int(np.ceil(rps * ttft)), 1)
+        y = max(int(np.ceil(rps * output / rate)), 1)
+        rows.append(RatioRow(rps=rps, prefill_instances=x, decode_instances=y, ratio=x / y))
+    formulas = [
+        f"TTFT ≥ {ttft:.4f} s per {prompt:,}-token prompt (roofline, efficiency 1, recommend.prefill_time)",
+        f"decode batch B = min(pool {fits:,} requests of {length:,} tokens, max_num_seqs {seqs:,}) × "
+        f"{decode.settings.dp} DP = {batch:,}; step ≥ {step:.5f} s (recommend.decode_time at position "
+        f"{position:,}) → ≤ {rate:,.0f} tokens/s per decode instance",
+        "x = ceil(rps × TTFT), y = ceil(rps × output / decode tokens/s): the fewest instances; real "
+        "runs need more (efficiency < 1, queueing)",
+    ]
+    return RatioAnswer(prefill_seconds=ttft, decode_batch=batch, decode_step_seconds=step,
+                       decode_tokens_per_s=rate, rows=rows, formulas=formulas)

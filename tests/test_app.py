@@ -562,6 +562,33 @@ def test_recommend_tab_shows_chart_table_and_links_with_the_core_memory():
     assert shown["kv_per_request"] == first["kv_bytes_per_request"]
 
 
+def test_recommend_tab_proposes_xpyd_candidates():
+    """The "Disaggregated prefill/decode (xPyD)" box adds xPyD rows beside the aggregated ones: the
+    table's mode column names each, and an xPyD row's figures are the core's (recommend.pd_rows)."""
+    from kvplan.recommend import RecommendQuery, recommend
+
+    at = make_app(m="llama-3.1-8b", vw="recommend")
+    at.checkbox(key="rc_disagg").check().run()
+    no_errors(at)
+    ranked = next(d.value for d in at.dataframe if "link" in d.value.columns)
+    assert "mode" in ranked.columns
+    split = [d.value for d in at.dataframe if "link" in d.value.columns and len(d.value)
+             and (d.value["mode"] != "aggregated").all()]
+    assert len(split) == 1  # the xPyD table beside the ranked one
+    table = split[0]
+    assert all(m.endswith("D") and "P" in m for m in table["mode"])
+    assert any("xPyD candidates (x prefill + y decode" in c.value for c in at.caption)
+    scenario = Scenario(model="llama-3.1-8b")
+    want = recommend(make_plan(load_model("llama-3.1-8b"), None, scenario_fit_query(scenario)),
+                     RecommendQuery(
+        users=8, prompt={"kind": "fixed", "value": 1024}, output={"kind": "fixed", "value": 512},
+        kv_dtypes=("bf16", "fp8_e4m3"), disagg=True)).ranked
+    shown = table[table["mode"] != "aggregated"].iloc[0]
+    core = want[want["mode"] != "aggregated"].iloc[0]
+    assert (shown["mode"], shown["gpu"], shown["total_gpus"], shown["in_flight_bound"]) == (
+        core["mode"], core["gpu"], core["total_gpus"], core["in_flight_bound"])
+
+
 def test_recommend_tab_names_impossible_targets():
     at = make_app(m="llama-3.1-8b", vw="recommend")
     at.selectbox(key="sv_rc_preset").set_value("custom").run()

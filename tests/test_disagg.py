@@ -122,8 +122,7 @@ def test_prefill_decode_ratio_vs_traffic() -> None:
     """The fewest instances per traffic rate (time lower bounds): the decode batch is the decode
     pool's requests of prompt + output tokens — C // 574 blocks, under vLLM's max_num_seqs 1,024 —
     and x = ceil(rps × TTFT) with TTFT from ``recommend.prefill_time`` of the prefill plan."""
-    from kvplan.disagg import pd_ratio
-    from kvplan.recommend import prefill_flops, prefill_time, single_terms
+    from kvplan.recommend import pd_ratio, prefill_flops, prefill_time, single_terms
 
     prefill = _side("llama-3.1-70b", "h100-sxm", 8, 9174)
     decode = _side("llama-3.1-70b", "h200", 4, 9174)

@@ -10,11 +10,12 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from kvplan.disagg import DisaggQuery, pd_ratio
+from kvplan.disagg import DisaggQuery
 from kvplan.engines.tiers import backends_for
 from kvplan.errors import KVPlanError, md
 from kvplan.offload import OffloadQuery, offload, tiers_of
 from kvplan.plan import Plan
+from kvplan.recommend import pd_ratio
 from kvplan.scenario import Scenario, scenario_plan
 from kvplan.ui.serving_state import bounds, ensure
 from kvplan.ui.theme import chart_config, fmt_bytes

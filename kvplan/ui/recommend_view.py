@@ -123,6 +123,10 @@ def _inputs(scenario: Scenario, arch: ModelArch) -> tuple[RecommendQuery, bytes 
                                  "list is searched on every accelerator")
         ep = st.checkbox("Expert parallel (MoE)", value=arch.moe is not None, key="rc_ep",
                          disabled=arch.moe is None)
+        disagg = st.checkbox("Disaggregated prefill/decode (xPyD)", value=False, key="rc_disagg",
+                             help="Also split the cheapest feasible layouts into x prefill + y decode "
+                                  "instances (vLLM NIXL: the decode pool holds the pulled prompt; "
+                                  "kvplan.disagg); the 'mode' column says aggregated or xPyD")
     prices, factors = _prices_and_efficiency(chosen, efficiency)
     calibrated = _calibration(scenario, arch)
     if calibrated is not None:
@@ -132,6 +136,7 @@ def _inputs(scenario: Scenario, arch: ModelArch) -> tuple[RecommendQuery, bytes 
         percentile="p50" if percentile == "p50" else "p99", ttft_ms=ttft, tpot_ms=tpot,
         max_context=max_context or None, gpus=tuple(chosen), max_gpus=max_gpus, kv_dtypes=tuple(kv),
         weight_dtypes=None if list(wd) == [*DEFAULT_WEIGHT_SEARCH] else tuple(wd), expert_parallel=ep,
+        disagg=bool(disagg),
         default_efficiency=efficiency, prices=prices,
         efficiency=factors)
     return query, csv
@@ -281,6 +286,15 @@ def render(scenario: Scenario, arch: ModelArch, gpu: GPU) -> pd.DataFrame | None
         download_buttons("recommend", export.rename(columns=unit_headers(rec.cost_unit)), fig, scenario)
         st.dataframe(rows, hide_index=True, key="table_recommend", column_config={
             "link": st.column_config.LinkColumn("open", display_text="open scenario"),
+            "mode": st.column_config.TextColumn(
+                "mode", help="aggregated (prefill and decode on every replica) or xPyD: x prefill + y "
+                             "decode instances of the layout; replicas = x + y"),
+            "transfer_ms": st.column_config.NumberColumn(
+                "KV transfer ms (bound)", format="%.3f",
+                help="xPyD: the prompt's KV per decode rank over the link (disagg.transfer_seconds)"),
+            "in_flight_bound": st.column_config.NumberColumn(
+                "prompts in flight per decode instance", format="%d",
+                help="xPyD: prompts the decode pool can hold while pulled, next to the running batch"),
             "cost_per_m_tokens": st.column_config.NumberColumn(f"{rec.cost_unit} / M tokens",
                                                                format="%.4f"),
             "tpot_ms": st.column_config.NumberColumn("TPOT ms (bound)", format="%.2f"),
@@ -306,6 +320,15 @@ def render(scenario: Scenario, arch: ModelArch, gpu: GPU) -> pd.DataFrame | None
             efficiencies.append(f"{md_name(gpu_id)}: prefill {eff.prefill:.3g}, decode {eff.decode:.3g} "
                                 f"({md(eff.source)})")
         st.caption(EFFICIENCY_WORDS + "; ".join(efficiencies) + ".")
+        if query.disagg:
+            split = pd.DataFrame(ranked_rows(rec, scenario, TOP, xpyd=True))
+            st.caption("xPyD candidates (x prefill + y decode instances of the layout; the decode pool "
+                       "keeps room for one pulled prompt, TTFT adds the KV transfer): "
+                       + (f"{len(split):,} shown." if not split.empty else "none feasible (see the notes "
+                                                                              "under Formulas)."))
+            if not split.empty:
+                st.dataframe(split, hide_index=True, key="table_recommend_xpyd", column_config={
+                    "link": st.column_config.LinkColumn("open", display_text="open decode instance")})
         apart = rec.unpriced_ranked
         if not apart.empty:
             st.caption("Unpriced accelerators, listed apart (no price in the table; cost in GPU-hours "
@@ -319,15 +342,17 @@ def render(scenario: Scenario, arch: ModelArch, gpu: GPU) -> pd.DataFrame | None
                 "gpu_hours_per_m_tokens": st.column_config.NumberColumn("GPU-hours / M tokens",
                                                                         format="%.4f")})
         best = rows.iloc[0]
-        st.markdown(f"Cheapest: **{md_name(best['gpu'])}**, TP {best['tp']:d} × PP {best['pp']:d}"
+        mode = "" if best["mode"] == "aggregated" else f" as {md_name(best['mode'])}"
+        st.markdown(f"Cheapest{mode}: **{md_name(best['gpu'])}**, TP {best['tp']:d} × PP {best['pp']:d}"
                     + (f", EP {best['ep']:d} (DP {best['dp']:d})" if best["ep"] > 1 else "")
                     + f", KV {md_name(best['kv_dtype'])}, weights {md_name(best['weight_dtype'])}: "
                       f"{best['replicas']:,} replica(s), {best['total_gpus']:,} GPUs — "
                       f"[open its scenario]({md_link_target(best['link'])})")
     failed = rec.table[~rec.table["feasible"]]
     with st.expander(f"Why the other {len(failed):,} candidates fail", expanded=False):
-        st.dataframe(failed[["gpu", "tp", "pp", "ep", "kv_dtype", "weight_dtype", "fails", "max_requests",
-                             "tpot_ms", "ttft_ms"]].head(500), hide_index=True, key="table_recommend_fails")
+        st.dataframe(failed[["mode", "gpu", "tp", "pp", "ep", "kv_dtype", "weight_dtype", "fails",
+                             "max_requests", "tpot_ms", "ttft_ms"]].head(500), hide_index=True,
+                     key="table_recommend_fails")
     with st.expander("Formulas and assumptions (bounds)", expanded=False):
         st.markdown("\n".join(f"- {md_code(line)}" for line in rec.formulas))
         st.markdown("\n".join(f"- {md(line)}" for line in [*rec.assumptions, *rec.notes]))
