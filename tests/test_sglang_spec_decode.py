@@ -10,6 +10,7 @@ layers), ``arg_groups/speculative_hook.py`` ``_handle_eagle_family`` / ``_auto_c
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -161,3 +162,54 @@ def test_text_setting_is_bounded_and_printable() -> None:
     for bad, why in (("", "empty"), ("a\x00b", "control"), ("x" * 301, "longer than 300")):
         with pytest.raises(ValueError, match=why):
             setting.parse(bad)
+
+
+TRUTH = json.loads((ROOT / "tests/fixtures/sglang/spec_decode.json").read_text(encoding="utf-8"))
+
+
+def _stub_gpu():
+    """``generate.py``'s device stub: the catalogue H100 with 81,559 MiB of CUDA total."""
+    stub = TRUTH["device_stub"]
+    gpu = get_gpu("h100-sxm")
+    return gpu.model_copy(update={"cuda_total_mib": stub["capacity_mib"],
+                                  "status": {**gpu.status, "cuda_total": "fixture stub"}})
+
+
+def test_truth_fixture_provenance() -> None:
+    """Written by ``tools/sglang_truth/spec_decode.py`` with SGLang 0.5.23 (8 cases, every one
+    through ``DefaultPoolConfigurator`` with a draft)."""
+    assert TRUTH["sglang_version"] == "0.5.23" and len(TRUTH["cases"]) == 8
+    assert {c["sglang"]["configurator"] for c in TRUTH["cases"]} == {"DefaultPoolConfigurator"}
+    assert all(c["sglang"]["speculative"]["eagle_draft_num_layers"] for c in TRUTH["cases"])
+
+
+@pytest.mark.parametrize("case", TRUTH["cases"], ids=[c["id"] for c in TRUTH["cases"]])
+def test_case_matches_sglang(case: dict) -> None:
+    """kvplan's pool tokens, cell, running requests, steps/topk/draft tokens and draft layers equal
+    SGLang's own (``KVCacheConfigurator._resolve_memory_pool_config`` with the draft), exactly."""
+    draft = case["draft"]
+    if draft is not None and draft.endswith(".json"):
+        draft = str(ROOT / draft)
+    budget = case["mode"] == "budget"
+    q = FitQuery(engine="sglang", tokens=4096, tp=case["tp"], num_gpus=case["tp"],
+                 kv_cache_memory_bytes=case["available_bytes"] if budget else None,
+                 reserve_gib=0 if budget else None,
+                 reserve_terms=None if budget else {"held_before_load": 0.0},
+                 speculative_algorithm=case["algorithm"], speculative_draft_model_path=draft)
+    plan = make_plan(load_model(case["model"]), _stub_gpu(), q)
+    result = fit(plan, search_gpus=False)
+    want, spec = case["sglang"], case["sglang"]["speculative"]
+    assert result.kv_pool_tokens == want["max_total_num_tokens"]
+    assert plan.pool.cell == want["cell_size"]  # type: ignore[attr-defined]
+    assert plan.startup.max_num_seqs == want["max_running_requests"]
+    ours = result.speculative
+    assert ours is not None
+    assert (ours["speculative_num_steps"], ours["speculative_eagle_topk"],
+            ours["speculative_num_draft_tokens"], ours["draft_kv_layers"],
+            ours["target_kv_layers"]) == (
+        spec["speculative_num_steps"], spec["speculative_eagle_topk"],
+        spec["speculative_num_draft_tokens"], spec["eagle_draft_num_layers"],
+        spec["num_effective_layers"])
+    if not budget:
+        terms = {t["name"]: t["bytes"] for t in result.ledger}
+        assert terms["reserve: spec_draft_weights"] == case["draft_weights_bytes"]
