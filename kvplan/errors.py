@@ -183,6 +183,10 @@ MESSAGES: dict[str, str] = {
     "sgl_spec.params": "--speculative-eagle-topk / --speculative-num-draft-tokens need "
                        "--speculative-num-steps (speculative_hook.py _handle_eagle_family asserts "
                        "they are unset when the steps are chosen automatically)",
+    "sgl_spec.trtllm_topk": "--speculative-eagle-topk {topk} on {gpu}: SGLang's default attention "
+                            "backend there, trtllm_mha, \"only supports topk = 1 for speculative "
+                            "decoding\" (speculative_hook.py _handle_eagle_family); set "
+                            "--speculative-num-steps N --speculative-eagle-topk 1",
     "sgl_spec.pool": "speculative decoding on {model}: kvplan does not model SGLang's draft KV for "
                      "{why}",
     "parallel.ep": "expert parallel size {ep} must divide the tensor parallel size {tp} (experts "

@@ -213,3 +213,18 @@ def test_case_matches_sglang(case: dict) -> None:
     if not budget:
         terms = {t["name"]: t["bytes"] for t in result.ledger}
         assert terms["reserve: spec_draft_weights"] == case["draft_weights_bytes"]
+
+
+def test_blackwell_default_backend_takes_topk_one_only() -> None:
+    """On SM 10.x SGLang's default backend for MHA/GQA is trtllm_mha (page 64), which refuses
+    topk > 1 (``_handle_eagle_family``): Llama's automatic (5, 4, 8) is refused by name, topk 1 runs
+    with draft tokens = steps + 1."""
+    with pytest.raises(KVPlanError) as err:
+        _fit("llama-3.1-8b", "b200", speculative_algorithm="EAGLE3",
+             speculative_draft_model_path=EAGLE3_HEAD)
+    assert err.value.code == "sgl_spec.trtllm_topk"
+    _, result = _fit("llama-3.1-8b", "b200", speculative_algorithm="EAGLE3",
+                     speculative_draft_model_path=EAGLE3_HEAD, speculative_num_steps=3,
+                     speculative_eagle_topk=1)
+    assert result.speculative is not None
+    assert result.speculative["speculative_num_draft_tokens"] == 4

@@ -44,6 +44,7 @@ from kvplan.engines.sglang.spec_decode import (
     sglang_spec_weights_term,
 )
 from kvplan.engines.sglang.weights import sglang_loading_rules
+from kvplan.errors import KVPlanError
 
 if TYPE_CHECKING:
     from kvplan.presets import GPU
@@ -238,6 +239,10 @@ class SGLang(Engine):
                 update["max_num_seqs"] = SPEC_MAX_RUNNING_REQUESTS
             if spec is not None and spec.nextn_in_target and not settings.mtp:
                 update["mtp"] = True
+            if spec is not None and spec.eagle_topk > 1 and spec.algorithm != "NGRAM" \
+                    and gpu is not None and sglang_default_page_size(gpu, arch) == 64:
+                # speculative_hook.py _handle_eagle_family: the SM 10.x default backend
+                raise KVPlanError("sgl_spec.trtllm_topk", topk=spec.eagle_topk, gpu=gpu.name)
         return settings.model_copy(update=update) if update else settings
 
     def speculative(self, arch: ModelArch, settings: EngineSettings,
