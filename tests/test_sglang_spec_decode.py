@@ -228,3 +228,17 @@ def test_blackwell_default_backend_takes_topk_one_only() -> None:
                      speculative_eagle_topk=1)
     assert result.speculative is not None
     assert result.speculative["speculative_num_draft_tokens"] == 4
+
+
+def test_link_keys_are_their_own() -> None:
+    """The five SGLang flags' link keys (``qa qp qn qk qt``) are no other setting's nor a scenario
+    field's (``sk`` stack kinds, ``sv`` serving were taken)."""
+    from kvplan.engines.settings import SETTINGS
+    from kvplan.scenario import Scenario
+
+    keys = [s.key for s in SETTINGS.values()]
+    aliases = {f.alias for f in Scenario.model_fields.values() if f.alias}
+    assert len(keys) == len(set(keys)) and not set(keys) & aliases
+    assert [SETTINGS[n].key for n in ("speculative_algorithm", "speculative_draft_model_path",
+                                      "speculative_num_steps", "speculative_eagle_topk",
+                                      "speculative_num_draft_tokens")] == ["qa", "qp", "qn", "qk", "qt"]

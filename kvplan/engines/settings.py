@@ -227,27 +227,27 @@ SPECULATIVE_CONFIG = Setting(
     "The drafter's attention layers join the target's KV-cache groups; its weights are loaded "
     "beside the target's (v0.33).")
 SPECULATIVE_ALGORITHM = Setting(
-    "speculative_algorithm", "sa", "--speculative-algorithm", "text", "speculative_algorithm",
+    "speculative_algorithm", "qa", "--speculative-algorithm", "text", "speculative_algorithm",
     "SGLang --speculative-algorithm: EAGLE, EAGLE3, NEXTN (EAGLE with the target's next-n layers), "
     "STANDALONE (a small draft model) or NGRAM. The draft's KV joins the token pool's cell "
     "(pool_configurator.py), its weights come off the KV budget, and --max-running-requests "
     "defaults to 48 (SGLang 0.5.23).")
 SPECULATIVE_DRAFT_MODEL_PATH = Setting(
-    "speculative_draft_model_path", "sp", "--speculative-draft-model-path", "text",
+    "speculative_draft_model_path", "qp", "--speculative-draft-model-path", "text",
     "speculative_draft_model_path",
     "SGLang --speculative-draft-model-path: the EAGLE head or draft model (a kvplan preset or a "
     "directory with its config.json); empty = the target's own next-n layers where SGLang defaults "
     "to them (DeepSeek-V3/V3.2, GLM-4.5 MoE, …).")
 SPECULATIVE_NUM_STEPS = Setting(
-    "speculative_num_steps", "sn", "--speculative-num-steps", "int", "speculative_num_steps",
+    "speculative_num_steps", "qn", "--speculative-num-steps", "int", "speculative_num_steps",
     "SGLang --speculative-num-steps: draft steps (empty = SGLang's choice, 3 or 5 by architecture).",
     low=1, high=64)
 SPECULATIVE_EAGLE_TOPK = Setting(
-    "speculative_eagle_topk", "sk", "--speculative-eagle-topk", "int", "speculative_eagle_topk",
+    "speculative_eagle_topk", "qk", "--speculative-eagle-topk", "int", "speculative_eagle_topk",
     "SGLang --speculative-eagle-topk: branches per draft step (set with --speculative-num-steps).",
     low=1, high=64)
 SPECULATIVE_NUM_DRAFT_TOKENS = Setting(
-    "speculative_num_draft_tokens", "sv", "--speculative-num-draft-tokens", "int",
+    "speculative_num_draft_tokens", "qt", "--speculative-num-draft-tokens", "int",
     "speculative_num_draft_tokens",
     "SGLang --speculative-num-draft-tokens: tokens verified per step (steps + 1 when topk is 1).",
     low=1, high=1024)
