@@ -175,7 +175,7 @@ MESSAGES: dict[str, str] = {
     "sgl_spec.vocab": "--speculative-algorithm STANDALONE: the draft {draft} has a vocabulary of "
                       "{vocab} tokens, the target {target} {target_vocab}; the target verifies the "
                       "draft's token ids, which must be the same vocabulary",
-    "sgl_spec.hidden": "--speculative-algorithm EAGLE/EAGLE3: the head {draft} has hidden size "
+    "sgl_spec.hidden": "--speculative-algorithm EAGLE: the head {draft} has hidden size "
                        "{hidden}, the target {target} {target_hidden}; the head reads the target's "
                        "hidden states, which must match",
     "sgl_spec.dp": "--speculative-algorithm {algorithm} does not support DP attention in SGLang "

@@ -188,7 +188,9 @@ def resolve_sglang_speculative(arch: ModelArch, *, algorithm: str, draft_path: s
     if resolved == "STANDALONE" and draft.vocab_size != arch.vocab_size:
         raise KVPlanError("sgl_spec.vocab", draft=draft.name, vocab=f"{draft.vocab_size:,}",
                           target=arch.name, target_vocab=f"{arch.vocab_size:,}")
-    if resolved in ("EAGLE", "EAGLE3") and draft.hidden_size != arch.hidden_size:
+    # llama_eagle.py: fc = Linear(2 × hidden, hidden) over the target's hidden states and the
+    # embeddings; EAGLE3 heads may declare target_hidden_size (llama_eagle3.py hidden_size_in)
+    if resolved == "EAGLE" and not nextn and draft.hidden_size != arch.hidden_size:
         raise KVPlanError("sgl_spec.hidden", draft=draft.name, hidden=f"{draft.hidden_size:,}",
                           target=arch.name, target_hidden=f"{arch.hidden_size:,}")
     layers = draft.weights.mtp_layers or draft.n_layers
