@@ -176,9 +176,10 @@ def _stub_gpu():
 
 
 def test_truth_fixture_provenance() -> None:
-    """Written by ``tools/sglang_truth/spec_decode.py`` with SGLang 0.5.23 (8 cases, every one
-    through ``DefaultPoolConfigurator`` with a draft)."""
-    assert TRUTH["sglang_version"] == "0.5.23" and len(TRUTH["cases"]) == 8
+    """Written by ``tools/sglang_truth/spec_decode.py`` with SGLang 0.5.23 (11 cases, every one
+    through ``DefaultPoolConfigurator`` with a draft; 48 running requests unless set)."""
+    assert TRUTH["sglang_version"] == "0.5.23" and len(TRUTH["cases"]) == 11
+    assert [c["sglang"]["max_running_requests"] for c in TRUTH["cases"]].count(48) == 10
     assert {c["sglang"]["configurator"] for c in TRUTH["cases"]} == {"DefaultPoolConfigurator"}
     assert all(c["sglang"]["speculative"]["eagle_draft_num_layers"] for c in TRUTH["cases"])
 
@@ -191,7 +192,14 @@ def test_case_matches_sglang(case: dict) -> None:
     if draft is not None and draft.endswith(".json"):
         draft = str(ROOT / draft)
     budget = case["mode"] == "budget"
+    flags = dict(zip(case["flags"][::2], case["flags"][1::2], strict=True))
+    names = {"--page-size": "page_size", "--max-running-requests": "max_num_seqs",
+             "--speculative-num-steps": "speculative_num_steps",
+             "--speculative-eagle-topk": "speculative_eagle_topk",
+             "--speculative-num-draft-tokens": "speculative_num_draft_tokens"}
+    extra: dict[str, object] = {names[f]: int(v) for f, v in flags.items() if f in names}
     q = FitQuery(engine="sglang", tokens=4096, tp=case["tp"], num_gpus=case["tp"],
+                 kv_dtype=flags.get("--kv-cache-dtype", "auto"), **extra,  # type: ignore[arg-type]
                  kv_cache_memory_bytes=case["available_bytes"] if budget else None,
                  reserve_gib=0 if budget else None,
                  reserve_terms=None if budget else {"held_before_load": 0.0},

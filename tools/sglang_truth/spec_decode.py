@@ -45,6 +45,16 @@ CASES = [
     ("llama-3.1-8b-standalone-1b-default", "llama-3.1-8b", 1, "default_fraction", 0, "STANDALONE",
      "llama-3.2-1b"),
 ]
+#: More cases with extra flags: (id, target, tp, budget, algorithm, draft, flags).
+FLAGGED = [
+    ("llama-3.1-8b-eagle3-head-p64-budget40g", "llama-3.1-8b", 1, 40 * GIB, "EAGLE3", EAGLE3_HEAD,
+     ["--page-size", "64"]),
+    ("llama-3.1-8b-eagle3-head-mrr200-steps2-budget40g", "llama-3.1-8b", 1, 40 * GIB, "EAGLE3",
+     EAGLE3_HEAD, ["--max-running-requests", "200", "--speculative-num-steps", "2",
+                   "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "7"]),
+    ("deepseek-v3-tp8-nextn-fp8-p64-budget20g", "deepseek-v3", 8, 20 * GIB, "NEXTN", None,
+     ["--page-size", "64", "--kv-cache-dtype", "fp8_e4m3"]),
+]
 
 
 def _draft_dir(draft: str, workdir: Path) -> Path:
@@ -82,12 +92,14 @@ def main() -> None:
     natives = generate.native_architectures(Path(sglang.__file__).parent)
     records = []
     with tempfile.TemporaryDirectory() as tmp:
-        for id_, model, tp, mode, budget, algorithm, draft in CASES:
-            args = ["--speculative-algorithm", algorithm]
+        rows = [(*c, []) for c in CASES] + [(i, m, t, "budget", b, a, d, f)
+                                            for i, m, t, b, a, d, f in FLAGGED]
+        for id_, model, tp, mode, budget, algorithm, draft, flags in rows:
+            args = ["--speculative-algorithm", algorithm, *flags]
             if draft is not None:
                 args += ["--speculative-draft-model-path", str(_draft_dir(draft, Path(tmp)))]
             case = {"id": id_, "model": model, "tp": tp, "mode": mode, "algorithm": algorithm,
-                    "draft": draft, "args": args}
+                    "draft": draft, "args": args, "flags": flags}
             if mode == "budget":
                 case["available_bytes"] = budget
             else:
