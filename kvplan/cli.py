@@ -670,7 +670,13 @@ def cmd_fit(args: argparse.Namespace) -> int:
         print(f"{plan.engine.short + ' would log:':19s}{', '.join(lines)}")
     if adapters is not None:
         print(f"LoRA adapters that fit: {adapters['max_loras']:,} GPU slots — {adapters['formula']}")
-    if (spec := result.speculative) is not None:
+    if (spec := result.speculative) is not None and "speculative_num_steps" in spec:  # SGLang
+        print(f"Speculative decoding: {spec['method']} ({spec['draft']}), "
+              f"{spec['speculative_num_steps']} steps, topk {spec['speculative_eagle_topk']}, "
+              f"{spec['speculative_num_draft_tokens']} draft tokens: {spec['draft_kv_layers']} draft "
+              f"KV layer(s) in the token cell (+{int(spec['draft_kv_bytes_per_token']):,} B per "
+              f"token), draft weights {int(spec['draft_weights_bytes']):,} B")
+    elif spec is not None:
         print(f"Speculative decoding: {spec['method']} ({spec['draft']}), "
               f"{spec['num_speculative_tokens']} tokens, draft TP {spec['draft_tensor_parallel_size']}: "
               f"{spec['draft_kv_layers']} drafter KV layer(s) in the target's groups "

@@ -161,6 +161,34 @@ MESSAGES: dict[str, str] = {
                        "draft tokens' state pages; turn prefix caching off (--no-prefix-caching)",
     "spec.pp": "--speculative-config: kvplan places the drafter ({method}) with pipeline parallel "
                "size 1 only; pp {pp} is not modelled",
+    "sgl_spec.unknown": "--speculative-algorithm '{algorithm}': {release} has no such algorithm "
+                        "(\"Unknown speculative algorithm name\", speculative/spec_info.py "
+                        "from_string); kvplan sizes {choices}",
+    "sgl_spec.unmodelled": "--speculative-algorithm {algorithm} exists in SGLang 0.5.23 but kvplan "
+                           "does not size it (it sizes {choices})",
+    "sgl_spec.no_draft": "--speculative-algorithm {algorithm} needs --speculative-draft-model-path for "
+                         "{model} ({architecture}): SGLang drafts from the target's own checkpoint "
+                         "only for the DeepSeek/GLM/Bailing/… architectures of _handle_eagle_family",
+    "sgl_spec.no_nextn": "--speculative-algorithm {algorithm} drafts with {model}'s next-n (MTP) "
+                         "layers, but its config has no num_nextn_predict_layers; give "
+                         "--speculative-draft-model-path",
+    "sgl_spec.vocab": "--speculative-algorithm STANDALONE: the draft {draft} has a vocabulary of "
+                      "{vocab} tokens, the target {target} {target_vocab}; the target verifies the "
+                      "draft's token ids, which must be the same vocabulary",
+    "sgl_spec.hidden": "--speculative-algorithm EAGLE: the head {draft} has hidden size "
+                       "{hidden}, the target {target} {target_hidden}; the head reads the target's "
+                       "hidden states, which must match",
+    "sgl_spec.dp": "--speculative-algorithm {algorithm} does not support DP attention in SGLang "
+                   "0.5.23 (speculative_hook.py)",
+    "sgl_spec.params": "--speculative-eagle-topk / --speculative-num-draft-tokens need "
+                       "--speculative-num-steps (speculative_hook.py _handle_eagle_family asserts "
+                       "they are unset when the steps are chosen automatically)",
+    "sgl_spec.trtllm_topk": "--speculative-eagle-topk {topk} on {gpu}: SGLang's default attention "
+                            "backend there, trtllm_mha, \"only supports topk = 1 for speculative "
+                            "decoding\" (speculative_hook.py _handle_eagle_family); set "
+                            "--speculative-num-steps N --speculative-eagle-topk 1",
+    "sgl_spec.pool": "speculative decoding on {model}: kvplan does not model SGLang's draft KV for "
+                     "{why}",
     "parallel.ep": "expert parallel size {ep} must divide the tensor parallel size {tp} (experts "
                    "are split over ep ranks, their intermediate size over tp / ep)",
     "engine.dtype": "engine '{engine}' cannot store the KV cache as {dtype}: {why}",

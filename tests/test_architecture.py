@@ -91,14 +91,15 @@ def test_every_declared_setting_reaches_cli_link_and_sidebar(name: str) -> None:
         flags = {s for a in subparsers[command]._actions for s in a.option_strings}
         assert setting.flag in flags, (command, setting.flag)
     value = {"int": 7, "float": 0.5, "bool": False, "tristate": False,
-             "int_list": (7, 9), "json": '{"method":"ngram","num_speculative_tokens":3}'}[setting.kind]
+             "int_list": (7, 9), "json": '{"method":"ngram","num_speculative_tokens":3}',
+             "text": "EAGLE"}[setting.kind]
     if setting.kind == "bool":  # the value that is not the default (a default is not linked)
         value = not EngineSettings.model_fields[name].default
     scenario = Scenario(engine_settings=EngineSettings(**{name: value}))
     query = scenario.to_query()
     assert query[setting.key] == setting.format(value)
     assert query[setting.key] in {"7", "0.5", "0", "1", "7,9",
-                                  '{"method":"ngram","num_speculative_tokens":3}'}
+                                  '{"method":"ngram","num_speculative_tokens":3}', "EAGLE"}
     again, warnings = Scenario.from_query(query)
     assert warnings == [] and getattr(again.engine_settings, name) == value
     assert SETTING_WIDGETS[name] == f"w_{setting.key}"

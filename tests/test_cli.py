@@ -364,6 +364,36 @@ def reach(code: str, tmp_path) -> str:
                        "lora.model": ("mixtral-8x7b", [])}[code]
         return cli_error(["fit", "--model", model, "--gpu", "h100-sxm", "--tokens", "8",
                           "--enable-lora", *more])
+    if code.startswith("sgl_spec."):  # SGLang --speculative-* (tests/test_sglang_spec_decode.py)
+        head = str(Path(__file__).resolve().parent / "fixtures/configs/llama3-8B-eagle3.json")
+        if code == "sgl_spec.no_nextn":
+            preset = Path(__file__).resolve().parent.parent / "presets/models/deepseek-v3.json"
+            config = json.loads(preset.read_text())["config"]
+            path = tmp_path / "config.json"
+            path.write_text(json.dumps({**config, "num_nextn_predict_layers": 0}))
+            return cli_error(["fit", "--config", str(path), "--gpu", "h200", "--tokens", "8",
+                              "--engine", "sglang", "--tp", "8", "--num-gpus", "8",
+                              "--speculative-algorithm", "NEXTN"])
+        model, gpu, more = {
+            "sgl_spec.unknown": ("llama-3.1-8b", "h100-sxm", ["--speculative-algorithm", "MEDUSA"]),
+            "sgl_spec.unmodelled": ("llama-3.1-8b", "h100-sxm", ["--speculative-algorithm", "DFLASH"]),
+            "sgl_spec.no_draft": ("llama-3.1-8b", "h100-sxm", ["--speculative-algorithm", "NEXTN"]),
+            "sgl_spec.vocab": ("llama-3.1-8b", "h100-sxm", [
+                "--speculative-algorithm", "STANDALONE", "--speculative-draft-model-path", "llama-2-7b"]),
+            "sgl_spec.hidden": ("llama-3.1-8b", "h100-sxm", [
+                "--speculative-algorithm", "EAGLE", "--speculative-draft-model-path", "llama-3.2-1b"]),
+            "sgl_spec.dp": ("llama-3.1-8b", "h100-sxm", [
+                "--speculative-algorithm", "NGRAM", "--dp", "2", "--num-gpus", "2"]),
+            "sgl_spec.params": ("llama-3.1-8b", "h100-sxm", [
+                "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", head,
+                "--speculative-eagle-topk", "2"]),
+            "sgl_spec.pool": ("gpt-oss-20b", "h100-sxm", [
+                "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", head]),
+            "sgl_spec.trtllm_topk": ("llama-3.1-8b", "b200", [
+                "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", head]),
+        }[code]
+        return cli_error(["fit", "--model", model, "--gpu", gpu, "--tokens", "8", "--engine",
+                          "sglang", *more])
     if code.startswith("spec."):  # vLLM --speculative-config (tests/test_vllm_spec_decode.py: bytes)
         model, spec, more = "llama-3.1-8b", '{"model":"llama-3.2-1b","num_speculative_tokens":3}', []
         if code in {"spec.mtp_layers", "spec.mtp_divisible"}:

@@ -35,7 +35,7 @@ from kvplan.engines.kinds import (
     StaticRule,
     TokenRule,
 )
-from kvplan.engines.settings import MAX_JSON_CHARS, SETTINGS, EngineSettings, Setting
+from kvplan.engines.settings import MAX_JSON_CHARS, MAX_TEXT_CHARS, SETTINGS, EngineSettings, Setting
 from kvplan.engines.sglang import SGLang
 from kvplan.engines.trtllm import TrtLlm
 from kvplan.engines.vllm import Vllm, default_max_num_batched_tokens
@@ -135,7 +135,7 @@ def recurrent_state_bytes(layer: Recurrent, engine: str, model_dtype: KVDType, t
 
 __all__ = [
     "DEFAULT_ENGINE", "ENGINES", "HF_DYNAMIC", "HF_ENGINE", "HF_STATIC", "STATIC_ENGINE",
-    "MAX_JSON_CHARS", "MLA_ONLY_DTYPES", "REGISTRY", "SETTINGS",
+    "MAX_JSON_CHARS", "MAX_TEXT_CHARS", "MLA_ONLY_DTYPES", "REGISTRY", "SETTINGS",
     "VLLM_DEFAULT_BLOCK_SIZE", "Budget", "CacheRule", "Engine", "EngineSettings", "EngineView",
     "KVPool", "PagedRule", "QuantizedCacheModel", "Release", "Setting", "StartupCheck", "StateRule",
     "StaticRule",

@@ -17,6 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 MAX_TOKENS = 100_000_000
 #: Longest JSON text a ``json`` setting takes (``--speculative-config``).
 MAX_JSON_CHARS = 600
+#: Longest name or path a ``text`` setting takes (``--speculative-draft-model-path``).
+MAX_TEXT_CHARS = 300
 
 
 @dataclass(frozen=True)
@@ -26,7 +28,7 @@ class Setting:
     name: str
     key: str
     flag: str
-    kind: Literal["int", "float", "bool", "tristate", "int_list", "json"]
+    kind: Literal["int", "float", "bool", "tristate", "int_list", "json", "text"]
     label: str
     help: str
     low: float | None = None
@@ -44,6 +46,8 @@ class Setting:
         text = text.strip()
         if self.kind == "json":
             return self._json(text)
+        if self.kind == "text":
+            return self._text(text)
         if len(text) > 40 + 12 * self.max_items:
             raise ValueError("too long")
         if self.kind in {"bool", "tristate"}:
@@ -69,6 +73,17 @@ class Setting:
         if not isinstance(value, dict):
             raise ValueError(f"expected a JSON object {{...}}, got {type(value).__name__}")
         return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+    def _text(self, text: str) -> str:
+        """A name or path of at most ``MAX_TEXT_CHARS`` printable characters (``--speculative-*``):
+        what it names is checked where it is used."""
+        if not text:
+            raise ValueError("empty")
+        if len(text) > MAX_TEXT_CHARS:
+            raise ValueError(f"longer than {MAX_TEXT_CHARS} characters")
+        if not text.isprintable():
+            raise ValueError("holds control characters")
+        return text
 
     def _number(self, text: str, kind: type, check_bounds: bool = True) -> Any:
         if kind is int and not (text.lstrip("-").isdigit() and len(text) <= 19):
@@ -211,6 +226,31 @@ SPECULATIVE_CONFIG = Setting(
     "directory with its config.json), num_speculative_tokens, draft_tensor_parallel_size (1 or tp). "
     "The drafter's attention layers join the target's KV-cache groups; its weights are loaded "
     "beside the target's (v0.33).")
+SPECULATIVE_ALGORITHM = Setting(
+    "speculative_algorithm", "qa", "--speculative-algorithm", "text", "speculative_algorithm",
+    "SGLang --speculative-algorithm: EAGLE, EAGLE3, NEXTN (EAGLE with the target's next-n layers), "
+    "STANDALONE (a small draft model) or NGRAM. The draft's KV joins the token pool's cell "
+    "(pool_configurator.py), its weights come off the KV budget, and --max-running-requests "
+    "defaults to 48 (SGLang 0.5.23).")
+SPECULATIVE_DRAFT_MODEL_PATH = Setting(
+    "speculative_draft_model_path", "qp", "--speculative-draft-model-path", "text",
+    "speculative_draft_model_path",
+    "SGLang --speculative-draft-model-path: the EAGLE head or draft model (a kvplan preset or a "
+    "directory with its config.json); empty = the target's own next-n layers where SGLang defaults "
+    "to them (DeepSeek-V3/V3.2, GLM-4.5 MoE, …).")
+SPECULATIVE_NUM_STEPS = Setting(
+    "speculative_num_steps", "qn", "--speculative-num-steps", "int", "speculative_num_steps",
+    "SGLang --speculative-num-steps: draft steps (empty = SGLang's choice, 3 or 5 by architecture).",
+    low=1, high=64)
+SPECULATIVE_EAGLE_TOPK = Setting(
+    "speculative_eagle_topk", "qk", "--speculative-eagle-topk", "int", "speculative_eagle_topk",
+    "SGLang --speculative-eagle-topk: branches per draft step (set with --speculative-num-steps).",
+    low=1, high=64)
+SPECULATIVE_NUM_DRAFT_TOKENS = Setting(
+    "speculative_num_draft_tokens", "qt", "--speculative-num-draft-tokens", "int",
+    "speculative_num_draft_tokens",
+    "SGLang --speculative-num-draft-tokens: tokens verified per step (steps + 1 when topk is 1).",
+    low=1, high=1024)
 
 
 LIMIT_MM_PER_PROMPT = Setting(
@@ -257,6 +297,11 @@ class EngineSettings(BaseModel):
     max_cpu_loras: int | None = _setting(None, MAX_CPU_LORAS)
     fully_sharded_loras: bool = _setting(False, FULLY_SHARDED_LORAS)
     speculative_config: str | None = _setting(None, SPECULATIVE_CONFIG)
+    speculative_algorithm: str | None = _setting(None, SPECULATIVE_ALGORITHM)
+    speculative_draft_model_path: str | None = _setting(None, SPECULATIVE_DRAFT_MODEL_PATH)
+    speculative_num_steps: int | None = _setting(None, SPECULATIVE_NUM_STEPS)
+    speculative_eagle_topk: int | None = _setting(None, SPECULATIVE_EAGLE_TOPK)
+    speculative_num_draft_tokens: int | None = _setting(None, SPECULATIVE_NUM_DRAFT_TOKENS)
     limit_mm_per_prompt: int | None = _setting(None, LIMIT_MM_PER_PROMPT)
     mm_max_pixels: int | None = _setting(None, MM_MAX_PIXELS)
 
@@ -272,6 +317,12 @@ class EngineSettings(BaseModel):
     def _speculative_json(cls, value: str | None) -> str | None:
         """Canonical JSON (``Setting.parse``); a ``ValueError`` names what is wrong."""
         return None if value is None else SPECULATIVE_CONFIG.parse(value)
+
+    @field_validator("speculative_algorithm", "speculative_draft_model_path")
+    @classmethod
+    def _text_setting(cls, value: str | None) -> str | None:
+        """A printable name or path (``Setting.parse``); a ``ValueError`` names what is wrong."""
+        return None if value is None else SPECULATIVE_ALGORITHM.parse(value)
 
     @model_validator(mode="before")
     @classmethod

@@ -13,6 +13,7 @@ from kvplan.dtypes import DTYPES, KV_DTYPE_CHOICES, WEIGHT_DTYPES
 from kvplan.engines import (
     DEFAULT_ENGINE,
     MAX_JSON_CHARS,
+    MAX_TEXT_CHARS,
     REGISTRY,
     SETTINGS,
     Engine,
@@ -101,7 +102,7 @@ def push_to_session(scenario: Scenario) -> list[str]:
         kind = SETTINGS[name].kind
         if kind == "tristate":
             value = next(k for k, v in _TRISTATE.items() if v is value)
-        elif kind in {"int_list", "json"}:
+        elif kind in {"int_list", "json", "text"}:
             value = "" if value is None else SETTINGS[name].format(value)
         state[key] = value
     state["w_tokens_exact"] = scenario.tokens
@@ -427,8 +428,9 @@ def _setting_widget(box: Any, setting: Setting, label: str, default: str) -> Non
     keep: dict[str, Any] = {"key": key, "help": help_text, **lazy.KEEP}
     if setting.kind == "tristate":
         box.selectbox(label, list(_TRISTATE), **keep)
-    elif setting.kind in {"int_list", "json"}:
-        chars = MAX_JSON_CHARS if setting.kind == "json" else 40 + 12 * setting.max_items
+    elif setting.kind in {"int_list", "json", "text"}:
+        chars = {"json": MAX_JSON_CHARS, "text": MAX_TEXT_CHARS}.get(setting.kind,
+                                                                    40 + 12 * setting.max_items)
         text = box.text_input(label, max_chars=chars,
                               placeholder=f"default: {default}", **keep)
         try:
@@ -457,7 +459,7 @@ def _changed_settings(labels: dict[str, tuple[str, str]]) -> list[str]:
     for name, (label, _) in labels.items():
         value = getattr(settings, name)
         text = st.session_state.get(SETTING_WIDGETS[name])
-        if SETTINGS[name].kind in {"int_list", "json"} and text and value is None:
+        if SETTINGS[name].kind in {"int_list", "json", "text"} and text and value is None:
             out.append(f"{label} {text!r} (invalid, not applied)")
             continue
         if value != EngineSettings.model_fields[name].default:
@@ -500,7 +502,7 @@ def _settings_from_widgets() -> EngineSettings:
         kind = SETTINGS[name].kind
         if kind == "tristate":
             values[name] = _TRISTATE.get(str(value))
-        elif kind in {"int_list", "json"}:
+        elif kind in {"int_list", "json", "text"}:
             try:
                 values[name] = SETTINGS[name].parse(str(value)) if value else None
             except ValueError:  # shown under its widget (_setting_widget) until corrected

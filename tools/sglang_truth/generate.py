@@ -262,7 +262,8 @@ def run_case(case: dict, workdir: Path, natives: set[str]) -> dict:
         free_after, pre = case["available_bytes"], 0
     else:
         free_before = H100_BYTES - case.get("cuda_context_bytes", 0)
-        free_after, pre = free_before - weights, free_before
+        # a draft's weights (tools/sglang_truth/spec_decode.py) are loaded before the profile too
+        free_after, pre = free_before - weights - case.get("draft_weights_bytes", 0), free_before
         record["weights_bytes"] = weights
         record["gpu_capacity_bytes"] = H100_BYTES
     kcc.get_available_gpu_memory = lambda *a, **k: free_after / GIB
@@ -289,6 +290,16 @@ def run_case(case: dict, workdir: Path, natives: set[str]) -> dict:
         "max_mamba_cache_size": rc.get_schedule().max_mamba_cache_size
         if kvc.mambaish_config is not None else None,
     }
+    if not spec.is_none():
+        aux = kvc.spec_aux_config
+        record["sglang"]["speculative"] = {
+            "speculative_algorithm": rc.get_spec().speculative_algorithm,
+            "speculative_num_steps": rc.get_spec().speculative_num_steps,
+            "speculative_eagle_topk": rc.get_spec().speculative_eagle_topk,
+            "speculative_num_draft_tokens": rc.get_spec().speculative_num_draft_tokens,
+            "eagle_draft_num_layers": aux.eagle_draft_num_layers,
+            "num_effective_layers": kvc.layer_info.num_effective_layers,
+        }
     return record
 
 

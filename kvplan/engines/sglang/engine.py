@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -34,7 +35,16 @@ from kvplan.engines.settings import EngineSettings
 from kvplan.engines.sglang.kv_dtype import resolve_auto_kv_dtype
 from kvplan.engines.sglang.log import SglangLog
 from kvplan.engines.sglang.lora import LORA_POOL_TERM, sglang_lora_term
+from kvplan.engines.sglang.spec_decode import (
+    SGL_SPEC_WEIGHTS_TERM,
+    SPEC_MAX_RUNNING_REQUESTS,
+    SglangSpec,
+    resolve_sglang_speculative,
+    sglang_spec_summary,
+    sglang_spec_weights_term,
+)
 from kvplan.engines.sglang.weights import sglang_loading_rules
+from kvplan.errors import KVPlanError
 
 if TYPE_CHECKING:
     from kvplan.presets import GPU
@@ -176,6 +186,12 @@ class SGLang(Engine):
         "max_loras": ("--max-loras-per-batch (LoRA buffer slots)", "1 here; SGLang's own default is 8"),
         "max_lora_rank": ("--max-lora-rank", "16"),
         "mtp": ("Load MTP layers (speculative decoding)", "off"),
+        "speculative_algorithm": ("--speculative-algorithm", "none"),
+        "speculative_draft_model_path": ("--speculative-draft-model-path",
+                                         "the target's next-n layers where SGLang defaults to them"),
+        "speculative_num_steps": ("--speculative-num-steps", "SGLang's choice by architecture"),
+        "speculative_eagle_topk": ("--speculative-eagle-topk", "SGLang's choice"),
+        "speculative_num_draft_tokens": ("--speculative-num-draft-tokens", "SGLang's choice"),
     }
     #: ``sglang/srt/configs/model_config.py`` ``ModelConfig.__init__``: a ``--context-length`` above
     #: the derived one raises unless ``SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1``.
@@ -209,12 +225,48 @@ class SGLang(Engine):
 
     def resolve_settings(self, settings: EngineSettings, tokens: int, gpu: GPU | None = None,
                          arch: ModelArch | None = None) -> EngineSettings:
-        """The page size the default attention backend forces on this GPU."""
+        """The page size the default attention backend forces on this GPU; with
+        ``--speculative-algorithm``: ``--max-running-requests`` 48 unless set
+        (``speculative_hook.py``) and the target's next-n layers loaded when they are the draft."""
+        update: dict[str, Any] = {}
         if settings.block_size is None and gpu is not None and arch is not None:
             page = sglang_default_page_size(gpu, arch)
             if page is not None:
-                return settings.model_copy(update={"block_size": page})
-        return settings
+                update["block_size"] = page
+        if arch is not None and settings.speculative_algorithm is not None:
+            spec = self.speculative(arch, settings, gpu)
+            if spec is not None and settings.max_num_seqs is None:
+                update["max_num_seqs"] = SPEC_MAX_RUNNING_REQUESTS
+            if spec is not None and spec.nextn_in_target and not settings.mtp:
+                update["mtp"] = True
+            if spec is not None and spec.eagle_topk > 1 and spec.algorithm != "NGRAM" \
+                    and gpu is not None and sglang_default_page_size(gpu, arch) == 64:
+                # speculative_hook.py _handle_eagle_family: the SM 10.x default backend
+                raise KVPlanError("sgl_spec.trtllm_topk", topk=spec.eagle_topk, gpu=gpu.name)
+        return settings.model_copy(update=update) if update else settings
+
+    def speculative(self, arch: ModelArch, settings: EngineSettings,
+                    gpu: GPU | None = None) -> SglangSpec | None:
+        """``--speculative-*`` as this release resolves them for ``arch``
+        (``engines/sglang/spec_decode.py``); None without ``--speculative-algorithm``."""
+        if settings.speculative_algorithm is None:
+            return None
+        hybrid_swa = (arch.architecture or "") in SGLANG_HYBRID_SWA_ARCHS \
+            and not settings.disable_hybrid_swa_memory and any(layer_window(x) for x in arch.layers)
+        return _speculative_cached(arch, settings.speculative_algorithm,
+                                   settings.speculative_draft_model_path,
+                                   settings.speculative_num_steps, settings.speculative_eagle_topk,
+                                   settings.speculative_num_draft_tokens, settings.tp, settings.pp,
+                                   settings.dp, hybrid_swa, self.release, self.loading_rules(gpu))
+
+    def speculative_summary(self, arch: ModelArch, gpu: GPU, settings: EngineSettings,
+                            kv_dtype: str) -> dict[str, object] | None:
+        """``fit --json``'s ``speculative`` (``spec_decode.sglang_spec_summary``)."""
+        spec = self.speculative(arch, settings, gpu)
+        if spec is None:
+            return None
+        view = self.stage_view(arch, kv_dtype, settings, [])
+        return sglang_spec_summary(spec, sum(r.token_bytes for r in view.rules))
 
     def unserved_reason(self, arch: ModelArch) -> str | None:
         if arch.architecture in SGLANG_UNSERVED_ARCHS:
@@ -297,6 +349,9 @@ class SGLang(Engine):
             terms.append(sglang_lora_term(arch, tp=settings.tp, max_loras_per_batch=settings.max_loras,
                                           max_lora_rank=settings.max_lora_rank,
                                           dtype=self.model_dtype(arch), release=self.release))
+        spec = self.speculative(arch, settings, gpu)
+        if spec is not None and (term := sglang_spec_weights_term(spec, self.release)) is not None:
+            terms.append(term)
         return Reserve(tuple(terms))
 
     def mem_fraction_static(self, capacity: int, settings: EngineSettings) -> float:
@@ -383,7 +438,10 @@ class SGLang(Engine):
                   budgets: list[int], notes: list[str]) -> KVPool:
         notes.extend(self.auto_kv_note(arch, kv_dtype))
         view = self.stage_view(arch, kv_dtype, settings, notes)
-        return SGLangPool(view, max(min(budgets), 0), settings, sglang_mm_reservation(arch))
+        spec = self.speculative(arch, settings, gpu)
+        if spec is not None and spec.notes:
+            notes.extend(spec.notes)
+        return SGLangPool(view, max(min(budgets), 0), settings, sglang_mm_reservation(arch), spec)
 
     def startup_check(self, arch: ModelArch, gpu: GPU, settings: EngineSettings, pool: KVPool,
                       tokens: int) -> StartupCheck:
@@ -417,6 +475,17 @@ class SGLang(Engine):
         """``kvplan.engines.sglang.weights.sglang_loading_rules`` (assumed equal to vLLM
         v0.33's scale rules)."""
         return sglang_loading_rules(self, gpu)
+
+
+@lru_cache(maxsize=64)
+def _speculative_cached(arch: ModelArch, algorithm: str, draft_path: str | None,
+                        num_steps: int | None, eagle_topk: int | None,
+                        num_draft_tokens: int | None, tp: int, pp: int, dp: int, hybrid_swa: bool,
+                        release: str, rules: LoadingRules) -> SglangSpec:
+    return resolve_sglang_speculative(arch, algorithm=algorithm, draft_path=draft_path,
+                                      num_steps=num_steps, eagle_topk=eagle_topk,
+                                      num_draft_tokens=num_draft_tokens, tp=tp, pp=pp, dp=dp,
+                                      hybrid_swa=hybrid_swa, release=release, rules=rules)
 
 
 def _per_worker(settings: EngineSettings) -> int | None:
@@ -477,10 +546,12 @@ class SGLangPool(KVPool):
     own pool (``_handle_max_mamba_cache``): ``K = int((budget × r / (1 + r) − state) // state)``
     slots (``--max-mamba-cache-size``: ``K`` as set), KV gets ``budget − (K + 1) × state``, and a
     request needs 5 slots. ``mm_reserve`` (``sglang_mm_reservation``) leaves the budget first.
+    With EAGLE-family / STANDALONE speculation the cell grows by the draft's share,
+    ``int(cell × draft_layers / num_layers)`` (``DefaultPoolConfigurator.__init__``).
     """
 
     def __init__(self, view: EngineView, budget: int, settings: EngineSettings | None = None,
-                 mm_reserve: int = 0) -> None:
+                 mm_reserve: int = 0, spec: SglangSpec | None = None) -> None:
         settings = settings or EngineSettings()
         self.view = view
         self.mm_reserve = mm_reserve
@@ -490,6 +561,9 @@ class SGLangPool(KVPool):
         full = sum(r.token_bytes for r in view.rules if not r.kind.windowed)
         swa = sum(r.token_bytes for r in view.rules if r.kind.windowed)
         self.cell = full + self.ratio * swa
+        self.spec = spec
+        self.draft_cell = spec.draft_cell(int(self.cell)) if spec is not None else 0
+        self.cell += self.draft_cell
         self.per_request_state = view.state_bytes
         self.mamba_slots = settings.max_mamba_cache_size
         kv, slots = self._split(np.asarray([budget], dtype=np.int64))
@@ -553,6 +627,13 @@ class SGLangPool(KVPool):
     def formulas(self, L: int) -> dict[str, str]:
         out = {"kv_pool_tokens": f"({self.kv_budget:,} // {self.cell:,.0f} B per token) // "
                                  f"{self.page} × {self.page} = {self.capacity:,}"}
+        if self.draft_cell and self.spec is not None:
+            target = int(self.cell) - self.draft_cell
+            out["spec_draft_kv"] = (
+                f"{self.spec.given} draft {self.spec.draft_name}: int({target:,} B × "
+                f"{self.spec.draft_layers} draft layers / {self.spec.target_layers} target layers) "
+                f"= {self.draft_cell:,} B more per token in the cell ({self.cell:,.0f} B) "
+                "(pool_configurator.py DefaultPoolConfigurator.__init__, SGLang 0.5.23)")
         if self.mm_reserve:
             out["kv_pool_tokens"] += (f"; {self.mm_reserve:,} B multimodal embedding cache taken "
                                       "first (SGLANG_VLM_CACHE_SIZE_MB, mm_runtime_reservation_gb)")
@@ -561,9 +642,12 @@ class SGLangPool(KVPool):
 
 def _split_reserve(reserve: int, detail: Reserve | None) -> tuple[int, int]:
     """(held before loading, allocated after loading): the LoRA pool (``lora_pool``) is built after
-    ``load_model`` and before the KV pool (``model_runner.py`` ``initialize``), so it is not scaled
-    by ``mem_fraction_static``; every other counted term (or a given total) is held before."""
+    ``load_model`` and before the KV pool (``model_runner.py`` ``initialize``), and the draft's
+    weights (``spec_draft_weights``) are loaded after ``pre_model_load_memory`` is measured, so
+    neither is scaled by ``mem_fraction_static``; every other counted term (or a given total) is
+    held before."""
     if detail is None or detail.total_override is not None:
         return reserve, 0
-    after = sum(t.bytes for t in detail.terms if t.counted and t.name == LORA_POOL_TERM)
+    after = sum(t.bytes for t in detail.terms
+                if t.counted and t.name in (LORA_POOL_TERM, SGL_SPEC_WEIGHTS_TERM))
     return reserve - after, after
