@@ -476,10 +476,17 @@ class Vllm(Engine):
                      tokens: int, budgets: np.ndarray) -> np.ndarray | None:
         """``startup_check`` for each row of per-stage ``budgets`` (``vllm_num_blocks``)."""
         assert isinstance(pool, VllmPagedPool)
-        blocks = vllm_num_blocks(budgets, pool.stage_per_block)
-        checks = [self._startup(arch, gpu, settings, int(n)) for n in np.ravel(blocks)]
-        return np.asarray([c.max_num_seqs if c.starts and c.max_num_seqs else 0 for c in checks],
-                          dtype=np.int64).reshape(np.shape(blocks))
+        blocks = np.asarray(vllm_num_blocks(budgets, pool.stage_per_block), dtype=np.int64)
+        # the check reads the block count only for models with recurrent state: one check per
+        # distinct count (one in all otherwise), not one per row
+        counts = (np.unique(blocks) if any(isinstance(layer, Recurrent) for layer in arch.distinct_layers())
+                  else np.zeros(1, dtype=np.int64))
+        caps = {int(n): self._startup(arch, gpu, settings, int(n)) for n in counts}
+        cap_of = {n: (c.max_num_seqs if c.starts and c.max_num_seqs else 0) for n, c in caps.items()}
+        if len(cap_of) == 1:
+            return np.full(np.shape(blocks), next(iter(cap_of.values())), dtype=np.int64)
+        index = np.searchsorted(counts, blocks)
+        return np.asarray([cap_of[int(n)] for n in counts], dtype=np.int64)[index]
 
     def in_flight_tokens(self, settings: EngineSettings, mnbt: int) -> int:
         """By the record's ``in_flight``: ``async`` — ``vllm/config/vllm.py`` ``max_in_flight_tokens
