@@ -321,6 +321,11 @@ class ModelArch(_Spec):
         return any(isinstance(layer, Attention) and layer.window for layer in self.distinct_layers())
 
     @property
+    def has_recurrent(self) -> bool:
+        """Whether any layer keeps a recurrent state (Mamba, gated-delta, linear attention)."""
+        return any(isinstance(layer, Recurrent) for layer in self.distinct_layers())
+
+    @property
     def is_mla(self) -> bool:
         return any(layer.kind is Kind.MLA for layer in self.distinct_layers())
 

@@ -360,18 +360,23 @@ class Vllm(Engine):
             arch = self.pool_arch(arch, settings)
         return super().view(arch, kv_dtype, settings, stage_layers, mla_block_size)
 
+    def blackwell_capture_cap(self, gpu: GPU) -> bool:
+        """Whether this release's Blackwell (SM 10.x) cap on CUDA-graph capture sizes applies to
+        ``gpu`` (``VllmRelease.blackwell_capture_cap``; ``memory.capture_sizes``)."""
+        major = int(float(gpu.compute_capability)) if gpu.compute_capability else 0
+        return major == 10 and self.record.blackwell_capture_cap
+
     def runtime_reserve(self, arch: ModelArch, gpu: GPU, settings: EngineSettings,
                         tokens: int) -> Reserve:
         """Activation peak of the profile run, non-torch memory and CUDA graphs
         (``kvplan.engines.vllm.memory``), as this release counts them."""
         record = self.record
-        major = int(float(gpu.compute_capability)) if gpu.compute_capability else 0
         terms = vllm_reserve_terms(
             arch, settings, self.model_dtype(arch), sampler=record.sampler_path,
             capture=record.capture_rule, graphs_counted=record.graphs_counted, release=self.release,
             mnbt=settings.max_num_batched_tokens or self.default_mnbt(gpu),
             max_num_seqs=settings.max_num_seqs or self.default_max_num_seqs(gpu),
-            blackwell=major == 10 and record.blackwell_capture_cap, v0=record.v0_profile)
+            blackwell=self.blackwell_capture_cap(gpu), v0=record.v0_profile)
         return Reserve(terms + self.lora_terms(arch, gpu, settings, terms)
                        + self.spec_terms(arch, gpu, settings, terms)
                        + self.mm_terms(arch, gpu, settings, tokens))
@@ -384,10 +389,9 @@ class Vllm(Engine):
         if spec is None:
             return ()
         record = self.record
-        major = int(float(gpu.compute_capability)) if gpu.compute_capability else 0
         seqs = settings.max_num_seqs or self.default_max_num_seqs(gpu)
         mnbt = settings.max_num_batched_tokens or self.default_mnbt(gpu)
-        blackwell = major == 10 and record.blackwell_capture_cap
+        blackwell = self.blackwell_capture_cap(gpu)
         graphs = next((t for t in terms if t.name == "cuda_graphs"), None)
         base = 0 if settings.enforce_eager else len(capture_sizes(record.capture_rule, seqs, mnbt,
                                                                   blackwell))
@@ -404,10 +408,9 @@ class Vllm(Engine):
             return None
         dtype = self.kv_dtype(arch, kv_dtype)
         per_token = sum(self.token_bytes(layer, dtype, settings.tp) for layer in spec.draft_layers)
-        major = int(float(gpu.compute_capability)) if gpu.compute_capability else 0
         return spec_summary(spec, per_token, settings.max_num_seqs or self.default_max_num_seqs(gpu),
                             settings.max_num_batched_tokens or self.default_mnbt(gpu),
-                            major == 10 and self.record.blackwell_capture_cap)
+                            self.blackwell_capture_cap(gpu))
 
     def drops_towers(self, settings: EngineSettings) -> bool:
         """``--limit-mm-per-prompt`` 0 where the release then skips the towers' weights
@@ -457,7 +460,6 @@ class Vllm(Engine):
         return self._startup(arch, gpu, settings, pool.num_blocks or 0)
 
     def _startup(self, arch: ModelArch, gpu: GPU, settings: EngineSettings, num_blocks: int) -> StartupCheck:
-        major = int(float(gpu.compute_capability)) if gpu.compute_capability else 0
         default = self.default_max_num_seqs(gpu)
         seqs = settings.max_num_seqs or default  # resolve_settings fills the default in
         source = "set" if seqs != default else (f"the {self.release} default for {gpu.name} "
@@ -465,7 +467,7 @@ class Vllm(Engine):
         return vllm_startup_check(
             self.record, self.release, arch, settings, num_blocks, seqs,
             settings.max_num_batched_tokens or self.default_mnbt(gpu),
-            blackwell=major == 10 and self.record.blackwell_capture_cap, cap_source=source)
+            blackwell=self.blackwell_capture_cap(gpu), cap_source=source)
 
     def dp_flags(self, dp: int, tp: int) -> str:
         """``vllm serve --data-parallel-size dp --tensor-parallel-size tp --enable-expert-parallel``
@@ -479,8 +481,7 @@ class Vllm(Engine):
         blocks = np.asarray(vllm_num_blocks(budgets, pool.stage_per_block), dtype=np.int64)
         # the check reads the block count only for models with recurrent state: one check per
         # distinct count (one in all otherwise), not one per row
-        counts = (np.unique(blocks) if any(isinstance(layer, Recurrent) for layer in arch.distinct_layers())
-                  else np.zeros(1, dtype=np.int64))
+        counts = np.unique(blocks) if arch.has_recurrent else np.zeros(1, dtype=np.int64)
         caps = {int(n): self._startup(arch, gpu, settings, int(n)) for n in counts}
         cap_of = {n: (c.max_num_seqs if c.starts and c.max_num_seqs else 0) for n, c in caps.items()}
         if len(cap_of) == 1:
@@ -536,8 +537,7 @@ class Vllm(Engine):
 
     def unserved_reason(self, arch: ModelArch) -> str | None:
         """V0 (``serves_recurrent`` False) keeps recurrent states in a separate Mamba cache."""
-        if not self.record.serves_recurrent and any(
-                isinstance(layer, Recurrent) for layer in arch.distinct_layers()):
+        if not self.record.serves_recurrent and arch.has_recurrent:
             return "V0 keeps recurrent states in a separate Mamba cache that kvplan does not model"
         return None
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from kvplan.arch import ModelArch, Recurrent
+from kvplan.arch import ModelArch
 from kvplan.engines.base import StartupCheck
 from kvplan.engines.settings import EngineSettings
 from kvplan.engines.vllm.memory import capture_sizes
@@ -40,7 +40,7 @@ def vllm_startup_check(record: VllmRelease, release: str, arch: ModelArch, setti
     capture sizes by ``memory.capture_sizes`` (``config/vllm.py`` ``_set_cudagraph_sizes``)."""
     sizes = () if settings.enforce_eager else tuple(
         capture_sizes(record.capture_rule, max_num_seqs, mnbt, blackwell))
-    has_state = any(isinstance(layer, Recurrent) for layer in arch.distinct_layers())
+    has_state = arch.has_recurrent
     blocks = num_blocks if has_state else None
     rule = record.state_block_check
     full_graphs = not settings.enforce_eager and rule != "none"
