@@ -73,6 +73,16 @@ def _positive(name: str, high: int) -> Callable[[str], Any]:
     return _number(name, int, 1, high)
 
 
+def _kv_transfer_config(text: str) -> tuple[str, str]:
+    """``disagg --kv-transfer-config``: vLLM's JSON, read by the vLLM package's own parser."""
+    from kvplan.engines.vllm.transfer import parse_kv_transfer_config
+
+    try:
+        return parse_kv_transfer_config(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{exc} (got {short(text)})") from None
+
+
 def _setting_type(setting: Setting) -> Callable[[str], Any]:
     """argparse type of a declared engine setting: its own parser and bounds."""
     def convert(text: str) -> Any:
@@ -324,8 +334,14 @@ def build_parser() -> argparse.ArgumentParser:
     dis.add_argument("--decode-tp", type=_positive("--decode-tp", 4096), default=1)
     dis.add_argument("--prefill-instances", type=_positive("--prefill-instances", 4096), default=1)
     dis.add_argument("--decode-instances", type=_positive("--decode-instances", 4096), default=1)
-    dis.add_argument("--kv-connector", choices=["nixl", "mooncake"], default="nixl")
-    dis.add_argument("--kv-buffer-device", choices=["cuda", "cpu"], default="cuda")
+    dis.add_argument("--kv-transfer-config", type=_kv_transfer_config, metavar="JSON",
+                     help='vLLM\'s --kv-transfer-config, e.g. \'{"kv_connector": "NixlConnector", '
+                          '"kv_role": "kv_both", "kv_buffer_device": "cuda"}\' (NixlConnector, '
+                          'MooncakeConnector)')
+    dis.add_argument("--kv-connector", choices=["nixl", "mooncake"],
+                     help="shorthand for kv_connector (default nixl)")
+    dis.add_argument("--kv-buffer-device", choices=["cuda", "cpu"],
+                     help="shorthand for kv_buffer_device (default cuda)")
     dis.add_argument("--link-gbps", type=_number("--link-gbps", float, 0.001, 100_000),
                      help="prefill↔decode GB/s per rank per direction (default: the decode "
                           "accelerator's scale-up link; across nodes give the NIC's rate)")
@@ -1160,10 +1176,19 @@ def cmd_disagg(args: argparse.Namespace) -> int:
                          settings=settings_from_args(args, tp=tp))
         return make_plan(arch, get_gpu(gpu), query)
 
+    connector, buffer_device = args.kv_transfer_config or ("nixl", "cuda")
+    for typed, value, field in ((args.kv_connector, connector, "kv_connector"),
+                                (args.kv_buffer_device, buffer_device, "kv_buffer_device")):
+        if typed is not None and args.kv_transfer_config and typed != value:
+            print(f"error: --kv-{field[3:].replace('_', '-')} {typed} disagrees with "
+                  f"--kv-transfer-config {field} ({value}); give one", file=sys.stderr)
+            return 2
+    connector = args.kv_connector or connector
+    buffer_device = args.kv_buffer_device or buffer_device
     prefill, decode = side(args.prefill_gpu, args.prefill_tp), side(args.decode_gpu, args.decode_tp)
     dq = DisaggQuery(prompt_tokens=args.tokens, output_tokens=args.output_tokens,
                      prefill_instances=args.prefill_instances, decode_instances=args.decode_instances,
-                     connector=args.kv_connector, kv_buffer_device=args.kv_buffer_device,
+                     connector=connector, kv_buffer_device=buffer_device,
                      link_gbps=args.link_gbps)
     answer = disagg(prefill, decode, dq)
     ratio = pd_ratio(prefill, decode, dq, args.rps) if args.rps else None

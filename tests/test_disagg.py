@@ -9,7 +9,9 @@ ai-dynamo/aiconfigurator PR#1380.
 
 from __future__ import annotations
 
+import json
 import math
+import re
 
 import pytest
 
@@ -134,3 +136,42 @@ def test_prefill_decode_ratio_vs_traffic() -> None:
     assert [row.prefill_instances for row in answer.rows] == expected
     assert all(row.decode_instances >= 1 for row in answer.rows)
     assert answer.rows[-1].decode_instances == math.ceil(50 * 1024 / answer.decode_tokens_per_s)
+
+
+def test_kv_transfer_config_is_read_as_vllm_names_it() -> None:
+    """vLLM 0.33 config/kv_transfer.py ``KVTransferConfig``: ``kv_connector`` a factory name
+    (kv_connector/factory.py), ``kv_buffer_device`` defaulting to the platform's ``cuda``."""
+    from kvplan.engines.vllm.transfer import parse_kv_transfer_config
+
+    assert parse_kv_transfer_config('{"kv_connector": "NixlConnector", "kv_role": "kv_both"}') == \
+        ("nixl", "cuda")
+    assert parse_kv_transfer_config('{"kv_connector": "MooncakeConnector", "kv_role": "kv_consumer", '
+                                    '"kv_buffer_device": "cpu"}') == ("mooncake", "cpu")
+    for text, message in (("[1]", "must be a JSON object"), ("{", "not valid JSON"),
+                          ('{"kv_connector": "NixlConnector", "kv_buffer": "cpu"}', "no field 'kv_buffer'"),
+                          ('{"kv_connector": "P2pNcclConnector"}', '"P2pNcclConnector" is not modelled'),
+                          ('{"kv_connector": "NixlConnector", "kv_buffer_device": "xpu"}',
+                           '"xpu" is not one of cuda, cpu'),
+                          ('{"kv_connector": "NixlConnector", "kv_role": "both"}', '"both" is not one of')):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            parse_kv_transfer_config(text)
+
+
+def test_cli_disagg_takes_kv_transfer_config_and_refuses_a_contradiction() -> None:
+    from cli_helpers import run_cli
+
+    base = ["disagg", "--model", "llama-3.1-8b", "--tokens", "4000", "--prefill-gpu", "h100-sxm",
+            "--decode-gpu", "h100-sxm", "--json"]
+    code, out, err = run_cli([*base, "--kv-transfer-config",
+                              '{"kv_connector": "NixlConnector", "kv_buffer_device": "cpu"}'])
+    assert code == 0, err
+    via_json = json.loads(out)
+    code, out, err = run_cli([*base, "--kv-connector", "nixl", "--kv-buffer-device", "cpu"])
+    assert code == 0, err
+    assert json.loads(out) == via_json and via_json["staging_host_bytes_per_rank"] > 0
+    code, _, err = run_cli([*base, "--kv-buffer-device", "cuda", "--kv-transfer-config",
+                            '{"kv_connector": "NixlConnector", "kv_buffer_device": "cpu"}'])
+    assert code == 2 and "--kv-buffer-device cuda disagrees with --kv-transfer-config " \
+        "kv_buffer_device (cpu)" in err
+    code, _, err = run_cli([*base, "--kv-transfer-config", '{"kv_connector": "Nope"}'])
+    assert code == 2 and 'kv_connector "Nope" is not modelled' in err and "Traceback" not in err
