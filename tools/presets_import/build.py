@@ -135,6 +135,11 @@ CHECKPOINTS: dict[str, str] = {
     "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4": "Nemotron-3",
     "nvidia/NVIDIA-Nemotron-3.5-Lightning-30B-A3B-NVFP4": "Nemotron-3.5",
     "Qwen/Qwen3-32B-FP8-Static-PerTensor": "Qwen3",
+    # from the Hub's own pages (HUB_PAGES)
+    "MiniMaxAI/MiniMax-M2": "MiniMax-M2",
+    "amd/Llama-3.1-8B-Instruct-FP8-KV": "Llama-3.1",
+    "amd/Llama-3.1-70B-Instruct-FP8-KV": "Llama-3.1",
+    "neuralmagic/Qwen2-7B-Instruct-FP8": "Qwen2",
 }
 
 #: Raw files not at the tip (renamed or removed later): file → (commit, path) of the version read.
@@ -191,6 +196,27 @@ EARLIER_COPIES: dict[str, tuple[str, str]] = {
              "aic-core/src/aiconfigurator_core/model_configs/nvidia--GLM-5.3-NVFP4_hf_quant_config.json"),
     "RedHatAI--DeepSeek-V4-Flash-NVFP4-FP8_config.json": ("5d4aa2df64e4b2e2d14d6b9f129fcf941c491af8",
              "aic-core/src/aiconfigurator_core/model_configs/RedHatAI--DeepSeek-V4-Flash-NVFP4-FP8_config.json"),
+}
+
+
+#: Raw files read from the Hub's own page of the file at a fixed commit (the docs corpus of the
+#: search tools stores such pages; the page shows the whole file, written into ``--raw`` with its
+#: keys and values as on the page): file → the page's URL.
+HUB_PAGES: dict[str, str] = {
+    "MiniMaxAI--MiniMax-M2_config.json":
+        "https://huggingface.co/MiniMaxAI/MiniMax-M2/blob/fbd8a14b6d10042f57f4a06fa9a2d30035c8d072/config.json"
+        " (the Hub's page of the file at commit fbd8a14, read with the search tools' docs corpus)",
+    "amd--Llama-3.1-8B-Instruct-FP8-KV_config.json":
+        "https://huggingface.co/amd/Llama-3.1-8B-Instruct-FP8-KV/blame/refs%2Fpr%2F6/config.json"
+        " (the Hub's blame page of the file, commit f7b915a, on the refs/pr/6 branch; 'File size: "
+        "1,149 Bytes', which the copy written from it has to the byte)",
+    "amd--Llama-3.1-70B-Instruct-FP8-KV_config.json":
+        "https://huggingface.co/amd/Llama-3.1-70B-Instruct-FP8-KV/blob/1f903f121840fb6f97bf3b29b454dfc345d0f897/config.json"
+        " (the Hub's page of the file at commit 1f903f1)",
+    "neuralmagic--Qwen2-7B-Instruct-FP8_config.json":
+        "https://huggingface.co/neuralmagic/Qwen2-7B-Instruct-FP8/blob/main/config.json"
+        " (the Hub's page of the file, commit ffbbf10; '848 Bytes', which the copy written from "
+        "it has to the byte; neuralmagic is now RedHatAI)",
 }
 
 
@@ -315,6 +341,8 @@ def build(raw: Path, commit: str, date: str,
             skipped[repo] = trimmed
             continue
         def copy_of(name: str) -> str:
+            if name in HUB_PAGES:
+                return HUB_PAGES[name]
             at, path = EARLIER_COPIES.get(name, (commit, f"{COPY}/{name}"))
             return f"https://github.com/ai-dynamo/aiconfigurator/blob/{at}/{path}"
 
