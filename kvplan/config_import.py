@@ -1043,9 +1043,11 @@ _ALL_BIAS_TYPES = {"opt", "gpt_neox"}
 #: earlier second definition with the Qwen3.5 types was shadowed by this one.)
 _QK_NORM_TYPES = {"qwen3", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen3_5_text",
                   "qwen3_5_moe_text", "gemma3", "gemma3_text", "gemma4", "gemma4_text", "olmo2"}
-#: Families whose q/k RMSNorm spans the whole projection when ``qk_norm_type`` is "per_layer"
-#: (transformers modeling_minimax_m2.py ``MiniMaxM2Attention``: ``q_norm`` of ``heads × head_dim``,
-#: ``k_norm`` of ``kv_heads × head_dim``; vLLM minimax_m2.py the same).
+#: Families whose q/k RMSNorm spans the whole projection, whatever the config says (transformers
+#: modeling_minimax_m2.py ``MiniMaxM2Attention``: ``q_norm`` of ``heads × head_dim``, ``k_norm`` of
+#: ``kv_heads × head_dim``, built unconditionally; vLLM minimax_m2.py ``MiniMaxM2Attention`` the
+#: same). The Hub's transformers-5 MiniMax-M2 config drops ``use_qk_norm``/``qk_norm_type``; the
+#: norms are there all the same.
 _QK_NORM_FULL_TYPES = {"minimax_m2"}
 
 
@@ -1137,8 +1139,7 @@ def _weight_spec(cfg: _Cfg, outer: _Cfg, model_type: str, n_layers: int, moe: Mo
     names = {"mixtral": ("block_sparse_moe", "gate"), "gpt_oss": ("mlp", "router"),
              "llama4": ("feed_forward", "router"), "llama4_text": ("feed_forward", "router")}
     mlp_name, router_name = names.get(model_type, ("mlp", "gate"))
-    qk_full = model_type in _QK_NORM_FULL_TYPES and cfg.get("use_qk_norm") is True \
-        and cfg.get("qk_norm_type") == "per_layer"
+    qk_full = model_type in _QK_NORM_FULL_TYPES
     return WeightSpec(
         moe_layers=moe_layer_indices(cfg, n_layers, moe) if moe is not None else None,
         attention_bias=all_bias or model_type in _QKV_BIAS_TYPES or bias is True,

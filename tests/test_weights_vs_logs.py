@@ -112,11 +112,11 @@ CASES: dict[str, tuple[str, int, str, str | None, str]] = {
            "the checkpoint by its Hub id, no format flag: block-FP8 (128×128) experts and attention "
            "with an fp32 scale per block (the Triton FP8 MoE backend keeps them), bf16 embeddings, "
            "router, norms and lm_head; NVIDIA's v0.13.0 build on a GB10: 29.0336 GiB vs 29.0435 (−0.03 %)"),
-    "45": ("MiniMaxAI/MiniMax-M2.5", 4, "vllm@0.17", "h100-sxm",
-           "MiniMax-M2 with the MiniMax-M2.5 preset's architecture (MiniMax's guide: one deployment for "
-           "M2, M2.1, M2.5), native block-FP8, per rank at TP 4 (256 experts split 4 ways, vocab split): "
-           "53.6253 GiB vs 53.75 (−0.23 %: the log's 2 decimals, FLASHINFER_CUTLASS layout)"),
-    "46": ("MiniMaxAI/MiniMax-M2.5", 4, "vllm@0.13", "h100-sxm",
+    "45": ("MiniMaxAI/MiniMax-M2", 4, "vllm@0.17", "h100-sxm",
+           "the checkpoint by its Hub id (its config.json from the Hub's page at commit fbd8a14), "
+           "native block-FP8, per rank at TP 4 (256 experts split 4 ways, vocab split): 53.6253 GiB "
+           "vs 53.75 (−0.23 %: the log's 2 decimals, FLASHINFER_CUTLASS layout)"),
+    "46": ("MiniMaxAI/MiniMax-M2", 4, "vllm@0.13", "h100-sxm",
            "as 45 on v0.11.2 (Triton FP8 MoE backend): 53.6253 GiB vs 53.7529 (−0.24 %: buffers the "
            "parameters do not count — rotary cache, MoE block-scale padding —, not broken down)"),
     "47": ("gpt-oss-120b", 1, "vllm@0.19", "h100-sxm",

@@ -109,6 +109,37 @@ CHECKPOINTS: dict[str, str] = {
     "nvidia/Kimi-K2.6-NVFP4": "Kimi-K2.6",
     "nvidia/Kimi-K2.7-Code-NVFP4": "Kimi-K2.7",
     "XiaomiMiMo/MiMo-V2-Flash": "MiMo-V2",
+    # added 2026-12-02 (issue #25 part A, the copies not read before, tip and earlier commits):
+    # Qwen3.8 written; the rest are refused by name (NOT_EXACT or the reason printed)
+    "Qwen/Qwen3.8-2.4T-A95B": "Qwen3.8",
+    "Qwen/Qwen3.8-2.4T-A95B-FP8": "Qwen3.8",
+    "zai-org/GLM-5.1": "GLM-5",
+    "zai-org/GLM-5.1-FP8": "GLM-5",
+    "nvidia/GLM-5.1-NVFP4": "GLM-5",
+    "zai-org/GLM-5.2": "GLM-5",
+    "zai-org/GLM-5.2-FP8": "GLM-5",
+    "nvidia/GLM-5.2-NVFP4": "GLM-5",
+    "zai-org/GLM-5.3": "GLM-5",
+    "zai-org/GLM-5.3-FP8": "GLM-5",
+    "nvidia/GLM-5.3-NVFP4": "GLM-5",
+    "MiniMaxAI/MiniMax-M3": "MiniMax-M3",
+    "nvidia/MiniMax-M3-NVFP4": "MiniMax-M3",
+    "moonshotai/Kimi-K3": "Kimi-K3",
+    "stepfun-ai/Step-3.7-Flash-FP8": "Step-3",
+    "deepseek-ai/DeepSeek-V4-Pro": "DeepSeek-V4",
+    "sgl-project/DeepSeek-V4-Flash-FP8": "DeepSeek-V4",
+    "sgl-project/DeepSeek-V4-Pro-FP8": "DeepSeek-V4",
+    "nvidia/DeepSeek-V4-Flash-NVFP4": "DeepSeek-V4",
+    "nvidia/DeepSeek-V4-Pro-NVFP4": "DeepSeek-V4",
+    "RedHatAI/DeepSeek-V4-Flash-NVFP4-FP8": "DeepSeek-V4",
+    "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4": "Nemotron-3",
+    "nvidia/NVIDIA-Nemotron-3.5-Lightning-30B-A3B-NVFP4": "Nemotron-3.5",
+    "Qwen/Qwen3-32B-FP8-Static-PerTensor": "Qwen3",
+    # from the Hub's own pages (HUB_PAGES)
+    "MiniMaxAI/MiniMax-M2": "MiniMax-M2",
+    "amd/Llama-3.1-8B-Instruct-FP8-KV": "Llama-3.1",
+    "amd/Llama-3.1-70B-Instruct-FP8-KV": "Llama-3.1",
+    "neuralmagic/Qwen2-7B-Instruct-FP8": "Qwen2",
 }
 
 #: Raw files not at the tip (renamed or removed later): file → (commit, path) of the version read.
@@ -149,6 +180,43 @@ EARLIER_COPIES: dict[str, tuple[str, str]] = {
              "src/aiconfigurator/model_configs/Qwen--Qwen2.5-1.5B_config.json"),
     "deepseek-ai--DeepSeek-R1-Distill-Qwen-32B_config.json": ("39033e8cd1f8aa03770a7820bce974ea9238eff9",
              "src/aiconfigurator/model_configs/deepseek-ai--DeepSeek-R1-Distill-Qwen-32B_config.json"),
+    # read 2026-12-02: the Qwen3.8-2.4T-A95B copies are on the branch
+    # yimingl/aic-1762-qwen38-max-support only, commit "bundle Qwen3.8-2.4T-A95B (+FP8) configs"
+    "Qwen--Qwen3.8-2.4T-A95B_config.json": ("4e097080cc19566e5606700e02bfdebd9e6c24bd",
+             "aic-core/src/aiconfigurator_core/model_configs/Qwen--Qwen3.8-2.4T-A95B_config.json"),
+    "Qwen--Qwen3.8-2.4T-A95B-FP8_config.json": ("4e097080cc19566e5606700e02bfdebd9e6c24bd",
+             "aic-core/src/aiconfigurator_core/model_configs/Qwen--Qwen3.8-2.4T-A95B-FP8_config.json"),
+    "zai-org--GLM-5.3_config.json": ("46cae4c6e9ed29ca7fcbd0eb3d3b80a30a97508e",
+             "aic-core/src/aiconfigurator_core/model_configs/zai-org--GLM-5.3_config.json"),
+    "zai-org--GLM-5.3-FP8_config.json": ("46cae4c6e9ed29ca7fcbd0eb3d3b80a30a97508e",
+             "aic-core/src/aiconfigurator_core/model_configs/zai-org--GLM-5.3-FP8_config.json"),
+    "nvidia--GLM-5.3-NVFP4_config.json": ("058ade07769af989880324456b30f6e4350fc963",
+             "aic-core/src/aiconfigurator_core/model_configs/nvidia--GLM-5.3-NVFP4_config.json"),
+    "nvidia--GLM-5.3-NVFP4_hf_quant_config.json": ("7981231daf416735e88e450b8f739d48d832a09c",
+             "aic-core/src/aiconfigurator_core/model_configs/nvidia--GLM-5.3-NVFP4_hf_quant_config.json"),
+    "RedHatAI--DeepSeek-V4-Flash-NVFP4-FP8_config.json": ("5d4aa2df64e4b2e2d14d6b9f129fcf941c491af8",
+             "aic-core/src/aiconfigurator_core/model_configs/RedHatAI--DeepSeek-V4-Flash-NVFP4-FP8_config.json"),
+}
+
+
+#: Raw files read from the Hub's own page of the file at a fixed commit (the docs corpus of the
+#: search tools stores such pages; the page shows the whole file, written into ``--raw`` with its
+#: keys and values as on the page): file → the page's URL.
+HUB_PAGES: dict[str, str] = {
+    "MiniMaxAI--MiniMax-M2_config.json":
+        "https://huggingface.co/MiniMaxAI/MiniMax-M2/blob/fbd8a14b6d10042f57f4a06fa9a2d30035c8d072/config.json"
+        " (the Hub's page of the file at commit fbd8a14, read with the search tools' docs corpus)",
+    "amd--Llama-3.1-8B-Instruct-FP8-KV_config.json":
+        "https://huggingface.co/amd/Llama-3.1-8B-Instruct-FP8-KV/blame/refs%2Fpr%2F6/config.json"
+        " (the Hub's blame page of the file, commit f7b915a, on the refs/pr/6 branch; 'File size: "
+        "1,149 Bytes', which the copy written from it has to the byte)",
+    "amd--Llama-3.1-70B-Instruct-FP8-KV_config.json":
+        "https://huggingface.co/amd/Llama-3.1-70B-Instruct-FP8-KV/blob/1f903f121840fb6f97bf3b29b454dfc345d0f897/config.json"
+        " (the Hub's page of the file at commit 1f903f1)",
+    "neuralmagic--Qwen2-7B-Instruct-FP8_config.json":
+        "https://huggingface.co/neuralmagic/Qwen2-7B-Instruct-FP8/blob/main/config.json"
+        " (the Hub's page of the file, commit ffbbf10; '848 Bytes', which the copy written from "
+        "it has to the byte; neuralmagic is now RedHatAI)",
 }
 
 
@@ -191,6 +259,30 @@ NOT_EXACT: dict[str, str] = {
     "nvidia/Llama-3_3-Nemotron-Super-49B-v1": "nemotron-nas (per-layer block_configs): kvplan "
                                               "counts 88B parameters for a model its name "
                                               "calls 49B",
+    # read 2026-12-02 (issue #25 part A): refused by name
+    **{repo: "glm_moe_dsa (as zai-org/GLM-5: the DSA indexer's weights are not counted; refused "
+             "in the conformance table)"
+       for repo in ("zai-org/GLM-5.1", "zai-org/GLM-5.1-FP8", "nvidia/GLM-5.1-NVFP4",
+                    "zai-org/GLM-5.2", "zai-org/GLM-5.2-FP8", "nvidia/GLM-5.2-NVFP4",
+                    "zai-org/GLM-5.3", "zai-org/GLM-5.3-FP8", "nvidia/GLM-5.3-NVFP4")},
+    **{repo: "deepseek_v4 compressed attention (as deepseek-ai/DeepSeek-V4-Flash: refused in the "
+             "conformance table)"
+       for repo in ("deepseek-ai/DeepSeek-V4-Pro", "sgl-project/DeepSeek-V4-Flash-FP8",
+                    "sgl-project/DeepSeek-V4-Pro-FP8", "nvidia/DeepSeek-V4-Flash-NVFP4",
+                    "nvidia/DeepSeek-V4-Pro-NVFP4", "RedHatAI/DeepSeek-V4-Flash-NVFP4-FP8")},
+    "MiniMaxAI/MiniMax-M3": "minimax_m3 (mixed sparse/dense MoE with a vision tower, "
+                            "minimax_m3_vl): not in the conformance table",
+    "nvidia/MiniMax-M3-NVFP4": "ModelOpt MIXED_PRECISION (refused by name by kvplan) over "
+                               "minimax_m3_vl",
+    "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4": "as the FP8 release (latent MoE not sized)",
+    "nvidia/NVIDIA-Nemotron-3.5-Lightning-30B-A3B-NVFP4": "ModelOpt MIXED_PRECISION, which kvplan "
+                                                          "refuses by name",
+    "moonshotai/Kimi-K3": "kimi_linear without head_dim (hidden 7,168 is no multiple of 96 "
+                          "heads): kvplan refuses the config by name",
+    "stepfun-ai/Step-3.7-Flash-FP8": "step3p7: not in the conformance table",
+    "Qwen/Qwen3-32B-FP8-Static-PerTensor": "no such repository is named on the Hub by any source "
+                                           "found (the copy pairs a Qwen/ name with a ModelOpt "
+                                           "hf_quant_config.json: a locally quantized checkpoint)",
 }
 
 
@@ -220,10 +312,15 @@ def _trimmed(repo: str, config: dict[str, Any], hf_quant: dict[str, Any] | None)
     return ""
 
 
-def build(raw: Path, commit: str, date: str) -> tuple[list[str], dict[str, str]]:
+def build(raw: Path, commit: str, date: str,
+          only: frozenset[str] = frozenset()) -> tuple[list[str], dict[str, str]]:
+    """Write the presets of ``CHECKPOINTS`` (only those named in ``only`` when it is given, so a
+    run for new checkpoints leaves the others' read dates as they are)."""
     written: list[str] = []
     skipped: dict[str, str] = {}
     for repo, family in CHECKPOINTS.items():
+        if only and repo not in only:
+            continue
         stem = repo.replace("/", "--")
         path = raw / f"{stem}_config.json"
         if not path.exists():
@@ -244,6 +341,8 @@ def build(raw: Path, commit: str, date: str) -> tuple[list[str], dict[str, str]]
             skipped[repo] = trimmed
             continue
         def copy_of(name: str) -> str:
+            if name in HUB_PAGES:
+                return HUB_PAGES[name]
             at, path = EARLIER_COPIES.get(name, (commit, f"{COPY}/{name}"))
             return f"https://github.com/ai-dynamo/aiconfigurator/blob/{at}/{path}"
 
@@ -289,8 +388,9 @@ def main() -> None:
     parser.add_argument("--raw", type=Path, required=True)
     parser.add_argument("--commit", required=True)
     parser.add_argument("--date", required=True)
+    parser.add_argument("--only", nargs="*", default=[], help="Hub repo ids to write (default: all)")
     args = parser.parse_args()
-    written, skipped = build(args.raw, args.commit, args.date)
+    written, skipped = build(args.raw, args.commit, args.date, frozenset(args.only))
     for repo in written:
         print("wrote  ", repo)
     for repo, why in skipped.items():
