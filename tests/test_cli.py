@@ -394,6 +394,28 @@ def reach(code: str, tmp_path) -> str:
         }[code]
         return cli_error(["fit", "--model", model, "--gpu", gpu, "--tokens", "8", "--engine",
                           "sglang", *more])
+    if code.startswith("trt_spec."):  # TensorRT-LLM speculative_config (tests/test_trtllm_spec_decode.py)
+        head = str(Path(__file__).resolve().parent / "fixtures/configs/llama3-8B-eagle3.json")
+        eagle = json.dumps({"decoding_type": "Eagle3", "max_draft_len": 3, "speculative_model": head})
+        model, spec, more = {
+            "trt_spec.key": ("llama-3.1-8b", '{"decoding_type":"Eagle3","draft":1}', []),
+            "trt_spec.type": ("llama-3.1-8b", '{"decoding_type":"Eagle3","max_draft_len":"3"}', []),
+            "trt_spec.decoding_type": ("llama-3.1-8b", '{"decoding_type":"eagle9"}', []),
+            "trt_spec.unmodelled": ("llama-3.1-8b", '{"decoding_type":"Medusa","max_draft_len":3}', []),
+            "trt_spec.max_draft_len": ("llama-3.1-8b", '{"decoding_type":"NGram"}', []),
+            "trt_spec.no_model": ("llama-3.1-8b", '{"decoding_type":"Draft_Target","max_draft_len":3}',
+                                  []),
+            "trt_spec.no_mtp": ("llama-3.1-8b", '{"decoding_type":"MTP"}', []),
+            "trt_spec.mtp_two_model": ("deepseek-v3", '{"decoding_type":"MTP","mtp_eagle_one_model":false}',
+                                       ["--tp", "8", "--num-gpus", "8"]),
+            "trt_spec.pp": ("llama-3.1-8b", eagle, ["--pp", "2", "--num-gpus", "2"]),
+            "trt_spec.hybrid": ("qwen3-next-80b-a3b", '{"decoding_type":"NGram","max_draft_len":3}',
+                                ["--tp", "4", "--num-gpus", "4"]),
+            "trt_spec.vswa": ("llama-3.1-8b", eagle, ["--max-attention-window", "4096,8192"]),
+            "trt_spec.release": ("llama-3.1-8b", eagle, ["--engine-version", "1.1"]),
+        }[code]
+        return cli_error(["fit", "--model", model, "--gpu", "h200", "--tokens", "8", "--engine",
+                          "trtllm", "--speculative-config", spec, *more])
     if code.startswith("spec."):  # vLLM --speculative-config (tests/test_vllm_spec_decode.py: bytes)
         model, spec, more = "llama-3.1-8b", '{"model":"llama-3.2-1b","num_speculative_tokens":3}', []
         if code in {"spec.mtp_layers", "spec.mtp_divisible"}:

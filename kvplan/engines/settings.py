@@ -225,7 +225,9 @@ SPECULATIVE_CONFIG = Setting(
     "deprecated *_mtp name, ngram, suffix), model (a draft or EAGLE head: a kvplan preset or a "
     "directory with its config.json), num_speculative_tokens, draft_tensor_parallel_size (1 or tp). "
     "The drafter's attention layers join the target's KV-cache groups; its weights are loaded "
-    "beside the target's (v0.33).")
+    "beside the target's (v0.33). TensorRT-LLM speculative_config (the YAML/JSON of "
+    "extra_llm_api_options): decoding_type (Eagle3, Eagle, MTP, Draft_Target, NGram), "
+    "max_draft_len, speculative_model, eagle3_one_model, num_nextn_predict_layers, use_mtp_vanilla.")
 SPECULATIVE_ALGORITHM = Setting(
     "speculative_algorithm", "qa", "--speculative-algorithm", "text", "speculative_algorithm",
     "SGLang --speculative-algorithm: EAGLE, EAGLE3, NEXTN (EAGLE with the target's next-n layers), "
