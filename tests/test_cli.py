@@ -387,7 +387,7 @@ def reach(code: str, tmp_path) -> str:
             "sgl_spec.params": ("llama-3.1-8b", "h100-sxm", [
                 "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", head,
                 "--speculative-eagle-topk", "2"]),
-            "sgl_spec.pool": ("gpt-oss-20b", "h100-sxm", [
+            "sgl_spec.pool": ("qwen3-next-80b-a3b", "h100-sxm", [
                 "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", head]),
             "sgl_spec.trtllm_topk": ("llama-3.1-8b", "b200", [
                 "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", head]),

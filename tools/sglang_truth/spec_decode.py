@@ -44,6 +44,14 @@ CASES = [
      "Qwen/Qwen3-0.6B"),
     ("llama-3.1-8b-standalone-1b-default", "llama-3.1-8b", 1, "default_fraction", 0, "STANDALONE",
      "llama-3.2-1b"),
+    # hybrid SWA targets (HybridSWAPoolConfigurator): a one-layer full-attention head, and a
+    # hybrid-SWA draft (its sliding layers sized as SWA layers)
+    ("gpt-oss-20b-eagle3-head-budget40g", "gpt-oss-20b", 1, "budget", 40 * GIB, "EAGLE3",
+     EAGLE3_HEAD),
+    ("gpt-oss-120b-standalone-20b-budget40g", "gpt-oss-120b", 1, "budget", 40 * GIB, "STANDALONE",
+     "gpt-oss-20b"),
+    ("gpt-oss-120b-tp2-eagle3-head-budget30g", "gpt-oss-120b", 2, "budget", 30 * GIB, "EAGLE3",
+     EAGLE3_HEAD),
 ]
 #: More cases with extra flags: (id, target, tp, budget, algorithm, draft, flags).
 FLAGGED = [
