@@ -118,6 +118,8 @@ MESSAGES: dict[str, str] = {
                         "device ({shares}: vLLM's gpu_memory_utilization is a share of the total)",
     "instances.bad": "--instance {text}: {why} (KEY=VALUE,…: name, model, engine, gu, tokens, "
                      "users, kd)",
+    "lora.vllm_module": "--lora-target-modules {value} is not a module kvplan sizes vLLM's LoRA "
+                        "slots for ({choices}; lora/utils.py is_in_target_modules)",
     "lora.sglang_module": "--lora-target-modules {value} is not a module SGLang normalizes to for a "
                           "dense decoder (lora/utils.py get_normalized_target_modules: {choices})",
     "spec.json": "--speculative-config is not a JSON object: {detail}",

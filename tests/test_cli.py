@@ -361,7 +361,10 @@ def reach(code: str, tmp_path) -> str:
                        "lora.cpu": ("llama-3.1-8b", ["--max-loras", "4", "--max-cpu-loras", "2"]),
                        "lora.sharded": ("llama-3.1-8b", ["--fully-sharded-loras", "--tp", "2",
                                                          "--max-lora-rank", "1"]),
-                       "lora.model": ("mixtral-8x7b", [])}[code]
+                       "lora.model": ("mixtral-8x7b", []),
+                       "lora.vllm_module": ("llama-3.1-8b", ["--lora-target-modules", "mlp"]),
+                       "lora.sglang_module": ("llama-3.1-8b", ["--engine", "sglang",
+                                                               "--lora-target-modules", "fc9"])}[code]
         return cli_error(["fit", "--model", model, "--gpu", "h100-sxm", "--tokens", "8",
                           "--enable-lora", *more])
     if code.startswith("sgl_spec."):  # SGLang --speculative-* (tests/test_sglang_spec_decode.py)
@@ -566,8 +569,6 @@ LIBRARY_ONLY = {"calibrate.no_engine_lines",
                 "recommend.rate",  # the CLI's --rate and --chunk parsers refuse what it would
                 # kvplan share takes one --gpu and one layout, and argparse requires an --instance
                 "instances.none", "instances.gpu", "instances.layout",
-                # SGLang's LoRA pool is sized for --lora-target-modules all (no flag for a subset yet)
-                "lora.sglang_module",
                 "spec.json",  # the setting's own JSON check (Setting.parse) answers first
                 "spec.mamba_all",  # no importable config is a Mamba2 hybrid (test_vllm_spec_decode)
                 # no video flags yet: tests/test_multimodal.py (test_a_video_of_no_frames_is_refused)

@@ -184,6 +184,7 @@ class SGLang(Engine):
         "dp": ("--enable-dp-attention --dp (ranks of tp GPUs)", "1"),
         "enable_lora": ("--enable-lora (LoRA memory pool; --lora-target-modules all)", "off"),
         "max_loras": ("--max-loras-per-batch (LoRA buffer slots)", "1 here; SGLang's own default is 8"),
+        "lora_target_modules": ("--lora-target-modules (comma-separated)", "all"),
         "max_lora_rank": ("--max-lora-rank", "16"),
         "mtp": ("Load MTP layers (speculative decoding)", "off"),
         "speculative_algorithm": ("--speculative-algorithm", "none"),
@@ -350,7 +351,8 @@ class SGLang(Engine):
         if settings.enable_lora:
             terms.append(sglang_lora_term(arch, tp=settings.tp, max_loras_per_batch=settings.max_loras,
                                           max_lora_rank=settings.max_lora_rank,
-                                          dtype=self.model_dtype(arch), release=self.release))
+                                          dtype=self.model_dtype(arch), release=self.release,
+                                          target_modules=settings.lora_target_modules))
         spec = self.speculative(arch, settings, gpu)
         if spec is not None and (term := sglang_spec_weights_term(spec, self.release)) is not None:
             terms.append(term)
