@@ -25,11 +25,13 @@ FIXTURE = json.loads((ROOT / "tests/fixtures/trtllm/spec_decode.json").read_text
 CASES = {case["id"]: case for case in FIXTURE["cases"]}
 
 _FREE_AT_CREATION = (
-    "spec layers in the target's manager only: TRT-LLM's KvCacheCreator estimates max_tokens from the "
-    "target's layers (budget // target cost), and calculate_max_num_blocks bounds it by fraction × "
-    "the free memory when the manager is built (the activation peak released), which is more than the "
-    "budget; kvplan bounds the pool by budget // (target + spec layers), as for ceil-heads "
-    "(tests/test_trtllm_fixtures.py _CEIL_HEADS): the released reserve is not split yet")
+    "one-model spec layers: the transcription restates the shared-manager path (resource_manager.py "
+    "001541ba get_pp_layers; _util.py 843526953): KvCacheCreator estimates max_tokens from the target's "
+    "layers only (budget // target cost) and calculate_max_num_blocks bounds it by fraction × the free "
+    "memory when the manager is built (the activation peak released), more than the budget. kvplan "
+    "takes budget // (target + spec layers), which is main's _util.py 00043967 path (a separate "
+    "one-model draft manager, both sized from the shared max_tokens of _get_kv_size_per_token): the "
+    "copies read disagree; see tools/trtllm_truth/SPEC.md")
 KNOWN_MISMATCH: dict[str, str] = {
     "llama-3.1-8b-eagle3-one-model-k3": _FREE_AT_CREATION,
     "deepseek-v3-mtp-1-tp8": _FREE_AT_CREATION,

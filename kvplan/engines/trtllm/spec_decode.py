@@ -30,6 +30,12 @@ Read from the main-branch copies kvplan's ``main`` record cites (``tools/trtllm_
   and each manager's ``calculate_max_num_blocks`` is capped by that ``max_tokens`` — V1 without
   VSWA splits the budget "implicitly" (PR #14373's words).
 
+Main's ``_util.py`` (00043967) gives one-model drafts their own manager
+(``_create_one_model_draft_kv_cache_manager``, ``get_num_spec_layers`` layers) and adds its cost in
+``_get_kv_size_per_token``; with V1 and one window both pools get the shared ``max_tokens`` =
+budget // (target + draft), which is the pool kvplan computes (the older shared-manager path bounds
+it by the free memory at creation instead: ``tools/trtllm_truth/SPEC.md``).
+
 Fixed later (not in the release modelled): PR #12188 (2026-03-13) split ``max_gpu_total_bytes``
 between target and draft for KV cache manager V2 (both claimed the whole budget) and passed the
 runtime layer count; PR #12855 (2026-04-08) did the same for V1 with VSWA ("kv cache allocation is
