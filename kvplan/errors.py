@@ -213,8 +213,8 @@ MESSAGES: dict[str, str] = {
     "trt_spec.hybrid": "speculative_config with {model}: kvplan does not model TensorRT-LLM's "
                        "draft KV beside Mamba / linear-attention state",
     "trt_spec.vswa": "speculative_config with {windows} attention window sizes: TensorRT-LLM's V1 "
-                     "VSWA pool gave target and draft each the whole budget until PR #12855; kvplan "
-                     "does not model draft KV there",
+                     "VSWA pools split the budget between target and draft (PR #12855; before it "
+                     "each took the whole budget); kvplan does not model draft KV there",
     "trt_spec.release": "speculative_config: kvplan sizes TensorRT-LLM speculative decoding from "
                         "the main-branch code it read; {release} is not modelled (choose the "
                         "release main)",

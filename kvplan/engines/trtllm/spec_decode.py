@@ -36,12 +36,15 @@ Main's ``_util.py`` (00043967) gives one-model drafts their own manager
 budget // (target + draft), which is the pool kvplan computes (the older shared-manager path bounds
 it by the free memory at creation instead: ``tools/trtllm_truth/SPEC.md``).
 
-Fixed later (not in the release modelled): PR #12188 (2026-03-13) split ``max_gpu_total_bytes``
-between target and draft for KV cache manager V2 (both claimed the whole budget) and passed the
-runtime layer count; PR #12855 (2026-04-08) did the same for V1 with VSWA ("kv cache allocation is
-double the budget for vswa + eagle") — kvplan refuses draft KV with several attention windows; newer
-``speculative/utils.py`` counts the EAGLE3 head's own ``num_hidden_layers`` and one layer for
-MTP-Eagle instead of ``max_draft_len`` / ``num_nextn_predict_layers``.
+The double-budget bugs: PR #12188 (2026-03-13) split ``max_gpu_total_bytes`` between target and
+draft for KV cache manager V2 (both claimed the whole budget; V2 is not modelled) and passed the
+runtime layer count; PR #12855 (2026-04-08, "kv cache allocation is double the budget for vswa +
+eagle") did the same for V1 with several windows — in main's ``_util.py`` 00043967
+(``_needs_gpu_kv_cache_budget_split`` → ``_split_kv_cache_budget_for_draft``); before it, each VSWA
+manager took the whole budget. kvplan sizes neither split VSWA pool with a draft and refuses
+(``trt_spec.vswa``). Newer ``speculative/utils.py`` (011d0933) counts the EAGLE3 head's own
+``num_hidden_layers`` and one layer for MTP-Eagle instead of ``max_draft_len`` /
+``num_nextn_predict_layers`` (a later record).
 """
 
 from __future__ import annotations
