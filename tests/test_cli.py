@@ -391,7 +391,8 @@ def reach(code: str, tmp_path) -> str:
                 "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", head,
                 "--speculative-eagle-topk", "2"]),
             "sgl_spec.pool": ("qwen3-next-80b-a3b", "h100-sxm", [
-                "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", head]),
+                "--speculative-algorithm", "NEXTN", "--speculative-draft-model-path",
+                "qwen3-next-80b-a3b"]),
             "sgl_spec.trtllm_topk": ("llama-3.1-8b", "b200", [
                 "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", head]),
         }[code]

@@ -123,8 +123,8 @@ def test_topk_one_sets_draft_tokens_to_steps_plus_one() -> None:
                       "speculative_draft_model_path": EAGLE3_HEAD}, "sgl_spec.params"),
     ("llama-3.1-8b", {"speculative_algorithm": "EAGLE3", "speculative_draft_model_path": "nope/x"},
      "spec.draft"),
-    ("qwen3-next-80b-a3b", {"speculative_algorithm": "EAGLE3",
-                            "speculative_draft_model_path": EAGLE3_HEAD}, "sgl_spec.pool"),
+    ("qwen3-next-80b-a3b", {"speculative_algorithm": "NEXTN",
+                            "speculative_draft_model_path": "qwen3-next-80b-a3b"}, "sgl_spec.pool"),
 ])
 def test_refusals_by_name(model: str, query: dict[str, object], code: str) -> None:
     with pytest.raises(KVPlanError) as err:
@@ -151,6 +151,24 @@ def test_hybrid_swa_pool_sizes_the_draft_by_layer_kind() -> None:
     assert result.speculative is not None
     assert (result.speculative["draft_swa_layers"], result.speculative["draft_kv_bytes_per_token"]) \
         == (12, 44_236.8)
+
+
+def test_mamba_hybrid_reserves_the_drafts_intermediate_states() -> None:
+    """Qwen3-Next at TP 4 (state 19,316,736 B per slot; 12 full-attention layers × 1,024 B = 12,288 B)
+    with Qwen3-0.6B as STANDALONE draft (28 layers: int(12,288 × 28 / 12) = 28,672 B more per token,
+    the share of the full-attention layers) and D = 4 draft tokens, 10 GiB given:
+    ``_handle_max_mamba_cache`` K = (10,737,418,240 × 0.9 / 1.9 − 19,316,736 × 5) // (19,316,736 ×
+    (1 + 4 / 5)) = 143 slots; the intermediate states of min(48, 143 // 5) = 28 (+1) requests,
+    19,316,736 × 29 × 4 = 2,240,741,376 B, and the 144 main states leave 5,715,066,880 B of KV →
+    139,528 tokens at 40,960 B; 28 running requests (143 // 5)."""
+    plan, result = _fit("qwen3-next-80b-a3b", "custom", tp=4, num_gpus=4,
+                        kv_cache_memory_bytes=BUDGET, reserve_gib=0,
+                        speculative_algorithm="STANDALONE",
+                        speculative_draft_model_path="Qwen/Qwen3-0.6B")
+    pool = plan.pool
+    assert (pool.per_request_state, pool.slots, pool.cell) == (19_316_736, 143, 40_960)  # type: ignore[attr-defined]
+    assert pool.kv_budget == BUDGET - 144 * 19_316_736 - 2_240_741_376 == 5_715_066_880  # type: ignore[attr-defined]
+    assert result.kv_pool_tokens == 139_528 and plan.startup.max_num_seqs == 28
 
 
 def test_nextn_without_next_n_layers_is_refused() -> None:
@@ -197,14 +215,15 @@ def _stub_gpu():
 
 
 def test_truth_fixture_provenance() -> None:
-    """Written by ``tools/sglang_truth/spec_decode.py`` with SGLang 0.5.23 (14 cases: 11 through
-    ``DefaultPoolConfigurator``, 3 through ``HybridSWAPoolConfigurator`` — gpt-oss with an EAGLE3
-    head and with gpt-oss-20b as a STANDALONE draft, 12 of its 24 layers SWA; 48 running requests
-    unless set)."""
-    assert TRUTH["sglang_version"] == "0.5.23" and len(TRUTH["cases"]) == 14
-    assert [c["sglang"]["max_running_requests"] for c in TRUTH["cases"]].count(48) == 13
+    """Written by ``tools/sglang_truth/spec_decode.py`` with SGLang 0.5.23 (17 cases: 14 through
+    ``DefaultPoolConfigurator`` — 3 of them Qwen3-Next, a Mamba / linear-attention hybrid, whose
+    state pool holds the draft's intermediate states —, 3 through ``HybridSWAPoolConfigurator`` —
+    gpt-oss with an EAGLE3 head and with gpt-oss-20b as a STANDALONE draft, 12 of its 24 layers
+    SWA; 48 running requests unless set or capped by the Mamba slots)."""
+    assert TRUTH["sglang_version"] == "0.5.23" and len(TRUTH["cases"]) == 17
+    assert [c["sglang"]["max_running_requests"] for c in TRUTH["cases"]].count(48) == 15
     configurators = [c["sglang"]["configurator"] for c in TRUTH["cases"]]
-    assert configurators.count("DefaultPoolConfigurator") == 11
+    assert configurators.count("DefaultPoolConfigurator") == 14
     assert configurators.count("HybridSWAPoolConfigurator") == 3
     assert [c["sglang"]["speculative"].get("eagle_draft_swa_num_layers") for c in TRUTH["cases"]
             if c["sglang"]["configurator"] == "HybridSWAPoolConfigurator"] == [None, 12, None]
@@ -221,6 +240,7 @@ def test_case_matches_sglang(case: dict) -> None:
     budget = case["mode"] == "budget"
     flags = dict(zip(case["flags"][::2], case["flags"][1::2], strict=True))
     names = {"--page-size": "page_size", "--max-running-requests": "max_num_seqs",
+             "--max-mamba-cache-size": "max_mamba_cache_size",
              "--speculative-num-steps": "speculative_num_steps",
              "--speculative-eagle-topk": "speculative_eagle_topk",
              "--speculative-num-draft-tokens": "speculative_num_draft_tokens"}

@@ -572,6 +572,8 @@ class SGLangPool(KVPool):
         self.cell += self.draft_cell
         self.per_request_state = view.state_bytes
         self.mamba_slots = settings.max_mamba_cache_size
+        self.spec_draft_tokens = spec.num_draft_tokens if spec is not None else 0
+        self.spec_running = _per_worker(settings) or SPEC_MAX_RUNNING_REQUESTS
         kv, slots = self._split(np.asarray([budget], dtype=np.int64))
         self.kv_budget = int(kv[0])
         self.slots = None if slots is None else int(slots[0])
@@ -586,12 +588,21 @@ class SGLangPool(KVPool):
         state = self.per_request_state
         if not state:
             return budget, None
+        d, ratio = self.spec_draft_tokens, SGLANG_MAMBA_SLOTS_PER_REQUEST
         if self.mamba_slots is not None:  # --max-mamba-cache-size: the slots as set
             slots = np.full(np.shape(budget), self.mamba_slots, dtype=np.int64)
-            return budget - (slots + 1) * state, slots
-        r = SGLANG_MAMBA_FULL_RATIO
-        slots = np.maximum((budget * r / (1 + r) - state) // state, 0).astype(np.int64)
-        return budget - (slots + 1) * state, slots
+        elif d:  # _handle_max_mamba_cache: main states and draft intermediates solved jointly
+            r = SGLANG_MAMBA_FULL_RATIO
+            slots = np.maximum((budget * r / (1 + r) - state * (1 + d)) // (state * (1 + d / ratio)),
+                               0).astype(np.int64)
+        else:
+            r = SGLANG_MAMBA_FULL_RATIO
+            slots = np.maximum((budget * r / (1 + r) - state) // state, 0).astype(np.int64)
+        kv = budget - (slots + 1) * state
+        if d:  # intermediate states of the capped running requests (+1 padding slot), D each
+            capped = np.minimum(max(1, self.spec_running), slots // ratio)
+            kv = kv - state * (capped + 1) * d
+        return kv, slots
 
     def _tokens_for(self, kv: np.ndarray) -> np.ndarray:
         if not self.cell:

@@ -29,16 +29,25 @@ Read from SGLang 0.5.23:
   ``full_per_token × (full + draft_full) + ratio × swa_per_token × (swa + draft_swa)``, each per-layer
   size the target's (no ``int()`` of a share, unlike the default configurator).
 
-Not modelled (refused by name): the Mamba and DSA pool configurators with a draft
-(``_handle_max_mamba_cache``' speculative state, the DSA indexer), an all-SWA target, pipeline
-parallel, DFLASH / DSPARK / UNO / FROZEN_KV_MTP.
+* ``mem_cache/kv_cache_configurator.py`` ``_handle_max_mamba_cache`` (Mamba / linear-attention
+  hybrids): with speculation the state pool reserves the per-draft-token intermediate states —
+  ``K = int((budget × r / (1 + r) − state × (1 + D)) // (state × (1 + D / ratio)))`` slots (``D`` =
+  ``speculative_num_draft_tokens``, ``ratio`` the slots per request), then ``state × (min(max(1,
+  max_running_requests // dp), K // ratio) + 1) × D`` bytes of intermediate state leave the KV
+  memory with the ``(K + 1) × state`` main states (``--max-mamba-cache-size``: ``K`` as set, the same
+  intermediate); ``DefaultPoolConfigurator``'s draft share is of the full-attention layers
+  (``mambaish.full_attention_layer_ids``).
+
+Not modelled (refused by name): the DSA pool configurator with a draft (the DSA indexer), an
+all-SWA target, pipeline parallel, a target's own next-n layers on a Mamba hybrid, DFLASH / DSPARK /
+UNO / FROZEN_KV_MTP.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvplan.arch import MLA, Attention, ModelArch
+from kvplan.arch import MLA, Attention, ModelArch, Recurrent
 from kvplan.engines.kinds import layer_window
 from kvplan.engines.reserve import ReserveTerm
 from kvplan.engines.vllm.spec_decode import draft_arch
@@ -95,6 +104,9 @@ class SglangSpec:
     notes: tuple[str, ...] = ()
     #: ``eagle_draft_swa_num_layers`` (hybrid-SWA pools only): draft layers sized as SWA layers.
     draft_swa_layers: int = 0
+    #: The layers the cell is built from when they are not ``target_layers``: a Mamba hybrid's
+    #: full-attention layers (``DefaultPoolConfigurator``: ``mambaish.full_attention_layer_ids``).
+    cell_layers: int = 0
 
     def hybrid_draft_cell(self, full_layer: int, swa_layer: int, ratio: float) -> float:
         """``HybridSWAPoolConfigurator._recompute_cell_size``'s draft part: ``full_per_token ×
@@ -105,9 +117,10 @@ class SglangSpec:
     def draft_cell(self, cell: int) -> int:
         """``pool_configurator.py`` ``DefaultPoolConfigurator.__init__``:
         ``int(cell × draft_layers / num_layers)`` bytes more per token."""
-        if not self.draft_layers or not self.target_layers:
+        layers = self.cell_layers or self.target_layers
+        if not self.draft_layers or not layers:
             return 0
-        return int(cell * self.draft_layers / self.target_layers)
+        return int(cell * self.draft_layers / layers)
 
 
 def _auto_params(algorithm: str, arch: ModelArch) -> tuple[int, int, int]:
@@ -124,8 +137,6 @@ def _check_pool(arch: ModelArch, pp: int, hybrid_swa: bool) -> None:
     why = None
     if pp > 1:
         why = f"pipeline parallel size {pp}"
-    elif any(not isinstance(layer, Attention | MLA) for layer in arch.layers):
-        why = "layers without a plain KV cache (Mamba / linear attention: the speculative state pool)"
     elif hybrid_swa and all(layer_window(layer) for layer in arch.layers):
         why = "an all-SWA hybrid pool (HybridSWAPoolConfigurator without full layers)"
     elif arch.model_type in DSA_MODEL_TYPES:
@@ -208,6 +219,10 @@ def resolve_sglang_speculative(arch: ModelArch, *, algorithm: str, draft_path: s
     else:
         draft = draft_arch(draft_path)
         nextn = draft is arch or draft == arch
+    recurrent = any(isinstance(layer, Recurrent) for layer in arch.layers)
+    if nextn and recurrent:
+        raise KVPlanError("sgl_spec.pool", model=arch.name,
+                          why="a Mamba hybrid's own next-n layers (pass a draft model path)")
     if nextn and not arch.weights.mtp_layers:
         raise KVPlanError("sgl_spec.no_nextn", algorithm=given, model=arch.name)
     if resolved == "STANDALONE" and draft.vocab_size != arch.vocab_size:
@@ -243,7 +258,8 @@ def resolve_sglang_speculative(arch: ModelArch, *, algorithm: str, draft_path: s
                      "as SWA layers (pool_configurator.py HybridSWAPoolConfigurator)")
     return SglangSpec(resolved, given, draft_path, f"{draft.name} next-n layers" if nextn
                       else draft.name, layers, arch.n_layers, num_steps, topk, tokens, nextn,
-                      weights, formula, tuple(notes), swa)
+                      weights, formula, tuple(notes), swa,
+                      sum(1 for x in arch.layers if isinstance(x, Attention | MLA)) if recurrent else 0)
 
 
 def sglang_spec_weights_term(spec: SglangSpec, release: str) -> ReserveTerm | None:
