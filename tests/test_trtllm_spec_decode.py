@@ -175,3 +175,11 @@ def test_cli_prints_the_resolved_config() -> None:
     data = json.loads(out)
     spec = data["speculative"] if "speculative" in data else data["results"][0]["speculative"]
     assert (spec["spec_dec_mode"], spec["extra_tokens_per_request"]) == ("NGRAM", 4)
+
+
+def test_speculative_model_dir_is_speculative_model() -> None:
+    """``DecodingBaseConfig.speculative_model``: ``validation_alias=AliasChoices("speculative_model",
+    "speculative_model_dir")`` — the older YAML name sizes the same draft."""
+    plan, _ = _given(spec={"decoding_type": "Draft_Target", "max_draft_len": 4,
+                           "speculative_model_dir": "llama-3.2-1b"})
+    assert plan.pool.per_token == 163_840

@@ -65,7 +65,8 @@ MODELLED = ("Eagle", "Eagle3", "MTP", "Draft_Target", "NGram")
 #: ``decoding_type`` values of the read ``llm_args.py`` kvplan does not size.
 UNMODELLED = ("Medusa", "PARD", "AUTO", "SaveState", "User_Provided")
 #: The ``speculative_config`` keys kvplan reads (``DecodingBaseConfig`` and its subclasses).
-KEYS = ("decoding_type", "max_draft_len", "speculative_model", "eagle3_one_model",
+KEYS = ("decoding_type", "max_draft_len", "speculative_model", "speculative_model_dir",
+        "eagle3_one_model",
         "num_nextn_predict_layers", "use_mtp_vanilla", "mtp_eagle_one_model",
         "max_matching_ngram_size")
 _INT_KEYS = ("max_draft_len", "num_nextn_predict_layers", "max_matching_ngram_size")
@@ -119,6 +120,9 @@ def read_trtllm_speculative_config(text: str) -> dict[str, object]:
     unknown = sorted(k for k in data if k not in KEYS)
     if unknown:
         raise KVPlanError("trt_spec.key", key=str(unknown[0])[:40], keys=", ".join(KEYS))
+    if "speculative_model_dir" in data:  # DecodingBaseConfig: AliasChoices("speculative_model", …)
+        data.setdefault("speculative_model", data.pop("speculative_model_dir"))
+        data.pop("speculative_model_dir", None)
     for key in ("decoding_type", "speculative_model"):
         if data.get(key) is not None and not isinstance(data[key], str):
             raise KVPlanError("trt_spec.type", key=key, expected="a string", value=str(data[key])[:40])
