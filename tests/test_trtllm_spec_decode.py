@@ -183,3 +183,15 @@ def test_speculative_model_dir_is_speculative_model() -> None:
     plan, _ = _given(spec={"decoding_type": "Draft_Target", "max_draft_len": 4,
                            "speculative_model_dir": "llama-3.2-1b"})
     assert plan.pool.per_token == 163_840
+
+
+def test_cli_text_names_the_mode_and_the_layers() -> None:
+    """``kvplan fit`` without ``--json`` prints the resolved mode, the spec layers and their bytes."""
+    code, out, err = run_cli(["fit", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--tokens",
+                              "8192", "--engine", "trtllm", "--speculative-config",
+                              json.dumps({"decoding_type": "Eagle3", "max_draft_len": 3,
+                                          "speculative_model": EAGLE3_HEAD})])
+    assert code == 0, err
+    assert ("Speculative decoding: Eagle3 → EAGLE3_ONE_MODEL (llama3-8B-eagle3), max_draft_len 3: "
+            "3 spec layer(s) in the target's KV manager (+12,288 B per token)") in out
+    assert "5 more tokens per request, draft weights 536,895,488 B" in out

@@ -221,8 +221,8 @@ def resolve_trtllm_speculative(arch: ModelArch, text: str, *, tp: int, pp: int, 
             if draft.n_layers != k:
                 notes.append(f"EAGLE3 one-model: the target's KV manager holds max_draft_len = {k} "
                              f"spec layers (num_eagle_layers), not the head's {draft.n_layers} "
-                             "(speculative/utils.py get_num_spec_layers; counted from the head's "
-                             "num_hidden_layers after PR #12188)")
+                             "(speculative/utils.py get_num_spec_layers; the newer utils.py "
+                             "011d0933 counts the head's num_hidden_layers)")
         else:
             draft_layers = _kv_layers(draft)
     elif given == "MTP":
