@@ -692,6 +692,16 @@ def cmd_fit(args: argparse.Namespace) -> int:
               f"{spec['speculative_num_draft_tokens']} draft tokens: {spec['draft_kv_layers']} draft "
               f"KV layer(s) in the token cell (+{int(spec['draft_kv_bytes_per_token']):,} B per "
               f"token), draft weights {int(spec['draft_weights_bytes']):,} B")
+    elif spec is not None and "spec_dec_mode" in spec:  # TensorRT-LLM
+        draft = spec["draft_kv_bytes_per_token"]
+        assert isinstance(draft, dict)
+        print(f"Speculative decoding: {spec['decoding_type']} → {spec['spec_dec_mode']} "
+              f"({spec['draft']}), max_draft_len {spec['max_draft_len']}: "
+              f"{spec['spec_layers_in_target_manager']} spec layer(s) in the target's KV manager "
+              f"(+{int(spec['spec_layers_bytes_per_token']):,} B per token), draft manager "
+              f"{spec['draft_manager_kv_layers']} layer(s) (+{int(draft['manager']):,} B per token), "
+              f"{spec['extra_tokens_per_request']} more tokens per request, draft weights "
+              f"{int(spec['draft_weights_bytes']):,} B")
     elif spec is not None:
         print(f"Speculative decoding: {spec['method']} ({spec['draft']}), "
               f"{spec['num_speculative_tokens']} tokens, draft TP {spec['draft_tensor_parallel_size']}: "

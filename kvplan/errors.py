@@ -118,6 +118,8 @@ MESSAGES: dict[str, str] = {
                         "device ({shares}: vLLM's gpu_memory_utilization is a share of the total)",
     "instances.bad": "--instance {text}: {why} (KEY=VALUE,…: name, model, engine, gu, tokens, "
                      "users, kd)",
+    "lora.vllm_module": "--lora-target-modules {value} is not a module kvplan sizes vLLM's LoRA "
+                        "slots for ({choices}; lora/utils.py is_in_target_modules)",
     "lora.sglang_module": "--lora-target-modules {value} is not a module SGLang normalizes to for a "
                           "dense decoder (lora/utils.py get_normalized_target_modules: {choices})",
     "spec.json": "--speculative-config is not a JSON object: {detail}",
@@ -189,6 +191,33 @@ MESSAGES: dict[str, str] = {
                             "--speculative-num-steps N --speculative-eagle-topk 1",
     "sgl_spec.pool": "speculative decoding on {model}: kvplan does not model SGLang's draft KV for "
                      "{why}",
+    "trt_spec.key": "speculative_config: key '{key}' is not one kvplan reads for TensorRT-LLM "
+                    "({keys})",
+    "trt_spec.type": "speculative_config: '{key}' must be {expected}, got {value}",
+    "trt_spec.decoding_type": "speculative_config: decoding_type {value} is not one kvplan sizes "
+                              "for TensorRT-LLM ({choices}; llmapi/llm_args.py)",
+    "trt_spec.unmodelled": "speculative_config: decoding_type {decoding_type} exists in "
+                           "TensorRT-LLM but kvplan does not size it (sized: {choices})",
+    "trt_spec.max_draft_len": "speculative_config: max_draft_len must be > 0 for {decoding_type} "
+                              "(llmapi/llm_args.py)",
+    "trt_spec.no_model": "speculative_config: decoding_type {decoding_type} needs "
+                         "speculative_model (the draft or EAGLE3 head: a kvplan preset or a "
+                         "directory with its config.json; llmapi/llm_args.py)",
+    "trt_spec.no_mtp": "speculative_config: decoding_type MTP drafts with {model}'s next-n layers, "
+                       "and its config has no num_nextn_predict_layers",
+    "trt_spec.mtp_two_model": "speculative_config: mtp_eagle_one_model false (the deprecated "
+                              "two-model MTP-Eagle) is not modelled by kvplan",
+    "trt_spec.pp": "speculative_config with pipeline parallel size {pp}: kvplan does not model "
+                   "TensorRT-LLM's spec layers on the last PP rank (resource_manager.py "
+                   "get_pp_layers)",
+    "trt_spec.hybrid": "speculative_config with {model}: kvplan does not model TensorRT-LLM's "
+                       "draft KV beside Mamba / linear-attention state",
+    "trt_spec.vswa": "speculative_config with {windows} attention window sizes: TensorRT-LLM's V1 "
+                     "VSWA pools split the budget between target and draft (PR #12855; before it "
+                     "each took the whole budget); kvplan does not model draft KV there",
+    "trt_spec.release": "speculative_config: kvplan sizes TensorRT-LLM speculative decoding from "
+                        "the main-branch code it read; {release} is not modelled (choose the "
+                        "release main)",
     "parallel.ep": "expert parallel size {ep} must divide the tensor parallel size {tp} (experts "
                    "are split over ep ranks, their intermediate size over tp / ep)",
     "engine.dtype": "engine '{engine}' cannot store the KV cache as {dtype}: {why}",

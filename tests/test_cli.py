@@ -361,7 +361,10 @@ def reach(code: str, tmp_path) -> str:
                        "lora.cpu": ("llama-3.1-8b", ["--max-loras", "4", "--max-cpu-loras", "2"]),
                        "lora.sharded": ("llama-3.1-8b", ["--fully-sharded-loras", "--tp", "2",
                                                          "--max-lora-rank", "1"]),
-                       "lora.model": ("mixtral-8x7b", [])}[code]
+                       "lora.model": ("mixtral-8x7b", []),
+                       "lora.vllm_module": ("llama-3.1-8b", ["--lora-target-modules", "mlp"]),
+                       "lora.sglang_module": ("llama-3.1-8b", ["--engine", "sglang",
+                                                               "--lora-target-modules", "fc9"])}[code]
         return cli_error(["fit", "--model", model, "--gpu", "h100-sxm", "--tokens", "8",
                           "--enable-lora", *more])
     if code.startswith("sgl_spec."):  # SGLang --speculative-* (tests/test_sglang_spec_decode.py)
@@ -387,13 +390,36 @@ def reach(code: str, tmp_path) -> str:
             "sgl_spec.params": ("llama-3.1-8b", "h100-sxm", [
                 "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", head,
                 "--speculative-eagle-topk", "2"]),
-            "sgl_spec.pool": ("gpt-oss-20b", "h100-sxm", [
-                "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", head]),
+            "sgl_spec.pool": ("qwen3-next-80b-a3b", "h100-sxm", [
+                "--speculative-algorithm", "NEXTN", "--speculative-draft-model-path",
+                "qwen3-next-80b-a3b"]),
             "sgl_spec.trtllm_topk": ("llama-3.1-8b", "b200", [
                 "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", head]),
         }[code]
         return cli_error(["fit", "--model", model, "--gpu", gpu, "--tokens", "8", "--engine",
                           "sglang", *more])
+    if code.startswith("trt_spec."):  # TensorRT-LLM speculative_config (tests/test_trtllm_spec_decode.py)
+        head = str(Path(__file__).resolve().parent / "fixtures/configs/llama3-8B-eagle3.json")
+        eagle = json.dumps({"decoding_type": "Eagle3", "max_draft_len": 3, "speculative_model": head})
+        model, spec, more = {
+            "trt_spec.key": ("llama-3.1-8b", '{"decoding_type":"Eagle3","draft":1}', []),
+            "trt_spec.type": ("llama-3.1-8b", '{"decoding_type":"Eagle3","max_draft_len":"3"}', []),
+            "trt_spec.decoding_type": ("llama-3.1-8b", '{"decoding_type":"eagle9"}', []),
+            "trt_spec.unmodelled": ("llama-3.1-8b", '{"decoding_type":"Medusa","max_draft_len":3}', []),
+            "trt_spec.max_draft_len": ("llama-3.1-8b", '{"decoding_type":"NGram"}', []),
+            "trt_spec.no_model": ("llama-3.1-8b", '{"decoding_type":"Draft_Target","max_draft_len":3}',
+                                  []),
+            "trt_spec.no_mtp": ("llama-3.1-8b", '{"decoding_type":"MTP"}', []),
+            "trt_spec.mtp_two_model": ("deepseek-v3", '{"decoding_type":"MTP","mtp_eagle_one_model":false}',
+                                       ["--tp", "8", "--num-gpus", "8"]),
+            "trt_spec.pp": ("llama-3.1-8b", eagle, ["--pp", "2", "--num-gpus", "2"]),
+            "trt_spec.hybrid": ("qwen3-next-80b-a3b", '{"decoding_type":"NGram","max_draft_len":3}',
+                                ["--tp", "4", "--num-gpus", "4"]),
+            "trt_spec.vswa": ("llama-3.1-8b", eagle, ["--max-attention-window", "4096,8192"]),
+            "trt_spec.release": ("llama-3.1-8b", eagle, ["--engine-version", "1.1"]),
+        }[code]
+        return cli_error(["fit", "--model", model, "--gpu", "h200", "--tokens", "8", "--engine",
+                          "trtllm", "--speculative-config", spec, *more])
     if code.startswith("spec."):  # vLLM --speculative-config (tests/test_vllm_spec_decode.py: bytes)
         model, spec, more = "llama-3.1-8b", '{"model":"llama-3.2-1b","num_speculative_tokens":3}', []
         if code in {"spec.mtp_layers", "spec.mtp_divisible"}:
@@ -544,8 +570,6 @@ LIBRARY_ONLY = {"calibrate.no_engine_lines",
                 "recommend.rate",  # the CLI's --rate and --chunk parsers refuse what it would
                 # kvplan share takes one --gpu and one layout, and argparse requires an --instance
                 "instances.none", "instances.gpu", "instances.layout",
-                # SGLang's LoRA pool is sized for --lora-target-modules all (no flag for a subset yet)
-                "lora.sglang_module",
                 "spec.json",  # the setting's own JSON check (Setting.parse) answers first
                 "spec.mamba_all",  # no importable config is a Mamba2 hybrid (test_vllm_spec_decode)
                 # no video flags yet: tests/test_multimodal.py (test_a_video_of_no_frames_is_refused)

@@ -112,3 +112,18 @@ def test_exact_on_sglangs_own_buffer_shapes(case: dict) -> None:
                             max_loras_per_batch=case["max_loras_per_batch"],
                             max_lora_rank=case["max_lora_rank"], dtype="bf16")
     assert pool.modules == {m: n * 2 for m, n in case["elements"].items()}
+
+
+def test_lora_target_modules_normalized_as_sglang_does() -> None:
+    """``--lora-target-modules`` through ``get_normalized_target_modules``: ``q_proj,v_proj`` →
+    qkv_proj only (32 × 16 × (3 × 4,096 + 6,144) × 2 B = 18,874,368 B at 1 slot), ``self_attn.o_proj``
+    → o_proj (32 × 16 × (4,096 + 4,096) × 2 B = 8,388,608 B); ``all`` = every module."""
+    from kvplan.engines.sglang.lora import SGLANG_LORA_MODULES, sglang_lora_targets
+
+    assert sglang_lora_targets("q_proj,v_proj") == ("qkv_proj",)
+    assert sglang_lora_targets("all") == SGLANG_LORA_MODULES
+    for targets, want in (("q_proj,v_proj", 18_874_368), ("self_attn.o_proj", 8_388_608)):
+        plan = make_plan(load_model("llama-3.1-8b"), get_gpu("h100-sxm"),
+                         FitQuery(engine="sglang", tokens=4096, enable_lora=True,
+                                  lora_target_modules=targets))
+        assert {t.name: t.bytes for t in plan.budget.reserve_detail.terms}["lora_pool"] == want

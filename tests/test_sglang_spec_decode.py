@@ -123,13 +123,52 @@ def test_topk_one_sets_draft_tokens_to_steps_plus_one() -> None:
                       "speculative_draft_model_path": EAGLE3_HEAD}, "sgl_spec.params"),
     ("llama-3.1-8b", {"speculative_algorithm": "EAGLE3", "speculative_draft_model_path": "nope/x"},
      "spec.draft"),
-    ("gpt-oss-20b", {"speculative_algorithm": "EAGLE3",
-                     "speculative_draft_model_path": EAGLE3_HEAD}, "sgl_spec.pool"),
+    ("qwen3-next-80b-a3b", {"speculative_algorithm": "NEXTN",
+                            "speculative_draft_model_path": "qwen3-next-80b-a3b"}, "sgl_spec.pool"),
 ])
 def test_refusals_by_name(model: str, query: dict[str, object], code: str) -> None:
     with pytest.raises(KVPlanError) as err:
         _fit(model, **query)
     assert err.value.code == code
+
+
+def test_hybrid_swa_pool_sizes_the_draft_by_layer_kind() -> None:
+    """``HybridSWAPoolConfigurator`` (gpt-oss: 2 × 8 KV heads × 64 × 2 B = 2,048 B per layer, full
+    and sliding alike; ratio 0.8). gpt-oss-20b (12 full + 12 SWA): 12 × 2,048 + 0.8 × 12 × 2,048 =
+    44,236.8 B; an EAGLE3 head's one layer is a full layer: + 2,048 = 46,284.8 B → 10 GiB // that =
+    231,985 tokens. gpt-oss-120b (18 + 18: 66,355.2 B) with gpt-oss-20b as STANDALONE draft (its
+    12 sliding layers sized as SWA layers, ``eagle_draft_swa_num_layers``): + 24,576 + 19,660.8 =
+    110,592 B → 97,090 tokens."""
+    plan, result = _fit("gpt-oss-20b", "custom", kv_cache_memory_bytes=BUDGET, reserve_gib=0,
+                        speculative_algorithm="EAGLE3", speculative_draft_model_path=EAGLE3_HEAD)
+    assert plan.pool.cell == 46_284.8  # type: ignore[attr-defined]
+    assert result.kv_pool_tokens == int(BUDGET // 46_284.8) == 231_985
+    assert result.speculative is not None and result.speculative["draft_swa_layers"] == 0
+    plan, result = _fit("gpt-oss-120b", "custom", kv_cache_memory_bytes=BUDGET, reserve_gib=0,
+                        speculative_algorithm="STANDALONE", speculative_draft_model_path="gpt-oss-20b")
+    assert plan.pool.cell == 110_592  # type: ignore[attr-defined]
+    assert result.kv_pool_tokens == BUDGET // 110_592 == 97_090
+    assert result.speculative is not None
+    assert (result.speculative["draft_swa_layers"], result.speculative["draft_kv_bytes_per_token"]) \
+        == (12, 44_236.8)
+
+
+def test_mamba_hybrid_reserves_the_drafts_intermediate_states() -> None:
+    """Qwen3-Next at TP 4 (state 19,316,736 B per slot; 12 full-attention layers × 1,024 B = 12,288 B)
+    with Qwen3-0.6B as STANDALONE draft (28 layers: int(12,288 × 28 / 12) = 28,672 B more per token,
+    the share of the full-attention layers) and D = 4 draft tokens, 10 GiB given:
+    ``_handle_max_mamba_cache`` K = (10,737,418,240 × 0.9 / 1.9 − 19,316,736 × 5) // (19,316,736 ×
+    (1 + 4 / 5)) = 143 slots; the intermediate states of min(48, 143 // 5) = 28 (+1) requests,
+    19,316,736 × 29 × 4 = 2,240,741,376 B, and the 144 main states leave 5,715,066,880 B of KV →
+    139,528 tokens at 40,960 B; 28 running requests (143 // 5)."""
+    plan, result = _fit("qwen3-next-80b-a3b", "custom", tp=4, num_gpus=4,
+                        kv_cache_memory_bytes=BUDGET, reserve_gib=0,
+                        speculative_algorithm="STANDALONE",
+                        speculative_draft_model_path="Qwen/Qwen3-0.6B")
+    pool = plan.pool
+    assert (pool.per_request_state, pool.slots, pool.cell) == (19_316_736, 143, 40_960)  # type: ignore[attr-defined]
+    assert pool.kv_budget == BUDGET - 144 * 19_316_736 - 2_240_741_376 == 5_715_066_880  # type: ignore[attr-defined]
+    assert result.kv_pool_tokens == 139_528 and plan.startup.max_num_seqs == 28
 
 
 def test_nextn_without_next_n_layers_is_refused() -> None:
@@ -176,11 +215,18 @@ def _stub_gpu():
 
 
 def test_truth_fixture_provenance() -> None:
-    """Written by ``tools/sglang_truth/spec_decode.py`` with SGLang 0.5.23 (11 cases, every one
-    through ``DefaultPoolConfigurator`` with a draft; 48 running requests unless set)."""
-    assert TRUTH["sglang_version"] == "0.5.23" and len(TRUTH["cases"]) == 11
-    assert [c["sglang"]["max_running_requests"] for c in TRUTH["cases"]].count(48) == 10
-    assert {c["sglang"]["configurator"] for c in TRUTH["cases"]} == {"DefaultPoolConfigurator"}
+    """Written by ``tools/sglang_truth/spec_decode.py`` with SGLang 0.5.23 (17 cases: 14 through
+    ``DefaultPoolConfigurator`` — 3 of them Qwen3-Next, a Mamba / linear-attention hybrid, whose
+    state pool holds the draft's intermediate states —, 3 through ``HybridSWAPoolConfigurator`` —
+    gpt-oss with an EAGLE3 head and with gpt-oss-20b as a STANDALONE draft, 12 of its 24 layers
+    SWA; 48 running requests unless set or capped by the Mamba slots)."""
+    assert TRUTH["sglang_version"] == "0.5.23" and len(TRUTH["cases"]) == 17
+    assert [c["sglang"]["max_running_requests"] for c in TRUTH["cases"]].count(48) == 15
+    configurators = [c["sglang"]["configurator"] for c in TRUTH["cases"]]
+    assert configurators.count("DefaultPoolConfigurator") == 14
+    assert configurators.count("HybridSWAPoolConfigurator") == 3
+    assert [c["sglang"]["speculative"].get("eagle_draft_swa_num_layers") for c in TRUTH["cases"]
+            if c["sglang"]["configurator"] == "HybridSWAPoolConfigurator"] == [None, 12, None]
     assert all(c["sglang"]["speculative"]["eagle_draft_num_layers"] for c in TRUTH["cases"])
 
 
@@ -194,6 +240,7 @@ def test_case_matches_sglang(case: dict) -> None:
     budget = case["mode"] == "budget"
     flags = dict(zip(case["flags"][::2], case["flags"][1::2], strict=True))
     names = {"--page-size": "page_size", "--max-running-requests": "max_num_seqs",
+             "--max-mamba-cache-size": "max_mamba_cache_size",
              "--speculative-num-steps": "speculative_num_steps",
              "--speculative-eagle-topk": "speculative_eagle_topk",
              "--speculative-num-draft-tokens": "speculative_num_draft_tokens"}
@@ -218,6 +265,7 @@ def test_case_matches_sglang(case: dict) -> None:
         spec["speculative_num_steps"], spec["speculative_eagle_topk"],
         spec["speculative_num_draft_tokens"], spec["eagle_draft_num_layers"],
         spec["num_effective_layers"])
+    assert ours["draft_swa_layers"] == (spec.get("eagle_draft_swa_num_layers") or 0)
     if not budget:
         terms = {t["name"]: t["bytes"] for t in result.ledger}
         assert terms["reserve: spec_draft_weights"] == case["draft_weights_bytes"]

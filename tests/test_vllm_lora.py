@@ -191,3 +191,25 @@ def test_slots_equal_vllms_own_wrappers(case: dict) -> None:
     expected |= {m: case[m] for m in ("embed_tokens", "lm_head") if case[m] is not None}
     assert slots.modules == expected
     assert slots.workspace == case["workspace"]
+
+
+def test_lora_target_modules_restricts_the_slots() -> None:
+    """``--lora-target-modules o_proj`` (``LoRAConfig.target_modules``, ``_match_target_modules``):
+    only o_proj gets a wrapper — Llama-3.1-8B, 1 slot, rank 16, bf16: 32 × 16 × (32 × 128 + 4,096)
+    × 2 B = 8,388,608 B, + the unchanged punica workspace 417,848 B = 8,806,456 B. ``q_proj,v_proj``
+    name the packed qkv_proj (``is_in_target_modules``: a packed parent matched by its children),
+    whose wrapper holds all three slices: 32 × (3 × 16 × 4,096 + 16 × 6,144) × 2 B = 18,874,368 B."""
+    from kvplan.engines.vllm.lora import vllm_lora_targets
+
+    def term(targets: str) -> int:
+        plan = make_plan(load_model("llama-3.1-8b"), get_gpu("h100-sxm"),
+                         FitQuery(engine="vllm", tokens=4096, enable_lora=True,
+                                  lora_target_modules=targets))
+        return {t.name: t.bytes for t in plan.budget.reserve_detail.terms}["lora_slots"]
+
+    assert term("o_proj") == 8_388_608 + 417_848
+    assert term("q_proj, v_proj") == 18_874_368 + 417_848
+    assert vllm_lora_targets("gate_proj,up_proj,down_proj") == ("gate_up_proj", "down_proj")
+    with pytest.raises(KVPlanError) as err:
+        vllm_lora_targets("all")
+    assert err.value.code == "lora.vllm_module"

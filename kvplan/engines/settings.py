@@ -219,13 +219,22 @@ MAX_CPU_LORAS = Setting(
     "max_cpu_loras", "lc", "--max-cpu-loras", "int", "max_cpu_loras (adapters in host memory)",
     "vLLM --max-cpu-loras: adapters cached in CPU memory (≥ max_loras; empty = max_loras).",
     low=1, high=1_000_000)
+LORA_TARGET_MODULES = Setting(
+    "lora_target_modules", "lt", "--lora-target-modules", "text", "lora_target_modules",
+    "Which modules get LoRA buffers, comma-separated (q_proj,k_proj,v_proj → qkv_proj; gate_proj,"
+    "up_proj → gate_up_proj; o_proj, down_proj, embed_tokens, lm_head): vLLM --lora-target-modules "
+    "(LoRAConfig.target_modules, matched by suffix and packed modules; empty = every supported "
+    "module); SGLang --lora-target-modules (get_normalized_target_modules; 'all' or empty = every "
+    "module).")
 SPECULATIVE_CONFIG = Setting(
     "speculative_config", "sd", "--speculative-config", "json", "speculative_config (JSON)",
     "vLLM --speculative-config, a JSON object: method (draft_model, eagle, eagle3, mtp or a "
     "deprecated *_mtp name, ngram, suffix), model (a draft or EAGLE head: a kvplan preset or a "
     "directory with its config.json), num_speculative_tokens, draft_tensor_parallel_size (1 or tp). "
     "The drafter's attention layers join the target's KV-cache groups; its weights are loaded "
-    "beside the target's (v0.33).")
+    "beside the target's (v0.33). TensorRT-LLM speculative_config (the YAML/JSON of "
+    "extra_llm_api_options): decoding_type (Eagle3, Eagle, MTP, Draft_Target, NGram), "
+    "max_draft_len, speculative_model, eagle3_one_model, num_nextn_predict_layers, use_mtp_vanilla.")
 SPECULATIVE_ALGORITHM = Setting(
     "speculative_algorithm", "qa", "--speculative-algorithm", "text", "speculative_algorithm",
     "SGLang --speculative-algorithm: EAGLE, EAGLE3, NEXTN (EAGLE with the target's next-n layers), "
@@ -296,6 +305,7 @@ class EngineSettings(BaseModel):
     max_lora_rank: int = _setting(16, MAX_LORA_RANK)
     max_cpu_loras: int | None = _setting(None, MAX_CPU_LORAS)
     fully_sharded_loras: bool = _setting(False, FULLY_SHARDED_LORAS)
+    lora_target_modules: str | None = _setting(None, LORA_TARGET_MODULES)
     speculative_config: str | None = _setting(None, SPECULATIVE_CONFIG)
     speculative_algorithm: str | None = _setting(None, SPECULATIVE_ALGORITHM)
     speculative_draft_model_path: str | None = _setting(None, SPECULATIVE_DRAFT_MODEL_PATH)
@@ -318,7 +328,7 @@ class EngineSettings(BaseModel):
         """Canonical JSON (``Setting.parse``); a ``ValueError`` names what is wrong."""
         return None if value is None else SPECULATIVE_CONFIG.parse(value)
 
-    @field_validator("speculative_algorithm", "speculative_draft_model_path")
+    @field_validator("speculative_algorithm", "speculative_draft_model_path", "lora_target_modules")
     @classmethod
     def _text_setting(cls, value: str | None) -> str | None:
         """A printable name or path (``Setting.parse``); a ``ValueError`` names what is wrong."""

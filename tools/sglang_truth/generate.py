@@ -298,6 +298,7 @@ def run_case(case: dict, workdir: Path, natives: set[str]) -> dict:
             "speculative_eagle_topk": rc.get_spec().speculative_eagle_topk,
             "speculative_num_draft_tokens": rc.get_spec().speculative_num_draft_tokens,
             "eagle_draft_num_layers": aux.eagle_draft_num_layers,
+            "eagle_draft_swa_num_layers": aux.eagle_draft_swa_num_layers,
             "num_effective_layers": kvc.layer_info.num_effective_layers,
         }
     return record

@@ -44,6 +44,19 @@ CASES = [
      "Qwen/Qwen3-0.6B"),
     ("llama-3.1-8b-standalone-1b-default", "llama-3.1-8b", 1, "default_fraction", 0, "STANDALONE",
      "llama-3.2-1b"),
+    # hybrid SWA targets (HybridSWAPoolConfigurator): a one-layer full-attention head, and a
+    # hybrid-SWA draft (its sliding layers sized as SWA layers)
+    ("gpt-oss-20b-eagle3-head-budget40g", "gpt-oss-20b", 1, "budget", 40 * GIB, "EAGLE3",
+     EAGLE3_HEAD),
+    ("gpt-oss-120b-standalone-20b-budget40g", "gpt-oss-120b", 1, "budget", 40 * GIB, "STANDALONE",
+     "gpt-oss-20b"),
+    ("gpt-oss-120b-tp2-eagle3-head-budget30g", "gpt-oss-120b", 2, "budget", 30 * GIB, "EAGLE3",
+     EAGLE3_HEAD),
+    # a Mamba / linear-attention hybrid: the draft's intermediate states in the state pool
+    ("qwen3-next-80b-a3b-tp4-standalone-0.6b-budget40g", "qwen3-next-80b-a3b", 4, "budget",
+     40 * GIB, "STANDALONE", "Qwen/Qwen3-0.6B"),
+    ("qwen3-next-80b-a3b-tp4-eagle3-head-budget40g", "qwen3-next-80b-a3b", 4, "budget", 40 * GIB,
+     "EAGLE3", EAGLE3_HEAD),
 ]
 #: More cases with extra flags: (id, target, tp, budget, algorithm, draft, flags).
 FLAGGED = [
@@ -54,6 +67,8 @@ FLAGGED = [
                    "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "7"]),
     ("deepseek-v3-tp8-nextn-fp8-p64-budget20g", "deepseek-v3", 8, 20 * GIB, "NEXTN", None,
      ["--page-size", "64", "--kv-cache-dtype", "fp8_e4m3"]),
+    ("qwen3-next-80b-a3b-tp4-standalone-0.6b-mamba200-budget40g", "qwen3-next-80b-a3b", 4,
+     40 * GIB, "STANDALONE", "Qwen/Qwen3-0.6B", ["--max-mamba-cache-size", "200"]),
 ]
 
 

@@ -184,6 +184,7 @@ class SGLang(Engine):
         "dp": ("--enable-dp-attention --dp (ranks of tp GPUs)", "1"),
         "enable_lora": ("--enable-lora (LoRA memory pool; --lora-target-modules all)", "off"),
         "max_loras": ("--max-loras-per-batch (LoRA buffer slots)", "1 here; SGLang's own default is 8"),
+        "lora_target_modules": ("--lora-target-modules (comma-separated)", "all"),
         "max_lora_rank": ("--max-lora-rank", "16"),
         "mtp": ("Load MTP layers (speculative decoding)", "off"),
         "speculative_algorithm": ("--speculative-algorithm", "none"),
@@ -257,7 +258,8 @@ class SGLang(Engine):
                                    settings.speculative_draft_model_path,
                                    settings.speculative_num_steps, settings.speculative_eagle_topk,
                                    settings.speculative_num_draft_tokens, settings.tp, settings.pp,
-                                   settings.dp, hybrid_swa, self.release, self.loading_rules(gpu))
+                                   settings.dp, hybrid_swa, self.release, self.loading_rules(gpu),
+                                   SGLANG_HYBRID_SWA_ARCHS)
 
     def speculative_summary(self, arch: ModelArch, gpu: GPU, settings: EngineSettings,
                             kv_dtype: str) -> dict[str, object] | None:
@@ -266,7 +268,8 @@ class SGLang(Engine):
         if spec is None:
             return None
         view = self.stage_view(arch, kv_dtype, settings, [])
-        return sglang_spec_summary(spec, sum(r.token_bytes for r in view.rules))
+        ratio = settings.swa_full_tokens_ratio or SGLANG_SWA_FULL_RATIO
+        return sglang_spec_summary(spec, sglang_draft_cell(view, spec, ratio))
 
     def unserved_reason(self, arch: ModelArch) -> str | None:
         if arch.architecture in SGLANG_UNSERVED_ARCHS:
@@ -348,7 +351,8 @@ class SGLang(Engine):
         if settings.enable_lora:
             terms.append(sglang_lora_term(arch, tp=settings.tp, max_loras_per_batch=settings.max_loras,
                                           max_lora_rank=settings.max_lora_rank,
-                                          dtype=self.model_dtype(arch), release=self.release))
+                                          dtype=self.model_dtype(arch), release=self.release,
+                                          target_modules=settings.lora_target_modules))
         spec = self.speculative(arch, settings, gpu)
         if spec is not None and (term := sglang_spec_weights_term(spec, self.release)) is not None:
             terms.append(term)
@@ -481,11 +485,13 @@ class SGLang(Engine):
 def _speculative_cached(arch: ModelArch, algorithm: str, draft_path: str | None,
                         num_steps: int | None, eagle_topk: int | None,
                         num_draft_tokens: int | None, tp: int, pp: int, dp: int, hybrid_swa: bool,
-                        release: str, rules: LoadingRules) -> SglangSpec:
+                        release: str, rules: LoadingRules,
+                        hybrid_archs: frozenset[str]) -> SglangSpec:
     return resolve_sglang_speculative(arch, algorithm=algorithm, draft_path=draft_path,
                                       num_steps=num_steps, eagle_topk=eagle_topk,
                                       num_draft_tokens=num_draft_tokens, tp=tp, pp=pp, dp=dp,
-                                      hybrid_swa=hybrid_swa, release=release, rules=rules)
+                                      hybrid_swa=hybrid_swa, release=release, rules=rules,
+                                      hybrid_archs=hybrid_archs)
 
 
 def _per_worker(settings: EngineSettings) -> int | None:
@@ -562,10 +568,12 @@ class SGLangPool(KVPool):
         swa = sum(r.token_bytes for r in view.rules if r.kind.windowed)
         self.cell = full + self.ratio * swa
         self.spec = spec
-        self.draft_cell = spec.draft_cell(int(self.cell)) if spec is not None else 0
+        self.draft_cell = sglang_draft_cell(view, spec, self.ratio) if spec is not None else 0.0
         self.cell += self.draft_cell
         self.per_request_state = view.state_bytes
         self.mamba_slots = settings.max_mamba_cache_size
+        self.spec_draft_tokens = spec.num_draft_tokens if spec is not None else 0
+        self.spec_running = _per_worker(settings) or SPEC_MAX_RUNNING_REQUESTS
         kv, slots = self._split(np.asarray([budget], dtype=np.int64))
         self.kv_budget = int(kv[0])
         self.slots = None if slots is None else int(slots[0])
@@ -580,12 +588,21 @@ class SGLangPool(KVPool):
         state = self.per_request_state
         if not state:
             return budget, None
+        d, ratio = self.spec_draft_tokens, SGLANG_MAMBA_SLOTS_PER_REQUEST
         if self.mamba_slots is not None:  # --max-mamba-cache-size: the slots as set
             slots = np.full(np.shape(budget), self.mamba_slots, dtype=np.int64)
-            return budget - (slots + 1) * state, slots
-        r = SGLANG_MAMBA_FULL_RATIO
-        slots = np.maximum((budget * r / (1 + r) - state) // state, 0).astype(np.int64)
-        return budget - (slots + 1) * state, slots
+        elif d:  # _handle_max_mamba_cache: main states and draft intermediates solved jointly
+            r = SGLANG_MAMBA_FULL_RATIO
+            slots = np.maximum((budget * r / (1 + r) - state * (1 + d)) // (state * (1 + d / ratio)),
+                               0).astype(np.int64)
+        else:
+            r = SGLANG_MAMBA_FULL_RATIO
+            slots = np.maximum((budget * r / (1 + r) - state) // state, 0).astype(np.int64)
+        kv = budget - (slots + 1) * state
+        if d:  # intermediate states of the capped running requests (+1 padding slot), D each
+            capped = np.minimum(max(1, self.spec_running), slots // ratio)
+            kv = kv - state * (capped + 1) * d
+        return kv, slots
 
     def _tokens_for(self, kv: np.ndarray) -> np.ndarray:
         if not self.cell:
@@ -627,7 +644,13 @@ class SGLangPool(KVPool):
     def formulas(self, L: int) -> dict[str, str]:
         out = {"kv_pool_tokens": f"({self.kv_budget:,} // {self.cell:,.0f} B per token) // "
                                  f"{self.page} × {self.page} = {self.capacity:,}"}
-        if self.draft_cell and self.spec is not None:
+        if self.draft_cell and self.spec is not None and self.spec.draft_swa_layers:
+            out["spec_draft_kv"] = (
+                f"{self.spec.given} draft {self.spec.draft_name} on the hybrid SWA pool: "
+                f"{self.spec.draft_layers - self.spec.draft_swa_layers} full + {self.ratio} × "
+                f"{self.spec.draft_swa_layers} SWA draft layer(s) = {self.draft_cell:,.1f} B more per "
+                "token (pool_configurator.py HybridSWAPoolConfigurator._recompute_cell_size)")
+        elif self.draft_cell and self.spec is not None:
             target = int(self.cell) - self.draft_cell
             out["spec_draft_kv"] = (
                 f"{self.spec.given} draft {self.spec.draft_name}: int({target:,} B × "
@@ -638,6 +661,20 @@ class SGLangPool(KVPool):
             out["kv_pool_tokens"] += (f"; {self.mm_reserve:,} B multimodal embedding cache taken "
                                       "first (SGLANG_VLM_CACHE_SIZE_MB, mm_runtime_reservation_gb)")
         return out
+
+
+def sglang_draft_cell(view: EngineView, spec: SglangSpec, ratio: float) -> float:
+    """Bytes per token the draft adds to the cell: a hybrid-SWA pool (full and SWA layers)
+    ``SglangSpec.hybrid_draft_cell`` with the target's per-layer sizes
+    (``HybridSWAPoolConfigurator``), else ``int(cell × draft / target layers)``
+    (``DefaultPoolConfigurator``)."""
+    full = [r.bytes_per_token for r in view.rules if not r.kind.windowed and r.bytes_per_token]
+    swa = [r.bytes_per_token for r in view.rules if r.kind.windowed and r.bytes_per_token]
+    if full and swa:
+        return spec.hybrid_draft_cell(full[0], swa[0], ratio)
+    cell = sum(r.token_bytes for r in view.rules if not r.kind.windowed) \
+        + ratio * sum(r.token_bytes for r in view.rules if r.kind.windowed)
+    return spec.draft_cell(int(cell))
 
 
 def _split_reserve(reserve: int, detail: Reserve | None) -> tuple[int, int]:

@@ -28,6 +28,7 @@ memory free after loading exactly as the weights do: KV = ``pre × mfs − weigh
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from kvplan.arch import Attention, ModelArch
@@ -112,11 +113,28 @@ def sglang_lora_pool(arch: ModelArch, *, tp: int, max_loras_per_batch: int, max_
     return SglangLoraPool(s, r, dtype, modules, formula)
 
 
+#: ``lora/utils.py`` ``get_normalized_target_modules`` ``params_mapping`` (the dense-decoder names).
+NORMALIZED = {"q_proj": "qkv_proj", "k_proj": "qkv_proj", "v_proj": "qkv_proj",
+              "gate_proj": "gate_up_proj", "up_proj": "gate_up_proj", "vocab_emb": "embed_tokens",
+              "embeddings": "embed_tokens", "output": "lm_head"}
+
+
+def sglang_lora_targets(text: str | None) -> tuple[str, ...]:
+    """``--lora-target-modules`` normalized (``get_normalized_target_modules``: the last dotted
+    part mapped by ``params_mapping``); None or ``all`` = every module
+    (``auto_detect_lora_target_modules``)."""
+    if text is None or text.strip() == "all":
+        return SGLANG_LORA_MODULES
+    names = [n for n in re.split(r"[,\s]+", text) if n]
+    return tuple(dict.fromkeys(NORMALIZED.get(n.split(".")[-1], n.split(".")[-1]) for n in names))
+
+
 def sglang_lora_term(arch: ModelArch, *, tp: int, max_loras_per_batch: int, max_lora_rank: int,
-                     dtype: str, release: str) -> ReserveTerm:
+                     dtype: str, release: str, target_modules: str | None = None) -> ReserveTerm:
     """The ``lora_pool`` term of the KV budget (counted: allocated before the KV pool is sized)."""
     pool = sglang_lora_pool(arch, tp=tp, max_loras_per_batch=max_loras_per_batch,
-                            max_lora_rank=max_lora_rank, dtype=dtype)
+                            max_lora_rank=max_lora_rank, dtype=dtype,
+                            target_modules=sglang_lora_targets(target_modules))
     return ReserveTerm(LORA_POOL_TERM, pool.total, pool.formula,
                        f"{release}: lora/mem_pool.py LoRAMemoryPool.init_buffers (after load_model, "
                        "before the KV pool: model_runner.py initialize)")

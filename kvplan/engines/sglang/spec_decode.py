@@ -21,16 +21,34 @@ Read from SGLang 0.5.23:
   head (``set_embed_and_head``); the draft is loaded before the pool is sized, so its weights leave
   the budget (the refusal's "draft weights are now counted").
 
-Not modelled (refused by name): the hybrid-SWA, Mamba and DSA pool configurators with a draft
-(``HybridSWAPoolConfigurator``, ``_handle_max_mamba_cache``' speculative state, the DSA indexer),
-pipeline parallel, DFLASH / DSPARK / UNO / FROZEN_KV_MTP.
+* ``model_executor/pool_configurator.py`` ``HybridSWAPoolConfigurator.__init__`` /
+  ``_recompute_cell_size`` (hybrid-SWA targets: gpt-oss, Llama 4, …): the draft's
+  ``eagle_draft_num_layers`` split into ``eagle_draft_swa_num_layers`` (``spec_aux_hidden_state.py``:
+  the SWA layers of the draft's config when that config is itself hybrid SWA — the target's own for
+  a path-less next-n draft — capped at the draft's layers) and full layers; the cell is
+  ``full_per_token × (full + draft_full) + ratio × swa_per_token × (swa + draft_swa)``, each per-layer
+  size the target's (no ``int()`` of a share, unlike the default configurator).
+
+* ``mem_cache/kv_cache_configurator.py`` ``_handle_max_mamba_cache`` (Mamba / linear-attention
+  hybrids): with speculation the state pool reserves the per-draft-token intermediate states —
+  ``K = int((budget × r / (1 + r) − state × (1 + D)) // (state × (1 + D / ratio)))`` slots (``D`` =
+  ``speculative_num_draft_tokens``, ``ratio`` the slots per request), then ``state × (min(max(1,
+  max_running_requests // dp), K // ratio) + 1) × D`` bytes of intermediate state leave the KV
+  memory with the ``(K + 1) × state`` main states (``--max-mamba-cache-size``: ``K`` as set, the same
+  intermediate); ``DefaultPoolConfigurator``'s draft share is of the full-attention layers
+  (``mambaish.full_attention_layer_ids``).
+
+Not modelled (refused by name): the DSA pool configurator with a draft (the DSA indexer), an
+all-SWA target, pipeline parallel, a target's own next-n layers on a Mamba hybrid, DFLASH / DSPARK /
+UNO / FROZEN_KV_MTP.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvplan.arch import MLA, Attention, ModelArch
+from kvplan.arch import MLA, Attention, ModelArch, Recurrent
+from kvplan.engines.kinds import layer_window
 from kvplan.engines.reserve import ReserveTerm
 from kvplan.engines.vllm.spec_decode import draft_arch
 from kvplan.errors import KVPlanError
@@ -84,13 +102,25 @@ class SglangSpec:
     weights_bytes: int
     weights_formula: str
     notes: tuple[str, ...] = ()
+    #: ``eagle_draft_swa_num_layers`` (hybrid-SWA pools only): draft layers sized as SWA layers.
+    draft_swa_layers: int = 0
+    #: The layers the cell is built from when they are not ``target_layers``: a Mamba hybrid's
+    #: full-attention layers (``DefaultPoolConfigurator``: ``mambaish.full_attention_layer_ids``).
+    cell_layers: int = 0
+
+    def hybrid_draft_cell(self, full_layer: int, swa_layer: int, ratio: float) -> float:
+        """``HybridSWAPoolConfigurator._recompute_cell_size``'s draft part: ``full_per_token ×
+        draft_full + ratio × swa_per_token × draft_swa`` bytes more per token."""
+        full = self.draft_layers - self.draft_swa_layers
+        return full_layer * full + ratio * swa_layer * self.draft_swa_layers
 
     def draft_cell(self, cell: int) -> int:
         """``pool_configurator.py`` ``DefaultPoolConfigurator.__init__``:
         ``int(cell × draft_layers / num_layers)`` bytes more per token."""
-        if not self.draft_layers or not self.target_layers:
+        layers = self.cell_layers or self.target_layers
+        if not self.draft_layers or not layers:
             return 0
-        return int(cell * self.draft_layers / self.target_layers)
+        return int(cell * self.draft_layers / layers)
 
 
 def _auto_params(algorithm: str, arch: ModelArch) -> tuple[int, int, int]:
@@ -107,10 +137,8 @@ def _check_pool(arch: ModelArch, pp: int, hybrid_swa: bool) -> None:
     why = None
     if pp > 1:
         why = f"pipeline parallel size {pp}"
-    elif any(not isinstance(layer, Attention | MLA) for layer in arch.layers):
-        why = "layers without a plain KV cache (Mamba / linear attention: the speculative state pool)"
-    elif hybrid_swa:
-        why = "the hybrid SWA pool (HybridSWAPoolConfigurator's draft SWA layers)"
+    elif hybrid_swa and all(layer_window(layer) for layer in arch.layers):
+        why = "an all-SWA hybrid pool (HybridSWAPoolConfigurator without full layers)"
     elif arch.model_type in DSA_MODEL_TYPES:
         why = "the DSA indexer's draft cell"
     if why is not None:
@@ -147,11 +175,19 @@ def _draft_weights(draft: ModelArch, algorithm: str, tp: int,
     return total, f"{draft.name} at TP {tp} in {layout.format_label}: {shown} = {total:,} B", notes
 
 
+def _swa_layers(config: ModelArch, hybrid_archs: frozenset[str]) -> int:
+    """``len(swa_attention_layer_ids)`` when ``config`` is hybrid SWA (``is_hybrid_swa_model``:
+    its architecture listed and sliding layers present), else 0."""
+    if (config.architecture or "") not in hybrid_archs:
+        return 0
+    return sum(1 for layer in config.layers if layer_window(layer))
+
+
 def resolve_sglang_speculative(arch: ModelArch, *, algorithm: str, draft_path: str | None,
                                num_steps: int | None, eagle_topk: int | None,
                                num_draft_tokens: int | None, tp: int, pp: int, dp: int,
-                               hybrid_swa: bool, release: str,
-                               rules: LoadingRules) -> SglangSpec:
+                               hybrid_swa: bool, release: str, rules: LoadingRules,
+                               hybrid_archs: frozenset[str] = frozenset()) -> SglangSpec:
     """``--speculative-*`` for ``arch`` as SGLang 0.5.23 resolves them (module docstring), with the
     draft's KV layers and weights per GPU; bad input is refused by name."""
     given = algorithm.strip().upper()
@@ -183,6 +219,10 @@ def resolve_sglang_speculative(arch: ModelArch, *, algorithm: str, draft_path: s
     else:
         draft = draft_arch(draft_path)
         nextn = draft is arch or draft == arch
+    recurrent = any(isinstance(layer, Recurrent) for layer in arch.layers)
+    if nextn and recurrent:
+        raise KVPlanError("sgl_spec.pool", model=arch.name,
+                          why="a Mamba hybrid's own next-n layers (pass a draft model path)")
     if nextn and not arch.weights.mtp_layers:
         raise KVPlanError("sgl_spec.no_nextn", algorithm=given, model=arch.name)
     if resolved == "STANDALONE" and draft.vocab_size != arch.vocab_size:
@@ -211,9 +251,15 @@ def resolve_sglang_speculative(arch: ModelArch, *, algorithm: str, draft_path: s
         notes.append(f"{draft.name}'s attention differs from {arch.name}'s: SGLang still sizes the "
                      "draft's KV as the target's per-layer bytes (pool_configurator.py: 'assumes the "
                      "draft shares the target's per-layer KV size')")
+    swa = min(_swa_layers(draft if draft_path is not None else arch, hybrid_archs), layers) \
+        if hybrid_swa else 0
+    if hybrid_swa:
+        notes.append(f"hybrid SWA pool: {layers - swa} draft layer(s) sized as full layers, {swa} "
+                     "as SWA layers (pool_configurator.py HybridSWAPoolConfigurator)")
     return SglangSpec(resolved, given, draft_path, f"{draft.name} next-n layers" if nextn
                       else draft.name, layers, arch.n_layers, num_steps, topk, tokens, nextn,
-                      weights, formula, tuple(notes))
+                      weights, formula, tuple(notes), swa,
+                      sum(1 for x in arch.layers if isinstance(x, Attention | MLA)) if recurrent else 0)
 
 
 def sglang_spec_weights_term(spec: SglangSpec, release: str) -> ReserveTerm | None:
@@ -226,7 +272,7 @@ def sglang_spec_weights_term(spec: SglangSpec, release: str) -> ReserveTerm | No
                        basis="derived" if spec.algorithm == "EAGLE3" else "source")
 
 
-def sglang_spec_summary(spec: SglangSpec, cell: int) -> dict[str, object]:
+def sglang_spec_summary(spec: SglangSpec, draft_cell: float) -> dict[str, object]:
     """``fit --json``'s ``speculative`` for SGLang: the resolved flags and what they add."""
     return {
         "method": spec.given, "resolved_algorithm": spec.algorithm, "model": spec.draft_path,
@@ -234,7 +280,8 @@ def sglang_spec_summary(spec: SglangSpec, cell: int) -> dict[str, object]:
         "speculative_eagle_topk": spec.eagle_topk,
         "speculative_num_draft_tokens": spec.num_draft_tokens,
         "draft_kv_layers": spec.draft_layers, "target_kv_layers": spec.target_layers,
-        "draft_kv_bytes_per_token": spec.draft_cell(cell),
+        "draft_kv_bytes_per_token": draft_cell,
+        "draft_swa_layers": spec.draft_swa_layers,
         "draft_weights_bytes": spec.weights_bytes, "draft_weights_formula": spec.weights_formula,
         "notes": list(spec.notes),
     }

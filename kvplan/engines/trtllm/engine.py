@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -30,6 +31,12 @@ from kvplan.engines.reserve import Reserve, ReserveTerm
 from kvplan.engines.settings import EngineSettings
 from kvplan.engines.trtllm.kv_dtype import resolve_auto_kv_dtype
 from kvplan.engines.trtllm.log import TrtllmLog
+from kvplan.engines.trtllm.spec_decode import (
+    TrtSpec,
+    resolve_trtllm_speculative,
+    trtllm_spec_summary,
+    trtllm_spec_weights_term,
+)
 from kvplan.engines.trtllm.weights import trtllm_loading_rules
 
 if TYPE_CHECKING:
@@ -97,6 +104,9 @@ class TrtLlmRelease(Release):
     #: ``quantization/modelopt_config.py`` ``read_modelopt_quant_config``); up to 1.1 only
     #: ``hf_quant_config.json`` declares the KV format (``kvplan.engines.trtllm.kv_dtype``).
     kv_quant_flat: bool = False
+    #: ``speculative_config`` sized from the code read (``kvplan.engines.trtllm.spec_decode``: the
+    #: main-branch ``llm_args.py``, ``resource_manager.py``, ``speculative/utils.py``); False: refused.
+    spec_decode: bool = False
 
 
 #: TensorRT-LLM releases, oldest first, each the previous one with what changed.
@@ -110,11 +120,13 @@ TRTLLM_1_1 = TrtLlmRelease(
             "``load_modelopt_quant_config``; ``load_hf_quant_config`` reads no ModelOpt config.json)")
 TRTLLM_MAIN = replace(
     TRTLLM_1_1, key="main", since="1.2.0", name="TensorRT-LLM main 2026 (PyTorch backend; blocks floored)",
-    blocks_round_up=False, kv_quant_flat=True,
+    blocks_round_up=False, kv_quant_flat=True, spec_decode=True,
     changes="main (``resource_manager.py`` 001541ba…, ``_util.py`` 00043967…): "
             "``calculate_max_num_blocks`` floors, ``int(max_tokens // tokens_per_block)``; a flat "
             "ModelOpt config.json ``kv_cache_scheme`` sets the KV dtype \"auto\" takes "
-            "(``quantization/modelopt_config.py`` 2edf354d ``read_modelopt_quant_config``)")
+            "(``quantization/modelopt_config.py`` 2edf354d ``read_modelopt_quant_config``); "
+            "``speculative_config`` sized (spec layers in the target's manager, the two-model draft's "
+            "KV in the creator's cost, draft and extra KV tokens per request: ``trtllm/spec_decode.py``)")
 TRTLLM_RELEASES: tuple[TrtLlmRelease, ...] = (TRTLLM_1_1, TRTLLM_MAIN)
 
 
@@ -132,6 +144,9 @@ class TrtLlm(Engine):
         "block_size": ("tokens_per_block", f"{TRTLLM_TOKENS_PER_BLOCK}"),
         "max_tokens": ("max_tokens (tokens)", "no cap"),
         "max_attention_window": ("max_attention_window (tokens, per layer)", "max_seq_len"),
+        "mtp": ("Load MTP layers (speculative decoding)", "off"),
+        "speculative_config": ("speculative_config (JSON: decoding_type, max_draft_len, "
+                               "speculative_model, …)", "none"),
     }
     #: ``enable_attention_dp`` with expert parallelism (``moe_expert_parallel_size``).
     expert_parallel = True
@@ -218,10 +233,44 @@ class TrtLlm(Engine):
         from kvplan.engines.vllm.memory import forward_peak
 
         value, how = forward_peak(arch, TRTLLM_MAX_NUM_TOKENS, settings.tp, self.model_dtype(arch))
-        return Reserve((ReserveTerm(
+        terms = [ReserveTerm(
             "activation_peak", value, f"profiling forward of max_num_tokens: {how}",
             f"{self.release}: _torch/pyexecutor/_util.py KvCacheCreator (profiling run, "
-            "_cal_max_memory)", basis="derived"),))
+            "_cal_max_memory)", basis="derived")]
+        spec = self.speculative(arch, settings, gpu)
+        if spec is not None and (term := trtllm_spec_weights_term(spec, self.release)) is not None:
+            terms.append(term)
+        return Reserve(tuple(terms))
+
+    def speculative(self, arch: ModelArch, settings: EngineSettings,
+                    gpu: GPU | None = None) -> TrtSpec | None:
+        """``speculative_config`` as this release resolves it for ``arch``
+        (``engines/trtllm/spec_decode.py``); None without it."""
+        if settings.speculative_config is None:
+            return None
+        windows = len(set(settings.max_attention_window or (0,)))
+        return _speculative_cached(arch, settings.speculative_config, settings.tp, settings.pp,
+                                   windows, self.release, self.record.spec_decode,
+                                   self.loading_rules(gpu))
+
+    def spec_costs(self, spec: TrtSpec, dtype: KVDType, tp: int) -> tuple[int, int, int]:
+        """Bytes per token per rank the drafter adds: (spec layers in the target's manager, the
+        two-model draft's creator estimate, its manager's) — ``get_cache_bytes_per_token`` /
+        ``get_cache_size_per_token`` over those layers."""
+        spec_bytes = spec.spec_layers * self.token_bytes(spec.spec_layer, dtype, tp) \
+            if spec.spec_layer is not None else 0
+        creator = sum(self.creator_token_bytes(x, dtype, tp) for x in spec.draft_layers)
+        manager = sum(self.token_bytes(x, dtype, tp) for x in spec.draft_layers)
+        return spec_bytes, creator, manager
+
+    def speculative_summary(self, arch: ModelArch, gpu: GPU, settings: EngineSettings,
+                            kv_dtype: str) -> dict[str, object] | None:
+        """``fit --json``'s ``speculative`` (``spec_decode.trtllm_spec_summary``)."""
+        spec = self.speculative(arch, settings, gpu)
+        if spec is None:
+            return None
+        view = self.stage_view(arch, kv_dtype, settings, [])
+        return trtllm_spec_summary(spec, *self.spec_costs(spec, view.dtype, settings.tp))
 
     def kv_budgets(self, target: int, stage_weights: list[int], reserve: int,
                    settings: EngineSettings, formulas: dict[str, str], capacity: int = 0,
@@ -289,22 +338,45 @@ class TrtLlm(Engine):
         view = self.stage_view(arch, kv_dtype, settings, notes)
         max_seq_len = settings.max_cache_len or arch.max_position_embeddings or 1 << 62
         costs = self.window_costs(arch, view.dtype, settings, stage, max_seq_len)
+        spec = self.speculative(arch, settings, gpu)
+        spec_bytes, extra = 0, 0
+        if spec is not None:
+            spec_bytes, creator, manager = self.spec_costs(spec, view.dtype, settings.tp)
+            if (creator or manager) and len(costs) == 1:  # _util.py _get_kv_size_per_token
+                ((window, (c, m)),) = costs.items()
+                costs = {window: (c + creator, m + manager)}
+            extra = spec.extra_tokens
+            notes.extend(spec.notes)
         pool = TrtPool(costs, max(min(budgets), 0), view.block_size or TRTLLM_TOKENS_PER_BLOCK,
-                       settings.max_tokens, round_up=self.record.blocks_round_up)
+                       settings.max_tokens, round_up=self.record.blocks_round_up,
+                       spec_bytes=spec_bytes, extra_tokens=extra)
         notes.extend(pool.notes)
         return pool
 
     def resolve_settings(self, settings: EngineSettings, tokens: int, gpu: GPU | None = None,
                          arch: ModelArch | None = None) -> EngineSettings:
-        """``max_seq_len`` (carried as ``max_cache_len``) is the request length."""
+        """``max_seq_len`` (carried as ``max_cache_len``) is the request length; ``speculative_config``
+        with ``decoding_type`` MTP loads the target's next-n layers."""
+        update: dict[str, Any] = {}
         if settings.max_cache_len is None:
-            return settings.model_copy(update={"max_cache_len": max(tokens, 1)})
-        return settings
+            update["max_cache_len"] = max(tokens, 1)
+        if arch is not None and settings.speculative_config is not None and not settings.mtp:
+            spec = self.speculative(arch, settings, gpu)
+            if spec is not None and spec.decoding_type == "MTP":
+                update["mtp"] = True
+        return settings.model_copy(update=update) if update else settings
 
     def loading_rules(self, gpu: GPU | None) -> LoadingRules:
         """``kvplan.engines.trtllm.weights.trtllm_loading_rules`` (assumed equal to vLLM
         v0.33's scale rules)."""
         return trtllm_loading_rules(self, gpu)
+
+
+@lru_cache(maxsize=64)
+def _speculative_cached(arch: ModelArch, text: str, tp: int, pp: int, windows: int, release: str,
+                        modelled: bool, rules: LoadingRules) -> TrtSpec:
+    return resolve_trtllm_speculative(arch, text, tp=tp, pp=pp, windows=windows, release=release,
+                                      modelled=modelled, rules=rules)
 
 
 @dataclass(frozen=True)
@@ -334,8 +406,12 @@ class TrtPool(KVPool):
     bytes_per_block: int
 
     def __init__(self, costs: dict[int, tuple[int, int]], budget: int, block_size: int,
-                 max_tokens: int | None, round_up: bool = False) -> None:
+                 max_tokens: int | None, round_up: bool = False, spec_bytes: int = 0,
+                 extra_tokens: int = 0) -> None:
         self.block_size = block_size
+        #: Tokens a request holds past its own (``num_extra_kv_tokens`` + draft tokens).
+        self.extra_tokens = extra_tokens
+        self.spec_bytes = spec_bytes
         self.round_up = round_up
         self.notes: list[str] = []
         self.pools: tuple[WindowPool, ...]
@@ -345,9 +421,11 @@ class TrtPool(KVPool):
             if max_tokens is not None and creator:
                 tokens = min(budget, creator * max_tokens) // creator
             if manager > creator:
-                tokens = min(tokens, budget // manager)
                 self.notes.append("KV heads not divisible by TP: the cache holds ceil(nkv / tp) whole "
                                   "heads per layer, so fewer tokens fit than KvCacheCreator estimated")
+            manager += spec_bytes  # get_pp_layers: the spec layers are the manager's, not the creator's
+            if manager > creator:
+                tokens = min(tokens, budget // manager)
             blocks = -(-tokens // block_size) if round_up else tokens // block_size
             self.pools = (WindowPool(window, blocks, manager),)
             self.max_tokens = tokens
@@ -367,7 +445,8 @@ class TrtPool(KVPool):
 
     def _pool_blocks(self, L: np.ndarray) -> list[np.ndarray]:
         L = np.asarray(L, dtype=np.int64)
-        return [cdiv(np.minimum(L, p.window) if p.window else L, self.block_size) for p in self.pools]
+        return [cdiv((np.minimum(L, p.window) if p.window else L) + self.extra_tokens, self.block_size)
+                for p in self.pools]
 
     def blocks(self, L: np.ndarray) -> np.ndarray:
         """Blocks a request takes in the largest window's pool."""
@@ -410,5 +489,10 @@ class TrtPool(KVPool):
 
     def formulas(self, L: int) -> dict[str, str]:
         parts = ", ".join(f"window {p.window:,}: {p.blocks:,} blocks" for p in self.pools)
-        return {"num_blocks": f"({self.max_tokens:,} tokens) // {self.block_size} per block → {parts}"}
+        out = {"num_blocks": f"({self.max_tokens:,} tokens) // {self.block_size} per block → {parts}"}
+        if self.spec_bytes or self.extra_tokens:
+            out["spec_kv"] = (f"spec layers {self.spec_bytes:,} B per token in the target's manager "
+                              f"(resource_manager.py get_pp_layers); a request holds {self.extra_tokens} "
+                              "tokens more (num_extra_kv_tokens + draft tokens, prepare_resources)")
+        return out
 

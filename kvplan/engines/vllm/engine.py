@@ -158,6 +158,7 @@ VLLM_V1_SETTING_LABELS: dict[str, tuple[str, str]] = {
     "mtp": ("Load MTP layers (speculative decoding)", "off"),
     "enable_lora": ("enable_lora (LoRA adapter slots, v0.33)", "off"),
     "max_loras": ("max_loras (GPU adapter slots)", "1"),
+    "lora_target_modules": ("lora_target_modules (comma-separated)", "every supported module"),
     "max_lora_rank": ("max_lora_rank", "16"),
     "max_cpu_loras": ("max_cpu_loras (host cache)", "max_loras"),
     "fully_sharded_loras": ("fully_sharded_loras", "off"),

@@ -33,6 +33,7 @@ stay in host memory (``LRUCacheLoRAModelManager``), listed but not on the GPU.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from kvplan.arch import Attention, ModelArch
@@ -194,6 +195,32 @@ def lora_slots(arch: ModelArch, *, tp: int, pp: int, max_loras: int, max_lora_ra
     return LoraSlots(s, r, dtype, layer_bytes, workspace, cpu, formula)
 
 
+#: Adapter-visible children of the packed modules (the Llama-style ``packed_modules_mapping``):
+#: ``lora/utils.py`` ``is_in_target_modules`` matches a packed parent by any of its children.
+PACKED_CHILDREN = {"q_proj": "qkv_proj", "k_proj": "qkv_proj", "v_proj": "qkv_proj",
+                   "gate_proj": "gate_up_proj", "up_proj": "gate_up_proj"}
+#: The modules ``lora_slots`` sizes (``module_suffix`` names).
+VLLM_LORA_MODULES = ("qkv_proj", "o_proj", "gate_up_proj", "fc1", "down_proj", "embed_tokens",
+                     "lm_head")
+
+
+def vllm_lora_targets(text: str | None) -> tuple[str, ...] | None:
+    """``--lora-target-modules`` as ``_match_target_modules`` sees it for kvplan's modules: each name
+    a module suffix, a packed child naming its parent; None: every supported module. A name that
+    matches none of them is refused (vLLM would give it no slot and load no adapter weight)."""
+    if text is None:
+        return None
+    names = [n for n in re.split(r"[,\s]+", text) if n]
+    out = []
+    for name in names:
+        module = PACKED_CHILDREN.get(name, name)
+        if module not in VLLM_LORA_MODULES:
+            raise KVPlanError("lora.vllm_module", value=name[:40],
+                              choices=", ".join((*VLLM_LORA_MODULES, *PACKED_CHILDREN)))
+        out.append(module)
+    return tuple(dict.fromkeys(out))
+
+
 def lora_reserve_term(arch: ModelArch, settings: EngineSettings, *, ranks: tuple[int, ...],
                       release: str, dtype: str, mnbt: int, max_num_seqs: int) -> ReserveTerm:
     """The ``lora_slots`` term of the KV budget: ``lora_slots`` with the settings' values, after
@@ -203,6 +230,7 @@ def lora_reserve_term(arch: ModelArch, settings: EngineSettings, *, ranks: tuple
     slots = lora_slots(arch, tp=settings.tp, pp=settings.pp, max_loras=settings.max_loras,
                        max_lora_rank=settings.max_lora_rank, dtype=dtype, mnbt=mnbt,
                        max_num_seqs=max_num_seqs, max_cpu_loras=settings.max_cpu_loras,
+                       target_modules=vllm_lora_targets(settings.lora_target_modules),
                        fully_sharded=settings.fully_sharded_loras)
     return ReserveTerm(LORA_TERM, slots.total, f"{slots.formula} = {slots.total:,} B",
                        f"{release} vllm/lora/model_manager.py _create_lora_modules → "
