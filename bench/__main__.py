@@ -411,9 +411,10 @@ SECTIONS = {"sweep": bench_sweep, "reruns": bench_reruns, "imports": bench_impor
 
 def bench_recommend(reps: int) -> None:
     """The recommend search over ≥ 10,000 candidates: the catalogue × 12 TP/PP splits × 5 KV × 8
-    weight formats for Llama-3.1-70B on vLLM. Cold: the engine's pool-layout and FLOPs caches
-    cleared before each repetition; warm: a new search (other traffic/targets) of the same model."""
+    weight formats for Llama-3.1-70B on vLLM. Cold: the engine's pool-layout, start-up-cap and FLOPs
+    caches cleared before each repetition; warm: a new search (other traffic/targets) of the same model."""
     from kvplan.capacity import FitQuery
+    from kvplan.engines.vllm.engine import _CAPS
     from kvplan.engines.vllm.pool import _pool_cached
     from kvplan.flops import layer_flops
     from kvplan.presets import load_model
@@ -428,6 +429,7 @@ def bench_recommend(reps: int) -> None:
 
     def cold() -> None:
         _pool_cached.cache_clear()
+        _CAPS.clear()
         layer_flops.cache_clear()
         recommend(make_plan(arch, None, FitQuery()), query)
 

@@ -54,7 +54,7 @@ from kvplan.engines import EngineSettings, KVPool
 from kvplan.engines.vllm.transfer import check_engine
 from kvplan.errors import KVPlanError
 from kvplan.flops import layer_flops, prefill_decode_flops, request_flops
-from kvplan.plan import FitQuery, Plan, memory_budget
+from kvplan.plan import FitQuery, Plan
 from kvplan.presets import (
     GPU,
     PhaseEfficiency,
@@ -384,7 +384,7 @@ def recommend(plan: Plan, query: RecommendQuery, workload: Workload | None = Non
     stages_max = int(pp_arr.max())
     expert_params, all_params = expert_share(arch)
 
-    # weights per GPU of every stage, per (layout, weight format), from capacity.memory_budget
+    # weights per GPU of every stage, per (layout, weight format): the Plan's (memory_budget's)
     ref = gpu_list[0]
     stage_w = np.zeros((Y, W, stages_max), dtype=np.int64)
     w_dense = np.zeros((Y, W))
@@ -400,15 +400,16 @@ def recommend(plan: Plan, query: RecommendQuery, workload: Workload | None = Non
         layout_queries.append(dp_plan.query if dp_plan is not None else layout_plan.query)
         for w, wd in enumerate(wds):
             fmt = None if wd == "auto" else wd
-            budget = memory_budget(layout_plan.vary(weight_dtype=fmt))
-            w_total[y, w] = budget.weights_total
-            stages = list(budget.stage_weights)
+            # the weights memory_budget reads (Plan.weights), without its reserve and KV budget
+            layout_w = layout_plan.vary(weight_dtype=fmt).weights
+            w_total[y, w] = layout_w.total_bytes
+            stages = list(layout_w.stage_bytes)
             if dp_plan is not None:
-                stages = list(memory_budget(dp_plan.vary(weight_dtype=fmt)).stage_weights)
+                stages = list(dp_plan.vary(weight_dtype=fmt).weights.stage_bytes)
             stage_w[y, w, :len(stages)] = stages
             top = max(stages)
             share = 0 if ep > 1 else top * expert_params // all_params
-            w_expert[y, w] = -(-(budget.weights_total * expert_params // all_params) // (ep * tp)) \
+            w_expert[y, w] = -(-(layout_w.total_bytes * expert_params // all_params) // (ep * tp)) \
                 if ep > 1 else share
             w_dense[y, w] = top - w_expert[y, w]
 

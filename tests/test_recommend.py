@@ -421,3 +421,28 @@ def test_dp_attention_candidates_with_tp_ranks(engine: str) -> None:
         opened = rc.candidate_scenario(next(table[(table.tp == tp) & (table.dp == dp)].head(1).itertuples()),
                                        Scenario(model="qwen3-30b-a3b", engine=engine), rec.lengths)
         assert (opened.tp, opened.engine_settings.dp) == (tp, dp) and opened.num_gpus % (tp * dp) == 0
+
+
+@pytest.mark.parametrize("model_id", ["qwen3-next-80b-a3b", "llama-3.1-70b"])
+def test_request_caps_equal_the_start_up_check_row_by_row(model_id: str) -> None:
+    """``Vllm.request_caps`` (once per distinct block count, remembered per model/GPU/settings) equals
+    the start-up check run on each of 400 budget rows: for a hybrid model (the cap follows the
+    Mamba state blocks) and an attention-only one, on v0.33 (refuses) and v0.19 (clamps, starts)."""
+    arch = load_model(model_id)
+    for engine_id in (V033, "vllm@0.19"):
+        plan = make_plan(arch, gpus()["h100-sxm"], FitQuery(engine=engine_id, tokens=4096, tp=4))
+        engine, settings, pool = plan.engine, plan.settings, plan.pool
+        per_block = int(pool.stage_per_block[0])
+        budgets = (np.arange(400, dtype=np.int64) * 7 + 1)[:, None] * per_block  # 1 … 2,794 blocks
+        caps = engine.request_caps(arch, plan.device, settings, pool, 4096, budgets)
+        assert caps is not None
+        again = engine.request_caps(arch, plan.device, settings, pool, 4096, budgets)
+        want = [(lambda c: c.max_num_seqs if c.starts and c.max_num_seqs else 0)(
+            engine._startup(arch, plan.device, settings, int(n) // per_block)) for n in budgets[:, 0]]
+        assert caps.tolist() == want and again.tolist() == want
+        seqs = settings.max_num_seqs
+        if arch.has_recurrent and engine_id == V033:  # refused while max_num_seqs > state blocks
+            assert want[0] == 0 and want[-1] == seqs and want.count(0) == sum(
+                int(n) // per_block < seqs for n in budgets[:, 0])
+        else:
+            assert set(want) == {seqs}
