@@ -384,34 +384,42 @@ def recommend(plan: Plan, query: RecommendQuery, workload: Workload | None = Non
     stages_max = int(pp_arr.max())
     expert_params, all_params = expert_share(arch)
 
-    # weights per GPU of every stage, per (layout, weight format): the Plan's (memory_budget's)
-    ref = gpu_list[0]
-    stage_w = np.zeros((Y, W, stages_max), dtype=np.int64)
-    w_dense = np.zeros((Y, W))
-    w_expert = np.zeros((Y, W))
-    w_total = np.zeros((Y, W))
+    # weights per GPU of every stage, per (GPU, layout, weight format): the Plan's (memory_budget's),
+    # once per distinct loading rule (Engine.loading_rules: what the release holds after loading on
+    # that GPU, e.g. vLLM's MXFP4 expert layout per SM), shared by the GPUs with that rule
+    stage_w = np.zeros((G, Y, W, stages_max), dtype=np.int64)
+    w_dense = np.zeros((G, Y, W))
+    w_expert = np.zeros((G, Y, W))
+    w_total = np.zeros((G, Y, W))
     layout_queries: list[FitQuery] = []
-    for y, (tp, pp, ep) in enumerate(layouts):
-        layout_plan = plan.vary(gpu=ref, tp=tp, pp=pp, num_gpus=tp * pp, users=1, tokens=L)
-        # EP candidates: attention data-parallel over ep ranks (the engines' dp setting), experts
-        # split over them; one GPU's weights are the Plan's own (plan._dp_weights), its pool a rank's
-        dp_plan = layout_plan.vary(num_gpus=tp * pp * ep, settings=layout_plan.query.settings.model_copy(
-            update={"dp": ep})) if ep > 1 else None
-        layout_queries.append(dp_plan.query if dp_plan is not None else layout_plan.query)
-        for w, wd in enumerate(wds):
-            fmt = None if wd == "auto" else wd
-            # the weights memory_budget reads (Plan.weights), without its reserve and KV budget
-            layout_w = layout_plan.vary(weight_dtype=fmt).weights
-            w_total[y, w] = layout_w.total_bytes
-            stages = list(layout_w.stage_bytes)
-            if dp_plan is not None:
-                stages = list(dp_plan.vary(weight_dtype=fmt).weights.stage_bytes)
-            stage_w[y, w, :len(stages)] = stages
-            top = max(stages)
-            share = 0 if ep > 1 else top * expert_params // all_params
-            w_expert[y, w] = -(-(layout_w.total_bytes * expert_params // all_params) // (ep * tp)) \
-                if ep > 1 else share
-            w_dense[y, w] = top - w_expert[y, w]
+    by_rules: dict[object, list[int]] = {}
+    for g, gpu in enumerate(gpu_list):
+        by_rules.setdefault(engine.loading_rules(gpu), []).append(g)
+    for members in by_rules.values():
+        ref = gpu_list[members[0]]
+        for y, (tp, pp, ep) in enumerate(layouts):
+            layout_plan = plan.vary(gpu=ref, tp=tp, pp=pp, num_gpus=tp * pp, users=1, tokens=L)
+            # EP candidates: attention data-parallel over ep ranks (the engines' dp setting), experts
+            # split over them; one GPU's weights are the Plan's own (plan._dp_weights), its pool a rank's
+            dp_plan = layout_plan.vary(num_gpus=tp * pp * ep, settings=layout_plan.query.settings.model_copy(
+                update={"dp": ep})) if ep > 1 else None
+            if len(layout_queries) < Y:
+                layout_queries.append(dp_plan.query if dp_plan is not None else layout_plan.query)
+            for w, wd in enumerate(wds):
+                fmt = None if wd == "auto" else wd
+                # the weights memory_budget reads (Plan.weights), without its reserve and KV budget
+                layout_w = layout_plan.vary(weight_dtype=fmt).weights
+                w_total[members, y, w] = layout_w.total_bytes
+                stages = list(layout_w.stage_bytes)
+                if dp_plan is not None:
+                    stages = list(dp_plan.vary(weight_dtype=fmt).weights.stage_bytes)
+                stage_w[members, y, w, :len(stages)] = stages
+                top = max(stages)
+                share = 0 if ep > 1 else top * expert_params // all_params
+                expert = -(-(layout_w.total_bytes * expert_params // all_params) // (ep * tp)) \
+                    if ep > 1 else share
+                w_expert[members, y, w] = expert
+                w_dense[members, y, w] = top - expert
 
     # memory target and KV budget per (GPU, layout, weight format): the engine's own arithmetic,
     # one call per (GPU, layout) over every format's stages (each stage's budget is independent)
@@ -437,11 +445,11 @@ def recommend(plan: Plan, query: RecommendQuery, workload: Workload | None = Non
             if given is not None:
                 budgets[g, y, :, :pp] = given
                 continue
-            flat = [int(v) for v in stage_w[y, :, :pp].ravel()]
+            flat = [int(v) for v in stage_w[g, y, :, :pp].ravel()]
             kv = engine.kv_budgets(target, flat, reserve, settings, {"memory_target": ""}, total,
                                    detail=detail)
             budgets[g, y, :, :pp] = np.asarray(kv, dtype=np.int64).reshape(W, pp)
-    weights_fit = (stage_w.max(axis=2)[None] + reserves[:, :, None] <= targets[:, :, None]) \
+    weights_fit = (stage_w.max(axis=3) + reserves[:, :, None] <= targets[:, :, None]) \
         | (given is not None)
 
     # pools: one per (layout, KV format, GPU signature); requests per budget row, vectorised
@@ -512,8 +520,8 @@ def recommend(plan: Plan, query: RecommendQuery, workload: Workload | None = Non
         bw=grid(np.array([g.bandwidth_tbps * 1e12 for g in gpu_list]), (0,)),
         flops=grid(flops_gw, (0, 3)), link=grid(link, (0,)), eff=grid(eff, (0,)),
         tp=grid(tp_arr, (1,)).astype(np.float64), pp=grid(pp_arr, (1,)).astype(np.float64),
-        ep=grid(ep_arr, (1,)).astype(np.float64), w_dense=grid(w_dense, (1, 3)),
-        w_expert=grid(w_expert, (1, 3)), kv_request=grid(kv_req, (0, 1, 2)),
+        ep=grid(ep_arr, (1,)).astype(np.float64), w_dense=grid(w_dense, (0, 1, 3)),
+        w_expert=grid(w_expert, (0, 1, 3)), kv_request=grid(kv_req, (0, 1, 2)),
         route=(moe.n_active / moe.n_experts) if moe else 0.0, layers=arch.n_layers,
         moe_layers=(arch.n_layers - moe.n_dense_layers) if moe else 0, hidden=arch.hidden_size,
         top_k=moe.n_active if moe else 0)
@@ -572,7 +580,7 @@ def recommend(plan: Plan, query: RecommendQuery, workload: Workload | None = Non
         "kv_dtype": category(kv_dtypes, 2),
         "weight_dtype": category(wds, 3),
         "gpus_per_replica": gpr,
-        "weights_per_gpu_bytes": grid(stage_w.max(axis=2), (1, 3)),
+        "weights_per_gpu_bytes": grid(stage_w.max(axis=3), (0, 1, 3)),
         "kv_budget_bytes": grid(np.maximum(_min_budget(budgets), 0), (0, 1, 3)),
         "kv_bytes_per_request": grid(kv_req, (0, 1, 2)).astype(np.int64),
         "max_requests": mreq,
@@ -879,11 +887,11 @@ def _run_columns(arch: ModelArch, gpu_list: list[GPU], layouts: list[tuple[int, 
     quantized_auto = arch.weights.quantization is not None
     w_fmt = np.array([np.nan if wd == "auto" and quantized_auto
                       else float(get_weight_dtype(fmt(wd)).bytes_for(params)) for wd in wds])
-    w_bytes = np.where(np.isnan(w_fmt)[None, :], w_total, w_fmt[None, :])
-    w_g = grid(w_bytes / gpr[:, None], (1, 3))
+    w_bytes = np.where(np.isnan(w_fmt), w_total, w_fmt)  # (GPU, layout, format)
+    w_g = grid(w_bytes / gpr[:, None], (0, 1, 3))
     r_g = grid((w_bytes - np.where(np.isnan(w_fmt), w_total * experts / params,
                                    [float(get_weight_dtype(fmt(wd)).bytes_for(experts)) for wd in wds]))
-               / gpr[:, None], (1, 3))
+               / gpr[:, None], (0, 1, 3))
     free = np.maximum(grid(cap, (0,)) - w_g, 0.0)
     s_g = grid(bits / 8, (2,)) * elems_mean / grid(gpr, (1,))
     compute = grid(gpr, (1,)) * grid(peak, (0, 3)) * o_mean / f_mean

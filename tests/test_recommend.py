@@ -446,3 +446,28 @@ def test_request_caps_equal_the_start_up_check_row_by_row(model_id: str) -> None
                 int(n) // per_block < seqs for n in budgets[:, 0])
         else:
             assert set(want) == {seqs}
+
+
+def test_weights_follow_each_accelerators_loading_rules() -> None:
+    """gpt-oss-20b (MXFP4 experts) on vLLM v0.33: the experts are re-laid out per accelerator
+    (``Engine.loading_rules``: TRT-LLM layout on SM 10.x, Triton on SM 9.0, Marlin elsewhere), so the
+    weights per GPU differ by accelerator; every candidate's weights, KV budget and max requests
+    equal ``fit``'s on its own accelerator (the recommender once sized every GPU with the first
+    one's rules: 28 of 46 candidates off)."""
+    arch = load_model("gpt-oss-20b")
+    query = RecommendQuery(**{**LOOSE, "tp": (1, 2)}, expert_parallel=False)
+    rec = recommend(make_plan(arch, None, FitQuery(engine=V033)), query)
+    weights = {str(r.gpu): int(r.weights_per_gpu_bytes) for r in rec.table[rec.table["tp"] == 1].itertuples()}
+    assert (weights["b200"], weights["gaudi3"]) == (14_692_990_080, 13_761_264_768)
+    assert len(set(weights.values())) >= 3
+    checked = 0
+    for cand in rec.table.itertuples():
+        q = FitQuery(engine=V033, tokens=rec.lengths.context, tp=cand.tp, kv_dtype=cand.kv_dtype)
+        try:
+            want = fit(make_plan(arch, gpus()[cand.gpu], q), search_gpus=False)
+        except KVPlanError:
+            continue
+        assert (cand.weights_per_gpu_bytes, cand.kv_budget_bytes, cand.max_requests) == (
+            want.weights_bytes, want.kv_budget_bytes, want.max_requests if want.weights_fit else 0), cand
+        checked += 1
+    assert checked == 46
