@@ -408,11 +408,11 @@ def recommend(plan: Plan, query: RecommendQuery, workload: Workload | None = Non
             for w, wd in enumerate(wds):
                 fmt = None if wd == "auto" else wd
                 # the weights memory_budget reads (Plan.weights), without its reserve and KV budget
-                layout_w = layout_plan.vary(weight_dtype=fmt).weights
+                layout_w = layout_plan.with_weight_dtype(fmt).weights
                 w_total[members, y, w] = layout_w.total_bytes
                 stages = list(layout_w.stage_bytes)
                 if dp_plan is not None:
-                    stages = list(dp_plan.vary(weight_dtype=fmt).weights.stage_bytes)
+                    stages = list(dp_plan.with_weight_dtype(fmt).weights.stage_bytes)
                 stage_w[members, y, w, :len(stages)] = stages
                 top = max(stages)
                 share = 0 if ep > 1 else top * expert_params // all_params

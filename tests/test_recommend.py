@@ -471,3 +471,15 @@ def test_weights_follow_each_accelerators_loading_rules() -> None:
             want.weights_bytes, want.kv_budget_bytes, want.max_requests if want.weights_fit else 0), cand
         checked += 1
     assert checked == 46
+
+
+def test_plan_with_weight_dtype_equals_vary() -> None:
+    """``Plan.with_weight_dtype`` (the recommender's sweep over formats) shares the resolved settings
+    and gives ``vary(weight_dtype=…)``'s weights and budget: Llama-3.1-70B, TP 2, on an H100 and a B200."""
+    for gpu in ("h100-sxm", "b200"):
+        plan = make_plan(load_model("llama-3.1-70b"), gpus()[gpu], FitQuery(engine=V033, tp=2))
+        for fmt in (None, "fp8", "nvfp4", "int4_g128"):
+            shared, fresh = plan.with_weight_dtype(fmt), plan.vary(weight_dtype=fmt)
+            assert shared.settings is plan.settings and shared.settings == fresh.settings
+            assert shared.weights == fresh.weights and shared.budget == fresh.budget
+    assert plan.with_weight_dtype("fp8").weights.total_bytes < plan.weights.total_bytes
