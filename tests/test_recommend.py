@@ -483,3 +483,27 @@ def test_plan_with_weight_dtype_equals_vary() -> None:
             assert shared.settings is plan.settings and shared.settings == fresh.settings
             assert shared.weights == fresh.weights and shared.budget == fresh.budget
     assert plan.with_weight_dtype("fp8").weights.total_bytes < plan.weights.total_bytes
+
+
+def test_expert_parallel_memory_on_every_accelerator() -> None:
+    """gpt-oss-20b on vLLM v0.33 over the whole catalogue, TP 1/2 and the EP/DP layouts: every
+    candidate's weights, KV budget, KV per request and max requests equal ``fit`` of the Plan with
+    its dp setting, byte for byte, on its own accelerator's loading rules."""
+    arch = load_model("gpt-oss-20b")
+    plan = make_plan(arch, None, FitQuery(engine=V033))
+    rec = recommend(plan, RecommendQuery(**{**LOOSE, "tp": (1, 2)}))
+    catalogue, checked = gpus(), 0
+    assert set(rec.table["dp"]) == {1, 2, 4, 8}
+    for c in rec.table.itertuples():
+        settings = plan.query.settings.model_copy(update={"dp": int(c.dp)})
+        q = FitQuery(engine=V033, tokens=rec.lengths.context, tp=c.tp, num_gpus=c.tp * c.dp,
+                     settings=settings)
+        try:
+            want = fit(make_plan(arch, catalogue[c.gpu], q), search_gpus=False)
+        except KVPlanError:
+            continue
+        assert (c.weights_per_gpu_bytes, c.kv_budget_bytes, c.kv_bytes_per_request, c.max_requests) == (
+            want.weights_bytes, want.kv_budget_bytes, want.kv_bytes_per_request,
+            want.max_requests if want.weights_fit else 0), c
+        checked += 1
+    assert (checked, len(rec.table)) == (161, 161)  # 23 accelerators × 7 layouts, none refused
