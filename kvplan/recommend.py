@@ -1055,12 +1055,16 @@ def kv_read_bytes(arch: ModelArch, kv_dtype: str, prompt: int, output: int) -> f
 
 
 def throughput_bound(arch: ModelArch, gpu: GPU, gpus: int, tp: int, pp: int, weight_dtype: str,
-                     kv_dtype: str, prompt: int, output: int) -> ThroughputBound:
+                     kv_dtype: str, prompt: int, output: int,
+                     weights_bytes: float | None = None) -> ThroughputBound:
     """The upper bound of a run at a fixed shape (``BOUND_FORMULA``), for ``gpus / (tp·pp)`` replicas.
 
     Every quantity errs towards a higher bound: weights are ``params · bits/8`` of the format with its
     group scales (``dtypes.get_weight_dtype``; embeddings in the format too), split evenly over the
-    ``tp·pp`` GPUs; KV without scales, split evenly (no head replication); the whole device memory
+    ``tp·pp`` GPUs — a quantized checkpoint in its own format (``auto``): its bytes as loaded
+    (``weights_bytes``, the Plan's; else as stored, ``weights.weights_per_gpu``), at the fastest
+    rate the accelerator lists (``GPU.peak_tflops("nvfp4")``, as the recommender's run columns); KV
+    without scales, split evenly (no head replication); the whole device memory
     (``GPU.capacity_bytes``) holds weights and KV (no reserve); prefill reads and writes nothing;
     FLOPs at the format's dense tensor-core rate (``GPU.peak_tflops``) for attention too; no
     communication. Pipelined PP and chunked prefill mixing are allowed (a stage's step reads its
@@ -1072,18 +1076,26 @@ def throughput_bound(arch: ModelArch, gpu: GPU, gpus: int, tp: int, pp: int, wei
         raise KVPlanError("recommend.run", detail=f"a run needs GPUs a multiple of TP·PP and at least "
                                                   f"2 output tokens (got {gpus} GPUs, TP {tp}, PP {pp}, "
                                                   f"{prompt}+{output} tokens)")
-    wfmt = arch.model_dtype if weight_dtype == "auto" else weight_dtype
+    own_quantized = weight_dtype == "auto" and arch.weights.quantization is not None
+    wfmt = "nvfp4" if own_quantized else arch.model_dtype if weight_dtype == "auto" else weight_dtype
     share = tp * pp
     try:
-        wdt = get_weight_dtype(wfmt)
+        wdt = get_weight_dtype(arch.model_dtype if own_quantized else wfmt)
         get_dtype(kv_dtype)
     except KeyError as exc:
         kv_bad = exc.args[0] == kv_dtype
         raise KVPlanError("unknown.dtype", value=str(exc.args[0])[:80], choices=", ".join(
             KV_DTYPE_CHOICES if kv_bad else WEIGHT_DTYPES)) from None
-    w_gpu = wdt.bytes_for(arch.params_total) / share
-    experts, _ = expert_share(arch)
-    w_read = wdt.bytes_for(arch.params_total - experts) / share  # MoE: a step may touch no expert
+    experts, params = expert_share(arch)
+    if own_quantized:
+        from kvplan.weights import weights_per_gpu
+
+        total = float(weights_bytes if weights_bytes is not None else weights_per_gpu(arch).total_bytes)
+        w_gpu = total / share
+        w_read = total * (params - experts) / params / share  # MoE: a step may touch no expert
+    else:
+        w_gpu = wdt.bytes_for(arch.params_total) / share
+        w_read = wdt.bytes_for(arch.params_total - experts) / share
     s = kv_read_bytes(arch, kv_dtype, prompt, output) / share
     cap = gpu.capacity_bytes
     if w_gpu >= cap:
@@ -1115,7 +1127,7 @@ def plan_throughput_bound(plan: Plan, prompt: int, output: int, gpus: int | None
     q = plan.query
     n = gpus or q.num_gpus or q.tp * q.pp
     return throughput_bound(plan.arch, plan.device, n, q.tp, q.pp, q.weight_dtype or "auto", q.kv_dtype,
-                            prompt, output)
+                            prompt, output, weights_bytes=plan.weights.total_bytes)
 
 
 #: KV share of the memory the weights leave that the estimate's batch may fill: trtllm-bench's
