@@ -327,6 +327,15 @@ def _largest_batch(t: _Terms, limit: np.ndarray, target_s: float, flops_token: f
     return lo
 
 
+def rate_format(arch: ModelArch, weight_dtype: str | None) -> str:
+    """The format whose dense tensor-core rate (``GPU.peak_tflops``) every time bound uses: the one
+    given; for ``auto`` (None) the model dtype, or for a quantized checkpoint ``nvfp4`` — the
+    fastest rate the accelerator lists (FP4, else FP8, else BF16), so the times stay bounds."""
+    if weight_dtype not in (None, "auto"):
+        return weight_dtype
+    return arch.model_dtype if arch.weights.quantization is None else "nvfp4"
+
+
 def decode_token_flops(arch: ModelArch, position: int) -> float:
     """FLOPs of one decode token at position ``position`` (``flops.prefill_decode_flops``)."""
     return prefill_decode_flops(arch, 1, position)[1]
@@ -499,12 +508,8 @@ def recommend(plan: Plan, query: RecommendQuery, workload: Workload | None = Non
         full = np.expand_dims(a, [i for i in range(4) if i not in axes])
         return np.broadcast_to(full, shape).ravel()
 
-    # the format's tensor-core rate (GPU.peak_tflops); a quantized checkpoint's "auto" at the fastest
-    # rate listed, so the times stay bounds
-    quantized = arch.weights.quantization is not None
-    flops_gw = np.array([[g.peak_tflops("nvfp4" if wd == "auto" and quantized
-                                        else arch.model_dtype if wd == "auto" else wd) for wd in wds]
-                         for g in gpu_list]) * 1e12
+    # the format's tensor-core rate (GPU.peak_tflops of rate_format)
+    flops_gw = np.array([[g.peak_tflops(rate_format(arch, wd)) for wd in wds] for g in gpu_list]) * 1e12
     # formats the default search added run only where their tensor cores are; asked-for ones anywhere
     # (e.g. vLLM runs FP4 checkpoints weight-only on Hopper)
     searched = query.weight_dtypes is None
@@ -871,9 +876,7 @@ def _run_columns(arch: ModelArch, gpu_list: list[GPU], layouts: list[tuple[int, 
     experts, params = expert_share(arch)
 
     def fmt(wd: str) -> str:
-        if wd != "auto":
-            return wd
-        return arch.model_dtype if arch.weights.quantization is None else "nvfp4"
+        return rate_format(arch, wd)
 
     peak = np.array([[g.peak_tflops(fmt(wd)) * 1e12 for wd in wds] for g in gpu_list])
     cap = np.array([float(g.capacity_bytes) for g in gpu_list])
@@ -1077,7 +1080,7 @@ def throughput_bound(arch: ModelArch, gpu: GPU, gpus: int, tp: int, pp: int, wei
                                                   f"2 output tokens (got {gpus} GPUs, TP {tp}, PP {pp}, "
                                                   f"{prompt}+{output} tokens)")
     own_quantized = weight_dtype == "auto" and arch.weights.quantization is not None
-    wfmt = "nvfp4" if own_quantized else arch.model_dtype if weight_dtype == "auto" else weight_dtype
+    wfmt = rate_format(arch, weight_dtype)
     share = tp * pp
     try:
         wdt = get_weight_dtype(arch.model_dtype if own_quantized else wfmt)
@@ -1298,7 +1301,7 @@ def single_terms(plan: Plan, context_tokens: int, efficiency: float = 1.0) -> _T
     top = max(budget.stage_weights)
     experts, params = expert_share(arch)
     w_expert = top * experts // params
-    peak = gpu.fp8_tflops if q.weight_dtype == "fp8" and gpu.fp8_tflops else gpu.bf16_tflops
+    peak = gpu.peak_tflops(rate_format(arch, q.weight_dtype))  # was fp8 or bf16 only
     moe = arch.moe
     one = np.ones(1)
     return _Terms(

@@ -507,3 +507,18 @@ def test_expert_parallel_memory_on_every_accelerator() -> None:
             want.max_requests if want.weights_fit else 0), c
         checked += 1
     assert (checked, len(rec.table)) == (161, 161)  # 23 accelerators × 7 layouts, none refused
+
+
+def test_single_layout_terms_take_the_formats_rate() -> None:
+    """``single_terms`` (``calibrate_efficiency``, ``pd_ratio``) reads the rate of the recommender's
+    rule (``rate_format``): on a B200 (bf16 2,250, fp8 4,500, fp4 9,000, int8 4,500 TFLOPS) nvfp4
+    weights at 9,000, int8 at 4,500, int4 at bf16's 2,250, a quantized checkpoint's own format at
+    the fastest (gpt-oss-20b: 9,000); it read fp8 or bf16 only."""
+    b200 = gpus()["b200"]
+    plan = make_plan(load_model("llama-3.1-8b"), b200, FitQuery(engine=V033))
+    rates = {fmt: float(rc.single_terms(plan.vary(weight_dtype=fmt), 2048).flops[0]) / 1e12
+             for fmt in (None, "fp8", "nvfp4", "int8", "int4_g128")}
+    assert rates == {None: 2250, "fp8": 4500, "nvfp4": 9000, "int8": 4500, "int4_g128": 2250}
+    oss = make_plan(load_model("gpt-oss-20b"), b200, FitQuery(engine=V033))
+    assert float(rc.single_terms(oss, 2048).flops[0]) == 9000e12
+    assert rc.rate_format(oss.arch, None) == "nvfp4" and rc.rate_format(plan.arch, "auto") == "bf16"
