@@ -145,6 +145,14 @@ class Plan:
             return make_plan(arch, gpu, query)
         return Plan(arch, gpu, query, self.engine)
 
+    def with_weight_dtype(self, weight_dtype: str | None) -> Plan:
+        """``vary(weight_dtype=…)`` sharing this plan's resolved ``settings``, which read the query's
+        settings, TP/PP, length, GPU and model but not the weight format (a sweep over formats
+        resolves them once: ``recommend``)."""
+        other = self.vary(weight_dtype=weight_dtype)
+        other.__dict__["settings"] = self.settings  # the cached_property's slot (frozen dataclass)
+        return other
+
     def model_only(self, arch: ModelArch | None = None, tokens: int | None = None, users: int = 1) -> Plan:
         """The model's own KV question under this engine object: its KV dtype, the engine's default
         settings and no accelerator (KV bytes of ``users`` sequences, as ``kvplan kv`` asks)."""

@@ -54,7 +54,7 @@ from kvplan.engines import EngineSettings, KVPool
 from kvplan.engines.vllm.transfer import check_engine
 from kvplan.errors import KVPlanError
 from kvplan.flops import layer_flops, prefill_decode_flops, request_flops
-from kvplan.plan import FitQuery, Plan, memory_budget
+from kvplan.plan import FitQuery, Plan
 from kvplan.presets import (
     GPU,
     PhaseEfficiency,
@@ -327,6 +327,15 @@ def _largest_batch(t: _Terms, limit: np.ndarray, target_s: float, flops_token: f
     return lo
 
 
+def rate_format(arch: ModelArch, weight_dtype: str | None) -> str:
+    """The format whose dense tensor-core rate (``GPU.peak_tflops``) every time bound uses: the one
+    given; for ``auto`` (None) the model dtype, or for a quantized checkpoint ``nvfp4`` — the
+    fastest rate the accelerator lists (FP4, else FP8, else BF16), so the times stay bounds."""
+    if weight_dtype not in (None, "auto"):
+        return weight_dtype
+    return arch.model_dtype if arch.weights.quantization is None else "nvfp4"
+
+
 def decode_token_flops(arch: ModelArch, position: int) -> float:
     """FLOPs of one decode token at position ``position`` (``flops.prefill_decode_flops``)."""
     return prefill_decode_flops(arch, 1, position)[1]
@@ -384,33 +393,42 @@ def recommend(plan: Plan, query: RecommendQuery, workload: Workload | None = Non
     stages_max = int(pp_arr.max())
     expert_params, all_params = expert_share(arch)
 
-    # weights per GPU of every stage, per (layout, weight format), from capacity.memory_budget
-    ref = gpu_list[0]
-    stage_w = np.zeros((Y, W, stages_max), dtype=np.int64)
-    w_dense = np.zeros((Y, W))
-    w_expert = np.zeros((Y, W))
-    w_total = np.zeros((Y, W))
+    # weights per GPU of every stage, per (GPU, layout, weight format): the Plan's (memory_budget's),
+    # once per distinct loading rule (Engine.loading_rules: what the release holds after loading on
+    # that GPU, e.g. vLLM's MXFP4 expert layout per SM), shared by the GPUs with that rule
+    stage_w = np.zeros((G, Y, W, stages_max), dtype=np.int64)
+    w_dense = np.zeros((G, Y, W))
+    w_expert = np.zeros((G, Y, W))
+    w_total = np.zeros((G, Y, W))
     layout_queries: list[FitQuery] = []
-    for y, (tp, pp, ep) in enumerate(layouts):
-        layout_plan = plan.vary(gpu=ref, tp=tp, pp=pp, num_gpus=tp * pp, users=1, tokens=L)
-        # EP candidates: attention data-parallel over ep ranks (the engines' dp setting), experts
-        # split over them; one GPU's weights are the Plan's own (plan._dp_weights), its pool a rank's
-        dp_plan = layout_plan.vary(num_gpus=tp * pp * ep, settings=layout_plan.query.settings.model_copy(
-            update={"dp": ep})) if ep > 1 else None
-        layout_queries.append(dp_plan.query if dp_plan is not None else layout_plan.query)
-        for w, wd in enumerate(wds):
-            fmt = None if wd == "auto" else wd
-            budget = memory_budget(layout_plan.vary(weight_dtype=fmt))
-            w_total[y, w] = budget.weights_total
-            stages = list(budget.stage_weights)
-            if dp_plan is not None:
-                stages = list(memory_budget(dp_plan.vary(weight_dtype=fmt)).stage_weights)
-            stage_w[y, w, :len(stages)] = stages
-            top = max(stages)
-            share = 0 if ep > 1 else top * expert_params // all_params
-            w_expert[y, w] = -(-(budget.weights_total * expert_params // all_params) // (ep * tp)) \
-                if ep > 1 else share
-            w_dense[y, w] = top - w_expert[y, w]
+    by_rules: dict[object, list[int]] = {}
+    for g, gpu in enumerate(gpu_list):
+        by_rules.setdefault(engine.loading_rules(gpu), []).append(g)
+    for members in by_rules.values():
+        ref = gpu_list[members[0]]
+        for y, (tp, pp, ep) in enumerate(layouts):
+            layout_plan = plan.vary(gpu=ref, tp=tp, pp=pp, num_gpus=tp * pp, users=1, tokens=L)
+            # EP candidates: attention data-parallel over ep ranks (the engines' dp setting), experts
+            # split over them; one GPU's weights are the Plan's own (plan._dp_weights), its pool a rank's
+            dp_plan = layout_plan.vary(num_gpus=tp * pp * ep, settings=layout_plan.query.settings.model_copy(
+                update={"dp": ep})) if ep > 1 else None
+            if len(layout_queries) < Y:
+                layout_queries.append(dp_plan.query if dp_plan is not None else layout_plan.query)
+            for w, wd in enumerate(wds):
+                fmt = None if wd == "auto" else wd
+                # the weights memory_budget reads (Plan.weights), without its reserve and KV budget
+                layout_w = layout_plan.with_weight_dtype(fmt).weights
+                w_total[members, y, w] = layout_w.total_bytes
+                stages = list(layout_w.stage_bytes)
+                if dp_plan is not None:
+                    stages = list(dp_plan.with_weight_dtype(fmt).weights.stage_bytes)
+                stage_w[members, y, w, :len(stages)] = stages
+                top = max(stages)
+                share = 0 if ep > 1 else top * expert_params // all_params
+                expert = -(-(layout_w.total_bytes * expert_params // all_params) // (ep * tp)) \
+                    if ep > 1 else share
+                w_expert[members, y, w] = expert
+                w_dense[members, y, w] = top - expert
 
     # memory target and KV budget per (GPU, layout, weight format): the engine's own arithmetic,
     # one call per (GPU, layout) over every format's stages (each stage's budget is independent)
@@ -436,11 +454,11 @@ def recommend(plan: Plan, query: RecommendQuery, workload: Workload | None = Non
             if given is not None:
                 budgets[g, y, :, :pp] = given
                 continue
-            flat = [int(v) for v in stage_w[y, :, :pp].ravel()]
+            flat = [int(v) for v in stage_w[g, y, :, :pp].ravel()]
             kv = engine.kv_budgets(target, flat, reserve, settings, {"memory_target": ""}, total,
                                    detail=detail)
             budgets[g, y, :, :pp] = np.asarray(kv, dtype=np.int64).reshape(W, pp)
-    weights_fit = (stage_w.max(axis=2)[None] + reserves[:, :, None] <= targets[:, :, None]) \
+    weights_fit = (stage_w.max(axis=3) + reserves[:, :, None] <= targets[:, :, None]) \
         | (given is not None)
 
     # pools: one per (layout, KV format, GPU signature); requests per budget row, vectorised
@@ -490,12 +508,8 @@ def recommend(plan: Plan, query: RecommendQuery, workload: Workload | None = Non
         full = np.expand_dims(a, [i for i in range(4) if i not in axes])
         return np.broadcast_to(full, shape).ravel()
 
-    # the format's tensor-core rate (GPU.peak_tflops); a quantized checkpoint's "auto" at the fastest
-    # rate listed, so the times stay bounds
-    quantized = arch.weights.quantization is not None
-    flops_gw = np.array([[g.peak_tflops("nvfp4" if wd == "auto" and quantized
-                                        else arch.model_dtype if wd == "auto" else wd) for wd in wds]
-                         for g in gpu_list]) * 1e12
+    # the format's tensor-core rate (GPU.peak_tflops of rate_format)
+    flops_gw = np.array([[g.peak_tflops(rate_format(arch, wd)) for wd in wds] for g in gpu_list]) * 1e12
     # formats the default search added run only where their tensor cores are; asked-for ones anywhere
     # (e.g. vLLM runs FP4 checkpoints weight-only on Hopper)
     searched = query.weight_dtypes is None
@@ -511,8 +525,8 @@ def recommend(plan: Plan, query: RecommendQuery, workload: Workload | None = Non
         bw=grid(np.array([g.bandwidth_tbps * 1e12 for g in gpu_list]), (0,)),
         flops=grid(flops_gw, (0, 3)), link=grid(link, (0,)), eff=grid(eff, (0,)),
         tp=grid(tp_arr, (1,)).astype(np.float64), pp=grid(pp_arr, (1,)).astype(np.float64),
-        ep=grid(ep_arr, (1,)).astype(np.float64), w_dense=grid(w_dense, (1, 3)),
-        w_expert=grid(w_expert, (1, 3)), kv_request=grid(kv_req, (0, 1, 2)),
+        ep=grid(ep_arr, (1,)).astype(np.float64), w_dense=grid(w_dense, (0, 1, 3)),
+        w_expert=grid(w_expert, (0, 1, 3)), kv_request=grid(kv_req, (0, 1, 2)),
         route=(moe.n_active / moe.n_experts) if moe else 0.0, layers=arch.n_layers,
         moe_layers=(arch.n_layers - moe.n_dense_layers) if moe else 0, hidden=arch.hidden_size,
         top_k=moe.n_active if moe else 0)
@@ -571,7 +585,7 @@ def recommend(plan: Plan, query: RecommendQuery, workload: Workload | None = Non
         "kv_dtype": category(kv_dtypes, 2),
         "weight_dtype": category(wds, 3),
         "gpus_per_replica": gpr,
-        "weights_per_gpu_bytes": grid(stage_w.max(axis=2), (1, 3)),
+        "weights_per_gpu_bytes": grid(stage_w.max(axis=3), (0, 1, 3)),
         "kv_budget_bytes": grid(np.maximum(_min_budget(budgets), 0), (0, 1, 3)),
         "kv_bytes_per_request": grid(kv_req, (0, 1, 2)).astype(np.int64),
         "max_requests": mreq,
@@ -862,9 +876,7 @@ def _run_columns(arch: ModelArch, gpu_list: list[GPU], layouts: list[tuple[int, 
     experts, params = expert_share(arch)
 
     def fmt(wd: str) -> str:
-        if wd != "auto":
-            return wd
-        return arch.model_dtype if arch.weights.quantization is None else "nvfp4"
+        return rate_format(arch, wd)
 
     peak = np.array([[g.peak_tflops(fmt(wd)) * 1e12 for wd in wds] for g in gpu_list])
     cap = np.array([float(g.capacity_bytes) for g in gpu_list])
@@ -878,11 +890,11 @@ def _run_columns(arch: ModelArch, gpu_list: list[GPU], layouts: list[tuple[int, 
     quantized_auto = arch.weights.quantization is not None
     w_fmt = np.array([np.nan if wd == "auto" and quantized_auto
                       else float(get_weight_dtype(fmt(wd)).bytes_for(params)) for wd in wds])
-    w_bytes = np.where(np.isnan(w_fmt)[None, :], w_total, w_fmt[None, :])
-    w_g = grid(w_bytes / gpr[:, None], (1, 3))
+    w_bytes = np.where(np.isnan(w_fmt), w_total, w_fmt)  # (GPU, layout, format)
+    w_g = grid(w_bytes / gpr[:, None], (0, 1, 3))
     r_g = grid((w_bytes - np.where(np.isnan(w_fmt), w_total * experts / params,
                                    [float(get_weight_dtype(fmt(wd)).bytes_for(experts)) for wd in wds]))
-               / gpr[:, None], (1, 3))
+               / gpr[:, None], (0, 1, 3))
     free = np.maximum(grid(cap, (0,)) - w_g, 0.0)
     s_g = grid(bits / 8, (2,)) * elems_mean / grid(gpr, (1,))
     compute = grid(gpr, (1,)) * grid(peak, (0, 3)) * o_mean / f_mean
@@ -1046,12 +1058,16 @@ def kv_read_bytes(arch: ModelArch, kv_dtype: str, prompt: int, output: int) -> f
 
 
 def throughput_bound(arch: ModelArch, gpu: GPU, gpus: int, tp: int, pp: int, weight_dtype: str,
-                     kv_dtype: str, prompt: int, output: int) -> ThroughputBound:
+                     kv_dtype: str, prompt: int, output: int,
+                     weights_bytes: float | None = None) -> ThroughputBound:
     """The upper bound of a run at a fixed shape (``BOUND_FORMULA``), for ``gpus / (tp·pp)`` replicas.
 
     Every quantity errs towards a higher bound: weights are ``params · bits/8`` of the format with its
     group scales (``dtypes.get_weight_dtype``; embeddings in the format too), split evenly over the
-    ``tp·pp`` GPUs; KV without scales, split evenly (no head replication); the whole device memory
+    ``tp·pp`` GPUs — a quantized checkpoint in its own format (``auto``): its bytes as loaded
+    (``weights_bytes``, the Plan's; else as stored, ``weights.weights_per_gpu``), at the fastest
+    rate the accelerator lists (``GPU.peak_tflops("nvfp4")``, as the recommender's run columns); KV
+    without scales, split evenly (no head replication); the whole device memory
     (``GPU.capacity_bytes``) holds weights and KV (no reserve); prefill reads and writes nothing;
     FLOPs at the format's dense tensor-core rate (``GPU.peak_tflops``) for attention too; no
     communication. Pipelined PP and chunked prefill mixing are allowed (a stage's step reads its
@@ -1063,18 +1079,26 @@ def throughput_bound(arch: ModelArch, gpu: GPU, gpus: int, tp: int, pp: int, wei
         raise KVPlanError("recommend.run", detail=f"a run needs GPUs a multiple of TP·PP and at least "
                                                   f"2 output tokens (got {gpus} GPUs, TP {tp}, PP {pp}, "
                                                   f"{prompt}+{output} tokens)")
-    wfmt = arch.model_dtype if weight_dtype == "auto" else weight_dtype
+    own_quantized = weight_dtype == "auto" and arch.weights.quantization is not None
+    wfmt = rate_format(arch, weight_dtype)
     share = tp * pp
     try:
-        wdt = get_weight_dtype(wfmt)
+        wdt = get_weight_dtype(arch.model_dtype if own_quantized else wfmt)
         get_dtype(kv_dtype)
     except KeyError as exc:
         kv_bad = exc.args[0] == kv_dtype
         raise KVPlanError("unknown.dtype", value=str(exc.args[0])[:80], choices=", ".join(
             KV_DTYPE_CHOICES if kv_bad else WEIGHT_DTYPES)) from None
-    w_gpu = wdt.bytes_for(arch.params_total) / share
-    experts, _ = expert_share(arch)
-    w_read = wdt.bytes_for(arch.params_total - experts) / share  # MoE: a step may touch no expert
+    experts, params = expert_share(arch)
+    if own_quantized:
+        from kvplan.weights import weights_per_gpu
+
+        total = float(weights_bytes if weights_bytes is not None else weights_per_gpu(arch).total_bytes)
+        w_gpu = total / share
+        w_read = total * (params - experts) / params / share  # MoE: a step may touch no expert
+    else:
+        w_gpu = wdt.bytes_for(arch.params_total) / share
+        w_read = wdt.bytes_for(arch.params_total - experts) / share
     s = kv_read_bytes(arch, kv_dtype, prompt, output) / share
     cap = gpu.capacity_bytes
     if w_gpu >= cap:
@@ -1106,7 +1130,7 @@ def plan_throughput_bound(plan: Plan, prompt: int, output: int, gpus: int | None
     q = plan.query
     n = gpus or q.num_gpus or q.tp * q.pp
     return throughput_bound(plan.arch, plan.device, n, q.tp, q.pp, q.weight_dtype or "auto", q.kv_dtype,
-                            prompt, output)
+                            prompt, output, weights_bytes=plan.weights.total_bytes)
 
 
 #: KV share of the memory the weights leave that the estimate's batch may fill: trtllm-bench's
@@ -1277,7 +1301,7 @@ def single_terms(plan: Plan, context_tokens: int, efficiency: float = 1.0) -> _T
     top = max(budget.stage_weights)
     experts, params = expert_share(arch)
     w_expert = top * experts // params
-    peak = gpu.fp8_tflops if q.weight_dtype == "fp8" and gpu.fp8_tflops else gpu.bf16_tflops
+    peak = gpu.peak_tflops(rate_format(arch, q.weight_dtype))  # was fp8 or bf16 only
     moe = arch.moe
     one = np.ones(1)
     return _Terms(

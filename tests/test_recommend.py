@@ -421,3 +421,104 @@ def test_dp_attention_candidates_with_tp_ranks(engine: str) -> None:
         opened = rc.candidate_scenario(next(table[(table.tp == tp) & (table.dp == dp)].head(1).itertuples()),
                                        Scenario(model="qwen3-30b-a3b", engine=engine), rec.lengths)
         assert (opened.tp, opened.engine_settings.dp) == (tp, dp) and opened.num_gpus % (tp * dp) == 0
+
+
+@pytest.mark.parametrize("model_id", ["qwen3-next-80b-a3b", "llama-3.1-70b"])
+def test_request_caps_equal_the_start_up_check_row_by_row(model_id: str) -> None:
+    """``Vllm.request_caps`` (once per distinct block count, remembered per model/GPU/settings) equals
+    the start-up check run on each of 400 budget rows: for a hybrid model (the cap follows the
+    Mamba state blocks) and an attention-only one, on v0.33 (refuses) and v0.19 (clamps, starts)."""
+    arch = load_model(model_id)
+    for engine_id in (V033, "vllm@0.19"):
+        plan = make_plan(arch, gpus()["h100-sxm"], FitQuery(engine=engine_id, tokens=4096, tp=4))
+        engine, settings, pool = plan.engine, plan.settings, plan.pool
+        per_block = int(pool.stage_per_block[0])
+        budgets = (np.arange(400, dtype=np.int64) * 7 + 1)[:, None] * per_block  # 1 … 2,794 blocks
+        caps = engine.request_caps(arch, plan.device, settings, pool, 4096, budgets)
+        assert caps is not None
+        again = engine.request_caps(arch, plan.device, settings, pool, 4096, budgets)
+        want = [(lambda c: c.max_num_seqs if c.starts and c.max_num_seqs else 0)(
+            engine._startup(arch, plan.device, settings, int(n) // per_block)) for n in budgets[:, 0]]
+        assert caps.tolist() == want and again.tolist() == want
+        seqs = settings.max_num_seqs
+        if arch.has_recurrent and engine_id == V033:  # refused while max_num_seqs > state blocks
+            assert want[0] == 0 and want[-1] == seqs and want.count(0) == sum(
+                int(n) // per_block < seqs for n in budgets[:, 0])
+        else:
+            assert set(want) == {seqs}
+
+
+def test_weights_follow_each_accelerators_loading_rules() -> None:
+    """gpt-oss-20b (MXFP4 experts) on vLLM v0.33: the experts are re-laid out per accelerator
+    (``Engine.loading_rules``: TRT-LLM layout on SM 10.x, Triton on SM 9.0, Marlin elsewhere), so the
+    weights per GPU differ by accelerator; every candidate's weights, KV budget and max requests
+    equal ``fit``'s on its own accelerator (the recommender once sized every GPU with the first
+    one's rules: 28 of 46 candidates off)."""
+    arch = load_model("gpt-oss-20b")
+    query = RecommendQuery(**{**LOOSE, "tp": (1, 2)}, expert_parallel=False)
+    rec = recommend(make_plan(arch, None, FitQuery(engine=V033)), query)
+    weights = {str(r.gpu): int(r.weights_per_gpu_bytes) for r in rec.table[rec.table["tp"] == 1].itertuples()}
+    assert (weights["b200"], weights["gaudi3"]) == (14_692_990_080, 13_761_264_768)
+    assert len(set(weights.values())) >= 3
+    checked = 0
+    for cand in rec.table.itertuples():
+        q = FitQuery(engine=V033, tokens=rec.lengths.context, tp=cand.tp, kv_dtype=cand.kv_dtype)
+        try:
+            want = fit(make_plan(arch, gpus()[cand.gpu], q), search_gpus=False)
+        except KVPlanError:
+            continue
+        assert (cand.weights_per_gpu_bytes, cand.kv_budget_bytes, cand.max_requests) == (
+            want.weights_bytes, want.kv_budget_bytes, want.max_requests if want.weights_fit else 0), cand
+        checked += 1
+    assert checked == 46
+
+
+def test_plan_with_weight_dtype_equals_vary() -> None:
+    """``Plan.with_weight_dtype`` (the recommender's sweep over formats) shares the resolved settings
+    and gives ``vary(weight_dtype=…)``'s weights and budget: Llama-3.1-70B, TP 2, on an H100 and a B200."""
+    for gpu in ("h100-sxm", "b200"):
+        plan = make_plan(load_model("llama-3.1-70b"), gpus()[gpu], FitQuery(engine=V033, tp=2))
+        for fmt in (None, "fp8", "nvfp4", "int4_g128"):
+            shared, fresh = plan.with_weight_dtype(fmt), plan.vary(weight_dtype=fmt)
+            assert shared.settings is plan.settings and shared.settings == fresh.settings
+            assert shared.weights == fresh.weights and shared.budget == fresh.budget
+    assert plan.with_weight_dtype("fp8").weights.total_bytes < plan.weights.total_bytes
+
+
+def test_expert_parallel_memory_on_every_accelerator() -> None:
+    """gpt-oss-20b on vLLM v0.33 over the whole catalogue, TP 1/2 and the EP/DP layouts: every
+    candidate's weights, KV budget, KV per request and max requests equal ``fit`` of the Plan with
+    its dp setting, byte for byte, on its own accelerator's loading rules."""
+    arch = load_model("gpt-oss-20b")
+    plan = make_plan(arch, None, FitQuery(engine=V033))
+    rec = recommend(plan, RecommendQuery(**{**LOOSE, "tp": (1, 2)}))
+    catalogue, checked = gpus(), 0
+    assert set(rec.table["dp"]) == {1, 2, 4, 8}
+    for c in rec.table.itertuples():
+        settings = plan.query.settings.model_copy(update={"dp": int(c.dp)})
+        q = FitQuery(engine=V033, tokens=rec.lengths.context, tp=c.tp, num_gpus=c.tp * c.dp,
+                     settings=settings)
+        try:
+            want = fit(make_plan(arch, catalogue[c.gpu], q), search_gpus=False)
+        except KVPlanError:
+            continue
+        assert (c.weights_per_gpu_bytes, c.kv_budget_bytes, c.kv_bytes_per_request, c.max_requests) == (
+            want.weights_bytes, want.kv_budget_bytes, want.kv_bytes_per_request,
+            want.max_requests if want.weights_fit else 0), c
+        checked += 1
+    assert (checked, len(rec.table)) == (161, 161)  # 23 accelerators × 7 layouts, none refused
+
+
+def test_single_layout_terms_take_the_formats_rate() -> None:
+    """``single_terms`` (``calibrate_efficiency``, ``pd_ratio``) reads the rate of the recommender's
+    rule (``rate_format``): on a B200 (bf16 2,250, fp8 4,500, fp4 9,000, int8 4,500 TFLOPS) nvfp4
+    weights at 9,000, int8 at 4,500, int4 at bf16's 2,250, a quantized checkpoint's own format at
+    the fastest (gpt-oss-20b: 9,000); it read fp8 or bf16 only."""
+    b200 = gpus()["b200"]
+    plan = make_plan(load_model("llama-3.1-8b"), b200, FitQuery(engine=V033))
+    rates = {fmt: float(rc.single_terms(plan.vary(weight_dtype=fmt), 2048).flops[0]) / 1e12
+             for fmt in (None, "fp8", "nvfp4", "int8", "int4_g128")}
+    assert rates == {None: 2250, "fp8": 4500, "nvfp4": 9000, "int8": 4500, "int4_g128": 2250}
+    oss = make_plan(load_model("gpt-oss-20b"), b200, FitQuery(engine=V033))
+    assert float(rc.single_terms(oss, 2048).flops[0]) == 9000e12
+    assert rc.rate_format(oss.arch, None) == "nvfp4" and rc.rate_format(plan.arch, "auto") == "bf16"

@@ -386,6 +386,29 @@ def test_plan_bound_reads_the_plan() -> None:
         LLAMA8, gpu, 1, 1, 1, "auto", "bf16", 500, 2000)
 
 
+def test_quantized_checkpoint_bound_uses_its_loaded_weights() -> None:
+    """A quantized checkpoint in its own format (weights ``auto``): Qwen3-32B-FP8 on one H100 at
+    1000 + 1000 is charged its 34,326,243,328 B as loaded (the Plan's; the same as stored), not
+    params at bf16 (65,524,246,528 B), at the fastest rate the H100 lists (fp8, 1,979 TFLOPS, not
+    989): memory limit 1000 · (C − W) · BW / (s · C) for a dense model (R = W), s its KV read. The
+    bf16 charge gave 1,994 tokens/s, less than what the checkpoint's own fp8 run can reach."""
+    from kvplan.plan import FitQuery, make_plan
+    from kvplan.recommend import plan_throughput_bound
+
+    arch, gpu = load_model("Qwen/Qwen3-32B-FP8"), get_gpu("h100-sxm")
+    plan = make_plan(arch, gpu, FitQuery())
+    b = plan_throughput_bound(plan, 1000, 1000)
+    assert plan.weights.total_bytes == b.weight_bytes_per_gpu == b.weight_read_bytes_per_gpu == 34_326_243_328
+    assert b.peak_flops == 1979e12 and b.limit == "memory traffic"
+    cap, w = gpu.capacity_bytes, 34_326_243_328
+    s = kv_read_bytes(arch, "bf16", 1000, 1000)
+    assert b.memory_tokens_per_s == pytest.approx(1000 * (cap - w) * 3.35e12 / (s * cap), rel=1e-12)
+    assert round(b.tokens_per_s, 1) == 5_105.1
+    assert throughput_bound(arch, gpu, 1, 1, 1, "auto", "bf16", 1000, 1000) == b  # as stored: the same
+    assert throughput_bound(arch, gpu, 1, 1, 1, "bf16", "bf16", 1000, 1000).weight_bytes_per_gpu \
+        == 65_524_246_528  # an explicit format keeps params · bits/8
+
+
 def test_recommend_names_each_price_source_and_the_unpriced(capsys: pytest.CaptureFixture[str]) -> None:
     """The CLI shows the price each accelerator was costed at with its source (the preset's rate card
     and date, or --price), and lists the accelerators without one apart."""

@@ -15,7 +15,6 @@ from kvplan.presets import PhaseEfficiency, efficiency_for, get_gpu, load_model
 from kvplan.recommend import (
     Measured,
     calibrate_phases,
-    calibrate_run,
     comm_seconds_per_token,
     estimate_throughput,
     phase_row,
@@ -87,39 +86,83 @@ def test_calibration_needs_figures_that_determine_the_phases() -> None:
         calibrate_phases([Measured("tpot", -1.0, b)], eff)
 
 
-def test_one_point_calibration_on_the_published_results() -> None:
-    """Issue #31's acceptance: calibrated on one point per (model, accelerator), that point is
-    reproduced exactly (1e-12 relative) and the others land within ±15 % on ≥ 80 %: 733 of 900
-    (81.4 %) over every choice of the point (10 pairs × 10 points × 9 others); by the point chosen,
-    128/128 scores lowest (58 of 90) and 500/2000 highest (83 of 90) (docs/efficiency.md)."""
+MLPERF = json.loads((Path(__file__).resolve().parent / "fixtures" / "published"
+                     / "mlperf_v5_0.json").read_text())["rows"]
+#: tools/published/fit_efficiency.py's BATCH_CAPS: the caps the fit chooses among.
+BATCH_CAPS = (64, 128, 192, 256, 320, 384, 448, 512, 768, 1024, 2048, 4096)
+
+
+def _within(b: Any, eff: PhaseEfficiency, value: float, tol: float, cap: int | None = None) -> bool:
+    return abs(estimate_throughput(b, eff, cap) / value - 1) <= tol
+
+
+def _one_point(pairs: list[list[tuple[Any, dict[str, Any]]]], eff_of: Any,
+               cap: int | None = None) -> list[int]:
+    """Per calibration shape (the pair's ``pick``-th point): the pair's other points within ±15 %
+    after ``calibrate_phases`` on that one point, summed over the pairs; asserts the point exact."""
+    by_pick = [0] * len(pairs[0])
+    for sub in pairs:
+        for pick, (b, r) in enumerate(sub):
+            cal = calibrate_phases([Measured("tokens/s", r["value"], b, concurrency=cap)], eff_of(r["gpu"]))
+            assert estimate_throughput(b, cal, cap) == pytest.approx(r["value"], rel=1e-12)
+            by_pick[pick] += sum(_within(ob, cal, o["value"], 0.15, cap)
+                                 for i, (ob, o) in enumerate(sub) if i != pick)
+    return by_pick
+
+
+def _fit(rows: list[tuple[Any, dict[str, Any]]], cap: int | None = None) -> dict[str, PhaseEfficiency]:
+    """Per accelerator, the least squares of the fit (``calibrate_phases`` over every run of it)."""
+    return {gpu: calibrate_phases([Measured("tokens/s", r["value"], b, concurrency=cap)
+                                   for b, r in rows if r["gpu"] == gpu], PhaseEfficiency(prefill=1, decode=1))
+            for gpu in sorted({r["gpu"] for _, r in rows})}
+
+
+def test_issue_31_acceptance_on_the_published_fixture() -> None:
+    """Issue #31's acceptance, every share computed and pinned (docs/efficiency.md):
+
+    * the upper bound ≥ the published figure on 112 of 112 rows (100 TensorRT-LLM, 12 MLPerf v5.0);
+    * the default estimate (presets/efficiency.json, per accelerator) within ±25 %: in sample 98 of
+      100; out of sample, fitted per accelerator on the shapes ``FIT_SHAPES`` only, 48 of the other
+      50 (each model held out in turn: docs, 98 of 100);
+    * calibrated on one point per (model, accelerator) — each of a pair's 10 points taken in turn,
+      its 9 others predicted: 10 pairs × 10 × 9 = 900 predictions, pooled — 733 within ±15 %
+      (81.4 %), the point itself reproduced exactly (1e-12 relative) every time. Per shape
+      calibrated on (90 predictions each), 6 of 10 reach 80 %; 128/128 (58), 128/4096 (67),
+      1000/2000 (71) and 2048/128 (65) do not (why: docs/efficiency.md);
+    * the batch cap out of sample: chosen with the efficiencies on the ``FIT_SHAPES`` rows alone,
+      384 (320 on all rows); on the other 50 rows the default estimate puts 48 within ±25 % and the
+      one-point calibration (each held-out point in turn, its pair's 4 other held-out points
+      predicted) 194 of 200 within ±15 %."""
+    bounds = [(_bound(r), r) for r in MLPERF]
+    assert sum(r["value"] <= b.tokens_per_s for b, r in BOUNDS + bounds) == len(BOUNDS) + len(MLPERF) == 112
+
+    assert sum(_within(b, efficiency_for(r["gpu"]), r["value"], 0.25) for b, r in BOUNDS) == 98
+    train = [(b, r) for b, r in BOUNDS if (r["isl"], r["osl"]) in FIT_SHAPES]
+    test = [(b, r) for b, r in BOUNDS if (r["isl"], r["osl"]) not in FIT_SHAPES]
+    fitted = _fit(train)
+    assert (sum(_within(b, fitted[r["gpu"]], r["value"], 0.25) for b, r in test), len(test)) == (48, 50)
+
     pairs: dict[tuple[str, str], list[tuple[Any, dict[str, Any]]]] = {}
     for b, r in BOUNDS:
         pairs.setdefault((r["model"], r["gpu"]), []).append((b, r))
-    by_pick = [0] * 10
-    for sub in pairs.values():
-        for pick, (b, r) in enumerate(sub):
-            cal = calibrate_run(b, r["value"], efficiency_for(r["gpu"]))
-            assert estimate_throughput(b, cal) == pytest.approx(r["value"], rel=1e-12)
-            by_pick[pick] += sum(abs(estimate_throughput(ob, cal) / o["value"] - 1) <= 0.15
-                                 for i, (ob, o) in enumerate(sub) if i != pick)
+    by_pick = _one_point(list(pairs.values()), efficiency_for)
     assert sum(by_pick) == 733 and sum(by_pick) >= 0.8 * 900
-    assert (by_pick[0], by_pick[3]) == (58, 83)
+    assert by_pick == [58, 78, 67, 83, 78, 71, 65, 76, 77, 80]
+    shapes = [f"{r['isl']}/{r['osl']}" for _, r in next(iter(pairs.values()))]
+    assert [s for s, n in zip(shapes, by_pick, strict=True) if n < 0.8 * 90] == [
+        "128/128", "128/4096", "1000/2000", "2048/128"]
 
+    def score(cap: int) -> float:
+        effs = _fit(train, cap)
+        sub = [[(b, r) for b, r in p if (r["isl"], r["osl"]) in FIT_SHAPES] for p in pairs.values()]
+        return sum(_one_point(sub, effs.__getitem__, cap))
 
-def test_default_estimate_out_of_sample() -> None:
-    """Fitted per accelerator on the shapes of ``FIT_SHAPES`` (``calibrate_phases`` over those
-    runs is the same least squares as the fit), the other 50 points within ±25 %: 48 (96 %)."""
-    hits = total = 0
-    for gpu in sorted({r["gpu"] for r in PUBLISHED}):
-        rows = [(b, r) for b, r in BOUNDS if r["gpu"] == gpu]
-        train = [Measured("tokens/s", r["value"], b) for b, r in rows if (r["isl"], r["osl"]) in FIT_SHAPES]
-        eff = calibrate_phases(train, PhaseEfficiency(prefill=1, decode=1))
-        assert eff.prefill == pytest.approx(efficiency_for(gpu).prefill, rel=0.25)
-        for b, r in rows:
-            if (r["isl"], r["osl"]) not in FIT_SHAPES:
-                total += 1
-                hits += abs(estimate_throughput(b, eff) / r["value"] - 1) <= 0.25
-    assert (hits, total) == (48, 50)
+    cap = max(BATCH_CAPS, key=lambda c: (score(c), c))
+    effs = _fit(train, cap)
+    held = [[(b, r) for b, r in p if (r["isl"], r["osl"]) not in FIT_SHAPES] for p in pairs.values()]
+    assert cap == 384
+    assert sum(_within(b, effs[r["gpu"]], r["value"], 0.25, cap) for b, r in test) == 48
+    assert (sum(_one_point(held, effs.__getitem__, cap)), 10 * 5 * 4) == (194, 200)
 
 
 def test_estimate_never_passes_the_bound() -> None:

@@ -327,8 +327,9 @@ class Engine:
         default — one copy at most."""
         from kvplan.engines.settings import SETTING_DEFAULTS
 
+        own = self.setting_labels  # a property (vLLM builds it per call): read once
         changes = {k: v for k, v in update.items() if getattr(settings, k) != v}
-        changes.update({k: v for k, v in SETTING_DEFAULTS.items() if k not in self.setting_labels
+        changes.update({k: v for k, v in SETTING_DEFAULTS.items() if k not in own
                         and getattr(settings, k) != v})
         return settings.model_copy(update=changes) if changes else settings
 

@@ -197,6 +197,12 @@ def _with_draft_layers(arch: ModelArch, draft: tuple[LayerSpec, ...], name: str)
                                    "notes": (*arch.notes, f"{DRAFTER_NOTE}: {name}")})
 
 
+#: ``Vllm.request_caps``' start-up caps by (engine, model, GPU, settings) — the objects kept with
+#: them, so an id is never reused while its entry lives — and block count; cleared when full.
+_CAPS: dict[tuple[int, int, int, EngineSettings], tuple[Any, ModelArch, GPU, bool, dict[int, int]]] = {}
+_CAPS_MAX = 4096
+
+
 class Vllm(Engine):
     """vLLM v1 paged KV cache under one release record (``VLLM_RELEASES``, oldest first; the newest
     is v0.33): where releases differ, the methods branch on the record's traits
@@ -477,18 +483,31 @@ class Vllm(Engine):
 
     def request_caps(self, arch: ModelArch, gpu: GPU, settings: EngineSettings, pool: KVPool,
                      tokens: int, budgets: np.ndarray) -> np.ndarray | None:
-        """``startup_check`` for each row of per-stage ``budgets`` (``vllm_num_blocks``)."""
+        """``startup_check`` for each row of per-stage ``budgets`` (``vllm_num_blocks``): the check
+        runs once per distinct block count (once in all for a model without recurrent state, whose
+        check reads no block count), remembered per (release, model, GPU, settings) object."""
         assert isinstance(pool, VllmPagedPool)
+        key = (id(self), id(arch), id(gpu), settings)
+        entry = _CAPS.get(key)
+        if entry is None or entry[0] is not self or entry[1] is not arch or entry[2] is not gpu:
+            if len(_CAPS) >= _CAPS_MAX:
+                _CAPS.clear()
+            entry = (self, arch, gpu, arch.has_recurrent, {})
+            _CAPS[key] = entry
+        recurrent, cap_of = entry[3], entry[4]
+
+        def cap(n: int) -> int:
+            if n not in cap_of:
+                check = self._startup(arch, gpu, settings, n)
+                cap_of[n] = check.max_num_seqs if check.starts and check.max_num_seqs else 0
+            return cap_of[n]
+
+        if not recurrent:
+            return np.full(np.shape(budgets)[:-1], cap(0), dtype=np.int64)
         blocks = np.asarray(vllm_num_blocks(budgets, pool.stage_per_block), dtype=np.int64)
-        # the check reads the block count only for models with recurrent state: one check per
-        # distinct count (one in all otherwise), not one per row
-        counts = np.unique(blocks) if arch.has_recurrent else np.zeros(1, dtype=np.int64)
-        caps = {int(n): self._startup(arch, gpu, settings, int(n)) for n in counts}
-        cap_of = {n: (c.max_num_seqs if c.starts and c.max_num_seqs else 0) for n, c in caps.items()}
-        if len(cap_of) == 1:
-            return np.full(np.shape(blocks), next(iter(cap_of.values())), dtype=np.int64)
-        index = np.searchsorted(counts, blocks)
-        return np.asarray([cap_of[int(n)] for n in counts], dtype=np.int64)[index]
+        counts = np.unique(blocks)
+        values = np.asarray([cap(int(n)) for n in counts], dtype=np.int64)
+        return values[np.searchsorted(counts, blocks)]
 
     def in_flight_tokens(self, settings: EngineSettings, mnbt: int) -> int:
         """By the record's ``in_flight``: ``async`` — ``vllm/config/vllm.py`` ``max_in_flight_tokens
