@@ -9,7 +9,9 @@ release the log names, and compares the same quantity the log prints: vLLM's "GP
 tokens (else "Available KV cache memory" GiB), SGLang's pool tokens, TensorRT-LLM's allocated KV
 tokens (as KV bytes: the budget the pool is cut from). A log with no catalogue accelerator is run on a
 custom accelerator of the CUDA total it printed (what a user of that card types), and says so. Logs
-that cannot be run keep the reason their engine's test gives.
+that cannot be run keep the reason their engine's test gives. An SGLang row runs the record its
+version names (``sglang_release``) and leaves ``mem_fraction_static`` to that release's default
+where the log's value is the default (``SGLANG_DEFAULT_FRACTION``).
 
 Logs used to fit a constant of kvplan (``FITTED``: vLLM's sampler warm-up and non-torch terms on
 27–30, its CUDA-graph cost per capture size on 01–04, V0's non-torch memory on 07–08; SGLang's
