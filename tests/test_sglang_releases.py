@@ -90,3 +90,24 @@ def test_the_defaults_the_logs_printed():
     vlm = 0.95 * (1 - 0.1 * (27 * 1152**2 / (24 * 1024**2) - 1))
     assert fraction("0.5.5", 294912, 8) == 0.908
     assert 0.908 * vlm == pytest.approx(DOCS["04"]["settings"]["mem_fraction_static"], abs=1e-15)
+
+
+def test_the_default_divides_nvidia_smis_total_not_cudas():
+    """``get_device_memory_capacity`` reads ``nvidia-smi --query-gpu=memory.total``: an H100 SXM's
+    81,559 MiB gives round((81,559 − 13,440) / 81,559, 3) = 0.835 under 0.5.23, where CUDA's 81,089
+    MiB would give 0.834; an L4 at tp 4 (23,034 MiB; 4096 × 1.5 + 160 × 2 + 512 + 512 = 7,488 MiB)
+    0.675, not 0.668 — the budget still starts from CUDA's total (``Engine.capacity``)."""
+    from kvplan.capacity import FitQuery, fit
+    from kvplan.plan import make_plan
+    from kvplan.presets import get_gpu, load_model
+
+    arch = load_model("llama-3.1-8b")
+    for gpu_id, tp, want, cuda_based in (("h100-sxm", 1, 0.835, 0.834), ("l4", 4, 0.675, 0.668)):
+        gpu = get_gpu(gpu_id)
+        plan = make_plan(arch, gpu, FitQuery(engine="sglang", tokens=4096, tp=tp, num_gpus=tp))
+        assert plan.settings.gpu_util == want
+        assert fraction("0.5.23", gpu.cuda_total_mib, tp) == cuda_based
+        result = fit(plan, search_gpus=False)
+        assert result.gpu_capacity_bytes == gpu.cuda_total_mib * MIB
+        terms = {t.name for t in plan.budget.reserve_detail.terms if not t.counted}
+        assert "reserved_mem.base" in terms

@@ -30,7 +30,7 @@ from kvplan.engines.base import (
     weights_oom,
 )
 from kvplan.engines.kinds import TOKEN_KINDS, CacheRule, TokenLayout, layer_window
-from kvplan.engines.reserve import Reserve, ReserveTerm
+from kvplan.engines.reserve import Reserve, ReserveTerm, cuda_capacity
 from kvplan.engines.settings import EngineSettings
 from kvplan.engines.sglang.kv_dtype import resolve_auto_kv_dtype
 from kvplan.engines.sglang.log import SglangLog
@@ -202,6 +202,20 @@ def sglang_mem_fraction_static(capacity_bytes: int, tp: int, pp: int, is_mla: bo
     return max(round((mem - reserved) / mem, 3), 0.0)
 
 
+def sglang_device_memory(gpu: GPU) -> tuple[int, str]:
+    """The device memory SGLang's default ``mem_fraction_static`` divides (bytes, and where it comes
+    from): ``utils/common.py`` ``get_device_memory_capacity`` — on CUDA ``get_nvgpu_memory_capacity``,
+    ``nvidia-smi --query-gpu=memory.total`` in MiB (the catalogue's ``reported_mib``), not the CUDA
+    total its budget starts from; on ROCm ``get_amdgpu_memory_capacity``, rocminfo's pool size (the
+    catalogue's rocm-smi figure where known, else its HIP total). A custom accelerator: the GiB
+    typed; a part with no such figure: its CUDA total."""
+    if gpu.custom or not gpu.reported_mib:
+        return cuda_capacity(gpu).bytes, "the device total (no nvidia-smi / rocm-smi figure known)"
+    tool = "rocm-smi" if gpu.vendor == "AMD" else "nvidia-smi"
+    return gpu.reported_mib * MIB, (f"{tool} memory.total {gpu.reported_mib:,} MiB "
+                                    "(utils/common.py get_device_memory_capacity)")
+
+
 def sglang_default_page_size(gpu: GPU, arch: ModelArch) -> int | None:
     """SGLang's page size from its default attention backend (``server_args.py``): Hopper and
     older run fa3/flashinfer with ``page_size=1``; SM 10.x runs trtllm_mha for MHA/GQA models,
@@ -338,10 +352,13 @@ class SGLang(Engine):
 
     def resolve_settings(self, settings: EngineSettings, tokens: int, gpu: GPU | None = None,
                          arch: ModelArch | None = None) -> EngineSettings:
-        """The page size the default attention backend forces on this GPU; with
+        """The default ``mem_fraction_static`` of this release on this GPU (``default_fraction``), the
+        page size the default attention backend forces on this GPU; with
         ``--speculative-algorithm``: ``--max-running-requests`` 48 unless set
         (``speculative_hook.py``) and the target's next-n layers loaded when they are the draft."""
         update: dict[str, Any] = {}
+        if settings.gpu_util is None and gpu is not None:
+            update["gpu_util"] = self.default_fraction(gpu, settings)
         if settings.block_size is None and gpu is not None and arch is not None:
             page = sglang_default_page_size(gpu, arch)
             if page is not None:
@@ -357,6 +374,13 @@ class SGLang(Engine):
                 # speculative_hook.py _handle_eagle_family: the SM 10.x default backend
                 raise KVPlanError("sgl_spec.trtllm_topk", topk=spec.eagle_topk, gpu=gpu.name)
         return settings.model_copy(update=update) if update else settings
+
+    def default_fraction(self, gpu: GPU, settings: EngineSettings) -> float:
+        """This release's default ``mem_fraction_static`` on ``gpu`` (``sglang_mem_fraction_static``
+        of ``sglang_device_memory``: nvidia-smi's total, as SGLang reads it)."""
+        assert isinstance(self.record, SglangRelease)
+        memory, _ = sglang_device_memory(gpu)
+        return sglang_mem_fraction_static(memory, settings.tp, settings.pp, False, self.record)
 
     def speculative(self, arch: ModelArch, settings: EngineSettings,
                     gpu: GPU | None = None) -> SglangSpec | None:
@@ -440,17 +464,17 @@ class SGLang(Engine):
     def runtime_reserve(self, arch: ModelArch, gpu: GPU, settings: EngineSettings,
                         tokens: int) -> Reserve:
         """SGLang's reserve is inside ``mem_fraction_static``: the terms of its default
-        ``reserved_mem`` are shown (not subtracted again; none with an explicit fraction), and the
+        ``reserved_mem`` are shown while the fraction is the default (not subtracted again), and the
         memory held before the weights load (``kv_cache_configurator.py``
         ``_profile_available_bytes``; ``sglang_held_before_load``'s per-vendor default unless
         overridden) is what the budget subtracts, and with ``--enable-lora`` the LoRA memory pool."""
         terms: list[ReserveTerm] = []
-        if settings.gpu_util is None:
-            capacity = self.capacity(gpu).bytes
+        if settings.gpu_util is None or settings.gpu_util == self.default_fraction(gpu, settings):
+            memory, basis = sglang_device_memory(gpu)
             assert isinstance(self.record, SglangRelease)
-            for name, mib, how in sglang_reserved_mem(capacity, settings.tp, settings.pp, self.record):
+            for name, mib, how in sglang_reserved_mem(memory, settings.tp, settings.pp, self.record):
                 terms.append(ReserveTerm(
-                    f"reserved_mem.{name}", int(mib * MIB), f"{how} = {int(mib * MIB):,} B",
+                    f"reserved_mem.{name}", int(mib * MIB), f"{how} = {int(mib * MIB):,} B (of {basis})",
                     f"{self.release}: {_fraction_source(self.record)} (mem_fraction_static default)",
                     counted=False))
         held, how = sglang_held_before_load(gpu)
