@@ -794,6 +794,6 @@ def test_trtllm_and_sglang_version_lines():
     assert get_engine("trtllm").release_for_version("1.2.1")[0].key == "main"
     sgl = parse_sglang_log("sglang: 0.4.3.post2\n[x] KV Cache is allocated. #tokens: 10, KV size: 1.00 GB\n")
     assert sgl.version == "0.4.3.post2"
-    assert get_engine("sglang").release_for_log(sgl)[1] == (
-        "SGLang 0.4.3.post2 → SGLang 0.5.23 (older than every modelled release; read with the oldest, "
-        "SGLang 0.5.23)")
+    assert get_engine("sglang").release_for_log(sgl)[1] == "SGLang 0.4.3.post2 → SGLang 0.4"
+    assert get_engine("sglang").release_for_version("0.3.6")[1] == (
+        "SGLang 0.3.6 → SGLang 0.4 (older than every modelled release; read with the oldest, SGLang 0.4)")

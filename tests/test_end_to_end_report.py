@@ -9,7 +9,9 @@ release the log names, and compares the same quantity the log prints: vLLM's "GP
 tokens (else "Available KV cache memory" GiB), SGLang's pool tokens, TensorRT-LLM's allocated KV
 tokens (as KV bytes: the budget the pool is cut from). A log with no catalogue accelerator is run on a
 custom accelerator of the CUDA total it printed (what a user of that card types), and says so. Logs
-that cannot be run keep the reason their engine's test gives.
+that cannot be run keep the reason their engine's test gives. An SGLang row runs the record its
+version names (``sglang_release``) and leaves ``mem_fraction_static`` to that release's default
+where the log's value is the default (``SGLANG_DEFAULT_FRACTION``).
 
 Logs used to fit a constant of kvplan (``FITTED``: vLLM's sampler warm-up and non-torch terms on
 27–30, its CUDA-graph cost per capture size on 01–04, V0's non-torch memory on 07–08; SGLang's
@@ -30,6 +32,7 @@ import test_trtllm_logs as tl
 
 from kvplan.capacity import FitQuery, fit, memory_budget
 from kvplan.engines import get_engine
+from kvplan.engines.sglang.log import parse_sglang_log
 from kvplan.engines.vllm.log import parse_vllm_log
 from kvplan.plan import make_plan
 from kvplan.presets import custom_gpu, get_gpu
@@ -189,6 +192,33 @@ def vllm_rows() -> list[Row]:
     return rows
 
 
+#: SGLang logs whose printed ``mem_fraction_static`` is the release's own default (the user did not
+#: type it; fixture ``settings_evidence``): run with kvplan's default for the log's release.
+SGLANG_DEFAULT_FRACTION: dict[str, str] = {
+    "01": "0.85: 0.4.3's default for tp_size 4",
+    "02": "0.88 (not printed): 0.4.x's default for tp_size 1",
+    "04": "0.8260…: the 0.5.8 ROCm build's default (0.908 × its VLM factor)",
+    "05": "as 04",
+}
+#: SGLang logs that print no version: the release the fixture's evidence dates them to.
+SGLANG_RELEASE_NOT_PRINTED: dict[str, tuple[str, str]] = {
+    "02": ("0.4", "PR 4760 (FA3 backend, 2025-03): the 0.4.x line, whose tp_size table gives 0.88"),
+    "03": ("0.5.23", "not stated; mem_fraction_static 0.93 is typed, so only the pool rules matter"),
+}
+
+
+def sglang_release(log_id: str, doc: dict) -> str:
+    """The SGLang record the log's own version line names (``Engine.release_for_log``), else the
+    version its source states beside it (``sglang_version``: a ``check_env`` paste, a pinned
+    install), else the one its fixture dates it to (``SGLANG_RELEASE_NOT_PRINTED``)."""
+    engine = get_engine("sglang")
+    found = engine.release_for_log(parse_sglang_log(doc["log_excerpt"]))
+    if found is None and doc["sglang_version"]:
+        found = engine.release_for_version(doc["sglang_version"])
+    key = found[0].key if found else SGLANG_RELEASE_NOT_PRINTED[log_id][0]
+    return f"sglang@{key}"
+
+
 def sglang_rows() -> list[Row]:
     rows: list[Row] = []
     for log_id, doc in sorted(sl.DOCS.items()):
@@ -197,11 +227,13 @@ def sglang_rows() -> list[Row]:
             row.why_not = sl.NOT_COMPARABLE[log_id]
             rows.append(row)
             continue
-        asked = sl.query(doc, gpu_util=doc["settings"]["mem_fraction_static"])
+        typed = None if log_id in SGLANG_DEFAULT_FRACTION else doc["settings"]["mem_fraction_static"]
+        release = sglang_release(log_id, doc)
+        asked = sl.query(doc, gpu_util=typed).model_copy(update={"engine": release})
         plan = make_plan(sl.arch_of(doc), get_gpu(doc["gpu_preset"]), asked)
         result = fit(plan, search_gpus=False)
         cell = sl.pool_cell(doc)
-        row.release = "sglang"
+        row.release = release
         row.kvplan, row.logged, row.unit = (result.kv_pool_tokens * cell / GIB,
                                             sl.logged_tokens(doc) * cell / GIB, "GiB")
         logged = doc["logged"]

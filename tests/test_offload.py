@@ -129,15 +129,16 @@ def test_lmcache_measured_bytes_per_token_club_3090() -> None:
 
 
 def test_hicache_default_ratio_from_the_device_pool() -> None:
-    """Llama-3.1-8B on SGLang, one H100 (mem_fraction_static 0.834 of what is free after the 0.509 GiB
-    held before loading: KV budget 54,397,002,363 B): device pool 415,016 tokens of 131,072 B (32
-    layers × 8 heads × 256 × 2 B); ratio 2.0 → int(830,032) tokens; page_num = 830,032 // 1 + 1 =
-    830,033; size 830,033 tokens → 25 sessions of 32,768; 830,033 × 131,072 B pinned per rank."""
+    """Llama-3.1-8B on SGLang, one H100 (mem_fraction_static 0.835 — SGLang's default divides
+    nvidia-smi's 81,559 MiB — of what is free after the 0.509 GiB held before loading: KV budget
+    54,481,483,808 B): device pool 415,660 tokens of 131,072 B (32 layers × 8 heads × 256 × 2 B);
+    ratio 2.0 → int(831,320) tokens; page_num = 831,320 // 1 + 1 = 831,321; size 831,321 tokens →
+    25 sessions of 32,768; 831,321 × 131,072 B pinned per rank."""
     plan = _plan("llama-3.1-8b", "h100-sxm", "sglang", 1, 32768)
-    assert plan.budget.kv_budget == 54_397_002_363 and plan.pool.capacity == 415_016
+    assert plan.budget.kv_budget == 54_481_483_808 and plan.pool.capacity == 415_660
     tier = offload(plan, OffloadQuery(backend="hicache")).tiers[0]
-    assert tier.units == 830_033 and tier.sessions_per_instance == 25
-    assert tier.allocation_bytes == 830_033 * 131_072
+    assert tier.units == 831_321 and tier.sessions_per_instance == 25
+    assert tier.allocation_bytes == 831_321 * 131_072
 
 
 def test_hicache_size_in_decimal_gb() -> None:

@@ -9,9 +9,9 @@ size), ``python/sglang/srt/configs/model_config.py`` (``is_hybrid_swa_model``).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 
@@ -30,7 +30,7 @@ from kvplan.engines.base import (
     weights_oom,
 )
 from kvplan.engines.kinds import TOKEN_KINDS, CacheRule, TokenLayout, layer_window
-from kvplan.engines.reserve import Reserve, ReserveTerm
+from kvplan.engines.reserve import Reserve, ReserveTerm, cuda_capacity
 from kvplan.engines.settings import EngineSettings
 from kvplan.engines.sglang.kv_dtype import resolve_auto_kv_dtype
 from kvplan.engines.sglang.log import SglangLog
@@ -91,27 +91,61 @@ def sglang_mm_reservation(arch: ModelArch) -> int:
     return SGLANG_VLM_CACHE_BYTES
 
 
-def sglang_reserved_mem(capacity_bytes: int, tp: int, pp: int) -> list[tuple[str, float, str]]:
-    """The terms of SGLang's default ``reserved_mem`` (MiB; ``arg_groups/memory_hook.py``):
-    512 + max(chunked_prefill_size, 2048)·1.5 + tp·pp/8·1024 + decode_max_bs·2, then a floor
-    term raising the sum to 10 GiB above 60 GiB. Each: (name, MiB, formula)."""
-    gib = capacity_bytes / MIB / 1024
-    table = [(20, 2048, 8, 8), (35, 4096, 48, 160), (60, 4096, 32, 160), (160, 8192, 256, 512)]
-    chunked, bs_small, bs_large = 16384, 512, 512
-    for limit, size, small, large in table:
+def _memory_row(record: SglangRelease, gib: float, tp: int) -> tuple[int, int]:
+    """``_handle_gpu_memory_settings``'s (chunked_prefill_size, cuda_graph_max_bs) for ``gib`` of
+    device memory at ``tp`` (the record's ``memory_table``: cuda_graph_max_bs for tp < 4 / tp ≥ 4)."""
+    chunked, bs_small = record.memory_top
+    bs_large = bs_small
+    for limit, size, small, large in record.memory_table:
         if gib < limit:
             chunked, bs_small, bs_large = size, small, large
             break
-    decode_bs = bs_large if tp >= 4 else bs_small
+    return chunked, (bs_large if tp >= 4 else bs_small)
+
+
+def sglang_reserved_mem(capacity_bytes: int, tp: int, pp: int,
+                        record: SglangRelease | None = None) -> list[tuple[str, float, str]]:
+    """The terms of SGLang's default ``reserved_mem`` (MiB; 0.5.3+ ``server_args.py``
+    ``_handle_gpu_memory_settings``, 0.5.23 ``arg_groups/memory_hook.py``):
+    512 + max(chunked_prefill_size, 2048)·1.5 + tp·pp/8·1024 + cuda_graph_max_bs·2, then a floor
+    term raising the sum to 10 GiB above 60 GiB; older rules (``SglangRelease.fraction_rule``) give
+    one term, ``(1 − fraction) × memory``. Each: (name, MiB, formula)."""
+    record = record or SGLANG_RELEASES[-1]
+    mib = capacity_bytes / MIB
+    if record.fraction_rule != "reserved_mem":
+        fraction = sglang_mem_fraction_static(capacity_bytes, tp, pp, False, record)
+        return [("rule", (1 - fraction) * mib,
+                 f"(1 − {fraction:g}) × {mib:,.0f} MiB ({record.name}: {_RULE_TEXT[record.fraction_rule]})")]
+    chunked, decode_bs = _memory_row(record, mib / 1024, tp)
     terms = [("base", 512.0, "512 MiB"),
              ("chunked_prefill", max(chunked, 2048) * 1.5,
               f"max(chunked_prefill_size {chunked}, 2048) × 1.5 MiB"),
              ("parallel", tp * pp / 8 * 1024, f"tp {tp} × pp {pp} / 8 × 1024 MiB"),
              ("cuda_graphs", decode_bs * 2.0, f"decode max bs {decode_bs} × 2 MiB")]
     total = sum(t[1] for t in terms)
-    if gib > 60 and total < 10 * 1024:
+    if mib / 1024 > 60 and total < 10 * 1024:
         terms.append(("floor", 10 * 1024 - total, f"raised to 10 GiB above 60 GiB: 10240 − {total:g} MiB"))
     return terms
+
+
+#: ``--mem-fraction-static`` defaults by ``tp_size`` (0.4.x ``server_args.py`` ``__post_init__``):
+#: (at least this many GPUs, fraction), first match.
+_TP_TABLE = ((16, 0.79), (8, 0.81), (4, 0.85), (2, 0.87), (1, 0.88))
+_RULE_TEXT = {
+    "tp_table": "server_args.py __post_init__: by tp_size, 0.79 ≥ 16, 0.81 ≥ 8, 0.85 ≥ 4, "
+                "0.87 ≥ 2, else 0.88",
+    "tp_table_13g": "server_args.py __post_init__: the tp_size table up to 81,920 MiB, else "
+                    "(memory − 13 GiB) / memory",
+    "tp_table_48g": "server_args.py __post_init__: the table by tp × pp up to 81,920 MiB (else 0.88), "
+                    "above 96 GiB min(f + 48 GiB × (1 − f) / memory, (memory − 18 GiB) / memory)",
+    "parallel_by_memory": "server_args.py __post_init__: reserved (2.8 + tp·pp/10) GiB below 35 GiB, "
+                          "(9.5 + tp·pp/2) GiB below 90, (12 + tp·pp/2) GiB below 160, else 32 GiB; "
+                          "round((memory − reserved) / memory, 3)",
+}
+
+
+def _table_fraction(parallel: int) -> float:
+    return next(f for at_least, f in _TP_TABLE if parallel >= at_least)
 
 
 #: What an SGLang process holds before its weights load (CUDA context, torch.distributed / NCCL
@@ -135,12 +169,51 @@ def sglang_held_before_load(gpu: GPU) -> tuple[int, str]:
                   "the public logs; fitted on sglang_logs 01, 02 (NVIDIA) / 04, 05 (AMD))")
 
 
-def sglang_mem_fraction_static(capacity_bytes: int, tp: int, pp: int, is_mla: bool) -> float:
-    """SGLang's default ``mem_fraction_static`` (``arg_groups/memory_hook.py``):
-    ``round((mem − reserved_mem) / mem, 3)`` with ``reserved_mem`` of ``sglang_reserved_mem``."""
+def sglang_mem_fraction_static(capacity_bytes: int, tp: int, pp: int, is_mla: bool,
+                               record: SglangRelease | None = None) -> float:
+    """SGLang's default ``mem_fraction_static`` as ``record``'s release computes it
+    (``SglangRelease.fraction_rule``): 0.5.3+ ``round((mem − reserved_mem) / mem, 3)`` with
+    ``reserved_mem`` of ``sglang_reserved_mem``; 0.4.x–0.5.2 the rules of ``_RULE_TEXT``. ``mem``
+    is the device memory in MiB."""
+    record = record or SGLANG_RELEASES[-1]
     mem = capacity_bytes / MIB
-    reserved = sum(t[1] for t in sglang_reserved_mem(capacity_bytes, tp, pp))
+    rule = record.fraction_rule
+    if rule == "tp_table":
+        return _table_fraction(tp)
+    if rule == "tp_table_13g":
+        return _table_fraction(tp) if mem <= 81920 else (mem - 1024 * 13) / mem
+    if rule == "tp_table_48g":
+        fraction = _table_fraction(tp * pp) if mem <= 81920 else 0.88
+        if mem > 96 * 1024:
+            fraction = min(fraction + 48 * 1024 * (1 - fraction) / mem, (mem - 1024 * 18) / mem)
+        return fraction
+    if rule == "parallel_by_memory":
+        parallel = tp * pp
+        if mem < 35 * 1024:
+            reserved_mib = (2.8 + parallel / 10) * 1024
+        elif mem < 90 * 1024:
+            reserved_mib = (9.5 + parallel / 2) * 1024
+        elif mem < 160 * 1024:
+            reserved_mib = (12 + parallel / 2) * 1024
+        else:
+            reserved_mib = 32 * 1024
+        return max(round((mem - reserved_mib) / mem, 3), 0.0)
+    reserved = sum(t[1] for t in sglang_reserved_mem(capacity_bytes, tp, pp, record))
     return max(round((mem - reserved) / mem, 3), 0.0)
+
+
+def sglang_device_memory(gpu: GPU) -> tuple[int, str]:
+    """The device memory SGLang's default ``mem_fraction_static`` divides (bytes, and where it comes
+    from): ``utils/common.py`` ``get_device_memory_capacity`` — on CUDA ``get_nvgpu_memory_capacity``,
+    ``nvidia-smi --query-gpu=memory.total`` in MiB (the catalogue's ``reported_mib``), not the CUDA
+    total its budget starts from; on ROCm ``get_amdgpu_memory_capacity``, rocminfo's pool size (the
+    catalogue's rocm-smi figure where known, else its HIP total). A custom accelerator: the GiB
+    typed; a part with no such figure: its CUDA total."""
+    if gpu.custom or not gpu.reported_mib:
+        return cuda_capacity(gpu).bytes, "the device total (no nvidia-smi / rocm-smi figure known)"
+    tool = "rocm-smi" if gpu.vendor == "AMD" else "nvidia-smi"
+    return gpu.reported_mib * MIB, (f"{tool} memory.total {gpu.reported_mib:,} MiB "
+                                    "(utils/common.py get_device_memory_capacity)")
 
 
 def sglang_default_page_size(gpu: GPU, arch: ModelArch) -> int | None:
@@ -157,10 +230,64 @@ class SGLangShape(ViewShape):
     not ``--disable-hybrid-swa-memory``)."""
 
     hybrid_swa: bool = False
-#: The one modelled SGLang release (sources cited on each rule below).
-SGLANG_0_5_23 = Release(key="0.5.23", since="0.5.23", name="SGLang 0.5.23",
-                        changes="the release kvplan follows (source read at 0.5.23)")
-SGLANG_RELEASES: tuple[Release, ...] = (SGLANG_0_5_23,)
+#: How a release computes the default ``--mem-fraction-static`` (``sglang_mem_fraction_static``).
+FractionRule = Literal["tp_table", "tp_table_13g", "tp_table_48g", "parallel_by_memory", "reserved_mem"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SglangRelease(Release):
+    """The traits that differ between SGLang releases (each field says where it is read)."""
+
+    #: The default ``mem_fraction_static`` rule (``server_args.py``; 0.5.23 ``memory_hook.py``).
+    fraction_rule: FractionRule = "reserved_mem"
+    #: ``_handle_gpu_memory_settings``: (below this many GiB, chunked_prefill_size,
+    #: cuda_graph_max_bs at tp < 4, at tp ≥ 4), first match; ``memory_top`` above the last.
+    memory_table: tuple[tuple[int, int, int, int], ...] = (
+        (20, 2048, 8, 8), (35, 4096, 48, 160), (60, 4096, 32, 160), (160, 8192, 256, 512))
+    memory_top: tuple[int, int] = (16384, 512)
+
+
+#: SGLang releases, oldest first, each ``replace(previous, …)`` with what changed (sources read:
+#: ``pip download sglang==X --no-deps``, ``sglang/srt/server_args.py``).
+SGLANG_0_4 = SglangRelease(
+    key="0.4", since="0.4.0", name="SGLang 0.4", fraction_rule="tp_table",
+    changes="default mem_fraction_static by tp_size alone (server_args.py __post_init__, read at "
+            "0.4.3.post4 and 0.4.4.post4; 0.4.0–0.4.2 not read)")
+SGLANG_0_4_5 = replace(
+    SGLANG_0_4, key="0.4.5", since="0.4.5", name="SGLang 0.4.5", fraction_rule="tp_table_13g",
+    changes="the tp_size table only up to 81,920 MiB of device memory, else (memory − 13 GiB) / "
+            "memory, unrounded (server_args.py __post_init__, read at 0.4.5.post3)")
+SGLANG_0_4_6 = replace(
+    SGLANG_0_4_5, key="0.4.6", since="0.4.6", name="SGLang 0.4.6", fraction_rule="tp_table_48g",
+    changes="the table by tp × pp up to 81,920 MiB (else 0.88), then above 96 GiB min(f + 48 GiB × "
+            "(1 − f) / memory, (memory − 18 GiB) / memory) (server_args.py __post_init__, read at "
+            "0.4.6.post5 and 0.4.7)")
+SGLANG_0_4_8 = replace(
+    SGLANG_0_4_6, key="0.4.8", since="0.4.8", name="SGLang 0.4.8", fraction_rule="parallel_by_memory",
+    changes="reserved memory by device memory and tp × pp, round((memory − reserved) / memory, 3) "
+            "(server_args.py __post_init__, read at 0.4.8.post1, 0.4.9.post6, 0.5.1 and 0.5.2)")
+SGLANG_0_5_3 = replace(
+    SGLANG_0_4_8, key="0.5.3", since="0.5.3", name="SGLang 0.5.3", fraction_rule="reserved_mem",
+    memory_table=((20, 2048, 8, 8), (35, 2048, 16, 80), (60, 4096, 32, 160), (90, 8192, 256, 512),
+                  (160, 8192, 256, 512)),
+    changes="reserved_mem = 512 + max(chunked_prefill_size, 2048) × 1.5 + cuda_graph_max_bs × 2 + "
+            "tp·pp/8 × 1024 MiB, at least 10 GiB above 60 GiB, from the memory table "
+            "(server_args.py _handle_gpu_memory_settings, read at 0.5.3)")
+SGLANG_0_5_5 = replace(
+    SGLANG_0_5_3, key="0.5.5", since="0.5.5", name="SGLang 0.5.5",
+    memory_table=((20, 2048, 8, 8), (35, 2048, 24, 80), (60, 4096, 32, 160), (90, 8192, 256, 512),
+                  (160, 8192, 256, 512)),
+    changes="cuda_graph_max_bs 24 (tp < 4) below 35 GiB (_handle_gpu_memory_settings, read at 0.5.5, "
+            "0.5.7 and 0.5.8; 0.5.10 adds len(piecewise_cuda_graph_tokens) × 8 MiB, piecewise graphs "
+            "on by default — not modelled: 0.5.10–0.5.22 are read with this record)")
+SGLANG_0_5_23 = replace(
+    SGLANG_0_5_5, key="0.5.23", since="0.5.23", name="SGLang 0.5.23",
+    memory_table=((20, 2048, 8, 8), (35, 4096, 48, 160), (60, 4096, 32, 160), (160, 8192, 256, 512)),
+    changes="the release kvplan follows (source read at 0.5.23): arg_groups/memory_hook.py "
+            "handle_gpu_memory_settings, chunked_prefill_size 4096 and cuda_graph_max_bs 48/160 "
+            "below 35 GiB")
+SGLANG_RELEASES: tuple[SglangRelease, ...] = (SGLANG_0_4, SGLANG_0_4_5, SGLANG_0_4_6, SGLANG_0_4_8,
+                                              SGLANG_0_5_3, SGLANG_0_5_5, SGLANG_0_5_23)
 
 
 class SGLang(Engine):
@@ -226,10 +353,13 @@ class SGLang(Engine):
 
     def resolve_settings(self, settings: EngineSettings, tokens: int, gpu: GPU | None = None,
                          arch: ModelArch | None = None) -> EngineSettings:
-        """The page size the default attention backend forces on this GPU; with
+        """The default ``mem_fraction_static`` of this release on this GPU (``default_fraction``), the
+        page size the default attention backend forces on this GPU; with
         ``--speculative-algorithm``: ``--max-running-requests`` 48 unless set
         (``speculative_hook.py``) and the target's next-n layers loaded when they are the draft."""
         update: dict[str, Any] = {}
+        if settings.gpu_util is None and gpu is not None:
+            update["gpu_util"] = self.default_fraction(gpu, settings)
         if settings.block_size is None and gpu is not None and arch is not None:
             page = sglang_default_page_size(gpu, arch)
             if page is not None:
@@ -245,6 +375,13 @@ class SGLang(Engine):
                 # speculative_hook.py _handle_eagle_family: the SM 10.x default backend
                 raise KVPlanError("sgl_spec.trtllm_topk", topk=spec.eagle_topk, gpu=gpu.name)
         return settings.model_copy(update=update) if update else settings
+
+    def default_fraction(self, gpu: GPU, settings: EngineSettings) -> float:
+        """This release's default ``mem_fraction_static`` on ``gpu`` (``sglang_mem_fraction_static``
+        of ``sglang_device_memory``: nvidia-smi's total, as SGLang reads it)."""
+        assert isinstance(self.record, SglangRelease)
+        memory, _ = sglang_device_memory(gpu)
+        return sglang_mem_fraction_static(memory, settings.tp, settings.pp, False, self.record)
 
     def speculative(self, arch: ModelArch, settings: EngineSettings,
                     gpu: GPU | None = None) -> SglangSpec | None:
@@ -330,17 +467,18 @@ class SGLang(Engine):
     def runtime_reserve(self, arch: ModelArch, gpu: GPU, settings: EngineSettings,
                         tokens: int) -> Reserve:
         """SGLang's reserve is inside ``mem_fraction_static``: the terms of its default
-        ``reserved_mem`` are shown (not subtracted again; none with an explicit fraction), and the
+        ``reserved_mem`` are shown while the fraction is the default (not subtracted again), and the
         memory held before the weights load (``kv_cache_configurator.py``
         ``_profile_available_bytes``; ``sglang_held_before_load``'s per-vendor default unless
         overridden) is what the budget subtracts, and with ``--enable-lora`` the LoRA memory pool."""
         terms: list[ReserveTerm] = []
-        if settings.gpu_util is None:
-            capacity = self.capacity(gpu).bytes
-            for name, mib, how in sglang_reserved_mem(capacity, settings.tp, settings.pp):
+        if settings.gpu_util is None or settings.gpu_util == self.default_fraction(gpu, settings):
+            memory, basis = sglang_device_memory(gpu)
+            assert isinstance(self.record, SglangRelease)
+            for name, mib, how in sglang_reserved_mem(memory, settings.tp, settings.pp, self.record):
                 terms.append(ReserveTerm(
-                    f"reserved_mem.{name}", int(mib * MIB), f"{how} = {int(mib * MIB):,} B",
-                    f"{self.release}: arg_groups/memory_hook.py (mem_fraction_static default)",
+                    f"reserved_mem.{name}", int(mib * MIB), f"{how} = {int(mib * MIB):,} B (of {basis})",
+                    f"{self.release}: {_fraction_source(self.record)} (mem_fraction_static default)",
                     counted=False))
         held, how = sglang_held_before_load(gpu)
         terms.append(ReserveTerm(
@@ -360,7 +498,9 @@ class SGLang(Engine):
 
     def mem_fraction_static(self, capacity: int, settings: EngineSettings) -> float:
         """The ``mem_fraction_static`` in force: the setting, or SGLang's memory-based default."""
-        return settings.gpu_util or sglang_mem_fraction_static(capacity, settings.tp, settings.pp, False)
+        assert isinstance(self.record, SglangRelease)
+        return settings.gpu_util or sglang_mem_fraction_static(capacity, settings.tp, settings.pp, False,
+                                                               self.record)
 
     def memory_target(self, capacity: int, settings: EngineSettings, arch: ModelArch,
                       notes: list[str]) -> tuple[int, str]:
@@ -479,6 +619,15 @@ class SGLang(Engine):
         """``kvplan.engines.sglang.weights.sglang_loading_rules`` (assumed equal to vLLM
         v0.33's scale rules)."""
         return sglang_loading_rules(self, gpu)
+
+
+def _fraction_source(record: Release) -> str:
+    """Where ``record``'s default ``mem_fraction_static`` is computed."""
+    if record.key == SGLANG_0_5_23.key:
+        return "arg_groups/memory_hook.py handle_gpu_memory_settings"
+    if isinstance(record, SglangRelease) and record.fraction_rule == "reserved_mem":
+        return "server_args.py _handle_gpu_memory_settings"
+    return "server_args.py ServerArgs.__post_init__"
 
 
 @lru_cache(maxsize=64)
