@@ -178,6 +178,13 @@ class VisionSpec(_Spec):
     #: Patches merged before the projector (Qwen2.5-VL ``spatial_merge_size``²; 1 = none).
     projector_merge: int = Field(default=1, ge=1)
     name: str = "vision"
+    #: The tower's module layout: ``vit`` (the generic SigLIP/CLIP shape of ``weights._tower``),
+    #: ``qwen2_5_vl`` / ``qwen3_vl`` (the Qwen-VL towers, to the parameter: ``weights._qwen_vl_tower``).
+    layout: Literal["vit", "qwen2_5_vl", "qwen3_vl"] = "vit"
+    #: Frames one patch spans (Qwen-VL ``temporal_patch_size``; the patch embedding's depth).
+    temporal_patch: int = Field(default=1, ge=1)
+    #: Extra patch mergers fed from intermediate blocks (Qwen3-VL ``deepstack_visual_indexes``).
+    deepstack: int = Field(default=0, ge=0)
 
 
 class WeightSpec(_Spec):

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Any
+from typing import Any, Literal
 
 from kvplan.arch import (
     MLA,
@@ -111,7 +111,8 @@ VERIFIED_MODEL_TYPES = frozenset({
     "ministral3", "mistral", "mixtral", "modernbert-decoder", "moshi", "mpt", "mvp", "nanochat",
     "nemotron", "nemotron_h", "olmo", "olmo2", "olmo3", "olmo_hybrid", "olmoe", "openai-gpt", "opt",
     "pegasus", "persimmon", "phi", "phi3", "phi4_multimodal", "phimoe", "plbart", "prophetnet",
-    "qwen2", "qwen2_moe", "qwen3", "qwen3_5_moe_text", "qwen3_5_text", "qwen3_moe", "qwen3_next",
+    "qwen2", "qwen2_5_vl_text", "qwen2_moe", "qwen3", "qwen3_5_moe_text", "qwen3_5_text",
+    "qwen3_moe", "qwen3_next", "qwen3_vl_moe_text", "qwen3_vl_text",
     "rembert", "roberta", "roberta-prelayernorm", "roc_bert", "roformer", "sarvam_mla", "sarvam_moe",
     "seed_oss", "smollm3", "solar_open", "stablelm", "starcoder2", "trocr", "vaultgemma", "whisper",
     "xglm", "xlm", "xlm-roberta", "xlm-roberta-xl", "xmod", "youtu",
@@ -907,7 +908,6 @@ def estimate_params(arch: ModelArch) -> tuple[int, int | None, str]:
 
 
 _GEMMA4_TYPES = {"gemma4", "gemma4_text", "gemma4_unified", "gemma4_unified_text"}
-_QKV_BIAS_TYPES = {"qwen2", "qwen2_moe"}
 _GATED_ATTENTION_TYPES = {"qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text"}
 _SHARED_EXPERT_GATE_TYPES = {"qwen2_moe", "qwen3_next", "qwen3_5_moe", "qwen3_5_moe_text"}
 _FOUR_NORM_TYPES = {"gemma2", "gemma3", "gemma3_text", *_GEMMA4_TYPES}
@@ -1035,14 +1035,16 @@ def mixer_params(layer: LayerSpec, arch: ModelArch) -> int:
 
 
 #: Model families whose q/k/v projections carry a bias by default (Qwen2 ``Qwen2Attention``).
-_QKV_BIAS_TYPES = {"qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl"}
+_QKV_BIAS_TYPES = {"qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl", "qwen2_vl_text",
+                   "qwen2_5_vl_text"}
 #: Families with biases on every linear layer (OPT, GPT-NeoX).
 _ALL_BIAS_TYPES = {"opt", "gpt_neox"}
 #: Families with RMSNorm on each head's q and k (Qwen3 ``q_norm``/``k_norm``, Gemma 3; Qwen3.5's
 #: full-attention layers, transformers modeling_qwen3_5.py ``Qwen3_5Attention``). (One set: an
 #: earlier second definition with the Qwen3.5 types was shadowed by this one.)
 _QK_NORM_TYPES = {"qwen3", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen3_5_text",
-                  "qwen3_5_moe_text", "gemma3", "gemma3_text", "gemma4", "gemma4_text", "olmo2"}
+                  "qwen3_5_moe_text", "qwen3_vl_text", "qwen3_vl_moe_text", "gemma3", "gemma3_text",
+                  "gemma4", "gemma4_text", "olmo2"}
 #: Families whose q/k RMSNorm spans the whole projection when ``qk_norm_type`` is "per_layer"
 #: (transformers modeling_minimax_m2.py ``MiniMaxM2Attention``: ``q_norm`` of ``heads × head_dim``,
 #: ``k_norm`` of ``kv_heads × head_dim``; vLLM minimax_m2.py the same).
@@ -1091,13 +1093,23 @@ def _interned(layers: list[Any]) -> tuple[Any, ...]:
     return tuple(out)
 
 
-def _tower(raw: Any, name: str, text_hidden: int) -> VisionSpec | None:
-    """A vision/audio encoder from ``vision_config``/``audio_config`` (ViT shape, see weights.py).
+#: Checkpoints (outer ``model_type``) whose vision tower has the Qwen-VL layout, sized to the
+#: parameter by ``weights._qwen_vl_tower``.
+_QWEN_VL_TOWERS: dict[str, Literal["qwen2_5_vl", "qwen3_vl"]] = {
+    "qwen2_5_vl": "qwen2_5_vl", "qwen3_vl": "qwen3_vl", "qwen3_vl_moe": "qwen3_vl",
+    "qwen3_5": "qwen3_vl", "qwen3_5_moe": "qwen3_vl"}
+
+
+def _tower(raw: Any, name: str, text_hidden: int, outer_type: str = "") -> VisionSpec | None:
+    """A vision/audio encoder from ``vision_config``/``audio_config`` (ViT shape, see weights.py;
+    the Qwen-VL towers by their own layout, ``_QWEN_VL_TOWERS``).
 
     A tower whose width or depth the config does not state under these keys is not estimated
     (checkpoint headers give its exact bytes)."""
     if not isinstance(raw, dict):
         return None
+    layout: Literal["vit", "qwen2_5_vl", "qwen3_vl"] = \
+        _QWEN_VL_TOWERS.get(outer_type, "vit") if name == "vision" else "vit"
     vc = _Cfg(raw)
     if not vc.has("hidden_size", "embed_dim") or not vc.has("num_hidden_layers", "depth", "num_layers"):
         return None
@@ -1114,12 +1126,16 @@ def _tower(raw: Any, name: str, text_hidden: int) -> VisionSpec | None:
     out = vc.int("out_hidden_size", "projector_output_dim", why="the projector size",
                   default=text_hidden)
     act = str(raw.get("hidden_act") or raw.get("hidden_activation") or "")
+    deep = raw.get("deepstack_visual_indexes")
     return VisionSpec(hidden_size=hidden, intermediate_size=inter,
                       n_layers=layers, patch_size=patch,
                       in_channels=vc.int("num_channels", "in_channels", "in_chans",
                                           why="image channels", default=3),
                       positions=positions, gated_mlp=act == "silu", projector_out=out,
-                      projector_merge=merge, name=name)
+                      projector_merge=merge, name=name, layout=layout,
+                      temporal_patch=vc.int("temporal_patch_size", why="the temporal patch size",
+                                            default=1) if layout != "vit" else 1,
+                      deepstack=len(deep) if layout == "qwen3_vl" and isinstance(deep, list) else 0)
 
 
 def _weight_spec(cfg: _Cfg, outer: _Cfg, model_type: str, n_layers: int, moe: MoE | None,
@@ -1132,7 +1148,8 @@ def _weight_spec(cfg: _Cfg, outer: _Cfg, model_type: str, n_layers: int, moe: Mo
                           value=short(quant))
     bias = cfg.get("attention_bias")
     all_bias = model_type in _ALL_BIAS_TYPES
-    towers = tuple(t for t in (_tower(outer.get("vision_config"), "vision", hidden),
+    towers = tuple(t for t in (_tower(outer.get("vision_config"), "vision", hidden,
+                                      str(outer.get("model_type") or "")),
                                _tower(outer.get("audio_config"), "audio", hidden)) if t is not None)
     names = {"mixtral": ("block_sparse_moe", "gate"), "gpt_oss": ("mlp", "router"),
              "llama4": ("feed_forward", "router"), "llama4_text": ("feed_forward", "router")}

@@ -6,7 +6,7 @@ turns an image of ``W×H`` pixels into a number of placeholder tokens the langua
 item the processor can make. One frozen class per processor family; each preset's values live in
 ``presets/processors/`` with their source (``kvplan.presets.processor_presets``).
 
-* ``QwenVLProcessor`` (Qwen2-VL, Qwen2.5-VL, Qwen3-VL): ``smart_resize`` to a multiple of
+* ``QwenVLProcessor`` (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3.5): ``smart_resize`` to a multiple of
   ``patch_size × merge_size`` within ``[min_pixels, max_pixels]``, then
   ``(H/patch)·(W/patch)/merge²`` tokens (transformers ``models/qwen2_vl/image_processing_qwen2_vl.py``
   ``smart_resize``; vLLM ``model_executor/models/qwen2_vl.py`` ``Qwen2VLProcessingInfo._get_vision_info``).
@@ -72,6 +72,12 @@ class QwenVLProcessor(_Processor):
     wrapper_tokens: int = Field(default=2, ge=0)
     #: vLLM's ``_MAX_FRAMES_PER_VIDEO`` for the profile's dummy video (qwen2_vl.py: 14).
     max_frames_per_video: int = Field(default=14, ge=1)
+    #: Qwen3-VL's video processor (``video_preprocessor_config.json`` ``size.shortest_edge`` /
+    #: ``longest_edge``): bounds on ``frames × H × W``, not on one frame (transformers
+    #: ``video_processing_qwen3_vl.py`` ``smart_resize``). ``None``: the Qwen2-VL rules (each
+    #: frame resized as an image).
+    video_min_pixels: int | None = Field(default=None, ge=1)
+    video_max_pixels: int | None = Field(default=None, ge=1)
 
     @property
     def factor(self) -> int:
@@ -105,18 +111,62 @@ class QwenVLProcessor(_Processor):
     def image_tokens(self, width: int, height: int, max_pixels: int | None = None) -> int:
         """Image tokens of one ``width × height`` image: ``(H'/patch)·(W'/patch) / merge²`` after
         ``resize`` (vLLM ``Qwen2VLProcessingInfo._get_vision_info``, one frame: ``grid_t`` 1)."""
-        return self.video_tokens(width, height, 1, max_pixels)
-
-    def video_tokens(self, width: int, height: int, frames: int, max_pixels: int | None = None) -> int:
-        """Tokens of ``frames`` frames of ``width × height``: frames padded to a multiple of
-        ``temporal_patch_size``, ``grid_t = frames' / temporal_patch_size`` (at least 1), times the
-        frame's grid over ``merge²`` (vLLM ``_get_vision_info``)."""
-        if frames < 1:
-            raise KVPlanError("mm.frames", count=frames, detail="at least 1 frame")
         w, h = self.resize(width, height, max_pixels)
+        return self._grid_tokens(w, h, 1)
+
+    def _grid_tokens(self, width: int, height: int, frames: int) -> int:
+        """Tokens of ``frames`` resized frames: frames padded to a multiple of
+        ``temporal_patch_size``, ``grid_t`` (at least 1) × the frame's patches / ``merge²``."""
         padded = frames + (-frames % self.temporal_patch_size)
         grid_t = max(padded // self.temporal_patch_size, 1)
-        return grid_t * (h // self.patch_size) * (w // self.patch_size) // self.merge_size ** 2
+        return grid_t * (height // self.patch_size) * (width // self.patch_size) // self.merge_size ** 2
+
+    def video_tokens(self, width: int, height: int, frames: int, max_pixels: int | None = None) -> int:
+        """Tokens of ``frames`` frames of ``width × height``: each frame resized (``resize``, or
+        Qwen3-VL's ``resize_video``), frames padded to a multiple of ``temporal_patch_size``,
+        ``grid_t = frames' / temporal_patch_size`` (at least 1), times the frame's grid over
+        ``merge²`` (vLLM ``_get_vision_info``)."""
+        if frames < 1:
+            raise KVPlanError("mm.frames", count=frames, detail="at least 1 frame")
+        if self.video_max_pixels is not None:
+            w, h = self.resize_video(width, height, frames)
+        else:
+            w, h = self.resize(width, height, max_pixels)
+        return self._grid_tokens(w, h, frames)
+
+    def resize_video(self, width: int, height: int, frames: int) -> tuple[int, int]:
+        """``(width, height)`` of each frame after Qwen3-VL's video ``smart_resize(num_frames, height,
+        width, temporal_factor, factor, min_pixels, max_pixels)`` (transformers
+        ``video_processing_qwen3_vl.py``; vLLM ``qwen3_vl.py`` ``_get_vision_info``): fewer frames
+        than ``temporal_patch_size`` are refused; sides below ``factor`` scaled up to it
+        (``int``); both sides rounded to ``factor``, frames to ``temporal_patch_size``; scaled by
+        ``sqrt(frames·H·W / max)`` (floor) when ``t·H'·W'`` is above ``video_max_pixels``, by
+        ``sqrt(min / (frames·H·W))`` (ceil) when below ``video_min_pixels``."""
+        self.check_size(width, height)
+        assert self.video_max_pixels is not None
+        temporal, factor = self.temporal_patch_size, self.factor
+        if frames < temporal:
+            raise KVPlanError("mm.frames", count=frames,
+                              detail=f"at least {temporal} frames (Qwen3-VL's video processor)")
+        if height < factor or width < factor:
+            scale = max(factor / height, factor / width)
+            height, width = int(height * scale), int(width * scale)
+        if max(height, width) / min(height, width) > 200:
+            raise KVPlanError("mm.image_size", size=f"{width}×{height}", key="image_size",
+                              detail="aspect ratio above 200, which the Qwen-VL processor "
+                                     "refuses (smart_resize)")
+        h_bar, w_bar = round(height / factor) * factor, round(width / factor) * factor
+        t_bar = round(frames / temporal) * temporal
+        low = self.video_min_pixels or 1
+        if t_bar * h_bar * w_bar > self.video_max_pixels:
+            beta = math.sqrt(frames * height * width / self.video_max_pixels)
+            h_bar = max(factor, math.floor(height / beta / factor) * factor)
+            w_bar = max(factor, math.floor(width / beta / factor) * factor)
+        elif t_bar * h_bar * w_bar < low:
+            beta = math.sqrt(low / (frames * height * width))
+            h_bar = math.ceil(height * beta / factor) * factor
+            w_bar = math.ceil(width * beta / factor) * factor
+        return w_bar, h_bar
 
     def prompt_tokens(self, width: int, height: int, max_pixels: int | None = None) -> int:
         """Tokens one image adds to the prompt: its image tokens plus the template's wrapper."""
@@ -152,7 +202,12 @@ class QwenVLProcessor(_Processor):
     def max_video_tokens(self, seq_len: int, videos: int = 1, max_pixels: int | None = None) -> int:
         """vLLM's ``get_max_video_tokens``: frames of ``largest_image`` added one at a time while
         their tokens stay within ``seq_len`` (``_get_max_video_frames``), shared by ``videos`` and
-        capped at ``max_frames_per_video`` (``get_num_frames_with_most_features``)."""
+        capped at ``max_frames_per_video`` (``get_num_frames_with_most_features``). Qwen3-VL
+        (``video_max_pixels``; ``qwen3_vl.py`` ``get_max_video_tokens``): two frames of the
+        largest image within ``video_max_pixels // temporal_patch_size``."""
+        if self.video_max_pixels is not None:
+            w, h = self.largest_image(self.video_max_pixels // self.temporal_patch_size)
+            return self.video_tokens(w, h, 2)
         w, h = self.largest_image(max_pixels)
         frames = 1
         while self.video_tokens(w, h, frames + 1, max_pixels) <= seq_len:
