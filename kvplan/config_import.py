@@ -1108,6 +1108,8 @@ def _tower(raw: Any, name: str, text_hidden: int, outer_type: str = "") -> Visio
     (checkpoint headers give its exact bytes)."""
     if not isinstance(raw, dict):
         return None
+    if name == "vision" and outer_type == "kimi_k25":
+        return _moonvit_tower(raw, text_hidden)
     layout: Literal["vit", "qwen2_5_vl", "qwen3_vl"] = \
         _QWEN_VL_TOWERS.get(outer_type, "vit") if name == "vision" else "vit"
     vc = _Cfg(raw)
@@ -1136,6 +1138,33 @@ def _tower(raw: Any, name: str, text_hidden: int, outer_type: str = "") -> Visio
                       temporal_patch=vc.int("temporal_patch_size", why="the temporal patch size",
                                             default=1) if layout != "vit" else 1,
                       deepstack=len(deep) if layout == "qwen3_vl" and isinstance(deep, list) else 0)
+
+
+def _moonvit_tower(raw: dict[str, Any], text_hidden: int) -> VisionSpec | None:
+    """Kimi-K2.5's MoonViT from its ``vt_*`` keys (transformers ``modeling_kimi_k25.py``
+    ``Kimi_K25VisionModel`` and ``mm_projector``; vLLM ``kimi_k25.py``): ViT blocks with biases and
+    LayerNorms, a patch Conv2d with bias, learned positions ``init_pos_emb_height ×
+    init_pos_emb_width``, a final LayerNorm, and the patch-merger projector over
+    ``merge_kernel_size`` patches (pre-norm, in/out projections with biases)."""
+    vc = _Cfg(raw)
+    if not vc.has("vt_hidden_size") or not vc.has("vt_num_hidden_layers"):
+        return None
+    hidden = vc.int("vt_hidden_size", why="the vision tower width")
+    kernel = raw.get("merge_kernel_size") or [1, 1]
+    if not (isinstance(kernel, list) and len(kernel) == 2 and kernel[0] == kernel[1]
+            and isinstance(kernel[0], int) and 1 <= kernel[0] <= 16):
+        raise KVPlanError("config.bad_value", key="merge_kernel_size",
+                          expected="a square kernel [k, k]", value=short(kernel))
+    return VisionSpec(
+        hidden_size=hidden, layout="moonvit",
+        intermediate_size=vc.int("vt_intermediate_size", why="the vision MLP size", default=4 * hidden),
+        n_layers=vc.int("vt_num_hidden_layers", why="the vision tower depth", high=MAX_LAYERS),
+        patch_size=vc.int("patch_size", why="the vision patch size", default=14),
+        positions=vc.int("init_pos_emb_height", why="the vision positions", default=0, low=0,
+                         high=10**4) * vc.int("init_pos_emb_width", why="the vision positions",
+                                              default=0, low=0, high=10**4),
+        projector_out=vc.int("text_hidden_size", why="the projector size", default=text_hidden),
+        projector_merge=kernel[0], name="vision")
 
 
 def _weight_spec(cfg: _Cfg, outer: _Cfg, model_type: str, n_layers: int, moe: MoE | None,

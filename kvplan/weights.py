@@ -879,8 +879,9 @@ def _tower(t: VisionSpec) -> list[Tensor]:
     three matrices), two LayerNorms; patch and position embeddings; a projector into the
     language model. A generic shape (SigLIP/CLIP/Qwen-VL style), TP-split like vLLM's towers;
     kept in the model's dtype (quantized checkpoints leave their towers unquantized). The Qwen-VL
-    towers have their own layout (``_qwen_vl_tower``)."""
-    if t.layout != "vit":
+    towers have their own layout (``_qwen_vl_tower``); Kimi-K2.5's MoonViT (``moonvit``) is this
+    shape plus its projector's pre-norm and output bias."""
+    if t.layout in {"qwen2_5_vl", "qwen3_vl"}:
         return _qwen_vl_tower(t)
     hv, n = t.hidden_size, tuple(range(t.n_layers))
     p = f"{t.name}_tower.layers.{{i}}"
@@ -905,6 +906,9 @@ def _tower(t: VisionSpec) -> list[Tensor]:
         if t.projector_merge > 1:
             out.append(mk(f"{t.name}_projector.mlp.0", merged, merged + 1, "column", ()))
         out.append(mk(f"{t.name}_projector.proj", t.projector_out, merged, "row", ()))
+        if t.layout == "moonvit":  # Kimi-K2.5 mm_projector: pre_norm (LayerNorm), out_proj bias
+            out += [mk(f"{t.name}_projector.pre_norm", 2 * hv, 1, "replicated", ()),
+                    mk(f"{t.name}_projector.proj.bias", t.projector_out, 1, "replicated", ())]
     return out
 
 

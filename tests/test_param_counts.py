@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from kvplan.config_import import parse_config
+from kvplan.errors import KVPlanError
 from kvplan.presets import PRESETS_DIR
 
 FIXTURE = Path(__file__).parent / "fixtures" / "param_counts.json"
@@ -138,6 +139,27 @@ def test_qwen2_5_vl_7b_tower_by_hand():
     assert 1_505_280 + 630_470_400 + 44_574_464 == 676_550_144
     arch = load_model("Qwen/Qwen2.5-VL-7B-Instruct")
     assert weights_per_gpu(arch).total_by_part["vision"] == 2 * 676_550_144
+
+
+def test_kimi_k2_5_moonvit_by_hand():
+    """Kimi-K2.5's MoonViT (vt_hidden 1,152, MLP 4,304, 27 blocks, patch 14, positions 64 × 64,
+    merge 2 × 2, text hidden 7,168; transformers modeling_kimi_k25.py, vLLM kimi_k25_vit.py):
+    per block q/k/v 3 · 1,152 × 1,153 + proj 1,152 × 1,153 + fc1 4,304 × 1,153 + fc2
+    1,152 × 4,305 + two LayerNorms 4 × 1,152 = 15,239,504, × 27 = 411,466,608; patch Conv2d
+    1,152 × (3 · 14²) + 1,152 = 678,528; positions 4,096 × 1,152 = 4,718,592; final LayerNorm
+    2,304; projector pre-norm 2,304 + in 4,608 × 4,609 + out 7,168 × 4,608 + 7,168 = 54,277,888.
+    Sum 471,143,920 (transformers' count of the tower and mm_projector); 942,287,840 B in bf16."""
+    from kvplan.multimodal import ImageRequest, image_prompt_tokens
+    from kvplan.presets import load_model
+    from kvplan.weights import weights_per_gpu
+
+    assert 411_466_608 + 678_528 + 4_718_592 + 2_304 + 54_277_888 == 471_143_920
+    assert COUNTS["models"]["moonshotai--Kimi-K2.5"]["architecture_class"]["towers"] == 471_143_920
+    arch = load_model("moonshotai/Kimi-K2.5")
+    assert weights_per_gpu(arch).total_by_part["vision"] == 942_287_840
+    # no processor preset: a request's images are refused by name, never guessed
+    with pytest.raises(KVPlanError, match="no image processor is known for Kimi-K2.5"):
+        image_prompt_tokens(arch.name, arch.processor, ImageRequest(count=1, width=1280, height=720))
 
 
 def test_llama_3_1_8b_by_hand():

@@ -29,7 +29,8 @@ OUT = ROOT / "tests" / "fixtures" / "param_counts.json"
 
 
 #: Modules of a multimodal class that are its vision/audio towers and projectors (generate.py's).
-TOWER_MODULES = {"visual", "vision_tower", "vision_model", "multi_modal_projector", "audio_tower"}
+TOWER_MODULES = {"visual", "vision_tower", "vision_model", "multi_modal_projector", "mm_projector",
+                 "audio_tower"}
 
 
 def _count(model_cls: Any, config: Any, towers: bool = False) -> dict[str, Any]:
@@ -65,6 +66,10 @@ def count_preset(path: Path) -> dict[str, Any]:
                              "architectures": raw.get("architectures")}
     if raw.pop("quantization_config", None) is not None:
         entry["quantization_config_dropped"] = True
+    # remote code is never run: transformers' own class for the model_type (Kimi-K2.5's auto_map)
+    for holder in (raw, raw.get("text_config"), raw.get("vision_config")):
+        if isinstance(holder, dict) and holder.pop("auto_map", None) is not None:
+            entry["auto_map_dropped"] = True
     model_type = raw.get("model_type")
     arch = (raw.get("architectures") or [None])[0]
     if model_type in CONFIG_MAPPING:
@@ -78,6 +83,11 @@ def count_preset(path: Path) -> dict[str, Any]:
         return entry
     entry["causal_lm"] = _count(AutoModelForCausalLM, config)
     multimodal = any(k in raw for k in ("text_config", "vision_config"))
+    if multimodal and arch and not hasattr(transformers, arch):
+        # a class name transformers spells otherwise (KimiK25… → Kimi_K25…): its own mapping's
+        from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+
+        arch = MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES.get(model_type, arch)
     if multimodal and arch and hasattr(transformers, arch):
         entry["architecture_class"] = _count(getattr(transformers, arch), config, towers=True)
     return entry
