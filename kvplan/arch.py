@@ -182,7 +182,8 @@ class VisionSpec(_Spec):
     #: ``qwen2_5_vl`` / ``qwen3_vl`` (the Qwen-VL towers, to the parameter: ``weights._qwen_vl_tower``).
     #: ``moonvit``: Kimi-K2.5's MoonViT, the ``vit`` shape plus its projector's ``pre_norm`` and
     #: output bias.
-    layout: Literal["vit", "qwen2_5_vl", "qwen3_vl", "moonvit"] = "vit"
+    #: ``mistral3``: Pixtral's tower with Mistral-3's patch-merger projector (``weights._pixtral_tower``).
+    layout: Literal["vit", "qwen2_5_vl", "qwen3_vl", "moonvit", "mistral3"] = "vit"
     #: Frames one patch spans (Qwen-VL ``temporal_patch_size``; the patch embedding's depth).
     temporal_patch: int = Field(default=1, ge=1)
     #: Extra patch mergers fed from intermediate blocks (Qwen3-VL ``deepstack_visual_indexes``).

@@ -1100,7 +1100,8 @@ _QWEN_VL_TOWERS: dict[str, Literal["qwen2_5_vl", "qwen3_vl"]] = {
     "qwen3_5": "qwen3_vl", "qwen3_5_moe": "qwen3_vl"}
 
 
-def _tower(raw: Any, name: str, text_hidden: int, outer_type: str = "") -> VisionSpec | None:
+def _tower(raw: Any, name: str, text_hidden: int, outer_type: str = "",
+           merge_size: int = 1) -> VisionSpec | None:
     """A vision/audio encoder from ``vision_config``/``audio_config`` (ViT shape, see weights.py;
     the Qwen-VL towers by their own layout, ``_QWEN_VL_TOWERS``).
 
@@ -1110,6 +1111,10 @@ def _tower(raw: Any, name: str, text_hidden: int, outer_type: str = "") -> Visio
         return None
     if name == "vision" and outer_type == "kimi_k25":
         return _moonvit_tower(raw, text_hidden)
+    if name == "vision" and outer_type == "mistral3" and raw.get("model_type") == "pixtral":
+        tower = _tower(raw, name, text_hidden)
+        return None if tower is None else tower.model_copy(update={
+            "layout": "mistral3", "projector_merge": merge_size, "positions": 0})
     layout: Literal["vit", "qwen2_5_vl", "qwen3_vl"] = \
         _QWEN_VL_TOWERS.get(outer_type, "vit") if name == "vision" else "vit"
     vc = _Cfg(raw)
@@ -1178,7 +1183,9 @@ def _weight_spec(cfg: _Cfg, outer: _Cfg, model_type: str, n_layers: int, moe: Mo
     bias = cfg.get("attention_bias")
     all_bias = model_type in _ALL_BIAS_TYPES
     towers = tuple(t for t in (_tower(outer.get("vision_config"), "vision", hidden,
-                                      str(outer.get("model_type") or "")),
+                                      str(outer.get("model_type") or ""),
+                                      outer.int("spatial_merge_size", why="the patch merger",
+                                                default=1, high=16)),
                                _tower(outer.get("audio_config"), "audio", hidden)) if t is not None)
     names = {"mixtral": ("block_sparse_moe", "gate"), "gpt_oss": ("mlp", "router"),
              "llama4": ("feed_forward", "router"), "llama4_text": ("feed_forward", "router")}

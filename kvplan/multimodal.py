@@ -10,6 +10,8 @@ item the processor can make. One frozen class per processor family; each preset'
   ``patch_size × merge_size`` within ``[min_pixels, max_pixels]``, then
   ``(H/patch)·(W/patch)/merge²`` tokens (transformers ``models/qwen2_vl/image_processing_qwen2_vl.py``
   ``smart_resize``; vLLM ``model_executor/models/qwen2_vl.py`` ``Qwen2VLProcessingInfo._get_vision_info``).
+* ``PixtralProcessor`` (Mistral-Small-3.1): Pixtral's patch grid within ``longest_edge``, merged
+  ``merge × merge``, a break token per row (vLLM ``mistral3.py`` ``get_patch_grid_size``).
 * ``FixedProcessor`` (Gemma-3 with pan-and-scan off, its default): every image is resized to the
   tower's ``image_size`` and becomes ``mm_tokens_per_image`` tokens (transformers
   ``models/gemma3/processing_gemma3.py`` ``full_image_sequence``; vLLM ``gemma3_mm.py``
@@ -332,7 +334,58 @@ class TiledProcessor(_Processor):
         return {"image": self.prompt_tokens(w, h) if placeholder else self.image_tokens(w, h)}
 
 
-Processor = Annotated[QwenVLProcessor | FixedProcessor | TiledProcessor, Field(discriminator="kind")]
+class PixtralProcessor(_Processor):
+    """Pixtral's patch grid with Mistral-3's spatial merge (Mistral-Small-3.1): an image larger
+    than ``longest_edge`` on a side is scaled down by ``max(W, H) / longest_edge`` (both sides
+    floored), then cut into ``patch_size × merge_size`` cells, ``ceil`` per side: ``cols × rows``
+    embeddings; the prompt is each row's ``[IMG]`` tokens and an ``[IMG_BREAK]``, the last one an
+    ``[IMG_END]``: ``rows × (cols + 1)`` tokens (vLLM ``mistral3.py``
+    ``Mistral3HFEncoderInfo.get_patch_grid_size`` and ``_get_prompt_updates``; transformers
+    ``processing_pixtral.py``). ``longest_edge``: ``preprocessor_config.json`` ``size``."""
+
+    kind: Literal["pixtral"] = "pixtral"
+    longest_edge: int = Field(ge=1)
+    patch_size: int = Field(ge=1)
+    merge_size: int = Field(default=1, ge=1)
+
+    def grid(self, width: int, height: int) -> tuple[int, int]:
+        """``(cols, rows)`` of merged patches (``get_patch_grid_size``)."""
+        self.check_size(width, height)
+        ratio = max(width / self.longest_edge, height / self.longest_edge)
+        if ratio > 1:
+            width, height = math.floor(width / ratio), math.floor(height / ratio)
+        cell = self.patch_size * self.merge_size
+        return (width - 1) // cell + 1, (height - 1) // cell + 1
+
+    def image_tokens(self, width: int, height: int, max_pixels: int | None = None) -> int:
+        """Embeddings: ``cols × rows``."""
+        cols, rows = self.grid(width, height)
+        return cols * rows
+
+    def prompt_tokens(self, width: int, height: int, max_pixels: int | None = None) -> int:
+        """Prompt tokens: ``rows × (cols + 1)`` (the breaks and the end token)."""
+        cols, rows = self.grid(width, height)
+        return rows * (cols + 1)
+
+    def describe(self, width: int, height: int, max_pixels: int | None = None) -> str:
+        """The prompt tokens of one image as a formula with its values."""
+        cols, rows = self.grid(width, height)
+        cell = self.patch_size * self.merge_size
+        return (f"{width}×{height} within {self.longest_edge} px a side, {cell}-px cells: {cols} × "
+                f"{rows} = {cols * rows:,} image tokens, {rows} × ({cols} + 1) = "
+                f"{rows * (cols + 1):,} prompt tokens with the row breaks (vLLM mistral3.py "
+                "get_patch_grid_size)")
+
+    def max_tokens_per_item(self, seq_len: int, max_pixels: int | None = None,
+                            placeholder: bool = False) -> dict[str, int]:
+        """vLLM's dummy image, ``longest_edge`` square (``get_image_size_with_most_features``):
+        its embeddings, or its whole placeholder."""
+        side = self.longest_edge
+        return {"image": self.prompt_tokens(side, side) if placeholder else self.image_tokens(side, side)}
+
+
+Processor = Annotated[QwenVLProcessor | FixedProcessor | TiledProcessor | PixtralProcessor,
+                      Field(discriminator="kind")]
 
 
 class ImageRequest(BaseModel):
@@ -356,7 +409,7 @@ class ImageRequest(BaseModel):
         return cls(count=count, width=int(parts[0]), height=int(parts[1]))
 
 
-def image_prompt_tokens(model: str, processor: QwenVLProcessor | FixedProcessor | TiledProcessor | None,
+def image_prompt_tokens(model: str, processor: Processor | None,
                         images: ImageRequest, limit: int | None = None,
                         max_pixels: int | None = None) -> int:
     """Prompt tokens of a request's images: ``count × processor.prompt_tokens(W, H)``; refused by

@@ -883,6 +883,8 @@ def _tower(t: VisionSpec) -> list[Tensor]:
     shape plus its projector's pre-norm and output bias."""
     if t.layout in {"qwen2_5_vl", "qwen3_vl"}:
         return _qwen_vl_tower(t)
+    if t.layout == "mistral3":
+        return _pixtral_tower(t)
     hv, n = t.hidden_size, tuple(range(t.n_layers))
     p = f"{t.name}_tower.layers.{{i}}"
     mult = 2 if t.gated_mlp else 1
@@ -958,6 +960,33 @@ def _qwen_vl_tower(t: VisionSpec) -> list[Tensor]:
                     mk(f"{m}.fc2", out_h, merged, "row", ()),
                     mk(f"{m}.fc2.bias", out_h, 1, "replicated", ())]
     return out
+
+
+def _pixtral_tower(t: VisionSpec) -> list[Tensor]:
+    """Pixtral's tower with Mistral-3's projector, as stored and as vLLM loads it (transformers
+    ``modeling_pixtral.py`` ``PixtralVisionModel``, ``modeling_mistral3.py``
+    ``Mistral3MultiModalProjector``; vLLM ``mistral3.py`` with ``pixtral.py``
+    ``PixtralHFVisionModel``): a bias-free patch Conv2d, ``ln_pre`` (RMSNorm), per block q/k/v/o
+    and a gated MLP without biases and two RMSNorms; the projector's RMSNorm, the patch merger
+    (``hidden·merge² → hidden``) and two linears into the text width (no biases:
+    ``multimodal_projector_bias`` false)."""
+    hv, n, out_h = t.hidden_size, tuple(range(t.n_layers)), t.projector_out
+    p = f"{t.name}_tower.transformer.layers.{{i}}"
+
+    def mk(name: str, rows: int, cols: int, split: Split, layers: tuple[int, ...] = n) -> Tensor:
+        return Tensor(name, t.name, rows, cols, split, quantizable=False, layers=layers,
+                      stage="first", kind="other")
+
+    return [mk(f"{p}.attention.qkv", 3 * hv, hv, "column"), mk(f"{p}.attention.o_proj", hv, hv, "row"),
+            mk(f"{p}.feed_forward.gate_up_proj", 2 * t.intermediate_size, hv, "column"),
+            mk(f"{p}.feed_forward.down_proj", hv, t.intermediate_size, "row"),
+            mk(f"{p}.norms", 2 * hv, 1, "replicated"),
+            mk(f"{t.name}_tower.patch_conv", hv, t.in_channels * t.patch_size ** 2, "replicated", ()),
+            mk(f"{t.name}_tower.ln_pre", hv, 1, "replicated", ()),
+            mk(f"{t.name}_projector.norm", hv, 1, "replicated", ()),
+            mk(f"{t.name}_projector.patch_merger", hv, hv * t.projector_merge ** 2, "replicated", ()),
+            mk(f"{t.name}_projector.linear_1", out_h, hv, "column", ()),
+            mk(f"{t.name}_projector.linear_2", out_h, out_h, "row", ())]
 
 
 def _layer_spans(arch: ModelArch, layer_ids: tuple[int, ...]) -> list[tuple[int, int, Any]]:

@@ -100,3 +100,41 @@ def test_every_qwen3_vl_preset_has_its_processor_and_an_exact_architecture(repo)
     assert (arch.processor.patch_size, arch.processor.merge_size) == (16, 2)
     assert support_status(arch)[0] == "exact"
     assert arch.weights.towers[0].layout == "qwen3_vl"
+
+
+MISTRAL3 = json.loads((Path(__file__).parent / "fixtures" / "multimodal_truth" / "mistral3.json")
+                      .read_text(encoding="utf-8"))
+
+
+def test_pixtral_grid_as_vllm_counts_it():
+    """Mistral-Small-3.1's images against vLLM 0.33's ``Mistral3HFEncoderInfo`` (16 sizes, written by
+    ``tools/multimodal_truth/mistral3.py``): grid, embeddings and the prompt with its row breaks."""
+    from kvplan.multimodal import PixtralProcessor
+
+    assert MISTRAL3["vllm"] == "0.33.0" and len(MISTRAL3["images"]) == 16
+    processor = load_model(MISTRAL3["hf_repo"]).processor
+    assert isinstance(processor, PixtralProcessor)
+    for case in MISTRAL3["images"]:
+        w, h = case["width"], case["height"]
+        assert list(processor.grid(w, h)) == case["grid"], case
+        assert processor.image_tokens(w, h) == case["tokens"], case
+        assert processor.prompt_tokens(w, h) == case["prompt_tokens"], case
+    side = MISTRAL3["dummy_image"][0]
+    assert processor.max_tokens_per_item(32_768) == {"image": processor.image_tokens(side, side)}
+
+
+def test_pixtral_by_hand():
+    """1280×720 fits in 1,540 px: 28-px cells (14 × merge 2), (1279 // 28 + 1) = 46 columns,
+    (719 // 28 + 1) = 26 rows: 1,196 embeddings, 26 × 47 = 1,222 prompt tokens. 4000×3000 is
+    scaled by 4000/1540 to 1540 × 1155 (floors): 1539 // 28 + 1 = 55 columns, 1154 // 28 + 1 = 42
+    rows → 2,310 embeddings, 42 × 56 = 2,352 prompt tokens. vLLM's dummy image 1540² → 55 × 55 =
+    3,025 embeddings (55 × 56 = 3,080 with the breaks)."""
+    processor = load_model("mistralai/Mistral-Small-3.1-24B-Instruct-2503").processor
+    assert processor.grid(1280, 720) == (46, 26)
+    assert (processor.image_tokens(1280, 720), processor.prompt_tokens(1280, 720)) == (1196, 1222)
+    assert processor.grid(4000, 3000) == (55, 42) and processor.image_tokens(4000, 3000) == 2310
+    assert processor.prompt_tokens(4000, 3000) == 2352
+    assert processor.max_tokens_per_item(8192) == {"image": 3025}
+    assert processor.max_tokens_per_item(8192, placeholder=True) == {"image": 3080}
+    with pytest.raises(KVPlanError, match="0×0"):
+        processor.image_tokens(0, 0)

@@ -33,6 +33,11 @@ GAPS: dict[str, tuple[float, str]] = {
                                          "towers aside) is 10,832,128 parameters below kvplan's "
                                          "count: not analysed here"),
     "nvidia--Gemma-4-26B-A4B-NVFP4": (0.00043, "as google--gemma-4-26B-A4B"),
+    "mistralai--Mistral-Small-3.1-24B-Instruct-2503": (
+        0.03, "the config states no tie_word_embeddings: transformers 5.24 ties Mistral3's lm_head "
+              "to the embeddings by the top-level default (22,901,314,560), vLLM builds the text "
+              "model from text_config (MistralConfig, untied) and loads the stored lm_head: "
+              "kvplan counts it (+671,088,640 = 131,072 × 5,120)"),
     "nvidia--Gemma-4-31B-IT-NVFP4": (0.0034, "Gemma4ForConditionalGeneration's text model is "
                                             "103,907,328 parameters below kvplan's count: not "
                                             "analysed here"),
