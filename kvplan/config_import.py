@@ -75,7 +75,7 @@ ARCHITECTURE_KEYS = (
     # weights (kvplan.weights): what the checkpoint stores and in which format
     "attention_bias", "audio_config", "compression_config", "decoder_sparse_step", "enable_moe_block",
     "expert_layer_offset", "hidden_size_per_layer_input", "mlp_bias", "num_nextn_predict_layers",
-    "qk_norm_type", "quantization_config", "use_qk_norm", "vision_config",
+    "qk_norm_type", "quantization_config", "spatial_merge_size", "use_qk_norm", "vision_config",
     "vocab_size_per_layer_input",
     # context length (the engines' context-limit rules)
     "max_sequence_length", "max_seq_length", "max_target_positions", "model_max_length",

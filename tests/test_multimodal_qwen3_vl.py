@@ -27,10 +27,13 @@ def _processor(repo: str) -> QwenVLProcessor:
     return processor
 
 
-def test_truth_is_vllm_0_33_on_two_checkpoints():
+def test_truth_is_vllm_0_33_on_four_checkpoints():
+    """Qwen3-VL dense and MoE, and Qwen3.5 / 3.6 (vLLM ``Qwen3_5ProcessingInfo`` is
+    ``Qwen3VLProcessingInfo``): 49 image and video sizes each."""
     assert TRUTH["vllm"] == "0.33.0"
-    assert set(MODELS) == {"Qwen/Qwen3-VL-8B-Instruct", "Qwen/Qwen3-VL-30B-A3B-Instruct"}
-    assert sum(len(m["images"]) + len(m["videos"]) for m in TRUTH["models"]) == 98
+    assert set(MODELS) == {"Qwen/Qwen3-VL-8B-Instruct", "Qwen/Qwen3-VL-30B-A3B-Instruct",
+                           "Qwen/Qwen3.5-27B", "Qwen/Qwen3.6-35B-A3B"}
+    assert sum(len(m["images"]) + len(m["videos"]) for m in TRUTH["models"]) == 196
 
 
 @pytest.mark.parametrize("repo", sorted(MODELS))
@@ -91,7 +94,12 @@ QWEN3_VL = ["Qwen/Qwen3-VL-2B-Instruct", "Qwen/Qwen3-VL-4B-Instruct", "Qwen/Qwen
             "Qwen/Qwen3-VL-30B-A3B-Instruct", "Qwen/Qwen3-VL-235B-A22B-Instruct"]
 
 
-@pytest.mark.parametrize("repo", QWEN3_VL)
+QWEN3_5 = ["Qwen/Qwen3.5-27B", "Qwen/Qwen3.5-35B-A3B", "Qwen/Qwen3.5-122B-A10B",
+           "Qwen/Qwen3.5-397B-A17B", "Qwen/Qwen3.6-35B-A3B", "nvidia/Qwen3.5-122B-A10B-NVFP4",
+           "nvidia/Qwen3.5-397B-A17B-NVFP4"]
+
+
+@pytest.mark.parametrize("repo", QWEN3_VL + QWEN3_5)
 def test_every_qwen3_vl_preset_has_its_processor_and_an_exact_architecture(repo):
     from kvplan.config_import import support_status
 

@@ -8,7 +8,8 @@ Called as is: vLLM ``model_executor/models/qwen3_vl.py`` ``Qwen3VLProcessingInfo
 ``_get_vision_info`` (images: transformers ``qwen2_vl`` ``smart_resize``; videos: transformers
 ``video_processing_qwen3_vl.py`` ``smart_resize``), ``get_num_image_tokens``,
 ``get_num_video_tokens``, ``get_image_size_with_most_features``, ``get_max_image_tokens``,
-``get_max_video_tokens``, ``get_mm_max_tokens_per_item``; transformers' ``Qwen3VLConfig`` built
+``get_max_video_tokens``, ``get_mm_max_tokens_per_item`` (Qwen3.5 / 3.6: ``qwen3_5.py``
+``Qwen3_5ProcessingInfo`` is that class); transformers' ``Qwen3VLConfig`` (``Qwen3_5Config``) built
 from the preset's config.json and a real ``Qwen3VLVideoProcessor`` with the preset's video
 values. Written here: the processing-info stub (no ``InputProcessingContext``: the image
 processor is only its ``size``; no ``--mm-processor-kwargs``), as in ``generate.py``'s ``QwenInfo``.
@@ -31,7 +32,7 @@ import generate  # noqa: E402,F401  — puts the torchvision stand-in in place f
 
 import transformers  # noqa: E402
 import vllm  # noqa: E402
-from transformers import Qwen3VLConfig, Qwen3VLMoeConfig  # noqa: E402
+from transformers import Qwen3_5Config, Qwen3_5MoeConfig, Qwen3VLConfig, Qwen3VLMoeConfig  # noqa: E402
 from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor  # noqa: E402
 from vllm.model_executor.models.qwen3_vl import Qwen3VLProcessingInfo  # noqa: E402
 
@@ -49,7 +50,8 @@ class Qwen3Info(Qwen3VLProcessingInfo):
 
     def __init__(self, config: dict[str, Any], image: dict[str, int], video: dict[str, int],
                  proc: dict[str, Any]) -> None:
-        cls = Qwen3VLMoeConfig if config["model_type"] == "qwen3_vl_moe" else Qwen3VLConfig
+        cls = {"qwen3_vl_moe": Qwen3VLMoeConfig, "qwen3_5": Qwen3_5Config,
+               "qwen3_5_moe": Qwen3_5MoeConfig}.get(config["model_type"], Qwen3VLConfig)
         self._config = cls(**config)
         self._image = SimpleNamespace(size=dict(image))
         self._video = Qwen3VLVideoProcessor(size=dict(video), patch_size=proc["patch_size"],
@@ -100,7 +102,8 @@ def cases(hf_repo: str) -> dict[str, Any]:
 
 
 def main() -> None:
-    repos = ["Qwen/Qwen3-VL-8B-Instruct", "Qwen/Qwen3-VL-30B-A3B-Instruct"]
+    repos = ["Qwen/Qwen3-VL-8B-Instruct", "Qwen/Qwen3-VL-30B-A3B-Instruct", "Qwen/Qwen3.5-27B",
+             "Qwen/Qwen3.6-35B-A3B"]
     out = {"vllm": vllm.__version__, "transformers": transformers.__version__,
            "source": "tools/multimodal_truth/qwen3_vl.py (vLLM's and transformers' code on CPU)",
            "models": [cases(r) for r in repos]}
