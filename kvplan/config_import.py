@@ -1111,6 +1111,9 @@ def _tower(raw: Any, name: str, text_hidden: int, outer_type: str = "",
         return None
     if name == "vision" and outer_type == "kimi_k25":
         return _moonvit_tower(raw, text_hidden)
+    if name == "vision" and outer_type == "gemma3" and raw.get("model_type") == "siglip_vision_model":
+        tower = _tower(raw, name, text_hidden)
+        return None if tower is None else tower.model_copy(update={"layout": "gemma3"})
     if name == "vision" and outer_type == "mistral3" and raw.get("model_type") == "pixtral":
         tower = _tower(raw, name, text_hidden)
         return None if tower is None else tower.model_copy(update={

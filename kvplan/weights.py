@@ -908,6 +908,8 @@ def _tower(t: VisionSpec) -> list[Tensor]:
         if t.projector_merge > 1:
             out.append(mk(f"{t.name}_projector.mlp.0", merged, merged + 1, "column", ()))
         out.append(mk(f"{t.name}_projector.proj", t.projector_out, merged, "row", ()))
+        if t.layout == "gemma3":  # Gemma3MultiModalProjector.mm_soft_emb_norm (RMSNorm, vision width)
+            out.append(mk(f"{t.name}_projector.mm_soft_emb_norm", hv, 1, "replicated", ()))
         if t.layout == "moonvit":  # Kimi-K2.5 mm_projector: pre_norm (LayerNorm), out_proj bias
             out += [mk(f"{t.name}_projector.pre_norm", 2 * hv, 1, "replicated", ()),
                     mk(f"{t.name}_projector.proj.bias", t.projector_out, 1, "replicated", ())]
