@@ -530,9 +530,15 @@ def _watch(proc: subprocess.Popen, progress: Path) -> None:
             proc.wait()
 
 
+#: Image-text-to-text wrappers whose text model has no causal-LM class (``qwen3_vl_text``): the
+#: whole wrapper is built and run on text tokens, its text model's parameters counted.
+WHOLE_WRAPPERS = ("qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")
+
+
 def causal_lm_types() -> list[str]:
     """Causal-LM model types, plus multimodal wrappers (image-text-to-text) whose default
-    ``text_config`` is a causal-LM type: their text model is measured alone."""
+    ``text_config`` is a causal-LM type: their text model is measured alone; and
+    ``WHOLE_WRAPPERS``."""
     from transformers.models.auto import modeling_auto
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING, CONFIG_MAPPING_NAMES
 
@@ -547,7 +553,7 @@ def causal_lm_types() -> list[str]:
             continue
         if getattr(text, "model_type", None) in causal:
             types.add(wrapper)
-    return sorted(types)
+    return sorted(types | {t for t in WHOLE_WRAPPERS if t in CONFIG_MAPPING_NAMES})
 
 
 def main() -> None:
