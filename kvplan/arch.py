@@ -178,6 +178,17 @@ class VisionSpec(_Spec):
     #: Patches merged before the projector (Qwen2.5-VL ``spatial_merge_size``²; 1 = none).
     projector_merge: int = Field(default=1, ge=1)
     name: str = "vision"
+    #: The tower's module layout: ``vit`` (the generic SigLIP/CLIP shape of ``weights._tower``),
+    #: ``qwen2_5_vl`` / ``qwen3_vl`` (the Qwen-VL towers, to the parameter: ``weights._qwen_vl_tower``).
+    #: ``moonvit``: Kimi-K2.5's MoonViT, the ``vit`` shape plus its projector's ``pre_norm`` and
+    #: output bias.
+    #: ``mistral3``: Pixtral's tower with Mistral-3's patch-merger projector (``weights._pixtral_tower``).
+    #: ``gemma3``: SigLIP (the ``vit`` shape) plus Gemma-3's projector norm ``mm_soft_emb_norm``.
+    layout: Literal["vit", "qwen2_5_vl", "qwen3_vl", "moonvit", "mistral3", "gemma3"] = "vit"
+    #: Frames one patch spans (Qwen-VL ``temporal_patch_size``; the patch embedding's depth).
+    temporal_patch: int = Field(default=1, ge=1)
+    #: Extra patch mergers fed from intermediate blocks (Qwen3-VL ``deepstack_visual_indexes``).
+    deepstack: int = Field(default=0, ge=0)
 
 
 class WeightSpec(_Spec):

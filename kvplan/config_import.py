@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Any
+from typing import Any, Literal
 
 from kvplan.arch import (
     MLA,
@@ -75,7 +75,7 @@ ARCHITECTURE_KEYS = (
     # weights (kvplan.weights): what the checkpoint stores and in which format
     "attention_bias", "audio_config", "compression_config", "decoder_sparse_step", "enable_moe_block",
     "expert_layer_offset", "hidden_size_per_layer_input", "mlp_bias", "num_nextn_predict_layers",
-    "qk_norm_type", "quantization_config", "use_qk_norm", "vision_config",
+    "qk_norm_type", "quantization_config", "spatial_merge_size", "use_qk_norm", "vision_config",
     "vocab_size_per_layer_input",
     # context length (the engines' context-limit rules)
     "max_sequence_length", "max_seq_length", "max_target_positions", "model_max_length",
@@ -111,7 +111,8 @@ VERIFIED_MODEL_TYPES = frozenset({
     "ministral3", "mistral", "mixtral", "modernbert-decoder", "moshi", "mpt", "mvp", "nanochat",
     "nemotron", "nemotron_h", "olmo", "olmo2", "olmo3", "olmo_hybrid", "olmoe", "openai-gpt", "opt",
     "pegasus", "persimmon", "phi", "phi3", "phi4_multimodal", "phimoe", "plbart", "prophetnet",
-    "qwen2", "qwen2_moe", "qwen3", "qwen3_5_moe_text", "qwen3_5_text", "qwen3_moe", "qwen3_next",
+    "qwen2", "qwen2_5_vl_text", "qwen2_moe", "qwen3", "qwen3_5_moe_text", "qwen3_5_text",
+    "qwen3_moe", "qwen3_next", "qwen3_vl_moe_text", "qwen3_vl_text",
     "rembert", "roberta", "roberta-prelayernorm", "roc_bert", "roformer", "sarvam_mla", "sarvam_moe",
     "seed_oss", "smollm3", "solar_open", "stablelm", "starcoder2", "trocr", "vaultgemma", "whisper",
     "xglm", "xlm", "xlm-roberta", "xlm-roberta-xl", "xmod", "youtu",
@@ -907,7 +908,6 @@ def estimate_params(arch: ModelArch) -> tuple[int, int | None, str]:
 
 
 _GEMMA4_TYPES = {"gemma4", "gemma4_text", "gemma4_unified", "gemma4_unified_text"}
-_QKV_BIAS_TYPES = {"qwen2", "qwen2_moe"}
 _GATED_ATTENTION_TYPES = {"qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text"}
 _SHARED_EXPERT_GATE_TYPES = {"qwen2_moe", "qwen3_next", "qwen3_5_moe", "qwen3_5_moe_text"}
 _FOUR_NORM_TYPES = {"gemma2", "gemma3", "gemma3_text", *_GEMMA4_TYPES}
@@ -1035,14 +1035,16 @@ def mixer_params(layer: LayerSpec, arch: ModelArch) -> int:
 
 
 #: Model families whose q/k/v projections carry a bias by default (Qwen2 ``Qwen2Attention``).
-_QKV_BIAS_TYPES = {"qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl"}
+_QKV_BIAS_TYPES = {"qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl", "qwen2_vl_text",
+                   "qwen2_5_vl_text"}
 #: Families with biases on every linear layer (OPT, GPT-NeoX).
 _ALL_BIAS_TYPES = {"opt", "gpt_neox"}
 #: Families with RMSNorm on each head's q and k (Qwen3 ``q_norm``/``k_norm``, Gemma 3; Qwen3.5's
 #: full-attention layers, transformers modeling_qwen3_5.py ``Qwen3_5Attention``). (One set: an
 #: earlier second definition with the Qwen3.5 types was shadowed by this one.)
 _QK_NORM_TYPES = {"qwen3", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen3_5_text",
-                  "qwen3_5_moe_text", "gemma3", "gemma3_text", "gemma4", "gemma4_text", "olmo2"}
+                  "qwen3_5_moe_text", "qwen3_vl_text", "qwen3_vl_moe_text", "gemma3", "gemma3_text",
+                  "gemma4", "gemma4_text", "olmo2"}
 #: Families whose q/k RMSNorm spans the whole projection, whatever the config says (transformers
 #: modeling_minimax_m2.py ``MiniMaxM2Attention``: ``q_norm`` of ``heads × head_dim``, ``k_norm`` of
 #: ``kv_heads × head_dim``, built unconditionally; vLLM minimax_m2.py ``MiniMaxM2Attention`` the
@@ -1093,13 +1095,33 @@ def _interned(layers: list[Any]) -> tuple[Any, ...]:
     return tuple(out)
 
 
-def _tower(raw: Any, name: str, text_hidden: int) -> VisionSpec | None:
-    """A vision/audio encoder from ``vision_config``/``audio_config`` (ViT shape, see weights.py).
+#: Checkpoints (outer ``model_type``) whose vision tower has the Qwen-VL layout, sized to the
+#: parameter by ``weights._qwen_vl_tower``.
+_QWEN_VL_TOWERS: dict[str, Literal["qwen2_5_vl", "qwen3_vl"]] = {
+    "qwen2_5_vl": "qwen2_5_vl", "qwen3_vl": "qwen3_vl", "qwen3_vl_moe": "qwen3_vl",
+    "qwen3_5": "qwen3_vl", "qwen3_5_moe": "qwen3_vl"}
+
+
+def _tower(raw: Any, name: str, text_hidden: int, outer_type: str = "",
+           merge_size: int = 1) -> VisionSpec | None:
+    """A vision/audio encoder from ``vision_config``/``audio_config`` (ViT shape, see weights.py;
+    the Qwen-VL towers by their own layout, ``_QWEN_VL_TOWERS``).
 
     A tower whose width or depth the config does not state under these keys is not estimated
     (checkpoint headers give its exact bytes)."""
     if not isinstance(raw, dict):
         return None
+    if name == "vision" and outer_type == "kimi_k25":
+        return _moonvit_tower(raw, text_hidden)
+    if name == "vision" and outer_type == "gemma3" and raw.get("model_type") == "siglip_vision_model":
+        tower = _tower(raw, name, text_hidden)
+        return None if tower is None else tower.model_copy(update={"layout": "gemma3"})
+    if name == "vision" and outer_type == "mistral3" and raw.get("model_type") == "pixtral":
+        tower = _tower(raw, name, text_hidden)
+        return None if tower is None else tower.model_copy(update={
+            "layout": "mistral3", "projector_merge": merge_size, "positions": 0})
+    layout: Literal["vit", "qwen2_5_vl", "qwen3_vl"] = \
+        _QWEN_VL_TOWERS.get(outer_type, "vit") if name == "vision" else "vit"
     vc = _Cfg(raw)
     if not vc.has("hidden_size", "embed_dim") or not vc.has("num_hidden_layers", "depth", "num_layers"):
         return None
@@ -1116,12 +1138,43 @@ def _tower(raw: Any, name: str, text_hidden: int) -> VisionSpec | None:
     out = vc.int("out_hidden_size", "projector_output_dim", why="the projector size",
                   default=text_hidden)
     act = str(raw.get("hidden_act") or raw.get("hidden_activation") or "")
+    deep = raw.get("deepstack_visual_indexes")
     return VisionSpec(hidden_size=hidden, intermediate_size=inter,
                       n_layers=layers, patch_size=patch,
                       in_channels=vc.int("num_channels", "in_channels", "in_chans",
                                           why="image channels", default=3),
                       positions=positions, gated_mlp=act == "silu", projector_out=out,
-                      projector_merge=merge, name=name)
+                      projector_merge=merge, name=name, layout=layout,
+                      temporal_patch=vc.int("temporal_patch_size", why="the temporal patch size",
+                                            default=1) if layout != "vit" else 1,
+                      deepstack=len(deep) if layout == "qwen3_vl" and isinstance(deep, list) else 0)
+
+
+def _moonvit_tower(raw: dict[str, Any], text_hidden: int) -> VisionSpec | None:
+    """Kimi-K2.5's MoonViT from its ``vt_*`` keys (transformers ``modeling_kimi_k25.py``
+    ``Kimi_K25VisionModel`` and ``mm_projector``; vLLM ``kimi_k25.py``): ViT blocks with biases and
+    LayerNorms, a patch Conv2d with bias, learned positions ``init_pos_emb_height ×
+    init_pos_emb_width``, a final LayerNorm, and the patch-merger projector over
+    ``merge_kernel_size`` patches (pre-norm, in/out projections with biases)."""
+    vc = _Cfg(raw)
+    if not vc.has("vt_hidden_size") or not vc.has("vt_num_hidden_layers"):
+        return None
+    hidden = vc.int("vt_hidden_size", why="the vision tower width")
+    kernel = raw.get("merge_kernel_size") or [1, 1]
+    if not (isinstance(kernel, list) and len(kernel) == 2 and kernel[0] == kernel[1]
+            and isinstance(kernel[0], int) and 1 <= kernel[0] <= 16):
+        raise KVPlanError("config.bad_value", key="merge_kernel_size",
+                          expected="a square kernel [k, k]", value=short(kernel))
+    return VisionSpec(
+        hidden_size=hidden, layout="moonvit",
+        intermediate_size=vc.int("vt_intermediate_size", why="the vision MLP size", default=4 * hidden),
+        n_layers=vc.int("vt_num_hidden_layers", why="the vision tower depth", high=MAX_LAYERS),
+        patch_size=vc.int("patch_size", why="the vision patch size", default=14),
+        positions=vc.int("init_pos_emb_height", why="the vision positions", default=0, low=0,
+                         high=10**4) * vc.int("init_pos_emb_width", why="the vision positions",
+                                              default=0, low=0, high=10**4),
+        projector_out=vc.int("text_hidden_size", why="the projector size", default=text_hidden),
+        projector_merge=kernel[0], name="vision")
 
 
 def _weight_spec(cfg: _Cfg, outer: _Cfg, model_type: str, n_layers: int, moe: MoE | None,
@@ -1134,7 +1187,10 @@ def _weight_spec(cfg: _Cfg, outer: _Cfg, model_type: str, n_layers: int, moe: Mo
                           value=short(quant))
     bias = cfg.get("attention_bias")
     all_bias = model_type in _ALL_BIAS_TYPES
-    towers = tuple(t for t in (_tower(outer.get("vision_config"), "vision", hidden),
+    towers = tuple(t for t in (_tower(outer.get("vision_config"), "vision", hidden,
+                                      str(outer.get("model_type") or ""),
+                                      outer.int("spatial_merge_size", why="the patch merger",
+                                                default=1, high=16)),
                                _tower(outer.get("audio_config"), "audio", hidden)) if t is not None)
     names = {"mixtral": ("block_sparse_moe", "gate"), "gpt_oss": ("mlp", "router"),
              "llama4": ("feed_forward", "router"), "llama4_text": ("feed_forward", "router")}

@@ -6,10 +6,12 @@ turns an image of ``W×H`` pixels into a number of placeholder tokens the langua
 item the processor can make. One frozen class per processor family; each preset's values live in
 ``presets/processors/`` with their source (``kvplan.presets.processor_presets``).
 
-* ``QwenVLProcessor`` (Qwen2-VL, Qwen2.5-VL, Qwen3-VL): ``smart_resize`` to a multiple of
+* ``QwenVLProcessor`` (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3.5): ``smart_resize`` to a multiple of
   ``patch_size × merge_size`` within ``[min_pixels, max_pixels]``, then
   ``(H/patch)·(W/patch)/merge²`` tokens (transformers ``models/qwen2_vl/image_processing_qwen2_vl.py``
   ``smart_resize``; vLLM ``model_executor/models/qwen2_vl.py`` ``Qwen2VLProcessingInfo._get_vision_info``).
+* ``PixtralProcessor`` (Mistral-Small-3.1): Pixtral's patch grid within ``longest_edge``, merged
+  ``merge × merge``, a break token per row (vLLM ``mistral3.py`` ``get_patch_grid_size``).
 * ``FixedProcessor`` (Gemma-3 with pan-and-scan off, its default): every image is resized to the
   tower's ``image_size`` and becomes ``mm_tokens_per_image`` tokens (transformers
   ``models/gemma3/processing_gemma3.py`` ``full_image_sequence``; vLLM ``gemma3_mm.py``
@@ -72,6 +74,12 @@ class QwenVLProcessor(_Processor):
     wrapper_tokens: int = Field(default=2, ge=0)
     #: vLLM's ``_MAX_FRAMES_PER_VIDEO`` for the profile's dummy video (qwen2_vl.py: 14).
     max_frames_per_video: int = Field(default=14, ge=1)
+    #: Qwen3-VL's video processor (``video_preprocessor_config.json`` ``size.shortest_edge`` /
+    #: ``longest_edge``): bounds on ``frames × H × W``, not on one frame (transformers
+    #: ``video_processing_qwen3_vl.py`` ``smart_resize``). ``None``: the Qwen2-VL rules (each
+    #: frame resized as an image).
+    video_min_pixels: int | None = Field(default=None, ge=1)
+    video_max_pixels: int | None = Field(default=None, ge=1)
 
     @property
     def factor(self) -> int:
@@ -105,18 +113,62 @@ class QwenVLProcessor(_Processor):
     def image_tokens(self, width: int, height: int, max_pixels: int | None = None) -> int:
         """Image tokens of one ``width × height`` image: ``(H'/patch)·(W'/patch) / merge²`` after
         ``resize`` (vLLM ``Qwen2VLProcessingInfo._get_vision_info``, one frame: ``grid_t`` 1)."""
-        return self.video_tokens(width, height, 1, max_pixels)
-
-    def video_tokens(self, width: int, height: int, frames: int, max_pixels: int | None = None) -> int:
-        """Tokens of ``frames`` frames of ``width × height``: frames padded to a multiple of
-        ``temporal_patch_size``, ``grid_t = frames' / temporal_patch_size`` (at least 1), times the
-        frame's grid over ``merge²`` (vLLM ``_get_vision_info``)."""
-        if frames < 1:
-            raise KVPlanError("mm.frames", count=frames, detail="at least 1 frame")
         w, h = self.resize(width, height, max_pixels)
+        return self._grid_tokens(w, h, 1)
+
+    def _grid_tokens(self, width: int, height: int, frames: int) -> int:
+        """Tokens of ``frames`` resized frames: frames padded to a multiple of
+        ``temporal_patch_size``, ``grid_t`` (at least 1) × the frame's patches / ``merge²``."""
         padded = frames + (-frames % self.temporal_patch_size)
         grid_t = max(padded // self.temporal_patch_size, 1)
-        return grid_t * (h // self.patch_size) * (w // self.patch_size) // self.merge_size ** 2
+        return grid_t * (height // self.patch_size) * (width // self.patch_size) // self.merge_size ** 2
+
+    def video_tokens(self, width: int, height: int, frames: int, max_pixels: int | None = None) -> int:
+        """Tokens of ``frames`` frames of ``width × height``: each frame resized (``resize``, or
+        Qwen3-VL's ``resize_video``), frames padded to a multiple of ``temporal_patch_size``,
+        ``grid_t = frames' / temporal_patch_size`` (at least 1), times the frame's grid over
+        ``merge²`` (vLLM ``_get_vision_info``)."""
+        if frames < 1:
+            raise KVPlanError("mm.frames", count=frames, detail="at least 1 frame")
+        if self.video_max_pixels is not None:
+            w, h = self.resize_video(width, height, frames)
+        else:
+            w, h = self.resize(width, height, max_pixels)
+        return self._grid_tokens(w, h, frames)
+
+    def resize_video(self, width: int, height: int, frames: int) -> tuple[int, int]:
+        """``(width, height)`` of each frame after Qwen3-VL's video ``smart_resize(num_frames, height,
+        width, temporal_factor, factor, min_pixels, max_pixels)`` (transformers
+        ``video_processing_qwen3_vl.py``; vLLM ``qwen3_vl.py`` ``_get_vision_info``): fewer frames
+        than ``temporal_patch_size`` are refused; sides below ``factor`` scaled up to it
+        (``int``); both sides rounded to ``factor``, frames to ``temporal_patch_size``; scaled by
+        ``sqrt(frames·H·W / max)`` (floor) when ``t·H'·W'`` is above ``video_max_pixels``, by
+        ``sqrt(min / (frames·H·W))`` (ceil) when below ``video_min_pixels``."""
+        self.check_size(width, height)
+        assert self.video_max_pixels is not None
+        temporal, factor = self.temporal_patch_size, self.factor
+        if frames < temporal:
+            raise KVPlanError("mm.frames", count=frames,
+                              detail=f"at least {temporal} frames (Qwen3-VL's video processor)")
+        if height < factor or width < factor:
+            scale = max(factor / height, factor / width)
+            height, width = int(height * scale), int(width * scale)
+        if max(height, width) / min(height, width) > 200:
+            raise KVPlanError("mm.image_size", size=f"{width}×{height}", key="image_size",
+                              detail="aspect ratio above 200, which the Qwen-VL processor "
+                                     "refuses (smart_resize)")
+        h_bar, w_bar = round(height / factor) * factor, round(width / factor) * factor
+        t_bar = round(frames / temporal) * temporal
+        low = self.video_min_pixels or 1
+        if t_bar * h_bar * w_bar > self.video_max_pixels:
+            beta = math.sqrt(frames * height * width / self.video_max_pixels)
+            h_bar = max(factor, math.floor(height / beta / factor) * factor)
+            w_bar = max(factor, math.floor(width / beta / factor) * factor)
+        elif t_bar * h_bar * w_bar < low:
+            beta = math.sqrt(low / (frames * height * width))
+            h_bar = math.ceil(height * beta / factor) * factor
+            w_bar = math.ceil(width * beta / factor) * factor
+        return w_bar, h_bar
 
     def prompt_tokens(self, width: int, height: int, max_pixels: int | None = None) -> int:
         """Tokens one image adds to the prompt: its image tokens plus the template's wrapper."""
@@ -152,7 +204,12 @@ class QwenVLProcessor(_Processor):
     def max_video_tokens(self, seq_len: int, videos: int = 1, max_pixels: int | None = None) -> int:
         """vLLM's ``get_max_video_tokens``: frames of ``largest_image`` added one at a time while
         their tokens stay within ``seq_len`` (``_get_max_video_frames``), shared by ``videos`` and
-        capped at ``max_frames_per_video`` (``get_num_frames_with_most_features``)."""
+        capped at ``max_frames_per_video`` (``get_num_frames_with_most_features``). Qwen3-VL
+        (``video_max_pixels``; ``qwen3_vl.py`` ``get_max_video_tokens``): two frames of the
+        largest image within ``video_max_pixels // temporal_patch_size``."""
+        if self.video_max_pixels is not None:
+            w, h = self.largest_image(self.video_max_pixels // self.temporal_patch_size)
+            return self.video_tokens(w, h, 2)
         w, h = self.largest_image(max_pixels)
         frames = 1
         while self.video_tokens(w, h, frames + 1, max_pixels) <= seq_len:
@@ -277,7 +334,58 @@ class TiledProcessor(_Processor):
         return {"image": self.prompt_tokens(w, h) if placeholder else self.image_tokens(w, h)}
 
 
-Processor = Annotated[QwenVLProcessor | FixedProcessor | TiledProcessor, Field(discriminator="kind")]
+class PixtralProcessor(_Processor):
+    """Pixtral's patch grid with Mistral-3's spatial merge (Mistral-Small-3.1): an image larger
+    than ``longest_edge`` on a side is scaled down by ``max(W, H) / longest_edge`` (both sides
+    floored), then cut into ``patch_size × merge_size`` cells, ``ceil`` per side: ``cols × rows``
+    embeddings; the prompt is each row's ``[IMG]`` tokens and an ``[IMG_BREAK]``, the last one an
+    ``[IMG_END]``: ``rows × (cols + 1)`` tokens (vLLM ``mistral3.py``
+    ``Mistral3HFEncoderInfo.get_patch_grid_size`` and ``_get_prompt_updates``; transformers
+    ``processing_pixtral.py``). ``longest_edge``: ``preprocessor_config.json`` ``size``."""
+
+    kind: Literal["pixtral"] = "pixtral"
+    longest_edge: int = Field(ge=1)
+    patch_size: int = Field(ge=1)
+    merge_size: int = Field(default=1, ge=1)
+
+    def grid(self, width: int, height: int) -> tuple[int, int]:
+        """``(cols, rows)`` of merged patches (``get_patch_grid_size``)."""
+        self.check_size(width, height)
+        ratio = max(width / self.longest_edge, height / self.longest_edge)
+        if ratio > 1:
+            width, height = math.floor(width / ratio), math.floor(height / ratio)
+        cell = self.patch_size * self.merge_size
+        return (width - 1) // cell + 1, (height - 1) // cell + 1
+
+    def image_tokens(self, width: int, height: int, max_pixels: int | None = None) -> int:
+        """Embeddings: ``cols × rows``."""
+        cols, rows = self.grid(width, height)
+        return cols * rows
+
+    def prompt_tokens(self, width: int, height: int, max_pixels: int | None = None) -> int:
+        """Prompt tokens: ``rows × (cols + 1)`` (the breaks and the end token)."""
+        cols, rows = self.grid(width, height)
+        return rows * (cols + 1)
+
+    def describe(self, width: int, height: int, max_pixels: int | None = None) -> str:
+        """The prompt tokens of one image as a formula with its values."""
+        cols, rows = self.grid(width, height)
+        cell = self.patch_size * self.merge_size
+        return (f"{width}×{height} within {self.longest_edge} px a side, {cell}-px cells: {cols} × "
+                f"{rows} = {cols * rows:,} image tokens, {rows} × ({cols} + 1) = "
+                f"{rows * (cols + 1):,} prompt tokens with the row breaks (vLLM mistral3.py "
+                "get_patch_grid_size)")
+
+    def max_tokens_per_item(self, seq_len: int, max_pixels: int | None = None,
+                            placeholder: bool = False) -> dict[str, int]:
+        """vLLM's dummy image, ``longest_edge`` square (``get_image_size_with_most_features``):
+        its embeddings, or its whole placeholder."""
+        side = self.longest_edge
+        return {"image": self.prompt_tokens(side, side) if placeholder else self.image_tokens(side, side)}
+
+
+Processor = Annotated[QwenVLProcessor | FixedProcessor | TiledProcessor | PixtralProcessor,
+                      Field(discriminator="kind")]
 
 
 class ImageRequest(BaseModel):
@@ -301,7 +409,7 @@ class ImageRequest(BaseModel):
         return cls(count=count, width=int(parts[0]), height=int(parts[1]))
 
 
-def image_prompt_tokens(model: str, processor: QwenVLProcessor | FixedProcessor | TiledProcessor | None,
+def image_prompt_tokens(model: str, processor: Processor | None,
                         images: ImageRequest, limit: int | None = None,
                         max_pixels: int | None = None) -> int:
     """Prompt tokens of a request's images: ``count × processor.prompt_tokens(W, H)``; refused by

@@ -878,7 +878,13 @@ def _tower(t: VisionSpec) -> list[Tensor]:
     """A ViT encoder (``vision_config``): per block qkv + proj (+ biases), MLP fc1/fc2 (gated:
     three matrices), two LayerNorms; patch and position embeddings; a projector into the
     language model. A generic shape (SigLIP/CLIP/Qwen-VL style), TP-split like vLLM's towers;
-    kept in the model's dtype (quantized checkpoints leave their towers unquantized)."""
+    kept in the model's dtype (quantized checkpoints leave their towers unquantized). The Qwen-VL
+    towers have their own layout (``_qwen_vl_tower``); Kimi-K2.5's MoonViT (``moonvit``) is this
+    shape plus its projector's pre-norm and output bias."""
+    if t.layout in {"qwen2_5_vl", "qwen3_vl"}:
+        return _qwen_vl_tower(t)
+    if t.layout == "mistral3":
+        return _pixtral_tower(t)
     hv, n = t.hidden_size, tuple(range(t.n_layers))
     p = f"{t.name}_tower.layers.{{i}}"
     mult = 2 if t.gated_mlp else 1
@@ -902,7 +908,87 @@ def _tower(t: VisionSpec) -> list[Tensor]:
         if t.projector_merge > 1:
             out.append(mk(f"{t.name}_projector.mlp.0", merged, merged + 1, "column", ()))
         out.append(mk(f"{t.name}_projector.proj", t.projector_out, merged, "row", ()))
+        if t.layout == "gemma3":  # Gemma3MultiModalProjector.mm_soft_emb_norm (RMSNorm, vision width)
+            out.append(mk(f"{t.name}_projector.mm_soft_emb_norm", hv, 1, "replicated", ()))
+        if t.layout == "moonvit":  # Kimi-K2.5 mm_projector: pre_norm (LayerNorm), out_proj bias
+            out += [mk(f"{t.name}_projector.pre_norm", 2 * hv, 1, "replicated", ()),
+                    mk(f"{t.name}_projector.proj.bias", t.projector_out, 1, "replicated", ())]
     return out
+
+
+def _qwen_vl_tower(t: VisionSpec) -> list[Tensor]:
+    """The Qwen-VL vision towers as stored and as vLLM loads them, to the parameter (transformers
+    ``modeling_qwen2_5_vl.py`` / ``modeling_qwen3_vl.py``; vLLM ``qwen2_5_vl.py``
+    ``Qwen2_5_VisionTransformer``, ``qwen3_vl.py`` ``Qwen3_VisionTransformer``):
+
+    * patch embedding: a ``Conv3d`` of ``hidden × (channels · temporal_patch · patch²)`` (with a
+      bias in Qwen3-VL); Qwen3-VL adds learned positions (``num_position_embeddings × hidden``);
+    * per block: qkv and proj with biases; the MLP gated (Qwen2.5-VL: gate, up, down with biases)
+      or not (Qwen3-VL: fc1, fc2 with biases); two norms (RMSNorm: ``hidden``; LayerNorm:
+      weight and bias);
+    * the patch merger: a norm over ``hidden`` (RMSNorm ``ln_q`` / LayerNorm), then
+      ``hidden·merge² → hidden·merge²`` and ``→ out_hidden_size``, both with biases; Qwen3-VL's
+      ``deepstack`` mergers the same with the norm over ``hidden·merge²``."""
+    hv, n, qwen3 = t.hidden_size, tuple(range(t.n_layers)), t.layout == "qwen3_vl"
+    inter, merged, out_h = t.intermediate_size, t.hidden_size * t.projector_merge ** 2, t.projector_out
+    norm = 2 if qwen3 else 1  # LayerNorm weight + bias, or RMSNorm weight
+    p = f"{t.name}_tower.blocks.{{i}}"
+
+    def mk(name: str, rows: int, cols: int, split: Split, layers: tuple[int, ...] = n) -> Tensor:
+        return Tensor(name, t.name, rows, cols, split, quantizable=False, layers=layers,
+                      stage="first", kind="other")
+
+    patch = t.in_channels * t.temporal_patch * t.patch_size ** 2
+    out = [mk(f"{p}.attn.qkv", 3 * hv, hv + 1, "column"), mk(f"{p}.attn.proj", hv, hv, "row"),
+           mk(f"{p}.attn.proj.bias", hv, 1, "replicated"),
+           mk(f"{p}.norms", 2 * norm * hv, 1, "replicated"),
+           mk(f"{t.name}_tower.patch_embed", hv, patch + (1 if qwen3 else 0), "replicated", ())]
+    if qwen3:
+        out += [mk(f"{p}.mlp.linear_fc1", inter, hv + 1, "column"),
+                mk(f"{p}.mlp.linear_fc2", hv, inter, "row"),
+                mk(f"{p}.mlp.linear_fc2.bias", hv, 1, "replicated")]
+        if t.positions:
+            out.append(mk(f"{t.name}_tower.pos_embed", t.positions, hv, "replicated", ()))
+    else:
+        out += [mk(f"{p}.mlp.gate_up_proj", 2 * inter, hv + 1, "column"),
+                mk(f"{p}.mlp.down_proj", hv, inter, "row"),
+                mk(f"{p}.mlp.down_proj.bias", hv, 1, "replicated")]
+    if out_h:
+        for k, width in [("merger", hv)] + [(f"deepstack_merger_list.{j}", merged)
+                                             for j in range(t.deepstack)]:
+            m = f"{t.name}_tower.{k}"
+            out += [mk(f"{m}.norm", norm * width, 1, "replicated", ()),
+                    mk(f"{m}.fc1", merged, merged + 1, "column", ()),
+                    mk(f"{m}.fc2", out_h, merged, "row", ()),
+                    mk(f"{m}.fc2.bias", out_h, 1, "replicated", ())]
+    return out
+
+
+def _pixtral_tower(t: VisionSpec) -> list[Tensor]:
+    """Pixtral's tower with Mistral-3's projector, as stored and as vLLM loads it (transformers
+    ``modeling_pixtral.py`` ``PixtralVisionModel``, ``modeling_mistral3.py``
+    ``Mistral3MultiModalProjector``; vLLM ``mistral3.py`` with ``pixtral.py``
+    ``PixtralHFVisionModel``): a bias-free patch Conv2d, ``ln_pre`` (RMSNorm), per block q/k/v/o
+    and a gated MLP without biases and two RMSNorms; the projector's RMSNorm, the patch merger
+    (``hidden·merge² → hidden``) and two linears into the text width (no biases:
+    ``multimodal_projector_bias`` false)."""
+    hv, n, out_h = t.hidden_size, tuple(range(t.n_layers)), t.projector_out
+    p = f"{t.name}_tower.transformer.layers.{{i}}"
+
+    def mk(name: str, rows: int, cols: int, split: Split, layers: tuple[int, ...] = n) -> Tensor:
+        return Tensor(name, t.name, rows, cols, split, quantizable=False, layers=layers,
+                      stage="first", kind="other")
+
+    return [mk(f"{p}.attention.qkv", 3 * hv, hv, "column"), mk(f"{p}.attention.o_proj", hv, hv, "row"),
+            mk(f"{p}.feed_forward.gate_up_proj", 2 * t.intermediate_size, hv, "column"),
+            mk(f"{p}.feed_forward.down_proj", hv, t.intermediate_size, "row"),
+            mk(f"{p}.norms", 2 * hv, 1, "replicated"),
+            mk(f"{t.name}_tower.patch_conv", hv, t.in_channels * t.patch_size ** 2, "replicated", ()),
+            mk(f"{t.name}_tower.ln_pre", hv, 1, "replicated", ()),
+            mk(f"{t.name}_projector.norm", hv, 1, "replicated", ()),
+            mk(f"{t.name}_projector.patch_merger", hv, hv * t.projector_merge ** 2, "replicated", ()),
+            mk(f"{t.name}_projector.linear_1", out_h, hv, "column", ()),
+            mk(f"{t.name}_projector.linear_2", out_h, out_h, "row", ())]
 
 
 def _layer_spans(arch: ModelArch, layer_ids: tuple[int, ...]) -> list[tuple[int, int, Any]]:

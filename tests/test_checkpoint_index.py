@@ -49,7 +49,7 @@ def test_every_preset_has_an_index_total_or_says_why_not():
     found, missing = set(CHECKPOINTS), set(DATA["not_found"])
     assert not found & missing
     assert found | missing == repos
-    assert len(found) == 26
+    assert len(found) == 29
     assert all(DATA["not_found"][r] for r in missing)
 
 

@@ -150,7 +150,7 @@ def test_the_vllm_truth_covers_every_preset_and_case():
     assert set(TRUTH["skipped"]) == {"config:kimi_k2", "preset:kimi-k2"}
     assert {f"preset:{p}" for p in model_presets()} <= set(TRUTH["cases"]) | set(TRUTH["skipped"])
     assert {f"case:{c}" for c in CASES} <= set(TRUTH["cases"])
-    assert len(TRUTH["cases"]) == 114
+    assert len(TRUTH["cases"]) == 126
 
 
 @pytest.mark.parametrize("name", sorted(TRUTH["cases"]))

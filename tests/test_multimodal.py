@@ -172,7 +172,7 @@ def test_the_profiled_encoder_outputs_are_a_ledger_term_and_limit_zero_drops_the
     text_only = plan.vary(settings=plan.query.settings.model_copy(update={"limit_mm_per_prompt": 0}))
     assert "mm_encoder_cache" not in _reserve(text_only)
     # the budget gains the profiled video and, on v0.33, the tower's weights (below)
-    assert text_only.budget.stage_budgets[0] - plan.budget.stage_budgets[0] == 822_083_584 + 1_351_756_800
+    assert text_only.budget.stage_budgets[0] - plan.budget.stage_budgets[0] == 822_083_584 + 1_353_100_288
     # --mm-processor-kwargs max_pixels 1,003,520: largest image 1,280 tokens, a video of 14 frames
     # (the cap) 7 × 1,280 = 8,960 tokens, above mnbt 8,192 → budget 8,960, 1 video: 8,960 × 3,584 × 2
     capped = plan.vary(settings=plan.query.settings.model_copy(update={"mm_max_pixels": 1_003_520}))
@@ -247,20 +247,20 @@ def test_a_public_qwen25_vl_start_up_log_has_the_budget_kvplan_derives():
 
 def test_text_only_v0_33_loads_no_vision_tower():
     """``--limit-mm-per-prompt`` 0 on v0.33: the tower is a ``StageMissingLayer`` (interfaces.py
-    ``_mark_tower_model``), so its 1,351,756,800 B of weights leave the GPU with the encoder profile;
+    ``_mark_tower_model``), so its 1,353,100,288 B of weights leave the GPU with the encoder profile;
     v0.32 (not read) keeps counting them."""
     qwen, gpu = load_model(QWEN), get_gpu("h100-sxm")
     full = make_plan(qwen, gpu, FitQuery(tokens=32_768, engine="vllm@0.33"))
-    assert full.weights.total_by_part["vision"] == 1_351_756_800
+    assert full.weights.total_by_part["vision"] == 1_353_100_288
     text = full.vary(settings=full.query.settings.model_copy(update={"limit_mm_per_prompt": 0}))
     assert "vision" not in text.weights.total_by_part
-    assert full.weights.total_bytes - text.weights.total_bytes == 1_351_756_800
+    assert full.weights.total_bytes - text.weights.total_bytes == 1_353_100_288
     # the budget gains the tower and the profiled video (2 × 16,384 tokens × 3,584 × 2 B)
     gained = text.budget.stage_budgets[0] - full.budget.stage_budgets[0]
-    assert gained == 1_351_756_800 + 32_768 * 3584 * 2
+    assert gained == 1_353_100_288 + 32_768 * 3584 * 2
     older = make_plan(qwen, gpu, FitQuery(tokens=32_768, engine="vllm@0.32",
                                           settings={"limit_mm_per_prompt": 0}))
-    assert older.weights.total_by_part["vision"] == 1_351_756_800
+    assert older.weights.total_by_part["vision"] == 1_353_100_288
 
 
 def test_a_video_of_no_frames_is_refused(qwen):

@@ -67,6 +67,10 @@ PER_TYPE: dict[str, dict[str, Any]] = {
     "bamba": {"attn_layer_indices": [1]},
     "granitemoehybrid": {"layer_types": ["mamba", "attention"], "num_hidden_layers": 2},
     "lfm2_moe": {"layer_types": ["conv", "full_attention"], "num_hidden_layers": 2},
+    # M-RoPE sections must add up to half the (small) head: 64 / 4 heads = 16 → 8 (the model's
+    # default [16, 24, 24] is for 128)
+    "qwen2_5_vl_text": {"rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default",
+                                            "mrope_section": [2, 3, 3]}},
     "rwkv": {"attention_hidden_size": 64},
     "xlnet": {"d_head": 16},
     "reformer": {"is_decoder": True, "axial_pos_embds_dim": [32, 32]},  # asserted by the model
@@ -343,8 +347,16 @@ def _cache_of(output: Any) -> Any:
     return None
 
 
-def _param_count(model: Any) -> int:
-    return sum(p.numel() for p in model.parameters())
+#: Modules of a multimodal wrapper that are its vision/audio towers and projectors.
+TOWER_MODULES = ("visual", "vision_tower", "vision_model", "multi_modal_projector", "audio_tower")
+
+
+def _param_count(model: Any, text_only: bool = False) -> int:
+    """Parameters (tied ones once); ``text_only``: those outside ``TOWER_MODULES``."""
+    if not text_only:
+        return sum(p.numel() for p in model.parameters())
+    return sum(p.numel() for name, p in model.named_parameters()
+               if not set(name.split(".")[:2]) & set(TOWER_MODULES))
 
 
 def run_type(model_type: str) -> dict[str, Any]:
@@ -353,7 +365,10 @@ def run_type(model_type: str) -> dict[str, Any]:
     import transformers
     from transformers import AutoModelForCausalLM
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES,
+    )
 
     record: dict[str, Any] = {
         "model_type": model_type,
@@ -372,13 +387,24 @@ def run_type(model_type: str) -> dict[str, Any]:
         text_type = None
     if text_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and text_type != model_type:
         attempts.append((False, True))  # the wrapper's text model alone
+    wrapper_cls = MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES.get(model_type)
+    if not attempts and wrapper_cls and hasattr(transformers, wrapper_cls):
+        attempts.append((False, False))  # the whole wrapper, run on text only (Qwen-VL)
     for conservative, text_only in attempts:
         try:
             config, default = shrink(config_cls, conservative)
             if text_only:
                 config = config.get_text_config()
             torch.manual_seed(0)
-            model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+            if model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES or text_only:
+                model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+            else:
+                model = getattr(transformers, wrapper_cls)._from_config(
+                    config, dtype=torch.float32).eval()
+                record["towers_excluded"] = (
+                    "the wrapper runs on text tokens only; params_small / params_default count "
+                    "its text model and LM head (the tower parameters, under "
+                    f"{', '.join(TOWER_MODULES)}, are params_towers_*)")
             if hasattr(model, "set_default_language"):  # X-MOD adapters need a language
                 model.set_default_language(next(iter(config.languages)))
             vocab = SMALL_VOCAB
@@ -402,8 +428,10 @@ def run_type(model_type: str) -> dict[str, Any]:
                 "model_class": type(model).__name__,
                 "config": _as_config_json(config, type(model).__name__),
                 "measurements": measurements,
-                "params_small": _param_count(model),
+                "params_small": _param_count(model, "towers_excluded" in record),
             })
+            if "towers_excluded" in record:
+                record["params_towers_small"] = _param_count(model) - record["params_small"]
             break
         except Exception as exc:  # noqa: BLE001 — every failure is recorded with its message
             errors.append(f"{'text model' if text_only else 'conservative' if conservative else 'default'}: "
@@ -421,8 +449,11 @@ def run_type(model_type: str) -> dict[str, Any]:
         if record.get("text_model_only"):  # the reference is the text model the wrapper holds
             default = default.get_text_config()
         with torch.device("meta"):
-            big = AutoModelForCausalLM.from_config(default)
-        record["params_default"] = _param_count(big)
+            big = AutoModelForCausalLM.from_config(default) if "towers_excluded" not in record \
+                else getattr(transformers, wrapper_cls)._from_config(default)
+        record["params_default"] = _param_count(big, "towers_excluded" in record)
+        if "towers_excluded" in record:
+            record["params_towers_default"] = _param_count(big) - record["params_default"]
         record["default_config"] = _as_config_json(default, type(big).__name__)
     except Exception as exc:  # noqa: BLE001
         record["params_default_error"] = f"{type(exc).__name__}: {str(exc)[:400]}"
@@ -499,9 +530,15 @@ def _watch(proc: subprocess.Popen, progress: Path) -> None:
             proc.wait()
 
 
+#: Image-text-to-text wrappers whose text model has no causal-LM class (``qwen3_vl_text``): the
+#: whole wrapper is built and run on text tokens, its text model's parameters counted.
+WHOLE_WRAPPERS = ("qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")
+
+
 def causal_lm_types() -> list[str]:
     """Causal-LM model types, plus multimodal wrappers (image-text-to-text) whose default
-    ``text_config`` is a causal-LM type: their text model is measured alone."""
+    ``text_config`` is a causal-LM type: their text model is measured alone; and
+    ``WHOLE_WRAPPERS``."""
     from transformers.models.auto import modeling_auto
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING, CONFIG_MAPPING_NAMES
 
@@ -516,7 +553,7 @@ def causal_lm_types() -> list[str]:
             continue
         if getattr(text, "model_type", None) in causal:
             types.add(wrapper)
-    return sorted(types)
+    return sorted(types | {t for t in WHOLE_WRAPPERS if t in CONFIG_MAPPING_NAMES})
 
 
 def main() -> None:

@@ -244,16 +244,11 @@ NOT_EXACT: dict[str, str] = {
                                 "5.24 33,442,617,088 (−0.77 %: per-layer extras not sized)",
     "poolside/Laguna-S-2.1-FP8": "laguna: kvplan counts 116,872,743,936 parameters, transformers "
                                  "5.24 117,561,977,600 (−0.59 %)",
-    "nvidia/Kimi-K2.5-NVFP4": "kimi_k25 wraps a deepseek_v3 text model with the MoonViT tower, "
-                              "which kvplan does not count (the text model alone is exact; "
-                              "transformers needs the repo's remote code for the whole)",
     "nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16": "as Nemotron-3-Super (latent MoE): kvplan "
                                                      "counts 2,093,886,582,784 parameters, "
                                                      "transformers 5.24 549,308,968,960",
     "nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-FP8": "as the BF16 release",
     "nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-NVFP4": "as the BF16 release",
-    "nvidia/Kimi-K2.6-NVFP4": "as nvidia/Kimi-K2.5-NVFP4 (kimi_k25 with the MoonViT tower)",
-    "nvidia/Kimi-K2.7-Code-NVFP4": "as nvidia/Kimi-K2.5-NVFP4 (kimi_k25 with the MoonViT tower)",
     "XiaomiMiMo/MiMo-V2-Flash": "mimo_v2_flash: kvplan counts 315,020,939,264 parameters, "
                                 "transformers 5.24 308,778,768,832 (+2.0 %)",
     "nvidia/Llama-3_3-Nemotron-Super-49B-v1": "nemotron-nas (per-layer block_configs): kvplan "
@@ -283,6 +278,15 @@ NOT_EXACT: dict[str, str] = {
     "Qwen/Qwen3-32B-FP8-Static-PerTensor": "no such repository is named on the Hub by any source "
                                            "found (the copy pairs a Qwen/ name with a ModelOpt "
                                            "hf_quant_config.json: a locally quantized checkpoint)",
+}
+
+
+#: Hub repo id → why its (text) model_type, not itself in the conformance table, is exact: the
+#: architecture is one that is (parameters equal to transformers 5.24's in param_counts.json).
+ALSO_EXACT: dict[str, str] = {
+    "moonshotai/Kimi-K2.5": "text_config model_type kimi_k2 is DeepSeek-V3 (as the kimi-k2 "
+                            "preset); transformers 5.24's Kimi_K25Config builds it as "
+                            "deepseek_v3, exact in the conformance table",
 }
 
 
@@ -331,7 +335,7 @@ def build(raw: Path, commit: str, date: str,
             continue
         config = json.loads(path.read_text())
         model_type = _family_type(config)
-        if model_type not in VERIFIED_MODEL_TYPES:
+        if model_type not in VERIFIED_MODEL_TYPES and repo not in ALSO_EXACT:
             skipped[repo] = f"model_type {model_type!r} is not exact in the conformance table"
             continue
         quant_path = raw / f"{stem}_hf_quant_config.json"
