@@ -392,7 +392,7 @@ def test_lazy_boxes_send_no_widget_while_closed_and_keep_their_values():
     rendered = {w.key for kind in ("number_input", "toggle", "selectbox", "text_input")
                 for w in at.get(kind)}
     assert knobs <= rendered
-    assert at.number_input(key="w_gu").value == 0.8 and at.toggle(key="w_pc").value is False
+    assert at.number_input(key="w_gu").value == 0.8 and at.selectbox(key="w_pc").value == "off"
     at.number_input(key="w_bs").set_value(64).run()
     at.number_input(key="w_o").set_value(99).run()
     for key in ("w_engine_box", "w_serving_box"):

@@ -86,7 +86,7 @@ def test_nemotron_without_ssm_key_per_release(release: str, page: int) -> None:
     (prefix caching on; the release's Mamba cache mode, ``VllmRelease.mamba_prefix``; 2 KV heads ×
     128 × 2 × 2 B = 1,024 B per attention token)."""
     arch = parse_config(_config("nemotron-3-nano-30b-a3b|no-ssm-key"))
-    view = engine_view(arch, release, "auto", EngineSettings(tp=1))
+    view = engine_view(arch, release, "auto", EngineSettings(tp=1, enable_prefix_caching=True))
     rule = next(r for r in view.rules if r.kind.holds_state)
     assert rule.state_bytes == page  # type: ignore[attr-defined]
 

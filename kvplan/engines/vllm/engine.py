@@ -158,7 +158,7 @@ VLLM_V1_SETTING_LABELS: dict[str, tuple[str, str]] = {
     "flashinfer_sampler": ("FlashInfer sampler (VLLM_USE_FLASHINFER_SAMPLER)", "auto"),
     "async_scheduling": ("Async scheduling (≥ 0.26)", "on"),
     "hybrid_manager": ("Hybrid KV-cache manager", "auto"),
-    "enable_prefix_caching": ("Prefix caching", "on"),
+    "enable_prefix_caching": ("Prefix caching", "auto"),
     "ep": ("Expert parallel size (--enable-expert-parallel: tp)", "1"),
     "dp": ("--data-parallel-size (with --enable-expert-parallel)", "1"),
     "mtp": ("Load MTP layers (speculative decoding)", "off"),
@@ -671,6 +671,14 @@ class Vllm(Engine):
                          state_page_bytes=block * max(attn_1tok) if attn_1tok else None,
                          promote=not hybrid and self.promotes_windows(counts))
 
+    def prefix_caching(self, arch: ModelArch, settings: EngineSettings) -> bool:
+        """``--enable-prefix-caching`` as given, else the release's default (``engine/arg_utils.py``
+        ``_set_default_chunked_prefill_and_prefix_caching_args`` ← ``ModelConfig.is_prefix_caching_supported``):
+        on, except for models with recurrent layers before v0.26.0 (``hybrid_prefix_caching``)."""
+        if settings.enable_prefix_caching is not None:
+            return settings.enable_prefix_caching
+        return self.record.hybrid_prefix_caching or not arch.has_recurrent
+
     def mamba_cache_mode(self, arch: ModelArch, settings: EngineSettings) -> str:
         """The Mamba cache mode this release gives a hybrid (``VllmRelease.mamba_prefix``;
         ``models/config.py`` ``MambaModelConfig.verify_and_update_config``): "none" without prefix
@@ -679,7 +687,7 @@ class Vllm(Engine):
         otherwise."""
         rule = self.record.mamba_prefix
         supported = arch.architecture in VLLM_MAMBA_PREFIX_ARCHITECTURES
-        if not settings.enable_prefix_caching or rule == "off" or (rule == "per_block" and not supported):
+        if not self.prefix_caching(arch, settings) or rule == "off" or (rule == "per_block" and not supported):
             return "none"
         if rule == "align" or not supported:
             return "align"

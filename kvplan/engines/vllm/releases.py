@@ -128,6 +128,11 @@ class VllmRelease(Release):
     mamba_prefix: MambaPrefix = "off"
     #: ... and "align" instead of "all" when speculative decoding is on (v0.20.0+, the same hook).
     mamba_spec_align: bool = False
+    #: Prefix caching on by default for hybrid (attention + Mamba) models: ``config/model.py``
+    #: ``ModelConfig.is_prefix_caching_supported`` answers False for ``attn_type == "hybrid"`` up to
+    #: v0.25.0 and True from v0.26.0, which ``engine/arg_utils.py``
+    #: ``_set_default_chunked_prefill_and_prefix_caching_args`` takes when the flag is not given.
+    hybrid_prefix_caching: bool = False
     #: Memory held by other processes at start-up: ``own`` — V0 (v0.6.0 ``worker/worker.py``
     #: ``determine_num_available_blocks``: ``peak = init_gpu_memory − free``, this process's use only;
     #: KV ``total × util − peak``; no check of free memory); ``subtract`` — v0.8.0 and v0.9.0
@@ -314,8 +319,11 @@ V0_26 = replace(
     changes="in-flight tokens ``max_in_flight_tokens = max_concurrent_batches × MNBT`` "
             "(``vllm/config/vllm.py``; pp + 1 with async scheduling, else pp). FlashInfer TRT-LLM "
             "still pads the MXFP4 intermediate to 256 (0.26.0 ``fused_moe/oracle/mxfp4.py:635`` "
-            "``mxfp4_round_up_hidden_size_and_intermediate_size``).",
-    in_flight="async", mxfp4_source="vLLM v0.26.0 fused_moe/oracle/mxfp4.py")
+            "``mxfp4_round_up_hidden_size_and_intermediate_size``). Prefix caching on by default for "
+            "Mamba hybrids (``config/model.py`` ``is_prefix_caching_supported``: \"Generative hybrid "
+            "models support prefix caching\"; off up to v0.25.0).",
+    in_flight="async", mxfp4_source="vLLM v0.26.0 fused_moe/oracle/mxfp4.py", hybrid_prefix_caching=True)
+
 V0_27 = replace(
     V0_26, key="0.27", since="0.27.0", name="vLLM v0.27",
     changes="FlashInfer TRT-LLM pads the MXFP4 intermediate to 128 (``fused_moe/oracle/mxfp4.py`` "
