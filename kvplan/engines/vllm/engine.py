@@ -673,8 +673,9 @@ class Vllm(Engine):
 
     def prefix_caching(self, arch: ModelArch, settings: EngineSettings) -> bool:
         """``--enable-prefix-caching`` as given, else the release's default (``engine/arg_utils.py``
-        ``_set_default_chunked_prefill_and_prefix_caching_args`` ← ``ModelConfig.is_prefix_caching_supported``):
-        on, except for models with recurrent layers before v0.26.0 (``hybrid_prefix_caching``)."""
+        ``_set_default_chunked_prefill_and_prefix_caching_args`` ←
+        ``ModelConfig.is_prefix_caching_supported``): on, except for models with recurrent layers
+        before v0.26.0 (``hybrid_prefix_caching``)."""
         if settings.enable_prefix_caching is not None:
             return settings.enable_prefix_caching
         return self.record.hybrid_prefix_caching or not arch.has_recurrent
@@ -687,7 +688,8 @@ class Vllm(Engine):
         otherwise."""
         rule = self.record.mamba_prefix
         supported = arch.architecture in VLLM_MAMBA_PREFIX_ARCHITECTURES
-        if not self.prefix_caching(arch, settings) or rule == "off" or (rule == "per_block" and not supported):
+        if (not self.prefix_caching(arch, settings) or rule == "off"
+                or (rule == "per_block" and not supported)):
             return "none"
         if rule == "align" or not supported:
             return "align"
