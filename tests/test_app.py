@@ -770,7 +770,8 @@ def test_offload_tab_inputs_live_in_the_link():
 def test_the_answer_names_the_request_cap_state_blocks_and_the_refusal() -> None:
     """Issue #28: the dashboard says, under the answer, the max_num_seqs cap and its source, the
     recurrent-state blocks and whether vLLM starts — here Qwen3.5-27B at 132,000 tokens on an
-    H100-SXM (v0.33, memory fraction 0.92): 417 state blocks < the default 1,024, with vLLM's own refusal text."""
+    H100-SXM (v0.33, memory fraction 0.92): 417 state blocks < the default 1,024, with vLLM's own
+    refusal text."""
     at = make_app(m="Qwen/Qwen3.5-27B", g="h100-sxm", t="132000", u="1", ev="0.33")
     plan = scenario_plan(Scenario(model="Qwen/Qwen3.5-27B", gpu="h100-sxm", tokens=132000, users=1,
                                   engine_version="0.33"))

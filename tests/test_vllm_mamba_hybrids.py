@@ -82,3 +82,40 @@ def test_falcon_h1_refused_by_name(tp: int) -> None:
     config = json.loads((ROOT / TRUTH["sources"]["falcon-h1-0.5b"]).read_text(encoding="utf-8"))
     with pytest.raises(KVPlanError, match="falcon_h1"):
         parse_config(config)
+
+
+TRUTH_027 = json.loads((ROOT / "tests/fixtures/vllm_truth/mamba_hybrids_v027.json").read_text(
+    encoding="utf-8"))
+CASES_027 = {c["id"]: c for c in TRUTH_027["cases"]}
+
+
+def test_v027_fixture_scope() -> None:
+    """vLLM 0.27.0 (``tools/vllm_truth/mamba_hybrids_v027.py``): "all" for the
+    ``SupportsMambaPrefixCaching`` models with prefix caching, "none" without; refusals and starts."""
+    assert TRUTH_027["vllm_version"] == "0.27.0" and len(CASES_027) == 95
+    assert {(c["prefix_caching"], c["mamba_cache_mode"]) for c in CASES_027.values()} == \
+        {(True, "all"), (False, "none")}
+    assert {c["starts"] for c in CASES_027.values()} == {True, False}
+    # Jamba (Mamba-1, no chunk size): "all" aligns the block to get_mamba_chunk_size's 2,048
+    assert {c["block_size"] for c in CASES_027.values() if c["model"] == "jamba-1.5-mini"
+            and c["prefix_caching"]} == {2048}
+
+
+@pytest.mark.parametrize("key", sorted(CASES_027))
+def test_v027_mamba_hybrid_pool_and_check_match_vllm(key: str) -> None:
+    """The "all" mode (a state page per block of a chunk-aligned block) as vLLM 0.27.0 runs it."""
+    case = CASES_027[key]
+    query = FitQuery(engine="vllm@0.27", tokens=case["max_model_len"], tp=case["tp"],
+                     kv_cache_memory_bytes=case["available_memory"],
+                     max_num_batched_tokens=case["max_num_batched_tokens"],
+                     async_scheduling=case["async_scheduling"], max_num_seqs=case["max_num_seqs"],
+                     enable_prefix_caching=case["prefix_caching"])
+    result = fit(make_plan(load_model(case["preset"]), custom_gpu(80), query), search_gpus=False)
+    assert (result.block_size, result.num_blocks, result.bytes_per_block, result.kv_pool_tokens) == \
+        (case["block_size"], case["num_blocks"], case["bytes_per_block"], case["kv_cache_size_tokens"])
+    assert result.max_concurrency == pytest.approx(case["max_concurrency"], rel=1e-12)
+    assert (result.state_blocks, result.starts) == (case["num_blocks"], case["starts"])
+    if not case["starts"]:
+        quoted = f"max_num_seqs ({case['max_num_seqs']}) exceeds available Mamba cache blocks " \
+                 f"({case['num_blocks']})"
+        assert case["error"].startswith(quoted) and quoted in result.start_reason
