@@ -13,6 +13,7 @@ import pytest
 
 from kvplan.capacity import FitQuery, fit
 from kvplan.config_import import parse_config
+from kvplan.engines.vllm.engine import Vllm
 from kvplan.errors import KVPlanError
 from kvplan.plan import make_plan
 from kvplan.presets import custom_gpu, load_model
@@ -84,28 +85,34 @@ def test_falcon_h1_refused_by_name(tp: int) -> None:
         parse_config(config)
 
 
-TRUTH_027 = json.loads((ROOT / "tests/fixtures/vllm_truth/mamba_hybrids_v027.json").read_text(
-    encoding="utf-8"))
-CASES_027 = {c["id"]: c for c in TRUTH_027["cases"]}
+#: The same grid on older releases' own code (``tools/vllm_truth/mamba_hybrids_v027.py``).
+OLDER = {name: json.loads((ROOT / f"tests/fixtures/vllm_truth/mamba_hybrids_{name}.json").read_text(
+    encoding="utf-8")) for name in ("v020", "v027")}
+OLDER_CASES = {f"{name}|{c['id']}": (truth["vllm_version"], c) for name, truth in OLDER.items()
+               for c in truth["cases"]}
 
 
-def test_v027_fixture_scope() -> None:
-    """vLLM 0.27.0 (``tools/vllm_truth/mamba_hybrids_v027.py``): "all" for the
-    ``SupportsMambaPrefixCaching`` models with prefix caching, "none" without; refusals and starts."""
-    assert TRUTH_027["vllm_version"] == "0.27.0" and len(CASES_027) == 95
-    assert {(c["prefix_caching"], c["mamba_cache_mode"]) for c in CASES_027.values()} == \
-        {(True, "all"), (False, "none")}
-    assert {c["starts"] for c in CASES_027.values()} == {True, False}
+@pytest.mark.parametrize("name", sorted(OLDER))
+def test_older_fixture_scope(name: str) -> None:
+    """vLLM 0.20.0 and 0.27.0: "all" for the ``SupportsMambaPrefixCaching`` models with prefix
+    caching, "none" without; refusals and starts."""
+    truth = OLDER[name]
+    cases = truth["cases"]
+    assert truth["vllm_version"] == {"v020": "0.20.0", "v027": "0.27.0"}[name] and len(cases) == 95
+    assert {(c["prefix_caching"], c["mamba_cache_mode"]) for c in cases} == {(True, "all"), (False, "none")}
+    assert {c["starts"] for c in cases} == {True, False}
     # Jamba (Mamba-1, no chunk size): "all" aligns the block to get_mamba_chunk_size's 2,048
-    assert {c["block_size"] for c in CASES_027.values() if c["model"] == "jamba-1.5-mini"
-            and c["prefix_caching"]} == {2048}
+    jamba = {c["block_size"] for c in cases if c["model"] == "jamba-1.5-mini" and c["prefix_caching"]}
+    assert jamba == {2048}
 
 
-@pytest.mark.parametrize("key", sorted(CASES_027))
-def test_v027_mamba_hybrid_pool_and_check_match_vllm(key: str) -> None:
-    """The "all" mode (a state page per block of a chunk-aligned block) as vLLM 0.27.0 runs it."""
-    case = CASES_027[key]
-    query = FitQuery(engine="vllm@0.27", tokens=case["max_model_len"], tp=case["tp"],
+@pytest.mark.parametrize("key", sorted(OLDER_CASES))
+def test_older_release_mamba_hybrid_pool_and_check_match_vllm(key: str) -> None:
+    """The "all" mode (a state page per block of a chunk-aligned block), the logged tokens (0.20.0:
+    ``num_blocks // groups × block``) and the raise, as vLLM 0.20.0 / 0.27.0 run them."""
+    version, case = OLDER_CASES[key]
+    record, _ = Vllm.release_for_version(version)
+    query = FitQuery(engine=f"vllm@{record.key}", tokens=case["max_model_len"], tp=case["tp"],
                      kv_cache_memory_bytes=case["available_memory"],
                      max_num_batched_tokens=case["max_num_batched_tokens"],
                      async_scheduling=case["async_scheduling"], max_num_seqs=case["max_num_seqs"],

@@ -3,7 +3,8 @@
 (dev-time only; ``tests/test_vllm_mamba_hybrids.py`` compares kvplan's ``vllm@0.27``).
 
 A venv like ``README.md``'s with ``vllm==0.27.0`` instead of 0.33.0 (same CPU torch 2.13 wheel);
-``python tools/vllm_truth/mamba_hybrids_v027.py``.
+``python tools/vllm_truth/mamba_hybrids_v027.py``. The same script runs on 0.20.0 (the first release
+that raises; "all" / "align" as 0.27) and writes ``mamba_hybrids_v020.json``.
 
 Called as is (vLLM 0.27.0): the architecture hook and ``HybridAttentionMambaModelConfig`` →
 ``MambaModelConfig.verify_and_update_config`` (cache mode: "all" for ``supports_mamba_prefix_caching``,
@@ -36,13 +37,17 @@ from vllm.model_executor.models import ModelRegistry
 from vllm.model_executor.models.config import MODELS_CONFIG_MAP, HybridAttentionMambaModelConfig
 from vllm.platforms.interface import Platform
 from vllm.v1.attention.backend import AttentionCGSupport
+from vllm.v1.attention.backends import flash_attn
 from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
 from vllm.v1.attention.backends.registry import MambaAttentionBackendEnum
-from vllm.v1.core.kv_cache_utils import get_kv_cache_capacity, get_kv_cache_configs
+from vllm.v1.core import kv_cache_utils
+from vllm.v1.core.kv_cache_utils import get_kv_cache_configs
 from vllm.v1.kv_cache_interface import FullAttentionSpec, MambaSpec
 
 ROOT = Path(__file__).resolve().parents[2]
-OUT = ROOT / "tests/fixtures/vllm_truth/mamba_hybrids_v027.json"
+#: One fixture per release run (``mamba_hybrids_v027.json`` for 0.27.0, ``…_v020.json`` for 0.20.0).
+_MAJOR, _MINOR = (int(x) for x in vllm.__version__.split(".")[:2])
+OUT = ROOT / f"tests/fixtures/vllm_truth/mamba_hybrids_v{_MAJOR}{_MINOR:02d}.json"
 GIB = 1 << 30
 MODELS = {
     "nemotron-3-nano-30b-a3b": ("presets/models/nvidia--NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.json",
@@ -57,6 +62,9 @@ MAMBA_TYPE = {"NemotronHForCausalLM": MambaAttentionBackendEnum.MAMBA2,
               "JambaForCausalLM": MambaAttentionBackendEnum.MAMBA1}
 MEMORY = (4 * GIB, 20 * GIB)
 MNBT = 8192
+#: ``use_v2_model_runner`` is a parameter of ``resolve_cudagraph_mode_and_sizes`` from v0.21.
+RUNNER_KW = ({"use_v2_model_runner": True} if "use_v2_model_runner" in
+             CompilationConfig.resolve_cudagraph_mode_and_sizes.__code__.co_varnames else {})
 
 
 def layer_caches(config: dict) -> list[tuple[str, str]]:
@@ -93,7 +101,7 @@ def namespace(config: dict, hf_config, tp: int, pc: bool, max_len: int) -> Simpl
     return SimpleNamespace(
         model_config=model, cache_config=cache,
         parallel_config=SimpleNamespace(tensor_parallel_size=tp, pipeline_parallel_size=1,
-                                        decode_context_parallel_size=1),
+                                        decode_context_parallel_size=1, prefill_context_parallel_size=1),
         scheduler_config=SimpleNamespace(enable_chunked_prefill=True, max_num_batched_tokens=MNBT,
                                          async_scheduling=True, disable_hybrid_kv_cache_manager=False,
                                          max_num_encoder_input_tokens=0),
@@ -121,6 +129,17 @@ def layer_specs(config: dict, vcfg: SimpleNamespace, cls: type) -> dict:
     return specs
 
 
+def capacity(vcfg: SimpleNamespace, kv) -> tuple[int, float]:
+    """``get_kv_cache_capacity`` (v0.21+); in 0.20.0 ``_report_kv_cache_config`` logs
+    ``num_blocks // len(groups) × min block size`` tokens (restated: it only logs) beside the real
+    ``get_max_concurrency_for_kv_cache_config``."""
+    if hasattr(kv_cache_utils, "get_kv_cache_capacity"):
+        return kv_cache_utils.get_kv_cache_capacity(vcfg, kv)
+    block = min(g.kv_cache_spec.block_size for g in kv.kv_cache_groups)
+    tokens = kv.num_blocks // len(kv.kv_cache_groups) * block
+    return tokens, kv_cache_utils.get_max_concurrency_for_kv_cache_config(vcfg, kv)
+
+
 def main() -> None:
     logging.disable(logging.WARNING)
     vllm_config_module.set_current_vllm_config = lambda *_a, **_k: contextlib.nullcontext()
@@ -136,6 +155,8 @@ def main() -> None:
         for tp in tps:
             for pc in (True, False):
                 vcfg = namespace(config, hf_config, tp, pc, max_len)
+                # 0.20.0 FlashAttentionBackend.get_supported_kernel_block_sizes reads the current config
+                flash_attn.get_current_vllm_config = lambda v=vcfg: v
                 hook = MODELS_CONFIG_MAP.get(arch)
                 if hook is not None and hook is not HybridAttentionMambaModelConfig:
                     hook.verify_and_update_config(vcfg)
@@ -145,14 +166,14 @@ def main() -> None:
                 specs = layer_specs(config, vcfg, cls)
                 for mem in MEMORY:
                     kv = get_kv_cache_configs(vcfg, [specs], [mem])[0]
-                    tokens, conc = get_kv_cache_capacity(vcfg, kv)
+                    tokens, conc = capacity(vcfg, kv)
                     blocks = kv.num_blocks
                     for seqs in sorted({256, 1024, blocks, blocks + 1}):
                         compilation = CompilationConfig(cudagraph_mode=CUDAGraphMode.FULL_AND_PIECEWISE)
                         try:
                             compilation.resolve_cudagraph_mode_and_sizes(
                                 AttentionCGSupport.UNIFORM_BATCH, "FlashAttentionBackend", 1,
-                                use_v2_model_runner=True, kv_cache_config=kv, max_num_reqs=seqs)
+                                kv_cache_config=kv, max_num_reqs=seqs, **RUNNER_KW)
                             starts, error = True, ""
                         except ValueError as exc:
                             starts, error = False, str(exc)
