@@ -87,29 +87,34 @@ def test_falcon_h1_refused_by_name(tp: int) -> None:
 
 #: The same grid on older releases' own code (``tools/vllm_truth/mamba_hybrids_v027.py``).
 OLDER = {name: json.loads((ROOT / f"tests/fixtures/vllm_truth/mamba_hybrids_{name}.json").read_text(
-    encoding="utf-8")) for name in ("v020", "v027")}
+    encoding="utf-8")) for name in ("v020", "v027", "v029")}
 OLDER_CASES = {f"{name}|{c['id']}": (truth["vllm_version"], c) for name, truth in OLDER.items()
                for c in truth["cases"]}
+
+
+#: vLLM version, checks, and the Mamba cache mode prefix caching gives these models.
+OLDER_SCOPE = {"v020": ("0.20.0", 95, "all"), "v027": ("0.27.0", 95, "all"), "v029": ("0.29.0", 96, "align")}
 
 
 @pytest.mark.parametrize("name", sorted(OLDER))
 def test_older_fixture_scope(name: str) -> None:
     """vLLM 0.20.0 and 0.27.0: "all" for the ``SupportsMambaPrefixCaching`` models with prefix
-    caching, "none" without; refusals and starts."""
+    caching; 0.29.0: "align" (``MambaModelConfig`` from 0.28.0); "none" without; refusals and starts."""
     truth = OLDER[name]
     cases = truth["cases"]
-    assert truth["vllm_version"] == {"v020": "0.20.0", "v027": "0.27.0"}[name] and len(cases) == 95
-    assert {(c["prefix_caching"], c["mamba_cache_mode"]) for c in cases} == {(True, "all"), (False, "none")}
+    version, count, mode = OLDER_SCOPE[name]
+    assert (truth["vllm_version"], len(cases)) == (version, count)
+    assert {(c["prefix_caching"], c["mamba_cache_mode"]) for c in cases} == {(True, mode), (False, "none")}
     assert {c["starts"] for c in cases} == {True, False}
     # Jamba (Mamba-1, no chunk size): "all" aligns the block to get_mamba_chunk_size's 2,048
     jamba = {c["block_size"] for c in cases if c["model"] == "jamba-1.5-mini" and c["prefix_caching"]}
-    assert jamba == {2048}
+    assert jamba == ({2048} if mode == "all" else {80})
 
 
 @pytest.mark.parametrize("key", sorted(OLDER_CASES))
 def test_older_release_mamba_hybrid_pool_and_check_match_vllm(key: str) -> None:
     """The "all" mode (a state page per block of a chunk-aligned block), the logged tokens (0.20.0:
-    ``num_blocks // groups × block``) and the raise, as vLLM 0.20.0 / 0.27.0 run them."""
+    ``num_blocks // groups × block``) and the raise, as vLLM 0.20.0 / 0.27.0 / 0.29.0 run them."""
     version, case = OLDER_CASES[key]
     record, _ = Vllm.release_for_version(version)
     query = FitQuery(engine=f"vllm@{record.key}", tokens=case["max_model_len"], tp=case["tp"],

@@ -4,7 +4,8 @@
 
 A venv like ``README.md``'s with ``vllm==0.27.0`` instead of 0.33.0 (same CPU torch 2.13 wheel);
 ``python tools/vllm_truth/mamba_hybrids_v027.py``. The same script runs on 0.20.0 (the first release
-that raises; "all" / "align" as 0.27) and writes ``mamba_hybrids_v020.json``.
+that raises; "all" / "align" as 0.27) and writes ``mamba_hybrids_v020.json``, and on 0.29.0 ("align"
+for every hybrid from 0.28) → ``mamba_hybrids_v029.json``.
 
 Called as is (vLLM 0.27.0): the architecture hook and ``HybridAttentionMambaModelConfig`` →
 ``MambaModelConfig.verify_and_update_config`` (cache mode: "all" for ``supports_mamba_prefix_caching``,
@@ -97,6 +98,7 @@ def namespace(config: dict, hf_config, tp: int, pc: bool, max_len: int) -> Simpl
         mamba_cache_mode="none", mamba_block_size=None, mamba_page_size_padded=None,
         mamba_cache_dtype="auto", mamba_ssm_cache_dtype="auto", num_gpu_blocks_override=None,
         calculate_kv_scales=False, use_replayssm=False, user_specified_mamba_block_size=False,
+        prefix_cache_retention_interval=None, kv_cache_size_tokens=None, kv_cache_max_concurrency=None,
         kv_cache_dtype_skip_layers=[])
     return SimpleNamespace(
         model_config=model, cache_config=cache,
@@ -127,6 +129,31 @@ def layer_specs(config: dict, vcfg: SimpleNamespace, cls: type) -> dict:
                                             num_kv_heads=model.get_num_kv_heads(None),
                                             head_size=model.get_head_size(), dtype=torch.bfloat16)
     return specs
+
+
+def resolve_layout(vcfg: SimpleNamespace, specs: dict) -> None:
+    """v0.28+: the engine core's ``resolve_kv_cache_layout`` over the FlashAttention backend's
+    layouts (``get_supported_kv_cache_layouts``), read back by ``get_resolved_kv_cache_layout``."""
+    try:
+        from vllm.v1.attention.backends.utils import get_supported_kv_cache_layouts, resolve_kv_cache_layout
+    except ImportError:
+        return
+    from vllm.v1.kv_cache_layout import KVCacheLayout
+
+    vcfg.cache_config.kv_cache_layout = None
+    layouts = [[x.name for x in get_supported_kv_cache_layouts([FlashAttentionBackend])]]
+    layout = resolve_kv_cache_layout(vcfg, layouts, specs.values())
+    vcfg.cache_config.get_resolved_kv_cache_layout = lambda: KVCacheLayout[layout.name]
+
+
+def backing_bytes(kv) -> int:
+    """The KV memory allocated: up to 0.27 one ``KVCacheTensor`` per layer slot of a group
+    (``shared_by`` its layers), each its own allocation — their sum; from 0.28 tensors place layers
+    in one backing allocation and overlap ("cache groups overlay each other") — its end."""
+    tensors = kv.kv_cache_tensors
+    if all(hasattr(t, "shared_by") for t in tensors):
+        return sum(t.size for t in tensors)
+    return max(t.offset + t.size for t in tensors)
 
 
 def capacity(vcfg: SimpleNamespace, kv) -> tuple[int, float]:
@@ -164,6 +191,7 @@ def main() -> None:
                 Platform._align_hybrid_block_size(vcfg, FlashAttentionBackend)
                 cache = vcfg.cache_config
                 specs = layer_specs(config, vcfg, cls)
+                resolve_layout(vcfg, specs)
                 for mem in MEMORY:
                     kv = get_kv_cache_configs(vcfg, [specs], [mem])[0]
                     tokens, conc = capacity(vcfg, kv)
@@ -183,8 +211,7 @@ def main() -> None:
                             "available_memory": mem, "max_num_batched_tokens": MNBT, "async_scheduling": True,
                             "mamba_cache_mode": cache.mamba_cache_mode, "block_size": cache.block_size,
                             "mamba_block_size": cache.mamba_block_size, "num_blocks": blocks,
-                            # one tensor per layer slot of a group in 0.27 (one per group in 0.33)
-                            "bytes_per_block": sum(t.size for t in kv.kv_cache_tensors) // blocks,
+                            "bytes_per_block": backing_bytes(kv) // blocks,
                             "kv_cache_size_tokens": tokens, "max_concurrency": conc, "max_num_seqs": seqs,
                             "starts": starts, "error": error})
                     print(model, tp, pc, mem, cache.mamba_cache_mode, cache.block_size, blocks, tokens,
