@@ -160,7 +160,7 @@ MESSAGES: dict[str, str] = {
                    "(vllm/config/speculative.py, ngram)",
     "spec.mamba_all": "--speculative-config with {model}: its Mamba states are cached per block "
                        "(mamba_cache_mode 'all', prefix caching on), where kvplan does not model the "
-                       "draft tokens' state pages; turn prefix caching off (--no-prefix-caching)",
+                       "draft tokens' state pages; turn prefix caching off (--prefix-caching off)",
     "spec.pp": "--speculative-config: kvplan places the drafter ({method}) with pipeline parallel "
                "size 1 only; pp {pp} is not modelled",
     "sgl_spec.unknown": "--speculative-algorithm '{algorithm}': {release} has no such algorithm "

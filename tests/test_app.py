@@ -392,7 +392,7 @@ def test_lazy_boxes_send_no_widget_while_closed_and_keep_their_values():
     rendered = {w.key for kind in ("number_input", "toggle", "selectbox", "text_input")
                 for w in at.get(kind)}
     assert knobs <= rendered
-    assert at.number_input(key="w_gu").value == 0.8 and at.toggle(key="w_pc").value is False
+    assert at.number_input(key="w_gu").value == 0.8 and at.selectbox(key="w_pc").value == "off"
     at.number_input(key="w_bs").set_value(64).run()
     at.number_input(key="w_o").set_value(99).run()
     for key in ("w_engine_box", "w_serving_box"):
@@ -765,3 +765,20 @@ def test_offload_tab_inputs_live_in_the_link():
     other = make_app(m="llama-3.1-8b", e="sglang", vw="offload", sv="of_backend:native")
     no_errors(other)
     assert other.session_state["sv_of_backend"] == "hicache"
+
+
+def test_the_answer_names_the_request_cap_state_blocks_and_the_refusal() -> None:
+    """Issue #28: the dashboard says, under the answer, the max_num_seqs cap and its source, the
+    recurrent-state blocks and whether vLLM starts — here Qwen3.5-27B at 132,000 tokens on an
+    H100-SXM (v0.33, memory fraction 0.92): 417 state blocks < the default 1,024, with vLLM's own
+    refusal text."""
+    at = make_app(m="Qwen/Qwen3.5-27B", g="h100-sxm", t="132000", u="1", ev="0.33")
+    plan = scenario_plan(Scenario(model="Qwen/Qwen3.5-27B", gpu="h100-sxm", tokens=132000, users=1,
+                                  engine_version="0.33"))
+    result = fit(plan)
+    assert (result.state_blocks, result.max_num_seqs, result.starts) == (417, 1024, False)
+    captions = [unmd(c.value) for c in at.caption if "Request cap" in c.value]
+    assert len(captions) == 1
+    assert captions[0].startswith("Request cap: max_num_seqs 1,024 (")
+    assert " · 417 recurrent-state blocks · " in captions[0]
+    assert "max_num_seqs (1024) exceeds available Mamba cache blocks (417)" in captions[0]

@@ -389,28 +389,37 @@ NEMOTRON_H_TINY = {
 }
 
 
-def test_vllm_mamba2_all_mode_block_and_state_pages():
+def test_vllm_mamba2_cache_modes_block_and_state_pages():
     """NemotronH-style hybrid (``hybrid_override_pattern`` M = Mamba-2, * = attention, - = MLP).
 
     MambaStateShapeCalculator: conv (d_inner + 2·groups·state) × (kernel − 1) = 3,072 × 3 × 2 B =
     18,432; SSM 16 heads × 64 × 128 × 4 B = 524,288 (float32: ``models/config.py``
     ``NemotronHForCausalLMConfig`` default for a config without ``mamba_ssm_cache_dtype``, v0.20+;
-    tests/test_vllm_state_pages.py) → 542,720 B per layer. Prefix caching on and a Mamba-2 model →
-    mamba_cache_mode "all": the attention block is a multiple of lcm(chunk 256, 16) = 256 covering
-    cdiv(542,720, 1,024 B per token) = 530 tokens → 768 tokens; page 768 × 1,024 = 786,432 B (the
-    Mamba page is padded to it). "all" reserves cdiv(L, 768) state pages: at L = 1,000, 2 per Mamba
-    layer (platforms/interface.py, kv_cache_interface.py). A bf16 SSM (vLLM ≤ 0.11.0, no hook)
-    gives 280,576 B → 512-token blocks.
+    tests/test_vllm_state_pages.py) → 542,720 B per layer, 1,024 B per attention token.
+
+    * v0.33 (``VllmRelease.mamba_prefix`` "align", ``MambaModelConfig``; no "all" mode): block
+      16 · cdiv(542,720, 16 · 1,024) = 544 tokens, page 557,056 B, 2 state pages per request.
+    * v0.27 ("all" for ``SupportsMambaPrefixCaching`` models with prefix caching on): a multiple of
+      lcm(chunk 256, 16) covering cdiv(542,720, 1,024) = 530 tokens → 768; page 786,432 B;
+      cdiv(L, 768) state pages: at L = 1,000, 2 per Mamba layer (v0.27 ``models/config.py``).
+    * v0.11 (prefix caching turned off for hybrids → "none"; no SSM dtype hook: bf16, 280,576 B):
+      16 · cdiv(280,576, 16,384) = 288 tokens, page 294,912 B, one state page.
     """
     arch = parse_config(NEMOTRON_H_TINY)
     assert arch.kind_counts() == {"recurrent": 4, "none": 2, "full": 2}
-    result = kv_cache(kv_plan(arch, 1000, engine="vllm"))
-    assert result.block_size == 768
-    assert result.layers["recurrent"].bytes == 4 * 786_432
-    assert result.layers["recurrent"].reserved_bytes == 4 * 2 * 786_432
-    assert result.layers["full"].bytes == 2 * 2 * 768 * 1024
+    result = kv_cache(kv_plan(arch, 1000, engine="vllm@0.33"))
+    assert result.block_size == 544
+    assert result.layers["recurrent"].bytes == 4 * 557_056
+    assert result.layers["recurrent"].reserved_bytes == 4 * 2 * 557_056
+    assert result.layers["full"].bytes == 2 * 2 * 544 * 1024
+    all_mode = kv_cache(kv_plan(arch, 1000, engine="vllm@0.27"))
+    assert all_mode.block_size == 768
+    assert all_mode.layers["recurrent"].bytes == 4 * 786_432
+    assert all_mode.layers["recurrent"].reserved_bytes == 4 * 2 * 786_432
+    assert all_mode.layers["full"].bytes == 2 * 2 * 768 * 1024
     old = kv_cache(kv_plan(arch, 1000, engine="vllm@0.11"))
-    assert (old.block_size, old.layers["recurrent"].bytes) == (512, 4 * 524_288)
+    assert (old.block_size, old.layers["recurrent"].bytes) == (288, 4 * 294_912)
+    assert old.layers["recurrent"].reserved_bytes == 4 * 294_912
     fp32 = parse_config({**NEMOTRON_H_TINY, "mamba_ssm_cache_dtype": "float32"})
     view = engine_view(fp32, "sglang")
     state = next(r for r in view.rules if r.kind == "recurrent")

@@ -71,19 +71,22 @@ def test_state_formula_with_an_explicit_ssm_dtype(key: str) -> None:
 
 
 @pytest.mark.parametrize(("release", "page"), [
-    # 0.33 hook default float32: state 2,134,016 B → block 17 × 128 = 2,176 tokens × 1,024 B
-    ("vllm@0.33", 2_228_224),
-    # 0.13–0.19.1 hook default float16: state 1,085,440 B → 9 × 128 = 1,152 tokens × 1,024 B
+    # 0.33 hook default float32: state 2,134,016 B; prefix caching → mamba cache mode "align":
+    # block 16 · cdiv(2,134,016, 16 · 1,024) = 2,096 tokens × 1,024 B
+    ("vllm@0.33", 2_146_304),
+    # 0.13–0.19.1 hook default float16: state 1,085,440 B; "all" (SupportsMambaPrefixCaching):
+    # block 9 × lcm(16, chunk 128) = 1,152 tokens × 1,024 B
     ("vllm@0.19", 1_179_648),
-    # 0.11.0: no hook, the model dtype (bf16, the same bytes as float16)
-    ("vllm@0.11", 1_179_648),
+    # 0.11.0: no hook, the model dtype (bf16, the same bytes as float16); prefix caching turned off
+    # for hybrids ("none"): block 16 · cdiv(1,085,440, 16,384) = 1,072 tokens × 1,024 B
+    ("vllm@0.11", 1_097_728),
 ])
 def test_nemotron_without_ssm_key_per_release(release: str, page: int) -> None:
     """A Nemotron-H config.json without ``mamba_ssm_cache_dtype``: the padded state page of the view
-    (Mamba-2 with prefix caching: mamba cache mode "all", block a multiple of lcm(16, chunk 128)
-    covering the state at 2 KV heads × 128 × 2 × 2 B = 1,024 B per token)."""
+    (prefix caching on; the release's Mamba cache mode, ``VllmRelease.mamba_prefix``; 2 KV heads ×
+    128 × 2 × 2 B = 1,024 B per attention token)."""
     arch = parse_config(_config("nemotron-3-nano-30b-a3b|no-ssm-key"))
-    view = engine_view(arch, release, "auto", EngineSettings(tp=1))
+    view = engine_view(arch, release, "auto", EngineSettings(tp=1, enable_prefix_caching=True))
     rule = next(r for r in view.rules if r.kind.holds_state)
     assert rule.state_bytes == page  # type: ignore[attr-defined]
 

@@ -151,8 +151,9 @@ HYBRID_MANAGER = Setting(
     "hybrid_manager", "hm", "--hybrid-manager", "tristate", "Hybrid KV-cache manager",
     "auto = the engine default; off sizes windowed layers as full attention.")
 PREFIX_CACHING = Setting(
-    "enable_prefix_caching", "pc", "--prefix-caching", "bool", "Prefix caching",
-    "Mamba hybrids: prefix caching decides how many state pages a request reserves.")
+    "enable_prefix_caching", "pc", "--prefix-caching", "tristate", "Prefix caching",
+    "auto = the engine default (vLLM: on; Mamba hybrids off before v0.26). Mamba hybrids: prefix "
+    "caching decides the state pages a request reserves and the attention block.")
 MAX_CACHE_LEN = Setting("max_cache_len", "mc", "--max-cache-len", "int", "max_cache_len (tokens)",
                         "StaticCache pre-allocation; empty = the context length.",
                         low=1, high=1_000_000_000)
@@ -288,7 +289,7 @@ class EngineSettings(BaseModel):
     flashinfer_sampler: bool | None = _setting(None, FLASHINFER_SAMPLER)
     async_scheduling: bool = _setting(True, ASYNC_SCHEDULING)
     hybrid_manager: bool | None = _setting(None, HYBRID_MANAGER)
-    enable_prefix_caching: bool = _setting(True, PREFIX_CACHING)
+    enable_prefix_caching: bool | None = _setting(None, PREFIX_CACHING)
     max_cache_len: int | None = _setting(None, MAX_CACHE_LEN)
     swa_eviction_interval: int = _setting(128, SWA_EVICTION_INTERVAL)
     max_tokens: int | None = _setting(None, MAX_TOKENS_SETTING)

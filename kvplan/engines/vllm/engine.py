@@ -25,7 +25,7 @@ Groups:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -78,8 +78,14 @@ if TYPE_CHECKING:
 #: / ``NemotronHNanoVLV2Config`` (the SSM cache dtype hook).
 NEMOTRON_H_ARCHITECTURES = frozenset({"NemotronHForCausalLM", "NemotronHPuzzleForCausalLM",
                                       "NemotronH_Nano_VL_V2"})
-#: vLLM ``SupportsMambaPrefixCaching`` families: mamba cache mode "all" instead of "align".
-VLLM_MAMBA_ALL_MODE_VARIANTS = frozenset({"mamba2"})
+#: Architectures whose vLLM model class implements ``SupportsMambaPrefixCaching`` (v0.13–v0.32
+#: ``models/falcon_h1.py``, ``granitemoehybrid.py``, ``jamba.py``, ``mamba.py``, ``mamba2.py``,
+#: ``nemotron_h.py``, ``zamba2.py``): Mamba cache mode "all" where the release has it.
+VLLM_MAMBA_PREFIX_ARCHITECTURES = frozenset({
+    "FalconH1ForCausalLM", "GraniteMoeHybridForCausalLM", "JambaForCausalLM", "MambaForCausalLM",
+    "Mamba2ForCausalLM", "NemotronHForCausalLM", "Zamba2ForCausalLM"})
+#: ``ModelConfig.get_mamba_chunk_size`` without ``mamba_chunk_size`` / ``chunk_size`` (Mamba-1).
+VLLM_DEFAULT_MAMBA_CHUNK = 2048
 VLLM_DEFAULT_GPU_UTIL = 0.92  # vllm/config/cache.py (0.9 before v0.20.0)
 
 
@@ -152,7 +158,7 @@ VLLM_V1_SETTING_LABELS: dict[str, tuple[str, str]] = {
     "flashinfer_sampler": ("FlashInfer sampler (VLLM_USE_FLASHINFER_SAMPLER)", "auto"),
     "async_scheduling": ("Async scheduling (≥ 0.26)", "on"),
     "hybrid_manager": ("Hybrid KV-cache manager", "auto"),
-    "enable_prefix_caching": ("Prefix caching", "on"),
+    "enable_prefix_caching": ("Prefix caching", "auto"),
     "ep": ("Expert parallel size (--enable-expert-parallel: tp)", "1"),
     "dp": ("--data-parallel-size (with --enable-expert-parallel)", "1"),
     "mtp": ("Load MTP layers (speculative decoding)", "off"),
@@ -581,10 +587,18 @@ class Vllm(Engine):
                    settings: EngineSettings, counts: dict[LayerSpec, int],
                    mla_block_size: int | None) -> EngineView:
         """The generic loop, on the SSM state dtype vLLM's config hook gives NemotronH
-        (``nemotron_ssm_dtype``)."""
-        if arch.architecture in NEMOTRON_H_ARCHITECTURES:
-            counts = {self.nemotron_ssm_dtype(layer): n for layer, n in counts.items()}
-        return super().build_view(arch, dtype, model_dtype, settings, counts, mla_block_size)
+        (``nemotron_ssm_dtype``). Each rule keeps the model's own layer as its ``spec``: the pool
+        finds a rule's layers by that spec (``pool._layer_ids``), so a state in another dtype
+        still names the model's Mamba layers."""
+        if arch.architecture not in NEMOTRON_H_ARCHITECTURES:
+            return super().build_view(arch, dtype, model_dtype, settings, counts, mla_block_size)
+        own = {self.nemotron_ssm_dtype(layer): layer for layer in counts}
+        view = super().build_view(arch, dtype, model_dtype, settings,
+                                  {resolved: counts[layer] for resolved, layer in own.items()},
+                                  mla_block_size)
+        rules = tuple(rule if rule.spec is None or own.get(rule.spec) in (None, rule.spec)
+                      else replace(rule, spec=own[rule.spec]) for rule in view.rules)
+        return replace(view, rules=rules)
 
     def nemotron_ssm_dtype(self, layer: LayerSpec) -> LayerSpec:
         """``model_executor/models/config.py`` ``NemotronHForCausalLMConfig.update_mamba_ssm_cache_dtype``:
@@ -648,16 +662,16 @@ class Vllm(Engine):
         state_pages = 1
         if recurrent and attn_1tok:
             state = max(self.state_bytes(r, model_dtype, tp) for r in recurrent)
-            all_mode = (settings.enable_prefix_caching
-                        and recurrent[0].variant in VLLM_MAMBA_ALL_MODE_VARIANTS)
+            mode = self.mamba_cache_mode(arch, settings)
+            all_mode = mode == "all"
             align = max(block, 16)
-            chunk = (recurrent[0].chunk_size or align) if all_mode else None
+            chunk = (recurrent[0].chunk_size or VLLM_DEFAULT_MAMBA_CHUNK) if all_mode else None
             raised = raised_block(state, max(attn_1tok), align, chunk)
             if raised > block:
                 notes.append(f"attention block raised from {block} to {raised} tokens so one page "
                              f"holds a {state:,} B recurrent state (Platform._align_hybrid_block_size)")
                 block = raised
-            if not settings.enable_prefix_caching:
+            if mode == "none":
                 state_pages = 1  # mamba_cache_mode "none"
             elif all_mode:
                 state_pages = 0  # "all": one state page per block of tokens
@@ -676,6 +690,32 @@ class Vllm(Engine):
                          notes=notes, state_pages=state_pages,
                          state_page_bytes=block * max(attn_1tok) if attn_1tok else None,
                          promote=not hybrid and self.promotes_windows(counts))
+
+    def prefix_caching(self, arch: ModelArch, settings: EngineSettings) -> bool:
+        """``--enable-prefix-caching`` as given, else the release's default (``engine/arg_utils.py``
+        ``_set_default_chunked_prefill_and_prefix_caching_args`` ←
+        ``ModelConfig.is_prefix_caching_supported``): on, except for models with recurrent layers
+        before v0.26.0 (``hybrid_prefix_caching``)."""
+        if settings.enable_prefix_caching is not None:
+            return settings.enable_prefix_caching
+        return self.record.hybrid_prefix_caching or not arch.has_recurrent
+
+    def mamba_cache_mode(self, arch: ModelArch, settings: EngineSettings) -> str:
+        """The Mamba cache mode this release gives a hybrid (``VllmRelease.mamba_prefix``;
+        ``models/config.py`` ``MambaModelConfig.verify_and_update_config``): "none" without prefix
+        caching (or where the release turns it off), else "all" (a state page per block) for
+        ``SupportsMambaPrefixCaching`` models where the release defaults to it, "align" (two pages)
+        otherwise."""
+        rule = self.record.mamba_prefix
+        supported = arch.architecture in VLLM_MAMBA_PREFIX_ARCHITECTURES
+        if (not self.prefix_caching(arch, settings) or rule == "off"
+                or (rule == "per_block" and not supported)):
+            return "none"
+        if rule == "align" or not supported:
+            return "align"
+        if self.record.mamba_spec_align and self.speculative(arch, settings) is not None:
+            return "align"  # v0.20.0+: prefix caching with speculative decoding → "align"
+        return "all"
 
     def spec_params(self, kind: Kind, layer: LayerSpec,
                     shape: ViewShape) -> tuple[Kind, dict[str, Any]]:

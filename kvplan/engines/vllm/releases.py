@@ -24,6 +24,7 @@ LayerSpecs = Literal["all", "chunked_as_full", "full_or_mla"]
 BatchDefaults = Literal["tiers", "v0.8", "v0"]
 #: What the release does when ``max_num_seqs`` exceeds the Mamba state blocks
 #: (``kvplan.engines.vllm.startup``).
+MambaPrefix = Literal["off", "per_block", "all_or_align", "align"]
 StateBlockCheck = Literal["raise", "cap", "assert", "none"]
 #: What the release does with memory other processes already hold when it starts
 #: (``kvplan.instances``; ``Vllm.beside_others``).
@@ -115,6 +116,23 @@ class VllmRelease(Release):
     #: ``causal_conv1d_update``'s ``assert num_cache_lines >= batch`` (v0.11.0–v0.17, FULL_AND_PIECEWISE
     #: the default, issue #34094); ``none`` — piecewise graphs only by default (v0.8–v0.10, V0).
     state_block_check: StateBlockCheck = "none"
+    #: The Mamba cache mode of a hybrid served with prefix caching on (``models/config.py``
+    #: ``MambaModelConfig.verify_and_update_config``, run by ``HybridAttentionMambaModelConfig``):
+    #: ``off`` — prefix caching turned off for every hybrid (v0.11.0: one state page, mode "none");
+    #: ``per_block`` — kept only for ``SupportsMambaPrefixCaching`` models, a state page per block
+    #: of a chunk-aligned block (``MambaSpec.max_memory_usage_bytes`` = ``cdiv(max_model_len,
+    #: block_size)`` pages), turned off for the others (v0.13.0, v0.14.0); ``all_or_align`` — "all"
+    #: for those models, "align" (two pages) for the others (v0.15.0–v0.27.0; from v0.20.0 "align"
+    #: with speculative decoding); ``align`` — "align" for every hybrid (v0.28.0+; "all" only when
+    #: asked for, removed from ``MambaCacheMode`` in v0.32.0).
+    mamba_prefix: MambaPrefix = "off"
+    #: ... and "align" instead of "all" when speculative decoding is on (v0.20.0+, the same hook).
+    mamba_spec_align: bool = False
+    #: Prefix caching on by default for hybrid (attention + Mamba) models: ``config/model.py``
+    #: ``ModelConfig.is_prefix_caching_supported`` answers False for ``attn_type == "hybrid"`` up to
+    #: v0.25.0 and True from v0.26.0, which ``engine/arg_utils.py``
+    #: ``_set_default_chunked_prefill_and_prefix_caching_args`` takes when the flag is not given.
+    hybrid_prefix_caching: bool = False
     #: Memory held by other processes at start-up: ``own`` — V0 (v0.6.0 ``worker/worker.py``
     #: ``determine_num_available_blocks``: ``peak = init_gpu_memory − free``, this process's use only;
     #: KV ``total × util − peak``; no check of free memory); ``subtract`` — v0.8.0 and v0.9.0
@@ -216,9 +234,12 @@ V0_13 = replace(
             "state: ``models/config.py`` ``NemotronHForCausalLMConfig`` takes config.json's "
             "``mamba_ssm_cache_dtype``, else float16 (read in 0.13.0; absent in 0.11.0). The multimodal "
             "encoder budget counts each item's placeholder tokens as in v0.10.1–v0.11.0; v0.13.0 "
-            "already counts embeddings (PR #30475, as ``vllm@0.17``).",
+            "already counts embeddings (PR #30475, as ``vllm@0.17``). Prefix caching on a Mamba "
+            "hybrid is kept only for ``SupportsMambaPrefixCaching`` models (a state page per "
+            "chunk-aligned block), else turned off (``models/config.py`` ``MambaModelConfig``, read "
+            "in 0.13.0 and 0.14.0; v0.11.0 turns it off for every hybrid).",
     sampler_path="sort", capture_rule="stride16", mxfp4_triton=True, nemotron_h_ssm_default="fp16",
-    mxfp4_source="vLLM v0.14.1/v0.19.0 quantization/mxfp4.py")
+    mxfp4_source="vLLM v0.14.1/v0.19.0 quantization/mxfp4.py", mamba_prefix="per_block")
 V0_17 = replace(
     V0_13, key="0.17", since="0.14.0", name="vLLM v0.14–v0.17",
     changes="requested memory ``ceil(total × util)`` (``v1/worker/utils.py`` ``request_memory``, "
@@ -233,8 +254,12 @@ V0_17 = replace(
             "``--kv-cache-dtype auto`` is ``fp8_e4m3`` for a ModelOpt checkpoint declaring FP8 KV "
             "(``engine/arg_utils.py`` ``create_engine_config`` → ``utils/torch_utils.py`` "
             "``resolve_kv_cache_dtype_string``; absent in v0.13.0). The multimodal encoder budget "
-            "counts embeddings per item (``v1/core/encoder_cache_manager.py``, PR #30475).",
-    ceil_requested=True, hybrid_default="on", kv_quant_auto=("fp8",), mm_item_tokens="embeds")
+            "counts embeddings per item (``v1/core/encoder_cache_manager.py``, PR #30475). Prefix "
+            "caching on a Mamba hybrid: Mamba cache mode \"all\" for ``SupportsMambaPrefixCaching`` "
+            "models, \"align\" for the others (``models/config.py`` ``MambaModelConfig``, read in "
+            "v0.15.0 and v0.17.1; v0.14.0 still keeps v0.13's rule, not modelled apart).",
+    ceil_requested=True, hybrid_default="on", kv_quant_auto=("fp8",), mm_item_tokens="embeds",
+    mamba_prefix="all_or_align")
 V0_19 = replace(
     V0_17, key="0.19", since="0.18.0", name="vLLM v0.18–v0.19",
     changes="hybrid Mamba models with FULL decode CUDA graphs: ``config/compilation.py`` "
@@ -258,7 +283,7 @@ V0_20_0 = replace(
             "NemotronH's SSM state defaults to float32 (``NemotronHForCausalLMConfig."
             "DEFAULT_MAMBA_SSM_CACHE_DTYPE``; float16 up to v0.19.1).",
     kv_quant_auto=("fp8", "nvfp4"), nemotron_h_ssm_default="fp32", default_gpu_util=0.92,
-    graphs_counted=True, state_block_check="raise",
+    graphs_counted=True, state_block_check="raise", mamba_spec_align=True,
     mxfp4_source="vLLM v0.20.0/v0.20.2 fused_moe/oracle/mxfp4.py")
 V0_20 = replace(
     V0_20_0, key="0.20", since="0.20.1", name="vLLM v0.20.1–v0.20.2",
@@ -294,8 +319,11 @@ V0_26 = replace(
     changes="in-flight tokens ``max_in_flight_tokens = max_concurrent_batches × MNBT`` "
             "(``vllm/config/vllm.py``; pp + 1 with async scheduling, else pp). FlashInfer TRT-LLM "
             "still pads the MXFP4 intermediate to 256 (0.26.0 ``fused_moe/oracle/mxfp4.py:635`` "
-            "``mxfp4_round_up_hidden_size_and_intermediate_size``).",
-    in_flight="async", mxfp4_source="vLLM v0.26.0 fused_moe/oracle/mxfp4.py")
+            "``mxfp4_round_up_hidden_size_and_intermediate_size``). Prefix caching on by default for "
+            "Mamba hybrids (``config/model.py`` ``is_prefix_caching_supported``: \"Generative hybrid "
+            "models support prefix caching\"; off up to v0.25.0).",
+    in_flight="async", mxfp4_source="vLLM v0.26.0 fused_moe/oracle/mxfp4.py", hybrid_prefix_caching=True)
+
 V0_27 = replace(
     V0_26, key="0.27", since="0.27.0", name="vLLM v0.27",
     changes="FlashInfer TRT-LLM pads the MXFP4 intermediate to 128 (``fused_moe/oracle/mxfp4.py`` "
@@ -311,8 +339,11 @@ V0_29 = replace(
             "``_set_cudagraph_sizes`` captures up to 1,024 on data-centre Blackwell (from 0.28.0 "
             "``config/vllm.py:1878``). ``config/model.py`` ``_get_and_verify_max_len`` still scales a "
             "YaRN set: ``rope_type not in (\"su\", \"longrope\", \"llama3\")`` → "
-            "``original_max_position_embeddings × factor`` (0.29.0 ``:2384``).",
-    huge_batch_tier=True, blackwell_capture_cap=True)
+            "``original_max_position_embeddings × factor`` (0.29.0 ``:2384``). Prefix caching on a "
+            "Mamba hybrid: Mamba cache mode \"align\" for every model (``models/config.py`` "
+            "``MambaModelConfig``, 0.28.0 ``:604``; \"all\" only when asked for, gone from "
+            "``config/cache.py`` ``MambaCacheMode`` in 0.32.0).",
+    huge_batch_tier=True, blackwell_capture_cap=True, mamba_prefix="align")
 V0_32 = replace(
     V0_29, key="0.32", since="0.30.0", name="vLLM v0.30–v0.32",
     changes="the YaRN family joins the unscaled RoPE types of ``_get_and_verify_max_len`` (0.30.0 "
