@@ -65,3 +65,9 @@ def test_typed_arrays_and_log_values_off_the_axis() -> None:
     figure["data"][0]["x"] = {"dtype": "i4", "bdata": packed}
     svg = figure_svg(figure)
     assert svg is not None and svg.count("<polyline") == 1 and "#d62728" not in svg
+    figure["data"][0]["y"] = np.array([1.0, 2.0, 3.0])  # to_dict() keeps some arrays as numpy
+    assert figure_svg(figure) == svg
+    figure["data"][0]["y"] = np.array([1.0, 2.0, 3.0], dtype=object)
+    assert figure_svg(figure) == svg
+    figure["data"][0]["y"] = np.array(["a", "b", "c"])
+    assert figure_svg(figure) is None

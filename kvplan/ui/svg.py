@@ -41,12 +41,17 @@ def escape(text: str) -> str:
 
 
 def _values(data: Any) -> np.ndarray | None:
-    """A trace's x or y as floats: a list, or plotly's typed array ``{"dtype", "bdata"}``."""
+    """A trace's x or y as floats: a list, a numpy array or plotly's typed array
+    ``{"dtype", "bdata"}``."""
     if isinstance(data, dict):
         kind = _DTYPES.get(str(data.get("dtype")))
         if kind is None or "shape" in data:
             return None
         return np.frombuffer(base64.b64decode(data["bdata"]), dtype=kind).astype(float)
+    if isinstance(data, np.ndarray) and data.ndim == 1 and data.dtype.kind in "iuf":
+        return data.astype(float)
+    if isinstance(data, np.ndarray) and data.ndim == 1 and data.dtype.kind == "O":
+        data = data.tolist()  # plotly keeps an object array of Python floats as it is
     if isinstance(data, list | tuple) and all(isinstance(v, int | float) for v in data):
         return np.asarray(data, dtype=float)
     return None
