@@ -344,10 +344,11 @@ def bench_browser(reps: int) -> None:
            baseline_name="minimal app",
            note="idle, then no skeleton left (each element type's renderer chunk loaded; "
                 "informational)")
-    record("browser: first render to the chart drawn, app.py", charts, baseline=base_first,
+    record("browser: first byte to the chart drawn, app.py", charts, baseline=base_first,
            baseline_name="minimal app", target="≤ 1.5 s", ok=med(charts) <= 1.5,
-           note="from the first byte (goto … wait_until=commit) to the first chart's SVG; cold "
-                "server; the minimal app has no chart")
+           note="from the page's first byte (navigation responseStart) to the first chart drawn "
+                "(its static image, or a Plotly chart's SVG: bench/browser.py CHART_DRAWN_JS); "
+                "cold server; the minimal app has no chart")
     record("browser: keypress → idle, minimal (baseline)", base_keys,
            note=f"{KEYPRESSES} keypresses per repetition on the select_slider")
     record("browser: Context length keypress → idle", keys, baseline=base_keys,

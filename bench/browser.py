@@ -24,7 +24,15 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
                  "--no-first-run"]
 IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"]'
-CHART_DRAWN = '[data-testid="stPlotlyChart"] .main-svg'
+#: True once the first chart is drawn: a Plotly chart's SVG, or the static SVG image of a view's
+#: first chart (kvplan/ui/chart_slot.py) decoded and laid out.
+CHART_DRAWN_JS = """() => {
+  if (document.querySelector('[data-testid="stPlotlyChart"] .main-svg')) return true;
+  const img = document.querySelector('[class*="st-key-static_chart_"] img');
+  return !!(img && img.complete && img.naturalWidth > 0 && img.getBoundingClientRect().width > 0);
+}"""
+#: Milliseconds from the navigation's start to the first byte of the page (``responseStart``).
+FIRST_BYTE_JS = "() => performance.getEntriesByType('navigation')[0].responseStart"
 #: True once no element waits for its renderer's JS chunk (Streamlit draws a skeleton meanwhile).
 NO_SKELETON_JS = """() => !document.querySelector('[data-testid="stSkeleton"]')"""
 SLIDER_LABEL = "Context length"
@@ -180,8 +188,9 @@ def open_idle(page, url: str) -> float:
 def open_idle_and_chart(page, url: str, chart: bool = True) -> tuple[float, float, float]:
     """Seconds from loading ``url`` to idle (the "Exact:" caption shown and the script state
     ``notRunning``) and, with ``chart``, to every element drawn (no skeleton left: each element
-    type's renderer chunk loaded, checked from idle on) and to the first Plotly chart drawn (its SVG
-    in the page — the browser may still be loading Plotly's renderer when the script is done)."""
+    type's renderer chunk loaded, checked from idle on) and from the page's first byte to the first
+    chart drawn (a Plotly chart's SVG, or a view's static chart image: ``CHART_DRAWN_JS``; the
+    browser may still be loading Plotly's renderer when the script is done)."""
     start = time.perf_counter()
     page.goto(url, timeout=FIRST_RENDER_TIMEOUT, wait_until="commit")
     page.wait_for_function(EXACT_JS, timeout=FIRST_RENDER_TIMEOUT)
@@ -191,8 +200,9 @@ def open_idle_and_chart(page, url: str, chart: bool = True) -> tuple[float, floa
         return idle, idle, idle
     page.wait_for_function(NO_SKELETON_JS, timeout=FIRST_RENDER_TIMEOUT, polling="raf")
     drawn = time.perf_counter() - start
-    page.wait_for_selector(CHART_DRAWN, timeout=FIRST_RENDER_TIMEOUT)
-    return idle, drawn, time.perf_counter() - start
+    page.wait_for_function(CHART_DRAWN_JS, timeout=FIRST_RENDER_TIMEOUT, polling="raf")
+    chart = time.perf_counter() - start
+    return idle, drawn, chart - page.evaluate(FIRST_BYTE_JS) / 1000
 
 
 def keypress_latencies(url: str, presses: int, warmup: int = 2) -> tuple[float, list[float]]:

@@ -14,9 +14,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
-from pydantic import ValidationError
-
-from kvplan.engines import DEFAULT_ENGINE, engine_with_release
 from kvplan.errors import MESSAGES, KVPlanError, clip, short
 
 if TYPE_CHECKING:
@@ -36,17 +33,18 @@ class _Parser(argparse.ArgumentParser):
 
     populate: Callable[[argparse.ArgumentParser], None] | None = None
 
-    def _ready(self) -> None:
+    def declare(self) -> None:
+        """Declare the arguments now (what a parse or help does first)."""
         if self.populate is not None:
             populate, self.populate = self.populate, None
             populate(self)
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
-        self._ready()
+        self.declare()
         return super().parse_known_args(args, namespace)
 
     def format_help(self) -> str:
-        self._ready()
+        self.declare()
         return super().format_help()
 
     def error(self, message: str) -> NoReturn:  # one line, exit 2
@@ -161,49 +159,56 @@ def plural(count: int, noun: str) -> str:
     return f"{count:,} {noun}" + ("" if count == 1 else "s")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from kvplan.engines import DEFAULT_ENGINE, ENGINES, has_release_choice, release_choices
+def _model_args(p: argparse.ArgumentParser) -> None:
+    """The model, length, KV dtype, engine, release and engine-setting arguments."""
+    from kvplan.engines import (
+        DEFAULT_ENGINE,
+        ENGINES,
+        engine_with_release,
+        has_release_choice,
+        release_choices,
+    )
     from kvplan.plan import resolve_engine
     from kvplan.scenario import MAX_CONTEXT_TOKENS
 
-    parser = _Parser(prog="kvplan", description="KV-cache memory planner. Every command uses the "
-                     f"'{DEFAULT_ENGINE}' engine ({ENGINES[DEFAULT_ENGINE]}) unless --engine says otherwise.")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    group = p.add_mutually_exclusive_group(required=True)
+    group.add_argument("--model", help="a preset by Hub repo id (Qwen/Qwen3-8B, case-insensitive) or "
+                                   "short id (see `models`); resolved offline")
+    group.add_argument("--config", help="path to a Hugging Face config.json")
+    group.add_argument("--checkpoint", metavar="DIR",
+                       help="a local checkpoint folder: its config.json and the exact weight "
+                            "bytes of its *.safetensors headers (tensor data is not read)")
+    group.add_argument("--hf-id", metavar="ORG/NAME",
+                       help="a Hugging Face Hub id: config.json and safetensors headers over "
+                            "HTTP range requests (needs huggingface_hub; HF_TOKEN, HF_ENDPOINT)")
+    p.add_argument("--tokens", type=_positive("--tokens", MAX_CONTEXT_TOKENS), required=True,
+                   help="tokens per sequence (vLLM: max_model_len)")
+    p.add_argument("--kv-dtype", default="auto",
+                   help="KV element format; auto = the model's dtype (vLLM's kv_cache_dtype=auto)")
+    p.add_argument("--engine", default=DEFAULT_ENGINE, choices=list(ENGINES),
+                   help=f"serving engine whose storage rules apply (default: {DEFAULT_ENGINE}, "
+                        f"{ENGINES[DEFAULT_ENGINE]})")
+    p.add_argument("--engine-version", default=None, metavar="RELEASE",
+                   help="engine release to model (default: the newest); "
+                        + "; ".join(f"{e}: " + ", ".join(
+                            f"{r} ({resolve_engine(engine_with_release(e, r)).release})"
+                            for r in release_choices(e))
+                            for e in ENGINES if has_release_choice(e)))
+    _add_settings(p)
+    p.add_argument("--json", action="store_true")
 
-    def model_args(p: argparse.ArgumentParser) -> None:
-        group = p.add_mutually_exclusive_group(required=True)
-        group.add_argument("--model", help="a preset by Hub repo id (Qwen/Qwen3-8B, case-insensitive) or "
-                                       "short id (see `models`); resolved offline")
-        group.add_argument("--config", help="path to a Hugging Face config.json")
-        group.add_argument("--checkpoint", metavar="DIR",
-                           help="a local checkpoint folder: its config.json and the exact weight "
-                                "bytes of its *.safetensors headers (tensor data is not read)")
-        group.add_argument("--hf-id", metavar="ORG/NAME",
-                           help="a Hugging Face Hub id: config.json and safetensors headers over "
-                                "HTTP range requests (needs huggingface_hub; HF_TOKEN, HF_ENDPOINT)")
-        p.add_argument("--tokens", type=_positive("--tokens", MAX_CONTEXT_TOKENS), required=True,
-                       help="tokens per sequence (vLLM: max_model_len)")
-        p.add_argument("--kv-dtype", default="auto",
-                       help="KV element format; auto = the model's dtype (vLLM's kv_cache_dtype=auto)")
-        p.add_argument("--engine", default=DEFAULT_ENGINE, choices=list(ENGINES),
-                       help=f"serving engine whose storage rules apply (default: {DEFAULT_ENGINE})")
-        p.add_argument("--engine-version", default=None, metavar="RELEASE",
-                       help="engine release to model (default: the newest); "
-                            + "; ".join(f"{e}: " + ", ".join(
-                                f"{r} ({resolve_engine(engine_with_release(e, r)).release})"
-                                for r in release_choices(e))
-                                for e in ENGINES if has_release_choice(e)))
-        _add_settings(p)
-        p.add_argument("--json", action="store_true")
 
-    kv = sub.add_parser("kv", help="KV-cache bytes for one sequence length and batch")
-    model_args(kv)
+def _kv_args(kv: argparse.ArgumentParser) -> None:
+    """``kv``'s arguments (declared on its first parse or help)."""
+    _model_args(kv)
     kv.add_argument("--batch", type=_positive("--batch", 10_000_000), default=1)
     kv.add_argument("--tp", type=_positive("--tp", 4096), default=1,
                     help="tensor-parallel size: bytes are per rank")
 
-    fit = sub.add_parser("fit", help="how many requests fit on an accelerator")
-    model_args(fit)
+
+def _fit_args(fit: argparse.ArgumentParser) -> None:
+    """``fit``'s arguments (declared on its first parse or help)."""
+    _model_args(fit)
     fit.add_argument("--gpu", required=True,
                      help="accelerator id (see `gpus`), or custom:<GiB>[:<TB/s>[:<BF16 TFLOPS>]]")
     fit.add_argument("--num-gpus", type=_positive("--num-gpus", 4096))
@@ -229,8 +234,10 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--image-size", default="", metavar="WxH",
                      help="pixels of each image, e.g. 1280x720 (needed with --images)")
 
-    cal = sub.add_parser("calibrate", help="compare kvplan with a real vLLM run's start-up log")
-    model_args(cal)
+
+def _calibrate_args(cal: argparse.ArgumentParser) -> None:
+    """``calibrate``'s arguments (declared on its first parse or help)."""
+    _model_args(cal)
     cal.add_argument("--gpu", required=True, help="accelerator id (see `gpus`) or custom:<GiB>")
     cal.add_argument("--tp", type=_positive("--tp", 4096), default=1)
     cal.add_argument("--pp", type=_positive("--pp", 4096), default=1)
@@ -241,13 +248,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="replace one runtime-reserve term of kvplan's prediction; repeatable")
     cal.add_argument("--log", required=True, help="the vLLM log file (max 1 MiB)")
 
-    recommend = sub.add_parser("recommend", help="cheapest deployments that hold the traffic and "
-                                                 "meet TTFT/TPOT targets (bounds)")
-    recommend.populate = _recommend_args
 
-    run = sub.add_parser("throughput", help="a run's output tokens/s: the upper bound no run can beat "
-                                            "and the estimate (bound × efficiencies), optionally "
-                                            "calibrated on a measured run")
+def _throughput_args(run: argparse.ArgumentParser) -> None:
+    """``throughput``'s arguments (declared on its first parse or help)."""
     group = run.add_mutually_exclusive_group(required=True)
     group.add_argument("--model", help="preset id (see `models`)")
     group.add_argument("--config", help="path to a Hugging Face config.json")
@@ -283,8 +286,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "default 8192) for --rate")
     run.add_argument("--json", action="store_true")
 
-    shared = sub.add_parser("share", help="several engines on one GPU, started in order: what each "
-                                          "holds, its KV pool, whether it starts")
+
+def _share_args(shared: argparse.ArgumentParser) -> None:
+    """``share``'s arguments (declared on its first parse or help)."""
     shared.add_argument("--gpu", required=True, help="accelerator id (see `gpus`) the instances share")
     shared.add_argument("--instance", action="append", required=True, metavar="KEY=VALUE,…",
                         help="one instance, in start order (repeat): name, model, engine (vllm@0.33, "
@@ -296,9 +300,10 @@ def build_parser() -> argparse.ArgumentParser:
     shared.add_argument("--num-gpus", type=_positive("--num-gpus", 4096))
     shared.add_argument("--json", action="store_true")
 
-    off = sub.add_parser("offload", help="KV offload tiers: sessions resident per tier, host memory, "
-                         "restore time (vLLM native / LMCache, SGLang HiCache)")
-    model_args(off)
+
+def _offload_args(off: argparse.ArgumentParser) -> None:
+    """``offload``'s arguments (declared on its first parse or help)."""
+    _model_args(off)
     off.add_argument("--gpu", required=True, help="accelerator id (see `gpus`)")
     off.add_argument("--tp", type=_positive("--tp", 4096), default=1)
     off.add_argument("--pp", type=_positive("--pp", 4096), default=1)
@@ -324,9 +329,12 @@ def build_parser() -> argparse.ArgumentParser:
     off.add_argument("--sessions", type=_positive("--sessions", 1_000_000_000),
                      help="distinct conversations competing for the tier (share resident)")
 
-    dis = sub.add_parser("disagg", help="disaggregated prefill/decode: the decode pool's in-flight "
-                         "bound, KV moved per request, transfer time, staging buffers (vLLM)")
-    model_args(dis)
+
+def _disagg_args(dis: argparse.ArgumentParser) -> None:
+    """``disagg``'s arguments (declared on its first parse or help)."""
+    from kvplan.scenario import MAX_CONTEXT_TOKENS
+
+    _model_args(dis)
     dis.add_argument("--output-tokens", type=_positive("--output-tokens", MAX_CONTEXT_TOKENS), default=1)
     dis.add_argument("--prefill-gpu", required=True)
     dis.add_argument("--prefill-tp", type=_positive("--prefill-tp", 4096), default=1)
@@ -349,15 +357,50 @@ def build_parser() -> argparse.ArgumentParser:
                      help="a traffic rate (requests/s) for the prefill:decode instances it needs "
                           "(time lower bounds); repeatable")
 
-    sub.add_parser("models", help="list model presets").add_argument("--json", action="store_true")
-    sub.add_parser("gpus", help="list accelerators").add_argument("--json", action="store_true")
-    report = sub.add_parser("report", help="write CSV/PNG/JSON reports for a scenario")
+
+def _report_args(report: argparse.ArgumentParser) -> None:
+    """``report``'s arguments (declared on its first parse or help)."""
     report.add_argument("--scenario", required=True, help="scenario JSON file, preset name or link")
     report.add_argument("--out", required=True)
     report.add_argument("--no-png", action="store_true")
     report.add_argument("--base-url", metavar="URL", type=_http_url,
                         help="the dashboard's address the links in the files start with (default: "
                              "$KVPLAN_BASE_URL, else http://localhost:8501/)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The commands; each command's arguments are declared on its first parse or help
+    (``_Parser.populate``), so ``kvplan --help`` imports no engine, numpy or pydantic."""
+    parser = _Parser(prog="kvplan", description="KV-cache memory planner. Every command uses the "
+                     "default engine unless --engine says otherwise; `kvplan COMMAND --help` names "
+                     "it and the engines.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    kv = sub.add_parser("kv", help="KV-cache bytes for one sequence length and batch")
+    kv.populate = _kv_args
+    fit = sub.add_parser("fit", help="how many requests fit on an accelerator")
+    fit.populate = _fit_args
+    cal = sub.add_parser("calibrate", help="compare kvplan with a real vLLM run's start-up log")
+    cal.populate = _calibrate_args
+    recommend = sub.add_parser("recommend", help="cheapest deployments that hold the traffic and "
+                                                 "meet TTFT/TPOT targets (bounds)")
+    recommend.populate = _recommend_args
+    run = sub.add_parser("throughput", help="a run's output tokens/s: the upper bound no run can beat "
+                                            "and the estimate (bound × efficiencies), optionally "
+                                            "calibrated on a measured run")
+    run.populate = _throughput_args
+    shared = sub.add_parser("share", help="several engines on one GPU, started in order: what each "
+                                          "holds, its KV pool, whether it starts")
+    shared.populate = _share_args
+    off = sub.add_parser("offload", help="KV offload tiers: sessions resident per tier, host memory, "
+                         "restore time (vLLM native / LMCache, SGLang HiCache)")
+    off.populate = _offload_args
+    dis = sub.add_parser("disagg", help="disaggregated prefill/decode: the decode pool's in-flight "
+                         "bound, KV moved per request, transfer time, staging buffers (vLLM)")
+    dis.populate = _disagg_args
+    sub.add_parser("models", help="list model presets").add_argument("--json", action="store_true")
+    sub.add_parser("gpus", help="list accelerators").add_argument("--json", action="store_true")
+    report = sub.add_parser("report", help="write CSV/PNG/JSON reports for a scenario")
+    report.populate = _report_args
     return parser
 
 
@@ -519,6 +562,7 @@ def human(n: int | float) -> str:
 
 
 def cmd_kv(args: argparse.Namespace) -> int:
+    from kvplan.engines import engine_with_release
     from kvplan.plan import FitQuery, make_plan
     from kvplan.sizing import kv_cache
 
@@ -589,6 +633,7 @@ def _image_request(args: argparse.Namespace, arch: ModelArch,
 
 def cmd_fit(args: argparse.Namespace) -> int:
     from kvplan.capacity import fit
+    from kvplan.engines import engine_with_release
     from kvplan.plan import FitQuery, make_plan
     from kvplan.presets import get_gpu
 
@@ -731,6 +776,7 @@ def _checkpoint_report(args: argparse.Namespace, arch: ModelArch, query: FitQuer
 
 def cmd_models(args: argparse.Namespace) -> int:
     from kvplan.catalogue import model_rows
+    from kvplan.engines import DEFAULT_ENGINE
     from kvplan.plan import resolve_engine
 
     rows = model_rows(resolve_engine(DEFAULT_ENGINE))
@@ -748,6 +794,7 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 def cmd_gpus(args: argparse.Namespace) -> int:
+    from kvplan.engines import DEFAULT_ENGINE
     from kvplan.plan import resolve_engine
     from kvplan.presets import gpus
 
@@ -772,7 +819,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from kvplan.calibrate import MAX_LOG_BYTES, calibrate, compares
-    from kvplan.engines import log_engine
+    from kvplan.engines import engine_with_release, log_engine
     from kvplan.files import read_limited
     from kvplan.plan import FitQuery, make_plan, resolve_engine
     from kvplan.presets import get_gpu
@@ -1139,6 +1186,7 @@ def cmd_share(args: argparse.Namespace) -> int:
 
 
 def cmd_offload(args: argparse.Namespace) -> int:
+    from kvplan.engines import engine_with_release
     from kvplan.offload import OffloadQuery, offload
     from kvplan.plan import FitQuery, make_plan
     from kvplan.presets import get_gpu
@@ -1173,6 +1221,7 @@ def cmd_offload(args: argparse.Namespace) -> int:
 
 def cmd_disagg(args: argparse.Namespace) -> int:
     from kvplan.disagg import DisaggQuery, disagg
+    from kvplan.engines import engine_with_release
     from kvplan.plan import FitQuery, make_plan
     from kvplan.presets import get_gpu
     from kvplan.recommend import pd_ratio
@@ -1241,7 +1290,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KVPlanError as exc:
         sys.stderr.write(f"kvplan: error: {clip(exc, 2000)}\n")
         return 2
-    except ValidationError as exc:
+    except Exception as exc:  # pydantic's ValidationError, imported only by the commands that use it
+        from pydantic import ValidationError
+
+        if not isinstance(exc, ValidationError):
+            raise
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first.get("loc", ())) or "input"
         sys.stderr.write(f"kvplan: error: {where}: {first.get('msg', 'invalid value')}\n")

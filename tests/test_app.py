@@ -34,6 +34,14 @@ def make_app(**params: str) -> AppTest:
     return at
 
 
+def drawn_charts(at: AppTest) -> int:
+    """Charts on the page: Plotly charts and the static SVG images of a view's first chart
+    (kvplan/ui/chart_slot.py; the dashboard draws no other image)."""
+    images = [i for i in at.get("image") if i.proto.imgs[0].url.startswith("data:image/svg+xml;base64,")]
+    assert len(images) == len(at.get("image"))
+    return len(at.get("plotly_chart")) + len(images)
+
+
 def open_boxes(at: AppTest, *keys: str) -> AppTest:
     """Open the lazy expanders ``keys`` (default: all of ``kvplan.ui.lazy.BOXES``) and rerun, as a
     click on each would: their content runs only while open."""
@@ -86,7 +94,7 @@ def test_every_preset_runs(model_id):
     at = make_app(m=model_id)
     assert not at.exception, [e.value for e in at.exception]
     assert at.selectbox(key="w_model").value == model_id
-    assert len(at.get("plotly_chart")) == 1  # only the open view runs
+    assert drawn_charts(at) == 1  # only the open view runs
     assert exact(at)["max_requests"] == expected(Scenario(model=model_id)).max_requests
 
 
@@ -118,7 +126,7 @@ def test_every_view_runs(view, model_id):
     and chunked models; the other views do not run."""
     at = make_app(m=model_id, vw=view)
     no_errors(at)
-    charts = len(at.get("plotly_chart"))
+    charts = drawn_charts(at)
     assert charts >= VIEW_CHARTS[view] - (1 if view == "serving" else 0), charts
     assert at.session_state["w_view"] == VIEWS[view]
 
@@ -736,6 +744,9 @@ def test_charts_are_sent_without_the_mode_bar(view):
     view goes out with ``config={"displayModeBar": false}`` and nothing else."""
     at = make_app(vw=view)
     no_errors(at)
+    if view in ("context", "users"):  # first drawn as a static image: the interactive chart
+        at.toggle(key="w_interactive").set_value(True).run()
+        no_errors(at)
     charts = at.get("plotly_chart")
     assert charts
     assert [json.loads(c.proto.config) for c in charts] == [{"displayModeBar": False}] * len(charts)
@@ -746,7 +757,9 @@ def test_every_plotly_chart_call_passes_the_chart_config():
     ``config=chart_config()``."""
     calls = [line for path in sorted((Path(__file__).parents[1] / "kvplan" / "ui").glob("*.py"))
              for line in path.read_text().splitlines() if line.lstrip().startswith("st.plotly_chart(")]
-    assert len(calls) == 17  # 14 + the instances chart (ui/instances_view.py) + offload_view.py's two
+    # 12 + the instances chart (ui/instances_view.py) + offload_view.py's two + chart_slot.py's one
+    # (the context and users charts, behind "Interactive chart")
+    assert len(calls) == 16
     assert all("config=chart_config()" in line for line in calls)
 
 
@@ -782,3 +795,30 @@ def test_the_answer_names_the_request_cap_state_blocks_and_the_refusal() -> None
     assert captions[0].startswith("Request cap: max_num_seqs 1,024 (")
     assert " · 417 recurrent-state blocks · " in captions[0]
     assert "max_num_seqs (1024) exceeds available Mamba cache blocks (417)" in captions[0]
+
+
+def test_first_chart_static_then_interactive_for_the_session():
+    """The context view's first chart is its static SVG (the same lines, budget and limit as the
+    Plotly figure, kvplan/ui/svg.py) until "Interactive chart" is on; then the Plotly chart with the
+    figure's traces, and the users view too; off again, the images come back."""
+    import base64
+
+    at = make_app(m="llama-3.1-70b", n="2", tp="2", t="8192", u="32", kd="bf16,fp8_e4m3")
+    no_errors(at)
+    assert not at.get("plotly_chart") and len(at.get("image")) == 1
+    svg = base64.b64decode(at.get("image")[0].proto.imgs[0].url.split(",", 1)[1]).decode()
+    assert svg.startswith('<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 1000 430"')
+    assert svg.count("<polyline") == 2 and "bf16 reserved" in svg and "fp8_e4m3 reserved" in svg
+    assert "KV budget: " in svg and "model limit 131,072" in svg and "<script" not in svg
+    assert at.toggle(key="w_interactive").value is False
+    at.toggle(key="w_interactive").set_value(True).run()
+    no_errors(at)
+    spec = json.loads(at.get("plotly_chart")[0].proto.spec)
+    assert [t["name"] for t in spec["data"]] == ["bf16 reserved", "fp8_e4m3 reserved"]
+    assert not at.get("image")
+    at.session_state["w_view"] = VIEWS["users"]
+    at.run()
+    no_errors(at)
+    assert len(at.get("plotly_chart")) == 1 and not at.get("image")
+    at.toggle(key="w_interactive").set_value(False).run()
+    assert not at.get("plotly_chart") and len(at.get("image")) == 1

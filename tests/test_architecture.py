@@ -88,6 +88,7 @@ def test_every_declared_setting_reaches_cli_link_and_sidebar(name: str) -> None:
     parser = build_parser()
     subparsers = next(a for a in parser._actions if a.dest == "command").choices
     for command in ("kv", "fit", "calibrate"):
+        subparsers[command].declare()  # a command's arguments are declared on its first parse or help
         flags = {s for a in subparsers[command]._actions for s in a.option_strings}
         assert setting.flag in flags, (command, setting.flag)
     value = {"int": 7, "float": 0.5, "bool": False, "tristate": False,

@@ -607,3 +607,37 @@ def test_text_output_for_every_engine(engine, model):
         code, out, err = run_cli(argv)
         assert code == 0 and err == "", (argv, err)
         assert out.count("\n") >= 3
+
+
+# --------------------------------------------------------------------------- import cost (issue #33)
+
+_IMPORTED = ("import runpy, sys\n"
+             "sys.argv = ['kvplan', *sys.argv[1:]]\n"
+             "try:\n"
+             "    runpy.run_module('kvplan', run_name='__main__')\n"
+             "except SystemExit:\n"
+             "    pass\n"
+             "print('\\n'.join(sorted(sys.modules)), file=sys.stderr)\n")
+
+
+def _modules_after(argv: list[str]) -> set[str]:
+    """The modules ``python -m kvplan *argv`` has imported when it exits (a fresh interpreter)."""
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-c", _IMPORTED, *argv], capture_output=True, text=True,
+                          timeout=120, cwd=Path(__file__).resolve().parent.parent)
+    return set(done.stderr.split())
+
+
+def test_help_imports_no_engine_and_fit_no_pandas() -> None:
+    """``kvplan --help`` declares no command's arguments (``_Parser.populate``), so it imports no
+    engine, numpy or pydantic; ``fit`` and ``fit --help`` import no pandas, Plotly or Streamlit
+    (the speed targets: bench/README.md, ``--help`` ≤ 0.5 s, ``fit`` ≤ 1 s)."""
+    top = _modules_after(["--help"])
+    assert "kvplan.cli" in top and "argparse" in top
+    assert not {"kvplan.engines", "kvplan.arch", "numpy", "pydantic"} & top
+    for argv in (["fit", "--help"], ["fit", "--model", "llama-3.1-70b", "--gpu", "h100-sxm",
+                                    "--num-gpus", "2", "--tp", "2", "--tokens", "8192", "--users", "32"]):
+        mods = _modules_after(argv)
+        assert "kvplan.engines" in mods, argv
+        assert not {"pandas", "plotly", "streamlit"} & mods, argv

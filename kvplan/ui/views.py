@@ -23,7 +23,9 @@ from kvplan.scenario import Scenario, scenario_request_shape, scenario_request_t
 from kvplan.sizing import full_length_bytes_per_token
 from kvplan.ui import charts, data, lazy, weights_view
 from kvplan.ui.cached import answers, cache_key, primary_fit, scenario_from_key
+from kvplan.ui.chart_slot import show_chart
 from kvplan.ui.sidebar import apply_scenario
+from kvplan.ui.svg import figure_svg
 from kvplan.ui.theme import GB, GIB, chart_config, exact_bytes, figure_from_dict, fmt_bytes
 
 
@@ -91,6 +93,17 @@ def _kv_context_fig(key: str) -> dict[str, Any]:
     return charts.kv_context_figure(df, by_kind, result.kv_budget_bytes, scenario.tokens,
                                     scenario.users, scenario.log_x, f" — {gpu.name}",
                                     limit=result.context_limit).to_dict()
+
+
+@st.cache_data(max_entries=128, show_spinner=False)
+def _kv_context_svg(key: str) -> str | None:
+    """The context chart as a static SVG (``kvplan.ui.svg``), or None (stacked: Plotly only)."""
+    return figure_svg(_kv_context_fig(key))
+
+
+@st.cache_data(max_entries=128, show_spinner=False)
+def _kv_users_svg(key: str) -> str | None:
+    return figure_svg(_kv_users_fig(key))
 
 
 @st.cache_data(max_entries=128, show_spinner=False)
@@ -359,7 +372,8 @@ def render_kv_context(scenario: Scenario, arch: ModelArch) -> pd.DataFrame:
     for message in errors:
         st.warning(md(message))
     fig = figure_from_dict(_kv_context_fig(cache_key(scenario)))
-    st.plotly_chart(fig, theme=None, config=chart_config(), key="chart_kv_context")
+    show_chart(fig, _kv_context_svg(cache_key(scenario)), "chart_kv_context",
+               "KV cache vs context length (static image)")
     at_length = [f"{md_name(dtype)} {fmt_bytes(r.kv_bytes_per_request * scenario.users)}"
                  for dtype, r in answers(cache_key(scenario)).items() if not isinstance(r, str)]
     notes = [f"At the chosen {scenario.tokens:,} tokens, {plural(scenario.users, 'request')} reserve "
@@ -386,7 +400,8 @@ def render_kv_users(scenario: Scenario) -> pd.DataFrame:
     for message in errors:
         st.warning(md(message))
     fig = figure_from_dict(_kv_users_fig(cache_key(scenario)))
-    st.plotly_chart(fig, theme=None, config=chart_config(), key="chart_kv_users")
+    show_chart(fig, _kv_users_svg(cache_key(scenario)), "chart_kv_users",
+               "KV cache vs concurrent requests (static image)")
     st.caption("KV per request is what the engine reserves for one request of the chosen length "
                "(vLLM: whole blocks), times the number of requests.")
     _export("kv_vs_users", df, fig, scenario)

@@ -4,10 +4,13 @@ and the parallelism suggestions — each asserted on what the page shows."""
 
 from __future__ import annotations
 
+import base64
 import re
 
 import pytest
 from playwright.sync_api import Page, expect
+
+from kvplan.ui.chart_slot import TOGGLE_LABEL
 
 pytestmark = pytest.mark.browser
 
@@ -79,6 +82,11 @@ def test_context_limit_is_flagged_and_drawn(page: Page, app_url: str) -> None:
                                    "(max_position_embeddings 4,096; vLLM v0.33 _get_and_verify_max_len)")
     expect(answer).to_contain_text("VLLM_ALLOW_LONG_MAX_MODEL_LEN=1")
     expect(answer).to_contain_text("use at most 4,096 tokens per request")
+    # first drawn as a static SVG image (kvplan/ui/chart_slot.py): the same title and limit line
+    src = page.locator(".st-key-static_chart_kv_context img").get_attribute("src", timeout=LOAD_MS)
+    svg = base64.b64decode(src.split(",", 1)[1]).decode()
+    assert ">KV cache of 1 request(s) vs context</tspan>" in svg and ">model limit 4,096</tspan>" in svg
+    page.get_by_text(TOGGLE_LABEL, exact=True).click()  # then the interactive chart's layout
     chart = _layouts(page)[0]
     assert chart["title"].replace("<br>", " ").startswith("KV cache of 1 request(s) vs context length"), chart
     assert "model limit 4,096" in chart["annotations"], chart

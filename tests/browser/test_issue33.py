@@ -10,6 +10,8 @@ import re
 import pytest
 from playwright.sync_api import Page, expect
 
+from kvplan.ui.chart_slot import TOGGLE_LABEL
+
 pytestmark = pytest.mark.browser
 
 IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"]'
@@ -42,6 +44,13 @@ def _overlap(a: dict | None, b: dict | None) -> bool:
         return False
     return (a["x"] < b["x"] + b["w"] and b["x"] < a["x"] + a["w"]
             and a["y"] < b["y"] + b["h"] and b["y"] < a["y"] + a["h"])
+
+
+def _interactive(page: Page) -> None:
+    """Turn on "Interactive chart" under a view's static first chart (kvplan/ui/chart_slot.py)."""
+    page.get_by_text(TOGGLE_LABEL, exact=True).click()
+    page.wait_for_selector('[data-testid="stPlotlyChart"]', timeout=LOAD_MS)
+    page.wait_for_selector(IDLE, timeout=LOAD_MS)
 
 
 def _chart_boxes(page: Page, key: str) -> dict:
@@ -117,6 +126,8 @@ def test_serving_lengths_follow_the_context_and_stay_out_of_the_link(page: Page,
 ])
 def test_no_legend_covers_a_title(page: Page, app_url: str, size, link: str, key: str) -> None:
     _open(page, app_url + link, size)
+    if key == "chart_kv_context":  # drawn as a static image first: the interactive chart's boxes
+        _interactive(page)
     boxes = _chart_boxes(page, key)
     chart = boxes["chart"]
     for name in ("title", "xtitle", "ytitle"):
@@ -155,3 +166,35 @@ def test_ctrl_enter_in_the_paste_box_uses_the_config(page: Page, app_url: str) -
     page.wait_for_selector(IDLE, timeout=LOAD_MS)
     assert "m=custom" in page.url and page.get_by_test_id("stException").count() == 0
     expect(header).to_contain_text("pasted-tiny")
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_first_chart_is_drawn_without_plotly_then_interactive(page: Page, app_url: str, size) -> None:
+    """Issue #33's speed target (first chart drawn ≤ 1.5 s after the first byte): the open view's
+    first chart is a static SVG image on the first page, inside its column, and the browser has
+    not asked for Plotly's 4.7 MB renderer; "Interactive chart" mounts the Plotly chart with the
+    same two lines (bf16 and fp8_e4m3 reserved) and no image, and the choice stays for the
+    next view."""
+    requested: list[str] = []
+    page.on("request", lambda request: requested.append(request.url))
+    _open(page, app_url + "/?v=1&m=llama-3.1-70b&n=2&tp=2&t=8192&u=32&kd=bf16,fp8_e4m3", size)
+    image = page.locator(".st-key-static_chart_kv_context img")
+    expect(image).to_be_visible(timeout=LOAD_MS)
+    assert image.evaluate("img => img.complete && img.naturalWidth > 0")
+    assert image.get_attribute("src").startswith("data:image/svg+xml;base64,")
+    box, main = image.bounding_box(), page.get_by_test_id("stMain").bounding_box()
+    assert box and main
+    assert box["x"] >= main["x"] - 1 and box["x"] + box["width"] <= main["x"] + main["width"] + 1
+    assert page.get_by_test_id("stPlotlyChart").count() == 0
+    assert not [url for url in requested if "PlotlyChart" in url], requested
+    _interactive(page)
+    plot = ".st-key-chart_kv_context .js-plotly-plot"
+    page.wait_for_function(f"() => document.querySelector('{plot}') && "
+                           f"document.querySelector('{plot}')._fullData", timeout=LOAD_MS)
+    names = page.evaluate(f"() => document.querySelector('{plot}')._fullData.map(t => t.name)")
+    assert names == ["bf16 reserved", "fp8_e4m3 reserved"]
+    assert page.locator(".st-key-static_chart_kv_context").count() == 0
+    page.get_by_role("tab", name="KV vs users").click()
+    page.wait_for_selector(".st-key-chart_kv_users .js-plotly-plot", timeout=LOAD_MS)
+    page.wait_for_selector(IDLE, timeout=LOAD_MS)
+    assert page.locator('[class*="st-key-static_chart_"]').count() == 0

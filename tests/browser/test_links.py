@@ -221,7 +221,7 @@ def test_every_download(page: Page, app_url: str, tmp_path: Path) -> None:
 def test_page_has_no_exception_and_screenshot(page: Page, app_url: str, tmp_path: Path) -> None:
     """Full-page screenshot; KVPLAN_UPDATE_SCREENSHOT=1 writes it to docs/ for the README."""
     _open(page, app_url + "/?v=1&m=llama-3.1-70b&g=h100-sxm&n=8&tp=8&t=32768&u=64")
-    expect(page.get_by_test_id("stPlotlyChart").first).to_be_visible(timeout=LOAD_MS)
+    expect(page.locator(".st-key-static_chart_kv_context img")).to_be_visible(timeout=LOAD_MS)
     page.set_viewport_size({"width": 1400, "height": 2600})  # streamlit scrolls inside stMain
     page.wait_for_timeout(800)  # let plotly finish drawing
     _no_exception(page)
