@@ -70,6 +70,10 @@ class QwenVLProcessor(_Processor):
     min_pixels: int = Field(ge=1)
     max_pixels: int = Field(ge=1)
     wrapper_tokens: int = Field(default=2, ge=0)
+    #: The video scope's bounds where ``--mm-processor-kwargs`` gives ``videos_kwargs`` its own
+    #: (None: the image bounds above).
+    video_min_pixels: int | None = Field(default=None, ge=1)
+    video_max_pixels: int | None = Field(default=None, ge=1)
     #: vLLM's ``_MAX_FRAMES_PER_VIDEO`` for the profile's dummy video (qwen2_vl.py: 14).
     max_frames_per_video: int = Field(default=14, ge=1)
 
@@ -77,18 +81,21 @@ class QwenVLProcessor(_Processor):
     def factor(self) -> int:
         return self.patch_size * self.merge_size
 
-    def resize(self, width: int, height: int, max_pixels: int | None = None) -> tuple[int, int]:
+    def resize(self, width: int, height: int, max_pixels: int | None = None,
+               video: bool = False) -> tuple[int, int]:
         """``(width, height)`` after transformers' ``smart_resize(height, width, factor, min_pixels,
         max_pixels)``: both sides rounded to ``factor`` (Python's ``round``), scaled down by
         ``sqrt(H·W/max_pixels)`` (floor) when above ``max_pixels``, up by
         ``sqrt(min_pixels/(H·W))`` (ceil) when below ``min_pixels``; aspect ratios above 200 are
-        refused, as transformers raises."""
+        refused, as transformers raises. ``video``: the video scope's bounds (vLLM 0.33
+        ``_get_vision_info`` reads ``videos_kwargs`` for a video)."""
         self.check_size(width, height)
         if max(height, width) / min(height, width) > 200:
             raise KVPlanError("mm.image_size", size=f"{width}×{height}", key="image_size",
                               detail="aspect ratio above 200, which the Qwen-VL processor "
                                      "refuses (smart_resize)")
-        top = self.max_pixels if max_pixels is None else max_pixels
+        bottom, top = self.bounds(video)
+        top = top if max_pixels is None else max_pixels
         factor = self.factor
         h_bar = round(height / factor) * factor
         w_bar = round(width / factor) * factor
@@ -96,16 +103,24 @@ class QwenVLProcessor(_Processor):
             beta = math.sqrt((height * width) / top)
             h_bar = max(factor, math.floor(height / beta / factor) * factor)
             w_bar = max(factor, math.floor(width / beta / factor) * factor)
-        elif h_bar * w_bar < self.min_pixels:
-            beta = math.sqrt(self.min_pixels / (height * width))
+        elif h_bar * w_bar < bottom:
+            beta = math.sqrt(bottom / (height * width))
             h_bar = math.ceil(height * beta / factor) * factor
             w_bar = math.ceil(width * beta / factor) * factor
         return w_bar, h_bar
 
+    def bounds(self, video: bool = False) -> tuple[int, int]:
+        """``(min_pixels, max_pixels)`` of the image scope, or of the video scope."""
+        if not video:
+            return self.min_pixels, self.max_pixels
+        return (self.min_pixels if self.video_min_pixels is None else self.video_min_pixels,
+                self.max_pixels if self.video_max_pixels is None else self.video_max_pixels)
+
     def image_tokens(self, width: int, height: int, max_pixels: int | None = None) -> int:
         """Image tokens of one ``width × height`` image: ``(H'/patch)·(W'/patch) / merge²`` after
         ``resize`` (vLLM ``Qwen2VLProcessingInfo._get_vision_info``, one frame: ``grid_t`` 1)."""
-        return self.video_tokens(width, height, 1, max_pixels)
+        w, h = self.resize(width, height, max_pixels)
+        return (h // self.patch_size) * (w // self.patch_size) // self.merge_size ** 2
 
     def video_tokens(self, width: int, height: int, frames: int, max_pixels: int | None = None) -> int:
         """Tokens of ``frames`` frames of ``width × height``: frames padded to a multiple of
@@ -113,7 +128,7 @@ class QwenVLProcessor(_Processor):
         frame's grid over ``merge²`` (vLLM ``_get_vision_info``)."""
         if frames < 1:
             raise KVPlanError("mm.frames", count=frames, detail="at least 1 frame")
-        w, h = self.resize(width, height, max_pixels)
+        w, h = self.resize(width, height, max_pixels, video=True)
         padded = frames + (-frames % self.temporal_patch_size)
         grid_t = max(padded // self.temporal_patch_size, 1)
         return grid_t * (h // self.patch_size) * (w // self.patch_size) // self.merge_size ** 2
@@ -320,3 +335,140 @@ def image_prompt_tokens(model: str, processor: QwenVLProcessor | FixedProcessor 
                           detail=f"above --limit-mm-per-prompt's {top} per prompt (vLLM refuses "
                                  "the request)")
     return images.count * processor.prompt_tokens(images.width, images.height, max_pixels)
+
+
+#: The HF processor kwarg scopes vLLM 0.33 routes ``--mm-processor-kwargs`` into
+#: (``config/multimodal.py`` ``_HF_PROCESSOR_KWARG_SCOPES``), the two a vision processor reads.
+_SCOPES = ("images_kwargs", "videos_kwargs")
+
+
+def _refuse_kwarg(model: str, key: str, detail: str) -> KVPlanError:
+    return KVPlanError("mm.kwargs", key=short(key, 40), model=model, detail=detail)
+
+
+def _pixels(model: str, where: str, value: object) -> int:
+    """A pixel count of ``--mm-processor-kwargs``: a whole number from 1 to ``MAX_IMAGE_SIDE``²."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_IMAGE_SIDE ** 2:
+        raise _refuse_kwarg(model, where, f"expected a whole number of pixels from 1 to "
+                                          f"{MAX_IMAGE_SIDE ** 2:,}, got {short(repr(value), 30)}")
+    return value
+
+
+def _qwen_scope(model: str, prefix: str, kwargs: dict[str, object]) -> dict[str, object]:
+    """One mapping's ``min_pixels`` / ``max_pixels`` (None: no override, as HF reads it) and
+    ``size`` edges, checked; any other key is refused by name."""
+    out: dict[str, object] = {}
+    for key, value in kwargs.items():
+        if not prefix and key in _SCOPES:
+            continue
+        if key == "size":
+            if not isinstance(value, dict):
+                raise _refuse_kwarg(model, f"{prefix}size", "expected an object "
+                                    '{"shortest_edge": N, "longest_edge": N}')
+            for edge, pixels in value.items():
+                if edge not in {"shortest_edge", "longest_edge"}:
+                    raise _refuse_kwarg(model, f"{prefix}size.{edge}", "the Qwen-VL processor's "
+                                        "size takes shortest_edge and longest_edge (pixels)")
+                _pixels(model, f"{prefix}size.{edge}", pixels)
+            out["size"] = dict(value)
+        elif key in {"min_pixels", "max_pixels"}:
+            out[key] = None if value is None else _pixels(model, prefix + key, value)
+        else:
+            raise _refuse_kwarg(model, prefix + key, "the Qwen-VL processor's kwargs kvplan "
+                                "models are min_pixels, max_pixels and size (and images_kwargs / "
+                                "videos_kwargs holding them)")
+    return out
+
+
+def _scoped(model: str, kwargs: dict[str, object], scope: str) -> dict[str, object]:
+    value = kwargs.get(scope)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _refuse_kwarg(model, scope, "expected a JSON object")
+    return value
+
+
+def _scope_bounds(flat: dict[str, object], scoped: dict[str, object], low: int,
+                  high: int) -> tuple[int, int]:
+    """``(min_pixels, max_pixels)`` one scope resolves to. vLLM 0.33: each flat key the HF
+    processor supports is routed into the scope, a scoped value taking precedence, ``size``
+    merged leaf by leaf (``multimodal/processing/context.py`` ``_resolve_mm_processor_kwargs``,
+    ``_merge_scoped_mm_processor_value``); then the checkpoint's ``size``, updated by the
+    scope's ``size``, overridden by a non-None ``min_pixels`` / ``max_pixels`` (qwen2_vl.py
+    ``_get_vision_size``)."""
+    merged = {**flat, **scoped}
+    size = {**_mapping(flat.get("size")), **_mapping(scoped.get("size"))}
+    edges = {"shortest_edge": low, "longest_edge": high, **size}
+    bottom, top = merged.get("min_pixels"), merged.get("max_pixels")
+    low_edge, high_edge = edges["shortest_edge"], edges["longest_edge"]
+    return (bottom if isinstance(bottom, int) else low_edge if isinstance(low_edge, int) else low,
+            top if isinstance(top, int) else high_edge if isinstance(high_edge, int) else high)
+
+
+def _mapping(value: object) -> dict[str, object]:
+    return dict(value) if isinstance(value, dict) else {}
+
+
+def _qwen_kwargs(processor: QwenVLProcessor, model: str, kwargs: dict[str, object]) -> QwenVLProcessor:
+    """Qwen-VL's bounds per scope (``_scope_bounds``); the video scope starts from the image
+    processor's ``size`` as vLLM's ``_get_vision_info`` does for a video."""
+    flat = _qwen_scope(model, "", kwargs)
+    image = _qwen_scope(model, "images_kwargs.", _scoped(model, kwargs, "images_kwargs"))
+    video = _qwen_scope(model, "videos_kwargs.", _scoped(model, kwargs, "videos_kwargs"))
+    low, high = _scope_bounds(flat, image, processor.min_pixels, processor.max_pixels)
+    v_low, v_high = _scope_bounds(flat, video, *processor.bounds(video=True))
+    for name, a, b in (("min_pixels", low, high), ("videos_kwargs.min_pixels", v_low, v_high)):
+        if a > b:
+            raise _refuse_kwarg(model, name, f"min_pixels {a:,} is above max_pixels {b:,} "
+                                "(transformers smart_resize refuses it)")
+    return processor.model_copy(update={
+        "min_pixels": low, "max_pixels": high,
+        "video_min_pixels": None if (v_low, v_high) == (low, high) else v_low,
+        "video_max_pixels": None if (v_low, v_high) == (low, high) else v_high})
+
+
+def _pan_and_scan_kwargs(model: str, kwargs: dict[str, object]) -> None:
+    """Gemma-3: ``do_pan_and_scan`` false (its default) is accepted; true adds crops per image
+    (vLLM gemma3_mm.py ``get_num_crops``), which kvplan does not model, so it is refused by
+    name; any other key is refused."""
+    for prefix, scope in (("", kwargs), ("images_kwargs.", _scoped(model, kwargs, "images_kwargs"))):
+        for key, value in scope.items():
+            if not prefix and key == "images_kwargs":
+                continue
+            if key != "do_pan_and_scan":
+                raise _refuse_kwarg(model, prefix + key, "the Gemma-3 processor's kwarg kvplan "
+                                    "models is do_pan_and_scan (false)")
+            if value not in (False, None):
+                raise _refuse_kwarg(model, prefix + key, "pan-and-scan crops (more images per "
+                                    "image, gemma3_mm.py get_num_crops) are not modelled; only "
+                                    "false, the default, is")
+
+
+def with_processor_kwargs(model: str, processor: QwenVLProcessor | FixedProcessor | TiledProcessor | None,
+                          text: str | None) -> QwenVLProcessor | FixedProcessor | TiledProcessor | None:
+    """``processor`` with vLLM's ``--mm-processor-kwargs`` (a JSON object, already canonical)
+    applied, or a named refusal for a key the processor does not take or kvplan does not model.
+
+    Qwen-VL: ``min_pixels``, ``max_pixels``, ``size.shortest_edge`` / ``size.longest_edge``, flat
+    or inside ``images_kwargs`` / ``videos_kwargs`` (vLLM 0.33 ``config/multimodal.py``
+    ``_merge_mm_processor_kwargs``; qwen2_vl.py ``_get_vision_size``). Gemma-3:
+    ``do_pan_and_scan`` false. Llama-4's tiles: none."""
+    if text is None:
+        return processor
+    import json
+
+    kwargs = json.loads(text)
+    if not kwargs:
+        return processor
+    first = next(iter(kwargs))
+    if processor is None:
+        raise _refuse_kwarg(model, first, "no image processor is known for this model "
+                            "(presets/processors/ lists the checkpoints that have one)")
+    if isinstance(processor, QwenVLProcessor):
+        return _qwen_kwargs(processor, model, kwargs)
+    if isinstance(processor, FixedProcessor):
+        _pan_and_scan_kwargs(model, kwargs)
+        return processor
+    raise _refuse_kwarg(model, first, "the Llama-4 tile processor takes no kwargs kvplan models "
+                        "(max_patches is the checkpoint's)")

@@ -175,7 +175,8 @@ def test_the_profiled_encoder_outputs_are_a_ledger_term_and_limit_zero_drops_the
     assert text_only.budget.stage_budgets[0] - plan.budget.stage_budgets[0] == 822_083_584 + 1_351_756_800
     # --mm-processor-kwargs max_pixels 1,003,520: largest image 1,280 tokens, a video of 14 frames
     # (the cap) 7 × 1,280 = 8,960 tokens, above mnbt 8,192 → budget 8,960, 1 video: 8,960 × 3,584 × 2
-    capped = plan.vary(settings=plan.query.settings.model_copy(update={"mm_max_pixels": 1_003_520}))
+    capped = plan.vary(settings=plan.query.settings.model_copy(
+        update={"mm_processor_kwargs": '{"max_pixels":1003520}'}))
     assert _reserve(capped)["mm_encoder_cache"].bytes == 8960 * 3584 * 2
     gemma = make_plan(load_model("gemma-3-27b"), gpu, FitQuery(tokens=32_768, engine="vllm@0.33"))
     # mnbt 8,192 on an H100 (get_batch_defaults): 32 images × 256 × hidden 5,376 × 2 B
@@ -284,3 +285,87 @@ def test_llama4_tiles_a_1280x720_image_into_12_plus_a_global_tile():
     # vLLM's dummy image 336 × 5376: 16 tiles + global = 2,448; MNBT 8,192 // 2,448 = 3 items
     budget = encoder_budget(load_model("llama-4-scout"), mnbt=8192, max_num_seqs=1024, max_model_len=65_536)
     assert budget is not None and (budget.budget, budget.items_per_batch) == (8192, 3)
+
+
+# ------------------------------------------------------------- --mm-processor-kwargs (vLLM's JSON flag)
+
+
+def test_mm_processor_kwargs_bound_the_qwen_processor_per_scope(qwen):
+    """vLLM 0.33 ``_resolve_mm_processor_kwargs``: a flat ``max_pixels`` reaches both scopes; a
+    scoped one wins in its scope; the pixel key beats a ``size`` edge (qwen2_vl.py
+    ``_get_vision_size``)."""
+    from kvplan.multimodal import with_processor_kwargs
+
+    flat = with_processor_kwargs(QWEN, qwen, '{"max_pixels":1003520}')
+    assert isinstance(flat, QwenVLProcessor)
+    assert (flat.bounds(), flat.bounds(video=True)) == ((3136, 1_003_520), (3136, 1_003_520))
+    assert flat.image_tokens(4000, 3000) == 1230  # smart_resize to 1148×840, as max_pixels= above
+    scoped = with_processor_kwargs(QWEN, qwen, '{"images_kwargs":{"max_pixels":1003520},"max_pixels":200704}')
+    assert isinstance(scoped, QwenVLProcessor)
+    assert (scoped.bounds(), scoped.bounds(video=True)) == ((3136, 1_003_520), (3136, 200_704))
+    # the profile's video: frames of the image scope's largest image (1120×896) resized in the
+    # video scope: β = sqrt(1120·896/200704) = 2.236 → 476×392 → 17·14/4 = 59.5 → 238 per 2 frames
+    assert scoped.max_tokens_per_item(32_768) == {"image": 1280, "video": 7 * 238}
+    pixel_wins = with_processor_kwargs(QWEN, qwen, '{"max_pixels":1003520,"size":{"longest_edge":200704}}')
+    assert isinstance(pixel_wins, QwenVLProcessor) and pixel_wins.bounds() == (3136, 1_003_520)
+    assert with_processor_kwargs(QWEN, qwen, None) is qwen
+    assert with_processor_kwargs(QWEN, qwen, "{}") is qwen
+
+
+@pytest.mark.parametrize(("model", "text", "message"), [
+    (QWEN, '{"fps":2}', "key 'fps' for .*min_pixels, max_pixels and size"),
+    (QWEN, '{"images_kwargs":{"do_resize":false}}', "key 'images_kwargs.do_resize'"),
+    (QWEN, '{"size":{"height":448}}', "key 'size.height'.*shortest_edge and longest_edge"),
+    (QWEN, '{"max_pixels":"big"}', "key 'max_pixels'.*expected a whole number of pixels.*'big'"),
+    (QWEN, '{"max_pixels":0}', "key 'max_pixels'.*from 1 to"),
+    (QWEN, '{"min_pixels":2000000,"max_pixels":1003520}',
+     "min_pixels 2,000,000 is above max_pixels 1,003,520"),
+    (QWEN, '{"videos_kwargs":3}', "key 'videos_kwargs'.*expected a JSON object"),
+    ("gemma-3-27b", '{"do_pan_and_scan":true}', "do_pan_and_scan.*pan-and-scan crops"),
+    ("gemma-3-27b", '{"max_pixels":1003520}', "key 'max_pixels'.*do_pan_and_scan"),
+    ("llama-4-scout", '{"max_patches":4}', "key 'max_patches'.*Llama-4 tile processor"),
+    ("llama-3.1-8b", '{"max_pixels":1003520}', "no image processor is known"),
+])
+def test_mm_processor_kwargs_refuse_what_kvplan_does_not_model_by_name(model, text, message):
+    from kvplan.multimodal import with_processor_kwargs
+
+    arch = load_model(model)
+    with pytest.raises(KVPlanError, match=message):
+        with_processor_kwargs(arch.name, arch.processor, text)
+
+
+def test_gemma_pan_and_scan_off_is_its_default(gemma):
+    from kvplan.multimodal import with_processor_kwargs
+
+    assert with_processor_kwargs("gemma", gemma, '{"do_pan_and_scan":false}') is gemma
+    assert with_processor_kwargs("gemma", gemma, '{"images_kwargs":{"do_pan_and_scan":false}}') is gemma
+
+
+def test_fit_takes_mm_processor_kwargs_as_vllm_spells_it(capsys):
+    assert main(["fit", "--model", QWEN, "--gpu", "h100-sxm", "--tokens", "1000", "--images", "2",
+                 "--image-size", "4000x3000", "--engine-version", "0.33", "--json",
+                 "--mm-processor-kwargs", '{"max_pixels": 1003520}']) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["request"]["image_tokens_per_image"] == 1230
+    assert payload["request"]["tokens"] == 1000 + 2 * (1230 + 2)
+    assert main(["fit", "--model", QWEN, "--gpu", "h100-sxm", "--tokens", "1000",
+                 "--mm-processor-kwargs", '{"fps": 2}']) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "--mm-processor-kwargs key 'fps'" in err, err
+
+
+def test_the_old_mp_link_key_is_read_as_max_pixels_with_a_note():
+    from kvplan.scenario import Scenario, check_names
+
+    scenario, warnings = Scenario.from_query({"m": QWEN, "mp": "1003520"})
+    assert scenario.engine_settings.mm_processor_kwargs == '{"max_pixels":1003520}'
+    assert warnings == ["link parameter 'mp'='1003520' was read as mk={\"max_pixels\":1003520} "
+                        "(--mm-processor-kwargs)"]
+    assert scenario.to_query()["mk"] == '{"max_pixels":1003520}' and "mp" not in scenario.to_query()
+    _, bad = Scenario.from_query({"m": QWEN, "mp": "lots"})
+    assert bad == ["link parameter 'mp'='lots' was not used: expected a whole number of pixels (it is "
+                   "now max_pixels of --mm-processor-kwargs, link key mk)"]
+    refused, notes = check_names(Scenario.from_query({"m": QWEN, "mk": '{"fps":2}'})[0])
+    assert refused.engine_settings.mm_processor_kwargs is None
+    assert len(notes) == 1 and notes[0].startswith("link parameter 'mk'='{\"fps\":2}' was not used: "
+                                                   "--mm-processor-kwargs key 'fps'")

@@ -15,7 +15,7 @@ import pytest
 
 from kvplan.engines.vllm.multimodal import encoder_budget
 from kvplan.errors import KVPlanError
-from kvplan.multimodal import QwenVLProcessor, TiledProcessor
+from kvplan.multimodal import QwenVLProcessor, TiledProcessor, with_processor_kwargs
 from kvplan.presets import load_model
 
 FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "multimodal_truth" / "cases.json").read_text())
@@ -58,6 +58,25 @@ def test_largest_item_equals_vllms_profile_dummy(repo):
         assert list(processor.largest_image(top)) == case["largest_image"], case
         assert processor.max_image_tokens(top) == case["max_image_tokens"], case
         assert processor.max_tokens_per_item(case["seq_len"], top) == case["max_tokens_per_item"], case
+
+
+@pytest.mark.parametrize("repo", sorted(MODELS))
+def test_mm_processor_kwargs_resolve_as_vllms_merge(repo):
+    """``--mm-processor-kwargs`` (flat, ``images_kwargs`` / ``videos_kwargs``, ``size`` edges,
+    null) through vLLM 0.33's own ``_merge_mm_processor_kwargs`` and ``_resolve_mm_processor_kwargs``:
+    kvplan's processor gives the same tokens, largest image and largest items, all 13 values."""
+    cases = MODELS[repo]["kwargs"]
+    assert len(cases) == 13
+    for case in cases:
+        processor = with_processor_kwargs(repo, _processor(repo), json.dumps(case["mm_processor_kwargs"]))
+        assert isinstance(processor, QwenVLProcessor)
+        for size, tokens in case["image_tokens"].items():
+            w, h = map(int, size.split("x"))
+            assert processor.image_tokens(w, h) == tokens, (case, size)
+        assert processor.video_tokens(1280, 720, 8) == case["video_tokens_1280x720x8"], case
+        assert list(processor.largest_image()) == case["largest_image"], case
+        assert processor.max_image_tokens() == case["max_image_tokens"], case
+        assert processor.max_tokens_per_item(32_768) == case["max_tokens_per_item"], case
 
 
 @pytest.mark.parametrize("repo", sorted(MODELS))

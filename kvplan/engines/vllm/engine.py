@@ -68,6 +68,7 @@ from kvplan.engines.vllm.spec_decode import (
 from kvplan.engines.vllm.startup import vllm_startup_check
 from kvplan.engines.vllm.weights import mxfp4_repack, vllm_loading_rules
 from kvplan.errors import KVPlanError
+from kvplan.multimodal import with_processor_kwargs
 
 if TYPE_CHECKING:
     from kvplan.engines.logs import PoolAnswer, StartupLog
@@ -163,7 +164,7 @@ VLLM_V1_SETTING_LABELS: dict[str, tuple[str, str]] = {
     "fully_sharded_loras": ("fully_sharded_loras", "off"),
     "speculative_config": ("--speculative-config (JSON, v0.33)", "none"),
     "limit_mm_per_prompt": ("limit_mm_per_prompt (images/videos per prompt; 0 = text only)", "999"),
-    "mm_max_pixels": ("max_pixels (--mm-processor-kwargs)", "the checkpoint's"),
+    "mm_processor_kwargs": ("--mm-processor-kwargs (JSON: max_pixels, min_pixels, …)", "the checkpoint's"),
 }
 #: V0 ``EngineArgs`` / ``SchedulerConfig`` defaults (``vllm@0.6``).
 VLLM_V0_SETTING_LABELS: dict[str, tuple[str, str]] = {
@@ -427,7 +428,8 @@ class Vllm(Engine):
         return encoder_budget(arch, mnbt=settings.max_num_batched_tokens or self.default_mnbt(gpu),
                               max_num_seqs=settings.max_num_seqs or self.default_max_num_seqs(gpu),
                               max_model_len=tokens, image_limit=settings.limit_mm_per_prompt,
-                              max_pixels=settings.mm_max_pixels,
+                              processor=with_processor_kwargs(arch.name, arch.processor,
+                                                              settings.mm_processor_kwargs),
                               placeholder=self.record.mm_item_tokens == "placeholder")
 
     def mm_terms(self, arch: ModelArch, gpu: GPU, settings: EngineSettings,

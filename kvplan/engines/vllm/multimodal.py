@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from kvplan.arch import ModelArch
 from kvplan.dtypes import get_dtype
 from kvplan.engines.reserve import ReserveTerm
-from kvplan.multimodal import DEFAULT_MM_LIMIT
+from kvplan.multimodal import DEFAULT_MM_LIMIT, FixedProcessor, QwenVLProcessor, TiledProcessor
 
 _SOURCE = ("vllm/v1/core/encoder_cache_manager.py compute_mm_encoder_budget; "
            "vllm/multimodal/encoder_budget.py MultiModalBudget._get_max_items; "
@@ -76,7 +76,9 @@ def mm_limits(image_limit: int | None, modalities: tuple[str, ...]) -> dict[str,
 
 def encoder_budget(arch: ModelArch, *, mnbt: int, max_num_seqs: int, max_model_len: int,
                    image_limit: int | None = None, max_pixels: int | None = None,
-                   chunked_prefill: bool = True, placeholder: bool = False) -> EncoderBudget | None:
+                   chunked_prefill: bool = True, placeholder: bool = False,
+                   processor: QwenVLProcessor | FixedProcessor | TiledProcessor | None = None,
+                   ) -> EncoderBudget | None:
     """The budget of ``arch``'s processor (None: no processor, or every limit 0 — text only).
 
     ``compute_mm_encoder_budget``: both budgets ``max(mnbt, largest item)``; the profile's modality
@@ -84,8 +86,9 @@ def encoder_budget(arch: ModelArch, *, mnbt: int, max_num_seqs: int, max_model_l
     ``_get_max_items``: ``max(1, min(budget // tokens, max_num_seqs × max(1, min(limit,
     max_model_len // tokens))))`` items (``max_num_seqs`` capped at ``mnbt // tokens`` without
     chunked prefill). ``placeholder``: the release counts each item's placeholder tokens
-    (``VllmRelease.mm_item_tokens``)."""
-    processor = arch.processor
+    (``VllmRelease.mm_item_tokens``). ``processor``: the checkpoint's with ``--mm-processor-kwargs``
+    applied (``kvplan.multimodal.with_processor_kwargs``); default ``arch.processor``."""
+    processor = processor or arch.processor
     if processor is None:
         return None
     every = processor.max_tokens_per_item(max_model_len, max_pixels, placeholder)
