@@ -1119,7 +1119,9 @@ def _tower(raw: Any, name: str, text_hidden: int) -> VisionSpec | None:
                       in_channels=vc.int("num_channels", "in_channels", "in_chans",
                                           why="image channels", default=3),
                       positions=positions, gated_mlp=act == "silu", projector_out=out,
-                      projector_merge=merge, name=name)
+                      projector_merge=merge, name=name,
+                      heads=vc.int("num_heads", "num_attention_heads", why=f"the {name} heads",
+                                   default=0, low=0))
 
 
 def _weight_spec(cfg: _Cfg, outer: _Cfg, model_type: str, n_layers: int, moe: MoE | None,

@@ -171,8 +171,13 @@ def test_the_profiled_encoder_outputs_are_a_ledger_term_and_limit_zero_drops_the
     assert any(t.name == "reserve: mm_encoder_cache" and t.bytes == 822_083_584 for t in plan.ledger)
     text_only = plan.vary(settings=plan.query.settings.model_copy(update={"limit_mm_per_prompt": 0}))
     assert "mm_encoder_cache" not in _reserve(text_only)
-    # the budget gains the profiled video and, on v0.33, the tower's weights (below)
-    assert text_only.budget.stage_budgets[0] - plan.budget.stage_budgets[0] == 822_083_584 + 1_351_756_800
+    assert "mm_encoder_peak" not in _reserve(text_only)
+    # the budget gains the profiled video, the tower's peak beyond it and, on v0.33, the weights
+    # of the tower, as test_text_only_v0_33_loads_no_vision_tower shows
+    peak = _reserve(plan)["mm_encoder_peak"].bytes
+    assert peak == 458_752 * 17_996 * 2 - (1_557_135_360 + 822_083_584) == 14_132_183_040
+    assert text_only.budget.stage_budgets[0] - plan.budget.stage_budgets[0] == (
+        822_083_584 + peak + 1_351_756_800)
     # --mm-processor-kwargs max_pixels 1,003,520: largest image 1,280 tokens, a video of 14 frames
     # (the cap) 7 × 1,280 = 8,960 tokens, above mnbt 8,192 → budget 8,960, 1 video: 8,960 × 3,584 × 2
     capped = plan.vary(settings=plan.query.settings.model_copy(
@@ -256,9 +261,11 @@ def test_text_only_v0_33_loads_no_vision_tower():
     text = full.vary(settings=full.query.settings.model_copy(update={"limit_mm_per_prompt": 0}))
     assert "vision" not in text.weights.total_by_part
     assert full.weights.total_bytes - text.weights.total_bytes == 1_351_756_800
-    # the budget gains the tower and the profiled video (2 × 16,384 tokens × 3,584 × 2 B)
+    # the budget gains the tower, the profiled video (2 × 16,384 tokens × 3,584 × 2 B) and the
+    # tower's peak beyond it: 131,072 patches × 17,996 × 2 B − (activation peak + the video)
     gained = text.budget.stage_budgets[0] - full.budget.stage_budgets[0]
-    assert gained == 1_351_756_800 + 32_768 * 3584 * 2
+    peak = 131_072 * 17_996 * 2 - (1_557_135_360 + 32_768 * 3584 * 2)
+    assert gained == 1_351_756_800 + 32_768 * 3584 * 2 + peak
     older = make_plan(qwen, gpu, FitQuery(tokens=32_768, engine="vllm@0.32",
                                           settings={"limit_mm_per_prompt": 0}))
     assert older.weights.total_by_part["vision"] == 1_351_756_800
@@ -369,3 +376,69 @@ def test_the_old_mp_link_key_is_read_as_max_pixels_with_a_note():
     assert refused.engine_settings.mm_processor_kwargs is None
     assert len(notes) == 1 and notes[0].startswith("link parameter 'mk'='{\"fps\":2}' was not used: "
                                                    "--mm-processor-kwargs key 'fps'")
+
+
+# ------------------------------------------------------------- the vision tower's profile peak
+
+
+def test_the_qwen25_vl_tower_peak_is_its_mlp_over_every_patch_of_the_dummy_video():
+    """vLLM 0.33 ``profile_run`` → ``embed_multimodal`` on the dummy video (114,688 tokens × merge 2²
+    = 458,752 patches); ``Qwen2_5_VisionBlock.forward`` at ``down_proj``: the block input, x_attn,
+    the fused norm's residual and output, the output (5 × 1,280), gate_up + its activation (3 ×
+    3,420), the rotary cos/sin kept twice (2 × head_dim 80), plus the pixel values (3 × 2 × 14² =
+    1,176): 17,996 elements × 2 B per patch = 16,511,401,984 B; the reserve adds what exceeds the
+    language model's dummy forward (1,557,135,360 B) and the encoder outputs (822,083,584 B)."""
+    from kvplan.engines.vllm.multimodal import tower_peak
+
+    plan = make_plan(load_model(QWEN), get_gpu("h100-sxm"), FitQuery(tokens=128_000, engine="vllm@0.33"))
+    budget = plan.engine.mm_budget(plan.arch, plan.gpu, plan.settings, 128_000)
+    assert budget is not None
+    peak = tower_peak(plan.arch, budget, plan.arch.processor, "bfloat16", 1)
+    assert peak is not None
+    assert (peak.patches, peak.block_elements, peak.pixel_elements) == (458_752, 16_820, 1_176)
+    assert peak.bytes == 16_511_401_984
+    term = _reserve(plan)["mm_encoder_peak"]
+    assert term.bytes == 16_511_401_984 - 1_557_135_360 - 822_083_584
+    assert term.formula.endswith("(activation peak + encoder outputs)) = 14,132,183,040 B")
+    assert "qwen2_5_vl.py Qwen2_5_VisionBlock.forward" in term.source
+    # TP 2 splits the MLP and the QKV (vLLM's ViT is tensor parallel): 5 × 1,280 + 3 × 1,710 + 160
+    tp2 = tower_peak(plan.arch, budget, plan.arch.processor, "bfloat16", 2)
+    assert tp2 is not None and tp2.block_elements == 6400 + 5130 + 160
+    # --mm-processor-kwargs max_pixels 1,003,520: a 14-frame video of 1,280 tokens a frame pair,
+    # 8,960 tokens → 35,840 patches; its peak stays below what the text forward holds: no term
+    capped = plan.vary(settings=plan.query.settings.model_copy(
+        update={"mm_processor_kwargs": '{"max_pixels":1003520}'}))
+    assert _reserve(capped)["mm_encoder_peak"].bytes == max(
+        0, 35_840 * 17_996 * 2 - (1_557_135_360 + 8960 * 3584 * 2)) == 0
+
+
+def test_the_gemma3_siglip_peak_covers_every_image_of_the_profile():
+    """Gemma-3-27B on an H100 (vLLM 0.33, MNBT 8,192): 32 dummy images × (896 / 14)² = 131,072
+    patches; ``SiglipEncoderLayer.forward`` at ``fc2``: input, residual sum, layer_norm2's output
+    (3 × 1,152) and fc1's output + activation (2 × 4,304), plus the pixel values (3 × 14² = 588):
+    12,652 × 2 B per patch = 3,316,645,888 B, of which 543,555,584 B exceed the sampler warm-up's
+    2,685,009,920 B and the 88,080,384 B of encoder outputs."""
+    gemma = make_plan(load_model("gemma-3-27b"), get_gpu("h100-sxm"),
+                      FitQuery(tokens=32_768, engine="vllm@0.33"))
+    term = _reserve(gemma)["mm_encoder_peak"]
+    assert term.bytes == 131_072 * 12_652 * 2 - 2_685_009_920 - 88_080_384 == 543_555_584
+    assert "SigLIP layer: 3·h + 2·I/tp = 12,064" in term.formula
+
+
+def test_towers_not_derived_get_no_peak_term():
+    """Llama-4's tiles: the tower's code was not read, so no ``mm_encoder_peak`` (the encoder
+    outputs stay counted)."""
+    scout = make_plan(load_model("llama-4-scout"), get_gpu("h100-sxm"),
+                      FitQuery(tokens=8192, engine="vllm@0.33", tp=8))
+    terms = _reserve(scout)
+    assert "mm_encoder_cache" in terms and "mm_encoder_peak" not in terms
+
+
+def test_a_public_failed_start_up_is_the_towers_peak():
+    """Log 71 (vLLM 0.23.0, Qwen2.5-VL-7B at --gpu-memory-utilization 0.22 of an A100-SXM4-80GB,
+    find_string id 55021192520): "Available KV cache memory: -14.28 GiB". kvplan's reserve holds
+    the tower's 15.4 GiB peak over the dummy video and finds no room either (−13.88 GiB)."""
+    plan = make_plan(load_model(QWEN), get_gpu("a100-80gb-sxm"),
+                     FitQuery(tokens=128_000, engine="vllm@0.24", gpu_util=0.22))
+    assert round(min(plan.budget.stage_budgets) / (1 << 30), 2) == -13.88
+    assert fit(plan).max_requests == 0

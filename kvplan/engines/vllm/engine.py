@@ -54,7 +54,12 @@ from kvplan.engines.vllm.kv_dtype import resolve_auto_kv_dtype
 from kvplan.engines.vllm.log import VllmLog, log_lines
 from kvplan.engines.vllm.lora import lora_graphs_term, lora_reserve_term
 from kvplan.engines.vllm.memory import capture_sizes, vllm_reserve_terms
-from kvplan.engines.vllm.multimodal import EncoderBudget, encoder_budget, encoder_cache_term
+from kvplan.engines.vllm.multimodal import (
+    EncoderBudget,
+    encoder_budget,
+    encoder_cache_term,
+    encoder_peak_term,
+)
 from kvplan.engines.vllm.pool import VllmPagedPool, VllmPool, _pool_cached, _pool_only, vllm_num_blocks
 from kvplan.engines.vllm.releases import VLLM_RELEASES, VllmRelease
 from kvplan.engines.vllm.spec_decode import (
@@ -380,7 +385,7 @@ class Vllm(Engine):
             blackwell=self.blackwell_capture_cap(gpu), v0=record.v0_profile)
         return Reserve(terms + self.lora_terms(arch, gpu, settings, terms)
                        + self.spec_terms(arch, gpu, settings, terms)
-                       + self.mm_terms(arch, gpu, settings, tokens))
+                       + self.mm_terms(arch, gpu, settings, tokens, terms))
 
     def spec_terms(self, arch: ModelArch, gpu: GPU, settings: EngineSettings,
                    terms: tuple[ReserveTerm, ...] = ()) -> tuple[ReserveTerm, ...]:
@@ -432,13 +437,20 @@ class Vllm(Engine):
                                                               settings.mm_processor_kwargs),
                               placeholder=self.record.mm_item_tokens == "placeholder")
 
-    def mm_terms(self, arch: ModelArch, gpu: GPU, settings: EngineSettings,
-                 tokens: int) -> tuple[ReserveTerm, ...]:
-        """The profile run's encoder outputs (``mm_encoder_cache``) where there is a budget."""
+    def mm_terms(self, arch: ModelArch, gpu: GPU, settings: EngineSettings, tokens: int,
+                 terms: tuple[ReserveTerm, ...] = ()) -> tuple[ReserveTerm, ...]:
+        """The profile run's encoder outputs (``mm_encoder_cache``) where there is a budget, and
+        the tower's peak beyond them and ``terms``' activation peak (``mm_encoder_peak``)."""
         budget = self.mm_budget(arch, gpu, settings, tokens)
         if budget is None or not budget.profiled_tokens:
             return ()
-        return (encoder_cache_term(arch, budget, self.model_dtype(arch), self.release),)
+        dtype = self.model_dtype(arch)
+        cache = encoder_cache_term(arch, budget, dtype, self.release)
+        text = next((t.bytes for t in terms if t.name == "activation_peak"), 0)
+        processor = with_processor_kwargs(arch.name, arch.processor, settings.mm_processor_kwargs)
+        peak = encoder_peak_term(arch, budget, processor, dtype, settings.tp, text + cache.bytes,
+                                 self.release)
+        return (cache,) if peak is None else (cache, peak)
 
     def lora_terms(self, arch: ModelArch, gpu: GPU, settings: EngineSettings,
                    terms: tuple[ReserveTerm, ...] = ()) -> tuple[ReserveTerm, ...]:
