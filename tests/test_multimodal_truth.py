@@ -108,3 +108,28 @@ def test_llama4_tiles_equal_transformers_and_vllm(case):
         assert processor.prompt_tokens(w, h) == image["prompt_tokens"], image
     dummy_w, dummy_h = case["dummy_image"]
     assert processor.max_tokens_per_item(4096) == {"image": processor.image_tokens(dummy_w, dummy_h)}
+
+
+TOWER = json.loads((Path(__file__).parent / "fixtures" / "multimodal_truth" / "tower_peak.json").read_text())
+
+
+def test_the_qwen25_vl_tower_peak_equals_vllms_own_tower_run():
+    """``tools/multimodal_truth/tower_peak.py`` runs vLLM 0.33's ``Qwen2_5_VisionTransformer`` on CPU
+    (five grids, 1,024 to 8,192 patches) and records the live-tensor peak; kvplan's
+    ``tower_peak`` (the block at ``down_proj``, the rotary tables, the pixel values: 35,992 B a
+    patch) is it less only the int64 window indices (``window_index``, its ``torch.cat`` and
+    ``reverse_indices``: 3 × 8 B per merged token of 4 patches = 6 B a patch) and the int32 window
+    offsets (``cu_window_seqlens``, 2 copies of 4 B per 64-patch window) with a few constants."""
+    from kvplan.engines.vllm.multimodal import EncoderBudget, tower_peak
+
+    assert (TOWER["vllm"], TOWER["model"], TOWER["tp"]) == ("0.33.0", "Qwen/Qwen2.5-VL-7B-Instruct", 1)
+    arch = load_model(TOWER["model"])
+    assert len(TOWER["cases"]) == 5
+    for case in TOWER["cases"]:
+        tokens = case["patches"] // 4
+        budget = EncoderBudget({"image": tokens}, {"image": tokens}, tokens, tokens, "image", 1)
+        peak = tower_peak(arch, budget, arch.processor, "bfloat16", 1)
+        assert peak is not None and peak.patches == case["patches"]
+        assert peak.bytes == case["patches"] * 35_992
+        extra = case["peak_bytes"] - peak.bytes
+        assert 6 * case["patches"] <= extra <= 6.25 * case["patches"] + 256, case
