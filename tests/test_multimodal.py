@@ -414,15 +414,16 @@ def test_the_qwen25_vl_tower_peak_is_its_mlp_over_every_patch_of_the_dummy_video
 
 def test_the_gemma3_siglip_peak_covers_every_image_of_the_profile():
     """Gemma-3-27B on an H100 (vLLM 0.33, MNBT 8,192): 32 dummy images × (896 / 14)² = 131,072
-    patches; ``SiglipEncoderLayer.forward`` at ``fc2``: input, residual sum, layer_norm2's output
-    (3 × 1,152) and fc1's output + activation (2 × 4,304), plus the pixel values (3 × 14² = 588):
-    12,652 × 2 B per patch = 3,316,645,888 B, of which 543,555,584 B exceed the sampler warm-up's
-    2,685,009,920 B and the 88,080,384 B of encoder outputs."""
+    patches; ``SiglipEncoderLayer.forward`` at ``fc2``: the embeddings the transformer keeps, the
+    layer's input, residual sum and layer_norm2's output (4 × 1,152) and fc1's output + activation
+    (2 × 4,304), plus the pixel values (3 × 14² = 588): 13,804 × 2 B per patch = 3,618,635,776 B,
+    of which 845,545,472 B exceed the sampler warm-up's 2,685,009,920 B and the 88,080,384 B of
+    encoder outputs."""
     gemma = make_plan(load_model("gemma-3-27b"), get_gpu("h100-sxm"),
                       FitQuery(tokens=32_768, engine="vllm@0.33"))
     term = _reserve(gemma)["mm_encoder_peak"]
-    assert term.bytes == 131_072 * 12_652 * 2 - 2_685_009_920 - 88_080_384 == 543_555_584
-    assert "SigLIP layer: 3·h + 2·I/tp = 12,064" in term.formula
+    assert term.bytes == 131_072 * 13_804 * 2 - 2_685_009_920 - 88_080_384 == 845_545_472
+    assert "SigLIP layer: 4·h + 2·I/tp = 13,216" in term.formula
 
 
 def test_towers_not_derived_get_no_peak_term():

@@ -133,3 +133,20 @@ def test_the_qwen25_vl_tower_peak_equals_vllms_own_tower_run():
         assert peak.bytes == case["patches"] * 35_992
         extra = case["peak_bytes"] - peak.bytes
         assert 6 * case["patches"] <= extra <= 6.25 * case["patches"] + 256, case
+
+
+def test_the_siglip_tower_peak_equals_vllms_own_tower_run():
+    """The same run for Gemma-3-27B's SigLIP (vLLM 0.33 ``SiglipVisionModel``, 1 to 3 images at an
+    image size of 224 to keep the CPU run short: a patch's terms do not depend on the count):
+    27,608 B a patch measured, kvplan's (4 × 1,152 + 2 × 4,304 + 588 pixel values) × 2 B exactly."""
+    from kvplan.engines.vllm.multimodal import EncoderBudget, tower_peak
+
+    siglip = TOWER["siglip"]
+    assert (siglip["model"], siglip["image_size"], len(siglip["cases"])) == ("google/gemma-3-27b-it", 224, 3)
+    arch = load_model(siglip["model"])
+    processor = arch.processor.model_copy(update={"image_size": siglip["image_size"]})
+    for case in siglip["cases"]:
+        budget = EncoderBudget({"image": 256}, {"image": 256}, 8192, 8192, "image", case["images"])
+        peak = tower_peak(arch, budget, processor, "bfloat16", 1)
+        assert peak is not None and peak.patches == case["patches"]
+        assert peak.bytes == case["peak_bytes"] == case["patches"] * 27_608, case

@@ -40,6 +40,7 @@ from vllm.distributed import init_distributed_environment, initialize_model_para
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "tests" / "fixtures" / "multimodal_truth" / "tower_peak.json"
 GRIDS = [[1, 32, 32], [1, 64, 64], [2, 64, 64], [1, 48, 96], [2, 16, 112]]
+SIGLIP_IMAGE_SIZE = 224
 
 
 class LiveBytes(TorchDispatchMode):
@@ -125,13 +126,36 @@ def main() -> None:
             cases.append({"grid_thw": grid, "patches": patches, "peak_bytes": mode.peak,
                           "output_shape": list(y.shape)})
             del x, y
+        from transformers import Gemma3Config
+        from vllm.model_executor.models.siglip import SiglipVisionModel
+
+        gemma = json.loads((ROOT / "presets" / "models" / "gemma-3-27b.json").read_text())
+        # image_size 224 instead of 896 keeps two CPU cores at seconds, not minutes: the terms a
+        # patch holds do not depend on how many patches there are (the position table aside,
+        # which is a parameter)
+        size = SIGLIP_IMAGE_SIZE
+        vision = Gemma3Config(**gemma["config"]).vision_config
+        vision.image_size = size
+        siglip = SiglipVisionModel(vision)
+        side = size // vision.patch_size
+        siglip_cases = []
+        for images in (1, 2, 3):
+            mode.live = mode.peak = 0
+            x = torch.randn(images, 3, size, size, dtype=torch.bfloat16)
+            with torch.inference_mode(), mode:
+                y = siglip(x)
+            siglip_cases.append({"images": images, "patches": images * side * side,
+                                 "peak_bytes": mode.peak, "output_shape": list(y.shape)})
+            del x, y
     doc = {"vllm": vllm.__version__, "torch": torch.__version__,
+           "siglip": {"model": gemma["hf_repo"], "image_size": SIGLIP_IMAGE_SIZE, "cases": siglip_cases},
            "source": "tools/multimodal_truth/tower_peak.py (vLLM's Qwen2_5_VisionTransformer on CPU)",
            "model": preset["hf_repo"], "dtype": "bfloat16", "tp": 1, "cases": cases}
     OUT.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"wrote {OUT}: {len(cases)} cases")
-    for c in cases:
-        print(c["grid_thw"], c["patches"], c["peak_bytes"], round(c["peak_bytes"] / c["patches"], 2))
+    for c in cases + siglip_cases:
+        print(c.get("grid_thw", c.get("images")), c["patches"], c["peak_bytes"],
+              round(c["peak_bytes"] / c["patches"], 2))
 
 
 if __name__ == "__main__":

@@ -22,7 +22,8 @@ The tower's own transient activations during ``embed_multimodal`` come first: th
 peak is ``max(tower peak, encoder outputs + the language model's dummy forward)``, so where the
 tower's peak is the larger one the reserve gains its excess (``encoder_peak_term``, the
 ``mm_encoder_peak`` term). It is derived from the tower's shapes for the two tower codes read
-(vLLM 0.33; the same block structure in the releases kvplan models from v0.10):
+(vLLM 0.33; the same block structure in the releases kvplan models from v0.10), each checked on
+vLLM 0.33's own tower run on CPU (``tools/multimodal_truth/tower_peak.py``):
 
 * Qwen2.5-VL (``model_executor/models/qwen2_5_vl.py`` ``Qwen2_5_VisionBlock.forward``, gated
   SiLU MLP): at the MLP's ``down_proj`` the block's input (the transformer loop still holds it),
@@ -31,8 +32,9 @@ tower's peak is the larger one the reserve gains its excess (``encoder_peak_term
   (``rotary_pos_emb_thw``: cos and sin of ``head_dim / 2`` per patch, kept in ``_rope_by_thw_cache``
   and again as ``prepare_encoder_metadata``'s ``torch.cat``): ``2·head_dim``;
 * SigLIP (Gemma-3; ``siglip.py`` ``SiglipEncoderLayer.forward``, in-place residual adds, GELU
-  MLP): the input, the residual sum, ``layer_norm2``'s output, ``fc1``'s output and its
-  activation: ``3·h + 2·I/tp``;
+  MLP): the embeddings ``SiglipVisionTransformer.forward`` keeps while its encoder runs, the
+  layer's input, the residual sum, ``layer_norm2``'s output, ``fc1``'s output and its
+  activation: ``4·h + 2·I/tp``;
 
 plus the pixel values the caller holds (``channels × temporal patch × patch²`` per patch), in the
 model's dtype, over every patch of the profile's dummy batch (Qwen: the items' embeddings ×
@@ -183,8 +185,8 @@ def tower_peak(arch: ModelArch, budget: EncoderBudget,
     if isinstance(processor, FixedProcessor) and not tower.gated_mlp:
         side = processor.image_size // tower.patch_size
         pixels = tower.in_channels * tower.patch_size ** 2
-        return TowerPeak(budget.items_per_batch * side * side, 3 * h + 2 * inter, pixels, width,
-                         "SigLIP layer: 3·h + 2·I/tp")
+        return TowerPeak(budget.items_per_batch * side * side, 4 * h + 2 * inter, pixels, width,
+                         "SigLIP layer: 4·h + 2·I/tp")
     return None
 
 
