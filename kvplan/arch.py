@@ -177,6 +177,8 @@ class VisionSpec(_Spec):
     projector_out: int = Field(default=0, ge=0)
     #: Patches merged before the projector (Qwen2.5-VL ``spatial_merge_size``²; 1 = none).
     projector_merge: int = Field(default=1, ge=1)
+    #: Attention heads (``num_heads`` / ``num_attention_heads``; 0 = not stated).
+    heads: int = Field(default=0, ge=0)
     name: str = "vision"
     #: The tower's module layout: ``vit`` (the generic SigLIP/CLIP shape of ``weights._tower``),
     #: ``qwen2_5_vl`` / ``qwen3_vl`` (the Qwen-VL towers, to the parameter: ``weights._qwen_vl_tower``).

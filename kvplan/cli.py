@@ -602,7 +602,7 @@ def _image_request(args: argparse.Namespace, arch: ModelArch,
     """``--images N --image-size WxH``: the request's tokens, ``--tokens`` of text plus each image's
     prompt tokens by the checkpoint's processor (``kvplan.multimodal.image_prompt_tokens``); None
     without images."""
-    from kvplan.multimodal import ImageRequest, image_prompt_tokens
+    from kvplan.multimodal import ImageRequest, image_prompt_tokens, with_processor_kwargs
     from kvplan.scenario import MAX_CONTEXT_TOKENS
 
     if not args.images and not args.image_size:
@@ -611,19 +611,18 @@ def _image_request(args: argparse.Namespace, arch: ModelArch,
         raise KVPlanError("mm.images", count=args.images, key="images",
                           detail="give each image's size with --image-size WxH")
     images = ImageRequest.parse(args.images, args.image_size)
-    added = image_prompt_tokens(arch.name, arch.processor, images, settings.limit_mm_per_prompt,
-                                settings.mm_max_pixels)
+    processor = with_processor_kwargs(arch.name, arch.processor, settings.mm_processor_kwargs)
+    added = image_prompt_tokens(arch.name, processor, images, settings.limit_mm_per_prompt)
     total = args.tokens + added
     if total > MAX_CONTEXT_TOKENS:
         raise KVPlanError("mm.images", count=images.count, key="images",
                           detail=f"--tokens {args.tokens:,} + {added:,} image tokens is above "
                                  f"{MAX_CONTEXT_TOKENS:,}")
     per_image = added // images.count if images.count else 0
-    processor = arch.processor
     shown = processor is not None and images.count > 0
-    rule = processor.describe(images.width, images.height, settings.mm_max_pixels) \
+    rule = processor.describe(images.width, images.height) \
         if processor is not None and shown else ""
-    embeds = processor.image_tokens(images.width, images.height, settings.mm_max_pixels) \
+    embeds = processor.image_tokens(images.width, images.height) \
         if processor is not None and shown else 0
     return {"text_tokens": args.tokens, "images": images.count,
             "image_size": f"{images.width}x{images.height}", "image_tokens_per_image": embeds,

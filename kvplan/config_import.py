@@ -1147,7 +1147,9 @@ def _tower(raw: Any, name: str, text_hidden: int, outer_type: str = "",
                       projector_merge=merge, name=name, layout=layout,
                       temporal_patch=vc.int("temporal_patch_size", why="the temporal patch size",
                                             default=1) if layout != "vit" else 1,
-                      deepstack=len(deep) if layout == "qwen3_vl" and isinstance(deep, list) else 0)
+                      deepstack=len(deep) if layout == "qwen3_vl" and isinstance(deep, list) else 0,
+                      heads=vc.int("num_heads", "num_attention_heads", why=f"the {name} heads",
+                                   default=0, low=0))
 
 
 def _moonvit_tower(raw: dict[str, Any], text_hidden: int) -> VisionSpec | None:

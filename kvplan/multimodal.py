@@ -74,29 +74,35 @@ class QwenVLProcessor(_Processor):
     wrapper_tokens: int = Field(default=2, ge=0)
     #: vLLM's ``_MAX_FRAMES_PER_VIDEO`` for the profile's dummy video (qwen2_vl.py: 14).
     max_frames_per_video: int = Field(default=14, ge=1)
-    #: Qwen3-VL's video processor (``video_preprocessor_config.json`` ``size.shortest_edge`` /
-    #: ``longest_edge``): bounds on ``frames × H × W``, not on one frame (transformers
-    #: ``video_processing_qwen3_vl.py`` ``smart_resize``). ``None``: the Qwen2-VL rules (each
-    #: frame resized as an image).
+    #: The video scope's bounds: the video processor's (``video_preprocessor_config.json``
+    #: ``size.shortest_edge`` / ``longest_edge``) or ``--mm-processor-kwargs``' ``videos_kwargs``
+    #: (None: the image bounds above; vLLM 0.33 ``_get_vision_info`` reads the video scope).
     video_min_pixels: int | None = Field(default=None, ge=1)
     video_max_pixels: int | None = Field(default=None, ge=1)
+    #: Qwen3-VL's video processor: the video bounds are on ``frames × H × W``, not on one frame
+    #: (transformers ``video_processing_qwen3_vl.py`` ``smart_resize``; vLLM ``qwen3_vl.py``).
+    #: False: the Qwen2-VL rules (each frame resized as an image, with the video scope's bounds).
+    video_clip: bool = False
 
     @property
     def factor(self) -> int:
         return self.patch_size * self.merge_size
 
-    def resize(self, width: int, height: int, max_pixels: int | None = None) -> tuple[int, int]:
+    def resize(self, width: int, height: int, max_pixels: int | None = None,
+               video: bool = False) -> tuple[int, int]:
         """``(width, height)`` after transformers' ``smart_resize(height, width, factor, min_pixels,
         max_pixels)``: both sides rounded to ``factor`` (Python's ``round``), scaled down by
         ``sqrt(H·W/max_pixels)`` (floor) when above ``max_pixels``, up by
         ``sqrt(min_pixels/(H·W))`` (ceil) when below ``min_pixels``; aspect ratios above 200 are
-        refused, as transformers raises."""
+        refused, as transformers raises. ``video``: the video scope's bounds (vLLM 0.33
+        ``_get_vision_info`` reads ``videos_kwargs`` for a video)."""
         self.check_size(width, height)
         if max(height, width) / min(height, width) > 200:
             raise KVPlanError("mm.image_size", size=f"{width}×{height}", key="image_size",
                               detail="aspect ratio above 200, which the Qwen-VL processor "
                                      "refuses (smart_resize)")
-        top = self.max_pixels if max_pixels is None else max_pixels
+        bottom, top = self.bounds(video)
+        top = top if max_pixels is None else max_pixels
         factor = self.factor
         h_bar = round(height / factor) * factor
         w_bar = round(width / factor) * factor
@@ -104,11 +110,18 @@ class QwenVLProcessor(_Processor):
             beta = math.sqrt((height * width) / top)
             h_bar = max(factor, math.floor(height / beta / factor) * factor)
             w_bar = max(factor, math.floor(width / beta / factor) * factor)
-        elif h_bar * w_bar < self.min_pixels:
-            beta = math.sqrt(self.min_pixels / (height * width))
+        elif h_bar * w_bar < bottom:
+            beta = math.sqrt(bottom / (height * width))
             h_bar = math.ceil(height * beta / factor) * factor
             w_bar = math.ceil(width * beta / factor) * factor
         return w_bar, h_bar
+
+    def bounds(self, video: bool = False) -> tuple[int, int]:
+        """``(min_pixels, max_pixels)`` of the image scope, or of the video scope."""
+        if not video:
+            return self.min_pixels, self.max_pixels
+        return (self.min_pixels if self.video_min_pixels is None else self.video_min_pixels,
+                self.max_pixels if self.video_max_pixels is None else self.video_max_pixels)
 
     def image_tokens(self, width: int, height: int, max_pixels: int | None = None) -> int:
         """Image tokens of one ``width × height`` image: ``(H'/patch)·(W'/patch) / merge²`` after
@@ -130,10 +143,10 @@ class QwenVLProcessor(_Processor):
         ``merge²`` (vLLM ``_get_vision_info``)."""
         if frames < 1:
             raise KVPlanError("mm.frames", count=frames, detail="at least 1 frame")
-        if self.video_max_pixels is not None:
+        if self.video_clip:
             w, h = self.resize_video(width, height, frames)
         else:
-            w, h = self.resize(width, height, max_pixels)
+            w, h = self.resize(width, height, max_pixels, video=True)
         return self._grid_tokens(w, h, frames)
 
     def resize_video(self, width: int, height: int, frames: int) -> tuple[int, int]:
@@ -142,10 +155,10 @@ class QwenVLProcessor(_Processor):
         ``video_processing_qwen3_vl.py``; vLLM ``qwen3_vl.py`` ``_get_vision_info``): fewer frames
         than ``temporal_patch_size`` are refused; sides below ``factor`` scaled up to it
         (``int``); both sides rounded to ``factor``, frames to ``temporal_patch_size``; scaled by
-        ``sqrt(frames·H·W / max)`` (floor) when ``t·H'·W'`` is above ``video_max_pixels``, by
-        ``sqrt(min / (frames·H·W))`` (ceil) when below ``video_min_pixels``."""
+        ``sqrt(frames·H·W / max)`` (floor) when ``t·H'·W'`` is above the video scope's max, by
+        ``sqrt(min / (frames·H·W))`` (ceil) when below its min (``bounds(video=True)``)."""
         self.check_size(width, height)
-        assert self.video_max_pixels is not None
+        low, top = self.bounds(video=True)
         temporal, factor = self.temporal_patch_size, self.factor
         if frames < temporal:
             raise KVPlanError("mm.frames", count=frames,
@@ -159,9 +172,8 @@ class QwenVLProcessor(_Processor):
                                      "refuses (smart_resize)")
         h_bar, w_bar = round(height / factor) * factor, round(width / factor) * factor
         t_bar = round(frames / temporal) * temporal
-        low = self.video_min_pixels or 1
-        if t_bar * h_bar * w_bar > self.video_max_pixels:
-            beta = math.sqrt(frames * height * width / self.video_max_pixels)
+        if t_bar * h_bar * w_bar > top:
+            beta = math.sqrt(frames * height * width / top)
             h_bar = max(factor, math.floor(height / beta / factor) * factor)
             w_bar = max(factor, math.floor(width / beta / factor) * factor)
         elif t_bar * h_bar * w_bar < low:
@@ -205,10 +217,10 @@ class QwenVLProcessor(_Processor):
         """vLLM's ``get_max_video_tokens``: frames of ``largest_image`` added one at a time while
         their tokens stay within ``seq_len`` (``_get_max_video_frames``), shared by ``videos`` and
         capped at ``max_frames_per_video`` (``get_num_frames_with_most_features``). Qwen3-VL
-        (``video_max_pixels``; ``qwen3_vl.py`` ``get_max_video_tokens``): two frames of the
-        largest image within ``video_max_pixels // temporal_patch_size``."""
-        if self.video_max_pixels is not None:
-            w, h = self.largest_image(self.video_max_pixels // self.temporal_patch_size)
+        (``video_clip``; ``qwen3_vl.py`` ``get_max_video_tokens``): two frames of the largest
+        image within the video scope's max pixels ``// temporal_patch_size``."""
+        if self.video_clip:
+            w, h = self.largest_image(self.bounds(video=True)[1] // self.temporal_patch_size)
             return self.video_tokens(w, h, 2)
         w, h = self.largest_image(max_pixels)
         frames = 1
@@ -428,3 +440,140 @@ def image_prompt_tokens(model: str, processor: Processor | None,
                           detail=f"above --limit-mm-per-prompt's {top} per prompt (vLLM refuses "
                                  "the request)")
     return images.count * processor.prompt_tokens(images.width, images.height, max_pixels)
+
+
+#: The HF processor kwarg scopes vLLM 0.33 routes ``--mm-processor-kwargs`` into
+#: (``config/multimodal.py`` ``_HF_PROCESSOR_KWARG_SCOPES``), the two a vision processor reads.
+_SCOPES = ("images_kwargs", "videos_kwargs")
+
+
+def _refuse_kwarg(model: str, key: str, detail: str) -> KVPlanError:
+    return KVPlanError("mm.kwargs", key=short(key, 40), model=model, detail=detail)
+
+
+def _pixels(model: str, where: str, value: object) -> int:
+    """A pixel count of ``--mm-processor-kwargs``: a whole number from 1 to ``MAX_IMAGE_SIDE``²."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_IMAGE_SIDE ** 2:
+        raise _refuse_kwarg(model, where, f"expected a whole number of pixels from 1 to "
+                                          f"{MAX_IMAGE_SIDE ** 2:,}, got {short(repr(value), 30)}")
+    return value
+
+
+def _qwen_scope(model: str, prefix: str, kwargs: dict[str, object]) -> dict[str, object]:
+    """One mapping's ``min_pixels`` / ``max_pixels`` (None: no override, as HF reads it) and
+    ``size`` edges, checked; any other key is refused by name."""
+    out: dict[str, object] = {}
+    for key, value in kwargs.items():
+        if not prefix and key in _SCOPES:
+            continue
+        if key == "size":
+            if not isinstance(value, dict):
+                raise _refuse_kwarg(model, f"{prefix}size", "expected an object "
+                                    '{"shortest_edge": N, "longest_edge": N}')
+            for edge, pixels in value.items():
+                if edge not in {"shortest_edge", "longest_edge"}:
+                    raise _refuse_kwarg(model, f"{prefix}size.{edge}", "the Qwen-VL processor's "
+                                        "size takes shortest_edge and longest_edge (pixels)")
+                _pixels(model, f"{prefix}size.{edge}", pixels)
+            out["size"] = dict(value)
+        elif key in {"min_pixels", "max_pixels"}:
+            out[key] = None if value is None else _pixels(model, prefix + key, value)
+        else:
+            raise _refuse_kwarg(model, prefix + key, "the Qwen-VL processor's kwargs kvplan "
+                                "models are min_pixels, max_pixels and size (and images_kwargs / "
+                                "videos_kwargs holding them)")
+    return out
+
+
+def _scoped(model: str, kwargs: dict[str, object], scope: str) -> dict[str, object]:
+    value = kwargs.get(scope)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _refuse_kwarg(model, scope, "expected a JSON object")
+    return value
+
+
+def _scope_bounds(flat: dict[str, object], scoped: dict[str, object], low: int,
+                  high: int) -> tuple[int, int]:
+    """``(min_pixels, max_pixels)`` one scope resolves to. vLLM 0.33: each flat key the HF
+    processor supports is routed into the scope, a scoped value taking precedence, ``size``
+    merged leaf by leaf (``multimodal/processing/context.py`` ``_resolve_mm_processor_kwargs``,
+    ``_merge_scoped_mm_processor_value``); then the checkpoint's ``size``, updated by the
+    scope's ``size``, overridden by a non-None ``min_pixels`` / ``max_pixels`` (qwen2_vl.py
+    ``_get_vision_size``)."""
+    merged = {**flat, **scoped}
+    size = {**_mapping(flat.get("size")), **_mapping(scoped.get("size"))}
+    edges = {"shortest_edge": low, "longest_edge": high, **size}
+    bottom, top = merged.get("min_pixels"), merged.get("max_pixels")
+    low_edge, high_edge = edges["shortest_edge"], edges["longest_edge"]
+    return (bottom if isinstance(bottom, int) else low_edge if isinstance(low_edge, int) else low,
+            top if isinstance(top, int) else high_edge if isinstance(high_edge, int) else high)
+
+
+def _mapping(value: object) -> dict[str, object]:
+    return dict(value) if isinstance(value, dict) else {}
+
+
+def _qwen_kwargs(processor: QwenVLProcessor, model: str, kwargs: dict[str, object]) -> QwenVLProcessor:
+    """Qwen-VL's bounds per scope (``_scope_bounds``); the video scope starts from the image
+    processor's ``size`` as vLLM's ``_get_vision_info`` does for a video."""
+    flat = _qwen_scope(model, "", kwargs)
+    image = _qwen_scope(model, "images_kwargs.", _scoped(model, kwargs, "images_kwargs"))
+    video = _qwen_scope(model, "videos_kwargs.", _scoped(model, kwargs, "videos_kwargs"))
+    low, high = _scope_bounds(flat, image, processor.min_pixels, processor.max_pixels)
+    v_low, v_high = _scope_bounds(flat, video, *processor.bounds(video=True))
+    for name, a, b in (("min_pixels", low, high), ("videos_kwargs.min_pixels", v_low, v_high)):
+        if a > b:
+            raise _refuse_kwarg(model, name, f"min_pixels {a:,} is above max_pixels {b:,} "
+                                "(transformers smart_resize refuses it)")
+    return processor.model_copy(update={
+        "min_pixels": low, "max_pixels": high,
+        "video_min_pixels": None if (v_low, v_high) == (low, high) else v_low,
+        "video_max_pixels": None if (v_low, v_high) == (low, high) else v_high})
+
+
+def _pan_and_scan_kwargs(model: str, kwargs: dict[str, object]) -> None:
+    """Gemma-3: ``do_pan_and_scan`` false (its default) is accepted; true adds crops per image
+    (vLLM gemma3_mm.py ``get_num_crops``), which kvplan does not model, so it is refused by
+    name; any other key is refused."""
+    for prefix, scope in (("", kwargs), ("images_kwargs.", _scoped(model, kwargs, "images_kwargs"))):
+        for key, value in scope.items():
+            if not prefix and key == "images_kwargs":
+                continue
+            if key != "do_pan_and_scan":
+                raise _refuse_kwarg(model, prefix + key, "the Gemma-3 processor's kwarg kvplan "
+                                    "models is do_pan_and_scan (false)")
+            if value not in (False, None):
+                raise _refuse_kwarg(model, prefix + key, "pan-and-scan crops (more images per "
+                                    "image, gemma3_mm.py get_num_crops) are not modelled; only "
+                                    "false, the default, is")
+
+
+def with_processor_kwargs(model: str, processor: QwenVLProcessor | FixedProcessor | TiledProcessor | None,
+                          text: str | None) -> QwenVLProcessor | FixedProcessor | TiledProcessor | None:
+    """``processor`` with vLLM's ``--mm-processor-kwargs`` (a JSON object, already canonical)
+    applied, or a named refusal for a key the processor does not take or kvplan does not model.
+
+    Qwen-VL: ``min_pixels``, ``max_pixels``, ``size.shortest_edge`` / ``size.longest_edge``, flat
+    or inside ``images_kwargs`` / ``videos_kwargs`` (vLLM 0.33 ``config/multimodal.py``
+    ``_merge_mm_processor_kwargs``; qwen2_vl.py ``_get_vision_size``). Gemma-3:
+    ``do_pan_and_scan`` false. Llama-4's tiles: none."""
+    if text is None:
+        return processor
+    import json
+
+    kwargs = json.loads(text)
+    if not kwargs:
+        return processor
+    first = next(iter(kwargs))
+    if processor is None:
+        raise _refuse_kwarg(model, first, "no image processor is known for this model "
+                            "(presets/processors/ lists the checkpoints that have one)")
+    if isinstance(processor, QwenVLProcessor):
+        return _qwen_kwargs(processor, model, kwargs)
+    if isinstance(processor, FixedProcessor):
+        _pan_and_scan_kwargs(model, kwargs)
+        return processor
+    raise _refuse_kwarg(model, first, "the Llama-4 tile processor takes no kwargs kvplan models "
+                        "(max_patches is the checkpoint's)")

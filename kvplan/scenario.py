@@ -19,14 +19,20 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from kvplan.config_import import ARCHITECTURE_KEYS, MAX_CONFIG_BYTES, MAX_DEPTH, json_depth
 from kvplan.engines import DEFAULT_ENGINE
-from kvplan.engines.settings import SETTINGS, EngineSettings, Setting
+from kvplan.engines.settings import (
+    LEGACY_MAX_PIXELS_KEY,
+    MM_PROCESSOR_KWARGS,
+    SETTINGS,
+    EngineSettings,
+    Setting,
+)
 from kvplan.errors import MESSAGES, clip, is_plain_int, short
 from kvplan.multimodal import MAX_IMAGE_SIDE, MAX_IMAGES
 from kvplan.presets import CUSTOM_GPU_LIMITS
 
 if TYPE_CHECKING:
     from kvplan.arch import ModelArch
-    from kvplan.multimodal import ImageRequest
+    from kvplan.multimodal import FixedProcessor, ImageRequest, QwenVLProcessor, TiledProcessor
     from kvplan.plan import FitQuery, Plan
     from kvplan.presets import GPU
 
@@ -175,6 +181,7 @@ class Scenario(BaseModel):
                 warnings.append(MESSAGES["link.bad_value"].format(
                     key="v", value=short(version), why=f"schema version is {SCHEMA_VERSION}"))
         settings: dict[str, Any] = {}
+        query = _legacy_max_pixels(query, warnings)
         for key, raw in query.items():
             known = key == "v" or key in SETTING_KEYS or by_alias.get(key) not in (None, "engine_settings")
             if known and isinstance(raw, list | tuple) and len(raw) > 1:  # ?t=5&t=6: none is guessed
@@ -206,6 +213,31 @@ class Scenario(BaseModel):
         if settings:
             values["engine_settings"] = EngineSettings(**settings)
         return cls.model_validate(values), warnings
+
+
+def _legacy_max_pixels(query: dict[str, Any], warnings: list[str]) -> dict[str, Any]:
+    """The earlier ``mp=N`` (``--mm-processor-max-pixels``) read as ``mk={"max_pixels":N}``
+    (``--mm-processor-kwargs``, as vLLM names the flag), said in a warning; ``mk`` wins when both
+    are given."""
+    if LEGACY_MAX_PIXELS_KEY not in query:
+        return query
+    query = dict(query)
+    text = _first(query.pop(LEGACY_MAX_PIXELS_KEY))
+    key = MM_PROCESSOR_KWARGS.key
+    if key in query:
+        warnings.append(MESSAGES["link.bad_value"].format(
+            key=LEGACY_MAX_PIXELS_KEY, value=short(text, 40), why=f"'{key}' is given too"))
+    elif text is None or not is_plain_int(text.strip(), 10) or int(text) < 1:
+        warnings.append(MESSAGES["link.bad_value"].format(
+            key=LEGACY_MAX_PIXELS_KEY, value=short(text, 40), why="expected a whole number of "
+            "pixels (it is now max_pixels of --mm-processor-kwargs, link key mk)"))
+    else:
+        canonical = json.dumps({"max_pixels": int(text)}, separators=(",", ":"))
+        query[key] = canonical
+        warnings.append(MESSAGES["link.alias"].format(
+            key=LEGACY_MAX_PIXELS_KEY, value=short(text, 40),
+            canonical=f"{key}={canonical} (--mm-processor-kwargs)"))
+    return query
 
 
 def _first(raw: Any) -> str | None:
@@ -498,6 +530,15 @@ def check_names(scenario: Scenario) -> tuple[Scenario, list[str]]:
             warnings.append(MESSAGES["link.gpus_raised"].format(
                 key=fields[name].alias or name, value=short(str(getattr(scenario, name)), 40), need=tpp))
         update["num_gpus"] = tpp
+    if scenario.engine_settings.mm_processor_kwargs is not None:
+        try:  # keys the model's processor does not take are dropped, by name
+            scenario_processor(scenario.model_copy(update=update))
+        except KVPlanError as exc:
+            warnings.append(MESSAGES["link.bad_value"].format(
+                key=MM_PROCESSOR_KWARGS.key, value=short(scenario.engine_settings.mm_processor_kwargs, 40),
+                why=str(exc)))
+            update["engine_settings"] = scenario.engine_settings.model_copy(
+                update={"mm_processor_kwargs": None})
     if scenario.images:
         asked = f"{scenario.images}×{scenario.image_width}x{scenario.image_height}"
         try:  # images the model cannot take (no processor, above the limit, refused sizes) go
@@ -583,8 +624,17 @@ def scenario_image_tokens(scenario: Scenario) -> int:
 
     arch = scenario_arch(scenario)
     settings = scenario.engine_settings
-    return image_prompt_tokens(arch.name, arch.processor, scenario_images(scenario),
-                               settings.limit_mm_per_prompt, settings.mm_max_pixels)
+    return image_prompt_tokens(arch.name, scenario_processor(scenario), scenario_images(scenario),
+                               settings.limit_mm_per_prompt)
+
+
+def scenario_processor(scenario: Scenario) -> QwenVLProcessor | FixedProcessor | TiledProcessor | None:
+    """The model's image processor with the scenario's ``--mm-processor-kwargs`` applied
+    (``kvplan.multimodal.with_processor_kwargs``: a key it does not take is a named error)."""
+    from kvplan.multimodal import with_processor_kwargs
+
+    arch = scenario_arch(scenario)
+    return with_processor_kwargs(arch.name, arch.processor, scenario.engine_settings.mm_processor_kwargs)
 
 
 def scenario_request_tokens(scenario: Scenario) -> int:
@@ -596,12 +646,11 @@ def scenario_request_shape(scenario: Scenario) -> str | None:
     """The request's shape as plain text, with each image's rule (None without images)."""
     if not scenario.images:
         return None
-    arch = scenario_arch(scenario)
-    if arch.processor is None:
+    processor = scenario_processor(scenario)
+    if processor is None:
         return None
     added = scenario_image_tokens(scenario)
-    rule = arch.processor.describe(scenario.image_width, scenario.image_height,
-                                   scenario.engine_settings.mm_max_pixels)
+    rule = processor.describe(scenario.image_width, scenario.image_height)
     return (f"{scenario.tokens:,} text tokens + {scenario.images} image(s) at "
             f"{scenario.image_width}×{scenario.image_height} × {added // scenario.images:,} tokens = "
             f"{scenario.tokens + added:,} tokens per request; per image: {rule}")

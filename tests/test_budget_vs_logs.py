@@ -106,11 +106,23 @@ CASES: dict[str, Case] = {
                "v0.11.2 (banner) → the v0.11.1–v0.13 class; the same service as 45 with the Triton FP8 "
                "MoE backend; the H100 SXM from the fused-MoE file name the log prints: 344,832 tokens "
                "vs 338,272 (+1.9 %)"),
+    "70": Case("Qwen/Qwen2.5-VL-7B-Instruct", "l4", "vllm@0.9",
+               "v0.9.0.1 (banner) → vllm@0.9; the L4 from the guide's nvidia-smi; the profile's dummy image "
+               "(16,384 tokens, 65,536 ViT patches) through the vision tower (mm_encoder_peak)"),
+    "71": Case("Qwen/Qwen2.5-VL-7B-Instruct", "a100-80gb-sxm", "vllm@0.24",
+               "v0.23.0 (image tag, banner) → the v0.21–v0.24 class; the A100-SXM4-80GB from nvidia-smi"),
 }
 
 #: Compared V1 logs more than 5 % off, each with kvplan's number and what the log leaves unexplained
 #: (``test_known_misses_stay_as_pinned``: a fix that brings one within 5 % must remove it here).
 KNOWN_MISS: dict[str, str] = {
+    "70": "Qwen2.5-VL-7B on an L4 (v0.9.0.1, 2,048 tokens): 38,736 tokens vs 33,824 (×1.145), a KV "
+          "budget 0.26 GiB above the log's 1.81 GiB. The log's weights are 15.63 GiB where kvplan counts "
+          "the checkpoint's 15.44 GiB (16,584,333,312 B; log 71 on v0.23 prints 15.67): 0.18 GiB loaded "
+          "beside the parameters that kvplan does not attribute. The reserve it leaves, 0.9 × 22.05 − "
+          "15.63 − 1.81 = 2.41 GiB, is kvplan's 2.33 (activation 0.36, non-torch 0.13, encoder outputs "
+          "0.11, the tower's excess 1.73) within 0.1 GiB; without the tower term kvplan would give "
+          "3.8 GiB of KV",
     "45": "MiniMax-M2 FP8 at TP 4 on H100 (v0.16 dev): 344,832 tokens vs 300,880 (×1.146). The log "
           "leaves 0.95 × 79.19 − 53.75 − 17.79 = 3.69 GiB for the reserve per rank; kvplan's is 1.28 GiB "
           "(activation 0.66, non-torch 0.55, graphs 0.07). The run uses the FLASHINFER_CUTLASS FP8 MoE "
@@ -125,7 +137,12 @@ KNOWN_MISS: dict[str, str] = {
 FAILED_START_UP: dict[str, str] = {
     "29": "−1.44 GiB logged, kvplan −1.33 GiB: 0.12 GiB apart (0.15 % of the 79.19 GiB device); "
           "5 % of a budget this close to zero would be 0.07 GiB, so it is compared on the verdict",
+    "71": "Qwen2.5-VL-7B at 0.22 of an A100 80GB (v0.23.0): −14.28 GiB logged, kvplan −13.89 GiB; the "
+          "profile's dummy video (458,752 ViT patches) takes 15.4 GiB in the vision tower "
+          "(mm_encoder_peak), so there is no room in either",
 }
+#: (kvplan's budget GiB rounded to 0.01, the logged GiB) of each failed start-up.
+FAILED_VALUES: dict[str, tuple[float, float]] = {"29": (-1.33, -1.44), "71": (-13.89, -14.28)}
 
 #: Log 13, not compared (``NOT_COMPARED``): what kvplan gives at the release a reply dates it to.
 LOG_13 = Case("Qwen__Qwen3-235B-A22B-FP8", "h100-sxm", "vllm@0.9",
@@ -177,6 +194,13 @@ NOT_COMPARED: dict[str, str] = {
           "0.9 — 0.9 × 79.18 − 64.38 − 7.38 − 0.13 = −0.63 GiB, where 0.95 gives the logged 3.33 "
           "GiB — so the setting the run used is not established (kvplan at the stated 0.9: −0.65 "
           "GiB, no room); its weights are compared (test_weights_vs_logs.py: −0.12 %)",
+    "72": "gemma-3-27b-it on ROCm (v0.11.0rc2 dev): the AMD card is not named and no total is printed, "
+          "so the capacity the budget starts from is unknown; its tower runs on TORCH_SDPA (kvplan "
+          "derives the FlashAttention peak only)",
+    "73": "Qwen3-VL-30B-A3B at TP 4 on RTX 3090s: no Qwen3-VL preset in this branch (issue #25 adds "
+          "them) and no RTX 3090 in the catalogue",
+    "74": "MinerU2.5-2509-1.2B (a Qwen2-VL-style document model): no preset, and the WSL card is not "
+          "named",
 }
 
 
@@ -229,7 +253,7 @@ def test_every_v1_log_is_compared_or_explained():
     assert not set(CASES) & set(NOT_COMPARED)
     assert set(FAILED_START_UP) <= set(CASES)
     assert set(KNOWN_MISS) <= set(CASES) and not set(KNOWN_MISS) & set(FAILED_START_UP)
-    assert len(set(CASES) - set(FAILED_START_UP)) == 21
+    assert len(set(CASES) - set(FAILED_START_UP)) == 22
 
 
 @pytest.mark.parametrize("log_id", sorted(set(CASES) - set(FAILED_START_UP) - set(KNOWN_MISS)))
@@ -240,7 +264,7 @@ def test_end_to_end_within_five_percent(log_id: str):
 
 
 #: Known misses: id → (kvplan's value, the log's) as ``_predicted_and_logged`` gives them.
-KNOWN_MISS_VALUES: dict[str, tuple[float, float]] = {"45": (344_832, 300_880)}
+KNOWN_MISS_VALUES: dict[str, tuple[float, float]] = {"45": (344_832, 300_880), "70": (38_736, 33_824)}
 
 
 @pytest.mark.parametrize("log_id", sorted(KNOWN_MISS))
@@ -260,7 +284,7 @@ def test_failed_start_ups_find_no_room_in_kvplan_either(log_id: str):
     result = fit(make_plan(arch, get_gpu(case.gpu), query))
     assert result.max_requests == 0 and not result.fits
     predicted, logged, _unit = _predicted_and_logged(log_id)
-    assert (round(predicted, 2), logged) == (-1.33, -1.44)
+    assert (round(predicted, 2), logged) == FAILED_VALUES[log_id]
 
 
 def test_the_fitted_constants_refit_from_the_fixtures():

@@ -171,11 +171,17 @@ def test_the_profiled_encoder_outputs_are_a_ledger_term_and_limit_zero_drops_the
     assert any(t.name == "reserve: mm_encoder_cache" and t.bytes == 822_083_584 for t in plan.ledger)
     text_only = plan.vary(settings=plan.query.settings.model_copy(update={"limit_mm_per_prompt": 0}))
     assert "mm_encoder_cache" not in _reserve(text_only)
-    # the budget gains the profiled video and, on v0.33, the tower's weights (below)
-    assert text_only.budget.stage_budgets[0] - plan.budget.stage_budgets[0] == 822_083_584 + 1_353_100_288
+    assert "mm_encoder_peak" not in _reserve(text_only)
+    # the budget gains the profiled video, the tower's peak beyond it and, on v0.33, the weights
+    # of the tower, as test_text_only_v0_33_loads_no_vision_tower shows
+    peak = _reserve(plan)["mm_encoder_peak"].bytes
+    assert peak == 458_752 * 17_996 * 2 - (1_557_135_360 + 822_083_584) == 14_132_183_040
+    assert text_only.budget.stage_budgets[0] - plan.budget.stage_budgets[0] == (
+        822_083_584 + peak + 1_353_100_288)
     # --mm-processor-kwargs max_pixels 1,003,520: largest image 1,280 tokens, a video of 14 frames
     # (the cap) 7 × 1,280 = 8,960 tokens, above mnbt 8,192 → budget 8,960, 1 video: 8,960 × 3,584 × 2
-    capped = plan.vary(settings=plan.query.settings.model_copy(update={"mm_max_pixels": 1_003_520}))
+    capped = plan.vary(settings=plan.query.settings.model_copy(
+        update={"mm_processor_kwargs": '{"max_pixels":1003520}'}))
     assert _reserve(capped)["mm_encoder_cache"].bytes == 8960 * 3584 * 2
     gemma = make_plan(load_model("gemma-3-27b"), gpu, FitQuery(tokens=32_768, engine="vllm@0.33"))
     # mnbt 8,192 on an H100 (get_batch_defaults): 32 images × 256 × hidden 5,376 × 2 B
@@ -255,9 +261,11 @@ def test_text_only_v0_33_loads_no_vision_tower():
     text = full.vary(settings=full.query.settings.model_copy(update={"limit_mm_per_prompt": 0}))
     assert "vision" not in text.weights.total_by_part
     assert full.weights.total_bytes - text.weights.total_bytes == 1_353_100_288
-    # the budget gains the tower and the profiled video (2 × 16,384 tokens × 3,584 × 2 B)
+    # the budget gains the tower, the profiled video (2 × 16,384 tokens × 3,584 × 2 B) and the
+    # tower's peak beyond it: 131,072 patches × 17,996 × 2 B − (activation peak + the video)
     gained = text.budget.stage_budgets[0] - full.budget.stage_budgets[0]
-    assert gained == 1_353_100_288 + 32_768 * 3584 * 2
+    peak = 131_072 * 17_996 * 2 - (1_557_135_360 + 32_768 * 3584 * 2)
+    assert gained == 1_353_100_288 + 32_768 * 3584 * 2 + peak
     older = make_plan(qwen, gpu, FitQuery(tokens=32_768, engine="vllm@0.32",
                                           settings={"limit_mm_per_prompt": 0}))
     assert older.weights.total_by_part["vision"] == 1_353_100_288
@@ -284,3 +292,154 @@ def test_llama4_tiles_a_1280x720_image_into_12_plus_a_global_tile():
     # vLLM's dummy image 336 × 5376: 16 tiles + global = 2,448; MNBT 8,192 // 2,448 = 3 items
     budget = encoder_budget(load_model("llama-4-scout"), mnbt=8192, max_num_seqs=1024, max_model_len=65_536)
     assert budget is not None and (budget.budget, budget.items_per_batch) == (8192, 3)
+
+
+# ------------------------------------------------------------- --mm-processor-kwargs (vLLM's JSON flag)
+
+
+def test_mm_processor_kwargs_bound_the_qwen_processor_per_scope(qwen):
+    """vLLM 0.33 ``_resolve_mm_processor_kwargs``: a flat ``max_pixels`` reaches both scopes; a
+    scoped one wins in its scope; the pixel key beats a ``size`` edge (qwen2_vl.py
+    ``_get_vision_size``)."""
+    from kvplan.multimodal import with_processor_kwargs
+
+    flat = with_processor_kwargs(QWEN, qwen, '{"max_pixels":1003520}')
+    assert isinstance(flat, QwenVLProcessor)
+    assert (flat.bounds(), flat.bounds(video=True)) == ((3136, 1_003_520), (3136, 1_003_520))
+    assert flat.image_tokens(4000, 3000) == 1230  # smart_resize to 1148×840, as max_pixels= above
+    scoped = with_processor_kwargs(QWEN, qwen, '{"images_kwargs":{"max_pixels":1003520},"max_pixels":200704}')
+    assert isinstance(scoped, QwenVLProcessor)
+    assert (scoped.bounds(), scoped.bounds(video=True)) == ((3136, 1_003_520), (3136, 200_704))
+    # the profile's video: frames of the image scope's largest image (1120×896) resized in the
+    # video scope: β = sqrt(1120·896/200704) = 2.236 → 476×392 → 17·14/4 = 59.5 → 238 per 2 frames
+    assert scoped.max_tokens_per_item(32_768) == {"image": 1280, "video": 7 * 238}
+    pixel_wins = with_processor_kwargs(QWEN, qwen, '{"max_pixels":1003520,"size":{"longest_edge":200704}}')
+    assert isinstance(pixel_wins, QwenVLProcessor) and pixel_wins.bounds() == (3136, 1_003_520)
+    assert with_processor_kwargs(QWEN, qwen, None) is qwen
+    assert with_processor_kwargs(QWEN, qwen, "{}") is qwen
+
+
+@pytest.mark.parametrize(("model", "text", "message"), [
+    (QWEN, '{"fps":2}', "key 'fps' for .*min_pixels, max_pixels and size"),
+    (QWEN, '{"images_kwargs":{"do_resize":false}}', "key 'images_kwargs.do_resize'"),
+    (QWEN, '{"size":{"height":448}}', "key 'size.height'.*shortest_edge and longest_edge"),
+    (QWEN, '{"max_pixels":"big"}', "key 'max_pixels'.*expected a whole number of pixels.*'big'"),
+    (QWEN, '{"max_pixels":0}', "key 'max_pixels'.*from 1 to"),
+    (QWEN, '{"min_pixels":2000000,"max_pixels":1003520}',
+     "min_pixels 2,000,000 is above max_pixels 1,003,520"),
+    (QWEN, '{"videos_kwargs":3}', "key 'videos_kwargs'.*expected a JSON object"),
+    ("gemma-3-27b", '{"do_pan_and_scan":true}', "do_pan_and_scan.*pan-and-scan crops"),
+    ("gemma-3-27b", '{"max_pixels":1003520}', "key 'max_pixels'.*do_pan_and_scan"),
+    ("llama-4-scout", '{"max_patches":4}', "key 'max_patches'.*Llama-4 tile processor"),
+    ("llama-3.1-8b", '{"max_pixels":1003520}', "no image processor is known"),
+])
+def test_mm_processor_kwargs_refuse_what_kvplan_does_not_model_by_name(model, text, message):
+    from kvplan.multimodal import with_processor_kwargs
+
+    arch = load_model(model)
+    with pytest.raises(KVPlanError, match=message):
+        with_processor_kwargs(arch.name, arch.processor, text)
+
+
+def test_gemma_pan_and_scan_off_is_its_default(gemma):
+    from kvplan.multimodal import with_processor_kwargs
+
+    assert with_processor_kwargs("gemma", gemma, '{"do_pan_and_scan":false}') is gemma
+    assert with_processor_kwargs("gemma", gemma, '{"images_kwargs":{"do_pan_and_scan":false}}') is gemma
+
+
+def test_fit_takes_mm_processor_kwargs_as_vllm_spells_it(capsys):
+    assert main(["fit", "--model", QWEN, "--gpu", "h100-sxm", "--tokens", "1000", "--images", "2",
+                 "--image-size", "4000x3000", "--engine-version", "0.33", "--json",
+                 "--mm-processor-kwargs", '{"max_pixels": 1003520}']) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["request"]["image_tokens_per_image"] == 1230
+    assert payload["request"]["tokens"] == 1000 + 2 * (1230 + 2)
+    assert main(["fit", "--model", QWEN, "--gpu", "h100-sxm", "--tokens", "1000",
+                 "--mm-processor-kwargs", '{"fps": 2}']) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "--mm-processor-kwargs key 'fps'" in err, err
+
+
+def test_the_old_mp_link_key_is_read_as_max_pixels_with_a_note():
+    from kvplan.scenario import Scenario, check_names
+
+    scenario, warnings = Scenario.from_query({"m": QWEN, "mp": "1003520"})
+    assert scenario.engine_settings.mm_processor_kwargs == '{"max_pixels":1003520}'
+    assert warnings == ["link parameter 'mp'='1003520' was read as mk={\"max_pixels\":1003520} "
+                        "(--mm-processor-kwargs)"]
+    assert scenario.to_query()["mk"] == '{"max_pixels":1003520}' and "mp" not in scenario.to_query()
+    _, bad = Scenario.from_query({"m": QWEN, "mp": "lots"})
+    assert bad == ["link parameter 'mp'='lots' was not used: expected a whole number of pixels (it is "
+                   "now max_pixels of --mm-processor-kwargs, link key mk)"]
+    refused, notes = check_names(Scenario.from_query({"m": QWEN, "mk": '{"fps":2}'})[0])
+    assert refused.engine_settings.mm_processor_kwargs is None
+    assert len(notes) == 1 and notes[0].startswith("link parameter 'mk'='{\"fps\":2}' was not used: "
+                                                   "--mm-processor-kwargs key 'fps'")
+
+
+# ------------------------------------------------------------- the vision tower's profile peak
+
+
+def test_the_qwen25_vl_tower_peak_is_its_mlp_over_every_patch_of_the_dummy_video():
+    """vLLM 0.33 ``profile_run`` → ``embed_multimodal`` on the dummy video (114,688 tokens × merge 2²
+    = 458,752 patches); ``Qwen2_5_VisionBlock.forward`` at ``down_proj``: the block input, x_attn,
+    the fused norm's residual and output, the output (5 × 1,280), gate_up + its activation (3 ×
+    3,420), the rotary cos/sin kept twice (2 × head_dim 80), plus the pixel values (3 × 2 × 14² =
+    1,176): 17,996 elements × 2 B per patch = 16,511,401,984 B; the reserve adds what exceeds the
+    language model's dummy forward (1,557,135,360 B) and the encoder outputs (822,083,584 B)."""
+    from kvplan.engines.vllm.multimodal import tower_peak
+
+    plan = make_plan(load_model(QWEN), get_gpu("h100-sxm"), FitQuery(tokens=128_000, engine="vllm@0.33"))
+    budget = plan.engine.mm_budget(plan.arch, plan.gpu, plan.settings, 128_000)
+    assert budget is not None
+    peak = tower_peak(plan.arch, budget, plan.arch.processor, "bfloat16", 1)
+    assert peak is not None
+    assert (peak.patches, peak.block_elements, peak.pixel_elements) == (458_752, 16_820, 1_176)
+    assert peak.bytes == 16_511_401_984
+    term = _reserve(plan)["mm_encoder_peak"]
+    assert term.bytes == 16_511_401_984 - 1_557_135_360 - 822_083_584
+    assert term.formula.endswith("(activation peak + encoder outputs)) = 14,132,183,040 B")
+    assert "qwen2_5_vl.py Qwen2_5_VisionBlock.forward" in term.source
+    # TP 2 splits the MLP and the QKV (vLLM's ViT is tensor parallel): 5 × 1,280 + 3 × 1,710 + 160
+    tp2 = tower_peak(plan.arch, budget, plan.arch.processor, "bfloat16", 2)
+    assert tp2 is not None and tp2.block_elements == 6400 + 5130 + 160
+    # --mm-processor-kwargs max_pixels 1,003,520: a 14-frame video of 1,280 tokens a frame pair,
+    # 8,960 tokens → 35,840 patches; its peak stays below what the text forward holds: no term
+    capped = plan.vary(settings=plan.query.settings.model_copy(
+        update={"mm_processor_kwargs": '{"max_pixels":1003520}'}))
+    assert _reserve(capped)["mm_encoder_peak"].bytes == max(
+        0, 35_840 * 17_996 * 2 - (1_557_135_360 + 8960 * 3584 * 2)) == 0
+
+
+def test_the_gemma3_siglip_peak_covers_every_image_of_the_profile():
+    """Gemma-3-27B on an H100 (vLLM 0.33, MNBT 8,192): 32 dummy images × (896 / 14)² = 131,072
+    patches; ``SiglipEncoderLayer.forward`` at ``fc2``: the embeddings the transformer keeps, the
+    layer's input, residual sum and layer_norm2's output (4 × 1,152) and fc1's output + activation
+    (2 × 4,304), plus the pixel values (3 × 14² = 588): 13,804 × 2 B per patch = 3,618,635,776 B,
+    of which 845,545,472 B exceed the sampler warm-up's 2,685,009,920 B and the 88,080,384 B of
+    encoder outputs."""
+    gemma = make_plan(load_model("gemma-3-27b"), get_gpu("h100-sxm"),
+                      FitQuery(tokens=32_768, engine="vllm@0.33"))
+    term = _reserve(gemma)["mm_encoder_peak"]
+    assert term.bytes == 131_072 * 13_804 * 2 - 2_685_009_920 - 88_080_384 == 845_545_472
+    assert "SigLIP layer: 4·h + 2·I/tp = 13,216" in term.formula
+
+
+def test_towers_not_derived_get_no_peak_term():
+    """Llama-4's tiles: the tower's code was not read, so no ``mm_encoder_peak`` (the encoder
+    outputs stay counted)."""
+    scout = make_plan(load_model("llama-4-scout"), get_gpu("h100-sxm"),
+                      FitQuery(tokens=8192, engine="vllm@0.33", tp=8))
+    terms = _reserve(scout)
+    assert "mm_encoder_cache" in terms and "mm_encoder_peak" not in terms
+
+
+def test_a_public_failed_start_up_is_the_towers_peak():
+    """Log 71 (vLLM 0.23.0, Qwen2.5-VL-7B at --gpu-memory-utilization 0.22 of an A100-SXM4-80GB,
+    find_string id 55021192520): "Available KV cache memory: -14.28 GiB". kvplan's reserve holds
+    the tower's 15.4 GiB peak over the dummy video and finds no room either (−13.89 GiB; −13.88 before the Qwen2.5-VL tower rule counted 1,343,488 B more)."""
+    plan = make_plan(load_model(QWEN), get_gpu("a100-80gb-sxm"),
+                     FitQuery(tokens=128_000, engine="vllm@0.24", gpu_util=0.22))
+    assert round(min(plan.budget.stage_budgets) / (1 << 30), 2) == -13.89
+    assert fit(plan).max_requests == 0

@@ -268,10 +268,15 @@ LIMIT_MM_PER_PROMPT = Setting(
     "vLLM --limit-mm-per-prompt '{\"image\": N, \"video\": N}': items per prompt for each modality "
     "(empty = 999, config/multimodal.py); 0 = text only: no encoder budget, the towers are not "
     "profiled (multimodal/encoder_budget.py).", low=0, high=10_000)
-MM_MAX_PIXELS = Setting(
-    "mm_max_pixels", "mp", "--mm-processor-max-pixels", "int", "max_pixels (--mm-processor-kwargs)",
-    "vLLM --mm-processor-kwargs '{\"max_pixels\": N}': the Qwen-VL processor's largest resized "
-    "image area (empty = the checkpoint's preprocessor_config.json).", low=1, high=1_000_000_000)
+MM_PROCESSOR_KWARGS = Setting(
+    "mm_processor_kwargs", "mk", "--mm-processor-kwargs", "json", "mm_processor_kwargs (JSON)",
+    "vLLM --mm-processor-kwargs, a JSON object for the checkpoint's processor: Qwen-VL min_pixels / "
+    "max_pixels (or size.shortest_edge / size.longest_edge), flat or inside images_kwargs / "
+    "videos_kwargs (vLLM 0.33 config/multimodal.py); Gemma-3 do_pan_and_scan false. Other keys are "
+    "refused by name; empty = the checkpoint's preprocessor_config.json.")
+#: The link key of the earlier ``--mm-processor-max-pixels N`` setting, read as
+#: ``mk={"max_pixels":N}`` (``scenario.Scenario.from_query`` says so).
+LEGACY_MAX_PIXELS_KEY = "mp"
 
 
 class EngineSettings(BaseModel):
@@ -314,7 +319,7 @@ class EngineSettings(BaseModel):
     speculative_eagle_topk: int | None = _setting(None, SPECULATIVE_EAGLE_TOPK)
     speculative_num_draft_tokens: int | None = _setting(None, SPECULATIVE_NUM_DRAFT_TOKENS)
     limit_mm_per_prompt: int | None = _setting(None, LIMIT_MM_PER_PROMPT)
-    mm_max_pixels: int | None = _setting(None, MM_MAX_PIXELS)
+    mm_processor_kwargs: str | None = _setting(None, MM_PROCESSOR_KWARGS)
 
     @field_validator("max_attention_window")
     @classmethod
@@ -323,9 +328,9 @@ class EngineSettings(BaseModel):
             MAX_ATTENTION_WINDOW.parse(MAX_ATTENTION_WINDOW.format(tuple(value)))
         return value
 
-    @field_validator("speculative_config")
+    @field_validator("speculative_config", "mm_processor_kwargs")
     @classmethod
-    def _speculative_json(cls, value: str | None) -> str | None:
+    def _json_setting(cls, value: str | None) -> str | None:
         """Canonical JSON (``Setting.parse``); a ``ValueError`` names what is wrong."""
         return None if value is None else SPECULATIVE_CONFIG.parse(value)
 

@@ -62,9 +62,15 @@ for _name in ("torchvision", "torchvision.transforms", "torchvision.transforms.v
 import transformers  # noqa: E402
 import vllm  # noqa: E402
 from transformers import Qwen2_5_VLConfig  # noqa: E402
-from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize  # noqa: E402
+from transformers.models.qwen2_vl.image_processing_qwen2_vl import (  # noqa: E402
+    Qwen2VLImageProcessor,
+    smart_resize,
+)
+from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor  # noqa: E402
+from vllm.config.multimodal import _merge_mm_processor_kwargs  # noqa: E402
 from vllm.model_executor.models.qwen2_vl import Qwen2VLProcessingInfo  # noqa: E402
 from vllm.multimodal.encoder_budget import MultiModalBudget  # noqa: E402
+from vllm.multimodal.processing.context import _resolve_mm_processor_kwargs  # noqa: E402
 from vllm.v1.core.encoder_cache_manager import compute_mm_encoder_budget  # noqa: E402
 
 SIZES = [(1280, 720), (1920, 1080), (4000, 3000), (224, 224), (10, 10), (640, 480), (3840, 2160),
@@ -95,6 +101,59 @@ class QwenInfo(Qwen2VLProcessingInfo):
     def _merge_and_resolve_mm_processor_kwargs(self, mm_kwargs: Any) -> dict[str, Any]:
         merged = self._complete_mm_processor_size_aliases({**self._mm_kwargs, **dict(mm_kwargs)})
         return {"images_kwargs": merged, "videos_kwargs": merged}
+
+
+#: ``BaseProcessingInfo.get_supported_mm_processor_kwargs`` for Qwen2.5-VL: the keys of the HF
+#: image and video processors' ``valid_kwargs`` (the processor is not instantiated here).
+SUPPORTED = {"images_kwargs": set(Qwen2VLImageProcessor.valid_kwargs.__annotations__),
+             "videos_kwargs": set(Qwen2VLVideoProcessor.valid_kwargs.__annotations__)}
+
+#: ``--mm-processor-kwargs`` values: flat, scoped, size aliases, and their precedence.
+KWARGS = [
+    {"max_pixels": 1_003_520}, {"min_pixels": 200_704}, {"size": {"longest_edge": 1_003_520}},
+    {"size": {"shortest_edge": 50_176, "longest_edge": 401_408}},
+    {"images_kwargs": {"max_pixels": 1_003_520}}, {"videos_kwargs": {"max_pixels": 200_704}},
+    {"max_pixels": 200_704, "images_kwargs": {"max_pixels": 1_003_520}},
+    {"max_pixels": 200_704, "images_kwargs": {"size": {"longest_edge": 1_003_520}}},
+    {"size": {"longest_edge": 200_704}, "images_kwargs": {"size": {"longest_edge": 1_003_520}}},
+    {"max_pixels": 1_003_520, "size": {"longest_edge": 200_704}},
+    {"images_kwargs": {"max_pixels": 401_408}, "videos_kwargs": {"min_pixels": 3136, "max_pixels": 50_176}},
+    {"max_pixels": None}, {"min_pixels": 1_003_520, "max_pixels": 12_845_056},
+]
+
+
+class QwenKwargsInfo(QwenInfo):
+    """``QwenInfo`` with vLLM 0.33's own merge of ``--mm-processor-kwargs`` (the configured value)
+    and the request's (``MultiModalConfig.merge_mm_processor_kwargs`` → ``_merge_mm_processor_kwargs``,
+    then ``_resolve_mm_processor_kwargs`` with the supported keys, as
+    ``Qwen2VLProcessingInfo._merge_and_resolve_mm_processor_kwargs`` → ``InputProcessingContext.
+    get_merged_mm_kwargs`` does)."""
+
+    def _merge_and_resolve_mm_processor_kwargs(self, mm_kwargs: Any) -> dict[str, Any]:
+        prepared = self._complete_mm_processor_size_aliases(mm_kwargs)
+        merged = _merge_mm_processor_kwargs(self._mm_kwargs, prepared)
+        return _resolve_mm_processor_kwargs(merged, supported_mm_processor_kwargs=SUPPORTED)
+
+
+def kwargs_cases(config: dict[str, Any], size: dict[str, int]) -> list[dict[str, Any]]:
+    """Per ``KWARGS`` value: image tokens at three sizes, the profile's largest image and its
+    tokens, video tokens of 8 frames at 1280×720 and the largest item per modality."""
+    out = []
+    for kwargs in KWARGS:
+        info = QwenKwargsInfo(config, size, kwargs)
+        best = info.get_image_size_with_most_features()
+        out.append({
+            "mm_processor_kwargs": kwargs,
+            "image_tokens": {f"{w}x{h}": info.get_num_image_tokens(
+                image_width=w, image_height=h, image_processor=info._processor, mm_kwargs={})
+                for w, h in ((4000, 3000), (1280, 720), (224, 224))},
+            "video_tokens_1280x720x8": info.get_num_video_tokens(
+                image_width=1280, image_height=720, num_frames=8, image_processor=info._processor,
+                mm_kwargs={}),
+            "largest_image": [best.width, best.height], "max_image_tokens": info.get_max_image_tokens(),
+            "max_tokens_per_item": dict(info.get_mm_max_tokens_per_item(
+                seq_len=32_768, mm_counts={"image": 1, "video": 1}))})
+    return out
 
 
 def _budget(tokens: dict[str, int], mnbt: int, seqs: int, max_model_len: int, limit: int,
@@ -151,7 +210,7 @@ def qwen_cases(hf_repo: str) -> dict[str, Any]:
                             "limit": lim, "chunked_prefill": chunked,
                             **_budget(per_item, mnbt, seqs, mml, lim, chunked)})
     return {"hf_repo": hf_repo, "images": images, "videos": videos, "largest": largest,
-            "budgets": budgets}
+            "budgets": budgets, "kwargs": kwargs_cases(preset["config"], size)}
 
 
 LLAMA4_SIZES = [(1280, 720), (1920, 1080), (336, 336), (100, 100), (336, 5376), (5376, 336),
@@ -199,7 +258,8 @@ def main() -> None:
              "tiled": [llama4_cases("meta-llama/Llama-4-Scout-17B-16E-Instruct")]}
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(cases, indent=1) + "\n")
-    count = sum(len(m["images"]) + len(m["videos"]) + len(m["budgets"]) for m in cases["models"])
+    count = sum(len(m["images"]) + len(m["videos"]) + len(m["budgets"]) + len(m["kwargs"])
+                for m in cases["models"])
     print(f"wrote {OUT}: {count} cases")
 
 

@@ -54,7 +54,12 @@ from kvplan.engines.vllm.kv_dtype import resolve_auto_kv_dtype
 from kvplan.engines.vllm.log import VllmLog, log_lines
 from kvplan.engines.vllm.lora import lora_graphs_term, lora_reserve_term
 from kvplan.engines.vllm.memory import capture_sizes, vllm_reserve_terms
-from kvplan.engines.vllm.multimodal import EncoderBudget, encoder_budget, encoder_cache_term
+from kvplan.engines.vllm.multimodal import (
+    EncoderBudget,
+    encoder_budget,
+    encoder_cache_term,
+    encoder_peak_term,
+)
 from kvplan.engines.vllm.pool import VllmPagedPool, VllmPool, _pool_cached, _pool_only, vllm_num_blocks
 from kvplan.engines.vllm.releases import VLLM_RELEASES, VllmRelease
 from kvplan.engines.vllm.spec_decode import (
@@ -68,6 +73,7 @@ from kvplan.engines.vllm.spec_decode import (
 from kvplan.engines.vllm.startup import vllm_startup_check
 from kvplan.engines.vllm.weights import mxfp4_repack, vllm_loading_rules
 from kvplan.errors import KVPlanError
+from kvplan.multimodal import with_processor_kwargs
 
 if TYPE_CHECKING:
     from kvplan.engines.logs import PoolAnswer, StartupLog
@@ -170,7 +176,7 @@ VLLM_V1_SETTING_LABELS: dict[str, tuple[str, str]] = {
     "fully_sharded_loras": ("fully_sharded_loras", "off"),
     "speculative_config": ("--speculative-config (JSON, v0.33)", "none"),
     "limit_mm_per_prompt": ("limit_mm_per_prompt (images/videos per prompt; 0 = text only)", "999"),
-    "mm_max_pixels": ("max_pixels (--mm-processor-kwargs)", "the checkpoint's"),
+    "mm_processor_kwargs": ("--mm-processor-kwargs (JSON: max_pixels, min_pixels, …)", "the checkpoint's"),
 }
 #: V0 ``EngineArgs`` / ``SchedulerConfig`` defaults (``vllm@0.6``).
 VLLM_V0_SETTING_LABELS: dict[str, tuple[str, str]] = {
@@ -392,7 +398,7 @@ class Vllm(Engine):
             blackwell=self.blackwell_capture_cap(gpu), v0=record.v0_profile)
         return Reserve(terms + self.lora_terms(arch, gpu, settings, terms)
                        + self.spec_terms(arch, gpu, settings, terms)
-                       + self.mm_terms(arch, gpu, settings, tokens))
+                       + self.mm_terms(arch, gpu, settings, tokens, terms))
 
     def spec_terms(self, arch: ModelArch, gpu: GPU, settings: EngineSettings,
                    terms: tuple[ReserveTerm, ...] = ()) -> tuple[ReserveTerm, ...]:
@@ -440,16 +446,24 @@ class Vllm(Engine):
         return encoder_budget(arch, mnbt=settings.max_num_batched_tokens or self.default_mnbt(gpu),
                               max_num_seqs=settings.max_num_seqs or self.default_max_num_seqs(gpu),
                               max_model_len=tokens, image_limit=settings.limit_mm_per_prompt,
-                              max_pixels=settings.mm_max_pixels,
+                              processor=with_processor_kwargs(arch.name, arch.processor,
+                                                              settings.mm_processor_kwargs),
                               placeholder=self.record.mm_item_tokens == "placeholder")
 
-    def mm_terms(self, arch: ModelArch, gpu: GPU, settings: EngineSettings,
-                 tokens: int) -> tuple[ReserveTerm, ...]:
-        """The profile run's encoder outputs (``mm_encoder_cache``) where there is a budget."""
+    def mm_terms(self, arch: ModelArch, gpu: GPU, settings: EngineSettings, tokens: int,
+                 terms: tuple[ReserveTerm, ...] = ()) -> tuple[ReserveTerm, ...]:
+        """The profile run's encoder outputs (``mm_encoder_cache``) where there is a budget, and
+        the tower's peak beyond them and ``terms``' activation peak (``mm_encoder_peak``)."""
         budget = self.mm_budget(arch, gpu, settings, tokens)
         if budget is None or not budget.profiled_tokens:
             return ()
-        return (encoder_cache_term(arch, budget, self.model_dtype(arch), self.release),)
+        dtype = self.model_dtype(arch)
+        cache = encoder_cache_term(arch, budget, dtype, self.release)
+        text = next((t.bytes for t in terms if t.name == "activation_peak"), 0)
+        processor = with_processor_kwargs(arch.name, arch.processor, settings.mm_processor_kwargs)
+        peak = encoder_peak_term(arch, budget, processor, dtype, settings.tp, text + cache.bytes,
+                                 self.release)
+        return (cache,) if peak is None else (cache, peak)
 
     def lora_terms(self, arch: ModelArch, gpu: GPU, settings: EngineSettings,
                    terms: tuple[ReserveTerm, ...] = ()) -> tuple[ReserveTerm, ...]:

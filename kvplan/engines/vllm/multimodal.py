@@ -18,9 +18,30 @@ limit at 0 (text only) there is no budget and no encoder profile. What counts pe
 release's (``VllmRelease.mm_item_tokens``): the item's embeddings (v0.10.0, v0.13.0+) or its whole
 placeholder with the text tokens inside (v0.10.1–v0.12: Gemma-3's 260 tokens per image).
 
-The tower's own transient activations during ``embed_multimodal`` are not modelled (they are
-freed before the language model's dummy forward; where they exceed that forward's peak the
-profile measures more than this term).
+The tower's own transient activations during ``embed_multimodal`` come first: the profile's torch
+peak is ``max(tower peak, encoder outputs + the language model's dummy forward)``, so where the
+tower's peak is the larger one the reserve gains its excess (``encoder_peak_term``, the
+``mm_encoder_peak`` term). It is derived from the tower's shapes for the two tower codes read
+(vLLM 0.33; the same block structure in the releases kvplan models from v0.10), each checked on
+vLLM 0.33's own tower run on CPU (``tools/multimodal_truth/tower_peak.py``):
+
+* Qwen2.5-VL (``model_executor/models/qwen2_5_vl.py`` ``Qwen2_5_VisionBlock.forward``, gated
+  SiLU MLP): at the MLP's ``down_proj`` the block's input (the transformer loop still holds it),
+  ``x_attn``, the fused norm's ``residual`` and normed output, ``gate_up`` (2·I / tp), its
+  activation (I / tp) and the output: ``5·h + 3·I/tp`` elements per patch, and the rotary tables
+  (``rotary_pos_emb_thw``: cos and sin of ``head_dim / 2`` per patch, kept in ``_rope_by_thw_cache``
+  and again as ``prepare_encoder_metadata``'s ``torch.cat``): ``2·head_dim``;
+* SigLIP (Gemma-3; ``siglip.py`` ``SiglipEncoderLayer.forward``, in-place residual adds, GELU
+  MLP): the embeddings ``SiglipVisionTransformer.forward`` keeps while its encoder runs, the
+  layer's input, the residual sum, ``layer_norm2``'s output, ``fc1``'s output and its
+  activation: ``4·h + 2·I/tp``;
+
+plus the pixel values the caller holds (``channels × temporal patch × patch²`` per patch), in the
+model's dtype, over every patch of the profile's dummy batch (Qwen: the items' embeddings ×
+``merge_size²``; Gemma-3: ``(image_size / patch)²`` per image). Attention runs on FlashAttention
+(vLLM's ViT default on CUDA, "Using backend FLASH_ATTN for vit attention"), which materialises no
+scores; the window attention of Qwen2.5-VL changes only ``cu_seqlens``. Other towers (Qwen2-VL,
+Llama-4, …) are not modelled: no term, said in the ledger's formula of ``mm_encoder_cache``.
 """
 
 from __future__ import annotations
@@ -30,7 +51,7 @@ from dataclasses import dataclass
 from kvplan.arch import ModelArch
 from kvplan.dtypes import get_dtype
 from kvplan.engines.reserve import ReserveTerm
-from kvplan.multimodal import DEFAULT_MM_LIMIT
+from kvplan.multimodal import DEFAULT_MM_LIMIT, FixedProcessor, QwenVLProcessor, TiledProcessor
 
 _SOURCE = ("vllm/v1/core/encoder_cache_manager.py compute_mm_encoder_budget; "
            "vllm/multimodal/encoder_budget.py MultiModalBudget._get_max_items; "
@@ -76,7 +97,9 @@ def mm_limits(image_limit: int | None, modalities: tuple[str, ...]) -> dict[str,
 
 def encoder_budget(arch: ModelArch, *, mnbt: int, max_num_seqs: int, max_model_len: int,
                    image_limit: int | None = None, max_pixels: int | None = None,
-                   chunked_prefill: bool = True, placeholder: bool = False) -> EncoderBudget | None:
+                   chunked_prefill: bool = True, placeholder: bool = False,
+                   processor: QwenVLProcessor | FixedProcessor | TiledProcessor | None = None,
+                   ) -> EncoderBudget | None:
     """The budget of ``arch``'s processor (None: no processor, or every limit 0 — text only).
 
     ``compute_mm_encoder_budget``: both budgets ``max(mnbt, largest item)``; the profile's modality
@@ -84,8 +107,9 @@ def encoder_budget(arch: ModelArch, *, mnbt: int, max_num_seqs: int, max_model_l
     ``_get_max_items``: ``max(1, min(budget // tokens, max_num_seqs × max(1, min(limit,
     max_model_len // tokens))))`` items (``max_num_seqs`` capped at ``mnbt // tokens`` without
     chunked prefill). ``placeholder``: the release counts each item's placeholder tokens
-    (``VllmRelease.mm_item_tokens``)."""
-    processor = arch.processor
+    (``VllmRelease.mm_item_tokens``). ``processor``: the checkpoint's with ``--mm-processor-kwargs``
+    applied (``kvplan.multimodal.with_processor_kwargs``); default ``arch.processor``."""
+    processor = processor or arch.processor
     if processor is None:
         return None
     every = processor.max_tokens_per_item(max_model_len, max_pixels, placeholder)
@@ -120,3 +144,65 @@ def encoder_cache_term(arch: ModelArch, budget: EncoderBudget, model_dtype: str,
                f"\"{budget.log_line()}\"")
     return ReserveTerm("mm_encoder_cache", total, formula, f"{release} {_SOURCE}", "derived")
 
+
+
+_PEAK_SOURCE = ("vllm/v1/worker/gpu_model_runner.py profile_run (embed_multimodal on the dummy batch "
+                "before _dummy_run); model_executor/models/qwen2_5_vl.py Qwen2_5_VisionBlock.forward, "
+                "siglip.py SiglipEncoderLayer.forward")
+
+
+@dataclass(frozen=True)
+class TowerPeak:
+    """The vision tower's peak over the profile's dummy batch: patches, elements per patch (the
+    block's live tensors + the pixel values), bytes, and the rule's name."""
+
+    patches: int
+    block_elements: int
+    pixel_elements: int
+    width: int
+    rule: str
+
+    @property
+    def bytes(self) -> int:
+        return self.patches * (self.block_elements + self.pixel_elements) * self.width
+
+
+def tower_peak(arch: ModelArch, budget: EncoderBudget,
+               processor: QwenVLProcessor | FixedProcessor | TiledProcessor | None,
+               model_dtype: str, tp: int) -> TowerPeak | None:
+    """``TowerPeak`` of the towers kvplan derives (module docstring), else None."""
+    tower = next((t for t in arch.weights.towers if t.name == "vision"), None)
+    if tower is None or processor is None or not budget.items_per_batch:
+        return None
+    width = get_dtype(model_dtype).bits // 8
+    h, inter = tower.hidden_size, tower.intermediate_size // tp
+    if isinstance(processor, QwenVLProcessor) and tower.gated_mlp and tower.heads:
+        patches = budget.profiled_tokens * processor.merge_size ** 2
+        pixels = tower.in_channels * processor.temporal_patch_size * tower.patch_size ** 2
+        rope = 2 * (h // tower.heads)
+        return TowerPeak(patches, 5 * h + 3 * inter + rope, pixels, width,
+                         "Qwen2.5-VL block: 5·h + 3·I/tp + rotary cos/sin 2·head_dim")
+    if isinstance(processor, FixedProcessor) and not tower.gated_mlp:
+        side = processor.image_size // tower.patch_size
+        pixels = tower.in_channels * tower.patch_size ** 2
+        return TowerPeak(budget.items_per_batch * side * side, 4 * h + 2 * inter, pixels, width,
+                         "SigLIP layer: 4·h + 2·I/tp")
+    return None
+
+
+def encoder_peak_term(arch: ModelArch, budget: EncoderBudget,
+                      processor: QwenVLProcessor | FixedProcessor | TiledProcessor | None,
+                      model_dtype: str, tp: int, held: int, release: str) -> ReserveTerm | None:
+    """The tower's excess over what the profile holds after it: ``max(0, tower peak − held)``,
+    ``held`` = the activation peak of the language model's dummy forward + the encoder outputs
+    (the reserve's other terms count those); None where the tower is not modelled."""
+    peak = tower_peak(arch, budget, processor, model_dtype, tp)
+    if peak is None:
+        return None
+    tower = next(t for t in arch.weights.towers if t.name == "vision")
+    excess = max(0, peak.bytes - held)
+    formula = (f"max(0, tower peak − held) = max(0, {peak.patches:,} patches × ({peak.rule} = "
+               f"{peak.block_elements:,} with h {tower.hidden_size:,}, I {tower.intermediate_size:,}, "
+               f"tp {tp} + pixel values {peak.pixel_elements:,}) × {peak.width} B = {peak.bytes:,} − "
+               f"{held:,} (activation peak + encoder outputs)) = {excess:,} B")
+    return ReserveTerm("mm_encoder_peak", excess, formula, f"{release} {_PEAK_SOURCE}", "derived")
