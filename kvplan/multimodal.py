@@ -550,15 +550,15 @@ def _pan_and_scan_kwargs(model: str, kwargs: dict[str, object]) -> None:
                                     "false, the default, is")
 
 
-def with_processor_kwargs(model: str, processor: QwenVLProcessor | FixedProcessor | TiledProcessor | None,
-                          text: str | None) -> QwenVLProcessor | FixedProcessor | TiledProcessor | None:
+def with_processor_kwargs(model: str, processor: Processor | None,
+                          text: str | None) -> Processor | None:
     """``processor`` with vLLM's ``--mm-processor-kwargs`` (a JSON object, already canonical)
     applied, or a named refusal for a key the processor does not take or kvplan does not model.
 
     Qwen-VL: ``min_pixels``, ``max_pixels``, ``size.shortest_edge`` / ``size.longest_edge``, flat
     or inside ``images_kwargs`` / ``videos_kwargs`` (vLLM 0.33 ``config/multimodal.py``
     ``_merge_mm_processor_kwargs``; qwen2_vl.py ``_get_vision_size``). Gemma-3:
-    ``do_pan_and_scan`` false. Llama-4's tiles: none."""
+    ``do_pan_and_scan`` false. Llama-4's tiles and Pixtral's patch grid: none."""
     if text is None:
         return processor
     import json
@@ -575,5 +575,8 @@ def with_processor_kwargs(model: str, processor: QwenVLProcessor | FixedProcesso
     if isinstance(processor, FixedProcessor):
         _pan_and_scan_kwargs(model, kwargs)
         return processor
+    if isinstance(processor, PixtralProcessor):
+        raise _refuse_kwarg(model, first, "the Pixtral processor takes no kwargs kvplan models "
+                            "(its longest edge is the checkpoint's)")
     raise _refuse_kwarg(model, first, "the Llama-4 tile processor takes no kwargs kvplan models "
                         "(max_patches is the checkpoint's)")

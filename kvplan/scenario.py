@@ -32,7 +32,7 @@ from kvplan.presets import CUSTOM_GPU_LIMITS
 
 if TYPE_CHECKING:
     from kvplan.arch import ModelArch
-    from kvplan.multimodal import FixedProcessor, ImageRequest, QwenVLProcessor, TiledProcessor
+    from kvplan.multimodal import ImageRequest, Processor
     from kvplan.plan import FitQuery, Plan
     from kvplan.presets import GPU
 
@@ -628,7 +628,7 @@ def scenario_image_tokens(scenario: Scenario) -> int:
                                settings.limit_mm_per_prompt)
 
 
-def scenario_processor(scenario: Scenario) -> QwenVLProcessor | FixedProcessor | TiledProcessor | None:
+def scenario_processor(scenario: Scenario) -> Processor | None:
     """The model's image processor with the scenario's ``--mm-processor-kwargs`` applied
     (``kvplan.multimodal.with_processor_kwargs``: a key it does not take is a named error)."""
     from kvplan.multimodal import with_processor_kwargs

@@ -438,8 +438,21 @@ def test_towers_not_derived_get_no_peak_term():
 def test_a_public_failed_start_up_is_the_towers_peak():
     """Log 71 (vLLM 0.23.0, Qwen2.5-VL-7B at --gpu-memory-utilization 0.22 of an A100-SXM4-80GB,
     find_string id 55021192520): "Available KV cache memory: -14.28 GiB". kvplan's reserve holds
-    the tower's 15.4 GiB peak over the dummy video and finds no room either (−13.89 GiB; −13.88 before the Qwen2.5-VL tower rule counted 1,343,488 B more)."""
+    the tower's 15.4 GiB peak over the dummy video and finds no room either
+    (−13.89 GiB; −13.88 before the Qwen2.5-VL tower rule counted 1,343,488 B more)."""
     plan = make_plan(load_model(QWEN), get_gpu("a100-80gb-sxm"),
                      FitQuery(tokens=128_000, engine="vllm@0.24", gpu_util=0.22))
     assert round(min(plan.budget.stage_budgets) / (1 << 30), 2) == -13.89
     assert fit(plan).max_requests == 0
+
+
+def test_pixtral_takes_no_processor_kwargs():
+    """Mistral-Small-3.1's Pixtral grid has no kwargs kvplan models: refused by name, not ignored."""
+    from kvplan.multimodal import PixtralProcessor, with_processor_kwargs
+
+    arch = load_model("mistralai/Mistral-Small-3.1-24B-Instruct-2503")
+    assert isinstance(arch.processor, PixtralProcessor)
+    assert with_processor_kwargs(arch.name, arch.processor, None) is arch.processor
+    with pytest.raises(KVPlanError) as err:
+        with_processor_kwargs(arch.name, arch.processor, '{"max_pixels": 1003520}')
+    assert err.value.code == "mm.kwargs" and "Pixtral processor takes no kwargs" in str(err.value)

@@ -123,10 +123,10 @@ CASES: dict[str, tuple[str, int, str, str | None, str]] = {
            _TRITON + " — release not stated (llm-d's summary row, as 27): 64.3025 GiB vs 64.38, the "
            "same as log 11 (v0.14.1)"),
     "70": ("Qwen/Qwen2.5-VL-7B-Instruct", 1, "vllm@0.9", "l4",
-           "bf16 language model + vision tower (16,584,333,312 B of parameters): 15.446 GiB vs 15.6271 "
+           "bf16 language model + vision tower (16,584,333,312 B of parameters): 15.445 GiB vs 15.6271 "
            "(−1.2 %: 0.18 GiB loaded beside the parameters, not broken down)"),
     "71": ("Qwen/Qwen2.5-VL-7B-Instruct", 1, "vllm@0.24", "a100-80gb-sxm",
-           "as 70 on v0.23.0: 15.446 GiB vs 15.67 (−1.4 %)"),
+           "as 70 on v0.23.0: 15.445 GiB vs 15.67 (−1.4 %)"),
     "72": ("gemma-3-27b", 1, "vllm@0.11", None,
            "bf16 language model + SigLIP tower on ROCm: 51.097 GiB vs 51.7891 (−1.3 %, not broken "
            "down)"),

@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from kvplan.arch import ModelArch
 from kvplan.dtypes import get_dtype
 from kvplan.engines.reserve import ReserveTerm
-from kvplan.multimodal import DEFAULT_MM_LIMIT, FixedProcessor, QwenVLProcessor, TiledProcessor
+from kvplan.multimodal import DEFAULT_MM_LIMIT, FixedProcessor, Processor, QwenVLProcessor
 
 _SOURCE = ("vllm/v1/core/encoder_cache_manager.py compute_mm_encoder_budget; "
            "vllm/multimodal/encoder_budget.py MultiModalBudget._get_max_items; "
@@ -98,7 +98,7 @@ def mm_limits(image_limit: int | None, modalities: tuple[str, ...]) -> dict[str,
 def encoder_budget(arch: ModelArch, *, mnbt: int, max_num_seqs: int, max_model_len: int,
                    image_limit: int | None = None, max_pixels: int | None = None,
                    chunked_prefill: bool = True, placeholder: bool = False,
-                   processor: QwenVLProcessor | FixedProcessor | TiledProcessor | None = None,
+                   processor: Processor | None = None,
                    ) -> EncoderBudget | None:
     """The budget of ``arch``'s processor (None: no processor, or every limit 0 — text only).
 
@@ -168,7 +168,7 @@ class TowerPeak:
 
 
 def tower_peak(arch: ModelArch, budget: EncoderBudget,
-               processor: QwenVLProcessor | FixedProcessor | TiledProcessor | None,
+               processor: Processor | None,
                model_dtype: str, tp: int) -> TowerPeak | None:
     """``TowerPeak`` of the towers kvplan derives (module docstring), else None."""
     tower = next((t for t in arch.weights.towers if t.name == "vision"), None)
@@ -191,7 +191,7 @@ def tower_peak(arch: ModelArch, budget: EncoderBudget,
 
 
 def encoder_peak_term(arch: ModelArch, budget: EncoderBudget,
-                      processor: QwenVLProcessor | FixedProcessor | TiledProcessor | None,
+                      processor: Processor | None,
                       model_dtype: str, tp: int, held: int, release: str) -> ReserveTerm | None:
     """The tower's excess over what the profile holds after it: ``max(0, tower peak − held)``,
     ``held`` = the activation peak of the language model's dummy forward + the encoder outputs
