@@ -783,18 +783,19 @@ def test_offload_tab_inputs_live_in_the_link():
 def test_the_answer_names_the_request_cap_state_blocks_and_the_refusal() -> None:
     """Issue #28: the dashboard says, under the answer, the max_num_seqs cap and its source, the
     recurrent-state blocks and whether vLLM starts — here Qwen3.5-27B at 132,000 tokens on an
-    H100-SXM (v0.33, memory fraction 0.92): 417 state blocks < the default 1,024, with vLLM's own
+    H100-SXM (v0.33, memory fraction 0.92): 413 state blocks (the encoder cache of its vision tower
+    counted) < the default 1,024, with vLLM's own
     refusal text."""
     at = make_app(m="Qwen/Qwen3.5-27B", g="h100-sxm", t="132000", u="1", ev="0.33")
     plan = scenario_plan(Scenario(model="Qwen/Qwen3.5-27B", gpu="h100-sxm", tokens=132000, users=1,
                                   engine_version="0.33"))
     result = fit(plan)
-    assert (result.state_blocks, result.max_num_seqs, result.starts) == (417, 1024, False)
+    assert (result.state_blocks, result.max_num_seqs, result.starts) == (413, 1024, False)
     captions = [unmd(c.value) for c in at.caption if "Request cap" in c.value]
     assert len(captions) == 1
     assert captions[0].startswith("Request cap: max_num_seqs 1,024 (")
-    assert " · 417 recurrent-state blocks · " in captions[0]
-    assert "max_num_seqs (1024) exceeds available Mamba cache blocks (417)" in captions[0]
+    assert " · 413 recurrent-state blocks · " in captions[0]
+    assert "max_num_seqs (1024) exceeds available Mamba cache blocks (413)" in captions[0]
 
 
 def test_first_chart_static_then_interactive_for_the_session():
