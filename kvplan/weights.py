@@ -1290,3 +1290,21 @@ __all__ = [
     "decoder_layer_tensors", "format_from_dtype", "format_summary", "model_tensors",
     "params_from_tensors", "read_quantization", "shard_shape", "weights_per_gpu",
 ]
+
+
+def draft_head_parts(draft: ModelArch, tp: int, rules: LoadingRules, *, head: bool, fc_width: int = 3,
+                     fc_bias: bool = False) -> tuple[dict[str, int], str]:
+    """A speculative draft's weights on one GPU by part, and the format they load in (one stage,
+    the target's TP). A draft model whole (``head`` False); an EAGLE / EAGLE3 head (experts
+    dropped) without embeddings and LM head — the engines share the target's — plus its ``fc``
+    ``Linear(fc_width × hidden, hidden)`` (EAGLE: 2, with bias; EAGLE3: 3) in the head's dtype.
+    Shared by SGLang's and TensorRT-LLM's ``spec_decode`` (their ``_draft_weights``)."""
+    layout = weights_per_gpu(draft.model_copy(update={"moe": None}) if head else draft,
+                             None, tp, 1, 1, False, rules)
+    parts = dict(layout.stages[0])
+    if head:
+        parts = {p: b for p, b in parts.items() if p not in {"embeddings", "lm_head"}}
+        bits = 16 if draft.model_dtype in ("bf16", "fp16") else 32
+        h = draft.hidden_size
+        parts["fc"] = (fc_width * h * h + (h if fc_bias else 0)) * bits // 8
+    return parts, layout.format_label

@@ -52,7 +52,7 @@ from kvplan.engines.kinds import layer_window
 from kvplan.engines.reserve import ReserveTerm
 from kvplan.engines.vllm.spec_decode import draft_arch
 from kvplan.errors import KVPlanError
-from kvplan.weights import LoadingRules, weights_per_gpu
+from kvplan.weights import LoadingRules, draft_head_parts, weights_per_gpu
 
 #: The reserve term of the draft's weights (loaded after ``pre_model_load_memory`` is measured).
 SGL_SPEC_WEIGHTS_TERM = "spec_draft_weights"
@@ -154,25 +154,20 @@ def _draft_weights(draft: ModelArch, algorithm: str, tp: int,
     notes: list[str] = []
     if draft.weights.mtp_layers:
         layout = weights_per_gpu(draft, None, tp, 1, 1, True, rules)
-        parts = {"mtp": dict(layout.stages[-1]).get("mtp", 0)}
+        parts, label = {"mtp": dict(layout.stages[-1]).get("mtp", 0)}, layout.format_label
     else:
         head = algorithm in ("EAGLE", "EAGLE3")
-        layout = weights_per_gpu(draft.model_copy(update={"moe": None}) if head else draft,
-                                 None, tp, 1, 1, False, rules)
-        parts = dict(layout.stages[0])
+        width = 2 if algorithm == "EAGLE" else 3
+        parts, label = draft_head_parts(draft, tp, rules, head=head, fc_width=width,
+                                        fc_bias=width == 2)
         if head:
-            parts = {p: b for p, b in parts.items() if p not in {"embeddings", "lm_head"}}
-            bits = 16 if draft.model_dtype in ("bf16", "fp16") else 32
-            width = 2 if algorithm == "EAGLE" else 3
-            h = draft.hidden_size
-            parts["fc"] = (width * h * h + (h if width == 2 else 0)) * bits // 8
             notes.append(f"{algorithm} head {draft.name}: embeddings shared with the target "
                          "(eagle_worker_v2.py set_embed_and_head / set_embed); "
                          + ("its LM head shared too" if width == 2 else
                             "an EAGLE3 head's own draft-vocabulary LM head is not counted"))
     total = sum(parts.values())
     shown = ", ".join(f"{p} {b:,}" for p, b in parts.items() if b)
-    return total, f"{draft.name} at TP {tp} in {layout.format_label}: {shown} = {total:,} B", notes
+    return total, f"{draft.name} at TP {tp} in {label}: {shown} = {total:,} B", notes
 
 
 def _swa_layers(config: ModelArch, hybrid_archs: frozenset[str]) -> int:

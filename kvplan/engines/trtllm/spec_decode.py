@@ -49,14 +49,13 @@ manager took the whole budget. kvplan sizes neither split VSWA pool with a draft
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 from kvplan.arch import MLA, Attention, Kind, LayerSpec, ModelArch, NoCache, Recurrent
 from kvplan.engines.reserve import ReserveTerm
-from kvplan.engines.vllm.spec_decode import draft_arch
+from kvplan.engines.vllm.spec_decode import draft_arch, speculative_json
 from kvplan.errors import KVPlanError
-from kvplan.weights import LoadingRules, weights_per_gpu
+from kvplan.weights import LoadingRules, draft_head_parts
 
 #: The reserve term of the draft's weights (loaded with the target, before the profiling run).
 TRT_SPEC_WEIGHTS_TERM = "spec_draft_weights"
@@ -111,12 +110,7 @@ class TrtSpec:
 
 def read_trtllm_speculative_config(text: str) -> dict[str, object]:
     """The ``speculative_config`` object with the keys kvplan reads; others and wrong types named."""
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise KVPlanError("spec.json", detail=str(exc)[:80]) from None
-    if not isinstance(data, dict):
-        raise KVPlanError("spec.json", detail=f"expected a JSON object, got {type(data).__name__}")
+    data = speculative_json(text)
     unknown = sorted(k for k in data if k not in KEYS)
     if unknown:
         raise KVPlanError("trt_spec.key", key=str(unknown[0])[:40], keys=", ".join(KEYS))
@@ -159,19 +153,14 @@ def _draft_weights(draft: ModelArch, head: bool, tp: int,
     embeddings and LM head taken as shared with the target (kvplan's statement: TensorRT-LLM's
     ``modeling_speculative.py`` was not read for them)."""
     notes: list[str] = []
-    layout = weights_per_gpu(draft.model_copy(update={"moe": None}) if head else draft,
-                             None, tp, 1, 1, False, rules)
-    parts = dict(layout.stages[0])
+    parts, label = draft_head_parts(draft, tp, rules, head=head, fc_width=3)
     if head:
-        parts = {p: b for p, b in parts.items() if p not in {"embeddings", "lm_head"}}
-        bits = 16 if draft.model_dtype in ("bf16", "fp16") else 32
-        parts["fc"] = 3 * draft.hidden_size * draft.hidden_size * bits // 8
         notes.append(f"EAGLE3 head {draft.name}: embeddings and LM head taken as shared with the "
                      "target (not read in TensorRT-LLM; an own draft-vocabulary LM head is not "
                      "counted)")
     total = sum(parts.values())
     shown = ", ".join(f"{p} {b:,}" for p, b in parts.items() if b)
-    return total, f"{draft.name} at TP {tp} in {layout.format_label}: {shown} = {total:,} B", notes
+    return total, f"{draft.name} at TP {tp} in {label}: {shown} = {total:,} B", notes
 
 
 def _need_draft_len(data: dict[str, object], decoding_type: str) -> int:

@@ -102,15 +102,22 @@ class SpecDecode:
         return self.method in EAGLE_FAMILY or self.method == "draft_model"
 
 
-def read_speculative_config(text: str) -> dict[str, object]:
-    """The JSON object of ``--speculative-config`` with only the keys kvplan reads; the others and
-    wrong types are named (``tensor_parallel_size`` as vLLM's ``_verify_args`` refuses it)."""
+def speculative_json(text: str) -> dict[str, object]:
+    """``--speculative-config`` / ``speculative_config`` text as a JSON object, or ``spec.json``
+    naming why not (TensorRT-LLM's ``spec_decode`` reads it too)."""
     try:
         data = json.loads(text)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise KVPlanError("spec.json", detail=str(exc)[:80]) from None
     if not isinstance(data, dict):
         raise KVPlanError("spec.json", detail=f"expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def read_speculative_config(text: str) -> dict[str, object]:
+    """The JSON object of ``--speculative-config`` with only the keys kvplan reads; the others and
+    wrong types are named (``tensor_parallel_size`` as vLLM's ``_verify_args`` refuses it)."""
+    data = speculative_json(text)
     if "tensor_parallel_size" in data:
         raise KVPlanError("spec.tp_key")
     unknown = sorted(k for k in data if k not in KEYS)
