@@ -382,14 +382,42 @@ def _pool_answer(plan: Plan, notes: list[str], formulas: dict[str, str]) -> dict
         "kv_pool_tokens": int(pool.pool_tokens(L)[0]),
         "max_concurrency": float(pool.concurrency(L)[0]),
         "max_requests": int(pool.max_requests(L)[0]),
-        "max_tokens_per_request": max_len(lambda t: pool.users_cost(t, -(-query.users // plan.layout.dp)),
-                                          pool.capacity, plan.length_limit, notes),
+        "max_tokens_per_request": _longest_as_planned(
+            plan, max_len(lambda t: pool.users_cost(t, -(-query.users // plan.layout.dp)),
+                          pool.capacity, plan.length_limit, notes), notes),
         "num_blocks": pool.num_blocks, "block_size": pool.block_size,
         "bytes_per_block": pool.bytes_per_block,
     }
     if pool.paged:
         answer["blocks_per_request"] = int(pool.blocks(L)[0])
     return answer
+
+
+def _longest_as_planned(plan: Plan, longest: int, notes: list[str]) -> int:
+    """The longest length whose own plan holds the users. ``max_len`` searches one pool, but an
+    engine may size its reserve from the length asked about (vLLM profiles ``max_model_len``: the
+    encoder budget and the vision tower's peak, ``engines/vllm/multimodal.py``), so the answer is
+    re-planned at that length and, where it no longer fits, bisected over re-planned lengths (the
+    reserve and the per-request cost both grow with the length, so the test is monotone)."""
+    users = -(-plan.query.users // plan.layout.dp)
+
+    def holds(tokens: int) -> bool:
+        try:
+            pool = plan.vary(tokens=tokens).pool
+        except KVPlanError:
+            return False
+        return bool(pool.capacity > 0 and pool.users_cost(np.asarray(tokens), users) <= pool.capacity)
+
+    if longest < 1 or holds(longest):
+        return longest
+    low, high = 0, longest
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if holds(mid) else (low, mid)
+    notes.append(f"longest length re-planned: at {longest:,} tokens the engine's own reserve (sized "
+                 f"from the length) leaves no room; {low:,} is the longest whose plan holds "
+                 f"{plan.query.users:,} user(s)")
+    return low
 
 
 def max_len(cost: Callable[[np.ndarray], Any], budget: int, limit: int = MAX_SEARCH_TOKENS,

@@ -456,3 +456,16 @@ def test_pixtral_takes_no_processor_kwargs():
     with pytest.raises(KVPlanError) as err:
         with_processor_kwargs(arch.name, arch.processor, '{"max_pixels": 1003520}')
     assert err.value.code == "mm.kwargs" and "Pixtral processor takes no kwargs" in str(err.value)
+
+
+def test_the_longest_length_is_replanned_where_the_reserve_grows_with_it():
+    """vLLM profiles max_model_len: Qwen2.5-VL-7B's encoder budget and tower peak grow with the
+    length, so the pool of a 1-token plan (room for 128,000) is not the pool at 128,000. The longest
+    length is the largest whose own plan holds the user (capacity._longest_as_planned): 114,687 on
+    an A100-40GB-PCIe, and one token more does not fit."""
+    plan = make_plan(load_model(QWEN), get_gpu("a100-40gb-pcie"), FitQuery(tokens=1, engine="vllm"))
+    result = fit(plan, search_gpus=False)
+    assert result.max_tokens_per_request == 114_687
+    assert any(n.startswith("longest length re-planned: at 128,000 tokens") for n in result.notes)
+    assert fit(plan.vary(tokens=114_687), search_gpus=False).max_requests_kv == 1
+    assert fit(plan.vary(tokens=114_688), search_gpus=False).max_requests_kv == 0
