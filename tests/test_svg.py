@@ -71,3 +71,19 @@ def test_typed_arrays_and_log_values_off_the_axis() -> None:
     assert figure_svg(figure) == svg
     figure["data"][0]["y"] = np.array(["a", "b", "c"])
     assert figure_svg(figure) is None
+
+
+def test_a_phone_gets_the_interactive_chart_by_default():
+    """A phone's browser (``Mobi`` in its User-Agent) would show the static chart at a third of
+    its size: the Plotly chart is its default (kvplan/ui/chart_slot.py ``is_phone``)."""
+    from kvplan.ui.chart_slot import is_phone
+
+    iphone = ("Mozilla/5.0 (iPhone; CPU iPhone OS 17_5 like Mac OS X) AppleWebKit/605.1.15 "
+              "(KHTML, like Gecko) Version/17.5 Mobile/15E148 Safari/604.1")
+    android = ("Mozilla/5.0 (Linux; Android 14; Pixel 8) AppleWebKit/537.36 (KHTML, like Gecko) "
+               "Chrome/126.0 Mobile Safari/537.36")
+    desktop = ("Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) "
+               "HeadlessChrome/126.0 Safari/537.36")
+    tablet = ("Mozilla/5.0 (Linux; Android 14; SM-X710) AppleWebKit/537.36 (KHTML, like Gecko) "
+              "Chrome/126.0 Safari/537.36")
+    assert [is_phone(a) for a in (iphone, android, desktop, tablet, "")] == [True, True, False, False, False]

@@ -4,7 +4,8 @@
 The static image needs none of Plotly's 4.7 MB renderer, so a first page is drawn without waiting
 for its evaluation in the browser (0.9–1.4 s of one long task; bench/README.md, issue #33); the
 toggle under the image mounts the Plotly chart (hover values, drag to zoom) in the same place. The
-choice is kept for the session (``INTERACTIVE``), whichever view is open.
+choice is kept for the session (``INTERACTIVE``), whichever view is open; on a phone (``is_phone``)
+the Plotly chart is the default, as the static drawing would be too small to read there.
 """
 
 from __future__ import annotations
@@ -20,6 +21,21 @@ INTERACTIVE = "interactive_charts"
 TOGGLE_LABEL = "Interactive chart (hover values, zoom)"
 
 
+def is_phone(user_agent: str) -> bool:
+    """Whether a browser's User-Agent is a phone's (MDN's advice: "Mobi" anywhere in it). A phone
+    shows the 1,000-unit-wide static chart at about a third of its size, its text too small to read,
+    so there the Plotly chart (laid out for the width) is the default."""
+    return "Mobi" in user_agent
+
+
+def _default_interactive() -> bool:
+    try:
+        agent = st.context.headers.get("User-Agent") or ""
+    except Exception:  # noqa: BLE001 — no request headers outside a browser session (AppTest)
+        agent = ""
+    return is_phone(str(agent))
+
+
 def _remember() -> None:
     st.session_state[INTERACTIVE] = bool(st.session_state.get("w_interactive", False))
 
@@ -27,7 +43,9 @@ def _remember() -> None:
 def show_chart(fig: Any, svg: str | None, key: str, alt: str) -> None:
     """The static ``svg`` of ``fig`` (an ``<img>``: nothing in it runs) with the toggle, or the
     Plotly chart under ``key`` (its CSS class ``st-key-<key>``)."""
-    interactive = bool(st.session_state.get(INTERACTIVE, False))
+    if INTERACTIVE not in st.session_state:
+        st.session_state[INTERACTIVE] = _default_interactive()
+    interactive = bool(st.session_state[INTERACTIVE])
     if svg is not None and not interactive:
         with st.container(key=f"static_{key}"):
             st.image(svg, width="stretch", alt=alt)

@@ -198,3 +198,24 @@ def test_first_chart_is_drawn_without_plotly_then_interactive(page: Page, app_ur
     page.wait_for_selector(".st-key-chart_kv_users .js-plotly-plot", timeout=LOAD_MS)
     page.wait_for_selector(IDLE, timeout=LOAD_MS)
     assert page.locator('[class*="st-key-static_chart_"]').count() == 0
+
+
+def test_a_phone_gets_the_interactive_chart_first(browser, app_url: str) -> None:
+    """On a phone (an iPhone's User-Agent, 390 × 844) the static drawing would be a third of its
+    size, its text unreadable: the first chart is the Plotly chart (kvplan/ui/chart_slot.py
+    ``is_phone``), with the toggle on."""
+    context = browser.new_context(
+        viewport={"width": 390, "height": 844},
+        user_agent=("Mozilla/5.0 (iPhone; CPU iPhone OS 17_5 like Mac OS X) AppleWebKit/605.1.15 "
+                    "(KHTML, like Gecko) Version/17.5 Mobile/15E148 Safari/604.1"))
+    try:
+        page = context.new_page()
+        page.goto(app_url + "/?v=1&m=llama-3.1-70b&n=2&tp=2&t=8192&u=32&kd=bf16,fp8_e4m3")
+        page.wait_for_selector(IDLE, timeout=LOAD_MS)
+        plot = ".st-key-chart_kv_context .js-plotly-plot"
+        page.wait_for_function(f"() => document.querySelector('{plot}') && "
+                               f"document.querySelector('{plot}')._fullData", timeout=LOAD_MS)
+        assert page.locator('[class*="st-key-static_chart_"]').count() == 0
+        assert page.get_by_role("switch", name=TOGGLE_LABEL).is_checked()
+    finally:
+        context.close()
