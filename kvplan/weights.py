@@ -344,7 +344,8 @@ class QuantScheme:
     #: GPTQ ``modules_in_block_to_quantize``: when given, only these (substrings) are quantized.
     only: tuple[str, ...] = ()
     source: str = "config.json (no quantization_config)"
-    _compiled: dict[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
+    _skipped_memo: dict[str, bool] = field(default_factory=dict, compare=False, hash=False,
+                                           repr=False)
 
     @cached_property
     def layer_specific(self) -> bool:
@@ -357,18 +358,34 @@ class QuantScheme:
     def skipped(self, name: str) -> bool:
         """Whether ``name`` is left unquantized by the skip list (vLLM ``is_layer_skipped``
         exact/substring; transformers ``should_convert_module`` globs; compressed-tensors
-        ``re:`` regexes, ``find_matched_target``)."""
-        return any(self._matches(pattern, name) for pattern in self.skip)
+        ``re:`` regexes, ``find_matched_target``). A pattern matches ``name`` exactly or as a
+        dotted prefix (a module and its children); under "substring" anywhere in it; under
+        "glob"/"ct" a ``*`` pattern by ``fnmatch`` (of the name or its children); a ``re:``
+        pattern by ``re.match``. Answers are remembered per name (skip lists run to thousands
+        of names, asked once per tensor, layer and layout)."""
+        memo = self._skipped_memo
+        if name not in memo:
+            memo[name] = self._skip_match(name)
+        return memo[name]
 
-    def _matches(self, pattern: str, name: str) -> bool:
-        if self.match == "substring" and pattern in name:
+    @cached_property
+    def _skip_index(self) -> tuple[frozenset[str], tuple[re.Pattern[str], ...], tuple[str, ...]]:
+        """The skip list split for matching: every pattern as an exact/prefix name, the ``re:``
+        patterns compiled, and the ``*`` patterns that "glob"/"ct" matching reads."""
+        regexes = tuple(re.compile(p[3:]) for p in self.skip if p.startswith("re:"))
+        globs = tuple(p for p in self.skip if "*" in p) if self.match in {"glob", "ct"} else ()
+        return frozenset(self.skip), regexes, globs
+
+    def _skip_match(self, name: str) -> bool:
+        if self.match == "substring" and any(pattern in name for pattern in self.skip):
             return True
-        if pattern.startswith("re:"):
-            return re.match(pattern[3:], name) is not None
-        if name == pattern or name.startswith(pattern + "."):
+        exact, regexes, globs = self._skip_index
+        if name in exact or any(name[:i] in exact for i, c in enumerate(name) if c == "."):
             return True
-        return self.match in {"glob", "ct"} and "*" in pattern and (
-            fnmatch.fnmatchcase(name, pattern) or fnmatch.fnmatchcase(name, pattern + ".*"))
+        if any(rx.match(name) is not None for rx in regexes):
+            return True
+        return any(fnmatch.fnmatchcase(name, p) or fnmatch.fnmatchcase(name, p + ".*")
+                   for p in globs)
 
     def format_for(self, tensor: Tensor, layer: int | None) -> Format:
         """The stored format of one tensor (at decoder layer ``layer``)."""

@@ -19,7 +19,9 @@ from kvplan.plan import make_plan
 from kvplan.presets import get_gpu, load_model, model_presets
 from kvplan.weights import (
     Format,
+    QuantScheme,
     Tensor,
+    format_from_dtype,
     model_tensors,
     params_from_tensors,
     read_quantization,
@@ -192,6 +194,28 @@ def test_fp8_modules_to_not_convert_match_exact_names_per_layer():
     assert s.skipped("model.layers.93.mlp.gate") and not s.skipped("model.layers.93.mlp.gate_up")
     assert s.format_for(expert, 7).name == "fp8_block128x128"
     assert s.format_for(router, 7).name == "bf16"
+
+
+@pytest.mark.parametrize(("match", "name", "expected"), [
+    ("exact", "model.layers.3.mlp.gate", True),            # the name itself
+    ("exact", "model.layers.3.mlp.gate.weight", True),     # a child of the named module
+    ("exact", "model.layers.3.mlp.gate_up_proj", False),   # a longer name is not a child
+    ("exact", "model.layers.13.mlp.gate", False),
+    ("substring", "model.layers.13.mlp.gate_up_proj", True),  # "13.mlp.gate_up" inside it
+    ("exact", "model.visual.blocks.0.attn.qkv", True),     # re: pattern, re.match from the start
+    ("exact", "lm.model.visual.blocks.0", False),          # re.match does not search
+    ("glob", "model.layers.7.self_attn.o_proj", True),     # * glob under glob matching
+    ("exact", "model.layers.7.self_attn.o_proj", False),   # the glob is a plain name under exact
+    ("ct", "model.layers.7.self_attn.o_proj.weight", True),  # glob of a child (pattern + ".*")
+])
+def test_skip_list_matching_modes(match, name, expected):
+    """``QuantScheme.skipped``: vLLM ``is_layer_skipped`` (exact name or dotted prefix;
+    substring), compressed-tensors ``re:`` targets (``re.match``) and transformers' globs."""
+    scheme = QuantScheme("fp8", format_from_dtype("bf16", "bf16"), match=match,
+                         skip=("model.layers.3.mlp.gate", "re:model\\.visual\\..*",
+                               "model.layers.*.self_attn.o_proj", "13.mlp.gate_up"))
+    assert scheme.skipped(name) is expected
+    assert scheme.skipped(name) is expected    # the remembered answer is the same
 
 
 @pytest.mark.parametrize(("quant", "code"), [
