@@ -398,13 +398,10 @@ class SGLang(Engine):
                                    settings.dp, hybrid_swa, self.release, self.loading_rules(gpu),
                                    SGLANG_HYBRID_SWA_ARCHS)
 
-    def speculative_summary(self, arch: ModelArch, gpu: GPU, settings: EngineSettings,
-                            kv_dtype: str) -> dict[str, object] | None:
-        """``fit --json``'s ``speculative`` (``spec_decode.sglang_spec_summary``)."""
-        spec = self.speculative(arch, settings, gpu)
-        if spec is None:
-            return None
-        view = self.stage_view(arch, kv_dtype, settings, [])
+    def summarize_speculative(self, spec: SglangSpec, view: EngineView,
+                              settings: EngineSettings) -> dict[str, object]:
+        """``fit --json``'s ``speculative`` (``spec_decode.sglang_spec_summary``): the draft's share
+        of the view's token cell (``sglang_draft_cell``)."""
         ratio = settings.swa_full_tokens_ratio or SGLANG_SWA_FULL_RATIO
         return sglang_spec_summary(spec, sglang_draft_cell(view, spec, ratio))
 
