@@ -166,6 +166,10 @@ MESSAGES: dict[str, str] = {
     "sgl_spec.unknown": "--speculative-algorithm '{algorithm}': {release} has no such algorithm "
                         "(\"Unknown speculative algorithm name\", speculative/spec_info.py "
                         "from_string); kvplan sizes {choices}",
+    "sgl_spec.release": "--speculative-algorithm {algorithm}: kvplan sizes SGLang's speculative "
+                        "decoding from SGLang 0.5.23's code (speculative/, mem_cache/, "
+                        "model_executor/); {release} budgets drafts by other rules (sgl-project/"
+                        "sglang PR#23862) and is not modelled (choose --engine-version 0.5.23)",
     "sgl_spec.unmodelled": "--speculative-algorithm {algorithm} exists in SGLang 0.5.23 but kvplan "
                            "does not size it (it sizes {choices})",
     "sgl_spec.no_draft": "--speculative-algorithm {algorithm} needs --speculative-draft-model-path for "
@@ -203,6 +207,9 @@ MESSAGES: dict[str, str] = {
     "trt_spec.no_model": "speculative_config: decoding_type {decoding_type} needs "
                          "speculative_model (the draft or EAGLE3 head: a kvplan preset or a "
                          "directory with its config.json; llmapi/llm_args.py)",
+    "trt_spec.vocab": "speculative_config: decoding_type Draft_Target: the draft {draft} has a "
+                      "vocabulary of {vocab} tokens, the target {target} {target_vocab}; the target "
+                      "verifies the draft's token ids, which must be the same vocabulary",
     "trt_spec.no_mtp": "speculative_config: decoding_type MTP drafts with {model}'s next-n layers, "
                        "and its config has no num_nextn_predict_layers",
     "trt_spec.mtp_two_model": "speculative_config: mtp_eagle_one_model false (the deprecated "
