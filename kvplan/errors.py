@@ -127,8 +127,9 @@ MESSAGES: dict[str, str] = {
     "spec.tp_key": "--speculative-config: 'tensor_parallel_size' is not a valid key; pass "
                    "'draft_tensor_parallel_size' (vllm/config/speculative.py _verify_args)",
     "spec.type": "--speculative-config: '{key}' must be {expected}, got {value}",
-    "spec.release": "--speculative-config: kvplan sizes speculative decoding from vLLM 0.33's "
-                    "vllm/config/speculative.py and v1/spec_decode; {release} is not modelled (choose "
+    "spec.release": "--speculative-config: kvplan sizes speculative decoding from the releases' "
+                    "vllm/config/speculative.py and v1/spec_decode it read (ngram and suffix from "
+                    "v0.18, every method in v0.33); {release} is not modelled (choose "
                     "--engine-version 0.33)",
     "spec.method": "--speculative-config: method '{method}' is not one {release} supports as kvplan "
                    "models it ({choices})",
