@@ -127,8 +127,9 @@ MESSAGES: dict[str, str] = {
     "spec.tp_key": "--speculative-config: 'tensor_parallel_size' is not a valid key; pass "
                    "'draft_tensor_parallel_size' (vllm/config/speculative.py _verify_args)",
     "spec.type": "--speculative-config: '{key}' must be {expected}, got {value}",
-    "spec.release": "--speculative-config: kvplan sizes speculative decoding from vLLM 0.33's "
-                    "vllm/config/speculative.py and v1/spec_decode; {release} is not modelled (choose "
+    "spec.release": "--speculative-config: kvplan sizes speculative decoding from the releases' "
+                    "vllm/config/speculative.py and v1/spec_decode it read (ngram and suffix from "
+                    "v0.18, every method in v0.33); {release} is not modelled (choose "
                     "--engine-version 0.33)",
     "spec.method": "--speculative-config: method '{method}' is not one {release} supports as kvplan "
                    "models it ({choices})",
@@ -166,6 +167,10 @@ MESSAGES: dict[str, str] = {
     "sgl_spec.unknown": "--speculative-algorithm '{algorithm}': {release} has no such algorithm "
                         "(\"Unknown speculative algorithm name\", speculative/spec_info.py "
                         "from_string); kvplan sizes {choices}",
+    "sgl_spec.release": "--speculative-algorithm {algorithm}: kvplan sizes SGLang's speculative "
+                        "decoding from SGLang 0.5.23's code (speculative/, mem_cache/, "
+                        "model_executor/); {release} budgets drafts by other rules (sgl-project/"
+                        "sglang PR#23862) and is not modelled (choose --engine-version 0.5.23)",
     "sgl_spec.unmodelled": "--speculative-algorithm {algorithm} exists in SGLang 0.5.23 but kvplan "
                            "does not size it (it sizes {choices})",
     "sgl_spec.no_draft": "--speculative-algorithm {algorithm} needs --speculative-draft-model-path for "
@@ -203,6 +208,9 @@ MESSAGES: dict[str, str] = {
     "trt_spec.no_model": "speculative_config: decoding_type {decoding_type} needs "
                          "speculative_model (the draft or EAGLE3 head: a kvplan preset or a "
                          "directory with its config.json; llmapi/llm_args.py)",
+    "trt_spec.vocab": "speculative_config: decoding_type Draft_Target: the draft {draft} has a "
+                      "vocabulary of {vocab} tokens, the target {target} {target_vocab}; the target "
+                      "verifies the draft's token ids, which must be the same vocabulary",
     "trt_spec.no_mtp": "speculative_config: decoding_type MTP drafts with {model}'s next-n layers, "
                        "and its config has no num_nextn_predict_layers",
     "trt_spec.mtp_two_model": "speculative_config: mtp_eagle_one_model false (the deprecated "

@@ -12,7 +12,10 @@ Memory (exact, per GPU of the largest pipeline stage):
   weights per stage from ``capacity.memory_budget`` (EP: its non-expert share whole on every GPU plus
   ``1/EP`` of the experts), memory target and KV budget from the engine (``Engine.memory_target``,
   ``Engine.kv_budgets``), requests of ``L`` tokens from the engine's pool (``KVPool.max_requests_for``,
-  the pool arithmetic vectorised over budgets).
+  the pool arithmetic vectorised over budgets). Where the plan states other instances on the GPU
+  (``FitQuery.held_by_others``, ``kvplan.instances``), each candidate's budget is the engine's beside
+  them (``Engine.beside_others``, as ``plan.memory_budget``), and a candidate whose engine refuses
+  to start there (vLLM's free-memory check) fits no request.
 
 Time (bounds, with ``e`` the accelerator's efficiency factor, 1 = peak):
   decode step ``TPOT(B) = pp · max(bytes_stage(B) / BW, B_gpu · F_dec / (pp · tp · FLOPS)) / e + comm(B)``
@@ -439,6 +442,9 @@ def recommend(plan: Plan, query: RecommendQuery, workload: Workload | None = Non
     settings_of: dict[tuple[int, int], EngineSettings] = {}
     own = [engine.own_settings(q.settings, tp=q.tp, pp=q.pp) for q in layout_queries]
     given = base.kv_cache_memory_bytes
+    # other instances already on each GPU when this one starts (kvplan.instances, FitQuery.held_by_others)
+    others = base.held_by_others
+    refusals: dict[str, str] = {}
     for g, gpu in enumerate(gpu_list):
         for y, (_, pp, _) in enumerate(layouts):
             settings = engine.resolve_settings(own[y], L, gpu, arch)  # = Plan.settings
@@ -451,13 +457,28 @@ def recommend(plan: Plan, query: RecommendQuery, workload: Workload | None = Non
             target, _ = engine.memory_target(total, settings, arch, [])
             target = engine.target_after_reserve(target, total, settings, detail, {"memory_target": ""})
             targets[g, y] = target
-            if given is not None:
+            if given is not None and not others:
                 budgets[g, y, :, :pp] = given
                 continue
             flat = [int(v) for v in stage_w[g, y, :, :pp].ravel()]
             kv = engine.kv_budgets(target, flat, reserve, settings, {"memory_target": ""}, total,
                                    detail=detail)
+            for w in range(W if others else 0):  # = plan.memory_budget beside the other instances
+                part = slice(w * pp, (w + 1) * pp)
+                kv[part], refusal = engine.beside_others(others, total, target, flat[part], reserve,
+                                                         settings, kv[part], {}, detail=detail)
+                if given is not None:  # --kv-cache-memory-bytes replaces the budget, not the check
+                    kv[part] = [given] * pp
+                if refusal is not None:  # the engine does not start (instances.share): none fit
+                    kv[part] = [0] * pp
+                    refusals.setdefault(refusal, gpu.id)
             budgets[g, y, :, :pp] = np.asarray(kv, dtype=np.int64).reshape(W, pp)
+    if others:
+        notes.append(f"{others:,} B held by other instances on each GPU when this one starts "
+                     "(FitQuery.held_by_others): each candidate's budget by the engine's rule "
+                     "(Engine.beside_others, as kvplan share)")
+        notes.extend(f"does not start on {gpu_id} (no request fits): {why}"
+                     for why, gpu_id in refusals.items())
     weights_fit = (stage_w.max(axis=3) + reserves[:, :, None] <= targets[:, :, None]) \
         | (given is not None)
 

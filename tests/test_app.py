@@ -239,9 +239,11 @@ def test_release_selector_lists_v020_to_v025_and_applies_the_linked_one():
     at = open_boxes(make_app(m="llama-2-7b", kd="fp16", t="4096", u="1", ev="0.20"), "w_engine_box")
     no_errors(at)
     select = at.selectbox(key="w_ev")
-    listed = ["0.33", "0.32", "0.29", "0.27", "0.26", "0.25", "0.24", "0.20", "0.20.0", "0.19"]
+    # 0.30 and 0.28 split off 0.32 and 0.29 (issue #26: capture sizes with draft tokens)
+    listed = ["0.33", "0.32", "0.30", "0.29", "0.28", "0.27", "0.26", "0.25", "0.24", "0.20", "0.20.0",
+              "0.19"]
     start = select.options.index("0.33")  # after "latest" and any newer release
-    assert select.options[0] == "latest" and select.options[start:start + 10] == listed
+    assert select.options[0] == "latest" and select.options[start:start + 12] == listed
     assert select.value == "0.20"
     assert exact(at)["kv_budget"] == 62_919_164_957
     assert any("vLLM v0\\.20\\.1–v0\\.20\\.2" in c.value for c in at.caption)

@@ -253,7 +253,8 @@ def reach(code: str, tmp_path) -> str:
     if code == "unknown.release":
         msg = cli_error(FIT + ["--engine-version", "0.1"])
         assert "choose one of: latest, " in msg  # then every release, newest first
-        assert "0.33, 0.32, 0.29, 0.27, 0.26, 0.25, 0.24, 0.20, 0.20.0, 0.19" in msg
+        # 0.30 and 0.28 split off 0.32 and 0.29 (issue #26: capture sizes with draft tokens)
+        assert "0.33, 0.32, 0.30, 0.29, 0.28, 0.27, 0.26, 0.25, 0.24, 0.20, 0.20.0, 0.19" in msg
         return msg
     if code == "engine.unserved":  # TensorRT-LLM's PyTorch backend has no Gemma 2 model class
         msg = cli_error(["fit", "--model", "gemma-2-9b", "--gpu", "h100-sxm", "--tokens", "10",
@@ -379,6 +380,9 @@ def reach(code: str, tmp_path) -> str:
                               "--speculative-algorithm", "NEXTN"])
         model, gpu, more = {
             "sgl_spec.unknown": ("llama-3.1-8b", "h100-sxm", ["--speculative-algorithm", "MEDUSA"]),
+            "sgl_spec.release": ("llama-3.1-8b", "h100-sxm", [
+                "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", head,
+                "--engine-version", "0.5.5"]),
             "sgl_spec.unmodelled": ("llama-3.1-8b", "h100-sxm", ["--speculative-algorithm", "DFLASH"]),
             "sgl_spec.no_draft": ("llama-3.1-8b", "h100-sxm", ["--speculative-algorithm", "NEXTN"]),
             "sgl_spec.vocab": ("llama-3.1-8b", "h100-sxm", [
@@ -410,6 +414,8 @@ def reach(code: str, tmp_path) -> str:
             "trt_spec.no_model": ("llama-3.1-8b", '{"decoding_type":"Draft_Target","max_draft_len":3}',
                                   []),
             "trt_spec.no_mtp": ("llama-3.1-8b", '{"decoding_type":"MTP"}', []),
+            "trt_spec.vocab": ("llama-3.1-8b", '{"decoding_type":"Draft_Target","max_draft_len":3,'
+                                               '"speculative_model":"Qwen/Qwen3-0.6B"}', []),
             "trt_spec.mtp_two_model": ("deepseek-v3", '{"decoding_type":"MTP","mtp_eagle_one_model":false}',
                                        ["--tp", "8", "--num-gpus", "8"]),
             "trt_spec.pp": ("llama-3.1-8b", eagle, ["--pp", "2", "--num-gpus", "2"]),
@@ -435,7 +441,7 @@ def reach(code: str, tmp_path) -> str:
             "spec.key": ('{"model":"llama-3.2-1b","draft":1}', []),
             "spec.tp_key": ('{"tensor_parallel_size":2}', []),
             "spec.type": ('{"num_speculative_tokens":"4"}', []),
-            "spec.release": (spec, ["--engine-version", "0.19"]),
+            "spec.release": (spec, ["--engine-version", "0.17"]),
             "spec.method": ('{"method":"medusa","num_speculative_tokens":3}', []),
             "spec.unmodelled": ('{"method":"dflash","model":"x","num_speculative_tokens":3}', []),
             "spec.no_model": ('{"method":"eagle3","num_speculative_tokens":3}', []),
@@ -644,3 +650,35 @@ def test_help_imports_no_engine_and_fit_no_pandas() -> None:
         mods = _modules_after(argv)
         assert "kvplan.engines" in mods, argv
         assert not {"pandas", "plotly", "streamlit"} & mods, argv
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    # a draft the target cannot use: TensorRT-LLM Draft_Target with another vocabulary
+    (["fit", "--model", "llama-3.1-8b", "--gpu", "h200", "--tokens", "8", "--engine", "trtllm",
+      "--speculative-config",
+      '{"decoding_type":"Draft_Target","max_draft_len":3,"speculative_model":"Qwen/Qwen3-0.6B"}'],
+     "speculative_config: decoding_type Draft_Target: the draft Qwen3-0.6B has a vocabulary of "
+     "151,936 tokens, the target Llama-3.1-8B 128,256; the target verifies the draft's token ids, "
+     "which must be the same vocabulary"),
+    # a draft method the chosen release does not support as kvplan models it: SGLang before 0.5.23
+    (["fit", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--tokens", "8", "--engine", "sglang",
+      "--engine-version", "0.5.5", "--speculative-algorithm", "NGRAM"],
+     "--speculative-algorithm NGRAM: kvplan sizes SGLang's speculative decoding from SGLang 0.5.23's "
+     "code (speculative/, mem_cache/, model_executor/); SGLang 0.5.5 budgets drafts by other rules "
+     "(sgl-project/sglang PR#23862) and is not modelled (choose --engine-version 0.5.23)"),
+    # ... and an algorithm 0.5.23 has not: the release's own list
+    (["fit", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--tokens", "8", "--engine", "sglang",
+      "--speculative-algorithm", "MEDUSA"],
+     "--speculative-algorithm 'MEDUSA': SGLang 0.5.23 has no such algorithm (\"Unknown speculative "
+     "algorithm name\", speculative/spec_info.py from_string); kvplan sizes EAGLE, EAGLE3, NEXTN, "
+     "STANDALONE, NGRAM"),
+    # a LoRA rank outside the release's allowed set (vLLM 0.33 MaxLoRARanks)
+    (["fit", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--tokens", "8", "--enable-lora",
+      "--max-lora-rank", "24", "--engine-version", "0.33"],
+     "--max-lora-rank 24 is not a rank vLLM v0.33 allows (vllm/config/lora.py MaxLoRARanks: 1, 8, "
+     "16, 32, 64, 128, 256, 320, 512)"),
+])
+def test_unusable_drafts_methods_and_ranks_exact_text(argv: list[str], message: str) -> None:
+    """Issue #26's bad input, exit 2 and the whole message: a draft the target cannot use, a draft
+    method the chosen release does not support, a LoRA rank outside the release's set."""
+    assert cli_error(argv) == f"kvplan: error: {message}\n"

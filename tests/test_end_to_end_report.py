@@ -164,7 +164,7 @@ def vllm_rows() -> list[Row]:
         if log_id in vl.CASES:
             case = vl.CASES[log_id]
             arch = vl._arch(case.model, case.quantization)
-            plan = make_plan(arch, get_gpu(case.gpu), vl._query(case, doc["settings"], arch))
+            plan = make_plan(arch, vl._gpu(case), vl._query(case, doc["settings"], arch))
             row.release, row.what = case.engine, f"{row.what}, {case.gpu}"
             if log_id in vl.FAILED_START_UP:
                 row.why_not = "start-up failed (no room): " + vl.FAILED_START_UP[log_id]
@@ -335,10 +335,10 @@ def rows() -> list[Row]:
 
 
 def test_every_log_fixture_has_a_row(rows: list[Row]):
-    """68 logs: vLLM 52 (five multimodal start-ups, 70–74, for issue #27), SGLang 11, TensorRT-LLM 5;
-    each compared or with its reason."""
+    """71 logs: vLLM 55 (five multimodal start-ups, 70–74, for issue #27; three with speculative
+    decoding, 80–82, for issue #26), SGLang 11, TensorRT-LLM 5; each compared or with its reason."""
     counts = {e: sum(r.engine == e for r in rows) for e in ("vllm", "sglang", "trtllm")}
-    assert counts == {"vllm": 52, "sglang": 11, "trtllm": 5}
+    assert counts == {"vllm": 55, "sglang": 11, "trtllm": 5}
     assert all(r.ratio is not None or r.why_not or r.no_room for r in rows)
     assert [r.key for r in rows if r.no_room] == ["vllm/10"]
     assert all(r.kvplan is not None and r.kvplan <= 0 for r in rows if r.no_room)
@@ -371,5 +371,8 @@ def test_the_status_report(rows: list[Row], capsys: pytest.CaptureFixture[str]):
 #: Issue #27's multimodal logs: 70 compared (a miss: ×1.146, the weights 0.18 GiB above the
 #: checkpoint's; its reserve within 0.08 GiB), 71 on the verdict (no room in either); 72–74 not
 #: compared (no card, no preset); their six printed or implied terms all within 0.25 GiB.
+#: Issue #26's speculative-decoding logs (ngram, 4 tokens, eager): 80 and 82 (v0.29.0) ×1.003 and 81
+#: (v0.18.0) ×1.000, all within 3 %; their nine printed terms (weights ×3, activation peak, CUDA
+#: graphs and capacity ×2) within 0.25 GiB: vLLM (16, 11, 42, 35) → (19, 14, 51, 44).
 STATUS: dict[str, tuple[int, int, int, int]] = {
-    "vllm": (16, 11, 42, 35), "sglang": (1, 0, 0, 0), "trtllm": (3, 1, 5, 2)}
+    "vllm": (19, 14, 51, 44), "sglang": (1, 0, 0, 0), "trtllm": (3, 1, 5, 2)}

@@ -522,3 +522,46 @@ def test_single_layout_terms_take_the_formats_rate() -> None:
     oss = make_plan(load_model("gpt-oss-20b"), b200, FitQuery(engine=V033))
     assert float(rc.single_terms(oss, 2048).flops[0]) == 9000e12
     assert rc.rate_format(oss.arch, None) == "nvfp4" and rc.rate_format(plan.arch, "auto") == "bf16"
+
+
+@pytest.mark.parametrize("engine", ["vllm@0.33", "vllm@0.9", "sglang", "trtllm", "hf"])
+def test_other_instances_on_the_gpu_count_in_every_candidate(engine: str) -> None:
+    """A plan that states other instances on the GPU (``FitQuery.held_by_others``, as ``kvplan share``
+    asks) gets every candidate's budget by the engine's rule beside them (``Engine.beside_others``):
+    each candidate's KV budget and requests are those of ``fit`` on the plan with the same others,
+    and a candidate whose engine refuses to start (``Budget.refusal``: vLLM v0.9.1+'s free-memory
+    check) fits no request. 20 GiB held: vLLM 0.33 asks for 0.92 of the device, so it starts only
+    where 20 GiB ≤ 8 % of the CUDA total (≥ 250 GiB: none of the catalogue's 80/141/180 GiB cards
+    in this search); v0.9.0's budget loses the 20 GiB; SGLang's free memory before loading loses
+    them; TensorRT-LLM's fraction applies after them; HF's budget loses them."""
+    others = 20 << 30
+    base = make_plan(LLAMA8, None, FitQuery(engine=engine, held_by_others=others))
+    query = RecommendQuery(gpus=("h100-sxm", "h200", "a100-80gb-sxm"), expert_parallel=False, **LOOSE)
+    rec = recommend(base, query)
+    assert any(n.startswith(f"{others:,} B held by other instances") for n in rec.notes)
+    catalogue = gpus()
+    alone = recommend(make_plan(LLAMA8, None, FitQuery(engine=engine)), query)
+    checked = 0
+    for cand in rec.table.itertuples():
+        plan = make_plan(LLAMA8, catalogue[cand.gpu], FitQuery(
+            engine=engine, tokens=rec.lengths.context, tp=cand.tp, pp=cand.pp, kv_dtype=cand.kv_dtype,
+            held_by_others=others))
+        want = fit(plan, search_gpus=False)
+        refused = plan.budget.refusal is not None
+        assert cand.kv_budget_bytes == (0 if refused else want.kv_budget_bytes), cand
+        assert cand.max_requests == (0 if refused or not want.weights_fit else want.max_requests), cand
+        before = row(alone, gpu=cand.gpu, tp=cand.tp, pp=cand.pp, kv_dtype=cand.kv_dtype)
+        if engine == "vllm@0.33":  # the share of the whole device: refused, never a smaller budget
+            assert refused and cand.max_requests == 0 < before.max_requests
+            assert f"does not start on {cand.gpu} (no request fits): Free memory on device" in \
+                " ".join(rec.notes)
+        elif engine in {"vllm@0.9", "hf"}:  # every byte the others hold comes off the budget
+            assert not refused and before.kv_budget_bytes - cand.kv_budget_bytes == others
+        else:  # the others' bytes come off before the fraction (SGLang's mfs, TRT-LLM's 0.9)
+            fraction = plan.engine.memory_fraction(plan.engine.capacity(plan.device).bytes,
+                                                   plan.settings)
+            assert fraction is not None and fraction < 1
+            assert not refused and abs(before.kv_budget_bytes - cand.kv_budget_bytes
+                                       - others * fraction) <= 1
+        checked += 1
+    assert checked == 3

@@ -132,6 +132,22 @@ def test_refusals_by_name(model: str, query: dict[str, object], code: str) -> No
     assert err.value.code == code
 
 
+@pytest.mark.parametrize("release", ["0.4", "0.4.5", "0.4.6", "0.4.8", "0.5.3", "0.5.5"])
+def test_releases_before_0_5_23_refuse_drafts_by_name(release: str) -> None:
+    """kvplan sizes drafts from 0.5.23's code only (``SglangRelease.spec_algorithms``): an older
+    record refuses every algorithm by name (``sgl_spec.release``) instead of applying 0.5.23's rules
+    to a release that budgeted drafts otherwise (PR#23862); 0.5.23 itself sizes them."""
+    arch = load_model("llama-3.1-8b")
+    q = FitQuery(engine=f"sglang@{release}", tokens=8192, speculative_algorithm="NGRAM")
+    with pytest.raises(KVPlanError) as err:
+        fit(make_plan(arch, get_gpu("h100-sxm"), q), search_gpus=False)
+    assert err.value.code == "sgl_spec.release"
+    assert f"SGLang {release}" in str(err.value)
+    ok = fit(make_plan(arch, get_gpu("h100-sxm"), q.model_copy(update={"engine": "sglang@0.5.23"})),
+             search_gpus=False)
+    assert ok.speculative is not None and ok.speculative["resolved_algorithm"] == "NGRAM"
+
+
 def test_hybrid_swa_pool_sizes_the_draft_by_layer_kind() -> None:
     """``HybridSWAPoolConfigurator`` (gpt-oss: 2 × 8 KV heads × 64 × 2 B = 2,048 B per layer, full
     and sliding alike; ratio 0.8). gpt-oss-20b (12 full + 12 SWA): 12 × 2,048 + 0.8 × 12 × 2,048 =

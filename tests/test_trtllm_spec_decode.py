@@ -142,6 +142,8 @@ def test_draft_weights_come_off_before_the_fraction() -> None:
 
 @pytest.mark.parametrize(("spec", "code"), [
     ({"decoding_type": "Eagle3", "max_draft_len": 3}, "trt_spec.no_model"),
+    ({"decoding_type": "Draft_Target", "max_draft_len": 3, "speculative_model": "Qwen/Qwen3-0.6B"},
+     "trt_spec.vocab"),  # 151,936 tokens beside Llama-3.1-8B's 128,256
     ({"decoding_type": "Eagle3", "speculative_model": EAGLE3_HEAD}, "trt_spec.max_draft_len"),
     ({"decoding_type": "Medusa", "max_draft_len": 3}, "trt_spec.unmodelled"),
     ({"decoding_type": "eagle3", "max_draft_len": 3}, "trt_spec.decoding_type"),

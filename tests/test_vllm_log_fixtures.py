@@ -34,6 +34,9 @@ SETTINGS = {
     "max_num_seqs": int, "max_num_batched_tokens": int, "enforce_eager": bool,
     "enable_prefix_caching": bool, "block_size": int, "flashinfer_sampler": bool,
 }
+#: Settings only runs that use the feature carry (issue #26: 80–82): ``--speculative-config`` as the
+#: JSON the run passed.
+OPTIONAL_SETTINGS = {"speculative_config": str}
 #: logged field → (type of one value, the VllmLog attribute parse_vllm_log fills, or None).
 LOGGED = {
     "model_loading_gib": (float, "model_loading_gib"),
@@ -89,17 +92,20 @@ def expected(field: str, value: object) -> float | int:
 
 def test_the_set_is_as_large_and_as_broad_as_issue_13_and_14_ask():
     """≥ 47 logs, ≥ 4 vLLM releases, ≥ 4 GPU types, TP 1 to 8, ≥ 12 weight logs of real checkpoints
-    (MXFP4, FP8, NVFP4, GPTQ, AWQ, multimodal); issue #27's multimodal start-ups numbered 70–74."""
+    (MXFP4, FP8, NVFP4, GPTQ, AWQ, multimodal); issue #27's multimodal start-ups numbered 70–74;
+    issue #26's speculative-decoding start-ups 80–82 (ngram on v0.29.0 twice and v0.18.0)."""
     docs = [load(p) for p in FIXTURES]
-    assert len(docs) == 52
-    assert [d["id"] for d in docs] == [f"{i:02d}" for i in (*range(1, 48), *range(70, 75))]
+    assert len(docs) == 55
+    assert [d["id"] for d in docs] == [f"{i:02d}" for i in (*range(1, 48), *range(70, 75),
+                                                            *range(80, 83))]
+    assert [d["id"] for d in docs if "speculative_config" in d["settings"]] == ["80", "81", "82"]
     versions = {d["vllm_version"] for d in docs} - {None}
     assert versions == {"0.8.3", "0.9.0.1", "0.9.2", "0.10.0", "0.10.1.dev680+g79899b63f.d20250817",
                         "0.10.1.1", "0.11.0", "0.11.2", "0.15.0rc2.dev46+gc4e744dbd",
                         "0.14.0rc1.dev227+gb53b89fdb", "0.14.1", "0.19.0", "0.20.1rc1.dev16+g7a1eb8ac2",
                         "0.24.0", "0.28.1rc1.dev563+gdc919e3f5",
                         "0.13.0+faa43dbf.nv26.01", "0.16.0rc2.dev305+g23210a911",
-                        "0.23.0", "0.11.0rc2.dev98+g393de22d2"}
+                        "0.23.0", "0.11.0rc2.dev98+g393de22d2", "0.18.0", "0.29.0"}
     assert {d["engine"] for d in docs} == {"V0", "V1"}
     assert {d["settings"]["tensor_parallel_size"] for d in docs} >= {1, 2, 4, 8}
     gpus = {d["gpu"] for d in docs}
@@ -107,7 +113,7 @@ def test_the_set_is_as_large_and_as_broad_as_issue_13_and_14_ask():
             "RTX 5090", "NVIDIA GeForce RTX 4090", "RTX A6000", "H100 (79.18 GiB total memory)", "L4",
             "NVIDIA GB10"} <= gpus
     weights = [d for d in docs if "model_loading_gib" in d["logged"] or "model_weights_gib" in d["logged"]]
-    assert len(weights) == 46
+    assert len(weights) == 49
     formats = " ".join(d["checkpoint_format"] for d in weights)
     for kind in ("mxfp4", "fp8", "nvfp4", "gptq", "awq", "vision tower"):
         assert kind in formats, kind
@@ -127,9 +133,9 @@ def test_schema(path: Path):
     assert doc["engine"] in {"V0", "V1"}
     assert doc["gpu_count"] >= 1
     assert doc["vllm_version"] is not None or "not" in doc["version_evidence"]
-    assert set(doc["settings"]) == set(SETTINGS)
-    for key, kind in SETTINGS.items():
-        value = doc["settings"][key]
+    assert set(SETTINGS) <= set(doc["settings"]) <= set(SETTINGS) | set(OPTIONAL_SETTINGS)
+    for key, kind in {**SETTINGS, **OPTIONAL_SETTINGS}.items():
+        value = doc["settings"].get(key)
         is_bool_as_int = kind is int and isinstance(value, bool)
         assert value is None or (isinstance(value, kind) and not is_bool_as_int), key
     assert doc["logged"], "a fixture without numbers"

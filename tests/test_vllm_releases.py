@@ -21,11 +21,14 @@ def test_every_release_is_named_and_reachable():
     """``latest`` is an alias of the newest record (bare id ``vllm``); every release, the newest
     included, is reachable by its key, newest first (a newer release adds its key before 0.33)."""
     choices = release_choices("vllm")
-    modelled = ["0.33", "0.32", "0.29", "0.27", "0.26", "0.25", "0.24", "0.20", "0.20.0", "0.19",
-                "0.17", "0.13", "0.11", "0.9", "0.8", "0.6"]
+    # 0.28 / 0.30 split off 0.29 / 0.32 (issue #26): their capture sizes with draft tokens differ
+    # (VllmRelease.spec_capture); nothing else kvplan sizes does
+    modelled = ["0.33", "0.32", "0.30", "0.29", "0.28", "0.27", "0.26", "0.25", "0.24", "0.20",
+                "0.20.0", "0.19", "0.17", "0.13", "0.11", "0.9", "0.8", "0.6"]
     assert choices[0] == "latest" and choices[-len(modelled):] == modelled
     assert [get_engine(f"vllm@{r}").release for r in modelled] == [
-        "vLLM v0.33", "vLLM v0.30–v0.32", "vLLM v0.28–v0.29", "vLLM v0.27", "vLLM v0.26", "vLLM v0.25",
+        "vLLM v0.33", "vLLM v0.31–v0.32", "vLLM v0.30", "vLLM v0.29", "vLLM v0.28", "vLLM v0.27",
+        "vLLM v0.26", "vLLM v0.25",
         "vLLM v0.21–v0.24", "vLLM v0.20.1–v0.20.2", "vLLM v0.20.0",
         "vLLM v0.18–v0.19", "vLLM v0.14–v0.17", "vLLM v0.11.1–v0.13", "vLLM v0.10–v0.11.0",
         "vLLM v0.9", "vLLM v0.8", "vLLM v0.6 (V0)"]
@@ -294,9 +297,10 @@ def test_yarn_context_limit_from_v026_to_v032():
     assert {e: limit.tokens for e, limit in got.items()} == {
         "vllm@0.33": 32768, "vllm@0.32": 32768, "vllm@0.29": 131072, "vllm@0.27": 131072,
         "vllm@0.26": 131072, "vllm@0.25": 131072}
+    # the record names follow the 0.28 / 0.30 splits (issue #26: capture sizes with draft tokens)
     assert got["vllm@0.29"].rule == ("original_max_position_embeddings 32,768 × RoPE factor 4; "
-                                     "vLLM v0.28–v0.29 _get_and_verify_max_len")
-    assert got["vllm@0.32"].rule == "max_position_embeddings 32,768; vLLM v0.30–v0.32 _get_and_verify_max_len"
+                                     "vLLM v0.29 _get_and_verify_max_len")
+    assert got["vllm@0.32"].rule == "max_position_embeddings 32,768; vLLM v0.31–v0.32 _get_and_verify_max_len"
 
 
 def test_blackwell_capture_cap_from_v028():

@@ -16,7 +16,7 @@ import pytest
 
 from kvplan.capacity import FitQuery, fit
 from kvplan.engines.settings import EngineSettings
-from kvplan.engines.vllm.spec_decode import capture_sizes_033
+from kvplan.engines.vllm.spec_decode import capture_sizes_033, spec_capture_sizes
 from kvplan.errors import KVPlanError
 from kvplan.plan import make_plan
 from kvplan.presets import custom_gpu, get_gpu, load_model
@@ -199,7 +199,9 @@ def test_ngram_adds_no_memory_but_capture_sizes() -> None:
     ('{"model":"llama-3.2-1b","tensor_parallel_size":2}', "spec.tp_key", {}),
     ('{"model":"llama-3.2-1b","draft":1}', "spec.key", {}),
     ('{"model":"llama-3.2-1b","num_speculative_tokens":0}', "spec.type", {}),
-    (DRAFT_1B, "spec.release", {"engine": "vllm@0.19"}),
+    (DRAFT_1B, "spec.release", {"engine": "vllm@0.17"}),
+    # v0.18–v0.32: ngram and suffix read, the draft model not (named with the release's list)
+    (DRAFT_1B, "spec.method", {"engine": "vllm@0.19"}),
 ])
 def test_bad_speculative_configs_are_named(spec: str, code: str, extra: dict) -> None:
     with pytest.raises(KVPlanError) as err:
@@ -323,3 +325,78 @@ def test_every_vllm_refusal_is_a_named_kvplan_refusal() -> None:
             _fit(case["model"], _spec_text(case), tp=case["tp"], num_gpus=case["tp"],
                  gpu=get_gpu("h200") if case["tp"] == 8 else GPU, kv_cache_memory_bytes=20 * 2**30)
         assert err.value.code == ERRORS[case["id"]], case["id"]
+
+
+# ------------------------------------------------------------- releases before v0.33 (ngram, suffix)
+NGRAM4 = '{"method":"ngram","num_speculative_tokens":4,"prompt_lookup_min":1,"prompt_lookup_max":4}'
+
+
+def test_capture_sizes_with_draft_tokens_follow_each_releases_rule() -> None:
+    """``_set_cudagraph_sizes`` with 4 draft tokens (q = 5), ``max_num_seqs`` 8: the ceiling is
+    min(8 × 5 × 2, 512) = 80 in every release (16 without drafts).
+    ``ceiling`` (v0.18.0–v0.20.0): [1, 2, 4] + range(8, 81, 8) = 13 sizes (5 without: 1, 2, 4, 8, 16).
+    ``ceiling_mnbt`` (v0.20.1–v0.28): the same 13 at 4,096 batched tokens; at 60 the ceiling is 60
+    and 60 itself is captured: 3 + 7 + 1 = 11 (``ceiling``: 10).
+    ``uniform_decode`` (v0.29–v0.30): + n × 5 for n in (1, 2, 4, 8) = 5, 10, 20 new (40 is already
+    there): 16. ``uniform_decode_seqs`` (v0.31+): without drafts ``max_num_seqs`` 12 joins the
+    1, 2, 4, 8, 16, 24 of ceiling 24: 7 against 6."""
+    assert spec_capture_sizes("ceiling", 4, 8, 4096) == [1, 2, 4, *range(8, 81, 8)]
+    assert spec_capture_sizes("ceiling", 0, 8, 4096) == [1, 2, 4, 8, 16]
+    assert spec_capture_sizes("ceiling_mnbt", 4, 8, 4096) == spec_capture_sizes("ceiling", 4, 8, 4096)
+    assert spec_capture_sizes("ceiling", 4, 8, 60) == [1, 2, 4, *range(8, 57, 8)]
+    assert spec_capture_sizes("ceiling_mnbt", 4, 8, 60) == [1, 2, 4, *range(8, 57, 8), 60]
+    assert spec_capture_sizes("uniform_decode", 4, 8, 4096) == sorted(
+        [1, 2, 4, *range(8, 81, 8), 5, 10, 20])
+    assert len(spec_capture_sizes("uniform_decode", 0, 12, 4096)) == 6
+    assert spec_capture_sizes("uniform_decode_seqs", 0, 12, 4096) == [1, 2, 4, 8, 12, 16, 24]
+    assert capture_sizes_033(4, 8, 4096) == spec_capture_sizes("uniform_decode_seqs", 4, 8, 4096)
+
+
+@pytest.mark.parametrize(("engine", "sizes", "counted"), [
+    ("vllm@0.19", 13, False), ("vllm@0.20.0", 13, True), ("vllm@0.28", 13, True),
+    ("vllm@0.29", 16, True), ("vllm@0.30", 16, True), ("vllm@0.32", 16, True), ("vllm@0.33", 16, True)])
+def test_ngram_on_each_release_adds_only_capture_sizes(engine: str, sizes: int, counted: bool) -> None:
+    """Qwen3-8B, ngram with 4 tokens, 8 sequences, 4,096 batched tokens, CUDA graphs on (the
+    settings of logs 80–82 without --enforce-eager): no drafter weights, no drafter KV, no lookahead
+    slots; ``sizes`` capture sizes with the drafts (``spec_capture``) against 5 without, each at the
+    release's fitted 8,012,999 B per size: 8 more = 64,103,992 B (v0.18–v0.28), 11 more =
+    88,142,989 B (v0.29+). v0.18–v0.19 do not subtract CUDA graphs (``graphs_counted``: the term is
+    listed, not counted)."""
+    plan, result = _fit("qwen3-8b", NGRAM4, engine=engine, gpu=custom_gpu(47.37), tokens=4096,
+                        gpu_util=0.75, max_num_batched_tokens=4096, max_num_seqs=8)
+    assert result.speculative is not None
+    assert (result.speculative["draft_weights_bytes"], result.speculative["draft_kv_layers"],
+            result.speculative["lookahead_tokens"]) == (0, 0, 0)
+    assert result.speculative["cudagraph_capture_sizes"] == sizes
+    detail = plan.budget.reserve_detail
+    assert detail is not None
+    terms = {t.name: t for t in detail.terms}
+    assert "spec_draft_weights" not in terms
+    assert terms["spec_cuda_graphs"].bytes == (sizes - 5) * 8_012_999
+    assert terms["spec_cuda_graphs"].counted is counted
+
+
+def test_ngram_disables_async_scheduling_where_it_reaches_the_pool() -> None:
+    """``VllmConfig.__post_init__`` (0.29.0 ``:1281``; 0.33.0 ``:1654``, the V1 runner that ngram
+    runs on): "Async scheduling not supported with ngram-based speculative decoding and will be
+    disabled" — the resolved setting is off with ngram or suffix, on without a drafter and with a
+    draft model (``draft_model`` keeps it)."""
+    arch = load_model("llama-3.1-8b")
+    for spec, expected in ((None, True), (NGRAM4, False), ('{"method":"suffix"}', False),
+                           (DRAFT_1B, True)):
+        plan = make_plan(arch, get_gpu("h100-sxm"), FitQuery(engine="vllm@0.33", tokens=8192,
+                                                             speculative_config=spec))
+        assert plan.settings.async_scheduling is expected, spec
+
+
+def test_methods_v019_has_not_been_read_for_are_named() -> None:
+    """v0.18–v0.32: kvplan read ngram and suffix only; a draft model or an EAGLE head there is
+    refused with the release's list (``spec.method``), a release before v0.18 with ``spec.release``."""
+    with pytest.raises(KVPlanError) as err:
+        _fit("llama-3.1-8b", DRAFT_1B, engine="vllm@0.29")
+    assert err.value.code == "spec.method"
+    assert str(err.value) == ("--speculative-config: method 'draft_model' is not one vLLM v0.29 "
+                              "supports as kvplan models it (ngram, suffix)")
+    with pytest.raises(KVPlanError) as err:
+        _fit("llama-3.1-8b", NGRAM4, engine="vllm@0.17")
+    assert err.value.code == "spec.release"

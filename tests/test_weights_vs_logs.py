@@ -130,6 +130,11 @@ CASES: dict[str, tuple[str, int, str, str | None, str]] = {
     "72": ("gemma-3-27b", 1, "vllm@0.11", None,
            "bf16 language model + SigLIP tower on ROCm: 51.097 GiB vs 51.7891 (−1.3 %, not broken "
            "down)"),
+    "80": ("qwen3-8b", 1, "vllm@0.29", None,
+           "bf16 (ngram speculative decoding: no drafter weights): 15.2564 GiB vs 15.27 (−0.09 %: "
+           "the rotary cache and the log's rounding)"),
+    "81": ("qwen3-8b", 1, "vllm@0.19", None, "as 80 on v0.18.0"),
+    "82": ("qwen3-8b", 1, "vllm@0.29", None, "as 80 (a rerun)"),
 }
 
 #: Logs that print the weights but whose checkpoint format could not be read (no config.json with

@@ -371,11 +371,28 @@ class Engine:
             raise KVPlanError("engine.dtype", engine=self.id, dtype=dtype.name,
                               why="this layout exists only for MLA layers")
 
+    def speculative(self, arch: ModelArch, settings: EngineSettings,
+                    gpu: GPU | None = None) -> object | None:
+        """The speculative-decoding settings as this release resolves them for ``arch`` (each
+        engine's ``spec_decode.py``); None for an engine or run without it."""
+        return None
+
     def speculative_summary(self, arch: ModelArch, gpu: GPU, settings: EngineSettings,
                             kv_dtype: str) -> dict[str, object] | None:
-        """Speculative decoding as the engine resolves it (``FitResult.speculative``); None for an
-        engine or run without it."""
-        return None
+        """Speculative decoding as the engine resolves it (``FitResult.speculative``, ``fit
+        --json``'s ``speculative``): the resolved spec (``speculative``) summed up over the largest
+        pipeline stage's view by the engine's ``summarize_speculative``; None without it."""
+        spec = self.speculative(arch, settings, gpu)
+        if spec is None:
+            return None
+        return self.summarize_speculative(spec, self.stage_view(arch, kv_dtype, settings, []),
+                                          settings)
+
+    def summarize_speculative(self, spec: Any, view: EngineView,
+                              settings: EngineSettings) -> dict[str, object]:
+        """The engine's summary of its resolved ``spec`` (the hook of ``speculative_summary``; an
+        engine whose ``speculative`` resolves one overrides it)."""
+        raise NotImplementedError(f"{self.id}: speculative decoding has no summary")
 
     def token_bytes(self, layer: LayerSpec, dtype: KVDType, tp: int) -> int:
         """Bytes per token per layer per rank across the layer's caches (``kinds.layer_token_bytes``

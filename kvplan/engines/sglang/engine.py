@@ -36,6 +36,9 @@ from kvplan.engines.sglang.kv_dtype import resolve_auto_kv_dtype
 from kvplan.engines.sglang.log import SglangLog
 from kvplan.engines.sglang.lora import LORA_POOL_TERM, sglang_lora_term
 from kvplan.engines.sglang.spec_decode import (
+    MODELLED as SPEC_MODELLED,
+)
+from kvplan.engines.sglang.spec_decode import (
     SGL_SPEC_WEIGHTS_TERM,
     SPEC_MAX_RUNNING_REQUESTS,
     SglangSpec,
@@ -245,6 +248,11 @@ class SglangRelease(Release):
     memory_table: tuple[tuple[int, int, int, int], ...] = (
         (20, 2048, 8, 8), (35, 4096, 48, 160), (60, 4096, 32, 160), (160, 8192, 256, 512))
     memory_top: tuple[int, int] = (16384, 512)
+    #: ``--speculative-algorithm`` values kvplan sizes for the release (``speculative/spec_info.py``
+    #: ``SpeculativeAlgorithm``, ``engines/sglang/spec_decode.py``); empty where kvplan has not read
+    #: the release's draft budgeting (refused by name: older releases budgeted drafts by other
+    #: rules, sgl-project/sglang PR#23862).
+    spec_algorithms: tuple[str, ...] = ()
 
 
 #: SGLang releases, oldest first, each ``replace(previous, …)`` with what changed (sources read:
@@ -285,7 +293,9 @@ SGLANG_0_5_23 = replace(
     memory_table=((20, 2048, 8, 8), (35, 4096, 48, 160), (60, 4096, 32, 160), (160, 8192, 256, 512)),
     changes="the release kvplan follows (source read at 0.5.23): arg_groups/memory_hook.py "
             "handle_gpu_memory_settings, chunked_prefill_size 4096 and cuda_graph_max_bs 48/160 "
-            "below 35 GiB")
+            "below 35 GiB; --speculative-algorithm read from 0.5.23's speculative/ "
+            "(spec_algorithms)",
+    spec_algorithms=SPEC_MODELLED)
 SGLANG_RELEASES: tuple[SglangRelease, ...] = (SGLANG_0_4, SGLANG_0_4_5, SGLANG_0_4_6, SGLANG_0_4_8,
                                               SGLANG_0_5_3, SGLANG_0_5_5, SGLANG_0_5_23)
 
@@ -389,6 +399,7 @@ class SGLang(Engine):
         (``engines/sglang/spec_decode.py``); None without ``--speculative-algorithm``."""
         if settings.speculative_algorithm is None:
             return None
+        assert isinstance(self.record, SglangRelease)
         hybrid_swa = (arch.architecture or "") in SGLANG_HYBRID_SWA_ARCHS \
             and not settings.disable_hybrid_swa_memory and any(layer_window(x) for x in arch.layers)
         return _speculative_cached(arch, settings.speculative_algorithm,
@@ -396,15 +407,12 @@ class SGLang(Engine):
                                    settings.speculative_num_steps, settings.speculative_eagle_topk,
                                    settings.speculative_num_draft_tokens, settings.tp, settings.pp,
                                    settings.dp, hybrid_swa, self.release, self.loading_rules(gpu),
-                                   SGLANG_HYBRID_SWA_ARCHS)
+                                   SGLANG_HYBRID_SWA_ARCHS, self.record.spec_algorithms)
 
-    def speculative_summary(self, arch: ModelArch, gpu: GPU, settings: EngineSettings,
-                            kv_dtype: str) -> dict[str, object] | None:
-        """``fit --json``'s ``speculative`` (``spec_decode.sglang_spec_summary``)."""
-        spec = self.speculative(arch, settings, gpu)
-        if spec is None:
-            return None
-        view = self.stage_view(arch, kv_dtype, settings, [])
+    def summarize_speculative(self, spec: SglangSpec, view: EngineView,
+                              settings: EngineSettings) -> dict[str, object]:
+        """``fit --json``'s ``speculative`` (``spec_decode.sglang_spec_summary``): the draft's share
+        of the view's token cell (``sglang_draft_cell``)."""
         ratio = settings.swa_full_tokens_ratio or SGLANG_SWA_FULL_RATIO
         return sglang_spec_summary(spec, sglang_draft_cell(view, spec, ratio))
 
@@ -635,12 +643,12 @@ def _speculative_cached(arch: ModelArch, algorithm: str, draft_path: str | None,
                         num_steps: int | None, eagle_topk: int | None,
                         num_draft_tokens: int | None, tp: int, pp: int, dp: int, hybrid_swa: bool,
                         release: str, rules: LoadingRules,
-                        hybrid_archs: frozenset[str]) -> SglangSpec:
+                        hybrid_archs: frozenset[str], algorithms: tuple[str, ...]) -> SglangSpec:
     return resolve_sglang_speculative(arch, algorithm=algorithm, draft_path=draft_path,
                                       num_steps=num_steps, eagle_topk=eagle_topk,
                                       num_draft_tokens=num_draft_tokens, tp=tp, pp=pp, dp=dp,
                                       hybrid_swa=hybrid_swa, release=release, rules=rules,
-                                      hybrid_archs=hybrid_archs)
+                                      hybrid_archs=hybrid_archs, algorithms=algorithms)
 
 
 def _per_worker(settings: EngineSettings) -> int | None:

@@ -182,15 +182,19 @@ def resolve_sglang_speculative(arch: ModelArch, *, algorithm: str, draft_path: s
                                num_steps: int | None, eagle_topk: int | None,
                                num_draft_tokens: int | None, tp: int, pp: int, dp: int,
                                hybrid_swa: bool, release: str, rules: LoadingRules,
-                               hybrid_archs: frozenset[str] = frozenset()) -> SglangSpec:
+                               hybrid_archs: frozenset[str] = frozenset(),
+                               algorithms: tuple[str, ...] = MODELLED) -> SglangSpec:
     """``--speculative-*`` for ``arch`` as SGLang 0.5.23 resolves them (module docstring), with the
-    draft's KV layers and weights per GPU; bad input is refused by name."""
+    draft's KV layers and weights per GPU; bad input is refused by name. ``algorithms``: the ones
+    kvplan sizes for the release (``SglangRelease.spec_algorithms``; empty: none, refused)."""
     given = algorithm.strip().upper()
+    if not algorithms:
+        raise KVPlanError("sgl_spec.release", algorithm=algorithm[:40], release=release)
     if given in UNMODELLED:
-        raise KVPlanError("sgl_spec.unmodelled", algorithm=given, choices=", ".join(MODELLED))
-    if given not in MODELLED:
+        raise KVPlanError("sgl_spec.unmodelled", algorithm=given, choices=", ".join(algorithms))
+    if given not in algorithms:
         raise KVPlanError("sgl_spec.unknown", algorithm=algorithm[:40], release=release,
-                          choices=", ".join(MODELLED))
+                          choices=", ".join(algorithms))
     resolved = "EAGLE" if given == "NEXTN" else given
     notes: list[str] = []
     if resolved == "NGRAM":

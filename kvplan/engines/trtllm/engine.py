@@ -25,7 +25,16 @@ import numpy as np
 
 from kvplan.arch import MLA, Attention, Kind, LayerSpec, ModelArch, NoCache, Recurrent
 from kvplan.dtypes import KVDType
-from kvplan.engines.base import ContextLimit, Engine, KVPool, Release, ViewShape, resolve_dtype, weights_oom
+from kvplan.engines.base import (
+    ContextLimit,
+    Engine,
+    EngineView,
+    KVPool,
+    Release,
+    ViewShape,
+    resolve_dtype,
+    weights_oom,
+)
 from kvplan.engines.kinds import CacheRule, PagedRule, StateRule, TokenLayout, cdiv, layer_window
 from kvplan.engines.reserve import Reserve, ReserveTerm
 from kvplan.engines.settings import EngineSettings
@@ -263,13 +272,10 @@ class TrtLlm(Engine):
         manager = sum(self.token_bytes(x, dtype, tp) for x in spec.draft_layers)
         return spec_bytes, creator, manager
 
-    def speculative_summary(self, arch: ModelArch, gpu: GPU, settings: EngineSettings,
-                            kv_dtype: str) -> dict[str, object] | None:
-        """``fit --json``'s ``speculative`` (``spec_decode.trtllm_spec_summary``)."""
-        spec = self.speculative(arch, settings, gpu)
-        if spec is None:
-            return None
-        view = self.stage_view(arch, kv_dtype, settings, [])
+    def summarize_speculative(self, spec: TrtSpec, view: EngineView,
+                              settings: EngineSettings) -> dict[str, object]:
+        """``fit --json``'s ``speculative`` (``spec_decode.trtllm_spec_summary``): the spec
+        layers' and the draft's bytes per token at the view's KV dtype (``spec_costs``)."""
         return trtllm_spec_summary(spec, *self.spec_costs(spec, view.dtype, settings.tp))
 
     def kv_budgets(self, target: int, stage_weights: list[int], reserve: int,

@@ -233,6 +233,9 @@ def resolve_trtllm_speculative(arch: ModelArch, text: str, *, tp: int, pp: int, 
         if model is None:
             raise KVPlanError("trt_spec.no_model", decoding_type=given)
         draft = draft_arch(model)
+        if draft.vocab_size != arch.vocab_size:  # the target verifies the draft's token ids
+            raise KVPlanError("trt_spec.vocab", draft=draft.name, vocab=f"{draft.vocab_size:,}",
+                              target=arch.name, target_vocab=f"{arch.vocab_size:,}")
         mode, name = "DRAFT_TARGET", draft.name
         draft_layers = _kv_layers(draft)
         weights, formula, more = _draft_weights(draft, False, tp, rules)

@@ -343,10 +343,14 @@ class Vllm(Engine):
             update["max_num_batched_tokens"] = self.default_mnbt(gpu)
         if settings.max_num_seqs is None and gpu is not None:
             update["max_num_seqs"] = self.default_max_num_seqs(gpu)
-        if arch is not None and not settings.mtp:
-            spec = self.speculative(arch, settings)
-            if spec is not None and spec.method == "mtp":
-                update["mtp"] = True  # the next-n layers are loaded (SpeculativeConfig: model = target)
+        spec = self.speculative(arch, settings) if arch is not None else None
+        if spec is not None and spec.method == "mtp" and not settings.mtp:
+            update["mtp"] = True  # the next-n layers are loaded (SpeculativeConfig: model = target)
+        if spec is not None and spec.method in ("ngram", "suffix") and settings.async_scheduling \
+                and self.record.in_flight == "async":
+            # VllmConfig.__post_init__ (0.29.0 :1281; 0.33.0 :1654 on the V1 runner): "Async scheduling not
+            # supported with ngram-based speculative decoding and will be disabled" (suffix too)
+            update["async_scheduling"] = False
         return settings.model_copy(update=update) if update else settings
 
     def speculative(self, arch: ModelArch, settings: EngineSettings,
@@ -415,7 +419,8 @@ class Vllm(Engine):
         base = 0 if settings.enforce_eager else len(capture_sizes(record.capture_rule, seqs, mnbt,
                                                                   blackwell))
         out = (spec_weights_term(spec, self.release),
-               spec_graphs_term(graphs, base, spec, seqs, mnbt, blackwell, self.release))
+               spec_graphs_term(graphs, base, spec, seqs, mnbt, blackwell, self.release,
+                                record.spec_capture))
         return tuple(t for t in out if t is not None)
 
     def speculative_summary(self, arch: ModelArch, gpu: GPU, settings: EngineSettings,
@@ -429,7 +434,7 @@ class Vllm(Engine):
         per_token = sum(self.token_bytes(layer, dtype, settings.tp) for layer in spec.draft_layers)
         return spec_summary(spec, per_token, settings.max_num_seqs or self.default_max_num_seqs(gpu),
                             settings.max_num_batched_tokens or self.default_mnbt(gpu),
-                            self.blackwell_capture_cap(gpu))
+                            self.blackwell_capture_cap(gpu), self.record.spec_capture)
 
     def drops_towers(self, settings: EngineSettings) -> bool:
         """``--limit-mm-per-prompt`` 0 where the release then skips the towers' weights

@@ -11,6 +11,7 @@ from typing import Literal
 
 from kvplan.engines.base import Release
 from kvplan.engines.vllm.memory import CaptureRule, SamplerPath
+from kvplan.engines.vllm.spec_decode import SpecCapture
 
 #: How the start-up log's "GPU KV cache size" is computed (``VllmPagedPool``).
 LoggedTokens = Literal["concurrency", "groups", "blocks"]
@@ -52,6 +53,8 @@ class VllmRelease(Release):
     #: ``SpeculativeMethod``, ``engines/vllm/spec_decode.py``); empty where it has not read the
     #: release's ``v1/spec_decode`` (refused by name).
     spec_methods: tuple[str, ...] = ()
+    #: ``VllmConfig._set_cudagraph_sizes`` with draft tokens (``spec_decode.SpecCapture``).
+    spec_capture: SpecCapture = "ceiling"
     #: Top-k/top-p path of the sampler warm-up: FlashInfer by default from v0.21
     #: (``envs.py`` ``VLLM_USE_FLASHINFER_SAMPLER`` = True, ``flashinfer_sampler_supported``).
     sampler_path: SamplerPath
@@ -266,8 +269,14 @@ V0_19 = replace(
             "``adjust_cudagraph_sizes_for_mamba_cache`` (from 0.18.0, PR #34571; called from "
             "``gpu_model_runner.py`` ``_check_and_update_cudagraph_mode``) drops the capture sizes "
             "above the pool's ``num_blocks`` with a warning (none left: no CUDA graphs) — before, a "
-            "FULL decode capture larger than ``num_blocks`` failed ``causal_conv1d_update``'s assert.",
-    state_block_check="cap")
+            "FULL decode capture larger than ``num_blocks`` failed ``causal_conv1d_update``'s assert. "
+            "``--speculative-config`` ``ngram`` and ``suffix`` (read in 0.18.0 and 0.19.1: "
+            "``config/speculative.py`` ``SpeculativeMethod``, ``suffix_decoding_max_tree_depth`` 24; "
+            "``v1/core/sched/scheduler.py`` no lookahead slots for them; no drafter on the GPU): "
+            "``config/vllm.py`` ``_set_cudagraph_sizes`` raises the capture ceiling to "
+            "``min(max_num_seqs × (1 + num_speculative_tokens) × 2, 512)`` (``spec_capture`` "
+            "``ceiling``); the other methods not read for this release.",
+    state_block_check="cap", spec_methods=("ngram", "suffix"), spec_capture="ceiling")
 V0_20_0 = replace(
     V0_19, key="0.20.0", since="0.20.0", name="vLLM v0.20.0",
     changes="``gpu_memory_utilization`` 0.92 (``config/cache.py``) and the CUDA-graph estimate "
@@ -291,8 +300,10 @@ V0_20 = replace(
             "``_report_kv_cache_config``). FlashInfer top-k/top-p is still opt-in "
             "(``VLLM_USE_FLASHINFER_SAMPLER`` unset → None → ``TopKTopPSampler.__init__`` takes "
             "``forward_native``), so the sampler warm-up sorts (``apply_top_k_top_p``: a Triton kernel "
-            "from 8 rows, as v0.19.1 — not modelled, the fitted sort stands for it).",
-    logged_tokens="concurrency")
+            "from 8 rows, as v0.19.1 — not modelled, the fitted sort stands for it). "
+            "``_set_cudagraph_sizes`` also captures ``max_num_batched_tokens`` when it fits under the "
+            "ceiling (from v0.20.1; read through 0.28.0: ``spec_capture`` ``ceiling_mnbt``).",
+    logged_tokens="concurrency", spec_capture="ceiling_mnbt")
 V0_24 = replace(
     V0_20, key="0.24", since="0.21.0", name="vLLM v0.21–v0.24",
     changes="the FlashInfer top-k/top-p sampler is on by default from v0.21.0 (``envs.py`` "
@@ -333,8 +344,8 @@ V0_27 = replace(
             "rule on every catalogue GPU) and ``config/vllm.py`` ``_set_cudagraph_sizes`` captures up "
             "to ``min(2 × max_num_seqs, 512)`` on every GPU (0.27.1 ``:1778``).",
     mxfp4_trtllm_inter=128, mxfp4_source="vLLM v0.33 fused_moe/oracle/mxfp4.py")
-V0_29 = replace(
-    V0_27, key="0.29", since="0.28.0", name="vLLM v0.28–v0.29",
+V0_28 = replace(
+    V0_27, key="0.28", since="0.28.0", name="vLLM v0.28",
     changes="``get_batch_defaults`` has a ≥ 160 GiB tier (16,384 batched tokens) and "
             "``_set_cudagraph_sizes`` captures up to 1,024 on data-centre Blackwell (from 0.28.0 "
             "``config/vllm.py:1878``). ``config/model.py`` ``_get_and_verify_max_len`` still scales a "
@@ -344,13 +355,28 @@ V0_29 = replace(
             "``MambaModelConfig``, 0.28.0 ``:604``; \"all\" only when asked for, gone from "
             "``config/cache.py`` ``MambaCacheMode`` in 0.32.0).",
     huge_batch_tier=True, blackwell_capture_cap=True, mamba_prefix="align")
-V0_32 = replace(
-    V0_29, key="0.32", since="0.30.0", name="vLLM v0.30–v0.32",
+V0_29 = replace(
+    V0_28, key="0.29", since="0.29.0", name="vLLM v0.29",
+    changes="``config/vllm.py`` ``_set_cudagraph_sizes`` adds the uniform decode sizes ``n × (1 + "
+            "num_speculative_tokens)`` under the ceiling (``uniform_decode_query_len``, from 0.29.0; "
+            "``spec_capture`` ``uniform_decode``); ``ngram`` and ``suffix`` disable async scheduling "
+            "(``VllmConfig.__post_init__``, 0.29.0 ``:1281``). Nothing else kvplan sizes differs "
+            "from v0.28 (the record v0.28–v0.29 until speculative decoding was read).",
+    spec_capture="uniform_decode")
+V0_30 = replace(
+    V0_29, key="0.30", since="0.30.0", name="vLLM v0.30",
     changes="the YaRN family joins the unscaled RoPE types of ``_get_and_verify_max_len`` (0.30.0 "
-            "``config/model.py:2393``: its ``max_position_embeddings`` is already scaled). "
-            "``get_batch_defaults`` has no GB10 exclusion yet (0.32.0 ``engine/arg_utils.py:2894``: a "
-            "≥ 70 GiB device that is not an A100 takes the large tier, a DGX Spark's GB10 included).",
+            "``config/model.py:2393``: its ``max_position_embeddings`` is already scaled); "
+            "``_set_cudagraph_sizes`` as 0.29.0.",
     unscaled_rope_types=("su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling"))
+V0_32 = replace(
+    V0_30, key="0.32", since="0.31.0", name="vLLM v0.31–v0.32",
+    changes="``_set_cudagraph_sizes`` also captures ``max_num_seqs`` without draft tokens when it "
+            "fits (from 0.31.0, read in 0.32.0: ``spec_capture`` ``uniform_decode_seqs``). "
+            "``get_batch_defaults`` has no GB10 exclusion yet (0.32.0 ``engine/arg_utils.py:2894``: a "
+            "≥ 70 GiB device that is not an A100 takes the large tier, a DGX Spark's GB10 included). "
+            "Before speculative decoding was read this record was v0.30–v0.32.",
+    spec_capture="uniform_decode_seqs")
 V0_33 = replace(
     V0_32, key="0.33", since="0.33.0", name="vLLM v0.33",
     changes="``engine/arg_utils.py`` ``get_batch_defaults``: a GB10 (DGX Spark, "
@@ -365,4 +391,4 @@ V0_33 = replace(
 
 #: Every modelled vLLM release, oldest first; the last is "latest" (``vllm`` without ``@``).
 VLLM_RELEASES: tuple[VllmRelease, ...] = (V0_6, V0_8, V0_9, V0_11, V0_13, V0_17, V0_19, V0_20_0, V0_20,
-                                          V0_24, V0_25, V0_26, V0_27, V0_29, V0_32, V0_33)
+                                          V0_24, V0_25, V0_26, V0_27, V0_28, V0_29, V0_30, V0_32, V0_33)

@@ -1,6 +1,10 @@
-"""vLLM speculative decoding: what ``--speculative-config`` adds to one GPU's memory (v0.33).
+"""vLLM speculative decoding: what ``--speculative-config`` adds to one GPU's memory.
 
-Read from vLLM 0.33.0:
+Every method below is read from vLLM 0.33.0; ``ngram`` and ``suffix`` (no drafter on the GPU, no
+lookahead slots: ``v1/core/sched/scheduler.py`` sets ``num_lookahead_tokens`` only for EAGLE-family
+and draft-model methods, v0.18.0–v0.27.0; ``VllmConfig.num_lookahead_tokens`` from v0.28.0) also from
+every release v0.18.0–v0.32.0, whose capture sizes with draft tokens differ (``SpecCapture``; the
+records' ``spec_methods`` and ``spec_capture``). Read from vLLM 0.33.0:
 
 * ``vllm/config/speculative.py`` ``SpeculativeConfig.__post_init__``: no ``method`` → ``ngram``
   when ``model`` is ``ngram``, else ``draft_model``; a deprecated ``*_mtp`` method is ``mtp``; a
@@ -39,6 +43,7 @@ import json
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from kvplan.arch import MLA, Attention, Kind, LayerSpec, ModelArch
 from kvplan.config_import import load_config_text, parse_config
@@ -325,50 +330,71 @@ def spec_weights_term(spec: SpecDecode, release: str) -> ReserveTerm | None:
 SPEC_GRAPHS_TERM = "spec_cuda_graphs"
 
 
-def capture_sizes_033(num_speculative_tokens: int, max_num_seqs: int, mnbt: int,
-                      blackwell: bool = False) -> list[int]:
-    """v0.33 ``VllmConfig._set_cudagraph_sizes`` (balanced mode, no sizes given): with query length
-    ``q = 1 + num_speculative_tokens`` (``uniform_decode_query_len``) the ceiling is
-    ``min(max_num_seqs × q × 2, 512 | 1024 on SM 10.x)``, then at most ``max_num_batched_tokens``;
-    ``[1, 2, 4] + range(8, 256, 8) + range(256, ceiling + 1, 16)``, ``max_num_batched_tokens`` when
-    it fits, and the uniform decode sizes: ``n × q`` for the request counts ``[1, 2, 4] + range(8,
-    256, 8) + range(256, max_num_seqs + 1, 16) + [max_num_seqs]`` (``q > 1``), or ``max_num_seqs``
-    itself (``q = 1``), each within the ceiling."""
+#: How a release's ``VllmConfig._set_cudagraph_sizes`` lays out the capture sizes with draft tokens
+#: (``VllmRelease.spec_capture``), read per release: ``ceiling`` (v0.18.0–v0.20.0: the ceiling
+#: ``min(max_num_seqs × q × 2, 512)`` grows with the query length ``q = 1 + num_speculative_tokens``,
+#: capped at ``max_num_batched_tokens``), ``ceiling_mnbt`` (v0.20.1–v0.28: also
+#: ``max_num_batched_tokens`` itself when it fits under the ceiling; 1,024 on data-centre Blackwell
+#: from v0.28), ``uniform_decode`` (v0.29–v0.30: also the uniform decode sizes ``n × q``),
+#: ``uniform_decode_seqs`` (v0.31+: and ``max_num_seqs`` when ``q = 1``).
+SpecCapture = Literal["ceiling", "ceiling_mnbt", "uniform_decode", "uniform_decode_seqs"]
+
+
+def spec_capture_sizes(rule: SpecCapture, num_speculative_tokens: int, max_num_seqs: int, mnbt: int,
+                       blackwell: bool = False) -> list[int]:
+    """``VllmConfig._set_cudagraph_sizes`` (balanced mode, no sizes given) with query length
+    ``q = 1 + num_speculative_tokens`` (``uniform_decode_query_len``) under the release's ``rule``
+    (``SpecCapture``): the ceiling is ``min(max_num_seqs × q × 2, 512 | 1024 on SM 10.x)``, then at
+    most ``max_num_batched_tokens``; ``[1, 2, 4] + range(8, 256, 8) + range(256, ceiling + 1, 16)``;
+    from ``ceiling_mnbt`` ``max_num_batched_tokens`` when it fits; from ``uniform_decode`` the
+    uniform decode sizes ``n × q`` for the request counts ``[1, 2, 4] + range(8, 256, 8) +
+    range(256, max_num_seqs + 1, 16) + [max_num_seqs]`` (``q > 1``), each within the ceiling; with
+    ``uniform_decode_seqs`` ``max_num_seqs`` itself when ``q = 1``."""
     default = 1024 if blackwell else 512
     q = 1 + num_speculative_tokens
     ceiling = min(max_num_seqs * q * 2, default)
     uniform: list[int] = []
-    if q > 1:
-        reqs = min(max_num_seqs, default)
-        counts = [n for n in (1, 2, 4) if n <= reqs] + list(range(8, min(reqs + 1, 256), 8))
-        counts = sorted({*counts, *range(256, reqs + 1, 16), reqs})
-        uniform = sorted({n * q for n in counts if n * q <= ceiling})
-    elif max_num_seqs <= ceiling:
-        uniform = [max_num_seqs]
+    if rule in ("uniform_decode", "uniform_decode_seqs"):
+        if q > 1:
+            reqs = min(max_num_seqs, default)
+            counts = [n for n in (1, 2, 4) if n <= reqs] + list(range(8, min(reqs + 1, 256), 8))
+            counts = sorted({*counts, *range(256, reqs + 1, 16), reqs})
+            uniform = sorted({n * q for n in counts if n * q <= ceiling})
+        elif rule == "uniform_decode_seqs" and max_num_seqs <= ceiling:
+            uniform = [max_num_seqs]
     ceiling = min(mnbt, ceiling)
     sizes = [n for n in (1, 2, 4) if n <= ceiling]
     if ceiling >= 8:
         sizes += list(range(8, min(ceiling + 1, 256), 8))
     if ceiling >= 256:
         sizes += list(range(256, ceiling + 1, 16))
-    if mnbt <= ceiling and mnbt not in sizes:
+    if rule != "ceiling" and mnbt <= ceiling and mnbt not in sizes:
         sizes.append(mnbt)
     sizes += [s for s in uniform if s <= mnbt]
     return sorted(set(sizes))
 
 
+def capture_sizes_033(num_speculative_tokens: int, max_num_seqs: int, mnbt: int,
+                      blackwell: bool = False) -> list[int]:
+    """v0.33's capture sizes (``spec_capture_sizes`` with ``uniform_decode_seqs``)."""
+    return spec_capture_sizes("uniform_decode_seqs", num_speculative_tokens, max_num_seqs, mnbt,
+                              blackwell)
+
+
 def spec_graphs_term(graphs: ReserveTerm | None, base_sizes: int, spec: SpecDecode,
-                     max_num_seqs: int, mnbt: int, blackwell: bool, release: str) -> ReserveTerm | None:
-    """The capture sizes speculative decoding adds (``capture_sizes_033`` with the draft tokens
-    against without), each at the per-size cost of the release's CUDA-graph term (fitted on runs
+                     max_num_seqs: int, mnbt: int, blackwell: bool, release: str,
+                     rule: SpecCapture) -> ReserveTerm | None:
+    """The capture sizes speculative decoding adds (``spec_capture_sizes`` under the release's
+    ``rule``, with the draft tokens against without), each at the per-size cost of the release's
+    CUDA-graph term (fitted on runs
     without speculation: basis ``fit``). Not recounted: the FULL decode graphs, which the V2 runner
     captures at each size rounded up to a multiple of ``1 + k`` and deduplicated
     (``v1/worker/gpu/cudagraph_utils.py`` ``_init_candidates``), and the drafter's own graphs.
     None when no graphs are captured or no size is added."""
     if graphs is None or graphs.bytes <= 0 or base_sizes <= 0:
         return None
-    with_spec = capture_sizes_033(spec.num_speculative_tokens, max_num_seqs, mnbt, blackwell)
-    without = capture_sizes_033(0, max_num_seqs, mnbt, blackwell)
+    with_spec = spec_capture_sizes(rule, spec.num_speculative_tokens, max_num_seqs, mnbt, blackwell)
+    without = spec_capture_sizes(rule, 0, max_num_seqs, mnbt, blackwell)
     extra = len(with_spec) - len(without)
     if extra <= 0:
         return None
@@ -383,9 +409,9 @@ def spec_graphs_term(graphs: ReserveTerm | None, base_sizes: int, spec: SpecDeco
 
 
 def spec_summary(spec: SpecDecode, token_bytes: int, max_num_seqs: int, mnbt: int,
-                 blackwell: bool) -> dict[str, object]:
+                 blackwell: bool, rule: SpecCapture) -> dict[str, object]:
     """``fit --json``'s ``speculative``: the resolved config and what it adds on one GPU."""
-    sizes = capture_sizes_033(spec.num_speculative_tokens, max_num_seqs, mnbt, blackwell)
+    sizes = spec_capture_sizes(rule, spec.num_speculative_tokens, max_num_seqs, mnbt, blackwell)
     return {
         "method": spec.method, "model": spec.model, "draft": spec.draft_name,
         "num_speculative_tokens": spec.num_speculative_tokens,
