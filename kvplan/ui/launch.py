@@ -29,15 +29,28 @@ def preload() -> None:
     ``sys.modules`` and the caches)."""
     import inspect
 
+    # besides the views app.py imports, what the first run still imported: the download buttons,
+    # st.image's PIL, Streamlit's magic and component-manifest helpers (bench/README.md)
     import pandas
+    import PIL.ImageFile  # noqa: F401
     import plotly.graph_objects  # noqa: F401
+    import streamlit.components.v2.manifest_scanner  # noqa: F401
     import streamlit.emojis  # noqa: F401  (set_page_config's icon check compiles its big regex)
+    import streamlit.runtime.scriptrunner.magic_funcs  # noqa: F401
     from streamlit.elements import plotly_chart  # noqa: F401
 
     from kvplan.png import warm_up_in_background
     from kvplan.presets import gpus, model_presets
     from kvplan.report import named_scenarios
-    from kvplan.ui import calibrate_view, serving_view, views  # noqa: F401
+    from kvplan.ui import (  # noqa: F401
+        calibrate_view,
+        exports_ui,
+        instances_view,
+        offload_view,
+        recommend_view,
+        serving_view,
+        views,
+    )
     from kvplan.ui.theme import apply_template, new_figure
 
     warm_up = warm_up_in_background()
