@@ -608,6 +608,7 @@ def _image_request(args: argparse.Namespace, arch: ModelArch, settings: EngineSe
     """``--images N --image-size WxH``: the request's tokens, ``text`` (the flag and its tokens;
     ``--tokens`` by default) plus each image's prompt tokens by the checkpoint's processor
     (``kvplan.multimodal.image_prompt_tokens``); None without images."""
+    from kvplan.engines import DEFAULT_ENGINE, engine_with_release
     from kvplan.multimodal import ImageRequest, image_prompt_tokens, with_processor_kwargs
     from kvplan.scenario import MAX_CONTEXT_TOKENS
 
@@ -619,7 +620,10 @@ def _image_request(args: argparse.Namespace, arch: ModelArch, settings: EngineSe
     flag, tokens = text or ("--tokens", args.tokens)
     images = ImageRequest.parse(args.images, args.image_size)
     processor = with_processor_kwargs(arch.name, arch.processor, settings.mm_processor_kwargs)
-    added = image_prompt_tokens(arch.name, processor, images, settings.limit_mm_per_prompt)
+    from kvplan.plan import resolve_engine
+
+    added = image_prompt_tokens(arch.name, processor, images, resolve_engine(engine_with_release(
+        getattr(args, "engine", None) or DEFAULT_ENGINE, args.engine_version)).image_limit(settings))
     total = tokens + added
     if total > MAX_CONTEXT_TOKENS:
         raise KVPlanError("mm.images", count=images.count, key="images",

@@ -185,3 +185,32 @@ def test_views_refuse_images_a_model_cannot_take_by_name(params, why, kept):
     assert why in warnings, warnings
     shapes = [c for c in _captions(at) if c.startswith(("Each request:", "Each prompt also brings"))]
     assert (shapes and all(kept in c for c in shapes)) if kept else not shapes, shapes
+
+
+def test_the_image_limit_is_the_engines_own():
+    """vLLM refuses more images than ``--limit-mm-per-prompt`` (default 999); SGLang 0.5.23 has no
+    limit unless ``--limit-mm-data-per-request`` is set (``TokenizerManager._validate_mm_limits``
+    returns early), and vLLM's flag is not its own."""
+    from kvplan.engines import get_engine
+    from kvplan.engines.settings import EngineSettings
+    from kvplan.multimodal import ImageRequest, image_prompt_tokens
+    from kvplan.scenario import check_names
+
+    arch = load_model("gemma-3-27b")
+    many = ImageRequest(count=1000, width=1280, height=720)
+    two = EngineSettings(limit_mm_per_prompt=2)
+    assert (get_engine("vllm").image_limit(EngineSettings()), get_engine("vllm@0.33").image_limit(two),
+            get_engine("sglang").image_limit(two)) == (999, 2, None)
+    with pytest.raises(KVPlanError, match="1000 image\\(s\\) per request: above --limit-mm-per-prompt's 999"):
+        image_prompt_tokens(arch.name, arch.processor, many)
+    assert image_prompt_tokens(arch.name, arch.processor, many, None) == 1000 * 260
+    vllm = Scenario(model="gemma-3-27b", images=3, engine_settings={"limit_mm_per_prompt": 2})
+    sglang = vllm.model_copy(update={"engine": "sglang"})
+    fixed, warnings = check_names(vllm)
+    assert fixed.images == 0 and any("above --limit-mm-per-prompt's 2" in w for w in warnings)
+    fixed, warnings = check_names(sglang)
+    assert fixed.images == 3 and scenario_request_tokens(fixed) == fixed.tokens + 3 * 260
+    code, out, err = run_cli(["fit", "--model", "gemma-3-27b", "--gpu", "h100-sxm", "--engine", "sglang",
+                              "--tokens", "1000", "--images", "1000", "--image-size", "1280x720", "--json"])
+    assert code == 0, err
+    assert json.loads(out)["request"]["tokens"] == 1000 + 1000 * 260
