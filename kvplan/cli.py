@@ -228,11 +228,16 @@ def _fit_args(fit: argparse.ArgumentParser) -> None:
                           "each reserve term's engine source); --json always has them")
     fit.add_argument("--check", action="store_true",
                      help="exit with code 1 when the request does not fit (for scripts)")
-    fit.add_argument("--images", type=_nonneg_int, default=0, metavar="N",
-                     help="images per request: each adds its tokens (the checkpoint's processor, "
-                          "presets/processors/) to --tokens, which then counts the text alone")
-    fit.add_argument("--image-size", default="", metavar="WxH",
-                     help="pixels of each image, e.g. 1280x720 (needed with --images)")
+    _image_args(fit, "--tokens")
+
+
+def _image_args(p: argparse.ArgumentParser, text: str) -> None:
+    """``--images N --image-size WxH`` (``fit``, ``recommend``): the images each request brings."""
+    p.add_argument("--images", type=_nonneg_int, default=0, metavar="N",
+                   help="images per request: each adds its tokens (the checkpoint's processor, "
+                        f"presets/processors/) to {text}, which then counts the text alone")
+    p.add_argument("--image-size", default="", metavar="WxH",
+                   help="pixels of each image, e.g. 1280x720 (needed with --images)")
 
 
 def _calibrate_args(cal: argparse.ArgumentParser) -> None:
@@ -473,6 +478,7 @@ def _recommend_args(p: argparse.ArgumentParser) -> None:
                        help=f"log-normal {part} lengths with this mean (with --{part}-sigma)")
         p.add_argument(f"--{part}-sigma", type=_number(f"--{part}-sigma", float, 0, 5), default=1.0)
     p.add_argument("--lengths-csv", help="CSV of prompt,output token counts (one request per row)")
+    _image_args(p, "every prompt (--prompt-tokens, --prompt-mean or the CSV's prompt column)")
     p.add_argument("--preset", help="TTFT/TPOT targets: " + ", ".join(TARGET_PRESETS)
                                     + " (default: MLPerf Llama-2-70B interactive, p99)")
     p.add_argument("--ttft-ms", type=_number("--ttft-ms", float, -1e9, 1e9))
@@ -597,11 +603,12 @@ def _adapters(plan: Plan) -> dict[str, object] | None:
     return adapters_that_fit(plan).as_json() if plan.settings.enable_lora else None
 
 
-def _image_request(args: argparse.Namespace, arch: ModelArch,
-                   settings: EngineSettings) -> dict[str, Any] | None:
-    """``--images N --image-size WxH``: the request's tokens, ``--tokens`` of text plus each image's
-    prompt tokens by the checkpoint's processor (``kvplan.multimodal.image_prompt_tokens``); None
-    without images."""
+def _image_request(args: argparse.Namespace, arch: ModelArch, settings: EngineSettings,
+                   text: tuple[str, int] | None = None) -> dict[str, Any] | None:
+    """``--images N --image-size WxH``: the request's tokens, ``text`` (the flag and its tokens;
+    ``--tokens`` by default) plus each image's prompt tokens by the checkpoint's processor
+    (``kvplan.multimodal.image_prompt_tokens``); None without images."""
+    from kvplan.engines import DEFAULT_ENGINE, engine_with_release
     from kvplan.multimodal import ImageRequest, image_prompt_tokens, with_processor_kwargs
     from kvplan.scenario import MAX_CONTEXT_TOKENS
 
@@ -610,13 +617,17 @@ def _image_request(args: argparse.Namespace, arch: ModelArch,
     if not args.image_size:
         raise KVPlanError("mm.images", count=args.images, key="images",
                           detail="give each image's size with --image-size WxH")
+    flag, tokens = text or ("--tokens", args.tokens)
     images = ImageRequest.parse(args.images, args.image_size)
     processor = with_processor_kwargs(arch.name, arch.processor, settings.mm_processor_kwargs)
-    added = image_prompt_tokens(arch.name, processor, images, settings.limit_mm_per_prompt)
-    total = args.tokens + added
+    from kvplan.plan import resolve_engine
+
+    added = image_prompt_tokens(arch.name, processor, images, resolve_engine(engine_with_release(
+        getattr(args, "engine", None) or DEFAULT_ENGINE, args.engine_version)).image_limit(settings))
+    total = tokens + added
     if total > MAX_CONTEXT_TOKENS:
         raise KVPlanError("mm.images", count=images.count, key="images",
-                          detail=f"--tokens {args.tokens:,} + {added:,} image tokens is above "
+                          detail=f"{flag} {tokens:,} + {added:,} image tokens is above "
                                  f"{MAX_CONTEXT_TOKENS:,}")
     per_image = added // images.count if images.count else 0
     shown = processor is not None and images.count > 0
@@ -624,7 +635,7 @@ def _image_request(args: argparse.Namespace, arch: ModelArch,
         if processor is not None and shown else ""
     embeds = processor.image_tokens(images.width, images.height) \
         if processor is not None and shown else 0
-    return {"text_tokens": args.tokens, "images": images.count,
+    return {"text_tokens": tokens, "images": images.count,
             "image_size": f"{images.width}x{images.height}", "image_tokens_per_image": embeds,
             "prompt_tokens_per_image": per_image, "image_tokens": added, "tokens": total,
             "rule": rule, "source": processor.source if processor is not None else ""}
@@ -946,6 +957,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     arch = _load_arch(args)
     engine = engine_with_release(args.engine or DEFAULT_ENGINE, args.engine_version)
     settings = settings_from_args(args)
+    request = _image_request(args, arch, settings, ("--prompt-tokens", args.prompt_tokens))
     workload = None
     if args.lengths_csv:
         workload = parse_lengths_csv(read_limited(args.lengths_csv, MAX_CSV_BYTES, "csv.too_large"))
@@ -978,14 +990,18 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         weight_dtypes=args.weight_dtypes, prices=dict(args.price),
         price_kind=args.price_kind, price_table=None if args.prices_csv is None else read_price_csv(
             read_limited(args.prices_csv, MAX_CONFIG_BYTES, "config.too_large").decode("utf-8", "replace")),
-        efficiency=efficiency, default_efficiency=args.default_efficiency)
+        efficiency=efficiency, default_efficiency=args.default_efficiency,
+        image_tokens=request["image_tokens"] if request else 0, images=request["images"] if request else 0)
     plan = make_plan(arch, None, FitQuery(engine=engine, reserve_gib=args.reserve_gib, settings=settings))
     rec = recommend(plan, query, workload)
     model: dict[str, object] = {"model": args.model}
     if args.model is None:
         raw = read_limited(args.config, MAX_CONFIG_BYTES, "config.too_large")
         model = {"model": CUSTOM_MODEL, "custom_config": _json.loads(raw)}
-    scenario = Scenario.model_validate({**model, "engine": engine.partition("@")[0],
+    width, _, height = request["image_size"].partition("x") if request else ("", "", "")
+    shape = {"images": request["images"], "image_width": int(width),
+             "image_height": int(height)} if request else {}
+    scenario = Scenario.model_validate({**model, **shape, "engine": engine.partition("@")[0],
                                         "engine_version": args.engine_version,
                                         "reserve_gib": args.reserve_gib, "engine_settings": settings})
     rows = ranked_rows(rec, scenario, args.top)
@@ -1009,7 +1025,9 @@ def cmd_recommend(args: argparse.Namespace) -> int:
             "traffic": {"users": query.users} if query.traffic == "users" else {"rps": query.rps},
             "lengths": {"prompt": lengths.prompt, "context": lengths.context,
                         "prompt_mean": lengths.prompt_mean, "output_mean": lengths.output_mean,
-                        "requests": lengths.requests, "source": lengths.source},
+                        "requests": lengths.requests, "source": lengths.source,
+                        "image_tokens": lengths.image_tokens},
+            "request": request,
             "cost_unit": rec.cost_unit, "candidates": len(rec.table),
             "feasible": int(rec.table["feasible"].sum()), "failures": failure_counts(rec),
             "message": rec.message, "table": rows, "formulas": rec.formulas, "efficiency": efficiency,
@@ -1018,7 +1036,9 @@ def cmd_recommend(args: argparse.Namespace) -> int:
             "calibrated_runs": run_notes, "xpyd_table": split}))
         return 0
     print(f"{arch.name} · {plan.engine.label} · targets TTFT ≤ {ttft:g} ms, TPOT ≤ {tpot:g} ms "
-          f"({percentile}) · lengths: prompt {lengths.prompt:,}, context {lengths.context:,} tokens")
+          f"({percentile}) · lengths: prompt {lengths.prompt:,}, context {lengths.context:,} tokens"
+          + (f" (each with {request['images']} × {request['image_size']} image(s) = "
+             f"{request['image_tokens']:,} tokens)" if request else ""))
     print(f"{len(rec.table):,} candidates, {int(rec.table['feasible'].sum()):,} feasible; failing: "
           + ", ".join(f"{k} {v:,}" for k, v in failure_counts(rec).items()))
     if rec.message:

@@ -422,20 +422,21 @@ class ImageRequest(BaseModel):
 
 
 def image_prompt_tokens(model: str, processor: Processor | None,
-                        images: ImageRequest, limit: int | None = None,
+                        images: ImageRequest, limit: int | None = DEFAULT_MM_LIMIT,
                         max_pixels: int | None = None) -> int:
     """Prompt tokens of a request's images: ``count × processor.prompt_tokens(W, H)``; refused by
-    name for a model without a known processor, more images than ``limit`` (vLLM
-    ``--limit-mm-per-prompt``, default 999: "At most N image(s) may be provided",
-    ``multimodal/processing`` ``_validate_mm_counts``) or a size the processor refuses."""
+    name for a model without a known processor, more images than ``limit``, the engine's
+    (``Engine.image_limit``; None: no limit; vLLM ``--limit-mm-per-prompt``, default 999: "At most
+    N image(s) may be provided", ``multimodal/processing`` ``_validate_mm_counts``) or a size the
+    processor refuses."""
     if not images.count:
         return 0
     if processor is None:
         raise KVPlanError("mm.images", count=images.count, key="images",
                           detail=f"no image processor is known for {model} (presets/processors/ "
                                  "lists the checkpoints that have one)")
-    top = DEFAULT_MM_LIMIT if limit is None else limit
-    if images.count > top:
+    top = limit
+    if top is not None and images.count > top:
         raise KVPlanError("mm.images", count=images.count, key="images",
                           detail=f"above --limit-mm-per-prompt's {top} per prompt (vLLM refuses "
                                  "the request)")

@@ -69,7 +69,7 @@ from kvplan.presets import (
     pick_price,
     price_quotes,
 )
-from kvplan.serving import MLPERF_BOUNDS, LengthDist, Workload, sample_workload
+from kvplan.serving import MLPERF_BOUNDS, LengthDist, Workload, sample_workload, with_image_tokens
 
 #: Target presets: (TTFT ms, TPOT ms, percentile) from MLPerf ``loadgen/mlperf.conf`` (Server, p99).
 TARGET_PRESETS: dict[str, tuple[float, float, str]] = {
@@ -127,6 +127,12 @@ class RecommendQuery(BaseModel):
     #: default (each needs two Plans, ~10 ms); ``pd_layouts`` cheapest feasible layouts are split.
     disagg: bool = False
     pd_layouts: int = Field(default=4, ge=1, le=64)
+    #: Prompt tokens the images of every request add beside its text prompt (``prompt`` and a CSV's
+    #: prompt column count the text alone): ``images`` × each image's prompt tokens by the
+    #: checkpoint's processor (``kvplan.multimodal.image_prompt_tokens``; the scenario's ``im`` ×
+    #: ``iw``×``ih``, CLI ``--images N --image-size WxH``). ``serving.with_image_tokens``.
+    image_tokens: int = Field(default=0, ge=0, le=100_000_000)
+    images: int = Field(default=0, ge=0)
 
 
 @dataclass(frozen=True)
@@ -139,6 +145,8 @@ class Lengths:
     output_mean: float
     requests: int
     source: str
+    #: Of ``prompt`` and ``context``: the image tokens every request brings (0: text only).
+    image_tokens: int = 0
 
 
 @dataclass
@@ -205,11 +213,13 @@ def resolve_targets(preset: str | None, ttft_ms: float | None, tpot_ms: float | 
 
 
 def _clipped(query: RecommendQuery, workload: Workload | None) -> tuple[Workload, np.ndarray, np.ndarray]:
-    """The workload (sampled from the query if none) and its prompt and output lengths clipped to
-    ``max_context``."""
+    """The workload (sampled from the query if none) with each prompt's image tokens added
+    (``serving.with_image_tokens``) and its prompt and output lengths clipped to ``max_context``
+    (the text, not the images)."""
     if workload is None:
         workload = sample_workload(query.samples, query.prompt, query.output, query.seed,
                                    query.max_context)
+    workload = with_image_tokens(workload, query.image_tokens, query.images, query.max_context)
     prompt, output = workload.prompt, workload.output
     if query.max_context is not None:
         prompt = np.minimum(prompt, query.max_context - 1)
@@ -220,7 +230,11 @@ def _clipped(query: RecommendQuery, workload: Workload | None) -> tuple[Workload
 def workload_lengths(query: RecommendQuery, workload: Workload | None = None) -> Lengths:
     """Prompt and final lengths at the target percentile (``numpy.percentile``, method "higher"),
     clipped to ``max_context``; the mean output and prompt drive throughput."""
-    workload, prompt, output = _clipped(query, workload)
+    return _lengths(query, *_clipped(query, workload))
+
+
+def _lengths(query: RecommendQuery, workload: Workload, prompt: np.ndarray, output: np.ndarray) -> Lengths:
+    """``workload_lengths`` of the clipped lengths (``_clipped``, images added once)."""
     q = 50 if query.percentile == "p50" else 99
     p_q = max(int(np.percentile(prompt, q, method="higher")), 1)
     final_q = max(int(np.percentile(prompt + output, q, method="higher")), 2)
@@ -228,7 +242,7 @@ def workload_lengths(query: RecommendQuery, workload: Workload | None = None) ->
     if out_mean <= 0:
         raise KVPlanError("recommend.traffic", detail="the requests generate no output tokens")
     return Lengths(p_q, final_q, float(max(prompt.mean(), 1.0)), out_mean, int(prompt.size),
-                   workload.source)
+                   workload.source, query.image_tokens)
 
 
 def _check(query: RecommendQuery) -> None:
@@ -374,7 +388,7 @@ def recommend(plan: Plan, query: RecommendQuery, workload: Workload | None = Non
     """Every candidate's memory, bounds, replicas and cost; see the module docstring."""
     _check(query)
     workload, prompt_arr, output_arr = _clipped(query, workload)
-    lengths = workload_lengths(query, workload)
+    lengths = _lengths(query, workload, prompt_arr, output_arr)
     gpu_list = _gpu_list(query)
     arch, base = plan.arch, plan.query
     layouts, notes = _layouts(plan, query)
@@ -1012,6 +1026,11 @@ def _assumptions(arch: ModelArch, query: RecommendQuery) -> list[str]:
         "prefill and decode efficiencies (presets/efficiency.json, fitted on published results, "
         "docs/efficiency.md), never above the bound.",
     ]
+    if query.image_tokens:
+        out.append(f"Each prompt brings {query.image_tokens:,} image tokens ({query.images} image(s), "
+                   "the checkpoint's processor) beside its text: they are in the prompt and context "
+                   "lengths, the KV and the language model's prefill FLOPs; the vision tower's own "
+                   "FLOPs are not counted, so TTFT stays a lower bound.")
     if arch.moe is not None:
         out.append("MoE: uniform routing; a step reads the experts its tokens touch. EP candidates run "
                    "attention data-parallel (each GPU its own requests and KV) with experts split over "
@@ -1338,7 +1357,8 @@ def single_terms(plan: Plan, context_tokens: int, efficiency: float = 1.0) -> _T
 # ------------------------------------------------------------------------------- links
 def candidate_scenario(row: Any, scenario: Any, lengths: Lengths) -> Any:
     """The dashboard scenario of one candidate (``kvplan.scenario.Scenario``): its accelerator,
-    split, formats, the request length the memory used and its batch per replica as users.
+    split, formats, the request length the memory used and its batch per replica as users (its
+    text: the context less the images' tokens, which ``scenario`` brings as ``im``/``iw``/``ih``).
     EP candidates open as their data-parallel layout (the dp setting: dp ranks of TP tp, experts
     over ``ep = tp·dp`` GPUs); xPyD candidates as their y decode instances."""
     from kvplan.scenario import MAX_GPUS
@@ -1357,8 +1377,9 @@ def candidate_scenario(row: Any, scenario: Any, lengths: Lengths) -> Any:
     settings = {"engine_settings": scenario.engine_settings.model_copy(update={"dp": dp})} if dp > 1 else {}
     return scenario.model_copy(update={
         **gpu, **settings, "tp": tp, "pp": pp, "num_gpus": n, "kv_dtypes": [row.kv_dtype],
-        "weight_dtype": row.weight_dtype, "tokens": lengths.context,
-        "users": max(int(row.batch) // dp, 1), "view": "context"})
+        "weight_dtype": row.weight_dtype, "tokens": lengths.context - lengths.image_tokens,
+        "users": max(int(row.batch) // dp, 1), "view": "context",
+        **({} if lengths.image_tokens else {"images": 0})})
 
 
 def candidate_link(row: Any, scenario: Any, lengths: Lengths) -> str:

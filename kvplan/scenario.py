@@ -624,8 +624,12 @@ def scenario_image_tokens(scenario: Scenario) -> int:
 
     arch = scenario_arch(scenario)
     settings = scenario.engine_settings
+    from kvplan.engines import engine_with_release
+    from kvplan.plan import resolve_engine
+
+    engine = resolve_engine(engine_with_release(scenario.engine, scenario.engine_version))
     return image_prompt_tokens(arch.name, scenario_processor(scenario), scenario_images(scenario),
-                               settings.limit_mm_per_prompt)
+                               engine.image_limit(settings))
 
 
 def scenario_processor(scenario: Scenario) -> Processor | None:

@@ -120,6 +120,36 @@ def sample_workload(n: int, prompt: LengthDist, output: LengthDist, seed: int = 
                                                  f"output {output.kind}")
 
 
+def with_image_tokens(workload: Workload, image_tokens: int, images: int = 0,
+                      max_len: int | None = None) -> Workload:
+    """``workload`` whose every prompt also brings ``image_tokens`` (the prompt tokens of its
+    ``images``, by the checkpoint's processor: ``kvplan.multimodal.image_prompt_tokens``), beside
+    its text; the text lengths are the workload's own.
+
+    Each request's context is its text plus its image tokens (they take KV like text: the
+    processor expands each image's placeholder to its tokens before the engine schedules them).
+    With ``max_len`` the text is clipped to ``max_len − 1 − image_tokens`` (at least 1 token of
+    text) and the output to ``max_len − prompt``, as ``sample_workload`` clips a text-only one; images
+    that leave no token of text and one of output within ``max_len`` are refused by name (an engine
+    refuses a prompt above its maximum length; it does not cut an image)."""
+    if image_tokens < 0:
+        raise KVPlanError("mm.images", count=images, key="images",
+                          detail=f"{image_tokens:,} image tokens per request is below 0")
+    if not image_tokens:
+        return workload
+    text, output = workload.prompt, workload.output
+    if max_len is not None:
+        if image_tokens + 2 > max_len:
+            raise KVPlanError("mm.images", count=images, key="images",
+                              detail=f"their {image_tokens:,} tokens leave no room for a text token "
+                                     f"and an output token within the maximum length {max_len:,}")
+        text = np.minimum(text, max_len - 1 - image_tokens)
+        output = np.minimum(output, max_len - text - image_tokens)
+    return Workload(prompt=text + image_tokens, output=output,
+                    source=f"{workload.source}; each prompt + {image_tokens:,} image tokens"
+                           + (f" ({images} image(s))" if images else ""))
+
+
 def parse_lengths_csv(data: bytes | str, max_rows: int = MAX_CSV_ROWS) -> Workload:
     """Parse a CSV of ``prompt,output`` token counts (one request per row; optional header).
 

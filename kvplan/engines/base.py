@@ -321,6 +321,15 @@ class Engine:
             return None
         return ContextLimit(limit, f"max_position_embeddings {limit:,}; transformers does not enforce it")
 
+    def image_limit(self, settings: EngineSettings) -> int | None:
+        """The most images one request may bring, or None: no limit. vLLM's rule by default:
+        ``--limit-mm-per-prompt``, 999 per modality when unset (``config/multimodal.py``
+        ``MultiModalConfig.get_limit_per_prompt``); an engine with its own rule overrides it."""
+        from kvplan.multimodal import DEFAULT_MM_LIMIT
+
+        limit = settings.limit_mm_per_prompt
+        return DEFAULT_MM_LIMIT if limit is None else limit
+
     # ------------------------------------------------------------ settings
     def own_settings(self, settings: EngineSettings, **update: object) -> EngineSettings:
         """``settings`` (with ``update``) and every knob this engine does not have reset to its

@@ -26,7 +26,13 @@ from kvplan.recommend import (
     unit_headers,
 )
 from kvplan.report import absolute_link
-from kvplan.scenario import Scenario, scenario_fit_query, scenario_plan
+from kvplan.scenario import (
+    Scenario,
+    scenario_fit_query,
+    scenario_image_tokens,
+    scenario_plan,
+    scenario_request_shape,
+)
 from kvplan.serving import LengthDist, parse_lengths_csv
 from kvplan.ui.cached import cache_key, scenario_from_key
 from kvplan.ui.exports_ui import download_buttons, page_url
@@ -82,6 +88,11 @@ def _inputs(scenario: Scenario, arch: ModelArch) -> tuple[RecommendQuery, bytes 
             rps = float(st.number_input("Requests per second", 0.0, 1e7,
                                         key=ensure("rc_rps", scenario, state)))
         prompt, csv_p = _dist("prompt", scenario)
+        if scenario.images:
+            st.caption(md(f"Each prompt also brings {scenario.images} image(s) at "
+                          f"{scenario.image_width}×{scenario.image_height} = "
+                          f"{scenario_image_tokens(scenario):,} tokens (sidebar: Serving workload); "
+                          "the prompt lengths here count its text."))
         output, csv_o = _dist("output", scenario)
         csv = None
         if csv_p or csv_o:
@@ -138,7 +149,7 @@ def _inputs(scenario: Scenario, arch: ModelArch) -> tuple[RecommendQuery, bytes 
         weight_dtypes=None if list(wd) == [*DEFAULT_WEIGHT_SEARCH] else tuple(wd), expert_parallel=ep,
         disagg=bool(disagg),
         default_efficiency=efficiency, prices=prices,
-        efficiency=factors)
+        efficiency=factors, image_tokens=scenario_image_tokens(scenario), images=scenario.images)
     return query, csv
 
 
@@ -271,6 +282,9 @@ def render(scenario: Scenario, arch: ModelArch, gpu: GPU) -> pd.DataFrame | None
                f"{lengths.context:,} tokens; mean output {lengths.output_mean:,.1f} tokens "
                f"({lengths.requests:,} requests, {md(lengths.source)}). Engine: {md_name(scenario.engine)}; "
                f"fit query as the sidebar's ({md_name(scenario_fit_query(scenario).engine)}).")
+    if lengths.image_tokens and (shape := scenario_request_shape(scenario)):
+        st.caption(md(f"Images: {lengths.image_tokens:,} tokens of each prompt and context above are "
+                      f"its images' ({shape.partition('; per image: ')[2]})."))
     counts = failure_counts(rec)
     st.markdown(f"**{len(rec.table):,} candidates, {int(rec.table['feasible'].sum()):,} feasible.** "
                 "Failing: " + " · ".join(f"{md_name(name)} {n:,}" for name, n in counts.items()))

@@ -13,10 +13,10 @@ from typing import Any, Protocol
 
 from kvplan.engines import DEFAULT_ENGINE, VLLM_DEFAULT_BLOCK_SIZE, Engine, prefix_engines
 from kvplan.engines.tiers import BACKEND_ENGINE, backends_for
-from kvplan.errors import MESSAGES, clip, is_plain_int
+from kvplan.errors import MESSAGES, KVPlanError, clip, is_plain_int
 from kvplan.presets import gpus
 from kvplan.recommend import TARGET_PRESETS
-from kvplan.scenario import Scenario, plain_float
+from kvplan.scenario import Scenario, plain_float, scenario_request_tokens
 from kvplan.serving import SNAPSHOTS
 
 SOURCES = {"paper": "ShareGPT-like (vLLM paper lengths)", "lognormal": "log-normal",
@@ -73,6 +73,16 @@ def _prompt(s: Scenario) -> int:
     return max(s.prefix_tokens or 256, 1)
 
 
+def _request(s: Scenario) -> int:
+    """Tokens of one of the scenario's requests: its text plus its images' (``im``/``iw``/``ih``,
+    ``scenario.scenario_request_tokens``); the text alone when the model cannot take them (the
+    link's check has already said why)."""
+    try:
+        return scenario_request_tokens(s)
+    except KVPlanError:
+        return s.tokens
+
+
 def _host_link(s: Scenario) -> float:
     gpu = gpus().get(s.gpu)
     return float(gpu.host_link_gbps or 32.0) if gpu else 32.0
@@ -101,7 +111,7 @@ _OF_SIZE = {"native": 100.0, "lmcache": 5.0, "hicache": 0.0}
 
 INPUTS: dict[str, Input] = {
     "source": Input(str, _const("paper"), choices=tuple(SOURCES)),
-    "max_len": Input(int, lambda s, _: min(max(s.tokens, 2), 10_000_000), 2, 10_000_000),
+    "max_len": Input(int, lambda s, _: min(max(_request(s), 2), 10_000_000), 2, 10_000_000),
     "n": Input(int, _const(2000), 1, 100_000),
     "seed": Input(int, _const(0), 0, 2**31 - 1),
     "prompt_fixed": Input(int, lambda s, _: _prompt(s), 1, 10_000_000),
@@ -126,7 +136,7 @@ INPUTS: dict[str, Input] = {
     "q_bits": Input(int, _const(4), choices=(4, 2)),
     "q_group": Input(int, _const(64), 8, 1024),
     "q_resid": Input(int, _const(128), 1, 100_000),
-    "static_len": Input(int, lambda s, _: s.tokens, 1, 100_000_000),
+    "static_len": Input(int, lambda s, _: _request(s), 1, 100_000_000),
     "nc_new": Input(int, lambda s, _: min(s.output_tokens, 100_000), 1, 100_000),
     "nc_metric": Input(str, _const("time_s"), choices=NOCACHE_METRICS),
     # the recommend tab (vw=recommend): traffic, lengths and targets

@@ -2,7 +2,9 @@
 static caches, latency lower bounds, window behaviour and what the cache buys (no cache vs cache).
 
 Inputs come from the Scenario (its model, ``tokens``, ``users``, ``prefix_tokens``,
-``output_tokens``, ``engine``, ``kv_dtypes``, ``block_size``, ``tp``) plus local widgets keyed
+``output_tokens``, ``engine``, ``kv_dtypes``, ``block_size``, ``tp``, and the images each request
+brings: ``im``/``iw``/``ih``, whose tokens every prompt and context here includes —
+``scenario.scenario_request_tokens``, ``serving.with_image_tokens``) plus local widgets keyed
 ``sv_*`` (carried in the link as ``sv=``), every one of them used by its chart. Every number comes
 from ``kvplan.serving`` / ``kvplan.nocache``.
 """
@@ -21,7 +23,7 @@ import streamlit as st
 from kvplan.arch import ModelArch
 from kvplan.errors import KVPlanError, md, md_name
 from kvplan.nocache import compare
-from kvplan.scenario import Scenario
+from kvplan.scenario import Scenario, scenario_image_tokens, scenario_request_shape, scenario_request_tokens
 from kvplan.serving import (
     MLPERF_BOUNDS,
     SHAREGPT_OUTPUT_MEAN,
@@ -41,6 +43,7 @@ from kvplan.serving import (
     sample_workload,
     static_cache,
     window_explanations,
+    with_image_tokens,
 )
 from kvplan.ui.cached import cache_key, primary_fit, scenario_from_key
 from kvplan.ui.charts import limit_line, marker_line
@@ -110,6 +113,9 @@ def render(scenario: Scenario, arch: ModelArch) -> None:
     st.caption("Lower bounds and memory accounting from published engine rules; see each chart's "
                "assumptions. Inputs: the scenario's context, users, shared prefix and output "
                "tokens, plus the controls below.")
+    if shape := scenario_request_shape(scenario):
+        st.caption(md(f"Each request: {shape} (sidebar: Serving workload). Every prompt and context "
+                      "below includes the image tokens."))
     workload_holder: dict[str, Workload] = {}
     with st.expander("1 · Allocation strategies: contiguous vs paged vs token", expanded=True):
         _guard(lambda: _allocation(scenario, arch, workload_holder))
@@ -130,6 +136,15 @@ def render(scenario: Scenario, arch: ModelArch) -> None:
 
 
 def _workload(scenario: Scenario) -> tuple[Workload | None, int, str]:
+    """The sampled (or uploaded) request lengths, each prompt with the scenario's image tokens."""
+    workload, max_len, source = _text_workload(scenario)
+    if workload is None:
+        return workload, max_len, source
+    return (with_image_tokens(workload, scenario_image_tokens(scenario), scenario.images, max_len),
+            max_len, source)
+
+
+def _text_workload(scenario: Scenario) -> tuple[Workload | None, int, str]:
     state = st.session_state
     source = st.selectbox("Request lengths", list(SOURCES), format_func=SOURCES.__getitem__,
                           key=ensure("source", scenario, state))
@@ -211,7 +226,7 @@ def _allocation_figure(table: pd.DataFrame, model: str, max_len: int, block: int
 
 
 def _prefix(scenario: Scenario) -> None:
-    prompt = max(scenario.prefix_tokens + 1, scenario.tokens - scenario.output_tokens)
+    prompt = max(scenario.prefix_tokens + 1, scenario_request_tokens(scenario) - scenario.output_tokens)
     engine = st.selectbox("Engine", list(PREFIX_ENGINES),
                           key=ensure("pf_engine", scenario, st.session_state))
     unit = st.number_input("Block / page size", *bounds("pf_unit"),
@@ -231,7 +246,7 @@ def _prefix(scenario: Scenario) -> None:
 def _prefix_data(key: str, engine: str, unit: int) -> tuple[PrefixResult, dict[str, Any]]:
     scenario, plan = scenario_from_key(key)
     arch = plan.arch
-    prompt = max(scenario.prefix_tokens + 1, scenario.tokens - scenario.output_tokens)
+    prompt = max(scenario.prefix_tokens + 1, scenario_request_tokens(scenario) - scenario.output_tokens)
     result = prefix_caching(arch, scenario.users, scenario.prefix_tokens, prompt, scenario.output_tokens,
                             PREFIX_ENGINES[engine], _kv_dtype(scenario), unit,
                             points=MAX_POINTS)
@@ -265,7 +280,7 @@ def _offload_data(key: str, ram: float,
                   link: float) -> tuple[pd.DataFrame, OffloadResult, dict[str, Any]]:
     scenario, plan = scenario_from_key(key)
     arch, gpu = plan.arch, plan.device
-    tokens = np.unique(np.geomspace(1, max(scenario.tokens, 2), 24).astype(np.int64))
+    tokens = np.unique(np.geomspace(1, max(scenario_request_tokens(scenario), 2), 24).astype(np.int64))
     rows = []
     for t in tokens:
         r = offloading(arch, gpu, int(t), scenario.users, _kv_dtype(scenario), int(ram * GIB), link)
@@ -303,7 +318,7 @@ def _quantized(scenario: Scenario) -> None:
 def _quantized_data(key: str, nbits: int, group: int, resid: int) -> Any:
     scenario, plan = scenario_from_key(key)
     arch = plan.arch
-    tokens = np.unique(np.geomspace(1, max(scenario.tokens, 2), 60).astype(np.int64))
+    tokens = np.unique(np.geomspace(1, max(scenario_request_tokens(scenario), 2), 60).astype(np.int64))
     result = quantized_cache(arch, tokens, nbits, group, resid, scenario.users)
     curve = result.curve
     fig = _fig(f"QuantizedCache int{nbits} vs unquantized, batch {scenario.users:,}",
@@ -342,9 +357,10 @@ def _static(scenario: Scenario, arch: ModelArch, holder: dict[str, Workload]) ->
 def _static_default(key: str, max_len: int) -> tuple[StaticResult, pd.DataFrame, dict[str, Any]]:
     scenario, plan = scenario_from_key(key)
     arch = plan.arch
-    workload = sample_workload(
+    workload = with_image_tokens(sample_workload(
         2000, LengthDist(kind="lognormal", mean=max(scenario.prefix_tokens, 1)),
-        LengthDist(kind="lognormal", mean=scenario.output_tokens), seed=0)
+        LengthDist(kind="lognormal", mean=scenario.output_tokens), seed=0),
+        scenario_image_tokens(scenario), scenario.images)
     r, df, fig = _static_build(scenario, arch, workload, max_len)
     return r, df, fig.to_dict()
 
@@ -376,9 +392,10 @@ def _roofline_data(key: str) -> tuple[pd.DataFrame, list[str], int, dict[str, An
     scenario, plan = scenario_from_key(key)
     arch, gpu = plan.arch, plan.device
     batches = np.unique(np.geomspace(1, max(scenario.users, 1024), 30).astype(np.int64))
-    prompt = max(scenario.tokens - scenario.output_tokens, 1)
+    context = scenario_request_tokens(scenario)
+    prompt = max(context - scenario.output_tokens, 1)
     wd = None if scenario.weight_dtype == "auto" else scenario.weight_dtype
-    df, notes = roofline(arch, gpu, scenario.tokens, prompt, batches, _kv_dtype(scenario), wd,
+    df, notes = roofline(arch, gpu, context, prompt, batches, _kv_dtype(scenario), wd,
                          scenario.tp)
     fig = _fig(f"Time per output token ≥ bytes / bandwidth ({gpu.name}, tp {scenario.tp})",
                "batch (concurrent sequences)", "ms per output token (lower bound)")
@@ -396,10 +413,11 @@ def _roofline_data(key: str) -> tuple[pd.DataFrame, list[str], int, dict[str, An
 
 
 def _windows(scenario: Scenario, arch: ModelArch) -> None:
-    rows = pd.DataFrame(window_explanations(arch, max_cache_len=scenario.tokens))
+    length = scenario_request_tokens(scenario)
+    rows = pd.DataFrame(window_explanations(arch, max_cache_len=length))
     st.dataframe(rows, hide_index=True)
     st.caption("From the engine rules in kvplan.engines; static caches pre-allocate "
-               f"max_cache_len = {scenario.tokens:,} tokens.")
+               f"max_cache_len = {length:,} tokens.")
     _export("serving_windows", rows, None, scenario)
 
 
@@ -418,7 +436,7 @@ def _nocache(scenario: Scenario) -> None:
 def _nocache_data(key: str, new: int, metric: str) -> Any:
     scenario, plan = scenario_from_key(key)
     arch, gpu = plan.arch, plan.device
-    prompt = max(scenario.prefix_tokens, 1)
+    prompt = max(scenario.prefix_tokens, 1) + scenario_image_tokens(scenario)
     wd = None if scenario.weight_dtype == "auto" else scenario.weight_dtype
     df, notes = compare(arch, gpu, prompt, new, _kv_dtype(scenario), wd)
     labels = {"time_s": "cumulative time (s, lower bound)", "flops": "cumulative FLOPs",

@@ -343,6 +343,13 @@ class SGLang(Engine):
     context_keys_order: ClassVar[tuple[str, ...]] = (
         "max_sequence_length", "seq_length", "max_seq_len", "model_max_length", "max_position_embeddings")
 
+    def image_limit(self, settings: EngineSettings) -> int | None:
+        """None: SGLang caps images per request only with its own ``--limit-mm-data-per-request``
+        (unset by default: ``TokenizerManager._validate_mm_limits`` returns early, 0.5.23
+        ``managers/tokenizer_manager.py``; kvplan does not model that flag), and vLLM's
+        ``--limit-mm-per-prompt`` is not SGLang's."""
+        return None
+
     def context_limit(self, arch: ModelArch) -> ContextLimit | None:
         """``common.py`` ``get_context_length``: the first key of ``CONTEXT_LENGTH_KEYS`` the text
         config sets (2048 when none), times ``rope_scaling["factor"]`` unless the set has
