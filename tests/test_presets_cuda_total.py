@@ -36,6 +36,7 @@ CITED = {
     "mi300x": (196592, "logged"),       # 191.98 GiB, vllm-project/vllm#7951 = rocm-smi VRAM total
     "l4": (22579, "logged"),            # 22.05 GiB, vLLM CI (L4s, vllm#2355) in vllm#39938
     "mi325x": (262128, "logged"),       # 255.98 GiB HIP OOM, vllm-project/vllm#41962 (= 256 GiB − 16 MiB)
+    "gb200": (188733, "logged"),        # TRT-LLM's 'device total memory 184.31 GiB' (perf-sanity CI)
     "rtx-6000-ada": (45496, "logged"),  # 44.43 GiB torch OOM (ECC on, 46068 MiB), DINGYANB/MTVCrafter#21
     "rtx-pro-6000": (97249, "logged"),  # ds4 'total=94.97 GiB' on a 97887 MiB card, antirez/ds4#431
 }
@@ -80,8 +81,8 @@ def test_estimates_follow_their_stated_rules():
     g = gpus()
     b200_reserve = g["b200"].reported_mib - g["b200"].cuda_total_mib
     assert b200_reserve == 729
-    # GB200 and B300: printed figures in unlinked copies (184.31 / 267.69 GiB), round(GiB × 1024);
-    # the B200 reservation rule would give 188742 / 274311, outside the printed ranges
+    # GB200 (TRT-LLM's 184.31 GiB, now logged) and B300 (267.69 GiB in an unlinked copy):
+    # round(GiB × 1024); the B200 reservation rule would give 188742 / 274311, outside the ranges
     assert g["gb200"].cuda_total_mib == round(184.31 * 1024) == 188733
     assert g["b300"].cuda_total_mib == round(267.69 * 1024) == 274115
     assert 189471 - b200_reserve > 188738 and 275040 - b200_reserve > 274120
