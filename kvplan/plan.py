@@ -263,7 +263,7 @@ class Plan:
     def make_pool(self, budgets: list[int], notes: list[str]) -> KVPool:
         """The engine's pool for other per-stage budgets (``Engine.make_pool``; remarks to ``notes``)."""
         return self.engine.make_pool(self.arch, self.device, self.query.kv_dtype, self.settings, budgets,
-                                     notes)
+                                     notes, reserve=self.budget.reserve_detail)
 
     @cached_property
     def startup(self) -> StartupCheck:

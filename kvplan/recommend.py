@@ -54,6 +54,7 @@ from kvplan.arch import MLA, Attention, Kind, ModelArch
 from kvplan.disagg import DisaggQuery, disagg
 from kvplan.dtypes import KV_DTYPE_CHOICES, WEIGHT_DTYPES, get_dtype, get_weight_dtype
 from kvplan.engines import EngineSettings, KVPool
+from kvplan.engines.reserve import Reserve
 from kvplan.engines.vllm.transfer import check_engine
 from kvplan.errors import KVPlanError
 from kvplan.flops import layer_flops, prefill_decode_flops, request_flops
@@ -454,6 +455,7 @@ def recommend(plan: Plan, query: RecommendQuery, workload: Workload | None = Non
     targets = np.zeros((G, Y), dtype=np.int64)
     reserves = np.zeros((G, Y), dtype=np.int64)
     settings_of: dict[tuple[int, int], EngineSettings] = {}
+    details: dict[tuple[int, int], Reserve] = {}
     own = [engine.own_settings(q.settings, tp=q.tp, pp=q.pp) for q in layout_queries]
     given = base.kv_cache_memory_bytes
     # other instances already on each GPU when this one starts (kvplan.instances, FitQuery.held_by_others)
@@ -466,6 +468,7 @@ def recommend(plan: Plan, query: RecommendQuery, workload: Workload | None = Non
             total = engine.capacity(gpu).bytes  # = plan.memory_budget
             detail = engine.runtime_reserve(arch, gpu, settings, L).with_overrides(
                 base.reserve_terms, base.reserve_gib)
+            details[g, y] = detail
             reserve = detail.total
             reserves[g, y] = reserve
             target, _ = engine.memory_target(total, settings, arch, [])
@@ -517,7 +520,7 @@ def recommend(plan: Plan, query: RecommendQuery, workload: Workload | None = Non
                 gpu = gpu_list[members[0]]
                 try:
                     pool = engine.make_pool(arch, gpu, kv_dtype, settings_of[members[0], y],
-                                            [1 << 40] * pp, [])
+                                            [1 << 40] * pp, [], reserve=details[members[0], y])
                 except KVPlanError as exc:
                     refused[members, y, k] = True
                     notes.append(f"KV {kv_dtype}: {exc}")

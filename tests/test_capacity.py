@@ -243,14 +243,17 @@ def test_tensorrt_llm_pool_arithmetic():
     """TensorRT-LLM (resource_manager.py get_cache_size_per_token; _util.py _cal_max_memory):
     2 × 8 KV heads × 128 × 2 B × 32 layers = 131,072 B per token; a 10 GiB pool holds 81,920
     tokens = 2,560 blocks of 32; a 32,768-token request takes 1,024 blocks → 2 requests, 2.5x.
-    Without a given budget KV gets 0.9 × (CUDA total − weights − activation)."""
+    Without a given budget KV gets 0.9 × (CUDA total − weights − activation − non-torch)."""
     r = run("llama-3.1-8b", "h100-sxm", tokens=32768, engine="trtllm", kv_cache_memory_bytes=10 * GIB)
     assert (r.num_blocks, r.block_size, r.kv_pool_tokens, r.max_requests) == (2560, 32, 81_920, 2)
     assert r.max_concurrency == 2.5
     default = run("llama-3.1-8b", "h100-sxm", tokens=32768, engine="trtllm")
-    # reserve = the profiling forward of max_num_tokens 8,192: 8,192 × (3 × 4,096 + 3 × 14,336) × 2 B
-    assert default.reserve_bytes == 905_969_664
-    assert default.kv_budget_bytes == int((85_027_979_264 - 16_060_522_496 - 905_969_664) * 0.9)
+    # reserve = the profiling forward of max_num_tokens 8,192: 8,192 × (3 × 4,096 + 3 × 14,336) × 2 B,
+    # plus the non-torch memory fitted on TRT-LLM log 05 (TRTLLM_NON_TORCH_BYTES, int(2.52 GiB); issue
+    # #30 added it: the reserve was the activation alone, 905,969,664 B)
+    assert default.reserve_bytes == 905_969_664 + 2_705_829_396
+    assert default.kv_budget_bytes == int((85_027_979_264 - 16_060_522_496 - 905_969_664
+                                           - 2_705_829_396) * 0.9) == 58_820_091_937
 
 
 def test_tensorrt_llm_keeps_whole_heads_when_tp_exceeds_kv_heads():

@@ -36,12 +36,15 @@ CITED = {
     "mi300x": (196592, "logged"),       # 191.98 GiB, vllm-project/vllm#7951 = rocm-smi VRAM total
     "l4": (22579, "logged"),            # 22.05 GiB, vLLM CI (L4s, vllm#2355) in vllm#39938
     "mi325x": (262128, "logged"),       # 255.98 GiB HIP OOM, vllm-project/vllm#41962 (= 256 GiB − 16 MiB)
+    "gb200": (188733, "logged"),        # TRT-LLM's 'device total memory 184.31 GiB' (perf-sanity CI)
+    "rtx-6000-ada": (45496, "logged"),  # 44.43 GiB torch OOM (ECC on, 46068 MiB), DINGYANB/MTVCrafter#21
+    "rtx-pro-6000": (97249, "logged"),  # ds4 'total=94.97 GiB' on a 97887 MiB card, antirez/ds4#431
 }
 
 
 def test_every_accelerator_has_a_sourced_cuda_total():
     catalogue = gpus()
-    assert len(catalogue) == 23
+    assert len(catalogue) == 27  # issue #30: + rtx-6000-ada, rtx-pro-6000, a40, mi210
     for gpu in catalogue.values():
         assert isinstance(gpu.cuda_total_mib, int), gpu.id
         assert gpu.cuda_total_bytes == gpu.cuda_total_mib * MIB, gpu.id
@@ -78,8 +81,8 @@ def test_estimates_follow_their_stated_rules():
     g = gpus()
     b200_reserve = g["b200"].reported_mib - g["b200"].cuda_total_mib
     assert b200_reserve == 729
-    # GB200 and B300: printed figures in unlinked copies (184.31 / 267.69 GiB), round(GiB × 1024);
-    # the B200 reservation rule would give 188742 / 274311, outside the printed ranges
+    # GB200 (TRT-LLM's 184.31 GiB, now logged) and B300 (267.69 GiB in an unlinked copy):
+    # round(GiB × 1024); the B200 reservation rule would give 188742 / 274311, outside the ranges
     assert g["gb200"].cuda_total_mib == round(184.31 * 1024) == 188733
     assert g["b300"].cuda_total_mib == round(267.69 * 1024) == 274115
     assert 189471 - b200_reserve > 188738 and 275040 - b200_reserve > 274120
@@ -92,6 +95,10 @@ def test_estimates_follow_their_stated_rules():
     assert mi300x_gap == 196608 - 196592 == 16
     assert g["mi325x"].cuda_total_mib == 256 * 1024 - 16 == 262128  # and the logged 255.98 GiB
     assert g["mi355x"].cuda_total_mib == 288 * 1024 - 16 == 294896
+    assert g["mi210"].cuda_total_mib == 64 * 1024 - 16 == 65520  # and unlinked HIP OOMs' 63.98 GiB
+    assert f"{65520 / 1024:.2f}" == "63.98"
+    # A40: round(GiB × 1024) of the 44.34 GiB two unlinked RunPod A40 copies print
+    assert g["a40"].cuda_total_mib == round(44.34 * 1024) == 45404
     for gpu_id, mib in {"gaudi3": 122070, "tpu-v5e": 15258, "tpu-v5p": 97280, "tpu-v6e": 30517}.items():
         assert g[gpu_id].cuda_total_mib == g[gpu_id].marketed_bytes // MIB == mib
     for gpu in g.values():
@@ -119,6 +126,42 @@ def test_cuda_totals_match_the_vllm_logs_in_the_fixtures():
     sxm = gpus()["h100-sxm"]
     assert round(sxm.cuda_total_bytes / 2**30, 2) == 79.19
     assert sxm.reported_mib - sxm.cuda_total_mib == 470
+
+
+def test_rtx_5090_total_from_vllms_own_print():
+    """vLLM's V0 profile on an RTX 5090 (vllm#14452): "total_gpu_memory (31.37GiB) x
+    gpu_memory_utilization (0.85) = 26.66GiB" → 31.37 ± 0.005 GiB (32,118–32,128 MiB) and
+    26.66 ± 0.005 / 0.85 (32,112–32,123 MiB): 32,118–32,123 MiB, which holds the catalogue's 32,123."""
+    low = max(-(-((31.37 - 0.005) * 1024) // 1), -(-((26.655 / 0.85) * 1024) // 1))
+    high = min(int((31.37 + 0.005) * 1024), int(26.665 / 0.85 * 1024))
+    assert (int(low), high) == (32118, 32123)
+    gpu = gpus()["rtx-5090"]
+    assert low <= gpu.cuda_total_mib <= high
+    assert "https://github.com/vllm-project/vllm/issues/14452" in gpu.sources["cuda_total"]
+
+
+def test_wsl2_reports_the_nvidia_smi_total():
+    """Under WSL2 CUDA reports nvidia-smi's whole total: the RTX PRO 6000's 95.59 GiB
+    (pytorch#182286) is its 97,887 MiB, as the RTX 5090's 31.84 GiB is its 32,607 MiB; native Linux
+    keeps 638 and 484 MiB back."""
+    g = gpus()
+    assert f"{g['rtx-pro-6000'].reported_mib / 1024:.2f}" == "95.59"
+    assert f"{g['rtx-5090'].reported_mib / 1024:.2f}" == "31.84"
+    assert (g["rtx-pro-6000"].reported_mib - g["rtx-pro-6000"].cuda_total_mib,
+            g["rtx-5090"].reported_mib - g["rtx-5090"].cuda_total_mib) == (638, 484)
+
+
+def test_rtx_pro_6000_total_from_the_vllm_requests():
+    """94.97 GiB ± 0.005 (97,245–97,254 MiB) with vLLM's requested memory on ~96 GB Blackwell
+    cards — (0.91, 86.42), (0.97, 92.12), (0.9, 85.47) GiB, each ``ceil(total × fraction)`` printed
+    to 0.01 — narrows to 97,245–97,251 MiB, which holds round(94.97 × 1024) = 97,249."""
+    low = -(-((94.97 - 0.005) * 1024) // 1)
+    high = int((94.97 + 0.005) * 1024)
+    for fraction, gib in ((0.91, 86.42), (0.97, 92.12), (0.9, 85.47)):
+        low = max(low, -(-((gib - 0.005) / fraction * 1024) // 1))
+        high = min(high, int((gib + 0.005) / fraction * 1024))
+    assert (int(low), high) == (97245, 97251)
+    assert low <= gpus()["rtx-pro-6000"].cuda_total_mib <= high
 
 
 def test_rtx_5090_native_linux_total_and_the_wsl2_figure():

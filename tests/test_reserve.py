@@ -127,7 +127,11 @@ def test_sglang_shows_reserved_mem_terms_and_subtracts_only_what_was_held_before
 
 
 def test_trtllm_reserve_is_the_profiling_forward():
-    assert _terms("trtllm@main") == {"activation_peak": (905_969_664, True)}
+    """The forward of max_num_tokens 8,192 tokens (1,024 when typed: 113,246,208 B) and the non-torch
+    memory fitted on TRT-LLM log 05 (``TRTLLM_NON_TORCH_BYTES``, int(2.52 GiB))."""
+    assert _terms("trtllm@main") == {"activation_peak": (905_969_664, True),
+                                     "non_torch": (2_705_829_396, True)}
+    assert _terms("trtllm@main", max_num_batched_tokens=1024)["activation_peak"] == (113_246_208, True)
 
 
 def test_overrides_replace_a_term_or_the_total():

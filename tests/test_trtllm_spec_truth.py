@@ -31,7 +31,9 @@ _FREE_AT_CREATION = (
     "memory when the manager is built (the activation peak released), more than the budget. kvplan "
     "takes budget // (target + spec layers), which is main's _util.py 00043967 path (a separate "
     "one-model draft manager, both sized from the shared max_tokens of _get_kv_size_per_token): the "
-    "copies read disagree; see tools/trtllm_truth/SPEC.md")
+    "copies read disagree; see tools/trtllm_truth/SPEC.md. The code kvplan's main record cites wins: its "
+    "creator prices the draft too, so the activation peak freed before the managers are built (which "
+    "kvplan's pool now reads for the whole-heads bound, FINDINGS.md A) does not bind these")
 KNOWN_MISMATCH: dict[str, str] = {
     "llama-3.1-8b-eagle3-one-model-k3": _FREE_AT_CREATION,
     "llama-3.1-8b-eagle3-one-model-k5-tp2": _FREE_AT_CREATION,

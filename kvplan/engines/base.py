@@ -535,7 +535,10 @@ class Engine:
         return [target - w - reserve for w in stage_weights]
 
     def make_pool(self, arch: ModelArch, gpu: GPU, kv_dtype: str, settings: EngineSettings,
-                  budgets: list[int], notes: list[str]) -> KVPool:
+                  budgets: list[int], notes: list[str], reserve: Reserve | None = None) -> KVPool:
+        """The pool cut from the per-stage KV ``budgets`` (remarks to ``notes``). ``reserve`` is the
+        plan's runtime reserve (its terms, the user's overrides), for an engine whose pool reads a term
+        besides the budget (TensorRT-LLM: the activation peak freed before the manager is built)."""
         raise NotImplementedError
 
     # ------------------------------------------------------------ several engines on one GPU

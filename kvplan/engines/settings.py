@@ -128,7 +128,8 @@ BLOCK_SIZE = Setting("block_size", "bs", "--block-size", "int", "Block size (tok
 MAX_NUM_BATCHED_TOKENS = Setting(
     "max_num_batched_tokens", "mb", "--max-num-batched-tokens", "int",
     "max_num_batched_tokens (tokens)",
-    "Tokens scheduled per step; sliding-window reservations grow with it.", low=1, high=MAX_TOKENS)
+    "Tokens scheduled per step; sliding-window reservations grow with it (TensorRT-LLM --max_num_tokens: "
+    "its profiling forward runs this many tokens).", low=1, high=MAX_TOKENS, aliases=("--max_num_tokens",))
 MAX_NUM_SEQS = Setting(
     "max_num_seqs", "ns", "--max-num-seqs", "int", "max_num_seqs (requests)",
     "Requests scheduled per step (SGLang --max-running-requests); every answer is capped by it. "

@@ -13,12 +13,15 @@ GIB = 1 << 30
 GB = 10**9
 __all__ = ["DTYPE_COLORS", "GPU_PALETTE", "SIDE_LEGEND", "dtype_color", "gpu_color"]
 
-#: One colour per accelerator (plotly's Dark24, dark enough on white), by the catalogue's sorted
-#: order: an accelerator keeps its colour on every chart whatever else is drawn beside it.
+#: One colour per accelerator (plotly's Dark24, dark enough on white, then 12 of Alphabet), by the
+#: catalogue's sorted order: an accelerator keeps its colour on every chart whatever else is drawn beside it.
 GPU_PALETTE = ("#2E91E5", "#E15F99", "#1CA71C", "#FB0D0D", "#DA16FF", "#222A2A", "#B68100",
                "#750D86", "#EB663B", "#511CFB", "#00A08B", "#FB00D1", "#FC0080", "#B2828D",
                "#6C7C32", "#778AAE", "#862A16", "#A777F1", "#620042", "#1616A7", "#DA60CA",
-               "#6C4516", "#0D2A63", "#AF0038")
+               "#6C4516", "#0D2A63", "#AF0038",
+               # then plotly's Alphabet, its colours dark enough on white
+               "#AA0DFE", "#3283FE", "#85660D", "#782AB6", "#565656", "#1C8356", "#C4451C",
+               "#325A9B", "#B10DA1", "#B00068", "#90AD1C", "#C075A6")
 DESIGN_COLORS: dict[str, str] = {"real": "#111111", "mha": "#d62728", "gqa": "#1f77b4",
                                  "swa": "#2ca02c", "mla": "#9467bd"}
 KIND_COLORS: dict[Kind, str] = {Kind.FULL: "#1f77b4", Kind.SLIDING: "#2ca02c", Kind.CHUNKED: "#17becf",

@@ -31,6 +31,7 @@ from kvplan.engines.settings import EngineSettings
 from kvplan.errors import KVPlanError
 
 if TYPE_CHECKING:
+    from kvplan.engines.reserve import Reserve
     from kvplan.presets import GPU
     from kvplan.weights import LoadingRules
 
@@ -92,7 +93,7 @@ class HFDynamic(Engine):
                       else "keeps every token"}
 
     def make_pool(self, arch: ModelArch, gpu: GPU, kv_dtype: str, settings: EngineSettings,
-                  budgets: list[int], notes: list[str]) -> KVPool:
+                  budgets: list[int], notes: list[str], reserve: Reserve | None = None) -> KVPool:
         view = self.stage_view(arch, kv_dtype, settings, notes)
         return BytePool(view, max(min(budgets), 0), static=False)
 
@@ -146,7 +147,7 @@ class HFStatic(HFDynamic):
                               + (" (window: min(W, max_cache_len))" if window else "")}
 
     def make_pool(self, arch: ModelArch, gpu: GPU, kv_dtype: str, settings: EngineSettings,
-                  budgets: list[int], notes: list[str]) -> KVPool:
+                  budgets: list[int], notes: list[str], reserve: Reserve | None = None) -> KVPool:
         view = self.stage_view(arch, kv_dtype, settings, notes)
         return BytePool(view, max(min(budgets), 0), static=True)
 

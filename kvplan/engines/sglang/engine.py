@@ -594,7 +594,7 @@ class SGLang(Engine):
                                      "quant_config.kv_cache_quant_algo FP8")
 
     def make_pool(self, arch: ModelArch, gpu: GPU, kv_dtype: str, settings: EngineSettings,
-                  budgets: list[int], notes: list[str]) -> KVPool:
+                  budgets: list[int], notes: list[str], reserve: Reserve | None = None) -> KVPool:
         notes.extend(self.auto_kv_note(arch, kv_dtype))
         view = self.stage_view(arch, kv_dtype, settings, notes)
         spec = self.speculative(arch, settings, gpu)

@@ -55,6 +55,19 @@ if TYPE_CHECKING:
 TRTLLM_TOKENS_PER_BLOCK = 32  # tensorrt_llm/llmapi/llm_args.py KvCacheConfig.tokens_per_block
 TRTLLM_DEFAULT_FREE_FRACTION = 0.9  # KvCacheConfig.free_gpu_memory_fraction
 TRTLLM_MAX_NUM_TOKENS = 8192  # tensorrt_llm/llmapi/llm_args.py BaseLlmArgs.max_num_tokens
+GIB = 1 << 30
+#: What the process holds at the profile besides the weights, the profiling forward's activation and
+#: the estimation pool (``_util.py`` ``configure_kv_cache_capacity``: ``peak_memory = torch_peak +
+#: extra_cost``, ``extra_cost = total_used − torch_used``, the estimation pool added back): torch's
+#: own buffers at load (CUDA-graph pools, sampler and decoder state) and everything outside torch
+#: (CUDA context, cuBLAS workspaces, the kernels TensorRT-LLM loads, its C++ runtime buffers).
+#: **Fitted** on one log, tests/fixtures/trtllm_logs/05 (H200, TP 1, 1.2.0rc4, max_batch_size 32):
+#: "after loading (inside torch) 15.06 GiB" less its 14.96 GiB of weights, plus "outside torch (e.g.,
+#: NCCL and CUDA graphs) 2.55 GiB" less the estimation pool's "tmp kv_mem 0.13 GiB" = 2.52 GiB. No
+#: other public log splits it on a discrete GPU (04 is a DGX Spark, whose unified memory puts the
+#: whole system outside torch); TP > 1 adds NCCL and all-reduce workspaces no public log here
+#: measures (not modelled). Used for every release.
+TRTLLM_NON_TORCH_BYTES = int(2.52 * GIB)
 #: ``_arch_index.py`` ``MODEL_ARCH_TO_MODULE`` keys: what ``AutoModelForCausalLM.from_config`` builds
 #: (``modeling_auto.py`` raises "Unknown architecture" for anything else).
 TRTLLM_PYTORCH_ARCHITECTURES = frozenset({
@@ -152,6 +165,8 @@ class TrtLlm(Engine):
         "gpu_util": ("free_gpu_memory_fraction (fraction)", f"{TRTLLM_DEFAULT_FREE_FRACTION}"),
         "block_size": ("tokens_per_block", f"{TRTLLM_TOKENS_PER_BLOCK}"),
         "max_tokens": ("max_tokens (tokens)", "no cap"),
+        "max_num_batched_tokens": ("max_num_tokens (tokens: the profiling forward)",
+                                   f"{TRTLLM_MAX_NUM_TOKENS}"),
         "max_attention_window": ("max_attention_window (tokens, per layer)", "max_seq_len"),
         "mtp": ("Load MTP layers (speculative decoding)", "off"),
         "speculative_config": ("speculative_config (JSON: decoding_type, max_draft_len, "
@@ -231,21 +246,35 @@ class TrtLlm(Engine):
             kind = Kind.MLA if isinstance(layer, MLA) else Kind.FULL
         return kind, {"block_size": shape.block_size}
 
-    reserve_term_names = ("activation_peak",)
+    reserve_term_names = ("activation_peak", "non_torch")
 
     def runtime_reserve(self, arch: ModelArch, gpu: GPU, settings: EngineSettings,
                         tokens: int) -> Reserve:
-        """``_util.py`` ``KvCacheCreator._cal_max_memory``: ``peak`` after the profiling forward of
-        ``max_num_tokens`` (8192) tokens is the weights plus that forward's activations; the
-        activation term is the forward peak of ``kvplan.engines.vllm.memory.forward_peak`` (the same
-        layer intermediates). KV memory = ``(total − weights − activation) × fraction``."""
+        """``_util.py`` ``KvCacheCreator.configure_kv_cache_capacity`` / ``_cal_max_memory``: KV memory
+        = ``(total − peak + estimation pool) × fraction`` with ``peak = torch peak + outside torch``
+        after the profiling forward of ``max_num_tokens`` tokens (``_create_dummy_context_requests``:
+        requests of ``min(max_num_tokens, max_seq_len − 1)`` tokens until ``max_num_tokens``; default
+        8192) — the weights, that forward's activation (``activation_peak``: the layer
+        intermediates of ``kvplan.engines.vllm.memory.forward_peak``; freed before the final manager
+        is built, which ``TrtPool`` reads) and what the process holds besides (``non_torch``,
+        ``TRTLLM_NON_TORCH_BYTES``, fitted)."""
         from kvplan.engines.vllm.memory import forward_peak
 
-        value, how = forward_peak(arch, TRTLLM_MAX_NUM_TOKENS, settings.tp, self.model_dtype(arch))
+        profiled = settings.max_num_batched_tokens or TRTLLM_MAX_NUM_TOKENS
+        value, how = forward_peak(arch, profiled, settings.tp, self.model_dtype(arch))
         terms = [ReserveTerm(
-            "activation_peak", value, f"profiling forward of max_num_tokens: {how}",
-            f"{self.release}: _torch/pyexecutor/_util.py KvCacheCreator (profiling run, "
-            "_cal_max_memory)", basis="derived")]
+            "activation_peak", value, f"profiling forward of max_num_tokens {profiled:,}: {how}",
+            f"{self.release}: _torch/pyexecutor/_util.py KvCacheCreator.configure_kv_cache_capacity "
+            "(torch_peak_memory − model_bytes, printed as 'Memory dynamically allocated during inference "
+            "(inside torch)')", basis="derived"),
+            ReserveTerm(
+            "non_torch", TRTLLM_NON_TORCH_BYTES,
+            f"{TRTLLM_NON_TORCH_BYTES:,} B: torch's buffers at load beyond the weights + outside torch "
+            "after the profile less the estimation pool, fitted on one H200 TP 1 log",
+            f"{self.release}: _torch/pyexecutor/_util.py configure_kv_cache_capacity (extra_cost; "
+            "'Memory used after loading model weights (inside torch)' − weights + 'Memory used outside "
+            "torch' − 'tmp kv_mem'); TRTLLM_NON_TORCH_BYTES, fitted on tests/fixtures/trtllm_logs/05",
+            basis="fit")]
         spec = self.speculative(arch, settings, gpu)
         if spec is not None and (term := trtllm_spec_weights_term(spec, self.release)) is not None:
             terms.append(term)
@@ -338,8 +367,18 @@ class TrtLlm(Engine):
                                      "sized by resource_manager.py get_cache_size_per_token")
 
     def make_pool(self, arch: ModelArch, gpu: GPU, kv_dtype: str, settings: EngineSettings,
-                  budgets: list[int], notes: list[str]) -> KVPool:
+                  budgets: list[int], notes: list[str], reserve: Reserve | None = None) -> KVPool:
+        """``TrtPool`` of the budget. The final manager (``resource_manager.py``
+        ``calculate_max_num_blocks``: ``free_mem_fraction × free_mem / cache bytes per token``) reads
+        the free memory when it is built, after the profile's activation was freed
+        (``configure_kv_cache_capacity``: ``torch.cuda.empty_cache()`` after the profiling run): it sees
+        ``fraction × activation_peak`` more than the budget (``freed``; 0 when the user gave the reserve
+        as one total, whose split is unknown)."""
         notes.extend(self.auto_kv_note(arch, kv_dtype))
+        freed = 0
+        if reserve is not None and reserve.total_override is None:
+            activation = sum(t.bytes for t in reserve.terms if t.name == "activation_peak" and t.counted)
+            freed = int(activation * (settings.gpu_util or TRTLLM_DEFAULT_FREE_FRACTION))
         stage = self.largest_stage(arch, settings.pp)
         view = self.stage_view(arch, kv_dtype, settings, notes)
         max_seq_len = settings.max_cache_len or arch.max_position_embeddings or 1 << 62
@@ -355,7 +394,7 @@ class TrtLlm(Engine):
             notes.extend(spec.notes)
         pool = TrtPool(costs, max(min(budgets), 0), view.block_size or TRTLLM_TOKENS_PER_BLOCK,
                        settings.max_tokens, round_up=self.record.blocks_round_up,
-                       spec_bytes=spec_bytes, extra_tokens=extra)
+                       spec_bytes=spec_bytes, extra_tokens=extra, freed=freed)
         notes.extend(pool.notes)
         return pool
 
@@ -398,8 +437,13 @@ class TrtPool(KVPool):
     """TensorRT-LLM's primary pools.
 
     One window (``calculate_max_num_blocks``): ``max_tokens = min(budget // creator cost,
-    budget / manager cost)`` (the manager's free memory taken as ``budget / fraction``), capped by the
-    ``max_tokens`` setting; ``blocks = max_tokens // tokens_per_block`` (rounded up up to 1.1).
+    (budget + freed) // manager cost)`` where the manager holds whole heads the creator prices as a
+    fraction (KV heads not divisible by TP) — the manager's ``fraction × free memory`` is the budget
+    plus ``freed``, the fraction of the profile's activation released before it is built — capped by
+    the ``max_tokens`` setting; speculative layers in the manager share main's ``max_tokens``, ``budget
+    // (target + draft)`` (``_get_kv_size_per_token``: the one-model draft manager's cost is the
+    creator's too, so the freed memory does not bind them); ``blocks = max_tokens // tokens_per_block``
+    (rounded up up to 1.1).
     Several window sizes
     (``calculate_max_num_blocks_for_vswa``): the budget split equally per window size, each pool
     ``int(budget / n / its layers' cost) // tokens_per_block`` blocks (``max_tokens`` ignored). A
@@ -413,8 +457,12 @@ class TrtPool(KVPool):
 
     def __init__(self, costs: dict[int, tuple[int, int]], budget: int, block_size: int,
                  max_tokens: int | None, round_up: bool = False, spec_bytes: int = 0,
-                 extra_tokens: int = 0) -> None:
+                 extra_tokens: int = 0, freed: int = 0) -> None:
         self.block_size = block_size
+        #: ``fraction × activation peak``: what the final manager sees beyond the budget.
+        self.freed = freed
+        #: One window: the creator's and the manager's bytes per token over the target's layers.
+        self.creator = self.heads = 0
         #: Tokens a request holds past its own (``num_extra_kv_tokens`` + draft tokens).
         self.extra_tokens = extra_tokens
         self.spec_bytes = spec_bytes
@@ -429,9 +477,14 @@ class TrtPool(KVPool):
             if manager > creator:
                 self.notes.append("KV heads not divisible by TP: the cache holds ceil(nkv / tp) whole "
                                   "heads per layer, so fewer tokens fit than KvCacheCreator estimated")
-            manager += spec_bytes  # get_pp_layers: the spec layers are the manager's, not the creator's
-            if manager > creator:
+            heads = manager  # the manager's whole heads (ceil(nkv / tp)) over the target's layers
+            manager += spec_bytes  # the spec layers' KV: the draft's share of the shared max_tokens
+            if spec_bytes:  # main's _get_kv_size_per_token: max_tokens = budget // (target + draft)
                 tokens = min(tokens, budget // manager)
+            if heads > creator:  # calculate_max_num_blocks: fraction × free memory at creation
+                tokens = min(tokens, (budget + freed) // manager)
+            self.creator = creator
+            self.heads = heads
             blocks = -(-tokens // block_size) if round_up else tokens // block_size
             self.pools = (WindowPool(window, blocks, manager),)
             self.max_tokens = tokens
@@ -473,11 +526,16 @@ class TrtPool(KVPool):
     def max_requests_for(self, L: int, budgets: np.ndarray) -> np.ndarray:
         """``((max(min budget, 0) // bytes per token) // tokens_per_block) // blocks(L)``, the block
         count rounded up for one window where the release rounds up (``round_up``, ≤ 1.1) as the
-        constructor does."""
+        constructor does; one window whose manager holds more heads than the creator prices takes
+        ``min(budget // creator, (budget + freed) // manager)`` tokens, as the constructor."""
         budget = np.maximum(np.asarray(budgets, dtype=np.int64).min(axis=1), 0)
         if not self.per_token:
             return np.zeros(budget.shape, dtype=np.int64)
         tokens = budget // self.per_token
+        if len(self.pools) == 1 and self.creator and self.heads > self.creator:
+            tokens = np.minimum(budget // self.creator, (budget + self.freed) // self.per_token)
+            if self.spec_bytes:
+                tokens = np.minimum(tokens, budget // self.per_token)
         if self.round_up and len(self.pools) == 1:
             num_blocks = -(-tokens // self.block_size)
         else:

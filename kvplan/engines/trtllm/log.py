@@ -40,6 +40,19 @@ _TRTLLM: dict[str, re.Pattern[str]] = {
     "allocated_kv_gib": re.compile(r"Allocated " + FLOAT + r" GiB for max tokens in paged\s+KV cache"),
     "allocated_kv_tokens": re.compile(r"for max tokens in paged\s+KV cache \(" + INT + r"\)"),
     "max_seq_len": re.compile(r"\bmax_seq_len=" + INT + r", max_num_requests"),
+    # configure_kv_cache_capacity's split of the profile (PyTorch backend, 1.0 on) and the model
+    # engine's weights line (model_engine.py: ``Use {bytes / 1024**3:.2f} GB for model weights``)
+    "weights_gib": re.compile(r"\bUse " + FLOAT + r" GB for model weights"),
+    "torch_after_load_gib": re.compile(r"Memory used after loading model weights \(inside torch\) in memory "
+                                       r"usage profiling: " + FLOAT + GIB_UNIT),
+    "outside_after_load_gib": re.compile(r"Memory used after loading model weights \(outside torch\) in "
+                                         r"memory usage profiling: " + FLOAT + GIB_UNIT),
+    "activation_gib": re.compile(r"Memory dynamically allocated during inference \(inside torch\) in memory "
+                                 r"usage profiling: " + FLOAT + GIB_UNIT),
+    "non_torch_gib": re.compile(r"Memory used outside torch \(e\.g\., NCCL and CUDA graphs\) in memory "
+                                r"usage profiling: " + FLOAT + GIB_UNIT),
+    "tmp_kv_gib": re.compile(r"(?:tmp kv_mem|temporary kv cache memory during profiling) "
+                             + FLOAT + GIB_UNIT),
 }
 
 #: ``tensorrt_llm/__init__.py`` logs "[TensorRT-LLM] TensorRT-LLM version: X" on import.
@@ -62,6 +75,18 @@ class TrtllmLog(StartupLog):
     allocated_kv_gib: float | None = None
     allocated_kv_tokens: int | None = None
     max_seq_len: int | None = None
+    #: The weights the model engine loaded (printed in GiB, labelled GB).
+    weights_gib: float | None = None
+    #: torch's allocated bytes before the profiling forward (weights, CUDA-graph pools, buffers).
+    torch_after_load_gib: float | None = None
+    #: Used outside torch before the profiling forward (the estimation pool included).
+    outside_after_load_gib: float | None = None
+    #: ``torch_peak_memory − model_bytes``: the profiling forward's activation.
+    activation_gib: float | None = None
+    #: ``extra_cost``: used outside torch after the profile (the estimation pool included).
+    non_torch_gib: float | None = None
+    #: The estimation pool (``allocated_bytes``) added back to the free memory.
+    tmp_kv_gib: float | None = None
 
     @classmethod
     def parse(cls, log: str | bytes) -> TrtllmLog:

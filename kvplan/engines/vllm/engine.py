@@ -847,7 +847,7 @@ class Vllm(Engine):
                                      "utils/torch_utils.py resolve_kv_cache_dtype_string")
 
     def make_pool(self, arch: ModelArch, gpu: GPU, kv_dtype: str, settings: EngineSettings,
-                  budgets: list[int], notes: list[str]) -> KVPool:
+                  budgets: list[int], notes: list[str], reserve: Reserve | None = None) -> KVPool:
         notes.extend(self.auto_kv_note(arch, kv_dtype))
         pool = self.pool_layout(arch, kv_dtype, settings, vllm_mla_block_size(gpu, kv_dtype))
         notes.extend(pool.notes)
