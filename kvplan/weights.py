@@ -182,6 +182,22 @@ class LoadingRules:
     int8_azp_adj: bool = True
     wna16_weight_shape: bool = True
     mxfp4_experts: ExpertRepack | None = None
+    #: Bytes of a WNA16 expert matrix's ``weight_shape`` per expert (SGLang
+    #: ``compressed_tensors_wNa16_moe.py`` ``CompressedTensorsWNA16MoE.create_weights``:
+    #: ``torch.empty(num_experts, 2)``, fp32, 8 B); None: as a linear module (``scale_bytes``).
+    wna16_expert_shape_bytes: int | None = None
+    #: WNA16 experts keep an int32 ``g_idx`` and an int32 ``g_idx_sort_indices`` per input column
+    #: of each expert matrix after loading (SGLang ``CompressedTensorsWNA16TritonMoE``, the ROCm
+    #: method: its ``process_weights_after_loading`` does not empty them, unlike Marlin's).
+    wna16_expert_g_idx: bool = False
+    #: MLA: the engine keeps ``kv_b_proj`` and adds its ``w_kc``/``w_vc`` copies per layer (SGLang
+    #: ``deepseek_v2.py`` / ``deepseek_weight_loader.py`` ``post_load_weights``), on ``"cuda"`` or
+    #: ``"hip"`` (the FP8 rule differs: ``mla_absorbed_bytes``); None: no copy.
+    mla_absorbed_copy: Literal["cuda", "hip"] | None = None
+    #: Tower layouts whose MLP and projector the engine builds unsharded on every rank (SGLang
+    #: ``kimi_k25.py``: MoonViT's ``MLP2`` is ``nn.Linear``, ``K2VLMultiModalProjector``
+    #: ``ReplicatedLinear``; its attention stays TP-split, ``VisionAttention``).
+    replicated_tower_mlp: frozenset[str] = frozenset()
 
     def scale_bytes(self, scales: ScalesAtLoad, rows: int, shards: int) -> int:
         """Bytes of the rule-dependent scales of one ``rows``-row matrix fusing ``shards`` shards."""
@@ -1252,14 +1268,21 @@ def weights_per_gpu(arch: ModelArch, weight_dtype: str | None = None, tp: int = 
     main_parts = {t.part for t in tensors if t.kind != "other"}
     repack = rules.mxfp4_experts
     repacked = repack is not None and scheme.method == "mxfp4"
+    replicated = {tw.name for tw in arch.weights.towers if tw.layout in rules.replicated_tower_mlp}
     for t in tensors:
+        if t.part in replicated and t.split != "replicated" and _tower_mlp(t.name):
+            t = replace(t, split="replicated")
         rows, cols, copies = shard_shape(t, tp, ep)
         for fmt, layers in _formats_by_layer(scheme, t):
             if repacked and t.part == "experts" and (fmt.name == "mxfp4" or t.kind != "expert"):
                 assert repack is not None
                 per_gpu = _repacked_bytes(t, repack, arch, tp, ep, scheme.base)
             else:
-                per_gpu = copies * fmt.matrix_bytes(rows, cols, t.shards, rules)
+                per_gpu = copies * (fmt.matrix_bytes(rows, cols, t.shards, rules)
+                                    + _expert_extra(t, fmt, cols, rules))
+                if rules.mla_absorbed_copy and t.name.endswith(".kv_b_proj"):
+                    per_gpu += rows * cols * mla_absorbed_bytes(fmt, scheme.base,
+                                                                rules.mla_absorbed_copy)
             whole = t.experts * fmt.matrix_bytes(t.rows, t.cols, t.shards, rules) * max(len(layers), 1)
             if t.kind != "other" or t.part not in main_parts:
                 formats.setdefault(fmt.label, set()).add(t.part)
@@ -1276,6 +1299,41 @@ def weights_per_gpu(arch: ModelArch, weight_dtype: str | None = None, tp: int = 
         assert repack is not None
         source += "; per GPU as " + repack.describe(arch.hidden_size)
     return WeightsLayout(tuple(stages), total, _label(formats, scheme), source, tp, pp, ep, totals)
+
+
+def _tower_mlp(name: str) -> bool:
+    """A tower's MLP or projector matrix (``_tower``'s ``fc1``/``fc2``, ``_projector.*``)."""
+    return name.endswith((".fc1", ".fc2")) or "_projector." in name
+
+
+def _expert_extra(t: Tensor, fmt: Format, cols: int, rules: LoadingRules) -> int:
+    """Bytes one expert matrix of ``cols`` input columns holds beyond ``fmt.matrix_bytes`` under
+    ``rules``: the WNA16 ``weight_shape`` at its MoE size (``wna16_expert_shape_bytes``) and the
+    int32 ``g_idx`` + sort indices a Triton WNA16 MoE keeps (``wna16_expert_g_idx``; a format
+    with ``g_idx`` already counts the first)."""
+    if t.kind != "expert" or fmt.scales is None or fmt.scales.method != "wna16":
+        return 0
+    extra = 0
+    if rules.wna16_expert_shape_bytes is not None:
+        extra += rules.wna16_expert_shape_bytes - (16 if rules.wna16_weight_shape else 0)
+    if rules.wna16_expert_g_idx:
+        extra += 4 * cols * (1 if fmt.g_idx else 2)
+    return extra
+
+
+def mla_absorbed_bytes(fmt: Format, base: Format, device: Literal["cuda", "hip"]) -> int:
+    """Bytes per element of SGLang's ``w_kc``/``w_vc`` (``post_load_weights``): FP8 block-wise
+    ``kv_b_proj`` is dequantized to bf16 on CUDA with 128×128 blocks (``block_quant_dequant``),
+    else requantized per tensor to FP8 (``block_quant_to_tensor_quant``; per-channel FP8:
+    ``channel_quant_to_tensor_quant``); INT8 and AWQ are dequantized to bf16; an unquantized
+    ``kv_b_proj`` is copied in the model's dtype."""
+    if fmt.bits == 8 and fmt.name.startswith("fp8"):
+        if fmt.block is not None and device == "cuda" and fmt.block == (128, 128):
+            return 2
+        return 1
+    if fmt.bits < 16:
+        return 2
+    return fmt.bits // 8
 
 
 def _label(formats: dict[str, set[str]], scheme: QuantScheme) -> str:

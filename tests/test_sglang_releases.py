@@ -23,7 +23,7 @@ def fraction(key: str, mib: int, tp: int, pp: int = 1) -> float:
 
 
 def test_the_records_oldest_first_and_the_latest():
-    assert list(RECORDS) == ["0.4", "0.4.5", "0.4.6", "0.4.8", "0.5.3", "0.5.5", "0.5.23"]
+    assert list(RECORDS) == ["0.4", "0.4.5", "0.4.6", "0.4.8", "0.4.9", "0.5.3", "0.5.5", "0.5.23"]
     assert get_engine("sglang").record is SGLANG_RELEASES[-1]
 
 

@@ -83,6 +83,22 @@ SGLANG_MM_DISABLED_ARCHS = frozenset({
 SGLANG_VLM_CACHE_BYTES = 100 * MIB
 
 
+def sglang_vlm_factor(arch: ModelArch | None, record: SglangRelease) -> float:
+    """``adjust_mem_fraction_for_vlm`` (0.4.9+ ``server_args.py``; 0.5.23
+    ``arg_groups/memory_hook.py``, without ``SGLANG_ENABLE_POST_CAPTURE_KV_SIZING``): the factor a
+    multimodal model's default ``mem_fraction_static`` is multiplied by, ``0.95 × clamp(1 − 0.1 ×
+    (L·H² / (24 · 1024²) − 1), 0.8, 1.05)`` with the vision tower's depth ``L`` and width ``H``;
+    1 for a text model (``ModelConfig.is_multimodal`` as ``sglang_mm_reservation`` reads it, and a
+    vision tower) or a release without the rule."""
+    if arch is None or not record.vlm_fraction_factor or not sglang_mm_reservation(arch):
+        return 1.0
+    vision = next((t for t in arch.weights.towers if t.name == "vision"), None)
+    if vision is None:
+        return 1.0
+    ratio = vision.n_layers * vision.hidden_size ** 2 / (24 * 1024 ** 2)
+    return 0.95 * max(0.8, min(1.05, 1.0 - 0.1 * (ratio - 1.0)))
+
+
 def sglang_mm_reservation(arch: ModelArch) -> int:
     """Bytes ``_resolve_memory_pool_config`` takes out of the KV budget before the Mamba split
     (``kv_cache_configurator.py`` ``mm_runtime_reservation_gb``, 0.5.23): the embedding cache
@@ -253,12 +269,18 @@ class SglangRelease(Release):
     #: the release's draft budgeting (refused by name: older releases budgeted drafts by other
     #: rules, sgl-project/sglang PR#23862).
     spec_algorithms: tuple[str, ...] = ()
+    #: The default fraction is scaled for a multimodal model by its vision tower
+    #: (``adjust_mem_fraction_for_vlm``, ``sglang_vlm_factor``; from 0.4.9).
+    vlm_fraction_factor: bool = True
+    #: The multimodal embedding cache is taken out of the KV budget (``sglang_mm_reservation``;
+    #: ``kv_cache_configurator.py`` ``mm_runtime_reservation_gb``, read at 0.5.23, absent at 0.5.9).
+    mm_kv_reservation: bool = False
 
 
 #: SGLang releases, oldest first, each ``replace(previous, …)`` with what changed (sources read:
 #: ``pip download sglang==X --no-deps``, ``sglang/srt/server_args.py``).
 SGLANG_0_4 = SglangRelease(
-    key="0.4", since="0.4.0", name="SGLang 0.4", fraction_rule="tp_table",
+    key="0.4", since="0.4.0", name="SGLang 0.4", fraction_rule="tp_table", vlm_fraction_factor=False,
     changes="default mem_fraction_static by tp_size alone (server_args.py __post_init__, read at "
             "0.4.3.post4 and 0.4.4.post4; 0.4.0–0.4.2 not read)")
 SGLANG_0_4_5 = replace(
@@ -274,8 +296,13 @@ SGLANG_0_4_8 = replace(
     SGLANG_0_4_6, key="0.4.8", since="0.4.8", name="SGLang 0.4.8", fraction_rule="parallel_by_memory",
     changes="reserved memory by device memory and tp × pp, round((memory − reserved) / memory, 3) "
             "(server_args.py __post_init__, read at 0.4.8.post1, 0.4.9.post6, 0.5.1 and 0.5.2)")
+SGLANG_0_4_9 = replace(
+    SGLANG_0_4_8, key="0.4.9", since="0.4.9", name="SGLang 0.4.9", vlm_fraction_factor=True,
+    changes="a multimodal model's default fraction × adjust_mem_fraction_for_vlm's factor "
+            "(server_args.py, read at 0.4.9.post6, 0.4.10.post2, 0.5.1 and 0.5.2; absent at "
+            "0.4.8.post1)")
 SGLANG_0_5_3 = replace(
-    SGLANG_0_4_8, key="0.5.3", since="0.5.3", name="SGLang 0.5.3", fraction_rule="reserved_mem",
+    SGLANG_0_4_9, key="0.5.3", since="0.5.3", name="SGLang 0.5.3", fraction_rule="reserved_mem",
     memory_table=((20, 2048, 8, 8), (35, 2048, 16, 80), (60, 4096, 32, 160), (90, 8192, 256, 512),
                   (160, 8192, 256, 512)),
     changes="reserved_mem = 512 + max(chunked_prefill_size, 2048) × 1.5 + cuda_graph_max_bs × 2 + "
@@ -291,13 +318,15 @@ SGLANG_0_5_5 = replace(
 SGLANG_0_5_23 = replace(
     SGLANG_0_5_5, key="0.5.23", since="0.5.23", name="SGLang 0.5.23",
     memory_table=((20, 2048, 8, 8), (35, 4096, 48, 160), (60, 4096, 32, 160), (160, 8192, 256, 512)),
-    changes="the release kvplan follows (source read at 0.5.23): arg_groups/memory_hook.py "
+    mm_kv_reservation=True,
+    changes="the release kvplan follows (source read at 0.5.23): the multimodal embedding cache "
+            "out of the KV budget (mm_runtime_reservation_gb); arg_groups/memory_hook.py "
             "handle_gpu_memory_settings, chunked_prefill_size 4096 and cuda_graph_max_bs 48/160 "
             "below 35 GiB; --speculative-algorithm read from 0.5.23's speculative/ "
             "(spec_algorithms)",
     spec_algorithms=SPEC_MODELLED)
 SGLANG_RELEASES: tuple[SglangRelease, ...] = (SGLANG_0_4, SGLANG_0_4_5, SGLANG_0_4_6, SGLANG_0_4_8,
-                                              SGLANG_0_5_3, SGLANG_0_5_5, SGLANG_0_5_23)
+                                              SGLANG_0_4_9, SGLANG_0_5_3, SGLANG_0_5_5, SGLANG_0_5_23)
 
 
 class SGLang(Engine):
@@ -376,7 +405,7 @@ class SGLang(Engine):
         (``speculative_hook.py``) and the target's next-n layers loaded when they are the draft."""
         update: dict[str, Any] = {}
         if settings.gpu_util is None and gpu is not None:
-            update["gpu_util"] = self.default_fraction(gpu, settings)
+            update["gpu_util"] = self.default_fraction(gpu, settings, arch)
         if settings.block_size is None and gpu is not None and arch is not None:
             page = sglang_default_page_size(gpu, arch)
             if page is not None:
@@ -393,12 +422,15 @@ class SGLang(Engine):
                 raise KVPlanError("sgl_spec.trtllm_topk", topk=spec.eagle_topk, gpu=gpu.name)
         return settings.model_copy(update=update) if update else settings
 
-    def default_fraction(self, gpu: GPU, settings: EngineSettings) -> float:
+    def default_fraction(self, gpu: GPU, settings: EngineSettings,
+                         arch: ModelArch | None = None) -> float:
         """This release's default ``mem_fraction_static`` on ``gpu`` (``sglang_mem_fraction_static``
-        of ``sglang_device_memory``: nvidia-smi's total, as SGLang reads it)."""
+        of ``sglang_device_memory``: nvidia-smi's total, as SGLang reads it), times
+        ``sglang_vlm_factor`` for a multimodal ``arch``."""
         assert isinstance(self.record, SglangRelease)
         memory, _ = sglang_device_memory(gpu)
-        return sglang_mem_fraction_static(memory, settings.tp, settings.pp, False, self.record)
+        fraction = sglang_mem_fraction_static(memory, settings.tp, settings.pp, False, self.record)
+        return fraction * sglang_vlm_factor(arch, self.record)
 
     def speculative(self, arch: ModelArch, settings: EngineSettings,
                     gpu: GPU | None = None) -> SglangSpec | None:
@@ -487,7 +519,7 @@ class SGLang(Engine):
         ``_profile_available_bytes``; ``sglang_held_before_load``'s per-vendor default unless
         overridden) is what the budget subtracts, and with ``--enable-lora`` the LoRA memory pool."""
         terms: list[ReserveTerm] = []
-        if settings.gpu_util is None or settings.gpu_util == self.default_fraction(gpu, settings):
+        if settings.gpu_util is None or settings.gpu_util == self.default_fraction(gpu, settings, arch):
             memory, basis = sglang_device_memory(gpu)
             assert isinstance(self.record, SglangRelease)
             for name, mib, how in sglang_reserved_mem(memory, settings.tp, settings.pp, self.record):
@@ -600,7 +632,9 @@ class SGLang(Engine):
         spec = self.speculative(arch, settings, gpu)
         if spec is not None and spec.notes:
             notes.extend(spec.notes)
-        return SGLangPool(view, max(min(budgets), 0), settings, sglang_mm_reservation(arch), spec)
+        assert isinstance(self.record, SglangRelease)
+        mm = sglang_mm_reservation(arch) if self.record.mm_kv_reservation else 0
+        return SGLangPool(view, max(min(budgets), 0), settings, mm, spec)
 
     def startup_check(self, arch: ModelArch, gpu: GPU, settings: EngineSettings, pool: KVPool,
                       tokens: int) -> StartupCheck:
