@@ -261,6 +261,10 @@ class ModelArch(_Spec):
     #: The checkpoint's image processor (``presets/processors/``; ``kvplan.multimodal``), or None:
     #: text only, or a multimodal checkpoint whose processor values are not known.
     processor: Processor | None = None
+    #: The last ``drafter_layers`` of ``layers`` are a speculative drafter's, appended after the
+    #: model's own (vLLM's ``get_kv_cache_spec`` reports them in one pool: ``Vllm.pool_arch``);
+    #: 0 for a model as its config describes it.
+    drafter_layers: int = Field(default=0, ge=0)
 
     #: Caches keyed by the ``layers`` tuple they were computed from (``model_copy`` copies them).
     _runs: tuple[tuple[LayerSpec, ...], tuple[tuple[LayerSpec, int], ...]] | None = PrivateAttr(

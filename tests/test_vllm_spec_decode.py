@@ -400,3 +400,21 @@ def test_methods_v019_has_not_been_read_for_are_named() -> None:
     with pytest.raises(KVPlanError) as err:
         _fit("llama-3.1-8b", NGRAM4, engine="vllm@0.17")
     assert err.value.code == "spec.release"
+
+
+def test_pool_arch_marks_the_drafter_by_a_typed_count() -> None:
+    """``Vllm.pool_arch`` appends the drafter's 16 Llama-3.2-1B layers once (32 + 16 = 48) and
+    records them in ``ModelArch.drafter_layers``; a second call returns the same object. The
+    check reads that count, not a note's text: a model whose own notes begin with the drafter
+    note's words is still extended."""
+    from kvplan.engines.vllm.engine import DRAFTER_NOTE, Vllm
+
+    plan, _ = _fit("llama-3.1-8b", DRAFT_1B)
+    engine, settings = plan.engine, plan.settings
+    assert isinstance(engine, Vllm) and plan.arch.drafter_layers == 0
+    pooled = engine.pool_arch(plan.arch, settings)
+    assert (pooled.n_layers, pooled.drafter_layers) == (48, 16)
+    assert engine.pool_arch(pooled, settings) is pooled
+    noted = plan.arch.model_copy(update={"notes": (*plan.arch.notes, DRAFTER_NOTE)})
+    assert (engine.pool_arch(noted, settings).n_layers, engine.pool_arch(noted, settings).drafter_layers) \
+        == (48, 16)

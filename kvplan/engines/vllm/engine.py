@@ -206,6 +206,7 @@ def _with_draft_layers(arch: ModelArch, draft: tuple[LayerSpec, ...], name: str)
     """``arch`` with the drafter's attention layers after its own (one object per pair, so the
     pool cache keys on it)."""
     return arch.model_copy(update={"layers": (*arch.layers, *draft),
+                                   "drafter_layers": arch.drafter_layers + len(draft),
                                    "notes": (*arch.notes, f"{DRAFTER_NOTE}: {name}")})
 
 
@@ -367,7 +368,7 @@ class Vllm(Engine):
     def pool_arch(self, arch: ModelArch, settings: EngineSettings) -> ModelArch:
         """The layers whose specs ``get_kv_cache_spec`` reports: the model's, then the drafter's
         (``gpu_model_runner.py``: every attention layer of the forward context)."""
-        if any(note.startswith(DRAFTER_NOTE) for note in arch.notes):
+        if arch.drafter_layers:  # already extended (a typed count, not a note's text)
             return arch
         spec = self.speculative(arch, settings)
         if spec is None or not spec.draft_layers:
