@@ -39,12 +39,17 @@ CITED = {
     "gb200": (188733, "logged"),        # TRT-LLM's 'device total memory 184.31 GiB' (perf-sanity CI)
     "rtx-6000-ada": (45496, "logged"),  # 44.43 GiB torch OOM (ECC on, 46068 MiB), DINGYANB/MTVCrafter#21
     "rtx-pro-6000": (97249, "logged"),  # ds4 'total=94.97 GiB' on a 97887 MiB card, antirez/ds4#431
+    "rtx-3090": (24146, "logged"),      # vLLM V0's 'total_gpu_memory=23.58GiB', vllm-project/vllm#10517
+    "rtx-a6000": (48681, "logged"),     # 47.54 GiB torch OOM on 8x A6000, vllm-project/vllm#4417
+    "gb10": (124611, "logged"),         # vLLM's '(67.92/121.69 GiB)' free/total check on a DGX Spark
 }
 
 
 def test_every_accelerator_has_a_sourced_cuda_total():
     catalogue = gpus()
-    assert len(catalogue) == 27  # issue #30: + rtx-6000-ada, rtx-pro-6000, a40, mi210
+    # issue #30: + rtx-6000-ada, rtx-pro-6000, a40, mi210; then + rtx-3090, rtx-a6000, gb10, r9700,
+    # rx-7900-xt (the cards of the public vLLM logs 07/08/43/73, 24, 44, 20)
+    assert len(catalogue) == 32
     for gpu in catalogue.values():
         assert isinstance(gpu.cuda_total_mib, int), gpu.id
         assert gpu.cuda_total_bytes == gpu.cuda_total_mib * MIB, gpu.id
@@ -97,6 +102,9 @@ def test_estimates_follow_their_stated_rules():
     assert g["mi355x"].cuda_total_mib == 288 * 1024 - 16 == 294896
     assert g["mi210"].cuda_total_mib == 64 * 1024 - 16 == 65520  # and unlinked HIP OOMs' 63.98 GiB
     assert f"{65520 / 1024:.2f}" == "63.98"
+    # the same ROCm rule for the Radeon parts (no public HIP total): marketed GiB − 16 MiB
+    assert g["r9700"].cuda_total_mib == 32 * 1024 - 16 == 32752
+    assert g["rx-7900-xt"].cuda_total_mib == 20 * 1024 - 16 == 20464
     # A40: round(GiB × 1024) of the 44.34 GiB two unlinked RunPod A40 copies print
     assert g["a40"].cuda_total_mib == round(44.34 * 1024) == 45404
     for gpu_id, mib in {"gaudi3": 122070, "tpu-v5e": 15258, "tpu-v5p": 97280, "tpu-v6e": 30517}.items():
