@@ -56,6 +56,13 @@ class _Processor(BaseModel):
                                      "processor takes")
 
 
+#: Qwen3-VL's video placeholder per soft token in vLLM v0.11.0–v0.12.0 (``qwen3_vl.py``
+#: ``Qwen3VLProcessingInfo.get_max_video_tokens``: ``formatted_video_soft_tokens =
+#: video_soft_tokens * 12.5``, "<{timestamp} seconds>" ≈ 9.5 tokens + vision_start + video +
+#: vision_end per soft token; ``int()`` of it). v0.13.0 returns the soft tokens.
+QWEN3_VL_VIDEO_PLACEHOLDER = 12.5
+
+
 class QwenVLProcessor(_Processor):
     """Qwen-VL's dynamic resolution: ``smart_resize`` then one token per ``merge × merge`` patches.
 
@@ -232,9 +239,14 @@ class QwenVLProcessor(_Processor):
     def max_tokens_per_item(self, seq_len: int, max_pixels: int | None = None,
                             placeholder: bool = False) -> dict[str, int]:
         """vLLM's ``get_mm_max_tokens_per_item`` (one item of each modality): image and video (the
-        placeholder is the expanded ``<|image_pad|>`` / ``<|video_pad|>`` run: no other tokens)."""
-        return {"image": self.max_image_tokens(max_pixels),
-                "video": self.max_video_tokens(seq_len, 1, max_pixels)}
+        placeholder is the expanded ``<|image_pad|>`` / ``<|video_pad|>`` run: no other tokens).
+        Where the release counts placeholders (``placeholder``, v0.10.1–v0.12), Qwen3-VL's video
+        (``video_clip``) counts ``int(soft tokens × 12.5)`` (``QWEN3_VL_VIDEO_PLACEHOLDER``; vLLM
+        v0.11.0 and v0.12.0 ``qwen3_vl.py`` ``get_max_video_tokens``)."""
+        video = self.max_video_tokens(seq_len, 1, max_pixels)
+        if placeholder and self.video_clip:
+            video = int(video * QWEN3_VL_VIDEO_PLACEHOLDER)
+        return {"image": self.max_image_tokens(max_pixels), "video": video}
 
 
 class FixedProcessor(_Processor):

@@ -251,6 +251,31 @@ def test_a_public_qwen25_vl_start_up_log_has_the_budget_kvplan_derives():
                                  "and profiled with 1 video items of the maximum feature size.")
 
 
+def test_qwen3_vl_video_counts_its_timestamped_placeholder_before_v0_13():
+    """vLLM log 73 (v0.11.0, Qwen3-VL-30B-A3B-Instruct at TP 4, ``max_model_len`` 65,536, MNBT 2,048)
+    logs "Encoder cache will be initialized with a budget of 153600 tokens, and profiled with 1
+    video items of the maximum feature size." v0.11.0 and v0.12.0 ``qwen3_vl.py``
+    ``get_max_video_tokens`` return ``int(soft tokens × 12.5)`` (the "<{t} seconds>" text and the
+    vision tokens around each soft token) and ``MultiModalProfiler.get_mm_max_contiguous_tokens``
+    takes it: the dummy video's 12,288 soft tokens (two 4,096 × 3,072 frames within the video
+    processor's 25,165,824 pixels: 1 × 256 × 192 patches / 2²) → 153,600, above the image's 16,384,
+    so the profile's modality is video and one item fits (153,600 // 153,600). v0.13.0 returns the
+    soft tokens: the image's 16,384 is the largest item, as kvplan's v0.17+ records give."""
+    arch = load_model("Qwen/Qwen3-VL-30B-A3B-Instruct")
+    old = encoder_budget(arch, mnbt=2048, max_num_seqs=256, max_model_len=65_536, placeholder=True)
+    assert old is not None
+    assert old.max_tokens_per_item == {"image": 16_384, "video": 153_600} and 12_288 * 12.5 == 153_600
+    assert old.log_line() == ("Encoder cache will be initialized with a budget of 153600 tokens, and "
+                              "profiled with 1 video items of the maximum feature size.")
+    # the encoder writes the soft tokens (embeddings), not the placeholder
+    assert old.profiled_tokens == 12_288
+    new = encoder_budget(arch, mnbt=2048, max_num_seqs=256, max_model_len=65_536)
+    assert new is not None and (new.modality, new.budget, new.profiled_tokens) == ("image", 16_384, 16_384)
+    # a Qwen2.5-VL video (no timestamps) is counted as its soft tokens either way
+    qwen25 = load_model(QWEN).processor
+    assert qwen25.max_tokens_per_item(65_536, placeholder=True) == qwen25.max_tokens_per_item(65_536)
+
+
 def test_text_only_v0_33_loads_no_vision_tower():
     """``--limit-mm-per-prompt`` 0 on v0.33: the tower is a ``StageMissingLayer`` (interfaces.py
     ``_mark_tower_model``), so its 1,353,100,288 B of weights leave the GPU with the encoder profile;

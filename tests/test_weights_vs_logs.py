@@ -122,6 +122,10 @@ CASES: dict[str, tuple[str, int, str, str | None, str]] = {
     "47": ("gpt-oss-120b", 1, "vllm@0.19", "h100-sxm",
            _TRITON + " — release not stated (llm-d's summary row, as 27): 64.3025 GiB vs 64.38, the "
            "same as log 11 (v0.14.1)"),
+    "73": ("Qwen/Qwen3-VL-30B-A3B-Instruct", 4, "vllm@0.11", "rtx-3090",
+           "bf16 MoE language model (128 experts split 4 ways) + the vision tower, per rank at TP 4: "
+           "14.4928 GiB vs 14.7708 (−1.9 %: 0.28 GiB per rank the parameters kvplan shards do not "
+           "account for — the tower's replicated parts are not broken down in the log)"),
     "70": ("Qwen/Qwen2.5-VL-7B-Instruct", 1, "vllm@0.9", "l4",
            "bf16 language model + vision tower (16,584,333,312 B of parameters): 15.445 GiB vs 15.6271 "
            "(−1.2 %: 0.18 GiB loaded beside the parameters, not broken down)"),
@@ -154,8 +158,6 @@ NOT_COMPARED: dict[str, str] = {
     "36": "Mistral-Small-3.2-24B-Instruct-2506 (Mistral3ForConditionalGeneration, mistral load "
           "format): its config.json / params.json was not found; the document states the text "
           "shapes but neither the MLP width nor the vision tower",
-    "73": "Qwen3-VL-30B-A3B-Instruct: no Qwen3-VL preset or vendored config in this branch (issue #25 "
-          "adds the multimodal presets)",
     "74": "opendatalab/MinerU2.5-2509-1.2B: no preset or vendored config",
     "43": "cpatonn/Qwen3-30B-A3B-Thinking-2507-AWQ-4bit: stored as compressed-tensors WNA16 (the log's "
           "kernels); its config_groups (group size, symmetry) and ignore list were not retrieved, "
