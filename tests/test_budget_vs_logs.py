@@ -93,6 +93,12 @@ CASES: dict[str, Case] = {
     "33": Case("Qwen/Qwen3-32B", "h100-sxm", "vllm@0.19", "as 31; the summary table's row, its "
                "gpu-memory-utilization (0.9) inferred from the document"),
     "34": Case("Qwen/Qwen3-32B", "h100-sxm", "vllm@0.19", "as 33, TP 2"),
+    "36": Case("mistralai/Mistral-Small-3.1-24B-Instruct-2503", "h100-sxm", "vllm@0.11",
+               "v0.11.0 (the document's run list); Mistral-Small-3.2-24B-Instruct-2506 is 'a minor update "
+               "of Mistral-Small-3.1-24B-Instruct-2503' (its model card): the 3.1 preset's architecture "
+               "(Mistral3ForConditionalGeneration, 40 layers × 8 KV heads × 128, the Pixtral tower); "
+               "187,280 tokens vs 184,832 (+1.3 %); the printed activation peak is 0.39 GiB above "
+               "kvplan's (the Pixtral tower's peak is not derived)"),
     "37": Case("llama-3.1-8b", "l4", "vllm@0.11",
                "v0.11.0 (banner); the L4 inferred from the repository's name (fixture); no FlashInfer "
                "(the log's sampler line): 37,664 tokens vs 38,944 (−3.3 %)"),
@@ -207,9 +213,6 @@ NOT_COMPARED: dict[str, str] = {
           "and ignore list were not retrieved; GPU not stated",
     "35": "Qwen3-32B at max-model-len 32,000: the start-up failed and the row logs no KV number; "
           "compared on the verdict (test_log_35_finds_no_room_for_one_request)",
-    "36": "Mistral-Small-3.2-24B-Instruct-2506 (v0.11.0): its config was not found (the document "
-          "states the attention shapes, which reproduce the pool exactly, but not the MLP width or "
-          "the vision tower: test_log_36_pool_is_its_kv_memory_over_the_stated_shapes)",
     "38": "Llama-3.2-1B-Instruct on v0.9.0.1 (vllm@0.9), enforce-eager: the GPU is not stated and "
           "v0.9.0.1 prints no available-memory line, so the capacity the budget starts from is "
           "unknown",
@@ -290,8 +293,8 @@ def test_every_v1_log_is_compared_or_explained():
     assert set(FAILED_START_UP) <= set(CASES)
     assert set(KNOWN_MISS) <= set(CASES) and not set(KNOWN_MISS) & set(FAILED_START_UP)
     # 80–82: issue #26's speculative start-ups; 44 (GB10) and 73 (Qwen3-VL on RTX 3090s) once the
-    # catalogue had the cards: 25 → 27
-    assert len(set(CASES) - set(FAILED_START_UP)) == 27
+    # catalogue had the cards, 36 (Mistral-Small-3.2 as 3.1's architecture): 25 → 28
+    assert len(set(CASES) - set(FAILED_START_UP)) == 28
 
 
 @pytest.mark.parametrize("log_id", sorted(set(CASES) - set(FAILED_START_UP) - set(KNOWN_MISS)))
@@ -457,11 +460,11 @@ def test_log_35_finds_no_room_for_one_request():
 
 
 def test_log_36_pool_is_its_kv_memory_over_the_stated_shapes():
-    """Log 36 (not compared: no config) is consistent with vLLM's pool rule
-    (kv_cache_utils.py ``get_num_blocks``: available // (block bytes × layers)): 40 layers × 8 KV
-    heads × 128 × 2 (K, V) × 2 B = 163,840 B per token, 128-token blocks of 20,971,520 B; 28.20 GiB
-    (± 0.005) allows 1,443–1,444 blocks, the log's 1,444 among them → 184,832 tokens, and
-    184,832 / 16,000 = 11.55x."""
+    """Log 36 (compared end to end on the Mistral-Small-3.1 preset's architecture) is consistent
+    with vLLM's pool rule (kv_cache_utils.py ``get_num_blocks``: available // (block bytes ×
+    layers)): 40 layers × 8 KV heads × 128 × 2 (K, V) × 2 B = 163,840 B per token, 128-token
+    blocks of 20,971,520 B; 28.20 GiB (± 0.005) allows 1,443–1,444 blocks, the log's 1,444 among
+    them → 184,832 tokens, and 184,832 / 16,000 = 11.55x."""
     logged = _log("36")["logged"]
     block = 128 * 40 * 8 * 128 * 2 * 2
     low, high = ((logged["available_kv_cache_memory_gib"] + d) * GIB // block for d in (-0.005, 0.005))

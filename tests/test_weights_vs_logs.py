@@ -122,6 +122,9 @@ CASES: dict[str, tuple[str, int, str, str | None, str]] = {
     "47": ("gpt-oss-120b", 1, "vllm@0.19", "h100-sxm",
            _TRITON + " — release not stated (llm-d's summary row, as 27): 64.3025 GiB vs 64.38, the "
            "same as log 11 (v0.14.1)"),
+    "36": ("mistralai/Mistral-Small-3.1-24B-Instruct-2503", 1, "vllm@0.11", "h100-sxm",
+           "Mistral-Small-3.2-24B-Instruct-2506, 'a minor update of' 3.1 (its model card): the 3.1 "
+           "preset's bf16 language model and Pixtral tower: 44.7246 GiB vs 44.76 (−0.08 %)"),
     "73": ("Qwen/Qwen3-VL-30B-A3B-Instruct", 4, "vllm@0.11", "rtx-3090",
            "bf16 MoE language model (128 experts split 4 ways) + the vision tower, per rank at TP 4: "
            "14.4928 GiB vs 14.7708 (−1.9 %: 0.28 GiB per rank the parameters kvplan shards do not "
@@ -155,9 +158,6 @@ NOT_COMPARED: dict[str, str] = {
     "26": "Qwen3-Coder-30B-A3B 'AWQ-4bit': stored as compressed-tensors pack-quantized (loaded by "
           "CompressedTensorsWNA16, not awq.py, per public notes in the fixture); its config_groups "
           "(group size, symmetry) and ignore list were not retrieved, and the scheme is not assumed",
-    "36": "Mistral-Small-3.2-24B-Instruct-2506 (Mistral3ForConditionalGeneration, mistral load "
-          "format): its config.json / params.json was not found; the document states the text "
-          "shapes but neither the MLP width nor the vision tower",
     "74": "opendatalab/MinerU2.5-2509-1.2B: no preset or vendored config",
     "43": "cpatonn/Qwen3-30B-A3B-Thinking-2507-AWQ-4bit: stored as compressed-tensors WNA16 (the log's "
           "kernels); its config_groups (group size, symmetry) and ignore list were not retrieved, "
