@@ -199,7 +199,8 @@ NOT_COMPARED: dict[str, str] = {
     "16": "Qwen3-14B (config vendored): the GPU is not stated, so the capacity the budget starts "
           "from is unknown; given the logged memory the pool is exact "
           "(test_a_vendored_config_reproduces_the_logged_pool)",
-    "20": "Qwen3.8-27B-FP8: no config; a v0.28 development build on ROCm",
+    "20": "Qwen3.8-27B-FP8: no config; a v0.28 development build on ROCm (two R9700s: the card is now "
+          "in the catalogue, r9700, its total an estimate)",
     "21": "Qwen3.8-27B-FP8: no config; release not stated",
     "22": "a local NVFP4 folder that club-3090's registry maps to nvidia/Qwen3.6-35B-A3B-NVFP4 "
           "(fixture notes); that config.json was not retrieved from the Hub (its release, v0.24.0, "
@@ -221,8 +222,9 @@ NOT_COMPARED: dict[str, str] = {
     "41": "Qwen2.5-1.5B-Instruct under TRL's vllm-serve (v0.9.2): the GPU and the "
           "gpu_memory_utilization TRL passed are not printed",
     "42": "Qwen3-14B at TP 4 on four PCIe GPUs (v0.9.2): the GPU is not stated",
-    "43": "Qwen3-30B-A3B AWQ (compressed-tensors) on an RTX 3090 (v0.10.0): kvplan has no RTX 3090 "
-          "preset, and the checkpoint's quantization scheme was not retrieved",
+    "43": "Qwen3-30B-A3B AWQ (compressed-tensors) on an RTX 3090 (v0.10.0; the card is now in the "
+          "catalogue, rtx-3090): the checkpoint's quantization scheme (config_groups, ignore list) was "
+          "not retrieved, and kvplan does not assume one",
     "47": "gpt-oss-120b on one H100 (llm-d's summary row): the row's numbers contradict its own Util "
           "0.9 — 0.9 × 79.18 − 64.38 − 7.38 − 0.13 = −0.63 GiB, where 0.95 gives the logged 3.33 "
           "GiB — so the setting the run used is not established (kvplan at the stated 0.9: −0.65 "
