@@ -78,6 +78,10 @@ class GPU(BaseModel):
     marketed_bytes: int = Field(ge=1)
     reported_bytes: int | None = None
     reported_mib: int | None = None
+    #: Whether NVML (``nvmlDeviceGetMemoryInfo``, nvidia-smi's memory column) reports the device's
+    #: memory; False where it answers "Not Supported" (the GB10's unified memory): engines that
+    #: read their defaults from NVML's total then fall back (vLLM ``get_batch_defaults``).
+    nvml_memory: bool = True
     #: Total memory as CUDA reports it to the engine (``torch.cuda.mem_get_info()[1]`` /
     #: ``cudaDeviceProp.totalGlobalMem``), MiB; below ``nvidia-smi``'s figure by what the driver
     #: keeps. Its evidence is ``sources["cuda_total"]`` and its status ``status["cuda_total"]``

@@ -396,8 +396,10 @@ def test_the_status_report(rows: list[Row], capsys: pytest.CaptureFixture[str]):
 #: 04 ×8.78 → ×8.40 (unified memory) still miss; 04's activation is within 0.01 GiB of the printed
 #: one, its non-torch memory and weights are not (the system's memory; GB10's MoE layout).
 #: Helper vlle2e2: 07/08 run on the new rtx-3090 preset (unchanged: its total is their printed 23.58
-#: GiB); 44 compared on the new gb10 preset (a miss, ×0.418: the sampler warm-up; its weights and
-#: its graphs' 1.28 GiB vs 0.38 are two terms, one out): (19, 14, 51, 44) → (20, 14, 53, 45); 73
+#: GiB); 44 compared on the new gb10 preset (a miss: ×0.418 with the large batch tier's 1,024-row
+#: sampler warm-up, ×1.469 on the small tier its NVML total gives, the log's — the GB10's unified
+#: memory; its weights and its graphs' 1.28 GiB vs 0.38 are two terms, one out):
+#: (19, 14, 51, 44) → (20, 14, 53, 45); 73
 #: compared on rtx-3090 with the Qwen3-VL-30B-A3B preset (×2.047: the Qwen3-VL tower's peak, not
 #: derived; its encoder budget is the log's 153,600 exactly; weights −0.28, graphs and the implied
 #: reserve out: three terms, none within) → (21, 14, 56, 45); 36 (Mistral-Small-3.2 on the 3.1

@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -346,8 +349,10 @@ def test_gb10_stays_on_the_small_batch_tier_from_v033_only():
     """A DGX Spark (GB10, SM 12.1, CUDA total 119.70 GiB): 0.33.0 ``engine/arg_utils.py:2940``
     ``get_batch_defaults`` (``is_gb10 = is_device_capability((12, 1))``, ``and not is_gb10``) keeps it
     on the small tier: MNBT 2,048, max_num_seqs 256; 0.32.0 (``:2894``), 0.29.0 (``:2669``), 0.27.1
-    (``:2515``) have no such test: ≥ 70 GiB and not an A100 → 8,192 and 1,024. An RTX PRO 6000
-    (SM 12.0, 95 GiB) is not a GB10: 8,192 on v0.33 too."""
+    (``:2515``) have no such test: ≥ 70 GiB and not an A100 → 8,192 and 1,024 — for a GB10 whose
+    NVML reports its memory (this custom card; the catalogue's ``gb10``, whose NVML does not, is on
+    the small tier in those releases too: the next test). An RTX PRO 6000 (SM 12.0, 95 GiB) is not
+    a GB10: 8,192 on v0.33 too."""
     from kvplan.presets import custom_gpu
 
     gb10 = custom_gpu(119.70).model_copy(update={"compute_capability": "12.1", "device_name": "NVIDIA GB10"})
@@ -357,3 +362,25 @@ def test_gb10_stays_on_the_small_batch_tier_from_v033_only():
     assert got == {"vllm@0.33": (2048, 256), "vllm@0.32": (8192, 1024), "vllm@0.29": (8192, 1024),
                    "vllm@0.27": (8192, 1024)}
     assert get_engine("vllm@0.33").default_mnbt(sm120) == 8192
+
+
+def test_a_device_whose_nvml_reports_no_memory_takes_the_small_batch_tier():
+    """``get_batch_defaults`` reads ``current_platform.get_device_total_memory()`` inside a ``try``;
+    on CUDA with NVML that is ``nvmlDeviceGetMemoryInfo(handle).total`` (``platforms/cuda.py``
+    ``NvmlCudaPlatform``, read in 0.11.0, 0.12.0, 0.13.0, 0.19.0, 0.32.0), which raises where NVML
+    reports no memory — the GB10, whose nvidia-smi shows "Not Supported" — so ``device_memory = 0``
+    and the small tier: 2,048 batched tokens, 256 sequences, as public log 44 (v0.13.0 on a GB10,
+    no ``--max-num-batched-tokens`` typed) prints "Chunked prefill is enabled with
+    max_num_batched_tokens=2048". v0.9 (before the trait, and the GB10) sizes it by memory; an H100
+    is large in every release."""
+    gb10, h100 = get_gpu("gb10"), get_gpu("h100-sxm")
+    assert gb10.nvml_memory is False and gb10.cuda_total_mib == 124_611
+    got = {e: (get_engine(e).default_mnbt(gb10), get_engine(e).default_max_num_seqs(gb10))
+           for e in ("vllm@0.9", "vllm@0.11", "vllm@0.13", "vllm@0.19", "vllm@0.32", "vllm@0.33")}
+    assert got == {"vllm@0.9": (8192, 1024), "vllm@0.11": (2048, 256), "vllm@0.13": (2048, 256),
+                   "vllm@0.19": (2048, 256), "vllm@0.32": (2048, 256), "vllm@0.33": (2048, 256)}
+    assert {(get_engine(e).default_mnbt(h100), get_engine(e).default_max_num_seqs(h100))
+            for e in ("vllm@0.13", "vllm@0.32")} == {(8192, 1024)}
+    log = json.loads(next((Path(__file__).parent / "fixtures" / "vllm_logs").glob("44-*.json")).read_text())
+    assert "max_num_batched_tokens=2048" in log["log_excerpt"]
+    assert "max_num_batched_tokens" not in log["log_excerpt"].split("non-default args:")[1].split("\n")[0]

@@ -304,6 +304,15 @@ class Vllm(Engine):
         (``gb10_small_tier``)."""
         return self.record.gb10_small_tier and gpu.compute_capability == "12.1"
 
+    def batch_device_bytes(self, gpu: GPU) -> int:
+        """The device total ``get_batch_defaults`` sees: 0 where the release reads NVML's total and
+        the device's NVML reports none (``VllmRelease.nvml_batch_total``, ``GPU.nvml_memory``: the
+        query raises and vLLM takes ``device_memory = 0``), else CUDA's total (NVML's is
+        nvidia-smi's, a few hundred MiB above it: the same tier on every catalogue device)."""
+        if self.record.nvml_batch_total and not gpu.nvml_memory:
+            return 0
+        return cuda_capacity(gpu).bytes
+
     def default_mnbt(self, gpu: GPU) -> int:
         """``max_num_batched_tokens`` default for ``vllm serve`` on this device, by the record's
         ``batch_defaults``: ``tiers`` — ``get_batch_defaults`` (``default_max_num_batched_tokens``,
@@ -314,7 +323,7 @@ class Vllm(Engine):
             return 2048
         if rule == "v0.8":
             return 8192 if cuda_capacity(gpu).bytes >= 70 * GIB else 2048
-        return default_max_num_batched_tokens(cuda_capacity(gpu).bytes, gpu.device_name,
+        return default_max_num_batched_tokens(self.batch_device_bytes(gpu), gpu.device_name,
                                               gb10=self.is_gb10(gpu),
                                               huge_tier=self.record.huge_batch_tier)
 
@@ -328,7 +337,7 @@ class Vllm(Engine):
             return 256
         if rule == "v0.8":
             return 1024 if cuda_capacity(gpu).bytes >= 70 * GIB else 256
-        return default_max_num_seqs(cuda_capacity(gpu).bytes, gpu.device_name, gb10=self.is_gb10(gpu))
+        return default_max_num_seqs(self.batch_device_bytes(gpu), gpu.device_name, gb10=self.is_gb10(gpu))
 
     def resolve_settings(self, settings: EngineSettings, tokens: int, gpu: GPU | None = None,
                          arch: ModelArch | None = None) -> EngineSettings:

@@ -166,6 +166,12 @@ class VllmRelease(Release):
     #: are not loaded (``model_executor/models/interfaces.py`` ``_mark_tower_model`` →
     #: ``StageMissingLayer``; read in v0.33's source; older releases' per-model rules not modelled).
     mm_skip_towers_at_zero: bool = False
+    #: ``get_batch_defaults`` reads the device total from NVML (``platforms/cuda.py``
+    #: ``NvmlCudaPlatform.get_device_total_memory``: ``nvmlDeviceGetMemoryInfo(handle).total``) inside
+    #: a ``try``: where NVML reports no memory (``GPU.nvml_memory`` False: the GB10) it raises,
+    #: ``device_memory = 0`` and the device takes the small tier (read in 0.11.0, 0.12.0, 0.13.0,
+    #: 0.19.0 and 0.32.0; the records between inherit it).
+    nvml_batch_total: bool = False
 
 
 V0_6 = VllmRelease(
@@ -220,10 +226,12 @@ V0_11 = replace(
             "every 8 up to ``min(2 × max_num_seqs, 512)``. New: MXFP4 MoE (gpt-oss, "
             "``quantization/mxfp4.py`` ``Mxfp4MoEMethod._should_use_marlin``): Marlin below SM 10.0 — "
             "v0.10.1 pins torch 2.7 (Triton needs ≥ 2.8) and neither bundles ``triton_kernels``; "
-            "FlashInfer (256/256) on Blackwell.",
+            "FlashInfer (256/256) on Blackwell. ``get_batch_defaults`` takes NVML's total, so a "
+            "device whose NVML reports no memory (a GB10) is on the small tier (``nvml_batch_total``; "
+            "read in 0.11.0, 0.12.0, 0.13.0: public log 44 on a GB10 defaults to 2,048 batched tokens).",
     hybrid_default="off_with_chunked", layer_specs="all", mxfp4_moe=True, others_rule="free_check",
     mxfp4_source="vLLM v0.10.1.1 quantization/mxfp4.py", state_block_check="assert",
-    mm_item_tokens="placeholder")
+    mm_item_tokens="placeholder", nvml_batch_total=True)
 V0_13 = replace(
     V0_11, key="0.13", since="0.11.1", name="vLLM v0.11.1–v0.13",
     changes="the sampler warm-up sorts (FlashInfer top-k/top-p is opt-in from v0.11.1, "
@@ -374,7 +382,9 @@ V0_32 = replace(
     changes="``_set_cudagraph_sizes`` also captures ``max_num_seqs`` without draft tokens when it "
             "fits (from 0.31.0, read in 0.32.0: ``spec_capture`` ``uniform_decode_seqs``). "
             "``get_batch_defaults`` has no GB10 exclusion yet (0.32.0 ``engine/arg_utils.py:2894``: a "
-            "≥ 70 GiB device that is not an A100 takes the large tier, a DGX Spark's GB10 included). "
+            "≥ 70 GiB device that is not an A100 takes the large tier); a DGX Spark's GB10 still lands "
+            "on the small tier, as its NVML total raises (``nvml_batch_total``, 0.32.0 "
+            "``platforms/cuda.py``). "
             "Before speculative decoding was read this record was v0.30–v0.32.",
     spec_capture="uniform_decode_seqs")
 V0_33 = replace(
