@@ -57,10 +57,15 @@ def test_weights_per_rank_are_the_ranks_parts_with_experts_over_every_gpu(tp: in
 
 
 def test_sglang_dp_attention_suggestion_names_its_flags() -> None:
-    """SGLang: ``--tp`` counts every GPU and ``--dp`` the attention ranks."""
+    """SGLang: ``--tp`` counts every GPU and ``--dp`` the attention ranks. Both layouts hold SGLang's
+    NVLink distributed init before loading (``SGLANG_NVLINK_DIST_INIT``, 2,158,221,066 B at
+    ``--tp 8``), scaled by the default fraction: TP 8 (0.897) KV 49,018,308,451 → 47,082,384,155 B
+    // 70,272 B = 670,002 tokens → 20 requests of 32,768 (21 before that term); DP 8 (0.907 per
+    rank) 34,813,326,052 → 32,855,819,545 B → 467,552 tokens → 14 per rank, 112 (was 15, 120)."""
     tp8 = v3(8, 1, "sglang")
-    assert (tp8.max_requests, v3(1, 8, "sglang").max_requests) == (21, 120)
-    assert "--enable-dp-attention --dp 8 --tp 8 --ep 8 (15 per rank, 120 per replica)" in tp8.suggestion
+    assert (tp8.max_requests, v3(1, 8, "sglang").max_requests) == (20, 112)
+    assert (tp8.kv_budget_bytes, tp8.kv_pool_tokens) == (47_082_384_155, 670_002)
+    assert "--enable-dp-attention --dp 8 --tp 8 --ep 8 (14 per rank, 112 per replica)" in tp8.suggestion
 
 
 def test_the_request_cap_is_per_rank() -> None:
