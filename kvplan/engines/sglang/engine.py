@@ -300,6 +300,11 @@ class SglangRelease(Release):
     #: The default fraction is scaled for a multimodal model by its vision tower
     #: (``adjust_mem_fraction_for_vlm``, ``sglang_vlm_factor``; from 0.4.9).
     vlm_fraction_factor: bool = True
+    #: ``post_load_weights`` (``models/deepseek_v2.py``) dequantizes an FP8 128×128-block
+    #: ``kv_b_proj`` to bf16 for its ``w_kc``/``w_vc`` copy on CUDA (read at 0.4.6.post5, 0.4.8.post1,
+    #: 0.4.9.post2, 0.5.5); 0.4.3.post4, 0.4.4.post4 and 0.4.5.post3 requantize it per tensor to
+    #: FP8 on CUDA too, as HIP does (``block_quant_to_tensor_quant``; ``sglang_loading_rules``).
+    mla_copy_bf16_on_cuda: bool = True
     #: The multimodal embedding cache is taken out of the KV budget (``sglang_mm_reservation``;
     #: ``kv_cache_configurator.py`` ``mm_runtime_reservation_gb``, read at 0.5.23, absent at 0.5.9).
     mm_kv_reservation: bool = False
@@ -309,6 +314,7 @@ class SglangRelease(Release):
 #: ``pip download sglang==X --no-deps``, ``sglang/srt/server_args.py``).
 SGLANG_0_4 = SglangRelease(
     key="0.4", since="0.4.0", name="SGLang 0.4", fraction_rule="tp_table", vlm_fraction_factor=False,
+    mla_copy_bf16_on_cuda=False,
     changes="default mem_fraction_static by tp_size alone (server_args.py __post_init__, read at "
             "0.4.3.post4 and 0.4.4.post4; 0.4.0–0.4.2 not read)")
 SGLANG_0_4_5 = replace(
@@ -317,9 +323,12 @@ SGLANG_0_4_5 = replace(
             "memory, unrounded (server_args.py __post_init__, read at 0.4.5.post3)")
 SGLANG_0_4_6 = replace(
     SGLANG_0_4_5, key="0.4.6", since="0.4.6", name="SGLang 0.4.6", fraction_rule="tp_table_48g",
+    mla_copy_bf16_on_cuda=True,
     changes="the table by tp × pp up to 81,920 MiB (else 0.88), then above 96 GiB min(f + 48 GiB × "
             "(1 − f) / memory, (memory − 18 GiB) / memory) (server_args.py __post_init__, read at "
-            "0.4.6.post5 and 0.4.7)")
+            "0.4.6.post5 and 0.4.7); the MLA w_kc/w_vc copy of an FP8 128×128-block kv_b_proj in "
+            "bf16 on CUDA (models/deepseek_v2.py post_load_weights, block_quant_dequant; 0.4.5.post3 "
+            "requantized it to per-tensor FP8)")
 SGLANG_0_4_8 = replace(
     SGLANG_0_4_6, key="0.4.8", since="0.4.8", name="SGLang 0.4.8", fraction_rule="parallel_by_memory",
     changes="reserved memory by device memory and tp × pp, round((memory − reserved) / memory, 3) "
