@@ -19,7 +19,8 @@ against kvplan's reserve (the vision tower's profile peak is in it: ``mm_encoder
 
 Logs used to fit a constant of kvplan (``FITTED``: vLLM's sampler warm-up and non-torch terms on
 27–30, its CUDA-graph cost per capture size on 01–04, V0's non-torch memory on 07–08; SGLang's
-memory held before loading on 01, 02, 04, 05; TensorRT-LLM's non-torch memory on 05) are reported
+memory held before loading on 01, 02, 04, 05 (its NVLink distributed-init term on sgl-project/sglang
+PR#11716, not a fixture here); TensorRT-LLM's non-torch memory on 05) are reported
 apart from the others. A TensorRT-LLM row compares the profile's printed split too: the activation
 (``activation_peak``), what the process holds besides (``non_torch``: inside torch after loading less
 the weights, plus outside torch after the profile less the estimation pool), the weights, and
