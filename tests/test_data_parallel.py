@@ -57,10 +57,19 @@ def test_weights_per_rank_are_the_ranks_parts_with_experts_over_every_gpu(tp: in
 
 
 def test_sglang_dp_attention_suggestion_names_its_flags() -> None:
-    """SGLang: ``--tp`` counts every GPU and ``--dp`` the attention ranks."""
+    """SGLang: ``--tp`` counts every GPU and ``--dp`` the attention ranks. Both layouts hold SGLang's
+    NVLink distributed init before loading (``SGLANG_NVLINK_DIST_INIT``, 2,158,221,066 B at
+    ``--tp 8``), scaled by the default fraction, and SGLang's bf16 ``w_kc``/``w_vc`` copy of every
+    FP8 ``kv_b_proj`` shard (``weights.mla_absorbed_bytes``: 61 layers × heads per rank × 256 × 512
+    × 2 B; TP 8: 16 heads, 255,852,544 B; DP 8: 128 heads, 2,046,820,352 B). TP 8 (0.897): KV
+    49,018,308,451 − 1,935,924,296 − 255,852,544 = 46,826,531,611 B // 70,272 B = 666,361 tokens →
+    20 requests of 32,768 (21 before both terms); DP 8 (0.907 per rank): 34,813,326,052 −
+    1,957,506,507 − 2,046,820,352 = 30,808,999,193 B → 438,424 tokens → 13 per rank, 104 (15 and
+    120 before both terms)."""
     tp8 = v3(8, 1, "sglang")
-    assert (tp8.max_requests, v3(1, 8, "sglang").max_requests) == (21, 120)
-    assert "--enable-dp-attention --dp 8 --tp 8 --ep 8 (15 per rank, 120 per replica)" in tp8.suggestion
+    assert (tp8.max_requests, v3(1, 8, "sglang").max_requests) == (20, 104)
+    assert (tp8.kv_budget_bytes, tp8.kv_pool_tokens) == (46_826_531_611, 666_361)
+    assert "--enable-dp-attention --dp 8 --tp 8 --ep 8 (13 per rank, 104 per replica)" in tp8.suggestion
 
 
 def test_the_request_cap_is_per_rank() -> None:

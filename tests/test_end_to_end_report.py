@@ -19,7 +19,8 @@ against kvplan's reserve (the vision tower's profile peak is in it: ``mm_encoder
 
 Logs used to fit a constant of kvplan (``FITTED``: vLLM's sampler warm-up and non-torch terms on
 27–30, its CUDA-graph cost per capture size on 01–04, V0's non-torch memory on 07–08; SGLang's
-memory held before loading on 01, 02, 04, 05; TensorRT-LLM's non-torch memory on 05) are reported
+memory held before loading on 01, 02, 04, 05 (its NVLink distributed-init term on sgl-project/sglang
+PR#11716, not a fixture here); TensorRT-LLM's non-torch memory on 05) are reported
 apart from the others. A TensorRT-LLM row compares the profile's printed split too: the activation
 (``activation_peak``), what the process holds besides (``non_torch``: inside torch after loading less
 the weights, plus outside torch after the profile less the estimation pool), the weights, and
@@ -405,5 +406,8 @@ def test_the_status_report(rows: list[Row], capsys: pytest.CaptureFixture[str]):
 #: reserve out: three terms, none within) → (21, 14, 56, 45); 36 (Mistral-Small-3.2 on the 3.1
 #: preset's architecture, a minor update of it) ×1.013 within 3 %, five terms (the activation peak
 #: −0.39 and the implied reserve −0.34 out: the Pixtral tower's peak) → (22, 15, 61, 48).
+#: SGLang (issue #30): 03 (Qwen3-235B-A22B-FP8, TP 4 on H100s) ×1.096 → ×0.983, within 3 %: the
+#: distributed init SGLang holds before loading at TP > 1 over NVLink (``SGLANG_NVLINK_DIST_INIT``,
+#: 2.01 GiB, fitted on sgl-project/sglang PR#11716, not on 03): sglang (1, 0, 0, 0) → (1, 1, 0, 0).
 STATUS: dict[str, tuple[int, int, int, int]] = {
-    "vllm": (22, 15, 61, 48), "sglang": (1, 0, 0, 0), "trtllm": (2, 0, 6, 2)}
+    "vllm": (22, 15, 61, 48), "sglang": (1, 1, 0, 0), "trtllm": (2, 0, 6, 2)}

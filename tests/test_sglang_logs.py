@@ -318,3 +318,37 @@ def test_b_from_the_cuda_total_the_gap_narrows():
                    search_gpus=False).kv_pool_tokens for g in (at_smi_total, gpu)]
         assert got == [reported, cuda]
         assert logged_tokens(doc) < cuda < reported
+
+
+def test_b_03_holds_the_nvlink_distributed_init():
+    """03, Qwen3-235B-A22B-FP8 at TP 4 on H100 SXMs, mem_fraction_static 0.93 (typed), a log no
+    constant was fitted on: SGLang budgets ``free after loading − free before × (1 − mfs)``
+    (``model_runner.py`` ``profile_max_num_token``), so what the process holds before loading is
+    scaled by mfs. Held = the NVIDIA context 546,534,588 B (``SGLANG_HELD_BEFORE_LOAD``) + the
+    distributed init over NVLink at TP > 1, 2,158,221,066 B (``SGLANG_NVLINK_DIST_INIT``: 2.01 GiB,
+    sgl-project/sglang PR#11716's 'Init torch distributed ends. mem usage=2.01 GB' at TP 8) =
+    2,704,755,654 B; KV int((85,027,979,264 − 2,704,755,654) × 0.93) − 59,186,485,760 B of weights
+    = 17,374,112,197 B // 48,128 B (94 layers × 1 KV head × 128 × 2 × 2 B) = 360,998 tokens against
+    367,404 logged (×0.983; without the NVLink term 402,702, ×1.096)."""
+    doc = DOCS["03"]
+    result = fit(make_plan(arch_of(doc), get_gpu("h100-sxm"), query(doc, gpu_util=0.93)),
+                 search_gpus=False)
+    assert (result.weights_bytes, pool_cell(doc)) == (59_186_485_760, 48_128)
+    assert result.kv_budget_bytes == int((85_027_979_264 - 2_704_755_654) * 0.93) - 59_186_485_760
+    assert result.kv_pool_tokens == 360_998
+    assert abs(result.kv_pool_tokens / logged_tokens(doc) - 1) <= 0.03
+
+
+def test_the_nvlink_distributed_init_is_held_only_over_nvlink_at_tp_above_one():
+    """``sglang_nvlink_dist_init``: 2.01 GiB = 2,158,221,066 B on NVLink 3/4/5 parts at TP > 1 (H100
+    SXM, A100 SXM, B200, H200), 0 at TP 1, on PCIe cards (L4: log 01 prints 0.13 GB for the same
+    step, inside the vendor term), on a bridged pair (H100 NVL) and on AMD (its 4.45 GiB vendor fit
+    is a TP 8 run)."""
+    from kvplan.engines.sglang.engine import SGLANG_NVLINK_DIST_INIT, sglang_nvlink_dist_init
+    assert SGLANG_NVLINK_DIST_INIT == 2_158_221_066
+    held = {(g, tp): sglang_nvlink_dist_init(get_gpu(g), tp)
+            for g in ("h100-sxm", "a100-80gb-sxm", "b200", "h200", "l4", "h100-nvl", "mi355x")
+            for tp in (1, 4)}
+    assert {k for k, v in held.items() if v} == {("h100-sxm", 4), ("a100-80gb-sxm", 4), ("b200", 4),
+                                                 ("h200", 4)}
+    assert set(held.values()) == {0, SGLANG_NVLINK_DIST_INIT}

@@ -41,26 +41,30 @@ def test_kimi_k25_on_rocm_holds_g_idx_mla_copies_and_a_replicated_vit_mlp():
     assert g_idx == 1_368_391_680
     assert rocm["experts"] - base["experts"] == g_idx - MOE_LAYERS * EXPERTS * 2 * 8
     assert rocm["experts"] == 72_713_871_360
-    assert rocm["attention"] == base["attention"]  # the MLA copy is not switched on yet
-    with_copy = weights_per_gpu(KIMI, None, tp=8, rules=replace(
-        get_engine("sglang@0.5.5").loading_rules(get_gpu("mi355x")), mla_absorbed_copy="hip")).stages[0]
-    assert with_copy["attention"] - base["attention"] == 61 * 8 * 256 * 512 * 2 == 127_926_272
+    assert rocm["attention"] - base["attention"] == 61 * 8 * 256 * 512 * 2 == 127_926_272
+    without_copy = weights_per_gpu(KIMI, None, tp=8, rules=replace(
+        get_engine("sglang@0.5.5").loading_rules(get_gpu("mi355x")), mla_absorbed_copy=None)).stages[0]
+    assert without_copy["attention"] == base["attention"]
     mlp = 27 * 2 * (4304 * 1153 + 1152 * 4304 + 1152)
     projector = 2 * (4608 * 4609 + 7168 * 4608)
     # each was an eighth of itself before (column/row split of a 2-byte matrix, bias rows kept whole)
     assert rocm["vision"] == 691_301_888
     assert rocm["vision"] - base["vision"] < mlp + projector
     assert rocm["vision"] - base["vision"] > (mlp + projector) * 7 // 8 - 27 * 2 * 1152
-    assert sum(rocm.values()) == 78_242_563_584  # 72.87 GiB; the log's "mem usage" 73.58 GB
+    # 72.99 GiB; the log's "mem usage" 73.58 GB (78,242,563,584 B = 72.87 GiB before the MLA copy
+    # was switched on: + 127,926,272 B)
+    assert sum(rocm.values()) == 78_242_563_584 + 127_926_272 == 78_370_489_856
 
 
 def test_on_cuda_the_marlin_method_empties_g_idx():
     """On an H100 the WNA16 MoE method is Marlin's, whose ``process_weights_after_loading``
-    replaces g_idx and the sort indices with ``(E, 0)`` tensors: only the weight_shape change."""
+    replaces g_idx and the sort indices with ``(E, 0)`` tensors: only the weight_shape change. The
+    MLA copy is the same bf16 ``w_kc``/``w_vc`` (Kimi's ``kv_b_proj`` is unquantized: copied in the
+    model's dtype, ``weights.mla_absorbed_bytes``)."""
     base = weights_per_gpu(KIMI, None, tp=8).stages[0]
     cuda = parts("sglang@0.5.5", "h100-sxm")
     assert cuda["experts"] - base["experts"] == -MOE_LAYERS * EXPERTS * 2 * 8
-    assert cuda["attention"] == base["attention"]
+    assert cuda["attention"] - base["attention"] == 61 * 8 * 256 * 512 * 2
 
 
 def test_the_vlm_factor_of_the_default_fraction():
@@ -76,3 +80,24 @@ def test_the_vlm_factor_of_the_default_fraction():
     fraction = get_engine("sglang@0.5.5").default_fraction(get_gpu("mi355x"), EngineSettings(tp=8), KIMI)
     assert fraction == 0.908 * sglang_vlm_factor(KIMI, RECORDS["0.5.5"])
     assert abs(fraction - 0.8260405859375) < 1e-15
+
+
+def test_the_mla_copy_of_an_fp8_kv_b_proj_by_release_and_device():
+    """``models/deepseek_v2.py`` ``post_load_weights`` keeps ``kv_b_proj`` and adds ``w_kc``/``w_vc``,
+    its shard again: DeepSeek-V3 (FP8, 128×128 blocks) at TP 8 holds 128 / 8 = 16 heads × (128 nope +
+    128 v) × 512 latent elements a layer, 61 layers. From 0.4.6 CUDA dequantizes them to bf16
+    (``block_quant_dequant``): 16 × 256 × 512 × 2 B × 61 = 255,852,544 B; 0.4.3.post4–0.4.5.post3 on
+    CUDA, and every release on ROCm, requantize per tensor to FP8 (``block_quant_to_tensor_quant``):
+    half that, 127,926,272 B (``SglangRelease.mla_copy_bf16_on_cuda``)."""
+    v3 = load_model("deepseek-v3")
+    base = weights_per_gpu(v3, None, tp=8).stages[0]["attention"]
+
+    def extra(engine: str, gpu: str) -> int:
+        rules = get_engine(engine).loading_rules(get_gpu(gpu))
+        return weights_per_gpu(v3, None, tp=8, rules=rules).stages[0]["attention"] - base
+
+    assert extra("sglang@0.5.23", "h100-sxm") == extra("sglang@0.4.6", "h100-sxm") == 61 * 16 * 256 * 512 * 2
+    assert extra("sglang@0.4.6", "h100-sxm") == 255_852_544
+    assert extra("sglang@0.4.5", "h100-sxm") == extra("sglang@0.4", "h100-sxm") == 127_926_272
+    assert extra("sglang@0.5.23", "mi300x") == extra("sglang@0.4", "mi300x") == 127_926_272
+    assert [r.key for r in SGLANG_RELEASES if not r.mla_copy_bf16_on_cuda] == ["0.4", "0.4.5"]

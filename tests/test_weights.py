@@ -518,9 +518,11 @@ def test_each_engine_gives_its_loading_rules(engine, gpu):
 
     e, device = get_engine(engine), get_gpu(gpu)
     rules = e.loading_rules(device)
-    if engine.startswith("sglang"):  # SGLang's own WNA16 MoE and MoonViT rules (test_sglang_weights)
+    # SGLang's own WNA16 MoE, MLA copy and MoonViT rules (test_sglang_weights)
+    if engine.startswith("sglang"):
         from kvplan.engines.sglang.weights import SCALE_RULES
-        want = replace(SCALE_RULES, wna16_expert_g_idx=device.vendor == "AMD")
+        hip = device.vendor == "AMD"
+        want = replace(SCALE_RULES, wna16_expert_g_idx=hip, mla_absorbed_copy="hip" if hip else "cuda")
     else:
         want = DEFAULT_RULES
     assert rules == replace(want, mxfp4_experts=e.mxfp4_moe_repack(device))

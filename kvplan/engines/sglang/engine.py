@@ -9,6 +9,7 @@ size), ``python/sglang/srt/configs/model_config.py`` (``is_hybrid_swa_model``).
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -175,17 +176,44 @@ def _table_fraction(parallel: int) -> float:
 #: public log with a named GPU prints the line, so it is not yet checked on others.
 SGLANG_HELD_BEFORE_LOAD: dict[str, int] = {"NVIDIA": round(0.509 * (1 << 30)),
                                            "AMD": round(4.45 * (1 << 30))}
+#: What SGLang's distributed init (``Init torch distributed ends. mem usage``: NCCL communicators,
+#: custom all-reduce buffers, ``model_parallel`` groups; ``model_executor/model_runner.py``
+#: ``init_torch_distributed``) holds at TP > 1 on NVIDIA parts joined by NVLink 3/4/5
+#: (``sglang_nvlink_dist_init``). Fitted: 2.01 GiB, what 7 of the 8 ranks of sgl-project/sglang
+#: PR#11716 (2025-10-16, TP 8 on 140 GiB-class NVIDIA GPUs, 137.29 GB free before loading) print,
+#: the rank whose free memory is the minimum SGLang budgets from. Not in ``SGLANG_HELD_BEFORE_LOAD``'s
+#: NVIDIA fit: log 01 (PCIe L4s, TP 4) prints 0.13 GB for the same step and log 02 is TP 1. The
+#: same log checks the split: 139.80 GiB (the H200's CUDA total) − 137.29 − 2.01 = 0.50 GiB, the
+#: NVIDIA context term (0.509). Checked on sglang_logs 03 (H100, TP 4), which it was not fitted on.
+SGLANG_NVLINK_DIST_INIT = round(2.01 * (1 << 30))
 
 
-def sglang_held_before_load(gpu: GPU) -> tuple[int, str]:
-    """The memory held before loading for this GPU's vendor (``SGLANG_HELD_BEFORE_LOAD``, fitted);
-    0 for a custom accelerator or another vendor (no log to fit on)."""
+def sglang_nvlink_dist_init(gpu: GPU, tp: int) -> int:
+    """``SGLANG_NVLINK_DIST_INIT`` for an NVIDIA part whose interconnect is NVLink 3/4/5 (SXM
+    boards and their NVSwitch domain) at SGLang ``tp_size`` > 1 (with DP attention ``--tp`` counts
+    every GPU of the replica, so kvplan's tp × dp); else 0 (TP 1, PCIe cards and bridges: their
+    distributed init is inside the vendor term)."""
+    if gpu.custom or gpu.vendor != "NVIDIA" or tp <= 1:
+        return 0
+    return SGLANG_NVLINK_DIST_INIT if re.match(r"NVLink\d", gpu.interconnect) else 0
+
+
+def sglang_held_before_load(gpu: GPU, tp: int = 1) -> tuple[int, str]:
+    """The memory held before loading for this GPU's vendor (``SGLANG_HELD_BEFORE_LOAD``, fitted)
+    plus the NVLink distributed init at TP > 1 (``sglang_nvlink_dist_init``, fitted); 0 for a
+    custom accelerator or another vendor (no log to fit on)."""
     held = 0 if gpu.custom else SGLANG_HELD_BEFORE_LOAD.get(gpu.vendor, 0)
     if not held:
         return 0, ("0 B (CUDA context and buffers allocated before the weights: no public SGLang "
                    "log of this accelerator's vendor to fit on — override it)")
-    return held, (f"{held:,} B ({gpu.vendor}: CUDA total − the 'Load weight begin' free memory of "
-                  "the public logs; fitted on sglang_logs 01, 02 (NVIDIA) / 04, 05 (AMD))")
+    how = (f"{held:,} B ({gpu.vendor}: CUDA total − the 'Load weight begin' free memory of "
+           "the public logs; fitted on sglang_logs 01, 02 (NVIDIA) / 04, 05 (AMD))")
+    dist = sglang_nvlink_dist_init(gpu, tp)
+    if dist:
+        how = (f"{held + dist:,} B = {how} + {dist:,} B distributed init at TP {tp} over NVLink "
+               "('Init torch distributed ends. mem usage=2.01 GB', fitted on sgl-project/sglang "
+               "PR#11716, TP 8)")
+    return held + dist, how
 
 
 def sglang_mem_fraction_static(capacity_bytes: int, tp: int, pp: int, is_mla: bool,
@@ -272,6 +300,11 @@ class SglangRelease(Release):
     #: The default fraction is scaled for a multimodal model by its vision tower
     #: (``adjust_mem_fraction_for_vlm``, ``sglang_vlm_factor``; from 0.4.9).
     vlm_fraction_factor: bool = True
+    #: ``post_load_weights`` (``models/deepseek_v2.py``) dequantizes an FP8 128×128-block
+    #: ``kv_b_proj`` to bf16 for its ``w_kc``/``w_vc`` copy on CUDA (read at 0.4.6.post5, 0.4.8.post1,
+    #: 0.4.9.post2, 0.5.5); 0.4.3.post4, 0.4.4.post4 and 0.4.5.post3 requantize it per tensor to
+    #: FP8 on CUDA too, as HIP does (``block_quant_to_tensor_quant``; ``sglang_loading_rules``).
+    mla_copy_bf16_on_cuda: bool = True
     #: The multimodal embedding cache is taken out of the KV budget (``sglang_mm_reservation``;
     #: ``kv_cache_configurator.py`` ``mm_runtime_reservation_gb``, read at 0.5.23, absent at 0.5.9).
     mm_kv_reservation: bool = False
@@ -281,6 +314,7 @@ class SglangRelease(Release):
 #: ``pip download sglang==X --no-deps``, ``sglang/srt/server_args.py``).
 SGLANG_0_4 = SglangRelease(
     key="0.4", since="0.4.0", name="SGLang 0.4", fraction_rule="tp_table", vlm_fraction_factor=False,
+    mla_copy_bf16_on_cuda=False,
     changes="default mem_fraction_static by tp_size alone (server_args.py __post_init__, read at "
             "0.4.3.post4 and 0.4.4.post4; 0.4.0–0.4.2 not read)")
 SGLANG_0_4_5 = replace(
@@ -289,9 +323,12 @@ SGLANG_0_4_5 = replace(
             "memory, unrounded (server_args.py __post_init__, read at 0.4.5.post3)")
 SGLANG_0_4_6 = replace(
     SGLANG_0_4_5, key="0.4.6", since="0.4.6", name="SGLang 0.4.6", fraction_rule="tp_table_48g",
+    mla_copy_bf16_on_cuda=True,
     changes="the table by tp × pp up to 81,920 MiB (else 0.88), then above 96 GiB min(f + 48 GiB × "
             "(1 − f) / memory, (memory − 18 GiB) / memory) (server_args.py __post_init__, read at "
-            "0.4.6.post5 and 0.4.7)")
+            "0.4.6.post5 and 0.4.7); the MLA w_kc/w_vc copy of an FP8 128×128-block kv_b_proj in "
+            "bf16 on CUDA (models/deepseek_v2.py post_load_weights, block_quant_dequant; 0.4.5.post3 "
+            "requantized it to per-tensor FP8)")
 SGLANG_0_4_8 = replace(
     SGLANG_0_4_6, key="0.4.8", since="0.4.8", name="SGLang 0.4.8", fraction_rule="parallel_by_memory",
     changes="reserved memory by device memory and tp × pp, round((memory − reserved) / memory, 3) "
@@ -527,7 +564,8 @@ class SGLang(Engine):
                     f"reserved_mem.{name}", int(mib * MIB), f"{how} = {int(mib * MIB):,} B (of {basis})",
                     f"{self.release}: {_fraction_source(self.record)} (mem_fraction_static default)",
                     counted=False))
-        held, how = sglang_held_before_load(gpu)
+        # --tp is every GPU of the replica under DP attention (dp_flags): its TP group
+        held, how = sglang_held_before_load(gpu, settings.tp * settings.dp)
         terms.append(ReserveTerm(
             "held_before_load", held, how,
             f"{self.release}: mem_cache/kv_cache_configurator.py _profile_available_bytes "

@@ -33,18 +33,23 @@ if TYPE_CHECKING:
     from kvplan.presets import GPU
 
 #: SGLang's rules with no accelerator named (CUDA): vLLM v0.33's scale rules plus the module
-#: docstring's MLA copy, WNA16 MoE ``weight_shape`` and MoonViT layout.
-#: The MLA copy (``LoadingRules.mla_absorbed_copy``) is read but not yet switched on: it moves the
-#: weights ``tests/fixtures/sglang`` stubbed into SGLang's configurator (DeepSeek-V2-Lite, +113,246,208
-#: B on an H100), which must be regenerated with it first.
+#: docstring's WNA16 MoE ``weight_shape`` and MoonViT layout; ``sglang_loading_rules`` adds the MLA
+#: copy (``LoadingRules.mla_absorbed_copy``, CUDA or HIP). Switched on 2026-12-02 with
+#: ``tests/fixtures/sglang`` regenerated (``tools/sglang_truth/generate.py``, SGLang 0.5.23): its two
+#: DeepSeek-V2-Lite default-fraction cases took +113,246,208 B of weights per H100.
 SCALE_RULES = replace(DEFAULT_RULES, wna16_expert_shape_bytes=8,
                       replicated_tower_mlp=frozenset({"moonvit"}))
 
 
 def sglang_loading_rules(engine: Engine, gpu: GPU | None) -> LoadingRules:
     """What this SGLang release holds after loading on ``gpu``: ``SCALE_RULES``, on an AMD part
-    the Triton WNA16 MoE's ``g_idx``, and the release's MXFP4
-    MoE layout (``engine.mxfp4_moe_repack``)."""
+    the Triton WNA16 MoE's ``g_idx``, the MLA ``w_kc``/``w_vc`` copy of ``kv_b_proj`` as the device
+    makes it (``weights.mla_absorbed_bytes``: FP8 128×128 blocks dequantized to bf16 on CUDA from
+    0.4.6, ``SglangRelease.mla_copy_bf16_on_cuda``; requantized to FP8 on HIP and before), and the
+    release's MXFP4 MoE layout (``engine.mxfp4_moe_repack``)."""
     hip = gpu is not None and not gpu.custom and gpu.vendor == "AMD"
     rules = replace(SCALE_RULES, wna16_expert_g_idx=True) if hip else SCALE_RULES
-    return replace(rules, mxfp4_experts=engine.mxfp4_moe_repack(gpu))
+    # before 0.4.6 CUDA requantized the copy per tensor to FP8 as HIP does (SglangRelease)
+    bf16_copy = not hip and getattr(engine.record, "mla_copy_bf16_on_cuda", True)
+    return replace(rules, mxfp4_experts=engine.mxfp4_moe_repack(gpu),
+                   mla_absorbed_copy="cuda" if bf16_copy else "hip")
