@@ -140,6 +140,8 @@ CHECKPOINTS: dict[str, str] = {
     "amd/Llama-3.1-8B-Instruct-FP8-KV": "Llama-3.1",
     "amd/Llama-3.1-70B-Instruct-FP8-KV": "Llama-3.1",
     "neuralmagic/Qwen2-7B-Instruct-FP8": "Qwen2",
+    # issue #25, 2026-12-02 (third pass): more Hub pages of the families with a 2026 recipe
+    "ibm-granite/granite-3.0-2b-instruct": "Granite-3",
 }
 
 #: Raw files not at the tip (renamed or removed later): file → (commit, path) of the version read.
