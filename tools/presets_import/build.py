@@ -142,6 +142,7 @@ CHECKPOINTS: dict[str, str] = {
     "neuralmagic/Qwen2-7B-Instruct-FP8": "Qwen2",
     # issue #25, 2026-12-02 (third pass): more Hub pages of the families with a 2026 recipe
     "ibm-granite/granite-3.0-2b-instruct": "Granite-3",
+    "allenai/OLMo-2-1124-13B": "OLMo-2",
 }
 
 #: Raw files not at the tip (renamed or removed later): file → (commit, path) of the version read.
