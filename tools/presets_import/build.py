@@ -153,6 +153,7 @@ CHECKPOINTS: dict[str, str] = {
     "Qwen/Qwen3.5-9B": "Qwen3.5",
     "mistralai/Devstral-2-123B-Instruct-2512": "Devstral-2",
     "ALLaM-AI/ALLaM-7B-Instruct-preview": "ALLaM",
+    "allenai/olmOCR-2-7B-1025": "Qwen2.5-VL",
 }
 
 #: Raw files not at the tip (renamed or removed later): file → (commit, path) of the version read.
@@ -261,6 +262,8 @@ OTHER_COPIES: dict[str, tuple[str, str]] = {
         ("06927cda3e9fe36920092a45092be8c0ebecc923", "Devstral-2-123B-Instruct"),
     "ALLaM-AI--ALLaM-7B-Instruct-preview_config.json":
         ("e4739cdc459c530a4c40130df6db08b852dea354", "ALLaM-7B-Instruct-preview"),
+    "allenai--olmOCR-2-7B-1025_config.json":
+        ("cfe7d0a855af143ec27d31a4a493545a82ac741a", "olmOCR-2-7B-1025"),
 }
 
 
