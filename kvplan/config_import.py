@@ -1040,17 +1040,24 @@ _QKV_BIAS_TYPES = {"qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl", "qwen2_vl_tex
 #: Families with biases on every linear layer (OPT, GPT-NeoX).
 _ALL_BIAS_TYPES = {"opt", "gpt_neox"}
 #: Families with RMSNorm on each head's q and k (Qwen3 ``q_norm``/``k_norm``, Gemma 3; Qwen3.5's
-#: full-attention layers, transformers modeling_qwen3_5.py ``Qwen3_5Attention``). (One set: an
+#: full-attention layers, transformers modeling_qwen3_5.py ``Qwen3_5Attention``; EXAONE 4.0,
+#: modeling_exaone4.py ``Exaone4Attention`` — found by LGAI-EXAONE/EXAONE-4.0-32B's count, 16,384
+#: = 64 layers × 2 × 128 below transformers'). (One set: an
 #: earlier second definition with the Qwen3.5 types was shadowed by this one.)
 _QK_NORM_TYPES = {"qwen3", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen3_5_text",
                   "qwen3_5_moe_text", "qwen3_vl_text", "qwen3_vl_moe_text", "gemma3", "gemma3_text",
-                  "gemma4", "gemma4_text", "olmo2"}
+                  "gemma4", "gemma4_text", "exaone4"}
 #: Families whose q/k RMSNorm spans the whole projection, whatever the config says (transformers
 #: modeling_minimax_m2.py ``MiniMaxM2Attention``: ``q_norm`` of ``heads × head_dim``, ``k_norm`` of
 #: ``kv_heads × head_dim``, built unconditionally; vLLM minimax_m2.py ``MiniMaxM2Attention`` the
 #: same). The Hub's transformers-5 MiniMax-M2 config drops ``use_qk_norm``/``qk_norm_type``; the
-#: norms are there all the same.
-_QK_NORM_FULL_TYPES = {"minimax_m2"}
+#: norms are there all the same. The OLMo family likewise: transformers modeling_olmo2.py
+#: ``Olmo2Attention`` (``q_norm`` of ``num_attention_heads × head_dim``, ``k_norm`` of
+#: ``num_key_value_heads × head_dim``; modeling_olmo3.py, modeling_olmoe.py ``OlmoeAttention`` and
+#: modeling_flex_olmo.py the same; vLLM olmo2.py ``Olmo2Attention``, olmoe.py the same) — found by
+#: allenai/OLMo-2-1124-13B's count, 399,360 parameters below transformers' (40 layers × (2 × 5,120
+#: − 2 × 128)).
+_QK_NORM_FULL_TYPES = {"minimax_m2", "olmo2", "olmo3", "olmoe", "flex_olmo"}
 
 
 def moe_layer_indices(cfg: _Cfg, n_layers: int, moe: MoE) -> tuple[int, ...]:

@@ -49,7 +49,8 @@ def test_every_preset_has_an_index_total_or_says_why_not():
     found, missing = set(CHECKPOINTS), set(DATA["not_found"])
     assert not found & missing
     assert found | missing == repos
-    assert len(found) == 29
+    # 29 → 30: meta-llama/Llama-3.1-70B-Instruct (issue #25), whose total a public inventory quotes
+    assert len(found) == 30
     assert all(DATA["not_found"][r] for r in missing)
 
 

