@@ -39,6 +39,13 @@ class Setting:
     aliases: tuple[str, ...] = ()
     #: Most entries of an ``int_list`` value.
     max_items: int = 0
+    #: ``bool``/``tristate``: the flag names the engine's negation (vLLM
+    #: ``--disable-hybrid-kv-cache-manager``), so giving it sets the value False and its ``--no-``
+    #: form sets it True.
+    inverted: bool = False
+    #: ``tristate``: kvplan's earlier spelling, ``FLAG auto|on|off``, still read (its help says it is
+    #: deprecated and names ``flag``).
+    deprecated_flag: str = ""
 
     def parse(self, text: str, check_bounds: bool = True) -> Any:
         """The value of ``text`` as the link and the CLI write it; ``ValueError`` says why not
@@ -120,8 +127,11 @@ def _from_schema_extra(fields: dict[str, Any]) -> Setting:
 
 
 GPU_UTIL = Setting("gpu_util", "gu", "--gpu-util", "float", "Memory fraction",
-                   "Share of memory the engine may use; empty = the engine default.",
-                   low=0.001, high=1)
+                   "Share of memory the engine may use; empty = the engine default (vLLM "
+                   "--gpu-memory-utilization, SGLang --mem-fraction-static, TensorRT-LLM "
+                   "trtllm-serve --kv_cache_free_gpu_memory_fraction).",
+                   low=0.001, high=1, aliases=("--gpu-memory-utilization", "--mem-fraction-static",
+                                               "--kv_cache_free_gpu_memory_fraction"))
 BLOCK_SIZE = Setting("block_size", "bs", "--block-size", "int", "Block size (tokens)",
                      "Tokens per KV block or page; empty = the engine/backend default.",
                      low=1, high=1_000_000, aliases=("--page-size",))
@@ -149,12 +159,16 @@ ASYNC_SCHEDULING = Setting(
     "async_scheduling", "as", "--async-scheduling", "bool", "Async scheduling",
     "vLLM ≥ 0.26: in-flight tokens = (pp + 1) × max_num_batched_tokens; off = releases before.")
 HYBRID_MANAGER = Setting(
-    "hybrid_manager", "hm", "--hybrid-manager", "tristate", "Hybrid KV-cache manager",
-    "auto = the engine default; off sizes windowed layers as full attention.")
+    "hybrid_manager", "hm", "--disable-hybrid-kv-cache-manager", "tristate",
+    "Hybrid KV-cache manager",
+    "vLLM --disable-hybrid-kv-cache-manager (off) / --no-disable-hybrid-kv-cache-manager (on); "
+    "unset = the engine default; off sizes windowed layers as full attention.",
+    inverted=True, deprecated_flag="--hybrid-manager")
 PREFIX_CACHING = Setting(
-    "enable_prefix_caching", "pc", "--prefix-caching", "tristate", "Prefix caching",
-    "auto = the engine default (vLLM: on; Mamba hybrids off before v0.26). Mamba hybrids: prefix "
-    "caching decides the state pages a request reserves and the attention block.")
+    "enable_prefix_caching", "pc", "--enable-prefix-caching", "tristate", "Prefix caching",
+    "vLLM --enable-prefix-caching / --no-enable-prefix-caching; unset = the engine default (vLLM: "
+    "on; Mamba hybrids off before v0.26). Mamba hybrids: prefix caching decides the state pages a "
+    "request reserves and the attention block.", deprecated_flag="--prefix-caching")
 MAX_CACHE_LEN = Setting("max_cache_len", "mc", "--max-cache-len", "int", "max_cache_len (tokens)",
                         "StaticCache pre-allocation; empty = the context length.",
                         low=1, high=1_000_000_000)
@@ -185,13 +199,13 @@ EXPERT_PARALLEL = Setting(
     "ep", "ep", "--ep", "int", "Expert parallel size",
     "MoE experts split over this many ranks (their intermediate size over tp / ep); must divide "
     "tp. vLLM --enable-expert-parallel uses ep = tp; SGLang --ep-size.", low=1, high=4096,
-    aliases=("--ep-size",))
+    aliases=("--ep-size", "--expert-parallel-size"))
 DATA_PARALLEL = Setting(
     "dp", "dp", "--data-parallel-size", "int", "Data-parallel attention ranks",
     "Attention data parallel: this many ranks of tp GPUs per replica, each with its own requests and "
     "KV pool (vLLM --data-parallel-size with --enable-expert-parallel; SGLang --enable-dp-attention "
     "--dp N with --tp N × tp); MoE experts split over all dp × tp GPUs.", low=1, high=4096,
-    aliases=("--dp", "--dp-size"))
+    aliases=("--dp", "--dp-size", "-dp"))
 MAX_MAMBA_CACHE_SIZE = Setting(
     "max_mamba_cache_size", "ms", "--max-mamba-cache-size", "int", "max_mamba_cache_size (slots)",
     "SGLang hybrids: Mamba state slots (instead of mamba_full_memory_ratio's share of the memory).",
