@@ -590,7 +590,7 @@ def _load_arch(args: argparse.Namespace) -> ModelArch:
             hf_quant = load_config_text(read_limited(quant_path, MAX_CONFIG_BYTES, "config.too_large"))
             config = with_hf_quant_config(config, hf_quant if isinstance(hf_quant, dict) else None)
         arch = parse_config(config, name=folder.resolve().name, source=str(config_path))
-        args.checkpoint_summary = read_checkpoint_dir(folder, arch.n_layers)
+        args.checkpoint_summary = read_checkpoint_dir(folder, arch.decoder_layers)
         return arch
     if getattr(args, "hf_id", None) is not None:
         from kvplan.hub import fetch
