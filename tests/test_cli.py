@@ -773,3 +773,29 @@ def test_deprecated_flag_says_so_and_refuses_other_words() -> None:
     assert cli_error(FIT + ["--prefix-caching", "yes"]) == (
         "kvplan: error: argument --prefix-caching: --prefix-caching must be auto, on or off, "
         "got 'yes'\n")
+
+
+@pytest.mark.parametrize(("value", "blocks"), [("0", 872), ('{"image": 0, "video": 0}', 872),
+                                              ('{"image":2,"video":2}', 869), ("2", 869)])
+def test_limit_mm_per_prompt_takes_vllms_json(value: str, blocks: int) -> None:
+    """vLLM ``--limit-mm-per-prompt '{"image": N, "video": N}'`` is kvplan's N (one count for every
+    modality). Qwen3.5-27B in FP8 on an H100 at 132,000 tokens, 0.90, v0.28: text only drops the
+    167,772,160 B encoder-cache term — 872 blocks instead of 869
+    (tests/test_vllm_mamba_real_runs.py)."""
+    data = _fit(["fit", "--model", "Qwen/Qwen3.5-27B", "--gpu", "h100-sxm", "--tokens", "132000",
+                 "--gpu-util", "0.9", "--weight-dtype", "fp8", "--engine-version", "0.28",
+                 "--limit-mm-per-prompt", value, "--json"])
+    assert data["num_blocks"] == blocks
+
+
+@pytest.mark.parametrize(("value", "why"), [
+    ('{"image":1,"video":0}', "kvplan takes one count for every modality, not image 1, video 0"),
+    ('{"image":0}', "kvplan takes the JSON form with a whole count for each of image and video (a "
+                    "modality left out is 999 in vLLM)"),
+])
+def test_limit_mm_per_prompt_json_it_cannot_take_is_refused_by_name(value: str, why: str) -> None:
+    """vLLM 0.33 ``config/multimodal.py`` ``get_limit_per_prompt``: a modality left out is 999, so
+    ``{"image": 0}`` is not text only; different counts per modality are not one kvplan count."""
+    assert cli_error(FIT + ["--limit-mm-per-prompt", value]) == (
+        f"kvplan: error: argument --limit-mm-per-prompt: --limit-mm-per-prompt: {why} "
+        f"(got {value!r})\n")

@@ -19,6 +19,8 @@ MAX_TOKENS = 100_000_000
 MAX_JSON_CHARS = 600
 #: Longest name or path a ``text`` setting takes (``--speculative-draft-model-path``).
 MAX_TEXT_CHARS = 300
+#: The modalities vLLM's ``--limit-mm-per-prompt`` counts that kvplan sizes (``kvplan.multimodal``).
+MODALITIES = ("image", "video")
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,9 @@ class Setting:
     #: ``tristate``: kvplan's earlier spelling, ``FLAG auto|on|off``, still read (its help says it is
     #: deprecated and names ``flag``).
     deprecated_flag: str = ""
+    #: ``int``: also read vLLM's per-modality JSON (``--limit-mm-per-prompt '{"image": N, "video":
+    #: N}'``) when it gives every modality of ``MODALITIES`` the same count.
+    per_modality: bool = False
 
     def parse(self, text: str, check_bounds: bool = True) -> Any:
         """The value of ``text`` as the link and the CLI write it; ``ValueError`` says why not
@@ -55,6 +60,8 @@ class Setting:
             return self._json(text)
         if self.kind == "text":
             return self._text(text)
+        if self.per_modality and text.startswith("{"):
+            return self._per_modality(text, check_bounds)
         if len(text) > 40 + 12 * self.max_items:
             raise ValueError("too long")
         if self.kind in {"bool", "tristate"}:
@@ -80,6 +87,20 @@ class Setting:
         if not isinstance(value, dict):
             raise ValueError(f"expected a JSON object {{...}}, got {type(value).__name__}")
         return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+    def _per_modality(self, text: str, check_bounds: bool) -> int:
+        """vLLM's ``{"image": N, "video": N}`` (``config/multimodal.py``: a modality left out keeps
+        the default 999), as the one count kvplan takes for every modality."""
+        value = json.loads(self._json(text))
+        if set(value) != set(MODALITIES) or not all(isinstance(v, int) and not isinstance(v, bool)
+                                                    for v in value.values()):
+            raise ValueError(f"kvplan takes the JSON form with a whole count for each of "
+                             f"{' and '.join(MODALITIES)} (a modality left out is 999 in vLLM)")
+        counts = set(value.values())
+        if len(counts) != 1:
+            raise ValueError("kvplan takes one count for every modality, not "
+                             + ", ".join(f"{k} {v}" for k, v in sorted(value.items())))
+        return self._number(str(counts.pop()), int, check_bounds)
 
     def _text(self, text: str) -> str:
         """A name or path of at most ``MAX_TEXT_CHARS`` printable characters (``--speculative-*``):
@@ -282,7 +303,8 @@ LIMIT_MM_PER_PROMPT = Setting(
     "limit_mm_per_prompt", "mi", "--limit-mm-per-prompt", "int", "limit_mm_per_prompt (images/videos)",
     "vLLM --limit-mm-per-prompt '{\"image\": N, \"video\": N}': items per prompt for each modality "
     "(empty = 999, config/multimodal.py); 0 = text only: no encoder budget, the towers are not "
-    "profiled (multimodal/encoder_budget.py).", low=0, high=10_000)
+    "profiled (multimodal/encoder_budget.py). Takes N or vLLM's JSON with the same N for image "
+    "and video.", low=0, high=10_000, per_modality=True)
 MM_PROCESSOR_KWARGS = Setting(
     "mm_processor_kwargs", "mk", "--mm-processor-kwargs", "json", "mm_processor_kwargs (JSON)",
     "vLLM --mm-processor-kwargs, a JSON object for the checkpoint's processor: Qwen-VL min_pixels / "
