@@ -145,6 +145,11 @@ class Recurrent(_Spec):
     chunk_size: int | None = Field(default=None, ge=1)
     #: The mixer's parameters counted from the config (projections, conv, A, D, dt, norm), when known.
     params: int | None = Field(default=None, ge=0)
+    #: Mamba-2: B/C groups and state size (the conv holds ``2 × groups × state`` of its channels).
+    #: vLLM ``mamba_utils.py`` ``mamba2_state_shape`` replicates the groups up to the TP size when
+    #: they do not divide it (``extra_groups_for_head_shards``); None: not a Mamba-2 mixer.
+    n_groups: int | None = Field(default=None, ge=1)
+    state_size: int | None = Field(default=None, ge=1)
 
 
 class NoCache(_Spec):
@@ -265,6 +270,11 @@ class ModelArch(_Spec):
     #: model's own (vLLM's ``get_kv_cache_spec`` reports them in one pool: ``Vllm.pool_arch``);
     #: 0 for a model as its config describes it.
     drafter_layers: int = Field(default=0, ge=0)
+    #: Every decoder layer runs an attention and a Mamba-2 mixer in parallel on the same input
+    #: (Falcon-H1, vLLM ``falcon_h1.py`` ``FalconH1ParallelHybrid``): ``layers`` holds two entries
+    #: per decoder layer, the attention then the mixer, each with its own cache (vLLM registers
+    #: both: 2 × num_hidden_layers specs); the MLP and the two norms belong to the attention entry.
+    parallel_mixers: bool = False
 
     #: Caches keyed by the ``layers`` tuple they were computed from (``model_copy`` copies them).
     _runs: tuple[tuple[LayerSpec, ...], tuple[tuple[LayerSpec, int], ...]] | None = PrivateAttr(
@@ -283,6 +293,12 @@ class ModelArch(_Spec):
     @property
     def n_layers(self) -> int:
         return len(self.layers)
+
+    @property
+    def decoder_layers(self) -> int:
+        """Decoder layers (``num_hidden_layers``): ``n_layers`` but with ``parallel_mixers``, where
+        each decoder layer is two entries of ``layers``."""
+        return self.n_layers // 2 if self.parallel_mixers else self.n_layers
 
     def layer_runs(self) -> tuple[tuple[LayerSpec, int], ...]:
         """The layers as runs of identical consecutive specs (computed once per model)."""

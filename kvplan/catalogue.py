@@ -35,7 +35,7 @@ def model_rows(engine: Engine) -> list[dict[str, Any]]:
                      "params_total": arch.params_total, "params_active": arch.params_active,
                      "weights_bytes": layout.total_bytes, "index_total_size": preset.index_total_size,
                      "context_length": limit.tokens if limit else None,
-                     "layers": arch.n_layers, "kinds": arch.kind_counts(),
+                     "layers": arch.decoder_layers, "kinds": arch.kind_counts(),
                      "source": preset.config_source})
     return rows
 

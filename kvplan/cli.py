@@ -24,6 +24,11 @@ if TYPE_CHECKING:
     from kvplan.plan import FitQuery, Plan
 
 GIB = 1 << 30
+#: ``--tp`` and the engines' own spellings: vLLM ``--tensor-parallel-size``/``-tp``
+#: (``engine/arg_utils.py``), SGLang ``--tp-size`` (``server_args``), TensorRT-LLM trtllm-serve
+#: ``--tp_size``; ``--pp`` likewise.
+TP_FLAGS = ("--tp", "--tensor-parallel-size", "-tp", "--tp-size", "--tp_size")
+PP_FLAGS = ("--pp", "--pipeline-parallel-size", "-pp", "--pp-size", "--pp_size")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -101,8 +106,14 @@ def _add_settings(p: argparse.ArgumentParser) -> None:
             p.add_argument(*flags, dest=name, action=argparse.BooleanOptionalAction, default=None,
                            help=setting.help)
         elif setting.kind == "tristate":
-            p.add_argument(*flags, dest=name, choices=["auto", "on", "off"], default="auto",
+            p.add_argument(*flags, dest=name, action=argparse.BooleanOptionalAction, default=None,
                            help=setting.help)
+            if setting.deprecated_flag:
+                p.add_argument(setting.deprecated_flag, dest=f"{name}{_DEPRECATED}",
+                               type=_tristate(setting.deprecated_flag), default=None,
+                               metavar="{auto,on,off}",
+                               help=f"deprecated: use {_spelling(setting, True)} (on) or "
+                                    f"{_spelling(setting, False)} (off); not given = auto")
         else:
             p.add_argument(*flags, dest=name, type=_setting_type(setting), default=None,
                            help=setting.help)
@@ -116,10 +127,39 @@ def settings_from_args(args: argparse.Namespace, tp: int = 1, pp: int = 1) -> En
     for name, setting in SETTINGS.items():
         value = getattr(args, name, None)
         if setting.kind == "tristate":
-            values[name] = {"auto": None, "on": True, "off": False}[value or "auto"]
-        elif value is not None:
+            value = None if value is None else value is not setting.inverted
+            old = getattr(args, f"{name}{_DEPRECATED}", None)
+            if old is not None and old[1] is not None and value is not None and old[1] != value:
+                raise KVPlanError("value.deprecated_conflict", old=f"{setting.deprecated_flag} {old[0]}",
+                                  flag=_spelling(setting, value))
+            value = old[1] if value is None and old is not None else value  # auto: None
+        if value is not None:
             values[name] = value
     return EngineSettings(tp=tp, pp=pp, **values)
+
+
+#: The namespace suffix of a tristate setting's deprecated ``FLAG auto|on|off`` spelling.
+_DEPRECATED = "__deprecated"
+
+
+def _spelling(setting: Setting, value: bool) -> str:
+    """The engine's flag that sets a ``tristate``/``bool`` setting to ``value``: ``--flag`` or its
+    ``--no-`` form (swapped when the flag names the negation, ``Setting.inverted``)."""
+    given = value is not setting.inverted
+    return setting.flag if given else f"--no-{setting.flag[2:]}"
+
+
+def _tristate(flag: str) -> Callable[[str], tuple[str, bool | None]]:
+    """argparse type of a deprecated ``FLAG auto|on|off``: the word given and its value."""
+    def convert(text: str) -> tuple[str, bool | None]:
+        word = text.strip().lower()
+        if word not in _TRISTATE_WORDS:
+            raise argparse.ArgumentTypeError(f"{flag} must be auto, on or off, got {short(text)}")
+        return word, _TRISTATE_WORDS[word]
+    return convert
+
+
+_TRISTATE_WORDS: dict[str, bool | None] = {"auto": None, "on": True, "off": False}
 
 
 def _nonneg_float(text: str) -> float:
@@ -183,8 +223,9 @@ def _model_args(p: argparse.ArgumentParser) -> None:
                             "HTTP range requests (needs huggingface_hub; HF_TOKEN, HF_ENDPOINT)")
     p.add_argument("--tokens", type=_positive("--tokens", MAX_CONTEXT_TOKENS), required=True,
                    help="tokens per sequence (vLLM: max_model_len)")
-    p.add_argument("--kv-dtype", default="auto",
-                   help="KV element format; auto = the model's dtype (vLLM's kv_cache_dtype=auto)")
+    p.add_argument("--kv-dtype", "--kv-cache-dtype", dest="kv_dtype", default="auto",
+                   help="KV element format; auto = the model's dtype (vLLM's and SGLang's "
+                        "--kv-cache-dtype auto)")
     p.add_argument("--engine", default=DEFAULT_ENGINE, choices=list(ENGINES),
                    help=f"serving engine whose storage rules apply (default: {DEFAULT_ENGINE}, "
                         f"{ENGINES[DEFAULT_ENGINE]})")
@@ -202,7 +243,7 @@ def _kv_args(kv: argparse.ArgumentParser) -> None:
     """``kv``'s arguments (declared on its first parse or help)."""
     _model_args(kv)
     kv.add_argument("--batch", type=_positive("--batch", 10_000_000), default=1)
-    kv.add_argument("--tp", type=_positive("--tp", 4096), default=1,
+    kv.add_argument(*TP_FLAGS, dest="tp", type=_positive("--tp", 4096), default=1,
                     help="tensor-parallel size: bytes are per rank")
 
 
@@ -212,8 +253,8 @@ def _fit_args(fit: argparse.ArgumentParser) -> None:
     fit.add_argument("--gpu", required=True,
                      help="accelerator id (see `gpus`), or custom:<GiB>[:<TB/s>[:<BF16 TFLOPS>]]")
     fit.add_argument("--num-gpus", type=_positive("--num-gpus", 4096))
-    fit.add_argument("--tp", type=_positive("--tp", 4096), default=1)
-    fit.add_argument("--pp", type=_positive("--pp", 4096), default=1)
+    fit.add_argument(*TP_FLAGS, dest="tp", type=_positive("--tp", 4096), default=1)
+    fit.add_argument(*PP_FLAGS, dest="pp", type=_positive("--pp", 4096), default=1)
     fit.add_argument("--users", type=_positive("--users", 10_000_000), default=1)
     fit.add_argument("--weight-dtype",
                      help="override the checkpoint's own format (default: what config.json's "
@@ -244,8 +285,8 @@ def _calibrate_args(cal: argparse.ArgumentParser) -> None:
     """``calibrate``'s arguments (declared on its first parse or help)."""
     _model_args(cal)
     cal.add_argument("--gpu", required=True, help="accelerator id (see `gpus`) or custom:<GiB>")
-    cal.add_argument("--tp", type=_positive("--tp", 4096), default=1)
-    cal.add_argument("--pp", type=_positive("--pp", 4096), default=1)
+    cal.add_argument(*TP_FLAGS, dest="tp", type=_positive("--tp", 4096), default=1)
+    cal.add_argument(*PP_FLAGS, dest="pp", type=_positive("--pp", 4096), default=1)
     cal.add_argument("--weight-dtype", help="override the checkpoint's own format")
     cal.add_argument("--reserve-gib", type=_nonneg_float,
                      help="reserve of kvplan's own prediction (default: the engine release's terms)")
@@ -263,8 +304,8 @@ def _throughput_args(run: argparse.ArgumentParser) -> None:
                      help="accelerator id (see `gpus`) or custom:<GiB>[:<TB/s>[:<TFLOPS>]]")
     run.add_argument("--gpus", type=_positive("--gpus", 1_000_000), default=None,
                      help="GPUs of the whole run (default TP × PP: one replica)")
-    run.add_argument("--tp", type=_positive("--tp", 4096), default=1)
-    run.add_argument("--pp", type=_positive("--pp", 4096), default=1)
+    run.add_argument(*TP_FLAGS, dest="tp", type=_positive("--tp", 4096), default=1)
+    run.add_argument(*PP_FLAGS, dest="pp", type=_positive("--pp", 4096), default=1)
     run.add_argument("--weight-dtype", default="auto", help="weight format (auto = the model's dtype; "
                                                             "fp8, nvfp4, mxfp4, int8, int4_g128, bf16)")
     run.add_argument("--kv-dtype", default="bf16", help="KV format (bf16, fp8_e4m3, …)")
@@ -300,8 +341,8 @@ def _share_args(shared: argparse.ArgumentParser) -> None:
                              "sglang, trtllm), tokens, users, kd (KV dtype) and any engine setting by "
                              "its link key (gu = the memory fraction), e.g. "
                              "name=chat,model=llama-3.1-8b,engine=vllm@0.33,gu=0.45,tokens=8192,users=8")
-    shared.add_argument("--tp", type=_positive("--tp", 4096), default=1)
-    shared.add_argument("--pp", type=_positive("--pp", 4096), default=1)
+    shared.add_argument(*TP_FLAGS, dest="tp", type=_positive("--tp", 4096), default=1)
+    shared.add_argument(*PP_FLAGS, dest="pp", type=_positive("--pp", 4096), default=1)
     shared.add_argument("--num-gpus", type=_positive("--num-gpus", 4096))
     shared.add_argument("--json", action="store_true")
 
@@ -310,8 +351,8 @@ def _offload_args(off: argparse.ArgumentParser) -> None:
     """``offload``'s arguments (declared on its first parse or help)."""
     _model_args(off)
     off.add_argument("--gpu", required=True, help="accelerator id (see `gpus`)")
-    off.add_argument("--tp", type=_positive("--tp", 4096), default=1)
-    off.add_argument("--pp", type=_positive("--pp", 4096), default=1)
+    off.add_argument(*TP_FLAGS, dest="tp", type=_positive("--tp", 4096), default=1)
+    off.add_argument(*PP_FLAGS, dest="pp", type=_positive("--pp", 4096), default=1)
     off.add_argument("--backend", choices=["native", "lmcache", "hicache"], default="native",
                      help="native: vLLM --kv-offloading-backend native (OffloadingConnector); lmcache: "
                           "the in-process LMCacheConnectorV1; hicache: SGLang --enable-hierarchical-cache")
@@ -549,7 +590,7 @@ def _load_arch(args: argparse.Namespace) -> ModelArch:
             hf_quant = load_config_text(read_limited(quant_path, MAX_CONFIG_BYTES, "config.too_large"))
             config = with_hf_quant_config(config, hf_quant if isinstance(hf_quant, dict) else None)
         arch = parse_config(config, name=folder.resolve().name, source=str(config_path))
-        args.checkpoint_summary = read_checkpoint_dir(folder, arch.n_layers)
+        args.checkpoint_summary = read_checkpoint_dir(folder, arch.decoder_layers)
         return arch
     if getattr(args, "hf_id", None) is not None:
         from kvplan.hub import fetch

@@ -54,8 +54,9 @@ ARCHITECTURE_KEYS = (
     "is_decoder", "is_moe", "kv_channels", "kv_lora_rank", "layer_types", "layers_block_type",
     "linear_conv_kernel_dim", "linear_head_dim", "linear_key_head_dim", "linear_num_heads",
     "linear_num_key_heads", "linear_num_value_heads", "linear_value_head_dim", "mamba_chunk_size",
-    "mamba_d_conv", "mamba_d_head", "mamba_d_state", "mamba_dt_rank", "mamba_expand", "mamba_head_dim",
-    "mamba_n_groups", "mamba_n_heads", "mamba_num_heads", "mamba_ssm_cache_dtype", "mamba_ssm_dtype",
+    "mamba_conv_bias", "mamba_d_conv", "mamba_d_head", "mamba_d_ssm", "mamba_d_state", "mamba_dt_rank",
+    "mamba_expand", "mamba_head_dim", "mamba_n_groups", "mamba_n_heads", "mamba_num_heads",
+    "mamba_proj_bias", "mamba_rms_norm", "mamba_ssm_cache_dtype", "mamba_ssm_dtype",
     "max_position_embeddings", "max_seq_len", "max_window_layers", "mlp_layer_types",
     "mlp_only_layers", "model_type", "moe_intermediate_size", "moe_k", "moe_layer_start_index",
     "moe_num_experts", "moe_num_shared_experts", "moe_topk", "multi_query", "multi_query_attention",
@@ -100,7 +101,8 @@ VERIFIED_MODEL_TYPES = frozenset({
     "blenderbot", "blenderbot-small", "bloom", "camembert", "codegen", "cohere", "cohere2",
     "cohere2_moe", "ctrl", "cwm", "data2vec-text", "deepseek_v2", "deepseek_v3", "diffllama", "doge",
     "dots1", "electra", "emu3_text_model", "ernie", "ernie4_5", "ernie4_5_moe", "exaone", "exaone4",
-    "exaone_moe", "falcon", "falcon_mamba", "flex_olmo", "flint", "gemma", "gemma2", "gemma3_text",
+    "exaone_moe", "falcon", "falcon_h1", "falcon_mamba", "flex_olmo", "flint", "gemma", "gemma2",
+    "gemma3_text",
     "gemma3n_text", "gemma4_text", "gemma4_unified_text", "git", "glm", "glm4", "glm4_moe",
     "glm4_moe_lite", "gpt2", "gpt_bigcode", "gpt_neo", "gpt_neox", "gpt_neox_japanese", "gpt_oss",
     "gptj", "granite", "granite_swa", "granitemoe", "granitemoe_swa", "granitemoehybrid",
@@ -447,6 +449,7 @@ def parse_config(
         weights=_weight_spec(cfg, _Cfg(outer), model_type, n_layers, moe, hidden),
         params_total=0,
         source=source,
+        parallel_mixers=model_type in PARALLEL_MIXER_TYPES,
     )
     total, active, method = estimate_params(arch)
     extra = _embedding_family_params(cfg, arch)
@@ -607,7 +610,6 @@ CROSS_ATTENTION_DECODERS = {"bart", "mbart", "blenderbot", "blenderbot-small", "
 #: Layouts no generic rule covers, refused by name.
 _UNSUPPORTED_TYPES = {
     "longcat_flash": "two MLA attention blocks per decoder layer (modeling_longcat_flash.py)",
-    "falcon_h1": "every layer runs attention and a Mamba-2 mixer in parallel (FalconH1DecoderLayer)",
     "rwkv": "RWKV time-mixing state, no attention (modeling_rwkv.py)",
     "xlnet": "mems: one hidden state per token per layer (modeling_xlnet.py XLNetModel.cache_mem)",
     "reformer": "LSH/local attention caching one hidden state per token per layer "
@@ -629,6 +631,10 @@ _PURE_RECURRENT_TYPES = {"mamba", "falcon_mamba", "mamba2"}
 #: ``modeling_nemotron_h.py`` ``NemotronHBlock``: Mamba2 "M", attention "*", MLP "-", MoE "E").
 ONE_BLOCK_TYPES = {"nemotron_h"}
 _PATTERN_CHARS = {"M": "mamba", "*": "full_attention", "-": "mlp", "E": "moe"}
+#: Models whose every decoder layer runs attention and a Mamba-2 mixer in parallel on the same input
+#: (vLLM ``falcon_h1.py`` ``FalconH1ParallelHybrid``, transformers ``FalconH1DecoderLayer``): two
+#: entries of ``ModelArch.layers`` per decoder layer (``ModelArch.parallel_mixers``).
+PARALLEL_MIXER_TYPES = {"falcon_h1"}
 #: Config keys that describe a recurrent (Mamba / linear-attention) state.
 _RECURRENT_KEYS = ("linear_num_value_heads", "linear_num_heads", "mamba_n_heads", "mamba_num_heads",
                    "mamba_d_state", "ssm_state_size", "mamba_expand")
@@ -643,6 +649,8 @@ def _layer_types(cfg: _Cfg, model_type: str, n: int) -> list[str]:
         return [_PATTERN_CHARS[c] for c in pattern]
     if model_type in _PURE_RECURRENT_TYPES:
         return ["mamba"] * n
+    if model_type in PARALLEL_MIXER_TYPES:  # attention and a Mamba-2 mixer in every decoder layer
+        return ["full_attention", "mamba"] * n
     flags = cfg.get("hybrid_layer_pattern")
     if cfg.get("layer_types", "layers_block_type") is None and flags is not None:
         # MiMo-V2-Flash Hub config: 1 = sliding, 0 = full attention per layer (SGLang
@@ -719,6 +727,8 @@ def _recurrent_spec(cfg: _Cfg, model_type: str, hidden: int) -> Recurrent:
         return Recurrent(variant="mamba1", conv_channels=d_inner, conv_kernel=kernel,
                          ssm_elements=d_inner * state, tp_shard_unit=d_inner, ssm_dtype=_ssm_dtype(cfg),
                          params=_mamba1_params(hidden, d_inner, state, kernel, rank, norms=0))
+    if model_type in PARALLEL_MIXER_TYPES:
+        return _falcon_h1_mixer(cfg, hidden)
     if cfg.has("linear_num_value_heads"):  # Gated DeltaNet (Qwen3-Next / Qwen3.5)
         nk = cfg.int("linear_num_key_heads", why="GDN key heads")
         nv = cfg.int("linear_num_value_heads", why="GDN value heads")
@@ -759,7 +769,7 @@ def _recurrent_spec(cfg: _Cfg, model_type: str, hidden: int) -> Recurrent:
             + d_inner * hidden
         return Recurrent(variant="mamba2", conv_channels=conv,
                          conv_kernel=kernel, ssm_elements=d_inner * state, tp_shard_unit=heads,
-                         ssm_dtype=_ssm_dtype(cfg), params=params,
+                         ssm_dtype=_ssm_dtype(cfg), params=params, n_groups=groups, state_size=state,
                          chunk_size=cfg.int("chunk_size", "mamba_chunk_size", why="Mamba-2 chunk",
                                             default=256))
     if cfg.has("mamba_d_state", "mamba_expand"):  # Mamba-1 (Jamba)
@@ -779,6 +789,36 @@ def _recurrent_spec(cfg: _Cfg, model_type: str, hidden: int) -> Recurrent:
     raise KVPlanError("config.unsupported", what=f"the recurrent state of {model_type} layers",
                       detail="no Gated DeltaNet (linear_num_value_heads), Mamba-2 (mamba_n_heads) or "
                              "Mamba-1 (mamba_d_state) keys")
+
+
+def _falcon_h1_mixer(cfg: _Cfg, hidden: int) -> Recurrent:
+    """Falcon-H1's Mamba-2 mixer (vLLM ``falcon_h1.py`` ``FalconH1SSMDecoderLayer`` →
+    ``MambaMixer2``; state shapes ``FalconH1ForCausalLM.get_mamba_state_shape_from_config``):
+    inner size ``mamba_d_ssm`` (else ``mamba_expand × hidden``), conv over inner + 2 × groups ×
+    state channels, SSM state heads × head size × state. Parameters: in_proj ``h × (inner + conv
+    + heads)`` (+ bias with ``mamba_proj_bias``), conv1d (+ bias with ``mamba_conv_bias``), A, D,
+    dt_bias per head, the gated RMSNorm only with ``mamba_rms_norm``, out_proj ``inner × h``."""
+    heads = cfg.int("mamba_n_heads", why="Mamba-2 heads")
+    head_dim = cfg.int("mamba_d_head", why="Mamba-2 head size")
+    state = cfg.int("mamba_d_state", why="Mamba-2 state size")
+    groups = cfg.int("mamba_n_groups", why="Mamba-2 groups", default=1)
+    kernel = cfg.int("mamba_d_conv", why="Mamba-2 conv kernel", default=4)
+    inner = cfg.int("mamba_d_ssm", why="the Mamba-2 inner size",
+                    default=cfg.int("mamba_expand", why="Mamba expansion", default=2) * hidden)
+    conv = inner + 2 * groups * state
+    proj = inner + conv + heads
+    flag = {key: cfg.get(key) for key in ("mamba_proj_bias", "mamba_conv_bias", "mamba_rms_norm")}
+    for key, value in flag.items():
+        if value is not None and not isinstance(value, bool):
+            raise KVPlanError("config.bad_value", key=key, expected="true or false", value=short(value))
+    params = hidden * proj + (proj if flag["mamba_proj_bias"] else 0) + conv * kernel \
+        + (conv if flag["mamba_conv_bias"] is not False else 0) + 3 * heads \
+        + (inner if flag["mamba_rms_norm"] else 0) + inner * hidden \
+        + (hidden if flag["mamba_proj_bias"] else 0)
+    return Recurrent(variant="mamba2", conv_channels=conv, conv_kernel=kernel,
+                     ssm_elements=heads * head_dim * state, tp_shard_unit=heads,
+                     ssm_dtype=_ssm_dtype(cfg), params=params, n_groups=groups, state_size=state,
+                     chunk_size=cfg.int("mamba_chunk_size", why="Mamba-2 chunk", default=256))
 
 
 def _dt_rank(value: Any, hidden: int) -> int:
@@ -876,6 +916,10 @@ def estimate_params(arch: ModelArch) -> tuple[int, int | None, str]:
     for index, layer in enumerate(arch.layers):
         attn = mixer_params(layer, arch) + _family_layer_params(
             arch, layer, moe is not None and index >= moe.n_dense_layers)
+        if arch.parallel_mixers and isinstance(layer, Recurrent):
+            total += attn  # the Mamba-2 branch of the decoder layer: its MLP and norms are counted
+            active += attn  # with the attention entry (FalconH1ParallelHybrid)
+            continue
         if arch.model_type in ONE_BLOCK_TYPES:
             # NemotronHBlock: a norm and one mixer (Mamba2 / attention, the MLP of a "-", or the
             # MoE of an "E": router, routed and shared experts, MLPs of up/down projections)

@@ -72,6 +72,7 @@ MESSAGES: dict[str, str] = {
     # numbers
     "value.range": "{field} must be between {low:,} and {high:,}, got {value}",
     "value.not_number": "{field} must be a number, got {value}",
+    "value.deprecated_conflict": "{old} (deprecated) contradicts {flag}; give only {flag}",
     "parallel.tp_heads": "tensor parallel size {tp} does not split {heads} KV heads (the engine "
                          "needs kv_heads % tp == 0, or tp % kv_heads == 0 when tp > kv_heads)",
     "parallel.pp_layers": "pipeline parallel size {pp} exceeds the {layers} layers of the model",
@@ -161,7 +162,7 @@ MESSAGES: dict[str, str] = {
                    "(vllm/config/speculative.py, ngram)",
     "spec.mamba_all": "--speculative-config with {model}: its Mamba states are cached per block "
                        "(mamba_cache_mode 'all', prefix caching on), where kvplan does not model the "
-                       "draft tokens' state pages; turn prefix caching off (--prefix-caching off)",
+                       "draft tokens' state pages; turn prefix caching off (--no-enable-prefix-caching)",
     "spec.pp": "--speculative-config: kvplan places the drafter ({method}) with pipeline parallel "
                "size 1 only; pp {pp} is not modelled",
     "sgl_spec.unknown": "--speculative-algorithm '{algorithm}': {release} has no such algorithm "

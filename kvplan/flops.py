@@ -92,7 +92,8 @@ def layer_flops(arch: ModelArch) -> tuple[LayerFlops, ...]:
             out.append(LayerFlops(proj + mlp, coeff, layer.cache_kind, layer.window))
         elif isinstance(layer, Recurrent):
             proj = 2 * mixer_params(layer, arch) + 4 * layer.ssm_elements
-            out.append(LayerFlops(proj + mlp, 0, Kind.RECURRENT))
+            # a parallel mixer (Falcon-H1) shares its decoder layer's MLP with the attention entry
+            out.append(LayerFlops(proj + (0 if arch.parallel_mixers else mlp), 0, Kind.RECURRENT))
         elif isinstance(layer, NoCache):
             proj = 2 * h * d * heads * 2  # Q and O; K/V reused from another layer
             out.append(LayerFlops(proj + mlp, 4 * heads * d, Kind.FULL))

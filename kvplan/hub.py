@@ -227,7 +227,7 @@ def fetch(repo_id: str) -> tuple[dict[str, Any], CheckpointSummary | None, str |
     config = fetch_config(repo_id, session)
     arch = parse_config(config, name=repo_id)
     try:
-        return config, fetch_headers(repo_id, arch.n_layers, session), None
+        return config, fetch_headers(repo_id, arch.decoder_layers, session), None
     except KVPlanError as exc:
         return config, None, str(exc)
 

@@ -37,7 +37,7 @@ from typing import Any, Literal
 from kvplan.arch import MLA, Attention, ModelArch, Recurrent, VisionSpec
 from kvplan.config_import import ONE_BLOCK_TYPES
 from kvplan.errors import KVPlanError, short
-from kvplan.parallel import pp_partition
+from kvplan.parallel import layer_partition
 
 #: The parts weights are grouped into (the KPI, the chart and ``weights_breakdown`` use this order).
 PARTS: tuple[str, ...] = (
@@ -1090,6 +1090,8 @@ def decoder_layer_tensors(arch: ModelArch, layer_ids: tuple[int, ...], moe_ids: 
             if params % h:
                 out.append(Tensor(f"{prefix}.mixer.rest", "attention", params % h, 1,
                                   "replicated", quantizable=False, layers=layers, kind="other"))
+        if arch.parallel_mixers and isinstance(spec, Recurrent):
+            continue  # Falcon-H1's Mamba-2 branch: the MLP and norms are the attention entry's
         if one_block and spec is not None:
             pass  # a Mamba2 or attention block: no MLP
         elif is_moe:
@@ -1195,7 +1197,7 @@ def shard_shape(t: Tensor, tp: int, ep: int) -> tuple[int, int, int]:
 def _stage_starts(arch: ModelArch, pp: int) -> list[int]:
     """First decoder layer of each pipeline stage (vLLM ``get_pp_indices``), then ``n_layers``."""
     starts = [0]
-    for count in pp_partition(arch.n_layers, pp):
+    for count in layer_partition(arch, pp):
         starts.append(starts[-1] + count)
     return starts
 

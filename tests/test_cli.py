@@ -241,6 +241,11 @@ def reach(code: str, tmp_path) -> str:
         msg = cli_error(["kv", "--model", "llama-2-7b", "--tokens", "many"])
         assert "--tokens" in msg
         return msg
+    if code == "value.deprecated_conflict":
+        msg = cli_error(FIT + ["--prefix-caching", "on", "--no-enable-prefix-caching"])
+        assert msg == ("kvplan: error: --prefix-caching on (deprecated) contradicts "
+                       "--no-enable-prefix-caching; give only --no-enable-prefix-caching\n")
+        return msg
     if code == "parallel.tp_heads":
         return cli_error(FIT + ["--tp", "3"])          # 32 KV heads, tp 3
     if code == "parallel.pp_layers":
@@ -682,3 +687,115 @@ def test_unusable_drafts_methods_and_ranks_exact_text(argv: list[str], message: 
     """Issue #26's bad input, exit 2 and the whole message: a draft the target cannot use, a draft
     method the chosen release does not support, a LoRA rank outside the release's set."""
     assert cli_error(argv) == f"kvplan: error: {message}\n"
+
+
+# --------------------------------------------------------------------------- engine flag names
+
+#: Qwen3-Next-80B-A3B on H100 × TP 4, vLLM 0.33: 10,673 pages of 272-token attention blocks either
+#: way; a 4,096-token request holds 2 Mamba pages per layer with prefix caching ("align", 485
+#: requests) and 1 without ("none", 561) — tests/test_engines.py test_qwen3_next_recurrent_* derive
+#: the page; these tests check only that every spelling reaches the same setting.
+NEXT = ["fit", "--model", "qwen3-next-80b-a3b", "--gpu", "h100-sxm", "--tokens", "4096", "--tp", "4",
+        "--engine-version", "0.33", "--json"]
+
+
+def _fit(argv: list[str]) -> dict:
+    code, out, err = run_cli(argv)
+    assert code == 0 and err == "", (argv, err)
+    return json.loads(out)
+
+
+@pytest.mark.parametrize(("flags", "requests"), [
+    ([], 485),                                                  # auto: on in v0.33
+    (["--enable-prefix-caching"], 485),                         # vLLM's name
+    (["--no-enable-prefix-caching"], 561),                      # vLLM's BooleanOptionalAction
+    (["--prefix-caching", "on"], 485),                          # kvplan's deprecated spelling
+    (["--prefix-caching", "off"], 561),
+    (["--prefix-caching", "auto", "--no-enable-prefix-caching"], 561),  # auto = not given
+    (["--prefix-caching", "off", "--no-enable-prefix-caching"], 561),   # agreeing: fine
+])
+def test_prefix_caching_flag_is_vllms_name(flags: list[str], requests: int) -> None:
+    """vLLM 0.33 ``engine/arg_utils.py`` declares ``--enable-prefix-caching`` with
+    ``BooleanOptionalAction`` (default None: the release decides), so ``--no-enable-prefix-caching``
+    turns it off; ``--prefix-caching auto|on|off`` stays readable (deprecated)."""
+    data = _fit(NEXT + flags)
+    assert (data["max_requests"], data["num_blocks"]) == (requests, 10_673)
+
+
+def test_prefix_caching_link_key_is_unchanged() -> None:
+    """The link key ``pc`` is what it was: an old link ``pc=0`` still turns prefix caching off."""
+    from kvplan.scenario import Scenario
+
+    scenario, warnings = Scenario.from_query({"pc": "0"})
+    assert warnings == [] and scenario.engine_settings.enable_prefix_caching is False
+    assert Scenario.from_query({"pc": "1"})[0].engine_settings.enable_prefix_caching is True
+
+
+@pytest.mark.parametrize(("flags", "blocks"), [
+    ([], 157_211), (["--no-disable-hybrid-kv-cache-manager"], 157_211),
+    (["--disable-hybrid-kv-cache-manager"], 78_605),
+    (["--hybrid-manager", "off"], 78_605), (["--hybrid-manager", "on"], 157_211),
+])
+def test_hybrid_manager_flag_is_vllms_name(flags: list[str], blocks: int) -> None:
+    """vLLM 0.33 ``--disable-hybrid-kv-cache-manager`` (``SchedulerConfig``, BooleanOptionalAction)
+    names the negation: giving it turns the manager off. gpt-oss-20b on H100 (v0.33): 157,211 blocks
+    with the manager (its sliding layers in their own group), 78,605 with every layer full."""
+    data = _fit(["fit", "--model", "gpt-oss-20b", "--gpu", "h100-sxm", "--tokens", "32768",
+                 "--engine-version", "0.33", "--json", *flags])
+    assert data["num_blocks"] == blocks
+
+
+@pytest.mark.parametrize("spelling", [
+    ["--gpu-util", "0.8"], ["--gpu-memory-utilization", "0.8"], ["--mem-fraction-static", "0.8"],
+    ["--kv_cache_free_gpu_memory_fraction", "0.8"],
+    ["--tensor-parallel-size", "4"], ["-tp", "4"], ["--tp-size", "4"], ["--tp_size", "4"],
+    ["--kv-cache-dtype", "fp8"],
+])
+def test_engine_spellings_are_the_same_setting(spelling: list[str]) -> None:
+    """Each engine's own flag name (vLLM ``--gpu-memory-utilization``/``--tensor-parallel-size``/
+    ``-tp``/``--kv-cache-dtype``, SGLang ``--mem-fraction-static``/``--tp-size``, trtllm-serve
+    ``--kv_cache_free_gpu_memory_fraction``/``--tp_size``) gives kvplan's own flag's answer."""
+    own = {"--gpu-util": ["--gpu-util", "0.8"], "--kv-cache-dtype": ["--kv-dtype", "fp8"]}
+    base = ["fit", "--model", "qwen3-8b", "--gpu", "h100-sxm", "--tokens", "4096", "--json"]
+    reference = own.get(spelling[0], own["--gpu-util"] if "fraction" in spelling[0]
+                        or "utilization" in spelling[0] else ["--tp", "4"])
+    assert _fit(base + spelling) == _fit(base + reference)
+
+
+def test_deprecated_flag_says_so_and_refuses_other_words() -> None:
+    code, out, _ = run_cli(["fit", "--help"])
+    assert code == 0
+    text = "".join(out.split())  # argparse wraps the help (inside a flag, after its '-')
+    assert ("--prefix-caching {auto,on,off} deprecated: use --enable-prefix-caching (on) or "
+            "--no-enable-prefix-caching (off); not given = auto").replace(" ", "") in text
+    assert ("--hybrid-manager {auto,on,off} deprecated: use --no-disable-hybrid-kv-cache-manager "
+            "(on) or --disable-hybrid-kv-cache-manager (off); not given = auto").replace(" ", "") in text
+    assert cli_error(FIT + ["--prefix-caching", "yes"]) == (
+        "kvplan: error: argument --prefix-caching: --prefix-caching must be auto, on or off, "
+        "got 'yes'\n")
+
+
+@pytest.mark.parametrize(("value", "blocks"), [("0", 872), ('{"image": 0, "video": 0}', 872),
+                                              ('{"image":2,"video":2}', 869), ("2", 869)])
+def test_limit_mm_per_prompt_takes_vllms_json(value: str, blocks: int) -> None:
+    """vLLM ``--limit-mm-per-prompt '{"image": N, "video": N}'`` is kvplan's N (one count for every
+    modality). Qwen3.5-27B in FP8 on an H100 at 132,000 tokens, 0.90, v0.28: text only drops the
+    167,772,160 B encoder-cache term — 872 blocks instead of 869
+    (tests/test_vllm_mamba_real_runs.py)."""
+    data = _fit(["fit", "--model", "Qwen/Qwen3.5-27B", "--gpu", "h100-sxm", "--tokens", "132000",
+                 "--gpu-util", "0.9", "--weight-dtype", "fp8", "--engine-version", "0.28",
+                 "--limit-mm-per-prompt", value, "--json"])
+    assert data["num_blocks"] == blocks
+
+
+@pytest.mark.parametrize(("value", "why"), [
+    ('{"image":1,"video":0}', "kvplan takes one count for every modality, not image 1, video 0"),
+    ('{"image":0}', "kvplan takes the JSON form with a whole count for each of image and video (a "
+                    "modality left out is 999 in vLLM)"),
+])
+def test_limit_mm_per_prompt_json_it_cannot_take_is_refused_by_name(value: str, why: str) -> None:
+    """vLLM 0.33 ``config/multimodal.py`` ``get_limit_per_prompt``: a modality left out is 999, so
+    ``{"image": 0}`` is not text only; different counts per modality are not one kvplan count."""
+    assert cli_error(FIT + ["--limit-mm-per-prompt", value]) == (
+        f"kvplan: error: argument --limit-mm-per-prompt: --limit-mm-per-prompt: {why} "
+        f"(got {value!r})\n")

@@ -29,7 +29,6 @@ REFUSED: dict[str, str] = {
     "axk2": "('indexed_attention')",
     "deepseek_v32": "('indexed_attention')",
     "deepseek_v4": "('heavily_compressed_attention')",
-    "falcon_h1": "attention and a Mamba-2 mixer in parallel",
     "glm_moe_dsa": "('indexed_attention')",
     "hy_v4": "('indexed_attention')",
     "inkling2_loop_text": "('hybrid_sliding')",

@@ -593,3 +593,42 @@ def test_vllm_in_flight_tokens_scale_with_pipeline_stages(async_scheduling, rese
         pp=2, max_num_batched_tokens=8192, async_scheduling=async_scheduling))
     sliding = _rule(view, "sliding")
     assert int(sliding.reserved_blocks(_t(32768))[0]) == reserved == (1601 if async_scheduling else 1089)
+
+
+def _falcon_h1():
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent / "fixtures/vllm_truth/configs/falcon-h1-0.5b.json"
+    return parse_config({k: v for k, v in json.loads(path.read_text(encoding="utf-8")).items()
+                         if not k.startswith("_")})
+
+
+@pytest.mark.parametrize(("tp", "state"), [(1, 797_184), (2, 399_360)])
+def test_falcon_h1_sglang_attention_and_mamba_on_every_layer(tp: int, state: int) -> None:
+    """SGLang 0.5.23 ``configs/falcon_h1.py``: ``full_attention_layer_ids`` and ``linear_layer_ids``
+    are both ``range(num_hidden_layers)`` — 36 attention layers in the token pool, 36 Mamba-2 states
+    per slot. ``mamba2_cache_params`` → ``configs/mamba_utils.py`` ``Mamba2StateShape.create``: the
+    one group replicated to the TP size (``extra_groups_for_head_shards``), conv (inner + 2 × groups
+    × state) / tp × (kernel − 1) in bf16, the SSM state float32 (``mamba2_state_dtype``' default):
+    TP 1: 1,792 × 3 × 2 + 24 × 64 × 128 × 4 = 10,752 + 786,432 = 797,184 B; TP 2: (1,536 + 2 × 2 ×
+    128) / 2 = 1,024 × 3 × 2 + 12 × 64 × 128 × 4 = 6,144 + 393,216 = 399,360 B. Attention: 2 KV
+    heads / tp × 64 × 2 × 2 B per token and layer."""
+    view = engine_view(_falcon_h1(), "sglang", settings=EngineSettings(tp=tp))
+    assert _rule(view, "recurrent").state_bytes == state
+    assert _rule(view, "full").token_bytes == 36 * (2 // tp) * 64 * 2 * 2
+
+
+def test_falcon_h1_pipeline_stages_split_decoder_layers() -> None:
+    """vLLM ``get_pp_indices`` splits the 36 decoder layers, PP 5 → 7, 7, 7, 8, 7 (the remainder to the
+    stage before the last); each keeps its attention and its Mamba-2 mixer, so the stages hold 14,
+    14, 14, 16, 14 of the 72 cache entries (not ``pp_partition(72, 5)`` = 14, 14, 15, 15, 14)."""
+    from kvplan.parallel import layer_partition
+
+    arch = _falcon_h1()
+    assert (arch.n_layers, arch.decoder_layers, arch.parallel_mixers) == (72, 36, True)
+    assert pp_partition(36, 5) == [7, 7, 7, 8, 7]
+    assert layer_partition(arch, 5) == [14, 14, 14, 16, 14] != pp_partition(72, 5)
+    assert get_engine("vllm").largest_stage(arch, 5) == (42, 58)
+    counts = arch.layer_counts(42, 58)
+    assert sorted(counts.values()) == [8, 8]

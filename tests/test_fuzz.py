@@ -236,8 +236,10 @@ ARG_VALUES = st.one_of(st.sampled_from(SPECIAL_TEXT[:30]), numbers, texts,
 FLAGS = ["--model", "--config", "--tokens", "--kv-dtype", "--engine", "--block-size",
          "--max-num-batched-tokens", "--batch", "--max-cache-len", "--page-size", "--gpu",
          "--num-gpus", "--tp", "--pp", "--users", "--weight-dtype", "--gpu-util", "--reserve-gib",
-         "--kv-cache-memory-bytes", "--hybrid-manager"]
-BOOL_FLAGS = ["--json", "--no-async-scheduling"]
+         "--kv-cache-memory-bytes", "--hybrid-manager", "--prefix-caching", "--tensor-parallel-size",
+         "--gpu-memory-utilization", "--kv-cache-dtype"]
+BOOL_FLAGS = ["--json", "--no-async-scheduling", "--enable-prefix-caching", "--no-enable-prefix-caching",
+              "--disable-hybrid-kv-cache-manager"]
 
 
 @st.composite

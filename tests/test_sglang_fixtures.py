@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from kvplan.arch import ModelArch
 from kvplan.capacity import FitQuery, fit
 from kvplan.config_import import parse_config
 from kvplan.engines import EngineSettings, engine_view, get_engine
@@ -73,11 +74,22 @@ def _flag(case: dict, flag: str) -> str | None:
     return argv[argv.index(flag) + 1] if flag in argv else None
 
 
+def case_arch(case: dict) -> ModelArch:
+    """The model of a fixture case: a preset (with the case's config overrides), or a config file
+    of the repository (``*.json``: Falcon-H1, which has no preset), as the generator built it."""
+    if case["model"].endswith(".json"):
+        data = json.loads((Path(__file__).resolve().parent.parent / case["model"]).read_text(
+            encoding="utf-8"))
+        return parse_config({**{k: v for k, v in data.items() if not k.startswith("_")},
+                             **case.get("config_overrides", {})}, name=Path(case["model"]).stem)
+    preset = model_presets()[case["model"]]
+    return parse_config({**preset.config, **case.get("config_overrides", {})}, name=preset.name,
+                        params_total=preset.params_total, params_active=preset.params_active)
+
+
 def kvplan_tokens(case: dict) -> tuple[int, int]:
     """kvplan's SGLang pool tokens for a fixture case, and its per-GPU weight bytes."""
-    preset = model_presets()[case["model"]]
-    arch = parse_config({**preset.config, **case.get("config_overrides", {})}, name=preset.name,
-                        params_total=preset.params_total, params_active=preset.params_active)
+    arch = case_arch(case)
     kv_dtype = case.get("kv_cache_dtype", "auto")
     ratio, total = _flag(case, "--swa-full-tokens-ratio"), _flag(case, "--max-total-tokens")
     query = FitQuery(engine="sglang", tokens=4096, tp=case.get("tp", 1), kv_dtype=kv_dtype,
@@ -141,8 +153,7 @@ def test_kvplan_matches_sglang_pool_tokens(case):
                          ids=lambda c: c["id"])
 def test_kvplan_token_bytes_equal_sglang_cell_size(case):
     """``DefaultPoolConfigurator._compute_cell_size`` equals kvplan's bytes per token per rank."""
-    preset = model_presets()[case["model"]]
-    arch = parse_config({**preset.config, **case.get("config_overrides", {})})
+    arch = case_arch(case)
     view = engine_view(arch, "sglang", case.get("kv_cache_dtype", "auto"),
                        EngineSettings(tp=case.get("tp", 1)))
     assert sum(r.layers * r.bytes_per_token for r in view.rules) == case["sglang"]["cell_size"]
@@ -173,9 +184,7 @@ def test_max_running_requests_and_mamba_slots_match_sglang(case: dict) -> None:
     ``context_len`` as the length) and Mamba slots (``state_blocks``: ``_handle_max_mamba_cache``'s
     ``max_mamba_cache_size``) are SGLang's own, case by case."""
     sg = case["sglang"]
-    preset = model_presets()[case["model"]]
-    arch = parse_config({**preset.config, **case.get("config_overrides", {})}, name=preset.name,
-                        params_total=preset.params_total, params_active=preset.params_active)
+    arch = case_arch(case)
     ratio, total = _flag(case, "--swa-full-tokens-ratio"), _flag(case, "--max-total-tokens")
     running = _flag(case, "--max-running-requests")
     query = FitQuery(engine="sglang", tokens=sg["context_len"], tp=case.get("tp", 1),
@@ -192,10 +201,13 @@ def test_max_running_requests_and_mamba_slots_match_sglang(case: dict) -> None:
 
 
 def test_the_cap_cases_cover_mamba() -> None:
-    """Qwen3-Next and the 12 Qwen3.5 / Qwen3.6 cases (multimodal wrappers: SGLang's 100 MiB
-    embedding cache leaves the budget before the Mamba split) size Mamba slots."""
-    assert len(SIZED) == 95 and sum(c["sglang"]["max_mamba_cache_size"] is not None for c in SIZED) == 15
+    """Qwen3-Next, the 12 Qwen3.5 / Qwen3.6 cases (multimodal wrappers: SGLang's 100 MiB
+    embedding cache leaves the budget before the Mamba split) and 4 Falcon-H1 cases (attention and
+    a Mamba-2 mixer on every layer, TP 1 and 2: 95 → 99 sized cases, 15 → 19 with Mamba slots)
+    size Mamba slots."""
+    assert len(SIZED) == 99 and sum(c["sglang"]["max_mamba_cache_size"] is not None for c in SIZED) == 19
     assert sum("qwen3.5" in c["id"] or "qwen3.6" in c["id"] for c in SIZED) == 12
+    assert sum("falcon-h1" in c["id"] for c in SIZED) == 4
 
 
 DP_ATTENTION = [c for c in SIZED if "--enable-dp-attention" in c.get("args", [])]

@@ -14,7 +14,6 @@ import pytest
 from kvplan.capacity import FitQuery, fit
 from kvplan.config_import import parse_config
 from kvplan.engines.vllm.engine import Vllm
-from kvplan.errors import KVPlanError
 from kvplan.plan import make_plan
 from kvplan.presets import custom_gpu, load_model
 
@@ -25,7 +24,8 @@ FALCON = [c for c in TRUTH["cases"] if c["model"] == "falcon-h1-0.5b"]
 
 
 def test_fixture_scope() -> None:
-    """vLLM 0.33.0; both cache modes, refusals and starts, one refused pool, Falcon-H1 recorded."""
+    """vLLM 0.33.0; both cache modes, refusals and starts, one refused pool; Falcon-H1 (no preset:
+    its config file) compared too."""
     assert TRUTH["vllm_version"] == "0.33.0"
     assert len(TRUTH["cases"]) == 237 and len(CASES) == 189 and len(FALCON) == 48
     assert {c["mamba_cache_mode"] for c in CASES.values()} == {"align", "none"}
@@ -74,15 +74,34 @@ def test_nemotron_h_state_layers_stay_in_the_pool() -> None:
     assert int(plan.pool.blocks([8192])[0]) == 8 and case["max_concurrency"] == 50 / 8
 
 
-@pytest.mark.parametrize("tp", [1, 2])
-def test_falcon_h1_refused_by_name(tp: int) -> None:
-    """vLLM sizes Falcon-H1 (attention and a Mamba-2 mixer in every layer: 72 specs in two groups
-    of 36); kvplan refuses it by name rather than size it as something else."""
-    case = next(c for c in FALCON if c["tp"] == tp and c["num_blocks"])
+FALCON_ARCH = {k: v for k, v in json.loads((ROOT / TRUTH["sources"]["falcon-h1-0.5b"]).read_text(
+    encoding="utf-8")).items() if not k.startswith("_")}
+
+
+@pytest.mark.parametrize("index", range(len(FALCON)))
+def test_falcon_h1_pool_and_check_match_vllm(index: int) -> None:
+    """Falcon-H1 runs attention and a Mamba-2 mixer in every decoder layer (``falcon_h1.py``
+    ``FalconH1ParallelHybrid``): vLLM registers 72 specs, two groups of 36 (``ModelArch.
+    parallel_mixers``: two entries of ``layers`` per decoder layer). At TP 1: 512 B per attention
+    token (2 KV heads × 64 × 2 × 2 B), a 403,968 B state → 16 · cdiv(403,968, 16 · 512) = 800-token
+    blocks, page 409,600 B; one block id is a page in each of the 36 tensors the two groups share:
+    36 × 409,600 = 14,745,600 B per block. Every case of the fixture: 24 at TP 1, 24 at TP 2."""
+    case = FALCON[index]
     assert [g["layers"] for g in case["groups"]] == [36, 36]
-    config = json.loads((ROOT / TRUTH["sources"]["falcon-h1-0.5b"]).read_text(encoding="utf-8"))
-    with pytest.raises(KVPlanError, match="falcon_h1"):
-        parse_config(config)
+    query = FitQuery(engine="vllm@0.33", tokens=case["max_model_len"], tp=case["tp"],
+                     kv_cache_memory_bytes=case["available_memory"],
+                     max_num_batched_tokens=case["max_num_batched_tokens"],
+                     async_scheduling=case["async_scheduling"], max_num_seqs=case.get("max_num_seqs"),
+                     enable_prefix_caching=case["prefix_caching"])
+    result = fit(make_plan(parse_config(FALCON_ARCH), custom_gpu(80), query), search_gpus=False)
+    assert (result.block_size, result.num_blocks, result.bytes_per_block, result.kv_pool_tokens) == \
+        (case["block_size"], case["num_blocks"], case["bytes_per_block"], case["kv_cache_size_tokens"])
+    assert result.max_concurrency == pytest.approx(case["max_concurrency"], rel=1e-12)
+    assert (result.state_blocks, result.starts) == (case["num_blocks"], case["starts"])
+    if not case["starts"]:
+        quoted = f"max_num_seqs ({case['max_num_seqs']}) exceeds available Mamba cache blocks " \
+                 f"({case['num_blocks']})"
+        assert case["error"].startswith(quoted) and quoted in result.start_reason
 
 
 #: The same grid on older releases' own code (``tools/vllm_truth/mamba_hybrids_v027.py``).

@@ -10,11 +10,14 @@ import numpy as np
 import pytest
 
 from kvplan.capacity import FitQuery, fit
+from kvplan.config_import import parse_config
 from kvplan.engines import EngineSettings, engine_view, get_engine, release_choices
 from kvplan.engines.vllm import VLLM_RELEASES
 from kvplan.errors import KVPlanError
 from kvplan.plan import make_plan
 from kvplan.presets import get_gpu, load_model
+from kvplan.sizing import kv_cache
+from tests.plans import kv_plan
 
 GIB = 1 << 30
 H100 = get_gpu("h100-sxm")  # CUDA total 81,089 MiB = 85,027,979,264 B (cuda_total_mib)
@@ -26,14 +29,16 @@ def test_every_release_is_named_and_reachable():
     choices = release_choices("vllm")
     # 0.28 / 0.30 split off 0.29 / 0.32 (issue #26): their capture sizes with draft tokens differ
     # (VllmRelease.spec_capture); nothing else kvplan sizes does
+    # 0.14 split off 0.17: its Mamba prefix-caching rule is v0.13's (test_v0_14_mamba_prefix_rule)
     modelled = ["0.33", "0.32", "0.30", "0.29", "0.28", "0.27", "0.26", "0.25", "0.24", "0.20",
-                "0.20.0", "0.19", "0.17", "0.13", "0.11", "0.9", "0.8", "0.6"]
+                "0.20.0", "0.19", "0.17", "0.14", "0.13", "0.11", "0.9", "0.8", "0.6"]
     assert choices[0] == "latest" and choices[-len(modelled):] == modelled
     assert [get_engine(f"vllm@{r}").release for r in modelled] == [
         "vLLM v0.33", "vLLM v0.31–v0.32", "vLLM v0.30", "vLLM v0.29", "vLLM v0.28", "vLLM v0.27",
         "vLLM v0.26", "vLLM v0.25",
         "vLLM v0.21–v0.24", "vLLM v0.20.1–v0.20.2", "vLLM v0.20.0",
-        "vLLM v0.18–v0.19", "vLLM v0.14–v0.17", "vLLM v0.11.1–v0.13", "vLLM v0.10–v0.11.0",
+        "vLLM v0.18–v0.19", "vLLM v0.15–v0.17", "vLLM v0.14", "vLLM v0.11.1–v0.13",
+        "vLLM v0.10–v0.11.0",
         "vLLM v0.9", "vLLM v0.8", "vLLM v0.6 (V0)"]
     newest = get_engine("vllm")
     assert newest is get_engine(f"vllm@{choices[1]}") and newest.id == "vllm"
@@ -384,3 +389,46 @@ def test_a_device_whose_nvml_reports_no_memory_takes_the_small_batch_tier():
     log = json.loads(next((Path(__file__).parent / "fixtures" / "vllm_logs").glob("44-*.json")).read_text())
     assert "max_num_batched_tokens=2048" in log["log_excerpt"]
     assert "max_num_batched_tokens" not in log["log_excerpt"].split("non-default args:")[1].split("\n")[0]
+
+
+@pytest.mark.parametrize(("engine", "pages"), [("vllm@0.13", 1), ("vllm@0.14", 1), ("vllm@0.17", 2),
+                                               ("vllm@0.33", 2)])
+def test_v0_14_mamba_prefix_rule_turns_it_off_for_gated_deltanet(engine: str, pages: int) -> None:
+    """vLLM 0.14.1 ``model_executor/models/config.py`` ``MambaModelConfig.verify_and_update_config``:
+    with ``enable_prefix_caching`` on, a model without ``supports_mamba_prefix_caching`` is told
+    "Hybrid or mamba-based model detected without support for prefix caching: disabling." and
+    ``cache_config.enable_prefix_caching = False`` — Qwen3-Next (GatedDeltaNet) keeps one state page
+    per layer, as in 0.13. From 0.15.0 the same hook gives it Mamba cache mode "align": 2 pages.
+
+    The page (tests/test_engines.py test_qwen3_next_recurrent_vllm_block_raise): conv 8,192 × 3 × 2
+    + ssm 32 × 128 × 128 × 2 = 1,097,728 B, padded to the attention page 16 · cdiv(1,097,728,
+    16 · 2,048) = 544 tokens × 2,048 B = 1,114,112 B (``HybridAttentionMambaModelConfig``'s
+    no-prefix-caching branch in 0.14, "align" keeps the same block). 36 state layers × pages ×
+    1,114,112 B: 40,108,032 B (1 page) or 80,216,064 B (2)."""
+    arch = load_model("qwen3-next-80b-a3b")
+    result = kv_cache(kv_plan(arch, 1000, engine=engine,
+                              settings=EngineSettings(enable_prefix_caching=True)))
+    assert result.block_size == 544
+    assert result.layers["recurrent"].reserved_bytes == 36 * pages * 1_114_112
+    assert get_engine(engine).mamba_cache_mode(arch, EngineSettings(enable_prefix_caching=True)) == (
+        "none" if pages == 1 else "align")
+
+
+@pytest.mark.parametrize("engine", ["vllm@0.14", "vllm@0.17"])
+def test_v0_14_mamba_prefix_rule_keeps_it_for_mamba2_per_block(engine: str) -> None:
+    """A ``SupportsMambaPrefixCaching`` model (NemotronH) keeps prefix caching in 0.14.1:
+    ``mamba_block_size`` = the attention block (``HybridAttentionMambaModelConfig``: chunk =
+    lcm(chunk_size 256, 16) = 256; cdiv(280,576, 1,024) = 274 tokens → 256 · cdiv(274, 256) = 512),
+    a state page per block (``MambaSpec.max_memory_usage_bytes`` = cdiv(max_model_len, block_size)
+    pages): 280,576 B = conv 3,072 × 3 × 2 + SSM 16 × 64 × 128 × 2 (float16, 0.14.1
+    ``NemotronHForCausalLMConfig`` default), padded to 512 × 1,024 = 524,288 B; at 1,000 tokens
+    cdiv(1,000, 512) = 2 pages per Mamba layer: 4 × 2 × 524,288 = 4,194,304 B. v0.15–v0.17's "all"
+    mode gives the same pages."""
+    from tests.test_engines import NEMOTRON_H_TINY
+
+    arch = parse_config(NEMOTRON_H_TINY)
+    result = kv_cache(kv_plan(arch, 1000, engine=engine,
+                              settings=EngineSettings(enable_prefix_caching=True)))
+    assert result.block_size == 512
+    assert result.layers["recurrent"].bytes == 4 * 524_288
+    assert result.layers["recurrent"].reserved_bytes == 4 * 2 * 524_288

@@ -2,7 +2,7 @@
 model classes (``tests/fixtures/vllm_truth/state_pages.json``, ``tools/vllm_truth/state_pages.py``:
 ``NemotronHForCausalLMConfig`` hook, ``get_mamba_state_shape_from_config`` /
 ``get_mamba_state_dtype_from_config``, ``MambaSpec.page_size_bytes``), and the SSM dtype hook of
-older releases read from their source. Falcon-H1 is refused by name."""
+older releases read from their source. Falcon-H1: its Mamba-2 groups replicated over TP."""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ from kvplan.engines import engine_view, get_engine
 from kvplan.engines.base import resolve_dtype
 from kvplan.engines.kinds import TokenLayout, layer_state_bytes
 from kvplan.engines.settings import EngineSettings
-from kvplan.errors import KVPlanError
 
 ROOT = Path(__file__).resolve().parent.parent
 TRUTH = json.loads((ROOT / "tests/fixtures/vllm_truth/state_pages.json").read_text(encoding="utf-8"))
@@ -91,12 +90,25 @@ def test_nemotron_without_ssm_key_per_release(release: str, page: int) -> None:
     assert rule.state_bytes == page  # type: ignore[attr-defined]
 
 
-def test_falcon_h1_is_refused_by_name() -> None:
-    """Falcon-H1 runs attention and a Mamba-2 mixer in parallel in every layer: refused by name
-    (``config_import._UNSUPPORTED_TYPES``), not planned as something else."""
-    config = {"model_type": "falcon_h1", "architectures": ["FalconH1ForCausalLM"], "num_hidden_layers": 24,
-              "hidden_size": 2048, "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 128,
-              "vocab_size": 65537, "intermediate_size": 4608, "mamba_d_state": 256, "mamba_d_conv": 4,
-              "mamba_n_groups": 1, "mamba_n_heads": 48, "mamba_d_head": 64, "mamba_d_ssm": 3072}
-    with pytest.raises(KVPlanError, match="attention and a Mamba-2 mixer in parallel"):
-        parse_config(config)
+#: Falcon-H1-0.5B (tests/fixtures/vllm_truth/configs/falcon-h1-0.5b.json): d_ssm 1,536, 1 group of
+#: state 128, 24 heads of 64, conv kernel 4.
+FALCON_H1 = {k: v for k, v in json.loads((Path(__file__).resolve().parent / "fixtures/vllm_truth/"
+             "configs/falcon-h1-0.5b.json").read_text(encoding="utf-8")).items() if not k.startswith("_")}
+
+
+@pytest.mark.parametrize(("tp", "conv_channels", "state"), [
+    (1, 1792, 403_968),   # conv 1,536 + 2·1·128 = 1,792 × 3 × 2 + SSM 24·64·128 × 2 = 10,752 + 393,216
+    (2, 1024, 202_752),   # groups 1 → 2: (1,536 + 2·2·128) / 2 = 1,024 × 3 × 2 + 12·64·128 × 2
+    (4, 640, 102_144),    # groups 1 → 4: (1,536 + 2·4·128) / 4 = 640 × 3 × 2 + 6·64·128 × 2
+])
+def test_falcon_h1_state_replicates_groups_over_tp(tp: int, conv_channels: int, state: int) -> None:
+    """vLLM 0.33 ``mamba_utils.py`` ``MambaStateShapeCalculator.mamba2_state_shape``: groups that do
+    not divide the TP size are replicated (``extra_groups_for_head_shards``: tp − n_groups more), so
+    the conv state per rank is (inner + 2 × (groups + extra) × state) / tp — (3, 1792), (3, 1024),
+    (3, 640) for TP 1, 2, 4 when run on CPU — not (inner + 2 × groups × state) / tp. The SSM state
+    is heads / tp × head size × state, in the model dtype (bf16, no SSM dtype hook for Falcon-H1)."""
+    arch = parse_config(FALCON_H1)
+    layer = next(layer for layer in arch.layers if isinstance(layer, Recurrent))
+    bf16 = resolve_dtype("bf16")
+    assert layer_state_bytes(layer, bf16, tp, TokenLayout()) == state
+    assert state == conv_channels * 3 * 2 + 24 // tp * 64 * 128 * 2

@@ -35,7 +35,7 @@ from kvplan.engines.kinds import (
 from kvplan.engines.reserve import Capacity, Reserve, cuda_capacity, flat_reserve
 from kvplan.engines.settings import EngineSettings
 from kvplan.errors import KVPlanError
-from kvplan.parallel import pp_partition
+from kvplan.parallel import layer_partition, pp_partition  # noqa: F401 (re-exported by kvplan.engines)
 
 if TYPE_CHECKING:
     from kvplan.engines.logs import PoolAnswer, StartupLog
@@ -585,7 +585,7 @@ class Engine:
         return view
 
     def largest_stage(self, arch: ModelArch, pp: int) -> tuple[int, int]:
-        parts = pp_partition(arch.n_layers, pp)
+        parts = layer_partition(arch, pp)
         index = int(np.argmax(parts))
         start = sum(parts[:index])
         return start, start + parts[index]

@@ -116,11 +116,16 @@ def layer_state_bytes(layer: Recurrent, model_dtype: KVDType, tp: int, layout: T
     """Per-sequence state of one recurrent layer on one rank: conv ``C × (kernel − 1)`` in the model
     dtype plus the SSM / delta-rule state (vLLM ``MambaSpec`` shapes, ``mamba_utils.py``; sharded
     over TP when ``tp_shard_unit`` divides; SSM dtype from ``mamba_ssm_cache_dtype``, else the
-    engine's default). transformers ``LinearAttentionLayer`` keeps the full conv kernel and an fp32
-    state, unsharded (``layout``)."""
+    engine's default; Mamba-2 groups that TP does not divide are replicated up to tp). transformers
+    ``LinearAttentionLayer`` keeps the full conv kernel and an fp32 state, unsharded (``layout``)."""
     shards = tp if layout.shard_state and layer.tp_shard_unit % tp == 0 else 1
     kernel = layer.conv_kernel if layout.conv_full_kernel else layer.conv_kernel - 1
-    conv = (layer.conv_channels // shards) * kernel * model_dtype.bits // 8
+    channels = layer.conv_channels
+    if shards > 1 and layer.n_groups and layer.state_size and layer.n_groups % shards:
+        # Mamba-2 groups not divisible by TP: replicated up to tp (vLLM mamba_utils.py
+        # mamba2_state_shape + extra_groups_for_head_shards: tp − n_groups more groups)
+        channels += 2 * (shards - layer.n_groups) * layer.state_size
+    conv = (channels // shards) * kernel * model_dtype.bits // 8
     name = (layer.ssm_dtype if layout.reads_config_ssm_dtype else None) or layout.ssm_dtype
     ssm_dtype = get_dtype(name) if name else model_dtype
     return conv + (layer.ssm_elements // shards) * ssm_dtype.bits // 8

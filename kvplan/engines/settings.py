@@ -19,6 +19,8 @@ MAX_TOKENS = 100_000_000
 MAX_JSON_CHARS = 600
 #: Longest name or path a ``text`` setting takes (``--speculative-draft-model-path``).
 MAX_TEXT_CHARS = 300
+#: The modalities vLLM's ``--limit-mm-per-prompt`` counts that kvplan sizes (``kvplan.multimodal``).
+MODALITIES = ("image", "video")
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,16 @@ class Setting:
     aliases: tuple[str, ...] = ()
     #: Most entries of an ``int_list`` value.
     max_items: int = 0
+    #: ``bool``/``tristate``: the flag names the engine's negation (vLLM
+    #: ``--disable-hybrid-kv-cache-manager``), so giving it sets the value False and its ``--no-``
+    #: form sets it True.
+    inverted: bool = False
+    #: ``tristate``: kvplan's earlier spelling, ``FLAG auto|on|off``, still read (its help says it is
+    #: deprecated and names ``flag``).
+    deprecated_flag: str = ""
+    #: ``int``: also read vLLM's per-modality JSON (``--limit-mm-per-prompt '{"image": N, "video":
+    #: N}'``) when it gives every modality of ``MODALITIES`` the same count.
+    per_modality: bool = False
 
     def parse(self, text: str, check_bounds: bool = True) -> Any:
         """The value of ``text`` as the link and the CLI write it; ``ValueError`` says why not
@@ -48,6 +60,8 @@ class Setting:
             return self._json(text)
         if self.kind == "text":
             return self._text(text)
+        if self.per_modality and text.startswith("{"):
+            return self._per_modality(text, check_bounds)
         if len(text) > 40 + 12 * self.max_items:
             raise ValueError("too long")
         if self.kind in {"bool", "tristate"}:
@@ -73,6 +87,20 @@ class Setting:
         if not isinstance(value, dict):
             raise ValueError(f"expected a JSON object {{...}}, got {type(value).__name__}")
         return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+    def _per_modality(self, text: str, check_bounds: bool) -> int:
+        """vLLM's ``{"image": N, "video": N}`` (``config/multimodal.py``: a modality left out keeps
+        the default 999), as the one count kvplan takes for every modality."""
+        value = json.loads(self._json(text))
+        if set(value) != set(MODALITIES) or not all(isinstance(v, int) and not isinstance(v, bool)
+                                                    for v in value.values()):
+            raise ValueError(f"kvplan takes the JSON form with a whole count for each of "
+                             f"{' and '.join(MODALITIES)} (a modality left out is 999 in vLLM)")
+        counts = set(value.values())
+        if len(counts) != 1:
+            raise ValueError("kvplan takes one count for every modality, not "
+                             + ", ".join(f"{k} {v}" for k, v in sorted(value.items())))
+        return self._number(str(counts.pop()), int, check_bounds)
 
     def _text(self, text: str) -> str:
         """A name or path of at most ``MAX_TEXT_CHARS`` printable characters (``--speculative-*``):
@@ -120,8 +148,11 @@ def _from_schema_extra(fields: dict[str, Any]) -> Setting:
 
 
 GPU_UTIL = Setting("gpu_util", "gu", "--gpu-util", "float", "Memory fraction",
-                   "Share of memory the engine may use; empty = the engine default.",
-                   low=0.001, high=1)
+                   "Share of memory the engine may use; empty = the engine default (vLLM "
+                   "--gpu-memory-utilization, SGLang --mem-fraction-static, TensorRT-LLM "
+                   "trtllm-serve --kv_cache_free_gpu_memory_fraction).",
+                   low=0.001, high=1, aliases=("--gpu-memory-utilization", "--mem-fraction-static",
+                                               "--kv_cache_free_gpu_memory_fraction"))
 BLOCK_SIZE = Setting("block_size", "bs", "--block-size", "int", "Block size (tokens)",
                      "Tokens per KV block or page; empty = the engine/backend default.",
                      low=1, high=1_000_000, aliases=("--page-size",))
@@ -149,12 +180,16 @@ ASYNC_SCHEDULING = Setting(
     "async_scheduling", "as", "--async-scheduling", "bool", "Async scheduling",
     "vLLM ≥ 0.26: in-flight tokens = (pp + 1) × max_num_batched_tokens; off = releases before.")
 HYBRID_MANAGER = Setting(
-    "hybrid_manager", "hm", "--hybrid-manager", "tristate", "Hybrid KV-cache manager",
-    "auto = the engine default; off sizes windowed layers as full attention.")
+    "hybrid_manager", "hm", "--disable-hybrid-kv-cache-manager", "tristate",
+    "Hybrid KV-cache manager",
+    "vLLM --disable-hybrid-kv-cache-manager (off) / --no-disable-hybrid-kv-cache-manager (on); "
+    "unset = the engine default; off sizes windowed layers as full attention.",
+    inverted=True, deprecated_flag="--hybrid-manager")
 PREFIX_CACHING = Setting(
-    "enable_prefix_caching", "pc", "--prefix-caching", "tristate", "Prefix caching",
-    "auto = the engine default (vLLM: on; Mamba hybrids off before v0.26). Mamba hybrids: prefix "
-    "caching decides the state pages a request reserves and the attention block.")
+    "enable_prefix_caching", "pc", "--enable-prefix-caching", "tristate", "Prefix caching",
+    "vLLM --enable-prefix-caching / --no-enable-prefix-caching; unset = the engine default (vLLM: "
+    "on; Mamba hybrids off before v0.26). Mamba hybrids: prefix caching decides the state pages a "
+    "request reserves and the attention block.", deprecated_flag="--prefix-caching")
 MAX_CACHE_LEN = Setting("max_cache_len", "mc", "--max-cache-len", "int", "max_cache_len (tokens)",
                         "StaticCache pre-allocation; empty = the context length.",
                         low=1, high=1_000_000_000)
@@ -185,13 +220,13 @@ EXPERT_PARALLEL = Setting(
     "ep", "ep", "--ep", "int", "Expert parallel size",
     "MoE experts split over this many ranks (their intermediate size over tp / ep); must divide "
     "tp. vLLM --enable-expert-parallel uses ep = tp; SGLang --ep-size.", low=1, high=4096,
-    aliases=("--ep-size",))
+    aliases=("--ep-size", "--expert-parallel-size"))
 DATA_PARALLEL = Setting(
     "dp", "dp", "--data-parallel-size", "int", "Data-parallel attention ranks",
     "Attention data parallel: this many ranks of tp GPUs per replica, each with its own requests and "
     "KV pool (vLLM --data-parallel-size with --enable-expert-parallel; SGLang --enable-dp-attention "
     "--dp N with --tp N × tp); MoE experts split over all dp × tp GPUs.", low=1, high=4096,
-    aliases=("--dp", "--dp-size"))
+    aliases=("--dp", "--dp-size", "-dp"))
 MAX_MAMBA_CACHE_SIZE = Setting(
     "max_mamba_cache_size", "ms", "--max-mamba-cache-size", "int", "max_mamba_cache_size (slots)",
     "SGLang hybrids: Mamba state slots (instead of mamba_full_memory_ratio's share of the memory).",
@@ -268,7 +303,8 @@ LIMIT_MM_PER_PROMPT = Setting(
     "limit_mm_per_prompt", "mi", "--limit-mm-per-prompt", "int", "limit_mm_per_prompt (images/videos)",
     "vLLM --limit-mm-per-prompt '{\"image\": N, \"video\": N}': items per prompt for each modality "
     "(empty = 999, config/multimodal.py); 0 = text only: no encoder budget, the towers are not "
-    "profiled (multimodal/encoder_budget.py).", low=0, high=10_000)
+    "profiled (multimodal/encoder_budget.py). Takes N or vLLM's JSON with the same N for image "
+    "and video.", low=0, high=10_000, per_modality=True)
 MM_PROCESSOR_KWARGS = Setting(
     "mm_processor_kwargs", "mk", "--mm-processor-kwargs", "json", "mm_processor_kwargs (JSON)",
     "vLLM --mm-processor-kwargs, a JSON object for the checkpoint's processor: Qwen-VL min_pixels / "

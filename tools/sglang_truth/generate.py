@@ -163,10 +163,15 @@ def kvplan_weights(model: str, overrides: dict, tp: int) -> tuple[int, dict]:
     from kvplan.plan import FitQuery, make_plan
     from kvplan.presets import model_presets
 
-    preset = model_presets()[model]
-    config = {**copy.deepcopy(preset.config), **overrides}
-    arch = parse_config(config, name=preset.name, params_total=preset.params_total,
-                        params_active=preset.params_active)
+    if model.endswith(".json"):  # a config file of the repository (no preset: Falcon-H1)
+        data = json.loads((REPO / model).read_text(encoding="utf-8"))
+        config = {**{k: v for k, v in data.items() if not k.startswith("_")}, **overrides}
+        arch = parse_config(config, name=Path(model).stem)
+    else:
+        preset = model_presets()[model]
+        config = {**copy.deepcopy(preset.config), **overrides}
+        arch = parse_config(config, name=preset.name, params_total=preset.params_total,
+                            params_active=preset.params_active)
     query = FitQuery(engine="sglang", tp=tp)
     return max(make_plan(arch, None, query).weights.stage_bytes), config
 
@@ -370,6 +375,13 @@ def grid() -> list[dict]:
         tag = model.split("/")[1].lower()
         add(f"{tag}{'' if tp == 1 else f'-tp{tp}'}-budget40g-auto-p1", model, tp=tp)
         add(f"{tag}-tp{tp}-budget8g-auto-p1", model, tp=tp, available_bytes=8 * GIB)
+    # Falcon-H1: attention and a Mamba-2 mixer in every layer (configs/falcon_h1.py: both
+    # full_attention_layer_ids and linear_layer_ids are every layer; one B/C group, so TP 2
+    # replicates it: mamba_utils.py extra_groups_for_head_shards).
+    falcon = "tests/fixtures/vllm_truth/configs/falcon-h1-0.5b.json"
+    for tp in (1, 2):
+        add(f"falcon-h1-0.5b{'' if tp == 1 else f'-tp{tp}'}-budget40g-auto-p1", falcon, tp=tp)
+        add(f"falcon-h1-0.5b-tp{tp}-budget8g-auto-p1", falcon, tp=tp, available_bytes=8 * GIB)
     # MLA MoE with DP attention (--enable-dp-attention --dp-size D): one rank's pool and cap.
     for model in ("deepseek-v3", "kimi-k2"):
         for dp in (8, 4):

@@ -68,7 +68,8 @@ from vllm.v1.kv_cache_interface import FullAttentionSpec, MambaSpec  # noqa: E40
 from vllm.v1.worker.utils import customize_attention_spec  # noqa: E402
 
 OUT = ROOT / "tests/fixtures/vllm_truth/mamba_hybrids.json"
-#: model → (config file, key holding config.json or None, kvplan preset or None: kvplan refuses it).
+#: model → (config file, key holding config.json or None, kvplan preset or None: the test parses
+#: the config file).
 MODELS = {
     "nemotron-3-nano-30b-a3b": ("presets/models/nvidia--NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.json", "config",
                                 "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"),

@@ -16,7 +16,8 @@ answered by ``ModelRegistry`` for the architecture), ``Platform._align_hybrid_bl
 ``CompilationConfig.resolve_cudagraph_mode_and_sizes``. Written here: the namespace ``vllm_config``
 (what those read; ``max_in_flight_tokens`` = (pp + 1) × 8,192 with async scheduling, v0.26+
 ``VllmConfig.max_in_flight_tokens``), the same three stand-ins as ``mamba_hybrids.py``, and the
-models, memory sizes and ``max_num_seqs`` of its grid (Falcon-H1 left out: kvplan refuses it).
+models, memory sizes and ``max_num_seqs`` of its grid (Falcon-H1 left out: compared on 0.33
+only).
 """
 
 from __future__ import annotations

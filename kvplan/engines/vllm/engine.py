@@ -42,7 +42,7 @@ from kvplan.engines.base import (
     StartupCheck,
     ViewShape,
     layer_kind,
-    pp_partition,
+    layer_partition,
     raised_block,
     resolve_dtype,
     weights_oom,
@@ -861,8 +861,7 @@ class Vllm(Engine):
         notes.extend(self.auto_kv_note(arch, kv_dtype))
         pool = self.pool_layout(arch, kv_dtype, settings, vllm_mla_block_size(gpu, kv_dtype))
         notes.extend(pool.notes)
-        layers = self.pool_arch(arch, settings).n_layers
-        return VllmPagedPool(pool, budgets, pp_partition(layers, settings.pp),
+        return VllmPagedPool(pool, budgets, layer_partition(self.pool_arch(arch, settings), settings.pp),
                              self.record.logged_tokens, null_block=self.record.null_block)
 
     def pool_gpu_key(self, gpu: GPU, arch: ModelArch, kv_dtype: str) -> object:

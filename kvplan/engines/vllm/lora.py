@@ -41,7 +41,7 @@ from kvplan.dtypes import get_dtype
 from kvplan.engines.reserve import ReserveTerm
 from kvplan.engines.settings import EngineSettings
 from kvplan.errors import KVPlanError
-from kvplan.parallel import pp_partition
+from kvplan.parallel import layer_partition
 
 #: ``logits_processor.py`` ``LogitsProcessorWithLoRA.create_lora_weights``: larger vocabularies raise.
 LORA_MAX_VOCAB = 258048
@@ -165,7 +165,7 @@ def lora_slots(arch: ModelArch, *, tp: int, pp: int, max_loras: int, max_lora_ra
                 "down_proj": s * r * (inter // t + ho) * d if inter else 0}
 
     best: dict[str, int] = {}
-    counts = pp_partition(arch.n_layers, pp)
+    counts = layer_partition(arch, pp)
     start = 0
     for stage, n in enumerate(counts):
         here: dict[str, int] = {}

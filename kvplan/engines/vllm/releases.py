@@ -251,8 +251,8 @@ V0_13 = replace(
             "in 0.13.0 and 0.14.0; v0.11.0 turns it off for every hybrid).",
     sampler_path="sort", capture_rule="stride16", mxfp4_triton=True, nemotron_h_ssm_default="fp16",
     mxfp4_source="vLLM v0.14.1/v0.19.0 quantization/mxfp4.py", mamba_prefix="per_block")
-V0_17 = replace(
-    V0_13, key="0.17", since="0.14.0", name="vLLM v0.14–v0.17",
+V0_14 = replace(
+    V0_13, key="0.14", since="0.14.0", name="vLLM v0.14",
     changes="requested memory ``ceil(total × util)`` (``v1/worker/utils.py`` ``request_memory``, "
             "from v0.14.1) and the hybrid manager on for chunked-local models too "
             "(``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE`` defaults to 1 from v0.14.1); "
@@ -266,10 +266,20 @@ V0_17 = replace(
             "(``engine/arg_utils.py`` ``create_engine_config`` → ``utils/torch_utils.py`` "
             "``resolve_kv_cache_dtype_string``; absent in v0.13.0). The multimodal encoder budget "
             "counts embeddings per item (``v1/core/encoder_cache_manager.py``, PR #30475). Prefix "
-            "caching on a Mamba hybrid: Mamba cache mode \"all\" for ``SupportsMambaPrefixCaching`` "
-            "models, \"align\" for the others (``models/config.py`` ``MambaModelConfig``, read in "
-            "v0.15.0 and v0.17.1; v0.14.0 still keeps v0.13's rule, not modelled apart).",
-    ceil_requested=True, hybrid_default="on", kv_quant_auto=("fp8",), mm_item_tokens="embeds",
+            "caching on a Mamba hybrid still as v0.13: kept only for ``SupportsMambaPrefixCaching`` "
+            "models, with ``mamba_block_size`` = ``block_size`` (a state page per block: "
+            "``MambaSpec.max_memory_usage_bytes`` = ``cdiv(max_model_len, block_size)`` pages), "
+            "turned off for the others (\"Hybrid or mamba-based model detected without support for "
+            "prefix caching: disabling.\"; 0.14.1 ``model_executor/models/config.py`` "
+            "``MambaModelConfig.verify_and_update_config``, ``v1/kv_cache_interface.py`` "
+            "``MambaSpec``; the same in 0.14.0).",
+    ceil_requested=True, hybrid_default="on", kv_quant_auto=("fp8",), mm_item_tokens="embeds")
+V0_17 = replace(
+    V0_14, key="0.17", since="0.15.0", name="vLLM v0.15–v0.17",
+    changes="Prefix caching on a Mamba hybrid: Mamba cache mode \"all\" for "
+            "``SupportsMambaPrefixCaching`` models, \"align\" (two state pages) for the others "
+            "(``models/config.py`` ``MambaModelConfig``, read in v0.15.0 and v0.17.1); the rest as "
+            "v0.14.",
     mamba_prefix="all_or_align")
 V0_19 = replace(
     V0_17, key="0.19", since="0.18.0", name="vLLM v0.18–v0.19",
@@ -400,5 +410,5 @@ V0_33 = replace(
     mm_skip_towers_at_zero=True)
 
 #: Every modelled vLLM release, oldest first; the last is "latest" (``vllm`` without ``@``).
-VLLM_RELEASES: tuple[VllmRelease, ...] = (V0_6, V0_8, V0_9, V0_11, V0_13, V0_17, V0_19, V0_20_0, V0_20,
+VLLM_RELEASES: tuple[VllmRelease, ...] = (V0_6, V0_8, V0_9, V0_11, V0_13, V0_14, V0_17, V0_19, V0_20_0, V0_20,
                                           V0_24, V0_25, V0_26, V0_27, V0_28, V0_29, V0_30, V0_32, V0_33)
