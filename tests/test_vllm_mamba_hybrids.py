@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from kvplan.capacity import FitQuery, fit
+from kvplan.capacity import FitQuery, FitResult, fit
 from kvplan.config_import import parse_config
 from kvplan.engines.vllm.engine import Vllm
 from kvplan.plan import make_plan
@@ -21,6 +22,18 @@ ROOT = Path(__file__).resolve().parent.parent
 TRUTH = json.loads((ROOT / "tests/fixtures/vllm_truth/mamba_hybrids.json").read_text(encoding="utf-8"))
 CASES = {c["id"]: c for c in TRUTH["cases"] if c["preset"] is not None}
 FALCON = [c for c in TRUTH["cases"] if c["model"] == "falcon-h1-0.5b"]
+
+
+def _assert_as_vllm(result: FitResult, case: dict[str, Any]) -> None:
+    """kvplan's pool and start-up check against one case vLLM's own code produced."""
+    assert (result.block_size, result.num_blocks, result.bytes_per_block, result.kv_pool_tokens) == \
+        (case["block_size"], case["num_blocks"], case["bytes_per_block"], case["kv_cache_size_tokens"])
+    assert result.max_concurrency == pytest.approx(case["max_concurrency"], rel=1e-12)
+    assert (result.state_blocks, result.starts) == (case["num_blocks"], case["starts"])
+    if not case["starts"]:
+        quoted = f"max_num_seqs ({case['max_num_seqs']}) exceeds available Mamba cache blocks " \
+                 f"({case['num_blocks']})"
+        assert case["error"].startswith(quoted) and quoted in result.start_reason
 
 
 def test_fixture_scope() -> None:
@@ -52,14 +65,7 @@ def test_mamba_hybrid_pool_and_check_match_vllm(key: str) -> None:
         assert case["error"].startswith("To serve at least one request with the model's max seq len")
         assert not result.fits and result.max_requests == 0
         return
-    assert (result.block_size, result.num_blocks, result.bytes_per_block, result.kv_pool_tokens) == \
-        (case["block_size"], case["num_blocks"], case["bytes_per_block"], case["kv_cache_size_tokens"])
-    assert result.max_concurrency == pytest.approx(case["max_concurrency"], rel=1e-12)
-    assert (result.state_blocks, result.starts) == (case["num_blocks"], case["starts"])
-    if not case["starts"]:
-        quoted = f"max_num_seqs ({case['max_num_seqs']}) exceeds available Mamba cache blocks " \
-                 f"({case['num_blocks']})"
-        assert case["error"].startswith(quoted) and quoted in result.start_reason
+    _assert_as_vllm(result, case)
 
 
 def test_nemotron_h_state_layers_stay_in_the_pool() -> None:
@@ -94,14 +100,7 @@ def test_falcon_h1_pool_and_check_match_vllm(index: int) -> None:
                      async_scheduling=case["async_scheduling"], max_num_seqs=case.get("max_num_seqs"),
                      enable_prefix_caching=case["prefix_caching"])
     result = fit(make_plan(parse_config(FALCON_ARCH), custom_gpu(80), query), search_gpus=False)
-    assert (result.block_size, result.num_blocks, result.bytes_per_block, result.kv_pool_tokens) == \
-        (case["block_size"], case["num_blocks"], case["bytes_per_block"], case["kv_cache_size_tokens"])
-    assert result.max_concurrency == pytest.approx(case["max_concurrency"], rel=1e-12)
-    assert (result.state_blocks, result.starts) == (case["num_blocks"], case["starts"])
-    if not case["starts"]:
-        quoted = f"max_num_seqs ({case['max_num_seqs']}) exceeds available Mamba cache blocks " \
-                 f"({case['num_blocks']})"
-        assert case["error"].startswith(quoted) and quoted in result.start_reason
+    _assert_as_vllm(result, case)
 
 
 #: The same grid on older releases' own code (``tools/vllm_truth/mamba_hybrids_v027.py``).
@@ -142,11 +141,4 @@ def test_older_release_mamba_hybrid_pool_and_check_match_vllm(key: str) -> None:
                      async_scheduling=case["async_scheduling"], max_num_seqs=case["max_num_seqs"],
                      enable_prefix_caching=case["prefix_caching"])
     result = fit(make_plan(load_model(case["preset"]), custom_gpu(80), query), search_gpus=False)
-    assert (result.block_size, result.num_blocks, result.bytes_per_block, result.kv_pool_tokens) == \
-        (case["block_size"], case["num_blocks"], case["bytes_per_block"], case["kv_cache_size_tokens"])
-    assert result.max_concurrency == pytest.approx(case["max_concurrency"], rel=1e-12)
-    assert (result.state_blocks, result.starts) == (case["num_blocks"], case["starts"])
-    if not case["starts"]:
-        quoted = f"max_num_seqs ({case['max_num_seqs']}) exceeds available Mamba cache blocks " \
-                 f"({case['num_blocks']})"
-        assert case["error"].startswith(quoted) and quoted in result.start_reason
+    _assert_as_vllm(result, case)
