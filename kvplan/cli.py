@@ -610,8 +610,12 @@ def _image_request(args: argparse.Namespace, arch: ModelArch, settings: EngineSe
     (``kvplan.multimodal.image_prompt_tokens``); None without images."""
     from kvplan.engines import DEFAULT_ENGINE, engine_with_release
     from kvplan.multimodal import ImageRequest, image_prompt_tokens, with_processor_kwargs
+    from kvplan.plan import resolve_engine
     from kvplan.scenario import MAX_CONTEXT_TOKENS
 
+    engine = resolve_engine(engine_with_release(getattr(args, "engine", None) or DEFAULT_ENGINE,
+                                                args.engine_version))
+    limit = engine.image_limit(settings)  # the engine's flag, or a foreign one refused by name
     if not args.images and not args.image_size:
         return None
     if not args.image_size:
@@ -620,10 +624,8 @@ def _image_request(args: argparse.Namespace, arch: ModelArch, settings: EngineSe
     flag, tokens = text or ("--tokens", args.tokens)
     images = ImageRequest.parse(args.images, args.image_size)
     processor = with_processor_kwargs(arch.name, arch.processor, settings.mm_processor_kwargs)
-    from kvplan.plan import resolve_engine
-
-    added = image_prompt_tokens(arch.name, processor, images, resolve_engine(engine_with_release(
-        getattr(args, "engine", None) or DEFAULT_ENGINE, args.engine_version)).image_limit(settings))
+    added = image_prompt_tokens(arch.name, processor, images, limit, flag=engine.image_limit_flag,
+                                refusal=engine.image_limit_refusal)
     total = tokens + added
     if total > MAX_CONTEXT_TOKENS:
         raise KVPlanError("mm.images", count=images.count, key="images",

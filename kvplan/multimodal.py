@@ -423,12 +423,15 @@ class ImageRequest(BaseModel):
 
 def image_prompt_tokens(model: str, processor: Processor | None,
                         images: ImageRequest, limit: int | None = DEFAULT_MM_LIMIT,
-                        max_pixels: int | None = None) -> int:
+                        max_pixels: int | None = None, flag: str = "--limit-mm-per-prompt",
+                        refusal: str = "per prompt (vLLM refuses the request)") -> int:
     """Prompt tokens of a request's images: ``count × processor.prompt_tokens(W, H)``; refused by
     name for a model without a known processor, more images than ``limit``, the engine's
-    (``Engine.image_limit``; None: no limit; vLLM ``--limit-mm-per-prompt``, default 999: "At most
-    N image(s) may be provided", ``multimodal/processing`` ``_validate_mm_counts``) or a size the
-    processor refuses."""
+    (``Engine.image_limit``, named by its ``flag`` and what the engine then does, ``refusal``,
+    "per prompt (…)" / "per request (…)";
+    None: no limit; vLLM ``--limit-mm-per-prompt``, default 999: "At most N image(s) may be
+    provided", ``multimodal/processing`` ``_validate_mm_counts``; SGLang
+    ``--limit-mm-data-per-request``) or a size the processor refuses."""
     if not images.count:
         return 0
     if processor is None:
@@ -438,8 +441,7 @@ def image_prompt_tokens(model: str, processor: Processor | None,
     top = limit
     if top is not None and images.count > top:
         raise KVPlanError("mm.images", count=images.count, key="images",
-                          detail=f"above --limit-mm-per-prompt's {top} per prompt (vLLM refuses "
-                                 "the request)")
+                          detail=f"above {flag}'s {top} {refusal}")
     return images.count * processor.prompt_tokens(images.width, images.height, max_pixels)
 
 

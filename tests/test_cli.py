@@ -506,6 +506,9 @@ def reach(code: str, tmp_path) -> str:
     if code == "mm.images":
         return cli_error(["fit", "--model", "gemma-3-27b", "--gpu", "h100-sxm", "--tokens", "8",
                           "--images", "3", "--image-size", "8x8", "--limit-mm-per-prompt", "2"])
+    if code == "mm.limit_flag":
+        return cli_error(["fit", "--model", "gemma-3-27b", "--gpu", "h100-sxm", "--tokens", "8",
+                          "--engine", "sglang", "--limit-mm-per-prompt", "2"])
     if code == "mm.kwargs":
         return cli_error(["fit", "--model", "gemma-3-27b", "--gpu", "h100-sxm", "--tokens", "8",
                           "--mm-processor-kwargs", '{"do_pan_and_scan": true}'])

@@ -200,7 +200,7 @@ def test_the_image_limit_is_the_engines_own():
     many = ImageRequest(count=1000, width=1280, height=720)
     two = EngineSettings(limit_mm_per_prompt=2)
     assert (get_engine("vllm").image_limit(EngineSettings()), get_engine("vllm@0.33").image_limit(two),
-            get_engine("sglang").image_limit(two)) == (999, 2, None)
+            get_engine("sglang").image_limit(EngineSettings())) == (999, 2, None)
     with pytest.raises(KVPlanError, match="1000 image\\(s\\) per request: above --limit-mm-per-prompt's 999"):
         image_prompt_tokens(arch.name, arch.processor, many)
     assert image_prompt_tokens(arch.name, arch.processor, many, None) == 1000 * 260

@@ -269,6 +269,12 @@ LIMIT_MM_PER_PROMPT = Setting(
     "vLLM --limit-mm-per-prompt '{\"image\": N, \"video\": N}': items per prompt for each modality "
     "(empty = 999, config/multimodal.py); 0 = text only: no encoder budget, the towers are not "
     "profiled (multimodal/encoder_budget.py).", low=0, high=10_000)
+LIMIT_MM_DATA_PER_REQUEST = Setting(
+    "limit_mm_data_per_request", "md", "--limit-mm-data-per-request", "int",
+    "limit_mm_data_per_request (images/videos)",
+    "SGLang --limit-mm-data-per-request '{\"image\": N, \"video\": N}' (from 0.5.7): items per "
+    "request for each modality; unset = no limit (managers/tokenizer_manager.py "
+    "_validate_mm_limits); a request above it is refused, no memory changes.", low=0, high=10_000)
 MM_PROCESSOR_KWARGS = Setting(
     "mm_processor_kwargs", "mk", "--mm-processor-kwargs", "json", "mm_processor_kwargs (JSON)",
     "vLLM --mm-processor-kwargs, a JSON object for the checkpoint's processor: Qwen-VL min_pixels / "
@@ -320,6 +326,7 @@ class EngineSettings(BaseModel):
     speculative_eagle_topk: int | None = _setting(None, SPECULATIVE_EAGLE_TOPK)
     speculative_num_draft_tokens: int | None = _setting(None, SPECULATIVE_NUM_DRAFT_TOKENS)
     limit_mm_per_prompt: int | None = _setting(None, LIMIT_MM_PER_PROMPT)
+    limit_mm_data_per_request: int | None = _setting(None, LIMIT_MM_DATA_PER_REQUEST)
     mm_processor_kwargs: str | None = _setting(None, MM_PROCESSOR_KWARGS)
 
     @field_validator("max_attention_window")

@@ -1,0 +1,108 @@
+"""The engines' own caps on a request's images (issue #27), each hand-derived from the engine's code.
+
+* vLLM: ``--limit-mm-per-prompt`` (999 per modality unset, ``config/multimodal.py``).
+* SGLang: ``--limit-mm-data-per-request`` from 0.5.7 (``server_args.py``; absent at 0.5.6), checked
+  per request by ``TokenizerManager._validate_mm_limits`` (0.5.23 ``managers/tokenizer_manager.py``):
+  unset, the check returns early (no limit); set, ``count > limit`` raises ``"Image count N exceeds
+  limit L per request."`` — so 0 refuses every image. Each engine's flag is refused by name under the
+  other.
+"""
+
+from __future__ import annotations
+
+import pytest
+from cli_helpers import run_cli
+
+from kvplan.engines import get_engine
+from kvplan.engines.settings import EngineSettings
+from kvplan.errors import KVPlanError
+from kvplan.multimodal import ImageRequest, image_prompt_tokens
+from kvplan.presets import load_model
+from kvplan.scenario import Scenario, check_names, scenario_request_tokens
+
+GEMMA = "gemma-3-27b"  # FixedProcessor: 260 prompt tokens per image (processing_gemma3.py)
+
+
+def _tokens(engine: str, settings: EngineSettings, count: int) -> int:
+    arch = load_model(GEMMA)
+    e = get_engine(engine)
+    images = ImageRequest(count=count, width=1280, height=720)
+    return image_prompt_tokens(arch.name, arch.processor, images, e.image_limit(settings),
+                               flag=e.image_limit_flag, refusal=e.image_limit_refusal)
+
+
+def test_sglang_limit_is_its_own_flag_from_0_5_7():
+    two = EngineSettings(limit_mm_data_per_request=2)
+    assert [get_engine(f"sglang@{v}").image_limit(two) for v in ("0.5.7", "0.5.23")] == [2, 2]
+    assert get_engine("sglang").image_limit(EngineSettings()) is None  # unset: no limit
+    assert _tokens("sglang", two, 2) == 2 * 260
+    assert _tokens("sglang", EngineSettings(), 5000) == 5000 * 260  # no cap, not vLLM's 999
+    with pytest.raises(KVPlanError) as exc:
+        _tokens("sglang", two, 3)
+    assert str(exc.value) == ("3 image(s) per request: above --limit-mm-data-per-request's 2 per "
+                              "request (SGLang refuses the request: managers/tokenizer_manager.py "
+                              "_validate_mm_limits)")
+    zero = "^1 image\\(s\\) per request: above --limit-mm-data-per-request's 0"
+    with pytest.raises(KVPlanError, match=zero):
+        _tokens("sglang", EngineSettings(limit_mm_data_per_request=0), 1)  # count 1 > limit 0
+    assert _tokens("sglang", EngineSettings(limit_mm_data_per_request=0), 0) == 0
+
+
+def test_each_engines_flag_is_refused_under_the_other():
+    with pytest.raises(KVPlanError) as exc:
+        get_engine("sglang").image_limit(EngineSettings(limit_mm_per_prompt=2))
+    assert str(exc.value) == ("--limit-mm-per-prompt under SGLang (token pool): it is vLLM's flag; SGLang's "
+                              "is --limit-mm-data-per-request (0.5.7+)")
+    with pytest.raises(KVPlanError) as exc:
+        get_engine("vllm").image_limit(EngineSettings(limit_mm_data_per_request=2))
+    assert str(exc.value) == ("--limit-mm-data-per-request under vLLM (v1 paged blocks): it is SGLang's "
+                              "flag; vLLM's is --limit-mm-per-prompt")
+    with pytest.raises(KVPlanError) as exc:
+        get_engine("sglang@0.5.5").image_limit(EngineSettings(limit_mm_data_per_request=2))
+    assert str(exc.value) == ("--limit-mm-data-per-request under SGLang 0.5.5: SGLang added it in 0.5.7 "
+                              "(absent from 0.5.6's server_args.py)")
+
+
+def test_sglang_0_5_7_record_changes_only_the_flag():
+    """The 0.5.7 record is 0.5.5's memory rules plus the flag (its changes say so)."""
+    old, new = get_engine("sglang@0.5.5").record, get_engine("sglang@0.5.7").record
+    assert (old.name, new.name) == ("SGLang 0.5.5", "SGLang 0.5.7")
+    assert old.memory_table == new.memory_table and old.memory_top == new.memory_top
+    assert (old.mm_data_limit, new.mm_data_limit, get_engine("sglang@0.5.23").record.mm_data_limit) == \
+        (False, True, True)
+
+
+@pytest.mark.parametrize(("argv", "why"), [
+    (["--engine", "sglang", "--limit-mm-per-prompt", "2"],
+     "--limit-mm-per-prompt under SGLang (token pool): it is vLLM's flag"),
+    (["--engine", "sglang", "--limit-mm-data-per-request", "2", "--images", "3", "--image-size", "1280x720"],
+     "3 image(s) per request: above --limit-mm-data-per-request's 2 per request"),
+    (["--engine", "sglang", "--engine-version", "0.5.5", "--limit-mm-data-per-request", "2"],
+     "SGLang added it in 0.5.7"),
+    (["--engine", "vllm", "--limit-mm-data-per-request", "2"], "it is SGLang's flag"),
+])
+def test_cli_refuses_a_limit_by_name(argv, why):
+    code, out, err = run_cli(["fit", "--model", GEMMA, "--gpu", "h100-sxm", "--tokens", "1000", *argv])
+    assert code == 2 and why in err and "Traceback" not in err, (code, out, err)
+
+
+def test_cli_takes_sglangs_limit():
+    import json
+
+    code, out, err = run_cli(["fit", "--model", GEMMA, "--gpu", "h100-sxm", "--tokens", "1000", "--engine",
+                              "sglang", "--limit-mm-data-per-request", "2", "--images", "2",
+                              "--image-size", "1280x720", "--json"])
+    assert code == 0, err
+    assert json.loads(out)["request"]["tokens"] == 1000 + 2 * 260
+
+
+def test_link_drops_images_above_sglangs_limit_by_name():
+    scenario, warnings = Scenario.from_query({"m": GEMMA, "e": "sglang", "md": "2", "im": "3"})
+    assert not warnings and scenario.engine_settings.limit_mm_data_per_request == 2
+    fixed, warnings = check_names(scenario)
+    assert fixed.images == 0
+    assert any("above --limit-mm-data-per-request's 2 per request" in w for w in warnings), warnings
+    # vLLM's mi is not SGLang's knob: ignored there, like every knob an engine does not have
+    fixed, warnings = check_names(scenario.model_copy(update={"engine_settings": EngineSettings(
+        limit_mm_per_prompt=2)}))
+    assert fixed.images == 3 and scenario_request_tokens(fixed) == fixed.tokens + 3 * 260
