@@ -13,7 +13,9 @@ both ``max_num_batched_tokens`` by default (``config/scheduler.py`` ``SchedulerC
 profile run (``gpu_model_runner.py`` ``profile_run``) encodes ``max_items_per_batch`` dummy items
 of the modality with the most tokens and keeps their outputs in ``encoder_cache`` while the
 language model's dummy forward runs, so the profiled peak — and the reserve the KV budget loses —
-holds ``items × tokens per item × hidden_size × dtype bytes`` of encoder outputs. With every
+holds ``items × tokens per item × hidden_size × dtype bytes`` of encoder outputs (Qwen3-VL's rows
+also carry its deepstack features, ``× (1 + deepstack)``: ``encoder_output_width``; its
+``deepstack_input_embeds`` buffers are a term of their own, ``deepstack_buffer_term``). With every
 limit at 0 (text only) there is no budget and no encoder profile. What counts per item is the
 release's (``VllmRelease.mm_item_tokens``): the item's embeddings (v0.10.0, v0.13.0+) or its whole
 placeholder with the text tokens inside (v0.10.1–v0.12: Gemma-3's 260 tokens per image).
@@ -130,16 +132,52 @@ def encoder_budget(arch: ModelArch, *, mnbt: int, max_num_seqs: int, max_model_l
     return EncoderBudget(tokens, embeds, compute, cache, modality, items)
 
 
+def encoder_output_width(arch: ModelArch) -> tuple[int, int]:
+    """``(elements per encoder-output token, deepstack mergers)``: the language model's
+    ``hidden_size`` (the projector's output), times ``1 + deepstack`` for Qwen3-VL, whose tower
+    concatenates the merger's output with each deepstack merger's (``qwen3_vl.py``
+    ``Qwen3_VisionTransformer.forward``: ``out_hidden_size × (1 + len(deepstack_visual_indexes))``)
+    and whose ``embed_multimodal`` returns it whole — the split into the main and multiscale
+    embeddings happens only in ``embed_input_ids`` (``_compute_deepstack_embeds``), so the
+    encoder cache holds every column."""
+    tower = next((t for t in arch.weights.towers if t.name == "vision"), None)
+    deep = tower.deepstack if tower is not None else 0
+    return arch.hidden_size * (1 + deep), deep
+
+
+def deepstack_buffer_term(arch: ModelArch, mnbt: int, model_dtype: str,
+                          release: str) -> ReserveTerm | None:
+    """Qwen3-VL's deepstack input buffers: ``Qwen3VLForConditionalGeneration.__init__`` (vLLM 0.33
+    ``qwen3_vl.py``) allocates ``deepstack`` zero tensors of ``max_num_batched_tokens ×
+    text hidden_size`` in the model's dtype on the device while the model is built — memory the
+    weights do not count and the KV budget loses. Built with the tower: where ``--limit-mm-per-prompt``
+    0 leaves the tower a ``StageMissingLayer`` (``Vllm.drops_towers``) ``use_deepstack`` is false and
+    there are none. None for a tower without deepstack mergers."""
+    _, deep = encoder_output_width(arch)
+    if not deep:
+        return None
+    width = get_dtype(model_dtype).bits // 8
+    total = deep * mnbt * arch.hidden_size * width
+    formula = (f"{deep} deepstack buffer(s) × max_num_batched_tokens {mnbt:,} × hidden "
+               f"{arch.hidden_size:,} × {width} B = {total:,} B")
+    return ReserveTerm("mm_deepstack_buffers", total, formula,
+                       f"{release} vllm/model_executor/models/qwen3_vl.py "
+                       "Qwen3VLForConditionalGeneration.__init__ (deepstack_input_embeds)", "derived")
+
+
 def encoder_cache_term(arch: ModelArch, budget: EncoderBudget, model_dtype: str,
                        release: str) -> ReserveTerm:
     """The profile run's encoder outputs held beside the language model's dummy forward:
-    ``items × tokens × hidden_size × dtype bytes`` (the tower's projector writes the language
-    model's hidden size; every TP rank holds the whole output)."""
+    ``items × tokens × hidden_size × (1 + deepstack) × dtype bytes`` (the tower's projector writes
+    the language model's hidden size, Qwen3-VL's with its deepstack features beside it:
+    ``encoder_output_width``; every TP rank holds the whole output)."""
     width = get_dtype(model_dtype).bits // 8
-    total = budget.profiled_tokens * arch.hidden_size * width
+    row, deep = encoder_output_width(arch)
+    total = budget.profiled_tokens * row * width
     per_item = budget.embeds_per_item[budget.modality]
+    hidden = f"hidden {arch.hidden_size:,}" + (f" × (1 + {deep} deepstack)" if deep else "")
     formula = (f"{budget.items_per_batch} {budget.modality} item(s) × {per_item:,} "
-               f"tokens × hidden {arch.hidden_size:,} × {width} B = {total:,} B (encoder budget "
+               f"tokens × {hidden} × {width} B = {total:,} B (encoder budget "
                f"{budget.budget:,} tokens = max(max_num_batched_tokens, largest item)); vLLM logs "
                f"\"{budget.log_line()}\"")
     return ReserveTerm("mm_encoder_cache", total, formula, f"{release} {_SOURCE}", "derived")
