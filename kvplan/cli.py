@@ -246,12 +246,14 @@ def _video_number(flag: str) -> Callable[[str], float]:
 
 def _image_args(p: argparse.ArgumentParser, text: str) -> None:
     """``--images N --image-size WxH`` (``fit``, ``recommend``): the images each request brings."""
-    p.add_argument("--images", type=_nonneg_int, default=0, metavar="N",
+    from kvplan.multimodal import MAX_IMAGES
+
+    p.add_argument("--images", type=_number("--images", int, 0, MAX_IMAGES), default=0, metavar="N",
                    help="images per request: each adds its tokens (the checkpoint's processor, "
                         f"presets/processors/) to {text}, which then counts the text alone")
     p.add_argument("--image-size", default="", metavar="WxH",
                    help="pixels of each image, e.g. 1280x720 (needed with --images)")
-    p.add_argument("--videos", type=_nonneg_int, default=0, metavar="N",
+    p.add_argument("--videos", type=_number("--videos", int, 0, MAX_IMAGES), default=0, metavar="N",
                    help="videos per request (Qwen2-VL / Qwen2.5-VL processors): each adds its tokens "
                         "to the request, frames = --video-seconds × --video-fps, all of them as vLLM "
                         "0.33's default loader keeps them")

@@ -106,3 +106,52 @@ def test_link_drops_images_above_sglangs_limit_by_name():
     fixed, warnings = check_names(scenario.model_copy(update={"engine_settings": EngineSettings(
         limit_mm_per_prompt=2)}))
     assert fixed.images == 3 and scenario_request_tokens(fixed) == fixed.tokens + 3 * 260
+
+
+@pytest.mark.parametrize(("query", "link", "checked", "images"), [
+    # a 0×0 image: each side falls back alone to its default (1280×720); the images stay
+    ({"im": "2", "iw": "0", "ih": "0"},
+     ["link parameter 'iw'='0' was not used: Input should be greater than or equal to 1",
+      "link parameter 'ih'='0' was not used: Input should be greater than or equal to 1"], [], 2),
+    ({"im": "2", "iw": "70000"},
+     ["link parameter 'iw'='70000' was not used: Input should be less than or equal to 65536"], [], 2),
+    ({"im": "20000"},
+     ["link parameter 'im'='20000' was not used: Input should be less than or equal to 10000"], [], 0),
+    ({"im": "3", "mi": "2"}, [],
+     ["link parameter 'im'='3×1280x720' was not used: 3 image(s) per request: above "
+      "--limit-mm-per-prompt's 2 per prompt (vLLM refuses the request)"], 0),
+    ({"im": "3", "e": "sglang", "md": "2"}, [],
+     ["link parameter 'im'='3×1280x720' was not used: 3 image(s) per request: above "
+      "--limit-mm-data-per-request's 2 per request (SGLang refuses the request: "
+      "managers/tokenizer_manager.py _validate_mm_limits)"], 0),
+    ({"im": "3", "e": "sglang", "md": "2", "ev": "0.5.5"}, [],
+     ["link parameter 'im'='3×1280x720' was not used: --limit-mm-data-per-request under SGLang "
+      "0.5.5: SGLang added it in 0.5.7 (absent from 0.5.6's server_args.py)"], 0),
+    ({"md": "-4"}, ["link parameter 'md'='-4' was not used: Input should be greater than or equal to 0"],
+     [], 0),
+])
+def test_link_messages_for_bad_images_and_limits(query, link, checked, images):
+    """Each bad value is named in the link's warnings and falls back alone (the sidebar shows them)."""
+    scenario, warnings = Scenario.from_query({"m": GEMMA, **query})
+    assert warnings == link
+    fixed, warnings = check_names(scenario)
+    assert warnings == checked and fixed.images == images
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--images", "1", "--image-size", "0x0"],
+     "kvplan: error: image size 0×0: both sides must be at least 1 pixel"),
+    (["--images", "1", "--image-size", "70000x10"],
+     "kvplan: error: image size 70000×10: a side above 65,536 pixels is not an image a processor takes"),
+    (["--images", "1", "--image-size", "99999999999x1"],
+     "kvplan: error: image size '99999999999x1': expected WIDTHxHEIGHT in pixels, e.g. 1280x720"),
+    # the count's own flag is named (it named --kv-cache-memory-bytes before: a shared parser)
+    (["--images", "-1", "--image-size", "10x10"],
+     "kvplan: error: argument --images: --images must be between 0 and 10,000, got '-1'"),
+    (["--images", "1000", "--image-size", "10x10"],
+     "kvplan: error: 1000 image(s) per request: above --limit-mm-per-prompt's 999 per prompt (vLLM refuses "
+     "the request)"),
+])
+def test_cli_messages_for_bad_images(argv, message):
+    code, out, err = run_cli(["fit", "--model", GEMMA, "--gpu", "h100-sxm", "--tokens", "100", *argv])
+    assert code == 2 and err.strip().splitlines()[-1] == message, (code, out, err)
