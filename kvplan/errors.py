@@ -288,6 +288,7 @@ MESSAGES: dict[str, str] = {
     "mm.frames": "video of {count} frames: {detail}",
     "mm.videos": "{count} video(s) per request: {detail}",
     "mm.video_input": "{flag} {value}: {detail}",
+    "mm.transport": "{flag} {value}: expected one of {choices}",
     "mm.limit_flag": "{flag} under {engine}: {detail}",
     "mm.kwargs": "--mm-processor-kwargs key {key} for {model}: {detail}",
     # the dashboard's last line of defence (a bug, reported without a traceback)

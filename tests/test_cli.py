@@ -512,6 +512,9 @@ def reach(code: str, tmp_path) -> str:
             ["--video-seconds", "0"]
         return cli_error(["fit", "--model", "Qwen/Qwen2.5-VL-7B-Instruct", "--gpu", "h100-sxm",
                           "--tokens", "8", *video])
+    if code == "mm.transport":
+        return cli_error(["fit", "--model", "gemma-3-27b", "--gpu", "h100-sxm", "--tokens", "8",
+                          "--engine", "sglang", "--mm-feature-transport", "nvlink"])
     if code == "mm.limit_flag":
         return cli_error(["fit", "--model", "gemma-3-27b", "--gpu", "h100-sxm", "--tokens", "8",
                           "--engine", "sglang", "--limit-mm-per-prompt", "2"])

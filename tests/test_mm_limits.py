@@ -155,3 +155,38 @@ def test_link_messages_for_bad_images_and_limits(query, link, checked, images):
 def test_cli_messages_for_bad_images(argv, message):
     code, out, err = run_cli(["fit", "--model", GEMMA, "--gpu", "h100-sxm", "--tokens", "100", *argv])
     assert code == 2 and err.strip().splitlines()[-1] == message, (code, out, err)
+
+
+def test_sglang_gpu_feature_transport_reserves_its_pool():
+    """0.5.23 ``mm_runtime_reservation_gb``: SGLANG_VLM_CACHE_SIZE_MB (100 MiB), + the transport pool
+    SGLANG_MM_FEATURE_CACHE_MB (1,024 MiB) with ``--mm-feature-transport cuda_ipc|cuda_vmm``, out of
+    the KV budget before the token division. Qwen2.5-VL-7B on an H100 (KV budget 43,170,624,528 B,
+    57,344 B per token): (43,170,624,528 − 104,857,600) // 57,344 = 751,007 tokens; with cuda_ipc
+    (43,170,624,528 − 1,178,599,424) // 57,344 = 732,282."""
+    from kvplan.engines.sglang.engine import sglang_mm_reservation
+    from kvplan.plan import FitQuery, make_plan
+    from kvplan.presets import get_gpu
+
+    qwen = load_model("Qwen/Qwen2.5-VL-7B-Instruct")
+    assert [sglang_mm_reservation(qwen, t) for t in (None, "cpu", "cuda_ipc", "cuda_vmm")] == \
+        [104_857_600, 104_857_600, 1_178_599_424, 1_178_599_424]
+    assert sglang_mm_reservation(load_model("llama-3.1-8b"), "cuda_ipc") == 0  # not multimodal
+    with pytest.raises(KVPlanError) as exc:
+        sglang_mm_reservation(qwen, "nvlink")
+    assert str(exc.value) == "--mm-feature-transport 'nvlink': expected one of cpu, cuda_ipc, cuda_vmm"
+    tokens = []
+    for transport in (None, "cuda_ipc"):
+        plan = make_plan(qwen, get_gpu("h100-sxm"), FitQuery(
+            tokens=1000, engine="sglang", settings=EngineSettings(mm_feature_transport=transport)))
+        tokens.append(plan.pool.capacity)
+    budget = 43_170_624_528
+    assert tokens == [(budget - 104_857_600) // 57_344, (budget - 1_178_599_424) // 57_344]
+    assert tokens == [751_007, 732_282]
+
+
+def test_cli_refuses_the_transport_before_0_5_23_by_name():
+    code, out, err = run_cli(["fit", "--model", "Qwen/Qwen2.5-VL-7B-Instruct", "--gpu", "h100-sxm",
+                              "--tokens", "1000", "--engine", "sglang", "--engine-version", "0.5.7",
+                              "--mm-feature-transport", "cuda_ipc"])
+    assert code == 2 and err.strip().endswith("--mm-feature-transport under SGLang 0.5.7: kvplan reads its "
+                                              "reservation at 0.5.23 (mm_runtime_reservation_gb)"), err

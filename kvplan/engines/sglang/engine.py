@@ -47,7 +47,7 @@ from kvplan.engines.sglang.spec_decode import (
     sglang_spec_weights_term,
 )
 from kvplan.engines.sglang.weights import sglang_loading_rules
-from kvplan.errors import KVPlanError
+from kvplan.errors import KVPlanError, short
 
 if TYPE_CHECKING:
     from kvplan.presets import GPU
@@ -81,6 +81,11 @@ SGLANG_MM_DISABLED_ARCHS = frozenset({
 #: ``SGLANG_VLM_CACHE_SIZE_MB`` default (``environ.py``): the multimodal embedding cache reserved
 #: out of the KV budget (``kv_cache_configurator.py`` ``mm_runtime_reservation_gb``).
 SGLANG_VLM_CACHE_BYTES = 100 * MIB
+#: ``SGLANG_MM_FEATURE_CACHE_MB`` default (0.5.23 ``environ.py``): the feature-transport pool a GPU
+#: ``--mm-feature-transport`` (``cuda_ipc``, ``cuda_vmm``) adds to that reservation.
+SGLANG_MM_FEATURE_CACHE_BYTES = 1024 * MIB
+#: ``--mm-feature-transport`` choices (0.5.23 ``arg_groups/fields/mm.py``).
+SGLANG_MM_TRANSPORTS = ("cpu", "cuda_ipc", "cuda_vmm")
 
 
 def sglang_vlm_factor(arch: ModelArch | None, record: SglangRelease) -> float:
@@ -99,15 +104,21 @@ def sglang_vlm_factor(arch: ModelArch | None, record: SglangRelease) -> float:
     return 0.95 * max(0.8, min(1.05, 1.0 - 0.1 * (ratio - 1.0)))
 
 
-def sglang_mm_reservation(arch: ModelArch) -> int:
+def sglang_mm_reservation(arch: ModelArch, transport: str | None = None) -> int:
     """Bytes ``_resolve_memory_pool_config`` takes out of the KV budget before the Mamba split
     (``kv_cache_configurator.py`` ``mm_runtime_reservation_gb``, 0.5.23): the embedding cache
     (``SGLANG_VLM_CACHE_SIZE_MB``, 100 MiB) when ``ModelConfig.is_multimodal`` — read here as a
-    checkpoint with a vision or audio tower whose architecture is not in ``mm_disabled_models``
-    (CPU feature transport, the default: no ``SGLANG_MM_FEATURE_CACHE_MB`` pool)."""
+    checkpoint with a vision or audio tower whose architecture is not in ``mm_disabled_models`` —
+    plus, with a GPU ``--mm-feature-transport`` (``cuda_ipc`` / ``cuda_vmm``), the transport pool
+    (``SGLANG_MM_FEATURE_CACHE_MB``, 1,024 MiB). ``transport`` None: unset, CPU on one node (the
+    multi-node GB200/GB300 MNNVL default is not modelled); another value is refused by name."""
+    if transport is not None and transport not in SGLANG_MM_TRANSPORTS:
+        raise KVPlanError("mm.transport", flag="--mm-feature-transport", value=short(transport, 40),
+                          choices=", ".join(SGLANG_MM_TRANSPORTS))
     if not arch.weights.towers or arch.architecture in SGLANG_MM_DISABLED_ARCHS:
         return 0
-    return SGLANG_VLM_CACHE_BYTES
+    pool = SGLANG_MM_FEATURE_CACHE_BYTES if transport in ("cuda_ipc", "cuda_vmm") else 0
+    return SGLANG_VLM_CACHE_BYTES + pool
 
 
 def _memory_row(record: SglangRelease, gib: float, tp: int) -> tuple[int, int]:
@@ -362,6 +373,7 @@ class SGLang(Engine):
         "max_loras": ("--max-loras-per-batch (LoRA buffer slots)", "1 here; SGLang's own default is 8"),
         "lora_target_modules": ("--lora-target-modules (comma-separated)", "all"),
         "limit_mm_data_per_request": ("--limit-mm-data-per-request (images/videos, 0.5.7+)", "no limit"),
+        "mm_feature_transport": ("--mm-feature-transport (cpu, cuda_ipc, cuda_vmm; 0.5.23)", "cpu"),
         "max_lora_rank": ("--max-lora-rank", "16"),
         "mtp": ("Load MTP layers (speculative decoding)", "off"),
         "speculative_algorithm": ("--speculative-algorithm", "none"),
@@ -661,7 +673,11 @@ class SGLang(Engine):
         if spec is not None and spec.notes:
             notes.extend(spec.notes)
         assert isinstance(self.record, SglangRelease)
-        mm = sglang_mm_reservation(arch) if self.record.mm_kv_reservation else 0
+        transport = settings.mm_feature_transport
+        if transport is not None and not self.record.mm_kv_reservation:
+            raise KVPlanError("mm.limit_flag", flag="--mm-feature-transport", engine=self.record.name,
+                              detail="kvplan reads its reservation at 0.5.23 (mm_runtime_reservation_gb)")
+        mm = sglang_mm_reservation(arch, transport) if self.record.mm_kv_reservation else 0
         return SGLangPool(view, max(min(budgets), 0), settings, mm, spec)
 
     def startup_check(self, arch: ModelArch, gpu: GPU, settings: EngineSettings, pool: KVPool,
@@ -884,7 +900,9 @@ class SGLangPool(KVPool):
                 f"= {self.draft_cell:,} B more per token in the cell ({self.cell:,.0f} B) "
                 "(pool_configurator.py DefaultPoolConfigurator.__init__, SGLang 0.5.23)")
         if self.mm_reserve:
-            out["kv_pool_tokens"] += (f"; {self.mm_reserve:,} B multimodal embedding cache taken "
+            pool = " + the GPU feature-transport pool (SGLANG_MM_FEATURE_CACHE_MB)" \
+                if self.mm_reserve > SGLANG_VLM_CACHE_BYTES else ""
+            out["kv_pool_tokens"] += (f"; {self.mm_reserve:,} B multimodal embedding cache{pool} taken "
                                       "first (SGLANG_VLM_CACHE_SIZE_MB, mm_runtime_reservation_gb)")
         return out
 
