@@ -190,7 +190,9 @@ def test_views_refuse_images_a_model_cannot_take_by_name(params, why, kept):
 def test_the_image_limit_is_the_engines_own():
     """vLLM refuses more images than ``--limit-mm-per-prompt`` (default 999); SGLang 0.5.23 has no
     limit unless ``--limit-mm-data-per-request`` is set (``TokenizerManager._validate_mm_limits``
-    returns early), and vLLM's flag is not its own."""
+    returns early), and vLLM's flag is not its own: ``image_limit`` now refuses it by name (it
+    returned None for it before; tests/test_mm_limits.py pins the refusal), so SGLang's default is
+    asked with no flag; a link's ``mi`` is still ignored under SGLang (``own_settings``)."""
     from kvplan.engines import get_engine
     from kvplan.engines.settings import EngineSettings
     from kvplan.multimodal import ImageRequest, image_prompt_tokens
