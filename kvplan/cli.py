@@ -1059,7 +1059,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
             read_limited(args.prices_csv, MAX_CONFIG_BYTES, "config.too_large").decode("utf-8", "replace")),
         efficiency=efficiency, default_efficiency=args.default_efficiency,
         image_tokens=request["image_tokens"] + request.get("video_tokens", 0) if request else 0,
-        images=request["images"] if request else 0)
+        images=request["images"] if request else 0, videos=request.get("videos", 0) if request else 0)
     plan = make_plan(arch, None, FitQuery(engine=engine, reserve_gib=args.reserve_gib, settings=settings))
     rec = recommend(plan, query, workload)
     model: dict[str, object] = {"model": args.model}

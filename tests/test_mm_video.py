@@ -141,3 +141,16 @@ def test_cli_refuses_bad_videos_by_name(command, extra, why):
         ["recommend", "--model", QWEN25, "--gpus", "h100-sxm"]
     code, out, err = run_cli([*base, *extra])
     assert code == 2 and why in err and "Traceback" not in err, (code, out, err)
+
+
+def test_cli_recommend_counts_and_names_the_videos():
+    code, out, err = run_cli(["recommend", "--model", QWEN25, "--gpus", "h100-sxm", "--prompt-tokens", "1000",
+                              "--videos", "1", "--video-size", "1280x720", "--video-seconds", "10",
+                              "--video-fps", "2", "--json"])
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["request"]["tokens"] == doc["lengths"]["prompt"] == 1000 + 11962
+    assert doc["lengths"]["source"].endswith("each prompt + 11,962 image and video tokens (0 image(s), "
+                                             "1 video(s))")
+    assert any(a.startswith("Each prompt brings 11,962 image and video tokens (0 image(s), 1 video(s), ")
+               for a in doc["assumptions"])
