@@ -49,3 +49,13 @@ def test_towers_without_deepstack_have_no_buffers():
     plan = make_plan(load_model("Qwen/Qwen2.5-VL-7B-Instruct"), get_gpu("h100-sxm"),
                      FitQuery(tokens=32_768, engine="vllm@0.33"))
     assert "mm_deepstack_buffers" not in _reserve(plan) and "mm_encoder_cache" in _reserve(plan)
+
+
+def test_no_buffers_at_limit_zero_in_older_releases_too():
+    """vLLM 0.11.0's ``Qwen3VLForConditionalGeneration.__init__`` sets ``visual`` None when both
+    limits are 0 and then builds no ``deepstack_input_embeds`` (read in its qwen3_vl.py)."""
+    arch, gpu = load_model(QWEN3_8B), get_gpu("h100-sxm")
+    plan = make_plan(arch, gpu, FitQuery(tokens=32_768, engine="vllm@0.11"))
+    assert _reserve(plan)["mm_deepstack_buffers"].bytes == 3 * plan.settings.max_num_batched_tokens * 4096 * 2
+    text_only = plan.vary(settings=plan.query.settings.model_copy(update={"limit_mm_per_prompt": 0}))
+    assert "mm_deepstack_buffers" not in _reserve(text_only)

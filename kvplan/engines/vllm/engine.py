@@ -462,8 +462,9 @@ class Vllm(Engine):
         """The profile run's encoder outputs (``mm_encoder_cache``) where there is a budget, and
         the tower's peak beyond them and ``terms``' activation peak (``mm_encoder_peak``)."""
         dtype = self.model_dtype(arch)
-        # the buffers are built with the tower (use_deepstack is false for a StageMissingLayer)
-        buffers = None if self.drops_towers(settings) else deepstack_buffer_term(
+        # the buffers are built with the tower: none at --limit-mm-per-prompt 0 (v0.33: the tower is
+        # a StageMissingLayer; v0.11: Qwen3-VL's own __init__ sets visual None at limits 0)
+        buffers = None if settings.limit_mm_per_prompt == 0 else deepstack_buffer_term(
             arch, settings.max_num_batched_tokens or self.default_mnbt(gpu), dtype, self.release)
         first = () if buffers is None else (buffers,)
         budget = self.mm_budget(arch, gpu, settings, tokens)

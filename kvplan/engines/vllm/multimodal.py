@@ -154,9 +154,10 @@ def deepstack_buffer_term(arch: ModelArch, mnbt: int, model_dtype: str,
     """Qwen3-VL's deepstack input buffers: ``Qwen3VLForConditionalGeneration.__init__`` (vLLM 0.33
     ``qwen3_vl.py``) allocates ``deepstack`` zero tensors of ``max_num_batched_tokens ×
     text hidden_size`` in the model's dtype on the device while the model is built — memory the
-    weights do not count and the KV budget loses. Built with the tower: where ``--limit-mm-per-prompt``
-    0 leaves the tower a ``StageMissingLayer`` (``Vllm.drops_towers``) ``use_deepstack`` is false and
-    there are none. None for a tower without deepstack mergers."""
+    weights do not count and the KV budget loses. Built with the tower: at ``--limit-mm-per-prompt``
+    0 there are none (0.33: the tower is a ``StageMissingLayer``, ``use_deepstack`` false; 0.11:
+    ``__init__`` sets ``visual`` None when both limits are 0 and builds no buffers — the same
+    buffers read at 0.11.0 and 0.33.0). None for a tower without deepstack mergers."""
     _, deep = encoder_output_width(arch)
     if not deep:
         return None
