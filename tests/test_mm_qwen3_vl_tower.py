@@ -61,3 +61,12 @@ def test_the_plan_takes_the_excess_over_what_the_profile_holds():
     held = terms["activation_peak"].bytes + terms["mm_encoder_cache"].bytes
     assert terms["mm_encoder_peak"].bytes == 2_426_404_876 - held
     assert "Qwen3-VL block at its peak, attention 4·h + 8·h/tp" in terms["mm_encoder_peak"].formula
+
+
+def test_older_releases_have_no_qwen3_vl_peak_term():
+    """0.11.0's ``Qwen2_5_VisionAttention`` copies q, k and v and concatenates q and k before the
+    rotary: another live set, not derived (``VllmRelease.qwen3_vl_tower_peak`` is 0.33's)."""
+    plan = make_plan(load_model("Qwen/Qwen3-VL-8B-Instruct"), get_gpu("h100-sxm"),
+                     FitQuery(tokens=32_768, engine="vllm@0.32"))
+    names = {t.name for t in plan.budget.reserve_detail.terms}
+    assert "mm_encoder_cache" in names and "mm_encoder_peak" not in names

@@ -474,7 +474,7 @@ class Vllm(Engine):
         text = next((t.bytes for t in terms if t.name == "activation_peak"), 0)
         processor = with_processor_kwargs(arch.name, arch.processor, settings.mm_processor_kwargs)
         peak = encoder_peak_term(arch, budget, processor, dtype, settings.tp, text + cache.bytes,
-                                 self.release)
+                                 self.release, qwen3_vl=self.record.qwen3_vl_tower_peak)
         return (*first, cache) if peak is None else (*first, cache, peak)
 
     def lora_terms(self, arch: ModelArch, gpu: GPU, settings: EngineSettings,

@@ -217,15 +217,17 @@ class TowerPeak:
 
 def tower_peak(arch: ModelArch, budget: EncoderBudget,
                processor: Processor | None,
-               model_dtype: str, tp: int) -> TowerPeak | None:
-    """``TowerPeak`` of the towers kvplan derives (module docstring), else None."""
+               model_dtype: str, tp: int, qwen3_vl: bool = True) -> TowerPeak | None:
+    """``TowerPeak`` of the towers kvplan derives (module docstring), else None. ``qwen3_vl``: the
+    release's Qwen3-VL tower is the one read (``VllmRelease.qwen3_vl_tower_peak``; else None)."""
     tower = next((t for t in arch.weights.towers if t.name == "vision"), None)
     if tower is None or processor is None or not budget.items_per_batch:
         return None
     width = get_dtype(model_dtype).bits // 8
     h, inter = tower.hidden_size, tower.intermediate_size // tp
-    if isinstance(processor, QwenVLProcessor) and tower.layout == "qwen3_vl" and tower.heads:
-        return _qwen3_vl_peak(arch, tower, budget, processor, width, tp)
+    if isinstance(processor, QwenVLProcessor) and tower.layout == "qwen3_vl":
+        return _qwen3_vl_peak(arch, tower, budget, processor, width, tp) \
+            if qwen3_vl and tower.heads else None
     if isinstance(processor, QwenVLProcessor) and tower.gated_mlp and tower.heads:
         patches = budget.profiled_tokens * processor.merge_size ** 2
         pixels = tower.in_channels * processor.temporal_patch_size * tower.patch_size ** 2
@@ -273,11 +275,12 @@ def _qwen3_vl_peak(arch: ModelArch, tower: VisionSpec, budget: EncoderBudget,
 
 def encoder_peak_term(arch: ModelArch, budget: EncoderBudget,
                       processor: Processor | None,
-                      model_dtype: str, tp: int, held: int, release: str) -> ReserveTerm | None:
+                      model_dtype: str, tp: int, held: int, release: str,
+                      qwen3_vl: bool = True) -> ReserveTerm | None:
     """The tower's excess over what the profile holds after it: ``max(0, tower peak − held)``,
     ``held`` = the activation peak of the language model's dummy forward + the encoder outputs
     (the reserve's other terms count those); None where the tower is not modelled."""
-    peak = tower_peak(arch, budget, processor, model_dtype, tp)
+    peak = tower_peak(arch, budget, processor, model_dtype, tp, qwen3_vl)
     if peak is None:
         return None
     tower = next(t for t in arch.weights.towers if t.name == "vision")
