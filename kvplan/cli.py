@@ -272,13 +272,38 @@ def _fit_args(fit: argparse.ArgumentParser) -> None:
     _image_args(fit, "--tokens")
 
 
+def _video_number(flag: str) -> Callable[[str], float]:
+    """A video's seconds or frame rate: a number (its range is ``VideoRequest.parse``'s)."""
+    def parse(text: str) -> float:
+        try:
+            if len(text) > 40:
+                raise ValueError(text)
+            return float(text.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(MESSAGES["value.not_number"].format(
+                field=flag, value=short(text))) from None
+    return parse
+
+
 def _image_args(p: argparse.ArgumentParser, text: str) -> None:
     """``--images N --image-size WxH`` (``fit``, ``recommend``): the images each request brings."""
-    p.add_argument("--images", type=_nonneg_int, default=0, metavar="N",
+    from kvplan.multimodal import MAX_IMAGES
+
+    p.add_argument("--images", type=_number("--images", int, 0, MAX_IMAGES), default=0, metavar="N",
                    help="images per request: each adds its tokens (the checkpoint's processor, "
                         f"presets/processors/) to {text}, which then counts the text alone")
     p.add_argument("--image-size", default="", metavar="WxH",
                    help="pixels of each image, e.g. 1280x720 (needed with --images)")
+    p.add_argument("--videos", type=_number("--videos", int, 0, MAX_IMAGES), default=0, metavar="N",
+                   help="videos per request (Qwen2-VL / Qwen2.5-VL processors): each adds its tokens "
+                        "to the request, frames = --video-seconds × --video-fps, all of them as vLLM "
+                        "0.33's default loader keeps them")
+    p.add_argument("--video-size", default="", metavar="WxH",
+                   help="pixels of each video frame, e.g. 1280x720")
+    p.add_argument("--video-seconds", type=_video_number("--video-seconds"), default=None, metavar="S",
+                   help="duration of each video in seconds")
+    p.add_argument("--video-fps", type=_video_number("--video-fps"), default=None, metavar="F",
+                   help="frame rate of each video file (frames per second)")
 
 
 def _calibrate_args(cal: argparse.ArgumentParser) -> None:
@@ -646,40 +671,74 @@ def _adapters(plan: Plan) -> dict[str, object] | None:
 
 def _image_request(args: argparse.Namespace, arch: ModelArch, settings: EngineSettings,
                    text: tuple[str, int] | None = None) -> dict[str, Any] | None:
-    """``--images N --image-size WxH``: the request's tokens, ``text`` (the flag and its tokens;
-    ``--tokens`` by default) plus each image's prompt tokens by the checkpoint's processor
-    (``kvplan.multimodal.image_prompt_tokens``); None without images."""
+    """``--images N --image-size WxH`` and ``--videos N --video-size WxH --video-seconds S
+    --video-fps F``: the request's tokens, ``text`` (the flag and its tokens; ``--tokens`` by
+    default) plus each image's and video's prompt tokens by the checkpoint's processor
+    (``kvplan.multimodal.image_prompt_tokens``, ``video_prompt_tokens``); None without either."""
     from kvplan.engines import DEFAULT_ENGINE, engine_with_release
     from kvplan.multimodal import ImageRequest, image_prompt_tokens, with_processor_kwargs
+    from kvplan.plan import resolve_engine
     from kvplan.scenario import MAX_CONTEXT_TOKENS
 
-    if not args.images and not args.image_size:
+    engine = resolve_engine(engine_with_release(getattr(args, "engine", None) or DEFAULT_ENGINE,
+                                                args.engine_version))
+    limit = engine.image_limit(settings)  # the engine's flag, or a foreign one refused by name
+    video = _video_request(args, arch, settings, limit, engine.image_limit_flag, engine.image_limit_refusal)
+    if not args.images and not args.image_size and video is None:
         return None
-    if not args.image_size:
+    if args.images and not args.image_size:
         raise KVPlanError("mm.images", count=args.images, key="images",
                           detail="give each image's size with --image-size WxH")
     flag, tokens = text or ("--tokens", args.tokens)
-    images = ImageRequest.parse(args.images, args.image_size)
+    images = ImageRequest.parse(args.images, args.image_size) if args.image_size else ImageRequest()
     processor = with_processor_kwargs(arch.name, arch.processor, settings.mm_processor_kwargs)
-    from kvplan.plan import resolve_engine
-
-    added = image_prompt_tokens(arch.name, processor, images, resolve_engine(engine_with_release(
-        getattr(args, "engine", None) or DEFAULT_ENGINE, args.engine_version)).image_limit(settings))
-    total = tokens + added
+    added = image_prompt_tokens(arch.name, processor, images, limit, flag=engine.image_limit_flag,
+                                refusal=engine.image_limit_refusal)
+    videos = video["video_tokens"] if video else 0
+    total = tokens + added + videos
     if total > MAX_CONTEXT_TOKENS:
         raise KVPlanError("mm.images", count=images.count, key="images",
-                          detail=f"{flag} {tokens:,} + {added:,} image tokens is above "
-                                 f"{MAX_CONTEXT_TOKENS:,}")
+                          detail=f"{flag} {tokens:,} + {added:,} image tokens"
+                                 + (f" + {videos:,} video tokens" if video else "")
+                                 + f" is above {MAX_CONTEXT_TOKENS:,}")
     per_image = added // images.count if images.count else 0
     shown = processor is not None and images.count > 0
     rule = processor.describe(images.width, images.height) \
         if processor is not None and shown else ""
     embeds = processor.image_tokens(images.width, images.height) \
         if processor is not None and shown else 0
-    return {"text_tokens": tokens, "images": images.count,
-            "image_size": f"{images.width}x{images.height}", "image_tokens_per_image": embeds,
-            "prompt_tokens_per_image": per_image, "image_tokens": added, "tokens": total,
-            "rule": rule, "source": processor.source if processor is not None else ""}
+    out: dict[str, Any] = {
+        "text_tokens": tokens, "images": images.count,
+        "image_size": f"{images.width}x{images.height}" if args.image_size else "",
+        "image_tokens_per_image": embeds, "prompt_tokens_per_image": per_image, "image_tokens": added,
+        "tokens": total, "rule": rule, "source": processor.source if processor is not None else ""}
+    return {**out, **video} if video else out
+
+
+def _video_request(args: argparse.Namespace, arch: ModelArch, settings: EngineSettings,
+                   limit: int | None, flag: str, refusal: str) -> dict[str, Any] | None:
+    """``--videos N --video-size WxH --video-seconds S --video-fps F``: the videos' prompt tokens
+    (``kvplan.multimodal.video_prompt_tokens``) and their rule; None without videos; each
+    missing or bad value refused by name."""
+    from kvplan.multimodal import VideoRequest, video_prompt_tokens, with_processor_kwargs
+
+    given = {"--video-size": args.video_size, "--video-seconds": args.video_seconds,
+             "--video-fps": args.video_fps}
+    if not args.videos and all(v in (None, "") for v in given.values()):
+        return None
+    missing = [name for name, v in given.items() if v in (None, "")]
+    if missing or not args.videos:
+        raise KVPlanError("mm.videos", count=args.videos, key="videos",
+                          detail="give --videos N with " + (", ".join(missing) if missing else
+                                                            "--video-size, --video-seconds and --video-fps"))
+    request = VideoRequest.parse(args.videos, args.video_size, args.video_seconds, args.video_fps)
+    processor = with_processor_kwargs(arch.name, arch.processor, settings.mm_processor_kwargs)
+    tokens = video_prompt_tokens(arch.name, processor, request, limit, flag=flag, refusal=refusal)
+    assert processor is not None and hasattr(processor, "describe_video")  # video_prompt_tokens checked
+    return {"videos": request.count, "video_size": f"{request.width}x{request.height}",
+            "video_seconds": request.seconds, "video_fps": request.fps, "video_frames": request.frames,
+            "prompt_tokens_per_video": tokens // request.count, "video_tokens": tokens,
+            "video_rule": processor.describe_video(request)}
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
@@ -727,10 +786,18 @@ def cmd_fit(args: argparse.Namespace) -> int:
     if result.start_reason:
         print(f"Start-up ({'starts' if result.starts else 'does not start'}): {result.start_reason}")
     if request is not None:
-        print(f"Request shape:     {request['text_tokens']:,} text tokens + {request['images']} × "
-              f"{request['image_size']} image(s) of {request['prompt_tokens_per_image']:,} tokens "
-              f"= {request['tokens']:,} tokens")
-        print(f"  per image: {request['rule']}")
+        parts = [f"{request['text_tokens']:,} text tokens"]
+        if request["images"] or not request.get("videos"):
+            parts.append(f"{request['images']} × {request['image_size']} image(s) of "
+                         f"{request['prompt_tokens_per_image']:,} tokens")
+        if request.get("videos"):
+            parts.append(f"{request['videos']} × {request['video_size']} video(s) of "
+                         f"{request['prompt_tokens_per_video']:,} tokens")
+        print(f"Request shape:     {' + '.join(parts)} = {request['tokens']:,} tokens")
+        if request["rule"]:
+            print(f"  per image: {request['rule']}")
+        if request.get("videos"):
+            print(f"  per video: {request['video_rule']}")
     print(f"Requests of {result.tokens:,} tokens that fit: {result.max_requests:,} per replica, "
           f"{result.max_requests_all_replicas:,} in all")
     if result.max_num_seqs is not None:
@@ -1032,7 +1099,8 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         price_kind=args.price_kind, price_table=None if args.prices_csv is None else read_price_csv(
             read_limited(args.prices_csv, MAX_CONFIG_BYTES, "config.too_large").decode("utf-8", "replace")),
         efficiency=efficiency, default_efficiency=args.default_efficiency,
-        image_tokens=request["image_tokens"] if request else 0, images=request["images"] if request else 0)
+        image_tokens=request["image_tokens"] + request.get("video_tokens", 0) if request else 0,
+        images=request["images"] if request else 0, videos=request.get("videos", 0) if request else 0)
     plan = make_plan(arch, None, FitQuery(engine=engine, reserve_gib=args.reserve_gib, settings=settings))
     rec = recommend(plan, query, workload)
     model: dict[str, object] = {"model": args.model}
@@ -1041,7 +1109,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         model = {"model": CUSTOM_MODEL, "custom_config": _json.loads(raw)}
     width, _, height = request["image_size"].partition("x") if request else ("", "", "")
     shape = {"images": request["images"], "image_width": int(width),
-             "image_height": int(height)} if request else {}
+             "image_height": int(height)} if request and request["images"] else {}
     scenario = Scenario.model_validate({**model, **shape, "engine": engine.partition("@")[0],
                                         "engine_version": args.engine_version,
                                         "reserve_gib": args.reserve_gib, "engine_settings": settings})

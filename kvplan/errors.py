@@ -287,6 +287,10 @@ MESSAGES: dict[str, str] = {
     "mm.image_size": "image size {size}: {detail}",
     "mm.images": "{count} image(s) per request: {detail}",
     "mm.frames": "video of {count} frames: {detail}",
+    "mm.videos": "{count} video(s) per request: {detail}",
+    "mm.video_input": "{flag} {value}: {detail}",
+    "mm.transport": "{flag} {value}: expected one of {choices}",
+    "mm.limit_flag": "{flag} under {engine}: {detail}",
     "mm.kwargs": "--mm-processor-kwargs key {key} for {model}: {detail}",
     # the dashboard's last line of defence (a bug, reported without a traceback)
     "internal.view": "{title} could not be drawn ({kind}: {detail}); the other views are unaffected",

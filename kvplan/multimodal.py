@@ -193,6 +193,44 @@ class QwenVLProcessor(_Processor):
         """Tokens one image adds to the prompt: its image tokens plus the template's wrapper."""
         return self.image_tokens(width, height, max_pixels) + self.wrapper_tokens
 
+    def video_frames(self, videos: VideoRequest) -> int:
+        """Frames of one stated video that reach the processor under vLLM 0.33: every frame of the
+        file, ``floor(seconds × fps)`` (the default ``opencv`` loader, ``multimodal/video.py``
+        ``VideoBackend.load_bytes``: ``num_frames`` −1 and ``fps`` −1 keep them all; Qwen2-VL's
+        video processor does not sample, ``do_sample_frames`` false, transformers
+        ``video_processing_qwen2_vl.py``)."""
+        return videos.frames
+
+    def video_prompt_tokens(self, videos: VideoRequest, max_pixels: int | None = None) -> int:
+        """Tokens one video adds to the prompt: ``video_tokens`` of its frames (``video_frames``)
+        plus the template's ``<|vision_start|>``/``<|vision_end|>`` around ``<|video_pad|>``.
+        Qwen3-VL's video processor (``video_clip``) is refused by name: vLLM writes a
+        ``<X.X seconds>`` text timestamp before each temporal patch (``qwen3_vl.py``
+        ``_get_prompt_updates``, ``_calculate_timestamps``), tokens of the tokenizer that kvplan
+        does not count."""
+        if self.video_clip:
+            raise KVPlanError("mm.videos", count=videos.count, key="videos",
+                              detail="Qwen3-VL's video prompt holds a '<X.X seconds>' text timestamp "
+                                     "per temporal patch (vLLM qwen3_vl.py _get_prompt_updates), "
+                                     "tokens kvplan does not count; not modelled")
+        return self.video_tokens(videos.width, videos.height, self.video_frames(videos),
+                                 max_pixels) + self.wrapper_tokens
+
+    def describe_video(self, videos: VideoRequest, max_pixels: int | None = None) -> str:
+        """The prompt tokens of one video as a formula with its values."""
+        frames = self.video_frames(videos)
+        w, h = self.resize(videos.width, videos.height, max_pixels, video=True)
+        grid_t = max((frames + (-frames % self.temporal_patch_size)) // self.temporal_patch_size, 1)
+        low, top = self.bounds(video=True)
+        top = top if max_pixels is None else max_pixels
+        return (f"{videos.seconds:g} s × {videos.fps:g} fps = {frames:,} frames (vLLM 0.33's opencv "
+                f"loader keeps every frame), padded to a multiple of {self.temporal_patch_size}: "
+                f"grid_t {grid_t:,}; each frame smart_resize {videos.width}×{videos.height} → {w}×{h} "
+                f"(pixels {low:,}–{top:,}); {grid_t:,}·({h}/{self.patch_size})·({w}/{self.patch_size})/"
+                f"{self.merge_size}² = {self.video_tokens(videos.width, videos.height, frames, max_pixels):,}"
+                f" video tokens + {self.wrapper_tokens} template tokens (vLLM qwen2_vl.py "
+                "_get_vision_info)")
+
     def describe(self, width: int, height: int, max_pixels: int | None = None) -> str:
         """The prompt tokens of one image as a formula with its values."""
         w, h = self.resize(width, height, max_pixels)
@@ -435,12 +473,15 @@ class ImageRequest(BaseModel):
 
 def image_prompt_tokens(model: str, processor: Processor | None,
                         images: ImageRequest, limit: int | None = DEFAULT_MM_LIMIT,
-                        max_pixels: int | None = None) -> int:
+                        max_pixels: int | None = None, flag: str = "--limit-mm-per-prompt",
+                        refusal: str = "per prompt (vLLM refuses the request)") -> int:
     """Prompt tokens of a request's images: ``count × processor.prompt_tokens(W, H)``; refused by
     name for a model without a known processor, more images than ``limit``, the engine's
-    (``Engine.image_limit``; None: no limit; vLLM ``--limit-mm-per-prompt``, default 999: "At most
-    N image(s) may be provided", ``multimodal/processing`` ``_validate_mm_counts``) or a size the
-    processor refuses."""
+    (``Engine.image_limit``, named by its ``flag`` and what the engine then does, ``refusal``,
+    "per prompt (…)" / "per request (…)";
+    None: no limit; vLLM ``--limit-mm-per-prompt``, default 999: "At most N image(s) may be
+    provided", ``multimodal/processing`` ``_validate_mm_counts``; SGLang
+    ``--limit-mm-data-per-request``) or a size the processor refuses."""
     if not images.count:
         return 0
     if processor is None:
@@ -450,9 +491,85 @@ def image_prompt_tokens(model: str, processor: Processor | None,
     top = limit
     if top is not None and images.count > top:
         raise KVPlanError("mm.images", count=images.count, key="images",
-                          detail=f"above --limit-mm-per-prompt's {top} per prompt (vLLM refuses "
-                                 "the request)")
+                          detail=f"above {flag}'s {top} {refusal}")
     return images.count * processor.prompt_tokens(images.width, images.height, max_pixels)
+
+
+#: Longest video a request may state (seconds: a day) and its highest frame rate (frames per
+#: second): beyond either it is not a planning question, refused by name.
+MAX_VIDEO_SECONDS = 86_400
+MAX_VIDEO_FPS = 240
+
+
+class VideoRequest(BaseModel):
+    """The videos one request brings: ``count`` videos of ``width × height`` pixels, each
+    ``seconds`` long at ``fps`` frames per second (the file's frame rate)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    count: int = Field(default=0, ge=0, le=MAX_IMAGES)
+    width: int = 0
+    height: int = 0
+    seconds: float = Field(default=0, ge=0, le=MAX_VIDEO_SECONDS)
+    fps: float = Field(default=0, ge=0, le=MAX_VIDEO_FPS)
+
+    @property
+    def frames(self) -> int:
+        """The file's frames, ``floor(seconds × fps)`` in decimal (2.3 s × 10 fps = 23, not the
+        float product's 22.99…)."""
+        from decimal import Decimal
+
+        return math.floor(Decimal(repr(self.seconds)) * Decimal(repr(self.fps)))
+
+    @classmethod
+    def parse(cls, count: int, size: str, seconds: float, fps: float) -> VideoRequest:
+        """``count`` videos of ``size`` (``WxH``), ``seconds`` long at ``fps``; a named error for
+        a bad size, a count outside 0–``MAX_IMAGES``, a duration or frame rate that is not a
+        positive finite number within its bound, or a video of less than one frame."""
+        if count < 0 or count > MAX_IMAGES:
+            raise KVPlanError("mm.videos", count=count, key="videos", detail=f"expected 0 to {MAX_IMAGES:,}")
+        try:
+            image = ImageRequest.parse(0, size)
+        except KVPlanError as exc:
+            raise KVPlanError("mm.video_input", flag="--video-size", key="video_size",
+                              value=short(size, 40), detail=str(exc.fields["detail"])) from None
+        if image.width < 1 or image.height < 1 or max(image.width, image.height) > MAX_IMAGE_SIDE:
+            raise KVPlanError("mm.video_input", flag="--video-size", key="video_size",
+                              value=f"{image.width}x{image.height}",
+                              detail=f"each side from 1 to {MAX_IMAGE_SIDE:,} pixels")
+        for name, value, top, unit in (("seconds", seconds, MAX_VIDEO_SECONDS, "seconds"),
+                                       ("fps", fps, MAX_VIDEO_FPS, "frames per second")):
+            if not math.isfinite(value) or value <= 0 or value > top:
+                raise KVPlanError("mm.video_input", flag=f"--video-{name}", key=f"video_{name}",
+                                  value=short(value, 30),
+                                  detail=f"expected more than 0 and at most {top:,} {unit}")
+        video = cls(count=count, width=image.width, height=image.height, seconds=seconds, fps=fps)
+        if count and video.frames < 1:
+            raise KVPlanError("mm.video_input", flag="--video-seconds", key="video_seconds",
+                              value=short(seconds, 30),
+                              detail=f"{seconds:g} s × {fps:g} fps is less than one frame")
+        return video
+
+
+def video_prompt_tokens(model: str, processor: Processor | None, videos: VideoRequest,
+                        limit: int | None = DEFAULT_MM_LIMIT, max_pixels: int | None = None,
+                        flag: str = "--limit-mm-per-prompt",
+                        refusal: str = "per prompt (vLLM refuses the request)") -> int:
+    """Prompt tokens of a request's videos: ``count × processor.video_prompt_tokens``; refused by
+    name for a model whose processor takes no video (Gemma-3, Llama-4, Mistral-3: image-only in
+    vLLM 0.33), Qwen3-VL's timestamped video prompt, more videos than the engine's ``limit``
+    (``Engine.image_limit``: the same count per modality, vLLM ``--limit-mm-per-prompt``,
+    SGLang ``--limit-mm-data-per-request``) or a frame size the processor refuses."""
+    if not videos.count:
+        return 0
+    if not isinstance(processor, QwenVLProcessor):
+        what = "no processor is known" if processor is None else "its processor takes no video"
+        raise KVPlanError("mm.videos", count=videos.count, key="videos",
+                          detail=f"{what} for {model} (the Qwen-VL processors of presets/processors/ do)")
+    if limit is not None and videos.count > limit:
+        raise KVPlanError("mm.videos", count=videos.count, key="videos",
+                          detail=f"above {flag}'s {limit} {refusal}")
+    return videos.count * processor.video_prompt_tokens(videos, max_pixels)
 
 
 #: The HF processor kwarg scopes vLLM 0.33 routes ``--mm-processor-kwargs`` into

@@ -134,6 +134,9 @@ class RecommendQuery(BaseModel):
     #: ``iw``×``ih``, CLI ``--images N --image-size WxH``). ``serving.with_image_tokens``.
     image_tokens: int = Field(default=0, ge=0, le=100_000_000)
     images: int = Field(default=0, ge=0)
+    #: Videos of every request whose prompt tokens ``image_tokens`` also holds (CLI ``--videos``,
+    #: ``kvplan.multimodal.video_prompt_tokens``); only the labels read it.
+    videos: int = Field(default=0, ge=0)
 
 
 @dataclass(frozen=True)
@@ -220,7 +223,8 @@ def _clipped(query: RecommendQuery, workload: Workload | None) -> tuple[Workload
     if workload is None:
         workload = sample_workload(query.samples, query.prompt, query.output, query.seed,
                                    query.max_context)
-    workload = with_image_tokens(workload, query.image_tokens, query.images, query.max_context)
+    workload = with_image_tokens(workload, query.image_tokens, query.images, query.max_context,
+                                 videos=query.videos)
     prompt, output = workload.prompt, workload.output
     if query.max_context is not None:
         prompt = np.minimum(prompt, query.max_context - 1)
@@ -1030,7 +1034,9 @@ def _assumptions(arch: ModelArch, query: RecommendQuery) -> list[str]:
         "docs/efficiency.md), never above the bound.",
     ]
     if query.image_tokens:
-        out.append(f"Each prompt brings {query.image_tokens:,} image tokens ({query.images} image(s), "
+        media = (f"image and video tokens ({query.images} image(s), {query.videos} video(s)"
+                 if query.videos else f"image tokens ({query.images} image(s)")
+        out.append(f"Each prompt brings {query.image_tokens:,} {media}, "
                    "the checkpoint's processor) beside its text: they are in the prompt and context "
                    "lengths, the KV and the language model's prefill FLOPs; the vision tower's own "
                    "FLOPs are not counted, so TTFT stays a lower bound.")

@@ -628,8 +628,11 @@ def scenario_image_tokens(scenario: Scenario) -> int:
     from kvplan.plan import resolve_engine
 
     engine = resolve_engine(engine_with_release(scenario.engine, scenario.engine_version))
+    # the engine's own knobs only, as its plan reads them (a link's vLLM --limit-mm-per-prompt is
+    # not SGLang's: ignored there, like every knob an engine does not have)
     return image_prompt_tokens(arch.name, scenario_processor(scenario), scenario_images(scenario),
-                               engine.image_limit(settings))
+                               engine.image_limit(engine.own_settings(settings)),
+                               flag=engine.image_limit_flag, refusal=engine.image_limit_refusal)
 
 
 def scenario_processor(scenario: Scenario) -> Processor | None:

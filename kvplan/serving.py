@@ -121,10 +121,12 @@ def sample_workload(n: int, prompt: LengthDist, output: LengthDist, seed: int = 
 
 
 def with_image_tokens(workload: Workload, image_tokens: int, images: int = 0,
-                      max_len: int | None = None) -> Workload:
+                      max_len: int | None = None, videos: int = 0) -> Workload:
     """``workload`` whose every prompt also brings ``image_tokens`` (the prompt tokens of its
     ``images``, by the checkpoint's processor: ``kvplan.multimodal.image_prompt_tokens``), beside
-    its text; the text lengths are the workload's own.
+    its text; the text lengths are the workload's own. ``videos``: the request's videos, whose
+    prompt tokens ``image_tokens`` also holds (``kvplan.multimodal.video_prompt_tokens``; the
+    source then says image and video tokens).
 
     Each request's context is its text plus its image tokens (they take KV like text: the
     processor expands each image's placeholder to its tokens before the engine schedules them).
@@ -145,9 +147,12 @@ def with_image_tokens(workload: Workload, image_tokens: int, images: int = 0,
                                      f"and an output token within the maximum length {max_len:,}")
         text = np.minimum(text, max_len - 1 - image_tokens)
         output = np.minimum(output, max_len - text - image_tokens)
+    if videos:
+        label = f"image and video tokens ({images} image(s), {videos} video(s))"
+    else:
+        label = "image tokens" + (f" ({images} image(s))" if images else "")
     return Workload(prompt=text + image_tokens, output=output,
-                    source=f"{workload.source}; each prompt + {image_tokens:,} image tokens"
-                           + (f" ({images} image(s))" if images else ""))
+                    source=f"{workload.source}; each prompt + {image_tokens:,} {label}")
 
 
 def parse_lengths_csv(data: bytes | str, max_rows: int = MAX_CSV_ROWS) -> Workload:

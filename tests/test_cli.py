@@ -511,6 +511,18 @@ def reach(code: str, tmp_path) -> str:
     if code == "mm.images":
         return cli_error(["fit", "--model", "gemma-3-27b", "--gpu", "h100-sxm", "--tokens", "8",
                           "--images", "3", "--image-size", "8x8", "--limit-mm-per-prompt", "2"])
+    if code in {"mm.videos", "mm.video_input"}:
+        video = ["--videos", "1", "--video-size", "64x64", "--video-fps", "2"]
+        video += ["--video-seconds", "1", "--limit-mm-per-prompt", "0"] if code == "mm.videos" else \
+            ["--video-seconds", "0"]
+        return cli_error(["fit", "--model", "Qwen/Qwen2.5-VL-7B-Instruct", "--gpu", "h100-sxm",
+                          "--tokens", "8", *video])
+    if code == "mm.transport":
+        return cli_error(["fit", "--model", "gemma-3-27b", "--gpu", "h100-sxm", "--tokens", "8",
+                          "--engine", "sglang", "--mm-feature-transport", "nvlink"])
+    if code == "mm.limit_flag":
+        return cli_error(["fit", "--model", "gemma-3-27b", "--gpu", "h100-sxm", "--tokens", "8",
+                          "--engine", "sglang", "--limit-mm-per-prompt", "2"])
     if code == "mm.kwargs":
         return cli_error(["fit", "--model", "gemma-3-27b", "--gpu", "h100-sxm", "--tokens", "8",
                           "--mm-processor-kwargs", '{"do_pan_and_scan": true}'])

@@ -190,7 +190,9 @@ def test_views_refuse_images_a_model_cannot_take_by_name(params, why, kept):
 def test_the_image_limit_is_the_engines_own():
     """vLLM refuses more images than ``--limit-mm-per-prompt`` (default 999); SGLang 0.5.23 has no
     limit unless ``--limit-mm-data-per-request`` is set (``TokenizerManager._validate_mm_limits``
-    returns early), and vLLM's flag is not its own."""
+    returns early), and vLLM's flag is not its own: ``image_limit`` now refuses it by name (it
+    returned None for it before; tests/test_mm_limits.py pins the refusal), so SGLang's default is
+    asked with no flag; a link's ``mi`` is still ignored under SGLang (``own_settings``)."""
     from kvplan.engines import get_engine
     from kvplan.engines.settings import EngineSettings
     from kvplan.multimodal import ImageRequest, image_prompt_tokens
@@ -200,7 +202,7 @@ def test_the_image_limit_is_the_engines_own():
     many = ImageRequest(count=1000, width=1280, height=720)
     two = EngineSettings(limit_mm_per_prompt=2)
     assert (get_engine("vllm").image_limit(EngineSettings()), get_engine("vllm@0.33").image_limit(two),
-            get_engine("sglang").image_limit(two)) == (999, 2, None)
+            get_engine("sglang").image_limit(EngineSettings())) == (999, 2, None)
     with pytest.raises(KVPlanError, match="1000 image\\(s\\) per request: above --limit-mm-per-prompt's 999"):
         image_prompt_tokens(arch.name, arch.processor, many)
     assert image_prompt_tokens(arch.name, arch.processor, many, None) == 1000 * 260

@@ -23,7 +23,8 @@ def fraction(key: str, mib: int, tp: int, pp: int = 1) -> float:
 
 
 def test_the_records_oldest_first_and_the_latest():
-    assert list(RECORDS) == ["0.4", "0.4.5", "0.4.6", "0.4.8", "0.4.9", "0.5.3", "0.5.5", "0.5.23"]
+    # 0.5.7: --limit-mm-data-per-request (server_args.py; absent at 0.5.6), memory rules of 0.5.5
+    assert list(RECORDS) == ["0.4", "0.4.5", "0.4.6", "0.4.8", "0.4.9", "0.5.3", "0.5.5", "0.5.7", "0.5.23"]
     assert get_engine("sglang").record is SGLANG_RELEASES[-1]
 
 
@@ -74,9 +75,10 @@ def test_an_older_rule_is_one_informational_term():
     assert term[0] == "rule" and term[1] == pytest.approx(0.12 * 81559)
 
 
-@pytest.mark.parametrize(("log_id", "key"), [("01", "0.4"), ("04", "0.5.5"), ("05", "0.5.5")])
+@pytest.mark.parametrize(("log_id", "key"), [("01", "0.4"), ("04", "0.5.7"), ("05", "0.5.7")])
 def test_the_logs_versions_select_records(log_id: str, key: str):
-    """0.4.3.post4 → 0.4; the 0.5.8.post1 ROCm build → 0.5.5 (the record covering 0.5.5–0.5.9)."""
+    """0.4.3.post4 → 0.4; the 0.5.8.post1 ROCm build → 0.5.7 (was 0.5.5: the 0.5.7 record, which
+    adds only --limit-mm-data-per-request to 0.5.5's memory rules, now covers 0.5.7–0.5.22)."""
     record, how = get_engine("sglang").release_for_version(DOCS[log_id]["sglang_version"])
     assert record.key == key, how
 

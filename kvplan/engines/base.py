@@ -321,12 +321,21 @@ class Engine:
             return None
         return ContextLimit(limit, f"max_position_embeddings {limit:,}; transformers does not enforce it")
 
+    #: The flag that caps a request's images (``image_limit``) and what the engine does with a
+    #: request above it (the refusal ``kvplan.multimodal.image_prompt_tokens`` names).
+    image_limit_flag: ClassVar[str] = "--limit-mm-per-prompt"
+    image_limit_refusal: ClassVar[str] = "per prompt (vLLM refuses the request)"
+
     def image_limit(self, settings: EngineSettings) -> int | None:
         """The most images one request may bring, or None: no limit. vLLM's rule by default:
         ``--limit-mm-per-prompt``, 999 per modality when unset (``config/multimodal.py``
-        ``MultiModalConfig.get_limit_per_prompt``); an engine with its own rule overrides it."""
+        ``MultiModalConfig.get_limit_per_prompt``); an engine with its own rule overrides it.
+        SGLang's ``--limit-mm-data-per-request`` is refused by name: not this engine's flag."""
         from kvplan.multimodal import DEFAULT_MM_LIMIT
 
+        if settings.limit_mm_data_per_request is not None:
+            raise KVPlanError("mm.limit_flag", flag="--limit-mm-data-per-request", engine=self.label,
+                              detail=f"it is SGLang's flag; {self.short}'s is {self.image_limit_flag}")
         limit = settings.limit_mm_per_prompt
         return DEFAULT_MM_LIMIT if limit is None else limit
 

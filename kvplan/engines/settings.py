@@ -305,6 +305,17 @@ LIMIT_MM_PER_PROMPT = Setting(
     "(empty = 999, config/multimodal.py); 0 = text only: no encoder budget, the towers are not "
     "profiled (multimodal/encoder_budget.py). Takes N or vLLM's JSON with the same N for image "
     "and video.", low=0, high=10_000, per_modality=True)
+LIMIT_MM_DATA_PER_REQUEST = Setting(
+    "limit_mm_data_per_request", "md", "--limit-mm-data-per-request", "int",
+    "limit_mm_data_per_request (images/videos)",
+    "SGLang --limit-mm-data-per-request '{\"image\": N, \"video\": N}' (from 0.5.7): items per "
+    "request for each modality; unset = no limit (managers/tokenizer_manager.py "
+    "_validate_mm_limits); a request above it is refused, no memory changes.", low=0, high=10_000)
+MM_FEATURE_TRANSPORT = Setting(
+    "mm_feature_transport", "mf", "--mm-feature-transport", "text", "mm_feature_transport",
+    "SGLang --mm-feature-transport cpu | cuda_ipc | cuda_vmm (0.5.23): a GPU transport also "
+    "reserves SGLANG_MM_FEATURE_CACHE_MB (1,024 MiB) of the KV budget beside the embedding cache "
+    "(mem_cache/kv_cache_configurator.py mm_runtime_reservation_gb); unset = cpu on one node.")
 MM_PROCESSOR_KWARGS = Setting(
     "mm_processor_kwargs", "mk", "--mm-processor-kwargs", "json", "mm_processor_kwargs (JSON)",
     "vLLM --mm-processor-kwargs, a JSON object for the checkpoint's processor: Qwen-VL min_pixels / "
@@ -356,6 +367,8 @@ class EngineSettings(BaseModel):
     speculative_eagle_topk: int | None = _setting(None, SPECULATIVE_EAGLE_TOPK)
     speculative_num_draft_tokens: int | None = _setting(None, SPECULATIVE_NUM_DRAFT_TOKENS)
     limit_mm_per_prompt: int | None = _setting(None, LIMIT_MM_PER_PROMPT)
+    limit_mm_data_per_request: int | None = _setting(None, LIMIT_MM_DATA_PER_REQUEST)
+    mm_feature_transport: str | None = _setting(None, MM_FEATURE_TRANSPORT)
     mm_processor_kwargs: str | None = _setting(None, MM_PROCESSOR_KWARGS)
 
     @field_validator("max_attention_window")
@@ -371,7 +384,8 @@ class EngineSettings(BaseModel):
         """Canonical JSON (``Setting.parse``); a ``ValueError`` names what is wrong."""
         return None if value is None else SPECULATIVE_CONFIG.parse(value)
 
-    @field_validator("speculative_algorithm", "speculative_draft_model_path", "lora_target_modules")
+    @field_validator("speculative_algorithm", "speculative_draft_model_path", "lora_target_modules",
+                     "mm_feature_transport")
     @classmethod
     def _text_setting(cls, value: str | None) -> str | None:
         """A printable name or path (``Setting.parse``); a ``ValueError`` names what is wrong."""

@@ -48,7 +48,7 @@ from kvplan.engines.sglang.spec_decode import (
     sglang_spec_weights_term,
 )
 from kvplan.engines.sglang.weights import sglang_loading_rules
-from kvplan.errors import KVPlanError
+from kvplan.errors import KVPlanError, short
 
 if TYPE_CHECKING:
     from kvplan.presets import GPU
@@ -82,6 +82,11 @@ SGLANG_MM_DISABLED_ARCHS = frozenset({
 #: ``SGLANG_VLM_CACHE_SIZE_MB`` default (``environ.py``): the multimodal embedding cache reserved
 #: out of the KV budget (``kv_cache_configurator.py`` ``mm_runtime_reservation_gb``).
 SGLANG_VLM_CACHE_BYTES = 100 * MIB
+#: ``SGLANG_MM_FEATURE_CACHE_MB`` default (0.5.23 ``environ.py``): the feature-transport pool a GPU
+#: ``--mm-feature-transport`` (``cuda_ipc``, ``cuda_vmm``) adds to that reservation.
+SGLANG_MM_FEATURE_CACHE_BYTES = 1024 * MIB
+#: ``--mm-feature-transport`` choices (0.5.23 ``arg_groups/fields/mm.py``).
+SGLANG_MM_TRANSPORTS = ("cpu", "cuda_ipc", "cuda_vmm")
 
 
 def sglang_vlm_factor(arch: ModelArch | None, record: SglangRelease) -> float:
@@ -100,15 +105,21 @@ def sglang_vlm_factor(arch: ModelArch | None, record: SglangRelease) -> float:
     return 0.95 * max(0.8, min(1.05, 1.0 - 0.1 * (ratio - 1.0)))
 
 
-def sglang_mm_reservation(arch: ModelArch) -> int:
+def sglang_mm_reservation(arch: ModelArch, transport: str | None = None) -> int:
     """Bytes ``_resolve_memory_pool_config`` takes out of the KV budget before the Mamba split
     (``kv_cache_configurator.py`` ``mm_runtime_reservation_gb``, 0.5.23): the embedding cache
     (``SGLANG_VLM_CACHE_SIZE_MB``, 100 MiB) when ``ModelConfig.is_multimodal`` — read here as a
-    checkpoint with a vision or audio tower whose architecture is not in ``mm_disabled_models``
-    (CPU feature transport, the default: no ``SGLANG_MM_FEATURE_CACHE_MB`` pool)."""
+    checkpoint with a vision or audio tower whose architecture is not in ``mm_disabled_models`` —
+    plus, with a GPU ``--mm-feature-transport`` (``cuda_ipc`` / ``cuda_vmm``), the transport pool
+    (``SGLANG_MM_FEATURE_CACHE_MB``, 1,024 MiB). ``transport`` None: unset, CPU on one node (the
+    multi-node GB200/GB300 MNNVL default is not modelled); another value is refused by name."""
+    if transport is not None and transport not in SGLANG_MM_TRANSPORTS:
+        raise KVPlanError("mm.transport", flag="--mm-feature-transport", value=short(transport, 40),
+                          choices=", ".join(SGLANG_MM_TRANSPORTS))
     if not arch.weights.towers or arch.architecture in SGLANG_MM_DISABLED_ARCHS:
         return 0
-    return SGLANG_VLM_CACHE_BYTES
+    pool = SGLANG_MM_FEATURE_CACHE_BYTES if transport in ("cuda_ipc", "cuda_vmm") else 0
+    return SGLANG_VLM_CACHE_BYTES + pool
 
 
 def _memory_row(record: SglangRelease, gib: float, tp: int) -> tuple[int, int]:
@@ -308,6 +319,10 @@ class SglangRelease(Release):
     #: The multimodal embedding cache is taken out of the KV budget (``sglang_mm_reservation``;
     #: ``kv_cache_configurator.py`` ``mm_runtime_reservation_gb``, read at 0.5.23, absent at 0.5.9).
     mm_kv_reservation: bool = False
+    #: ``--limit-mm-data-per-request`` exists (``server_args.py`` ``limit_mm_data_per_request``,
+    #: checked per request by ``TokenizerManager._validate_mm_limits``: read at 0.5.7, 0.5.8, 0.5.9,
+    #: 0.5.15 and 0.5.23; absent at 0.5.6).
+    mm_data_limit: bool = False
 
 
 #: SGLang releases, oldest first, each ``replace(previous, …)`` with what changed (sources read:
@@ -352,8 +367,13 @@ SGLANG_0_5_5 = replace(
     changes="cuda_graph_max_bs 24 (tp < 4) below 35 GiB (_handle_gpu_memory_settings, read at 0.5.5, "
             "0.5.7 and 0.5.8; 0.5.10 adds len(piecewise_cuda_graph_tokens) × 8 MiB, piecewise graphs "
             "on by default — not modelled: 0.5.10–0.5.22 are read with this record)")
+SGLANG_0_5_7 = replace(
+    SGLANG_0_5_5, key="0.5.7", since="0.5.7", name="SGLang 0.5.7", mm_data_limit=True,
+    changes="--limit-mm-data-per-request '{\"image\": N, …}' caps a request's items per modality "
+            "(server_args.py, managers/tokenizer_manager.py _validate_mm_limits; read at 0.5.7, "
+            "0.5.8, 0.5.9 and 0.5.15, absent at 0.5.6); the memory rules of 0.5.5")
 SGLANG_0_5_23 = replace(
-    SGLANG_0_5_5, key="0.5.23", since="0.5.23", name="SGLang 0.5.23",
+    SGLANG_0_5_7, key="0.5.23", since="0.5.23", name="SGLang 0.5.23",
     memory_table=((20, 2048, 8, 8), (35, 4096, 48, 160), (60, 4096, 32, 160), (160, 8192, 256, 512)),
     mm_kv_reservation=True,
     changes="the release kvplan follows (source read at 0.5.23): the multimodal embedding cache "
@@ -363,7 +383,8 @@ SGLANG_0_5_23 = replace(
             "(spec_algorithms)",
     spec_algorithms=SPEC_MODELLED)
 SGLANG_RELEASES: tuple[SglangRelease, ...] = (SGLANG_0_4, SGLANG_0_4_5, SGLANG_0_4_6, SGLANG_0_4_8,
-                                              SGLANG_0_4_9, SGLANG_0_5_3, SGLANG_0_5_5, SGLANG_0_5_23)
+                                              SGLANG_0_4_9, SGLANG_0_5_3, SGLANG_0_5_5, SGLANG_0_5_7,
+                                              SGLANG_0_5_23)
 
 
 class SGLang(Engine):
@@ -388,6 +409,8 @@ class SGLang(Engine):
         "enable_lora": ("--enable-lora (LoRA memory pool; --lora-target-modules all)", "off"),
         "max_loras": ("--max-loras-per-batch (LoRA buffer slots)", "1 here; SGLang's own default is 8"),
         "lora_target_modules": ("--lora-target-modules (comma-separated)", "all"),
+        "limit_mm_data_per_request": ("--limit-mm-data-per-request (images/videos, 0.5.7+)", "no limit"),
+        "mm_feature_transport": ("--mm-feature-transport (cpu, cuda_ipc, cuda_vmm; 0.5.23)", "cpu"),
         "max_lora_rank": ("--max-lora-rank", "16"),
         "mtp": ("Load MTP layers (speculative decoding)", "off"),
         "speculative_algorithm": ("--speculative-algorithm", "none"),
@@ -409,12 +432,29 @@ class SGLang(Engine):
     context_keys_order: ClassVar[tuple[str, ...]] = (
         "max_sequence_length", "seq_length", "max_seq_len", "model_max_length", "max_position_embeddings")
 
+    image_limit_flag = "--limit-mm-data-per-request"
+    image_limit_refusal = ("per request (SGLang refuses the request: managers/tokenizer_manager.py "
+                           "_validate_mm_limits)")
+
     def image_limit(self, settings: EngineSettings) -> int | None:
-        """None: SGLang caps images per request only with its own ``--limit-mm-data-per-request``
-        (unset by default: ``TokenizerManager._validate_mm_limits`` returns early, 0.5.23
-        ``managers/tokenizer_manager.py``; kvplan does not model that flag), and vLLM's
-        ``--limit-mm-per-prompt`` is not SGLang's."""
-        return None
+        """SGLang's ``--limit-mm-data-per-request`` (0.5.7+; ``SglangRelease.mm_data_limit``): the
+        most images (and videos) one request may bring, a count above it refused per request
+        (``TokenizerManager._validate_mm_limits``: ``count > limit`` raises, so 0 refuses every
+        image); unset: None, no limit (the check returns early). The flag changes no memory:
+        SGLang builds the towers and their reserve whatever it says (0.5.23 reads it for memory only
+        in ``models/embedding_gemma2.py``). vLLM's ``--limit-mm-per-prompt`` is refused by name, and
+        SGLang's flag before 0.5.7."""
+        if settings.limit_mm_per_prompt is not None:
+            raise KVPlanError("mm.limit_flag", flag="--limit-mm-per-prompt", engine=self.label,
+                              detail="it is vLLM's flag; SGLang's is --limit-mm-data-per-request "
+                                     "(0.5.7+)")
+        limit = settings.limit_mm_data_per_request
+        assert isinstance(self.record, SglangRelease)
+        if limit is not None and not self.record.mm_data_limit:
+            raise KVPlanError("mm.limit_flag", flag="--limit-mm-data-per-request",
+                              engine=self.record.name,
+                              detail="SGLang added it in 0.5.7 (absent from 0.5.6's server_args.py)")
+        return limit
 
     def context_limit(self, arch: ModelArch) -> ContextLimit | None:
         """``common.py`` ``get_context_length``: the first key of ``CONTEXT_LENGTH_KEYS`` the text
@@ -671,7 +711,11 @@ class SGLang(Engine):
         if spec is not None and spec.notes:
             notes.extend(spec.notes)
         assert isinstance(self.record, SglangRelease)
-        mm = sglang_mm_reservation(arch) if self.record.mm_kv_reservation else 0
+        transport = settings.mm_feature_transport
+        if transport is not None and not self.record.mm_kv_reservation:
+            raise KVPlanError("mm.limit_flag", flag="--mm-feature-transport", engine=self.record.name,
+                              detail="kvplan reads its reservation at 0.5.23 (mm_runtime_reservation_gb)")
+        mm = sglang_mm_reservation(arch, transport) if self.record.mm_kv_reservation else 0
         return SGLangPool(view, max(min(budgets), 0), settings, mm, spec)
 
     def startup_check(self, arch: ModelArch, gpu: GPU, settings: EngineSettings, pool: KVPool,
@@ -894,7 +938,9 @@ class SGLangPool(KVPool):
                 f"= {self.draft_cell:,} B more per token in the cell ({self.cell:,.0f} B) "
                 "(pool_configurator.py DefaultPoolConfigurator.__init__, SGLang 0.5.23)")
         if self.mm_reserve:
-            out["kv_pool_tokens"] += (f"; {self.mm_reserve:,} B multimodal embedding cache taken "
+            pool = " + the GPU feature-transport pool (SGLANG_MM_FEATURE_CACHE_MB)" \
+                if self.mm_reserve > SGLANG_VLM_CACHE_BYTES else ""
+            out["kv_pool_tokens"] += (f"; {self.mm_reserve:,} B multimodal embedding cache{pool} taken "
                                       "first (SGLANG_VLM_CACHE_SIZE_MB, mm_runtime_reservation_gb)")
         return out
 

@@ -56,6 +56,7 @@ from kvplan.engines.vllm.lora import lora_graphs_term, lora_reserve_term
 from kvplan.engines.vllm.memory import capture_sizes, vllm_reserve_terms
 from kvplan.engines.vllm.multimodal import (
     EncoderBudget,
+    deepstack_buffer_term,
     encoder_budget,
     encoder_cache_term,
     encoder_peak_term,
@@ -469,16 +470,21 @@ class Vllm(Engine):
                  terms: tuple[ReserveTerm, ...] = ()) -> tuple[ReserveTerm, ...]:
         """The profile run's encoder outputs (``mm_encoder_cache``) where there is a budget, and
         the tower's peak beyond them and ``terms``' activation peak (``mm_encoder_peak``)."""
+        dtype = self.model_dtype(arch)
+        # the buffers are built with the tower: none at --limit-mm-per-prompt 0 (v0.33: the tower is
+        # a StageMissingLayer; v0.11: Qwen3-VL's own __init__ sets visual None at limits 0)
+        buffers = None if settings.limit_mm_per_prompt == 0 else deepstack_buffer_term(
+            arch, settings.max_num_batched_tokens or self.default_mnbt(gpu), dtype, self.release)
+        first = () if buffers is None else (buffers,)
         budget = self.mm_budget(arch, gpu, settings, tokens)
         if budget is None or not budget.profiled_tokens:
-            return ()
-        dtype = self.model_dtype(arch)
+            return first
         cache = encoder_cache_term(arch, budget, dtype, self.release)
         text = next((t.bytes for t in terms if t.name == "activation_peak"), 0)
         processor = with_processor_kwargs(arch.name, arch.processor, settings.mm_processor_kwargs)
         peak = encoder_peak_term(arch, budget, processor, dtype, settings.tp, text + cache.bytes,
-                                 self.release)
-        return (cache,) if peak is None else (cache, peak)
+                                 self.release, qwen3_vl=self.record.qwen3_vl_tower_peak)
+        return (*first, cache) if peak is None else (*first, cache, peak)
 
     def lora_terms(self, arch: ModelArch, gpu: GPU, settings: EngineSettings,
                    terms: tuple[ReserveTerm, ...] = ()) -> tuple[ReserveTerm, ...]:

@@ -13,7 +13,9 @@ both ``max_num_batched_tokens`` by default (``config/scheduler.py`` ``SchedulerC
 profile run (``gpu_model_runner.py`` ``profile_run``) encodes ``max_items_per_batch`` dummy items
 of the modality with the most tokens and keeps their outputs in ``encoder_cache`` while the
 language model's dummy forward runs, so the profiled peak — and the reserve the KV budget loses —
-holds ``items × tokens per item × hidden_size × dtype bytes`` of encoder outputs. With every
+holds ``items × tokens per item × hidden_size × dtype bytes`` of encoder outputs (Qwen3-VL's rows
+also carry its deepstack features, ``× (1 + deepstack)``: ``encoder_output_width``; its
+``deepstack_input_embeds`` buffers are a term of their own, ``deepstack_buffer_term``). With every
 limit at 0 (text only) there is no budget and no encoder profile. What counts per item is the
 release's (``VllmRelease.mm_item_tokens``): the item's embeddings (v0.10.0, v0.13.0+) or its whole
 placeholder with the text tokens inside (v0.10.1–v0.12: Gemma-3's 260 tokens per image).
@@ -21,7 +23,7 @@ placeholder with the text tokens inside (v0.10.1–v0.12: Gemma-3's 260 tokens p
 The tower's own transient activations during ``embed_multimodal`` come first: the profile's torch
 peak is ``max(tower peak, encoder outputs + the language model's dummy forward)``, so where the
 tower's peak is the larger one the reserve gains its excess (``encoder_peak_term``, the
-``mm_encoder_peak`` term). It is derived from the tower's shapes for the two tower codes read
+``mm_encoder_peak`` term). It is derived from the tower's shapes for the three tower codes read
 (vLLM 0.33; the same block structure in the releases kvplan models from v0.10), each checked on
 vLLM 0.33's own tower run on CPU (``tools/multimodal_truth/tower_peak.py``):
 
@@ -35,20 +37,24 @@ vLLM 0.33's own tower run on CPU (``tools/multimodal_truth/tower_peak.py``):
   MLP): the embeddings ``SiglipVisionTransformer.forward`` keeps while its encoder runs, the
   layer's input, the residual sum, ``layer_norm2``'s output, ``fc1``'s output and its
   activation: ``4·h + 2·I/tp``;
+* Qwen3-VL (and Qwen3.5, the same ``Qwen3_VisionTransformer``; ``qwen3_vl.py``): the last block's
+  attention, ``4·h + 8·h/tp``, or its MLP, ``3·h + 2·I/tp``, whichever is larger, with the
+  deepstack features and rotary tables held (``_qwen3_vl_peak``; checked on the 2B and 8B towers,
+  ``tools/multimodal_truth/qwen3_vl_tower_peak.py``);
 
 plus the pixel values the caller holds (``channels × temporal patch × patch²`` per patch), in the
 model's dtype, over every patch of the profile's dummy batch (Qwen: the items' embeddings ×
 ``merge_size²``; Gemma-3: ``(image_size / patch)²`` per image). Attention runs on FlashAttention
 (vLLM's ViT default on CUDA, "Using backend FLASH_ATTN for vit attention"), which materialises no
 scores; the window attention of Qwen2.5-VL changes only ``cu_seqlens``. Other towers (Qwen2-VL,
-Llama-4, …) are not modelled: no term, said in the ledger's formula of ``mm_encoder_cache``.
+Llama-4, Pixtral, …) are not modelled: no term, said in the ledger's formula of ``mm_encoder_cache``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvplan.arch import ModelArch
+from kvplan.arch import ModelArch, VisionSpec
 from kvplan.dtypes import get_dtype
 from kvplan.engines.reserve import ReserveTerm
 from kvplan.multimodal import DEFAULT_MM_LIMIT, FixedProcessor, Processor, QwenVLProcessor
@@ -130,16 +136,53 @@ def encoder_budget(arch: ModelArch, *, mnbt: int, max_num_seqs: int, max_model_l
     return EncoderBudget(tokens, embeds, compute, cache, modality, items)
 
 
+def encoder_output_width(arch: ModelArch) -> tuple[int, int]:
+    """``(elements per encoder-output token, deepstack mergers)``: the language model's
+    ``hidden_size`` (the projector's output), times ``1 + deepstack`` for Qwen3-VL, whose tower
+    concatenates the merger's output with each deepstack merger's (``qwen3_vl.py``
+    ``Qwen3_VisionTransformer.forward``: ``out_hidden_size × (1 + len(deepstack_visual_indexes))``)
+    and whose ``embed_multimodal`` returns it whole — the split into the main and multiscale
+    embeddings happens only in ``embed_input_ids`` (``_compute_deepstack_embeds``), so the
+    encoder cache holds every column."""
+    tower = next((t for t in arch.weights.towers if t.name == "vision"), None)
+    deep = tower.deepstack if tower is not None else 0
+    return arch.hidden_size * (1 + deep), deep
+
+
+def deepstack_buffer_term(arch: ModelArch, mnbt: int, model_dtype: str,
+                          release: str) -> ReserveTerm | None:
+    """Qwen3-VL's deepstack input buffers: ``Qwen3VLForConditionalGeneration.__init__`` (vLLM 0.33
+    ``qwen3_vl.py``) allocates ``deepstack`` zero tensors of ``max_num_batched_tokens ×
+    text hidden_size`` in the model's dtype on the device while the model is built — memory the
+    weights do not count and the KV budget loses. Built with the tower: at ``--limit-mm-per-prompt``
+    0 there are none (0.33: the tower is a ``StageMissingLayer``, ``use_deepstack`` false; 0.11:
+    ``__init__`` sets ``visual`` None when both limits are 0 and builds no buffers — the same
+    buffers read at 0.11.0 and 0.33.0). None for a tower without deepstack mergers."""
+    _, deep = encoder_output_width(arch)
+    if not deep:
+        return None
+    width = get_dtype(model_dtype).bits // 8
+    total = deep * mnbt * arch.hidden_size * width
+    formula = (f"{deep} deepstack buffer(s) × max_num_batched_tokens {mnbt:,} × hidden "
+               f"{arch.hidden_size:,} × {width} B = {total:,} B")
+    return ReserveTerm("mm_deepstack_buffers", total, formula,
+                       f"{release} vllm/model_executor/models/qwen3_vl.py "
+                       "Qwen3VLForConditionalGeneration.__init__ (deepstack_input_embeds)", "derived")
+
+
 def encoder_cache_term(arch: ModelArch, budget: EncoderBudget, model_dtype: str,
                        release: str) -> ReserveTerm:
     """The profile run's encoder outputs held beside the language model's dummy forward:
-    ``items × tokens × hidden_size × dtype bytes`` (the tower's projector writes the language
-    model's hidden size; every TP rank holds the whole output)."""
+    ``items × tokens × hidden_size × (1 + deepstack) × dtype bytes`` (the tower's projector writes
+    the language model's hidden size, Qwen3-VL's with its deepstack features beside it:
+    ``encoder_output_width``; every TP rank holds the whole output)."""
     width = get_dtype(model_dtype).bits // 8
-    total = budget.profiled_tokens * arch.hidden_size * width
+    row, deep = encoder_output_width(arch)
+    total = budget.profiled_tokens * row * width
     per_item = budget.embeds_per_item[budget.modality]
+    hidden = f"hidden {arch.hidden_size:,}" + (f" × (1 + {deep} deepstack)" if deep else "")
     formula = (f"{budget.items_per_batch} {budget.modality} item(s) × {per_item:,} "
-               f"tokens × hidden {arch.hidden_size:,} × {width} B = {total:,} B (encoder budget "
+               f"tokens × {hidden} × {width} B = {total:,} B (encoder budget "
                f"{budget.budget:,} tokens = max(max_num_batched_tokens, largest item)); vLLM logs "
                f"\"{budget.log_line()}\"")
     return ReserveTerm("mm_encoder_cache", total, formula, f"{release} {_SOURCE}", "derived")
@@ -161,21 +204,30 @@ class TowerPeak:
     pixel_elements: int
     width: int
     rule: str
+    #: Bytes per patch beside the elements (Qwen3-VL's int64 position ids, 2 × 8 B).
+    patch_bytes: int = 0
+    #: Bytes that do not grow with the patches (Qwen3-VL's int32 ``cu_seqlens`` and ``max_seqlen``).
+    fixed_bytes: int = 0
 
     @property
     def bytes(self) -> int:
-        return self.patches * (self.block_elements + self.pixel_elements) * self.width
+        return self.patches * ((self.block_elements + self.pixel_elements) * self.width
+                               + self.patch_bytes) + self.fixed_bytes
 
 
 def tower_peak(arch: ModelArch, budget: EncoderBudget,
                processor: Processor | None,
-               model_dtype: str, tp: int) -> TowerPeak | None:
-    """``TowerPeak`` of the towers kvplan derives (module docstring), else None."""
+               model_dtype: str, tp: int, qwen3_vl: bool = True) -> TowerPeak | None:
+    """``TowerPeak`` of the towers kvplan derives (module docstring), else None. ``qwen3_vl``: the
+    release's Qwen3-VL tower is the one read (``VllmRelease.qwen3_vl_tower_peak``; else None)."""
     tower = next((t for t in arch.weights.towers if t.name == "vision"), None)
     if tower is None or processor is None or not budget.items_per_batch:
         return None
     width = get_dtype(model_dtype).bits // 8
     h, inter = tower.hidden_size, tower.intermediate_size // tp
+    if isinstance(processor, QwenVLProcessor) and tower.layout == "qwen3_vl":
+        return _qwen3_vl_peak(arch, tower, budget, processor, width, tp) \
+            if qwen3_vl and tower.heads else None
     if isinstance(processor, QwenVLProcessor) and tower.gated_mlp and tower.heads:
         patches = budget.profiled_tokens * processor.merge_size ** 2
         pixels = tower.in_channels * processor.temporal_patch_size * tower.patch_size ** 2
@@ -190,19 +242,52 @@ def tower_peak(arch: ModelArch, budget: EncoderBudget,
     return None
 
 
+def _qwen3_vl_peak(arch: ModelArch, tower: VisionSpec, budget: EncoderBudget,
+                   processor: QwenVLProcessor, width: int, tp: int) -> TowerPeak:
+    """Qwen3-VL's tower (vLLM 0.33 ``qwen3_vl.py`` ``Qwen3_VisionTransformer.forward``,
+    ``Qwen3_VisionBlock``; the attention is ``qwen2_5_vl.py`` ``Qwen2_5_VisionAttention.forward``)
+    peaks in the last block's attention, at ``proj``: the block's input (the loop holds it),
+    ``norm1``'s output (the module call's arguments hold it), the interpolated ``pos_embeds`` (kept
+    in the encoder metadata for the whole forward), ``proj``'s output: ``4·h``; ``qkv`` (3·h/tp),
+    ``qk`` made contiguous and ``apply_rotary_emb``'s output (2·h/tp each; one output, as the CUDA
+    kernel), the attention's output (h/tp): ``8·h/tp``; the deepstack features already merged
+    (``deepstack × out_hidden / merge²``); the rotary tables (cos and sin, ``head_dim / 2``
+    each) and the int64 (h, w) position ids of a one-frame item (16 B, ``_rot_pos_ids_cache``);
+    beside them the int32 ``cu_seqlens`` (items + 1) and ``max_seqlen``.
+    The MLP's ``3·h + 2·I/tp`` (input, the residual sum, ``norm2``'s output, ``linear_fc1`` and
+    its activation; the GELU is one op) is below it for every preset (I ≈ 3.7–4·h) — the larger
+    is taken. Checked on vLLM 0.33's tower on CPU for Qwen3-VL-2B and -8B
+    (``tools/multimodal_truth/qwen3_vl_tower_peak.py``); the profile's dummy is one image
+    or Qwen3-VL's two-frame video (``grid_t`` 1 either way), so the ids are per patch (items of
+    ``grid_t`` 2 do not hold them at the peak: the fixture's two-frame-group cases)."""
+    h, inter = tower.hidden_size, tower.intermediate_size // tp
+    merge = processor.merge_size ** 2
+    deep = tower.deepstack * arch.hidden_size // merge
+    attention, mlp = 4 * h + 8 * h // tp, 3 * h + 2 * inter
+    rope = h // tower.heads
+    pixels = tower.in_channels * processor.temporal_patch_size * tower.patch_size ** 2
+    where = "attention 4·h + 8·h/tp" if attention >= mlp else "MLP 3·h + 2·I/tp"
+    rule = (f"Qwen3-VL block at its peak, {where} (max of the two) + deepstack "
+            f"{tower.deepstack}·{arch.hidden_size:,}/{merge} + rotary cos/sin head_dim")
+    return TowerPeak(budget.profiled_tokens * merge, max(attention, mlp) + deep + rope, pixels, width,
+                     rule, patch_bytes=16, fixed_bytes=4 * (budget.items_per_batch + 1) + 4)
+
+
 def encoder_peak_term(arch: ModelArch, budget: EncoderBudget,
                       processor: Processor | None,
-                      model_dtype: str, tp: int, held: int, release: str) -> ReserveTerm | None:
+                      model_dtype: str, tp: int, held: int, release: str,
+                      qwen3_vl: bool = True) -> ReserveTerm | None:
     """The tower's excess over what the profile holds after it: ``max(0, tower peak − held)``,
     ``held`` = the activation peak of the language model's dummy forward + the encoder outputs
     (the reserve's other terms count those); None where the tower is not modelled."""
-    peak = tower_peak(arch, budget, processor, model_dtype, tp)
+    peak = tower_peak(arch, budget, processor, model_dtype, tp, qwen3_vl)
     if peak is None:
         return None
     tower = next(t for t in arch.weights.towers if t.name == "vision")
     excess = max(0, peak.bytes - held)
+    ids = f" + {peak.patch_bytes} B of position ids per patch" if peak.patch_bytes else ""
     formula = (f"max(0, tower peak − held) = max(0, {peak.patches:,} patches × ({peak.rule} = "
                f"{peak.block_elements:,} with h {tower.hidden_size:,}, I {tower.intermediate_size:,}, "
-               f"tp {tp} + pixel values {peak.pixel_elements:,}) × {peak.width} B = {peak.bytes:,} − "
+               f"tp {tp} + pixel values {peak.pixel_elements:,}) × {peak.width} B{ids} = {peak.bytes:,} − "
                f"{held:,} (activation peak + encoder outputs)) = {excess:,} B")
     return ReserveTerm("mm_encoder_peak", excess, formula, f"{release} {_PEAK_SOURCE}", "derived")

@@ -172,6 +172,10 @@ class VllmRelease(Release):
     #: ``device_memory = 0`` and the device takes the small tier (read in 0.11.0, 0.12.0, 0.13.0,
     #: 0.19.0 and 0.32.0; the records between inherit it).
     nvml_batch_total: bool = False
+    #: The Qwen3-VL tower's profile peak is derived (``multimodal._qwen3_vl_peak``: read in 0.33.0's
+    #: ``qwen3_vl.py``; 0.11.0's attention copies q, k, v and concatenates q and k — another live
+    #: set, not derived: no term).
+    qwen3_vl_tower_peak: bool = False
 
 
 V0_6 = VllmRelease(
@@ -404,10 +408,11 @@ V0_33 = replace(
             "slots read from 0.33.0 ``vllm/lora`` (``lora_ranks``: ``config/lora.py`` MaxLoRARanks). "
             "``--speculative-config`` read from 0.33.0 ``config/speculative.py`` and "
             "``v1/spec_decode`` (``spec_methods``). ``--limit-mm-per-prompt`` 0 leaves the towers "
-            "unloaded (``_mark_tower_model``, read in 0.33.0).",
+            "unloaded (``_mark_tower_model``, read in 0.33.0). The Qwen3-VL tower's profile peak "
+            "(``qwen3_vl_tower_peak``, read in 0.33.0).",
     gb10_small_tier=True, lora_ranks=(1, 8, 16, 32, 64, 128, 256, 320, 512),
     spec_methods=("draft_model", "eagle", "eagle3", "mtp", "ngram", "suffix"),
-    mm_skip_towers_at_zero=True)
+    mm_skip_towers_at_zero=True, qwen3_vl_tower_peak=True)
 
 #: Every modelled vLLM release, oldest first; the last is "latest" (``vllm`` without ``@``).
 VLLM_RELEASES: tuple[VllmRelease, ...] = (V0_6, V0_8, V0_9, V0_11, V0_13, V0_14, V0_17, V0_19, V0_20_0, V0_20,
