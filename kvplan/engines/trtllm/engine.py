@@ -140,16 +140,29 @@ TRTLLM_1_1 = TrtLlmRelease(
             "``tc::ceilDiv`` in ``calculateMaxNumBlocks``); KV dtype \"auto\" follows "
             "``hf_quant_config.json``'s ``kv_cache_quant_algo`` only (``_torch/model_config.py`` "
             "``load_modelopt_quant_config``; ``load_hf_quant_config`` reads no ModelOpt config.json)")
+TRTLLM_1_2_0 = replace(
+    TRTLLM_1_1, key="1.2.0", since="1.2.0",
+    name="TensorRT-LLM 1.2.0 (PyTorch backend; primary-pool blocks still rounded up)",
+    kv_quant_flat=True, spec_decode=True,
+    changes="1.2.0 still rounds the primary pool's block count up: a 1.2.0rc4 start-up prints "
+            "max_tokens 900,796 and 'primary blocks=28150' = ceil(900,796 / 32) "
+            "(tests/fixtures/trtllm_logs/05, faradawn/bench3 logs/trtllm-serve-egine.log); the flat "
+            "ModelOpt config.json ``kv_cache_scheme`` and ``speculative_config`` rules are main's, "
+            "read on main and assumed for 1.2.0 (no 1.2.0 log checks them)")
 TRTLLM_MAIN = replace(
-    TRTLLM_1_1, key="main", since="1.2.0", name="TensorRT-LLM main 2026 (PyTorch backend; blocks floored)",
-    blocks_round_up=False, kv_quant_flat=True, spec_decode=True,
+    TRTLLM_1_2_0, key="main", since="1.2.1",
+    name="TensorRT-LLM main 2026 (PyTorch backend; blocks floored)", blocks_round_up=False,
     changes="main (``resource_manager.py`` 001541ba…, ``_util.py`` 00043967…): "
-            "``calculate_max_num_blocks`` floors, ``int(max_tokens // tokens_per_block)``; a flat "
-            "ModelOpt config.json ``kv_cache_scheme`` sets the KV dtype \"auto\" takes "
+            "``calculate_max_num_blocks`` floors, ``int(max_tokens // tokens_per_block)`` (the "
+            "estimation dry run in ``KVCacheManager.__init__`` likewise). Where the floor starts is "
+            "bounded by logs, not read in a release's code: 1.2.0rc4 rounds up (``TRTLLM_1_2_0``), and "
+            "a 1.2.1 run floors — tests/fixtures/trtllm_logs/03's 117,216 tokens (3,663 blocks) at "
+            "fraction 0.25, predicted from run 02, are 3,663 floored, 3,664 rounded up; a "
+            "flat ModelOpt config.json ``kv_cache_scheme`` sets the KV dtype \"auto\" takes "
             "(``quantization/modelopt_config.py`` 2edf354d ``read_modelopt_quant_config``); "
             "``speculative_config`` sized (spec layers in the target's manager, the two-model draft's "
             "KV in the creator's cost, draft and extra KV tokens per request: ``trtllm/spec_decode.py``)")
-TRTLLM_RELEASES: tuple[TrtLlmRelease, ...] = (TRTLLM_1_1, TRTLLM_MAIN)
+TRTLLM_RELEASES: tuple[TrtLlmRelease, ...] = (TRTLLM_1_1, TRTLLM_1_2_0, TRTLLM_MAIN)
 
 
 class TrtLlm(Engine):
@@ -443,7 +456,7 @@ class TrtPool(KVPool):
     the ``max_tokens`` setting; speculative layers in the manager share main's ``max_tokens``, ``budget
     // (target + draft)`` (``_get_kv_size_per_token``: the one-model draft manager's cost is the
     creator's too, so the freed memory does not bind them); ``blocks = max_tokens // tokens_per_block``
-    (rounded up up to 1.1).
+    (rounded up up to 1.2.0, ``blocks_round_up``).
     Several window sizes
     (``calculate_max_num_blocks_for_vswa``): the budget split equally per window size, each pool
     ``int(budget / n / its layers' cost) // tokens_per_block`` blocks (``max_tokens`` ignored). A
@@ -525,7 +538,7 @@ class TrtPool(KVPool):
 
     def max_requests_for(self, L: int, budgets: np.ndarray) -> np.ndarray:
         """``((max(min budget, 0) // bytes per token) // tokens_per_block) // blocks(L)``, the block
-        count rounded up for one window where the release rounds up (``round_up``, ≤ 1.1) as the
+        count rounded up for one window where the release rounds up (``round_up``, ≤ 1.2.0) as the
         constructor does; one window whose manager holds more heads than the creator prices takes
         ``min(budget // creator, (budget + freed) // manager)`` tokens, as the constructor."""
         budget = np.maximum(np.asarray(budgets, dtype=np.int64).min(axis=1), 0)
