@@ -315,3 +315,22 @@ def test_the_rtx_5090_total_the_engine_saw():
     gpu = get_gpu("rtx-5090")
     assert round(gpu.capacity_bytes / GIB, 2) == DOCS["01"]["logged"]["total_gpu_memory_gib"] == 31.84
     assert round((gpu.cuda_total_bytes or 0) / GIB, 2) == 31.37
+
+
+def test_gpt_oss_mxfp4_experts_padded_to_128_by_the_cutlass_backend():
+    """gpt-oss-120b on 1.1.0rc3 (04) logs 'Use 63.32 GB for model weights' (GiB); the checkpoint
+    stores 60.77 GiB. The default MoE backend, CUTLASS (``MoeConfig.backend``), pads MXFP4 experts:
+    ``MXFP4WeightCutlassFusedMoEMethod.weight_alignment = 128`` and
+    ``MXFP4WeightFusedMoEMethod.create_weights`` round hidden 2,880 and intermediate 2,880 up to
+    2,944. Per expert and layer: w3_w1 2·2,944·2,944 / 2 − 2·2,880·2,880 / 2 = 372,736 B, its
+    scales 2·2,944·92 − 2·2,880·90 = 23,296 B, w2 186,368 B, its scales 11,648 B, the bf16 biases
+    (2 + 1)·64·2 = 384 B: 594,432 B × 128 experts × 36 layers = 2,739,142,656 B; 65,248,815,744 +
+    that = 67,987,958,400 B = 63.32 GiB, the logged figure. Main (``MoeConfig.backend`` AUTO, not
+    read) keeps the experts as stored."""
+    doc = DOCS["04"]
+    padded = pool(doc, kv_cache_memory_bytes=GIB).weights_bytes
+    asked = query(doc, kv_cache_memory_bytes=GIB).model_copy(update={"engine": "trtllm@main"})
+    stored = fit(make_plan(arch_of(doc), gpu_of(doc), asked), search_gpus=False).weights_bytes
+    assert (stored, padded - stored) == (65_248_815_744, 594_432 * 128 * 36) == (65_248_815_744,
+                                                                                 2_739_142_656)
+    assert round(padded / GIB, 2) == doc["logged"]["weights_gib"] == 63.32

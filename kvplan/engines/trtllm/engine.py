@@ -50,7 +50,7 @@ from kvplan.engines.trtllm.weights import trtllm_loading_rules
 
 if TYPE_CHECKING:
     from kvplan.presets import GPU
-    from kvplan.weights import LoadingRules
+    from kvplan.weights import ExpertRepack, LoadingRules
 
 TRTLLM_TOKENS_PER_BLOCK = 32  # tensorrt_llm/llmapi/llm_args.py KvCacheConfig.tokens_per_block
 TRTLLM_DEFAULT_FREE_FRACTION = 0.9  # KvCacheConfig.free_gpu_memory_fraction
@@ -129,17 +129,29 @@ class TrtLlmRelease(Release):
     #: ``speculative_config`` sized from the code read (``kvplan.engines.trtllm.spec_decode``: the
     #: main-branch ``llm_args.py``, ``resource_manager.py``, ``speculative/utils.py``); False: refused.
     spec_decode: bool = False
+    #: MXFP4 MoE experts in the default MoE backend, CUTLASS (``llm_args.py`` ``MoeConfig.backend``
+    #: default ``'CUTLASS'``): ``fused_moe/quantization.py`` ``MXFP4WeightCutlassFusedMoEMethod``
+    #: (``weight_alignment = 128``) has ``MXFP4WeightFusedMoEMethod.create_weights`` allocate ``w3_w1``
+    #: / ``w2``, their block scales and biases with the hidden size and the per-rank intermediate
+    #: size rounded up to 128 (``_get_weight_alignment`` pads before sharding so each shard is a
+    #: multiple of 128). False: experts as stored (main's ``MoeConfig.backend`` became ``AUTO``,
+    #: which picks a backend per architecture and GPU: not read).
+    mxfp4_cutlass_pad: bool = False
 
 
 #: TensorRT-LLM releases, oldest first, each the previous one with what changed.
 TRTLLM_1_1 = TrtLlmRelease(
     key="1.1", since="0", name="TensorRT-LLM ≤ 1.1 (primary-pool blocks rounded up)", blocks_round_up=True,
+    mxfp4_cutlass_pad=True,
     changes="up to 1.1 the primary pool rounds its block count up: ``blocks_in_primary_pool = "
             "math.ceil(max_tokens / tokens_per_block)`` (1.1.0rc3 ``_torch/pyexecutor/resource_manager.py`` "
             "``KVCacheManager.calculate_max_num_blocks``; the C++ runtime of 0.19 likewise, "
             "``tc::ceilDiv`` in ``calculateMaxNumBlocks``); KV dtype \"auto\" follows "
             "``hf_quant_config.json``'s ``kv_cache_quant_algo`` only (``_torch/model_config.py`` "
-            "``load_modelopt_quant_config``; ``load_hf_quant_config`` reads no ModelOpt config.json)")
+            "``load_modelopt_quant_config``; ``load_hf_quant_config`` reads no ModelOpt config.json); "
+            "MXFP4 MoE experts padded to 128 in hidden and per-rank intermediate size by the default "
+            "CUTLASS backend (``fused_moe/quantization.py`` ``MXFP4WeightCutlassFusedMoEMethod``; "
+            "1.1.0rc3's gpt-oss-120b: 'Use 63.32 GB for model weights', tests/fixtures/trtllm_logs/04)")
 TRTLLM_1_2_0 = replace(
     TRTLLM_1_1, key="1.2.0", since="1.2.0",
     name="TensorRT-LLM 1.2.0 (PyTorch backend; primary-pool blocks still rounded up)",
@@ -152,8 +164,11 @@ TRTLLM_1_2_0 = replace(
 TRTLLM_MAIN = replace(
     TRTLLM_1_2_0, key="main", since="1.2.1",
     name="TensorRT-LLM main 2026 (PyTorch backend; blocks floored)", blocks_round_up=False,
+    mxfp4_cutlass_pad=False,
     changes="main (``resource_manager.py`` 001541ba…, ``_util.py`` 00043967…): "
-            "``calculate_max_num_blocks`` floors, ``int(max_tokens // tokens_per_block)`` (the "
+            "``calculate_max_num_blocks`` floors, ``int(max_tokens // tokens_per_block)``; MXFP4 MoE "
+            "experts as stored (``MoeConfig.backend`` ``AUTO`` picks the backend per model and GPU: "
+            "not read, so no padding is assumed) (the "
             "estimation dry run in ``KVCacheManager.__init__`` likewise). Where the floor starts is "
             "bounded by logs, not read in a release's code: 1.2.0rc4 rounds up (``TRTLLM_1_2_0``), and "
             "a 1.2.1 run floors — tests/fixtures/trtllm_logs/03's 117,216 tokens (3,663 blocks) at "
@@ -423,6 +438,22 @@ class TrtLlm(Engine):
             if spec is not None and spec.decoding_type == "MTP":
                 update["mtp"] = True
         return settings.model_copy(update=update) if update else settings
+
+    def mxfp4_moe_repack(self, gpu: GPU | None) -> ExpertRepack | None:
+        """``TrtLlmRelease.mxfp4_cutlass_pad``: the CUTLASS MoE backend's 128-element padding of
+        MXFP4 experts (hidden and per-rank intermediate size; block scales and biases padded with
+        them, no swizzled copy: ``block_scale_interleave`` writes in place) on every device the
+        release runs on (NVIDIA's; a custom accelerator is taken as one); None on another vendor's
+        part, and where the release's default backend was not read (main)."""
+        from kvplan.weights import ExpertRepack
+
+        if not self.record.mxfp4_cutlass_pad or (gpu is not None and not gpu.custom
+                                                 and gpu.vendor != "NVIDIA"):
+            return None
+        return ExpertRepack("CUTLASS", hidden=128, inter=128, engine="TensorRT-LLM",
+                            source="tensorrt_llm/_torch/modules/fused_moe/quantization.py "
+                                   "MXFP4WeightCutlassFusedMoEMethod (weight_alignment 128), "
+                                   "MXFP4WeightFusedMoEMethod.create_weights")
 
     def loading_rules(self, gpu: GPU | None) -> LoadingRules:
         """``kvplan.engines.trtllm.weights.trtllm_loading_rules`` (assumed equal to vLLM
