@@ -409,5 +409,8 @@ def test_the_status_report(rows: list[Row], capsys: pytest.CaptureFixture[str]):
 #: SGLang (issue #30): 03 (Qwen3-235B-A22B-FP8, TP 4 on H100s) ×1.096 → ×0.983, within 3 %: the
 #: distributed init SGLang holds before loading at TP > 1 over NVLink (``SGLANG_NVLINK_DIST_INIT``,
 #: 2.01 GiB, fitted on sgl-project/sglang PR#11716, not on 03): sglang (1, 0, 0, 0) → (1, 1, 0, 0).
+#: Helper trtlogs: TensorRT-LLM ≤ 1.2.0's CUTLASS MoE backend pads MXFP4 experts to 128 (hidden and
+#: intermediate 2,880 → 2,944): 04's weights 60.77 → 63.32 GiB, the logged 63.32 (its pool ×8.40 →
+#: ×8.01, still the GB10's unified memory): trtllm (2, 0, 6, 2) → (2, 0, 6, 3).
 STATUS: dict[str, tuple[int, int, int, int]] = {
-    "vllm": (22, 15, 61, 48), "sglang": (1, 1, 0, 0), "trtllm": (2, 0, 6, 2)}
+    "vllm": (22, 15, 61, 48), "sglang": (1, 1, 0, 0), "trtllm": (2, 0, 6, 3)}

@@ -13,8 +13,8 @@ Each fixture is one real run (source, settings, printed numbers, verbatim lines)
   0.01 GiB) given to kvplan as ``kv_cache_memory_bytes``, or the logged ``max_tokens``, must give
   the logged primary blocks, on the release the log ran: main (2026) floors,
   ``int(max_tokens // tokens_per_block)`` (``resource_manager.py`` ``calculate_max_num_blocks``);
-  up to 1.1 the count is rounded up (``math.ceil`` there, ``tc::ceilDiv`` in the C++
-  ``calculateMaxNumBlocks``) — kvplan's ``trtllm@1.1``;
+  up to 1.2.0 the count is rounded up (``math.ceil`` there, ``tc::ceilDiv`` in the C++
+  ``calculateMaxNumBlocks``; 05, 1.2.0rc4, prints ceil) — kvplan's ``trtllm@1.1`` and ``trtllm@1.2.0``;
 * **(b) end to end**: kvplan's ``fit`` from the settings (GPU preset, fraction, ``max_num_tokens``,
   weight and KV dtype, default reserve) against the logged pool, within ``fraction × (1.25 GiB + 3%
   weights)`` of KV memory (the SGLang test's bound for what kvplan cannot know, scaled by the
@@ -27,13 +27,13 @@ Each fixture is one real run (source, settings, printed numbers, verbatim lines)
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
 from log_fixtures import check_numbers_written, check_schema, fixture_arch, load
 
 from kvplan.capacity import FitQuery, fit
+from kvplan.engines.trtllm import TrtLlm
 from kvplan.engines.trtllm.log import parse_trtllm_log
 from kvplan.plan import make_plan
 from kvplan.presets import custom_gpu, get_gpu
@@ -76,9 +76,6 @@ KNOWN_MISMATCH: dict[tuple[str, str], str] = {
                   "kvplan's reserve models the PyTorch backend's profile (KvCacheCreator), not a built "
                   "engine's. The host reports nvidia-smi's whole 31.84 GiB (a WSL2-style total; the "
                   "catalogue's native-Linux RTX 5090 is 31.37 GiB)"),
-    ("a2", "05"): ("1.2.0rc4 still rounds the block count up: ceil(900,796 / 32) = 28,150 primary "
-                   "blocks, as logged; kvplan reads every release after 1.1 as main, whose floor "
-                   "gives 28,149 (the release record's boundary is an engine-package question)"),
     ("b", "04"): ("DGX Spark (GB10) memory is unified: 'Memory used outside torch … 49.28 GiB' is "
                   "what the rest of the system held of the 119.70 GiB the device reports; kvplan "
                   "(a custom 119.70 GiB accelerator, no GB10 preset) counts it free"),
@@ -102,9 +99,10 @@ def gpu_of(doc: dict):
 
 
 def engine_of(doc: dict) -> str:
-    """The modelled release the log ran: up to 1.1 (blocks rounded up) or main."""
-    major, minor = (int(x) for x in re.findall(r"\d+", doc["trtllm_version"])[:2])
-    return "trtllm@1.1" if (major, minor) <= (1, 1) else "trtllm@main"
+    """The modelled release the log ran, as calibrate picks it (``Engine.release_for_version``:
+    1.1 and 1.2 round the block count up, main floors)."""
+    record, _ = TrtLlm.release_for_version(doc["trtllm_version"])
+    return f"trtllm@{record.key}"
 
 
 def query(doc: dict, **extra) -> FitQuery:
@@ -227,6 +225,20 @@ def test_a2_hand_values():
     assert on_main.num_blocks == 2709
 
 
+def test_a2_the_1_2_0_release_still_rounds_up():
+    """Llama-3-8B on 1.2.0rc4 (05): max_tokens 900,796 → ceil(900,796 / 32) = 28,150 primary blocks,
+    as logged ('primary blocks=28150'); 1.2.0 is read with ``trtllm@1.2.0`` (rounded up), main (1.2.1
+    on: run 03's 3,663 blocks, test_b_fraction_025…) floors to 28,149. Before the 1.2.0 record,
+    1.2.0rc4 was read as main: 28,149, one block off (the former a2 ``KNOWN_MISMATCH`` of 05)."""
+    assert engine_of(DOCS["05"]) == "trtllm@1.2.0" and engine_of(DOCS["02"]) == "trtllm@main"
+    room = 8 * GIB + (900_796 + 32) * 131_072
+    assert _blocks(DOCS["05"], room, max_tokens=900_796) == 28150
+    asked = query(DOCS["05"], kv_cache_memory_bytes=room, max_tokens=900_796).model_copy(
+        update={"engine": "trtllm@main"})
+    assert fit(make_plan(arch_of(DOCS["05"]), gpu_of(DOCS["05"]), asked), search_gpus=False).num_blocks \
+        == 28149
+
+
 @pytest.mark.parametrize("log_id", ["01", "04", "05"])
 def test_b_end_to_end_from_the_settings(log_id: str):
     doc = DOCS[log_id]
@@ -242,7 +254,9 @@ def test_b_fraction_025_is_predicted_from_the_fraction_09_run():
     """The two SmolLM2 runs (RTX 4070 SUPER, no preset) differ only in free_gpu_memory_fraction.
     kvplan's TensorRT-LLM budget is ``fraction × (capacity − weights − reserve)``
     (``_util.py`` ``_cal_max_memory``): the reserve that gives run 02's 9.06 GiB at 0.9 (both ends of
-    its rounding) predicts run 03 at 0.25 — its 117,216 tokens (3,663 blocks) must be in range."""
+    its rounding) predicts run 03 at 0.25 — its 117,216 tokens (3,663 blocks) must be in range:
+    117,220–117,349 tokens, 3,663–3,667 blocks floored (main: 1.2.1 is read with it), 3,664–3,668
+    rounded up — the log evidence ``TRTLLM_MAIN.since`` (1.2.1) rests on."""
     base, other = DOCS["02"], DOCS["03"]
     gpu, arch = gpu_of(other), arch_of(other)
     weights = pool(base, kv_cache_memory_bytes=GIB).weights_bytes
@@ -288,7 +302,7 @@ def test_c_non_torch_is_fitted_on_log_05():
 
 def test_known_mismatches_name_logs_and_checks_that_exist():
     assert {i for _, i in KNOWN_MISMATCH} <= set(DOCS)
-    assert {c for c, _ in KNOWN_MISMATCH} == {"a2", "b"}
+    assert {c for c, _ in KNOWN_MISMATCH} == {"b"}
 
 
 def test_the_rtx_5090_total_the_engine_saw():
@@ -301,3 +315,22 @@ def test_the_rtx_5090_total_the_engine_saw():
     gpu = get_gpu("rtx-5090")
     assert round(gpu.capacity_bytes / GIB, 2) == DOCS["01"]["logged"]["total_gpu_memory_gib"] == 31.84
     assert round((gpu.cuda_total_bytes or 0) / GIB, 2) == 31.37
+
+
+def test_gpt_oss_mxfp4_experts_padded_to_128_by_the_cutlass_backend():
+    """gpt-oss-120b on 1.1.0rc3 (04) logs 'Use 63.32 GB for model weights' (GiB); the checkpoint
+    stores 60.77 GiB. The default MoE backend, CUTLASS (``MoeConfig.backend``), pads MXFP4 experts:
+    ``MXFP4WeightCutlassFusedMoEMethod.weight_alignment = 128`` and
+    ``MXFP4WeightFusedMoEMethod.create_weights`` round hidden 2,880 and intermediate 2,880 up to
+    2,944. Per expert and layer: w3_w1 2·2,944·2,944 / 2 − 2·2,880·2,880 / 2 = 372,736 B, its
+    scales 2·2,944·92 − 2·2,880·90 = 23,296 B, w2 186,368 B, its scales 11,648 B, the bf16 biases
+    (2 + 1)·64·2 = 384 B: 594,432 B × 128 experts × 36 layers = 2,739,142,656 B; 65,248,815,744 +
+    that = 67,987,958,400 B = 63.32 GiB, the logged figure. Main (``MoeConfig.backend`` AUTO, not
+    read) keeps the experts as stored."""
+    doc = DOCS["04"]
+    padded = pool(doc, kv_cache_memory_bytes=GIB).weights_bytes
+    asked = query(doc, kv_cache_memory_bytes=GIB).model_copy(update={"engine": "trtllm@main"})
+    stored = fit(make_plan(arch_of(doc), gpu_of(doc), asked), search_gpus=False).weights_bytes
+    assert (stored, padded - stored) == (65_248_815_744, 594_432 * 128 * 36) == (65_248_815_744,
+                                                                                 2_739_142_656)
+    assert round(padded / GIB, 2) == doc["logged"]["weights_gib"] == 63.32

@@ -50,7 +50,7 @@ from kvplan.engines.trtllm.weights import trtllm_loading_rules
 
 if TYPE_CHECKING:
     from kvplan.presets import GPU
-    from kvplan.weights import LoadingRules
+    from kvplan.weights import ExpertRepack, LoadingRules
 
 TRTLLM_TOKENS_PER_BLOCK = 32  # tensorrt_llm/llmapi/llm_args.py KvCacheConfig.tokens_per_block
 TRTLLM_DEFAULT_FREE_FRACTION = 0.9  # KvCacheConfig.free_gpu_memory_fraction
@@ -129,27 +129,55 @@ class TrtLlmRelease(Release):
     #: ``speculative_config`` sized from the code read (``kvplan.engines.trtllm.spec_decode``: the
     #: main-branch ``llm_args.py``, ``resource_manager.py``, ``speculative/utils.py``); False: refused.
     spec_decode: bool = False
+    #: MXFP4 MoE experts in the default MoE backend, CUTLASS (``llm_args.py`` ``MoeConfig.backend``
+    #: default ``'CUTLASS'``): ``fused_moe/quantization.py`` ``MXFP4WeightCutlassFusedMoEMethod``
+    #: (``weight_alignment = 128``) has ``MXFP4WeightFusedMoEMethod.create_weights`` allocate ``w3_w1``
+    #: / ``w2``, their block scales and biases with the hidden size and the per-rank intermediate
+    #: size rounded up to 128 (``_get_weight_alignment`` pads before sharding so each shard is a
+    #: multiple of 128). False: experts as stored (main's ``MoeConfig.backend`` became ``AUTO``,
+    #: which picks a backend per architecture and GPU: not read).
+    mxfp4_cutlass_pad: bool = False
 
 
 #: TensorRT-LLM releases, oldest first, each the previous one with what changed.
 TRTLLM_1_1 = TrtLlmRelease(
     key="1.1", since="0", name="TensorRT-LLM ≤ 1.1 (primary-pool blocks rounded up)", blocks_round_up=True,
+    mxfp4_cutlass_pad=True,
     changes="up to 1.1 the primary pool rounds its block count up: ``blocks_in_primary_pool = "
             "math.ceil(max_tokens / tokens_per_block)`` (1.1.0rc3 ``_torch/pyexecutor/resource_manager.py`` "
             "``KVCacheManager.calculate_max_num_blocks``; the C++ runtime of 0.19 likewise, "
             "``tc::ceilDiv`` in ``calculateMaxNumBlocks``); KV dtype \"auto\" follows "
             "``hf_quant_config.json``'s ``kv_cache_quant_algo`` only (``_torch/model_config.py`` "
-            "``load_modelopt_quant_config``; ``load_hf_quant_config`` reads no ModelOpt config.json)")
+            "``load_modelopt_quant_config``; ``load_hf_quant_config`` reads no ModelOpt config.json); "
+            "MXFP4 MoE experts padded to 128 in hidden and per-rank intermediate size by the default "
+            "CUTLASS backend (``fused_moe/quantization.py`` ``MXFP4WeightCutlassFusedMoEMethod``; "
+            "1.1.0rc3's gpt-oss-120b: 'Use 63.32 GB for model weights', tests/fixtures/trtllm_logs/04)")
+TRTLLM_1_2_0 = replace(
+    TRTLLM_1_1, key="1.2.0", since="1.2.0",
+    name="TensorRT-LLM 1.2.0 (PyTorch backend; primary-pool blocks still rounded up)",
+    kv_quant_flat=True, spec_decode=True,
+    changes="1.2.0 still rounds the primary pool's block count up: a 1.2.0rc4 start-up prints "
+            "max_tokens 900,796 and 'primary blocks=28150' = ceil(900,796 / 32) "
+            "(tests/fixtures/trtllm_logs/05, faradawn/bench3 logs/trtllm-serve-egine.log); the flat "
+            "ModelOpt config.json ``kv_cache_scheme`` and ``speculative_config`` rules are main's, "
+            "read on main and assumed for 1.2.0 (no 1.2.0 log checks them)")
 TRTLLM_MAIN = replace(
-    TRTLLM_1_1, key="main", since="1.2.0", name="TensorRT-LLM main 2026 (PyTorch backend; blocks floored)",
-    blocks_round_up=False, kv_quant_flat=True, spec_decode=True,
+    TRTLLM_1_2_0, key="main", since="1.2.1",
+    name="TensorRT-LLM main 2026 (PyTorch backend; blocks floored)", blocks_round_up=False,
+    mxfp4_cutlass_pad=False,
     changes="main (``resource_manager.py`` 001541ba…, ``_util.py`` 00043967…): "
-            "``calculate_max_num_blocks`` floors, ``int(max_tokens // tokens_per_block)``; a flat "
-            "ModelOpt config.json ``kv_cache_scheme`` sets the KV dtype \"auto\" takes "
+            "``calculate_max_num_blocks`` floors, ``int(max_tokens // tokens_per_block)``; MXFP4 MoE "
+            "experts as stored (``MoeConfig.backend`` ``AUTO`` picks the backend per model and GPU: "
+            "not read, so no padding is assumed) (the "
+            "estimation dry run in ``KVCacheManager.__init__`` likewise). Where the floor starts is "
+            "bounded by logs, not read in a release's code: 1.2.0rc4 rounds up (``TRTLLM_1_2_0``), and "
+            "a 1.2.1 run floors — tests/fixtures/trtllm_logs/03's 117,216 tokens (3,663 blocks) at "
+            "fraction 0.25, predicted from run 02, are 3,663 floored, 3,664 rounded up; a "
+            "flat ModelOpt config.json ``kv_cache_scheme`` sets the KV dtype \"auto\" takes "
             "(``quantization/modelopt_config.py`` 2edf354d ``read_modelopt_quant_config``); "
             "``speculative_config`` sized (spec layers in the target's manager, the two-model draft's "
             "KV in the creator's cost, draft and extra KV tokens per request: ``trtllm/spec_decode.py``)")
-TRTLLM_RELEASES: tuple[TrtLlmRelease, ...] = (TRTLLM_1_1, TRTLLM_MAIN)
+TRTLLM_RELEASES: tuple[TrtLlmRelease, ...] = (TRTLLM_1_1, TRTLLM_1_2_0, TRTLLM_MAIN)
 
 
 class TrtLlm(Engine):
@@ -411,6 +439,22 @@ class TrtLlm(Engine):
                 update["mtp"] = True
         return settings.model_copy(update=update) if update else settings
 
+    def mxfp4_moe_repack(self, gpu: GPU | None) -> ExpertRepack | None:
+        """``TrtLlmRelease.mxfp4_cutlass_pad``: the CUTLASS MoE backend's 128-element padding of
+        MXFP4 experts (hidden and per-rank intermediate size; block scales and biases padded with
+        them, no swizzled copy: ``block_scale_interleave`` writes in place) on every device the
+        release runs on (NVIDIA's; a custom accelerator is taken as one); None on another vendor's
+        part, and where the release's default backend was not read (main)."""
+        from kvplan.weights import ExpertRepack
+
+        if not self.record.mxfp4_cutlass_pad or (gpu is not None and not gpu.custom
+                                                 and gpu.vendor != "NVIDIA"):
+            return None
+        return ExpertRepack("CUTLASS", hidden=128, inter=128, engine="TensorRT-LLM",
+                            source="tensorrt_llm/_torch/modules/fused_moe/quantization.py "
+                                   "MXFP4WeightCutlassFusedMoEMethod (weight_alignment 128), "
+                                   "MXFP4WeightFusedMoEMethod.create_weights")
+
     def loading_rules(self, gpu: GPU | None) -> LoadingRules:
         """``kvplan.engines.trtllm.weights.trtllm_loading_rules`` (assumed equal to vLLM
         v0.33's scale rules)."""
@@ -443,7 +487,7 @@ class TrtPool(KVPool):
     the ``max_tokens`` setting; speculative layers in the manager share main's ``max_tokens``, ``budget
     // (target + draft)`` (``_get_kv_size_per_token``: the one-model draft manager's cost is the
     creator's too, so the freed memory does not bind them); ``blocks = max_tokens // tokens_per_block``
-    (rounded up up to 1.1).
+    (rounded up up to 1.2.0, ``blocks_round_up``).
     Several window sizes
     (``calculate_max_num_blocks_for_vswa``): the budget split equally per window size, each pool
     ``int(budget / n / its layers' cost) // tokens_per_block`` blocks (``max_tokens`` ignored). A
@@ -525,7 +569,7 @@ class TrtPool(KVPool):
 
     def max_requests_for(self, L: int, budgets: np.ndarray) -> np.ndarray:
         """``((max(min budget, 0) // bytes per token) // tokens_per_block) // blocks(L)``, the block
-        count rounded up for one window where the release rounds up (``round_up``, ≤ 1.1) as the
+        count rounded up for one window where the release rounds up (``round_up``, ≤ 1.2.0) as the
         constructor does; one window whose manager holds more heads than the creator prices takes
         ``min(budget // creator, (budget + freed) // manager)`` tokens, as the constructor."""
         budget = np.maximum(np.asarray(budgets, dtype=np.int64).min(axis=1), 0)
