@@ -29,10 +29,8 @@ top; a stand-in module is put in ``sys.modules``).
 
 from __future__ import annotations
 
-import importlib.machinery
 import json
 import sys
-import types
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -41,23 +39,10 @@ ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "tests" / "fixtures" / "multimodal_truth" / "cases.json"
 
 
-class _Stand(types.ModuleType):
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _Stand(f"{self.__name__}.{name}")
+sys.path.insert(0, str(Path(__file__).parent))
+import torchvision_stand_in  # noqa: E402
 
-    def __call__(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-
-for _name in ("torchvision", "torchvision.transforms", "torchvision.transforms.v2",
-              "torchvision.transforms.v2.functional", "torchvision.transforms.functional",
-              "torchvision.io", "torchvision.ops"):
-    _module = _Stand(_name)
-    _module.__spec__ = importlib.machinery.ModuleSpec(_name, None)
-    _module.__path__ = []  # type: ignore[attr-defined]
-    sys.modules[_name] = _module
+torchvision_stand_in.install()
 
 import transformers  # noqa: E402
 import vllm  # noqa: E402

@@ -14,7 +14,6 @@ deepstack mergers and merger). What is written here: the live-bytes counter and 
 
 from __future__ import annotations
 
-import importlib.machinery
 import json
 import os
 import sys
@@ -23,27 +22,9 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
+import torchvision_stand_in  # noqa: E402
 
-
-class _Stand(types.ModuleType):
-    """torchvision's stand-in (as ``generate.py``'s): nothing called here uses it."""
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _Stand(f"{self.__name__}.{name}")
-
-    def __call__(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-
-for _name in ("torchvision", "torchvision.transforms", "torchvision.transforms.v2",
-              "torchvision.transforms.v2.functional", "torchvision.transforms.functional",
-              "torchvision.io", "torchvision.ops"):
-    _module = _Stand(_name)
-    _module.__spec__ = importlib.machinery.ModuleSpec(_name, None)
-    _module.__path__ = []  # type: ignore[attr-defined]
-    sys.modules[_name] = _module
+torchvision_stand_in.install()
 import transformers.utils.import_utils as _iu  # noqa: E402
 
 _available = _iu._is_package_available
