@@ -186,7 +186,9 @@ def memory_figure(df: pd.DataFrame, chosen_gpu: str) -> go.Figure:
             fig.add_annotation(x=name, y=0, text="✗", showarrow=False, yshift=-8,
                                font={"color": MEMORY_COLORS["kv_over"], "size": 14})
     _layout(fig, "Memory per accelerator (per GPU) — red KV = does not fit", barmode="stack")
-    fig.update_layout(height=520)
+    # 600 px: the rotated names of 32 accelerators widen the bottom margin, and the y title (247 px
+    # at 1440 wide) is centred on the plot that is left — at 520 it reached into the chart's title
+    fig.update_layout(height=600)
     fig.update_xaxes(title="accelerator (sorted by memory)", tickangle=-40)
     fig.update_yaxes(title="memory per GPU (GiB, 1 GiB = 2^30 B)")
     return fig
