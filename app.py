@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import streamlit as st
 
 from kvplan.errors import KVPlanError, md
-from kvplan.ui import calibrate_view, instances_view, offload_view, recommend_view, serving_view, views
+from kvplan.ui import calibrate_view, instances_view, lazy, offload_view, recommend_view, serving_view, views
 from kvplan.ui.sidebar import (
     VIEWS,
     blocked_link,
@@ -17,6 +19,7 @@ from kvplan.ui.sidebar import (
     render_workload,
     resolve_arch,
     resolve_gpu,
+    scenario_from_widgets,
     sync_from_url,
     write_url,
 )
@@ -46,17 +49,63 @@ st.markdown("#### kvplan · KV-cache planner", help="Plans the GPU memory of an 
             "engine by engine; every number says which engine, release and formula it comes from.")
 
 
-@st.fragment
-def page() -> None:
-    """Everything that follows the workload: its sidebar inputs, the answer, the boxes, the views.
+class Slots(NamedTuple):
+    """What full runs draw around the fragment, in page order: the fragment's place (``head``), the
+    main area's lazy boxes, the container under the KV-budget box, and the view tabs; the fragment
+    fills them. A keypress then re-sends none of these 15 blocks (bench/README.md)."""
+
+    head: Any
+    boxes: dict[str, Any]
+    after_budget: Any
+    tabs: list[Any]
+
+
+def _rerun_page() -> None:
+    """A view tab's change: only the fragment draws the view (the tabs stay, showing it)."""
+    st.session_state["_view_drawn"] = st.session_state.get("w_view")
+    st.rerun(scope="page")
+
+
+def draw_slots() -> Slots | None:
+    """The containers of a page that answers; None for a link still waiting to be answered (a model
+    or accelerator it names cannot be used: ``blocked_link``) or a model or accelerator that cannot
+    be read, where only the fragment's message is shown."""
+    if st.session_state.get("_blocked_link") is not None:
+        return None
+    try:
+        scenario = scenario_from_widgets()
+        resolve_arch(scenario)
+        resolve_gpu(scenario)
+    except KVPlanError:
+        return None
+    head = st.container()
+    boxes = {"box_budget": lazy.box(st, "box_budget")}
+    after_budget = st.container()
+    boxes.update((key, lazy.box(st, key))
+                 for key in ("box_seeds", "box_share", "box_calibrate", "box_instances"))
+    # Only the open tab runs (lazy tabs); the open tab is part of the link (vw=).
+    tabs = st.tabs(list(VIEWS.values()), key="w_view", on_change=_rerun_page)
+    st.session_state["_view_drawn"] = st.session_state.get("w_view")  # the tab they show open
+    st.session_state["_full_run"] = True
+    return Slots(head, boxes, after_budget, tabs)
+
+
+@st.fragment(key="page")
+def page(slots: Slots | None) -> None:
+    """Everything that follows the workload: its sidebar inputs, the answer, the boxes' and the open
+    view's content (into ``slots``, drawn by the full run).
 
     A fragment, so a change of one of its inputs (a keypress on the context length, a view tab, a
-    box) reruns only this and the browser redraws only its elements, not the model-and-hardware
-    inputs above (bench/README.md, issue #33). Its own callbacks may change those (a named
-    scenario, the calibrated reserve): then the whole page is drawn again."""
-    if outer_inputs() != st.session_state.get("_outer_inputs"):
-        st.rerun()
-    warnings = st.session_state.pop("_link_warnings", [])  # a fragment rerun reads no link
+    widget in a box) reruns only this and the browser redraws only its elements, not the
+    model-and-hardware inputs, the boxes or the tabs (bench/README.md, issue #33). When its own
+    callbacks changed one of those inputs (a named scenario, the calibrated reserve), or a link
+    that was waiting is answered now, the whole page is drawn again."""
+    state = st.session_state
+    full_run = state.pop("_full_run", False)  # set by draw_slots: this run drew the slots
+    if outer_inputs() != state.get("_outer_inputs") or (
+            slots is not None and state.get("w_view") != state.get("_view_drawn")):
+        st.rerun()  # a callback here changed what the full run drew (inputs, the open tab)
+    warnings = state.pop("_link_warnings", [])  # a fragment rerun reads no link
     scenario = render_workload()
     blocked = blocked_link(scenario)  # a link whose model or GPU cannot be used: kept as typed, unanswered
     if blocked is None:
@@ -74,16 +123,21 @@ def page() -> None:
             st.warning(md(message))
         st.error(md(err))
         return
+    if slots is None:  # drawn without its boxes and views: the link waiting until now
+        st.rerun()
+    boxes = slots.boxes
     views.guarded("Answer", lambda: views.render_answer(scenario, gpu))
     for message in warnings:
         st.warning(md(message))
-    views.guarded("Key numbers", lambda: views.render_kpis(scenario, arch, gpu))
-    views.render_seeds()
-    views.render_share(scenario)
-    views.guarded("Calibration", lambda: calibrate_view.render(scenario, arch, gpu))
-    views.guarded("Several engines on one GPU", lambda: instances_view.render(scenario, gpu))
+    views.guarded("Key numbers", lambda: views.render_kpis(scenario, arch, gpu, boxes["box_budget"],
+                                                           slots.after_budget))
+    views.render_seeds(boxes["box_seeds"])
+    views.render_share(scenario, boxes["box_share"])
+    views.guarded("Calibration", lambda: calibrate_view.render(scenario, arch, gpu, boxes["box_calibrate"]))
+    views.guarded("Several engines on one GPU",
+                  lambda: instances_view.render(scenario, gpu, boxes["box_instances"]))
 
-    # Each view takes only what it uses.
+    # Each view takes only what it uses; the open one is drawn into its tab.
     sections: dict[str, Callable[[], object]] = {
         "context": lambda: views.render_kv_context(scenario, arch),
         "users": lambda: views.render_kv_users(scenario),
@@ -94,12 +148,14 @@ def page() -> None:
         "recommend": lambda: recommend_view.render(scenario, arch, gpu),
         "offload": lambda: offload_view.render(scenario),
     }
-    # Only the open tab runs (lazy tabs); the open tab is part of the link (vw=).
-    tabs = st.tabs(list(VIEWS.values()), key="w_view", on_change="rerun")
-    for tab, (view, render) in zip(tabs, sections.items(), strict=True):
-        if tab.open:
+    for tab, view in zip(slots.tabs, VIEWS, strict=True):
+        if view == scenario.view:
             with tab:
-                views.guarded(VIEWS[view], render)
+                views.guarded(VIEWS[view], sections[view])
+        elif full_run:  # a fragment rerun may fill only a tab the fragment wrote to on the full run
+            tab.empty()
 
 
-page()
+slots = draw_slots()
+with slots.head if slots is not None else contextlib.nullcontext():
+    page(slots)
