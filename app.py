@@ -13,6 +13,7 @@ from kvplan.ui import calibrate_view, instances_view, lazy, offload_view, recomm
 from kvplan.ui.sidebar import (
     VIEWS,
     blocked_link,
+    draw_workload_slots,
     outer_inputs,
     render_blocked_link,
     render_model_and_hardware,
@@ -39,6 +40,7 @@ _png_warm_up()
 
 link_warnings = sync_from_url()  # first load, Back/Forward or an edited link
 render_model_and_hardware()
+workload_slots = draw_workload_slots()
 st.session_state["_outer_inputs"] = outer_inputs()
 st.session_state["_link_warnings"] = link_warnings
 
@@ -91,9 +93,9 @@ def draw_slots() -> Slots | None:
 
 
 @st.fragment(key="page")
-def page(slots: Slots | None) -> None:
-    """Everything that follows the workload: its sidebar inputs, the answer, the boxes' and the open
-    view's content (into ``slots``, drawn by the full run).
+def page(workload: tuple[Any, dict[str, Any]], slots: Slots | None) -> None:
+    """Everything that follows the workload: its sidebar inputs (into ``workload``), the answer, the
+    boxes' and the open view's content (into ``slots``); the full run drew both.
 
     A fragment, so a change of one of its inputs (a keypress on the context length, a view tab, a
     widget in a box) reruns only this and the browser redraws only its elements, not the
@@ -106,7 +108,7 @@ def page(slots: Slots | None) -> None:
             slots is not None and state.get("w_view") != state.get("_view_drawn")):
         st.rerun()  # a callback here changed what the full run drew (inputs, the open tab)
     warnings = state.pop("_link_warnings", [])  # a fragment rerun reads no link
-    scenario = render_workload()
+    scenario = render_workload(*workload)
     blocked = blocked_link(scenario)  # a link whose model or GPU cannot be used: kept as typed, unanswered
     if blocked is None:
         write_url(scenario)
@@ -158,4 +160,4 @@ def page(slots: Slots | None) -> None:
 
 slots = draw_slots()
 with slots.head if slots is not None else contextlib.nullcontext():
-    page(slots)
+    page(workload_slots, slots)

@@ -412,11 +412,22 @@ def render_model_and_hardware() -> None:
     row.number_input("PP", *_int_bounds("pp"), step=1, key="w_pp", help="Pipeline parallel")
 
 
-def render_workload() -> Scenario:
+#: The sidebar's lazy boxes under the workload inputs, in order.
+WORKLOAD_BOXES = ("w_serving_box", "w_charts_box")
+
+
+def draw_workload_slots() -> tuple[Any, dict[str, Any]]:
+    """The place of the workload inputs in the sidebar and the lazy boxes under it, for app.py's
+    full runs (its fragment fills them: ``render_workload(place, boxes)``)."""
+    return st.sidebar.container(), {key: lazy.box(st.sidebar, key) for key in WORKLOAD_BOXES}
+
+
+def render_workload(place: Any = None, boxes: dict[str, Any] | None = None) -> Scenario:
     """The sidebar's workload and chart inputs (context length, users, serving workload, chart
-    options), under ``render_model_and_hardware``'s; returns the Scenario all widgets describe."""
+    options), under ``render_model_and_hardware``'s, into ``place`` and ``boxes`` when given
+    (``draw_workload_slots``); returns the Scenario all widgets describe."""
     state = st.session_state
-    sb = st.sidebar
+    sb = st.sidebar if place is None else place
     tokens = int(state.get("w_tokens") or 1)
     steps = sorted(set(TOKEN_STEPS) | {tokens})
     sb.select_slider("Context length (tokens, log scale)", options=steps, key="w_tokens",
@@ -426,7 +437,7 @@ def render_workload() -> Scenario:
                     key="w_tokens_exact", on_change=_on_tokens_exact)
     sb.number_input("Concurrent users (requests)", *_int_bounds("users"), step=1,
                     key="w_users", help="Requests in flight at the chosen context length.")
-    with lazy.box(sb, "w_serving_box") as box:
+    with lazy.box(st.sidebar, "w_serving_box") if boxes is None else boxes["w_serving_box"] as box:
         if box.open:
             box.number_input("Shared prefix (tokens)", *_int_bounds("prefix_tokens"), step=1,
                              key="w_pf", **lazy.KEEP)
@@ -441,7 +452,7 @@ def render_workload() -> Scenario:
                                 **lazy.KEEP)
             row[1].number_input("Image height (px)", *_int_bounds("image_height"), step=1, key="w_ih",
                                 **lazy.KEEP)
-    with lazy.box(sb, "w_charts_box") as box:
+    with lazy.box(st.sidebar, "w_charts_box") if boxes is None else boxes["w_charts_box"] as box:
         if box.open:
             box.toggle("Log axes", key="w_lx", help="Logarithmic x and y on the KV-vs-context chart.",
                        **lazy.KEEP)
