@@ -62,12 +62,6 @@ class Slots(NamedTuple):
     tabs: list[Any]
 
 
-def _rerun_page() -> None:
-    """A view tab's change: only the fragment draws the view (the tabs stay, showing it)."""
-    st.session_state["_view_drawn"] = st.session_state.get("w_view")
-    st.rerun(scope="page")
-
-
 def draw_slots() -> Slots | None:
     """The containers of a page that answers; None for a link still waiting to be answered (a model
     or accelerator it names cannot be used: ``blocked_link``) or a model or accelerator that cannot
@@ -86,9 +80,11 @@ def draw_slots() -> Slots | None:
     boxes.update((key, lazy.box(st, key))
                  for key in ("box_seeds", "box_share", "box_calibrate", "box_instances"))
     # Only the open tab runs (lazy tabs); the open tab is part of the link (vw=).
-    tabs = st.tabs(list(VIEWS.values()), key="w_view", on_change=_rerun_page)
+    # A tab's change reruns the page: a fragment may fill only a container it wrote to on the last
+    # full run, and writing to all eight (st.empty) would cost every first render and keypress 14
+    # elements more.
+    tabs = st.tabs(list(VIEWS.values()), key="w_view", on_change="rerun")
     st.session_state["_view_drawn"] = st.session_state.get("w_view")  # the tab they show open
-    st.session_state["_full_run"] = True
     return Slots(head, boxes, after_budget, tabs)
 
 
@@ -97,13 +93,13 @@ def page(workload: tuple[Any, dict[str, Any]], slots: Slots | None) -> None:
     """Everything that follows the workload: its sidebar inputs (into ``workload``), the answer, the
     boxes' and the open view's content (into ``slots``); the full run drew both.
 
-    A fragment, so a change of one of its inputs (a keypress on the context length, a view tab, a
-    widget in a box) reruns only this and the browser redraws only its elements, not the
+    A fragment, so a change of one of its inputs (a keypress on the context length, a widget in a
+    box) reruns only this and the browser redraws only its elements, not the
     model-and-hardware inputs, the boxes or the tabs (bench/README.md, issue #33). When its own
     callbacks changed one of those inputs (a named scenario, the calibrated reserve), or a link
     that was waiting is answered now, the whole page is drawn again."""
     state = st.session_state
-    full_run = state.pop("_full_run", False)  # set by draw_slots: this run drew the slots
+    redrawn = state.pop("_redrawn", False)  # the run before asked for this one (below)
     if outer_inputs() != state.get("_outer_inputs") or (
             slots is not None and state.get("w_view") != state.get("_view_drawn")):
         st.rerun()  # a callback here changed what the full run drew (inputs, the open tab)
@@ -126,7 +122,10 @@ def page(workload: tuple[Any, dict[str, Any]], slots: Slots | None) -> None:
         st.error(md(err))
         return
     if slots is None:  # drawn without its boxes and views: the link waiting until now
-        st.rerun()
+        if not redrawn:  # once: a page that still has no slots then stays as it is, never a loop
+            state["_redrawn"] = True
+            st.rerun()
+        return
     boxes = slots.boxes
     views.guarded("Answer", lambda: views.render_answer(scenario, gpu))
     for message in warnings:
@@ -150,12 +149,8 @@ def page(workload: tuple[Any, dict[str, Any]], slots: Slots | None) -> None:
         "recommend": lambda: recommend_view.render(scenario, arch, gpu),
         "offload": lambda: offload_view.render(scenario),
     }
-    for tab, view in zip(slots.tabs, VIEWS, strict=True):
-        if view == scenario.view:
-            with tab:
-                views.guarded(VIEWS[view], sections[view])
-        elif full_run:  # a fragment rerun may fill only a tab the fragment wrote to on the full run
-            tab.empty()
+    with slots.tabs[list(VIEWS).index(scenario.view)]:
+        views.guarded(VIEWS[scenario.view], sections[scenario.view])
 
 
 slots = draw_slots()
