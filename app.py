@@ -54,7 +54,7 @@ st.markdown("#### kvplan · KV-cache planner", help="Plans the GPU memory of an 
 class Slots(NamedTuple):
     """What full runs draw around the fragment, in page order: the fragment's place (``head``), the
     main area's lazy boxes, the container under the KV-budget box, and the view tabs; the fragment
-    fills them. A keypress then re-sends none of these 15 blocks (bench/README.md)."""
+    fills them. A keypress then re-sends none of the 14 blocks of the boxes and tabs (bench/README.md)."""
 
     head: Any
     boxes: dict[str, Any]
