@@ -7,6 +7,8 @@ into the sidebar (``w_reserve``), and from there into the link (``r=``).
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 import streamlit as st
 
@@ -63,8 +65,9 @@ def table(result: Calibration) -> pd.DataFrame:
                                        "kvplan with the logged memory"])
 
 
-def render(scenario: Scenario, arch: ModelArch, gpu: GPU) -> pd.DataFrame | None:
-    with lazy.box(st, "box_calibrate") as box:
+def render(scenario: Scenario, arch: ModelArch, gpu: GPU, box: Any = None) -> pd.DataFrame | None:
+    """The "Calibrate" lazy box (``box`` when app.py drew it already)."""
+    with lazy.box(st, "box_calibrate") if box is None else box as box:
         if not box.open:
             return None
         st.caption("Paste the start-up log of a vLLM run of this model on this GPU with these "

@@ -9,6 +9,8 @@ User text (names, messages quoting it) is shown through ``md`` or as table cells
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 import streamlit as st
 
@@ -46,8 +48,9 @@ def frame(answer: ShareAnswer) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def render(scenario: Scenario, gpu: GPU) -> pd.DataFrame | None:
-    with lazy.box(st, "box_instances") as box:
+def render(scenario: Scenario, gpu: GPU, box: Any = None) -> pd.DataFrame | None:
+    """The "Several engines" lazy box (``box`` when app.py drew it already)."""
+    with lazy.box(st, "box_instances") if box is None else box as box:
         if not box.open:
             return None
         st.caption(md(f"Instances sharing one {gpu.name} (TP {scenario.tp}, PP {scenario.pp}), one per "

@@ -284,7 +284,31 @@ def _engine_title(engine: Engine) -> str:
 def render_sidebar() -> Scenario:
     """All inputs, in the order model, engine, precision, hardware, workload, charts; returns the
     Scenario the widgets describe. No headings (each label names its input) and rarely used inputs
-    in lazy expanders: every element costs the browser ≈ 4–11 ms on a first render (bench/README.md)."""
+    in lazy expanders: every element costs the browser ≈ 4–11 ms on a first render (bench/README.md).
+    ``app.py`` draws the two parts apart: the workload part in the page's fragment."""
+    render_model_and_hardware()
+    return render_workload()
+
+
+#: Widget state drawn by ``render_model_and_hardware`` (outside app.py's fragment): the scenario
+#: fields of its widgets, the engine knobs and the inputs whose callbacks change them.
+OUTER_FIELDS = ("model", "engine", "engine_version", "kv_dtypes", "weight_dtype", "gpu", "num_gpus",
+                "tp", "pp", "reserve_gib", "custom_gpu_gib", "custom_gpu_tbps", "custom_gpu_tflops")
+OUTER_KEYS = (*(WIDGETS[field] for field in OUTER_FIELDS), *SETTING_WIDGETS.values(), "w_rt",
+              "custom_config", "_config_error", "_weights_error", "_checkpoint")
+
+
+def outer_inputs() -> tuple[Any, ...]:
+    """What the model-and-hardware part of the sidebar was drawn from (``OUTER_KEYS``' values):
+    a rerun of app.py's fragment whose callbacks changed one (a named scenario, an uploaded scenario,
+    the calibrated reserve) must redraw the whole page, or that part would show the old values."""
+    state = st.session_state
+    return tuple(state.get(key) for key in OUTER_KEYS)
+
+
+def render_model_and_hardware() -> None:
+    """The sidebar's inputs that do not follow the typed workload: model, engine and its settings,
+    KV and weight dtypes, accelerator, GPUs / TP / PP (drawn on full reruns only, app.py)."""
     state = st.session_state
     sb = st.sidebar
     options = list(model_presets())
@@ -387,6 +411,23 @@ def render_sidebar() -> Scenario:
     row.number_input("TP", *_int_bounds("tp"), step=1, key="w_tp", help="Tensor parallel")
     row.number_input("PP", *_int_bounds("pp"), step=1, key="w_pp", help="Pipeline parallel")
 
+
+#: The sidebar's lazy boxes under the workload inputs, in order.
+WORKLOAD_BOXES = ("w_serving_box", "w_charts_box")
+
+
+def draw_workload_slots() -> tuple[Any, dict[str, Any]]:
+    """The place of the workload inputs in the sidebar and the lazy boxes under it, for app.py's
+    full runs (its fragment fills them: ``render_workload(place, boxes)``)."""
+    return st.sidebar.container(), {key: lazy.box(st.sidebar, key) for key in WORKLOAD_BOXES}
+
+
+def render_workload(place: Any = None, boxes: dict[str, Any] | None = None) -> Scenario:
+    """The sidebar's workload and chart inputs (context length, users, serving workload, chart
+    options), under ``render_model_and_hardware``'s, into ``place`` and ``boxes`` when given
+    (``draw_workload_slots``); returns the Scenario all widgets describe."""
+    state = st.session_state
+    sb = st.sidebar if place is None else place
     tokens = int(state.get("w_tokens") or 1)
     steps = sorted(set(TOKEN_STEPS) | {tokens})
     sb.select_slider("Context length (tokens, log scale)", options=steps, key="w_tokens",
@@ -396,7 +437,7 @@ def render_sidebar() -> Scenario:
                     key="w_tokens_exact", on_change=_on_tokens_exact)
     sb.number_input("Concurrent users (requests)", *_int_bounds("users"), step=1,
                     key="w_users", help="Requests in flight at the chosen context length.")
-    with lazy.box(sb, "w_serving_box") as box:
+    with lazy.box(st.sidebar, "w_serving_box") if boxes is None else boxes["w_serving_box"] as box:
         if box.open:
             box.number_input("Shared prefix (tokens)", *_int_bounds("prefix_tokens"), step=1,
                              key="w_pf", **lazy.KEEP)
@@ -411,7 +452,7 @@ def render_sidebar() -> Scenario:
                                 **lazy.KEEP)
             row[1].number_input("Image height (px)", *_int_bounds("image_height"), step=1, key="w_ih",
                                 **lazy.KEEP)
-    with lazy.box(sb, "w_charts_box") as box:
+    with lazy.box(st.sidebar, "w_charts_box") if boxes is None else boxes["w_charts_box"] as box:
         if box.open:
             box.toggle("Log axes", key="w_lx", help="Logarithmic x and y on the KV-vs-context chart.",
                        **lazy.KEEP)

@@ -4,6 +4,7 @@ and figures are cached by the scenario's content (``kvplan.ui.cached.cache_key``
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any, NamedTuple
 from urllib.parse import quote
@@ -281,11 +282,14 @@ def render_answer(scenario: Scenario, gpu: GPU) -> None:
                    f"{limit}")
 
 
-def render_kpis(scenario: Scenario, arch: ModelArch, gpu: GPU) -> pd.DataFrame:
+def render_kpis(scenario: Scenario, arch: ModelArch, gpu: GPU, budget_box: Any = None,
+                after_budget: Any = None) -> pd.DataFrame:
     """The supporting figures of the first KV dtype, each saying whether it is per GPU, per replica
     or for the whole model. Few elements (each costs the browser ≈ 4–11 ms on a first render,
     bench/README.md): the header with the architecture support, one row of cards, and one caption
-    holding the exact integers, each card's formula, the engine's log line and the notes."""
+    holding the exact integers, each card's formula, the engine's log line and the notes.
+    ``budget_box`` / ``after_budget``: the "KV budget" box and the container under it when app.py
+    drew them outside its fragment (else both are drawn here)."""
     key = cache_key(scenario)
     result = primary_fit(key)
     plan = scenario_from_key(key)[1]
@@ -321,8 +325,10 @@ def render_kpis(scenario: Scenario, arch: ModelArch, gpu: GPU) -> pd.DataFrame:
     lines += [f"Note: {md(note)}" for note in result.notes]
     st.caption("  \n".join(lines), help="Exact integers (bytes, requests, tokens) of the cards "
                                          "above, then how each card is computed with your values.")
-    render_budget(result)
-    weights_view.render_comparison(arch, None if scenario.weight_dtype == "auto" else scenario.weight_dtype)
+    render_budget(result, budget_box)
+    with after_budget if after_budget is not None else contextlib.nullcontext():
+        weights_view.render_comparison(arch, None if scenario.weight_dtype == "auto"
+                                       else scenario.weight_dtype)
     return pd.DataFrame([card._asdict() for card in cards])
 
 
@@ -353,10 +359,11 @@ def budget_rows(result: FitResult) -> pd.DataFrame:
                         columns=["step", "bytes", "GiB", "in the budget", "formula", "source"])
 
 
-def render_budget(result: FitResult) -> None:
+def render_budget(result: FitResult, box: Any = None) -> None:
     """The budget section: release, capacity and its source beside the marketed and nvidia-smi
-    figures, the runtime reserve term by term (plain cells, no Markdown from user input)."""
-    with lazy.box(st, "box_budget") as box:  # its table is built only while it is open
+    figures, the runtime reserve term by term (plain cells, no Markdown from user input); in
+    ``box`` when app.py drew the lazy box already."""
+    with lazy.box(st, "box_budget") if box is None else box as box:  # its table: only while open
         if box.open:
             st.caption(md(f"Rules of {result.engine_release}."))
             frame = budget_rows(result)
@@ -481,10 +488,10 @@ def render_designs(scenario: Scenario) -> pd.DataFrame:
 
 
 # ---------------------------------------------------------------- (7) seed scenarios
-def render_seeds() -> None:
+def render_seeds(box: Any = None) -> None:
     """The named scenarios of ``presets/scenarios`` one click away (buttons ``seed_<id>``)."""
     files = named_scenarios()
-    with lazy.box(st, "box_seeds") as box:
+    with lazy.box(st, "box_seeds") if box is None else box as box:
         if not box.open:
             return
         cols = st.columns(min(len(files), 4) or 1)
@@ -494,13 +501,13 @@ def render_seeds() -> None:
                 on_click=apply_scenario, args=(named_scenario(scenario_id),), width="stretch")
 
 
-def render_share(scenario: Scenario) -> None:
+def render_share(scenario: Scenario, box: Any = None) -> None:
     """Copy link, and the scenario as JSON (download / upload)."""
     from kvplan.ui.exports_ui import report_button, scenario_json_controls
 
     query = "&".join(f"{k}={quote(v, safe=',')}" for k, v in scenario.to_query().items())
     base = getattr(st.context, "url", "") or ""
-    with lazy.box(st, "box_share") as box:
+    with lazy.box(st, "box_share") if box is None else box as box:
         if not box.open:
             return
         st.caption("Copy link (the copy icon at the right of the box); the whole view lives in it.")
