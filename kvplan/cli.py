@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -278,10 +279,13 @@ def _video_number(flag: str) -> Callable[[str], float]:
         try:
             if len(text) > 40:
                 raise ValueError(text)
-            return float(text.strip())
+            value = float(text.strip())
         except ValueError:
             raise argparse.ArgumentTypeError(MESSAGES["value.not_number"].format(
                 field=flag, value=short(text))) from None
+        if not math.isfinite(value):  # "1e999", "inf", "nan": said as typed, not as float's inf
+            raise argparse.ArgumentTypeError(f"{flag} must be a finite number, got {short(text)}")
+        return value
     return parse
 
 

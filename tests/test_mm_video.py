@@ -130,6 +130,10 @@ def test_cli_fit_counts_the_videos():
      "--video-seconds -3.0: expected more than 0"),
     (["--videos", "1", "--video-size", "1280x720", "--video-seconds", "ten", "--video-fps", "2"],
      "--video-seconds must be a number, got 'ten'"),
+    (["--videos", "1", "--video-size", "1280x720", "--video-seconds", "1e999", "--video-fps", "2"],
+     "--video-seconds must be a finite number, got '1e999'"),  # as typed, not float's "inf"
+    (["--videos", "1", "--video-size", "1280x720", "--video-seconds", "10", "--video-fps", "nan"],
+     "--video-fps must be a finite number, got 'nan'"),
     (["--videos", "3", "--video-size", "64x64", "--video-seconds", "1", "--video-fps", "2",
       "--limit-mm-per-prompt", "2"], "3 video(s) per request: above --limit-mm-per-prompt's 2 per prompt"),
     (["--videos", "1", "--video-size", "1280x720", "--video-seconds", "86400", "--video-fps", "240"],
