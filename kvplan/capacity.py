@@ -397,8 +397,9 @@ def _longest_as_planned(plan: Plan, longest: int, notes: list[str]) -> int:
     """The longest length whose own plan holds the users. ``max_len`` searches one pool, but an
     engine may size its reserve from the length asked about (vLLM profiles ``max_model_len``: the
     encoder budget and the vision tower's peak, ``engines/vllm/multimodal.py``), so the answer is
-    re-planned at that length and, where it no longer fits, bisected over re-planned lengths (the
-    reserve and the per-request cost both grow with the length, so the test is monotone)."""
+    re-planned at that length and bisected over re-planned lengths — down where it no longer fits,
+    up to the asked length where a shorter plan's smaller reserve holds more (the reserve and the
+    per-request cost both grow with the length, so the test is monotone)."""
     users = -(-plan.query.users // plan.layout.dp)
 
     def holds(tokens: int) -> bool:
@@ -408,15 +409,29 @@ def _longest_as_planned(plan: Plan, longest: int, notes: list[str]) -> int:
             return False
         return bool(pool.capacity > 0 and pool.users_cost(np.asarray(tokens), users) <= pool.capacity)
 
-    if longest < 1 or holds(longest):
-        return longest
-    low, high = 0, longest
+    # ``holds`` is monotone (a longer length reserves and costs more). ``longest`` is searched in
+    # the pool of the plan at the asked length: past it, its own plan reserves more (search down);
+    # short of it, a shorter length's own plan reserves less and may hold more (search up to it)
+    asked = max(min(plan.query.tokens, plan.length_limit), 1)  # never past the context limit
+    if longest >= 1 and holds(longest):
+        if longest >= asked:
+            return longest
+        low, high = longest, asked        # up
+    elif longest >= 1:
+        low, high = (asked if asked < longest else 0), longest   # down: the asked plan holds asked
+    elif holds(1):
+        low, high = 1, asked              # none at the query's plan, yet its own plan holds 1 token
+    else:
+        return 0
+    if high == asked and holds(asked):  # asked was capped at the context limit, whose plan holds
+        low = high
     while high - low > 1:
         mid = (low + high) // 2
         low, high = (mid, high) if holds(mid) else (low, mid)
-    notes.append(f"longest length re-planned: at {longest:,} tokens the engine's own reserve (sized "
-                 f"from the length) leaves no room; {low:,} is the longest whose plan holds "
-                 f"{plan.query.users:,} user(s)")
+    if low != longest:
+        notes.append(f"longest length re-planned: the engine sizes its reserve from the length, so "
+                     f"{low:,} tokens (not {longest:,} from the plan at {asked:,}) is the longest "
+                     f"whose own plan holds {plan.query.users:,} user(s)")
     return low
 
 

@@ -491,6 +491,26 @@ def test_the_longest_length_is_replanned_where_the_reserve_grows_with_it():
     plan = make_plan(load_model(QWEN), get_gpu("a100-40gb-pcie"), FitQuery(tokens=1, engine="vllm"))
     result = fit(plan, search_gpus=False)
     assert result.max_tokens_per_request == 114_687
-    assert any(n.startswith("longest length re-planned: at 128,000 tokens") for n in result.notes)
+    assert "longest length re-planned: the engine sizes its reserve from the length, so 114,687 " \
+        "tokens (not 128,000 from the plan at 1) is the longest whose own plan holds 1 user(s)" \
+        in result.notes
     assert fit(plan.vary(tokens=114_687), search_gpus=False).max_requests_kv == 1
     assert fit(plan.vary(tokens=114_688), search_gpus=False).max_requests_kv == 0
+
+
+@pytest.mark.parametrize(("tokens", "users", "asked_fits", "searched", "longest"), [
+    (32_768, 10, 9, 29_712, 32_767), (114_688, 2_862, 0, 32, 112)])
+def test_the_longest_length_is_searched_up_where_a_shorter_plan_reserves_less(
+        tokens: int, users: int, asked_fits: int, searched: int, longest: int) -> None:
+    """The other direction (found by the long capacity-properties profile): where the plan at the
+    asked length holds fewer than the users, the pool of that plan gives ``searched`` tokens, but a
+    shorter length's own plan reserves less (vLLM's encoder budget and tower peak follow
+    max_model_len), so the longest whose own plan holds them is longer: ``longest`` holds the
+    users, ``longest`` + 1 does not (Qwen2.5-VL-7B, vLLM v0.33, A100-40GB-PCIe)."""
+    plan = make_plan(load_model(QWEN), get_gpu("a100-40gb-pcie"),
+                     FitQuery(tokens=tokens, users=users, engine="vllm"))
+    result = fit(plan, search_gpus=False)
+    assert (result.max_requests_kv, result.max_tokens_per_request) == (asked_fits, longest)
+    assert f"(not {searched:,} from the plan at {tokens:,})" in " ".join(result.notes)
+    assert fit(plan.vary(tokens=longest), search_gpus=False).max_requests_kv >= users
+    assert fit(plan.vary(tokens=longest + 1), search_gpus=False).max_requests_kv < users
