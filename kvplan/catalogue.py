@@ -8,7 +8,7 @@ from typing import Any
 from kvplan.arch import ModelArch
 from kvplan.engines.base import Engine
 from kvplan.presets import load_model, model_presets, preset_family
-from kvplan.weights import read_quantization, weights_per_gpu
+from kvplan.weights import Format, QuantScheme, read_quantization, weights_per_gpu
 
 
 def preset_format(arch: ModelArch) -> str:
@@ -16,6 +16,49 @@ def preset_format(arch: ModelArch) -> str:
     ``mxfp4``, ``modelopt``, ``compressed-tensors``, ``gptq``, …) or the model dtype."""
     scheme = read_quantization(arch.weights.quantization, arch.model_dtype)
     return arch.model_dtype if scheme.method == "none" else scheme.method
+
+
+#: The families issue #25 counts pre-quantized checkpoints by (``format_family``).
+FORMAT_FAMILIES: tuple[str, ...] = ("FP8", "W8A8", "NVFP4", "MXFP4", "AWQ/GPTQ/W4A16", "INT4 other",
+                                    "other")
+
+
+def _family_of(fmt: Format, method: str) -> str:
+    """One stored format's family: by the format kvplan reads from the quantization_config
+    (``kvplan.weights`` ``_scheme_*`` / ``_ct_format`` names), never by the checkpoint's name."""
+    if fmt.name.startswith("mxfp4"):
+        return "MXFP4"
+    if fmt.name.startswith("nvfp4"):
+        return "NVFP4"
+    if fmt.name.startswith("ct_int8") and fmt.scales is not None and fmt.scales.method == "int8_w8a8":
+        return "W8A8"
+    if fmt.bits == 8 and "fp8" in fmt.name:
+        return "FP8"
+    weight_only_int4 = fmt.bits == 4 and (method in {"gptq", "awq"} or (
+        fmt.name.startswith("ct_int4") and fmt.scales is not None and fmt.scales.method == "wna16"))
+    if weight_only_int4:
+        return "AWQ/GPTQ/W4A16"
+    return "INT4 other" if fmt.bits <= 4 else "other"
+
+
+def scheme_formats(scheme: QuantScheme) -> tuple[Format, ...]:
+    """The quantized formats a scheme names (linear, expert, lm_head, compressed-tensors groups)."""
+    named = [scheme.linear, scheme.expert, scheme.lm_head, *(fmt for _, fmt in scheme.groups)]
+    return tuple(f for f in named if f is not None and f.name != scheme.base.name)
+
+
+def format_family(arch: ModelArch) -> str | None:
+    """The family of a pre-quantized checkpoint (``FORMAT_FAMILIES``), read from its own
+    ``quantization_config`` (``read_quantization``), or None for an unquantized one: the family of
+    its fewest-bits format (gpt-oss: MXFP4 experts beside bf16 attention; Kimi-K2.5: int4 experts
+    beside bf16 attention); AutoRound and bitsandbytes 4-bit are "INT4 other"."""
+    scheme = read_quantization(arch.weights.quantization, arch.model_dtype)
+    formats = scheme_formats(scheme)
+    if scheme.method == "none" or not formats:
+        return None
+    if scheme.method in {"auto-round", "autoround", "bitsandbytes"} and min(f.bits for f in formats) <= 4:
+        return "INT4 other"
+    return _family_of(min(formats, key=lambda f: f.bits), scheme.method)
 
 
 def model_rows(engine: Engine) -> list[dict[str, Any]]:

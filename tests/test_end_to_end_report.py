@@ -27,6 +27,13 @@ the weights, plus outside torch after the profile less the estimation pool), the
 ``peak − estimation pool`` against kvplan's weights + reserve. The
 printed table (``pytest -s`` or the captured output of a failure) is the issue's status; the test
 pins its counts, so a change that moves a log in or out of 3 % must update them here.
+
+Issue #25's acceptance has its own section (``quantized_rows``, ``test_the_quantized_logs``): every log
+of a pre-quantized checkpoint, its format family (``catalogue.format_family``, from the
+quantization_config of the model kvplan runs for the log, never from the log), and kvplan's weights
+per GPU with no format flag against the log's weights line (vLLM "Model loading took", SGLang "Load
+weight end … mem usage", TensorRT-LLM's loaded weights), within 2 %, counted per family. A log whose
+fixture names a quantized format but whose checkpoint's config kvplan lacks is listed, not counted.
 """
 
 from __future__ import annotations
@@ -38,13 +45,17 @@ import pytest
 import test_budget_vs_logs as vl
 import test_sglang_logs as sl
 import test_trtllm_logs as tl
+import test_weights_vs_logs as wl
+from log_fixtures import fixture_arch
 
 from kvplan.capacity import FitQuery, fit, memory_budget
+from kvplan.catalogue import FORMAT_FAMILIES, format_family
 from kvplan.engines import get_engine
 from kvplan.engines.sglang.log import parse_sglang_log
 from kvplan.engines.vllm.log import parse_vllm_log
 from kvplan.plan import make_plan
 from kvplan.presets import custom_gpu, get_gpu
+from kvplan.weights import weights_per_gpu
 
 GIB = 1 << 30
 #: Issue #30's acceptance bounds (never loosened here).
@@ -414,3 +425,186 @@ def test_the_status_report(rows: list[Row], capsys: pytest.CaptureFixture[str]):
 #: ×8.01, still the GB10's unified memory): trtllm (2, 0, 6, 2) → (2, 0, 6, 3).
 STATUS: dict[str, tuple[int, int, int, int]] = {
     "vllm": (22, 15, 61, 48), "sglang": (1, 1, 0, 0), "trtllm": (2, 0, 6, 3)}
+
+
+# ------------------------------------------------------------------------------------------------
+# Issue #25's acceptance: the logs of pre-quantized checkpoints, weights with no format flag
+
+#: Issue #25's bound on the weights per GPU (kvplan vs the log's weights line), never loosened here.
+WEIGHTS_TOLERANCE = 0.02
+#: What a fixture's ``checkpoint_format`` text says when its checkpoint is pre-quantized: used only to
+#: list a log whose config kvplan lacks (its family is never read from it, and it is not counted).
+_QUANTIZED_WORDS = ("fp8", "int4", "int8", "awq", "gptq", "nvfp4", "mxfp4", "w8a8", "w4a16", "autoround")
+
+
+@dataclass
+class QuantRow:
+    engine: str
+    log_id: str
+    model: str
+    #: ``format_family`` of the model kvplan runs (its quantization_config), None when it has none.
+    family: str | None = None
+    release: str = ""
+    kvplan_gib: float | None = None
+    logged_gib: float | None = None
+    why_not: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.engine}/{self.log_id}"
+
+    @property
+    def compared(self) -> bool:
+        return self.kvplan_gib is not None and self.logged_gib is not None
+
+    @property
+    def within(self) -> bool:
+        return self.compared and abs(self.kvplan_gib / self.logged_gib - 1) <= WEIGHTS_TOLERANCE  # type: ignore[operator]
+
+
+def _says_quantized(doc: dict) -> bool:
+    text = str(doc.get("checkpoint_format") or "").lower()
+    return any(word in text for word in _QUANTIZED_WORDS)
+
+
+def _weights_gib(engine_id: str, arch, tp: int, gpu) -> float:
+    """Weights per GPU as ``engine_id`` loads the checkpoint on ``gpu`` (its ``loading_rules``), in the
+    checkpoint's own format (no weight dtype given: no format flag)."""
+    rules = get_engine(engine_id).loading_rules(gpu)
+    return max(weights_per_gpu(arch, None, tp, rules=rules).stage_bytes) / GIB
+
+
+def _vllm_quant_rows() -> list[QuantRow]:
+    rows: list[QuantRow] = []
+    for path in sorted(vl.LOGS.glob("*.json")):
+        log_id, doc = path.name[:2], json.loads(path.read_text(encoding="utf-8"))
+        row = QuantRow("vllm", log_id, doc["model"])
+        arch = None
+        if log_id in wl.CASES:
+            model, _tp, engine, _gpu, _why = wl.CASES[log_id]
+            arch, row.release = wl._arch(model, log_id), engine
+        elif log_id in vl.CASES:
+            case = vl.CASES[log_id]
+            arch, row.release = vl._arch(case.model, case.quantization), case.engine
+            row.why_not = "the log prints no weights line"
+        elif doc["config"]:  # not run end to end, but its config is vendored: its format is known
+            arch = fixture_arch(doc, vl.LOGS)
+            row.why_not = "the log prints no weights line (" + (vl.NOT_COMPARED.get(log_id) or "")[:60] + "…)"
+        row.family = format_family(arch) if arch is not None else None
+        if row.family is None and not _says_quantized(doc):
+            continue
+        if row.family is None:
+            row.why_not = ("not counted: " + (wl.NOT_COMPARED.get(log_id) or vl.NOT_COMPARED.get(log_id)
+                                              or V0_NOT_COMPARED.get(log_id) or "no config")
+                           if arch is None else
+                           "not counted: the model kvplan runs for it is the unquantized base")
+        elif log_id in wl.CASES:
+            row.kvplan_gib, row.logged_gib = wl._ours_gib(log_id), wl._logged(log_id)
+        rows.append(row)
+    return rows
+
+
+def _sglang_quant_rows() -> list[QuantRow]:
+    rows: list[QuantRow] = []
+    for log_id, doc in sorted(sl.DOCS.items()):
+        arch = sl.arch_of(doc)
+        row = QuantRow("sglang", log_id, doc["model"], format_family(arch))
+        if row.family is None and not _says_quantized(doc):
+            continue
+        if row.family is None:
+            row.why_not = f"not counted: the model kvplan runs for it ({doc['model_preset']}) is unquantized"
+            rows.append(row)
+            continue
+        release = sglang_release(log_id, doc) if log_id in SGLANG_RELEASE_NOT_PRINTED or \
+            doc["sglang_version"] or parse_sglang_log(doc["log_excerpt"]).version else "sglang"
+        row.release = release
+        logged = doc["logged"].get("weight_mem_usage_gib")
+        if logged is None:
+            row.why_not = "the log prints no weights line"
+        else:
+            gpu = get_gpu(doc["gpu_preset"]) if doc["gpu_preset"] else None
+            row.kvplan_gib = _weights_gib(release, arch, doc["settings"]["tp_size"], gpu)
+            row.logged_gib = float(max(logged) if isinstance(logged, list) else logged)
+        rows.append(row)
+    return rows
+
+
+def _trtllm_quant_rows() -> list[QuantRow]:
+    rows: list[QuantRow] = []
+    for log_id, doc in sorted(tl.DOCS.items()):
+        arch = tl.arch_of(doc)
+        row = QuantRow("trtllm", log_id, doc["model"], format_family(arch))
+        if row.family is None and not _says_quantized(doc):
+            continue
+        if row.family is None:
+            row.why_not = ("not counted: the model kvplan runs for it is the unquantized base (the run "
+                           "quantized it with ModelOpt itself: no pre-quantized checkpoint)")
+            rows.append(row)
+            continue
+        row.release = tl.engine_of(doc)
+        if "weights_gib" in doc["logged"]:
+            row.kvplan_gib = _weights_gib(row.release, arch, doc["settings"].get("tp_size") or 1,
+                                          tl.gpu_of(doc))
+            row.logged_gib = doc["logged"]["weights_gib"]
+        else:
+            row.why_not = "the log prints no weights line"
+        rows.append(row)
+    return rows
+
+
+def quantized_rows() -> list[QuantRow]:
+    return _vllm_quant_rows() + _sglang_quant_rows() + _trtllm_quant_rows()
+
+
+def quantized_counts(rows: list[QuantRow]) -> dict[str, tuple[int, int, int]]:
+    """family → (logs of a pre-quantized checkpoint, weights compared, within 2 %)."""
+    return {family: (sum(r.family == family for r in rows),
+                     sum(r.family == family and r.compared for r in rows),
+                     sum(r.family == family and r.within for r in rows))
+            for family in FORMAT_FAMILIES if any(r.family == family for r in rows)}
+
+
+def quantized_report(rows: list[QuantRow]) -> str:
+    lines = [f"\nPre-quantized checkpoints (issue #25): weights per GPU, no format flag, within "
+             f"{WEIGHTS_TOLERANCE:.0%}; the family from the config kvplan runs, never from the log"]
+    for r in rows:
+        mark = "*" if r.key in FITTED else " "
+        head = f" {mark}{r.key:10} {r.model[:52]:52} {r.family or '—':15}"
+        if r.compared:
+            ratio = r.kvplan_gib / r.logged_gib  # type: ignore[operator]
+            lines.append(f"{head} {r.release:12} kvplan {r.kvplan_gib:8.3f} GiB  log {r.logged_gib:8.3f}"
+                         f" GiB  {ratio - 1:+.2%} {'ok' if r.within else 'MISS'}")
+        else:
+            lines.append(f"{head} {r.why_not[:120]}")
+    counts = quantized_counts(rows)
+    lines.append("  by family (logs, weights compared, within 2 %): " + "; ".join(
+        f"{family} {n}/{c}/{w}" for family, (n, c, w) in counts.items()))
+    total = [sum(v[i] for v in counts.values()) for i in range(3)]
+    lines.append(f"  all: {total[0]} logs of pre-quantized checkpoints, weights compared on {total[1]}, "
+                 f"within 2 % on {total[2]}; listed, not counted (no config of the quantized "
+                 f"checkpoint): {sum(r.family is None for r in rows)}")
+    return "\n".join(lines)
+
+
+def test_the_quantized_logs(capsys: pytest.CaptureFixture[str]):
+    """Issue #25's acceptance: every log of a pre-quantized checkpoint, its family and its weights;
+    the counts pinned (a log that moves in or out of 2 %, or a new one, updates them here)."""
+    rows = quantized_rows()
+    with capsys.disabled():
+        print(quantized_report(rows))
+    assert quantized_counts(rows) == QUANTIZED, quantized_counts(rows)
+    assert [r.key for r in rows if r.family is None] == QUANTIZED_NOT_COUNTED
+    assert all(r.within for r in rows if r.compared)
+
+
+#: family → (logs, weights compared, within 2 %). FP8: vLLM 13 (no weights line), 28, 29, 44, 45, 46,
+#: SGLang 03 and 08 (no weights line); MXFP4: vLLM 06, 10, 11, 12 (no weights line), 14, 27, 47,
+#: TensorRT-LLM 04; AWQ/GPTQ/W4A16: vLLM 25 (GPTQ), 39 (compressed-tensors W4A16), SGLang 04, 05
+#: (Kimi-K2.5's int4 experts). No W8A8 or NVFP4 log has the config of its checkpoint yet.
+QUANTIZED: dict[str, tuple[int, int, int]] = {
+    "FP8": (8, 5, 5), "MXFP4": (8, 7, 7), "AWQ/GPTQ/W4A16": (4, 4, 4)}
+#: Logs of quantized checkpoints (per their fixture's ``checkpoint_format``) run on no config of that
+#: checkpoint: listed with the reason, not counted.
+QUANTIZED_NOT_COUNTED: list[str] = [
+    "vllm/17", "vllm/20", "vllm/21", "vllm/22", "vllm/23", "vllm/24", "vllm/26", "vllm/43",
+    "sglang/09", "trtllm/01"]

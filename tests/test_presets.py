@@ -9,8 +9,9 @@ import json
 import pytest
 from cli_helpers import run_cli
 
-from kvplan.catalogue import model_rows
+from kvplan.catalogue import format_family, model_rows
 from kvplan.cli import main
+from kvplan.config_import import parse_config
 from kvplan.engines import get_engine
 from kvplan.errors import KVPlanError
 from kvplan.presets import find_preset, load_model, model_presets
@@ -152,3 +153,33 @@ def test_a_link_may_name_the_model_by_hub_id():
     checked, warnings = check_names(Scenario(model="Qwen/Qwen3-8B-Instrukt"))
     assert checked.model == Scenario().model and len(warnings) == 1
     assert "did you mean Qwen/Qwen3-8B" in warnings[0]
+
+
+def test_format_family_is_read_from_the_quantization_config():
+    """``catalogue.format_family``: the family of a checkpoint's fewest-bits stored format, from its
+    own quantization_config (issue #25's counts): block-FP8 Qwen3, ModelOpt NVFP4, gpt-oss's MXFP4
+    experts, Kimi-K2.5's compressed-tensors int4 experts (W4A16), none for bf16; a GPTQ block, an
+    INT8 W8A8 compressed-tensors group and AutoRound int4 on a bf16 preset's config."""
+    assert format_family(load_model("Qwen/Qwen3-30B-A3B-FP8")) == "FP8"
+    assert format_family(load_model("nvidia/Qwen3-32B-NVFP4")) == "NVFP4"
+    assert format_family(load_model("gpt-oss-20b")) == "MXFP4"
+    assert format_family(load_model("moonshotai/Kimi-K2.5")) == "AWQ/GPTQ/W4A16"
+    assert format_family(load_model("llama-3.1-8b")) is None
+    base = model_presets()["llama-3.1-8b"].config
+
+    def family(quant: dict) -> str | None:
+        return format_family(parse_config({**base, "quantization_config": quant}))
+
+    assert family({"quant_method": "gptq", "bits": 4, "group_size": 128}) == "AWQ/GPTQ/W4A16"
+    assert family({"quant_method": "awq", "bits": 4, "group_size": 128}) == "AWQ/GPTQ/W4A16"
+    assert family({"quant_method": "auto-round", "bits": 4, "group_size": 128}) == "INT4 other"
+    assert family({"quant_method": "fbgemm_fp8"}) == "FP8"
+    w8a8 = {"quant_method": "compressed-tensors", "config_groups": {"group_0": {
+        "targets": ["Linear"], "weights": {"num_bits": 8, "type": "int", "strategy": "channel"},
+        "input_activations": {"num_bits": 8, "type": "int", "strategy": "token", "dynamic": True}}},
+        "ignore": ["lm_head"]}
+    assert family(w8a8) == "W8A8"
+    w4a16 = {"quant_method": "compressed-tensors", "config_groups": {"group_0": {
+        "targets": ["Linear"], "weights": {"num_bits": 4, "type": "int", "strategy": "group",
+                                           "group_size": 128}}}}
+    assert family(w4a16) == "AWQ/GPTQ/W4A16"
