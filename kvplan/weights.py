@@ -174,6 +174,13 @@ class LoadingRules:
     * ``wna16_weight_shape``: compressed-tensors WNA16 keeps its int64 ``weight_shape`` pair per
       module (``compressed_tensors_wNa16.py`` ``CompressedTensorsWNA16.create_weights``).
     * ``mxfp4_experts``: how MXFP4 MoE experts are re-laid out on the GPU (None: as stored).
+    * ``nvfp4_ungated_inter``: NVFP4 experts of a model whose MoE activation is not gated (one
+      up matrix, Nemotron-H's relu2) have their per-rank intermediate size padded to a multiple of
+      this — ``w13`` rows, ``w2`` columns and their block scales (vLLM
+      ``utils/flashinfer_fp4_moe.py`` ``prepare_nvfp4_moe_layer_for_fi_or_cutlass`` /
+      v0.13 ``modelopt.py`` ``ModelOptNvFp4FusedMoE.process_weights_after_loading``:
+      ``swizzle_blockscale`` pads the scale rows to 128 and the weights are padded to match); 1:
+      as stored.
     """
 
     fp8_scale_per_module: bool = True
@@ -182,6 +189,7 @@ class LoadingRules:
     int8_azp_adj: bool = True
     wna16_weight_shape: bool = True
     mxfp4_experts: ExpertRepack | None = None
+    nvfp4_ungated_inter: int = 1
     #: Bytes of a WNA16 expert matrix's ``weight_shape`` per expert (SGLang
     #: ``compressed_tensors_wNa16_moe.py`` ``CompressedTensorsWNA16MoE.create_weights``:
     #: ``torch.empty(num_experts, 2)``, fp32, 8 B); None: as a linear module (``scale_bytes``).
@@ -1271,19 +1279,24 @@ def weights_per_gpu(arch: ModelArch, weight_dtype: str | None = None, tp: int = 
     repack = rules.mxfp4_experts
     repacked = repack is not None and scheme.method == "mxfp4"
     replicated = {tw.name for tw in arch.weights.towers if tw.layout in rules.replicated_tower_mlp}
+    gated = arch.gated_mlp or arch.model_type == "gpt_oss"  # as ``_moe``'s w13
+    ungated_pad = rules.nvfp4_ungated_inter if arch.moe is not None and not gated else 1
     for t in tensors:
         if t.part in replicated and t.split != "replicated" and _tower_mlp(t.name):
             t = replace(t, split="replicated")
         rows, cols, copies = shard_shape(t, tp, ep)
         for fmt, layers in _formats_by_layer(scheme, t):
+            r, c = rows, cols
+            if ungated_pad > 1 and t.kind == "expert" and fmt.name == NVFP4.name:
+                r, c = _nvfp4_padded(t, rows, cols, ungated_pad)
             if repacked and t.part == "experts" and (fmt.name == "mxfp4" or t.kind != "expert"):
                 assert repack is not None
                 per_gpu = _repacked_bytes(t, repack, arch, tp, ep, scheme.base)
             else:
-                per_gpu = copies * (fmt.matrix_bytes(rows, cols, t.shards, rules)
-                                    + _expert_extra(t, fmt, cols, rules))
+                per_gpu = copies * (fmt.matrix_bytes(r, c, t.shards, rules)
+                                    + _expert_extra(t, fmt, c, rules))
                 if rules.mla_absorbed_copy and t.name.endswith(".kv_b_proj"):
-                    per_gpu += rows * cols * mla_absorbed_bytes(fmt, scheme.base,
+                    per_gpu += r * c * mla_absorbed_bytes(fmt, scheme.base,
                                                                 rules.mla_absorbed_copy)
             whole = t.experts * fmt.matrix_bytes(t.rows, t.cols, t.shards, rules) * max(len(layers), 1)
             if t.kind != "other" or t.part not in main_parts:
@@ -1301,6 +1314,14 @@ def weights_per_gpu(arch: ModelArch, weight_dtype: str | None = None, tp: int = 
         assert repack is not None
         source += "; per GPU as " + repack.describe(arch.hidden_size)
     return WeightsLayout(tuple(stages), total, _label(formats, scheme), source, tp, pp, ep, totals)
+
+
+def _nvfp4_padded(t: Tensor, rows: int, cols: int, multiple: int) -> tuple[int, int]:
+    """One rank's NVFP4 expert matrix of a non-gated MoE with its intermediate dimension (``w13``'s
+    rows, ``w2``'s columns) rounded up to ``multiple`` (``LoadingRules.nvfp4_ungated_inter``)."""
+    if t.split == "expert_column":
+        return round_up(rows, multiple), cols
+    return rows, round_up(cols, multiple)
 
 
 def _tower_mlp(name: str) -> bool:

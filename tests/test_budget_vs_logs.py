@@ -233,6 +233,10 @@ NOT_COMPARED: dict[str, str] = {
           "0.9 — 0.9 × 79.18 − 64.38 − 7.38 − 0.13 = −0.63 GiB, where 0.95 gives the logged 3.33 "
           "GiB — so the setting the run used is not established (kvplan at the stated 0.9: −0.65 "
           "GiB, no room); its weights are compared (test_weights_vs_logs.py: −0.12 %)",
+    "48": "Nemotron-3-Nano-30B-A3B-NVFP4 at TP 2 on an RTX 5080 + RTX 5070 Ti under WSL (NVIDIA's "
+          "26.01 container, vLLM 0.13): two unlike cards outside the catalogue and no CUDA total "
+          "printed, so the capacity the budget starts from is unknown; its weights are compared "
+          "(test_weights_vs_logs.py: −0.28 %)",
     "72": "gemma-3-27b-it on ROCm (v0.11.0rc2 dev): the AMD card is not named and no total is printed, "
           "so the capacity the budget starts from is unknown; its tower runs on TORCH_SDPA (kvplan "
           "derives the FlashAttention peak only)",

@@ -363,10 +363,11 @@ def rows() -> list[Row]:
 
 
 def test_every_log_fixture_has_a_row(rows: list[Row]):
-    """71 logs: vLLM 55 (five multimodal start-ups, 70–74, for issue #27; three with speculative
-    decoding, 80–82, for issue #26), SGLang 11, TensorRT-LLM 5; each compared or with its reason."""
+    """72 logs: vLLM 56 (five multimodal start-ups, 70–74, for issue #27; three with speculative
+    decoding, 80–82, for issue #26; 48, issue #25's NVFP4 Nemotron-3-Nano, weights only: 55 → 56),
+    SGLang 11, TensorRT-LLM 5; each compared or with its reason."""
     counts = {e: sum(r.engine == e for r in rows) for e in ("vllm", "sglang", "trtllm")}
-    assert counts == {"vllm": 55, "sglang": 11, "trtllm": 5}
+    assert counts == {"vllm": 56, "sglang": 11, "trtllm": 5}
     assert all(r.ratio is not None or r.why_not or r.no_room for r in rows)
     assert [r.key for r in rows if r.no_room] == ["vllm/10"]
     assert all(r.kvplan is not None and r.kvplan <= 0 for r in rows if r.no_room)
@@ -600,9 +601,11 @@ def test_the_quantized_logs(capsys: pytest.CaptureFixture[str]):
 #: family → (logs, weights compared, within 2 %). FP8: vLLM 13 (no weights line), 28, 29, 44, 45, 46,
 #: SGLang 03 and 08 (no weights line); MXFP4: vLLM 06, 10, 11, 12 (no weights line), 14, 27, 47,
 #: TensorRT-LLM 04; AWQ/GPTQ/W4A16: vLLM 25 (GPTQ), 39 (compressed-tensors W4A16), SGLang 04, 05
-#: (Kimi-K2.5's int4 experts). No W8A8 or NVFP4 log has the config of its checkpoint yet.
+#: (Kimi-K2.5's int4 experts); NVFP4: vLLM 48 (Nemotron-3-Nano-30B-A3B-NVFP4, −0.28 % with the
+#: non-gated expert padding ``LoadingRules.nvfp4_ungated_inter``; −8.4 % as stored). No W8A8 log
+#: has the config of its checkpoint yet.
 QUANTIZED: dict[str, tuple[int, int, int]] = {
-    "FP8": (8, 5, 5), "MXFP4": (8, 7, 7), "AWQ/GPTQ/W4A16": (4, 4, 4)}
+    "FP8": (8, 5, 5), "NVFP4": (1, 1, 1), "MXFP4": (8, 7, 7), "AWQ/GPTQ/W4A16": (4, 4, 4)}
 #: Logs of quantized checkpoints (per their fixture's ``checkpoint_format``) run on no config of that
 #: checkpoint: listed with the reason, not counted.
 QUANTIZED_NOT_COUNTED: list[str] = [

@@ -14,6 +14,7 @@ import pytest
 
 from kvplan.capacity import FitQuery, fit
 from kvplan.config_import import parse_config
+from kvplan.engines import get_engine
 from kvplan.errors import KVPlanError
 from kvplan.plan import make_plan
 from kvplan.presets import get_gpu, load_model, model_presets
@@ -513,7 +514,6 @@ def test_each_engine_gives_its_loading_rules(engine, gpu):
     ``engines/<engine>/weights.py``) with the release's own MXFP4 layout on that GPU."""
     from dataclasses import replace
 
-    from kvplan.engines import get_engine
     from kvplan.weights import DEFAULT_RULES
 
     e, device = get_engine(engine), get_gpu(gpu)
@@ -525,6 +525,10 @@ def test_each_engine_gives_its_loading_rules(engine, gpu):
         want = replace(SCALE_RULES, wna16_expert_g_idx=hip, mla_absorbed_copy="hip" if hip else "cuda")
     else:
         want = DEFAULT_RULES
+    # vLLM v0.13+ on Blackwell (b200): non-gated NVFP4 experts padded to 128 per rank (added by helper
+    # quantlogs: test_nvfp4_experts_of_a_non_gated_moe_are_padded_to_128_per_rank_on_blackwell)
+    if engine in {"vllm", "vllm@0.19"} and gpu == "b200":
+        want = replace(want, nvfp4_ungated_inter=128)
     assert rules == replace(want, mxfp4_experts=e.mxfp4_moe_repack(device))
     # TensorRT-LLM ≤ 1.2.0: the CUTLASS MoE backend's 128 padding on NVIDIA parts (helper trtlogs)
     assert (rules.mxfp4_experts is not None) == ((engine.startswith("vllm") and engine != "vllm@0.9"
@@ -615,3 +619,35 @@ def test_nemotron_h_moe_blocks_and_the_nvfp4_skip_list():
     assert sum(t.params for t in attention) * 2 < nvfp4.total_by_part["attention"] < \
         base.total_by_part["attention"]
     assert nvfp4.total_bytes == 19_323_097_400
+
+
+def test_nvfp4_experts_of_a_non_gated_moe_are_padded_to_128_per_rank_on_blackwell():
+    """vLLM v0.13 ``modelopt.py`` ``ModelOptNvFp4FusedMoE.process_weights_after_loading`` (v0.14–v0.33
+    ``utils/flashinfer_fp4_moe.py``, the CUTLASS / FlashInfer CUTLASS branch): ``swizzle_blockscale``
+    rounds the w13 block-scale rows up to 128, and a non-gated activation's ``w13`` rows and ``w2``
+    columns are padded to match (a gated one must already fit: ``NotImplementedError``).
+
+    Nemotron-3-Nano-30B-A3B-NVFP4 (relu2 experts, not gated) at TP 2: intermediate 1,856 / 2 = 928
+    per rank → 1,024. Each expert matrix grows by 96 × 2,688 elements of NVFP4 (½ B + one fp8 scale
+    per 16 = 9/16 B): 145,152 B; × 2 matrices × 128 experts × 23 MoE layers = 854,654,976 B —
+    9,669,680,312 → 10,524,335,288 B per rank (9.0056 → 9.8016 GiB; log 48 prints 9.8291 GiB). Not
+    on Hopper (NVFP4 MoE runs on Marlin there: not modelled), not on v0.10–v0.11.0 (no non-gated
+    NVFP4 MoE on that path), not for a gated MoE."""
+    arch = load_model("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-NVFP4")
+    blackwell, hopper = get_gpu("rtx-5090"), get_gpu("h100-sxm")
+
+    def per_rank(engine: str, gpu) -> int:
+        return max(weights_per_gpu(arch, None, 2, rules=get_engine(engine).loading_rules(gpu)).stage_bytes)
+
+    assert per_rank("vllm@0.13", blackwell) == 10_524_335_288
+    assert per_rank("vllm", blackwell) == 10_524_335_288
+    assert per_rank("vllm@0.13", hopper) == per_rank("vllm@0.11", blackwell) == 9_669_680_312
+    assert 10_524_335_288 - 9_669_680_312 == 96 * 2688 * 9 // 16 * 2 * 128 * 23
+    assert get_engine("vllm@0.13").loading_rules(blackwell).nvfp4_ungated_inter == 128
+    assert get_engine("vllm@0.13").loading_rules(get_gpu("mi300x")).nvfp4_ungated_inter == 1
+    gated = load_model("nvidia/Qwen3-30B-A3B-NVFP4")  # SiLU-gated experts: never padded here
+    assert weights_per_gpu(gated, None, 2, rules=get_engine("vllm").loading_rules(blackwell)).stage_bytes \
+        == weights_per_gpu(gated, None, 2).stage_bytes
+    # the whole-model total is the checkpoint's, unpadded
+    assert weights_per_gpu(arch, None, 2, rules=get_engine("vllm").loading_rules(blackwell)).total_bytes \
+        == weights_per_gpu(arch, None, 2).total_bytes

@@ -137,6 +137,14 @@ CASES: dict[str, tuple[str, int, str, str | None, str]] = {
     "72": ("gemma-3-27b", 1, "vllm@0.11", None,
            "bf16 language model + SigLIP tower on ROCm: 51.097 GiB vs 51.7891 (−1.3 %, not broken "
            "down)"),
+    "48": ("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-NVFP4", 2, "vllm@0.13", "rtx-5090",
+           "the checkpoint by its Hub id, no format flag: ModelOpt NVFP4 (group 16) experts, shared "
+           "experts and Mamba/attention projections, bf16 for its exclude_modules, embeddings, norms "
+           "and lm_head; per rank at TP 2 on Blackwell consumer cards (RTX 5080 + 5070 Ti: SM 12.0, "
+           "as the rtx-5090 preset, whose capacity the weights do not use). The non-gated (relu2) "
+           "experts' intermediate per rank is padded 928 → 1,024 after loading "
+           "(LoadingRules.nvfp4_ungated_inter): 9.8016 GiB vs 9.8291 (−0.28 %; 9.0056 GiB, −8.4 %, "
+           "as stored)"),
     "80": ("qwen3-8b", 1, "vllm@0.29", None,
            "bf16 (ngram speculative decoding: no drafter weights): 15.2564 GiB vs 15.27 (−0.09 %: "
            "the rotary cache and the log's rounding)"),

@@ -582,8 +582,8 @@ class Vllm(Engine):
 
     def loading_rules(self, gpu: GPU | None) -> LoadingRules:
         """``kvplan.engines.vllm.weights.vllm_loading_rules``: v0.33's scale rules and this
-        release's MXFP4 MoE layout on ``gpu``."""
-        return vllm_loading_rules(self, gpu)
+        release's MXFP4 MoE layout and non-gated NVFP4 expert padding on ``gpu``."""
+        return vllm_loading_rules(self, gpu, self.record.nvfp4_ungated_inter)
 
     def layer_spec_kind(self, kind: str) -> str:
         """The spec kind this release builds for a layer of ``kind`` (``layer_specs``): every kind

@@ -108,6 +108,14 @@ class VllmRelease(Release):
     mxfp4_keeps_scales: bool
     #: The source file of the MXFP4 expert layout, as shown with the weights.
     mxfp4_source: str
+    #: NVFP4 MoE experts of a non-gated activation (Nemotron-H's relu2), on Blackwell (the CUTLASS /
+    #: FlashInfer NVFP4 MoE backends, SM ≥ 10.0): the per-rank intermediate size padded to this
+    #: multiple after loading (v0.13 ``modelopt.py`` ``ModelOptNvFp4FusedMoE.process_weights_after_loading``,
+    #: v0.14–v0.33 ``utils/flashinfer_fp4_moe.py``: ``swizzle_blockscale`` pads the block-scale rows
+    #: to 128 and ``w13``/``w2`` are padded to match; FlashInfer TRT-LLM aligns non-gated experts to
+    #: 128 too, ``align_fp4_moe_weights_for_fi``); 1: as stored (v0.11.0 and older: no non-gated
+    #: NVFP4 MoE on this path).
+    nvfp4_ungated_inter: int = 1
     #: Whether the release serves recurrent (Mamba) hybrids in the pool kvplan models.
     serves_recurrent: bool
     #: With FULL decode CUDA graphs and Mamba layers, ``max_num_seqs`` against the pool's blocks
@@ -252,9 +260,14 @@ V0_13 = replace(
             "already counts embeddings (PR #30475, as ``vllm@0.17``). Prefix caching on a Mamba "
             "hybrid is kept only for ``SupportsMambaPrefixCaching`` models (a state page per "
             "chunk-aligned block), else turned off (``models/config.py`` ``MambaModelConfig``, read "
-            "in 0.13.0 and 0.14.0; v0.11.0 turns it off for every hybrid).",
+            "in 0.13.0 and 0.14.0; v0.11.0 turns it off for every hybrid). NVFP4 MoE experts of a "
+            "non-gated activation on Blackwell: the per-rank intermediate padded to 128 (v0.12.0/"
+            "v0.13.0 ``modelopt.py`` ``ModelOptNvFp4FusedMoE.process_weights_after_loading``: "
+            "``swizzle_blockscale`` rounds the scale rows up to 128, ``w13``/``w2`` padded to "
+            "match; v0.11.x asserts a gated activation there), as in every later release.",
     sampler_path="sort", capture_rule="stride16", mxfp4_triton=True, nemotron_h_ssm_default="fp16",
-    mxfp4_source="vLLM v0.14.1/v0.19.0 quantization/mxfp4.py", mamba_prefix="per_block")
+    mxfp4_source="vLLM v0.14.1/v0.19.0 quantization/mxfp4.py", mamba_prefix="per_block",
+    nvfp4_ungated_inter=128)
 V0_14 = replace(
     V0_13, key="0.14", since="0.14.0", name="vLLM v0.14",
     changes="requested memory ``ceil(total × util)`` (``v1/worker/utils.py`` ``request_memory``, "

@@ -13,6 +13,8 @@
   WNA16's ``weight_shape`` kept (``compressed_tensors_wNa16.py`` ``CompressedTensorsWNA16.create_weights``).
 * MXFP4 MoE experts: the backend a release picks on a GPU and how it pads them (``mxfp4_repack``;
   the per-release values are the engine's ``Vllm.mxfp4_moe_repack``).
+* NVFP4 MoE experts of a non-gated activation: their per-rank intermediate padded on Blackwell
+  (``nvfp4_ungated_inter``; per release ``VllmRelease.nvfp4_ungated_inter``).
 """
 
 from __future__ import annotations
@@ -51,7 +53,20 @@ def mxfp4_repack(gpu: GPU | None, fi_inter: int, triton: bool, keeps_scales: boo
     return ExpertRepack("Marlin", hidden=256, inter=128, source=source)
 
 
-def vllm_loading_rules(engine: Engine, gpu: GPU | None) -> LoadingRules:
-    """What this vLLM release holds after loading on ``gpu``: the scale rules above and the
-    release's MXFP4 MoE layout (``engine.mxfp4_moe_repack``)."""
-    return replace(VLLM_SCALE_RULES, mxfp4_experts=engine.mxfp4_moe_repack(gpu))
+def nvfp4_ungated_inter(gpu: GPU | None, multiple: int) -> int:
+    """The release's padding of non-gated NVFP4 experts (``VllmRelease.nvfp4_ungated_inter``) where
+    it applies: on a CUDA GPU of SM ≥ 10.0, where vLLM runs NVFP4 MoE on CUTLASS / FlashInfer
+    (``utils/nvfp4_moe_support.py`` ``detect_nvfp4_moe_support``: ``cutlass_fp4_supported``, SM
+    10.0+); older GPUs take Marlin (``prepare_moe_fp4_layer_for_marlin``, not modelled: as stored),
+    no capability (AMD, custom) → 1."""
+    major = int(float(gpu.compute_capability)) if gpu is not None and gpu.compute_capability else 0
+    return multiple if major >= 10 else 1
+
+
+def vllm_loading_rules(engine: Engine, gpu: GPU | None, ungated_inter: int = 1) -> LoadingRules:
+    """What this vLLM release holds after loading on ``gpu``: the scale rules above, the
+    release's MXFP4 MoE layout (``engine.mxfp4_moe_repack``) and its padding of non-gated NVFP4
+    experts (``ungated_inter``: the record's ``nvfp4_ungated_inter``, applied by
+    ``nvfp4_ungated_inter``)."""
+    return replace(VLLM_SCALE_RULES, mxfp4_experts=engine.mxfp4_moe_repack(gpu),
+                   nvfp4_ungated_inter=nvfp4_ungated_inter(gpu, ungated_inter))
