@@ -960,6 +960,12 @@ _FOUR_NORM_TYPES = {"gemma2", "gemma3", "gemma3_text", "glm4", *_GEMMA4_TYPES}
 #: ``CohereDecoderLayer``, ``PhiDecoderLayer``: ``input_layernorm`` only); ``kvplan.weights``
 #: stores one norm per layer for them too.
 ONE_NORM_TYPES = {"cohere", "cohere2", "cohere2_moe", "phi"}
+#: Norms without parameters (transformers modeling_olmo.py ``OlmoLayerNorm``:
+#: ``F.layer_norm(..., None, None)``, no weight, no bias; vLLM olmo.py ``nn.LayerNorm(...,
+#: elementwise_affine=False)``): OLMo-1's two norms per layer and final norm hold nothing
+#: (OlmoConfig's default, OLMo-7B's shape: 266,240 = 65 × 4,096 over transformers 5.24's count
+#: before this rule, tests/fixtures/conformance/olmo.json).
+NON_PARAMETRIC_NORM_TYPES = {"olmo"}
 #: Every linear and LayerNorm has a bias; GPT-2-style learned positions (``n_positions``).
 _ALL_BIAS_TYPES = {"gpt2", "gpt-sw3", "gpt_bigcode", "opt", "openai-gpt", "biogpt"}
 #: Learned position tables ``(P + offset)·h`` (OPT's is counted with its embeddings).
@@ -1011,7 +1017,7 @@ def _embedding_family_params(cfg: _Cfg, arch: ModelArch) -> int:
 def _family_global_params(arch: ModelArch) -> int:
     """Model-level parameters some families add: learned positions, the final norm's bias."""
     h = arch.hidden_size
-    extra = 0
+    extra = -h if arch.model_type in NON_PARAMETRIC_NORM_TYPES else 0  # no final norm weight
     if arch.model_type in _LEARNED_POSITION_OFFSET:  # GPT2Model.wpe and the like
         extra += ((arch.max_position_embeddings or 1024) + _LEARNED_POSITION_OFFSET[arch.model_type]) * h
     if arch.model_type == "openai-gpt":  # no final LayerNorm
@@ -1038,6 +1044,8 @@ def _family_layer_params(arch: ModelArch, layer: LayerSpec, moe_layer: bool) -> 
         extra += 2 * h
     if kind in ONE_NORM_TYPES:
         extra -= h
+    if kind in NON_PARAMETRIC_NORM_TYPES:
+        extra -= 2 * h
     if moe_layer and kind in _SHARED_EXPERT_GATE_TYPES and arch.moe and arch.moe.n_shared:
         extra += h
     if isinstance(layer, Attention):

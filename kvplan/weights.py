@@ -35,7 +35,12 @@ from functools import cached_property, lru_cache
 from typing import Any, Literal
 
 from kvplan.arch import MLA, Attention, ModelArch, Recurrent, VisionSpec
-from kvplan.config_import import ALWAYS_BIAS_TYPES, ONE_BLOCK_TYPES, ONE_NORM_TYPES
+from kvplan.config_import import (
+    ALWAYS_BIAS_TYPES,
+    NON_PARAMETRIC_NORM_TYPES,
+    ONE_BLOCK_TYPES,
+    ONE_NORM_TYPES,
+)
 from kvplan.errors import KVPlanError, short
 from kvplan.parallel import layer_partition
 
@@ -902,6 +907,8 @@ def _moe(arch: ModelArch, p: str, layers: tuple[int, ...]) -> list[Tensor]:
 
 def _norms(arch: ModelArch, name: str, count: int, layers: tuple[int, ...],
            stage: Stage = "layer", part: str = "norms") -> list[Tensor]:
+    if arch.model_type in NON_PARAMETRIC_NORM_TYPES:  # OLMo-1: nothing stored (config_import)
+        return []
     vectors = 2 if arch.model_type in _LAYERNORM_BIAS else 1
     return [Tensor(name if count == 1 else f"{name}.{k}", part, arch.hidden_size * vectors, 1,
                    "replicated", quantizable=False, layers=layers, stage=stage, kind="other")
