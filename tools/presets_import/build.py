@@ -161,6 +161,10 @@ CHECKPOINTS: dict[str, str] = {
     "PrimeIntellect/INTELLECT-3": "INTELLECT-3",
     "PrimeIntellect/INTELLECT-3-Base": "INTELLECT-3",
     "microsoft/phi-1": "Phi-1",
+    # the config.json blocks GitHub citsjtu2020/LLM-Prof quotes (BLOCK_COPIES)
+    "Qwen/Qwen2.5-3B": "Qwen2.5",
+    "Qwen/Qwen2.5-14B": "Qwen2.5",
+    "Qwen/Qwen3-14B": "Qwen3",
 }
 
 #: Raw files not at the tip (renamed or removed later): file → (commit, path) of the version read.
@@ -308,6 +312,23 @@ OTHER_COPIES: dict[str, tuple[str, str]] = {
 }
 
 
+#: Raw files read from a block of a public GitHub file that quotes several config.json files, each
+#: under its model's name: file → (repository, commit, path, the block's title). GitHub
+#: citsjtu2020/LLM-Prof ``sglang/Model_Config.md`` quotes eleven (the qwen3-30b-a3b preset is read
+#: from it already); its Llama-3.1-8B, Llama-3.2-3B, Qwen2.5-32B, Qwen2.5-7B, Qwen3-8B and
+#: Qwen3-30B-A3B blocks equal, key for key, the copies presets/ holds from other sources, and its
+#: Qwen3-32B block differs only in ``transformers_version`` (4.51.0; the qwen3-32b preset's copy
+#: says 4.51.3). Its
+#: "Qwen3-4B" block is not read: ``"attention_dropout": 0``, ``"rms_norm_eps": 0.000001``,
+#: ``"use_cache": false`` and transformers 4.51.2 are not how the Hub's file writes them (a
+#: re-saved copy).
+BLOCK_COPIES: dict[str, tuple[str, str, str, str]] = {
+    f"Qwen--{name}_config.json": ("citsjtu2020/LLM-Prof", "8434c8d19c396b2f95d92a67845a7c0a0e0dd512",
+                                  "sglang/Model_Config.md", name)
+    for name in ("Qwen2.5-3B", "Qwen2.5-14B", "Qwen3-14B")
+}
+
+
 #: lower-cased Hub repo id → (``metadata.total_size`` of model.safetensors.index.json, its
 #: source): the one record, tests/fixtures/checkpoint_index/totals.json (``index_totals.py``).
 INDEX_TOTALS: dict[str, tuple[int, str]] = index_totals()
@@ -446,6 +467,9 @@ def build(raw: Path, commit: str, date: str,
         def copy_of(name: str) -> str:
             if name in HUB_PAGES:
                 return HUB_PAGES[name]
+            if name in BLOCK_COPIES:
+                repo_, at, where, block = BLOCK_COPIES[name]
+                return f"https://github.com/{repo_}/blob/{at}/{where} (its {block!r} block)"
             if name in OTHER_COPIES:
                 at, where = OTHER_COPIES[name]
                 return f"https://github.com/{TT_METAL}/blob/{at}/{where}"
