@@ -165,6 +165,7 @@ CHECKPOINTS: dict[str, str] = {
     "Qwen/Qwen2.5-3B": "Qwen2.5",
     "Qwen/Qwen2.5-14B": "Qwen2.5",
     "Qwen/Qwen3-14B": "Qwen3",
+    "NousResearch/Hermes-3-Llama-3.1-405B": "Llama-3.1",
 }
 
 #: Raw files not at the tip (renamed or removed later): file → (commit, path) of the version read.
@@ -258,6 +259,10 @@ HUB_PAGES: dict[str, str] = {
         "https://huggingface.co/PrimeIntellect/INTELLECT-3-Base/blob/main/config.json"
         " (the Hub's page of the file on main, after commit e087901 'new weights', whose diff "
         "adds the auto_map block this copy has)",
+    "NousResearch--Hermes-3-Llama-3.1-405B_config.json":
+        "https://huggingface.co/NousResearch/Hermes-3-Llama-3.1-405B/blame/500ce3686faed433bc192488ac734c6d305ac81d/config.json"
+        " (the Hub's blame page of the file at commit 500ce36; 'File size: 888 Bytes', which the "
+        "copy written from it has to the byte)",
 }
 
 
