@@ -166,6 +166,7 @@ CHECKPOINTS: dict[str, str] = {
     "Qwen/Qwen2.5-14B": "Qwen2.5",
     "Qwen/Qwen3-14B": "Qwen3",
     "NousResearch/Hermes-3-Llama-3.1-405B": "Llama-3.1",
+    "perplexity-ai/r1-1776-distill-llama-70b": "DeepSeek-R1-Distill",
 }
 
 #: Raw files not at the tip (renamed or removed later): file → (commit, path) of the version read.
@@ -263,6 +264,10 @@ HUB_PAGES: dict[str, str] = {
         "https://huggingface.co/NousResearch/Hermes-3-Llama-3.1-405B/blame/500ce3686faed433bc192488ac734c6d305ac81d/config.json"
         " (the Hub's blame page of the file at commit 500ce36; 'File size: 888 Bytes', which the "
         "copy written from it has to the byte)",
+    "perplexity-ai--r1-1776-distill-llama-70b_config.json":
+        "https://huggingface.co/perplexity-ai/r1-1776-distill-llama-70b/blame/main/config.json"
+        " (the Hub's blame page of the file on main, its lines from commit 07ce166; 'File size: "
+        "989 Bytes', which the copy written from it has to the byte)",
 }
 
 
