@@ -167,6 +167,7 @@ CHECKPOINTS: dict[str, str] = {
     "Qwen/Qwen3-14B": "Qwen3",
     "NousResearch/Hermes-3-Llama-3.1-405B": "Llama-3.1",
     "perplexity-ai/r1-1776-distill-llama-70b": "DeepSeek-R1-Distill",
+    "NousResearch/Hermes-2-Pro-Llama-3-70B": "Llama-3",
 }
 
 #: Raw files not at the tip (renamed or removed later): file → (commit, path) of the version read.
@@ -268,6 +269,10 @@ HUB_PAGES: dict[str, str] = {
         "https://huggingface.co/perplexity-ai/r1-1776-distill-llama-70b/blame/main/config.json"
         " (the Hub's blame page of the file on main, its lines from commit 07ce166; 'File size: "
         "989 Bytes', which the copy written from it has to the byte)",
+    "NousResearch--Hermes-2-Pro-Llama-3-70B_config.json":
+        "https://huggingface.co/NousResearch/Hermes-2-Pro-Llama-3-70B/blame/cf4c2ccb3b55fb417055f091e61c17dc7a7232b9/config.json"
+        " (the Hub's blame page of the file at commit cf4c2cc, its lines from edad733; 'File "
+        "size: 719 Bytes', which the copy written from it has to the byte)",
 }
 
 
