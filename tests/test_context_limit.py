@@ -158,8 +158,8 @@ def test_the_vllm_truth_covers_every_preset_and_case():
     # (issue #25, text-only presets), one case each, every earlier case unchanged by the rerun;
     # 143 → 146: Qwen/Qwen2.5-3B, Qwen2.5-14B, Qwen3-14B, likewise; 146 → 147:
     # NousResearch/Hermes-3-Llama-3.1-405B; 147 → 148: perplexity-ai/r1-1776-distill-llama-70b;
-    # 148 → 149: NousResearch/Hermes-2-Pro-Llama-3-70B
-    assert len(TRUTH["cases"]) == 149
+    # 148 → 149: NousResearch/Hermes-2-Pro-Llama-3-70B; 149 → 150: QuantTrio/GLM-4.7-AWQ
+    assert len(TRUTH["cases"]) == 150
 
 
 @pytest.mark.parametrize("name", sorted(TRUTH["cases"]))

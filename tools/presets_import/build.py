@@ -168,6 +168,7 @@ CHECKPOINTS: dict[str, str] = {
     "NousResearch/Hermes-3-Llama-3.1-405B": "Llama-3.1",
     "perplexity-ai/r1-1776-distill-llama-70b": "DeepSeek-R1-Distill",
     "NousResearch/Hermes-2-Pro-Llama-3-70B": "Llama-3",
+    "QuantTrio/GLM-4.7-AWQ": "GLM-4.7",
 }
 
 #: Raw files not at the tip (renamed or removed later): file → (commit, path) of the version read.
@@ -273,6 +274,10 @@ HUB_PAGES: dict[str, str] = {
         "https://huggingface.co/NousResearch/Hermes-2-Pro-Llama-3-70B/blame/cf4c2ccb3b55fb417055f091e61c17dc7a7232b9/config.json"
         " (the Hub's blame page of the file at commit cf4c2cc, its lines from edad733; 'File "
         "size: 719 Bytes', which the copy written from it has to the byte)",
+    "QuantTrio--GLM-4.7-AWQ_config.json":
+        "https://huggingface.co/QuantTrio/GLM-4.7-AWQ/blob/main/config.json"
+        " (the Hub's page of the file on main, whole from '{' to the closing '}'; no file size "
+        "stated; a community AWQ int4 release of zai-org/GLM-4.7, not zai-org's own)",
 }
 
 
