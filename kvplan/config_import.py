@@ -954,8 +954,18 @@ def estimate_params(arch: ModelArch) -> tuple[int, int | None, str]:
 _GEMMA4_TYPES = {"gemma4", "gemma4_text", "gemma4_unified", "gemma4_unified_text"}
 _GATED_ATTENTION_TYPES = {"qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text"}
 _SHARED_EXPERT_GATE_TYPES = {"qwen2_moe", "qwen3_next", "qwen3_5_moe", "qwen3_5_moe_text"}
-_FOUR_NORM_TYPES = {"gemma2", "gemma3", "gemma3_text", *_GEMMA4_TYPES}
-_ONE_NORM_TYPES = {"cohere", "cohere2", "cohere2_moe"}
+#: (GLM-4: ``Glm4DecoderLayer`` adds ``post_self_attn_layernorm`` and ``post_mlp_layernorm``.)
+_FOUR_NORM_TYPES = {"gemma2", "gemma3", "gemma3_text", "glm4", *_GEMMA4_TYPES}
+#: One norm per decoder layer, attention and MLP in parallel on its output (transformers
+#: ``CohereDecoderLayer``, ``PhiDecoderLayer``: ``input_layernorm`` only); ``kvplan.weights``
+#: stores one norm per layer for them too.
+ONE_NORM_TYPES = {"cohere", "cohere2", "cohere2_moe", "phi"}
+#: Norms without parameters (transformers modeling_olmo.py ``OlmoLayerNorm``:
+#: ``F.layer_norm(..., None, None)``, no weight, no bias; vLLM olmo.py ``nn.LayerNorm(...,
+#: elementwise_affine=False)``): OLMo-1's two norms per layer and final norm hold nothing
+#: (OlmoConfig's default, OLMo-7B's shape: 266,240 = 65 × 4,096 over transformers 5.24's count
+#: before this rule, tests/fixtures/conformance/olmo.json).
+NON_PARAMETRIC_NORM_TYPES = {"olmo"}
 #: Every linear and LayerNorm has a bias; GPT-2-style learned positions (``n_positions``).
 _ALL_BIAS_TYPES = {"gpt2", "gpt-sw3", "gpt_bigcode", "opt", "openai-gpt", "biogpt"}
 #: Learned position tables ``(P + offset)·h`` (OPT's is counted with its embeddings).
@@ -1007,13 +1017,16 @@ def _embedding_family_params(cfg: _Cfg, arch: ModelArch) -> int:
 def _family_global_params(arch: ModelArch) -> int:
     """Model-level parameters some families add: learned positions, the final norm's bias."""
     h = arch.hidden_size
-    extra = 0
+    extra = -h if arch.model_type in NON_PARAMETRIC_NORM_TYPES else 0  # no final norm weight
     if arch.model_type in _LEARNED_POSITION_OFFSET:  # GPT2Model.wpe and the like
         extra += ((arch.max_position_embeddings or 1024) + _LEARNED_POSITION_OFFSET[arch.model_type]) * h
     if arch.model_type == "openai-gpt":  # no final LayerNorm
         extra -= h
     elif arch.model_type in _ALL_BIAS_TYPES or arch.model_type in {"falcon", "gpt_neo"}:
         extra += h  # the final LayerNorm's bias
+    elif arch.model_type in ALWAYS_BIAS_TYPES:
+        # PhiModel.final_layernorm's bias and PhiForCausalLM's lm_head bias (``bias=True``)
+        extra += h + arch.vocab_size
     return extra
 
 
@@ -1029,18 +1042,22 @@ def _family_layer_params(arch: ModelArch, layer: LayerSpec, moe_layer: bool) -> 
     extra = 0
     if kind in _FOUR_NORM_TYPES:
         extra += 2 * h
-    if kind in _ONE_NORM_TYPES:
+    if kind in ONE_NORM_TYPES:
         extra -= h
+    if kind in NON_PARAMETRIC_NORM_TYPES:
+        extra -= 2 * h
     if moe_layer and kind in _SHARED_EXPERT_GATE_TYPES and arch.moe and arch.moe.n_shared:
         extra += h
     if isinstance(layer, Attention):
         q, kv = arch.n_heads * layer.head_dim_k, layer.n_kv_heads * (layer.head_dim_k + layer.head_dim_v)
         if arch.weights.qk_norm_full:
             extra += (arch.n_heads + layer.n_kv_heads) * layer.head_dim_k
-        elif kind in _QK_NORM_TYPES:
+        elif arch.weights.qk_norm:
             extra += 2 * layer.head_dim_k
-        if kind in _QKV_BIAS_TYPES:
+        if kind in _QKV_BIAS_TYPES or (kind in _QKV_ONLY_BIAS_TYPES and arch.weights.attention_bias):
             extra += q + kv
+        if kind in ALWAYS_BIAS_TYPES:  # PhiAttention q/k/v/dense, PhiMLP fc1/fc2 and the
+            extra += q + kv + h + arch.intermediate_size + h + h  # input LayerNorm's biases
         if kind in _GATED_ATTENTION_TYPES:
             extra += q * h
         if kind == "gpt_oss" and arch.moe:
@@ -1083,6 +1100,25 @@ _QKV_BIAS_TYPES = {"qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl", "qwen2_vl_tex
                    "qwen2_5_vl_text"}
 #: Families with biases on every linear layer (OPT, GPT-NeoX).
 _ALL_BIAS_TYPES = {"opt", "gpt_neox"}
+#: Families whose q/k/v projections carry a bias when ``attention_bias`` says so and whose o_proj
+#: never does (transformers modeling_glm.py / modeling_glm4.py / modeling_glm4_moe.py: q/k/v
+#: ``bias=config.attention_bias``, ``o_proj`` ``bias=False``; vLLM glm4_moe.py the same) — found
+#: by zai-org/GLM-4.7's count, 1,342,464 = 92 layers × (12,288 + 2 × 1,024) q/k/v biases + the
+#: 256 of its per-head q/k norms short of transformers 5.24's.
+_QKV_ONLY_BIAS_TYPES = {"glm", "glm4", "glm4_moe"}
+#: Families with per-head q/k RMSNorms only when the config sets ``use_qk_norm`` (transformers
+#: modeling_glm4_moe.py ``Glm4MoeAttention``; vLLM glm4_moe.py the same): GLM-4.5/4.6/4.7 set it,
+#: GLM-4.5-Air does not.
+_QK_NORM_IF_SET_TYPES = {"glm4_moe"}
+#: ``attention_bias`` where the config leaves it out: the config class's default
+#: (``GlmConfig``/``Glm4Config``: True; ``Glm4MoeConfig``: False).
+_ATTENTION_BIAS_DEFAULT = {"glm": True, "glm4": True}
+#: Families whose attention and MLP linears always carry a bias, whatever ``attention_bias`` says
+#: (transformers modeling_phi.py: ``PhiAttention`` q/k/v/dense ``bias=True``, ``PhiMLP`` fc1/fc2,
+#: ``PhiForCausalLM.lm_head`` ``bias=True``, LayerNorms with a bias) — found by microsoft/phi-1,
+#: whose config.json says ``attention_bias: false``: 494,711 short of transformers 5.24's count
+#: (24 × 18,432 + 2,048 + 50,295).
+ALWAYS_BIAS_TYPES = {"phi"}
 #: Families with RMSNorm on each head's q and k (Qwen3 ``q_norm``/``k_norm``, Gemma 3; Qwen3.5's
 #: full-attention layers, transformers modeling_qwen3_5.py ``Qwen3_5Attention``; EXAONE 4.0,
 #: modeling_exaone4.py ``Exaone4Attention`` — found by LGAI-EXAONE/EXAONE-4.0-32B's count, 16,384
@@ -1239,7 +1275,9 @@ def _weight_spec(cfg: _Cfg, outer: _Cfg, model_type: str, n_layers: int, moe: Mo
         raise KVPlanError("config.bad_value", key="quantization_config", expected="an object",
                           value=short(quant))
     bias = cfg.get("attention_bias")
-    all_bias = model_type in _ALL_BIAS_TYPES
+    if bias is None:
+        bias = _ATTENTION_BIAS_DEFAULT.get(model_type)
+    all_bias = model_type in _ALL_BIAS_TYPES or model_type in ALWAYS_BIAS_TYPES
     towers = tuple(t for t in (_tower(outer.get("vision_config"), "vision", hidden,
                                       str(outer.get("model_type") or ""),
                                       outer.int("spatial_merge_size", why="the patch merger",
@@ -1252,9 +1290,10 @@ def _weight_spec(cfg: _Cfg, outer: _Cfg, model_type: str, n_layers: int, moe: Mo
     return WeightSpec(
         moe_layers=moe_layer_indices(cfg, n_layers, moe) if moe is not None else None,
         attention_bias=all_bias or model_type in _QKV_BIAS_TYPES or bias is True,
-        attention_out_bias=all_bias or bias is True,
+        attention_out_bias=all_bias or (bias is True and model_type not in _QKV_ONLY_BIAS_TYPES),
         mlp_bias=all_bias or cfg.get("mlp_bias") is True,
-        qk_norm=model_type in _QK_NORM_TYPES or qk_full,
+        qk_norm=model_type in _QK_NORM_TYPES or qk_full
+        or (model_type in _QK_NORM_IF_SET_TYPES and cfg.get("use_qk_norm") is True),
         qk_norm_full=qk_full,
         expert_bias=model_type == "gpt_oss",
         mtp_layers=cfg.int("num_nextn_predict_layers", why="MTP layers", default=0, low=0,

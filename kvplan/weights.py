@@ -35,7 +35,12 @@ from functools import cached_property, lru_cache
 from typing import Any, Literal
 
 from kvplan.arch import MLA, Attention, ModelArch, Recurrent, VisionSpec
-from kvplan.config_import import ONE_BLOCK_TYPES
+from kvplan.config_import import (
+    ALWAYS_BIAS_TYPES,
+    NON_PARAMETRIC_NORM_TYPES,
+    ONE_BLOCK_TYPES,
+    ONE_NORM_TYPES,
+)
 from kvplan.errors import KVPlanError, short
 from kvplan.parallel import layer_partition
 
@@ -48,8 +53,9 @@ PARTS: tuple[str, ...] = (
 VOCAB_PADDING = 64
 #: Families whose norms are LayerNorm with a bias (two vectors per norm).
 _LAYERNORM_BIAS = {"opt", "falcon", "gpt_neox", "phi", "gpt2", "bloom"}
-#: Families with four norms per decoder layer (Gemma 2/3 pre/post attention and feed-forward).
-_FOUR_NORMS = {"gemma2", "gemma3", "gemma3_text", "gemma4", "gemma4_text"}
+#: Families with four norms per decoder layer (Gemma 2/3 pre/post attention and feed-forward;
+#: GLM-4 ``Glm4DecoderLayer`` post_self_attn_layernorm / post_mlp_layernorm).
+_FOUR_NORMS = {"gemma2", "gemma3", "gemma3_text", "gemma4", "gemma4_text", "glm4"}
 
 Split = Literal["column", "row", "heads", "replicated", "vocab", "expert_column", "expert_row"]
 Stage = Literal["first", "last", "layer"]
@@ -909,6 +915,8 @@ def _moe(arch: ModelArch, p: str, layers: tuple[int, ...]) -> list[Tensor]:
 
 def _norms(arch: ModelArch, name: str, count: int, layers: tuple[int, ...],
            stage: Stage = "layer", part: str = "norms") -> list[Tensor]:
+    if arch.model_type in NON_PARAMETRIC_NORM_TYPES:  # OLMo-1: nothing stored (config_import)
+        return []
     vectors = 2 if arch.model_type in _LAYERNORM_BIAS else 1
     return [Tensor(name if count == 1 else f"{name}.{k}", part, arch.hidden_size * vectors, 1,
                    "replicated", quantizable=False, layers=layers, stage=stage, kind="other")
@@ -1082,7 +1090,8 @@ def decoder_layer_tensors(arch: ModelArch, layer_ids: tuple[int, ...], moe_ids: 
     # MLP ("-") or MoE ("E") — not attention + MLP (transformers ``modeling_nemotron_h.py``
     # ``NemotronHBlock``; vLLM ``nemotron_h.py`` ``ALL_DECODER_LAYER_TYPES``).
     one_block = arch.model_type in ONE_BLOCK_TYPES
-    n_norms = 1 if one_block else 4 if arch.model_type in _FOUR_NORMS else 2
+    n_norms = 1 if one_block or arch.model_type in ONE_NORM_TYPES else \
+        4 if arch.model_type in _FOUR_NORMS else 2
     for (spec, is_moe), ids in by_spec.items():
         layers = tuple(ids)
         if isinstance(spec, (Attention, MLA)):
@@ -1133,6 +1142,9 @@ def model_tensors(arch: ModelArch, mtp: bool = False) -> tuple[Tensor, ...]:
     if not arch.tie_word_embeddings:
         out.append(Tensor("lm_head", "lm_head", arch.vocab_size, h, "vocab", stage="last",
                           kind="lm_head"))
+        if arch.model_type in ALWAYS_BIAS_TYPES:  # PhiForCausalLM.lm_head ``bias=True``
+            out.append(Tensor("lm_head.bias", "lm_head", arch.vocab_size, 1, "vocab",
+                              quantizable=False, stage="last", kind="other"))
     if mtp and w.mtp_layers:  # DeepSeek-V3 next-n: a decoder layer + enorm/hnorm/eh_proj/head norm
         ids = tuple(range(arch.n_layers, arch.n_layers + w.mtp_layers))
         layer = [replace(t, part="mtp", stage="last") for t in decoder_layer_tensors(

@@ -61,12 +61,13 @@ def _cdiv(a: int, b: int) -> int:
 #: Presets TensorRT-LLM's PyTorch backend has no model class for (tests/fixtures/trtllm/cases.json;
 #: the four Hub-id presets of issue #25 — Granite, OLMo 2 / 3, Ministral3ForCausalLM — as
 #: ``kvplan/engines/trtllm/engine.py`` refuses them by name from TensorRT-LLM's
-#: ``tensorrt_llm/_torch/models/_arch_index.py``).
+#: ``tensorrt_llm/_torch/models/_arch_index.py``; microsoft/phi-1's PhiForCausalLM likewise, the
+#: one text-only preset of the fourth issue-#25 pass the PyTorch backend has no class for).
 TRTLLM_UNSERVED = frozenset({"command-r", "deepseek-v2-lite", "deepseek-v2", "falcon-40b", "falcon-7b",
                              "gemma-2-27b", "gemma-2-9b", "jamba-1.5-mini",
                              "ibm-granite/granite-3.0-2b-instruct", "allenai/OLMo-2-1124-13B",
                              "allenai/Olmo-3.1-32B-Instruct",
-                             "mistralai/Devstral-2-123B-Instruct-2512"})
+                             "mistralai/Devstral-2-123B-Instruct-2512", "microsoft/phi-1"})
 
 
 #: Presets SGLang 0.5.23 refuses (tests/fixtures/sglang/cases.json "unsupported").

