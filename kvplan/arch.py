@@ -253,6 +253,10 @@ class ModelArch(_Spec):
     #: them by its own rule (``Engine.context_limit``).
     context_keys: tuple[tuple[str, int], ...] = ()
     rope_scalings: tuple[RopeScaling, ...] = ()
+    #: The share of each head's dimensions RoPE rotates (config.json ``partial_rotary_factor``, or
+    #: ``rotary_dim`` / ``head_dim``, or GPT-NeoX's ``rotary_pct``; top level or inside
+    #: ``rope_parameters``); 1.0 when the config names none. ``rotary_dim`` applies it.
+    partial_rotary_factor: float = Field(default=1.0, gt=0, le=1)
     model_dtype: str = "bf16"
     tie_word_embeddings: bool = False
     gated_mlp: bool = True
@@ -293,6 +297,16 @@ class ModelArch(_Spec):
     @property
     def n_layers(self) -> int:
         return len(self.layers)
+
+    @property
+    def rotary_dim(self) -> int:
+        """The dimensions per head RoPE rotates: ``int(head_dim × partial_rotary_factor)`` (vLLM /
+        SGLang ``get_rope``'s ``rotary_dim`` as their attention layers pass it); an MLA model
+        rotates its ``qk_rope_head_dim`` part only."""
+        mla = next((layer for layer in self.distinct_layers() if isinstance(layer, MLA)), None)
+        if mla is not None:
+            return mla.qk_rope_head_dim
+        return int(self.head_dim * self.partial_rotary_factor)
 
     @property
     def decoder_layers(self) -> int:

@@ -66,9 +66,10 @@ ARCHITECTURE_KEYS = (
     "num_decoder_attention_heads", "num_decoder_layers", "num_dense_layers", "num_experts",
     "num_experts_per_tok", "num_experts_per_token", "num_global_key_value_heads", "num_heads",
     "num_hidden_layers", "num_key_value_heads", "num_kv_heads", "num_kv_shared_layers", "num_layers",
-    "num_local_experts", "num_shared_experts", "padded_vocab_size", "per_layer_config", "q_lora_rank",
-    "qk_nope_head_dim", "qk_rope_head_dim", "shared_expert_intermediate_size",
-    "moe_shared_expert_intermediate_size",
+    "num_local_experts", "num_shared_experts", "padded_vocab_size", "partial_rotary_factor",
+    "per_layer_config", "q_lora_rank",
+    "qk_nope_head_dim", "qk_rope_head_dim", "rotary_dim", "rotary_pct",
+    "shared_expert_intermediate_size", "moe_shared_expert_intermediate_size",
     "short_conv_kernel_size", "sliding_window", "sliding_window_pattern", "sliding_window_size",
     "ssm_state_size", "state_size", "swa_head_dim", "swa_num_key_value_heads", "swa_v_head_dim",
     "text_config", "tie_word_embeddings", "time_step_rank", "torch_dtype", "type_vocab_size",
@@ -312,6 +313,32 @@ def _rope_scalings(data: dict[str, Any], model_type: str = "") -> tuple[RopeScal
     return tuple(out)
 
 
+def _partial_rotary_factor(data: dict[str, Any], head_dim: int) -> float:
+    """The share of a head RoPE rotates (``ModelArch.partial_rotary_factor``): ``partial_rotary_factor``
+    (top level, else a flat ``rope_parameters``: transformers 5 moves it there), else ``rotary_dim``
+    / ``head_dim`` (GPT-J, Phi, MiniMax), else ``rotary_pct`` (GPT-NeoX); 1.0 when none is set.
+    A value outside (0, 1] is refused by name."""
+    rope = data.get("rope_parameters")
+    nested = rope if isinstance(rope, dict) else {}
+    for key, source in (("partial_rotary_factor", data), ("partial_rotary_factor", nested),
+                        ("rotary_pct", data)):
+        value = source.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+                math.isfinite(value) and 0 < value <= 1):
+            raise KVPlanError("config.bad_value", key=key, expected="a number in (0, 1]",
+                              value=short(value))
+        return float(value)
+    dim = data.get("rotary_dim")
+    if dim is None:
+        return 1.0
+    if isinstance(dim, bool) or not isinstance(dim, int) or not 0 < dim <= head_dim:
+        raise KVPlanError("config.bad_value", key="rotary_dim",
+                          expected=f"a whole number between 1 and head_dim {head_dim:,}", value=short(dim))
+    return dim / head_dim
+
+
 def _present(data: dict[str, Any], keys: tuple[str, ...]) -> str:
     return next((k for k in keys if data.get(k) is not None), keys[0])
 
@@ -442,6 +469,7 @@ def parse_config(
         max_position_embeddings=max_pos,
         context_keys=_context_keys(data),
         rope_scalings=_rope_scalings(data, model_type),
+        partial_rotary_factor=_partial_rotary_factor(data, head_dim),
         model_dtype=model_dtype_name(cfg.get("torch_dtype", "dtype")),
         tie_word_embeddings=tie,
         gated_mlp=gated,

@@ -20,8 +20,11 @@ What is sized is each stored tensor as the engine release holds it after loading
 which per-shard scales a fused module keeps (``ScalesAtLoad``) and how MXFP4 experts are re-laid out
 (``ExpertRepack``: Marlin/Triton/FlashInfer padding, kept or swizzled scales, fp32 biases). The
 defaults are vLLM v0.33's scale rules without a repack. The whole-model totals apply the scale
-rules but not the repack (it changes only the bytes per GPU). This module imports nothing from
-``kvplan.engines``.
+rules but not the repack (it changes only the bytes per GPU). An engine whose weight figure is the
+free device memory loading took (SGLang) also gets the ``allocator`` part (PyTorch's caching
+allocator's segments beyond the tensors, ``allocator_excess``) and the ``rope_cache`` part (fp32
+cos/sin caches, ``rope_cache_bytes``): ``HELD_PARTS``, never in the whole-model totals. This module
+imports nothing from ``kvplan.engines``.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import re
-from bisect import bisect_left
+from bisect import bisect_left, insort
 from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 from typing import Any, Literal
@@ -47,8 +50,11 @@ from kvplan.parallel import layer_partition
 #: The parts weights are grouped into (the KPI, the chart and ``weights_breakdown`` use this order).
 PARTS: tuple[str, ...] = (
     "embeddings", "attention", "mlp", "experts", "shared_experts", "router", "norms", "lm_head",
-    "mtp", "per_layer_embeddings", "vision", "audio",
+    "mtp", "per_layer_embeddings", "vision", "audio", "rope_cache", "allocator",
 )
+#: Parts that are not stored tensors: what an engine that measures the free device memory around
+#: loading holds besides (``LoadingRules.rope_cache_fp32``, ``LoadingRules.allocator_segments``).
+HELD_PARTS = frozenset({"rope_cache", "allocator"})
 #: vLLM ``DEFAULT_VOCAB_PADDING_SIZE`` (``vocab_parallel_embedding.py``).
 VOCAB_PADDING = 64
 #: Families whose norms are LayerNorm with a bias (two vectors per norm).
@@ -212,6 +218,16 @@ class LoadingRules:
     #: ``kimi_k25.py``: MoonViT's ``MLP2`` is ``nn.Linear``, ``K2VLMultiModalProjector``
     #: ``ReplicatedLinear``; its attention stays TP-split, ``VisionAttention``).
     replicated_tower_mlp: frozenset[str] = frozenset()
+    #: The engine's weight figure is the free device memory loading took (SGLang "Load weight end
+    #: … mem usage", ``torch.cuda.mem_get_info`` after ``empty_cache``): each parameter is held as
+    #: PyTorch's caching allocator rounds its segment (``allocator_excess``), the ``allocator`` part.
+    allocator_segments: bool = False
+    #: The engine keeps RoPE's cos/sin cache on the device in fp32 from model construction, one per
+    #: distinct rotary set (``rope_cache_bytes``), the ``rope_cache`` part.
+    rope_cache_fp32: bool = False
+    #: Model types whose engine builds one unscaled cos/sin cache per attention type instead of the
+    #: config's RoPE sets (``rope_cache_bytes``' ``unscaled_per_layer_type``).
+    rope_unscaled_per_layer_type: frozenset[str] = frozenset()
 
     def scale_bytes(self, scales: ScalesAtLoad, rows: int, shards: int) -> int:
         """Bytes of the rule-dependent scales of one ``rows``-row matrix fusing ``shards`` shards."""
@@ -1162,6 +1178,109 @@ def model_tensors(arch: ModelArch, mtp: bool = False) -> tuple[Tensor, ...]:
 # Bytes per GPU
 
 
+# --------------------------------------------------------------------------------------------
+# What the device holds beyond the stored tensors (engines that measure free memory)
+
+MIB = 1 << 20
+#: PyTorch's CUDA caching allocator (``c10/cuda/CUDACachingAllocator.cpp``, unchanged 2.0–2.13):
+#: ``round_size`` rounds a request up to ``kMinBlockSize`` 512 B; ``get_allocation_size`` carves a
+#: request ≤ ``kSmallSize`` 1 MiB from a ``kSmallBuffer`` 2 MiB segment, one < ``kMinLargeAlloc``
+#: 10 MiB from a ``kLargeBuffer`` 20 MiB segment, and gives a larger one its own segment rounded up
+#: to ``kRoundLarge`` 2 MiB (the segment is split only when more than ``kSmallSize`` is left over).
+ALLOC_BLOCK, SMALL_SIZE, SMALL_BUFFER = 512, 1 * MIB, 2 * MIB
+MIN_LARGE_ALLOC, LARGE_BUFFER, ROUND_LARGE = 10 * MIB, 20 * MIB, 2 * MIB
+#: Checkpoint tensors vLLM / SGLang load into one fused parameter (``QKVParallelLinear`` qkv_proj,
+#: ``MergedColumnParallelLinear`` gate_up_proj), weight and bias alike.
+FUSED_SUFFIXES = ((".q_proj", ".k_proj", ".v_proj"), (".gate_proj", ".up_proj"))
+
+
+def _fused_name(name: str) -> str:
+    """The parameter a checkpoint tensor loads into (``FUSED_SUFFIXES``), else its own name."""
+    for group in FUSED_SUFFIXES:
+        for suffix in group:
+            for end in (suffix, suffix + ".bias"):
+                if name.endswith(end):
+                    return name[:-len(end)] + "+".join(group) + end[len(suffix):]
+    return name
+
+
+def allocator_excess(sizes: list[tuple[int, int]]) -> int:
+    """Bytes the caching allocator's segments hold beyond ``sizes`` (``(bytes of one allocation,
+    count)``, in construction order: the counts are layers, allocated layer by layer) once all are
+    live, by its rules (``ALLOC_BLOCK`` … ``ROUND_LARGE``): each request rounded to 512 B is served
+    best-fit from a free block of its pool (small ≤ 1 MiB, large above), split when more than
+    ``SMALL_SIZE`` (large pool) or ``ALLOC_BLOCK`` (small pool) is left, else from a new segment —
+    2 MiB small, 20 MiB below 10 MiB, else the request rounded up to 2 MiB (``DeviceCachingAllocator
+    ::malloc``, ``get_free_block``, ``should_split``). Temporaries freed before (load buffers, RoPE
+    scratch) are not replayed."""
+    order = [(size, count) for size, count in sizes if size > 0 and count > 0]
+    free: dict[bool, list[int]] = {True: [], False: []}  # small pool?, sorted free block sizes
+    held = asked = 0
+    for layer in range(max((count for _, count in order), default=0)):
+        for size, count in order:
+            if layer >= count:
+                continue
+            asked += size
+            block = round_up(size, ALLOC_BLOCK)
+            small = block <= SMALL_SIZE
+            pool = free[small]
+            at = bisect_left(pool, block)
+            if at < len(pool):
+                got = pool.pop(at)
+            else:
+                got = SMALL_BUFFER if small else LARGE_BUFFER if block < MIN_LARGE_ALLOC \
+                    else round_up(block, ROUND_LARGE)
+                held += got
+            left = got - block
+            if left >= ALLOC_BLOCK if small else left > SMALL_SIZE:
+                insort(pool, left)
+    return held - asked
+
+
+#: Families whose positions are not rotary (learned: OPT, GPT-2, StarCoder; ALiBi: BLOOM, MPT).
+NO_ROPE_TYPES = frozenset({"opt", "gpt2", "gpt_bigcode", "bloom", "mpt"})
+
+
+def rope_cache_bytes(arch: ModelArch, unscaled_per_layer_type: bool = False) -> list[int]:
+    """Bytes of each cos/sin cache the engine builds (SGLang ``layers/rotary_embedding`` ``get_rope``:
+    one instance per distinct set, shared by the layers), ``positions × ModelArch.rotary_dim`` of
+    fp32 (the ``torch.cat((cos, sin), -1)`` of ``_compute_cos_sin_cache``, kept fp32 on CUDA and
+    ROCm: SGLang 0.4.3 ``rotary_embedding.py`` ``RotaryEmbedding.__init__``, 0.5.23
+    ``rotary_embedding/base.py``). Positions per RoPE set (``ModelArch.rope_scalings``, one default
+    set when the config names none): ``yarn`` / ``deepseek_yarn`` ``original × factor``
+    (``YaRNScalingRotaryEmbedding``, ``DeepseekScalingRotaryEmbedding``), ``linear`` / ``dynamic``
+    ``max_position × factor`` (``LinearScalingRotaryEmbedding``, ``DynamicNTKScalingRotaryEmbedding``),
+    another (default, ``llama3``, ``mrope``) ``max_position_embeddings``; ``longrope`` keeps a short
+    (``original``) and a long (``max_position``) cache in the model's dtype plus their concatenation
+    (0.5.23 ``rope_variant.py`` ``Phi3LongRoPEScaledRotaryEmbedding``). ``unscaled_per_layer_type``:
+    the model builds one default (unscaled) cache per attention type instead (SGLang
+    ``gemma3_causal.py`` ``Gemma3Attention``: ``rope_scaling = {"rope_type": "default"}`` for the
+    sliding and the global layers, each with its own base). None without rotary attention
+    (``NO_ROPE_TYPES``, no attention layer) or without a position count."""
+    layers = arch.distinct_layers()
+    if arch.model_type in NO_ROPE_TYPES or not any(isinstance(x, (Attention, MLA)) for x in layers):
+        return []
+    top, dim = arch.max_position_embeddings or 0, arch.rotary_dim
+    if unscaled_per_layer_type:
+        kinds = {x.kind for x in layers if isinstance(x, (Attention, MLA))}
+        return [top * dim * 4] * len(kinds) if top else []
+    out: list[int] = []
+    for rope in arch.rope_scalings or (None,):
+        kind = rope.rope_type if rope is not None else "default"
+        factor = rope.factor if rope is not None and rope.factor else 1.0
+        original = rope.original_max_position_embeddings if rope is not None else None
+        if kind in {"yarn", "deepseek_yarn"} and original:
+            out.append(int(original * factor) * dim * 4)
+        elif kind in {"linear", "dynamic"}:
+            out.append(int(top * factor) * dim * 4)
+        elif kind in {"longrope", "su"} and original:
+            element = 4 if arch.model_dtype == "fp32" else 2
+            out += [original * dim * element, top * dim * element, (original + top) * dim * element]
+        else:
+            out.append(top * dim * 4)
+    return [b for b in out if b > 0]
+
+
 @dataclass(frozen=True)
 class WeightsLayout:
     """Weights per GPU on each pipeline stage, by part, and what format was read from where."""
@@ -1293,6 +1412,9 @@ def weights_per_gpu(arch: ModelArch, weight_dtype: str | None = None, tp: int = 
     replicated = {tw.name for tw in arch.weights.towers if tw.layout in rules.replicated_tower_mlp}
     gated = arch.gated_mlp or arch.model_type == "gpt_oss"  # as ``_moe``'s w13
     ungated_pad = rules.nvfp4_ungated_inter if arch.moe is not None and not gated else 1
+    # allocations per stage: (fused parameter, its layers, a format) → [main bytes, counts], and
+    # the rest of each tensor (scales, indices, copies) as one allocation of its own
+    allocs: list[dict[tuple[str, tuple[int, ...], str], list[int]]] = [{} for _ in range(pp)]
     for t in tensors:
         if t.part in replicated and t.split != "replicated" and _tower_mlp(t.name):
             t = replace(t, split="replicated")
@@ -1304,12 +1426,19 @@ def weights_per_gpu(arch: ModelArch, weight_dtype: str | None = None, tp: int = 
             if repacked and t.part == "experts" and (fmt.name == "mxfp4" or t.kind != "expert"):
                 assert repack is not None
                 per_gpu = _repacked_bytes(t, repack, arch, tp, ep, scheme.base)
+                main = per_gpu
             else:
                 per_gpu = copies * (fmt.matrix_bytes(r, c, t.shards, rules)
                                     + _expert_extra(t, fmt, c, rules))
+                main = copies * -(-r * c * fmt.bits // 8)
                 if rules.mla_absorbed_copy and t.name.endswith(".kv_b_proj"):
                     per_gpu += r * c * mla_absorbed_bytes(fmt, scheme.base,
                                                                 rules.mla_absorbed_copy)
+            if rules.allocator_segments:
+                for stage, count in _stage_counts(t, layers, starts, pp):
+                    entry = allocs[stage].setdefault((_fused_name(t.name), layers, fmt.name), [0, count])
+                    entry[0] += main
+                    allocs[stage][(t.name + " rest", layers, fmt.name)] = [per_gpu - main, count]
             whole = t.experts * fmt.matrix_bytes(t.rows, t.cols, t.shards, rules) * max(len(layers), 1)
             if t.kind != "other" or t.part not in main_parts:
                 formats.setdefault(fmt.label, set()).add(t.part)
@@ -1321,6 +1450,15 @@ def weights_per_gpu(arch: ModelArch, weight_dtype: str | None = None, tp: int = 
         head = [t for t in tensors if t.part == "embeddings" and t.split == "vocab"]
         rows, cols, _ = shard_shape(head[0], tp, ep)
         stages[-1]["lm_head"] += scheme.base.matrix_bytes(rows, cols, 1, rules)
+        if rules.allocator_segments:
+            allocs[-1][("lm_head", (), "tied")] = [scheme.base.matrix_bytes(rows, cols, 1, rules), 1]
+    ropes = rope_cache_bytes(arch, arch.model_type in rules.rope_unscaled_per_layer_type) \
+        if rules.rope_cache_fp32 else []
+    for stage in range(pp):
+        stages[stage]["rope_cache"] += sum(ropes)
+        if rules.allocator_segments:
+            sizes = [(b, 1) for b in ropes] + [(b, c) for b, c in allocs[stage].values()]
+            stages[stage]["allocator"] += allocator_excess(sizes)
     source = scheme.source
     if repacked:
         assert repack is not None

@@ -224,3 +224,26 @@ def test_mimo_v2_flash_hub_config_reads_hybrid_layer_pattern():
     with pytest.raises(KVPlanError) as err:
         parse_config({**BASE, "hybrid_layer_pattern": [0, 2]})
     assert "hybrid_layer_pattern" in str(err.value)
+
+
+def test_partial_rotary_factor():
+    """``ModelArch.partial_rotary_factor`` / ``rotary_dim``: config.json ``partial_rotary_factor``
+    (top level, or inside transformers 5's ``rope_parameters``), else ``rotary_dim`` / head_dim,
+    else GPT-NeoX's ``rotary_pct``; 1.0 when none is set; MLA rotates ``qk_rope_head_dim``. A
+    value outside (0, 1] is refused naming the key."""
+    base = {"model_type": "llama", "hidden_size": 1024, "num_attention_heads": 8,
+            "num_hidden_layers": 2, "intermediate_size": 2048, "vocab_size": 1000}
+    assert (parse_config(base).partial_rotary_factor, parse_config(base).rotary_dim) == (1.0, 128)
+    assert parse_config({**base, "partial_rotary_factor": 0.5}).rotary_dim == 64
+    nested = parse_config({**base, "rope_parameters": {"rope_type": "default",
+                                                       "partial_rotary_factor": 0.25}})
+    assert nested.rotary_dim == 32
+    assert parse_config({**base, "rotary_dim": 64}).partial_rotary_factor == 0.5
+    assert parse_config({**base, "rotary_pct": 0.25}).rotary_dim == 32
+    assert load_model("MiniMaxAI/MiniMax-M2.7").rotary_dim == 64  # rotary_dim 64 of head_dim 128
+    assert load_model("moonshotai/Kimi-K2.5").rotary_dim == 64    # MLA qk_rope_head_dim
+    for key, value in (("partial_rotary_factor", 1.5), ("partial_rotary_factor", "half"),
+                       ("rotary_dim", 256), ("rotary_pct", 0)):
+        with pytest.raises(KVPlanError) as err:
+            parse_config({**base, key: value})
+        assert key in str(err.value)

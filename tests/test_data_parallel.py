@@ -63,12 +63,14 @@ def test_sglang_dp_attention_suggestion_names_its_flags() -> None:
     FP8 ``kv_b_proj`` shard (``weights.mla_absorbed_bytes``: 61 layers × heads per rank × 256 × 512
     × 2 B; TP 8: 16 heads, 255,852,544 B; DP 8: 128 heads, 2,046,820,352 B). TP 8 (0.897): KV
     49,018,308,451 − 1,935,924,296 − 255,852,544 = 46,826,531,611 B // 70,272 B = 666,361 tokens →
-    20 requests of 32,768 (21 before both terms); DP 8 (0.907 per rank): 34,813,326,052 −
+    20 requests of 32,768 (21 before both terms; SGLang's load-end terms — the fp32 RoPE cache and
+    the allocator's segments, test_sglang_weights.test_what_sglang_holds_at_load_end — take
+    214,014,944 B more: 46,612,516,667 B, 663,315 tokens, still 20); DP 8 (0.907 per rank): 34,813,326,052 −
     1,957,506,507 − 2,046,820,352 = 30,808,999,193 B → 438,424 tokens → 13 per rank, 104 (15 and
     120 before both terms)."""
     tp8 = v3(8, 1, "sglang")
     assert (tp8.max_requests, v3(1, 8, "sglang").max_requests) == (20, 104)
-    assert (tp8.kv_budget_bytes, tp8.kv_pool_tokens) == (46_826_531_611, 666_361)
+    assert (tp8.kv_budget_bytes, tp8.kv_pool_tokens) == (46_612_516_667, 663_315)
     assert "--enable-dp-attention --dp 8 --tp 8 --ep 8 (13 per rank, 104 per replica)" in tp8.suggestion
 
 

@@ -41,6 +41,9 @@ H100 = get_gpu("h100-sxm")
 LLAMA8 = load_model("llama-3.1-8b")
 TOTAL = 85_027_979_264
 WEIGHTS = 16_060_522_496
+#: SGLang's weights of the same model: + what its loading holds besides the tensors (fp32 RoPE cache
+#: 67,108,864 + allocator segments 1,564,672; test_sglang_weights.test_what_sglang_holds_at_load_end).
+SGL_WEIGHTS = WEIGHTS + 68_673_536
 GIB = 1 << 30
 
 
@@ -136,25 +139,25 @@ def test_vllm_06_sizes_its_own_use_and_runs_out_of_memory_beside_others() -> Non
 
 def test_sglang_takes_its_fraction_of_the_memory_free_before_loading() -> None:
     """After vLLM v0.33 (38,261,739,614 B): pre = 46,766,239,650; KV = int(pre × 0.8) − weights =
-    37,412,991,720 − 16,060,522,496 = 21,352,469,224 B → 21,352,469,224 // 131,072 = 162,906 tokens."""
+    37,412,991,720 − 16,129,196,032 (SGL_WEIGHTS) = 21,283,795,688 B → // 131,072 = 162,382 tokens."""
     s = share([("v", _plan("vllm@0.33", 0.45)), ("s", _plan("sglang", 0.8))]).instances[1]
-    assert s.kv_budget == int((TOTAL - V33_HOLDS) * 0.8) - WEIGHTS == 21_352_469_224
-    assert s.kv_pool_tokens == 21_352_469_224 // 131_072 == 162_906
-    assert s.held_bytes == WEIGHTS + 21_352_469_224 and s.starts
+    assert s.kv_budget == int((TOTAL - V33_HOLDS) * 0.8) - SGL_WEIGHTS == 21_283_795_688
+    assert s.kv_pool_tokens == 21_283_795_688 // 131_072 == 162_382
+    assert s.held_bytes == SGL_WEIGHTS + 21_283_795_688 and s.starts
 
 
 def test_sglang_refuses_when_the_weights_leave_no_kv_under_its_fraction() -> None:
     """After vLLM v0.33 at 0.8 (holds 68,020,326,494 B): pre = 17,007,652,770 B; int(pre × 0.8) −
-    16,060,522,496 < 0 → the ValueError of ``_profile_available_bytes``: minimum = 1 − (pre − W) / pre
-    = 0.94431…, suggested ceil(× 1000) / 1000 = 0.945."""
+    16,129,196,032 (SGL_WEIGHTS) < 0 → the ValueError of ``_profile_available_bytes``: minimum = 1 −
+    (pre − W) / pre = 0.94835…, suggested ceil(× 1000) / 1000 = 0.949."""
     v, s = share([("v", _plan("vllm@0.33", 0.8)), ("s", _plan("sglang", 0.8))]).instances
     pre = TOTAL - v.held_bytes
     assert pre == 17_007_652_770
-    minimum = 1 - ((pre - WEIGHTS) / GIB) / (pre / GIB)
-    assert f"{minimum:.4f}" == "0.9443" and math.ceil(minimum * 1000) / 1000 == 0.945
+    minimum = 1 - ((pre - SGL_WEIGHTS) / GIB) / (pre / GIB)
+    assert f"{minimum:.4f}" == "0.9483" and math.ceil(minimum * 1000) / 1000 == 0.949
     assert not s.starts and s.message == (
         "Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=0.8. Raise "
-        "--mem-fraction-static above 0.945 (minimum viable = 1 - available/pre = 0.9443). If using "
+        "--mem-fraction-static above 0.949 (minimum viable = 1 - available/pre = 0.9483). If using "
         "speculative decoding, draft weights are now counted.")
     assert "started first (alone on the GPU) it fits" in s.fix
 
@@ -206,11 +209,11 @@ def test_cli_share_json_gives_each_instance_in_start_order(capsys: pytest.Captur
     chat, batch = out["instances"]
     assert chat["holds_bytes"] == V33_HOLDS and batch["held_by_others_at_start"] == V33_HOLDS
     # SGLang with its default held before loading (546,534,588 B): pre = 85,027,979,264 − 38,261,739,614
-    # − 546,534,588 = 46,219,705,062; KV = int(pre × 0.8) − weights = 20,915,241,553 → 159,570 tokens;
+    # − 546,534,588 = 46,219,705,062; KV = int(pre × 0.8) − SGL_WEIGHTS = 20,846,568,017 → 159,046 tokens;
     # it holds 546,534,588 + int(pre × 0.8) = 37,522,298,637
     pre = TOTAL - V33_HOLDS - SGLANG_HELD
-    assert batch["kv_budget_bytes"] == int(pre * 0.8) - WEIGHTS == 20_915_241_553
-    assert batch["kv_pool_tokens"] == 20_915_241_553 // 131_072 == 159_570
+    assert batch["kv_budget_bytes"] == int(pre * 0.8) - SGL_WEIGHTS == 20_846_568_017
+    assert batch["kv_pool_tokens"] == 20_846_568_017 // 131_072 == 159_046
     assert batch["setting"] == "mem_fraction_static" and batch["setting_value"] == 0.8
     assert out["free_after_bytes"] == TOTAL - V33_HOLDS - SGLANG_HELD - int(pre * 0.8) == 9_243_941_013
 

@@ -131,14 +131,15 @@ def test_lmcache_measured_bytes_per_token_club_3090() -> None:
 def test_hicache_default_ratio_from_the_device_pool() -> None:
     """Llama-3.1-8B on SGLang, one H100 (mem_fraction_static 0.835 — SGLang's default divides
     nvidia-smi's 81,559 MiB — of what is free after the 0.509 GiB held before loading: KV budget
-    54,481,483,808 B): device pool 415,660 tokens of 131,072 B (32 layers × 8 heads × 256 × 2 B);
-    ratio 2.0 → int(831,320) tokens; page_num = 831,320 // 1 + 1 = 831,321; size 831,321 tokens →
-    25 sessions of 32,768; 831,321 × 131,072 B pinned per rank."""
+    54,412,810,272 B — 54,481,483,808 before SGLang's weights held the fp32 RoPE cache and the
+    allocator's segments, 68,673,536 B, test_sglang_weights): device pool 415,136 tokens of 131,072 B
+    (32 layers × 8 heads × 256 × 2 B); ratio 2.0 → int(830,272) tokens; page_num = 830,272 // 1 + 1 =
+    830,273; size 830,273 tokens → 25 sessions of 32,768; 830,273 × 131,072 B pinned per rank."""
     plan = _plan("llama-3.1-8b", "h100-sxm", "sglang", 1, 32768)
-    assert plan.budget.kv_budget == 54_481_483_808 and plan.pool.capacity == 415_660
+    assert plan.budget.kv_budget == 54_412_810_272 and plan.pool.capacity == 415_136
     tier = offload(plan, OffloadQuery(backend="hicache")).tiers[0]
-    assert tier.units == 831_321 and tier.sessions_per_instance == 25
-    assert tier.allocation_bytes == 831_321 * 131_072
+    assert tier.units == 830_273 and tier.sessions_per_instance == 25
+    assert tier.allocation_bytes == 830_273 * 131_072
 
 
 def test_hicache_size_in_decimal_gb() -> None:

@@ -73,13 +73,18 @@ def test_standalone_draft_weights_leave_the_budget_and_cell_grows_by_half() -> N
     ``num_hidden_layers``), so the cell grows by int(131,072 × 16 / 32) = 65,536 B (SGLang prices
     them at the target's per-layer bytes); the 1B's weights, 2,471,628,800 B (embeddings 128,256 ×
     2,048 × 2, attention 16 × 2,048 × 5,120 × 2, MLP 16 × 3 × 2,048 × 8,192 × 2, norms 33 × 2,048 × 2;
-    tied head), come off the budget unscaled by mem_fraction_static."""
+    tied head) and what its loading holds besides (test_sglang_weights.test_what_sglang_holds_at_load_end:
+    the fp32 RoPE cache 131,072 × 64 × 4 = 33,554,432; the allocator's segments 15,593,472 — the
+    embedding 501 → 502 MiB, each 8 MiB o_proj in a 20 MiB segment whose 12 MiB remainder takes the
+    next layer's qkv_proj, 16 × 20 + 12 MiB for 16 × 20, the norms in one 2 MiB segment), 2,520,776,704
+    B, come off the budget unscaled by mem_fraction_static."""
     base_plan, _ = _fit("llama-3.1-8b")
     plan, result = _fit("llama-3.1-8b", speculative_algorithm="STANDALONE",
                         speculative_draft_model_path="llama-3.2-1b")
     terms = {t["name"]: t["bytes"] for t in result.ledger}
-    assert terms["reserve: spec_draft_weights"] == 2_471_628_800
-    assert plan.budget.kv_budget == base_plan.budget.kv_budget - 2_471_628_800
+    assert terms["reserve: spec_draft_weights"] == 2_471_628_800 + 33_554_432 + 15_593_472 \
+        == 2_520_776_704
+    assert plan.budget.kv_budget == base_plan.budget.kv_budget - 2_520_776_704
     assert result.kv_pool_tokens == plan.budget.kv_budget // 196_608
     assert result.speculative is not None and result.speculative["draft_kv_bytes_per_token"] == 65_536
     assert (result.speculative["speculative_num_steps"],

@@ -130,29 +130,31 @@ def test_sglang_mamba_pool_clamps_max_running_requests() -> None:
     at TP 4 over NVLink, the distributed init 2,158,221,066 B (``SGLANG_NVLINK_DIST_INIT``, 2.01 GiB;
     this pin moved from 29,737,497,613 B / 1,274,055 tokens / 728 slots / 145 running when that term
     was added: the budget falls by 2,158,221,066 × 0.824); KV budget int((85,027,979,264 −
-    2,704,755,654) × 0.824) − 39,875,212,800 = 27,959,123,454 B; per-request state 19,316,736 B
-    (ssm fp32); ``max_mamba_cache_size = int((27,959,123,454 × 0.9 / 1.9 − 19,316,736) //
-    19,316,736) = 684``; KV gets 27,959,123,454 − 685 × 19,316,736 → // 12,288 B per token =
-    1,198,499 tokens. ``max_running_requests``: min(clamp(int(1,198,499 / 32,768 × 512) = 18,726,
-    2,048, 4,096), 599,249) = 4,096, capped to 684 // 5 = 136 (a warning); the KV pool holds
-    1,198,499 // 32,768 = 36."""
+    2,704,755,654) × 0.824) − 40,038,825,984 (39,875,212,800 of tensors + 163,613,184 the RoPE cache
+    and allocator segments SGLang's loading holds, test_sglang_weights; the pin was 27,959,123,454 B /
+    1,198,499 tokens / 684 slots before them) = 27,795,510,270 B; per-request state 19,316,736 B
+    (ssm fp32); ``max_mamba_cache_size = int((27,795,510,270 × 0.9 / 1.9 − 19,316,736) //
+    19,316,736) = 680``; KV gets 27,795,510,270 − 681 × 19,316,736 → // 12,288 B per token =
+    1,191,472 tokens. ``max_running_requests``: min(clamp(int(1,191,472 / 32,768 × 512) = 18,616,
+    2,048, 4,096), 595,736) = 4,096, capped to 680 // 5 = 136 (a warning); the KV pool holds
+    1,191,472 // 32,768 = 36."""
     r = qwen3_next("sglang")
-    assert (r.kv_budget_bytes, r.kv_pool_tokens, r.state_blocks) == (27_959_123_454, 1_198_499, 684)
+    assert (r.kv_budget_bytes, r.kv_pool_tokens, r.state_blocks) == (27_795_510_270, 1_191_472, 680)
     assert (r.max_num_seqs, r.starts, r.start_action) == (136, True, "clamps")
     assert (r.max_requests_kv, r.max_requests) == (36, 36)
     assert r.start_reason == ("SGLang 0.5.23 starts but clamps max_running_requests from 4,096 to 136: "
-                              "684 Mamba state slots // 5 slots per request (kv_cache_configurator.py "
+                              "680 Mamba state slots // 5 slots per request (kv_cache_configurator.py "
                               "resolve_max_num_reqs, a warning)")
 
 
 def test_sglang_max_mamba_cache_size_sets_the_slots() -> None:
-    """``--max-mamba-cache-size 50``: 50 slots (``_handle_max_mamba_cache``), KV 27,959,123,454 −
-    51 × 19,316,736 = 26,973,969,918 B → 2,195,147 tokens (66 requests of 32,768; 2,339,871 before
-    the NVLink distributed-init term, see above); the slots allow 50 // 5 = 10 running (the pool
-    itself counts them, ``SGLangPool.max_requests``)."""
+    """``--max-mamba-cache-size 50``: 50 slots (``_handle_max_mamba_cache``), KV 27,795,510,270 −
+    51 × 19,316,736 = 26,810,356,734 B → 2,181,832 tokens (66 requests of 32,768; 2,195,147 before
+    SGLang's load-end weight terms, 2,339,871 before the NVLink distributed-init term, see above);
+    the slots allow 50 // 5 = 10 running (the pool itself counts them, ``SGLangPool.max_requests``)."""
     r = qwen3_next("sglang", max_mamba_cache_size=50)
     assert (r.state_blocks, r.kv_pool_tokens, r.max_num_seqs, r.max_requests_kv, r.max_requests) == \
-        (50, 2_195_147, 10, 10, 10)
+        (50, 2_181_832, 10, 10, 10)
 
 
 def test_fit_json_carries_the_start_up_fields(tmp_path: object) -> None:

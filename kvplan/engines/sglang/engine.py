@@ -196,6 +196,11 @@ SGLANG_HELD_BEFORE_LOAD: dict[str, int] = {"NVIDIA": round(0.509 * (1 << 30)),
 #: NVIDIA fit: log 01 (PCIe L4s, TP 4) prints 0.13 GB for the same step and log 02 is TP 1. The
 #: same log checks the split: 139.80 GiB (the H200's CUDA total) − 137.29 − 2.01 = 0.50 GiB, the
 #: NVIDIA context term (0.509). Checked on sglang_logs 03 (H100, TP 4), which it was not fitted on.
+#: Not derivable from SGLang's code: what SGLang itself allocates at this step is small — the custom
+#: all-reduce (0.5.23 ``device_communicators/custom_all_reduce.py`` ``CustomAllreduce.__init__``: a
+#: ``meta_size() + 8 MiB`` meta buffer, an 8 MiB IPC buffer and 8 MiB of ``rank_data``, ≈ 24 MiB) —
+#: and the rest (≈ 1.98 GiB) is NCCL's own device memory (channel and NVLS multicast buffers, sized
+#: by NCCL's version, topology and tuning, not by SGLang), so it stays fitted.
 SGLANG_NVLINK_DIST_INIT = round(2.01 * (1 << 30))
 
 
