@@ -21,6 +21,7 @@ from kvplan.config_import import ARCHITECTURE_KEYS, MAX_CONFIG_BYTES, MAX_DEPTH,
 from kvplan.engines import DEFAULT_ENGINE
 from kvplan.engines.settings import (
     LEGACY_MAX_PIXELS_KEY,
+    LIMIT_MM_DATA_PER_REQUEST,
     MM_PROCESSOR_KWARGS,
     SETTINGS,
     EngineSettings,
@@ -181,7 +182,7 @@ class Scenario(BaseModel):
                 warnings.append(MESSAGES["link.bad_value"].format(
                     key="v", value=short(version), why=f"schema version is {SCHEMA_VERSION}"))
         settings: dict[str, Any] = {}
-        query = _legacy_max_pixels(query, warnings)
+        query = _legacy_mm_data_count(_legacy_max_pixels(query, warnings), warnings)
         for key, raw in query.items():
             known = key == "v" or key in SETTING_KEYS or by_alias.get(key) not in (None, "engine_settings")
             if known and isinstance(raw, list | tuple) and len(raw) > 1:  # ?t=5&t=6: none is guessed
@@ -238,6 +239,21 @@ def _legacy_max_pixels(query: dict[str, Any], warnings: list[str]) -> dict[str, 
             key=LEGACY_MAX_PIXELS_KEY, value=short(text, 40),
             canonical=f"{key}={canonical} (--mm-processor-kwargs)"))
     return query
+
+
+def _legacy_mm_data_count(query: dict[str, Any], warnings: list[str]) -> dict[str, Any]:
+    """The earlier ``md=N`` (one count for images and videos) read as SGLang's JSON
+    ``md={"image":N,"video":N}`` (``--limit-mm-data-per-request``, which takes only the JSON
+    object), said in a warning; any other text is left to the setting's own parser."""
+    key = LIMIT_MM_DATA_PER_REQUEST.key
+    text = _first(query.get(key))
+    if text is None or not is_plain_int(text.strip(), 5) or isinstance(query[key], list | tuple) \
+            and len(query[key]) > 1:
+        return query
+    canonical = json.dumps({"image": int(text), "video": int(text)}, sort_keys=True, separators=(",", ":"))
+    warnings.append(MESSAGES["link.alias"].format(
+        key=key, value=short(text, 40), canonical=f"{key}={canonical} ({LIMIT_MM_DATA_PER_REQUEST.flag})"))
+    return {**query, key: canonical}
 
 
 def _first(raw: Any) -> str | None:

@@ -326,8 +326,9 @@ class Engine:
     image_limit_flag: ClassVar[str] = "--limit-mm-per-prompt"
     image_limit_refusal: ClassVar[str] = "per prompt (vLLM refuses the request)"
 
-    def image_limit(self, settings: EngineSettings) -> int | None:
-        """The most images one request may bring, or None: no limit. vLLM's rule by default:
+    def image_limit(self, settings: EngineSettings, modality: str = "image") -> int | None:
+        """The most items of ``modality`` (image, video) one request may bring, or None: no
+        limit. vLLM's rule by default, one count for every modality:
         ``--limit-mm-per-prompt``, 999 per modality when unset (``config/multimodal.py``
         ``MultiModalConfig.get_limit_per_prompt``); an engine with its own rule overrides it.
         SGLang's ``--limit-mm-data-per-request`` is refused by name: not this engine's flag."""
