@@ -26,9 +26,14 @@ def make_app(**params: str) -> AppTest:
     return at
 
 
-@pytest.mark.parametrize(("model", "per_image"), [("Qwen/Qwen2.5-VL-7B-Instruct", 1198),
-                                                   ("gemma-3-27b", 260)])
-def test_two_images_at_1280x720_plus_1000_text_tokens(model, per_image):
+@pytest.mark.parametrize(("model", "per_image", "requests"), [
+    # 1,196 image tokens + 2 (smart_resize 1288×728, test_multimodal): 3,396-token requests, vLLM 0.33
+    # bf16 on an H100-SXM (80 GiB): 300 of them
+    ("Qwen/Qwen2.5-VL-7B-Instruct", 1198, 300),
+    # Gemma-3's fixed 256 + 4 (processing_gemma3.py): 1,520-token requests, 27B weights leave 21
+    ("gemma-3-27b", 260, 21),
+])
+def test_two_images_at_1280x720_plus_1000_text_tokens(model, per_image, requests):
     at = make_app(m=model, t="1000", u="1", im="2", iw="1280", ih="720", kd="bf16")
     assert not at.exception, [e.value for e in at.exception]
     tokens = 1000 + 2 * per_image
@@ -38,9 +43,9 @@ def test_two_images_at_1280x720_plus_1000_text_tokens(model, per_image):
                for c in at.caption)
     scenario = Scenario(model=model, tokens=1000, users=1, images=2, kv_dtypes=["bf16"])
     expected = fit(scenario_plan(scenario))
-    assert expected.tokens == tokens
+    assert (expected.tokens, expected.max_requests) == (tokens, requests)
     shown = [m for m in at.metric if m.label.startswith("bf16") or "bf16" in m.label]
-    assert shown and shown[0].value == f"{expected.max_requests:,}"
+    assert shown and shown[0].value == f"{requests:,}"
 
 
 @pytest.mark.parametrize(("params", "why"), [
@@ -142,3 +147,46 @@ def test_serving_and_recommend_views_count_the_videos():
             "Serving workload); the prompt lengths here count its text.") in captions
     assert any(c.startswith("Images and videos: 11,962 tokens of each prompt and context above are "
                             "theirs (per video: 10 s × 2 fps = 20 frames") for c in captions), captions
+
+
+@pytest.mark.parametrize(("params", "warning"), [
+    ({"m": "gemma-3-27b", "im": "2", "iw": "0", "ih": "0"},
+     ["link parameter 'iw'='0' was not used: Input should be greater than or equal to 1",
+      "link parameter 'ih'='0' was not used: Input should be greater than or equal to 1"]),
+    ({"m": QWEN25, "im": "1", "iw": "70000"},
+     ["link parameter 'iw'='70000' was not used: Input should be less than or equal to 65536"]),
+    ({"m": QWEN25, "im": "1", "iw": "5000", "ih": "10"},
+     ["link parameter 'im'='1×5000x10' was not used: image size 5000×10: aspect ratio above 200, which "
+      "the Qwen-VL processor refuses (smart_resize)"]),
+    ({"m": "gemma-3-27b", "im": "3", "mi": "2"},
+     ["link parameter 'im'='3×1280x720' was not used: 3 image(s) per request: above "
+      "--limit-mm-per-prompt's 2 per prompt (vLLM refuses the request)"]),
+    ({"m": "gemma-3-27b", "im": "3", "e": "sglang", "md": '{"image": 2}'},
+     ["link parameter 'im'='3×1280x720' was not used: 3 image(s) per request: above "
+      "--limit-mm-data-per-request's 2 per request (SGLang refuses the request: "
+      "managers/tokenizer_manager.py _validate_mm_limits)"]),
+])
+def test_bad_images_in_a_link_get_exact_messages(params, warning):
+    """0×0 falls back to the default size (the images stay); the rest drop the images, by name."""
+    at = make_app(t="1000", u="1", kd="bf16", **params)
+    assert not at.exception, [e.value for e in at.exception]
+    assert [unmd(w.value) for w in at.warning] == warning
+
+
+@pytest.mark.parametrize(("params", "widgets", "why"), [
+    ({"m": "gemma-3-27b", "mi": "2"}, {"w_im": 3},
+     "3 image(s) per request: above --limit-mm-per-prompt's 2 per prompt (vLLM refuses the request)"),
+    ({"m": QWEN25, "im": "1"}, {"w_ih": 10, "w_iw": 5000},
+     "image size 5000×10: aspect ratio above 200, which the Qwen-VL processor refuses (smart_resize)"),
+])
+def test_bad_images_typed_in_the_sidebar_get_exact_messages(params, widgets, why):
+    """Typed in the Serving workload box (no link check between): the answer says why, and so does
+    each view that needs the request (the widgets' bounds keep sides within 1–65,536)."""
+    at = make_app(t="1000", u="1", kd="bf16", **params)
+    at.session_state["w_serving_box"] = True
+    at.run()
+    for key, value in widgets.items():
+        at.number_input(key=key).set_value(value).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert [unmd(w.value) for w in at.warning] == [f"Does not fit: {why}."]
+    assert [unmd(e.value) for e in at.error] == [f"Key numbers: {why}", f"KV vs context: {why}"]
