@@ -107,3 +107,33 @@ def test_a_request_too_long_with_its_videos_is_refused_by_name():
     assert warnings[0] == ("link parameter 'vn'='10×1280x720×86400 s×2 fps' was not used: 99,000,000 "
                            "text + 0 image + 1,033,344,020 video tokens is above 100,000,000 tokens "
                            "per request")
+
+
+def test_recommend_candidate_links_carry_the_videos():
+    """The recommender's candidates open the same question: text 1,256 (1,000 prompt + 256 output) +
+    one 10 s video at 2 fps (11,962 tokens) + two 1280×720 images (2 × 1,198)."""
+    from kvplan.capacity import fit
+    from kvplan.plan import FitQuery, make_plan
+    from kvplan.presets import load_model
+    from kvplan.recommend import RecommendQuery, candidate_scenario, recommend
+    from kvplan.scenario import scenario_plan
+    from kvplan.serving import LengthDist
+
+    scenario = Scenario(model=QWEN25, images=2, videos=1, engine_version="0.33")
+    media = scenario_media_tokens(scenario)
+    assert media == 2 * 1198 + 11962
+    plan = make_plan(load_model(QWEN25), None, FitQuery(engine="vllm@0.33"))
+    query = RecommendQuery(users=16, prompt=LengthDist(kind="fixed", value=1000),
+                           output=LengthDist(kind="fixed", value=256), gpus=("h100-sxm",),
+                           image_tokens=media, images=2, videos=1)
+    rec = recommend(plan, query)
+    assert (rec.lengths.prompt, rec.lengths.context) == (1000 + media, 1256 + media)
+    for row in rec.ranked.head(2).itertuples(index=False):
+        linked = candidate_scenario(row, scenario, rec.lengths)
+        assert (linked.tokens, linked.images, linked.videos) == (1256, 2, 1)
+        assert scenario_request_tokens(linked) == rec.lengths.context
+        assert fit(scenario_plan(linked)).max_requests == int(row.max_requests)
+    text_only = recommend(plan, query.model_copy(update={"image_tokens": 0, "images": 0, "videos": 0}))
+    linked = candidate_scenario(next(text_only.ranked.head(1).itertuples(index=False)), scenario,
+                                text_only.lengths)
+    assert (linked.tokens, linked.images, linked.videos) == (1256, 0, 0)
