@@ -258,3 +258,30 @@ def test_earlier_bare_count_link_is_read_as_sglangs_json():
                         "(--limit-mm-data-per-request)"]
     assert scenario.engine_settings.limit_mm_data_per_request == TWO
     assert scenario.to_query()["md"] == TWO
+
+
+@pytest.mark.parametrize("engine", ["trtllm", "trtllm@1.1", "hf"])
+def test_engines_without_an_item_limit_take_any_count_and_refuse_both_flags(engine):
+    """TensorRT-LLM's PyTorch backend (its encoder is sized by ``encoder_max_num_tokens`` and
+    ``encoder_batch_size``, no per-request count) and transformers have no limit kvplan knows: no
+    999 cap (vLLM's default), and vLLM's and SGLang's flags are refused by name, not applied."""
+    e = get_engine(engine)
+    assert e.image_limit(EngineSettings()) is None and e.image_limit(EngineSettings(), "video") is None
+    assert _tokens(engine, EngineSettings(), 5000) == 5000 * 260
+    for settings, flag, owner in ((EngineSettings(limit_mm_per_prompt=2), "--limit-mm-per-prompt", "vLLM"),
+                                  (EngineSettings(limit_mm_data_per_request=TWO),
+                                   "--limit-mm-data-per-request", "SGLang")):
+        with pytest.raises(KVPlanError) as exc:
+            e.image_limit(settings)
+        assert str(exc.value) == (f"{flag} under {e.label}: it is {owner}'s flag; kvplan knows no "
+                                  f"{e.short} flag that caps a request's images or videos")
+
+
+def test_cli_refuses_vllms_limit_under_trtllm_by_name():
+    code, out, err = run_cli(["fit", "--model", GEMMA, "--gpu", "h100-sxm", "--tokens", "1000", "--engine",
+                              "trtllm", "--images", "3", "--image-size", "1280x720",
+                              "--limit-mm-per-prompt", "2"])
+    assert (code, out) == (2, "")
+    assert err == ("kvplan: error: --limit-mm-per-prompt under TensorRT-LLM (PyTorch backend, 32-token "
+                   "blocks): it is vLLM's flag; kvplan knows no TensorRT-LLM flag that caps a request's "
+                   "images or videos\n")
