@@ -58,14 +58,22 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-def _number(name: str, kind: Callable[[str], Any], low: float, high: float) -> Callable[[str], Any]:
-    """argparse type: a number in [low, high], with the message from ``MESSAGES``."""
+def _number(name: str, kind: Callable[[str], Any], low: float = -math.inf,
+            high: float = math.inf) -> Callable[[str], Any]:
+    """argparse type: a number in [low, high], with the message from ``MESSAGES``; NaN is out of
+    every range. Without bounds (the video flags: ``VideoRequest.parse`` is the one home of their
+    range, shared with the dashboard) a non-finite number (``1e999``, ``inf``, ``nan``) is refused
+    as typed, not as float's ``inf``."""
+    bounded = math.isfinite(low) or math.isfinite(high)
+
     def convert(text: str) -> Any:
         try:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(
                 MESSAGES["value.not_number"].format(field=name, value=short(text))) from None
+        if not bounded and not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{name} must be a finite number, got {short(text)}")
         if not low <= value <= high or value != value:
             raise argparse.ArgumentTypeError(
                 MESSAGES["value.range"].format(field=name, low=low, high=high, value=short(text)))
@@ -273,22 +281,6 @@ def _fit_args(fit: argparse.ArgumentParser) -> None:
     _image_args(fit, "--tokens")
 
 
-def _video_number(flag: str) -> Callable[[str], float]:
-    """A video's seconds or frame rate: a number (its range is ``VideoRequest.parse``'s)."""
-    def parse(text: str) -> float:
-        try:
-            if len(text) > 40:
-                raise ValueError(text)
-            value = float(text.strip())
-        except ValueError:
-            raise argparse.ArgumentTypeError(MESSAGES["value.not_number"].format(
-                field=flag, value=short(text))) from None
-        if not math.isfinite(value):  # "1e999", "inf", "nan": said as typed, not as float's inf
-            raise argparse.ArgumentTypeError(f"{flag} must be a finite number, got {short(text)}")
-        return value
-    return parse
-
-
 def _image_args(p: argparse.ArgumentParser, text: str) -> None:
     """``--images N --image-size WxH`` (``fit``, ``recommend``): the images each request brings."""
     from kvplan.multimodal import MAX_IMAGES
@@ -304,9 +296,9 @@ def _image_args(p: argparse.ArgumentParser, text: str) -> None:
                         "0.33's default loader keeps them")
     p.add_argument("--video-size", default="", metavar="WxH",
                    help="pixels of each video frame, e.g. 1280x720")
-    p.add_argument("--video-seconds", type=_video_number("--video-seconds"), default=None, metavar="S",
+    p.add_argument("--video-seconds", type=_number("--video-seconds", float), default=None, metavar="S",
                    help="duration of each video in seconds")
-    p.add_argument("--video-fps", type=_video_number("--video-fps"), default=None, metavar="F",
+    p.add_argument("--video-fps", type=_number("--video-fps", float), default=None, metavar="F",
                    help="frame rate of each video file (frames per second)")
 
 
@@ -687,7 +679,8 @@ def _image_request(args: argparse.Namespace, arch: ModelArch, settings: EngineSe
     engine = resolve_engine(engine_with_release(getattr(args, "engine", None) or DEFAULT_ENGINE,
                                                 args.engine_version))
     limit = engine.image_limit(settings)  # the engine's flag, or a foreign one refused by name
-    video = _video_request(args, arch, settings, limit, engine.image_limit_flag, engine.image_limit_refusal)
+    video = _video_request(args, arch, settings, engine.image_limit(settings, "video"),
+                           engine.image_limit_flag, engine.image_limit_refusal)
     if not args.images and not args.image_size and video is None:
         return None
     if args.images and not args.image_size:

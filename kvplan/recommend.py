@@ -1367,7 +1367,8 @@ def single_terms(plan: Plan, context_tokens: int, efficiency: float = 1.0) -> _T
 def candidate_scenario(row: Any, scenario: Any, lengths: Lengths) -> Any:
     """The dashboard scenario of one candidate (``kvplan.scenario.Scenario``): its accelerator,
     split, formats, the request length the memory used and its batch per replica as users (its
-    text: the context less the images' tokens, which ``scenario`` brings as ``im``/``iw``/``ih``).
+    text: the context less the images' and videos' tokens, which ``scenario`` brings as
+    ``im``/``iw``/``ih`` and ``vn``/``vx``/``vy``/``vs``/``vf``).
     EP candidates open as their data-parallel layout (the dp setting: dp ranks of TP tp, experts
     over ``ep = tp·dp`` GPUs); xPyD candidates as their y decode instances."""
     from kvplan.scenario import MAX_GPUS
@@ -1388,7 +1389,7 @@ def candidate_scenario(row: Any, scenario: Any, lengths: Lengths) -> Any:
         **gpu, **settings, "tp": tp, "pp": pp, "num_gpus": n, "kv_dtypes": [row.kv_dtype],
         "weight_dtype": row.weight_dtype, "tokens": lengths.context - lengths.image_tokens,
         "users": max(int(row.batch) // dp, 1), "view": "context",
-        **({} if lengths.image_tokens else {"images": 0})})
+        **({} if lengths.image_tokens else {"images": 0, "videos": 0})})
 
 
 def candidate_link(row: Any, scenario: Any, lengths: Lengths) -> str:

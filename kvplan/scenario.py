@@ -21,18 +21,19 @@ from kvplan.config_import import ARCHITECTURE_KEYS, MAX_CONFIG_BYTES, MAX_DEPTH,
 from kvplan.engines import DEFAULT_ENGINE
 from kvplan.engines.settings import (
     LEGACY_MAX_PIXELS_KEY,
+    LIMIT_MM_DATA_PER_REQUEST,
     MM_PROCESSOR_KWARGS,
     SETTINGS,
     EngineSettings,
     Setting,
 )
 from kvplan.errors import MESSAGES, clip, is_plain_int, short
-from kvplan.multimodal import MAX_IMAGE_SIDE, MAX_IMAGES
+from kvplan.multimodal import MAX_IMAGE_SIDE, MAX_IMAGES, MAX_VIDEO_FPS, MAX_VIDEO_SECONDS
 from kvplan.presets import CUSTOM_GPU_LIMITS
 
 if TYPE_CHECKING:
     from kvplan.arch import ModelArch
-    from kvplan.multimodal import ImageRequest, Processor
+    from kvplan.multimodal import ImageRequest, Processor, VideoRequest
     from kvplan.plan import FitQuery, Plan
     from kvplan.presets import GPU
 
@@ -59,11 +60,18 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "prefix_tokens": (0, MAX_TOKENS),
     "output_tokens": (1, MAX_TOKENS),
     "images": (0, MAX_IMAGES), "image_width": (1, MAX_IMAGE_SIDE), "image_height": (1, MAX_IMAGE_SIDE),
+    "videos": (0, MAX_IMAGES), "video_width": (1, MAX_IMAGE_SIDE), "video_height": (1, MAX_IMAGE_SIDE),
+    # more than 0 (``VIDEO_OPEN_LOW``): ``multimodal.VideoRequest.parse``'s bounds
+    "video_seconds": (0.0, MAX_VIDEO_SECONDS), "video_fps": (0.0, MAX_VIDEO_FPS),
 }
+#: Bounds whose low end is excluded (a video of 0 s or at 0 fps has no frame).
+VIDEO_OPEN_LOW = frozenset({"video_seconds", "video_fps"})
 
 
 def _bounded(name: str, default: Any, alias: str) -> Any:
     low, high = BOUNDS[name]
+    if name in VIDEO_OPEN_LOW:
+        return Field(default=default, alias=alias, gt=low, le=high)
     return Field(default=default, alias=alias, ge=low, le=high)
 
 
@@ -117,6 +125,14 @@ class Scenario(BaseModel):
     images: int = _bounded("images", 0, "im")
     image_width: int = _bounded("image_width", 1280, "iw")
     image_height: int = _bounded("image_height", 720, "ih")
+    #: Videos each request brings (``vn``), each ``vx``×``vy`` pixels per frame, ``vs`` seconds at
+    #: ``vf`` frames per second (CLI ``--videos``/``--video-size``/``--video-seconds``/``--video-fps``);
+    #: their tokens (``kvplan.multimodal.video_prompt_tokens``) are added to the request length.
+    videos: int = _bounded("videos", 0, "vn")
+    video_width: int = _bounded("video_width", 1280, "vx")
+    video_height: int = _bounded("video_height", 720, "vy")
+    video_seconds: float = _bounded("video_seconds", 10.0, "vs")
+    video_fps: float = _bounded("video_fps", 2.0, "vf")
     #: The serving section's own inputs (``sv=key:value;…``; typed and checked by the dashboard).
     serving: dict[str, str] = Field(default_factory=dict, alias="sv", max_length=64)
     #: Several engines on one GPU (``kvplan.instances``): one instance per line, in start order, each
@@ -181,7 +197,7 @@ class Scenario(BaseModel):
                 warnings.append(MESSAGES["link.bad_value"].format(
                     key="v", value=short(version), why=f"schema version is {SCHEMA_VERSION}"))
         settings: dict[str, Any] = {}
-        query = _legacy_max_pixels(query, warnings)
+        query = _legacy_mm_data_count(_legacy_max_pixels(query, warnings), warnings)
         for key, raw in query.items():
             known = key == "v" or key in SETTING_KEYS or by_alias.get(key) not in (None, "engine_settings")
             if known and isinstance(raw, list | tuple) and len(raw) > 1:  # ?t=5&t=6: none is guessed
@@ -238,6 +254,21 @@ def _legacy_max_pixels(query: dict[str, Any], warnings: list[str]) -> dict[str, 
             key=LEGACY_MAX_PIXELS_KEY, value=short(text, 40),
             canonical=f"{key}={canonical} (--mm-processor-kwargs)"))
     return query
+
+
+def _legacy_mm_data_count(query: dict[str, Any], warnings: list[str]) -> dict[str, Any]:
+    """The earlier ``md=N`` (one count for images and videos) read as SGLang's JSON
+    ``md={"image":N,"video":N}`` (``--limit-mm-data-per-request``, which takes only the JSON
+    object), said in a warning; any other text is left to the setting's own parser."""
+    key = LIMIT_MM_DATA_PER_REQUEST.key
+    text = _first(query.get(key))
+    if text is None or not is_plain_int(text.strip(), 5) or isinstance(query[key], list | tuple) \
+            and len(query[key]) > 1:
+        return query
+    canonical = json.dumps({"image": int(text), "video": int(text)}, sort_keys=True, separators=(",", ":"))
+    warnings.append(MESSAGES["link.alias"].format(
+        key=key, value=short(text, 40), canonical=f"{key}={canonical} ({LIMIT_MM_DATA_PER_REQUEST.flag})"))
+    return {**query, key: canonical}
 
 
 def _first(raw: Any) -> str | None:
@@ -539,6 +570,7 @@ def check_names(scenario: Scenario) -> tuple[Scenario, list[str]]:
                 why=str(exc)))
             update["engine_settings"] = scenario.engine_settings.model_copy(
                 update={"mm_processor_kwargs": None})
+    added = 0
     if scenario.images:
         asked = f"{scenario.images}×{scenario.image_width}x{scenario.image_height}"
         try:  # images the model cannot take (no processor, above the limit, refused sizes) go
@@ -551,6 +583,19 @@ def check_names(scenario: Scenario) -> tuple[Scenario, list[str]]:
                 warn("images", asked, f"{scenario.tokens:,} text + {added:,} image tokens is above "
                                       f"{MAX_TOKENS:,} tokens per request")
                 update["images"] = 0
+                added = 0
+    if scenario.videos:
+        asked = video_shape(scenario)
+        try:  # videos the model cannot take (no video rule, Qwen3-VL's, above the limit) go
+            videos = scenario_video_tokens(scenario.model_copy(update=update))
+        except KVPlanError as exc:
+            warn("videos", asked, str(exc))
+            update["videos"] = 0
+        else:
+            if scenario.tokens + added + videos > MAX_TOKENS:
+                warn("videos", asked, f"{scenario.tokens:,} text + {added:,} image + {videos:,} video "
+                                      f"tokens is above {MAX_TOKENS:,} tokens per request")
+                update["videos"] = 0
     return (scenario.model_copy(update=update) if update else scenario), warnings
 
 
@@ -644,23 +689,74 @@ def scenario_processor(scenario: Scenario) -> Processor | None:
     return with_processor_kwargs(arch.name, arch.processor, scenario.engine_settings.mm_processor_kwargs)
 
 
+def video_shape(scenario: Scenario) -> str:
+    """The videos of a request as the link names them: ``count×WxH×seconds s×fps fps``."""
+    return (f"{scenario.videos}×{scenario.video_width}x{scenario.video_height}×"
+            f"{scenario.video_seconds:g} s×{scenario.video_fps:g} fps")
+
+
+def scenario_videos(scenario: Scenario) -> VideoRequest:
+    """The videos each request of the scenario brings (``vn`` × ``vx``×``vy``, ``vs`` s at ``vf`` fps;
+    ``VideoRequest.parse``: less than one frame is a named error)."""
+    from kvplan.multimodal import VideoRequest
+
+    return VideoRequest.parse(scenario.videos, f"{scenario.video_width}x{scenario.video_height}",
+                              scenario.video_seconds, scenario.video_fps)
+
+
+def scenario_video_tokens(scenario: Scenario) -> int:
+    """Prompt tokens of the scenario's videos per request (``kvplan.multimodal.video_prompt_tokens``:
+    refused by name where the processor has no video rule, for Qwen3-VL's timestamped prompt and
+    above the engine's limit for videos, ``Engine.image_limit(settings, "video")``; 0 without)."""
+    if not scenario.videos:
+        return 0
+    from kvplan.engines import engine_with_release
+    from kvplan.multimodal import video_prompt_tokens
+    from kvplan.plan import resolve_engine
+
+    engine = resolve_engine(engine_with_release(scenario.engine, scenario.engine_version))
+    return video_prompt_tokens(scenario_arch(scenario).name, scenario_processor(scenario),
+                               scenario_videos(scenario),
+                               engine.image_limit(engine.own_settings(scenario.engine_settings), "video"),
+                               flag=engine.image_limit_flag, refusal=engine.image_limit_refusal)
+
+
+def scenario_media_tokens(scenario: Scenario) -> int:
+    """Prompt tokens of the scenario's images and videos per request (what the serving view and the
+    recommender add to every prompt: ``serving.with_image_tokens``)."""
+    return scenario_image_tokens(scenario) + scenario_video_tokens(scenario)
+
+
 def scenario_request_tokens(scenario: Scenario) -> int:
-    """Tokens of one request: its ``tokens`` of text plus its images' (``scenario_image_tokens``)."""
-    return scenario.tokens + scenario_image_tokens(scenario)
+    """Tokens of one request: its ``tokens`` of text plus its images' and videos'
+    (``scenario_media_tokens``)."""
+    return scenario.tokens + scenario_media_tokens(scenario)
 
 
 def scenario_request_shape(scenario: Scenario) -> str | None:
-    """The request's shape as plain text, with each image's rule (None without images)."""
-    if not scenario.images:
+    """The request's shape as plain text, with each image's and video's rule (None without
+    either)."""
+    if not scenario.images and not scenario.videos:
         return None
     processor = scenario_processor(scenario)
     if processor is None:
         return None
-    added = scenario_image_tokens(scenario)
-    rule = processor.describe(scenario.image_width, scenario.image_height)
-    return (f"{scenario.tokens:,} text tokens + {scenario.images} image(s) at "
-            f"{scenario.image_width}×{scenario.image_height} × {added // scenario.images:,} tokens = "
-            f"{scenario.tokens + added:,} tokens per request; per image: {rule}")
+    images, videos = scenario_image_tokens(scenario), scenario_video_tokens(scenario)
+    parts = [f"{scenario.tokens:,} text tokens"]
+    rules = []
+    if scenario.images:
+        parts.append(f"{scenario.images} image(s) at {scenario.image_width}×{scenario.image_height} × "
+                     f"{images // scenario.images:,} tokens")
+        rules.append(f"per image: {processor.describe(scenario.image_width, scenario.image_height)}")
+    if scenario.videos:
+        request = scenario_videos(scenario)
+        parts.append(f"{scenario.videos} video(s) of {request.frames:,} frames at "
+                     f"{scenario.video_width}×{scenario.video_height} × {videos // scenario.videos:,} tokens")
+        describe = getattr(processor, "describe_video", None)
+        if describe is not None:
+            rules.append(f"per video: {describe(request)}")
+    return (" + ".join(parts) + f" = {scenario.tokens + images + videos:,} tokens per request; "
+            + "; ".join(rules))
 
 
 def scenario_plan(scenario: Scenario, kv_dtype: str | None = None) -> Plan:

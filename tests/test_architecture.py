@@ -96,11 +96,14 @@ def test_every_declared_setting_reaches_cli_link_and_sidebar(name: str) -> None:
              "text": "EAGLE"}[setting.kind]
     if setting.kind == "bool":  # the value that is not the default (a default is not linked)
         value = not EngineSettings.model_fields[name].default
+    if setting.modalities:  # SGLang's per-modality counts: a JSON object of image/video/audio
+        value = '{"image":2,"video":1}'
     scenario = Scenario(engine_settings=EngineSettings(**{name: value}))
     query = scenario.to_query()
     assert query[setting.key] == setting.format(value)
     assert query[setting.key] in {"7", "0.5", "0", "1", "7,9",
-                                  '{"method":"ngram","num_speculative_tokens":3}', "EAGLE"}
+                                  '{"method":"ngram","num_speculative_tokens":3}', "EAGLE",
+                                  '{"image":2,"video":1}'}
     again, warnings = Scenario.from_query(query)
     assert warnings == [] and getattr(again.engine_settings, name) == value
     assert SETTING_WIDGETS[name] == f"w_{setting.key}"

@@ -403,10 +403,11 @@ def test_every_sidebar_number_widget_uses_the_schema_bounds():
         if key in widgets:
             assert (widgets[key].min, widgets[key].max) == (SETTINGS[field].low, SETTINGS[field].high)
             checked += 1
-    assert checked == 23  # every numeric widget of the default vLLM sidebar: scenario fields and settings
+    assert checked == 28  # every numeric widget of the default vLLM sidebar: scenario fields and settings
     # (15 + data_parallel_size of issue #28 + the LoRA knobs max_loras, max_lora_rank, max_cpu_loras of #26
     # + issue #27's images, image width, image height and limit_mm_per_prompt; --mm-processor-kwargs
-    # is a JSON text box)
+    # is a JSON text box; + issue #27's five video inputs: videos, frame width, frame height, seconds and
+    # fps, the last two from 0 — more than 0 is checked under the widget, scenario.VIDEO_OPEN_LOW)
     # (max_num_seqs is the 15th: issue #14)
     assert (widgets["w_tokens_exact"].min, widgets["w_tokens_exact"].max) == (1, MAX_UI_TOKENS)
 

@@ -21,6 +21,10 @@ from kvplan.presets import load_model
 from kvplan.scenario import Scenario, check_names, scenario_request_tokens
 
 GEMMA = "gemma-3-27b"  # FixedProcessor: 260 prompt tokens per image (processing_gemma3.py)
+#: SGLang's own form of the limit (``--limit-mm-data-per-request`` is ``json.loads``ed), canonical.
+TWO = '{"image":2,"video":2}'
+ZERO = '{"image":0}'
+SPELLED = '{"image": 2, "video": 2}'  # as typed on SGLang's command line
 
 
 def _tokens(engine: str, settings: EngineSettings, count: int) -> int:
@@ -32,7 +36,7 @@ def _tokens(engine: str, settings: EngineSettings, count: int) -> int:
 
 
 def test_sglang_limit_is_its_own_flag_from_0_5_7():
-    two = EngineSettings(limit_mm_data_per_request=2)
+    two = EngineSettings(limit_mm_data_per_request=TWO)
     assert [get_engine(f"sglang@{v}").image_limit(two) for v in ("0.5.7", "0.5.23")] == [2, 2]
     assert get_engine("sglang").image_limit(EngineSettings()) is None  # unset: no limit
     assert _tokens("sglang", two, 2) == 2 * 260
@@ -44,8 +48,8 @@ def test_sglang_limit_is_its_own_flag_from_0_5_7():
                               "_validate_mm_limits)")
     zero = "^1 image\\(s\\) per request: above --limit-mm-data-per-request's 0"
     with pytest.raises(KVPlanError, match=zero):
-        _tokens("sglang", EngineSettings(limit_mm_data_per_request=0), 1)  # count 1 > limit 0
-    assert _tokens("sglang", EngineSettings(limit_mm_data_per_request=0), 0) == 0
+        _tokens("sglang", EngineSettings(limit_mm_data_per_request=ZERO), 1)  # count 1 > limit 0
+    assert _tokens("sglang", EngineSettings(limit_mm_data_per_request=ZERO), 0) == 0
 
 
 def test_each_engines_flag_is_refused_under_the_other():
@@ -54,11 +58,11 @@ def test_each_engines_flag_is_refused_under_the_other():
     assert str(exc.value) == ("--limit-mm-per-prompt under SGLang (token pool): it is vLLM's flag; SGLang's "
                               "is --limit-mm-data-per-request (0.5.7+)")
     with pytest.raises(KVPlanError) as exc:
-        get_engine("vllm").image_limit(EngineSettings(limit_mm_data_per_request=2))
+        get_engine("vllm").image_limit(EngineSettings(limit_mm_data_per_request=TWO))
     assert str(exc.value) == ("--limit-mm-data-per-request under vLLM (v1 paged blocks): it is SGLang's "
                               "flag; vLLM's is --limit-mm-per-prompt")
     with pytest.raises(KVPlanError) as exc:
-        get_engine("sglang@0.5.5").image_limit(EngineSettings(limit_mm_data_per_request=2))
+        get_engine("sglang@0.5.5").image_limit(EngineSettings(limit_mm_data_per_request=TWO))
     assert str(exc.value) == ("--limit-mm-data-per-request under SGLang 0.5.5: SGLang added it in 0.5.7 "
                               "(absent from 0.5.6's server_args.py)")
 
@@ -75,11 +79,12 @@ def test_sglang_0_5_7_record_changes_only_the_flag():
 @pytest.mark.parametrize(("argv", "why"), [
     (["--engine", "sglang", "--limit-mm-per-prompt", "2"],
      "--limit-mm-per-prompt under SGLang (token pool): it is vLLM's flag"),
-    (["--engine", "sglang", "--limit-mm-data-per-request", "2", "--images", "3", "--image-size", "1280x720"],
+    (["--engine", "sglang", "--limit-mm-data-per-request", SPELLED, "--images", "3",
+      "--image-size", "1280x720"],
      "3 image(s) per request: above --limit-mm-data-per-request's 2 per request"),
-    (["--engine", "sglang", "--engine-version", "0.5.5", "--limit-mm-data-per-request", "2"],
+    (["--engine", "sglang", "--engine-version", "0.5.5", "--limit-mm-data-per-request", SPELLED],
      "SGLang added it in 0.5.7"),
-    (["--engine", "vllm", "--limit-mm-data-per-request", "2"], "it is SGLang's flag"),
+    (["--engine", "vllm", "--limit-mm-data-per-request", SPELLED], "it is SGLang's flag"),
 ])
 def test_cli_refuses_a_limit_by_name(argv, why):
     code, out, err = run_cli(["fit", "--model", GEMMA, "--gpu", "h100-sxm", "--tokens", "1000", *argv])
@@ -90,15 +95,15 @@ def test_cli_takes_sglangs_limit():
     import json
 
     code, out, err = run_cli(["fit", "--model", GEMMA, "--gpu", "h100-sxm", "--tokens", "1000", "--engine",
-                              "sglang", "--limit-mm-data-per-request", "2", "--images", "2",
+                              "sglang", "--limit-mm-data-per-request", SPELLED, "--images", "2",
                               "--image-size", "1280x720", "--json"])
     assert code == 0, err
     assert json.loads(out)["request"]["tokens"] == 1000 + 2 * 260
 
 
 def test_link_drops_images_above_sglangs_limit_by_name():
-    scenario, warnings = Scenario.from_query({"m": GEMMA, "e": "sglang", "md": "2", "im": "3"})
-    assert not warnings and scenario.engine_settings.limit_mm_data_per_request == 2
+    scenario, warnings = Scenario.from_query({"m": GEMMA, "e": "sglang", "md": TWO, "im": "3"})
+    assert not warnings and scenario.engine_settings.limit_mm_data_per_request == TWO
     fixed, warnings = check_names(scenario)
     assert fixed.images == 0
     assert any("above --limit-mm-data-per-request's 2 per request" in w for w in warnings), warnings
@@ -120,14 +125,19 @@ def test_link_drops_images_above_sglangs_limit_by_name():
     ({"im": "3", "mi": "2"}, [],
      ["link parameter 'im'='3×1280x720' was not used: 3 image(s) per request: above "
       "--limit-mm-per-prompt's 2 per prompt (vLLM refuses the request)"], 0),
-    ({"im": "3", "e": "sglang", "md": "2"}, [],
+    ({"im": "3", "e": "sglang", "md": '{"image": 2}'}, [],
      ["link parameter 'im'='3×1280x720' was not used: 3 image(s) per request: above "
       "--limit-mm-data-per-request's 2 per request (SGLang refuses the request: "
       "managers/tokenizer_manager.py _validate_mm_limits)"], 0),
-    ({"im": "3", "e": "sglang", "md": "2", "ev": "0.5.5"}, [],
+    ({"im": "3", "e": "sglang", "md": TWO, "ev": "0.5.5"}, [],
      ["link parameter 'im'='3×1280x720' was not used: --limit-mm-data-per-request under SGLang "
       "0.5.5: SGLang added it in 0.5.7 (absent from 0.5.6's server_args.py)"], 0),
-    ({"md": "-4"}, ["link parameter 'md'='-4' was not used: Input should be greater than or equal to 0"],
+    # a bare number is SGLang's JSON number, not its per-modality object: refused by name (kvplan's
+    # earlier md=N is read as the object, test_earlier_bare_count_link_is_read_as_sglangs_json)
+    ({"md": "-4"}, ["link parameter 'md'='-4' was not used: expected SGLang's JSON object of "
+                    "counts, e.g. {\"image\": 2, \"video\": 1}"], [], 0),
+    ({"md": '{"image": -1}'}, ["link parameter 'md'='{\"image\": -1}' was not used: image count -1 is "
+                               "negative (0 refuses every image)"],
      [], 0),
 ])
 def test_link_messages_for_bad_images_and_limits(query, link, checked, images):
@@ -192,3 +202,88 @@ def test_cli_refuses_the_transport_before_0_5_23_by_name():
                               "--mm-feature-transport", "cuda_ipc"])
     assert code == 2 and err.strip().endswith("--mm-feature-transport under SGLang 0.5.7: kvplan reads its "
                                               "reservation at 0.5.23 (mm_runtime_reservation_gb)"), err
+
+
+def test_sglang_takes_its_own_json_per_modality():
+    """``'{"image": 2, "video": 1}'``: SGLang's ``_validate_mm_limits`` checks each modality the JSON
+    names (``count > limit``); a modality left out has no limit; ``audio`` is allowed (kvplan's
+    requests bring none)."""
+    sglang = get_engine("sglang")
+    both = EngineSettings(limit_mm_data_per_request='{"image": 2, "video": 1}')
+    assert both.limit_mm_data_per_request == '{"image":2,"video":1}'  # canonical: one spelling
+    assert (sglang.image_limit(both), sglang.image_limit(both, "video")) == (2, 1)
+    only = EngineSettings(limit_mm_data_per_request='{"video": 0, "audio": 3}')
+    assert (sglang.image_limit(only), sglang.image_limit(only, "video")) == (None, 0)
+    assert _tokens("sglang", only, 5000) == 5000 * 260  # images left out: no limit
+    empty = EngineSettings(limit_mm_data_per_request="{}")  # SGLang: falsy, the check returns early
+    assert (sglang.image_limit(empty), sglang.image_limit(empty, "video")) == (None, None)
+
+
+@pytest.mark.parametrize(("text", "why"), [
+    ('{"image": 2', "not valid JSON (Expecting ',' delimiter: line 1 column 12 (char 11))"),
+    # SGLang json.loads a bare 2 into a number, which its per-request check cannot iterate
+    ("2", 'expected SGLang\'s JSON object of counts, e.g. {"image": 2, "video": 1}'),
+    ("[2]", 'expected SGLang\'s JSON object of counts, e.g. {"image": 2, "video": 1}'),
+    ('{"images": 2}', "unknown modality 'images': SGLang allows image, video, audio"),
+    ('{"image": -1}', "image count -1 is negative (0 refuses every image)"),
+    ('{"video": 1.5}', "video count 1.5 is not a whole number"),
+    ('{"image": true}', "image count True is not a whole number"),
+    ('{"image": 10001}', "image count 10,001 is above 10,000"),
+])
+def test_cli_refuses_bad_sglang_limits_naming_the_flag(text, why):
+    code, out, err = run_cli(["fit", "--model", GEMMA, "--gpu", "h100-sxm", "--tokens", "1000",
+                              "--engine", "sglang", "--limit-mm-data-per-request", text])
+    assert (code, out) == (2, "")
+    assert err == (f"kvplan: error: argument --limit-mm-data-per-request: --limit-mm-data-per-request: "
+                   f"{why} (got {text!r})\n")
+
+
+def test_cli_takes_sglangs_json_and_counts_each_modality():
+    import json
+
+    base = ["fit", "--model", "Qwen/Qwen2.5-VL-7B-Instruct", "--gpu", "h100-sxm", "--tokens", "1000",
+            "--engine", "sglang", "--limit-mm-data-per-request", '{"image": 2, "video": 1}',
+            "--images", "2", "--image-size", "1280x720", "--video-size", "1280x720",
+            "--video-seconds", "10", "--video-fps", "2", "--json"]
+    code, out, err = run_cli([*base, "--videos", "1"])
+    assert code == 0, err
+    # 1,198 per image (test_multimodal), 11,962 per video (test_mm_video)
+    assert json.loads(out)["request"]["tokens"] == 1000 + 2 * 1198 + 11962
+    code, out, err = run_cli([*base, "--videos", "2"])
+    assert code == 2 and "2 video(s) per request: above --limit-mm-data-per-request's 1 per request" in err
+
+
+def test_earlier_bare_count_link_is_read_as_sglangs_json():
+    """kvplan's earlier ``md=2`` (one count for images and videos) is read as SGLang's object."""
+    scenario, warnings = Scenario.from_query({"m": GEMMA, "e": "sglang", "md": "2"})
+    assert warnings == ['link parameter \'md\'=\'2\' was read as md={"image":2,"video":2} '
+                        "(--limit-mm-data-per-request)"]
+    assert scenario.engine_settings.limit_mm_data_per_request == TWO
+    assert scenario.to_query()["md"] == TWO
+
+
+@pytest.mark.parametrize("engine", ["trtllm", "trtllm@1.1", "hf"])
+def test_engines_without_an_item_limit_take_any_count_and_refuse_both_flags(engine):
+    """TensorRT-LLM's PyTorch backend (its encoder is sized by ``encoder_max_num_tokens`` and
+    ``encoder_batch_size``, no per-request count) and transformers have no limit kvplan knows: no
+    999 cap (vLLM's default), and vLLM's and SGLang's flags are refused by name, not applied."""
+    e = get_engine(engine)
+    assert e.image_limit(EngineSettings()) is None and e.image_limit(EngineSettings(), "video") is None
+    assert _tokens(engine, EngineSettings(), 5000) == 5000 * 260
+    for settings, flag, owner in ((EngineSettings(limit_mm_per_prompt=2), "--limit-mm-per-prompt", "vLLM"),
+                                  (EngineSettings(limit_mm_data_per_request=TWO),
+                                   "--limit-mm-data-per-request", "SGLang")):
+        with pytest.raises(KVPlanError) as exc:
+            e.image_limit(settings)
+        assert str(exc.value) == (f"{flag} under {e.label}: it is {owner}'s flag; kvplan knows no "
+                                  f"{e.short} flag that caps a request's images or videos")
+
+
+def test_cli_refuses_vllms_limit_under_trtllm_by_name():
+    code, out, err = run_cli(["fit", "--model", GEMMA, "--gpu", "h100-sxm", "--tokens", "1000", "--engine",
+                              "trtllm", "--images", "3", "--image-size", "1280x720",
+                              "--limit-mm-per-prompt", "2"])
+    assert (code, out) == (2, "")
+    assert err == ("kvplan: error: --limit-mm-per-prompt under TensorRT-LLM (PyTorch backend, 32-token "
+                   "blocks): it is vLLM's flag; kvplan knows no TensorRT-LLM flag that caps a request's "
+                   "images or videos\n")

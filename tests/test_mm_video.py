@@ -58,9 +58,9 @@ def test_videos_per_request_and_the_engines_limit():
     two = VideoRequest.parse(2, "1280x720", 10, 2)
     assert video_prompt_tokens(arch.name, arch.processor, two) == 2 * 11962
     sglang = get_engine("sglang")
+    one = EngineSettings(limit_mm_data_per_request='{"video": 1}')
     with pytest.raises(KVPlanError) as exc:
-        video_prompt_tokens(arch.name, arch.processor, two,
-                            sglang.image_limit(EngineSettings(limit_mm_data_per_request=1)),
+        video_prompt_tokens(arch.name, arch.processor, two, sglang.image_limit(one, "video"),
                             flag=sglang.image_limit_flag, refusal=sglang.image_limit_refusal)
     assert str(exc.value) == ("2 video(s) per request: above --limit-mm-data-per-request's 1 per "
                               "request (SGLang refuses the request: managers/tokenizer_manager.py "

@@ -322,22 +322,29 @@ class Engine:
         return ContextLimit(limit, f"max_position_embeddings {limit:,}; transformers does not enforce it")
 
     #: The flag that caps a request's images (``image_limit``) and what the engine does with a
-    #: request above it (the refusal ``kvplan.multimodal.image_prompt_tokens`` names).
-    image_limit_flag: ClassVar[str] = "--limit-mm-per-prompt"
-    image_limit_refusal: ClassVar[str] = "per prompt (vLLM refuses the request)"
+    #: request above it (the refusal ``kvplan.multimodal.image_prompt_tokens`` names); empty where
+    #: kvplan knows no such flag of the engine.
+    image_limit_flag: ClassVar[str] = ""
+    image_limit_refusal: ClassVar[str] = ""
+    #: Each engine's flag that caps a request's items: (flag, setting, the engine it belongs to).
+    _FOREIGN_LIMITS: ClassVar[tuple[tuple[str, str, str], ...]] = (
+        ("--limit-mm-per-prompt", "limit_mm_per_prompt", "vLLM"),
+        ("--limit-mm-data-per-request", "limit_mm_data_per_request", "SGLang"))
 
-    def image_limit(self, settings: EngineSettings) -> int | None:
-        """The most images one request may bring, or None: no limit. vLLM's rule by default:
-        ``--limit-mm-per-prompt``, 999 per modality when unset (``config/multimodal.py``
-        ``MultiModalConfig.get_limit_per_prompt``); an engine with its own rule overrides it.
-        SGLang's ``--limit-mm-data-per-request`` is refused by name: not this engine's flag."""
-        from kvplan.multimodal import DEFAULT_MM_LIMIT
-
-        if settings.limit_mm_data_per_request is not None:
-            raise KVPlanError("mm.limit_flag", flag="--limit-mm-data-per-request", engine=self.label,
-                              detail=f"it is SGLang's flag; {self.short}'s is {self.image_limit_flag}")
-        limit = settings.limit_mm_per_prompt
-        return DEFAULT_MM_LIMIT if limit is None else limit
+    def image_limit(self, settings: EngineSettings, modality: str = "image") -> int | None:
+        """The most items of ``modality`` (image, video) one request may bring, or None: no
+        limit. By default None: kvplan knows no flag of this engine that caps a request's images
+        (TensorRT-LLM's PyTorch backend sizes its encoder by ``encoder_max_num_tokens`` and
+        ``encoder_batch_size``, not a per-request count; transformers has none); vLLM
+        (``Vllm.image_limit``) and SGLang (``SGLang.image_limit``) override it with their own.
+        vLLM's ``--limit-mm-per-prompt`` and SGLang's ``--limit-mm-data-per-request`` are refused
+        by name: not this engine's flags."""
+        for flag, name, owner in self._FOREIGN_LIMITS:
+            if getattr(settings, name) is not None:
+                raise KVPlanError("mm.limit_flag", flag=flag, engine=self.label,
+                                  detail=f"it is {owner}'s flag; kvplan knows no {self.short} flag "
+                                         "that caps a request's images or videos")
+        return None
 
     # ------------------------------------------------------------ settings
     def own_settings(self, settings: EngineSettings, **update: object) -> EngineSettings:

@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from kvplan.errors import short
+
 MAX_TOKENS = 100_000_000
 #: Longest JSON text a ``json`` setting takes (``--speculative-config``).
 MAX_JSON_CHARS = 600
@@ -51,13 +53,17 @@ class Setting:
     #: ``int``: also read vLLM's per-modality JSON (``--limit-mm-per-prompt '{"image": N, "video":
     #: N}'``) when it gives every modality of ``MODALITIES`` the same count.
     per_modality: bool = False
+    #: ``json``: the value is SGLang's per-modality counts (``--limit-mm-data-per-request '{"image":
+    #: 2, "video": 1}'``): a JSON object whose keys are among these modalities and whose values are
+    #: whole counts from ``low`` to ``high``; kept as canonical JSON text.
+    modalities: tuple[str, ...] = ()
 
     def parse(self, text: str, check_bounds: bool = True) -> Any:
         """The value of ``text`` as the link and the CLI write it; ``ValueError`` says why not
         (``check_bounds=False``: syntax only, the caller validates the range)."""
         text = text.strip()
         if self.kind == "json":
-            return self._json(text)
+            return self._modality_counts(text, check_bounds) if self.modalities else self._json(text)
         if self.kind == "text":
             return self._text(text)
         if self.per_modality and text.startswith("{"):
@@ -87,6 +93,31 @@ class Setting:
         if not isinstance(value, dict):
             raise ValueError(f"expected a JSON object {{...}}, got {type(value).__name__}")
         return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+    def _modality_counts(self, text: str, check_bounds: bool) -> str:
+        """SGLang's ``--limit-mm-data-per-request`` JSON (0.5.7 ``server_args.py``, 0.5.23
+        ``arg_groups/fields/mm.py``: ``type=json.loads``; ``serving_hook.py`` refuses a modality
+        outside image, video, audio; ``TokenizerManager._validate_mm_limits`` compares each count
+        with ``count > limit``, a modality left out unlimited, ``{}`` no limit at all). SGLang does
+        not check the counts: kvplan refuses a count that is not a whole number from ``low`` to
+        ``high`` (a negative one would refuse every item). A bare number is refused: SGLang reads
+        it as a JSON number, which ``_validate_mm_limits`` cannot iterate."""
+        canonical = self._json(text) if text.startswith("{") else ""
+        if not canonical:
+            raise ValueError('expected SGLang\'s JSON object of counts, e.g. {"image": 2, '
+                             '"video": 1}')
+        value = json.loads(canonical)
+        for modality, count in value.items():
+            if modality not in self.modalities:
+                raise ValueError(f"unknown modality {short(modality, 30)}: SGLang allows "
+                                 + ", ".join(self.modalities))
+            if isinstance(count, bool) or not isinstance(count, int):
+                raise ValueError(f"{modality} count {short(count, 30)} is not a whole number")
+            if count < 0:
+                raise ValueError(f"{modality} count {count} is negative (0 refuses every {modality})")
+            if check_bounds and self.high is not None and count > self.high:
+                raise ValueError(f"{modality} count {count:,} is above {self.high:,.0f}")
+        return canonical
 
     def _per_modality(self, text: str, check_bounds: bool) -> int:
         """vLLM's ``{"image": N, "video": N}`` (``config/multimodal.py``: a modality left out keeps
@@ -135,8 +166,8 @@ class Setting:
 
 
 def _setting(default: Any, setting: Setting) -> Any:
-    low = None if setting.kind == "int_list" else setting.low
-    high = None if setting.kind == "int_list" else setting.high
+    low = None if setting.kind in {"int_list", "json"} else setting.low
+    high = None if setting.kind in {"int_list", "json"} else setting.high
     return Field(default=default, json_schema_extra={"setting": dict(setting.__dict__)},
                  gt=low if setting.low_open else None, ge=None if setting.low_open else low,
                  le=high)
@@ -306,11 +337,12 @@ LIMIT_MM_PER_PROMPT = Setting(
     "profiled (multimodal/encoder_budget.py). Takes N or vLLM's JSON with the same N for image "
     "and video.", low=0, high=10_000, per_modality=True)
 LIMIT_MM_DATA_PER_REQUEST = Setting(
-    "limit_mm_data_per_request", "md", "--limit-mm-data-per-request", "int",
-    "limit_mm_data_per_request (images/videos)",
-    "SGLang --limit-mm-data-per-request '{\"image\": N, \"video\": N}' (from 0.5.7): items per "
-    "request for each modality; unset = no limit (managers/tokenizer_manager.py "
-    "_validate_mm_limits); a request above it is refused, no memory changes.", low=0, high=10_000)
+    "limit_mm_data_per_request", "md", "--limit-mm-data-per-request", "json",
+    "limit_mm_data_per_request (JSON)",
+    "SGLang --limit-mm-data-per-request '{\"image\": 2, \"video\": 1}' (from 0.5.7): items per "
+    "request for each modality (image, video, audio); a modality left out and unset = no limit "
+    "(managers/tokenizer_manager.py _validate_mm_limits); a request above it is refused, no memory "
+    "changes.", low=0, high=10_000, modalities=("image", "video", "audio"))
 MM_FEATURE_TRANSPORT = Setting(
     "mm_feature_transport", "mf", "--mm-feature-transport", "text", "mm_feature_transport",
     "SGLang --mm-feature-transport cpu | cuda_ipc | cuda_vmm (0.5.23): a GPU transport also "
@@ -367,7 +399,7 @@ class EngineSettings(BaseModel):
     speculative_eagle_topk: int | None = _setting(None, SPECULATIVE_EAGLE_TOPK)
     speculative_num_draft_tokens: int | None = _setting(None, SPECULATIVE_NUM_DRAFT_TOKENS)
     limit_mm_per_prompt: int | None = _setting(None, LIMIT_MM_PER_PROMPT)
-    limit_mm_data_per_request: int | None = _setting(None, LIMIT_MM_DATA_PER_REQUEST)
+    limit_mm_data_per_request: str | None = _setting(None, LIMIT_MM_DATA_PER_REQUEST)
     mm_feature_transport: str | None = _setting(None, MM_FEATURE_TRANSPORT)
     mm_processor_kwargs: str | None = _setting(None, MM_PROCESSOR_KWARGS)
 
@@ -383,6 +415,12 @@ class EngineSettings(BaseModel):
     def _json_setting(cls, value: str | None) -> str | None:
         """Canonical JSON (``Setting.parse``); a ``ValueError`` names what is wrong."""
         return None if value is None else SPECULATIVE_CONFIG.parse(value)
+
+    @field_validator("limit_mm_data_per_request")
+    @classmethod
+    def _modality_counts(cls, value: str | None) -> str | None:
+        """SGLang's per-modality JSON, canonical (``Setting.parse``)."""
+        return None if value is None else LIMIT_MM_DATA_PER_REQUEST.parse(value)
 
     @field_validator("speculative_algorithm", "speculative_draft_model_path", "lora_target_modules",
                      "mm_feature_transport")

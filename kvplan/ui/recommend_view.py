@@ -30,8 +30,10 @@ from kvplan.scenario import (
     Scenario,
     scenario_fit_query,
     scenario_image_tokens,
+    scenario_media_tokens,
     scenario_plan,
     scenario_request_shape,
+    scenario_video_tokens,
 )
 from kvplan.serving import LengthDist, parse_lengths_csv
 from kvplan.ui.cached import cache_key, scenario_from_key
@@ -93,6 +95,12 @@ def _inputs(scenario: Scenario, arch: ModelArch) -> tuple[RecommendQuery, bytes 
                           f"{scenario.image_width}×{scenario.image_height} = "
                           f"{scenario_image_tokens(scenario):,} tokens (sidebar: Serving workload); "
                           "the prompt lengths here count its text."))
+        if scenario.videos:
+            st.caption(md(f"Each prompt also brings {scenario.videos} video(s) of "
+                          f"{scenario.video_seconds:g} s at {scenario.video_fps:g} fps, "
+                          f"{scenario.video_width}×{scenario.video_height} = "
+                          f"{scenario_video_tokens(scenario):,} tokens (sidebar: Serving workload); "
+                          "the prompt lengths here count its text."))
         output, csv_o = _dist("output", scenario)
         csv = None
         if csv_p or csv_o:
@@ -149,7 +157,8 @@ def _inputs(scenario: Scenario, arch: ModelArch) -> tuple[RecommendQuery, bytes 
         weight_dtypes=None if list(wd) == [*DEFAULT_WEIGHT_SEARCH] else tuple(wd), expert_parallel=ep,
         disagg=bool(disagg),
         default_efficiency=efficiency, prices=prices,
-        efficiency=factors, image_tokens=scenario_image_tokens(scenario), images=scenario.images)
+        efficiency=factors, image_tokens=scenario_media_tokens(scenario), images=scenario.images,
+        videos=scenario.videos)
     return query, csv
 
 
@@ -283,8 +292,9 @@ def render(scenario: Scenario, arch: ModelArch, gpu: GPU) -> pd.DataFrame | None
                f"({lengths.requests:,} requests, {md(lengths.source)}). Engine: {md_name(scenario.engine)}; "
                f"fit query as the sidebar's ({md_name(scenario_fit_query(scenario).engine)}).")
     if lengths.image_tokens and (shape := scenario_request_shape(scenario)):
-        st.caption(md(f"Images: {lengths.image_tokens:,} tokens of each prompt and context above are "
-                      f"its images' ({shape.partition('; per image: ')[2]})."))
+        media = "Images and videos" if scenario.videos else "Images"
+        st.caption(md(f"{media}: {lengths.image_tokens:,} tokens of each prompt and context above are "
+                      f"theirs ({shape.partition(' tokens per request; ')[2]})."))
     counts = failure_counts(rec)
     st.markdown(f"**{len(rec.table):,} candidates, {int(rec.table['feasible'].sum()):,} feasible.** "
                 "Failing: " + " · ".join(f"{md_name(name)} {n:,}" for name, n in counts.items()))

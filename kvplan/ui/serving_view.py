@@ -23,7 +23,7 @@ import streamlit as st
 from kvplan.arch import ModelArch
 from kvplan.errors import KVPlanError, md, md_name
 from kvplan.nocache import compare
-from kvplan.scenario import Scenario, scenario_image_tokens, scenario_request_shape, scenario_request_tokens
+from kvplan.scenario import Scenario, scenario_media_tokens, scenario_request_shape, scenario_request_tokens
 from kvplan.serving import (
     MLPERF_BOUNDS,
     SHAREGPT_OUTPUT_MEAN,
@@ -114,8 +114,10 @@ def render(scenario: Scenario, arch: ModelArch) -> None:
                "assumptions. Inputs: the scenario's context, users, shared prefix and output "
                "tokens, plus the controls below.")
     if shape := scenario_request_shape(scenario):
+        media = "image and video" if scenario.videos and scenario.images else \
+            "video" if scenario.videos else "image"
         st.caption(md(f"Each request: {shape} (sidebar: Serving workload). Every prompt and context "
-                      "below includes the image tokens."))
+                      f"below includes the {media} tokens."))
     workload_holder: dict[str, Workload] = {}
     with st.expander("1 · Allocation strategies: contiguous vs paged vs token", expanded=True):
         _guard(lambda: _allocation(scenario, arch, workload_holder))
@@ -136,12 +138,13 @@ def render(scenario: Scenario, arch: ModelArch) -> None:
 
 
 def _workload(scenario: Scenario) -> tuple[Workload | None, int, str]:
-    """The sampled (or uploaded) request lengths, each prompt with the scenario's image tokens."""
+    """The sampled (or uploaded) request lengths, each prompt with the scenario's image and video
+    tokens."""
     workload, max_len, source = _text_workload(scenario)
     if workload is None:
         return workload, max_len, source
-    return (with_image_tokens(workload, scenario_image_tokens(scenario), scenario.images, max_len),
-            max_len, source)
+    return (with_image_tokens(workload, scenario_media_tokens(scenario), scenario.images, max_len,
+                              scenario.videos), max_len, source)
 
 
 def _text_workload(scenario: Scenario) -> tuple[Workload | None, int, str]:
@@ -360,7 +363,7 @@ def _static_default(key: str, max_len: int) -> tuple[StaticResult, pd.DataFrame,
     workload = with_image_tokens(sample_workload(
         2000, LengthDist(kind="lognormal", mean=max(scenario.prefix_tokens, 1)),
         LengthDist(kind="lognormal", mean=scenario.output_tokens), seed=0),
-        scenario_image_tokens(scenario), scenario.images)
+        scenario_media_tokens(scenario), scenario.images, videos=scenario.videos)
     r, df, fig = _static_build(scenario, arch, workload, max_len)
     return r, df, fig.to_dict()
 
@@ -436,7 +439,7 @@ def _nocache(scenario: Scenario) -> None:
 def _nocache_data(key: str, new: int, metric: str) -> Any:
     scenario, plan = scenario_from_key(key)
     arch, gpu = plan.arch, plan.device
-    prompt = max(scenario.prefix_tokens, 1) + scenario_image_tokens(scenario)
+    prompt = max(scenario.prefix_tokens, 1) + scenario_media_tokens(scenario)
     wd = None if scenario.weight_dtype == "auto" else scenario.weight_dtype
     df, notes = compare(arch, gpu, prompt, new, _kv_dtype(scenario), wd)
     labels = {"time_s": "cumulative time (s, lower bound)", "flops": "cumulative FLOPs",

@@ -56,7 +56,12 @@ WIDGETS: dict[str, str] = {
     "prefix_tokens": "w_pf", "output_tokens": "w_o", "custom_gpu_gib": "w_gm",
     "custom_gpu_tbps": "w_gb", "custom_gpu_tflops": "w_gf", "view": "w_view", "instances": "w_in",
     "images": "w_im", "image_width": "w_iw", "image_height": "w_ih",
+    "videos": "w_vn", "video_width": "w_vx", "video_height": "w_vy", "video_seconds": "w_vs",
+    "video_fps": "w_vf",
 }
+#: The video widgets whose value must be more than 0 (``scenario.VIDEO_OPEN_LOW``): 0 is refused
+#: under the widget and not applied.
+_OPEN_LOW_WIDGETS = {"video_seconds": "Video length (s)", "video_fps": "Video frame rate (fps)"}
 #: View id (link ``vw``) → tab label; the tabs widget keeps the label in ``w_view``.
 VIEWS: dict[str, str] = {"context": "KV vs context", "users": "KV vs users",
                          "memory": "Memory per accelerator", "requests": "Requests that fit",
@@ -452,6 +457,23 @@ def render_workload(place: Any = None, boxes: dict[str, Any] | None = None) -> S
                                 **lazy.KEEP)
             row[1].number_input("Image height (px)", *_int_bounds("image_height"), step=1, key="w_ih",
                                 **lazy.KEEP)
+            box.number_input("Videos per request", *_int_bounds("videos"), step=1, key="w_vn",
+                             help="Videos each request brings (Qwen2-VL / Qwen2.5-VL processors): "
+                                  "frames = length × frame rate, all kept as vLLM 0.33's opencv "
+                                  "loader does; their tokens are added to the context length. CLI "
+                                  "--videos, --video-size, --video-seconds, --video-fps.", **lazy.KEEP)
+            row = box.columns(2)
+            row[0].number_input("Video width (px)", *_int_bounds("video_width"), step=1, key="w_vx",
+                                **lazy.KEEP)
+            row[1].number_input("Video height (px)", *_int_bounds("video_height"), step=1, key="w_vy",
+                                **lazy.KEEP)
+            row = box.columns(2)
+            for column, (field, label) in zip(row, _OPEN_LOW_WIDGETS.items(), strict=True):
+                column.number_input(label, 0.0, float(BOUNDS[field][1]), step=0.5, format="%g",
+                                    key=WIDGETS[field], **lazy.KEEP)
+            for field, label in _OPEN_LOW_WIDGETS.items():
+                if (value := state.get(WIDGETS[field])) is not None and value <= 0:
+                    box.error(md(f"{label}: must be more than 0; not applied until corrected."))
     with lazy.box(st.sidebar, "w_charts_box") if boxes is None else boxes["w_charts_box"] as box:
         if box.open:
             box.toggle("Log axes", key="w_lx", help="Logarithmic x and y on the KV-vs-context chart.",
@@ -573,9 +595,12 @@ def scenario_from_widgets() -> Scenario:
     except (ValueError, KVPlanError):  # shown under the widget until corrected
         values["reserve_terms"] = {}
     for field in ("num_gpus", "tp", "pp", "tokens", "users", "prefix_tokens", "output_tokens",
-                  "images", "image_width", "image_height"):
+                  "images", "image_width", "image_height", "videos", "video_width", "video_height"):
         if values[field] is not None:
             values[field] = int(values[field])
+    for field in _OPEN_LOW_WIDGETS:  # 0 is said under its widget (render_workload), not applied
+        if values[field] is not None:
+            values[field] = float(values[field]) if values[field] > 0 else None
     defaults = Scenario()
     cleaned = {k: v for k, v in values.items() if v is not None or k in {"reserve_gib", "custom_config"}}
     try:

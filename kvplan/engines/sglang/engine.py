@@ -8,6 +8,7 @@ size), ``python/sglang/srt/configs/model_config.py`` (``is_hybrid_swa_model``).
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass, replace
@@ -414,7 +415,8 @@ class SGLang(Engine):
         "enable_lora": ("--enable-lora (LoRA memory pool; --lora-target-modules all)", "off"),
         "max_loras": ("--max-loras-per-batch (LoRA buffer slots)", "1 here; SGLang's own default is 8"),
         "lora_target_modules": ("--lora-target-modules (comma-separated)", "all"),
-        "limit_mm_data_per_request": ("--limit-mm-data-per-request (images/videos, 0.5.7+)", "no limit"),
+        "limit_mm_data_per_request": ("--limit-mm-data-per-request (JSON per modality, 0.5.7+)",
+                                      "no limit"),
         "mm_feature_transport": ("--mm-feature-transport (cpu, cuda_ipc, cuda_vmm; 0.5.23)", "cpu"),
         "max_lora_rank": ("--max-lora-rank", "16"),
         "mtp": ("Load MTP layers (speculative decoding)", "off"),
@@ -441,25 +443,28 @@ class SGLang(Engine):
     image_limit_refusal = ("per request (SGLang refuses the request: managers/tokenizer_manager.py "
                            "_validate_mm_limits)")
 
-    def image_limit(self, settings: EngineSettings) -> int | None:
+    def image_limit(self, settings: EngineSettings, modality: str = "image") -> int | None:
         """SGLang's ``--limit-mm-data-per-request`` (0.5.7+; ``SglangRelease.mm_data_limit``): the
-        most images (and videos) one request may bring, a count above it refused per request
-        (``TokenizerManager._validate_mm_limits``: ``count > limit`` raises, so 0 refuses every
-        image); unset: None, no limit (the check returns early). The flag changes no memory:
-        SGLang builds the towers and their reserve whatever it says (0.5.23 reads it for memory only
-        in ``models/embedding_gemma2.py``). vLLM's ``--limit-mm-per-prompt`` is refused by name, and
-        SGLang's flag before 0.5.7."""
+        most items of ``modality`` one request may bring, a count above it refused per request
+        (``TokenizerManager._validate_mm_limits``: for each modality the JSON names, ``count >
+        limit`` raises, so 0 refuses every item); a modality the JSON leaves out, or the flag unset:
+        None, no limit. The flag changes no memory: SGLang builds the towers and their reserve
+        whatever it says (0.5.23 reads it for memory only in ``models/embedding_gemma2.py``). vLLM's
+        ``--limit-mm-per-prompt`` is refused by name, and SGLang's flag before 0.5.7."""
         if settings.limit_mm_per_prompt is not None:
             raise KVPlanError("mm.limit_flag", flag="--limit-mm-per-prompt", engine=self.label,
                               detail="it is vLLM's flag; SGLang's is --limit-mm-data-per-request "
                                      "(0.5.7+)")
-        limit = settings.limit_mm_data_per_request
+        limits = settings.limit_mm_data_per_request
         assert isinstance(self.record, SglangRelease)
-        if limit is not None and not self.record.mm_data_limit:
+        if limits is not None and not self.record.mm_data_limit:
             raise KVPlanError("mm.limit_flag", flag="--limit-mm-data-per-request",
                               engine=self.record.name,
                               detail="SGLang added it in 0.5.7 (absent from 0.5.6's server_args.py)")
-        return limit
+        if limits is None:
+            return None
+        limit = json.loads(limits).get(modality)
+        return None if limit is None else int(limit)
 
     def context_limit(self, arch: ModelArch) -> ContextLimit | None:
         """``common.py`` ``get_context_length``: the first key of ``CONTEXT_LENGTH_KEYS`` the text

@@ -447,6 +447,22 @@ class Vllm(Engine):
                             settings.max_num_batched_tokens or self.default_mnbt(gpu),
                             self.blackwell_capture_cap(gpu), self.record.spec_capture)
 
+    image_limit_flag = "--limit-mm-per-prompt"
+    image_limit_refusal = "per prompt (vLLM refuses the request)"
+
+    def image_limit(self, settings: EngineSettings, modality: str = "image") -> int | None:
+        """``--limit-mm-per-prompt``: the most items of ``modality`` one prompt may bring, one
+        count for every modality, 999 when unset (``config/multimodal.py``
+        ``MultiModalConfig.get_limit_per_prompt``). SGLang's ``--limit-mm-data-per-request`` is
+        refused by name: not this engine's flag."""
+        from kvplan.multimodal import DEFAULT_MM_LIMIT
+
+        if settings.limit_mm_data_per_request is not None:
+            raise KVPlanError("mm.limit_flag", flag="--limit-mm-data-per-request", engine=self.label,
+                              detail=f"it is SGLang's flag; {self.short}'s is {self.image_limit_flag}")
+        limit = settings.limit_mm_per_prompt
+        return DEFAULT_MM_LIMIT if limit is None else limit
+
     def drops_towers(self, settings: EngineSettings) -> bool:
         """``--limit-mm-per-prompt`` 0 where the release then skips the towers' weights
         (``VllmRelease.mm_skip_towers_at_zero``)."""
