@@ -252,7 +252,11 @@ V0_13 = replace(
             "already counts embeddings (PR #30475, as ``vllm@0.17``). Prefix caching on a Mamba "
             "hybrid is kept only for ``SupportsMambaPrefixCaching`` models (a state page per "
             "chunk-aligned block), else turned off (``models/config.py`` ``MambaModelConfig``, read "
-            "in 0.13.0 and 0.14.0; v0.11.0 turns it off for every hybrid).",
+            "in 0.13.0 and 0.14.0; v0.11.0 turns it off for every hybrid). Not modelled: on a unified-"
+            "memory GPU (compute capability 8.7, 11.0, 12.1: Orin, Thor, the GB10) "
+            "``utils/mem_utils.py`` ``MemorySnapshot.measure`` takes free memory from "
+            "``psutil.virtual_memory().available`` (read in 0.13.0), so the profile's non-torch "
+            "increase counts the host's own allocations (public log 44).",
     sampler_path="sort", capture_rule="stride16", mxfp4_triton=True, nemotron_h_ssm_default="fp16",
     mxfp4_source="vLLM v0.14.1/v0.19.0 quantization/mxfp4.py", mamba_prefix="per_block")
 V0_14 = replace(
@@ -297,7 +301,12 @@ V0_19 = replace(
             "``v1/core/sched/scheduler.py`` no lookahead slots for them; no drafter on the GPU): "
             "``config/vllm.py`` ``_set_cudagraph_sizes`` raises the capture ceiling to "
             "``min(max_num_seqs × (1 + num_speculative_tokens) × 2, 512)`` (``spec_capture`` "
-            "``ceiling``); the other methods not read for this release.",
+            "``ceiling``); the other methods not read for this release."
+            " Not modelled: from v0.17 (read in 0.17.1, 0.18.0, 0.19.0; absent in 0.16.0) "
+            "``v1/sample/ops/topk_topp_sampler.py`` ``apply_top_k_top_p`` takes the Triton kernel "
+            "``apply_top_k_top_p_triton`` for ≥ 8 rows (in place on the fp32 logits, one cached "
+            "``min(num_SMs, rows) × vocab`` fp32 buffer) instead of sorting; the record keeps the "
+            "sort, whose bytes the fitted logs 27–30 (run here as this record) print.",
     state_block_check="cap", spec_methods=("ngram", "suffix"), spec_capture="ceiling")
 V0_20_0 = replace(
     V0_19, key="0.20.0", since="0.20.0", name="vLLM v0.20.0",
