@@ -159,7 +159,10 @@ KNOWN_MISS: dict[str, str] = {
           "sort sampler's 256 × 151,936 × 39 B = 1.41 GiB, non-torch 0.13). The 1.3–1.9 GiB left is "
           "not attributed: the GB10's memory is the system's (what else the host allocates while vLLM "
           "profiles counts as non-torch memory; TensorRT-LLM's log 04 on a DGX Spark prints 49 GiB "
-          "outside torch), and its total at the run's date is not established",
+          "outside torch), and its total at the run's date is not established. v0.13.0's "
+          "utils/mem_utils.py MemorySnapshot.measure takes free memory from psutil's available memory "
+          "on compute capability 12.1 (and 8.7, 11.0), so the non-torch increase is the host's own use "
+          "between the start-up snapshot and the profile's end: not derivable from the engine",
     "70": "Qwen2.5-VL-7B on an L4 (v0.9.0.1, 2,048 tokens): 38,736 tokens vs 33,824 (×1.145), a KV "
           "budget 0.26 GiB above the log's 1.81 GiB. The log's weights are 15.63 GiB where kvplan counts "
           "the checkpoint's 15.44 GiB (16,584,333,312 B; log 71 on v0.23 prints 15.67): 0.18 GiB loaded "
@@ -172,7 +175,11 @@ KNOWN_MISS: dict[str, str] = {
           "(activation 0.66, non-torch 0.55, graphs 0.07). The run uses the FLASHINFER_CUTLASS FP8 MoE "
           "backend and FlashInfer's all-reduce fusion (its lamport / SymmDeviceMemory workspaces are "
           "allocated after loading, before the profile); neither workspace is modelled, and the log "
-          "prints no split of the reserve to attribute the 2.4 GiB",
+          "prints no split of the reserve to attribute the 2.4 GiB. The fusion's are printed and small "
+          "(lamport_comm_size 8,380,416 B = 341 tokens × 3,072 × TP 4 × 2 B; three symmetric buffers of "
+          "8, 2 and 24 MiB: ≈ 34 MiB), so the rest is the CUTLASS MoE's workspace over the 8,192-token "
+          "dummy forward (FlashInfer's C++ getWorkspaceSize, not read) — log 46, the same service on "
+          "v0.11.2's Triton MoE, is within 2 % (vllm_logs/README.md, 'The remaining misses')",
 }
 
 #: V1 logs whose start-up failed before a KV cache was sized: no "GPU KV cache size" line, the
