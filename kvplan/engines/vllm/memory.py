@@ -48,7 +48,13 @@ checks these constants):
   whose baseline is taken after ``init_device``): V0 logs 07 and 08 (Llama-3.1-8B on an RTX 3090,
   TP 1: "non-torch memory 0.35GiB"), with no TP step — the V0 TP 4 run (19, A100 40GB) prints
   0.34–0.43 GiB. Logs 09 (1.79 GiB, 80 GB-class card) and 18 (0.04 GiB, WSL) are not in the fit
-  and stay outside it (``tests/test_end_to_end_report.py``).
+  and stay outside it (``tests/test_end_to_end_report.py``): V0's ``memory_profiling`` (v0.6.6
+  ``vllm/utils.py``) counts everything on the device that appeared after ``init_device`` and is not
+  torch's (every process's, through ``mem_get_info``), the machine's state rather than a rule.
+  Not modelled either: on a unified-memory GPU (compute capability 8.7, 11.0, 12.1: Orin, Thor, the
+  GB10) V1's ``utils/mem_utils.py`` ``MemorySnapshot.measure`` takes free memory from
+  ``psutil.virtual_memory().available`` (read in 0.13.0), so the non-torch increase counts the
+  host's own allocations while vLLM profiles (log 44).
 * ``GRAPH_BYTES_PER_SIZE`` (+ ``GRAPH_BYTES_PER_SIZE_TP`` when tp > 1) per capture size — logs 01,
   02 (TP 1: "Graph capturing finished … took 0.50 GiB", 67 sizes) and 03, 04 (TP 2: 0.65 GiB);
   the multi-node runs (05, 06) are not in the fit (they take 1.5–2× more).

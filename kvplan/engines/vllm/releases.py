@@ -252,11 +252,7 @@ V0_13 = replace(
             "already counts embeddings (PR #30475, as ``vllm@0.17``). Prefix caching on a Mamba "
             "hybrid is kept only for ``SupportsMambaPrefixCaching`` models (a state page per "
             "chunk-aligned block), else turned off (``models/config.py`` ``MambaModelConfig``, read "
-            "in 0.13.0 and 0.14.0; v0.11.0 turns it off for every hybrid). Not modelled: on a unified-"
-            "memory GPU (compute capability 8.7, 11.0, 12.1: Orin, Thor, the GB10) "
-            "``utils/mem_utils.py`` ``MemorySnapshot.measure`` takes free memory from "
-            "``psutil.virtual_memory().available`` (read in 0.13.0), so the profile's non-torch "
-            "increase counts the host's own allocations (public log 44).",
+            "in 0.13.0 and 0.14.0; v0.11.0 turns it off for every hybrid).",
     sampler_path="sort", capture_rule="stride16", mxfp4_triton=True, nemotron_h_ssm_default="fp16",
     mxfp4_source="vLLM v0.14.1/v0.19.0 quantization/mxfp4.py", mamba_prefix="per_block")
 V0_14 = replace(
