@@ -31,9 +31,16 @@ checks these constants):
 * ``SAMPLER_SORT_BYTES`` — bytes per (row × vocab) element of the PyTorch sort path
   (``apply_top_k_top_p_pytorch``: ``logits.sort`` values + int64 indices, softmax, cumsum, masks,
   the ``random_sample`` exponential): logs 27, 28, 29, 30 ("Peak activation memory", vLLM
-  0.14–0.18 by their line formats; 1,024 rows of 201,088 / 128,256 vocab). The tensors named
-  above add up to 27 B; the fit is 38.96 B, kept as 39.0 (allocator rounding and the temporaries of
-  ``gather``/``scatter_``).
+  0.14–0.18 by their line formats; 1,024 rows of 201,088 / 128,256 vocab). The fit is 38.96 B, kept
+  as 39.0. Derived at the sort: the bf16 logits the caller still holds (2 B), the fp32 copy (4), the
+  sorted values (4) and int64 indices (8), and PyTorch's ``SortStable.cu``
+  ``do_launch_stable_sort_kernel`` → ``segmented_sort_pairs`` (≥ 128 rows) with its int64 reverse
+  indices (8) and CUB's alternate key and value buffers (4 + 8): 38 B — the fit's 0.96 B more is
+  CUB's histograms and the allocator's rounding. Runs with 128 and 256 rows (logs 37, 05) leave
+  ≈ 27 B, which neither vLLM's code nor that path explains (``tests/fixtures/vllm_logs/README.md``,
+  "The remaining misses"). From v0.17 ``apply_top_k_top_p`` takes a Triton kernel for ≥ 8 rows
+  (``v1/sample/ops/topk_topp_triton.py``, read in 0.17.1–0.19.0, absent in 0.16.0), not modelled:
+  the ``vllm@0.19`` record keeps the sort, which the fitted logs' peaks show.
 * ``NON_TORCH_BASE`` (+ ``NON_TORCH_TP`` when tp > 1) — logs 27, 29, 30 (TP 1: 0.13, 0.14, 0.13
   GiB) and 28 (TP 2: 0.55 GiB). A step, not a slope: the V0 TP 4 run (19) prints 0.34–0.43 GiB,
   so the NCCL / custom all-reduce buffers do not grow with the rank count.
@@ -41,7 +48,13 @@ checks these constants):
   whose baseline is taken after ``init_device``): V0 logs 07 and 08 (Llama-3.1-8B on an RTX 3090,
   TP 1: "non-torch memory 0.35GiB"), with no TP step — the V0 TP 4 run (19, A100 40GB) prints
   0.34–0.43 GiB. Logs 09 (1.79 GiB, 80 GB-class card) and 18 (0.04 GiB, WSL) are not in the fit
-  and stay outside it (``tests/test_end_to_end_report.py``).
+  and stay outside it (``tests/test_end_to_end_report.py``): V0's ``memory_profiling`` (v0.6.6
+  ``vllm/utils.py``) counts everything on the device that appeared after ``init_device`` and is not
+  torch's (every process's, through ``mem_get_info``), the machine's state rather than a rule.
+  Not modelled either: on a unified-memory GPU (compute capability 8.7, 11.0, 12.1: Orin, Thor, the
+  GB10) V1's ``utils/mem_utils.py`` ``MemorySnapshot.measure`` takes free memory from
+  ``psutil.virtual_memory().available`` (read in 0.13.0), so the non-torch increase counts the
+  host's own allocations while vLLM profiles (log 44).
 * ``GRAPH_BYTES_PER_SIZE`` (+ ``GRAPH_BYTES_PER_SIZE_TP`` when tp > 1) per capture size — logs 01,
   02 (TP 1: "Graph capturing finished … took 0.50 GiB", 67 sizes) and 03, 04 (TP 2: 0.65 GiB);
   the multi-node runs (05, 06) are not in the fit (they take 1.5–2× more).

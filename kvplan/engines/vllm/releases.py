@@ -310,7 +310,12 @@ V0_19 = replace(
             "``v1/core/sched/scheduler.py`` no lookahead slots for them; no drafter on the GPU): "
             "``config/vllm.py`` ``_set_cudagraph_sizes`` raises the capture ceiling to "
             "``min(max_num_seqs × (1 + num_speculative_tokens) × 2, 512)`` (``spec_capture`` "
-            "``ceiling``); the other methods not read for this release.",
+            "``ceiling``); the other methods not read for this release."
+            " Not modelled: from v0.17 (read in 0.17.1, 0.18.0, 0.19.0; absent in 0.16.0) "
+            "``v1/sample/ops/topk_topp_sampler.py`` ``apply_top_k_top_p`` takes the Triton kernel "
+            "``apply_top_k_top_p_triton`` for ≥ 8 rows (in place on the fp32 logits, one cached "
+            "``min(num_SMs, rows) × vocab`` fp32 buffer) instead of sorting; the record keeps the "
+            "sort, whose bytes the fitted logs 27–30 (run here as this record) print.",
     state_block_check="cap", spec_methods=("ngram", "suffix"), spec_capture="ceiling")
 V0_20_0 = replace(
     V0_19, key="0.20.0", since="0.20.0", name="vLLM v0.20.0",
