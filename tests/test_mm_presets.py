@@ -38,3 +38,46 @@ def test_qwen2_5_vl_3b_by_hand():
     assert weights.total_by_part["vision"] == 2 * 668_684_288
     assert image_prompt_tokens(arch.name, arch.processor,
                                ImageRequest(count=2, width=1280, height=720)) == 2 * 1_198
+
+
+def test_qwen2_5_vl_72b_awq_by_hand():
+    """Qwen2.5-VL-72B-Instruct-AWQ (hidden 8,192, 80 layers, MLP 29,696; AWQ 4-bit GEMM, group
+    128, zero point, ``visual`` left in bf16). Its vision_config states only hidden 1,280, MLP
+    3,456 and out 8,192: depth 32 and the patch keys are Qwen2_5_VLVisionConfig's defaults
+    (transformers configuration_qwen2_5_vl.py), so the tower is patch 1,280 × 1,176 = 1,505,280;
+    per block norms 2,560 + qkv 3,840 × 1,281 + proj 1,280 × 1,281 + gate/up 6,912 × 1,281 +
+    down 1,280 × 3,457 = 19,840,512, × 32 = 634,896,384; merger ln_q 1,280 + 5,120 × 5,121 +
+    8,192 × 5,121 = 68,172,032: 704,573,696 (transformers' count), 1,409,147,392 B in bf16.
+    Each MLP projection (K × N = 8,192 × 29,696 = 243,269,632, as gate, up or down) stores qweight
+    K·N/2 = 121,634,816 B + qzeros K/128 · N/8 · 4 = 950,272 B + fp16 scales K/128 · N · 2 =
+    3,801,088 B = 126,386,176 B (vLLM awq.py AWQLinearMethod.create_weights): × 3 × 80 layers =
+    30,332,682,240 B."""
+    assert 1_505_280 + 32 * 19_840_512 + 68_172_032 == 704_573_696
+    whole = COUNTS["Qwen--Qwen2.5-VL-72B-Instruct-AWQ"]["architecture_class"]
+    assert (whole["text_model"], whole["towers"], whole["params"]) == (
+        72_957_861_888, 704_573_696, 73_662_435_584)
+    arch = load_model("Qwen/Qwen2.5-VL-72B-Instruct-AWQ")
+    assert arch.params_total == 73_662_435_584
+    parts = weights_per_gpu(arch).total_by_part
+    assert parts["vision"] == 2 * 704_573_696
+    assert 121_634_816 + 950_272 + 3_801_088 == 126_386_176
+    assert parts["mlp"] == 3 * 80 * 126_386_176 == 30_332_682_240
+    assert weights_per_gpu(arch).total_bytes == 43_004_666_368
+    assert image_prompt_tokens(arch.name, arch.processor,
+                               ImageRequest(count=1, width=1280, height=720)) == 1_198
+
+
+def test_sparse_qwen2_5_vl_vision_config_takes_the_class_defaults():
+    """A Qwen2.5-VL vision_config without depth (the Hub's sparse form) was not sized at all
+    before (no vision part: the 72B-AWQ's weights 1,409,147,392 B short); now each key it leaves
+    out is Qwen2_5_VLVisionConfig's default, and a stated key wins."""
+    from kvplan.config_import import parse_config
+    from kvplan.presets import PRESETS_DIR
+
+    path = PRESETS_DIR / "models" / "Qwen--Qwen2.5-VL-3B-Instruct.json"
+    config = json.loads(path.read_text())["config"]
+    full = weights_per_gpu(parse_config(config)).total_by_part["vision"]
+    sparse = dict(config, vision_config={"hidden_size": 1280, "out_hidden_size": 2048})
+    assert weights_per_gpu(parse_config(sparse)).total_by_part["vision"] == full == 2 * 668_684_288
+    deeper = dict(config, vision_config={"hidden_size": 1280, "out_hidden_size": 2048, "depth": 33})
+    assert weights_per_gpu(parse_config(deeper)).total_by_part["vision"] == full + 2 * 19_702_200
