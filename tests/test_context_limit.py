@@ -154,10 +154,10 @@ def test_the_vllm_truth_covers_every_preset_and_case():
     # Olmo-3.1-32B-Instruct, olmOCR-2-7B-1025, EXAONE-4.0-32B, Llama-3.1-8B/70B-Instruct,
     # Llama-3.2-3B-Instruct, Devstral-Small-2-24B- and Devstral-2-123B-Instruct-2512, Qwen3.5-9B,
     # ALLaM-7B-Instruct-preview, gemma-3-4b-it), one case each; the rerun left every earlier case
-    # as it was; 139 → 141: issue #27's multimodal presets Qwen2.5-VL-3B-Instruct and
-    # Qwen2.5-VL-72B-Instruct-AWQ (128,000 each, their max_position_embeddings), the earlier cases
-    # unchanged by the rerun
-    assert len(TRUTH["cases"]) == 141
+    # as it was; 139 → 142: issue #27's multimodal presets Qwen2.5-VL-3B-Instruct,
+    # Qwen2.5-VL-7B-Instruct-AWQ and Qwen2.5-VL-72B-Instruct-AWQ (128,000 each, their
+    # max_position_embeddings), the earlier cases unchanged by the rerun
+    assert len(TRUTH["cases"]) == 142
 
 
 @pytest.mark.parametrize("name", sorted(TRUTH["cases"]))

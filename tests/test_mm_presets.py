@@ -81,3 +81,21 @@ def test_sparse_qwen2_5_vl_vision_config_takes_the_class_defaults():
     assert weights_per_gpu(parse_config(sparse)).total_by_part["vision"] == full == 2 * 668_684_288
     deeper = dict(config, vision_config={"hidden_size": 1280, "out_hidden_size": 2048, "depth": 33})
     assert weights_per_gpu(parse_config(deeper)).total_by_part["vision"] == full + 2 * 19_702_200
+
+
+def test_qwen2_5_vl_7b_awq_by_hand():
+    """Qwen2.5-VL-7B-Instruct-AWQ: the 7B's shapes (hidden 3,584, 28 layers, MLP 18,944, vocab
+    152,064 untied) with AWQ 4-bit GEMM over attention and MLP. Its vision_config states no depth
+    or widths: the class defaults give the 7B's tower, 676,550,144 parameters (1,353,100,288 B).
+    One MLP projection (K · N = 3,584 × 18,944 = 67,895,296) stores K·N/2 = 33,947,648 B +
+    qzeros K/128 · N/8 · 4 = 265,216 B + scales K/128 · N · 2 = 1,060,864 B = 35,273,728 B;
+    × 3 × 28 = 2,962,993,152 B."""
+    whole = COUNTS["Qwen--Qwen2.5-VL-7B-Instruct-AWQ"]["architecture_class"]
+    assert (whole["text_model"], whole["towers"]) == (7_615_616_512, 676_550_144)
+    arch = load_model("Qwen/Qwen2.5-VL-7B-Instruct-AWQ")
+    assert arch.params_total == 8_292_166_656
+    parts = weights_per_gpu(arch).total_by_part
+    assert parts["vision"] == 1_353_100_288
+    assert 33_947_648 + 265_216 + 1_060_864 == 35_273_728
+    assert parts["mlp"] == 3 * 28 * 35_273_728 == 2_962_993_152
+    assert weights_per_gpu(arch).total_bytes == 6_923_847_680
