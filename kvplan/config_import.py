@@ -1217,6 +1217,17 @@ _QWEN_VL_TOWERS: dict[str, Literal["qwen2_5_vl", "qwen3_vl"]] = {
     "qwen3_5": "qwen3_vl", "qwen3_5_moe": "qwen3_vl"}
 
 
+#: Qwen2.5-VL's vision config class defaults, which transformers and vLLM apply to a
+#: ``vision_config`` that leaves a key out (the Hub's Qwen2.5-VL-72B-Instruct-AWQ states only
+#: hidden_size, intermediate_size, out_hidden_size and the patch keys): transformers 5.24
+#: ``configuration_qwen2_5_vl.py`` ``Qwen2_5_VLVisionConfig.__init__``. (The Qwen3-VL / 3.5 towers
+#: are read as stated: their configs state every key, and Qwen3.5's class defaults differ.)
+_QWEN2_5_VL_VISION_DEFAULTS: dict[str, Any] = {
+    "depth": 32, "hidden_size": 3584, "hidden_act": "silu", "intermediate_size": 3420, "num_heads": 16,
+    "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2,
+    "out_hidden_size": 3584}
+
+
 def _tower(raw: Any, name: str, text_hidden: int, outer_type: str = "",
            merge_size: int = 1) -> VisionSpec | None:
     """A vision/audio encoder from ``vision_config``/``audio_config`` (ViT shape, see weights.py;
@@ -1237,6 +1248,8 @@ def _tower(raw: Any, name: str, text_hidden: int, outer_type: str = "",
             "layout": "mistral3", "projector_merge": merge_size, "positions": 0})
     layout: Literal["vit", "qwen2_5_vl", "qwen3_vl"] = \
         _QWEN_VL_TOWERS.get(outer_type, "vit") if name == "vision" else "vit"
+    if layout == "qwen2_5_vl":  # a key the file leaves out is its vision config class's default
+        raw = {**_QWEN2_5_VL_VISION_DEFAULTS, **raw}
     vc = _Cfg(raw)
     if not vc.has("hidden_size", "embed_dim") or not vc.has("num_hidden_layers", "depth", "num_layers"):
         return None

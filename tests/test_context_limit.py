@@ -159,7 +159,9 @@ def test_the_vllm_truth_covers_every_preset_and_case():
     # 143 → 146: Qwen/Qwen2.5-3B, Qwen2.5-14B, Qwen3-14B, likewise; 146 → 147:
     # NousResearch/Hermes-3-Llama-3.1-405B; 147 → 148: perplexity-ai/r1-1776-distill-llama-70b;
     # 148 → 149: NousResearch/Hermes-2-Pro-Llama-3-70B; 149 → 150: QuantTrio/GLM-4.7-AWQ
-    assert len(TRUTH["cases"]) == 150
+    # 150 → 153: issue #27's multimodal presets Qwen2.5-VL-3B-Instruct, Qwen2.5-VL-7B-Instruct-AWQ and
+    # Qwen2.5-VL-72B-Instruct-AWQ (128,000 each, their max_position_embeddings), earlier cases unchanged
+    assert len(TRUTH["cases"]) == 153
 
 
 @pytest.mark.parametrize("name", sorted(TRUTH["cases"]))

@@ -179,3 +179,49 @@ def test_multimodal_classes_recorded():
     assert scout["causal_lm"]["class"] == "Llama4ForCausalLM"
     assert scout["architecture_class"]["class"] == "Llama4ForConditionalGeneration"
     assert scout["architecture_class"]["params"] - scout["causal_lm"]["params"] == 871_932_416
+
+
+#: multimodal preset → why its ``params_total`` is not transformers' count of its class.
+PARAMS_TOTAL_EXCEPTIONS: dict[str, str] = {
+    "mistralai--Mistral-Small-3.1-24B-Instruct-2503": (
+        "config.json states no tie_word_embeddings: transformers 5.24's Mistral3ForConditionalGeneration "
+        "ties the lm_head by the top-level default (23,340,272,640), while the checkpoint stores "
+        "lm_head.weight and vLLM builds the text model from text_config (MistralConfig, untied) and "
+        "loads it: 23,340,272,640 + 131,072 × 5,120 = 24,011,361,280, the count of what is stored"),
+}
+
+
+def _multimodal():
+    out = []
+    for preset in _presets():
+        config = json.loads((PRESETS_DIR / "models" / f"{preset}.json").read_text())["config"]
+        if "vision_config" in config or "text_config" in config:
+            out.append(preset)
+    return out
+
+
+def test_every_multimodal_preset_has_its_class_counted():
+    """Every preset with a ``vision_config`` or ``text_config`` has transformers' count of its
+    ``architectures[0]`` class in the fixture."""
+    missing = [p for p in _multimodal()
+               if "params" not in COUNTS["models"][p].get("architecture_class", {})]
+    assert missing == []
+    assert set(PARAMS_TOTAL_EXCEPTIONS) <= set(_multimodal())
+
+
+@pytest.mark.parametrize("preset", _multimodal())
+def test_multimodal_params_total_is_the_whole_class(preset):
+    """One rule for a multimodal checkpoint's ``params_total`` (the models table's parameters, and
+    the weights the recommender prices when the checkpoint is not pre-quantized): transformers
+    5.24's meta-device count of the checkpoint's own class (``architectures[0]``, e.g.
+    ``Qwen3_5ForConditionalGeneration``), towers and projectors included — not its text model
+    alone. Before this rule 15 presets held the text model only (Qwen3.5 / 3.6 and their NVFP4
+    releases, Gemma-3 12B / 27B, Gemma-4, Llama-4 Maverick) or a printout's figure (Llama-4
+    Scout 109,676,279,296 against the class's 108,641,793,536)."""
+    preset_file = json.loads((PRESETS_DIR / "models" / f"{preset}.json").read_text())
+    whole = COUNTS["models"][preset]["architecture_class"]
+    if preset in PARAMS_TOTAL_EXCEPTIONS:
+        assert preset_file["params_total"] == whole["text_model"] + whole["towers"] + 671_088_640
+    else:
+        assert preset_file["params_total"] == whole["params"]
+        assert whole["params"] == whole["text_model"] + whole["towers"]
