@@ -412,5 +412,10 @@ def test_the_status_report(rows: list[Row], capsys: pytest.CaptureFixture[str]):
 #: Helper trtlogs: TensorRT-LLM ≤ 1.2.0's CUTLASS MoE backend pads MXFP4 experts to 128 (hidden and
 #: intermediate 2,880 → 2,944): 04's weights 60.77 → 63.32 GiB, the logged 63.32 (its pool ×8.40 →
 #: ×8.01, still the GB10's unified memory): trtllm (2, 0, 6, 2) → (2, 0, 6, 3).
+#: Helper mmlogs: v0.11.0–v0.11.2's profile pads each dummy encoder output to the encoder budget
+#: (VllmRelease.mm_profile_pads, read in 0.11.0–0.11.2's gpu_model_runner.py profile_run): 73 ×1.975
+#: → ×1.040 (Qwen3-VL's 12,288-row dummy video cached as 153,600 rows, 2.34 GiB; its implied reserve
+#: 2.17 → 4.33 vs 4.14 GiB, now within 0.25), 36 ×1.013 → ×1.010 (implied reserve −0.34 → −0.25,
+#: within): two terms in → (22, 15, 61, 50).
 STATUS: dict[str, tuple[int, int, int, int]] = {
-    "vllm": (22, 15, 61, 48), "sglang": (1, 1, 0, 0), "trtllm": (2, 0, 6, 3)}
+    "vllm": (22, 15, 61, 50), "sglang": (1, 1, 0, 0), "trtllm": (2, 0, 6, 3)}

@@ -219,7 +219,10 @@ def test_releases_before_v0_13_count_gemma3s_whole_placeholder_as_a_public_log_s
     ``limit_mm_per_prompt`` {image: 2}, MNBT 8192; a README's startup log, find_string id
     9297248278) logs "Encoder cache will be initialized with a budget of 8192 tokens, and profiled
     with 31 image items": 8192 // 260 placeholder tokens = 31 (v0.10.1–v0.12 count
-    ``PlaceholderRange.length``, PR #21798); from v0.13 the 256 embeddings: 8192 // 256 = 32."""
+    ``PlaceholderRange.length``, PR #21798); from v0.13 the 256 embeddings: 8192 // 256 = 32.
+    v0.11.0–v0.11.2's profile pads each image's 256 encoder rows to the 8,192-row budget
+    (``profile_run``: ``new_zeros((encoder_budget, width))``, ``VllmRelease.mm_profile_pads``): 31 ×
+    8,192 rows are cached where v0.10 caches 31 × 256."""
     gemma = load_model("gemma-3-27b")
     old = encoder_budget(gemma, mnbt=8192, max_num_seqs=1024, max_model_len=4096, image_limit=2,
                          placeholder=True)
@@ -234,7 +237,9 @@ def test_releases_before_v0_13_count_gemma3s_whole_placeholder_as_a_public_log_s
     query = FitQuery(tokens=4096, engine="vllm@0.11", settings={"limit_mm_per_prompt": 2,
                                                                  "max_num_batched_tokens": 8192})
     term = _reserve(make_plan(gemma, gpu, query))["mm_encoder_cache"]
-    assert term.bytes == 31 * 256 * 5376 * 2 == 85_327_872
+    assert term.bytes == 31 * 8192 * 5376 * 2 == 2_730_491_904
+    before = make_plan(gemma, gpu, query.model_copy(update={"engine": "vllm@0.10"}))
+    assert _reserve(before)["mm_encoder_cache"].bytes == 31 * 256 * 5376 * 2 == 85_327_872
     later = make_plan(gemma, gpu, query.model_copy(update={"engine": "vllm@0.17"}))
     assert _reserve(later)["mm_encoder_cache"].bytes == 32 * 256 * 5376 * 2
 

@@ -170,22 +170,48 @@ def deepstack_buffer_term(arch: ModelArch, mnbt: int, model_dtype: str,
                        "Qwen3VLForConditionalGeneration.__init__ (deepstack_input_embeds)", "derived")
 
 
+def cached_rows(budget: EncoderBudget, pads: bool) -> int:
+    """Rows of one dummy item's output the profile keeps in ``encoder_cache``: its embeddings, or
+    — where the release pads (``VllmRelease.mm_profile_pads``: ``profile_run``'s
+    ``if encoder_output_shape[0] < encoder_budget: output.new_zeros((encoder_budget, width))``) —
+    the encoder budget's rows when the item has fewer."""
+    rows = budget.embeds_per_item[budget.modality]
+    return budget.budget if pads and rows < budget.budget else rows
+
+
 def encoder_cache_term(arch: ModelArch, budget: EncoderBudget, model_dtype: str,
-                       release: str) -> ReserveTerm:
+                       release: str, pads: bool = False) -> ReserveTerm:
     """The profile run's encoder outputs held beside the language model's dummy forward:
-    ``items × tokens × hidden_size × (1 + deepstack) × dtype bytes`` (the tower's projector writes
+    ``items × rows × hidden_size × (1 + deepstack) × dtype bytes`` (the tower's projector writes
     the language model's hidden size, Qwen3-VL's with its deepstack features beside it:
-    ``encoder_output_width``; every TP rank holds the whole output)."""
+    ``encoder_output_width``; every TP rank holds the whole output). ``rows`` is ``cached_rows``:
+    each item's embeddings, or the encoder budget where the release pads shorter outputs to it
+    (``pads``; v0.11.0–v0.11.2: Qwen3-VL's 12,288-embedding dummy video is cached as 153,600
+    rows, the placeholder-counted budget)."""
     width = get_dtype(model_dtype).bits // 8
     row, deep = encoder_output_width(arch)
-    total = budget.profiled_tokens * row * width
+    rows = cached_rows(budget, pads)
+    total = budget.items_per_batch * rows * row * width
     per_item = budget.embeds_per_item[budget.modality]
     hidden = f"hidden {arch.hidden_size:,}" + (f" × (1 + {deep} deepstack)" if deep else "")
-    formula = (f"{budget.items_per_batch} {budget.modality} item(s) × {per_item:,} "
-               f"tokens × {hidden} × {width} B = {total:,} B (encoder budget "
+    padded = (f" rows (each output of {per_item:,} embeddings padded to the encoder budget: "
+              "profile_run's new_zeros((encoder_budget, width)) + copy)"
+              if rows != per_item else " tokens")
+    formula = (f"{budget.items_per_batch} {budget.modality} item(s) × {rows:,}{padded} × "
+               f"{hidden} × {width} B = {total:,} B (encoder budget "
                f"{budget.budget:,} tokens = max(max_num_batched_tokens, largest item)); vLLM logs "
                f"\"{budget.log_line()}\"")
     return ReserveTerm("mm_encoder_cache", total, formula, f"{release} {_SOURCE}", "derived")
+
+
+def pad_copy_bytes(arch: ModelArch, budget: EncoderBudget, model_dtype: str, pads: bool) -> int:
+    """The tower's own outputs still held while ``profile_run`` copies them into their padded
+    copies (0 where nothing is padded): ``items × embeddings × row width × dtype bytes`` beside
+    the padded cache, until ``dummy_encoder_outputs`` is rebound to the copies."""
+    rows = budget.embeds_per_item[budget.modality]
+    if cached_rows(budget, pads) == rows:
+        return 0
+    return budget.items_per_batch * rows * encoder_output_width(arch)[0] * (get_dtype(model_dtype).bits // 8)
 
 
 
@@ -276,18 +302,34 @@ def _qwen3_vl_peak(arch: ModelArch, tower: VisionSpec, budget: EncoderBudget,
 def encoder_peak_term(arch: ModelArch, budget: EncoderBudget,
                       processor: Processor | None,
                       model_dtype: str, tp: int, held: int, release: str,
-                      qwen3_vl: bool = True) -> ReserveTerm | None:
-    """The tower's excess over what the profile holds after it: ``max(0, tower peak − held)``,
-    ``held`` = the activation peak of the language model's dummy forward + the encoder outputs
-    (the reserve's other terms count those); None where the tower is not modelled."""
+                      qwen3_vl: bool = True, copy: int = 0) -> ReserveTerm | None:
+    """The encoder profile's excess over what the profile holds after it: ``max(0, peak − held)``,
+    ``held`` = the activation peak of the language model's dummy forward + the cached encoder
+    outputs (the reserve's other terms count those), ``peak`` the larger of the tower's own peak
+    and ``copy`` (the padded cache + the tower's outputs while ``profile_run`` pads them:
+    ``pad_copy_bytes`` beside the cache; 0 where nothing is padded); None where the tower is not
+    modelled and the pad copy stays below ``held``."""
     peak = tower_peak(arch, budget, processor, model_dtype, tp, qwen3_vl)
-    if peak is None:
+    if peak is None and not copy:
         return None
+    copying = (f"the pad copy {copy:,} B (padded cache + the tower's outputs)") if copy else ""
+    if peak is None:
+        excess = max(0, copy - held)
+        if not excess:
+            return None
+        formula = (f"max(0, {copying} − {held:,} (activation peak + encoder outputs)) = {excess:,} B "
+                   "(the tower's own peak is not modelled for this tower and release)")
+        return ReserveTerm("mm_encoder_peak", excess, formula, f"{release} {_PEAK_SOURCE}", "derived")
     tower = next(t for t in arch.weights.towers if t.name == "vision")
-    excess = max(0, peak.bytes - held)
+    excess = max(0, max(peak.bytes, copy) - held)
     ids = f" + {peak.patch_bytes} B of position ids per patch" if peak.patch_bytes else ""
-    formula = (f"max(0, tower peak − held) = max(0, {peak.patches:,} patches × ({peak.rule} = "
-               f"{peak.block_elements:,} with h {tower.hidden_size:,}, I {tower.intermediate_size:,}, "
-               f"tp {tp} + pixel values {peak.pixel_elements:,}) × {peak.width} B{ids} = {peak.bytes:,} − "
-               f"{held:,} (activation peak + encoder outputs)) = {excess:,} B")
+    tower_text = (f"{peak.patches:,} patches × ({peak.rule} = "
+                  f"{peak.block_elements:,} with h {tower.hidden_size:,}, I {tower.intermediate_size:,}, "
+                  f"tp {tp} + pixel values {peak.pixel_elements:,}) × {peak.width} B{ids} = {peak.bytes:,}")
+    if copy:
+        formula = (f"max(0, max(tower peak, pad copy) − held) = max(0, max({tower_text}, {copying}) − "
+                   f"{held:,} (activation peak + encoder outputs)) = {excess:,} B")
+    else:
+        formula = (f"max(0, tower peak − held) = max(0, {tower_text} − "
+                   f"{held:,} (activation peak + encoder outputs)) = {excess:,} B")
     return ReserveTerm("mm_encoder_peak", excess, formula, f"{release} {_PEAK_SOURCE}", "derived")

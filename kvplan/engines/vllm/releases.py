@@ -176,6 +176,12 @@ class VllmRelease(Release):
     #: ``qwen3_vl.py``; 0.11.0's attention copies q, k, v and concatenates q and k — another live
     #: set, not derived: no term).
     qwen3_vl_tower_peak: bool = False
+    #: ``profile_run`` pads each dummy encoder output with fewer rows than the encoder budget to
+    #: ``encoder_budget`` rows (``output.new_zeros((encoder_budget, width))`` + a copy: "the
+    #: embeddings that encoder outputs are scattered onto") and caches the padded copies while the
+    #: language model's dummy forward and the sampler run (``v1/worker/gpu_model_runner.py``
+    #: ``profile_run``): read in 0.11.0, 0.11.1 and 0.11.2; absent in 0.10.1.1, 0.10.2 and 0.12.0.
+    mm_profile_pads: bool = False
 
 
 V0_6 = VllmRelease(
@@ -218,8 +224,8 @@ V0_9 = replace(
             "``determine_available_memory``, as v0.8); v0.9.1–v0.9.2 check free memory at start "
             "(``init_device``, as v0.10) — this record follows v0.9.0.",
     logged_tokens="groups", hybrid_default="on", batch_defaults="tiers")
-V0_11 = replace(
-    V0_9, key="0.11", since="0.10.0", name="vLLM v0.10–v0.11.0",
+V0_10 = replace(
+    V0_9, key="0.10", since="0.10.0", name="vLLM v0.10",
     changes="``ChunkedLocalAttentionSpec``; chunked-local models run with the hybrid manager off "
             "(``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE`` defaults to 0), so Llama 4's "
             "chunked and full layers all reserve ``max_model_len``. As in v0.9: FlashInfer top-k/top-p when "
@@ -236,16 +242,25 @@ V0_11 = replace(
     hybrid_default="off_with_chunked", layer_specs="all", mxfp4_moe=True, others_rule="free_check",
     mxfp4_source="vLLM v0.10.1.1 quantization/mxfp4.py", state_block_check="assert",
     mm_item_tokens="placeholder", nvml_batch_total=True)
-V0_13 = replace(
-    V0_11, key="0.13", since="0.11.1", name="vLLM v0.11.1–v0.13",
+V0_11 = replace(
+    V0_10, key="0.11", since="0.11.0", name="vLLM v0.11.0",
+    changes="``profile_run`` pads each dummy encoder output shorter than the encoder budget to "
+            "``encoder_budget`` rows (``new_zeros`` + copy) and keeps the padded copies in "
+            "``encoder_cache`` through the dummy forward and the sampler warm-up "
+            "(``mm_profile_pads``: read in 0.11.0; absent in 0.10.2). Qwen3-VL arrives (its "
+            "``get_max_video_tokens`` counts 12.5 placeholder tokens per video embedding). The rest "
+            "as v0.10.",
+    mm_profile_pads=True)
+V0_11_2 = replace(
+    V0_11, key="0.11.2", since="0.11.1", name="vLLM v0.11.1–v0.11.2",
     changes="the sampler warm-up sorts (FlashInfer top-k/top-p is opt-in from v0.11.1, "
             "``v1/sample/ops/topk_topp_sampler.py``) and CUDA graphs are captured at ``[1, 2, 4] + "
             "8…248 step 8 + 256… step 16`` (``config/vllm.py`` ``_set_cudagraph_sizes``), as in "
             "v0.14–v0.19; requested memory still ``total × util`` (no ceil, ``gpu_worker.py`` "
-            "``init_device``). MXFP4 experts: v0.12–v0.13 bundle ``vllm.third_party.triton_kernels`` "
-            "and take Triton on SM 9.0 as v0.14 (``quantization/mxfp4.py`` ``get_mxfp4_backend``); "
-            "v0.11.1–v0.11.2 bundle none (``utils/import_utils.py`` ``has_triton_kernels``) and take "
-            "Marlin, as ``vllm@0.11``, unless ``triton_kernels`` is installed. NemotronH's SSM "
+            "``init_device``). MXFP4 experts: v0.11.1–v0.11.2 bundle no ``triton_kernels`` "
+            "(``utils/import_utils.py`` ``has_triton_kernels``) and take Marlin, as ``vllm@0.11``, "
+            "unless ``triton_kernels`` is installed. The dummy encoder outputs are still padded to "
+            "the encoder budget (``mm_profile_pads``, read in 0.11.1 and 0.11.2). NemotronH's SSM "
             "state: ``models/config.py`` ``NemotronHForCausalLMConfig`` takes config.json's "
             "``mamba_ssm_cache_dtype``, else float16 (read in 0.13.0; absent in 0.11.0). The multimodal "
             "encoder budget counts each item's placeholder tokens as in v0.10.1–v0.11.0; v0.13.0 "
@@ -253,8 +268,14 @@ V0_13 = replace(
             "hybrid is kept only for ``SupportsMambaPrefixCaching`` models (a state page per "
             "chunk-aligned block), else turned off (``models/config.py`` ``MambaModelConfig``, read "
             "in 0.13.0 and 0.14.0; v0.11.0 turns it off for every hybrid).",
-    sampler_path="sort", capture_rule="stride16", mxfp4_triton=True, nemotron_h_ssm_default="fp16",
-    mxfp4_source="vLLM v0.14.1/v0.19.0 quantization/mxfp4.py", mamba_prefix="per_block")
+    sampler_path="sort", capture_rule="stride16", nemotron_h_ssm_default="fp16", mamba_prefix="per_block")
+V0_13 = replace(
+    V0_11_2, key="0.13", since="0.12.0", name="vLLM v0.12–v0.13",
+    changes="``profile_run`` caches the dummy encoder outputs as they are, no longer padded to the "
+            "encoder budget (read in 0.12.0 and 0.13.0). MXFP4 experts: v0.12–v0.13 bundle "
+            "``vllm.third_party.triton_kernels`` and take Triton on SM 9.0 as v0.14 "
+            "(``quantization/mxfp4.py`` ``get_mxfp4_backend``). The rest as v0.11.1–v0.11.2.",
+    mm_profile_pads=False, mxfp4_triton=True, mxfp4_source="vLLM v0.14.1/v0.19.0 quantization/mxfp4.py")
 V0_14 = replace(
     V0_13, key="0.14", since="0.14.0", name="vLLM v0.14",
     changes="requested memory ``ceil(total × util)`` (``v1/worker/utils.py`` ``request_memory``, "
@@ -415,5 +436,6 @@ V0_33 = replace(
     mm_skip_towers_at_zero=True, qwen3_vl_tower_peak=True)
 
 #: Every modelled vLLM release, oldest first; the last is "latest" (``vllm`` without ``@``).
-VLLM_RELEASES: tuple[VllmRelease, ...] = (V0_6, V0_8, V0_9, V0_11, V0_13, V0_14, V0_17, V0_19, V0_20_0, V0_20,
-                                          V0_24, V0_25, V0_26, V0_27, V0_28, V0_29, V0_30, V0_32, V0_33)
+VLLM_RELEASES: tuple[VllmRelease, ...] = (V0_6, V0_8, V0_9, V0_10, V0_11, V0_11_2, V0_13, V0_14, V0_17,
+                                          V0_19, V0_20_0, V0_20, V0_24, V0_25, V0_26, V0_27, V0_28, V0_29,
+                                          V0_30, V0_32, V0_33)
