@@ -519,3 +519,26 @@ def test_the_longest_length_is_searched_up_where_a_shorter_plan_reserves_less(
     assert f"(not {searched:,} from the plan at {tokens:,})" in " ".join(result.notes)
     assert fit(plan.vary(tokens=longest), search_gpus=False).max_requests_kv >= users
     assert fit(plan.vary(tokens=longest + 1), search_gpus=False).max_requests_kv < users
+
+
+def test_v0_11_pads_the_profiles_encoder_outputs_to_the_budget():
+    """vLLM 0.11.0–0.11.2 ``gpu_model_runner.py`` ``profile_run``: ``if encoder_output_shape[0] <
+    encoder_budget`` each dummy output is copied into ``output.new_zeros((encoder_budget, width))``
+    and the padded copies stay in ``encoder_cache`` through the dummy forward and the sampler (absent
+    in 0.10.2 and 0.12.0). Qwen3-VL-30B-A3B at 65,536 tokens (public log 73's settings): one dummy
+    video of 12,288 embeddings, a placeholder-counted budget of int(12,288 × 12.5) = 153,600 — so
+    v0.11.0 caches 153,600 rows of 2,048 × (1 + 3 deepstack) bf16 columns = 2,516,582,400 B; v0.10
+    and v0.12–v0.13 the 12,288 rows = 201,326,592 B. The tower's outputs are held beside the padded
+    copy while it is made (2,717,908,992 B), below the sampler warm-up's 1,516,929,024 B on top of
+    the copy, so no excess term."""
+    arch = load_model("Qwen/Qwen3-VL-30B-A3B-Instruct")
+    gpu = get_gpu("rtx-3090")
+    query = FitQuery(tokens=65_536, engine="vllm@0.11", tp=4, flashinfer_sampler=False)
+    terms = _reserve(make_plan(arch, gpu, query))
+    assert terms["mm_encoder_cache"].bytes == 153_600 * 2048 * 4 * 2 == 2_516_582_400
+    assert "mm_encoder_peak" not in terms
+    for engine in ("vllm@0.10", "vllm@0.13"):
+        other = _reserve(make_plan(arch, gpu, query.model_copy(update={"engine": engine})))
+        assert other["mm_encoder_cache"].bytes == 12_288 * 2048 * 4 * 2 == 201_326_592, engine
+    assert _reserve(make_plan(arch, gpu, query.model_copy(update={"engine": "vllm@0.11.2"}))
+                    )["mm_encoder_cache"].bytes == 2_516_582_400
