@@ -283,8 +283,10 @@ def test_qwen3_vl_video_counts_its_timestamped_placeholder_before_v0_13():
 
 def test_text_only_v0_33_loads_no_vision_tower():
     """``--limit-mm-per-prompt`` 0 on v0.33: the tower is a ``StageMissingLayer`` (interfaces.py
-    ``_mark_tower_model``), so its 1,353,100,288 B of weights leave the GPU with the encoder profile;
-    v0.32 (not read) keeps counting them."""
+    ``_mark_tower_model``), so its 1,353,100,288 B of weights leave the GPU with the encoder profile.
+    The same from v0.15.0 (``_mark_tower_model`` read in 0.15.0–0.32.0); v0.10.1–v0.14.1 by
+    Qwen2.5-VL's own ``__init__`` (``self.visual = None`` at limits 0; Gemma-3's builds its tower
+    whatever the limit); v0.9 builds every tower."""
     qwen, gpu = load_model(QWEN), get_gpu("h100-sxm")
     full = make_plan(qwen, gpu, FitQuery(tokens=32_768, engine="vllm@0.33"))
     assert full.weights.total_by_part["vision"] == 1_353_100_288
@@ -296,9 +298,18 @@ def test_text_only_v0_33_loads_no_vision_tower():
     gained = text.budget.stage_budgets[0] - full.budget.stage_budgets[0]
     peak = 131_072 * 17_996 * 2 - (1_557_135_360 + 32_768 * 3584 * 2)
     assert gained == 1_353_100_288 + 32_768 * 3584 * 2 + peak
-    older = make_plan(qwen, gpu, FitQuery(tokens=32_768, engine="vllm@0.32",
-                                          settings={"limit_mm_per_prompt": 0}))
-    assert older.weights.total_by_part["vision"] == 1_353_100_288
+    def vision(model, engine):  # type: ignore[no-untyped-def]
+        query = FitQuery(tokens=4096, engine=engine, settings={"limit_mm_per_prompt": 0})
+        return make_plan(model, gpu, query).weights.total_by_part.get("vision", 0)
+
+    assert [vision(qwen, e) for e in ("vllm@0.32", "vllm@0.17", "vllm@0.14", "vllm@0.10", "vllm@0.9")] \
+        == [0, 0, 0, 0, 1_353_100_288]
+    gemma = load_model("gemma-3-27b")
+    assert [vision(gemma, e) for e in ("vllm@0.17", "vllm@0.14", "vllm@0.11")] \
+        == [0, 846_120_672, 846_120_672]
+    # Qwen3-VL (from v0.11.0) skips its tower in its own __init__ until v0.15 marks it
+    qwen3 = load_model("Qwen/Qwen3-VL-8B-Instruct")
+    assert [vision(qwen3, e) for e in ("vllm@0.14", "vllm@0.11")] == [0, 0]
 
 
 def test_a_video_of_no_frames_is_refused(qwen):

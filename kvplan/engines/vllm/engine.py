@@ -448,10 +448,16 @@ class Vllm(Engine):
                             settings.max_num_batched_tokens or self.default_mnbt(gpu),
                             self.blackwell_capture_cap(gpu), self.record.spec_capture)
 
-    def drops_towers(self, settings: EngineSettings) -> bool:
-        """``--limit-mm-per-prompt`` 0 where the release then skips the towers' weights
-        (``VllmRelease.mm_skip_towers_at_zero``)."""
-        return self.record.mm_skip_towers_at_zero and settings.limit_mm_per_prompt == 0
+    def drops_towers(self, settings: EngineSettings, arch: ModelArch | None = None) -> bool:
+        """``--limit-mm-per-prompt`` 0 where the release then skips the towers' weights: every
+        marked tower from v0.15 (``VllmRelease.mm_skip_towers_at_zero``), before that the
+        architectures whose own ``__init__`` skips it (``VllmRelease.mm_skip_tower_archs``;
+        ``arch`` None: none of them)."""
+        if settings.limit_mm_per_prompt != 0:
+            return False
+        record = self.record
+        return record.mm_skip_towers_at_zero or (
+            arch is not None and arch.architecture in record.mm_skip_tower_archs)
 
     def mm_budget(self, arch: ModelArch, gpu: GPU, settings: EngineSettings,
                   tokens: int) -> EncoderBudget | None:

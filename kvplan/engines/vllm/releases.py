@@ -163,9 +163,17 @@ class VllmRelease(Release):
     #: text tokens inside it: Gemma-3's 260 per image; v0.10.1–v0.12, PR #21798).
     mm_item_tokens: Literal["embeds", "placeholder"] = "embeds"
     #: With ``--limit-mm-per-prompt`` 0 for all its modalities a tower is not built and its weights
-    #: are not loaded (``model_executor/models/interfaces.py`` ``_mark_tower_model`` →
-    #: ``StageMissingLayer``; read in v0.33's source; older releases' per-model rules not modelled).
+    #: are not loaded, for every model that marks its towers (``model_executor/models/interfaces.py``
+    #: ``_mark_tower_model`` → ``StageMissingLayer``): from v0.15.0 (read in 0.15.0, 0.17.1, 0.18.0,
+    #: 0.19.1, 0.20.0–0.20.2, 0.21.0, 0.24.0–0.33.0; absent in 0.14.1).
     mm_skip_towers_at_zero: bool = False
+    #: Before that general rule, the architectures whose own ``__init__`` builds no tower (and no
+    #: projector) when every limit is 0 (``if multimodal_config.get_limit_per_prompt(...)``, else
+    #: ``self.visual = None``; ``load_weights`` skips ``visual.``): v0.10.1–v0.14.1 (read in
+    #: 0.10.1.1, 0.10.2, 0.11.0–0.11.2, 0.12.0, 0.13.0, 0.14.0, 0.14.1; none in 0.9.0–0.10.0 —
+    #: 0.10.0 is in the v0.10 record, which follows v0.10.1 as ``mm_item_tokens`` does). Gemma-3 is
+    #: never among them (``gemma3_mm.py`` builds its tower whatever the limit).
+    mm_skip_tower_archs: tuple[str, ...] = ()
     #: ``get_batch_defaults`` reads the device total from NVML (``platforms/cuda.py``
     #: ``NvmlCudaPlatform.get_device_total_memory``: ``nvmlDeviceGetMemoryInfo(handle).total``) inside
     #: a ``try``: where NVML reports no memory (``GPU.nvml_memory`` False: the GB10) it raises,
@@ -241,16 +249,22 @@ V0_10 = replace(
             "read in 0.11.0, 0.12.0, 0.13.0: public log 44 on a GB10 defaults to 2,048 batched tokens).",
     hybrid_default="off_with_chunked", layer_specs="all", mxfp4_moe=True, others_rule="free_check",
     mxfp4_source="vLLM v0.10.1.1 quantization/mxfp4.py", state_block_check="assert",
-    mm_item_tokens="placeholder", nvml_batch_total=True)
+    mm_item_tokens="placeholder", nvml_batch_total=True,
+    mm_skip_tower_archs=("Qwen2VLForConditionalGeneration", "Qwen2_5_VLForConditionalGeneration",
+                         "Mistral3ForConditionalGeneration", "Llama4ForConditionalGeneration",
+                         "LlavaForConditionalGeneration"))
 V0_11 = replace(
     V0_10, key="0.11", since="0.11.0", name="vLLM v0.11.0",
     changes="``profile_run`` pads each dummy encoder output shorter than the encoder budget to "
             "``encoder_budget`` rows (``new_zeros`` + copy) and keeps the padded copies in "
             "``encoder_cache`` through the dummy forward and the sampler warm-up "
             "(``mm_profile_pads``: read in 0.11.0; absent in 0.10.2). Qwen3-VL arrives (its "
-            "``get_max_video_tokens`` counts 12.5 placeholder tokens per video embedding). The rest "
-            "as v0.10.",
-    mm_profile_pads=True)
+            "``get_max_video_tokens`` counts 12.5 placeholder tokens per video embedding; like "
+            "Qwen2.5-VL it builds no tower at ``--limit-mm-per-prompt`` 0: ``mm_skip_tower_archs``). "
+            "The rest as v0.10.",
+    mm_profile_pads=True,
+    mm_skip_tower_archs=(*V0_10.mm_skip_tower_archs, "Qwen3VLForConditionalGeneration",
+                         "Qwen3VLMoeForConditionalGeneration"))
 V0_11_2 = replace(
     V0_11, key="0.11.2", since="0.11.1", name="vLLM v0.11.1–v0.11.2",
     changes="the sampler warm-up sorts (FlashInfer top-k/top-p is opt-in from v0.11.1, "
@@ -303,9 +317,13 @@ V0_17 = replace(
     V0_14, key="0.17", since="0.15.0", name="vLLM v0.15–v0.17",
     changes="Prefix caching on a Mamba hybrid: Mamba cache mode \"all\" for "
             "``SupportsMambaPrefixCaching`` models, \"align\" (two state pages) for the others "
-            "(``models/config.py`` ``MambaModelConfig``, read in v0.15.0 and v0.17.1); the rest as "
-            "v0.14.",
-    mamba_prefix="all_or_align")
+            "(``models/config.py`` ``MambaModelConfig``, read in v0.15.0 and v0.17.1). "
+            "``--limit-mm-per-prompt`` 0 leaves every marked tower unloaded (``interfaces.py`` "
+            "``_mark_tower_model`` → ``StageMissingLayer``, from 0.15.0: ``mm_skip_towers_at_zero``; "
+            "the per-model rules of v0.10.1–v0.14 are gone) — this record follows 0.17.1, where "
+            "Kimi-K2.5 marks its tower too (0.15.0's ``kimi_k25.py`` does not: it loads it). The rest "
+            "as v0.14.",
+    mamba_prefix="all_or_align", mm_skip_towers_at_zero=True, mm_skip_tower_archs=())
 V0_19 = replace(
     V0_17, key="0.19", since="0.18.0", name="vLLM v0.18–v0.19",
     changes="hybrid Mamba models with FULL decode CUDA graphs: ``config/compilation.py`` "
@@ -428,12 +446,11 @@ V0_33 = replace(
             "``is_device_capability((12, 1))``) stays on the small tier whatever its memory. LoRA "
             "slots read from 0.33.0 ``vllm/lora`` (``lora_ranks``: ``config/lora.py`` MaxLoRARanks). "
             "``--speculative-config`` read from 0.33.0 ``config/speculative.py`` and "
-            "``v1/spec_decode`` (``spec_methods``). ``--limit-mm-per-prompt`` 0 leaves the towers "
-            "unloaded (``_mark_tower_model``, read in 0.33.0). The Qwen3-VL tower's profile peak "
+            "``v1/spec_decode`` (``spec_methods``). The Qwen3-VL tower's profile peak "
             "(``qwen3_vl_tower_peak``, read in 0.33.0).",
     gb10_small_tier=True, lora_ranks=(1, 8, 16, 32, 64, 128, 256, 320, 512),
     spec_methods=("draft_model", "eagle", "eagle3", "mtp", "ngram", "suffix"),
-    mm_skip_towers_at_zero=True, qwen3_vl_tower_peak=True)
+    qwen3_vl_tower_peak=True)
 
 #: Every modelled vLLM release, oldest first; the last is "latest" (``vllm`` without ``@``).
 VLLM_RELEASES: tuple[VllmRelease, ...] = (V0_6, V0_8, V0_9, V0_10, V0_11, V0_11_2, V0_13, V0_14, V0_17,
