@@ -161,7 +161,11 @@ KNOWN_MISS: dict[str, str] = {
     "70": "Qwen2.5-VL-7B on an L4 (v0.9.0.1, 2,048 tokens): 38,736 tokens vs 33,824 (×1.145), a KV "
           "budget 0.26 GiB above the log's 1.81 GiB. The log's weights are 15.63 GiB where kvplan counts "
           "the checkpoint's 15.44 GiB (16,584,333,312 B; log 71 on v0.23 prints 15.67): 0.18 GiB loaded "
-          "beside the parameters that kvplan does not attribute. The reserve it leaves, 0.9 × 22.05 − "
+          "beside the parameters, 0.122 GiB of it the MRoPE cos/sin cache load_model allocates (v0.9.0 "
+          "rotary_embedding.py MRotaryEmbedding: 4 × max_position_embeddings 128,000 × rotary_dim 128 × "
+          "2 B = 131,072,000 B; the plain RoPE cache is the 0.031 GiB Llama-3.1-8B's logs 30/37 show, "
+          "131,072 × 128 × 2 B), not in kvplan's weights; the last 0.06 GiB not attributed. The "
+          "reserve it leaves, 0.9 × 22.05 − "
           "15.63 − 1.81 = 2.41 GiB, is kvplan's 2.33 (activation 0.36, non-torch 0.13, encoder outputs "
           "0.11, the tower's excess 1.73) within 0.1 GiB; without the tower term kvplan would give "
           "3.8 GiB of KV",
