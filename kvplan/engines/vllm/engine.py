@@ -492,7 +492,7 @@ class Vllm(Engine):
         processor = with_processor_kwargs(arch.name, arch.processor, settings.mm_processor_kwargs)
         copy = pad_copy_bytes(arch, budget, dtype, pads)
         peak = encoder_peak_term(arch, budget, processor, dtype, settings.tp, text + cache.bytes,
-                                 self.release, qwen3_vl=self.record.qwen3_vl_tower_peak,
+                                 self.release, qwen3_vl=self.record.qwen3_vl_tower,
                                  copy=cache.bytes + copy if copy else 0)
         return (*first, cache) if peak is None else (*first, cache, peak)
 

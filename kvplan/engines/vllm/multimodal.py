@@ -40,7 +40,10 @@ vLLM 0.33's own tower run on CPU (``tools/multimodal_truth/tower_peak.py``):
 * Qwen3-VL (and Qwen3.5, the same ``Qwen3_VisionTransformer``; ``qwen3_vl.py``): the last block's
   attention, ``4·h + 8·h/tp``, or its MLP, ``3·h + 2·I/tp``, whichever is larger, with the
   deepstack features and rotary tables held (``_qwen3_vl_peak``; checked on the 2B and 8B towers,
-  ``tools/multimodal_truth/qwen3_vl_tower_peak.py``);
+  ``tools/multimodal_truth/qwen3_vl_tower_peak.py``) — vLLM 0.11.0's tower holds another set
+  (``_qwen3_vl_peak_v0_11``: the rotary's float32 copies, ``3·h + 10·h/tp`` elements + ``16·h/tp``
+  B, or at TP > 1 the all-gather's ``9·h + 3·h/tp``; checked at TP 1,
+  ``qwen3_vl_tower_peak_v0_11.py``);
 
 plus the pixel values the caller holds (``channels × temporal patch × patch²`` per patch), in the
 model's dtype, over every patch of the profile's dummy batch (Qwen: the items' embeddings ×
@@ -243,17 +246,20 @@ class TowerPeak:
 
 def tower_peak(arch: ModelArch, budget: EncoderBudget,
                processor: Processor | None,
-               model_dtype: str, tp: int, qwen3_vl: bool = True) -> TowerPeak | None:
-    """``TowerPeak`` of the towers kvplan derives (module docstring), else None. ``qwen3_vl``: the
-    release's Qwen3-VL tower is the one read (``VllmRelease.qwen3_vl_tower_peak``; else None)."""
+               model_dtype: str, tp: int, qwen3_vl: str = "0.33") -> TowerPeak | None:
+    """``TowerPeak`` of the towers kvplan derives (module docstring), else None. ``qwen3_vl``: whose
+    Qwen3-VL tower code the release runs (``VllmRelease.qwen3_vl_tower``: "0.33", "0.11.0"; "" —
+    not read: None)."""
     tower = next((t for t in arch.weights.towers if t.name == "vision"), None)
     if tower is None or processor is None or not budget.items_per_batch:
         return None
     width = get_dtype(model_dtype).bits // 8
     h, inter = tower.hidden_size, tower.intermediate_size // tp
     if isinstance(processor, QwenVLProcessor) and tower.layout == "qwen3_vl":
-        return _qwen3_vl_peak(arch, tower, budget, processor, width, tp) \
-            if qwen3_vl and tower.heads else None
+        if not tower.heads or qwen3_vl not in ("0.33", "0.11.0"):
+            return None
+        rule = _qwen3_vl_peak if qwen3_vl == "0.33" else _qwen3_vl_peak_v0_11
+        return rule(arch, tower, budget, processor, width, tp)
     if isinstance(processor, QwenVLProcessor) and tower.gated_mlp and tower.heads:
         patches = budget.profiled_tokens * processor.merge_size ** 2
         pixels = tower.in_channels * processor.temporal_patch_size * tower.patch_size ** 2
@@ -299,10 +305,51 @@ def _qwen3_vl_peak(arch: ModelArch, tower: VisionSpec, budget: EncoderBudget,
                      rule, patch_bytes=16, fixed_bytes=4 * (budget.items_per_batch + 1) + 4)
 
 
+def _qwen3_vl_peak_v0_11(arch: ModelArch, tower: VisionSpec, budget: EncoderBudget,
+                         processor: QwenVLProcessor, width: int, tp: int) -> TowerPeak:
+    """Qwen3-VL's tower under vLLM 0.11.0 (``qwen3_vl.py`` ``Qwen3_VisionTransformer.forward``,
+    ``Qwen3_VisionBlock``; ``qwen2_5_vl.py`` ``Qwen2_5_VisionAttention.forward`` and
+    ``all_gather_interleave``; ``qwen2_vl.py`` ``apply_rotary_pos_emb_vision``). Held through
+    every block: the block's input (the loop's ``hidden_states``), the attention's argument
+    (``norm1``'s output, in the module call's arguments), ``pos_embeds`` (a local of ``forward``),
+    the deepstack features merged so far (``deepstack × out_hidden / merge²``; all of them at the
+    last block) and the float32 rotary table (``head_dim / 2`` × 4 B). The attention's peak is the
+    larger of
+    * the rotary: ``qkv``'s output (3·h/tp, the local ``x`` keeps it), the contiguous q, k, v
+      (3·h/tp), ``qk_concat`` (2·h/tp), its float32 copy ``t_`` and the kernel's float32 output
+      (2·h/tp × 4 B each) and the cast back (2·h/tp), with ``freqs.cos()`` and ``.sin()``
+      (``head_dim / 2`` × 4 B each): ``3·h + 10·h/tp`` elements + ``16·h/tp + 6·head_dim`` B;
+    * at TP > 1, the gather: ``all_gather_interleave`` holds the local ``qkv`` (3·h/tp), the
+      gathered list (3·h) and their ``torch.cat`` (3·h): ``9·h + 3·h/tp`` elements + the table;
+    and the MLP's ``4·h + max(2·I/tp, I/tp + h)`` (the block's input, the residual sum, ``pos_embeds``,
+    ``norm2``'s output; ``linear_fc1``'s output and its activation, or the activation and
+    ``linear_fc2``'s) is below both for every preset; the largest is taken. Beside them the int32
+    ``grid_thw`` (3 per item) and ``cu_seqlens`` (items + 1; one frame group per item, as the
+    profile's dummy). Checked at TP 1 on vLLM 0.11.0's own tower on CPU for Qwen3-VL-2B and -8B
+    (``tools/multimodal_truth/qwen3_vl_tower_peak_v0_11.py``: 49,536 and 58,032 B a patch, exact);
+    the gather (TP > 1) is read, not run."""
+    h, inter = tower.hidden_size, tower.intermediate_size // tp
+    head_dim = h // tower.heads
+    deep = tower.deepstack * arch.hidden_size // processor.merge_size ** 2
+    table = 2 * head_dim  # float32 head_dim / 2
+    candidates = [(3 * h + 10 * h // tp + deep, 16 * h // tp + 6 * head_dim, "rotary 3·h + 10·h/tp "
+                   "(+ float32 16·h/tp + 6·head_dim B)"),
+                  (4 * h + max(2 * inter, inter + h) + deep, table, "MLP 4·h + max(2·I/tp, I/tp + h)")]
+    if tp > 1:
+        candidates.append((9 * h + 3 * h // tp + deep, table, "gather 9·h + 3·h/tp"))
+    elements, fp32, where = max(candidates, key=lambda c: c[0] * width + c[1])
+    pixels = tower.in_channels * processor.temporal_patch_size * tower.patch_size ** 2
+    rule = (f"vLLM 0.11.0 Qwen3-VL block at its peak, {where} (the largest) + deepstack "
+            f"{tower.deepstack}·{arch.hidden_size:,}/{processor.merge_size ** 2}")
+    items = budget.items_per_batch
+    return TowerPeak(budget.profiled_tokens * processor.merge_size ** 2, elements, pixels, width, rule,
+                     patch_bytes=fp32, fixed_bytes=12 * items + 4 * (items + 1))
+
+
 def encoder_peak_term(arch: ModelArch, budget: EncoderBudget,
                       processor: Processor | None,
                       model_dtype: str, tp: int, held: int, release: str,
-                      qwen3_vl: bool = True, copy: int = 0) -> ReserveTerm | None:
+                      qwen3_vl: str = "0.33", copy: int = 0) -> ReserveTerm | None:
     """The encoder profile's excess over what the profile holds after it: ``max(0, peak − held)``,
     ``held`` = the activation peak of the language model's dummy forward + the cached encoder
     outputs (the reserve's other terms count those), ``peak`` the larger of the tower's own peak
@@ -322,7 +369,8 @@ def encoder_peak_term(arch: ModelArch, budget: EncoderBudget,
         return ReserveTerm("mm_encoder_peak", excess, formula, f"{release} {_PEAK_SOURCE}", "derived")
     tower = next(t for t in arch.weights.towers if t.name == "vision")
     excess = max(0, max(peak.bytes, copy) - held)
-    ids = f" + {peak.patch_bytes} B of position ids per patch" if peak.patch_bytes else ""
+    ids = (f" + {peak.patch_bytes} B per patch beside them (position ids / float32)"
+           if peak.patch_bytes else "")
     tower_text = (f"{peak.patches:,} patches × ({peak.rule} = "
                   f"{peak.block_elements:,} with h {tower.hidden_size:,}, I {tower.intermediate_size:,}, "
                   f"tp {tp} + pixel values {peak.pixel_elements:,}) × {peak.width} B{ids} = {peak.bytes:,}")

@@ -180,10 +180,11 @@ class VllmRelease(Release):
     #: ``device_memory = 0`` and the device takes the small tier (read in 0.11.0, 0.12.0, 0.13.0,
     #: 0.19.0 and 0.32.0; the records between inherit it).
     nvml_batch_total: bool = False
-    #: The Qwen3-VL tower's profile peak is derived (``multimodal._qwen3_vl_peak``: read in 0.33.0's
-    #: ``qwen3_vl.py``; 0.11.0's attention copies q, k, v and concatenates q and k — another live
-    #: set, not derived: no term).
-    qwen3_vl_tower_peak: bool = False
+    #: Whose Qwen3-VL tower code the profile peak is derived from (``multimodal.tower_peak``):
+    #: ``"0.33"`` (``_qwen3_vl_peak``, read in 0.33.0's ``qwen3_vl.py``), ``"0.11.0"``
+    #: (``_qwen3_vl_peak_v0_11``, read in 0.11.0: its attention copies q, k, v, concatenates q and
+    #: k and rotates them in float32; 0.11.1 already differs), ``""`` — not read: no term.
+    qwen3_vl_tower: Literal["", "0.11.0", "0.33"] = ""
     #: ``profile_run`` pads each dummy encoder output with fewer rows than the encoder budget to
     #: ``encoder_budget`` rows (``output.new_zeros((encoder_budget, width))`` + a copy: "the
     #: embeddings that encoder outputs are scattered onto") and caches the padded copies while the
@@ -259,10 +260,11 @@ V0_11 = replace(
             "``encoder_budget`` rows (``new_zeros`` + copy) and keeps the padded copies in "
             "``encoder_cache`` through the dummy forward and the sampler warm-up "
             "(``mm_profile_pads``: read in 0.11.0; absent in 0.10.2). Qwen3-VL arrives (its "
-            "``get_max_video_tokens`` counts 12.5 placeholder tokens per video embedding; like "
+            "``get_max_video_tokens`` counts 12.5 placeholder tokens per video embedding; its tower's "
+            "profile peak is 0.11.0's own, ``qwen3_vl_tower``; like "
             "Qwen2.5-VL it builds no tower at ``--limit-mm-per-prompt`` 0: ``mm_skip_tower_archs``). "
             "The rest as v0.10.",
-    mm_profile_pads=True,
+    mm_profile_pads=True, qwen3_vl_tower="0.11.0",
     mm_skip_tower_archs=(*V0_10.mm_skip_tower_archs, "Qwen3VLForConditionalGeneration",
                          "Qwen3VLMoeForConditionalGeneration"))
 V0_11_2 = replace(
@@ -282,7 +284,8 @@ V0_11_2 = replace(
             "hybrid is kept only for ``SupportsMambaPrefixCaching`` models (a state page per "
             "chunk-aligned block), else turned off (``models/config.py`` ``MambaModelConfig``, read "
             "in 0.13.0 and 0.14.0; v0.11.0 turns it off for every hybrid).",
-    sampler_path="sort", capture_rule="stride16", nemotron_h_ssm_default="fp16", mamba_prefix="per_block")
+    sampler_path="sort", capture_rule="stride16", nemotron_h_ssm_default="fp16", mamba_prefix="per_block",
+    qwen3_vl_tower="")
 V0_13 = replace(
     V0_11_2, key="0.13", since="0.12.0", name="vLLM v0.12–v0.13",
     changes="``profile_run`` caches the dummy encoder outputs as they are, no longer padded to the "
@@ -447,10 +450,10 @@ V0_33 = replace(
             "slots read from 0.33.0 ``vllm/lora`` (``lora_ranks``: ``config/lora.py`` MaxLoRARanks). "
             "``--speculative-config`` read from 0.33.0 ``config/speculative.py`` and "
             "``v1/spec_decode`` (``spec_methods``). The Qwen3-VL tower's profile peak "
-            "(``qwen3_vl_tower_peak``, read in 0.33.0).",
+            "(``qwen3_vl_tower``, read in 0.33.0).",
     gb10_small_tier=True, lora_ranks=(1, 8, 16, 32, 64, 128, 256, 320, 512),
     spec_methods=("draft_model", "eagle", "eagle3", "mtp", "ngram", "suffix"),
-    qwen3_vl_tower_peak=True)
+    qwen3_vl_tower="0.33")
 
 #: Every modelled vLLM release, oldest first; the last is "latest" (``vllm`` without ``@``).
 VLLM_RELEASES: tuple[VllmRelease, ...] = (V0_6, V0_8, V0_9, V0_10, V0_11, V0_11_2, V0_13, V0_14, V0_17,
