@@ -24,8 +24,11 @@ The tower's own transient activations during ``embed_multimodal`` come first: th
 peak is ``max(tower peak, encoder outputs + the language model's dummy forward)``, so where the
 tower's peak is the larger one the reserve gains its excess (``encoder_peak_term``, the
 ``mm_encoder_peak`` term). It is derived from the tower's shapes for the three tower codes read
-(vLLM 0.33; the same block structure in the releases kvplan models from v0.10), each checked on
-vLLM 0.33's own tower run on CPU (``tools/multimodal_truth/tower_peak.py``):
+(vLLM 0.33; applied to every record from v0.10 — not exact for them all: vLLM 0.11.0's own
+Qwen2.5-VL-7B tower, run on CPU on its FlashAttention path as ``qwen3_vl_tower_peak_v0_11.py`` runs
+Qwen3-VL, peaks at 55,504,196 B over a 32×32 grid and 219,587,412 B over 64×64 — about 53.6 KB a
+patch against this rule's 36.0 KB, its attention's float32 rotary copies, not modelled here), each
+checked on vLLM 0.33's own tower run on CPU (``tools/multimodal_truth/tower_peak.py``):
 
 * Qwen2.5-VL (``model_executor/models/qwen2_5_vl.py`` ``Qwen2_5_VisionBlock.forward``, gated
   SiLU MLP): at the MLP's ``down_proj`` the block's input (the transformer loop still holds it),
