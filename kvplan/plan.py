@@ -225,7 +225,7 @@ class Plan:
         rules = self.engine.loading_rules(self.gpu)
         settings = self.settings
         arch = self.arch
-        if arch.weights.towers and self.engine.drops_towers(settings):  # text only: no towers
+        if arch.weights.towers and self.engine.drops_towers(settings, arch):  # text only: no towers
             arch = arch.model_copy(update={"weights": arch.weights.model_copy(update={"towers": ()})})
         if settings.dp > 1 and arch.moe is not None:
             return _dp_weights(arch, dtype, self.query.tp, self.query.pp, settings.dp,

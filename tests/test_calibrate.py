@@ -556,7 +556,7 @@ def test_engine_parsers_refuse_overflowing_numbers_by_name():
 # --------------------------------------------------------------------------------------------
 # The release the log names; a log of another model (issue #30 calibrate item, issue #33 items 3-4)
 
-#: Llama-3.1-8B on an H100 at 32K, as kvplan plans it under v0.10–v0.11.0 (``vllm@0.11``:
+#: Llama-3.1-8B on an H100 at 32K, as kvplan plans it under v0.11.0 (``vllm@0.11``:
 #: gpu_memory_utilization 0.9, reserve 1,456,471,225 B): 54.96 GiB, 28,137 blocks.
 V011_LINES = ("Available KV cache memory: 54.96 GiB\n"
               "GPU KV cache size: 450,192 tokens\n"
@@ -608,11 +608,14 @@ def test_the_fixture_logs_version_lines_place_them_where_the_end_to_end_test_doe
     # draft tokens differ; nothing else kvplan sizes does). 26 (a v0.14 dev build): the v0.14
     # record since 0.14 split off v0.15–v0.17 (its Mamba prefix-caching rule is v0.13's; log 26 is
     # Qwen3-Coder-30B-A3B, no Mamba layer, so none of its numbers move)
-    assert placed == {"01": "0.11", "02": "0.11", "03": "0.11", "04": "0.11", "05": "0.11",
-                      "06": "0.11", "14": "0.19", "20": "0.28", "22": "0.24", "25": "0.11",
+    # 01–06, 25, 43 (v0.10.x): the v0.10 record, and 40, 46 (v0.11.2): the v0.11.1–v0.11.2 record,
+    # since v0.11.0–v0.11.2 split off (their profile pads the dummy encoder outputs to the encoder
+    # budget, VllmRelease.mm_profile_pads); all text-only, so none of their numbers move
+    assert placed == {"01": "0.10", "02": "0.10", "03": "0.10", "04": "0.10", "05": "0.10",
+                      "06": "0.10", "14": "0.19", "20": "0.28", "22": "0.24", "25": "0.10",
                       "26": "0.14", "37": "0.11", "38": "0.9",
-                      "39": "0.17", "40": "0.13", "41": "0.9",
-                      "42": "0.9", "43": "0.11", "44": "0.13", "45": "0.17", "46": "0.13",
+                      "39": "0.17", "40": "0.11.2", "41": "0.9",
+                      "42": "0.9", "43": "0.10", "44": "0.13", "45": "0.17", "46": "0.11.2",
                       "70": "0.9", "71": "0.24", "72": "0.11",
                       # issue #26's ngram start-ups: v0.29.0 and v0.18.0 (test_budget_vs_logs.CASES)
                       "80": "0.29", "81": "0.19", "82": "0.29"}
@@ -622,8 +625,10 @@ def test_the_fixture_logs_version_lines_place_them_where_the_end_to_end_test_doe
 
 
 @pytest.mark.parametrize(("version", "how"), [
-    ("0.11.0", "vLLM 0.11.0 → vLLM v0.10–v0.11.0"),
-    ("0.11.1", "vLLM 0.11.1 → vLLM v0.11.1–v0.13"),
+    ("0.11.0", "vLLM 0.11.0 → vLLM v0.11.0"),
+    ("0.11.1", "vLLM 0.11.1 → vLLM v0.11.1–v0.11.2"),
+    ("0.12.0", "vLLM 0.12.0 → vLLM v0.12–v0.13"),
+    ("0.10.2", "vLLM 0.10.2 → vLLM v0.10"),
     ("0.20.0", "vLLM 0.20.0 → vLLM v0.20.0"),
     ("0.20.2", "vLLM 0.20.2 → vLLM v0.20.1–v0.20.2"),
     ("0.7.3", "vLLM 0.7.3 → vLLM v0.6 (V0)"),
@@ -677,13 +682,13 @@ def test_v0_worker_lines_place_a_log_in_the_v0_record():
 
 def test_calibrate_uses_the_release_the_log_names():
     """Issue #33 item 3: the same lines with and without "vLLM API server version 0.11.0". With it
-    the v0.10–v0.11.0 rules are used (gpu_memory_utilization 0.9) and the implied reserve is the
+    the v0.11.0 rules are used (gpu_memory_utilization 0.9) and the implied reserve is the
     plan's own 1,456,471,225 B within one block; read with v0.33's (0.92) it was 1.58 GiB larger."""
     plan = make_plan(ARCH, H100, FitQuery(tokens=L))
     named = calibrate(plan, API_LINE + V011_LINES)
-    assert (named.engine_id, named.release) == ("vllm@0.11", "vLLM v0.10–v0.11.0")
-    assert named.release_source == ("vLLM v0.10–v0.11.0, from the log's version line 'vLLM API server "
-                                    "version 0.11.0' (vLLM 0.11.0 → vLLM v0.10–v0.11.0)")
+    assert (named.engine_id, named.release) == ("vllm@0.11", "vLLM v0.11.0")
+    assert named.release_source == ("vLLM v0.11.0, from the log's version line 'vLLM API server "
+                                    "version 0.11.0' (vLLM 0.11.0 → vLLM v0.11.0)")
     assert named.implied_reserve_bytes == 1_456_044_442
     assert abs(named.implied_reserve_bytes - 1_456_471_225) < BLOCK_BYTES
     assert named.suggested_reserve_gib == 1.356 and not named.notes
@@ -697,11 +702,11 @@ def test_calibrate_uses_the_release_the_log_names():
     pinned = calibrate(make_plan(ARCH, H100, FitQuery(tokens=L, engine="vllm@0.33")), API_LINE + V011_LINES)
     assert pinned.engine_id == "vllm" and pinned.implied_reserve_bytes == 3_156_604_028
     assert pinned.release_source == ("vLLM v0.33, as chosen (the log's version line 'vLLM API server "
-                                     "version 0.11.0' says vLLM v0.10–v0.11.0)")
+                                     "version 0.11.0' says vLLM v0.11.0)")
     assert pinned.notes == ["the log's version line 'vLLM API server version 0.11.0' places it in vLLM "
-                            "v0.10–v0.11.0, but vLLM v0.33 was chosen; compared with the chosen release"]
+                            "v0.11.0, but vLLM v0.33 was chosen; compared with the chosen release"]
     same = calibrate(make_plan(ARCH, H100, FitQuery(tokens=L, engine="vllm@0.11")), API_LINE + V011_LINES)
-    assert same.release_source == ("vLLM v0.10–v0.11.0, as chosen and as the log's version line "
+    assert same.release_source == ("vLLM v0.11.0, as chosen and as the log's version line "
                                    "'vLLM API server version 0.11.0' says")
 
 
@@ -751,8 +756,8 @@ def test_cli_names_the_release_and_refuses_another_model(tmp_path):
     path.write_text(EIGHT_B)
     code, out, err = run_cli(cal_argv(path))
     assert code == 0 and err == ""
-    assert out.splitlines()[1] == ("Release: vLLM v0.10–v0.11.0, from the log's version line 'vLLM API "
-                                   "server version 0.11.0' (vLLM 0.11.0 → vLLM v0.10–v0.11.0)")
+    assert out.splitlines()[1] == ("Release: vLLM v0.11.0, from the log's version line 'vLLM API "
+                                   "server version 0.11.0' (vLLM 0.11.0 → vLLM v0.11.0)")
     assert json.loads(run_cli(cal_argv(path, "--json"))[1])["engine_id"] == "vllm@0.11"
     code, out, err = run_cli(["calibrate", "--model", "llama-3.1-70b", "--gpu", "h100-sxm",
                               "--tokens", str(L), "--log", str(path)])
@@ -767,10 +772,10 @@ def test_expander_uses_the_logs_release_and_applies_it_with_the_reserve():
     open_boxes(at.run(), "box_calibrate")
     at.text_area(key="w_vllm_log").input(EIGHT_B).run()
     assert not at.exception and not at.error, [e.value for e in at.error]
-    assert any(unmd(c.value) == "Release: vLLM v0.10–v0.11.0, from the log's version line 'vLLM API server "
-                          "version 0.11.0' (vLLM 0.11.0 → vLLM v0.10–v0.11.0)" for c in at.caption)
+    assert any(unmd(c.value) == "Release: vLLM v0.11.0, from the log's version line 'vLLM API server "
+                          "version 0.11.0' (vLLM 0.11.0 → vLLM v0.11.0)" for c in at.caption)
     button = at.button(key="calibrate_use_reserve")
-    assert button.label == "Use 1.356 GiB as the runtime reserve with vLLM v0.10–v0.11.0"
+    assert button.label == "Use 1.356 GiB as the runtime reserve with vLLM v0.11.0"
     button.click().run()
     assert not at.exception and not at.error
     assert at.session_state["w_reserve"] == 1.356 and at.session_state["w_ev"] == "0.11"

@@ -787,13 +787,14 @@ def test_deprecated_flag_says_so_and_refuses_other_words() -> None:
         "got 'yes'\n")
 
 
-@pytest.mark.parametrize(("value", "blocks"), [("0", 872), ('{"image": 0, "video": 0}', 872),
+@pytest.mark.parametrize(("value", "blocks"), [("0", 890), ('{"image": 0, "video": 0}', 890),
                                               ('{"image":2,"video":2}', 869), ("2", 869)])
 def test_limit_mm_per_prompt_takes_vllms_json(value: str, blocks: int) -> None:
     """vLLM ``--limit-mm-per-prompt '{"image": N, "video": N}'`` is kvplan's N (one count for every
     modality). Qwen3.5-27B in FP8 on an H100 at 132,000 tokens, 0.90, v0.28: text only drops the
-    167,772,160 B encoder-cache term — 872 blocks instead of 869
-    (tests/test_vllm_mamba_real_runs.py)."""
+    167,772,160 B encoder-cache term and the vision tower's 921,460,192 B of weights (v0.28 marks it:
+    ``_mark_tower_model`` from v0.15.0; 872 when only v0.33 was read to skip it) — 890 blocks
+    instead of 869 (tests/test_vllm_mamba_real_runs.py)."""
     data = _fit(["fit", "--model", "Qwen/Qwen3.5-27B", "--gpu", "h100-sxm", "--tokens", "132000",
                  "--gpu-util", "0.9", "--weight-dtype", "fp8", "--engine-version", "0.28",
                  "--limit-mm-per-prompt", value, "--json"])

@@ -219,7 +219,10 @@ def test_releases_before_v0_13_count_gemma3s_whole_placeholder_as_a_public_log_s
     ``limit_mm_per_prompt`` {image: 2}, MNBT 8192; a README's startup log, find_string id
     9297248278) logs "Encoder cache will be initialized with a budget of 8192 tokens, and profiled
     with 31 image items": 8192 // 260 placeholder tokens = 31 (v0.10.1–v0.12 count
-    ``PlaceholderRange.length``, PR #21798); from v0.13 the 256 embeddings: 8192 // 256 = 32."""
+    ``PlaceholderRange.length``, PR #21798); from v0.13 the 256 embeddings: 8192 // 256 = 32.
+    v0.11.0–v0.11.2's profile pads each image's 256 encoder rows to the 8,192-row budget
+    (``profile_run``: ``new_zeros((encoder_budget, width))``, ``VllmRelease.mm_profile_pads``): 31 ×
+    8,192 rows are cached where v0.10 caches 31 × 256."""
     gemma = load_model("gemma-3-27b")
     old = encoder_budget(gemma, mnbt=8192, max_num_seqs=1024, max_model_len=4096, image_limit=2,
                          placeholder=True)
@@ -234,7 +237,9 @@ def test_releases_before_v0_13_count_gemma3s_whole_placeholder_as_a_public_log_s
     query = FitQuery(tokens=4096, engine="vllm@0.11", settings={"limit_mm_per_prompt": 2,
                                                                  "max_num_batched_tokens": 8192})
     term = _reserve(make_plan(gemma, gpu, query))["mm_encoder_cache"]
-    assert term.bytes == 31 * 256 * 5376 * 2 == 85_327_872
+    assert term.bytes == 31 * 8192 * 5376 * 2 == 2_730_491_904
+    before = make_plan(gemma, gpu, query.model_copy(update={"engine": "vllm@0.10"}))
+    assert _reserve(before)["mm_encoder_cache"].bytes == 31 * 256 * 5376 * 2 == 85_327_872
     later = make_plan(gemma, gpu, query.model_copy(update={"engine": "vllm@0.17"}))
     assert _reserve(later)["mm_encoder_cache"].bytes == 32 * 256 * 5376 * 2
 
@@ -278,8 +283,10 @@ def test_qwen3_vl_video_counts_its_timestamped_placeholder_before_v0_13():
 
 def test_text_only_v0_33_loads_no_vision_tower():
     """``--limit-mm-per-prompt`` 0 on v0.33: the tower is a ``StageMissingLayer`` (interfaces.py
-    ``_mark_tower_model``), so its 1,353,100,288 B of weights leave the GPU with the encoder profile;
-    v0.32 (not read) keeps counting them."""
+    ``_mark_tower_model``), so its 1,353,100,288 B of weights leave the GPU with the encoder profile.
+    The same from v0.15.0 (``_mark_tower_model`` read in 0.15.0–0.32.0); v0.10.1–v0.14.1 by
+    Qwen2.5-VL's own ``__init__`` (``self.visual = None`` at limits 0; Gemma-3's builds its tower
+    whatever the limit); v0.9 builds every tower."""
     qwen, gpu = load_model(QWEN), get_gpu("h100-sxm")
     full = make_plan(qwen, gpu, FitQuery(tokens=32_768, engine="vllm@0.33"))
     assert full.weights.total_by_part["vision"] == 1_353_100_288
@@ -291,9 +298,18 @@ def test_text_only_v0_33_loads_no_vision_tower():
     gained = text.budget.stage_budgets[0] - full.budget.stage_budgets[0]
     peak = 131_072 * 17_996 * 2 - (1_557_135_360 + 32_768 * 3584 * 2)
     assert gained == 1_353_100_288 + 32_768 * 3584 * 2 + peak
-    older = make_plan(qwen, gpu, FitQuery(tokens=32_768, engine="vllm@0.32",
-                                          settings={"limit_mm_per_prompt": 0}))
-    assert older.weights.total_by_part["vision"] == 1_353_100_288
+    def vision(model, engine):  # type: ignore[no-untyped-def]
+        query = FitQuery(tokens=4096, engine=engine, settings={"limit_mm_per_prompt": 0})
+        return make_plan(model, gpu, query).weights.total_by_part.get("vision", 0)
+
+    assert [vision(qwen, e) for e in ("vllm@0.32", "vllm@0.17", "vllm@0.14", "vllm@0.10", "vllm@0.9")] \
+        == [0, 0, 0, 0, 1_353_100_288]
+    gemma = load_model("gemma-3-27b")
+    assert [vision(gemma, e) for e in ("vllm@0.17", "vllm@0.14", "vllm@0.11")] \
+        == [0, 846_120_672, 846_120_672]
+    # Qwen3-VL (from v0.11.0) skips its tower in its own __init__ until v0.15 marks it
+    qwen3 = load_model("Qwen/Qwen3-VL-8B-Instruct")
+    assert [vision(qwen3, e) for e in ("vllm@0.14", "vllm@0.11")] == [0, 0]
 
 
 def test_a_video_of_no_frames_is_refused(qwen):
@@ -514,3 +530,27 @@ def test_the_longest_length_is_searched_up_where_a_shorter_plan_reserves_less(
     assert f"(not {searched:,} from the plan at {tokens:,})" in " ".join(result.notes)
     assert fit(plan.vary(tokens=longest), search_gpus=False).max_requests_kv >= users
     assert fit(plan.vary(tokens=longest + 1), search_gpus=False).max_requests_kv < users
+
+
+def test_v0_11_pads_the_profiles_encoder_outputs_to_the_budget():
+    """vLLM 0.11.0–0.11.2 ``gpu_model_runner.py`` ``profile_run``: ``if encoder_output_shape[0] <
+    encoder_budget`` each dummy output is copied into ``output.new_zeros((encoder_budget, width))``
+    and the padded copies stay in ``encoder_cache`` through the dummy forward and the sampler (absent
+    in 0.10.2 and 0.12.0). Qwen3-VL-30B-A3B at 65,536 tokens (public log 73's settings): one dummy
+    video of 12,288 embeddings, a placeholder-counted budget of int(12,288 × 12.5) = 153,600 — so
+    v0.11.0 caches 153,600 rows of 2,048 × (1 + 3 deepstack) bf16 columns = 2,516,582,400 B; v0.10
+    and v0.12–v0.13 the 12,288 rows = 201,326,592 B. The tower's outputs are held beside the padded
+    copy while it is made (2,717,908,992 B), below the sampler warm-up's 1,516,929,024 B on top of
+    the copy, so the excess term is 0 B."""
+    arch = load_model("Qwen/Qwen3-VL-30B-A3B-Instruct")
+    gpu = get_gpu("rtx-3090")
+    query = FitQuery(tokens=65_536, engine="vllm@0.11", tp=4, flashinfer_sampler=False)
+    terms = _reserve(make_plan(arch, gpu, query))
+    assert terms["mm_encoder_cache"].bytes == 153_600 * 2048 * 4 * 2 == 2_516_582_400
+    # the tower's own peak (0.11.0's rule, 1,413,218,324 B) and the pad copy are both below it: 0 B
+    assert terms["mm_encoder_peak"].bytes == 0
+    for engine in ("vllm@0.10", "vllm@0.13"):
+        other = _reserve(make_plan(arch, gpu, query.model_copy(update={"engine": engine})))
+        assert other["mm_encoder_cache"].bytes == 12_288 * 2048 * 4 * 2 == 201_326_592, engine
+    assert _reserve(make_plan(arch, gpu, query.model_copy(update={"engine": "vllm@0.11.2"}))
+                    )["mm_encoder_cache"].bytes == 2_516_582_400

@@ -80,9 +80,10 @@ def test_both_runs_say_the_stand_in_holds_more_memory_than_the_checkpoint_that_r
       44,676,599,644 B (ceil(85,027,979,264 × 0.9) = 76,525,181,338 − weights 28,586,220,000 −
       reserve 3,262,361,694): 5,110,837,412 B (4.76 GiB) short.
     * Text only does not close it: ``--limit-mm-per-prompt`` 0 drops the encoder-cache term (one
-      16,384-token item × 5,120 × 2 B = 167,772,160 B, v0.28 ``compute_mm_encoder_budget``) for
-      872 blocks (the v0.28 record keeps the vision tower's weights: ``VllmRelease.
-      mm_skip_towers_at_zero`` is read for v0.33 only), and the report names no such flag.
+      16,384-token item × 5,120 × 2 B = 167,772,160 B, v0.28 ``compute_mm_encoder_budget``) and
+      the vision tower's 921,460,192 B of weights (``_mark_tower_model``, read in 0.15.0–0.33.0:
+      ``VllmRelease.mm_skip_towers_at_zero``; 872 blocks when it was read for v0.33 only) for 890
+      blocks, still 79 short of 969, and the report names no such flag.
     * The 2 × RX 7900 XT run of "the same checkpoint" logged its pool: 3.86 GiB per GPU. Planned
       from its settings alone (v0.23.1, TP 2, 0.85 of 20 GiB, 122,633 tokens), kvplan leaves
       2,029,911,492 B — 2,114,731,948 B (1.97 GiB) per GPU less than the log, with a different
@@ -104,4 +105,4 @@ def test_both_runs_say_the_stand_in_holds_more_memory_than_the_checkpoint_that_r
     assert h100["mamba_blocks"] * result.bytes_per_block - result.kv_budget_bytes == 5_110_837_412
     text_only = fit(make_plan(load_model(h100["kvplan_model"]), get_gpu("h100-sxm"),
                               FitQuery(**base, limit_mm_per_prompt=0)), search_gpus=False)
-    assert (text_only.num_blocks, text_only.weights_bytes) == (872, 28_586_220_000)
+    assert (text_only.num_blocks, text_only.weights_bytes) == (890, 27_664_759_808)

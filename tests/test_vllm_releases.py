@@ -30,15 +30,17 @@ def test_every_release_is_named_and_reachable():
     # 0.28 / 0.30 split off 0.29 / 0.32 (issue #26): their capture sizes with draft tokens differ
     # (VllmRelease.spec_capture); nothing else kvplan sizes does
     # 0.14 split off 0.17: its Mamba prefix-caching rule is v0.13's (test_v0_14_mamba_prefix_rule)
+    # 0.11 (v0.11.0) split off 0.10 and 0.11.2 (v0.11.1–v0.11.2) off 0.13: their profile pads the
+    # dummy encoder outputs to the encoder budget (VllmRelease.mm_profile_pads), the others do not
     modelled = ["0.33", "0.32", "0.30", "0.29", "0.28", "0.27", "0.26", "0.25", "0.24", "0.20",
-                "0.20.0", "0.19", "0.17", "0.14", "0.13", "0.11", "0.9", "0.8", "0.6"]
+                "0.20.0", "0.19", "0.17", "0.14", "0.13", "0.11.2", "0.11", "0.10", "0.9", "0.8", "0.6"]
     assert choices[0] == "latest" and choices[-len(modelled):] == modelled
     assert [get_engine(f"vllm@{r}").release for r in modelled] == [
         "vLLM v0.33", "vLLM v0.31–v0.32", "vLLM v0.30", "vLLM v0.29", "vLLM v0.28", "vLLM v0.27",
         "vLLM v0.26", "vLLM v0.25",
         "vLLM v0.21–v0.24", "vLLM v0.20.1–v0.20.2", "vLLM v0.20.0",
-        "vLLM v0.18–v0.19", "vLLM v0.15–v0.17", "vLLM v0.14", "vLLM v0.11.1–v0.13",
-        "vLLM v0.10–v0.11.0",
+        "vLLM v0.18–v0.19", "vLLM v0.15–v0.17", "vLLM v0.14", "vLLM v0.12–v0.13",
+        "vLLM v0.11.1–v0.11.2", "vLLM v0.11.0", "vLLM v0.10",
         "vLLM v0.9", "vLLM v0.8", "vLLM v0.6 (V0)"]
     newest = get_engine("vllm")
     assert newest is get_engine(f"vllm@{choices[1]}") and newest.id == "vllm"

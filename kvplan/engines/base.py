@@ -630,9 +630,9 @@ class Engine:
         the checkpoint stores them)."""
         return None
 
-    def drops_towers(self, settings: EngineSettings) -> bool:
-        """Whether this release, with ``settings``, loads no vision/audio tower (a text-only
-        deployment of a multimodal checkpoint); default: the towers are loaded."""
+    def drops_towers(self, settings: EngineSettings, arch: ModelArch | None = None) -> bool:
+        """Whether this release, with ``settings``, loads no vision/audio tower of ``arch`` (a
+        text-only deployment of a multimodal checkpoint); default: the towers are loaded."""
         return False
 
     def loading_rules(self, gpu: GPU | None) -> LoadingRules:

@@ -60,6 +60,7 @@ from kvplan.engines.vllm.multimodal import (
     encoder_budget,
     encoder_cache_term,
     encoder_peak_term,
+    pad_copy_bytes,
 )
 from kvplan.engines.vllm.pool import VllmPagedPool, VllmPool, _pool_cached, _pool_only, vllm_num_blocks
 from kvplan.engines.vllm.releases import VLLM_RELEASES, VllmRelease
@@ -463,10 +464,16 @@ class Vllm(Engine):
         limit = settings.limit_mm_per_prompt
         return DEFAULT_MM_LIMIT if limit is None else limit
 
-    def drops_towers(self, settings: EngineSettings) -> bool:
-        """``--limit-mm-per-prompt`` 0 where the release then skips the towers' weights
-        (``VllmRelease.mm_skip_towers_at_zero``)."""
-        return self.record.mm_skip_towers_at_zero and settings.limit_mm_per_prompt == 0
+    def drops_towers(self, settings: EngineSettings, arch: ModelArch | None = None) -> bool:
+        """``--limit-mm-per-prompt`` 0 where the release then skips the towers' weights: every
+        marked tower from v0.15 (``VllmRelease.mm_skip_towers_at_zero``), before that the
+        architectures whose own ``__init__`` skips it (``VllmRelease.mm_skip_tower_archs``;
+        ``arch`` None: none of them)."""
+        if settings.limit_mm_per_prompt != 0:
+            return False
+        record = self.record
+        return record.mm_skip_towers_at_zero or (
+            arch is not None and arch.architecture in record.mm_skip_tower_archs)
 
     def mm_budget(self, arch: ModelArch, gpu: GPU, settings: EngineSettings,
                   tokens: int) -> EncoderBudget | None:
@@ -495,11 +502,14 @@ class Vllm(Engine):
         budget = self.mm_budget(arch, gpu, settings, tokens)
         if budget is None or not budget.profiled_tokens:
             return first
-        cache = encoder_cache_term(arch, budget, dtype, self.release)
+        pads = self.record.mm_profile_pads
+        cache = encoder_cache_term(arch, budget, dtype, self.release, pads)
         text = next((t.bytes for t in terms if t.name == "activation_peak"), 0)
         processor = with_processor_kwargs(arch.name, arch.processor, settings.mm_processor_kwargs)
+        copy = pad_copy_bytes(arch, budget, dtype, pads)
         peak = encoder_peak_term(arch, budget, processor, dtype, settings.tp, text + cache.bytes,
-                                 self.release, qwen3_vl=self.record.qwen3_vl_tower_peak)
+                                 self.release, qwen3_vl=self.record.qwen3_vl_tower,
+                                 copy=cache.bytes + copy if copy else 0)
         return (*first, cache) if peak is None else (*first, cache, peak)
 
     def lora_terms(self, arch: ModelArch, gpu: GPU, settings: EngineSettings,

@@ -24,8 +24,11 @@ The tower's own transient activations during ``embed_multimodal`` come first: th
 peak is ``max(tower peak, encoder outputs + the language model's dummy forward)``, so where the
 tower's peak is the larger one the reserve gains its excess (``encoder_peak_term``, the
 ``mm_encoder_peak`` term). It is derived from the tower's shapes for the three tower codes read
-(vLLM 0.33; the same block structure in the releases kvplan models from v0.10), each checked on
-vLLM 0.33's own tower run on CPU (``tools/multimodal_truth/tower_peak.py``):
+(vLLM 0.33; applied to every record from v0.10 — not exact for them all: vLLM 0.11.0's own
+Qwen2.5-VL-7B tower, run on CPU on its FlashAttention path as ``qwen3_vl_tower_peak_v0_11.py`` runs
+Qwen3-VL, peaks at 55,504,196 B over a 32×32 grid and 219,587,412 B over 64×64 — about 53.6 KB a
+patch against this rule's 36.0 KB, its attention's float32 rotary copies, not modelled here), each
+checked on vLLM 0.33's own tower run on CPU (``tools/multimodal_truth/tower_peak.py``):
 
 * Qwen2.5-VL (``model_executor/models/qwen2_5_vl.py`` ``Qwen2_5_VisionBlock.forward``, gated
   SiLU MLP): at the MLP's ``down_proj`` the block's input (the transformer loop still holds it),
@@ -40,7 +43,10 @@ vLLM 0.33's own tower run on CPU (``tools/multimodal_truth/tower_peak.py``):
 * Qwen3-VL (and Qwen3.5, the same ``Qwen3_VisionTransformer``; ``qwen3_vl.py``): the last block's
   attention, ``4·h + 8·h/tp``, or its MLP, ``3·h + 2·I/tp``, whichever is larger, with the
   deepstack features and rotary tables held (``_qwen3_vl_peak``; checked on the 2B and 8B towers,
-  ``tools/multimodal_truth/qwen3_vl_tower_peak.py``);
+  ``tools/multimodal_truth/qwen3_vl_tower_peak.py``) — vLLM 0.11.0's tower holds another set
+  (``_qwen3_vl_peak_v0_11``: the rotary's float32 copies, ``3·h + 10·h/tp`` elements + ``16·h/tp``
+  B, or at TP > 1 the all-gather's ``9·h + 3·h/tp``; checked at TP 1,
+  ``qwen3_vl_tower_peak_v0_11.py``);
 
 plus the pixel values the caller holds (``channels × temporal patch × patch²`` per patch), in the
 model's dtype, over every patch of the profile's dummy batch (Qwen: the items' embeddings ×
@@ -170,22 +176,48 @@ def deepstack_buffer_term(arch: ModelArch, mnbt: int, model_dtype: str,
                        "Qwen3VLForConditionalGeneration.__init__ (deepstack_input_embeds)", "derived")
 
 
+def cached_rows(budget: EncoderBudget, pads: bool) -> int:
+    """Rows of one dummy item's output the profile keeps in ``encoder_cache``: its embeddings, or
+    — where the release pads (``VllmRelease.mm_profile_pads``: ``profile_run``'s
+    ``if encoder_output_shape[0] < encoder_budget: output.new_zeros((encoder_budget, width))``) —
+    the encoder budget's rows when the item has fewer."""
+    rows = budget.embeds_per_item[budget.modality]
+    return budget.budget if pads and rows < budget.budget else rows
+
+
 def encoder_cache_term(arch: ModelArch, budget: EncoderBudget, model_dtype: str,
-                       release: str) -> ReserveTerm:
+                       release: str, pads: bool = False) -> ReserveTerm:
     """The profile run's encoder outputs held beside the language model's dummy forward:
-    ``items × tokens × hidden_size × (1 + deepstack) × dtype bytes`` (the tower's projector writes
+    ``items × rows × hidden_size × (1 + deepstack) × dtype bytes`` (the tower's projector writes
     the language model's hidden size, Qwen3-VL's with its deepstack features beside it:
-    ``encoder_output_width``; every TP rank holds the whole output)."""
+    ``encoder_output_width``; every TP rank holds the whole output). ``rows`` is ``cached_rows``:
+    each item's embeddings, or the encoder budget where the release pads shorter outputs to it
+    (``pads``; v0.11.0–v0.11.2: Qwen3-VL's 12,288-embedding dummy video is cached as 153,600
+    rows, the placeholder-counted budget)."""
     width = get_dtype(model_dtype).bits // 8
     row, deep = encoder_output_width(arch)
-    total = budget.profiled_tokens * row * width
+    rows = cached_rows(budget, pads)
+    total = budget.items_per_batch * rows * row * width
     per_item = budget.embeds_per_item[budget.modality]
     hidden = f"hidden {arch.hidden_size:,}" + (f" × (1 + {deep} deepstack)" if deep else "")
-    formula = (f"{budget.items_per_batch} {budget.modality} item(s) × {per_item:,} "
-               f"tokens × {hidden} × {width} B = {total:,} B (encoder budget "
+    padded = (f" rows (each output of {per_item:,} embeddings padded to the encoder budget: "
+              "profile_run's new_zeros((encoder_budget, width)) + copy)"
+              if rows != per_item else " tokens")
+    formula = (f"{budget.items_per_batch} {budget.modality} item(s) × {rows:,}{padded} × "
+               f"{hidden} × {width} B = {total:,} B (encoder budget "
                f"{budget.budget:,} tokens = max(max_num_batched_tokens, largest item)); vLLM logs "
                f"\"{budget.log_line()}\"")
     return ReserveTerm("mm_encoder_cache", total, formula, f"{release} {_SOURCE}", "derived")
+
+
+def pad_copy_bytes(arch: ModelArch, budget: EncoderBudget, model_dtype: str, pads: bool) -> int:
+    """The tower's own outputs still held while ``profile_run`` copies them into their padded
+    copies (0 where nothing is padded): ``items × embeddings × row width × dtype bytes`` beside
+    the padded cache, until ``dummy_encoder_outputs`` is rebound to the copies."""
+    rows = budget.embeds_per_item[budget.modality]
+    if cached_rows(budget, pads) == rows:
+        return 0
+    return budget.items_per_batch * rows * encoder_output_width(arch)[0] * (get_dtype(model_dtype).bits // 8)
 
 
 
@@ -217,17 +249,20 @@ class TowerPeak:
 
 def tower_peak(arch: ModelArch, budget: EncoderBudget,
                processor: Processor | None,
-               model_dtype: str, tp: int, qwen3_vl: bool = True) -> TowerPeak | None:
-    """``TowerPeak`` of the towers kvplan derives (module docstring), else None. ``qwen3_vl``: the
-    release's Qwen3-VL tower is the one read (``VllmRelease.qwen3_vl_tower_peak``; else None)."""
+               model_dtype: str, tp: int, qwen3_vl: str = "0.33") -> TowerPeak | None:
+    """``TowerPeak`` of the towers kvplan derives (module docstring), else None. ``qwen3_vl``: whose
+    Qwen3-VL tower code the release runs (``VllmRelease.qwen3_vl_tower``: "0.33", "0.11.0"; "" —
+    not read: None)."""
     tower = next((t for t in arch.weights.towers if t.name == "vision"), None)
     if tower is None or processor is None or not budget.items_per_batch:
         return None
     width = get_dtype(model_dtype).bits // 8
     h, inter = tower.hidden_size, tower.intermediate_size // tp
     if isinstance(processor, QwenVLProcessor) and tower.layout == "qwen3_vl":
-        return _qwen3_vl_peak(arch, tower, budget, processor, width, tp) \
-            if qwen3_vl and tower.heads else None
+        if not tower.heads or qwen3_vl not in ("0.33", "0.11.0"):
+            return None
+        rule = _qwen3_vl_peak if qwen3_vl == "0.33" else _qwen3_vl_peak_v0_11
+        return rule(arch, tower, budget, processor, width, tp)
     if isinstance(processor, QwenVLProcessor) and tower.gated_mlp and tower.heads:
         patches = budget.profiled_tokens * processor.merge_size ** 2
         pixels = tower.in_channels * processor.temporal_patch_size * tower.patch_size ** 2
@@ -273,21 +308,79 @@ def _qwen3_vl_peak(arch: ModelArch, tower: VisionSpec, budget: EncoderBudget,
                      rule, patch_bytes=16, fixed_bytes=4 * (budget.items_per_batch + 1) + 4)
 
 
+def _qwen3_vl_peak_v0_11(arch: ModelArch, tower: VisionSpec, budget: EncoderBudget,
+                         processor: QwenVLProcessor, width: int, tp: int) -> TowerPeak:
+    """Qwen3-VL's tower under vLLM 0.11.0 (``qwen3_vl.py`` ``Qwen3_VisionTransformer.forward``,
+    ``Qwen3_VisionBlock``; ``qwen2_5_vl.py`` ``Qwen2_5_VisionAttention.forward`` and
+    ``all_gather_interleave``; ``qwen2_vl.py`` ``apply_rotary_pos_emb_vision``). Held through
+    every block: the block's input (the loop's ``hidden_states``), the attention's argument
+    (``norm1``'s output, in the module call's arguments), ``pos_embeds`` (a local of ``forward``),
+    the deepstack features merged so far (``deepstack × out_hidden / merge²``; all of them at the
+    last block) and the float32 rotary table (``head_dim / 2`` × 4 B). The attention's peak is the
+    larger of
+    * the rotary: ``qkv``'s output (3·h/tp, the local ``x`` keeps it), the contiguous q, k, v
+      (3·h/tp), ``qk_concat`` (2·h/tp), its float32 copy ``t_`` and the kernel's float32 output
+      (2·h/tp × 4 B each) and the cast back (2·h/tp), with ``freqs.cos()`` and ``.sin()``
+      (``head_dim / 2`` × 4 B each): ``3·h + 10·h/tp`` elements + ``16·h/tp + 6·head_dim`` B;
+    * at TP > 1, the gather: ``all_gather_interleave`` holds the local ``qkv`` (3·h/tp), the
+      gathered list (3·h) and their ``torch.cat`` (3·h): ``9·h + 3·h/tp`` elements + the table;
+    and the MLP's ``4·h + max(2·I/tp, I/tp + h)`` (the block's input, the residual sum, ``pos_embeds``,
+    ``norm2``'s output; ``linear_fc1``'s output and its activation, or the activation and
+    ``linear_fc2``'s) is below both for every preset; the largest is taken. Beside them the int32
+    ``grid_thw`` (3 per item) and ``cu_seqlens`` (items + 1; one frame group per item, as the
+    profile's dummy). Checked at TP 1 on vLLM 0.11.0's own tower on CPU for Qwen3-VL-2B and -8B
+    (``tools/multimodal_truth/qwen3_vl_tower_peak_v0_11.py``: 49,536 and 58,032 B a patch, exact);
+    the gather (TP > 1) is read, not run."""
+    h, inter = tower.hidden_size, tower.intermediate_size // tp
+    head_dim = h // tower.heads
+    deep = tower.deepstack * arch.hidden_size // processor.merge_size ** 2
+    table = 2 * head_dim  # float32 head_dim / 2
+    candidates = [(3 * h + 10 * h // tp + deep, 16 * h // tp + 6 * head_dim, "rotary 3·h + 10·h/tp "
+                   "(+ float32 16·h/tp + 6·head_dim B)"),
+                  (4 * h + max(2 * inter, inter + h) + deep, table, "MLP 4·h + max(2·I/tp, I/tp + h)")]
+    if tp > 1:
+        candidates.append((9 * h + 3 * h // tp + deep, table, "gather 9·h + 3·h/tp"))
+    elements, fp32, where = max(candidates, key=lambda c: c[0] * width + c[1])
+    pixels = tower.in_channels * processor.temporal_patch_size * tower.patch_size ** 2
+    rule = (f"vLLM 0.11.0 Qwen3-VL block at its peak, {where} (the largest) + deepstack "
+            f"{tower.deepstack}·{arch.hidden_size:,}/{processor.merge_size ** 2}")
+    items = budget.items_per_batch
+    return TowerPeak(budget.profiled_tokens * processor.merge_size ** 2, elements, pixels, width, rule,
+                     patch_bytes=fp32, fixed_bytes=12 * items + 4 * (items + 1))
+
+
 def encoder_peak_term(arch: ModelArch, budget: EncoderBudget,
                       processor: Processor | None,
                       model_dtype: str, tp: int, held: int, release: str,
-                      qwen3_vl: bool = True) -> ReserveTerm | None:
-    """The tower's excess over what the profile holds after it: ``max(0, tower peak − held)``,
-    ``held`` = the activation peak of the language model's dummy forward + the encoder outputs
-    (the reserve's other terms count those); None where the tower is not modelled."""
+                      qwen3_vl: str = "0.33", copy: int = 0) -> ReserveTerm | None:
+    """The encoder profile's excess over what the profile holds after it: ``max(0, peak − held)``,
+    ``held`` = the activation peak of the language model's dummy forward + the cached encoder
+    outputs (the reserve's other terms count those), ``peak`` the larger of the tower's own peak
+    and ``copy`` (the padded cache + the tower's outputs while ``profile_run`` pads them:
+    ``pad_copy_bytes`` beside the cache; 0 where nothing is padded); None where the tower is not
+    modelled and the pad copy stays below ``held``."""
     peak = tower_peak(arch, budget, processor, model_dtype, tp, qwen3_vl)
-    if peak is None:
+    if peak is None and not copy:
         return None
+    copying = (f"the pad copy {copy:,} B (padded cache + the tower's outputs)") if copy else ""
+    if peak is None:
+        excess = max(0, copy - held)
+        if not excess:
+            return None
+        formula = (f"max(0, {copying} − {held:,} (activation peak + encoder outputs)) = {excess:,} B "
+                   "(the tower's own peak is not modelled for this tower and release)")
+        return ReserveTerm("mm_encoder_peak", excess, formula, f"{release} {_PEAK_SOURCE}", "derived")
     tower = next(t for t in arch.weights.towers if t.name == "vision")
-    excess = max(0, peak.bytes - held)
-    ids = f" + {peak.patch_bytes} B of position ids per patch" if peak.patch_bytes else ""
-    formula = (f"max(0, tower peak − held) = max(0, {peak.patches:,} patches × ({peak.rule} = "
-               f"{peak.block_elements:,} with h {tower.hidden_size:,}, I {tower.intermediate_size:,}, "
-               f"tp {tp} + pixel values {peak.pixel_elements:,}) × {peak.width} B{ids} = {peak.bytes:,} − "
-               f"{held:,} (activation peak + encoder outputs)) = {excess:,} B")
+    excess = max(0, max(peak.bytes, copy) - held)
+    ids = (f" + {peak.patch_bytes} B per patch beside them (position ids / float32)"
+           if peak.patch_bytes else "")
+    tower_text = (f"{peak.patches:,} patches × ({peak.rule} = "
+                  f"{peak.block_elements:,} with h {tower.hidden_size:,}, I {tower.intermediate_size:,}, "
+                  f"tp {tp} + pixel values {peak.pixel_elements:,}) × {peak.width} B{ids} = {peak.bytes:,}")
+    if copy:
+        formula = (f"max(0, max(tower peak, pad copy) − held) = max(0, max({tower_text}, {copying}) − "
+                   f"{held:,} (activation peak + encoder outputs)) = {excess:,} B")
+    else:
+        formula = (f"max(0, tower peak − held) = max(0, {tower_text} − "
+                   f"{held:,} (activation peak + encoder outputs)) = {excess:,} B")
     return ReserveTerm("mm_encoder_peak", excess, formula, f"{release} {_PEAK_SOURCE}", "derived")

@@ -171,19 +171,34 @@ class VllmRelease(Release):
     #: text tokens inside it: Gemma-3's 260 per image; v0.10.1–v0.12, PR #21798).
     mm_item_tokens: Literal["embeds", "placeholder"] = "embeds"
     #: With ``--limit-mm-per-prompt`` 0 for all its modalities a tower is not built and its weights
-    #: are not loaded (``model_executor/models/interfaces.py`` ``_mark_tower_model`` →
-    #: ``StageMissingLayer``; read in v0.33's source; older releases' per-model rules not modelled).
+    #: are not loaded, for every model that marks its towers (``model_executor/models/interfaces.py``
+    #: ``_mark_tower_model`` → ``StageMissingLayer``): from v0.15.0 (read in 0.15.0, 0.17.1, 0.18.0,
+    #: 0.19.1, 0.20.0–0.20.2, 0.21.0, 0.24.0–0.33.0; absent in 0.14.1).
     mm_skip_towers_at_zero: bool = False
+    #: Before that general rule, the architectures whose own ``__init__`` builds no tower (and no
+    #: projector) when every limit is 0 (``if multimodal_config.get_limit_per_prompt(...)``, else
+    #: ``self.visual = None``; ``load_weights`` skips ``visual.``): v0.10.1–v0.14.1 (read in
+    #: 0.10.1.1, 0.10.2, 0.11.0–0.11.2, 0.12.0, 0.13.0, 0.14.0, 0.14.1; none in 0.9.0–0.10.0 —
+    #: 0.10.0 is in the v0.10 record, which follows v0.10.1 as ``mm_item_tokens`` does). Gemma-3 is
+    #: never among them (``gemma3_mm.py`` builds its tower whatever the limit).
+    mm_skip_tower_archs: tuple[str, ...] = ()
     #: ``get_batch_defaults`` reads the device total from NVML (``platforms/cuda.py``
     #: ``NvmlCudaPlatform.get_device_total_memory``: ``nvmlDeviceGetMemoryInfo(handle).total``) inside
     #: a ``try``: where NVML reports no memory (``GPU.nvml_memory`` False: the GB10) it raises,
     #: ``device_memory = 0`` and the device takes the small tier (read in 0.11.0, 0.12.0, 0.13.0,
     #: 0.19.0 and 0.32.0; the records between inherit it).
     nvml_batch_total: bool = False
-    #: The Qwen3-VL tower's profile peak is derived (``multimodal._qwen3_vl_peak``: read in 0.33.0's
-    #: ``qwen3_vl.py``; 0.11.0's attention copies q, k, v and concatenates q and k — another live
-    #: set, not derived: no term).
-    qwen3_vl_tower_peak: bool = False
+    #: Whose Qwen3-VL tower code the profile peak is derived from (``multimodal.tower_peak``):
+    #: ``"0.33"`` (``_qwen3_vl_peak``, read in 0.33.0's ``qwen3_vl.py``), ``"0.11.0"``
+    #: (``_qwen3_vl_peak_v0_11``, read in 0.11.0: its attention copies q, k, v, concatenates q and
+    #: k and rotates them in float32; 0.11.1 already differs), ``""`` — not read: no term.
+    qwen3_vl_tower: Literal["", "0.11.0", "0.33"] = ""
+    #: ``profile_run`` pads each dummy encoder output with fewer rows than the encoder budget to
+    #: ``encoder_budget`` rows (``output.new_zeros((encoder_budget, width))`` + a copy: "the
+    #: embeddings that encoder outputs are scattered onto") and caches the padded copies while the
+    #: language model's dummy forward and the sampler run (``v1/worker/gpu_model_runner.py``
+    #: ``profile_run``): read in 0.11.0, 0.11.1 and 0.11.2; absent in 0.10.1.1, 0.10.2 and 0.12.0.
+    mm_profile_pads: bool = False
 
 
 V0_6 = VllmRelease(
@@ -226,8 +241,8 @@ V0_9 = replace(
             "``determine_available_memory``, as v0.8); v0.9.1–v0.9.2 check free memory at start "
             "(``init_device``, as v0.10) — this record follows v0.9.0.",
     logged_tokens="groups", hybrid_default="on", batch_defaults="tiers")
-V0_11 = replace(
-    V0_9, key="0.11", since="0.10.0", name="vLLM v0.10–v0.11.0",
+V0_10 = replace(
+    V0_9, key="0.10", since="0.10.0", name="vLLM v0.10",
     changes="``ChunkedLocalAttentionSpec``; chunked-local models run with the hybrid manager off "
             "(``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE`` defaults to 0), so Llama 4's "
             "chunked and full layers all reserve ``max_model_len``. As in v0.9: FlashInfer top-k/top-p when "
@@ -243,30 +258,54 @@ V0_11 = replace(
             "read in 0.11.0, 0.12.0, 0.13.0: public log 44 on a GB10 defaults to 2,048 batched tokens).",
     hybrid_default="off_with_chunked", layer_specs="all", mxfp4_moe=True, others_rule="free_check",
     mxfp4_source="vLLM v0.10.1.1 quantization/mxfp4.py", state_block_check="assert",
-    mm_item_tokens="placeholder", nvml_batch_total=True)
-V0_13 = replace(
-    V0_11, key="0.13", since="0.11.1", name="vLLM v0.11.1–v0.13",
+    mm_item_tokens="placeholder", nvml_batch_total=True,
+    mm_skip_tower_archs=("Qwen2VLForConditionalGeneration", "Qwen2_5_VLForConditionalGeneration",
+                         "Mistral3ForConditionalGeneration", "Llama4ForConditionalGeneration",
+                         "LlavaForConditionalGeneration"))
+V0_11 = replace(
+    V0_10, key="0.11", since="0.11.0", name="vLLM v0.11.0",
+    changes="``profile_run`` pads each dummy encoder output shorter than the encoder budget to "
+            "``encoder_budget`` rows (``new_zeros`` + copy) and keeps the padded copies in "
+            "``encoder_cache`` through the dummy forward and the sampler warm-up "
+            "(``mm_profile_pads``: read in 0.11.0; absent in 0.10.2). Qwen3-VL arrives (its "
+            "``get_max_video_tokens`` counts 12.5 placeholder tokens per video embedding; its tower's "
+            "profile peak is 0.11.0's own, ``qwen3_vl_tower``; like "
+            "Qwen2.5-VL it builds no tower at ``--limit-mm-per-prompt`` 0: ``mm_skip_tower_archs``). "
+            "The rest as v0.10.",
+    mm_profile_pads=True, qwen3_vl_tower="0.11.0",
+    mm_skip_tower_archs=(*V0_10.mm_skip_tower_archs, "Qwen3VLForConditionalGeneration",
+                         "Qwen3VLMoeForConditionalGeneration"))
+V0_11_2 = replace(
+    V0_11, key="0.11.2", since="0.11.1", name="vLLM v0.11.1–v0.11.2",
     changes="the sampler warm-up sorts (FlashInfer top-k/top-p is opt-in from v0.11.1, "
             "``v1/sample/ops/topk_topp_sampler.py``) and CUDA graphs are captured at ``[1, 2, 4] + "
             "8…248 step 8 + 256… step 16`` (``config/vllm.py`` ``_set_cudagraph_sizes``), as in "
             "v0.14–v0.19; requested memory still ``total × util`` (no ceil, ``gpu_worker.py`` "
-            "``init_device``). MXFP4 experts: v0.12–v0.13 bundle ``vllm.third_party.triton_kernels`` "
-            "and take Triton on SM 9.0 as v0.14 (``quantization/mxfp4.py`` ``get_mxfp4_backend``); "
-            "v0.11.1–v0.11.2 bundle none (``utils/import_utils.py`` ``has_triton_kernels``) and take "
-            "Marlin, as ``vllm@0.11``, unless ``triton_kernels`` is installed. NemotronH's SSM "
+            "``init_device``). MXFP4 experts: v0.11.1–v0.11.2 bundle no ``triton_kernels`` "
+            "(``utils/import_utils.py`` ``has_triton_kernels``) and take Marlin, as ``vllm@0.11``, "
+            "unless ``triton_kernels`` is installed. The dummy encoder outputs are still padded to "
+            "the encoder budget (``mm_profile_pads``, read in 0.11.1 and 0.11.2). NemotronH's SSM "
             "state: ``models/config.py`` ``NemotronHForCausalLMConfig`` takes config.json's "
             "``mamba_ssm_cache_dtype``, else float16 (read in 0.13.0; absent in 0.11.0). The multimodal "
             "encoder budget counts each item's placeholder tokens as in v0.10.1–v0.11.0; v0.13.0 "
             "already counts embeddings (PR #30475, as ``vllm@0.17``). Prefix caching on a Mamba "
             "hybrid is kept only for ``SupportsMambaPrefixCaching`` models (a state page per "
             "chunk-aligned block), else turned off (``models/config.py`` ``MambaModelConfig``, read "
-            "in 0.13.0 and 0.14.0; v0.11.0 turns it off for every hybrid). NVFP4 MoE experts of a "
-            "non-gated activation on Blackwell: the per-rank intermediate padded to 128 (v0.12.0/"
-            "v0.13.0 ``modelopt.py`` ``ModelOptNvFp4FusedMoE.process_weights_after_loading``: "
+            "in 0.13.0 and 0.14.0; v0.11.0 turns it off for every hybrid).",
+    sampler_path="sort", capture_rule="stride16", nemotron_h_ssm_default="fp16", mamba_prefix="per_block",
+    qwen3_vl_tower="")
+V0_13 = replace(
+    V0_11_2, key="0.13", since="0.12.0", name="vLLM v0.12–v0.13",
+    changes="``profile_run`` caches the dummy encoder outputs as they are, no longer padded to the "
+            "encoder budget (read in 0.12.0 and 0.13.0). MXFP4 experts: v0.12–v0.13 bundle "
+            "``vllm.third_party.triton_kernels`` and take Triton on SM 9.0 as v0.14 "
+            "(``quantization/mxfp4.py`` ``get_mxfp4_backend``). NVFP4 MoE experts of a non-gated "
+            "activation on Blackwell: the per-rank intermediate padded to 128 (v0.12.0/v0.13.0 "
+            "``modelopt.py`` ``ModelOptNvFp4FusedMoE.process_weights_after_loading``: "
             "``swizzle_blockscale`` rounds the scale rows up to 128, ``w13``/``w2`` padded to "
-            "match; v0.11.x asserts a gated activation there), as in every later release.",
-    sampler_path="sort", capture_rule="stride16", mxfp4_triton=True, nemotron_h_ssm_default="fp16",
-    mxfp4_source="vLLM v0.14.1/v0.19.0 quantization/mxfp4.py", mamba_prefix="per_block",
+            "match; v0.11.x asserts a gated activation there), as in every later release. The rest "
+            "as v0.11.1–v0.11.2.",
+    mm_profile_pads=False, mxfp4_triton=True, mxfp4_source="vLLM v0.14.1/v0.19.0 quantization/mxfp4.py",
     nvfp4_ungated_inter=128)
 V0_14 = replace(
     V0_13, key="0.14", since="0.14.0", name="vLLM v0.14",
@@ -295,9 +334,13 @@ V0_17 = replace(
     V0_14, key="0.17", since="0.15.0", name="vLLM v0.15–v0.17",
     changes="Prefix caching on a Mamba hybrid: Mamba cache mode \"all\" for "
             "``SupportsMambaPrefixCaching`` models, \"align\" (two state pages) for the others "
-            "(``models/config.py`` ``MambaModelConfig``, read in v0.15.0 and v0.17.1); the rest as "
-            "v0.14.",
-    mamba_prefix="all_or_align")
+            "(``models/config.py`` ``MambaModelConfig``, read in v0.15.0 and v0.17.1). "
+            "``--limit-mm-per-prompt`` 0 leaves every marked tower unloaded (``interfaces.py`` "
+            "``_mark_tower_model`` → ``StageMissingLayer``, from 0.15.0: ``mm_skip_towers_at_zero``; "
+            "the per-model rules of v0.10.1–v0.14 are gone) — this record follows 0.17.1, where "
+            "Kimi-K2.5 marks its tower too (0.15.0's ``kimi_k25.py`` does not: it loads it). The rest "
+            "as v0.14.",
+    mamba_prefix="all_or_align", mm_skip_towers_at_zero=True, mm_skip_tower_archs=())
 V0_19 = replace(
     V0_17, key="0.19", since="0.18.0", name="vLLM v0.18–v0.19",
     changes="hybrid Mamba models with FULL decode CUDA graphs: ``config/compilation.py`` "
@@ -425,13 +468,13 @@ V0_33 = replace(
             "``is_device_capability((12, 1))``) stays on the small tier whatever its memory. LoRA "
             "slots read from 0.33.0 ``vllm/lora`` (``lora_ranks``: ``config/lora.py`` MaxLoRARanks). "
             "``--speculative-config`` read from 0.33.0 ``config/speculative.py`` and "
-            "``v1/spec_decode`` (``spec_methods``). ``--limit-mm-per-prompt`` 0 leaves the towers "
-            "unloaded (``_mark_tower_model``, read in 0.33.0). The Qwen3-VL tower's profile peak "
-            "(``qwen3_vl_tower_peak``, read in 0.33.0).",
+            "``v1/spec_decode`` (``spec_methods``). The Qwen3-VL tower's profile peak "
+            "(``qwen3_vl_tower``, read in 0.33.0).",
     gb10_small_tier=True, lora_ranks=(1, 8, 16, 32, 64, 128, 256, 320, 512),
     spec_methods=("draft_model", "eagle", "eagle3", "mtp", "ngram", "suffix"),
-    mm_skip_towers_at_zero=True, qwen3_vl_tower_peak=True)
+    qwen3_vl_tower="0.33")
 
 #: Every modelled vLLM release, oldest first; the last is "latest" (``vllm`` without ``@``).
-VLLM_RELEASES: tuple[VllmRelease, ...] = (V0_6, V0_8, V0_9, V0_11, V0_13, V0_14, V0_17, V0_19, V0_20_0, V0_20,
-                                          V0_24, V0_25, V0_26, V0_27, V0_28, V0_29, V0_30, V0_32, V0_33)
+VLLM_RELEASES: tuple[VllmRelease, ...] = (V0_6, V0_8, V0_9, V0_10, V0_11, V0_11_2, V0_13, V0_14, V0_17,
+                                          V0_19, V0_20_0, V0_20, V0_24, V0_25, V0_26, V0_27, V0_28, V0_29,
+                                          V0_30, V0_32, V0_33)
