@@ -40,6 +40,7 @@ from kvplan.engines.reserve import Reserve, ReserveTerm
 from kvplan.engines.settings import EngineSettings
 from kvplan.engines.trtllm.kv_dtype import resolve_auto_kv_dtype
 from kvplan.engines.trtllm.log import TrtllmLog
+from kvplan.engines.trtllm.multimodal import trtllm_media_refusal, trtllm_tower_note
 from kvplan.engines.trtllm.spec_decode import (
     TrtSpec,
     resolve_trtllm_speculative,
@@ -228,6 +229,11 @@ class TrtLlm(Engine):
             return "the PyTorch backend has no model class for it (_arch_index.py)"
         return None
 
+    def media_refusal(self, arch: ModelArch) -> str | None:
+        """Every request with images or videos: the encoder profile is not sized
+        (``kvplan.engines.trtllm.multimodal.trtllm_media_refusal``)."""
+        return trtllm_media_refusal(self.release, self.record.key)
+
     #: Blocks for every attention-like cache (full length), states as they are.
     specs: ClassVar[dict[Kind, type[CacheRule]]] = {
         Kind.FULL: TrtBlockRule, Kind.MLA: TrtBlockRule, Kind.DSA_INDEXER: TrtBlockRule,
@@ -403,6 +409,7 @@ class TrtLlm(Engine):
         ``fraction × activation_peak`` more than the budget (``freed``; 0 when the user gave the reserve
         as one total, whose split is unknown)."""
         notes.extend(self.auto_kv_note(arch, kv_dtype))
+        notes.extend(trtllm_tower_note(arch, self.release, self.record.key))
         freed = 0
         if reserve is not None and reserve.total_override is None:
             activation = sum(t.bytes for t in reserve.terms if t.name == "activation_peak" and t.counted)
