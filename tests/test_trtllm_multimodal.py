@@ -99,3 +99,16 @@ def test_link_drops_images_under_trtllm_by_name():
     assert fixed.images == 0 and scenario_request_tokens(fixed) == fixed.tokens
     assert warnings == [f"link parameter 'im'='2×1280x720' was not used: 2 image(s) per request: "
                         f"{MAIN}{REFUSAL}"]
+
+
+def test_only_main_records_a_read_encoder_profile():
+    """``TrtLlmRelease.mm_profile_read``: main's ``_util.py`` 00043967 was read; 1.1 and 1.2.0 name
+    main's code and say theirs was not read, in the refusal and in the text-only note."""
+    assert [get_engine(f"trtllm@{k}").record.mm_profile_read for k in ("1.1", "1.2.0", "main")] == \
+        ["", "", SOURCE]
+    code, out, err = run_cli(["fit", "--model", QWEN_VL, "--engine", "trtllm", "--engine-version", "1.2.0",
+                              "--gpu", "h100-sxm", "--tokens", "1000", "--json"])
+    assert code == 0, err
+    assert json.loads(out)["notes"][0].startswith(
+        "Qwen2.5-VL-7B-Instruct is multimodal: TensorRT-LLM main (read; TensorRT-LLM 1.2.0 (PyTorch "
+        "backend; primary-pool blocks still rounded up)'s own profile was not read) profiles its encoder")

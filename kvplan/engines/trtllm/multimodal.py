@@ -32,7 +32,10 @@ rule (``kvplan.engines.vllm.multimodal.tower_peak``) is not known to hold for th
   the KV pool by them. Releases before main (1.1, 1.2.0): their encoder profile was not read; the same
   refusal and note, saying so (an older ``_util.py`` in the code index, its release not identified,
   has ``_create_dummy_mm_context_request``: a dummy context request with the image of
-  ``input_processor.get_dummy_prompt`` inside the LLM's profile — the encoder is profiled there too).
+  ``input_processor.get_dummy_prompt`` inside the LLM's profile — the encoder is profiled there too;
+  NVIDIA/TensorRT-LLM PR #14264, 2026-05: "KV-cache profiling already runs a multimodal dummy through
+  the encoder"). ``encoder_cache_max_bytes`` defaults to 128 MiB, lazily allocated, for the models
+  that support the cache (PR #15734, 2026-06).
 """
 
 from __future__ import annotations
@@ -53,26 +56,26 @@ def is_multimodal(arch: ModelArch) -> bool:
     return bool(arch.weights.towers) or arch.processor is not None
 
 
-def _who(release: str, release_key: str) -> str:
-    """The release whose code says it: main's own, or main's with the release's left unread."""
-    return release if release_key == "main" else \
-        f"TensorRT-LLM main (read; {release}'s own profile was not read)"
+def _who(release: str, read: str) -> str:
+    """The release whose code says it (``read``: ``TrtLlmRelease.mm_profile_read``, where the
+    release's own profile was read): the release itself, or main with the release's left unread."""
+    return release if read else f"TensorRT-LLM main (read; {release}'s own profile was not read)"
 
 
-def trtllm_media_refusal(release: str, release_key: str) -> str:
+def trtllm_media_refusal(release: str, read: str) -> str:
     """The refusal of a request with images or videos under TensorRT-LLM ``release``."""
-    return (f"{_who(release, release_key)} profiles the multimodal encoder with a dummy batch of its "
+    return (f"{_who(release, read)} profiles the multimodal encoder with a dummy batch of its "
             "own (encoder_max_num_tokens, encoder_batch_size) and reserves its output copy, "
             f"mm_encoder_output_budget_bytes and encoder_cache_max_bytes ({TRTLLM_MM_SOURCE}); "
             "kvplan does not size that profile for TensorRT-LLM, so it does not plan requests "
             "that bring images or videos under it")
 
 
-def trtllm_tower_note(arch: ModelArch, release: str, release_key: str) -> list[str]:
+def trtllm_tower_note(arch: ModelArch, release: str, read: str) -> list[str]:
     """The note on a text-only answer of a multimodal checkpoint (empty for a text model)."""
     if not is_multimodal(arch):
         return []
-    return [f"{arch.name} is multimodal: {_who(release, release_key)} profiles its encoder at "
+    return [f"{arch.name} is multimodal: {_who(release, read)} profiles its encoder at "
             "start-up whatever the requests bring (unless disable_mm_encoder): the tower's "
             "activation on a dummy batch, that batch's output copy, mm_encoder_output_budget_bytes "
             f"and encoder_cache_max_bytes ({TRTLLM_MM_SOURCE}); kvplan does not size them, so this "
