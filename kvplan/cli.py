@@ -679,6 +679,7 @@ def _image_request(args: argparse.Namespace, arch: ModelArch, settings: EngineSe
     engine = resolve_engine(engine_with_release(getattr(args, "engine", None) or DEFAULT_ENGINE,
                                                 args.engine_version))
     limit = engine.image_limit(settings)  # the engine's flag, or a foreign one refused by name
+    engine.check_media(arch, images=args.images or 0, videos=getattr(args, "videos", 0) or 0)
     video = _video_request(args, arch, settings, engine.image_limit(settings, "video"),
                            engine.image_limit_flag, engine.image_limit_refusal)
     if not args.images and not args.image_size and video is None:

@@ -673,6 +673,7 @@ def scenario_image_tokens(scenario: Scenario) -> int:
     from kvplan.plan import resolve_engine
 
     engine = resolve_engine(engine_with_release(scenario.engine, scenario.engine_version))
+    engine.check_media(arch, images=scenario.images)  # TensorRT-LLM: refused by name
     # the engine's own knobs only, as its plan reads them (a link's vLLM --limit-mm-per-prompt is
     # not SGLang's: ignored there, like every knob an engine does not have)
     return image_prompt_tokens(arch.name, scenario_processor(scenario), scenario_images(scenario),
@@ -715,6 +716,7 @@ def scenario_video_tokens(scenario: Scenario) -> int:
     from kvplan.plan import resolve_engine
 
     engine = resolve_engine(engine_with_release(scenario.engine, scenario.engine_version))
+    engine.check_media(scenario_arch(scenario), videos=scenario.videos)  # TensorRT-LLM: refused by name
     return video_prompt_tokens(scenario_arch(scenario).name, scenario_processor(scenario),
                                scenario_videos(scenario),
                                engine.image_limit(engine.own_settings(scenario.engine_settings), "video"),

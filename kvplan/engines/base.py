@@ -346,6 +346,24 @@ class Engine:
                                          "that caps a request's images or videos")
         return None
 
+    def media_refusal(self, arch: ModelArch) -> str | None:
+        """Why this release sizes no request that brings images or videos of ``arch``, or None: it
+        does (every engine but TensorRT-LLM, ``TrtLlm.media_refusal``). Raised by ``check_media``."""
+        return None
+
+    def check_media(self, arch: ModelArch, images: int = 0, videos: int = 0) -> None:
+        """A request of ``images`` images and ``videos`` videos refused by name where
+        ``media_refusal`` gives a reason (the CLI's ``_image_request``, the scenario's
+        ``scenario_image_tokens`` / ``scenario_video_tokens``); nothing for a text-only request."""
+        if not images and not videos:
+            return
+        refusal = self.media_refusal(arch)
+        if refusal is None:
+            return
+        if images:
+            raise KVPlanError("mm.images", count=images, key="images", detail=refusal)
+        raise KVPlanError("mm.videos", count=videos, key="videos", detail=refusal)
+
     # ------------------------------------------------------------ settings
     def own_settings(self, settings: EngineSettings, **update: object) -> EngineSettings:
         """``settings`` (with ``update``) and every knob this engine does not have reset to its

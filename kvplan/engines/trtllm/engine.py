@@ -40,6 +40,7 @@ from kvplan.engines.reserve import Reserve, ReserveTerm
 from kvplan.engines.settings import EngineSettings
 from kvplan.engines.trtllm.kv_dtype import resolve_auto_kv_dtype
 from kvplan.engines.trtllm.log import TrtllmLog
+from kvplan.engines.trtllm.multimodal import TRTLLM_MM_SOURCE, trtllm_media_refusal, trtllm_tower_note
 from kvplan.engines.trtllm.spec_decode import (
     TrtSpec,
     resolve_trtllm_speculative,
@@ -137,6 +138,10 @@ class TrtLlmRelease(Release):
     #: multiple of 128). False: experts as stored (main's ``MoeConfig.backend`` became ``AUTO``,
     #: which picks a backend per architecture and GPU: not read).
     mxfp4_cutlass_pad: bool = False
+    #: Where this release's multimodal encoder profile was read (``kvplan.engines.trtllm.multimodal``:
+    #: a request with images or videos is refused by name either way; "" — not read, main's code
+    #: is named in the refusal and the text-only note instead).
+    mm_profile_read: str = ""
 
 
 #: TensorRT-LLM releases, oldest first, each the previous one with what changed.
@@ -164,7 +169,7 @@ TRTLLM_1_2_0 = replace(
 TRTLLM_MAIN = replace(
     TRTLLM_1_2_0, key="main", since="1.2.1",
     name="TensorRT-LLM main 2026 (PyTorch backend; blocks floored)", blocks_round_up=False,
-    mxfp4_cutlass_pad=False,
+    mxfp4_cutlass_pad=False, mm_profile_read=TRTLLM_MM_SOURCE,
     changes="main (``resource_manager.py`` 001541ba…, ``_util.py`` 00043967…): "
             "``calculate_max_num_blocks`` floors, ``int(max_tokens // tokens_per_block)``; MXFP4 MoE "
             "experts as stored (``MoeConfig.backend`` ``AUTO`` picks the backend per model and GPU: "
@@ -176,7 +181,10 @@ TRTLLM_MAIN = replace(
             "flat ModelOpt config.json ``kv_cache_scheme`` sets the KV dtype \"auto\" takes "
             "(``quantization/modelopt_config.py`` 2edf354d ``read_modelopt_quant_config``); "
             "``speculative_config`` sized (spec layers in the target's manager, the two-model draft's "
-            "KV in the creator's cost, draft and extra KV tokens per request: ``trtllm/spec_decode.py``)")
+            "KV in the creator's cost, draft and extra KV tokens per request: ``trtllm/spec_decode.py``); "
+            "the multimodal encoder profile read (``_create_dummy_encoder_inputs``, "
+            "``_get_multimodal_encoder_memory_reserve``) and not sized: requests with images or videos "
+            "refused by name (``trtllm/multimodal.py``)")
 TRTLLM_RELEASES: tuple[TrtLlmRelease, ...] = (TRTLLM_1_1, TRTLLM_1_2_0, TRTLLM_MAIN)
 
 
@@ -227,6 +235,11 @@ class TrtLlm(Engine):
         if arch.architecture and arch.architecture not in TRTLLM_PYTORCH_ARCHITECTURES:
             return "the PyTorch backend has no model class for it (_arch_index.py)"
         return None
+
+    def media_refusal(self, arch: ModelArch) -> str | None:
+        """Every request with images or videos: the encoder profile is not sized
+        (``kvplan.engines.trtllm.multimodal.trtllm_media_refusal``)."""
+        return trtllm_media_refusal(self.release, self.record.mm_profile_read)
 
     #: Blocks for every attention-like cache (full length), states as they are.
     specs: ClassVar[dict[Kind, type[CacheRule]]] = {
@@ -403,6 +416,7 @@ class TrtLlm(Engine):
         ``fraction × activation_peak`` more than the budget (``freed``; 0 when the user gave the reserve
         as one total, whose split is unknown)."""
         notes.extend(self.auto_kv_note(arch, kv_dtype))
+        notes.extend(trtllm_tower_note(arch, self.release, self.record.mm_profile_read))
         freed = 0
         if reserve is not None and reserve.total_override is None:
             activation = sum(t.bytes for t in reserve.terms if t.name == "activation_peak" and t.counted)
