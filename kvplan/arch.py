@@ -233,6 +233,10 @@ class RopeScaling(_Spec):
     factor: float | None = None
     original_max_position_embeddings: int | None = None
     layer_type: str = ""
+    #: Multimodal RoPE: the set names an ``mrope_section`` (or the legacy type ``mrope``, which vLLM
+    #: ``patch_rope_parameters`` reads as ``default`` with its section): vLLM's
+    #: ``MRotaryEmbedding`` (``kvplan.weights.rope_cache_bytes``).
+    mrope: bool = False
 
 
 class ModelArch(_Spec):

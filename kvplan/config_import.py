@@ -309,7 +309,8 @@ def _rope_scalings(data: dict[str, Any], model_type: str = "") -> tuple[RopeScal
             factor=float(factor) if isinstance(factor, (int, float)) and not isinstance(factor, bool)
             and math.isfinite(factor) and 0 < factor <= 1e6 else None,
             original_max_position_embeddings=int(original) if isinstance(original, int)
-            and not isinstance(original, bool) and 0 < original <= 10**9 else None))
+            and not isinstance(original, bool) and 0 < original <= 10**9 else None,
+            mrope=rope_type == "mrope" or "mrope_section" in rp))
     return tuple(out)
 
 

@@ -22,8 +22,9 @@ which per-shard scales a fused module keeps (``ScalesAtLoad``) and how MXFP4 exp
 defaults are vLLM v0.33's scale rules without a repack. The whole-model totals apply the scale
 rules but not the repack (it changes only the bytes per GPU). An engine whose weight figure is the
 free device memory loading took (SGLang) also gets the ``allocator`` part (PyTorch's caching
-allocator's segments beyond the tensors, ``allocator_excess``) and the ``rope_cache`` part (fp32
-cos/sin caches, ``rope_cache_bytes``): ``HELD_PARTS``, never in the whole-model totals. This module
+allocator's segments beyond the tensors, ``allocator_excess``); an engine whose figure holds the
+RoPE cos/sin caches (SGLang in fp32, vLLM in the model dtype) the ``rope_cache`` part
+(``rope_cache_bytes``): ``HELD_PARTS``, never in the whole-model totals. This module
 imports nothing from ``kvplan.engines``.
 """
 
@@ -53,7 +54,7 @@ PARTS: tuple[str, ...] = (
     "mtp", "per_layer_embeddings", "vision", "audio", "rope_cache", "allocator",
 )
 #: Parts that are not stored tensors: what an engine that measures the free device memory around
-#: loading holds besides (``LoadingRules.rope_cache_fp32``, ``LoadingRules.allocator_segments``).
+#: loading holds besides (``LoadingRules.rope_cache``, ``LoadingRules.allocator_segments``).
 HELD_PARTS = frozenset({"rope_cache", "allocator"})
 #: vLLM ``DEFAULT_VOCAB_PADDING_SIZE`` (``vocab_parallel_embedding.py``).
 VOCAB_PADDING = 64
@@ -222,9 +223,23 @@ class LoadingRules:
     #: … mem usage", ``torch.cuda.mem_get_info`` after ``empty_cache``): each parameter is held as
     #: PyTorch's caching allocator rounds its segment (``allocator_excess``), the ``allocator`` part.
     allocator_segments: bool = False
-    #: The engine keeps RoPE's cos/sin cache on the device in fp32 from model construction, one per
-    #: distinct rotary set (``rope_cache_bytes``), the ``rope_cache`` part.
-    rope_cache_fp32: bool = False
+    #: The engine keeps RoPE's cos/sin cache on the device from model construction, one per
+    #: distinct rotary set (``rope_cache_bytes``), the ``rope_cache`` part: ``fp32`` — SGLang keeps
+    #: it fp32 (``RotaryEmbedding.__init__``); ``model`` — vLLM casts it to the model dtype
+    #: (``rotary_embedding/base.py`` ``RotaryEmbedding.__init__``: ``cache.to(dtype)``); None: not
+    #: in the engine's weight figure.
+    rope_cache: Literal["fp32", "model"] | None = None
+    #: LongRoPE keeps only the concatenated short+long cache (vLLM v0.11+
+    #: ``phi3_long_rope_scaled_rope.py``: one ``long_short_cos_sin_cache`` buffer), not the short
+    #: and long caches besides (SGLang, vLLM v0.6 ``rotary_embedding.py``: three buffers).
+    rope_longrope_concat_only: bool = False
+    #: MRoPE's cache holds this many times the positions (vLLM v0.11+ ``mrope.py``
+    #: ``MRotaryEmbedding.__init__``: ``cache_max_position_num = max_position_embeddings * 4``; 1 in
+    #: vLLM v0.6 and SGLang).
+    rope_mrope_positions: int = 1
+    #: A ``proportional`` RoPE set rotates the whole head (vLLM 0.19.0 ``gemma4_rope.py``
+    #: ``Gemma4RotaryEmbedding``: ``rotary_dim = head_size``; ``rope_cache_bytes``).
+    rope_proportional_full_head: bool = False
     #: Model types whose engine builds one unscaled cos/sin cache per attention type instead of the
     #: config's RoPE sets (``rope_cache_bytes``' ``unscaled_per_layer_type``).
     rope_unscaled_per_layer_type: frozenset[str] = frozenset()
@@ -1241,19 +1256,34 @@ def allocator_excess(sizes: list[tuple[int, int]]) -> int:
 NO_ROPE_TYPES = frozenset({"opt", "gpt2", "gpt_bigcode", "bloom", "mpt"})
 
 
-def rope_cache_bytes(arch: ModelArch, unscaled_per_layer_type: bool = False) -> list[int]:
-    """Bytes of each cos/sin cache the engine builds (SGLang ``layers/rotary_embedding`` ``get_rope``:
-    one instance per distinct set, shared by the layers), ``positions × ModelArch.rotary_dim`` of
-    fp32 (the ``torch.cat((cos, sin), -1)`` of ``_compute_cos_sin_cache``, kept fp32 on CUDA and
-    ROCm: SGLang 0.4.3 ``rotary_embedding.py`` ``RotaryEmbedding.__init__``, 0.5.23
-    ``rotary_embedding/base.py``). Positions per RoPE set (``ModelArch.rope_scalings``, one default
-    set when the config names none): ``yarn`` / ``deepseek_yarn`` ``original × factor``
-    (``YaRNScalingRotaryEmbedding``, ``DeepseekScalingRotaryEmbedding``), ``linear`` / ``dynamic``
-    ``max_position × factor`` (``LinearScalingRotaryEmbedding``, ``DynamicNTKScalingRotaryEmbedding``),
-    another (default, ``llama3``, ``mrope``) ``max_position_embeddings``; ``longrope`` keeps a short
-    (``original``) and a long (``max_position``) cache in the model's dtype plus their concatenation
-    (0.5.23 ``rope_variant.py`` ``Phi3LongRoPEScaledRotaryEmbedding``). ``unscaled_per_layer_type``:
-    the model builds one default (unscaled) cache per attention type instead (SGLang
+def rope_cache_bytes(arch: ModelArch, unscaled_per_layer_type: bool = False, *, element: int = 4,
+                     model_element: int | None = None, longrope_concat_only: bool = False,
+                     mrope_positions: int = 1, proportional_full_head: bool = False) -> list[int]:
+    """Bytes of each cos/sin cache the engine builds (SGLang / vLLM ``layers/rotary_embedding``
+    ``get_rope``: one instance per distinct set, shared by the layers, ``_ROPE_DICT``),
+    ``positions × ModelArch.rotary_dim × element`` (the ``torch.cat((cos, sin), -1)`` of
+    ``_compute_cos_sin_cache``): ``element`` 4 — SGLang keeps it fp32 on CUDA and ROCm (0.4.3
+    ``rotary_embedding.py`` ``RotaryEmbedding.__init__``, 0.5.23 ``rotary_embedding/base.py``);
+    vLLM casts it to the model dtype (v0.6.6 ``rotary_embedding.py``, v0.11.0–v0.19.0
+    ``rotary_embedding/base.py`` ``RotaryEmbeddingBase.__init__``: ``cache.to(dtype)``, ``dtype``
+    ``torch.get_default_dtype()``), so its caller passes the model's element size. Positions per
+    RoPE set (``ModelArch.rope_scalings``, one default set when the config names none): ``yarn`` /
+    ``deepseek_yarn`` ``original × factor`` (``YaRNScalingRotaryEmbedding``,
+    ``DeepseekScalingRotaryEmbedding``), ``linear`` / ``dynamic`` ``max_position × factor``
+    (``LinearScalingRotaryEmbedding``, ``DynamicNTKScalingRotaryEmbedding``), another (default,
+    ``llama3``) ``max_position_embeddings``; an MRoPE set (``RopeScaling.mrope``) those positions
+    × ``mrope_positions`` (vLLM v0.11+ ``mrope.py`` ``MRotaryEmbedding.__init__``: ``× 4``, with
+    YaRN ``original × 4 × factor``); ``longrope`` keeps a short (``original``) and a long
+    (``max_position``) cache in ``model_element`` (default: the config's dtype) plus their
+    concatenation (SGLang 0.5.23 ``rope_variant.py``, vLLM v0.6.6
+    ``Phi3LongRoPEScaledRotaryEmbedding``), only the concatenation with ``longrope_concat_only``
+    (vLLM v0.11.0–v0.19.0 ``phi3_long_rope_scaled_rope.py``). A set named for a layer type
+    (``RopeScaling.layer_type``: ``full_attention``, ``sliding_attention``, ``chunked_attention``)
+    is built by those layers, with their head size (``Attention.head_dim_k``: Gemma 4's global
+    layers' ``global_head_dim``); with ``proportional_full_head`` a ``proportional`` set rotates the
+    whole head whatever its ``partial_rotary_factor`` (vLLM 0.19.0 ``gemma4_rope.py``
+    ``Gemma4RotaryEmbedding.__init__``: ``rotary_dim = head_size``). ``unscaled_per_layer_type``: the
+    model builds one default (unscaled) cache per attention type instead (SGLang
     ``gemma3_causal.py`` ``Gemma3Attention``: ``rope_scaling = {"rope_type": "default"}`` for the
     sliding and the global layers, each with its own base). None without rotary attention
     (``NO_ROPE_TYPES``, no attention layer) or without a position count."""
@@ -1263,21 +1293,36 @@ def rope_cache_bytes(arch: ModelArch, unscaled_per_layer_type: bool = False) -> 
     top, dim = arch.max_position_embeddings or 0, arch.rotary_dim
     if unscaled_per_layer_type:
         kinds = {x.kind for x in layers if isinstance(x, (Attention, MLA))}
-        return [top * dim * 4] * len(kinds) if top else []
+        return [top * dim * element] * len(kinds) if top else []
+    if model_element is None:
+        model_element = 4 if arch.model_dtype == "fp32" else 2
+    heads: dict[str, int] = {}
+    for x in layers:
+        if isinstance(x, Attention):
+            name = f"{x.kind.value}_attention"
+            heads[name] = max(heads.get(name, 0), x.head_dim_k)
     out: list[int] = []
     for rope in arch.rope_scalings or (None,):
         kind = rope.rope_type if rope is not None else "default"
+        dim = arch.rotary_dim
+        head = heads.get(rope.layer_type, 0) if rope is not None else 0
+        if head:
+            dim = int(head * arch.partial_rotary_factor)
+        if proportional_full_head and kind == "proportional":
+            dim = head or arch.head_dim
         factor = rope.factor if rope is not None and rope.factor else 1.0
         original = rope.original_max_position_embeddings if rope is not None else None
+        times = mrope_positions if rope is not None and rope.mrope else 1
         if kind in {"yarn", "deepseek_yarn"} and original:
-            out.append(int(original * factor) * dim * 4)
+            out.append(int(original * times * factor) * dim * element)
         elif kind in {"linear", "dynamic"}:
-            out.append(int(top * factor) * dim * 4)
+            out.append(int(top * factor) * dim * element)
         elif kind in {"longrope", "su"} and original:
-            element = 4 if arch.model_dtype == "fp32" else 2
-            out += [original * dim * element, top * dim * element, (original + top) * dim * element]
+            concat = (original + top) * dim * model_element
+            out += [concat] if longrope_concat_only else \
+                [original * dim * model_element, top * dim * model_element, concat]
         else:
-            out.append(top * dim * 4)
+            out.append(top * times * dim * element)
     return [b for b in out if b > 0]
 
 
@@ -1452,8 +1497,13 @@ def weights_per_gpu(arch: ModelArch, weight_dtype: str | None = None, tp: int = 
         stages[-1]["lm_head"] += scheme.base.matrix_bytes(rows, cols, 1, rules)
         if rules.allocator_segments:
             allocs[-1][("lm_head", (), "tied")] = [scheme.base.matrix_bytes(rows, cols, 1, rules), 1]
-    ropes = rope_cache_bytes(arch, arch.model_type in rules.rope_unscaled_per_layer_type) \
-        if rules.rope_cache_fp32 else []
+    base_element = scheme.base.bits // 8
+    ropes = rope_cache_bytes(
+        arch, arch.model_type in rules.rope_unscaled_per_layer_type,
+        element=4 if rules.rope_cache == "fp32" else base_element, model_element=base_element,
+        longrope_concat_only=rules.rope_longrope_concat_only,
+        mrope_positions=rules.rope_mrope_positions,
+        proportional_full_head=rules.rope_proportional_full_head) if rules.rope_cache else []
     for stage in range(pp):
         stages[stage]["rope_cache"] += sum(ropes)
         if rules.allocator_segments:

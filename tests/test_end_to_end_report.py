@@ -425,7 +425,7 @@ def test_the_status_report(rows: list[Row], capsys: pytest.CaptureFixture[str]):
 #: intermediate 2,880 → 2,944): 04's weights 60.77 → 63.32 GiB, the logged 63.32 (its pool ×8.40 →
 #: ×8.01, still the GB10's unified memory): trtllm (2, 0, 6, 2) → (2, 0, 6, 3).
 #: Helper sgltrt: SGLang's weights are the free memory loading takes (the caching allocator's
-#: segments and the fp32 RoPE cache, ``LoadingRules.allocator_segments`` / ``rope_cache_fp32``): the
+#: segments and the fp32 RoPE cache, ``LoadingRules.allocator_segments`` / ``rope_cache``): the
 #: fitted logs' weight terms 01 −0.28 → +0.00, 02 −0.15 → −0.09, 04/05 −0.59 → −0.22 GiB (all within
 #: 0.25 now; 01's pool ×1.073 → ×0.973); 03 ×0.981 → ×0.964, out of 3 % (its FP8 qkv/o_proj of 9 and
 #: 8 MiB share a 20 MiB segment per layer, +0.28 GiB; the log prints no memory line to say which

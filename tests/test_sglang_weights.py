@@ -131,7 +131,7 @@ def test_what_sglang_holds_at_load_end():
     2 MiB; 65 norms of 8,192 B in one small segment (+1,564,672) and the llama3 cache 131,072 × 128
     × 4: 14.96 → 15.02 GiB against the logged 15.11 (−0.15 → −0.09)."""
     sglang = get_engine("sglang@0.4").loading_rules(get_gpu("l4"))
-    assert sglang.allocator_segments and sglang.rope_cache_fp32
+    assert sglang.allocator_segments and sglang.rope_cache == "fp32"
     qwq = weights_per_gpu(load_model("qwen2.5-32b"), None, tp=4, rules=sglang).stages[0]
     assert qwq["rope_cache"] == 131_072 * 128 * 4 == 67_108_864
     assert qwq["allocator"] == 3_670_016 * 64 + 2 * 786_432 + 546_816 == 237_000_704

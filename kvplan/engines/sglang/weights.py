@@ -20,7 +20,7 @@ SGLang 0.5.5, 0.5.9 and 0.5.23 (``pip download sglang==X --no-deps``):
 * What "Load weight end … mem usage" holds beyond the tensors (``model_runner.py`` ``load_model``:
   free memory before − after, ``mem_get_info`` after ``empty_cache``; 0.4.3 and 0.5.23 alike): each
   parameter in PyTorch's caching-allocator segments (``LoadingRules.allocator_segments``) and the
-  fp32 RoPE cos/sin caches (``rope_cache_fp32``; Gemma 3 builds one unscaled cache per attention
+  fp32 RoPE cos/sin caches (``rope_cache`` ``fp32``; Gemma 3 builds one unscaled cache per attention
   type, ``models/gemma3_causal.py`` ``Gemma3Attention``).
 
 MXFP4 MoE experts: as the release's ``mxfp4_moe_repack`` says (None, as stored, for every
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 #: DeepSeek-V2-Lite default-fraction cases took +113,246,208 B of weights per H100.
 SCALE_RULES = replace(DEFAULT_RULES, wna16_expert_shape_bytes=8,
                       replicated_tower_mlp=frozenset({"moonvit"}),
-                      allocator_segments=True, rope_cache_fp32=True,
+                      allocator_segments=True, rope_cache="fp32",
                       rope_unscaled_per_layer_type=frozenset({"gemma3_text"}))
 
 

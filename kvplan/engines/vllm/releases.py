@@ -199,6 +199,16 @@ class VllmRelease(Release):
     #: language model's dummy forward and the sampler run (``v1/worker/gpu_model_runner.py``
     #: ``profile_run``): read in 0.11.0, 0.11.1 and 0.11.2; absent in 0.10.1.1, 0.10.2 and 0.12.0.
     mm_profile_pads: bool = False
+    #: LongRoPE registers only the concatenated short+long cos/sin cache (0.11.0–0.19.0
+    #: ``rotary_embedding/phi3_long_rope_scaled_rope.py``: ``long_short_cos_sin_cache``); v0.6.6
+    #: ``rotary_embedding.py`` registers the short and the long caches besides
+    #: (``LoadingRules.rope_longrope_concat_only``; v0.8–v0.9 not read, they inherit v0.6's).
+    rope_longrope_concat_only: bool = True
+    #: MRoPE's cos/sin cache spans this many times the positions (0.11.0–0.19.0 ``mrope.py``
+    #: ``MRotaryEmbedding.__init__``: ``cache_max_position_num = max_position_embeddings * 4``;
+    #: 1 in v0.6.6 ``rotary_embedding.py``; ``LoadingRules.rope_mrope_positions``; v0.8–v0.9 not
+    #: read, they inherit v0.6's).
+    rope_mrope_positions: int = 4
 
 
 V0_6 = VllmRelease(
@@ -220,7 +230,7 @@ V0_6 = VllmRelease(
     layer_specs="full_or_mla", batch_defaults="v0", huge_batch_tier=False, gb10_small_tier=False,
     unscaled_rope_types=("su", "longrope", "llama3"), mxfp4_moe=False, mxfp4_triton=False,
     mxfp4_trtllm_inter=256, mxfp4_keeps_scales=True, mxfp4_source="", serves_recurrent=False,
-    others_rule="own")
+    others_rule="own", rope_longrope_concat_only=False, rope_mrope_positions=1)
 V0_8 = replace(
     V0_6, key="0.8", since="0.8.0", name="vLLM v0.8",
     changes="first V1 default: the V1 pool (``v1/core/kv_cache_utils.py``, a null block in "
@@ -255,10 +265,15 @@ V0_10 = replace(
             "v0.10.1 pins torch 2.7 (Triton needs ≥ 2.8) and neither bundles ``triton_kernels``; "
             "FlashInfer (256/256) on Blackwell. ``get_batch_defaults`` takes NVML's total, so a "
             "device whose NVML reports no memory (a GB10) is on the small tier (``nvml_batch_total``; "
-            "read in 0.11.0, 0.12.0, 0.13.0: public log 44 on a GB10 defaults to 2,048 batched tokens).",
+            "read in 0.11.0, 0.12.0, 0.13.0: public log 44 on a GB10 defaults to 2,048 batched tokens). "
+            "RoPE caches (in every release's weights, in the model dtype; not yet switched on, "
+            "``weights.ROPE_CACHE_IN_WEIGHTS``): LongRoPE keeps only the "
+            "concatenated short+long cache and MRoPE's spans 4 × the positions (read in 0.11.0; "
+            "v0.6.6 keeps three LongRoPE caches and MRoPE's at the positions; v0.10 not read).",
     hybrid_default="off_with_chunked", layer_specs="all", mxfp4_moe=True, others_rule="free_check",
     mxfp4_source="vLLM v0.10.1.1 quantization/mxfp4.py", state_block_check="assert",
-    mm_item_tokens="placeholder", nvml_batch_total=True,
+    mm_item_tokens="placeholder", nvml_batch_total=True, rope_longrope_concat_only=True,
+    rope_mrope_positions=4,
     mm_skip_tower_archs=("Qwen2VLForConditionalGeneration", "Qwen2_5_VLForConditionalGeneration",
                          "Mistral3ForConditionalGeneration", "Llama4ForConditionalGeneration",
                          "LlavaForConditionalGeneration"))

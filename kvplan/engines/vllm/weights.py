@@ -15,6 +15,18 @@
   the per-release values are the engine's ``Vllm.mxfp4_moe_repack``).
 * NVFP4 MoE experts of a non-gated activation: their per-rank intermediate padded on Blackwell
   (``nvfp4_ungated_inter``; per release ``VllmRelease.nvfp4_ungated_inter``).
+* RoPE's cos/sin caches: "Model loading took" (``v1/worker/gpu_model_runner.py`` ``load_model``:
+  ``DeviceMemoryProfiler``'s allocated bytes around model construction and loading) holds each
+  rotary embedding's non-persistent ``cos_sin_cache`` buffer, built in the model dtype
+  (``rotary_embedding/base.py`` ``RotaryEmbeddingBase.__init__``: ``cache.to(dtype)``; v0.6.6
+  ``rotary_embedding.py`` ``RotaryEmbedding.__init__`` the same), one per distinct ``get_rope``
+  set (``_ROPE_DICT``): ``LoadingRules.rope_cache`` ``model`` in every release, the LongRoPE and
+  MRoPE layouts per release (``VllmRelease.rope_longrope_concat_only``, ``rope_mrope_positions``;
+  ``kvplan.weights.rope_cache_bytes``); a ``proportional`` set (Gemma 4) rotates the whole head
+  (0.19.0 ``gemma4_rope.py`` ``Gemma4RotaryEmbedding``; the only releases that load Gemma 4).
+  Derived and tested (``tests/test_vllm_rope_cache.py``) but not yet in the plans:
+  ``ROPE_CACHE_IN_WEIGHTS`` is False until the suite's pinned vLLM numbers are re-derived with it
+  (it moves every vLLM plan's weights by 1–384 MiB per GPU: 44 pins outside the log tests).
 """
 
 from __future__ import annotations
@@ -63,10 +75,22 @@ def nvfp4_ungated_inter(gpu: GPU | None, multiple: int) -> int:
     return multiple if major >= 10 else 1
 
 
-def vllm_loading_rules(engine: Engine, gpu: GPU | None, ungated_inter: int = 1) -> LoadingRules:
+#: Whether vLLM's plans hold the RoPE cos/sin caches (module docstring): off until the suite's
+#: pinned vLLM numbers are re-derived with them.
+ROPE_CACHE_IN_WEIGHTS = False
+
+
+def vllm_loading_rules(engine: Engine, gpu: GPU | None, ungated_inter: int = 1,
+                       longrope_concat_only: bool = True, mrope_positions: int = 4,
+                       rope_cache: bool = ROPE_CACHE_IN_WEIGHTS) -> LoadingRules:
     """What this vLLM release holds after loading on ``gpu``: the scale rules above, the
-    release's MXFP4 MoE layout (``engine.mxfp4_moe_repack``) and its padding of non-gated NVFP4
+    release's MXFP4 MoE layout (``engine.mxfp4_moe_repack``), its padding of non-gated NVFP4
     experts (``ungated_inter``: the record's ``nvfp4_ungated_inter``, applied by
-    ``nvfp4_ungated_inter``)."""
-    return replace(VLLM_SCALE_RULES, mxfp4_experts=engine.mxfp4_moe_repack(gpu),
-                   nvfp4_ungated_inter=nvfp4_ungated_inter(gpu, ungated_inter))
+    ``nvfp4_ungated_inter``) and, with ``rope_cache``, the RoPE caches in the model dtype with the
+    record's LongRoPE and MRoPE layouts (defaults: v0.11+)."""
+    rules = replace(VLLM_SCALE_RULES, mxfp4_experts=engine.mxfp4_moe_repack(gpu),
+                    nvfp4_ungated_inter=nvfp4_ungated_inter(gpu, ungated_inter))
+    if not rope_cache:
+        return rules
+    return replace(rules, rope_cache="model", rope_longrope_concat_only=longrope_concat_only,
+                   rope_mrope_positions=mrope_positions, rope_proportional_full_head=True)
