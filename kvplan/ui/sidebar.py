@@ -576,11 +576,10 @@ def scenario_from_widgets() -> Scenario:
                   "images", "image_width", "image_height"):
         if values[field] is not None:
             values[field] = int(values[field])
-    defaults = Scenario()
     cleaned = {k: v for k, v in values.items() if v is not None or k in {"reserve_gib", "custom_config"}}
     try:
         cleaned["engine_settings"] = _settings_from_widgets()
         scenario = Scenario(**cleaned)
     except ValueError:
-        return defaults
+        return Scenario()
     return scenario.model_copy(update={"serving": serving_state.collect(scenario, state)})
