@@ -10,6 +10,7 @@ the Plotly chart is the default, as the static drawing would be too small to rea
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import streamlit as st
@@ -40,9 +41,10 @@ def _remember() -> None:
     st.session_state[INTERACTIVE] = bool(st.session_state.get("w_interactive", False))
 
 
-def show_chart(fig: Any, svg: str | None, key: str, alt: str) -> None:
-    """The static ``svg`` of ``fig`` (an ``<img>``: nothing in it runs) with the toggle, or the
-    Plotly chart under ``key`` (its CSS class ``st-key-<key>``)."""
+def show_chart(fig: Callable[[], Any], svg: str | None, key: str, alt: str) -> None:
+    """The static ``svg`` of the figure ``fig()`` builds (an ``<img>``: nothing in it runs) with the
+    toggle, or the Plotly chart under ``key`` (its CSS class ``st-key-<key>``); the figure is built
+    only for the Plotly chart."""
     if INTERACTIVE not in st.session_state:
         st.session_state[INTERACTIVE] = _default_interactive()
     interactive = bool(st.session_state[INTERACTIVE])
@@ -50,7 +52,7 @@ def show_chart(fig: Any, svg: str | None, key: str, alt: str) -> None:
         with st.container(key=f"static_{key}"):
             st.image(svg, width="stretch", alt=alt)
     else:
-        st.plotly_chart(fig, theme=None, config=chart_config(), key=key)
+        st.plotly_chart(fig(), theme=None, config=chart_config(), key=key)
     if svg is not None:
         st.toggle(TOGGLE_LABEL, value=interactive, key="w_interactive", on_change=_remember,
                   help="The chart is first drawn as a static image (no hover); on, it is the "

@@ -20,11 +20,14 @@ DEFAULT_SIZE = (1000, 560)
 
 
 def _png_callable(fig: Any) -> Callable[[], bytes]:
-    width = int(fig.layout.width or DEFAULT_SIZE[0])
-    height = int(fig.layout.height or DEFAULT_SIZE[1])
+    """The PNG of ``fig``, rendered on click; ``fig`` is a figure or a function building it then
+    (a view showing its static image builds no go.Figure per rerun)."""
 
     def render() -> bytes:
-        return fig_to_png(fig, width, height, PNG_SCALE)
+        figure = fig() if callable(fig) else fig
+        width = int(figure.layout.width or DEFAULT_SIZE[0])
+        height = int(figure.layout.height or DEFAULT_SIZE[1])
+        return fig_to_png(figure, width, height, PNG_SCALE)
 
     return render
 
@@ -39,9 +42,10 @@ def page_url() -> str | None:
 
 def download_buttons(name: str, df: pd.DataFrame, fig: Any, scenario: Scenario) -> None:
     """CSV of ``df`` (units in headers, the absolute link in a last ``scenario_link`` column) and,
-    when ``fig`` is given, a PNG of it, both named after the model, accelerator and view
-    (``report.export_name``); without Chromium the PNG slot explains how to install it. One
-    horizontal container, not two columns: two elements fewer for the browser to build."""
+    when ``fig`` (a figure, or a function building it on click) is given, a PNG of it, both named
+    after the model, accelerator and view (``report.export_name``); without Chromium the PNG slot
+    explains how to install it. One horizontal container, not two columns: two elements fewer for
+    the browser to build."""
     row = st.container(horizontal=True)
     stem = export_name(scenario, name)
     base = page_url()

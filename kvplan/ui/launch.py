@@ -3,11 +3,12 @@ checkout) warm.
 
 Before the server listens, it imports what the first run of ``app.py`` needs (pandas, Plotly,
 the views, the presets, the validated chart template), so the first visitor does not pay those
-imports (≈ 2 s on 2 CPUs); the PNG export browser starts meanwhile
-(``kvplan.png.warm_up_in_background``) and is waited for (at most ``WARM_UP_WAIT``), so the first
-PNG download does not pay Chromium's start and the first render does not share the CPU with it;
-then the loaded objects are frozen out of the garbage collector (``gc.freeze``), so Streamlit's
-full collection after every rerun walks only what the sessions created.
+imports (≈ 2 s on 2 CPUs), and fills the caches of the default page's answer and first chart;
+the PNG export browser starts meanwhile (``kvplan.png.warm_up_in_background``) and is waited for
+(at most ``WARM_UP_WAIT``), so the first PNG download does not pay Chromium's start and the first
+render does not share the CPU with it; then the loaded objects are frozen out of the garbage
+collector (``gc.freeze``), so Streamlit's full collection after every rerun walks only what the
+sessions created.
 ``./dev app``, the browser tests and the benchmarks serve the app this way.
 """
 
@@ -77,19 +78,33 @@ def preload() -> None:
 
 
 def _default_scenario_once() -> None:
-    """Compute the default scenario's answer and first chart once, outside Streamlit's caches:
-    what that path initialises on first use (pandas' index and concat paths, the capacity code,
-    Plotly's property validators) is then ready for the first visitor."""
-    from kvplan.capacity import fit
-    from kvplan.scenario import Scenario, scenario_plan
-    from kvplan.ui import charts, data
+    """Fill the caches the default page's first run reads (``kvplan.ui.cached.answers``, the
+    context view's data, figure and static SVG, each by the default scenario's ``cache_key``), so
+    the first visitor of the plain address reads them, as every later visitor does, instead of
+    computing them in the render (≈ 50–130 ms of its first run on 2 CPUs, bench/README.md); what
+    that path initialises on first use (pandas' index and concat paths, the capacity code,
+    Plotly's property validators) is then ready for any other scenario too. Streamlit's data caches
+    are the process's (global scope), created here before its runtime exists; its note that no
+    runtime exists yet is not printed."""
+    import logging
 
-    scenario = Scenario()
-    plan = scenario_plan(scenario)
-    result = fit(plan, search_gpus=True)
-    frame, _ = data.kv_vs_context(plan, scenario.kv_dtypes, scenario.log_x)
-    charts.kv_context_figure(frame, None, result.kv_budget_bytes, scenario.tokens, scenario.users,
-                             scenario.log_x, f" — {plan.device.name}", limit=result.context_limit).to_dict()
+    from kvplan.scenario import Scenario
+    from kvplan.ui import views
+    from kvplan.ui.cached import answers, cache_key
+
+    def no_runtime_note(record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("No runtime found")
+
+    # a filter, not a level: Streamlit sets its loggers' levels again when its config loads
+    logger = logging.getLogger("streamlit.runtime.caching.cache_data_api")
+    logger.addFilter(no_runtime_note)
+    try:
+        key = cache_key(Scenario())
+        answers(key)
+        views._context_data(key)
+        views._kv_context_svg(key)  # and the figure it is drawn from (views._kv_context_fig)
+    finally:
+        logger.removeFilter(no_runtime_note)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

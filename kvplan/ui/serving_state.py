@@ -234,12 +234,12 @@ def ensure(key: str, scenario: Scenario, state: WidgetState) -> str:
 def collect(scenario: Scenario, state: WidgetState) -> dict[str, str]:
     """The ``sv`` values the user chose (different from the default they started from)."""
     out: dict[str, str] = {}
-    values = _values(state)
+    values, defaults = _values(state), _defaults(state)  # read once: each read takes the state's lock
     for key, spec in INPUTS.items():
         value = state.get(f"sv_{key}", values.get(key))
         if value is None:
             continue
-        default = _defaults(state).get(key, spec.default(scenario, state))
+        default = defaults[key] if key in defaults else spec.default(scenario, state)
         if value != default:
             out[key] = _text(value)
     return out

@@ -601,11 +601,10 @@ def scenario_from_widgets() -> Scenario:
     for field in _OPEN_LOW_WIDGETS:  # 0 is said under its widget (render_workload), not applied
         if values[field] is not None:
             values[field] = float(values[field]) if values[field] > 0 else None
-    defaults = Scenario()
     cleaned = {k: v for k, v in values.items() if v is not None or k in {"reserve_gib", "custom_config"}}
     try:
         cleaned["engine_settings"] = _settings_from_widgets()
         scenario = Scenario(**cleaned)
     except ValueError:
-        return defaults
+        return Scenario()
     return scenario.model_copy(update={"serving": serving_state.collect(scenario, state)})

@@ -266,30 +266,35 @@ def render_answer(scenario: Scenario, gpu: GPU) -> None:
             change = " or ".join(([md(first.suggestion)] if first.suggestion else []) + other)
             st.warning(f"Does not fit ({md_name(first.kv_dtype)}): {md(first.reason)}. "
                        f"**Smallest change:** {change or 'none found'}.")
+        # One caption, its lines apart (not two captions a flex gap apart): one element fewer per
+        # rerun, and the card 16 px shorter, so it ends on a 390×844 phone's first screen
+        # (tests/browser/test_answer_first.py).
+        lines = []
         if first.max_num_seqs is not None:
             state = (f" · {first.state_blocks:,} recurrent-state blocks" if first.state_blocks is not None
                      else "")
             graphs = (f" · CUDA graphs up to {first.cuda_graph_sizes[-1]:,}" if first.cuda_graph_sizes
                       else "")
             start = "starts" if first.starts and not first.start_reason else md(first.start_reason)
-            st.caption(f"Request cap: max_num_seqs {first.max_num_seqs:,} "
-                       f"({md(first.max_num_seqs_source)}){state}{graphs} · {start}")
+            lines.append(f"Request cap: max_num_seqs {first.max_num_seqs:,} "
+                         f"({md(first.max_num_seqs_source)}){state}{graphs} · {start}")
         gpus = first.replicas * first.tp * first.pp
         limit = (f" · model limit {first.context_limit:,} tokens ({md(first.context_limit_rule)})"
                  if first.context_limit is not None else "")
-        st.caption(f"{plural(gpus, 'GPU')} × {md(gpu.name)}, {plural(first.replicas, 'replica')} of "
-                   f"TP={first.tp:d}, PP={first.pp:d} · {first.engine_label} · {md(first.engine_release)}"
-                   f"{limit}")
+        lines.append(f"{plural(gpus, 'GPU')} × {md(gpu.name)}, {plural(first.replicas, 'replica')} of "
+                     f"TP={first.tp:d}, PP={first.pp:d} · {first.engine_label} · "
+                     f"{md(first.engine_release)}{limit}")
+        st.caption("  \n".join(lines))
 
 
 def render_kpis(scenario: Scenario, arch: ModelArch, gpu: GPU, budget_box: Any = None,
-                after_budget: Any = None) -> pd.DataFrame:
+                after_budget: Any = None) -> list[Kpi]:
     """The supporting figures of the first KV dtype, each saying whether it is per GPU, per replica
     or for the whole model. Few elements (each costs the browser ≈ 4–11 ms on a first render,
     bench/README.md): the header with the architecture support, one row of cards, and one caption
     holding the exact integers, each card's formula, the engine's log line and the notes.
     ``budget_box`` / ``after_budget``: the "KV budget" box and the container under it when app.py
-    drew them outside its fragment (else both are drawn here)."""
+    drew them outside its fragment (else both are drawn here). Returns the cards."""
     key = cache_key(scenario)
     result = primary_fit(key)
     plan = scenario_from_key(key)[1]
@@ -329,7 +334,7 @@ def render_kpis(scenario: Scenario, arch: ModelArch, gpu: GPU, budget_box: Any =
     with after_budget if after_budget is not None else contextlib.nullcontext():
         weights_view.render_comparison(arch, None if scenario.weight_dtype == "auto"
                                        else scenario.weight_dtype)
-    return pd.DataFrame([card._asdict() for card in cards])
+    return cards
 
 
 def budget_rows(result: FitResult) -> pd.DataFrame:
@@ -374,15 +379,21 @@ def render_budget(result: FitResult, box: Any = None) -> None:
 
 
 # ---------------------------------------------------------------- (2) KV vs context
+def _figure(spec: dict[str, Any]) -> Callable[[], Any]:
+    """The go.Figure of a cached figure dict, built when asked: while the view shows its static
+    image, only a PNG download needs it (≈ 1 ms per rerun spared, bench/README.md)."""
+    return lambda: figure_from_dict(spec)
+
+
 def render_kv_context(scenario: Scenario, arch: ModelArch) -> pd.DataFrame:
-    df, by_kind, errors = _context_data(cache_key(scenario))
+    key = cache_key(scenario)
+    df, by_kind, errors = _context_data(key)
     for message in errors:
         st.warning(md(message))
-    fig = figure_from_dict(_kv_context_fig(cache_key(scenario)))
-    show_chart(fig, _kv_context_svg(cache_key(scenario)), "chart_kv_context",
-               "KV cache vs context length (static image)")
+    fig = _figure(_kv_context_fig(key))
+    show_chart(fig, _kv_context_svg(key), "chart_kv_context", "KV cache vs context length (static image)")
     at_length = [f"{md_name(dtype)} {fmt_bytes(r.kv_bytes_per_request * scenario.users)}"
-                 for dtype, r in answers(cache_key(scenario)).items() if not isinstance(r, str)]
+                 for dtype, r in answers(key).items() if not isinstance(r, str)]
     notes = [f"At the chosen {scenario.tokens:,} tokens, {plural(scenario.users, 'request')} reserve "
              + ", ".join(at_length) + " per GPU.",
              "Per GPU rank (tensor-parallel share). Each dtype's solid line is what the engine "
@@ -403,12 +414,12 @@ def render_kv_context(scenario: Scenario, arch: ModelArch) -> pd.DataFrame:
 
 # ---------------------------------------------------------------- (3) KV vs users
 def render_kv_users(scenario: Scenario) -> pd.DataFrame:
-    df, budget, errors = _users_data(cache_key(scenario))
+    key = cache_key(scenario)
+    df, budget, errors = _users_data(key)
     for message in errors:
         st.warning(md(message))
-    fig = figure_from_dict(_kv_users_fig(cache_key(scenario)))
-    show_chart(fig, _kv_users_svg(cache_key(scenario)), "chart_kv_users",
-               "KV cache vs concurrent requests (static image)")
+    fig = _figure(_kv_users_fig(key))
+    show_chart(fig, _kv_users_svg(key), "chart_kv_users", "KV cache vs concurrent requests (static image)")
     st.caption("KV per request is what the engine reserves for one request of the chosen length "
                "(vLLM: whole blocks), times the number of requests.")
     _export("kv_vs_users", df, fig, scenario)

@@ -25,10 +25,18 @@ LAYOUTS_JS = """() => Array.from(document.querySelectorAll('.js-plotly-plot')).m
 }))"""
 
 
+#: True once no element waits for its renderer's JS chunk: until then Streamlit draws a skeleton of
+#: its own height (a metric's is 40 px, the metric 118 px at 390 px wide), so a box measured at idle
+#: alone was 520 or 718 px tall by how far the chunks had loaded (bench/browser.py NO_SKELETON_JS).
+NO_SKELETON_JS = """() => !document.querySelector('[data-testid="stSkeleton"]')"""
+
+
 def _open(page: Page, url: str) -> None:
+    """Load ``url``: the answer shown, the script idle and every element drawn (no skeleton)."""
     page.goto(url)
     expect(page.locator(ANSWER)).to_be_visible(timeout=LOAD_MS)
     page.wait_for_selector(IDLE, timeout=LOAD_MS)
+    page.wait_for_function(NO_SKELETON_JS, timeout=LOAD_MS, polling="raf")
 
 
 def _on_first_screen(page: Page, selector: str) -> None:
