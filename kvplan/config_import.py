@@ -1168,13 +1168,22 @@ _QK_NORM_TYPES = {"qwen3", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe", 
 _QK_NORM_FULL_TYPES = {"minimax_m2", "olmo2", "olmo3", "olmoe", "flex_olmo"}
 
 
-def moe_layer_indices(cfg: _Cfg, n_layers: int, moe: MoE) -> tuple[int, ...]:
+def moe_layer_indices(cfg: _Cfg, n_layers: int, moe: MoE, model_type: str = "") -> tuple[int, ...]:
     """Decoder layers that hold experts, as each family's modeling file decides.
 
+    One-block families (NemotronH, ``ONE_BLOCK_TYPES``): the layers whose block is the MoE — an
+    ``E`` of ``hybrid_override_pattern`` or a ``moe`` of ``layers_block_type`` (transformers 5.24
+    modeling_nemotron_h.py ``NemotronHBlock``: ``mixer`` is ``NemotronHMoE`` only for "moe"; an
+    "mlp" block is a dense ``NemotronHMLP``; vLLM nemotron_h.py ``NemotronHMoEDecoderLayer`` for
+    "E" only) — found by NemotronHConfig's class default (one block each of Mamba2, MoE,
+    attention, MLP), whose MLP block was counted as a MoE: 390,692,864 over transformers' count.
     DeepSeek ``first_k_dense_replace`` (layers ≥ k); Llama 4 ``interleave_moe_layer_step``
     (``(i + 1) % step == 0``); Qwen MoE ``decoder_sparse_step`` and ``mlp_only_layers``
     (``Qwen3MoeDecoderLayer``); Jamba ``expert_layer_period``/``expert_layer_offset``.
     """
+    if model_type in ONE_BLOCK_TYPES:
+        return tuple(i for i, kind in enumerate(_layer_types(cfg, model_type, n_layers))
+                     if kind == "moe")
     if cfg.has("first_k_dense_replace"):
         return tuple(range(moe.n_dense_layers, n_layers))
     if cfg.has("interleave_moe_layer_step"):
@@ -1329,7 +1338,7 @@ def _weight_spec(cfg: _Cfg, outer: _Cfg, model_type: str, n_layers: int, moe: Mo
     mlp_name, router_name = names.get(model_type, ("mlp", "gate"))
     qk_full = model_type in _QK_NORM_FULL_TYPES
     return WeightSpec(
-        moe_layers=moe_layer_indices(cfg, n_layers, moe) if moe is not None else None,
+        moe_layers=moe_layer_indices(cfg, n_layers, moe, model_type) if moe is not None else None,
         attention_bias=all_bias or model_type in _QKV_BIAS_TYPES or bias is True,
         attention_out_bias=all_bias or (bias is True and model_type not in _QKV_ONLY_BIAS_TYPES),
         mlp_bias=all_bias or cfg.get("mlp_bias") is True,

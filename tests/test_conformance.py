@@ -66,12 +66,6 @@ WEIGHTS_GAP: dict[str, tuple[float | None, str]] = {
     "bamba": (None, _NO_LAYOUT),
     "granitemoehybrid": (0.011, "Mamba-2 hybrid parameters (mixer projections, shared MLP) under-"
                                 "counted by ≈1% (measured while its KV row was wrong)"),
-    "nemotron_h": (0.199, "the class-default full-size config (one block each of Mamba2, MoE, "
-                          "attention, MLP) is counted 19.8 % over transformers' (was 2.35×, "
-                          "before the one-block-per-layer rule): not investigated further; the "
-                          "real checkpoints Nemotron-H-56B and Nemotron-3-Nano are exact "
-                          "(test_weights.py), latent MoE (Super, Ultra) is not sized"),
-    "nemotron_h_omni": (0.199, "as nemotron_h (the same text model)"),
     "afmoe": (0.008, _MOE),
     "beam": (0.004, _MOE),
     "bert-generation": (0.003, _BIASES),

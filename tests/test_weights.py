@@ -621,6 +621,30 @@ def test_nemotron_h_moe_blocks_and_the_nvfp4_skip_list():
     assert nvfp4.total_bytes == 19_323_097_400
 
 
+def test_nemotron_h_mlp_block_is_dense_beside_a_moe_block():
+    """NemotronHConfig's class default (transformers 5.24 configuration_nemotron_h.py; the fixture
+    tests/fixtures/conformance/nemotron_h.json ``default_config``): one block each of Mamba2,
+    MoE, attention and MLP. modeling_nemotron_h.py ``NemotronHBlock`` builds ``NemotronHMoE`` only
+    for "moe" and a dense ``NemotronHMLP`` for "mlp" (vLLM nemotron_h.py the same for "E" / "-").
+    By hand: embeddings + untied head 2 × 131,072 × 4,096 = 1,073,741,824; Mamba2 in_proj
+    4,096 × (2·8,192 + 2·8·128 + 128) + conv (10,240 × 4 + 10,240) + dt_bias/A_log/D 3 × 128 +
+    norm 8,192 + out_proj 8,192 × 4,096 = 109,635,968; MoE router 8 × 4,096 + 8 experts ×
+    2 × 7,688 × 4,096 + shared 2 × 7,688 × 4,096 = 566,853,632; attention 2 × 4,096² +
+    2 × 1,024 × 4,096 = 41,943,040; MLP 2 × 21,504 × 4,096 = 176,160,768; 5 norms 20,480:
+    1,968,355,712 = transformers' meta-device count (was 2,359,048,576: the MLP block was sized
+    as a MoE, 390,692,864 over)."""
+    from kvplan.weights import params_from_tensors
+
+    fixture = json.loads((Path(__file__).parent / "fixtures" / "conformance" / "nemotron_h.json")
+                         .read_text())
+    arch = parse_config(fixture["default_config"])
+    assert arch.weights.moe_layers == (1,)
+    assert arch.params_total == params_from_tensors(arch) == 1_968_355_712 == \
+        fixture["params_default"]
+    mlp = [t for t in model_tensors(arch) if t.part == "mlp"]
+    assert sum(t.params for t in mlp) == 176_160_768
+
+
 def test_nvfp4_experts_of_a_non_gated_moe_are_padded_to_128_per_rank_on_blackwell():
     """vLLM v0.13 ``modelopt.py`` ``ModelOptNvFp4FusedMoE.process_weights_after_loading`` (v0.14–v0.33
     ``utils/flashinfer_fp4_moe.py``, the CUTLASS / FlashInfer CUTLASS branch): ``swizzle_blockscale``
