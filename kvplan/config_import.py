@@ -740,6 +740,12 @@ def _layer_types(cfg: _Cfg, model_type: str, n: int) -> list[str]:
     return ["full_attention"] * n
 
 
+#: Kimi-Delta-Attention families whose forget and output gates are full-rank ``h × H·d``
+#: (transformers 5.24 modeling_bailing_hybrid.py ``BailingHybridForgetGate.f_proj``,
+#: ``BailingHybridKimiDeltaAttention.g_proj``); Kimi's own are low-rank through ``d``.
+_KDA_FULL_RANK_GATES = {"bailing_hybrid"}
+
+
 def _recurrent_spec(cfg: _Cfg, model_type: str, hidden: int) -> Recurrent:
     if model_type == "mamba2":  # Mamba2Config: num_heads × head_dim = expand × hidden
         cfg = _Cfg({"mamba_n_heads": cfg.get("num_heads"), "mamba_d_head": cfg.get("head_dim"),
@@ -779,10 +785,20 @@ def _recurrent_spec(cfg: _Cfg, model_type: str, hidden: int) -> Recurrent:
         size = cfg.int("linear_head_dim", why="KDA head size")
         kernel = cfg.int("linear_conv_kernel_dim", "short_conv_kernel_size", why="KDA conv kernel",
                          default=4)
+        inner = heads * size
+        # KimiDeltaAttention (transformers 5.24 modeling_kimi_linear.py; vLLM
+        # model_executor/layers/kda.py the same tensors): q/k/v_proj h × H·d, a conv over each
+        # (H·d × kernel, no bias), the forget gate's dt_bias H·d and A_log H, b_proj h × H,
+        # o_norm d, o_proj H·d × h, and two gates (forget f, output g) — low-rank
+        # h × d + d × H·d in Kimi (``f_a_proj``/``f_b_proj``, ``g_a_proj``/``g_b_proj``), full
+        # h × H·d in ``_KDA_FULL_RANK_GATES`` (modeling_bailing_hybrid.py ``f_proj``, ``g_proj``).
+        gate = hidden * inner if model_type in _KDA_FULL_RANK_GATES else hidden * size + size * inner
+        params = 3 * hidden * inner + 3 * inner * kernel + inner + heads + 2 * gate \
+            + hidden * heads + size + inner * hidden
         # vLLM keeps KDA's recurrent state in fp32 by default (mamba_utils.py), as transformers does
         return Recurrent(variant="gdn", conv_channels=3 * heads * size, conv_kernel=kernel,
                          ssm_elements=heads * size * size, tp_shard_unit=heads,
-                         ssm_dtype=_ssm_dtype(cfg) or "fp32")
+                         ssm_dtype=_ssm_dtype(cfg) or "fp32", params=params)
     if cfg.has("mamba_n_heads", "mamba_num_heads"):  # Mamba-2
         heads = cfg.int("mamba_n_heads", "mamba_num_heads", why="Mamba-2 heads")
         head_dim = cfg.int("mamba_d_head", "mamba_head_dim", why="Mamba-2 head size")
@@ -1193,8 +1209,15 @@ def moe_layer_indices(cfg: _Cfg, n_layers: int, moe: MoE, model_type: str = "") 
         period = cfg.int("expert_layer_period", why="MoE period", default=1)
         offset = cfg.int("expert_layer_offset", why="MoE offset", default=1, low=0)
         return tuple(i for i in range(n_layers) if i % period == offset)
-    step = cfg.int("decoder_sparse_step", why="MoE layer step", default=1)
     only = cfg.get("mlp_only_layers")
+    kinds = cfg.get("mlp_layer_types")
+    if not isinstance(only, list) and isinstance(kinds, list):
+        # "dense" / "sparse" per layer, as ``_moe`` counts them (transformers 5.24
+        # modeling_kimi_linear.py ``KimiLinearDecoderLayer``: ``KimiLinearMoE`` where
+        # ``mlp_layer_types[i] == "sparse"``) — found by KimiLinearConfig's class default, whose
+        # dense first layer was stored as a MoE by ``model_tensors``: 1,755,906,048 over.
+        return tuple(i for i, kind in enumerate(kinds) if kind != "dense")
+    step = cfg.int("decoder_sparse_step", why="MoE layer step", default=1)
     dense = set(only) if isinstance(only, list) else set()
     return tuple(i for i in range(n_layers) if i not in dense and (i + 1) % step == 0)
 

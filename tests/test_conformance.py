@@ -54,8 +54,6 @@ _TOWER = "the class transformers builds holds a vision/audio tower kvplan does n
 _PLE = "Gemma 3n per-layer embeddings, AltUp and LAuReL blocks are not counted"
 _MOE = "this family's MoE extras (expert biases, router norms or scales, zero experts) are not " \
        "counted"
-_KDA = "Kimi Delta Attention's projections (low-rank f/g gates, beta, A) are sized with the " \
-       "generic recurrent formula"
 _LFM2 = "LFM2 short-conv blocks and its w1/w2/w3 MLP sizing (block_auto_adjust_ff_dim)"
 _DEFAULT = "transformers cannot build its own full-size default config, so no reference count"
 #: Types whose KV is exact but whose full-size parameter count is off by more than 0.1%:
@@ -88,7 +86,6 @@ WEIGHTS_GAP: dict[str, tuple[float | None, str]] = {
     "hunyuan_v1_dense": (None, _DEFAULT),
     "hunyuan_v1_moe": (None, _DEFAULT),
     "jetmoe": (0.144, "JetMoE's attention experts (MoA) are counted as one dense attention"),
-    "kimi_linear": (0.008, _KDA),
     "lfm2": (0.38, _LFM2),
     "lfm2_vl": (0.38, _LFM2),
     "megatron-bert": (0.006, _BIASES),

@@ -645,6 +645,36 @@ def test_nemotron_h_mlp_block_is_dense_beside_a_moe_block():
     assert sum(t.params for t in mlp) == 176_160_768
 
 
+def test_kimi_delta_attention_low_rank_gates_and_a_dense_first_layer():
+    """KimiLinearConfig's class default (transformers 5.24; tests/fixtures/conformance/
+    kimi_linear.json ``default_config``: h 2,304, 32 KDA heads × 128, kernel 4; 21 KDA and 6 MLA
+    layers; ``mlp_layer_types`` dense first, then sparse). modeling_kimi_linear.py
+    ``KimiDeltaAttention`` (vLLM model_executor/layers/kda.py the same tensors), by hand: q/k/v
+    3 × 2,304 × 4,096 = 28,311,552; convs 3 × 4,096 × 4 = 49,152; dt_bias 4,096, A_log 32;
+    low-rank f and g gates 2 × (2,304 × 128 + 128 × 4,096) = 1,638,400; b_proj 2,304 × 32 =
+    73,728; o_norm 128; o_proj 4,096 × 2,304 = 9,437,184: 39,514,272 per layer (was 56,672,256,
+    the generic ``2·h·conv + conv·kernel``: 21 × 17,157,984 = 360,317,664 over). The dense first
+    layer (gate/up/down 3 × 2,304 × 9,216) is stored as a dense MLP, not a MoE. 49,133,074,464 =
+    transformers' meta-device count, by both kvplan counts. BailingHybrid's full-rank gates
+    (modeling_bailing_hybrid.py ``f_proj``, ``g_proj``: 2 × 2,560 × 4,096) make its KDA layer
+    3 × 10,485,760 + 49,152 + 4,096 + 32 + 2 × 10,485,760 + 81,920 + 128 + 10,485,760 =
+    63,049,888."""
+    from kvplan.config_import import mixer_params
+    from kvplan.weights import params_from_tensors
+
+    def default(name: str):
+        return json.loads((Path(__file__).parent / "fixtures" / "conformance" / f"{name}.json")
+                          .read_text())
+
+    kimi = default("kimi_linear")
+    arch = parse_config(kimi["default_config"])
+    assert mixer_params(arch.layers[0], arch) == 39_514_272
+    assert 0 not in (arch.weights.moe_layers or ()) and len(arch.weights.moe_layers or ()) == 26
+    assert arch.params_total == params_from_tensors(arch) == 49_133_074_464 == kimi["params_default"]
+    bailing = parse_config(default("bailing_hybrid")["default_config"])
+    assert mixer_params(bailing.layers[0], bailing) == 63_049_888
+
+
 def test_nvfp4_experts_of_a_non_gated_moe_are_padded_to_128_per_rank_on_blackwell():
     """vLLM v0.13 ``modelopt.py`` ``ModelOptNvFp4FusedMoE.process_weights_after_loading`` (v0.14–v0.33
     ``utils/flashinfer_fp4_moe.py``, the CUTLASS / FlashInfer CUTLASS branch): ``swizzle_blockscale``
