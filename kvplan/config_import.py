@@ -534,7 +534,11 @@ def _intermediate(cfg: _Cfg, hidden: int) -> int:
                               detail="intermediate_size lists different widths")
         return _Cfg({"intermediate_size": widths[0]}).int("intermediate_size", why="the MLP size",
                                                             low=0)
-    return cfg.int("intermediate_size_mlp", "intermediate_size", "ffn_dim", "n_inner",
+    # ``dense_intermediate_size``: the dense MLP's width where ``intermediate_size`` is the
+    # experts' (transformers 5.24 modeling_minimax_m3_vl.py ``MiniMaxM3VLDenseMLP``;
+    # configuration_inkling.py reads a checkpoint's the same way)
+    return cfg.int("intermediate_size_mlp", "dense_intermediate_size", "intermediate_size",
+                   "ffn_dim", "n_inner",
                    "decoder_ffn_dim", "ffn_hidden_size", why="the MLP size", default=4 * hidden,
                    low=0)
 
@@ -906,6 +910,9 @@ def _moe(cfg: _Cfg, model_type: str, n_layers: int) -> MoE | None:
                      why="shared experts", default=0, low=0)
     shared_inter = cfg.int("shared_expert_intermediate_size",
                            "moe_shared_expert_intermediate_size",  # NemotronH
+                           # MiniMax-M3 (modeling_minimax_m3_vl.py ``MiniMaxM3VLSparseMoeBlock
+                           # .shared_experts``), Granite MoE shared (``shared_mlp``); 0: none
+                           "shared_intermediate_size",
                            why="shared expert size", default=0, low=0)
     if model_type in {"llama4", "llama4_text"}:
         shared, shared_inter = 1, expert_inter
@@ -1166,11 +1173,12 @@ ALWAYS_BIAS_TYPES = {"phi"}
 #: Families with RMSNorm on each head's q and k (Qwen3 ``q_norm``/``k_norm``, Gemma 3; Qwen3.5's
 #: full-attention layers, transformers modeling_qwen3_5.py ``Qwen3_5Attention``; EXAONE 4.0,
 #: modeling_exaone4.py ``Exaone4Attention`` — found by LGAI-EXAONE/EXAONE-4.0-32B's count, 16,384
-#: = 64 layers × 2 × 128 below transformers'). (One set: an
+#: = 64 layers × 2 × 128 below transformers'; MiniMax-M3, modeling_minimax_m3_vl.py
+#: ``MiniMaxM3VLAttention`` ``q_norm``/``k_norm`` of ``head_dim``: 60 × 2 × 128 = 15,360). (One set: an
 #: earlier second definition with the Qwen3.5 types was shadowed by this one.)
 _QK_NORM_TYPES = {"qwen3", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen3_5_text",
                   "qwen3_5_moe_text", "qwen3_vl_text", "qwen3_vl_moe_text", "gemma3", "gemma3_text",
-                  "gemma4", "gemma4_text", "exaone4"}
+                  "gemma4", "gemma4_text", "exaone4", "minimax_m3_vl", "minimax_m3_vl_text"}
 #: Families whose q/k RMSNorm spans the whole projection, whatever the config says (transformers
 #: modeling_minimax_m2.py ``MiniMaxM2Attention``: ``q_norm`` of ``heads × head_dim``, ``k_norm`` of
 #: ``kv_heads × head_dim``, built unconditionally; vLLM minimax_m2.py ``MiniMaxM2Attention`` the

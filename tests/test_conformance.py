@@ -62,8 +62,6 @@ _NO_LAYOUT = ("the class-default full-size config names no hybrid layout (no lay
               "hybrid_override_pattern), which kvplan refuses; the measured small config has one")
 WEIGHTS_GAP: dict[str, tuple[float | None, str]] = {
     "bamba": (None, _NO_LAYOUT),
-    "granitemoehybrid": (0.011, "Mamba-2 hybrid parameters (mixer projections, shared MLP) under-"
-                                "counted by ≈1% (measured while its KV row was wrong)"),
     "afmoe": (0.008, _MOE),
     "beam": (0.004, _MOE),
     "bert-generation": (0.003, _BIASES),
@@ -89,8 +87,6 @@ WEIGHTS_GAP: dict[str, tuple[float | None, str]] = {
     "lfm2": (0.38, _LFM2),
     "lfm2_vl": (0.38, _LFM2),
     "megatron-bert": (0.006, _BIASES),
-    "minimax_m3_vl": (0.008, _MOE),
-    "minimax_m3_vl_text": (0.008, _MOE),
     "ministral": (None, _DEFAULT),
     "modernbert-decoder": (0.005, _BIASES),
     "moshi": (0.221, "Moshi's depth decoder and audio codebook embeddings"),

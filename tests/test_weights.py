@@ -675,6 +675,27 @@ def test_kimi_delta_attention_low_rank_gates_and_a_dense_first_layer():
     assert mixer_params(bailing.layers[0], bailing) == 63_049_888
 
 
+def test_shared_intermediate_size_is_a_shared_expert():
+    """``shared_intermediate_size`` names a shared expert beside the routed ones. MiniMax-M3's
+    class default (transformers 5.24 modeling_minimax_m3_vl.py ``MiniMaxM3VLSparseMoeBlock
+    .shared_experts``, a ``MiniMaxM3VLDenseMLP`` of gate_up 6,144 × 2 · 3,072 and down
+    3,072 × 6,144; ``MiniMaxM3VLAttention`` per-head ``q_norm``/``k_norm`` of 128): 60 layers ×
+    (3 × 6,144 × 3,072 + 2 × 128) = 3,397,401,600 more — 447,186,441,216, transformers'
+    meta-device count (was 443,789,039,616). GraniteMoeHybrid's (modeling_granitemoehybrid.py
+    ``shared_mlp``, 1,024 wide): 32 × 3 × 4,096 × 1,024 = 402,653,184 more — 38,601,064,448 (was
+    38,198,411,264). A 0 (Granite MoE shared, MiniMax-M2.5) is no shared expert."""
+    from kvplan.weights import params_from_tensors
+
+    for name, total, shared in (("minimax_m3_vl_text", 447_186_441_216, 3_072),
+                                ("granitemoehybrid", 38_601_064_448, 1_024)):
+        fixture = json.loads((Path(__file__).parent / "fixtures" / "conformance" / f"{name}.json")
+                             .read_text())
+        arch = parse_config(fixture["default_config"])
+        assert arch.moe is not None and (arch.moe.n_shared, arch.moe.shared_intermediate) == (1, shared)
+        assert arch.params_total == params_from_tensors(arch) == total == fixture["params_default"]
+    assert load_model("MiniMaxAI/MiniMax-M2.5").moe.n_shared == 0
+
+
 def test_nvfp4_experts_of_a_non_gated_moe_are_padded_to_128_per_rank_on_blackwell():
     """vLLM v0.13 ``modelopt.py`` ``ModelOptNvFp4FusedMoE.process_weights_after_loading`` (v0.14–v0.33
     ``utils/flashinfer_fp4_moe.py``, the CUTLASS / FlashInfer CUTLASS branch): ``swizzle_blockscale``
