@@ -216,6 +216,13 @@ class WeightSpec(_Spec):
     per_layer_vocab: int = Field(default=0, ge=0)
     per_layer_size: int = Field(default=0, ge=0)
     towers: tuple[VisionSpec, ...] = ()
+    #: Gemma 4's KV-reusing last layers (``num_kv_shared_layers``): they keep ``q_proj``,
+    #: ``q_norm`` and ``o_proj`` (no k/v projections, no ``k_norm``) of each one's head size
+    #: (``kv_reuse_head_dims``, one per layer of ``kv_reuse_layers``); with
+    #: ``kv_reuse_double_mlp`` their MLP is twice ``intermediate_size`` (``use_double_wide_mlp``).
+    kv_reuse_layers: tuple[int, ...] = ()
+    kv_reuse_head_dims: tuple[int, ...] = ()
+    kv_reuse_double_mlp: bool = False
     #: ``quantization_config`` as canonical JSON text (kept hashable), or None.
     quantization: str | None = None
     #: Module names of the model family (``mlp`` prefix, router and expert naming).

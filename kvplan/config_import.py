@@ -408,10 +408,20 @@ def parse_config(
                                  "no layer_types or hybrid_override_pattern says which layers hold it")
     shared = cfg.int("num_kv_shared_layers", why="KV-sharing layers", default=0, low=0,
                      high=n_layers)
+    own_types = types
     if shared:  # the last layers reuse earlier layers' KV (Gemma 3n; HF DummyLayer, vLLM kv sharing)
         types = types[: n_layers - shared] + ["shared"] * shared
     attention_spec = _attention_spec(cfg, n_kv, head_dim, n_heads, hf_heads)
     overrides = _per_layer_attention(cfg, model_type, types, n_heads)
+    reuse: tuple[tuple[int, int], ...] = ()
+    if shared and model_type in GEMMA4_TYPES and isinstance(attention_spec, Attention):
+        # Gemma4TextAttention / Gemma4UnifiedTextAttention (transformers 5.24): a "reuse" layer
+        # builds q_proj and q_norm of its own head size (per_layer_config, or global_head_dim
+        # on full-attention layers) and o_proj; "Layers sharing kv states don't need any
+        # weight matrices" for k/v
+        own = _per_layer_attention(cfg, model_type, own_types, n_heads)
+        reuse = tuple((i, own.get(i, {}).get("head_dim_k", attention_spec.head_dim_k))
+                      for i in range(n_layers - shared, n_layers))
     if overrides and not isinstance(attention_spec, Attention):
         raise KVPlanError("config.unsupported", what="per-layer settings of MLA layers",
                           detail="per_layer_config")
@@ -474,7 +484,10 @@ def parse_config(
         tie_word_embeddings=tie,
         gated_mlp=gated,
         moe=moe,
-        weights=_weight_spec(cfg, _Cfg(outer), model_type, n_layers, moe, hidden),
+        weights=_weight_spec(cfg, _Cfg(outer), model_type, n_layers, moe, hidden).model_copy(
+            update={"kv_reuse_layers": tuple(i for i, _ in reuse),
+                    "kv_reuse_head_dims": tuple(d for _, d in reuse),
+                    "kv_reuse_double_mlp": bool(reuse) and cfg.get("use_double_wide_mlp") is True}),
         params_total=0,
         source=source,
         parallel_mixers=model_type in PARALLEL_MIXER_TYPES,
@@ -964,9 +977,14 @@ def estimate_params(arch: ModelArch) -> tuple[int, int | None, str]:
     total = active = embed + h + _family_global_params(arch)
     moe = arch.moe
     moe_ids = set(arch.weights.moe_layers or ()) if moe is not None else set()
+    reuse = dict(zip(arch.weights.kv_reuse_layers, arch.weights.kv_reuse_head_dims))
     for index, layer in enumerate(arch.layers):
         attn = mixer_params(layer, arch) + _family_layer_params(
             arch, layer, moe is not None and index >= moe.n_dense_layers)
+        if index in reuse:  # Gemma 4's KV-reusing layer: q_proj, q_norm, o_proj (WeightSpec)
+            attn += 2 * h * arch.n_heads * reuse[index] + reuse[index]
+            if arch.weights.kv_reuse_double_mlp:
+                attn += mlp_mult * h * arch.intermediate_size
         if arch.parallel_mixers and isinstance(layer, Recurrent):
             total += attn  # the Mamba-2 branch of the decoder layer: its MLP and norms are counted
             active += attn  # with the attention entry (FalconH1ParallelHybrid)
@@ -1002,11 +1020,13 @@ def estimate_params(arch: ModelArch) -> tuple[int, int | None, str]:
     return total, (active if moe is not None else None), method
 
 
-_GEMMA4_TYPES = {"gemma4", "gemma4_text", "gemma4_unified", "gemma4_unified_text"}
+GEMMA4_TYPES = {"gemma4", "gemma4_text", "gemma4_unified", "gemma4_unified_text"}
 _GATED_ATTENTION_TYPES = {"qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text"}
 _SHARED_EXPERT_GATE_TYPES = {"qwen2_moe", "qwen3_next", "qwen3_5_moe", "qwen3_5_moe_text"}
-#: (GLM-4: ``Glm4DecoderLayer`` adds ``post_self_attn_layernorm`` and ``post_mlp_layernorm``.)
-_FOUR_NORM_TYPES = {"gemma2", "gemma3", "gemma3_text", "glm4", *_GEMMA4_TYPES}
+#: Four norms per decoder layer (Gemma 2/3/4 pre/post attention and feed-forward; GLM-4
+#: ``Glm4DecoderLayer`` adds ``post_self_attn_layernorm`` and ``post_mlp_layernorm``); one set
+#: for both counts (``kvplan.weights`` stores these norms too).
+FOUR_NORM_TYPES = {"gemma2", "gemma3", "gemma3_text", "glm4", *GEMMA4_TYPES}
 #: One norm per decoder layer, attention and MLP in parallel on its output (transformers
 #: ``CohereDecoderLayer``, ``PhiDecoderLayer``: ``input_layernorm`` only); ``kvplan.weights``
 #: stores one norm per layer for them too.
@@ -1053,7 +1073,7 @@ def _embedding_family_params(cfg: _Cfg, arch: ModelArch) -> int:
     if arch.model_type == "falcon" and cfg.get("new_decoder_architecture"):
         return layers * 2 * h  # ln_attn and ln_mlp, each with a bias (FalconDecoderLayer)
     ple = cfg.int("hidden_size_per_layer_input", why="per-layer input size", default=0, low=0)
-    if arch.model_type in _GEMMA4_TYPES and ple:  # Gemma4TextModel per-layer embeddings (PLE)
+    if arch.model_type in GEMMA4_TYPES and ple:  # Gemma4TextModel per-layer embeddings (PLE)
         ple_vocab = cfg.int("vocab_size_per_layer_input", why="per-layer vocabulary",
                             default=arch.vocab_size, high=10_000_000)
         return (ple_vocab * layers * ple + h * layers * ple + ple
@@ -1091,7 +1111,7 @@ def _family_layer_params(arch: ModelArch, layer: LayerSpec, moe_layer: bool) -> 
     """
     h, kind = arch.hidden_size, arch.model_type
     extra = 0
-    if kind in _FOUR_NORM_TYPES:
+    if kind in FOUR_NORM_TYPES:
         extra += 2 * h
     if kind in ONE_NORM_TYPES:
         extra -= h
@@ -1174,11 +1194,14 @@ ALWAYS_BIAS_TYPES = {"phi"}
 #: full-attention layers, transformers modeling_qwen3_5.py ``Qwen3_5Attention``; EXAONE 4.0,
 #: modeling_exaone4.py ``Exaone4Attention`` — found by LGAI-EXAONE/EXAONE-4.0-32B's count, 16,384
 #: = 64 layers × 2 × 128 below transformers'; MiniMax-M3, modeling_minimax_m3_vl.py
-#: ``MiniMaxM3VLAttention`` ``q_norm``/``k_norm`` of ``head_dim``: 60 × 2 × 128 = 15,360). (One set: an
+#: ``MiniMaxM3VLAttention`` ``q_norm``/``k_norm`` of ``head_dim``: 60 × 2 × 128 = 15,360;
+#: Gemma 4 unified, modeling_gemma4_unified.py ``Gemma4UnifiedTextAttention``: 2 × (25 × 256 +
+#: 5 × 512) = 17,920 in its class default). (One set: an
 #: earlier second definition with the Qwen3.5 types was shadowed by this one.)
 _QK_NORM_TYPES = {"qwen3", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen3_5_text",
                   "qwen3_5_moe_text", "qwen3_vl_text", "qwen3_vl_moe_text", "gemma3", "gemma3_text",
-                  "gemma4", "gemma4_text", "exaone4", "minimax_m3_vl", "minimax_m3_vl_text"}
+                  "gemma4", "gemma4_text", "gemma4_unified", "gemma4_unified_text", "exaone4",
+                  "minimax_m3_vl", "minimax_m3_vl_text"}
 #: Families whose q/k RMSNorm spans the whole projection, whatever the config says (transformers
 #: modeling_minimax_m2.py ``MiniMaxM2Attention``: ``q_norm`` of ``heads × head_dim``, ``k_norm`` of
 #: ``kv_heads × head_dim``, built unconditionally; vLLM minimax_m2.py ``MiniMaxM2Attention`` the

@@ -75,8 +75,6 @@ WEIGHTS_GAP: dict[str, tuple[float | None, str]] = {
     "gemma3": (0.036, _TOWER),
     "gemma3n": (0.383, _PLE),
     "gemma3n_text": (0.383, _PLE),
-    "gemma4_unified_assistant": (0.119, "the assistant (drafter) model's extra projections; "
-                                        "not analysed further"),
     "git": (0.504, _TOWER),
     "glm4_moe": (None, "the default config has no head_dim and hidden/heads is not whole"),
     "glm4_moe_lite": (None, "the default config has no head_dim and hidden/heads is not whole"),

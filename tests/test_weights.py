@@ -696,6 +696,38 @@ def test_shared_intermediate_size_is_a_shared_expert():
     assert load_model("MiniMaxAI/MiniMax-M2.5").moe.n_shared == 0
 
 
+def test_gemma4_kv_reusing_layers_keep_q_and_o_and_per_layer_inputs_are_stored():
+    """transformers 5.24 modeling_gemma4_unified.py ``Gemma4UnifiedTextAttention`` (and
+    modeling_gemma4.py ``Gemma4TextAttention``): a "reuse" layer (the last
+    ``num_kv_shared_layers``) builds q_proj, q_norm and o_proj of its own head size and no
+    k/v projections or k_norm; ``use_double_wide_mlp`` doubles its MLP. The
+    gemma4_unified_assistant fixture's text model (30 layers, all reusing; 25 sliding of head
+    256, 5 full of 512; h 2,304, 8 heads): 2 × 2,304 × 8 × (25 × 256 + 5 × 512) + 8,960 =
+    330,310,400 more — 2,845,598,720, transformers' meta-device count (was 2,515,288,320 with
+    no attention at all). Gemma 4's per-layer inputs, stored by ``model_tensors`` as counted:
+    per_layer_model_projection 2,304 × 30 · 256 + norm 256 + 30 × (2 × 2,304 × 256 + 2,304) =
+    53,153,536 (the tensor list was that much short of 5,077,177,856, gemma4_text's class
+    default)."""
+    from kvplan.weights import params_from_tensors
+
+    def fixture(name: str):
+        return json.loads((Path(__file__).parent / "fixtures" / "conformance" / f"{name}.json")
+                          .read_text())
+
+    drafter = fixture("gemma4_unified_assistant")
+    arch = parse_config(drafter["default_config"])
+    assert arch.weights.kv_reuse_layers == tuple(range(30))
+    assert sorted(set(arch.weights.kv_reuse_head_dims)) == [256, 512]
+    assert not any(".k_proj" in t.name or ".v_proj" in t.name for t in model_tensors(arch))
+    assert arch.params_total == params_from_tensors(arch) == 2_845_598_720 == \
+        drafter["params_default"]
+    gemma = parse_config(fixture("gemma4_text")["default_config"])
+    ple = [t for t in model_tensors(gemma) if t.part == "per_layer_embeddings"
+           and t.name != "model.embed_tokens_per_layer"]
+    assert sum(t.params for t in ple) == 2_304 * 30 * 256 + 30 * 2 * 2_304 * 256
+    assert gemma.params_total == params_from_tensors(gemma) == 5_077_177_856
+
+
 def test_nvfp4_experts_of_a_non_gated_moe_are_padded_to_128_per_rank_on_blackwell():
     """vLLM v0.13 ``modelopt.py`` ``ModelOptNvFp4FusedMoE.process_weights_after_loading`` (v0.14–v0.33
     ``utils/flashinfer_fp4_moe.py``, the CUTLASS / FlashInfer CUTLASS branch): ``swizzle_blockscale``
