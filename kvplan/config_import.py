@@ -389,6 +389,12 @@ def parse_config(
         head_dim = max(1, hidden // n_heads)
     elif cfg.has("head_dim", "kv_channels"):  # kv_channels: JetMoe, ChatGLM
         head_dim = cfg.int("head_dim", "kv_channels", why="the head size")
+    elif cfg.has("kv_lora_rank") and cfg.has("qk_rope_head_dim"):
+        # MLA: transformers' ``head_dim`` is the rope part (DeepseekV3Config.__post_init__
+        # ``head_dim = qk_rope_head_dim``; Glm4MoeLiteConfig.attribute_map ``head_dim`` →
+        # ``qk_rope_head_dim``, so its to_dict carries none) — found by Glm4MoeLiteConfig's class
+        # default (hidden 2,048, 20 heads), refused before for a missing head_dim
+        head_dim = cfg.int("qk_rope_head_dim", why="the MLA rope head size")
     else:
         if hidden % n_heads:
             raise KVPlanError("config.missing_key", key="head_dim",

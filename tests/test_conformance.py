@@ -76,8 +76,10 @@ WEIGHTS_GAP: dict[str, tuple[float | None, str]] = {
     "gemma3n": (0.383, _PLE),
     "gemma3n_text": (0.383, _PLE),
     "git": (0.504, _TOWER),
-    "glm4_moe": (None, "the default config has no head_dim and hidden/heads is not whole"),
-    "glm4_moe_lite": (None, "the default config has no head_dim and hidden/heads is not whole"),
+    "glm4_moe": (None, "Glm4MoeConfig's class default states no head_dim and 4,096 / 96 heads is "
+                       "not whole; transformers (modeling_glm4_moe.py Glm4MoeAttention: hidden // "
+                       "heads) floors it to 42 — no checkpoint does (GLM-4.5/4.6/4.7 "
+                       "state head_dim 128), so kvplan asks for head_dim instead of guessing"),
     "got_ocr2": (0.176, _TOWER),
     "hunyuan_v1_dense": (None, _DEFAULT),
     "hunyuan_v1_moe": (None, _DEFAULT),

@@ -728,6 +728,19 @@ def test_gemma4_kv_reusing_layers_keep_q_and_o_and_per_layer_inputs_are_stored()
     assert gemma.params_total == params_from_tensors(gemma) == 5_077_177_856
 
 
+def test_mla_head_dim_is_the_rope_part_when_the_config_states_none():
+    """Glm4MoeLiteConfig's class default (transformers 5.24: ``attribute_map`` maps
+    ``head_dim`` to ``qk_rope_head_dim``, so its to_dict carries no head_dim; hidden 2,048 is not
+    a multiple of its 20 heads) was refused for a missing head_dim; an MLA config's head size is
+    its rope part (DeepseekV3Config.__post_init__ ``head_dim = qk_rope_head_dim``): 64, and the
+    full-size count 29,943,390,976 = transformers' on the meta device."""
+    fixture = json.loads((Path(__file__).parent / "fixtures" / "conformance" / "glm4_moe_lite.json")
+                         .read_text())
+    arch = parse_config(fixture["default_config"])
+    assert arch.head_dim == 64
+    assert arch.params_total == 29_943_390_976 == fixture["params_default"]
+
+
 def test_nvfp4_experts_of_a_non_gated_moe_are_padded_to_128_per_rank_on_blackwell():
     """vLLM v0.13 ``modelopt.py`` ``ModelOptNvFp4FusedMoE.process_weights_after_loading`` (v0.14–v0.33
     ``utils/flashinfer_fp4_moe.py``, the CUTLASS / FlashInfer CUTLASS branch): ``swizzle_blockscale``
