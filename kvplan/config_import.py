@@ -1137,14 +1137,33 @@ def _family_layer_params(arch: ModelArch, layer: LayerSpec, moe_layer: bool) -> 
             extra += q + kv + h + arch.intermediate_size + h + h  # input LayerNorm's biases
         if kind in _GATED_ATTENTION_TYPES:
             extra += q * h
+        if has_sinks(arch, layer):
+            extra += arch.n_heads
         if kind == "gpt_oss" and arch.moe:
             moe = arch.moe
-            extra += q + kv + h + arch.n_heads + moe.n_experts * (1 + 2 * moe.expert_intermediate + h)
+            extra += q + kv + h + moe.n_experts * (1 + 2 * moe.expert_intermediate + h)
         if kind in _ALL_BIAS_TYPES:  # attention, MLP and both LayerNorms' biases
             extra += q + kv + h + arch.intermediate_size + h + 2 * h
         if kind == "gpt_neo":  # no q/k/v biases
             extra += h + arch.intermediate_size + h + 2 * h
     return extra
+
+
+#: Families whose attention layers hold one learned sink logit per query head (``sinks``,
+#: ``num_attention_heads`` values): on every attention layer, or on the sliding ones only.
+#: transformers 5.24 modeling_gpt_oss.py ``GptOssAttention``, modeling_flint.py
+#: ``FlintAttention``, modeling_granite_swa.py / modeling_granitemoe_swa.py (every layer);
+#: modeling_mimo_v2_flash.py ``MiMoV2FlashAttention`` (``if is_swa``) — found by their class
+#: defaults' counts, short by exactly layers × heads (mimo_v2_flash 39 × 64 = 2,496).
+SINK_TYPES: dict[str, str] = {"gpt_oss": "all", "flint": "all", "granite_swa": "all",
+                              "granitemoe_swa": "all", "mimo_v2_flash": "sliding"}
+
+
+def has_sinks(arch: ModelArch, layer: LayerSpec) -> bool:
+    """Whether this attention layer stores per-head sinks (``SINK_TYPES``)."""
+    where = SINK_TYPES.get(arch.model_type)
+    return isinstance(layer, Attention) and where is not None and (
+        where == "all" or layer.kind == Kind.SLIDING)
 
 
 def mixer_params(layer: LayerSpec, arch: ModelArch) -> int:
@@ -1202,12 +1221,13 @@ ALWAYS_BIAS_TYPES = {"phi"}
 #: = 64 layers × 2 × 128 below transformers'; MiniMax-M3, modeling_minimax_m3_vl.py
 #: ``MiniMaxM3VLAttention`` ``q_norm``/``k_norm`` of ``head_dim``: 60 × 2 × 128 = 15,360;
 #: Gemma 4 unified, modeling_gemma4_unified.py ``Gemma4UnifiedTextAttention``: 2 × (25 × 256 +
-#: 5 × 512) = 17,920 in its class default). (One set: an
+#: 5 × 512) = 17,920 in its class default; Flint, modeling_flint.py ``FlintAttention``: 49 × 2 ×
+#: 128 = 12,544). (One set: an
 #: earlier second definition with the Qwen3.5 types was shadowed by this one.)
 _QK_NORM_TYPES = {"qwen3", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen3_5_text",
                   "qwen3_5_moe_text", "qwen3_vl_text", "qwen3_vl_moe_text", "gemma3", "gemma3_text",
                   "gemma4", "gemma4_text", "gemma4_unified", "gemma4_unified_text", "exaone4",
-                  "minimax_m3_vl", "minimax_m3_vl_text"}
+                  "minimax_m3_vl", "minimax_m3_vl_text", "flint"}
 #: Families whose q/k RMSNorm spans the whole projection, whatever the config says (transformers
 #: modeling_minimax_m2.py ``MiniMaxM2Attention``: ``q_norm`` of ``heads × head_dim``, ``k_norm`` of
 #: ``kv_heads × head_dim``, built unconditionally; vLLM minimax_m2.py ``MiniMaxM2Attention`` the

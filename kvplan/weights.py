@@ -42,6 +42,7 @@ from kvplan.config_import import (
     ALWAYS_BIAS_TYPES,
     FOUR_NORM_TYPES,
     GEMMA4_TYPES,
+    has_sinks,
     NON_PARAMETRIC_NORM_TYPES,
     ONE_BLOCK_TYPES,
     ONE_NORM_TYPES,
@@ -874,9 +875,6 @@ def _attention(arch: ModelArch, spec: Attention | MLA, p: str, layers: tuple[int
                        quantizable=False, layers=layers, kind="other"),
                 Tensor(f"{a}.k_norm", "norms", spec.head_dim_k, 1, "replicated",
                        quantizable=False, layers=layers, kind="other")]
-    if arch.model_type == "gpt_oss":  # per-head attention sinks (vLLM gpt_oss.py ``sinks``)
-        out.append(Tensor(f"{a}.sinks", "attention", nq, 1, "column", quantizable=False,
-                          layers=layers, kind="other"))
     return out
 
 
@@ -1114,6 +1112,9 @@ def decoder_layer_tensors(arch: ModelArch, layer_ids: tuple[int, ...], moe_ids: 
         if isinstance(spec, (Attention, MLA)):
             out += _attention(arch, spec.model_copy(update={"kind": "full", "window": None})
                               if isinstance(spec, Attention) else spec, prefix, layers)
+            if has_sinks(arch, spec):  # per-head attention sinks (vLLM gpt_oss.py ``sinks``)
+                out.append(Tensor(f"{prefix}.{w.attn_name}.sinks", "attention", arch.n_heads, 1,
+                                  "column", quantizable=False, layers=layers, kind="other"))
         elif isinstance(spec, Recurrent):
             from kvplan.config_import import mixer_params
 

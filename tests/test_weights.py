@@ -741,6 +741,25 @@ def test_mla_head_dim_is_the_rope_part_when_the_config_states_none():
     assert arch.params_total == 29_943_390_976 == fixture["params_default"]
 
 
+def test_attention_sinks_per_family_and_layer_kind():
+    """Per-head sinks (``SINK_TYPES``), as transformers 5.24 builds them: MiMo-V2-Flash on its
+    sliding layers only (modeling_mimo_v2_flash.py ``MiMoV2FlashAttention``: ``if is_swa``; the
+    class default's 39 sliding of 48 layers × 64 heads = 2,496), Granite-SWA on every layer
+    (modeling_granite_swa.py: 24 × 20 = 480), Flint on every layer (49 × 32 = 1,568, with its
+    per-head q/k norms 49 × 2 × 128 = 12,544). Each class default's count is transformers' on
+    the meta device by both kvplan counts; gpt-oss keeps its sinks."""
+    from kvplan.weights import params_from_tensors
+
+    for name, sinks in (("mimo_v2_flash", 2_496), ("granite_swa", 480), ("flint", 1_568)):
+        fixture = json.loads((Path(__file__).parent / "fixtures" / "conformance" / f"{name}.json")
+                             .read_text())
+        arch = parse_config(fixture["default_config"])
+        assert sum(t.params for t in model_tensors(arch) if t.name.endswith(".sinks")) == sinks
+        assert arch.params_total == params_from_tensors(arch) == fixture["params_default"]
+    oss = load_model("openai/gpt-oss-20b")
+    assert sum(t.params for t in model_tensors(oss) if t.name.endswith(".sinks")) == 24 * 64
+
+
 def test_nvfp4_experts_of_a_non_gated_moe_are_padded_to_128_per_rank_on_blackwell():
     """vLLM v0.13 ``modelopt.py`` ``ModelOptNvFp4FusedMoE.process_weights_after_loading`` (v0.14–v0.33
     ``utils/flashinfer_fp4_moe.py``, the CUTLASS / FlashInfer CUTLASS branch): ``swizzle_blockscale``
