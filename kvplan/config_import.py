@@ -1028,6 +1028,11 @@ def estimate_params(arch: ModelArch) -> tuple[int, int | None, str]:
 
 GEMMA4_TYPES = {"gemma4", "gemma4_text", "gemma4_unified", "gemma4_unified_text"}
 _GATED_ATTENTION_TYPES = {"qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text"}
+#: Families whose MoE block ends in its own RMSNorm of ``h`` (transformers 5.24 modeling_axk1.py
+#: ``AXK1MoE.post_mlp_layernorm``: "A.X-K1's single delta" from DeepSeek-V3; the checkpoint
+#: stores it as the layer's ``post_mlp_layernorm``) — AXK1Config's class default: 60 MoE layers
+#: × 7,168 = 430,080 short of transformers' count before.
+POST_MOE_NORM_TYPES = {"axk1"}
 _SHARED_EXPERT_GATE_TYPES = {"qwen2_moe", "qwen3_next", "qwen3_5_moe", "qwen3_5_moe_text"}
 #: Four norms per decoder layer (Gemma 2/3/4 pre/post attention and feed-forward; GLM-4
 #: ``Glm4DecoderLayer`` adds ``post_self_attn_layernorm`` and ``post_mlp_layernorm``); one set
@@ -1124,6 +1129,8 @@ def _family_layer_params(arch: ModelArch, layer: LayerSpec, moe_layer: bool) -> 
     if kind in NON_PARAMETRIC_NORM_TYPES:
         extra -= 2 * h
     if moe_layer and kind in _SHARED_EXPERT_GATE_TYPES and arch.moe and arch.moe.n_shared:
+        extra += h
+    if moe_layer and kind in POST_MOE_NORM_TYPES:
         extra += h
     if isinstance(layer, Attention):
         q, kv = arch.n_heads * layer.head_dim_k, layer.n_kv_heads * (layer.head_dim_k + layer.head_dim_v)
@@ -1222,12 +1229,14 @@ ALWAYS_BIAS_TYPES = {"phi"}
 #: ``MiniMaxM3VLAttention`` ``q_norm``/``k_norm`` of ``head_dim``: 60 × 2 × 128 = 15,360;
 #: Gemma 4 unified, modeling_gemma4_unified.py ``Gemma4UnifiedTextAttention``: 2 × (25 × 256 +
 #: 5 × 512) = 17,920 in its class default; Flint, modeling_flint.py ``FlintAttention``: 49 × 2 ×
-#: 128 = 12,544). (One set: an
+#: 128 = 12,544; modeling_exaone_moe.py, modeling_hy_v3.py, modeling_mellum.py the same: their
+#: class defaults' counts short by exactly layers × 2 × head_dim). (One set: an
 #: earlier second definition with the Qwen3.5 types was shadowed by this one.)
 _QK_NORM_TYPES = {"qwen3", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen3_5_text",
                   "qwen3_5_moe_text", "qwen3_vl_text", "qwen3_vl_moe_text", "gemma3", "gemma3_text",
                   "gemma4", "gemma4_text", "gemma4_unified", "gemma4_unified_text", "exaone4",
-                  "minimax_m3_vl", "minimax_m3_vl_text", "flint"}
+                  "minimax_m3_vl", "minimax_m3_vl_text", "flint", "exaone_moe", "hy_v3",
+                  "mellum"}
 #: Families whose q/k RMSNorm spans the whole projection, whatever the config says (transformers
 #: modeling_minimax_m2.py ``MiniMaxM2Attention``: ``q_norm`` of ``heads × head_dim``, ``k_norm`` of
 #: ``kv_heads × head_dim``, built unconditionally; vLLM minimax_m2.py ``MiniMaxM2Attention`` the

@@ -42,6 +42,7 @@ from kvplan.config_import import (
     ALWAYS_BIAS_TYPES,
     FOUR_NORM_TYPES,
     GEMMA4_TYPES,
+    POST_MOE_NORM_TYPES,
     has_sinks,
     NON_PARAMETRIC_NORM_TYPES,
     ONE_BLOCK_TYPES,
@@ -923,6 +924,8 @@ def _moe(arch: ModelArch, p: str, layers: tuple[int, ...]) -> list[Tensor]:
         shared = "shared_expert" if arch.model_type.startswith("qwen") else "shared_experts"
         out += _mlp(arch, f"{m}.{shared}", moe.shared_intermediate * moe.n_shared,
                     "shared_experts", layers)
+    if arch.model_type in POST_MOE_NORM_TYPES:  # A.X-K1's norm on the MoE block's output
+        out += _norms(arch, f"{p}.post_mlp_layernorm", 1, layers)
     return out
 
 

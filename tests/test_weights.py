@@ -760,6 +760,26 @@ def test_attention_sinks_per_family_and_layer_kind():
     assert sum(t.params for t in model_tensors(oss) if t.name.endswith(".sinks")) == 24 * 64
 
 
+def test_per_head_qk_norms_and_axk1s_post_moe_norm():
+    """Class defaults of transformers 5.24, short by exactly these before: per-head q/k RMSNorms
+    of ``head_dim`` (modeling_exaone_moe.py ``ExaoneMoeAttention``, modeling_hy_v3.py,
+    modeling_mellum.py: layers × 2 × head_dim = 8,192, 20,480, 7,168) and A.X-K1's norm on its
+    MoE block's output (modeling_axk1.py ``AXK1MoE.post_mlp_layernorm``: 60 MoE layers × 7,168 =
+    430,080). Both kvplan counts equal transformers' on the meta device."""
+    from kvplan.weights import params_from_tensors
+
+    for name, total in (("exaone_moe", 28_550_639_616), ("hy_v3", 295_033_528_320),
+                        ("mellum", 12_149_923_072), ("axk1", 518_983_052_288)):
+        fixture = json.loads((Path(__file__).parent / "fixtures" / "conformance" / f"{name}.json")
+                             .read_text())
+        arch = parse_config(fixture["default_config"])
+        assert arch.params_total == params_from_tensors(arch) == total == fixture["params_default"]
+    axk1 = parse_config(json.loads((Path(__file__).parent / "fixtures" / "conformance" /
+                                    "axk1.json").read_text())["default_config"])
+    post = [t for t in model_tensors(axk1) if t.name.endswith("post_mlp_layernorm")]
+    assert sum(t.params for t in post) == 60 * 7_168
+
+
 def test_nvfp4_experts_of_a_non_gated_moe_are_padded_to_128_per_rank_on_blackwell():
     """vLLM v0.13 ``modelopt.py`` ``ModelOptNvFp4FusedMoE.process_weights_after_loading`` (v0.14–v0.33
     ``utils/flashinfer_fp4_moe.py``, the CUTLASS / FlashInfer CUTLASS branch): ``swizzle_blockscale``
