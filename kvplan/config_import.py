@@ -384,6 +384,16 @@ def parse_config(
                       "decoder_attention_heads", "num_decoder_attention_heads",
                       why="the attention head count",
                       default=1 if pure_recurrent else None)
+    per_layer_heads = cfg.get("num_attention_heads_per_layer")
+    if isinstance(per_layer_heads, list) and per_layer_heads:
+        # Laguna (transformers 5.24 configuration_laguna.py / modeling_laguna.py
+        # ``LagunaAttention``: the query heads of each layer come from this list, not from
+        # num_attention_heads); one count for all layers is what kvplan sizes
+        if len({str(x) for x in per_layer_heads}) != 1:
+            raise KVPlanError("config.unsupported", what="per-layer query head counts",
+                              detail="num_attention_heads_per_layer lists different counts")
+        n_heads = _Cfg({"num_attention_heads_per_layer": per_layer_heads[0]}).int(
+            "num_attention_heads_per_layer", why="the attention head count")
     n_kv, hf_heads = _kv_heads(cfg, model_type, n_heads)
     if pure_recurrent:
         head_dim = max(1, hidden // n_heads)
@@ -942,7 +952,10 @@ def _moe(cfg: _Cfg, model_type: str, n_layers: int) -> MoE | None:
     if shared and not shared_inter:
         shared_inter = expert_inter
     dense = 0
-    if cfg.has("first_k_dense_replace"):
+    if isinstance(cfg.get("mlp_layer_types"), list):  # "dense" / "sparse" per layer: what the
+        # model builds from (transformers derives it from first_k_dense_replace when absent)
+        dense = sum(1 for kind in cfg.get("mlp_layer_types") if kind == "dense")
+    elif cfg.has("first_k_dense_replace"):
         dense = cfg.int("first_k_dense_replace", why="dense layers", low=0, high=MAX_LAYERS)
     elif cfg.has("interleave_moe_layer_step"):
         step = cfg.int("interleave_moe_layer_step", why="MoE interleave", default=1)
@@ -952,8 +965,6 @@ def _moe(cfg: _Cfg, model_type: str, n_layers: int) -> MoE | None:
         dense = n_layers - n_layers // period
     elif isinstance(cfg.get("mlp_only_layers"), list):
         dense = len(cfg.get("mlp_only_layers"))
-    elif isinstance(cfg.get("mlp_layer_types"), list):  # "dense" / "sparse" per layer
-        dense = sum(1 for kind in cfg.get("mlp_layer_types") if kind == "dense")
     elif cfg.has("num_dense_layers", "moe_layer_start_index"):  # AfMoE; ERNIE 4.5 MoE
         dense = cfg.int("num_dense_layers", "moe_layer_start_index", why="dense layers", low=0,
                         high=MAX_LAYERS)
@@ -983,10 +994,16 @@ def estimate_params(arch: ModelArch) -> tuple[int, int | None, str]:
     total = active = embed + h + _family_global_params(arch)
     moe = arch.moe
     moe_ids = set(arch.weights.moe_layers or ()) if moe is not None else set()
-    reuse = dict(zip(arch.weights.kv_reuse_layers, arch.weights.kv_reuse_head_dims))
+    reuse = dict(zip(arch.weights.kv_reuse_layers, arch.weights.kv_reuse_head_dims, strict=True))
+
+    def is_moe(index: int) -> bool:  # the layers ``moe_layer_indices`` gives, as model_tensors
+        if moe is None:
+            return False
+        return index in moe_ids if arch.weights.moe_layers is not None else \
+            index >= moe.n_dense_layers
+
     for index, layer in enumerate(arch.layers):
-        attn = mixer_params(layer, arch) + _family_layer_params(
-            arch, layer, moe is not None and index >= moe.n_dense_layers)
+        attn = mixer_params(layer, arch) + _family_layer_params(arch, layer, is_moe(index))
         if index in reuse:  # Gemma 4's KV-reusing layer: q_proj, q_norm, o_proj (WeightSpec)
             attn += 2 * h * arch.n_heads * reuse[index] + reuse[index]
             if arch.weights.kv_reuse_double_mlp:
@@ -1008,7 +1025,7 @@ def estimate_params(arch: ModelArch) -> tuple[int, int | None, str]:
             block = attn if layer.kind.caches else mlp_mult * h * arch.intermediate_size
             total += block + h
             active += block + h
-        elif moe is not None and index >= moe.n_dense_layers:
+        elif moe is not None and is_moe(index):
             router = h * moe.n_experts
             shared = moe.n_shared * 3 * h * moe.shared_intermediate
             per_expert = 3 * h * moe.expert_intermediate
@@ -1033,11 +1050,25 @@ _GATED_ATTENTION_TYPES = {"qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen3_5_text"
 #: stores it as the layer's ``post_mlp_layernorm``) — AXK1Config's class default: 60 MoE layers
 #: × 7,168 = 430,080 short of transformers' count before.
 POST_MOE_NORM_TYPES = {"axk1"}
+#: Families with a sigmoid output gate on every attention layer, a linear from ``h`` (transformers
+#: 5.24): AfMoE (modeling_afmoe.py ``AfmoeAttention.gate_proj`` h × H·d), Beam (modeling_beam.py
+#: ``gate_proj`` h × H·d and ``gate_bias`` H), Laguna (modeling_laguna.py ``g_proj``, width by
+#: ``gating``), BailingHybrid's MLA layers (modeling_bailing_hybrid.py ``g_proj`` h × H) — found
+#: by their class defaults' counts, short by exactly these.
+ATTENTION_GATE_TYPES = {"afmoe": "full", "beam": "full", "laguna": "config",
+                        "bailing_hybrid": "head"}
+_ATTENTION_GATE_BIAS_TYPES = {"beam"}
+#: Families whose router score-correction bias is an ``nn.Parameter`` (counted by transformers;
+#: DeepSeek-V3's is a buffer): modeling_ernie4_5_moe.py ``moe_statics.e_score_correction_bias``,
+#: modeling_laguna.py ``e_score_correction_bias``, modeling_afmoe.py ``expert_bias`` —
+#: ``n_experts`` per MoE layer.
+ROUTER_SCORE_BIAS_TYPES = {"ernie4_5_moe", "laguna", "afmoe"}
 _SHARED_EXPERT_GATE_TYPES = {"qwen2_moe", "qwen3_next", "qwen3_5_moe", "qwen3_5_moe_text"}
-#: Four norms per decoder layer (Gemma 2/3/4 pre/post attention and feed-forward; GLM-4
+#: Four norms per decoder layer (Gemma 2/3/4 pre/post attention and feed-forward, AfMoE
+#: ``AfmoeDecoderLayer`` and Beam ``BeamDecoderLayer`` the same — transformers 5.24; GLM-4
 #: ``Glm4DecoderLayer`` adds ``post_self_attn_layernorm`` and ``post_mlp_layernorm``); one set
 #: for both counts (``kvplan.weights`` stores these norms too).
-FOUR_NORM_TYPES = {"gemma2", "gemma3", "gemma3_text", "glm4", *GEMMA4_TYPES}
+FOUR_NORM_TYPES = {"gemma2", "gemma3", "gemma3_text", "glm4", *GEMMA4_TYPES, "afmoe", "beam"}
 #: One norm per decoder layer, attention and MLP in parallel on its output (transformers
 #: ``CohereDecoderLayer``, ``PhiDecoderLayer``: ``input_layernorm`` only); ``kvplan.weights``
 #: stores one norm per layer for them too.
@@ -1132,6 +1163,13 @@ def _family_layer_params(arch: ModelArch, layer: LayerSpec, moe_layer: bool) -> 
         extra += h
     if moe_layer and kind in POST_MOE_NORM_TYPES:
         extra += h
+    if moe_layer and arch.weights.router_score_bias and arch.moe:
+        extra += arch.moe.n_experts
+    if isinstance(layer, (Attention, MLA)) and arch.weights.attn_gate:
+        heads = layer.n_heads if isinstance(layer, MLA) else arch.n_heads
+        width = heads if arch.weights.attn_gate == "head" else heads * (
+            layer.v_head_dim if isinstance(layer, MLA) else layer.head_dim_v)
+        extra += h * width + (heads if arch.weights.attn_gate_bias else 0)
     if isinstance(layer, Attention):
         q, kv = arch.n_heads * layer.head_dim_k, layer.n_kv_heads * (layer.head_dim_k + layer.head_dim_v)
         if arch.weights.qk_norm_full:
@@ -1236,7 +1274,7 @@ _QK_NORM_TYPES = {"qwen3", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe", 
                   "qwen3_5_moe_text", "qwen3_vl_text", "qwen3_vl_moe_text", "gemma3", "gemma3_text",
                   "gemma4", "gemma4_text", "gemma4_unified", "gemma4_unified_text", "exaone4",
                   "minimax_m3_vl", "minimax_m3_vl_text", "flint", "exaone_moe", "hy_v3",
-                  "mellum"}
+                  "mellum", "afmoe", "beam", "laguna"}
 #: Families whose q/k RMSNorm spans the whole projection, whatever the config says (transformers
 #: modeling_minimax_m2.py ``MiniMaxM2Attention``: ``q_norm`` of ``heads × head_dim``, ``k_norm`` of
 #: ``kv_heads × head_dim``, built unconditionally; vLLM minimax_m2.py ``MiniMaxM2Attention`` the
@@ -1266,6 +1304,14 @@ def moe_layer_indices(cfg: _Cfg, n_layers: int, moe: MoE, model_type: str = "") 
     if model_type in ONE_BLOCK_TYPES:
         return tuple(i for i, kind in enumerate(_layer_types(cfg, model_type, n_layers))
                      if kind == "moe")
+    kinds = cfg.get("mlp_layer_types")
+    if isinstance(kinds, list) and not isinstance(cfg.get("mlp_only_layers"), list):
+        # "dense" / "sparse" per layer, as ``_moe`` counts them (transformers 5.24
+        # modeling_kimi_linear.py ``KimiLinearDecoderLayer``: ``KimiLinearMoE`` where
+        # ``mlp_layer_types[i] == "sparse"``; BailingHybrid the same, over its
+        # first_k_dense_replace) — found by KimiLinearConfig's class default, whose dense first
+        # layer was stored as a MoE by ``model_tensors``: 1,755,906,048 over.
+        return tuple(i for i, kind in enumerate(kinds) if kind != "dense")
     if cfg.has("first_k_dense_replace"):
         return tuple(range(moe.n_dense_layers, n_layers))
     if cfg.has("interleave_moe_layer_step"):
@@ -1276,13 +1322,10 @@ def moe_layer_indices(cfg: _Cfg, n_layers: int, moe: MoE, model_type: str = "") 
         offset = cfg.int("expert_layer_offset", why="MoE offset", default=1, low=0)
         return tuple(i for i in range(n_layers) if i % period == offset)
     only = cfg.get("mlp_only_layers")
-    kinds = cfg.get("mlp_layer_types")
-    if not isinstance(only, list) and isinstance(kinds, list):
-        # "dense" / "sparse" per layer, as ``_moe`` counts them (transformers 5.24
-        # modeling_kimi_linear.py ``KimiLinearDecoderLayer``: ``KimiLinearMoE`` where
-        # ``mlp_layer_types[i] == "sparse"``) — found by KimiLinearConfig's class default, whose
-        # dense first layer was stored as a MoE by ``model_tensors``: 1,755,906,048 over.
-        return tuple(i for i, kind in enumerate(kinds) if kind != "dense")
+    if not isinstance(only, list) and cfg.has("num_dense_layers", "moe_layer_start_index"):
+        # AfMoE ``num_dense_layers``, ERNIE 4.5 ``moe_layer_start_index``: the first layers
+        # dense, as ``_moe`` counts them (they were stored as MoE layers by ``model_tensors``)
+        return tuple(range(moe.n_dense_layers, n_layers))
     step = cfg.int("decoder_sparse_step", why="MoE layer step", default=1)
     dense = set(only) if isinstance(only, list) else set()
     return tuple(i for i in range(n_layers) if i not in dense and (i + 1) % step == 0)
@@ -1445,4 +1488,17 @@ def _weight_spec(cfg: _Cfg, outer: _Cfg, model_type: str, n_layers: int, moe: Mo
         towers=towers,
         quantization=json.dumps(quant, sort_keys=True) if quant is not None else None,
         mlp_name=mlp_name, router_name=router_name,
+        attn_gate=_attention_gate(cfg, model_type),
+        attn_gate_bias=model_type in _ATTENTION_GATE_BIAS_TYPES,
+        router_score_bias=model_type in ROUTER_SCORE_BIAS_TYPES,
     )
+
+
+def _attention_gate(cfg: _Cfg, model_type: str) -> Literal["", "head", "full"]:
+    """The attention output gate's width (``ATTENTION_GATE_TYPES``); Laguna's follows ``gating``
+    (modeling_laguna.py: per head when ``gating`` is true or "per-head", else per channel)."""
+    gate = ATTENTION_GATE_TYPES.get(model_type, "")
+    if gate == "config":
+        gating = cfg.get("gating")
+        return "head" if gating is True or gating == "per-head" else "full"
+    return "full" if gate == "full" else "head" if gate == "head" else ""

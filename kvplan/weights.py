@@ -42,11 +42,11 @@ from kvplan.config_import import (
     ALWAYS_BIAS_TYPES,
     FOUR_NORM_TYPES,
     GEMMA4_TYPES,
-    POST_MOE_NORM_TYPES,
-    has_sinks,
     NON_PARAMETRIC_NORM_TYPES,
     ONE_BLOCK_TYPES,
     ONE_NORM_TYPES,
+    POST_MOE_NORM_TYPES,
+    has_sinks,
 )
 from kvplan.errors import KVPlanError, short
 from kvplan.parallel import layer_partition
@@ -924,6 +924,9 @@ def _moe(arch: ModelArch, p: str, layers: tuple[int, ...]) -> list[Tensor]:
         shared = "shared_expert" if arch.model_type.startswith("qwen") else "shared_experts"
         out += _mlp(arch, f"{m}.{shared}", moe.shared_intermediate * moe.n_shared,
                     "shared_experts", layers)
+    if w.router_score_bias:  # a stored score-correction bias per expert
+        out.append(Tensor(f"{m}.{w.router_name}.e_score_correction_bias", "router", e, 1,
+                          "replicated", quantizable=False, layers=layers, kind="other"))
     if arch.model_type in POST_MOE_NORM_TYPES:  # A.X-K1's norm on the MoE block's output
         out += _norms(arch, f"{p}.post_mlp_layernorm", 1, layers)
     return out
@@ -1115,6 +1118,15 @@ def decoder_layer_tensors(arch: ModelArch, layer_ids: tuple[int, ...], moe_ids: 
         if isinstance(spec, (Attention, MLA)):
             out += _attention(arch, spec.model_copy(update={"kind": "full", "window": None})
                               if isinstance(spec, Attention) else spec, prefix, layers)
+            if w.attn_gate:  # the attention output gate (config_import.ATTENTION_GATE_TYPES)
+                heads = spec.n_heads if isinstance(spec, MLA) else arch.n_heads
+                width = heads if w.attn_gate == "head" else heads * (
+                    spec.v_head_dim if isinstance(spec, MLA) else spec.head_dim_v)
+                out.append(Tensor(f"{prefix}.{w.attn_name}.gate_proj", "attention", width,
+                                  arch.hidden_size, "column", layers=layers))
+                if w.attn_gate_bias:
+                    out.append(Tensor(f"{prefix}.{w.attn_name}.gate_bias", "attention", heads, 1,
+                                      "column", quantizable=False, layers=layers, kind="other"))
             if has_sinks(arch, spec):  # per-head attention sinks (vLLM gpt_oss.py ``sinks``)
                 out.append(Tensor(f"{prefix}.{w.attn_name}.sinks", "attention", arch.n_heads, 1,
                                   "column", quantizable=False, layers=layers, kind="other"))
@@ -1143,16 +1155,16 @@ def decoder_layer_tensors(arch: ModelArch, layer_ids: tuple[int, ...], moe_ids: 
                                 group, copies=copies)
         out += _norms(arch, f"{prefix}.layernorm", n_norms, layers)
     reuse: dict[int, list[int]] = {}
-    for i, d in zip(w.kv_reuse_layers, w.kv_reuse_head_dims):
+    for i, d in zip(w.kv_reuse_layers, w.kv_reuse_head_dims, strict=True):
         if i in layer_ids:
             reuse.setdefault(d, []).append(i)
-    a, nq = f"{prefix}.{w.attn_name}", arch.n_heads
+    attn, nq = f"{prefix}.{w.attn_name}", arch.n_heads
     for d, ids in reuse.items():  # Gemma 4's KV-reusing layers: q_proj, q_norm, o_proj only
-        out += [Tensor(f"{a}.q_proj", "attention", nq * d, arch.hidden_size, "column",
+        out += [Tensor(f"{attn}.q_proj", "attention", nq * d, arch.hidden_size, "column",
                        layers=tuple(ids)),
-                Tensor(f"{a}.q_norm", "norms", d, 1, "replicated", quantizable=False,
+                Tensor(f"{attn}.q_norm", "norms", d, 1, "replicated", quantizable=False,
                        layers=tuple(ids), kind="other"),
-                Tensor(f"{a}.o_proj", "attention", arch.hidden_size, nq * d, "row",
+                Tensor(f"{attn}.o_proj", "attention", arch.hidden_size, nq * d, "row",
                        layers=tuple(ids))]
     return out
 

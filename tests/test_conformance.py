@@ -52,8 +52,6 @@ REFUSED: dict[str, str] = {
 _BIASES = "linear/LayerNorm biases and learned position/token-type embeddings are not counted"
 _TOWER = "the class transformers builds holds a vision/audio tower kvplan does not count"
 _PLE = "Gemma 3n per-layer embeddings, AltUp and LAuReL blocks are not counted"
-_MOE = "this family's MoE extras (expert biases, router norms or scales, zero experts) are not " \
-       "counted"
 _LFM2 = "LFM2 short-conv blocks and its w1/w2/w3 MLP sizing (block_auto_adjust_ff_dim)"
 _DEFAULT = "transformers cannot build its own full-size default config, so no reference count"
 #: Types whose KV is exact but whose full-size parameter count is off by more than 0.1%:
@@ -62,8 +60,6 @@ _NO_LAYOUT = ("the class-default full-size config names no hybrid layout (no lay
               "hybrid_override_pattern), which kvplan refuses; the measured small config has one")
 WEIGHTS_GAP: dict[str, tuple[float | None, str]] = {
     "bamba": (None, _NO_LAYOUT),
-    "afmoe": (0.008, _MOE),
-    "beam": (0.004, _MOE),
     "bert-generation": (0.003, _BIASES),
     "big_bird": (0.036, _BIASES),
     "bigbird_pegasus": (0.224, _BIASES + "; its block-sparse layers differ"),

@@ -780,6 +780,41 @@ def test_per_head_qk_norms_and_axk1s_post_moe_norm():
     assert sum(t.params for t in post) == 60 * 7_168
 
 
+def test_attention_output_gates_router_biases_and_four_norms():
+    """Class defaults of transformers 5.24, by hand against their modeling files. AfMoE
+    (modeling_afmoe.py): attention ``gate_proj`` 2,048 × 16 · 128 on 32 layers = 134,217,728,
+    ``expert_bias`` 31 MoE layers × 64 = 1,984, four norms per layer (+2 × 65,536), per-head
+    q/k norms 2 × 4,096, and the dense first layer (``num_dense_layers``) stored dense: was
+    19,098,241,024, now 19,232,600,000. Beam (modeling_beam.py): ``gate_proj`` 5,120 × 48 · 128
+    and ``gate_bias`` 48 on 52 layers = 1,635,781,056, four norms, q/k norms: 501,267,599,808 (was
+    499,631,272,960). Laguna (modeling_laguna.py, ``gating`` true: per-head ``g_proj`` 2,048 × 48
+    on 40 layers = 3,932,160; its query heads from ``num_attention_heads_per_layer``), ERNIE 4.5
+    MoE (``moe_statics.e_score_correction_bias`` 27 × 64 = 1,728; its dense first layer,
+    ``moe_layer_start_index``, stored dense) and BailingHybrid (MLA ``g_proj`` 7 × 2,560 × 32 =
+    573,440; ``mlp_layer_types`` over ``first_k_dense_replace``) are exact too, full-size and
+    small."""
+    from kvplan.weights import params_from_tensors
+
+    for name, total in (("afmoe", 19_232_600_000), ("beam", 501_267_599_808),
+                        ("laguna", 33_189_975_808), ("ernie4_5_moe", 21_825_437_888),
+                        ("bailing_hybrid", 124_414_191_072)):
+        fixture = json.loads((Path(__file__).parent / "fixtures" / "conformance" / f"{name}.json")
+                             .read_text())
+        for key, count in (("default_config", "params_default"), ("config", "params_small")):
+            arch = parse_config(fixture[key])
+            assert arch.params_total == params_from_tensors(arch) == fixture[count], (name, key)
+        assert parse_config(fixture["default_config"]).params_total == total
+    beam = parse_config(json.loads((Path(__file__).parent / "fixtures" / "conformance" /
+                                    "beam.json").read_text())["default_config"])
+    gates = [t for t in model_tensors(beam) if ".gate_proj" in t.name or ".gate_bias" in t.name
+             if "self_attn" in t.name]
+    assert sum(t.params for t in gates) == 52 * (5_120 * 48 * 128 + 48)
+    bad = {"model_type": "laguna", "num_attention_heads_per_layer": [48, 32], "hidden_size": 2048,
+           "num_attention_heads": 48, "num_hidden_layers": 2, "vocab_size": 1000}
+    with pytest.raises(KVPlanError, match="per-layer query head counts"):
+        parse_config(bad)
+
+
 def test_nvfp4_experts_of_a_non_gated_moe_are_padded_to_128_per_rank_on_blackwell():
     """vLLM v0.13 ``modelopt.py`` ``ModelOptNvFp4FusedMoE.process_weights_after_loading`` (v0.14–v0.33
     ``utils/flashinfer_fp4_moe.py``, the CUTLASS / FlashInfer CUTLASS branch): ``swizzle_blockscale``
