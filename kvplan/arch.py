@@ -230,9 +230,9 @@ class WeightSpec(_Spec):
     router_name: str = "gate"
     attn_name: str = "self_attn"
     #: An output gate on each attention layer (``config_import.ATTENTION_GATE_TYPES``):
-    #: ``head`` one value per query head (``h × H``), ``full`` one per output channel
+    #: ``head`` one value per query head (``h × H``), ``channel`` one per output channel
     #: (``h × H·d``); ``attn_gate_bias`` adds a per-head bias.
-    attn_gate: Literal["", "head", "full"] = ""
+    attn_gate: Literal["", "head", "channel"] = ""
     attn_gate_bias: bool = False
     #: The router's score-correction bias is a stored parameter (``n_experts`` per MoE layer).
     router_score_bias: bool = False

@@ -1055,7 +1055,7 @@ POST_MOE_NORM_TYPES = {"axk1"}
 #: ``gate_proj`` h × H·d and ``gate_bias`` H), Laguna (modeling_laguna.py ``g_proj``, width by
 #: ``gating``), BailingHybrid's MLA layers (modeling_bailing_hybrid.py ``g_proj`` h × H) — found
 #: by their class defaults' counts, short by exactly these.
-ATTENTION_GATE_TYPES = {"afmoe": "full", "beam": "full", "laguna": "config",
+ATTENTION_GATE_TYPES = {"afmoe": "channel", "beam": "channel", "laguna": "config",
                         "bailing_hybrid": "head"}
 _ATTENTION_GATE_BIAS_TYPES = {"beam"}
 #: Families whose router score-correction bias is an ``nn.Parameter`` (counted by transformers;
@@ -1494,11 +1494,11 @@ def _weight_spec(cfg: _Cfg, outer: _Cfg, model_type: str, n_layers: int, moe: Mo
     )
 
 
-def _attention_gate(cfg: _Cfg, model_type: str) -> Literal["", "head", "full"]:
+def _attention_gate(cfg: _Cfg, model_type: str) -> Literal["", "head", "channel"]:
     """The attention output gate's width (``ATTENTION_GATE_TYPES``); Laguna's follows ``gating``
     (modeling_laguna.py: per head when ``gating`` is true or "per-head", else per channel)."""
     gate = ATTENTION_GATE_TYPES.get(model_type, "")
     if gate == "config":
         gating = cfg.get("gating")
-        return "head" if gating is True or gating == "per-head" else "full"
-    return "full" if gate == "full" else "head" if gate == "head" else ""
+        return "head" if gating is True or gating == "per-head" else "channel"
+    return "channel" if gate == "channel" else "head" if gate == "head" else ""
