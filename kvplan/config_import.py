@@ -70,6 +70,7 @@ ARCHITECTURE_KEYS = (
     "per_layer_config", "q_lora_rank",
     "qk_nope_head_dim", "qk_rope_head_dim", "rotary_dim", "rotary_pct",
     "shared_expert_intermediate_size", "moe_shared_expert_intermediate_size",
+    "shared_intermediate_size", "dense_intermediate_size", "num_attention_heads_per_layer",
     "short_conv_kernel_size", "sliding_window", "sliding_window_pattern", "sliding_window_size",
     "ssm_state_size", "state_size", "swa_head_dim", "swa_num_key_value_heads", "swa_v_head_dim",
     "text_config", "tie_word_embeddings", "time_step_rank", "torch_dtype", "type_vocab_size",
@@ -78,6 +79,7 @@ ARCHITECTURE_KEYS = (
     "attention_bias", "audio_config", "compression_config", "decoder_sparse_step", "enable_moe_block",
     "expert_layer_offset", "hidden_size_per_layer_input", "mlp_bias", "num_nextn_predict_layers",
     "qk_norm_type", "quantization_config", "spatial_merge_size", "use_qk_norm", "vision_config",
+    "gating", "use_double_wide_mlp",
     "vocab_size_per_layer_input",
     # context length (the engines' context-limit rules)
     "max_sequence_length", "max_seq_length", "max_target_positions", "model_max_length",
