@@ -1186,6 +1186,7 @@ def _family_layer_params(arch: ModelArch, layer: LayerSpec, moe_layer: bool) -> 
             extra += q * h
         if has_sinks(arch, layer):
             extra += arch.n_heads
+        extra += sum(size for _, size in layer_vectors(arch, layer))
         if kind == "gpt_oss" and arch.moe:
             moe = arch.moe
             extra += q + kv + h + moe.n_experts * (1 + 2 * moe.expert_intermediate + h)
@@ -1204,6 +1205,26 @@ def _family_layer_params(arch: ModelArch, layer: LayerSpec, moe_layer: bool) -> 
 #: defaults' counts, short by exactly layers × heads (mimo_v2_flash 39 × 64 = 2,496).
 SINK_TYPES: dict[str, str] = {"gpt_oss": "all", "flint": "all", "granite_swa": "all",
                               "granitemoe_swa": "all", "mimo_v2_flash": "sliding"}
+
+
+def layer_vectors(arch: ModelArch, layer: LayerSpec) -> list[tuple[str, int]]:
+    """Small per-layer vectors some families add to an attention decoder layer (name under the
+    layer, elements), counted by both ``estimate_params`` and ``kvplan.weights`` (transformers
+    5.24): Apertus' xIELU activation ``mlp.act_fn.alpha_p`` / ``alpha_n`` (modeling_apertus.py,
+    one value each); BitNet's ``self_attn.attn_sub_norm`` (h) and ``mlp.ffn_sub_norm`` (I)
+    (modeling_bitnet.py); DiffLlama's ``lambda_q1/k1/q2/k2`` (head_dim each,
+    modeling_diffllama.py) — found by their class defaults' counts, short by exactly these."""
+    if not isinstance(layer, Attention):
+        return []
+    kind = arch.model_type
+    if kind in {"apertus", "apertus1p5", "apertus1p5_text"}:
+        return [("mlp.act_fn.alpha_p", 1), ("mlp.act_fn.alpha_n", 1)]
+    if kind == "bitnet":
+        return [("self_attn.attn_sub_norm", arch.hidden_size),
+                ("mlp.ffn_sub_norm", arch.intermediate_size)]
+    if kind == "diffllama":
+        return [(f"self_attn.lambda_{x}", layer.head_dim_k) for x in ("q1", "k1", "q2", "k2")]
+    return []
 
 
 def has_sinks(arch: ModelArch, layer: LayerSpec) -> bool:
@@ -1276,7 +1297,7 @@ _QK_NORM_TYPES = {"qwen3", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe", 
                   "qwen3_5_moe_text", "qwen3_vl_text", "qwen3_vl_moe_text", "gemma3", "gemma3_text",
                   "gemma4", "gemma4_text", "gemma4_unified", "gemma4_unified_text", "exaone4",
                   "minimax_m3_vl", "minimax_m3_vl_text", "flint", "exaone_moe", "hy_v3",
-                  "mellum", "afmoe", "beam", "laguna"}
+                  "mellum", "afmoe", "beam", "laguna", "apertus", "apertus1p5", "apertus1p5_text"}
 #: Families whose q/k RMSNorm spans the whole projection, whatever the config says (transformers
 #: modeling_minimax_m2.py ``MiniMaxM2Attention``: ``q_norm`` of ``heads × head_dim``, ``k_norm`` of
 #: ``kv_heads × head_dim``, built unconditionally; vLLM minimax_m2.py ``MiniMaxM2Attention`` the

@@ -47,6 +47,7 @@ from kvplan.config_import import (
     ONE_NORM_TYPES,
     POST_MOE_NORM_TYPES,
     has_sinks,
+    layer_vectors,
 )
 from kvplan.errors import KVPlanError, short
 from kvplan.parallel import layer_partition
@@ -1127,6 +1128,8 @@ def decoder_layer_tensors(arch: ModelArch, layer_ids: tuple[int, ...], moe_ids: 
                 if w.attn_gate_bias:
                     out.append(Tensor(f"{prefix}.{w.attn_name}.gate_bias", "attention", heads, 1,
                                       "column", quantizable=False, layers=layers, kind="other"))
+            out += [Tensor(f"{prefix}.{name}", "norms", size, 1, "replicated", quantizable=False,
+                           layers=layers, kind="other") for name, size in layer_vectors(arch, spec)]
             if has_sinks(arch, spec):  # per-head attention sinks (vLLM gpt_oss.py ``sinks``)
                 out.append(Tensor(f"{prefix}.{w.attn_name}.sinks", "attention", arch.n_heads, 1,
                                   "column", quantizable=False, layers=layers, kind="other"))

@@ -815,6 +815,23 @@ def test_attention_output_gates_router_biases_and_four_norms():
         parse_config(bad)
 
 
+def test_family_layer_vectors_apertus_bitnet_diffllama():
+    """``layer_vectors`` (transformers 5.24), class defaults: Apertus' xIELU ``alpha_p`` /
+    ``alpha_n`` (32 layers × 2 = 64) and its per-head q/k norms (32 × 2 × 128 = 8,192):
+    6,979,596,352 (was 6,979,588,096); BitNet's ``attn_sub_norm`` h and ``ffn_sub_norm`` I
+    (30 × (2,560 + 6,912) = 284,160): 2,741,155,840; DiffLlama's four ``lambda_*`` of head_dim
+    (16 × 4 × 64 = 4,096): 1,204,885,504 — transformers' meta-device counts, by both kvplan
+    counts."""
+    from kvplan.weights import params_from_tensors
+
+    for name, total in (("apertus", 6_979_596_352), ("bitnet", 2_741_155_840),
+                        ("diffllama", 1_204_885_504)):
+        fixture = json.loads((Path(__file__).parent / "fixtures" / "conformance" / f"{name}.json")
+                             .read_text())
+        arch = parse_config(fixture["default_config"])
+        assert arch.params_total == params_from_tensors(arch) == total == fixture["params_default"]
+
+
 def test_nvfp4_experts_of_a_non_gated_moe_are_padded_to_128_per_rank_on_blackwell():
     """vLLM v0.13 ``modelopt.py`` ``ModelOptNvFp4FusedMoE.process_weights_after_loading`` (v0.14–v0.33
     ``utils/flashinfer_fp4_moe.py``, the CUTLASS / FlashInfer CUTLASS branch): ``swizzle_blockscale``
