@@ -79,7 +79,7 @@ ARCHITECTURE_KEYS = (
     "attention_bias", "audio_config", "compression_config", "decoder_sparse_step", "enable_moe_block",
     "expert_layer_offset", "hidden_size_per_layer_input", "mlp_bias", "num_nextn_predict_layers",
     "qk_norm_type", "quantization_config", "spatial_merge_size", "use_qk_norm", "vision_config",
-    "gating", "use_double_wide_mlp",
+    "gating", "use_double_wide_mlp", "attention_out_bias",
     "vocab_size_per_layer_input",
     # context length (the engines' context-limit rules)
     "max_sequence_length", "max_seq_length", "max_target_positions", "model_max_length",
@@ -1067,10 +1067,12 @@ _ATTENTION_GATE_BIAS_TYPES = {"beam"}
 ROUTER_SCORE_BIAS_TYPES = {"ernie4_5_moe", "laguna", "afmoe"}
 _SHARED_EXPERT_GATE_TYPES = {"qwen2_moe", "qwen3_next", "qwen3_5_moe", "qwen3_5_moe_text"}
 #: Four norms per decoder layer (Gemma 2/3/4 pre/post attention and feed-forward, AfMoE
-#: ``AfmoeDecoderLayer`` and Beam ``BeamDecoderLayer`` the same — transformers 5.24; GLM-4
+#: ``AfmoeDecoderLayer``, Beam ``BeamDecoderLayer`` and Kolibri1 ``post_self_attn_layernorm`` /
+#: ``post_mlp_layernorm`` the same — transformers 5.24; GLM-4
 #: ``Glm4DecoderLayer`` adds ``post_self_attn_layernorm`` and ``post_mlp_layernorm``); one set
 #: for both counts (``kvplan.weights`` stores these norms too).
-FOUR_NORM_TYPES = {"gemma2", "gemma3", "gemma3_text", "glm4", *GEMMA4_TYPES, "afmoe", "beam"}
+FOUR_NORM_TYPES = {"gemma2", "gemma3", "gemma3_text", "glm4", *GEMMA4_TYPES, "afmoe", "beam",
+                   "kolibri1"}
 #: One norm per decoder layer, attention and MLP in parallel on its output (transformers
 #: ``CohereDecoderLayer``, ``PhiDecoderLayer``: ``input_layernorm`` only); ``kvplan.weights``
 #: stores one norm per layer for them too.
@@ -1178,7 +1180,7 @@ def _family_layer_params(arch: ModelArch, layer: LayerSpec, moe_layer: bool) -> 
             extra += (arch.n_heads + layer.n_kv_heads) * layer.head_dim_k
         elif arch.weights.qk_norm:
             extra += 2 * layer.head_dim_k
-        if kind in _QKV_BIAS_TYPES or (kind in _QKV_ONLY_BIAS_TYPES and arch.weights.attention_bias):
+        if kind in _QKV_BIAS_TYPES or (kind in _QKV_BIAS_IF_SET_TYPES and arch.weights.attention_bias):
             extra += q + kv
         if kind in ALWAYS_BIAS_TYPES:  # PhiAttention q/k/v/dense, PhiMLP fc1/fc2 and the
             extra += q + kv + h + arch.intermediate_size + h + h  # input LayerNorm's biases
@@ -1270,6 +1272,11 @@ _ALL_BIAS_TYPES = {"opt", "gpt_neox"}
 #: by zai-org/GLM-4.7's count, 1,342,464 = 92 layers × (12,288 + 2 × 1,024) q/k/v biases + the
 #: 256 of its per-head q/k norms short of transformers 5.24's.
 _QKV_ONLY_BIAS_TYPES = {"glm", "glm4", "glm4_moe"}
+#: Families whose q/k/v biases follow ``attention_bias`` (the o_proj's, where the config has
+#: one, ``attention_out_bias``: transformers 5.24 modeling_seed_oss.py ``SeedOssAttention`` —
+#: Seed-OSS' class default holds q/k/v biases, 64 × (10,240 + 2 × 1,024) = 786,432, and no o_proj
+#: bias).
+_QKV_BIAS_IF_SET_TYPES = {*_QKV_ONLY_BIAS_TYPES, "seed_oss"}
 #: Families with per-head q/k RMSNorms only when the config sets ``use_qk_norm`` (transformers
 #: modeling_glm4_moe.py ``Glm4MoeAttention``; vLLM glm4_moe.py the same): GLM-4.5/4.6/4.7 set it,
 #: GLM-4.5-Air does not.
@@ -1297,7 +1304,8 @@ _QK_NORM_TYPES = {"qwen3", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe", 
                   "qwen3_5_moe_text", "qwen3_vl_text", "qwen3_vl_moe_text", "gemma3", "gemma3_text",
                   "gemma4", "gemma4_text", "gemma4_unified", "gemma4_unified_text", "exaone4",
                   "minimax_m3_vl", "minimax_m3_vl_text", "flint", "exaone_moe", "hy_v3",
-                  "mellum", "afmoe", "beam", "laguna", "apertus", "apertus1p5", "apertus1p5_text"}
+                  "mellum", "afmoe", "beam", "laguna", "apertus", "apertus1p5", "apertus1p5_text",
+                  "kolibri1", "sarvam_moe"}
 #: Families whose q/k RMSNorm spans the whole projection, whatever the config says (transformers
 #: modeling_minimax_m2.py ``MiniMaxM2Attention``: ``q_norm`` of ``heads × head_dim``, ``k_norm`` of
 #: ``kv_heads × head_dim``, built unconditionally; vLLM minimax_m2.py ``MiniMaxM2Attention`` the
@@ -1495,7 +1503,9 @@ def _weight_spec(cfg: _Cfg, outer: _Cfg, model_type: str, n_layers: int, moe: Mo
     return WeightSpec(
         moe_layers=moe_layer_indices(cfg, n_layers, moe, model_type) if moe is not None else None,
         attention_bias=all_bias or model_type in _QKV_BIAS_TYPES or bias is True,
-        attention_out_bias=all_bias or (bias is True and model_type not in _QKV_ONLY_BIAS_TYPES),
+        attention_out_bias=all_bias or (cfg.get("attention_out_bias") is True
+                                        if cfg.has("attention_out_bias") else
+                                        bias is True and model_type not in _QKV_ONLY_BIAS_TYPES),
         mlp_bias=all_bias or cfg.get("mlp_bias") is True,
         qk_norm=model_type in _QK_NORM_TYPES or qk_full
         or (model_type in _QK_NORM_IF_SET_TYPES and cfg.get("use_qk_norm") is True),

@@ -832,6 +832,26 @@ def test_family_layer_vectors_apertus_bitnet_diffllama():
         assert arch.params_total == params_from_tensors(arch) == total == fixture["params_default"]
 
 
+def test_seed_oss_biases_kolibri_and_sarvam_norms():
+    """Class defaults of transformers 5.24: Seed-OSS (modeling_seed_oss.py ``SeedOssAttention``:
+    q/k/v ``bias=attention_bias`` true, o_proj ``bias=attention_out_bias`` false) holds
+    64 × (10,240 + 2 × 1,024) = 786,432 biases and no o_proj bias (kvplan counted none in
+    params and stored an o_proj bias: 28,921,303,040 parameters in the tensor list before); Kolibri1's per-head q/k
+    norms and post-sublayer norms (modeling_kolibri1.py), Sarvam-MoE's per-head q/k norms. Both
+    kvplan counts equal transformers' on the meta device."""
+    from kvplan.weights import params_from_tensors
+
+    for name, total in (("seed_oss", 28_921_040_896), ("kolibri1", 78_103_055_360),
+                        ("sarvam_moe", 32_152_648_064)):
+        fixture = json.loads((Path(__file__).parent / "fixtures" / "conformance" / f"{name}.json")
+                             .read_text())
+        arch = parse_config(fixture["default_config"])
+        assert arch.params_total == params_from_tensors(arch) == total == fixture["params_default"]
+    seed = parse_config(json.loads((Path(__file__).parent / "fixtures" / "conformance" /
+                                    "seed_oss.json").read_text())["default_config"])
+    assert not any(t.name.endswith("o_proj.bias") for t in model_tensors(seed))
+
+
 def test_nvfp4_experts_of_a_non_gated_moe_are_padded_to_128_per_rank_on_blackwell():
     """vLLM v0.13 ``modelopt.py`` ``ModelOptNvFp4FusedMoE.process_weights_after_loading`` (v0.14–v0.33
     ``utils/flashinfer_fp4_moe.py``, the CUTLASS / FlashInfer CUTLASS branch): ``swizzle_blockscale``
