@@ -836,8 +836,9 @@ def test_seed_oss_biases_kolibri_and_sarvam_norms():
     """Class defaults of transformers 5.24: Seed-OSS (modeling_seed_oss.py ``SeedOssAttention``:
     q/k/v ``bias=attention_bias`` true, o_proj ``bias=attention_out_bias`` false) holds
     64 × (10,240 + 2 × 1,024) = 786,432 biases and no o_proj bias (kvplan counted none in
-    params and stored an o_proj bias: 28,921,303,040 parameters in the tensor list before); Kolibri1's per-head q/k
-    norms and post-sublayer norms (modeling_kolibri1.py), Sarvam-MoE's per-head q/k norms. Both
+    params and stored an o_proj bias: 28,921,303,040 parameters in the tensor list before);
+    Kolibri1's per-head q/k norms and post-sublayer norms (modeling_kolibri1.py), Sarvam-MoE's
+    per-head q/k norms. Both
     kvplan counts equal transformers' on the meta device."""
     from kvplan.weights import params_from_tensors
 
