@@ -216,12 +216,26 @@ class WeightSpec(_Spec):
     per_layer_vocab: int = Field(default=0, ge=0)
     per_layer_size: int = Field(default=0, ge=0)
     towers: tuple[VisionSpec, ...] = ()
+    #: Gemma 4's KV-reusing last layers (``num_kv_shared_layers``): they keep ``q_proj``,
+    #: ``q_norm`` and ``o_proj`` (no k/v projections, no ``k_norm``) of each one's head size
+    #: (``kv_reuse_head_dims``, one per layer of ``kv_reuse_layers``); with
+    #: ``kv_reuse_double_mlp`` their MLP is twice ``intermediate_size`` (``use_double_wide_mlp``).
+    kv_reuse_layers: tuple[int, ...] = ()
+    kv_reuse_head_dims: tuple[int, ...] = ()
+    kv_reuse_double_mlp: bool = False
     #: ``quantization_config`` as canonical JSON text (kept hashable), or None.
     quantization: str | None = None
     #: Module names of the model family (``mlp`` prefix, router and expert naming).
     mlp_name: str = "mlp"
     router_name: str = "gate"
     attn_name: str = "self_attn"
+    #: An output gate on each attention layer (``config_import.ATTENTION_GATE_TYPES``):
+    #: ``head`` one value per query head (``h × H``), ``channel`` one per output channel
+    #: (``h × H·d``); ``attn_gate_bias`` adds a per-head bias.
+    attn_gate: Literal["", "head", "channel"] = ""
+    attn_gate_bias: bool = False
+    #: The router's score-correction bias is a stored parameter (``n_experts`` per MoE layer).
+    router_score_bias: bool = False
 
 
 class RopeScaling(_Spec):

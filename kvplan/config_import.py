@@ -70,6 +70,7 @@ ARCHITECTURE_KEYS = (
     "per_layer_config", "q_lora_rank",
     "qk_nope_head_dim", "qk_rope_head_dim", "rotary_dim", "rotary_pct",
     "shared_expert_intermediate_size", "moe_shared_expert_intermediate_size",
+    "shared_intermediate_size", "dense_intermediate_size", "num_attention_heads_per_layer",
     "short_conv_kernel_size", "sliding_window", "sliding_window_pattern", "sliding_window_size",
     "ssm_state_size", "state_size", "swa_head_dim", "swa_num_key_value_heads", "swa_v_head_dim",
     "text_config", "tie_word_embeddings", "time_step_rank", "torch_dtype", "type_vocab_size",
@@ -78,6 +79,7 @@ ARCHITECTURE_KEYS = (
     "attention_bias", "audio_config", "compression_config", "decoder_sparse_step", "enable_moe_block",
     "expert_layer_offset", "hidden_size_per_layer_input", "mlp_bias", "num_nextn_predict_layers",
     "qk_norm_type", "quantization_config", "spatial_merge_size", "use_qk_norm", "vision_config",
+    "gating", "use_double_wide_mlp", "attention_out_bias",
     "vocab_size_per_layer_input",
     # context length (the engines' context-limit rules)
     "max_sequence_length", "max_seq_length", "max_target_positions", "model_max_length",
@@ -385,11 +387,27 @@ def parse_config(
                       "decoder_attention_heads", "num_decoder_attention_heads",
                       why="the attention head count",
                       default=1 if pure_recurrent else None)
+    per_layer_heads = cfg.get("num_attention_heads_per_layer")
+    if isinstance(per_layer_heads, list) and per_layer_heads:
+        # Laguna (transformers 5.24 configuration_laguna.py / modeling_laguna.py
+        # ``LagunaAttention``: the query heads of each layer come from this list, not from
+        # num_attention_heads); one count for all layers is what kvplan sizes
+        if len({str(x) for x in per_layer_heads}) != 1:
+            raise KVPlanError("config.unsupported", what="per-layer query head counts",
+                              detail="num_attention_heads_per_layer lists different counts")
+        n_heads = _Cfg({"num_attention_heads_per_layer": per_layer_heads[0]}).int(
+            "num_attention_heads_per_layer", why="the attention head count")
     n_kv, hf_heads = _kv_heads(cfg, model_type, n_heads)
     if pure_recurrent:
         head_dim = max(1, hidden // n_heads)
     elif cfg.has("head_dim", "kv_channels"):  # kv_channels: JetMoe, ChatGLM
         head_dim = cfg.int("head_dim", "kv_channels", why="the head size")
+    elif cfg.has("kv_lora_rank") and cfg.has("qk_rope_head_dim"):
+        # MLA: transformers' ``head_dim`` is the rope part (DeepseekV3Config.__post_init__
+        # ``head_dim = qk_rope_head_dim``; Glm4MoeLiteConfig.attribute_map ``head_dim`` →
+        # ``qk_rope_head_dim``, so its to_dict carries none) — found by Glm4MoeLiteConfig's class
+        # default (hidden 2,048, 20 heads), refused before for a missing head_dim
+        head_dim = cfg.int("qk_rope_head_dim", why="the MLA rope head size")
     else:
         if hidden % n_heads:
             raise KVPlanError("config.missing_key", key="head_dim",
@@ -409,10 +427,20 @@ def parse_config(
                                  "no layer_types or hybrid_override_pattern says which layers hold it")
     shared = cfg.int("num_kv_shared_layers", why="KV-sharing layers", default=0, low=0,
                      high=n_layers)
+    own_types = types
     if shared:  # the last layers reuse earlier layers' KV (Gemma 3n; HF DummyLayer, vLLM kv sharing)
         types = types[: n_layers - shared] + ["shared"] * shared
     attention_spec = _attention_spec(cfg, n_kv, head_dim, n_heads, hf_heads)
     overrides = _per_layer_attention(cfg, model_type, types, n_heads)
+    reuse: tuple[tuple[int, int], ...] = ()
+    if shared and model_type in GEMMA4_TYPES and isinstance(attention_spec, Attention):
+        # Gemma4TextAttention / Gemma4UnifiedTextAttention (transformers 5.24): a "reuse" layer
+        # builds q_proj and q_norm of its own head size (per_layer_config, or global_head_dim
+        # on full-attention layers) and o_proj; "Layers sharing kv states don't need any
+        # weight matrices" for k/v
+        own = _per_layer_attention(cfg, model_type, own_types, n_heads)
+        reuse = tuple((i, own.get(i, {}).get("head_dim_k", attention_spec.head_dim_k))
+                      for i in range(n_layers - shared, n_layers))
     if overrides and not isinstance(attention_spec, Attention):
         raise KVPlanError("config.unsupported", what="per-layer settings of MLA layers",
                           detail="per_layer_config")
@@ -475,7 +503,10 @@ def parse_config(
         tie_word_embeddings=tie,
         gated_mlp=gated,
         moe=moe,
-        weights=_weight_spec(cfg, _Cfg(outer), model_type, n_layers, moe, hidden),
+        weights=_weight_spec(cfg, _Cfg(outer), model_type, n_layers, moe, hidden).model_copy(
+            update={"kv_reuse_layers": tuple(i for i, _ in reuse),
+                    "kv_reuse_head_dims": tuple(d for _, d in reuse),
+                    "kv_reuse_double_mlp": bool(reuse) and cfg.get("use_double_wide_mlp") is True}),
         params_total=0,
         source=source,
         parallel_mixers=model_type in PARALLEL_MIXER_TYPES,
@@ -535,7 +566,11 @@ def _intermediate(cfg: _Cfg, hidden: int) -> int:
                               detail="intermediate_size lists different widths")
         return _Cfg({"intermediate_size": widths[0]}).int("intermediate_size", why="the MLP size",
                                                             low=0)
-    return cfg.int("intermediate_size_mlp", "intermediate_size", "ffn_dim", "n_inner",
+    # ``dense_intermediate_size``: the dense MLP's width where ``intermediate_size`` is the
+    # experts' (transformers 5.24 modeling_minimax_m3_vl.py ``MiniMaxM3VLDenseMLP``;
+    # configuration_inkling.py reads a checkpoint's the same way)
+    return cfg.int("intermediate_size_mlp", "dense_intermediate_size", "intermediate_size",
+                   "ffn_dim", "n_inner",
                    "decoder_ffn_dim", "ffn_hidden_size", why="the MLP size", default=4 * hidden,
                    low=0)
 
@@ -741,6 +776,12 @@ def _layer_types(cfg: _Cfg, model_type: str, n: int) -> list[str]:
     return ["full_attention"] * n
 
 
+#: Kimi-Delta-Attention families whose forget and output gates are full-rank ``h × H·d``
+#: (transformers 5.24 modeling_bailing_hybrid.py ``BailingHybridForgetGate.f_proj``,
+#: ``BailingHybridKimiDeltaAttention.g_proj``); Kimi's own are low-rank through ``d``.
+_KDA_FULL_RANK_GATES = {"bailing_hybrid"}
+
+
 def _recurrent_spec(cfg: _Cfg, model_type: str, hidden: int) -> Recurrent:
     if model_type == "mamba2":  # Mamba2Config: num_heads × head_dim = expand × hidden
         cfg = _Cfg({"mamba_n_heads": cfg.get("num_heads"), "mamba_d_head": cfg.get("head_dim"),
@@ -780,10 +821,20 @@ def _recurrent_spec(cfg: _Cfg, model_type: str, hidden: int) -> Recurrent:
         size = cfg.int("linear_head_dim", why="KDA head size")
         kernel = cfg.int("linear_conv_kernel_dim", "short_conv_kernel_size", why="KDA conv kernel",
                          default=4)
+        inner = heads * size
+        # KimiDeltaAttention (transformers 5.24 modeling_kimi_linear.py; vLLM
+        # model_executor/layers/kda.py the same tensors): q/k/v_proj h × H·d, a conv over each
+        # (H·d × kernel, no bias), the forget gate's dt_bias H·d and A_log H, b_proj h × H,
+        # o_norm d, o_proj H·d × h, and two gates (forget f, output g) — low-rank
+        # h × d + d × H·d in Kimi (``f_a_proj``/``f_b_proj``, ``g_a_proj``/``g_b_proj``), full
+        # h × H·d in ``_KDA_FULL_RANK_GATES`` (modeling_bailing_hybrid.py ``f_proj``, ``g_proj``).
+        gate = hidden * inner if model_type in _KDA_FULL_RANK_GATES else hidden * size + size * inner
+        params = 3 * hidden * inner + 3 * inner * kernel + inner + heads + 2 * gate \
+            + hidden * heads + size + inner * hidden
         # vLLM keeps KDA's recurrent state in fp32 by default (mamba_utils.py), as transformers does
         return Recurrent(variant="gdn", conv_channels=3 * heads * size, conv_kernel=kernel,
                          ssm_elements=heads * size * size, tp_shard_unit=heads,
-                         ssm_dtype=_ssm_dtype(cfg) or "fp32")
+                         ssm_dtype=_ssm_dtype(cfg) or "fp32", params=params)
     if cfg.has("mamba_n_heads", "mamba_num_heads"):  # Mamba-2
         heads = cfg.int("mamba_n_heads", "mamba_num_heads", why="Mamba-2 heads")
         head_dim = cfg.int("mamba_d_head", "mamba_head_dim", why="Mamba-2 head size")
@@ -891,6 +942,9 @@ def _moe(cfg: _Cfg, model_type: str, n_layers: int) -> MoE | None:
                      why="shared experts", default=0, low=0)
     shared_inter = cfg.int("shared_expert_intermediate_size",
                            "moe_shared_expert_intermediate_size",  # NemotronH
+                           # MiniMax-M3 (modeling_minimax_m3_vl.py ``MiniMaxM3VLSparseMoeBlock
+                           # .shared_experts``), Granite MoE shared (``shared_mlp``); 0: none
+                           "shared_intermediate_size",
                            why="shared expert size", default=0, low=0)
     if model_type in {"llama4", "llama4_text"}:
         shared, shared_inter = 1, expert_inter
@@ -901,7 +955,10 @@ def _moe(cfg: _Cfg, model_type: str, n_layers: int) -> MoE | None:
     if shared and not shared_inter:
         shared_inter = expert_inter
     dense = 0
-    if cfg.has("first_k_dense_replace"):
+    if isinstance(cfg.get("mlp_layer_types"), list):  # "dense" / "sparse" per layer: what the
+        # model builds from (transformers derives it from first_k_dense_replace when absent)
+        dense = sum(1 for kind in cfg.get("mlp_layer_types") if kind == "dense")
+    elif cfg.has("first_k_dense_replace"):
         dense = cfg.int("first_k_dense_replace", why="dense layers", low=0, high=MAX_LAYERS)
     elif cfg.has("interleave_moe_layer_step"):
         step = cfg.int("interleave_moe_layer_step", why="MoE interleave", default=1)
@@ -911,8 +968,6 @@ def _moe(cfg: _Cfg, model_type: str, n_layers: int) -> MoE | None:
         dense = n_layers - n_layers // period
     elif isinstance(cfg.get("mlp_only_layers"), list):
         dense = len(cfg.get("mlp_only_layers"))
-    elif isinstance(cfg.get("mlp_layer_types"), list):  # "dense" / "sparse" per layer
-        dense = sum(1 for kind in cfg.get("mlp_layer_types") if kind == "dense")
     elif cfg.has("num_dense_layers", "moe_layer_start_index"):  # AfMoE; ERNIE 4.5 MoE
         dense = cfg.int("num_dense_layers", "moe_layer_start_index", why="dense layers", low=0,
                         high=MAX_LAYERS)
@@ -942,9 +997,20 @@ def estimate_params(arch: ModelArch) -> tuple[int, int | None, str]:
     total = active = embed + h + _family_global_params(arch)
     moe = arch.moe
     moe_ids = set(arch.weights.moe_layers or ()) if moe is not None else set()
+    reuse = dict(zip(arch.weights.kv_reuse_layers, arch.weights.kv_reuse_head_dims, strict=True))
+
+    def is_moe(index: int) -> bool:  # the layers ``moe_layer_indices`` gives, as model_tensors
+        if moe is None:
+            return False
+        return index in moe_ids if arch.weights.moe_layers is not None else \
+            index >= moe.n_dense_layers
+
     for index, layer in enumerate(arch.layers):
-        attn = mixer_params(layer, arch) + _family_layer_params(
-            arch, layer, moe is not None and index >= moe.n_dense_layers)
+        attn = mixer_params(layer, arch) + _family_layer_params(arch, layer, is_moe(index))
+        if index in reuse:  # Gemma 4's KV-reusing layer: q_proj, q_norm, o_proj (WeightSpec)
+            attn += 2 * h * arch.n_heads * reuse[index] + reuse[index]
+            if arch.weights.kv_reuse_double_mlp:
+                attn += mlp_mult * h * arch.intermediate_size
         if arch.parallel_mixers and isinstance(layer, Recurrent):
             total += attn  # the Mamba-2 branch of the decoder layer: its MLP and norms are counted
             active += attn  # with the attention entry (FalconH1ParallelHybrid)
@@ -962,7 +1028,7 @@ def estimate_params(arch: ModelArch) -> tuple[int, int | None, str]:
             block = attn if layer.kind.caches else mlp_mult * h * arch.intermediate_size
             total += block + h
             active += block + h
-        elif moe is not None and index >= moe.n_dense_layers:
+        elif moe is not None and is_moe(index):
             router = h * moe.n_experts
             shared = moe.n_shared * 3 * h * moe.shared_intermediate
             per_expert = 3 * h * moe.expert_intermediate
@@ -980,11 +1046,34 @@ def estimate_params(arch: ModelArch) -> tuple[int, int | None, str]:
     return total, (active if moe is not None else None), method
 
 
-_GEMMA4_TYPES = {"gemma4", "gemma4_text", "gemma4_unified", "gemma4_unified_text"}
+GEMMA4_TYPES = {"gemma4", "gemma4_text", "gemma4_unified", "gemma4_unified_text"}
 _GATED_ATTENTION_TYPES = {"qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text"}
+#: Families whose MoE block ends in its own RMSNorm of ``h`` (transformers 5.24 modeling_axk1.py
+#: ``AXK1MoE.post_mlp_layernorm``: "A.X-K1's single delta" from DeepSeek-V3; the checkpoint
+#: stores it as the layer's ``post_mlp_layernorm``) — AXK1Config's class default: 60 MoE layers
+#: × 7,168 = 430,080 short of transformers' count before.
+POST_MOE_NORM_TYPES = {"axk1"}
+#: Families with a sigmoid output gate on every attention layer, a linear from ``h`` (transformers
+#: 5.24): AfMoE (modeling_afmoe.py ``AfmoeAttention.gate_proj`` h × H·d), Beam (modeling_beam.py
+#: ``gate_proj`` h × H·d and ``gate_bias`` H), Laguna (modeling_laguna.py ``g_proj``, width by
+#: ``gating``), BailingHybrid's MLA layers (modeling_bailing_hybrid.py ``g_proj`` h × H) — found
+#: by their class defaults' counts, short by exactly these.
+ATTENTION_GATE_TYPES = {"afmoe": "channel", "beam": "channel", "laguna": "config",
+                        "bailing_hybrid": "head"}
+_ATTENTION_GATE_BIAS_TYPES = {"beam"}
+#: Families whose router score-correction bias is an ``nn.Parameter`` (counted by transformers;
+#: DeepSeek-V3's is a buffer): modeling_ernie4_5_moe.py ``moe_statics.e_score_correction_bias``,
+#: modeling_laguna.py ``e_score_correction_bias``, modeling_afmoe.py ``expert_bias`` —
+#: ``n_experts`` per MoE layer.
+ROUTER_SCORE_BIAS_TYPES = {"ernie4_5_moe", "laguna", "afmoe"}
 _SHARED_EXPERT_GATE_TYPES = {"qwen2_moe", "qwen3_next", "qwen3_5_moe", "qwen3_5_moe_text"}
-#: (GLM-4: ``Glm4DecoderLayer`` adds ``post_self_attn_layernorm`` and ``post_mlp_layernorm``.)
-_FOUR_NORM_TYPES = {"gemma2", "gemma3", "gemma3_text", "glm4", *_GEMMA4_TYPES}
+#: Four norms per decoder layer (Gemma 2/3/4 pre/post attention and feed-forward, AfMoE
+#: ``AfmoeDecoderLayer``, Beam ``BeamDecoderLayer`` and Kolibri1 ``post_self_attn_layernorm`` /
+#: ``post_mlp_layernorm`` the same — transformers 5.24; GLM-4
+#: ``Glm4DecoderLayer`` adds ``post_self_attn_layernorm`` and ``post_mlp_layernorm``); one set
+#: for both counts (``kvplan.weights`` stores these norms too).
+FOUR_NORM_TYPES = {"gemma2", "gemma3", "gemma3_text", "glm4", *GEMMA4_TYPES, "afmoe", "beam",
+                   "kolibri1"}
 #: One norm per decoder layer, attention and MLP in parallel on its output (transformers
 #: ``CohereDecoderLayer``, ``PhiDecoderLayer``: ``input_layernorm`` only); ``kvplan.weights``
 #: stores one norm per layer for them too.
@@ -1031,7 +1120,7 @@ def _embedding_family_params(cfg: _Cfg, arch: ModelArch) -> int:
     if arch.model_type == "falcon" and cfg.get("new_decoder_architecture"):
         return layers * 2 * h  # ln_attn and ln_mlp, each with a bias (FalconDecoderLayer)
     ple = cfg.int("hidden_size_per_layer_input", why="per-layer input size", default=0, low=0)
-    if arch.model_type in _GEMMA4_TYPES and ple:  # Gemma4TextModel per-layer embeddings (PLE)
+    if arch.model_type in GEMMA4_TYPES and ple:  # Gemma4TextModel per-layer embeddings (PLE)
         ple_vocab = cfg.int("vocab_size_per_layer_input", why="per-layer vocabulary",
                             default=arch.vocab_size, high=10_000_000)
         return (ple_vocab * layers * ple + h * layers * ple + ple
@@ -1069,7 +1158,7 @@ def _family_layer_params(arch: ModelArch, layer: LayerSpec, moe_layer: bool) -> 
     """
     h, kind = arch.hidden_size, arch.model_type
     extra = 0
-    if kind in _FOUR_NORM_TYPES:
+    if kind in FOUR_NORM_TYPES:
         extra += 2 * h
     if kind in ONE_NORM_TYPES:
         extra -= h
@@ -1077,26 +1166,75 @@ def _family_layer_params(arch: ModelArch, layer: LayerSpec, moe_layer: bool) -> 
         extra -= 2 * h
     if moe_layer and kind in _SHARED_EXPERT_GATE_TYPES and arch.moe and arch.moe.n_shared:
         extra += h
+    if moe_layer and kind in POST_MOE_NORM_TYPES:
+        extra += h
+    if moe_layer and arch.weights.router_score_bias and arch.moe:
+        extra += arch.moe.n_experts
+    if isinstance(layer, (Attention, MLA)) and arch.weights.attn_gate:
+        heads = layer.n_heads if isinstance(layer, MLA) else arch.n_heads
+        width = heads if arch.weights.attn_gate == "head" else heads * (
+            layer.v_head_dim if isinstance(layer, MLA) else layer.head_dim_v)
+        extra += h * width + (heads if arch.weights.attn_gate_bias else 0)
     if isinstance(layer, Attention):
         q, kv = arch.n_heads * layer.head_dim_k, layer.n_kv_heads * (layer.head_dim_k + layer.head_dim_v)
         if arch.weights.qk_norm_full:
             extra += (arch.n_heads + layer.n_kv_heads) * layer.head_dim_k
         elif arch.weights.qk_norm:
             extra += 2 * layer.head_dim_k
-        if kind in _QKV_BIAS_TYPES or (kind in _QKV_ONLY_BIAS_TYPES and arch.weights.attention_bias):
+        if kind in _QKV_BIAS_TYPES or (kind in _QKV_BIAS_IF_SET_TYPES and arch.weights.attention_bias):
             extra += q + kv
         if kind in ALWAYS_BIAS_TYPES:  # PhiAttention q/k/v/dense, PhiMLP fc1/fc2 and the
             extra += q + kv + h + arch.intermediate_size + h + h  # input LayerNorm's biases
         if kind in _GATED_ATTENTION_TYPES:
             extra += q * h
+        if has_sinks(arch, layer):
+            extra += arch.n_heads
+        extra += sum(size for _, size in layer_vectors(arch, layer))
         if kind == "gpt_oss" and arch.moe:
             moe = arch.moe
-            extra += q + kv + h + arch.n_heads + moe.n_experts * (1 + 2 * moe.expert_intermediate + h)
+            extra += q + kv + h + moe.n_experts * (1 + 2 * moe.expert_intermediate + h)
         if kind in _ALL_BIAS_TYPES:  # attention, MLP and both LayerNorms' biases
             extra += q + kv + h + arch.intermediate_size + h + 2 * h
         if kind == "gpt_neo":  # no q/k/v biases
             extra += h + arch.intermediate_size + h + 2 * h
     return extra
+
+
+#: Families whose attention layers hold one learned sink logit per query head (``sinks``,
+#: ``num_attention_heads`` values): on every attention layer, or on the sliding ones only.
+#: transformers 5.24 modeling_gpt_oss.py ``GptOssAttention``, modeling_flint.py
+#: ``FlintAttention``, modeling_granite_swa.py / modeling_granitemoe_swa.py (every layer);
+#: modeling_mimo_v2_flash.py ``MiMoV2FlashAttention`` (``if is_swa``) — found by their class
+#: defaults' counts, short by exactly layers × heads (mimo_v2_flash 39 × 64 = 2,496).
+SINK_TYPES: dict[str, str] = {"gpt_oss": "all", "flint": "all", "granite_swa": "all",
+                              "granitemoe_swa": "all", "mimo_v2_flash": "sliding"}
+
+
+def layer_vectors(arch: ModelArch, layer: LayerSpec) -> list[tuple[str, int]]:
+    """Small per-layer vectors some families add to an attention decoder layer (name under the
+    layer, elements), counted by both ``estimate_params`` and ``kvplan.weights`` (transformers
+    5.24): Apertus' xIELU activation ``mlp.act_fn.alpha_p`` / ``alpha_n`` (modeling_apertus.py,
+    one value each); BitNet's ``self_attn.attn_sub_norm`` (h) and ``mlp.ffn_sub_norm`` (I)
+    (modeling_bitnet.py); DiffLlama's ``lambda_q1/k1/q2/k2`` (head_dim each,
+    modeling_diffllama.py) — found by their class defaults' counts, short by exactly these."""
+    if not isinstance(layer, Attention):
+        return []
+    kind = arch.model_type
+    if kind in {"apertus", "apertus1p5", "apertus1p5_text"}:
+        return [("mlp.act_fn.alpha_p", 1), ("mlp.act_fn.alpha_n", 1)]
+    if kind == "bitnet":
+        return [("self_attn.attn_sub_norm", arch.hidden_size),
+                ("mlp.ffn_sub_norm", arch.intermediate_size)]
+    if kind == "diffllama":
+        return [(f"self_attn.lambda_{x}", layer.head_dim_k) for x in ("q1", "k1", "q2", "k2")]
+    return []
+
+
+def has_sinks(arch: ModelArch, layer: LayerSpec) -> bool:
+    """Whether this attention layer stores per-head sinks (``SINK_TYPES``)."""
+    where = SINK_TYPES.get(arch.model_type)
+    return isinstance(layer, Attention) and where is not None and (
+        where == "all" or layer.kind == Kind.SLIDING)
 
 
 def mixer_params(layer: LayerSpec, arch: ModelArch) -> int:
@@ -1135,6 +1273,11 @@ _ALL_BIAS_TYPES = {"opt", "gpt_neox"}
 #: by zai-org/GLM-4.7's count, 1,342,464 = 92 layers × (12,288 + 2 × 1,024) q/k/v biases + the
 #: 256 of its per-head q/k norms short of transformers 5.24's.
 _QKV_ONLY_BIAS_TYPES = {"glm", "glm4", "glm4_moe"}
+#: Families whose q/k/v biases follow ``attention_bias`` (the o_proj's, where the config has
+#: one, ``attention_out_bias``: transformers 5.24 modeling_seed_oss.py ``SeedOssAttention`` —
+#: Seed-OSS' class default holds q/k/v biases, 64 × (10,240 + 2 × 1,024) = 786,432, and no o_proj
+#: bias).
+_QKV_BIAS_IF_SET_TYPES = {*_QKV_ONLY_BIAS_TYPES, "seed_oss"}
 #: Families with per-head q/k RMSNorms only when the config sets ``use_qk_norm`` (transformers
 #: modeling_glm4_moe.py ``Glm4MoeAttention``; vLLM glm4_moe.py the same): GLM-4.5/4.6/4.7 set it,
 #: GLM-4.5-Air does not.
@@ -1151,11 +1294,19 @@ ALWAYS_BIAS_TYPES = {"phi"}
 #: Families with RMSNorm on each head's q and k (Qwen3 ``q_norm``/``k_norm``, Gemma 3; Qwen3.5's
 #: full-attention layers, transformers modeling_qwen3_5.py ``Qwen3_5Attention``; EXAONE 4.0,
 #: modeling_exaone4.py ``Exaone4Attention`` — found by LGAI-EXAONE/EXAONE-4.0-32B's count, 16,384
-#: = 64 layers × 2 × 128 below transformers'). (One set: an
+#: = 64 layers × 2 × 128 below transformers'; MiniMax-M3, modeling_minimax_m3_vl.py
+#: ``MiniMaxM3VLAttention`` ``q_norm``/``k_norm`` of ``head_dim``: 60 × 2 × 128 = 15,360;
+#: Gemma 4 unified, modeling_gemma4_unified.py ``Gemma4UnifiedTextAttention``: 2 × (25 × 256 +
+#: 5 × 512) = 17,920 in its class default; Flint, modeling_flint.py ``FlintAttention``: 49 × 2 ×
+#: 128 = 12,544; modeling_exaone_moe.py, modeling_hy_v3.py, modeling_mellum.py the same: their
+#: class defaults' counts short by exactly layers × 2 × head_dim). (One set: an
 #: earlier second definition with the Qwen3.5 types was shadowed by this one.)
 _QK_NORM_TYPES = {"qwen3", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen3_5_text",
                   "qwen3_5_moe_text", "qwen3_vl_text", "qwen3_vl_moe_text", "gemma3", "gemma3_text",
-                  "gemma4", "gemma4_text", "exaone4"}
+                  "gemma4", "gemma4_text", "gemma4_unified", "gemma4_unified_text", "exaone4",
+                  "minimax_m3_vl", "minimax_m3_vl_text", "flint", "exaone_moe", "hy_v3",
+                  "mellum", "afmoe", "beam", "laguna", "apertus", "apertus1p5", "apertus1p5_text",
+                  "kolibri1", "sarvam_moe"}
 #: Families whose q/k RMSNorm spans the whole projection, whatever the config says (transformers
 #: modeling_minimax_m2.py ``MiniMaxM2Attention``: ``q_norm`` of ``heads × head_dim``, ``k_norm`` of
 #: ``kv_heads × head_dim``, built unconditionally; vLLM minimax_m2.py ``MiniMaxM2Attention`` the
@@ -1169,13 +1320,30 @@ _QK_NORM_TYPES = {"qwen3", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe", 
 _QK_NORM_FULL_TYPES = {"minimax_m2", "olmo2", "olmo3", "olmoe", "flex_olmo"}
 
 
-def moe_layer_indices(cfg: _Cfg, n_layers: int, moe: MoE) -> tuple[int, ...]:
+def moe_layer_indices(cfg: _Cfg, n_layers: int, moe: MoE, model_type: str = "") -> tuple[int, ...]:
     """Decoder layers that hold experts, as each family's modeling file decides.
 
+    One-block families (NemotronH, ``ONE_BLOCK_TYPES``): the layers whose block is the MoE — an
+    ``E`` of ``hybrid_override_pattern`` or a ``moe`` of ``layers_block_type`` (transformers 5.24
+    modeling_nemotron_h.py ``NemotronHBlock``: ``mixer`` is ``NemotronHMoE`` only for "moe"; an
+    "mlp" block is a dense ``NemotronHMLP``; vLLM nemotron_h.py ``NemotronHMoEDecoderLayer`` for
+    "E" only) — found by NemotronHConfig's class default (one block each of Mamba2, MoE,
+    attention, MLP), whose MLP block was counted as a MoE: 390,692,864 over transformers' count.
     DeepSeek ``first_k_dense_replace`` (layers ≥ k); Llama 4 ``interleave_moe_layer_step``
     (``(i + 1) % step == 0``); Qwen MoE ``decoder_sparse_step`` and ``mlp_only_layers``
     (``Qwen3MoeDecoderLayer``); Jamba ``expert_layer_period``/``expert_layer_offset``.
     """
+    if model_type in ONE_BLOCK_TYPES:
+        return tuple(i for i, kind in enumerate(_layer_types(cfg, model_type, n_layers))
+                     if kind == "moe")
+    kinds = cfg.get("mlp_layer_types")
+    if isinstance(kinds, list) and not isinstance(cfg.get("mlp_only_layers"), list):
+        # "dense" / "sparse" per layer, as ``_moe`` counts them (transformers 5.24
+        # modeling_kimi_linear.py ``KimiLinearDecoderLayer``: ``KimiLinearMoE`` where
+        # ``mlp_layer_types[i] == "sparse"``; BailingHybrid the same, over its
+        # first_k_dense_replace) — found by KimiLinearConfig's class default, whose dense first
+        # layer was stored as a MoE by ``model_tensors``: 1,755,906,048 over.
+        return tuple(i for i, kind in enumerate(kinds) if kind != "dense")
     if cfg.has("first_k_dense_replace"):
         return tuple(range(moe.n_dense_layers, n_layers))
     if cfg.has("interleave_moe_layer_step"):
@@ -1185,8 +1353,12 @@ def moe_layer_indices(cfg: _Cfg, n_layers: int, moe: MoE) -> tuple[int, ...]:
         period = cfg.int("expert_layer_period", why="MoE period", default=1)
         offset = cfg.int("expert_layer_offset", why="MoE offset", default=1, low=0)
         return tuple(i for i in range(n_layers) if i % period == offset)
-    step = cfg.int("decoder_sparse_step", why="MoE layer step", default=1)
     only = cfg.get("mlp_only_layers")
+    if not isinstance(only, list) and cfg.has("num_dense_layers", "moe_layer_start_index"):
+        # AfMoE ``num_dense_layers``, ERNIE 4.5 ``moe_layer_start_index``: the first layers
+        # dense, as ``_moe`` counts them (they were stored as MoE layers by ``model_tensors``)
+        return tuple(range(moe.n_dense_layers, n_layers))
+    step = cfg.int("decoder_sparse_step", why="MoE layer step", default=1)
     dense = set(only) if isinstance(only, list) else set()
     return tuple(i for i in range(n_layers) if i not in dense and (i + 1) % step == 0)
 
@@ -1330,9 +1502,11 @@ def _weight_spec(cfg: _Cfg, outer: _Cfg, model_type: str, n_layers: int, moe: Mo
     mlp_name, router_name = names.get(model_type, ("mlp", "gate"))
     qk_full = model_type in _QK_NORM_FULL_TYPES
     return WeightSpec(
-        moe_layers=moe_layer_indices(cfg, n_layers, moe) if moe is not None else None,
+        moe_layers=moe_layer_indices(cfg, n_layers, moe, model_type) if moe is not None else None,
         attention_bias=all_bias or model_type in _QKV_BIAS_TYPES or bias is True,
-        attention_out_bias=all_bias or (bias is True and model_type not in _QKV_ONLY_BIAS_TYPES),
+        attention_out_bias=all_bias or (cfg.get("attention_out_bias") is True
+                                        if cfg.has("attention_out_bias") else
+                                        bias is True and model_type not in _QKV_ONLY_BIAS_TYPES),
         mlp_bias=all_bias or cfg.get("mlp_bias") is True,
         qk_norm=model_type in _QK_NORM_TYPES or qk_full
         or (model_type in _QK_NORM_IF_SET_TYPES and cfg.get("use_qk_norm") is True),
@@ -1348,4 +1522,17 @@ def _weight_spec(cfg: _Cfg, outer: _Cfg, model_type: str, n_layers: int, moe: Mo
         towers=towers,
         quantization=json.dumps(quant, sort_keys=True) if quant is not None else None,
         mlp_name=mlp_name, router_name=router_name,
+        attn_gate=_attention_gate(cfg, model_type),
+        attn_gate_bias=model_type in _ATTENTION_GATE_BIAS_TYPES,
+        router_score_bias=model_type in ROUTER_SCORE_BIAS_TYPES,
     )
+
+
+def _attention_gate(cfg: _Cfg, model_type: str) -> Literal["", "head", "channel"]:
+    """The attention output gate's width (``ATTENTION_GATE_TYPES``); Laguna's follows ``gating``
+    (modeling_laguna.py: per head when ``gating`` is true or "per-head", else per channel)."""
+    gate = ATTENTION_GATE_TYPES.get(model_type, "")
+    if gate == "config":
+        gating = cfg.get("gating")
+        return "head" if gating is True or gating == "per-head" else "channel"
+    return "channel" if gate == "channel" else "head" if gate == "head" else ""

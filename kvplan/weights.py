@@ -41,9 +41,14 @@ from typing import Any, Literal
 from kvplan.arch import MLA, Attention, ModelArch, Recurrent, VisionSpec
 from kvplan.config_import import (
     ALWAYS_BIAS_TYPES,
+    FOUR_NORM_TYPES,
+    GEMMA4_TYPES,
     NON_PARAMETRIC_NORM_TYPES,
     ONE_BLOCK_TYPES,
     ONE_NORM_TYPES,
+    POST_MOE_NORM_TYPES,
+    has_sinks,
+    layer_vectors,
 )
 from kvplan.errors import KVPlanError, short
 from kvplan.parallel import layer_partition
@@ -60,9 +65,6 @@ HELD_PARTS = frozenset({"rope_cache", "allocator"})
 VOCAB_PADDING = 64
 #: Families whose norms are LayerNorm with a bias (two vectors per norm).
 _LAYERNORM_BIAS = {"opt", "falcon", "gpt_neox", "phi", "gpt2", "bloom"}
-#: Families with four norms per decoder layer (Gemma 2/3 pre/post attention and feed-forward;
-#: GLM-4 ``Glm4DecoderLayer`` post_self_attn_layernorm / post_mlp_layernorm).
-_FOUR_NORMS = {"gemma2", "gemma3", "gemma3_text", "gemma4", "gemma4_text", "glm4"}
 
 Split = Literal["column", "row", "heads", "replicated", "vocab", "expert_column", "expert_row"]
 Stage = Literal["first", "last", "layer"]
@@ -890,9 +892,6 @@ def _attention(arch: ModelArch, spec: Attention | MLA, p: str, layers: tuple[int
                        quantizable=False, layers=layers, kind="other"),
                 Tensor(f"{a}.k_norm", "norms", spec.head_dim_k, 1, "replicated",
                        quantizable=False, layers=layers, kind="other")]
-    if arch.model_type == "gpt_oss":  # per-head attention sinks (vLLM gpt_oss.py ``sinks``)
-        out.append(Tensor(f"{a}.sinks", "attention", nq, 1, "column", quantizable=False,
-                          layers=layers, kind="other"))
     return out
 
 
@@ -941,6 +940,11 @@ def _moe(arch: ModelArch, p: str, layers: tuple[int, ...]) -> list[Tensor]:
         shared = "shared_expert" if arch.model_type.startswith("qwen") else "shared_experts"
         out += _mlp(arch, f"{m}.{shared}", moe.shared_intermediate * moe.n_shared,
                     "shared_experts", layers)
+    if w.router_score_bias:  # a stored score-correction bias per expert
+        out.append(Tensor(f"{m}.{w.router_name}.e_score_correction_bias", "router", e, 1,
+                          "replicated", quantizable=False, layers=layers, kind="other"))
+    if arch.model_type in POST_MOE_NORM_TYPES:  # A.X-K1's norm on the MoE block's output
+        out += _norms(arch, f"{p}.post_mlp_layernorm", 1, layers)
     return out
 
 
@@ -1110,8 +1114,10 @@ def decoder_layer_tensors(arch: ModelArch, layer_ids: tuple[int, ...], moe_ids: 
     out: list[Tensor] = []
     # Gemma 3n's KV-sharing layers (``num_kv_shared_layers``) keep their q/k/v/o projections;
     # other no-cache layers (NemotronH "-"/"E") have no attention weights.
+    # (Gemma 4's keep q/o only: ``WeightSpec.kv_reuse_layers``, below.)
+    w = arch.weights
     fallback = next((s for s in arch.distinct_layers() if isinstance(s, (Attention, MLA))), None) \
-        if arch.model_type.startswith("gemma") else None
+        if arch.model_type.startswith("gemma") and not w.kv_reuse_layers else None
     by_spec: dict[tuple[Attention | MLA | Recurrent | None, bool], list[int]] = {}
     for start, stop, layer in _layer_spans(arch, layer_ids):
         spec = layer if isinstance(layer, (Attention, MLA, Recurrent)) else fallback
@@ -1122,12 +1128,26 @@ def decoder_layer_tensors(arch: ModelArch, layer_ids: tuple[int, ...], moe_ids: 
     # ``NemotronHBlock``; vLLM ``nemotron_h.py`` ``ALL_DECODER_LAYER_TYPES``).
     one_block = arch.model_type in ONE_BLOCK_TYPES
     n_norms = 1 if one_block or arch.model_type in ONE_NORM_TYPES else \
-        4 if arch.model_type in _FOUR_NORMS else 2
+        4 if arch.model_type in FOUR_NORM_TYPES else 2
     for (spec, is_moe), ids in by_spec.items():
         layers = tuple(ids)
         if isinstance(spec, (Attention, MLA)):
             out += _attention(arch, spec.model_copy(update={"kind": "full", "window": None})
                               if isinstance(spec, Attention) else spec, prefix, layers)
+            if w.attn_gate:  # the attention output gate (config_import.ATTENTION_GATE_TYPES)
+                heads = spec.n_heads if isinstance(spec, MLA) else arch.n_heads
+                width = heads if w.attn_gate == "head" else heads * (
+                    spec.v_head_dim if isinstance(spec, MLA) else spec.head_dim_v)
+                out.append(Tensor(f"{prefix}.{w.attn_name}.gate_proj", "attention", width,
+                                  arch.hidden_size, "column", layers=layers))
+                if w.attn_gate_bias:
+                    out.append(Tensor(f"{prefix}.{w.attn_name}.gate_bias", "attention", heads, 1,
+                                      "column", quantizable=False, layers=layers, kind="other"))
+            out += [Tensor(f"{prefix}.{name}", "norms", size, 1, "replicated", quantizable=False,
+                           layers=layers, kind="other") for name, size in layer_vectors(arch, spec)]
+            if has_sinks(arch, spec):  # per-head attention sinks (vLLM gpt_oss.py ``sinks``)
+                out.append(Tensor(f"{prefix}.{w.attn_name}.sinks", "attention", arch.n_heads, 1,
+                                  "column", quantizable=False, layers=layers, kind="other"))
         elif isinstance(spec, Recurrent):
             from kvplan.config_import import mixer_params
 
@@ -1145,9 +1165,25 @@ def decoder_layer_tensors(arch: ModelArch, layer_ids: tuple[int, ...], moe_ids: 
         elif is_moe:
             out += _moe(arch, prefix, layers)
         else:
-            out += _mlp(arch, f"{prefix}.{arch.weights.mlp_name}", arch.intermediate_size, "mlp",
-                        layers)
+            wide = set(w.kv_reuse_layers) if w.kv_reuse_double_mlp else set()
+            for group, copies in ((tuple(i for i in layers if i not in wide), 1),
+                                  (tuple(i for i in layers if i in wide), 2)):
+                if group:
+                    out += _mlp(arch, f"{prefix}.{w.mlp_name}", arch.intermediate_size, "mlp",
+                                group, copies=copies)
         out += _norms(arch, f"{prefix}.layernorm", n_norms, layers)
+    reuse: dict[int, list[int]] = {}
+    for i, d in zip(w.kv_reuse_layers, w.kv_reuse_head_dims, strict=True):
+        if i in layer_ids:
+            reuse.setdefault(d, []).append(i)
+    attn, nq = f"{prefix}.{w.attn_name}", arch.n_heads
+    for d, ids in reuse.items():  # Gemma 4's KV-reusing layers: q_proj, q_norm, o_proj only
+        out += [Tensor(f"{attn}.q_proj", "attention", nq * d, arch.hidden_size, "column",
+                       layers=tuple(ids)),
+                Tensor(f"{attn}.q_norm", "norms", d, 1, "replicated", quantizable=False,
+                       layers=tuple(ids), kind="other"),
+                Tensor(f"{attn}.o_proj", "attention", arch.hidden_size, nq * d, "row",
+                       layers=tuple(ids))]
     return out
 
 
@@ -1168,6 +1204,22 @@ def model_tensors(arch: ModelArch, mtp: bool = False) -> tuple[Tensor, ...]:
         out.append(Tensor("model.embed_tokens_per_layer", "per_layer_embeddings", w.per_layer_vocab,
                           arch.n_layers * w.per_layer_size, "vocab", quantizable=False,
                           stage="first", kind="other"))
+    if w.per_layer_vocab and w.per_layer_size and arch.model_type in GEMMA4_TYPES:
+        # Gemma4TextModel's per-layer inputs (transformers 5.24 modeling_gemma4.py, the count of
+        # config_import._embedding_family_params): per_layer_model_projection h → L·h_ple
+        # (vLLM gemma4.py ``ColumnParallelLinear``, gather_output), per_layer_projection_norm,
+        # and per layer per_layer_input_gate h → h_ple, per_layer_projection h_ple → h and
+        # post_per_layer_input_norm (kept whole on every rank here)
+        ple, ids = w.per_layer_size, tuple(range(arch.n_layers))
+        out += [Tensor("model.per_layer_model_projection", "per_layer_embeddings",
+                       arch.n_layers * ple, h, "column", stage="first"),
+                Tensor("model.per_layer_projection_norm", "norms", ple, 1, "replicated",
+                       quantizable=False, stage="first", kind="other"),
+                Tensor("model.layers.{i}.per_layer_input_gate", "per_layer_embeddings", ple, h,
+                       "replicated", layers=ids),
+                Tensor("model.layers.{i}.per_layer_projection", "per_layer_embeddings", h, ple,
+                       "replicated", layers=ids)]
+        out += _norms(arch, "model.layers.{i}.post_per_layer_input_norm", 1, ids)
     out += decoder_layer_tensors(arch, tuple(range(arch.n_layers)), moe_ids)
     out += _norms(arch, "model.norm", 1, (), stage="last")
     if not arch.tie_word_embeddings:

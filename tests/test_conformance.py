@@ -52,10 +52,6 @@ REFUSED: dict[str, str] = {
 _BIASES = "linear/LayerNorm biases and learned position/token-type embeddings are not counted"
 _TOWER = "the class transformers builds holds a vision/audio tower kvplan does not count"
 _PLE = "Gemma 3n per-layer embeddings, AltUp and LAuReL blocks are not counted"
-_MOE = "this family's MoE extras (expert biases, router norms or scales, zero experts) are not " \
-       "counted"
-_KDA = "Kimi Delta Attention's projections (low-rank f/g gates, beta, A) are sized with the " \
-       "generic recurrent formula"
 _LFM2 = "LFM2 short-conv blocks and its w1/w2/w3 MLP sizing (block_auto_adjust_ff_dim)"
 _DEFAULT = "transformers cannot build its own full-size default config, so no reference count"
 #: Types whose KV is exact but whose full-size parameter count is off by more than 0.1%:
@@ -64,16 +60,6 @@ _NO_LAYOUT = ("the class-default full-size config names no hybrid layout (no lay
               "hybrid_override_pattern), which kvplan refuses; the measured small config has one")
 WEIGHTS_GAP: dict[str, tuple[float | None, str]] = {
     "bamba": (None, _NO_LAYOUT),
-    "granitemoehybrid": (0.011, "Mamba-2 hybrid parameters (mixer projections, shared MLP) under-"
-                                "counted by ≈1% (measured while its KV row was wrong)"),
-    "nemotron_h": (0.199, "the class-default full-size config (one block each of Mamba2, MoE, "
-                          "attention, MLP) is counted 19.8 % over transformers' (was 2.35×, "
-                          "before the one-block-per-layer rule): not investigated further; the "
-                          "real checkpoints Nemotron-H-56B and Nemotron-3-Nano are exact "
-                          "(test_weights.py), latent MoE (Super, Ultra) is not sized"),
-    "nemotron_h_omni": (0.199, "as nemotron_h (the same text model)"),
-    "afmoe": (0.008, _MOE),
-    "beam": (0.004, _MOE),
     "bert-generation": (0.003, _BIASES),
     "big_bird": (0.036, _BIASES),
     "bigbird_pegasus": (0.224, _BIASES + "; its block-sparse layers differ"),
@@ -85,21 +71,18 @@ WEIGHTS_GAP: dict[str, tuple[float | None, str]] = {
     "gemma3": (0.036, _TOWER),
     "gemma3n": (0.383, _PLE),
     "gemma3n_text": (0.383, _PLE),
-    "gemma4_unified_assistant": (0.119, "the assistant (drafter) model's extra projections; "
-                                        "not analysed further"),
     "git": (0.504, _TOWER),
-    "glm4_moe": (None, "the default config has no head_dim and hidden/heads is not whole"),
-    "glm4_moe_lite": (None, "the default config has no head_dim and hidden/heads is not whole"),
+    "glm4_moe": (None, "Glm4MoeConfig's class default states no head_dim and 4,096 / 96 heads is "
+                       "not whole; transformers (modeling_glm4_moe.py Glm4MoeAttention: hidden // "
+                       "heads) floors it to 42 — no checkpoint does (GLM-4.5/4.6/4.7 "
+                       "state head_dim 128), so kvplan asks for head_dim instead of guessing"),
     "got_ocr2": (0.176, _TOWER),
     "hunyuan_v1_dense": (None, _DEFAULT),
     "hunyuan_v1_moe": (None, _DEFAULT),
     "jetmoe": (0.144, "JetMoE's attention experts (MoA) are counted as one dense attention"),
-    "kimi_linear": (0.008, _KDA),
     "lfm2": (0.38, _LFM2),
     "lfm2_vl": (0.38, _LFM2),
     "megatron-bert": (0.006, _BIASES),
-    "minimax_m3_vl": (0.008, _MOE),
-    "minimax_m3_vl_text": (0.008, _MOE),
     "ministral": (None, _DEFAULT),
     "modernbert-decoder": (0.005, _BIASES),
     "moshi": (0.221, "Moshi's depth decoder and audio codebook embeddings"),

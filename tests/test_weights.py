@@ -621,6 +621,238 @@ def test_nemotron_h_moe_blocks_and_the_nvfp4_skip_list():
     assert nvfp4.total_bytes == 19_323_097_400
 
 
+def test_nemotron_h_mlp_block_is_dense_beside_a_moe_block():
+    """NemotronHConfig's class default (transformers 5.24 configuration_nemotron_h.py; the fixture
+    tests/fixtures/conformance/nemotron_h.json ``default_config``): one block each of Mamba2,
+    MoE, attention and MLP. modeling_nemotron_h.py ``NemotronHBlock`` builds ``NemotronHMoE`` only
+    for "moe" and a dense ``NemotronHMLP`` for "mlp" (vLLM nemotron_h.py the same for "E" / "-").
+    By hand: embeddings + untied head 2 × 131,072 × 4,096 = 1,073,741,824; Mamba2 in_proj
+    4,096 × (2·8,192 + 2·8·128 + 128) + conv (10,240 × 4 + 10,240) + dt_bias/A_log/D 3 × 128 +
+    norm 8,192 + out_proj 8,192 × 4,096 = 109,635,968; MoE router 8 × 4,096 + 8 experts ×
+    2 × 7,688 × 4,096 + shared 2 × 7,688 × 4,096 = 566,853,632; attention 2 × 4,096² +
+    2 × 1,024 × 4,096 = 41,943,040; MLP 2 × 21,504 × 4,096 = 176,160,768; 5 norms 20,480:
+    1,968,355,712 = transformers' meta-device count (was 2,359,048,576: the MLP block was sized
+    as a MoE, 390,692,864 over)."""
+    from kvplan.weights import params_from_tensors
+
+    fixture = json.loads((Path(__file__).parent / "fixtures" / "conformance" / "nemotron_h.json")
+                         .read_text())
+    arch = parse_config(fixture["default_config"])
+    assert arch.weights.moe_layers == (1,)
+    assert arch.params_total == params_from_tensors(arch) == 1_968_355_712 == \
+        fixture["params_default"]
+    mlp = [t for t in model_tensors(arch) if t.part == "mlp"]
+    assert sum(t.params for t in mlp) == 176_160_768
+
+
+def test_kimi_delta_attention_low_rank_gates_and_a_dense_first_layer():
+    """KimiLinearConfig's class default (transformers 5.24; tests/fixtures/conformance/
+    kimi_linear.json ``default_config``: h 2,304, 32 KDA heads × 128, kernel 4; 21 KDA and 6 MLA
+    layers; ``mlp_layer_types`` dense first, then sparse). modeling_kimi_linear.py
+    ``KimiDeltaAttention`` (vLLM model_executor/layers/kda.py the same tensors), by hand: q/k/v
+    3 × 2,304 × 4,096 = 28,311,552; convs 3 × 4,096 × 4 = 49,152; dt_bias 4,096, A_log 32;
+    low-rank f and g gates 2 × (2,304 × 128 + 128 × 4,096) = 1,638,400; b_proj 2,304 × 32 =
+    73,728; o_norm 128; o_proj 4,096 × 2,304 = 9,437,184: 39,514,272 per layer (was 56,672,256,
+    the generic ``2·h·conv + conv·kernel``: 21 × 17,157,984 = 360,317,664 over). The dense first
+    layer (gate/up/down 3 × 2,304 × 9,216) is stored as a dense MLP, not a MoE. 49,133,074,464 =
+    transformers' meta-device count, by both kvplan counts. BailingHybrid's full-rank gates
+    (modeling_bailing_hybrid.py ``f_proj``, ``g_proj``: 2 × 2,560 × 4,096) make its KDA layer
+    3 × 10,485,760 + 49,152 + 4,096 + 32 + 2 × 10,485,760 + 81,920 + 128 + 10,485,760 =
+    63,049,888."""
+    from kvplan.config_import import mixer_params
+    from kvplan.weights import params_from_tensors
+
+    def default(name: str):
+        return json.loads((Path(__file__).parent / "fixtures" / "conformance" / f"{name}.json")
+                          .read_text())
+
+    kimi = default("kimi_linear")
+    arch = parse_config(kimi["default_config"])
+    assert mixer_params(arch.layers[0], arch) == 39_514_272
+    assert 0 not in (arch.weights.moe_layers or ()) and len(arch.weights.moe_layers or ()) == 26
+    assert arch.params_total == params_from_tensors(arch) == 49_133_074_464 == kimi["params_default"]
+    bailing = parse_config(default("bailing_hybrid")["default_config"])
+    assert mixer_params(bailing.layers[0], bailing) == 63_049_888
+
+
+def test_shared_intermediate_size_is_a_shared_expert():
+    """``shared_intermediate_size`` names a shared expert beside the routed ones. MiniMax-M3's
+    class default (transformers 5.24 modeling_minimax_m3_vl.py ``MiniMaxM3VLSparseMoeBlock
+    .shared_experts``, a ``MiniMaxM3VLDenseMLP`` of gate_up 6,144 × 2 · 3,072 and down
+    3,072 × 6,144; ``MiniMaxM3VLAttention`` per-head ``q_norm``/``k_norm`` of 128): 60 layers ×
+    (3 × 6,144 × 3,072 + 2 × 128) = 3,397,401,600 more — 447,186,441,216, transformers'
+    meta-device count (was 443,789,039,616). GraniteMoeHybrid's (modeling_granitemoehybrid.py
+    ``shared_mlp``, 1,024 wide): 32 × 3 × 4,096 × 1,024 = 402,653,184 more — 38,601,064,448 (was
+    38,198,411,264). A 0 (Granite MoE shared, MiniMax-M2.5) is no shared expert."""
+    from kvplan.weights import params_from_tensors
+
+    for name, total, shared in (("minimax_m3_vl_text", 447_186_441_216, 3_072),
+                                ("granitemoehybrid", 38_601_064_448, 1_024)):
+        fixture = json.loads((Path(__file__).parent / "fixtures" / "conformance" / f"{name}.json")
+                             .read_text())
+        arch = parse_config(fixture["default_config"])
+        assert arch.moe is not None and (arch.moe.n_shared, arch.moe.shared_intermediate) == (1, shared)
+        assert arch.params_total == params_from_tensors(arch) == total == fixture["params_default"]
+    assert load_model("MiniMaxAI/MiniMax-M2.5").moe.n_shared == 0
+
+
+def test_gemma4_kv_reusing_layers_keep_q_and_o_and_per_layer_inputs_are_stored():
+    """transformers 5.24 modeling_gemma4_unified.py ``Gemma4UnifiedTextAttention`` (and
+    modeling_gemma4.py ``Gemma4TextAttention``): a "reuse" layer (the last
+    ``num_kv_shared_layers``) builds q_proj, q_norm and o_proj of its own head size and no
+    k/v projections or k_norm; ``use_double_wide_mlp`` doubles its MLP. The
+    gemma4_unified_assistant fixture's text model (30 layers, all reusing; 25 sliding of head
+    256, 5 full of 512; h 2,304, 8 heads): 2 × 2,304 × 8 × (25 × 256 + 5 × 512) + 8,960 =
+    330,310,400 more — 2,845,598,720, transformers' meta-device count (was 2,515,288,320 with
+    no attention at all). Gemma 4's per-layer inputs, stored by ``model_tensors`` as counted:
+    per_layer_model_projection 2,304 × 30 · 256 + norm 256 + 30 × (2 × 2,304 × 256 + 2,304) =
+    53,153,536 (the tensor list was that much short of 5,077,177,856, gemma4_text's class
+    default)."""
+    from kvplan.weights import params_from_tensors
+
+    def fixture(name: str):
+        return json.loads((Path(__file__).parent / "fixtures" / "conformance" / f"{name}.json")
+                          .read_text())
+
+    drafter = fixture("gemma4_unified_assistant")
+    arch = parse_config(drafter["default_config"])
+    assert arch.weights.kv_reuse_layers == tuple(range(30))
+    assert sorted(set(arch.weights.kv_reuse_head_dims)) == [256, 512]
+    assert not any(".k_proj" in t.name or ".v_proj" in t.name for t in model_tensors(arch))
+    assert arch.params_total == params_from_tensors(arch) == 2_845_598_720 == \
+        drafter["params_default"]
+    gemma = parse_config(fixture("gemma4_text")["default_config"])
+    ple = [t for t in model_tensors(gemma) if t.part == "per_layer_embeddings"
+           and t.name != "model.embed_tokens_per_layer"]
+    assert sum(t.params for t in ple) == 2_304 * 30 * 256 + 30 * 2 * 2_304 * 256
+    assert gemma.params_total == params_from_tensors(gemma) == 5_077_177_856
+
+
+def test_mla_head_dim_is_the_rope_part_when_the_config_states_none():
+    """Glm4MoeLiteConfig's class default (transformers 5.24: ``attribute_map`` maps
+    ``head_dim`` to ``qk_rope_head_dim``, so its to_dict carries no head_dim; hidden 2,048 is not
+    a multiple of its 20 heads) was refused for a missing head_dim; an MLA config's head size is
+    its rope part (DeepseekV3Config.__post_init__ ``head_dim = qk_rope_head_dim``): 64, and the
+    full-size count 29,943,390,976 = transformers' on the meta device."""
+    fixture = json.loads((Path(__file__).parent / "fixtures" / "conformance" / "glm4_moe_lite.json")
+                         .read_text())
+    arch = parse_config(fixture["default_config"])
+    assert arch.head_dim == 64
+    assert arch.params_total == 29_943_390_976 == fixture["params_default"]
+
+
+def test_attention_sinks_per_family_and_layer_kind():
+    """Per-head sinks (``SINK_TYPES``), as transformers 5.24 builds them: MiMo-V2-Flash on its
+    sliding layers only (modeling_mimo_v2_flash.py ``MiMoV2FlashAttention``: ``if is_swa``; the
+    class default's 39 sliding of 48 layers × 64 heads = 2,496), Granite-SWA on every layer
+    (modeling_granite_swa.py: 24 × 20 = 480), Flint on every layer (49 × 32 = 1,568, with its
+    per-head q/k norms 49 × 2 × 128 = 12,544). Each class default's count is transformers' on
+    the meta device by both kvplan counts; gpt-oss keeps its sinks."""
+    from kvplan.weights import params_from_tensors
+
+    for name, sinks in (("mimo_v2_flash", 2_496), ("granite_swa", 480), ("flint", 1_568)):
+        fixture = json.loads((Path(__file__).parent / "fixtures" / "conformance" / f"{name}.json")
+                             .read_text())
+        arch = parse_config(fixture["default_config"])
+        assert sum(t.params for t in model_tensors(arch) if t.name.endswith(".sinks")) == sinks
+        assert arch.params_total == params_from_tensors(arch) == fixture["params_default"]
+    oss = load_model("openai/gpt-oss-20b")
+    assert sum(t.params for t in model_tensors(oss) if t.name.endswith(".sinks")) == 24 * 64
+
+
+def test_per_head_qk_norms_and_axk1s_post_moe_norm():
+    """Class defaults of transformers 5.24, short by exactly these before: per-head q/k RMSNorms
+    of ``head_dim`` (modeling_exaone_moe.py ``ExaoneMoeAttention``, modeling_hy_v3.py,
+    modeling_mellum.py: layers × 2 × head_dim = 8,192, 20,480, 7,168) and A.X-K1's norm on its
+    MoE block's output (modeling_axk1.py ``AXK1MoE.post_mlp_layernorm``: 60 MoE layers × 7,168 =
+    430,080). Both kvplan counts equal transformers' on the meta device."""
+    from kvplan.weights import params_from_tensors
+
+    for name, total in (("exaone_moe", 28_550_639_616), ("hy_v3", 295_033_528_320),
+                        ("mellum", 12_149_923_072), ("axk1", 518_983_052_288)):
+        fixture = json.loads((Path(__file__).parent / "fixtures" / "conformance" / f"{name}.json")
+                             .read_text())
+        arch = parse_config(fixture["default_config"])
+        assert arch.params_total == params_from_tensors(arch) == total == fixture["params_default"]
+    axk1 = parse_config(json.loads((Path(__file__).parent / "fixtures" / "conformance" /
+                                    "axk1.json").read_text())["default_config"])
+    post = [t for t in model_tensors(axk1) if t.name.endswith("post_mlp_layernorm")]
+    assert sum(t.params for t in post) == 60 * 7_168
+
+
+def test_attention_output_gates_router_biases_and_four_norms():
+    """Class defaults of transformers 5.24, by hand against their modeling files. AfMoE
+    (modeling_afmoe.py): attention ``gate_proj`` 2,048 × 16 · 128 on 32 layers = 134,217,728,
+    ``expert_bias`` 31 MoE layers × 64 = 1,984, four norms per layer (+2 × 65,536), per-head
+    q/k norms 2 × 4,096, and the dense first layer (``num_dense_layers``) stored dense: was
+    19,098,241,024, now 19,232,600,000. Beam (modeling_beam.py): ``gate_proj`` 5,120 × 48 · 128
+    and ``gate_bias`` 48 on 52 layers = 1,635,781,056, four norms, q/k norms: 501,267,599,808 (was
+    499,631,272,960). Laguna (modeling_laguna.py, ``gating`` true: per-head ``g_proj`` 2,048 × 48
+    on 40 layers = 3,932,160; its query heads from ``num_attention_heads_per_layer``), ERNIE 4.5
+    MoE (``moe_statics.e_score_correction_bias`` 27 × 64 = 1,728; its dense first layer,
+    ``moe_layer_start_index``, stored dense) and BailingHybrid (MLA ``g_proj`` 7 × 2,560 × 32 =
+    573,440; ``mlp_layer_types`` over ``first_k_dense_replace``) are exact too, full-size and
+    small."""
+    from kvplan.weights import params_from_tensors
+
+    for name, total in (("afmoe", 19_232_600_000), ("beam", 501_267_599_808),
+                        ("laguna", 33_189_975_808), ("ernie4_5_moe", 21_825_437_888),
+                        ("bailing_hybrid", 124_414_191_072)):
+        fixture = json.loads((Path(__file__).parent / "fixtures" / "conformance" / f"{name}.json")
+                             .read_text())
+        for key, count in (("default_config", "params_default"), ("config", "params_small")):
+            arch = parse_config(fixture[key])
+            assert arch.params_total == params_from_tensors(arch) == fixture[count], (name, key)
+        assert parse_config(fixture["default_config"]).params_total == total
+    beam = parse_config(json.loads((Path(__file__).parent / "fixtures" / "conformance" /
+                                    "beam.json").read_text())["default_config"])
+    gates = [t for t in model_tensors(beam) if ".gate_proj" in t.name or ".gate_bias" in t.name
+             if "self_attn" in t.name]
+    assert sum(t.params for t in gates) == 52 * (5_120 * 48 * 128 + 48)
+    bad = {"model_type": "laguna", "num_attention_heads_per_layer": [48, 32], "hidden_size": 2048,
+           "num_attention_heads": 48, "num_hidden_layers": 2, "vocab_size": 1000}
+    with pytest.raises(KVPlanError, match="per-layer query head counts"):
+        parse_config(bad)
+
+
+def test_family_layer_vectors_apertus_bitnet_diffllama():
+    """``layer_vectors`` (transformers 5.24), class defaults: Apertus' xIELU ``alpha_p`` /
+    ``alpha_n`` (32 layers × 2 = 64) and its per-head q/k norms (32 × 2 × 128 = 8,192):
+    6,979,596,352 (was 6,979,588,096); BitNet's ``attn_sub_norm`` h and ``ffn_sub_norm`` I
+    (30 × (2,560 + 6,912) = 284,160): 2,741,155,840; DiffLlama's four ``lambda_*`` of head_dim
+    (16 × 4 × 64 = 4,096): 1,204,885,504 — transformers' meta-device counts, by both kvplan
+    counts."""
+    from kvplan.weights import params_from_tensors
+
+    for name, total in (("apertus", 6_979_596_352), ("bitnet", 2_741_155_840),
+                        ("diffllama", 1_204_885_504)):
+        fixture = json.loads((Path(__file__).parent / "fixtures" / "conformance" / f"{name}.json")
+                             .read_text())
+        arch = parse_config(fixture["default_config"])
+        assert arch.params_total == params_from_tensors(arch) == total == fixture["params_default"]
+
+
+def test_seed_oss_biases_kolibri_and_sarvam_norms():
+    """Class defaults of transformers 5.24: Seed-OSS (modeling_seed_oss.py ``SeedOssAttention``:
+    q/k/v ``bias=attention_bias`` true, o_proj ``bias=attention_out_bias`` false) holds
+    64 × (10,240 + 2 × 1,024) = 786,432 biases and no o_proj bias (kvplan counted none in
+    params and stored an o_proj bias: 28,921,303,040 parameters in the tensor list before);
+    Kolibri1's per-head q/k norms and post-sublayer norms (modeling_kolibri1.py), Sarvam-MoE's
+    per-head q/k norms. Both
+    kvplan counts equal transformers' on the meta device."""
+    from kvplan.weights import params_from_tensors
+
+    for name, total in (("seed_oss", 28_921_040_896), ("kolibri1", 78_103_055_360),
+                        ("sarvam_moe", 32_152_648_064)):
+        fixture = json.loads((Path(__file__).parent / "fixtures" / "conformance" / f"{name}.json")
+                             .read_text())
+        arch = parse_config(fixture["default_config"])
+        assert arch.params_total == params_from_tensors(arch) == total == fixture["params_default"]
+    seed = parse_config(json.loads((Path(__file__).parent / "fixtures" / "conformance" /
+                                    "seed_oss.json").read_text())["default_config"])
+    assert not any(t.name.endswith("o_proj.bias") for t in model_tensors(seed))
+
+
 def test_nvfp4_experts_of_a_non_gated_moe_are_padded_to_128_per_rank_on_blackwell():
     """vLLM v0.13 ``modelopt.py`` ``ModelOptNvFp4FusedMoE.process_weights_after_loading`` (v0.14–v0.33
     ``utils/flashinfer_fp4_moe.py``, the CUTLASS / FlashInfer CUTLASS branch): ``swizzle_blockscale``
