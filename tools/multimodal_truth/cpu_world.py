@@ -126,3 +126,24 @@ def cpu_world(port: int) -> Iterator[None]:
         on_cpu(tu, mea)
         torch.set_default_dtype(torch.bfloat16)
         yield
+
+
+def tower_peaks(tower: Any, vision_config: Any, grids: list[list[int]], mode: LiveBytes,
+                label: str = "") -> list[dict[str, Any]]:
+    """One case per ``[t, h, w]`` patch grid: the live-bytes peak of ``tower(x, [grid])`` on a
+    random bf16 ``x`` of ``t × h × w`` patches (each ``in_channels × temporal_patch_size ×
+    patch_size²`` pixels, as vLLM's Qwen-VL towers take them), and the output's shape."""
+    vc = vision_config
+    pixel = vc.in_channels * vc.temporal_patch_size * vc.patch_size ** 2
+    cases = []
+    for grid in grids:
+        patches = grid[0] * grid[1] * grid[2]
+        mode.live = mode.peak = 0
+        x = torch.randn(patches, pixel, dtype=torch.bfloat16)
+        with torch.inference_mode(), mode:
+            y = tower(x, [grid])
+        cases.append({"grid_thw": grid, "patches": patches, "peak_bytes": mode.peak,
+                      "output_shape": list(y.shape)})
+        print(label, grid, patches, mode.peak, round(mode.peak / patches, 2), list(y.shape), flush=True)
+        del x, y
+    return cases

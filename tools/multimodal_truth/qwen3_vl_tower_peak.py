@@ -58,19 +58,7 @@ def main() -> None:
             config = Qwen3VLConfig(**preset["config"])
             vc = config.vision_config
             tower = qwen3_vl.Qwen3_VisionTransformer(vc, norm_eps=1e-6)
-            pixel = vc.in_channels * vc.temporal_patch_size * vc.patch_size ** 2
-            cases = []
-            for grid in GRIDS:
-                patches = grid[0] * grid[1] * grid[2]
-                mode.live = mode.peak = 0
-                x = torch.randn(patches, pixel, dtype=torch.bfloat16)
-                with torch.inference_mode(), mode:
-                    y = tower(x, [grid])
-                cases.append({"grid_thw": grid, "patches": patches, "peak_bytes": mode.peak,
-                              "output_shape": list(y.shape)})
-                print(repo, grid, patches, mode.peak, round(mode.peak / patches, 2), list(y.shape),
-                      flush=True)
-                del x, y
+            cases = cpu_world.tower_peaks(tower, vc, GRIDS, mode, repo)
             out.append({"model": repo, "cases": cases})
             del tower
     doc = {"vllm": vllm.__version__, "torch": torch.__version__, "dtype": "bfloat16", "tp": 1,

@@ -59,18 +59,7 @@ def main() -> None:
         SiluAndMul.forward_native = fused_silu_and_mul
         on_cpu(qwen2_5_vl)
         tower = qwen2_5_vl.Qwen2_5_VisionTransformer(config.vision_config, norm_eps=1e-6)
-        vc = config.vision_config
-        pixel = vc.in_channels * vc.temporal_patch_size * vc.patch_size ** 2
-        cases = []
-        for grid in GRIDS:
-            patches = grid[0] * grid[1] * grid[2]
-            mode.live = mode.peak = 0
-            x = torch.randn(patches, pixel, dtype=torch.bfloat16)
-            with torch.inference_mode(), mode:
-                y = tower(x, [grid])
-            cases.append({"grid_thw": grid, "patches": patches, "peak_bytes": mode.peak,
-                          "output_shape": list(y.shape)})
-            del x, y
+        cases = cpu_world.tower_peaks(tower, config.vision_config, GRIDS, mode, "qwen2.5-vl")
         from transformers import Gemma3Config
         from vllm.model_executor.models.siglip import SiglipVisionModel
 
