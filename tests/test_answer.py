@@ -50,21 +50,23 @@ def test_capacity_sweep_refuses_lengths_beyond_the_limit() -> None:
 
 
 def test_70b_on_8_gpus_with_tp1_suggests_tp4() -> None:
-    """Llama-3.1-70B bf16: 141,107,412,992 B of weights; an H100's target is ceil(85,027,979,264
-    (CUDA total) × 0.92) = 78,225,740,923 B, so TP=1 cannot hold them. TP=2 holds the weights
-    (70,555,025,408 B per GPU) but not one 32K request: reserve activation 1,313,341,440 (sampler
-    1,024 × 128,256 × 10 B) + non-torch at TP > 1 590,558,003 + CUDA graphs 51 × 10,416,899 =
-    531,261,849 → 2,435,161,292 B; budget 78,225,740,923 − 70,555,025,408 − 2,435,161,292 =
-    5,235,554,223 B // 2,621,440 B per block = 1,997 blocks < 2,048 per 32,768-token request (the
-    longest request is 1,996 usable blocks × 16 = 31,936 tokens). TP=4 is the smallest layout —
+    """Llama-3.1-70B bf16: 141,107,412,992 B of weights + vLLM's RoPE cos/sin cache on every GPU
+    (``rotary_embedding/base.py``, bf16: 131,072 × 128 × 2 = 33,554,432 B) = 141,140,967,424 B; an
+    H100's target is ceil(85,027,979,264 (CUDA total) × 0.92) = 78,225,740,923 B, so TP=1 cannot hold
+    them. TP=2 holds the weights (70,588,579,840 B per GPU) but not one 32K request: reserve
+    activation 1,313,341,440 (sampler 1,024 × 128,256 × 10 B) + non-torch at TP > 1 590,558,003 +
+    CUDA graphs 51 × 10,416,899 = 531,261,849 → 2,435,161,292 B; budget 78,225,740,923 −
+    70,588,579,840 − 2,435,161,292 = 5,201,999,791 B // 2,621,440 B per block = 1,984 blocks < 2,048
+    per 32,768-token request (the longest request is 1,983 usable blocks × 16 = 31,728 tokens; before
+    the cache 5,235,554,223 B, 1,997 blocks, 31,936 tokens). TP=4 is the smallest layout —
     and the 8 GPUs allow it (2 replicas)."""
     arch, h100 = load_model("llama-3.1-70b"), get_gpu("h100-sxm")
     two = fit(make_plan(arch, h100, FitQuery(engine=V033, tokens=32768, num_gpus=2, tp=2)))
-    assert two.weights_fit and two.kv_budget_bytes == 5_235_554_223
-    assert (two.num_blocks, two.max_requests, two.max_tokens_per_request) == (1997, 0, 31_936)
+    assert two.weights_fit and two.kv_budget_bytes == 5_201_999_791
+    assert (two.num_blocks, two.max_requests, two.max_tokens_per_request) == (1984, 0, 31_728)
     result = fit(make_plan(arch, h100, FitQuery(engine=V033, tokens=32768, num_gpus=8, tp=1)))
     assert not result.weights_fit and not result.fits
-    assert "141,107,412,992 B per GPU" in result.reason
+    assert "141,140,967,424 B per GPU" in result.reason
     assert result.suggestion == "set TP=4 (your 8 GPUs allow it; 2 replica(s))"
     one = fit(make_plan(arch, h100, FitQuery(engine=V033, tokens=32768, num_gpus=1)))
     assert one.suggestion == "use 4 GPUs with TP=4"

@@ -190,7 +190,8 @@ def test_budget_section_shows_release_capacity_and_reserve_terms():
     """Issue #14 item 4: Llama-2-7B fp16 on an H100 at 4,096 tokens (tests/test_cli.py
     test_fit_json_numbers derives every number): the CUDA total with its source beside nvidia-smi's
     and the marketed figure, each reserve term with its formula, and the budget (pinned to v0.33:
-    ``ev=0.33``)."""
+    ``ev=0.33``; the budget 1,048,576 B below its value before vLLM's RoPE cos/sin cache, 4,096 × 128
+    × 2 B, joined the weights)."""
     from kvplan.engines import get_engine
 
     at = make_app(m="llama-2-7b", kd="fp16", t="4096", u="1", ev="0.33")
@@ -208,19 +209,19 @@ def test_budget_section_shows_release_capacity_and_reserve_terms():
     assert rows.loc["reserve: non_torch", "bytes"] == "-143,129,785"
     assert rows.loc["reserve: cuda_graphs", "bytes"] == "-408,662,949"
     assert "gpu_model_runner.py" in rows.loc["reserve: activation_peak", "source"]
-    assert rows.loc["KV budget", "bytes"] == "63,454,725,149"
+    assert rows.loc["KV budget", "bytes"] == "63,453,676,573"
     assert any(c.value == "Rules of vLLM v0\\.33\\." for c in at.caption)
     # one term replaced from the sidebar (inside the lazy "Engine settings" box) travels in the
     # link (rt=) and stays applied, and named above the box, once the box is closed
     open_boxes(at, "w_engine_box")
     at.text_input(key="w_rt").set_value("non_torch=1").run()
     no_errors(at)
-    assert exact(at)["kv_budget"] == 63_454_725_149 + 143_129_785 - (1 << 30)
+    assert exact(at)["kv_budget"] == 63_453_676_573 + 143_129_785 - (1 << 30)
     assert at.query_params["rt"] in (["non_torch:1.0"], "non_torch:1.0")
     at.session_state["w_engine_box"] = False
     at.run()
     no_errors(at)
-    assert exact(at)["kv_budget"] == 63_454_725_149 + 143_129_785 - (1 << 30)
+    assert exact(at)["kv_budget"] == 63_453_676_573 + 143_129_785 - (1 << 30)
     # an explicit release other than the newest is itself a changed setting, named first
     release = "" if get_engine("vllm@0.33") is get_engine("vllm") else "release vLLM v0\\.33, "
     assert any(c.value.startswith(f"Engine settings changed: {release}reserve terms non\\_torch\\=1")
@@ -235,7 +236,7 @@ def test_release_selector_lists_v020_to_v025_and_applies_the_linked_one():
     newest first): the link's ``ev=0.20`` selects
     vLLM v0.20.1–v0.20.2, whose sorting sampler warm-up gives the budget
     ``tests/test_cli.py`` ``test_fit_engine_version_0_20_sorts_in_the_sampler_warm_up`` derives
-    (62,919,164,957 B)."""
+    (62,918,116,381 B; 62,919,164,957 before vLLM's 1,048,576 B RoPE cache joined the weights)."""
     at = open_boxes(make_app(m="llama-2-7b", kd="fp16", t="4096", u="1", ev="0.20"), "w_engine_box")
     no_errors(at)
     select = at.selectbox(key="w_ev")
@@ -245,7 +246,7 @@ def test_release_selector_lists_v020_to_v025_and_applies_the_linked_one():
     start = select.options.index("0.33")  # after "latest" and any newer release
     assert select.options[0] == "latest" and select.options[start:start + 12] == listed
     assert select.value == "0.20"
-    assert exact(at)["kv_budget"] == 62_919_164_957
+    assert exact(at)["kv_budget"] == 62_918_116_381
     assert any("vLLM v0\\.20\\.1–v0\\.20\\.2" in c.value for c in at.caption)
 
 
@@ -707,7 +708,7 @@ def test_speculative_decoding_is_a_row_of_the_budget_box():
     assert at.session_state["w_sd"] == spec
     at = open_boxes(at, "box_budget")
     table = next(t for t in at.table if "reserve: spec_draft_weights" in t.value.index)
-    assert table.value.loc["reserve: spec_draft_weights", "bytes"] == "-2,471,628,800"
+    assert table.value.loc["reserve: spec_draft_weights", "bytes"] == "-2,488,406,016"  # + RoPE 16 MiB
     assert table.value.loc["reserve: spec_cuda_graphs", "bytes"] == "-48,077,994"
 
 
@@ -786,19 +787,19 @@ def test_offload_tab_inputs_live_in_the_link():
 def test_the_answer_names_the_request_cap_state_blocks_and_the_refusal() -> None:
     """Issue #28: the dashboard says, under the answer, the max_num_seqs cap and its source, the
     recurrent-state blocks and whether vLLM starts — here Qwen3.5-27B at 132,000 tokens on an
-    H100-SXM (v0.33, memory fraction 0.92): 413 state blocks (the encoder cache of its vision tower
-    counted) < the default 1,024, with vLLM's own
-    refusal text."""
+    H100-SXM (v0.33, memory fraction 0.92): 411 state blocks (the encoder cache of its vision tower
+    counted; 413 before vLLM's MRoPE cos/sin cache, 4 × 262,144 × 64 × 2 = 134,217,728 B, joined the
+    weights) < the default 1,024, with vLLM's own refusal text."""
     at = make_app(m="Qwen/Qwen3.5-27B", g="h100-sxm", t="132000", u="1", ev="0.33")
     plan = scenario_plan(Scenario(model="Qwen/Qwen3.5-27B", gpu="h100-sxm", tokens=132000, users=1,
                                   engine_version="0.33"))
     result = fit(plan)
-    assert (result.state_blocks, result.max_num_seqs, result.starts) == (413, 1024, False)
+    assert (result.state_blocks, result.max_num_seqs, result.starts) == (411, 1024, False)
     captions = [unmd(c.value) for c in at.caption if "Request cap" in c.value]
     assert len(captions) == 1
     assert captions[0].startswith("Request cap: max_num_seqs 1,024 (")
-    assert " · 413 recurrent-state blocks · " in captions[0]
-    assert "max_num_seqs (1024) exceeds available Mamba cache blocks (413)" in captions[0]
+    assert " · 411 recurrent-state blocks · " in captions[0]
+    assert "max_num_seqs (1024) exceeds available Mamba cache blocks (411)" in captions[0]
 
 
 def test_first_chart_static_then_interactive_for_the_session():

@@ -145,11 +145,12 @@ def test_calibration_reproduces_kvplans_own_log_exactly():
     assert result.reproduced_max_concurrency == 2.5
     assert result.tokens_match and result.concurrency_match
     assert result.block_difference == 0 and result.agreement == "exact"
-    # the prediction with the default reserve is kvplan's ordinary fit: 28,753 blocks
-    # (test_capacity.test_llama31_8b_bf16_on_one_h100_at_32k), 28,753 / 2,048 × 32,768 = 460,048
+    # the prediction with the default reserve is kvplan's ordinary fit: 28,737 blocks
+    # (test_capacity.test_llama31_8b_bf16_on_one_h100_at_32k; 28,753 before vLLM's 33,554,432 B RoPE
+    # cache joined the weights), 28,737 / 2,048 × 32,768 = 459,792
     plain = fit(make_plan(ARCH, H100, FitQuery(engine=V033, tokens=L)))
-    assert result.predicted_num_blocks == plain.num_blocks == 28_753
-    assert result.predicted_kv_cache_tokens == plain.kv_pool_tokens == 460_048
+    assert result.predicted_num_blocks == plain.num_blocks == 28_737
+    assert result.predicted_kv_cache_tokens == plain.kv_pool_tokens == 459_792
     # implied reserve: target − weights − available, narrowed to the 5,120-block interval
     target, weights = plain.memory_target_bytes, plain.weights_bytes
     assert result.memory_target_bytes == target and result.weights_bytes == weights
@@ -451,10 +452,13 @@ def test_engine_parsers_name_an_absurd_number(parse, engine, line, field):
 
 @pytest.mark.parametrize(("engine", "tokens", "low", "high"), [
     # v0.14–v0.19 log ``num_blocks // n_groups × min_block_size`` (kv_cache_utils.py
-    # _report_kv_cache_config): gpt-oss-20b has a sliding and a full group, 137,221 // 2 × 16.
-    ("vllm@0.19", 1_097_760, 137_220, 137_221),
+    # _report_kv_cache_config): gpt-oss-20b has a sliding and a full group, 137,178 // 2 × 16.
+    # Both pools hold vLLM's 16,777,216 B RoPE cache in the weights (131,072 × 64 × 2 B,
+    # rotary_embedding/base.py) less: 43 and 42 blocks of 393,216 B (137,221 → 137,178 and
+    # 157,211 → 157,169; 1,097,760 and 1,672,018 tokens before it).
+    ("vllm@0.19", 1_097_424, 137_178, 137_179),
     # v0.20.1+ log int(num_blocks / blocks_per_request × L): 3,081 blocks per request at 32,768.
-    ("vllm@0.33", 1_672_018, 157_211, 157_211),
+    ("vllm@0.33", 1_671_572, 157_169, 157_169),
 ])
 def test_logged_tokens_are_inverted_with_the_release_formula(engine, tokens, low, high):
     """A start-up log printed by each release for gpt-oss-20b on an H100 at 32,768 tokens: the
@@ -557,17 +561,19 @@ def test_engine_parsers_refuse_overflowing_numbers_by_name():
 # The release the log names; a log of another model (issue #30 calibrate item, issue #33 items 3-4)
 
 #: Llama-3.1-8B on an H100 at 32K, as kvplan plans it under v0.11.0 (``vllm@0.11``:
-#: gpu_memory_utilization 0.9, reserve 1,456,471,225 B): 54.96 GiB, 28,137 blocks.
-V011_LINES = ("Available KV cache memory: 54.96 GiB\n"
-              "GPU KV cache size: 450,192 tokens\n"
-              "Maximum concurrency for 32,768 tokens per request: 13.74x\n")
+#: gpu_memory_utilization 0.9, reserve 1,456,471,225 B): 54.92 GiB, 28,121 blocks (regenerated with
+#: ``log_of`` when vLLM's 33,554,432 B RoPE cache joined the weights: 54.96 GiB, 28,137 blocks,
+#: 450,192 tokens, 13.74x before it).
+V011_LINES = ("Available KV cache memory: 54.92 GiB\n"
+              "GPU KV cache size: 449,936 tokens\n"
+              "Maximum concurrency for 32,768 tokens per request: 13.73x\n")
 API_LINE = "(APIServer pid=7) INFO 11-29 10:00:00 [api_server.py:1837] vLLM API server version 0.11.0\n"
 LOGS_DIR = Path(__file__).parent / "fixtures" / "vllm_logs"
 
 
 def test_the_v011_lines_are_kvplans_own_v011_plan():
     made = fit(make_plan(ARCH, H100, FitQuery(tokens=L, engine="vllm@0.11")))
-    assert made.reserve_bytes == 1_456_471_225 and made.num_blocks == 28_137
+    assert made.reserve_bytes == 1_456_471_225 and made.num_blocks == 28_121
     assert log_of(made) == V011_LINES
 
 
@@ -689,18 +695,18 @@ def test_calibrate_uses_the_release_the_log_names():
     assert (named.engine_id, named.release) == ("vllm@0.11", "vLLM v0.11.0")
     assert named.release_source == ("vLLM v0.11.0, from the log's version line 'vLLM API server "
                                     "version 0.11.0' (vLLM 0.11.0 → vLLM v0.11.0)")
-    assert named.implied_reserve_bytes == 1_456_044_442
+    assert named.implied_reserve_bytes == 1_456_463_872  # 1,456,044,442 with the pre-RoPE-cache lines
     assert abs(named.implied_reserve_bytes - 1_456_471_225) < BLOCK_BYTES
     assert named.suggested_reserve_gib == 1.356 and not named.notes
     unnamed = calibrate(plan, V011_LINES)
     assert (unnamed.engine_id, unnamed.release) == ("vllm", "vLLM v0.33")
     assert unnamed.release_source == ("vLLM v0.33: the log prints no version line, so the newest "
                                       "modelled release")
-    assert unnamed.implied_reserve_bytes == 3_156_604_028
+    assert unnamed.implied_reserve_bytes == 3_157_023_458  # 3,156,604,028 with the pre-RoPE-cache lines
     assert unnamed.implied_reserve_bytes - named.implied_reserve_bytes == 1_700_559_586
     # a pinned release is kept, and the log's own is named beside it
     pinned = calibrate(make_plan(ARCH, H100, FitQuery(tokens=L, engine="vllm@0.33")), API_LINE + V011_LINES)
-    assert pinned.engine_id == "vllm" and pinned.implied_reserve_bytes == 3_156_604_028
+    assert pinned.engine_id == "vllm" and pinned.implied_reserve_bytes == 3_157_023_458
     assert pinned.release_source == ("vLLM v0.33, as chosen (the log's version line 'vLLM API server "
                                      "version 0.11.0' says vLLM v0.11.0)")
     assert pinned.notes == ["the log's version line 'vLLM API server version 0.11.0' places it in vLLM "
@@ -710,7 +716,9 @@ def test_calibrate_uses_the_release_the_log_names():
                                    "'vLLM API server version 0.11.0' says")
 
 
-#: A Llama-3.1-8B start-up (the weights vLLM loads for it: 14.9889 GiB, as in ``REAL``).
+#: A Llama-3.1-8B start-up (the weights vLLM loads for it: 14.9889 GiB, as in ``REAL``; kvplan's
+#: with the RoPE cache, 16,094,076,928 B). The 70B's 131.45 GiB holds its 33,554,432 B RoPE cache
+#: (131.42 before it).
 EIGHT_B = (API_LINE
            + "(EngineCore_DP0 pid=9) INFO [core.py:77] Initializing a V1 LLM engine (v0.11.0) with config: "
              "model='meta-llama/Llama-3.1-8B-Instruct', speculative_config=None, max_seq_len=32768\n"
@@ -719,7 +727,7 @@ EIGHT_B = (API_LINE
              "and 4.512 seconds\n" + V011_LINES)
 OTHER_MODEL_70B = (
     "the log is not a run of Llama-3.1-70B with these settings: it loaded 14.9889 GiB of weights per "
-    "GPU, kvplan's Llama-3.1-70B at TP 1 × PP 1 has 131.42 GiB (+777%, beyond ±10%: another model, "
+    "GPU, kvplan's Llama-3.1-70B at TP 1 × PP 1 has 131.45 GiB (+777%, beyond ±10%: another model, "
     "TP/PP or weight format). The log says: model 'meta-llama/Llama-3.1-8B-Instruct', architecture "
     "LlamaForCausalLM, vLLM 0.11.0, max_model_len 32,768, 14.9889 GiB of weights per GPU ('Model "
     "loading took')")
@@ -784,7 +792,7 @@ def test_expander_uses_the_logs_release_and_applies_it_with_the_reserve():
     # the sidebar now plans with the log's release and reserve: the logged pool, exactly
     frame = calibration_table(at)
     predicted = dict(zip(frame["quantity"], frame["kvplan (sidebar reserve)"], strict=True))
-    assert predicted["GPU KV cache size (tokens)"] == "450,192"
+    assert predicted["GPU KV cache size (tokens)"] == "449,936"  # V011_LINES' own
     assert at.button(key="calibrate_use_reserve").label == "Use 1.356 GiB as the runtime reserve"
 
 

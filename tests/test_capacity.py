@@ -130,30 +130,33 @@ def test_mla_block_size_and_replication_deepseek_v3():
 def test_deepseek_v3_fp8_weights_on_8xh200():
     """The checkpoint's own format (no weight dtype given): FP8 with one fp32 scale per 128×128
     block, embeddings/LM head/norms/routers bf16. Per rank at TP 8: 671.03e9 params × ~1 B / 8
-    ≈ 84 GB plus the bf16 parts — 85,140,071,456 B. Experts: 58 MoE layers × 256 experts, each
+    ≈ 84 GB plus the bf16 parts — 85,140,071,456 B, and vLLM's RoPE cos/sin cache (``deepseek_yarn``:
+    4,096 × 40 positions × qk_rope_head_dim 64 × 2 B = 20,971,520 B; helper vllmrope) = 85,161,042,976
+    B. Experts: 58 MoE layers × 256 experts, each
     with its 2,048 intermediate split over 8 ranks: w13 512 × 7,168 + w2 7,168 × 256 fp8 bytes and
     (4 × 56 + 56 × 2) fp32 block scales. The rest of 0.92 × 150.75 GB is KV."""
     r = run("deepseek-v3", "h200", tokens=32768, tp=8, num_gpus=8)
     assert r.weights_fit and r.max_requests >= 20
     assert r.weight_dtype == "fp8"
-    assert r.weights_bytes == 85_140_071_456
+    assert r.weights_bytes == 85_140_071_456 + 20_971_520 == 85_161_042_976
     assert r.weights_breakdown["experts"] == 58 * 256 * (512 * 7168 + 7168 * 256 + (4 * 56 + 56 * 2) * 4)
     assert r.weights_bytes == pytest.approx(671.03e9 / 8, rel=0.02)
 
 
 def test_llama31_8b_bf16_on_one_h100_at_32k():
-    """Weights 8,030,261,248 × 2 B; budget ceil(85,027,979,264 (CUDA total, 81,089 MiB) × 0.92) =
+    """Weights 8,030,261,248 × 2 B + vLLM's RoPE cache 131,072 × 128 × 2 B = 16,094,076,928 B
+    (16,060,522,496 before helper vllmrope); budget ceil(85,027,979,264 (CUDA total, 81,089 MiB) × 0.92) =
     78,225,740,923 − weights − reserve. Reserve (v0.33, H100 defaults max_num_batched_tokens 8,192,
     max_num_seqs 1,024): activation max(forward 8,192 × (3 × 4,096 + gate/up/act 3 × 14,336) × 2 B
     = 905,969,664, FlashInfer sampler 1,024 × 128,256 × 10 B = 1,313,341,440) + non-torch
     143,129,785 + CUDA graphs 51 sizes × 8,012,999 = 408,662,949 → 1,865,134,174 B. 4 KiB per token
-    per layer... 131,072 B/token → 2,048 blocks of 2,097,152 B per 32K request; 60,300,084,253 //
-    2,097,152 = 28,753 blocks → (28,753 − 1) // 2,048 = 14 requests."""
+    per layer... 131,072 B/token → 2,048 blocks of 2,097,152 B per 32K request; 60,266,529,821 //
+    2,097,152 = 28,737 blocks (28,753 before the cache) → (28,737 − 1) // 2,048 = 14 requests."""
     r = run("llama-3.1-8b", "h100-sxm", engine=V033, tokens=32768)
-    assert r.weights_bytes == 16_060_522_496
+    assert r.weights_bytes == 16_060_522_496 + 33_554_432 == 16_094_076_928
     assert r.reserve_bytes == 1_313_341_440 + 143_129_785 + 408_662_949
-    assert r.kv_budget_bytes == 78_225_740_923 - 16_060_522_496 - 1_865_134_174
-    assert r.num_blocks == 28_753
+    assert r.kv_budget_bytes == 78_225_740_923 - 16_094_076_928 - 1_865_134_174
+    assert r.num_blocks == 28_737
     assert r.max_requests == 14
 
 

@@ -78,16 +78,19 @@ def test_kv_json_numbers():
 def test_fit_json_numbers():
     """Llama-2-7B fp16 on an H100 SXM, vLLM v0.33 defaults, 4,096 tokens. Capacity: CUDA's total
     81,089 MiB = 85,027,979,264 B (nvidia-smi's 85,520,809,984 B and the marketed 80 GB beside it);
-    target ceil(85,027,979,264 × 0.92) = 78,225,740,923; weights 6,738,415,616 × 2 = 13,476,831,232;
-    reserve: activation max(forward 8,192 × (3 × 4,096 + 3 × 11,008) × 2 B = 742,391,808, sampler
+    target ceil(85,027,979,264 × 0.92) = 78,225,740,923; weights 6,738,415,616 × 2 = 13,476,831,232
+    plus vLLM's RoPE cos/sin cache 4,096 × 128 × 2 B = 1,048,576 (``rotary_embedding/base.py``;
+    helper vllmrope) = 13,477,879,808; reserve: activation max(forward 8,192 × (3 × 4,096 + 3 × 11,008)
+    × 2 B = 742,391,808, sampler
     1,024 × 32,000 × 10 B = 327,680,000) + non-torch 143,129,785 + CUDA graphs 51 × 8,012,999 =
-    408,662,949 → 1,294,184,542 B; budget 63,454,725,149 B; a block = 16 × 524,288 = 8,388,608 B →
+    408,662,949 → 1,294,184,542 B; budget 63,453,676,573 B (63,454,725,149 before the cache); a block =
+    16 × 524,288 = 8,388,608 B →
     7,564 blocks; a request 4,096 / 16 = 256 blocks → (7,564 − 1) // 256 = 29 requests,
     concurrency 7,564 / 256 = 29.546875, "GPU KV cache size" int(29.546875 × 4,096) = 121,024."""
     _, out, _ = run_cli(FIT_033 + ["--json"])
     payload = json.loads(out)
     assert (payload["memory_target_bytes"], payload["weights_bytes"], payload["kv_budget_bytes"]) == (
-        78_225_740_923, 13_476_831_232, 63_454_725_149)
+        78_225_740_923, 13_476_831_232 + 1_048_576, 63_454_725_149 - 1_048_576)
     assert (payload["num_blocks"], payload["bytes_per_block"], payload["blocks_per_request"]) == (
         7_564, 8_388_608, 256)
     assert (payload["max_requests"], payload["max_concurrency"], payload["kv_pool_tokens"]) == (
@@ -133,7 +136,8 @@ def test_fit_engine_version_0_20_sorts_in_the_sampler_warm_up():
     (0.92, ceil, estimate subtracted from v0.20.0), but the sampler warm-up sorts (FlashInfer is
     opt-in until v0.21.0, ``envs.py`` ``VLLM_USE_FLASHINFER_SAMPLER``): 1,024 × 32,000 × 39 B =
     1,277,952,000 B > the forward 742,391,808 → reserve 1,277,952,000 + 143,129,785 + 408,662,949 =
-    1,829,744,734; budget 78,225,740,923 − 13,476,831,232 − 1,829,744,734 = 62,919,164,957 B →
+    1,829,744,734; budget 78,225,740,923 − 13,477,879,808 (the weights with vLLM's 1,048,576 B RoPE
+    cache, ``test_fit_json_numbers``) − 1,829,744,734 = 62,918,116,381 B →
     7,500 blocks of 8,388,608 B, (7,500 − 1) // 256 = 29 requests, int(7,500 / 256 × 4,096) = 120,000
     tokens logged."""
     _, out, _ = run_cli(FIT + ["--json", "--engine-version", "0.20"])
@@ -143,7 +147,7 @@ def test_fit_engine_version_0_20_sorts_in_the_sampler_warm_up():
         ("activation_peak", 1_277_952_000, True), ("non_torch", 143_129_785, True),
         ("cuda_graphs", 408_662_949, True)]
     assert (payload["kv_budget_bytes"], payload["num_blocks"], payload["max_requests"],
-            payload["kv_pool_tokens"]) == (62_919_164_957, 7_500, 29, 120_000)
+            payload["kv_pool_tokens"]) == (62_919_164_957 - 1_048_576, 7_500, 29, 120_000)
 
 
 def test_usage_errors_are_one_line():
@@ -704,8 +708,10 @@ def test_unusable_drafts_methods_and_ranks_exact_text(argv: list[str], message: 
 # --------------------------------------------------------------------------- engine flag names
 
 #: Qwen3-Next-80B-A3B on H100 × TP 4, vLLM 0.33: 10,673 pages of 272-token attention blocks either
-#: way; a 4,096-token request holds 2 Mamba pages per layer with prefix caching ("align", 485
-#: requests) and 1 without ("none", 561) — tests/test_engines.py test_qwen3_next_recurrent_* derive
+#: way; a 4,096-token request holds 2 Mamba pages per layer with prefix caching ("align", 484
+#: requests) and 1 without ("none", 561); 10,663 blocks (10,673 and 485 requests before vLLM's RoPE
+#: cache joined the weights: 262,144 positions × 64 rotary dims × 2 B = 32 MiB per GPU) —
+#: tests/test_engines.py test_qwen3_next_recurrent_* derive
 #: the page; these tests check only that every spelling reaches the same setting.
 NEXT = ["fit", "--model", "qwen3-next-80b-a3b", "--gpu", "h100-sxm", "--tokens", "4096", "--tp", "4",
         "--engine-version", "0.33", "--json"]
@@ -718,10 +724,10 @@ def _fit(argv: list[str]) -> dict:
 
 
 @pytest.mark.parametrize(("flags", "requests"), [
-    ([], 485),                                                  # auto: on in v0.33
-    (["--enable-prefix-caching"], 485),                         # vLLM's name
+    ([], 484),                                                  # auto: on in v0.33
+    (["--enable-prefix-caching"], 484),                         # vLLM's name
     (["--no-enable-prefix-caching"], 561),                      # vLLM's BooleanOptionalAction
-    (["--prefix-caching", "on"], 485),                          # kvplan's deprecated spelling
+    (["--prefix-caching", "on"], 484),                          # kvplan's deprecated spelling
     (["--prefix-caching", "off"], 561),
     (["--prefix-caching", "auto", "--no-enable-prefix-caching"], 561),  # auto = not given
     (["--prefix-caching", "off", "--no-enable-prefix-caching"], 561),   # agreeing: fine
@@ -731,7 +737,7 @@ def test_prefix_caching_flag_is_vllms_name(flags: list[str], requests: int) -> N
     ``BooleanOptionalAction`` (default None: the release decides), so ``--no-enable-prefix-caching``
     turns it off; ``--prefix-caching auto|on|off`` stays readable (deprecated)."""
     data = _fit(NEXT + flags)
-    assert (data["max_requests"], data["num_blocks"]) == (requests, 10_673)
+    assert (data["max_requests"], data["num_blocks"]) == (requests, 10_663)
 
 
 def test_prefix_caching_link_key_is_unchanged() -> None:
@@ -744,14 +750,16 @@ def test_prefix_caching_link_key_is_unchanged() -> None:
 
 
 @pytest.mark.parametrize(("flags", "blocks"), [
-    ([], 157_211), (["--no-disable-hybrid-kv-cache-manager"], 157_211),
-    (["--disable-hybrid-kv-cache-manager"], 78_605),
-    (["--hybrid-manager", "off"], 78_605), (["--hybrid-manager", "on"], 157_211),
+    ([], 157_169), (["--no-disable-hybrid-kv-cache-manager"], 157_169),
+    (["--disable-hybrid-kv-cache-manager"], 78_584),
+    (["--hybrid-manager", "off"], 78_584), (["--hybrid-manager", "on"], 157_169),
 ])
 def test_hybrid_manager_flag_is_vllms_name(flags: list[str], blocks: int) -> None:
     """vLLM 0.33 ``--disable-hybrid-kv-cache-manager`` (``SchedulerConfig``, BooleanOptionalAction)
-    names the negation: giving it turns the manager off. gpt-oss-20b on H100 (v0.33): 157,211 blocks
-    with the manager (its sliding layers in their own group), 78,605 with every layer full."""
+    names the negation: giving it turns the manager off. gpt-oss-20b on H100 (v0.33): 157,169 blocks
+    with the manager (its sliding layers in their own group), 78,584 with every layer full
+    (157,211 / 78,605 before vLLM's 16 MiB YaRN RoPE cache, 4,096 × 32 × 64 × 2 B, joined the
+    weights)."""
     data = _fit(["fit", "--model", "gpt-oss-20b", "--gpu", "h100-sxm", "--tokens", "32768",
                  "--engine-version", "0.33", "--json", *flags])
     assert data["num_blocks"] == blocks
@@ -787,14 +795,15 @@ def test_deprecated_flag_says_so_and_refuses_other_words() -> None:
         "got 'yes'\n")
 
 
-@pytest.mark.parametrize(("value", "blocks"), [("0", 890), ('{"image": 0, "video": 0}', 890),
-                                              ('{"image":2,"video":2}', 869), ("2", 869)])
+@pytest.mark.parametrize(("value", "blocks"), [("0", 888), ('{"image": 0, "video": 0}', 888),
+                                              ('{"image":2,"video":2}', 866), ("2", 866)])
 def test_limit_mm_per_prompt_takes_vllms_json(value: str, blocks: int) -> None:
     """vLLM ``--limit-mm-per-prompt '{"image": N, "video": N}'`` is kvplan's N (one count for every
     modality). Qwen3.5-27B in FP8 on an H100 at 132,000 tokens, 0.90, v0.28: text only drops the
     167,772,160 B encoder-cache term and the vision tower's 921,460,192 B of weights (v0.28 marks it:
-    ``_mark_tower_model`` from v0.15.0; 872 when only v0.33 was read to skip it) — 890 blocks
-    instead of 869 (tests/test_vllm_mamba_real_runs.py)."""
+    ``_mark_tower_model`` from v0.15.0; 872 when only v0.33 was read to skip it) — 888 blocks
+    instead of 866 (tests/test_vllm_mamba_real_runs.py; 890 / 869 before vLLM's MRoPE cache, 4 ×
+    262,144 × 64 × 2 B = 134,217,728 B, joined the weights)."""
     data = _fit(["fit", "--model", "Qwen/Qwen3.5-27B", "--gpu", "h100-sxm", "--tokens", "132000",
                  "--gpu-util", "0.9", "--weight-dtype", "fp8", "--engine-version", "0.28",
                  "--limit-mm-per-prompt", value, "--json"])

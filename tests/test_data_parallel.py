@@ -24,18 +24,20 @@ def v3(tp: int, dp: int, engine: str = "vllm@0.33", users: int = 64):
 
 
 def test_tp8_replicates_the_latent_dp8_holds_each_ranks_own_requests() -> None:
-    """TP 8: 85,140,071,456 B of weights per GPU, KV 50,425,778,432 B // 1,124,352 = 44,848 blocks →
-    (44,848 − 1) // 2,048 = 21 requests for the whole replica (every GPU keeps the same latents).
-    DP 8 × TP 1: 100,840,687,968 B per GPU (attention whole, experts / 8), KV 34,502,465,582 B →
-    30,686 blocks → 14 requests per rank, 8 × 14 = 112 per replica: 64 users fit."""
+    """TP 8: 85,161,042,976 B of weights per GPU, KV 50,404,806,912 B // 1,124,352 = 44,830 blocks →
+    (44,830 − 1) // 2,048 = 21 requests for the whole replica (every GPU keeps the same latents).
+    DP 8 × TP 1: 100,861,659,488 B per GPU (attention whole, experts / 8), KV 34,481,494,062 B →
+    30,667 blocks → 14 requests per rank, 8 × 14 = 112 per replica: 64 users fit. Both hold vLLM's
+    YaRN RoPE cos/sin cache (``rotary_embedding/base.py``, bf16): 4,096 × 40 positions × 64 × 2 =
+    20,971,520 B (85,140,071,456 / 100,840,687,968 B of weights, 44,848 / 30,686 blocks before it)."""
     tp8 = v3(8, 1)
     assert (tp8.weights_bytes, tp8.kv_budget_bytes, tp8.bytes_per_block) == \
-        (85_140_071_456, 50_425_778_432, 1_124_352)
+        (85_161_042_976, 50_404_806_912, 1_124_352)
     assert (tp8.num_blocks, tp8.blocks_per_request, tp8.max_requests, tp8.dp, tp8.fits) == \
-        (44_848, 2048, 21, 1, False)
+        (44_830, 2048, 21, 1, False)
     dp8 = v3(1, 8)
     assert (dp8.weights_bytes, dp8.kv_budget_bytes, dp8.num_blocks) == \
-        (100_840_687_968, 34_502_465_582, 30_686)
+        (100_861_659_488, 34_481_494_062, 30_667)
     assert (dp8.max_requests_per_rank, dp8.max_requests, dp8.replicas, dp8.dp, dp8.fits) == \
         (14, 112, 1, 8, True)
     assert tp8.suggestion == (
@@ -46,11 +48,12 @@ def test_tp8_replicates_the_latent_dp8_holds_each_ranks_own_requests() -> None:
 
 @pytest.mark.parametrize(("tp", "dp"), [(1, 8), (2, 4)])
 def test_weights_per_rank_are_the_ranks_parts_with_experts_over_every_gpu(tp: int, dp: int) -> None:
-    """Every part as a rank of ``tp`` GPUs holds it, the routed experts as ``dp × tp``-way EP."""
+    """Every part as a rank of ``tp`` GPUs holds it, the routed experts as ``dp × tp``-way EP, and
+    vLLM's YaRN RoPE cache (163,840 × 64 × 2 = 20,971,520 B, ``rotary_embedding/base.py``)."""
     arch = load_model("deepseek-v3")
     rank = weights_per_gpu(arch, None, tp, 1, 1).heaviest
     wide = weights_per_gpu(arch, None, tp * dp, 1, tp * dp).heaviest
-    want = sum(rank.values()) - rank["experts"] + wide["experts"]
+    want = sum(rank.values()) - rank["experts"] + wide["experts"] + 163_840 * 64 * 2
     result = v3(tp, dp)
     assert result.weights_bytes == want
     assert result.weights_breakdown["experts"] == wide["experts"]
@@ -97,7 +100,8 @@ def test_gpu_count_must_be_a_multiple_of_dp_tp_pp() -> None:
 
 def test_design_comparison_puts_tp_replicated_and_dp_attention_side_by_side() -> None:
     """DeepSeek-V3 on TP 8: the MLA rows — TP-replicated latent 21 requests, DP attention (8 ranks of
-    TP 1, the same GPUs) 112 — with the same 70,272 B per token (61 × 1,152)."""
+    TP 1, the same GPUs) 112 — with the same 70,272 B per token (61 × 1,152); DP's budget 34,481,494,062
+    B after vLLM's 20,971,520 B RoPE cache (34,502,465,582 before it)."""
     from kvplan.designs import design_table
 
     plan = make_plan(load_model("deepseek-v3"), get_gpu("h200"),
@@ -105,7 +109,7 @@ def test_design_comparison_puts_tp_replicated_and_dp_attention_side_by_side() ->
     table = design_table(plan).set_index("design")
     assert table.loc["mla", ["kv_bytes_per_token", "max_requests", "fits"]].tolist() == [70_272, 21, False]
     assert table.loc["mla_dp", ["kv_bytes_per_token", "kv_budget_bytes", "max_requests", "fits"]].tolist() \
-        == [70_272, 34_502_465_582, 112, True]
+        == [70_272, 34_481_494_062, 112, True]
     hf = make_plan(load_model("deepseek-v3"), get_gpu("h200"), FitQuery(tokens=32768, engine="hf", tp=8,
                                                                          num_gpus=8))
     assert "mla_dp" not in set(design_table(hf)["design"])  # transformers has no DP attention

@@ -369,8 +369,12 @@ def test_every_log_fixture_has_a_row(rows: list[Row]):
     counts = {e: sum(r.engine == e for r in rows) for e in ("vllm", "sglang", "trtllm")}
     assert counts == {"vllm": 56, "sglang": 11, "trtllm": 5}
     assert all(r.ratio is not None or r.why_not or r.no_room for r in rows)
-    assert [r.key for r in rows if r.no_room] == ["vllm/10"]
-    assert all(r.kvplan is not None and r.kvplan <= 0 for r in rows if r.no_room)
+    # 10 (−2.14 GiB logged) was the one row compared on the verdict here; since vLLM's RoPE cache
+    # joined the weights it is a FAILED_START_UP of test_budget_vs_logs (−2.26 GiB, 5.4 % off a
+    # budget this close to zero), as 29 and 71, whose rows give the reason instead
+    assert [r.key for r in rows if r.no_room] == []
+    failed = {r.key for r in rows if r.why_not.startswith("start-up failed")}
+    assert failed == {"vllm/10", "vllm/29", "vllm/71"}
     assert set(FITTED) <= {r.key for r in rows}
 
 
@@ -435,8 +439,17 @@ def test_the_status_report(rows: list[Row], capsys: pytest.CaptureFixture[str]):
 #: → ×1.040 (Qwen3-VL's 12,288-row dummy video cached as 153,600 rows, 2.34 GiB; its implied reserve
 #: 2.17 → 4.33 vs 4.14 GiB, now within 0.25), 36 ×1.013 → ×1.010 (implied reserve −0.34 → −0.25,
 #: within): two terms in → (22, 15, 61, 50).
+#: Helper ropeon: vLLM's weights hold the RoPE cos/sin caches in the model dtype
+#: (``kvplan.engines.vllm.weights``, vLLM rotary_embedding/base.py): every weight term but 09's and
+#: 40's (Meta-Llama-3-8B on the 3.1 preset: 131,072 positions where the checkpoint has 8,192) moves
+#: onto or toward its log (Llama 3.x 14.96 → 14.99 = the log; 28/29 33.88/67.72 = the logs; 36
+#: 44.72 → 44.76 = the log). 73 (Qwen3-VL-30B-A3B, the preset's plain 262,144 × 128 × 2 B = 64 MiB)
+#: ×1.040 → ×1.013, within 3 %, its weights −0.28 → −0.22 GiB, within 0.25; 15 (Gemma-4-26B-A4B:
+#: 262,144 × 256 × 2 B + 262,144 × 512 × 2 B = 384 MiB) ×0.977 → ×0.959, out of 3 % (its weights
+#: −0.68 → −0.30 GiB, still out: its pool was within 3 % only with the cache missing):
+#: vllm (22, 15, 61, 50) → (22, 15, 61, 51).
 STATUS: dict[str, tuple[int, int, int, int]] = {
-    "vllm": (22, 15, 61, 50), "sglang": (1, 0, 0, 0), "trtllm": (2, 0, 6, 3)}
+    "vllm": (22, 15, 61, 51), "sglang": (1, 0, 0, 0), "trtllm": (2, 0, 6, 3)}
 
 
 # ------------------------------------------------------------------------------------------------

@@ -63,10 +63,11 @@ def test_pip_install_gives_a_kvplan_command(tmp_path: Path) -> None:
     assert ok.returncode == 0, ok.stderr
     payload = json.loads(ok.stdout)
     # H200: ceil(150,109,945,856 B (CUDA total 143,156 MiB) × 0.92) = 138,101,150,188 − weights
-    # 13,476,831,232 − reserve 1,294,184,542 (as test_cli.test_fit_json_numbers: same defaults on a
-    # ≥ 70 GiB non-A100 device) = 123,330,134,414 B // 8,388,608 B per block = 14,702 blocks;
-    # 4,096 tokens = 256 blocks → (14,702 − 1) // 256 = 57 requests
-    assert (payload["fits"], payload["num_blocks"], payload["max_requests"]) == (True, 14702, 57)
+    # 13,476,831,232 + vLLM's RoPE cos/sin cache 4,096 × 128 × 2 = 1,048,576 − reserve 1,294,184,542
+    # (as test_cli.test_fit_json_numbers: same defaults on a ≥ 70 GiB non-A100 device) =
+    # 123,329,085,838 B // 8,388,608 B per block = 14,701 blocks (14,702 before the cache);
+    # 4,096 tokens = 256 blocks → (14,701 − 1) // 256 = 57 requests
+    assert (payload["fits"], payload["num_blocks"], payload["max_requests"]) == (True, 14701, 57)
     beyond = subprocess.run(base + ["--tokens", "32768"], cwd=work, capture_output=True, text=True,
                             timeout=120)
     assert beyond.returncode == 1, beyond.stderr

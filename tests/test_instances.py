@@ -41,6 +41,11 @@ H100 = get_gpu("h100-sxm")
 LLAMA8 = load_model("llama-3.1-8b")
 TOTAL = 85_027_979_264
 WEIGHTS = 16_060_522_496
+#: vLLM's weights of the same model: + its RoPE cos/sin cache in bf16 (``rotary_embedding/base.py``
+#: RotaryEmbedding.__init__): 131,072 × 128 × 2 = 33,554,432 B. Every vLLM budget below is 33,554,432
+#: B smaller than before the cache joined the weights, its pool 16 blocks (of 2,097,152 B) fewer, and
+#: what an instance holds unchanged (weights + reserve + its pool: the 16 blocks are the cache).
+VLLM_WEIGHTS = WEIGHTS + 33_554_432
 #: SGLang's weights of the same model: + what its loading holds besides the tensors (fp32 RoPE cache
 #: 67,108,864 + allocator segments 1,564,672; test_sglang_weights.test_what_sglang_holds_at_load_end).
 SGL_WEIGHTS = WEIGHTS + 68_673_536
@@ -62,8 +67,8 @@ SGLANG_HELD = 546_534_588
 
 #: vLLM v0.33 at 0.45 alone: ceil(85,027,979,264 × 0.45) = 38,262,590,669 − weights − reserve
 #: (activation 1,313,341,440 + non-torch 143,129,785 + CUDA graphs 408,662,949 = 1,865,134,174)
-#: = 20,336,933,999 B → 9,697 blocks; it holds weights + reserve + 9,697 × 2,097,152.
-V33_HOLDS = WEIGHTS + 1_865_134_174 + 9_697 * 2_097_152
+#: = 20,303,379,567 B → 9,681 blocks; it holds weights + reserve + 9,681 × 2,097,152.
+V33_HOLDS = VLLM_WEIGHTS + 1_865_134_174 + 9_681 * 2_097_152
 
 
 def test_two_vllm_033_at_045_both_start_and_keep_their_own_budget() -> None:
@@ -73,9 +78,10 @@ def test_two_vllm_033_at_045_both_start_and_keep_their_own_budget() -> None:
     a, b = answer.instances
     assert V33_HOLDS == 38_261_739_614 == a.held_bytes == b.held_bytes
     assert (a.others, b.others) == (0, 38_261_739_614)
-    assert a.kv_budget == b.kv_budget == math.ceil(TOTAL * 0.45) - WEIGHTS - 1_865_134_174 == 20_336_933_999
+    assert a.kv_budget == b.kv_budget == math.ceil(TOTAL * 0.45) - VLLM_WEIGHTS - 1_865_134_174 \
+        == 20_303_379_567
     assert b.starts and b.fits and b.message == "" and b.fix == ""
-    assert b.kv_pool_tokens == 9_697 * 16 == 155_152 and b.max_requests == (9_697 - 1) // 512 == 18
+    assert b.kv_pool_tokens == 9_681 * 16 == 154_896 and b.max_requests == (9_681 - 1) // 512 == 18
     assert answer.order == ("a", "b")
     assert answer.free_after == TOTAL - 2 * 38_261_739_614 == 8_504_500_036
     held = {t.name: t.bytes for t in b.ledger if t.group == "others"}
@@ -107,11 +113,12 @@ def test_vllm_011_message_has_no_device_and_an_unrounded_request() -> None:
 
 def test_vllm_08_second_instance_needs_a_larger_utilization() -> None:
     """v0.8.0: KV = int(total × util) − weights − reserve (activation + non-torch 1,456,471,225; CUDA
-    graphs 536,870,933 not subtracted but held) − everything others hold. The first holds 16,060,522,496
-    + 1,456,471,225 + 536,870,933 + 9,892 × 2,097,152 = 38,798,892,238 B; at 0.45 the second's budget
-    is 20,745,596,947 − 38,798,892,238 < 0 → "No available memory"; at 0.77: int(TOTAL × 0.77) =
-    65,471,544,033 − 16,060,522,496 − 1,456,471,225 − 38,798,892,238 = 9,155,658,074 B → 4,365 blocks
-    → (4,365 − 1) // 512 = 8 requests; at 0.76: 8,305,378,281 → 3,960 blocks → 7."""
+    graphs 536,870,933 not subtracted but held) − everything others hold. The first holds 16,094,076,928
+    + 1,456,471,225 + 536,870,933 + 9,876 × 2,097,152 = 38,798,892,238 B; at 0.45 the second's budget
+    is 20,712,042,515 − 38,798,892,238 < 0 → "No available memory"; at 0.77: int(TOTAL × 0.77) =
+    65,471,544,033 − 16,094,076,928 − 1,456,471,225 − 38,798,892,238 = 9,122,103,642 B → 4,349 blocks
+    → (4,349 − 1) // 512 = 8 requests; at 0.76: 8,271,823,849 → 3,944 blocks → 7 (9,155,658,074 and
+    8,305,378,281 B before vLLM's 33,554,432 B RoPE cache joined the weights)."""
     a, b = share([("a", _plan("vllm@0.8", 0.45)), ("b", _plan("vllm@0.8", 0.45))]).instances
     assert a.held_bytes == 38_798_892_238
     assert not b.starts and b.message == ("No available memory for the cache blocks. Try increasing "
@@ -119,22 +126,23 @@ def test_vllm_08_second_instance_needs_a_larger_utilization() -> None:
     assert b.fix == ("gpu_memory_utilization 0.77 (the smallest in steps of 0.01 with which it starts "
                      "and fits)")
     c = share([("a", _plan("vllm@0.8", 0.45)), ("c", _plan("vllm@0.8", 0.77))]).instances[1]
-    assert c.kv_budget == int(TOTAL * 0.77) - WEIGHTS - 1_456_471_225 - 38_798_892_238 == 9_155_658_074
-    assert c.starts and c.fits and c.max_requests == (9_155_658_074 // 2_097_152 - 1) // 512 == 8
+    assert c.kv_budget == int(TOTAL * 0.77) - VLLM_WEIGHTS - 1_456_471_225 - 38_798_892_238 == 9_122_103_642
+    assert c.starts and c.fits and c.max_requests == (9_122_103_642 // 2_097_152 - 1) // 512 == 8
     d = share([("a", _plan("vllm@0.8", 0.45)), ("d", _plan("vllm@0.8", 0.76))]).instances[1]
-    assert d.kv_budget == 8_305_378_281 and d.max_requests == 7 and not d.fits and d.starts
+    assert d.kv_budget == 8_271_823_849 and d.max_requests == 7 and not d.fits and d.starts
 
 
 def test_vllm_06_sizes_its_own_use_and_runs_out_of_memory_beside_others() -> None:
     """v0.6.0 does not check free memory: 38,262,590,668 B (int(TOTAL × 0.45)) to allocate beside
     17,005,595,853 free runs out of CUDA memory; beside another v0.6 instance its budget is its own:
-    38,262,590,668 − weights − activation 1,280,507,904 − V0 non-torch 375,809,638 = 20,545,750,630."""
+    38,262,590,668 − weights (with vLLM's 33,554,432 B RoPE cache) − activation 1,280,507,904 − V0
+    non-torch 375,809,638 = 20,512,196,198 (20,545,750,630 before the cache)."""
     v = share([("s", _plan("sglang", 0.8)), ("v", _plan("vllm@0.6", 0.45))]).instances[1]
     assert not v.starts and v.message.startswith(
         "CUDA out of memory allocating the KV cache: total × gpu_memory_utilization = 38,262,590,668 B, "
         "17,005,595,853 B free")
     a, b = share([("a", _plan("vllm@0.6", 0.45)), ("b", _plan("vllm@0.6", 0.45))]).instances
-    assert a.kv_budget == b.kv_budget == 20_545_750_630 and b.starts
+    assert a.kv_budget == b.kv_budget == 20_512_196_198 and b.starts
 
 
 def test_sglang_takes_its_fraction_of_the_memory_free_before_loading() -> None:

@@ -31,8 +31,8 @@ def test_fit_says_the_verdict_first_and_keeps_provenance_behind_verbose() -> Non
         "blocks) [vLLM v0.33]",
         "Does NOT fit: 32 requests of 8,192 tokens need more KV memory than the budget holds: at most "
         "3 per replica.",
-        "Smallest change: at most 3 users or at most 992 tokens per request or 4 GPUs with TP=4.",
-    ]
+        "Smallest change: at most 3 users or at most 976 tokens per request or 4 GPUs with TP=4.",
+    ]  # 992 tokens before vLLM's 33,554,432 B RoPE cache joined the weights (1,997 → 1,984 blocks)
     assert "GPU memory:        79.188 GiB (85,027,979,264 B) [status measured]" in lines
     assert lines[-1] == "Sources of the device total and each reserve term: --verbose (or --json)."
     assert "http" not in out and "driver" not in out
@@ -47,10 +47,12 @@ def test_fit_says_the_verdict_first_and_keeps_provenance_behind_verbose() -> Non
 
 
 def test_the_block_count_beside_the_usable_blocks_is_explained() -> None:
-    """Item 9: "1,997 blocks vs 1,996 usable" says why (vLLM V1's null block)."""
+    """Item 9: "1,984 blocks vs 1,983 usable" says why (vLLM V1's null block). 1,997 / 1,996 before
+    vLLM's RoPE cos/sin cache (131,072 × 128 × 2 = 33,554,432 B per GPU, ``rotary_embedding/base.py``)
+    joined the weights: 13 blocks of 2,621,440 B (test_answer.test_70b_on_8_gpus_with_tp1_suggests_tp4)."""
     out = run_cli(FIT_70B)[1].splitlines()
-    assert "Blocks:            1,997 × 16 tokens (512 per request)" in out
-    assert ("  requests: 1,996 usable blocks (1,997 − 1: the null block, which no request gets; "
+    assert "Blocks:            1,984 × 16 tokens (512 per request)" in out
+    assert ("  requests: 1,983 usable blocks (1,984 − 1: the null block, which no request gets; "
             "v1/core/block_pool.py BlockPool.__init__) // 512 = 3") in out
 
 

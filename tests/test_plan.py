@@ -24,23 +24,26 @@ def _ledger(result_ledger: list[dict[str, object]]) -> dict[str, int]:
 
 def test_ledger_of_llama_70b_tp8_on_h100_adds_up_to_the_device_total() -> None:
     """CUDA's total 85,027,979,264 B; target ``ceil(total × 0.92)`` = 78,225,740,923 B, so 6,802,238,341 B
-    are held back; weights 17,640,734,720 B; reserve 1,313,341,440 + 590,558,003 + 531,261,849 =
-    2,435,161,292 B; KV budget 58,149,844,911 B → 88,729 blocks × 655,360 B (80 layers × 16 tokens ×
-    1 KV head × 128 × 2 × 2 B) = 58,149,437,440 B allocated, 407,471 B left."""
+    are held back; weights 17,640,734,720 B + vLLM's RoPE cache 131,072 × 128 × 2 B = 33,554,432 B
+    (helper vllmrope) = 17,674,289,152 B; reserve 1,313,341,440 + 590,558,003 + 531,261,849 =
+    2,435,161,292 B; KV budget 58,116,290,479 B → 88,678 blocks × 655,360 B (80 layers × 16 tokens ×
+    1 KV head × 128 × 2 × 2 B) = 58,116,014,080 B allocated, 276,399 B left (88,729 blocks and
+    407,471 B before the cache)."""
     result = fit(make_plan(load_model("llama-3.1-70b"), get_gpu("h100-sxm"), LLAMA70_TP8))
     ledger = _ledger(result.ledger)
     assert ledger["device total"] == 85_027_979_264
     assert ledger["held back by the memory target"] == 6_802_238_341
-    assert sum(v for k, v in ledger.items() if k.startswith("weights: ")) == 17_640_734_720
+    assert sum(v for k, v in ledger.items() if k.startswith("weights: ")) == 17_674_289_152
+    assert ledger["weights: rope_cache"] == 33_554_432
     assert ledger["weights: mlp"] == 14_092_861_440
     assert (ledger["reserve: activation_peak"], ledger["reserve: non_torch"],
             ledger["reserve: cuda_graphs"]) == (1_313_341_440, 590_558_003, 531_261_849)
-    assert ledger["KV cache pool"] == 88_729 * 655_360 == 58_149_437_440
-    assert ledger["unallocated"] == 407_471 == result.kv_budget_bytes - ledger["KV cache pool"]
+    assert ledger["KV cache pool"] == 88_678 * 655_360 == 58_116_014_080
+    assert ledger["unallocated"] == 276_399 == result.kv_budget_bytes - ledger["KV cache pool"]
     assert sum(v for k, v in ledger.items() if k != "device total") == ledger["device total"]
     sources = {str(t["name"]): str(t["source"]) for t in result.ledger}
     assert "gpu_model_runner.py" in sources["reserve: activation_peak"]
-    assert "88,729 blocks × 655,360 B per block" in next(
+    assert "88,678 blocks × 655,360 B per block" in next(
         str(t["formula"]) for t in result.ledger if t["name"] == "KV cache pool")
 
 
@@ -95,7 +98,8 @@ def test_fit_json_carries_the_ledger(capsys: pytest.CaptureFixture[str]) -> None
                  "--engine-version", "0.33",
                  "--tokens", "8192", "--users", "32", "--json"]) == 0
     ledger = _ledger(json.loads(capsys.readouterr().out)["ledger"])
-    assert ledger["KV cache pool"] == 58_149_437_440 and ledger["unallocated"] == 407_471
+    # with the RoPE cache
+    assert ledger["KV cache pool"] == 58_116_014_080 and ledger["unallocated"] == 276_399
 
 
 def test_a_question_without_an_accelerator_says_so() -> None:

@@ -43,41 +43,44 @@ def row(rec: rc.Recommendation, **match: object):
 def test_memory_decides() -> None:
     """Llama-3.1-8B (8,030,261,248 params, bf16) on vLLM, one user, 1,024 + 256 tokens.
 
-    Weights 2 × 8,030,261,248 = 16,060,522,496 B. A 16 GiB GPU's target ceil(17,179,869,184 × 0.92)
-    = 15,805,479,650 B is below the weights: memory fails. 24 GiB (a custom GPU's GiB is its CUDA
-    total): ceil(25,769,803,776 × 0.92) = 23,708,219,474 − 16,060,522,496 − reserve 880,128,094 =
-    6,767,568,884 B of KV. The reserve (v0.33 defaults below 70 GiB: max_num_batched_tokens 2,048,
+    Weights 2 × 8,030,261,248 = 16,060,522,496 B + vLLM's RoPE cos/sin cache (``rotary_embedding/
+    base.py``, bf16) 131,072 × 128 × 2 = 33,554,432 → 16,094,076,928 B. A 16 GiB GPU's target
+    ceil(17,179,869,184 × 0.92) = 15,805,479,650 B is below the weights: memory fails. 24 GiB (a
+    custom GPU's GiB is its CUDA total): ceil(25,769,803,776 × 0.92) = 23,708,219,474 −
+    16,094,076,928 − reserve 880,128,094 = 6,734,014,452 B of KV (6,767,568,884 before the cache). The
+    reserve (v0.33 defaults below 70 GiB: max_num_batched_tokens 2,048,
     max_num_seqs 256): activation max(forward 2,048 × (2 × 4,096 + 3 × 14,336) × 2 B = 209,715,200,
     sampler 256 × 128,256 × 10 B = 328,335,360) + non-torch 143,129,785 + CUDA graphs 51 ×
     8,012,999 = 408,662,949. A block is 16 tokens × 32 layers × 8 heads × 128 × 2 (K, V) × 2 B =
-    2,097,152 B → 3,227 blocks; a 1,280-token request takes 80 blocks → (3,227 − 1 null) // 80 = 40
+    2,097,152 B → 3,211 blocks; a 1,280-token request takes 80 blocks → (3,211 − 1 null) // 80 = 40
     requests. Both meet the loose targets.
     """
     rec = recommend(make_plan(LLAMA8, None, FitQuery(engine=V033)),
                     RecommendQuery(users=1, gpus=("custom:16:1:100", "custom:24:1:100"), **LOOSE))
     small, large = row(rec, gpu="custom:16:1:100"), row(rec, gpu="custom:24:1:100")
     assert small["fails"] == "memory" and not small["feasible"]
-    assert large["weights_per_gpu_bytes"] == 16_060_522_496
-    assert large["kv_budget_bytes"] == 6_767_568_884
+    assert large["weights_per_gpu_bytes"] == 16_094_076_928
+    assert large["kv_budget_bytes"] == 6_734_014_452
     assert large["kv_bytes_per_request"] == 80 * 2_097_152
     assert large["max_requests"] == 40
     assert large["feasible"] and rec.ranked["gpu"].tolist() == ["custom:24:1:100"]
 
 
 def test_tpot_decides_bandwidth_bound_decode() -> None:
-    """80 GiB, 1 TB/s, 10⁶ TFLOPS (compute negligible), TP 1: ``TPOT(B) = (16,060,522,496 + B ×
-    167,772,160) / 10¹² s``. TPOT ≤ 20 ms → B ≤ (2·10¹⁰ − 16,060,522,496) / 167,772,160 = 23.48 →
-    B_max = 23; 100 users → ceil(100 / 23) = 5 replicas of ceil(100 / 5) = 20 users:
-    TPOT(20) = 19,415,965,696 / 10¹² = 19.415966 ms. A 15 ms target is below TPOT(1) = 16.228 ms."""
+    """80 GiB, 1 TB/s, 10⁶ TFLOPS (compute negligible), TP 1: ``TPOT(B) = (16,094,076,928 + B ×
+    167,772,160) / 10¹² s`` (the weights with vLLM's 33,554,432 B RoPE cache; 16,060,522,496 before
+    it). TPOT ≤ 20 ms → B ≤ (2·10¹⁰ − 16,094,076,928) / 167,772,160 = 23.28 → B_max = 23; 100 users
+    → ceil(100 / 23) = 5 replicas of ceil(100 / 5) = 20 users: TPOT(20) = 19,449,520,128 / 10¹² =
+    19.449520 ms. A 15 ms target is below TPOT(1) = 16.262 ms."""
     gpu = "custom:80:1:1000000"
     rec = recommend(LLAMA8_PLAN, RecommendQuery(users=100, gpus=(gpu,), **{**LOOSE, "tpot_ms": 20.0}))
     best = row(rec, gpu=gpu)
     assert best["max_batch_tpot"] == 23 and best["replicas"] == 5 and best["batch"] == 20
-    assert best["tpot_ms"] == pytest.approx(19.415965696, rel=1e-6)
+    assert best["tpot_ms"] == pytest.approx(19.449520128, rel=1e-6)
     assert best["total_gpus"] == 5 and best["cost_per_hour"] == 5.0
     rec = recommend(LLAMA8_PLAN, RecommendQuery(users=100, gpus=(gpu,), **{**LOOSE, "tpot_ms": 15.0}))
     assert row(rec, gpu=gpu)["fails"] == "TPOT"
-    assert "TPOT" in rec.message and "16.23 ms against 15 ms" in rec.message
+    assert "TPOT" in rec.message and "16.26 ms against 15 ms" in rec.message
 
 
 def test_ttft_decides_long_prompts() -> None:
@@ -106,13 +109,16 @@ def test_expert_parallel_changes_the_answer() -> None:
     seqs): activation = the sampler 256 × 102,400 × 10 B = 262,144,000 (forward 136,839,168), CUDA
     graphs 51 sizes, non-torch; TP 2: 262,144,000 + 590,558,003 + 51 × 10,416,899 = 1,383,963,852 B;
     TP 1: 262,144,000 + 143,129,785 + 408,662,949 = 813,936,734 B. TP 2 (vLLM replicates the latent
-    on each rank): weights 15,741,869,056 B/GPU (``kvplan.weights``: replicated norms and router,
-    vocab padded to 64, the rest split over 2 ranks), KV 39,513,699,124 − 15,741,869,056 −
-    1,383,963,852 = 22,387,866,216 B → 44,985 blocks → (44,985 − 1) // 80 = 562 requests of KV,
+    on each rank): weights 15,762,840,576 B/GPU (``kvplan.weights``: replicated norms and router,
+    vocab padded to 64, the rest split over 2 ranks; + vLLM's YaRN RoPE cache 163,840 × 64 × 2 =
+    20,971,520 B, ``rotary_embedding/base.py``), KV 39,513,699,124 − 15,762,840,576 −
+    1,383,963,852 = 22,366,894,696 B → 44,943 blocks → (44,943 − 1) // 80 = 561 requests of KV,
     capped at max_num_seqs 256 (the v0.33 default below 70 GiB, ``get_batch_defaults``) per replica
     → 4 replicas (8 GPUs). EP 2 (attention data-parallel, each rank TP 1): 2,623,265,792
-    non-expert B + 28,789,702,656 / 2 = 17,018,117,120 B/GPU, KV 39,513,699,124 − 17,018,117,120 −
-    813,936,734 = 21,681,645,270 B → 43,567 blocks → 544 per rank of KV, 256 per rank by
+    non-expert B + 28,789,702,656 / 2 + the RoPE cache 20,971,520 = 17,039,088,640 B/GPU, KV
+    39,513,699,124 − 17,039,088,640 − 813,936,734 = 21,660,673,750 B → 43,524 blocks → 544 per rank
+    of KV (before the cache: 15,741,869,056 / 22,387,866,216 B, 562; 17,018,117,120 /
+    21,681,645,270 B), 256 per rank by
     max_num_seqs (a per-rank cap), 512 per replica → 2 replicas (4 GPUs): EP halves the GPUs.
     """
     arch = load_model("deepseek-v2-lite")
@@ -120,12 +126,12 @@ def test_expert_parallel_changes_the_answer() -> None:
                            **{**LOOSE, "tp": (2,), "expert_parallel": False})
     tp_only = recommend(make_plan(arch, None, FitQuery(engine=V033)), query)
     tp2 = row(tp_only, tp=2)
-    assert (tp2["weights_per_gpu_bytes"], tp2["kv_budget_bytes"]) == (15_741_869_056, 22_387_866_216)
+    assert (tp2["weights_per_gpu_bytes"], tp2["kv_budget_bytes"]) == (15_762_840_576, 22_366_894_696)
     assert (tp2["max_requests"], tp2["replicas"], tp2["total_gpus"]) == (256, 4, 8)
     both = recommend(make_plan(arch, None, FitQuery(engine=V033)),
                      query.model_copy(update={"expert_parallel": True}))
     ep2 = row(both, ep=2)
-    assert (ep2["weights_per_gpu_bytes"], ep2["kv_budget_bytes"]) == (17_018_117_120, 21_681_645_270)
+    assert (ep2["weights_per_gpu_bytes"], ep2["kv_budget_bytes"]) == (17_039_088_640, 21_660_673_750)
     assert (ep2["max_requests"], ep2["replicas"], ep2["total_gpus"]) == (512, 2, 4)
     # an EP candidate is fit's data-parallel-attention layout: dp = ep ranks of TP 1
     dp = fit(make_plan(arch, custom_gpu(40, 2, 400), FitQuery(engine=V033, tokens=rec_len(both), tp=1,
@@ -246,8 +252,9 @@ def test_cli_recommend_json_and_errors(capsys: pytest.CaptureFixture[str], tmp_p
     out = json.loads(capsys.readouterr().out)
     assert code == 0 and out["kind"] == "bounds" and out["feasible"] == 1
     first = out["table"][0]
+    # test_memory_decides' 24 GiB row (6,767,568,884 before vLLM's 33,554,432 B RoPE cache)
     assert (first["gpu"], first["max_requests"], first["kv_budget_bytes"]) == ("custom:24:1:100", 40,
-                                                                               6_767_568_884)
+                                                                               6_734_014_452)
     assert first["link"] == "?v=1&ev=0.33&kd=bf16&g=custom&gm=24.0&gb=1.0&gf=100.0&t=1280&u=1"
     assert out["failures"] == {"memory": 1, "TTFT": 0, "TPOT": 0, "GPU limit": 0, "format": 0}
     bad = tmp_path / "lengths.csv"
@@ -301,17 +308,18 @@ def test_cli_calibrates_the_efficiency_from_a_measured_ttft(capsys: pytest.Captu
 
 def test_requests_per_second_sets_the_replicas() -> None:
     """10 requests/s of 1,024 + 256 tokens on the TPOT-test GPU (80 GiB, 1 TB/s, compute negligible),
-    TPOT ≤ 20 ms → B_max = 23. TPOT(23) = (16,060,522,496 + 23 × 167,772,160) / 10¹² = 19.919282 ms;
-    the mean prefill reads the weights once: 16.060522 ms. tokens/s = 256·23 / (256 × 0.019919282 +
-    23 × 0.016060522) = 1,076.68; 10 × 256 = 2,560 tokens/s → 3 replicas; 3 GPU-hours per hour over
+    TPOT ≤ 20 ms → B_max = 23. TPOT(23) = (16,094,076,928 + 23 × 167,772,160) / 10¹² = 19.952837 ms
+    (the weights with vLLM's 33,554,432 B RoPE cache; 19.919282 before it); the mean prefill reads
+    the weights once: 16.094077 ms. tokens/s = 256·23 / (256 × 0.019952837 + 23 × 0.016094077) =
+    1,074.83; 10 × 256 = 2,560 tokens/s → 3 replicas; 3 GPU-hours per hour over
     2,560 × 3,600 tokens = 0.325521 GPU-hours per million output tokens."""
     gpu = "custom:80:1:1000000"
     query = RecommendQuery(traffic="rps", rps=10.0, gpus=(gpu,), **{**LOOSE, "tpot_ms": 20.0})
     best = row(recommend(LLAMA8_PLAN, query), gpu=gpu)
     assert (best["max_batch_tpot"], best["replicas"], best["total_gpus"]) == (23, 3, 3)
-    assert best["tpot_ms"] == pytest.approx(19.919282176, rel=1e-6)
-    assert best["tokens_per_s_per_replica"] == pytest.approx(5888 / (256 * 0.019919282176
-                                                                     + 23 * 0.016060522496), rel=1e-6)
+    assert best["tpot_ms"] == pytest.approx(19.952836608, rel=1e-6)
+    assert best["tokens_per_s_per_replica"] == pytest.approx(5888 / (256 * 0.019952836608
+                                                                     + 23 * 0.016094076928), rel=1e-6)
     assert best["cost_per_m_tokens"] == pytest.approx(3 / (2560 * 3600) * 1e6, rel=1e-12)
 
 
@@ -453,12 +461,13 @@ def test_weights_follow_each_accelerators_loading_rules() -> None:
     (``Engine.loading_rules``: TRT-LLM layout on SM 10.x, Triton on SM 9.0, Marlin elsewhere), so the
     weights per GPU differ by accelerator; every candidate's weights, KV budget and max requests
     equal ``fit``'s on its own accelerator (the recommender once sized every GPU with the first
-    one's rules: 28 of 46 candidates off, when the catalogue had 23 accelerators)."""
+    one's rules: 28 of 46 candidates off, when the catalogue had 23 accelerators). Each holds vLLM's
+    YaRN RoPE cache, 131,072 × 64 × 2 = 16,777,216 B (14,692,990,080 / 13,761,264,768 before it)."""
     arch = load_model("gpt-oss-20b")
     query = RecommendQuery(**{**LOOSE, "tp": (1, 2)}, expert_parallel=False)
     rec = recommend(make_plan(arch, None, FitQuery(engine=V033)), query)
     weights = {str(r.gpu): int(r.weights_per_gpu_bytes) for r in rec.table[rec.table["tp"] == 1].itertuples()}
-    assert (weights["b200"], weights["gaudi3"]) == (14_692_990_080, 13_761_264_768)
+    assert (weights["b200"], weights["gaudi3"]) == (14_709_767_296, 13_778_041_984)
     assert len(set(weights.values())) >= 3
     checked = 0
     for cand in rec.table.itertuples():

@@ -40,26 +40,28 @@ def qwen3_next(engine: str = "vllm@0.33", **query: object):
 
 def test_v033_refuses_when_max_num_seqs_exceeds_the_state_blocks() -> None:
     """gpu_memory_utilization 0.54: target ceil(85,027,979,264 × 0.54) = 45,915,108,803; weights
-    39,875,212,800, reserve 2,677,644,492 → 3,362,251,511 B → 3,362,251,511 // 3,342,336 = 1,005
-    blocks < 1,024 (the default): vLLM raises after loading. At 0.55: ceil(46,765,388,595.2) −
-    weights − reserve = 4,212,531,304 B → 1,260 blocks: it starts — the smallest change in steps of
-    0.01."""
+    39,875,212,800 + vLLM's RoPE cos/sin cache (``rotary_embedding/base.py``, bf16: 262,144 × 64
+    rotary dims × 2 = 33,554,432) = 39,908,767,232, reserve 2,677,644,492 → 3,328,697,079 B →
+    3,328,697,079 // 3,342,336 = 995 blocks < 1,024 (the default): vLLM raises after loading. At
+    0.55: ceil(46,765,388,595.2) − weights − reserve = 4,178,976,872 B → 1,250 blocks: it starts —
+    the smallest change in steps of 0.01. (Before the cache: 3,362,251,511 B, 1,005 blocks; 0.55:
+    4,212,531,304 B, 1,260.)"""
     r = qwen3_next(gpu_util=0.54)
     assert (r.memory_target_bytes, r.kv_budget_bytes, r.bytes_per_block, r.block_size) == \
-        (45_915_108_803, 3_362_251_511, BLOCK, 272)
-    assert (r.num_blocks, r.state_blocks, r.max_num_seqs) == (1005, 1005, 1024)
+        (45_915_108_803, 3_328_697_079, BLOCK, 272)
+    assert (r.num_blocks, r.state_blocks, r.max_num_seqs) == (995, 995, 1024)
     assert not r.starts and r.start_action == "refuses" and not r.fits
     assert r.max_requests_kv == 7 and r.max_requests == 0
     assert r.reason == r.start_reason == (
-        "vLLM v0.33 will refuse to start: max_num_seqs 1,024 > 1,005 Mamba state blocks "
-        "(\"max_num_seqs (1024) exceeds available Mamba cache blocks (1005)\": config/compilation.py "
+        "vLLM v0.33 will refuse to start: max_num_seqs 1,024 > 995 Mamba state blocks "
+        "(\"max_num_seqs (1024) exceeds available Mamba cache blocks (995)\": config/compilation.py "
         "resolve_cudagraph_mode_and_sizes, after the weights load and the KV cache is profiled; each "
         "decode sequence needs one state block)")
-    assert r.suggestion == ("use --max-num-seqs ≤ 1,005, or --gpu-memory-utilization ≥ 0.55, or "
+    assert r.suggestion == ("use --max-num-seqs ≤ 995, or --gpu-memory-utilization ≥ 0.55, or "
                             "--enforce-eager (no CUDA graphs, slower decode)")
     ok = qwen3_next(gpu_util=0.55)
     assert (ok.kv_budget_bytes, ok.num_blocks, ok.starts, ok.start_action) == \
-        (4_212_531_304, 1260, True, "ok")
+        (4_178_976_872, 1250, True, "ok")
 
 
 @pytest.mark.parametrize(("seqs", "starts"), [(1005, True), (1006, False)])
@@ -74,10 +76,11 @@ def test_the_boundary_is_max_num_seqs_equal_to_the_blocks(seqs: int, starts: boo
 
 def test_enforce_eager_captures_no_graphs_and_starts() -> None:
     """No CUDA graphs, no FULL decode capture, no check (``cudagraph_mode`` NONE). Eager mode also
-    drops the CUDA-graph reserve: 0.54 then leaves 1,164 blocks."""
+    drops the CUDA-graph reserve: 0.54 then leaves 1,154 blocks (1,164 before vLLM's 33,554,432 B RoPE
+    cache joined the weights: 10 blocks of 3,342,336 B)."""
     r = qwen3_next(kv_cache_memory_bytes=1005 * BLOCK + 5, enforce_eager=True)
     assert (r.starts, r.cuda_graph_sizes, r.num_blocks, r.max_requests) == (True, [], 1005, 7)
-    assert qwen3_next(gpu_util=0.54, enforce_eager=True).num_blocks == 1164
+    assert qwen3_next(gpu_util=0.54, enforce_eager=True).num_blocks == 1154
 
 
 @pytest.mark.parametrize(("release", "blocks", "starts", "action", "last_sizes"), [
@@ -105,16 +108,17 @@ def test_each_release_as_its_code_does_it(release: str, blocks: int, starts: boo
 
 
 def test_a_dense_model_is_capped_by_max_num_seqs_but_has_no_state_blocks() -> None:
-    """Llama-3.1-8B on one H100 at 1,024 tokens, ``--max-num-seqs 256``: 60,707,456,029 B // (32
-    layers × 16 tokens × 4,096 B = 2,097,152 B) = 28,947 blocks hold (28,947 − 1) // 64 = 452
-    requests; vLLM runs at most 256 and the rest wait. Capture sizes ``[1, 2, 4] + 8…248 step 8 +
+    """Llama-3.1-8B on one H100 at 1,024 tokens, ``--max-num-seqs 256``: 60,673,901,597 B // (32
+    layers × 16 tokens × 4,096 B = 2,097,152 B) = 28,931 blocks hold (28,931 − 1) // 64 = 452
+    requests (60,707,456,029 B / 28,947 blocks before vLLM's 33,554,432 B RoPE cache); vLLM runs at
+    most 256 and the rest wait. Capture sizes ``[1, 2, 4] + 8…248 step 8 +
     256…512 step 16`` (``_set_cudagraph_sizes``, top min(2 × 256, 512)) = 3 + 31 + 17 = 51."""
     arch = load_model("llama-3.1-8b")
     plan = make_plan(arch, get_gpu(H100), FitQuery(tokens=1024, users=300, engine="vllm@0.33",
                                                    max_num_seqs=256))
     r = fit(plan)
-    assert (r.kv_budget_bytes, r.bytes_per_block) == (60_707_456_029, 2_097_152)
-    assert (r.num_blocks, r.state_blocks, r.starts) == (28_947, None, True)
+    assert (r.kv_budget_bytes, r.bytes_per_block) == (60_673_901_597, 2_097_152)
+    assert (r.num_blocks, r.state_blocks, r.starts) == (28_931, None, True)
     assert (r.max_requests_kv, r.max_requests, r.max_num_seqs) == (452, 256, 256)
     assert not r.fits
     assert r.reason == ("300 requests exceed the engine's request cap max_num_seqs 256 (set): it runs "
@@ -164,5 +168,5 @@ def test_fit_json_carries_the_start_up_fields(tmp_path: object) -> None:
                           "--engine-version", "0.33", "--json"], capture_output=True, text=True, check=True)
     data = json.loads(out.stdout)
     assert (data["state_blocks"], data["max_num_seqs"], data["starts"], data["start_action"]) == \
-        (1005, 1024, False, "refuses")
-    assert data["start_reason"].startswith("vLLM v0.33 will refuse to start: max_num_seqs 1,024 > 1,005")
+        (995, 1024, False, "refuses")  # 1,005 before vLLM's RoPE cache (test_v033_refuses_…)
+    assert data["start_reason"].startswith("vLLM v0.33 will refuse to start: max_num_seqs 1,024 > 995")

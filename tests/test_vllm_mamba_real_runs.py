@@ -59,50 +59,55 @@ def test_rx7900xt_pool_gives_the_logged_blocks_tokens_and_refusal(pool_gib: floa
 
 def test_h100_v0_28_block_count_is_a_reported_miss() -> None:
     """vLLM 0.28.0 on an H100 80GB at 132,000 tokens and 0.90: the run printed 969 blocks; kvplan
-    predicts 869 from the catalogue H100-SXM (Qwen3.5-27B in FP8 standing in: 26.6 GiB of weights,
-    3.1 GiB of reserve with the encoder cache vLLM profiles for its vision tower, 41.7 GiB of KV) —
-    100 blocks (10 %) fewer, about 4.7 GiB of KV memory it does not see (the real checkpoint's
+    predicts 866 from the catalogue H100-SXM (Qwen3.5-27B in FP8 standing in: 26.7 GiB of weights,
+    3.1 GiB of reserve with the encoder cache vLLM profiles for its vision tower, 41.5 GiB of KV) —
+    103 blocks (11 %) fewer, about 4.9 GiB of KV memory it does not see (the real checkpoint's
     weights are not known). Both refuse the default 1,024. (872 before the Qwen3.5 presets had a
-    processor, i.e. before the mm_encoder_cache term applied to them.)"""
+    processor, i.e. before the mm_encoder_cache term applied to them; 869 before vLLM's MRoPE cos/sin
+    cache joined the weights: 4 × 262,144 positions × 64 rotary dims × 2 B = 134,217,728 B, v0.11+
+    ``mrope.py``, 3 blocks of 51,380,224 B.)"""
     run = RUNS["49064-h100-v0.28.0"]
     query = FitQuery(engine=_record(run["vllm_version"]), tokens=run["max_model_len"],
                      gpu_util=run["gpu_memory_utilization"], weight_dtype=run["kvplan_weight_dtype"])
     result = fit(make_plan(load_model(run["kvplan_model"]), get_gpu("h100-sxm"), query), search_gpus=False)
-    assert (result.num_blocks, run["mamba_blocks"]) == (869, 969)
+    assert (result.num_blocks, run["mamba_blocks"]) == (866, 969)
     assert (result.max_num_seqs, result.starts) == (1024, False)
-    assert "max_num_seqs (1024) exceeds available Mamba cache blocks (869)" in result.start_reason
+    assert "max_num_seqs (1024) exceeds available Mamba cache blocks (866)" in result.start_reason
 
 
 def test_both_runs_say_the_stand_in_holds_more_memory_than_the_checkpoint_that_ran() -> None:
     """Issue #28's miss, traced: what the H100 run lacks is not an engine term kvplan leaves out.
 
     * H100, v0.28.0: 969 blocks need ≥ 969 × 51,380,224 = 49,787,437,056 B of KV budget; kvplan has
-      44,676,599,644 B (ceil(85,027,979,264 × 0.9) = 76,525,181,338 − weights 28,586,220,000 −
-      reserve 3,262,361,694): 5,110,837,412 B (4.76 GiB) short.
+      44,542,381,916 B (ceil(85,027,979,264 × 0.9) = 76,525,181,338 − weights 28,586,220,000 − the
+      MRoPE cos/sin cache 134,217,728 − reserve 3,262,361,694): 5,245,055,140 B (4.88 GiB) short
+      (5,110,837,412 before the cache joined the weights).
     * Text only does not close it: ``--limit-mm-per-prompt`` 0 drops the encoder-cache term (one
       16,384-token item × 5,120 × 2 B = 167,772,160 B, v0.28 ``compute_mm_encoder_budget``) and
       the vision tower's 921,460,192 B of weights (``_mark_tower_model``, read in 0.15.0–0.33.0:
-      ``VllmRelease.mm_skip_towers_at_zero``; 872 blocks when it was read for v0.33 only) for 890
-      blocks, still 79 short of 969, and the report names no such flag.
+      ``VllmRelease.mm_skip_towers_at_zero``; 872 blocks when it was read for v0.33 only) for 888
+      blocks (890 before the RoPE cache), still 81 short of 969, and the report names no such flag.
     * The 2 × RX 7900 XT run of "the same checkpoint" logged its pool: 3.86 GiB per GPU. Planned
       from its settings alone (v0.23.1, TP 2, 0.85 of 20 GiB, 122,633 tokens), kvplan leaves
-      2,029,911,492 B — 2,114,731,948 B (1.97 GiB) per GPU less than the log, with a different
-      reserve (256 sequences, TP 2). Both runs point at kvplan's weights for the stand-in
-      (Qwen3.5-27B in FP8: 28,586,220,000 B; 14,298,408,304 B per GPU at TP 2) being ≈ 4–5 GiB
+      1,895,693,764 B — 2,248,949,676 B (2.09 GiB) per GPU less than the log, with a different
+      reserve (256 sequences, TP 2; 2,029,911,492 and 2,114,731,948 B before the unsplit 134,217,728
+      B MRoPE cache). Both runs point at kvplan's weights for the stand-in
+      (Qwen3.5-27B in FP8: 28,586,220,000 B; 14,432,626,032 B per GPU at TP 2 with the cache) being ≈ 4–5 GiB
       more than the Qwen3.8-27B checkpoint that ran, whose format the reports do not give."""
     rx = RUNS["49064-rx7900xt-tp2-v0.23.1"]
     planned = fit(make_plan(load_model(rx["kvplan_model"]), custom_gpu(20), FitQuery(
         engine=_record(rx["vllm_version"]), tokens=rx["max_model_len"], tp=rx["tp"],
         num_gpus=rx["tp"], gpu_util=rx["gpu_memory_utilization"],
         weight_dtype=rx["kvplan_weight_dtype"])), search_gpus=False)
-    assert (planned.weights_bytes, planned.kv_budget_bytes) == (14_298_408_304, 2_029_911_492)
-    assert int(rx["kv_pool_gib"] * GIB) - planned.kv_budget_bytes == 2_114_731_948
+    assert (planned.weights_bytes, planned.kv_budget_bytes) == (14_432_626_032, 1_895_693_764)
+    assert int(rx["kv_pool_gib"] * GIB) - planned.kv_budget_bytes == 2_248_949_676
     h100 = RUNS["49064-h100-v0.28.0"]
     base = dict(engine=_record(h100["vllm_version"]), tokens=h100["max_model_len"],
                 gpu_util=h100["gpu_memory_utilization"], weight_dtype=h100["kvplan_weight_dtype"])
     result = fit(make_plan(load_model(h100["kvplan_model"]), get_gpu("h100-sxm"), FitQuery(**base)),
                  search_gpus=False)
-    assert h100["mamba_blocks"] * result.bytes_per_block - result.kv_budget_bytes == 5_110_837_412
+    assert h100["mamba_blocks"] * result.bytes_per_block - result.kv_budget_bytes == 5_245_055_140
     text_only = fit(make_plan(load_model(h100["kvplan_model"]), get_gpu("h100-sxm"),
                               FitQuery(**base, limit_mm_per_prompt=0)), search_gpus=False)
-    assert (text_only.num_blocks, text_only.weights_bytes) == (890, 27_664_759_808)
+    # + the 134,217,728 B MRoPE cache
+    assert (text_only.num_blocks, text_only.weights_bytes) == (888, 27_798_977_536)

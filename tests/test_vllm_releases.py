@@ -247,7 +247,9 @@ def test_mxfp4_scales_of_gpt_oss_on_h100_are_freed_from_v025():
     ``del layer.w13_weight_scale`` / ``w2_weight_scale`` after swizzling; v0.20–v0.24 keep them. The
     difference is the checkpoint's e8m0 scales: 36 layers × 128 experts × (5,760 + 2,880) rows ×
     2,880 / 32 = 3,583,180,800 B. On a B200 TRT-LLM pads the intermediate to 256 up to v0.26
-    (``mxfp4_round_up_hidden_size_and_intermediate_size``), 128 from v0.28."""
+    (``mxfp4_round_up_hidden_size_and_intermediate_size``), 128 from v0.28. Each total holds the
+    YaRN RoPE cos/sin cache (vLLM ``rotary_embedding/base.py``, bf16): 4,096 × 32 positions × 64 × 2
+    = 16,777,216 B (69,044,333,184 / 65,461,152,384 before it)."""
     from kvplan.weights import weights_per_gpu
 
     arch = load_model("gpt-oss-120b")
@@ -256,8 +258,8 @@ def test_mxfp4_scales_of_gpt_oss_on_h100_are_freed_from_v025():
         return max(weights_per_gpu(arch, None, 1, rules=get_engine(engine).loading_rules(H100)).stage_bytes)
 
     assert weights("vllm@0.24") - weights("vllm@0.25") == 36 * 128 * (5760 + 2880) * 2880 // 32
-    assert weights("vllm@0.24") == weights("vllm@0.20") == weights("vllm@0.19") == 69_044_333_184
-    assert weights("vllm@0.25") == weights("vllm@0.33") == 65_461_152_384
+    assert weights("vllm@0.24") == weights("vllm@0.20") == weights("vllm@0.19") == 69_061_110_400
+    assert weights("vllm@0.25") == weights("vllm@0.33") == 65_477_929_600
     b200 = get_gpu("b200")
     assert [get_engine(e).mxfp4_moe_repack(b200).inter for e in ("vllm@0.33", "vllm@0.25", "vllm@0.20.0")] \
         == [128, 256, 256]
@@ -335,7 +337,9 @@ def test_mxfp4_trtllm_intermediate_is_128_from_v027():
     (``:635``, → 3,072) and to 128 from 0.27.0 (``:636``; 0.28.0 ``:632``, 0.32.0 ``:816``, → 2,944);
     hidden to 256 (3,072) on both. Per expert, 128 fewer intermediate rows: w13 2 × 128 × (3,072 / 2
     B values + 3,072 / 32 B scales + 4 B fp32 bias) = 418,816 B, w2 3,072 × 128 × (1 / 2 + 1 / 32) =
-    208,896 B → 36 × 128 × 627,712 = 2,892,496,896 B fewer."""
+    208,896 B → 36 × 128 × 627,712 = 2,892,496,896 B fewer. Each total holds the 16,777,216 B YaRN
+    RoPE cache (131,072 × 64 × 2 B, vLLM ``rotary_embedding/base.py``): 70,839,167,616 → 70,855,944,832
+    and 73,731,664,512 → 73,748,441,728."""
     from kvplan.weights import weights_per_gpu
 
     arch = load_model("gpt-oss-120b")
@@ -346,10 +350,10 @@ def test_mxfp4_trtllm_intermediate_is_128_from_v027():
         return rules.mxfp4_experts.inter, max(weights_per_gpu(arch, None, 1, rules=rules).stage_bytes)
 
     assert {e: weights(e) for e in NEW} == {
-        "vllm@0.33": (128, 70_839_167_616), "vllm@0.32": (128, 70_839_167_616),
-        "vllm@0.29": (128, 70_839_167_616), "vllm@0.27": (128, 70_839_167_616),
-        "vllm@0.26": (256, 73_731_664_512), "vllm@0.25": (256, 73_731_664_512)}
-    assert 73_731_664_512 - 70_839_167_616 == 36 * 128 * (2 * 128 * (1536 + 96 + 4) + 3072 * 128 * 17 // 32)
+        "vllm@0.33": (128, 70_855_944_832), "vllm@0.32": (128, 70_855_944_832),
+        "vllm@0.29": (128, 70_855_944_832), "vllm@0.27": (128, 70_855_944_832),
+        "vllm@0.26": (256, 73_748_441_728), "vllm@0.25": (256, 73_748_441_728)}
+    assert 73_748_441_728 - 70_855_944_832 == 36 * 128 * (2 * 128 * (1536 + 96 + 4) + 3072 * 128 * 17 // 32)
 
 
 def test_gb10_stays_on_the_small_batch_tier_from_v033_only():

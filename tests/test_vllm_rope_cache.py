@@ -2,9 +2,8 @@
 part): one per distinct ``get_rope`` set, ``positions × rotary_dim`` in the model dtype
 (``rotary_embedding/base.py`` ``RotaryEmbeddingBase.__init__``: ``cache.to(dtype)``; v0.6.6
 ``rotary_embedding.py`` the same), with each release's LongRoPE and MRoPE layouts. Every number is
-derived by hand from the source named beside it. The plans do not hold it yet
-(``kvplan.engines.vllm.weights.ROPE_CACHE_IN_WEIGHTS``): these tests take the rules with it
-(``Vllm.rules_with_rope``)."""
+derived by hand from the source named beside it. Every vLLM plan holds it
+(``Vllm.loading_rules``)."""
 
 from __future__ import annotations
 
@@ -14,7 +13,6 @@ from kvplan.config_import import parse_config
 from kvplan.engines import get_engine
 from kvplan.engines.vllm.engine import Vllm
 from kvplan.engines.vllm.releases import V0_6, V0_8, V0_9, V0_11, V0_33
-from kvplan.engines.vllm.weights import ROPE_CACHE_IN_WEIGHTS
 from kvplan.presets import GPU, get_gpu, load_model
 from kvplan.weights import LoadingRules, rope_cache_bytes, weights_per_gpu
 
@@ -27,7 +25,7 @@ BASE: dict[str, Any] = {"model_type": "llama", "hidden_size": 4096, "num_attenti
 def _rules(engine: str, gpu: GPU) -> LoadingRules:
     vllm = get_engine(engine)
     assert isinstance(vllm, Vllm)
-    return vllm.rules_with_rope(gpu, rope_cache=True)
+    return vllm.loading_rules(gpu)
 
 
 def _rope(engine: str, config: dict[str, Any]) -> int:
@@ -131,6 +129,7 @@ def test_records_name_their_layout():
         assert (record.rope_longrope_concat_only, record.rope_mrope_positions) == (True, 4)
     rules = _rules("vllm", get_gpu("h100-sxm"))
     assert (rules.rope_cache, rules.rope_proportional_full_head) == ("model", True)
-    # not in the plans yet: the default rules hold no cache (ROPE_CACHE_IN_WEIGHTS)
-    assert not ROPE_CACHE_IN_WEIGHTS
-    assert get_engine("vllm").loading_rules(get_gpu("h100-sxm")).rope_cache is None
+    # each release's plans take its record's layout
+    assert (rules.rope_longrope_concat_only, rules.rope_mrope_positions) == (True, 4)
+    old = _rules("vllm@0.6", get_gpu("h100-sxm"))
+    assert (old.rope_cache, old.rope_longrope_concat_only, old.rope_mrope_positions) == ("model", False, 1)

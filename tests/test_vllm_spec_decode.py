@@ -96,7 +96,9 @@ def test_draft_model_bytes_by_hand() -> None:
     Weights (bf16, the target's dtype; DraftModelProposer shares nothing): embeddings 128,256 ×
     2,048 × 2 = 525,336,576 (tied: no separate LM head); attention 16 × 2,048 × (2,048 + 512 + 512
     + 2,048) × 2 = 335,544,320; MLP 16 × 3 × 2,048 × 8,192 × 2 = 1,610,612,736; norms (2 × 16 +
-    1) × 2,048 × 2 = 135,168 → 2,471,628,800 B.
+    1) × 2,048 × 2 = 135,168 → 2,471,628,800 B; + its own RoPE cos/sin cache (vLLM
+    ``rotary_embedding/base.py``, model dtype; a distinct ``get_rope`` set, head 64): 131,072 × 64 ×
+    2 = 16,777,216 → 2,488,406,016 B.
     Capture sizes (v0.33 ``_set_cudagraph_sizes``, max_num_seqs 1,024, query length 5): the 51
     of the grid plus the uniform decode sizes 5, 10, 20, 280, 360, 440 → 57; at 8,012,999 B per
     size (the release's fitted cost) 6 × 8,012,999 = 48,077,994 B.
@@ -105,11 +107,11 @@ def test_draft_model_bytes_by_hand() -> None:
     _, plain = _fit("llama-3.1-8b", None)
     assert plain.bytes_per_block == 2_097_152 and result.bytes_per_block == 2_621_440
     terms = {t["name"]: t for t in result.ledger}
-    assert terms["reserve: spec_draft_weights"]["bytes"] == 2_471_628_800
+    assert terms["reserve: spec_draft_weights"]["bytes"] == 2_488_406_016  # 2,471,628,800 + RoPE 16 MiB
     assert terms["reserve: spec_cuda_graphs"]["bytes"] == 48_077_994
-    assert result.reserve_bytes == plain.reserve_bytes + 2_471_628_800 + 48_077_994
+    assert result.reserve_bytes == plain.reserve_bytes + 2_488_406_016 + 48_077_994
     budget = result.kv_budget_bytes
-    assert budget == plain.kv_budget_bytes - 2_471_628_800 - 48_077_994
+    assert budget == plain.kv_budget_bytes - 2_488_406_016 - 48_077_994
     assert result.num_blocks == budget // 2_621_440
     assert result.speculative is not None
     assert result.speculative["draft_kv_bytes_per_token"] == 16 * 8 * 64 * 2 * 2
@@ -122,16 +124,18 @@ def test_draft_model_bytes_by_hand() -> None:
 def test_draft_tp_one_keeps_every_kv_head_on_each_rank() -> None:
     """Target TP 2, draft TP 1: the draft's 8 KV heads on every rank (its own parallel config), the
     target's 4: pages 16 × 8 × 64 × 4 = 32,768 and 16 × 4 × 128 × 4 = 32,768 — one page size, one
-    group of 48 layers, 1,572,864 B per block; its weights unsplit (2,471,628,800 B per GPU)."""
+    group of 48 layers, 1,572,864 B per block; its weights unsplit (2,471,628,800 B per GPU + its
+    131,072 × 64 × 2 = 16,777,216 B RoPE cache, vLLM ``rotary_embedding/base.py``)."""
     _, result = _fit("llama-3.1-8b", '{"model":"llama-3.2-1b","num_speculative_tokens":3,'
                      '"draft_tensor_parallel_size":1}', tp=2, num_gpus=2)
     assert result.bytes_per_block == 48 * 32_768
     terms = {t["name"]: t["bytes"] for t in result.ledger}
-    assert terms["reserve: spec_draft_weights"] == 2_471_628_800
+    assert terms["reserve: spec_draft_weights"] == 2_488_406_016
     _, split = _fit("llama-3.1-8b", '{"model":"llama-3.2-1b","num_speculative_tokens":3}', tp=2,
                     num_gpus=2)
     # draft TP 2: embeddings 262,668,288 + attention 167,772,160 + MLP 805,306,368 + norms 135,168
-    assert {t["name"]: t["bytes"] for t in split.ledger}["reserve: spec_draft_weights"] == 1_235_881_984
+    # + the unsplit RoPE cache 16,777,216
+    assert {t["name"]: t["bytes"] for t in split.ledger}["reserve: spec_draft_weights"] == 1_252_659_200
 
 
 def test_eagle3_head_from_its_config_file() -> None:
@@ -142,13 +146,14 @@ def test_eagle3_head_from_its_config_file() -> None:
     and ``fc``, the model dtype bf16 — the head's float16 config is run in the target's dtype):
     attention 4,096 × (4,096 + 1,024 + 1,024 + 4,096) × 2 = 83,886,080, MLP 3 × 4,096 × 14,336 × 2
     = 352,321,536, norms (2 + 1) × 4,096 × 2 = 24,576, fc 3 × 4,096 × 4,096 × 2 = 100,663,296 →
-    536,895,488 B."""
+    536,895,488 B; + its own RoPE cos/sin cache (vLLM ``rotary_embedding/base.py``: the head's 2,048
+    positions, unscaled, a set apart from the target's) 2,048 × 128 × 2 = 524,288 → 537,419,776 B."""
     head = ROOT / "tests/fixtures/configs/llama3-8B-eagle3.json"
     spec = json.dumps({"method": "eagle3", "model": str(head), "num_speculative_tokens": 3})
     _, result = _fit("llama-3.1-8b", spec)
     assert result.bytes_per_block == 33 * 65_536
     term = next(t for t in result.ledger if t["name"] == "reserve: spec_draft_weights")
-    assert term["bytes"] == 536_895_488 and term["formula"].endswith("[derived]")
+    assert term["bytes"] == 537_419_776 and term["formula"].endswith("[derived]")
     assert result.speculative is not None and result.speculative["draft"] == "llama3-8B-eagle3"
     assert result.speculative["lookahead_tokens"] == 3
     # the name alone makes it EAGLE3 (SpeculativeConfig.__post_init__: "eagle3" in the model path)
@@ -231,7 +236,7 @@ def test_cli_fit_json_and_messages() -> None:
     code, out, _ = run_cli(["fit", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--tokens", "8192",
                             "--speculative-config", DRAFT_1B, "--json"])
     assert code == 0
-    assert json.loads(out)["speculative"]["draft_weights_bytes"] == 2_471_628_800
+    assert json.loads(out)["speculative"]["draft_weights_bytes"] == 2_488_406_016  # + 16 MiB RoPE cache
     code, out, err = run_cli(["fit", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--tokens",
                               "8192", "--speculative-config", "{oops"])
     assert code != 0 and "--speculative-config: not valid JSON" in err and "Traceback" not in err

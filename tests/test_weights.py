@@ -389,16 +389,19 @@ def test_params_from_tensors_equal_the_presets_exact_counts():
 def test_gpt_oss_120b_fits_one_h100_with_kv_room():
     """MXFP4 experts as vLLM v0.33's Triton backend holds them on SM 9.0 (per expert and layer:
     values 8,294,400 + 4,147,200 B, swizzled scales 5,888 × 90 + 3,072 × 90 B, fp32 biases
-    8,640 × 4 B): 65,461,152,384 B of weights; ceil(85,027,979,264 (CUDA total) × 0.92) =
-    78,225,740,923 − weights − reserve 2,610,933,854 (activation: the FlashInfer sampler warm-up
-    1,024 × 201,088 × 10 B = 2,059,141,120 > forward 853,540,864; non-torch 143,129,785; CUDA
-    graphs 408,662,949) = 10,153,654,685 B of KV (9.46 GiB) at the default settings."""
+    8,640 × 4 B) and the YaRN RoPE cache (4,096 × 32 positions × 64 × 2 B = 16,777,216 B,
+    ``test_vllm_rope_cache``): 65,477,929,600 B of weights (65,461,152,384 before helper
+    vllmrope); ceil(85,027,979,264 (CUDA total) × 0.92) = 78,225,740,923 − weights − reserve
+    2,610,933,854 (activation: the FlashInfer sampler warm-up 1,024 × 201,088 × 10 B =
+    2,059,141,120 > forward 853,540,864; non-torch 143,129,785; CUDA graphs 408,662,949) =
+    10,136,877,469 B of KV (9.44 GiB; 10,153,654,685 before the RoPE cache) at the default
+    settings."""
     r = fit(make_plan(load_model("gpt-oss-120b"), get_gpu("h100-sxm"), FitQuery(engine="vllm@0.33")))
-    assert r.fits and r.weights_bytes == 65_461_152_384
+    assert r.fits and r.weights_bytes == 65_461_152_384 + 16_777_216 == 65_477_929_600
     assert r.weights_breakdown["experts"] == 36 * 128 * (8_294_400 + 4_147_200 + 5_888 * 90
                                                          + 3_072 * 90 + 8_640 * 4)
     assert r.reserve_bytes == 2_610_933_854
-    assert r.kv_budget_bytes == 10_153_654_685 and r.max_requests > 10
+    assert r.kv_budget_bytes == 10_153_654_685 - 16_777_216 == 10_136_877_469 and r.max_requests > 10
     assert r.weight_format.startswith("MXFP4")
 
 
@@ -529,6 +532,12 @@ def test_each_engine_gives_its_loading_rules(engine, gpu):
     # quantlogs: test_nvfp4_experts_of_a_non_gated_moe_are_padded_to_128_per_rank_on_blackwell)
     if engine in {"vllm", "vllm@0.19"} and gpu == "b200":
         want = replace(want, nvfp4_ungated_inter=128)
+    # vLLM: the RoPE cos/sin caches in the model dtype, v0.11+'s LongRoPE / MRoPE layouts (helper
+    # vllmrope: test_vllm_rope_cache); vllm@0.9 inherits v0.6.6's
+    if engine.startswith("vllm"):
+        old = engine == "vllm@0.9"
+        want = replace(want, rope_cache="model", rope_proportional_full_head=True,
+                       rope_longrope_concat_only=not old, rope_mrope_positions=1 if old else 4)
     assert rules == replace(want, mxfp4_experts=e.mxfp4_moe_repack(device))
     # TensorRT-LLM ≤ 1.2.0: the CUTLASS MoE backend's 128 padding on NVIDIA parts (helper trtlogs)
     assert (rules.mxfp4_experts is not None) == ((engine.startswith("vllm") and engine != "vllm@0.9"
@@ -864,22 +873,25 @@ def test_nvfp4_experts_of_a_non_gated_moe_are_padded_to_128_per_rank_on_blackwel
     per 16 = 9/16 B): 145,152 B; × 2 matrices × 128 experts × 23 MoE layers = 854,654,976 B —
     9,669,680,312 → 10,524,335,288 B per rank (9.0056 → 9.8016 GiB; log 48 prints 9.8291 GiB). Not
     on Hopper (NVFP4 MoE runs on Marlin there: not modelled), not on v0.10–v0.11.0 (no non-gated
-    NVFP4 MoE on that path), not for a gated MoE."""
+    NVFP4 MoE on that path), not for a gated MoE. Each rank also holds vLLM's RoPE cos/sin cache
+    (262,144 positions × 128 × 2 B = 67,108,864 B, ``test_vllm_rope_cache``; added by helper
+    vllmrope): 10,591,444,152 and 9,736,789,176 B per rank."""
     arch = load_model("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-NVFP4")
     blackwell, hopper = get_gpu("rtx-5090"), get_gpu("h100-sxm")
 
     def per_rank(engine: str, gpu) -> int:
         return max(weights_per_gpu(arch, None, 2, rules=get_engine(engine).loading_rules(gpu)).stage_bytes)
 
-    assert per_rank("vllm@0.13", blackwell) == 10_524_335_288
-    assert per_rank("vllm", blackwell) == 10_524_335_288
-    assert per_rank("vllm@0.13", hopper) == per_rank("vllm@0.11", blackwell) == 9_669_680_312
+    rope = 262_144 * 128 * 2
+    assert per_rank("vllm@0.13", blackwell) == 10_524_335_288 + rope == 10_591_444_152
+    assert per_rank("vllm", blackwell) == 10_524_335_288 + rope
+    assert per_rank("vllm@0.13", hopper) == per_rank("vllm@0.11", blackwell) == 9_669_680_312 + rope
     assert 10_524_335_288 - 9_669_680_312 == 96 * 2688 * 9 // 16 * 2 * 128 * 23
     assert get_engine("vllm@0.13").loading_rules(blackwell).nvfp4_ungated_inter == 128
     assert get_engine("vllm@0.13").loading_rules(get_gpu("mi300x")).nvfp4_ungated_inter == 1
     gated = load_model("nvidia/Qwen3-30B-A3B-NVFP4")  # SiLU-gated experts: never padded here
-    assert weights_per_gpu(gated, None, 2, rules=get_engine("vllm").loading_rules(blackwell)).stage_bytes \
-        == weights_per_gpu(gated, None, 2).stage_bytes
+    held = weights_per_gpu(gated, None, 2, rules=get_engine("vllm").loading_rules(blackwell)).stages[0]
+    assert sum(held.values()) - held["rope_cache"] == weights_per_gpu(gated, None, 2).stage_bytes[0]
     # the whole-model total is the checkpoint's, unpadded
     assert weights_per_gpu(arch, None, 2, rules=get_engine("vllm").loading_rules(blackwell)).total_bytes \
         == weights_per_gpu(arch, None, 2).total_bytes

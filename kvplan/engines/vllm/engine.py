@@ -73,7 +73,7 @@ from kvplan.engines.vllm.spec_decode import (
     spec_weights_term,
 )
 from kvplan.engines.vllm.startup import vllm_startup_check
-from kvplan.engines.vllm.weights import ROPE_CACHE_IN_WEIGHTS, mxfp4_repack, vllm_loading_rules
+from kvplan.engines.vllm.weights import mxfp4_repack, vllm_loading_rules
 from kvplan.errors import KVPlanError
 from kvplan.multimodal import with_processor_kwargs
 
@@ -609,16 +609,10 @@ class Vllm(Engine):
     def loading_rules(self, gpu: GPU | None) -> LoadingRules:
         """``kvplan.engines.vllm.weights.vllm_loading_rules``: v0.33's scale rules and this
         release's MXFP4 MoE layout, non-gated NVFP4 expert padding on ``gpu`` and RoPE cache
-        layout (``rope_longrope_concat_only``, ``rope_mrope_positions``; held where
-        ``rope_cache``, default ``weights.ROPE_CACHE_IN_WEIGHTS``)."""
-        return self.rules_with_rope(gpu)
-
-    def rules_with_rope(self, gpu: GPU | None, rope_cache: bool = ROPE_CACHE_IN_WEIGHTS) -> LoadingRules:
-        """``loading_rules`` with the RoPE cos/sin caches held or not (``rope_cache``)."""
+        layout (``rope_longrope_concat_only``, ``rope_mrope_positions``)."""
         record = self.record
         return vllm_loading_rules(self, gpu, record.nvfp4_ungated_inter,
-                                  record.rope_longrope_concat_only, record.rope_mrope_positions,
-                                  rope_cache)
+                                  record.rope_longrope_concat_only, record.rope_mrope_positions)
 
     def layer_spec_kind(self, kind: str) -> str:
         """The spec kind this release builds for a layer of ``kind`` (``layer_specs``): every kind

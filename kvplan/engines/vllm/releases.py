@@ -266,8 +266,7 @@ V0_10 = replace(
             "FlashInfer (256/256) on Blackwell. ``get_batch_defaults`` takes NVML's total, so a "
             "device whose NVML reports no memory (a GB10) is on the small tier (``nvml_batch_total``; "
             "read in 0.11.0, 0.12.0, 0.13.0: public log 44 on a GB10 defaults to 2,048 batched tokens). "
-            "RoPE caches (in every release's weights, in the model dtype; not yet switched on, "
-            "``weights.ROPE_CACHE_IN_WEIGHTS``): LongRoPE keeps only the "
+            "RoPE caches (in every release's weights, in the model dtype): LongRoPE keeps only the "
             "concatenated short+long cache and MRoPE's spans 4 × the positions (read in 0.11.0; "
             "v0.6.6 keeps three LongRoPE caches and MRoPE's at the positions; v0.10 not read).",
     hybrid_default="off_with_chunked", layer_specs="all", mxfp4_moe=True, others_rule="free_check",

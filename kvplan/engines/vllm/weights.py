@@ -24,9 +24,8 @@
   MRoPE layouts per release (``VllmRelease.rope_longrope_concat_only``, ``rope_mrope_positions``;
   ``kvplan.weights.rope_cache_bytes``); a ``proportional`` set (Gemma 4) rotates the whole head
   (0.19.0 ``gemma4_rope.py`` ``Gemma4RotaryEmbedding``; the only releases that load Gemma 4).
-  Derived and tested (``tests/test_vllm_rope_cache.py``) but not yet in the plans:
-  ``ROPE_CACHE_IN_WEIGHTS`` is False until the suite's pinned vLLM numbers are re-derived with it
-  (it moves every vLLM plan's weights by 1–384 MiB per GPU: 44 pins outside the log tests).
+  Held in every vLLM plan (tests/test_vllm_rope_cache.py; it moves each plan's weights by
+  1–384 MiB per GPU toward its log's "Model loading took").
 """
 
 from __future__ import annotations
@@ -75,22 +74,14 @@ def nvfp4_ungated_inter(gpu: GPU | None, multiple: int) -> int:
     return multiple if major >= 10 else 1
 
 
-#: Whether vLLM's plans hold the RoPE cos/sin caches (module docstring): off until the suite's
-#: pinned vLLM numbers are re-derived with them.
-ROPE_CACHE_IN_WEIGHTS = False
-
-
 def vllm_loading_rules(engine: Engine, gpu: GPU | None, ungated_inter: int = 1,
-                       longrope_concat_only: bool = True, mrope_positions: int = 4,
-                       rope_cache: bool = ROPE_CACHE_IN_WEIGHTS) -> LoadingRules:
+                       longrope_concat_only: bool = True, mrope_positions: int = 4) -> LoadingRules:
     """What this vLLM release holds after loading on ``gpu``: the scale rules above, the
     release's MXFP4 MoE layout (``engine.mxfp4_moe_repack``), its padding of non-gated NVFP4
     experts (``ungated_inter``: the record's ``nvfp4_ungated_inter``, applied by
-    ``nvfp4_ungated_inter``) and, with ``rope_cache``, the RoPE caches in the model dtype with the
-    record's LongRoPE and MRoPE layouts (defaults: v0.11+)."""
+    ``nvfp4_ungated_inter``) and the RoPE caches in the model dtype with the record's LongRoPE and
+    MRoPE layouts (defaults: v0.11+)."""
     rules = replace(VLLM_SCALE_RULES, mxfp4_experts=engine.mxfp4_moe_repack(gpu),
                     nvfp4_ungated_inter=nvfp4_ungated_inter(gpu, ungated_inter))
-    if not rope_cache:
-        return rules
     return replace(rules, rope_cache="model", rope_longrope_concat_only=longrope_concat_only,
                    rope_mrope_positions=mrope_positions, rope_proportional_full_head=True)
