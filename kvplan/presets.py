@@ -107,6 +107,12 @@ class GPU(BaseModel):
     sources: dict[str, str] = {}
 
     @property
+    def sm_major(self) -> int:
+        """The compute capability's major version (``"9.0"`` → 9, as the engines read
+        ``torch.cuda.get_device_capability()[0]``); 0 where none is known (AMD, TPU, custom)."""
+        return int(float(self.compute_capability)) if self.compute_capability else 0
+
+    @property
     def capacity_bytes(self) -> int:
         return self.reported_bytes or self.marketed_bytes
 

@@ -284,7 +284,7 @@ def sglang_default_page_size(gpu: GPU, arch: ModelArch) -> int | None:
     """SGLang's page size from its default attention backend (``server_args.py``): Hopper and
     older run fa3/flashinfer with ``page_size=1``; SM 10.x runs trtllm_mha for MHA/GQA models,
     which forces 64 tokens. None means the engine default (1)."""
-    major = int(float(gpu.compute_capability)) if gpu.compute_capability else 0
+    major = gpu.sm_major
     return 64 if major == 10 and not arch.is_mla else None
 
 

@@ -147,7 +147,7 @@ def vllm_mla_block_size(gpu: GPU, kv_dtype: str) -> int:
     SM 10.x (Blackwell) → FlashInfer-MLA (32); SM 9.x with an fp8 cache → FlashMLA (64);
     otherwise FlashAttention-MLA / Triton-MLA (16).
     """
-    major = int(float(gpu.compute_capability)) if gpu.compute_capability else 0
+    major = gpu.sm_major
     if major == 10:
         return 32
     if major == 9 and kv_dtype.startswith("fp8"):
@@ -398,7 +398,7 @@ class Vllm(Engine):
     def blackwell_capture_cap(self, gpu: GPU) -> bool:
         """Whether this release's Blackwell (SM 10.x) cap on CUDA-graph capture sizes applies to
         ``gpu`` (``VllmRelease.blackwell_capture_cap``; ``memory.capture_sizes``)."""
-        major = int(float(gpu.compute_capability)) if gpu.compute_capability else 0
+        major = gpu.sm_major
         return major == 10 and self.record.blackwell_capture_cap
 
     def runtime_reserve(self, arch: ModelArch, gpu: GPU, settings: EngineSettings,

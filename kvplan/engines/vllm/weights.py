@@ -52,7 +52,7 @@ def mxfp4_repack(gpu: GPU | None, fi_inter: int, triton: bool, keeps_scales: boo
     ``fi_inter``, fp32 biases); SM 9.0 with ``triton`` → OAI Triton (intermediate 64, swizzled
     scale copy, fp32 biases); any other CUDA GPU → Marlin (hidden 256, intermediate 128). No
     capability (AMD, TPU, custom): None."""
-    major = int(float(gpu.compute_capability)) if gpu is not None and gpu.compute_capability else 0
+    major = gpu.sm_major if gpu is not None else 0
     if not major:
         return None
     if major == 10:
@@ -70,7 +70,7 @@ def nvfp4_ungated_inter(gpu: GPU | None, multiple: int) -> int:
     (``utils/nvfp4_moe_support.py`` ``detect_nvfp4_moe_support``: ``cutlass_fp4_supported``, SM
     10.0+); older GPUs take Marlin (``prepare_moe_fp4_layer_for_marlin``, not modelled: as stored),
     no capability (AMD, custom) → 1."""
-    major = int(float(gpu.compute_capability)) if gpu is not None and gpu.compute_capability else 0
+    major = gpu.sm_major if gpu is not None else 0
     return multiple if major >= 10 else 1
 
 
